@@ -1,0 +1,76 @@
+// Package memdev holds what every memory device shares: the counters a
+// device keeps per generation and the access trace it records. The devices
+// themselves live in subpackages, one per mechanism: fusedev (a file on a
+// FUSE mount, mapped by the VMM like Firecracker's File backend) and uffd
+// (Firecracker's Uffd backend).
+package memdev
+
+import "sync/atomic"
+
+// Counters is a snapshot of a device generation's counters.
+type Counters struct {
+	// ReadRequests counts requests served from the lower file: FUSE reads,
+	// or page faults and bulk installs on the uffd device.
+	ReadRequests uint64 `json:"read_requests"`
+	// BytesRead counts bytes read from the lower file.
+	BytesRead uint64 `json:"bytes_read"`
+	// BytesInFlight is the number of bytes of reads that have started and
+	// not yet returned.
+	BytesInFlight int64 `json:"bytes_in_flight"`
+	// ReadErrors counts reads that failed on the lower file and were
+	// answered with an error (EIO, or a fault the handler could not serve).
+	ReadErrors uint64 `json:"read_errors"`
+}
+
+// Sub returns the counters accumulated between an earlier snapshot o and c.
+// BytesInFlight is a level, not a total, so c's value is kept.
+func (c Counters) Sub(o Counters) Counters {
+	return Counters{
+		ReadRequests:  c.ReadRequests - o.ReadRequests,
+		BytesRead:     c.BytesRead - o.BytesRead,
+		BytesInFlight: c.BytesInFlight,
+		ReadErrors:    c.ReadErrors - o.ReadErrors,
+	}
+}
+
+// CounterSet is the live, concurrently updated form of Counters.
+type CounterSet struct {
+	readRequests  atomic.Uint64
+	bytesRead     atomic.Uint64
+	bytesInFlight atomic.Int64
+	readErrors    atomic.Uint64
+}
+
+// Begin records that a read of n bytes has started.
+func (s *CounterSet) Begin(n int) { s.bytesInFlight.Add(int64(n)) }
+
+// End records that a read of n requested bytes has returned, with got bytes
+// read and err its outcome.
+func (s *CounterSet) End(n, got int, err error) {
+	s.bytesInFlight.Add(-int64(n))
+	s.readRequests.Add(1)
+	if got > 0 {
+		s.bytesRead.Add(uint64(got))
+	}
+	if err != nil {
+		s.readErrors.Add(1)
+	}
+}
+
+// Load returns a consistent-enough snapshot of the counters.
+func (s *CounterSet) Load() Counters {
+	return Counters{
+		ReadRequests:  s.readRequests.Load(),
+		BytesRead:     s.bytesRead.Load(),
+		BytesInFlight: s.bytesInFlight.Load(),
+		ReadErrors:    s.readErrors.Load(),
+	}
+}
+
+// Touch is the first access to one page of guest memory.
+type Touch struct {
+	// Offset is the page's logical offset (its offset in the memory file).
+	Offset int64 `json:"offset"`
+	// Nanos is the monotonic time since tracing started.
+	Nanos int64 `json:"nanos"`
+}

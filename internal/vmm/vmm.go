@@ -1,0 +1,65 @@
+// Package vmm defines what warmstart needs from a virtual machine monitor to
+// restore a snapshot and learn when its guest is ready. Drivers live in
+// subpackages: firecracker (production), qemu (a real guest on hosts without
+// a usable KVM) and replay (a stand-in process that touches memory exactly
+// as Firecracker maps it, for fast deterministic tests and benchmarks).
+package vmm
+
+import (
+	"context"
+	"time"
+
+	"warmstart/internal/layout"
+)
+
+// Backend names how the VMM obtains guest memory, as Firecracker's
+// mem_backend.backend_type does.
+type Backend string
+
+const (
+	// BackendFile: the VMM maps MemPath MAP_PRIVATE.
+	BackendFile Backend = "File"
+	// BackendUffd: the VMM connects to the Unix socket at MemPath and hands
+	// its userfaultfd to the page-fault handler listening there.
+	BackendUffd Backend = "Uffd"
+)
+
+// RestoreSpec is everything a driver needs to restore one snapshot.
+type RestoreSpec struct {
+	SnapshotID  string
+	VMStatePath string
+	Backend     Backend
+	MemPath     string
+	Layout      layout.Layout
+	// RuntimeDir is a private directory for this instance's sockets and logs.
+	// The caller creates and removes it.
+	RuntimeDir string
+}
+
+// ReadyInfo is what a driver learned by the time the guest was ready.
+type ReadyInfo struct {
+	// Started is when the VMM began loading the snapshot.
+	Started time.Time
+	// Ready is when the guest agent answered.
+	Ready time.Time
+	// Detail carries driver-specific facts: the replay VMM's hash over the
+	// bytes it read, a real guest's token.
+	Detail map[string]string
+}
+
+// Instance is one restored VM.
+type Instance interface {
+	// WaitReady blocks until the guest agent answers, the VM dies, or ctx ends.
+	WaitReady(ctx context.Context) (ReadyInfo, error)
+	// RequestStop asks the VM to stop and returns without waiting. It is the
+	// first step of the shutdown order: stop the VM, then wait for the
+	// memory device's reads, then release the device.
+	RequestStop() error
+	// Wait blocks until the VMM process has exited and its resources are gone.
+	Wait(ctx context.Context) error
+}
+
+// VMM restores snapshots.
+type VMM interface {
+	Restore(ctx context.Context, spec RestoreSpec) (Instance, error)
+}
