@@ -34,6 +34,21 @@ type RestoreSpec struct {
 	// RuntimeDir is a private directory for this instance's sockets and logs.
 	// The caller creates and removes it.
 	RuntimeDir string
+	// Paused asks the driver to load the snapshot without running the
+	// guest (Firecracker's resume_vm = false); the instance then implements
+	// Resumer. Prefetch policies that must finish before the guest runs use it.
+	Paused bool
+	// HandlerDone, for the Uffd backend, closes when the page-fault handler
+	// stops serving. A guest whose handler is gone hangs on its next fault,
+	// so a driver that sees it close before the instance is stopped kills
+	// the VM rather than leave it hanging.
+	HandlerDone <-chan struct{}
+}
+
+// Resumer is implemented by instances restored with RestoreSpec.Paused.
+type Resumer interface {
+	// Resume lets the guest run.
+	Resume() error
 }
 
 // ReadyInfo is what a driver learned by the time the guest was ready.

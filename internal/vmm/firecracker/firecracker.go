@@ -1,0 +1,156 @@
+// Package firecracker drives the Firecracker VMM through its documented HTTP
+// API (the OpenAPI description firecracker.yaml): it spawns one Firecracker
+// process per VM with a private API socket and logs, restores snapshots from
+// a File or Uffd memory backend, boots fresh VMs, captures full snapshots
+// with the memory layout taken from the VM's machine config, and decides
+// readiness by polling the in-guest agent's health endpoint.
+//
+// Stopping follows what Firecracker supports: SendCtrlAltDel asks the guest
+// to reboot, which makes Firecracker exit; a guest that does not go within
+// the stop timeout is killed. With the Uffd backend a VM whose page-fault
+// handler dies would hang its vCPUs on the next fault forever, so the driver
+// kills it as soon as the handler is gone.
+package firecracker
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Defaults for the zero fields of Options.
+const (
+	DefaultPollInterval = 10 * time.Millisecond
+	DefaultProbeTimeout = 500 * time.Millisecond
+	DefaultReadyTimeout = 30 * time.Second
+	DefaultStartTimeout = 5 * time.Second
+	DefaultStopTimeout  = 5 * time.Second
+	DefaultLogLevel     = "Warning"
+)
+
+// Errors callers branch on.
+var (
+	// ErrHandlerDied: the Uffd page-fault handler stopped while the VM
+	// ran, so the driver killed the VM.
+	ErrHandlerDied = errors.New("firecracker: the page-fault handler died; VM killed")
+	// ErrExited is wrapped by ExitError: the process exited without
+	// being asked to stop.
+	ErrExited = errors.New("firecracker exited unexpectedly")
+	// ErrStopped: the VM was asked to stop before the guest agent answered.
+	ErrStopped = errors.New("firecracker: VM stopped before the guest agent answered")
+	// ErrNotReady: the guest agent did not answer within the ready timeout.
+	ErrNotReady = errors.New("guest agent not ready")
+	// ErrInvalidOptions is wrapped by every error New returns.
+	ErrInvalidOptions = errors.New("invalid firecracker options")
+)
+
+// Options configure the driver. They come from the [firecracker] and [envd]
+// sections of the configuration.
+type Options struct {
+	// Binary is the Firecracker executable.
+	Binary string
+	// LogLevel is passed as --level: Error, Warning, Info, Debug, Trace
+	// or Off.
+	LogLevel string
+
+	// EnvdAddress is the guest agent's health endpoint, in one of three
+	// forms:
+	//   http://169.254.0.21:49983/health   plain HTTP GET
+	//   unix:/run/agent.sock               GET /health over a Unix socket;
+	//                                      a relative path is taken inside
+	//                                      the instance's runtime directory
+	//   vsock:49983                        GET /health through Firecracker's
+	//                                      vsock device (needs Vsock)
+	EnvdAddress string
+	// PollInterval separates health probes.
+	PollInterval time.Duration
+	// ProbeTimeout bounds each probe, so one lost connection cannot eat
+	// the whole ready timeout.
+	ProbeTimeout time.Duration
+	// ReadyTimeout bounds WaitReady.
+	ReadyTimeout time.Duration
+
+	// StartTimeout bounds the wait for the API socket to accept.
+	StartTimeout time.Duration
+	// StopTimeout is how long a guest has to shut down after
+	// SendCtrlAltDel before it is killed.
+	StopTimeout time.Duration
+
+	// TrackDirtyPages is sent with every snapshot load, so that diff
+	// snapshots can be taken of restored VMs.
+	TrackDirtyPages bool
+	// Vsock says the snapshots carry a vsock device. Each restore then
+	// rebinds it to <RuntimeDir>/vsock.sock (vsock_override), so that
+	// restores of one snapshot do not fight over the socket recorded in it.
+	Vsock bool
+}
+
+// logLevels are the values Firecracker's --level accepts (case-insensitive).
+var logLevels = []string{"Error", "Warning", "Info", "Debug", "Trace", "Off"}
+
+// withDefaults returns o with defaults filled in, or an error naming the
+// first bad field.
+func (o Options) withDefaults() (Options, error) {
+	if o.Binary == "" {
+		return o, fmt.Errorf("%w: binary is empty", ErrInvalidOptions)
+	}
+	if o.LogLevel == "" {
+		o.LogLevel = DefaultLogLevel
+	}
+	known := false
+	for _, l := range logLevels {
+		if strings.EqualFold(l, o.LogLevel) {
+			o.LogLevel, known = l, true
+		}
+	}
+	if !known {
+		return o, fmt.Errorf("%w: log level %q is not one of %s", ErrInvalidOptions, o.LogLevel, strings.Join(logLevels, ", "))
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"poll interval", &o.PollInterval, DefaultPollInterval},
+		{"probe timeout", &o.ProbeTimeout, DefaultProbeTimeout},
+		{"ready timeout", &o.ReadyTimeout, DefaultReadyTimeout},
+		{"start timeout", &o.StartTimeout, DefaultStartTimeout},
+		{"stop timeout", &o.StopTimeout, DefaultStopTimeout},
+	} {
+		switch {
+		case *d.v < 0:
+			return o, fmt.Errorf("%w: %s %v is negative", ErrInvalidOptions, d.name, *d.v)
+		case *d.v == 0:
+			*d.v = d.def
+		}
+	}
+	if o.EnvdAddress != "" {
+		addr, err := parseAgentAddress(o.EnvdAddress)
+		if err != nil {
+			return o, fmt.Errorf("%w: envd address: %v", ErrInvalidOptions, err)
+		}
+		if addr.kind == agentVsock && !o.Vsock {
+			return o, fmt.Errorf("%w: envd address %q needs the vsock option", ErrInvalidOptions, o.EnvdAddress)
+		}
+	}
+	return o, nil
+}
+
+// Driver restores, boots and captures Firecracker VMs. It holds no state
+// between VMs; each Machine owns its process.
+type Driver struct {
+	opts Options
+}
+
+// New returns a driver for opts, with defaults filled in.
+func New(opts Options) (*Driver, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Driver{opts: opts}, nil
+}
+
+// Options returns the driver's options with defaults filled in.
+func (d *Driver) Options() Options { return d.opts }

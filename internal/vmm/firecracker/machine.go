@@ -1,0 +1,267 @@
+package firecracker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"warmstart/internal/vmm"
+)
+
+// Machine is one Firecracker VM, restored or booted, and the process
+// running it. It implements vmm.Instance.
+type Machine struct {
+	opts       Options
+	runtimeDir string
+	proc       *process
+	client     *Client
+	probe      *agentProbe // nil without an agent address
+	// sockets are the VM's sockets other than the API socket, removed
+	// after exit.
+	sockets []string
+	// started is when the snapshot load or InstanceStart was sent.
+	started time.Time
+
+	mu            sync.Mutex
+	stopRequested bool
+	handlerDied   bool
+	cleanupOnce   sync.Once
+	cleanupErr    error
+}
+
+var (
+	_ vmm.Instance = (*Machine)(nil)
+	_ vmm.Resumer  = (*Machine)(nil)
+)
+
+// vmStateTimeout bounds a pause or resume made without a caller's context;
+// Firecracker answers them in milliseconds.
+const vmStateTimeout = 5 * time.Second
+
+// launch spawns Firecracker in runtimeDir and waits for its API socket.
+func (d *Driver) launch(ctx context.Context, runtimeDir string, sockets []string) (*Machine, error) {
+	var probe *agentProbe
+	if d.opts.EnvdAddress != "" {
+		addr, err := parseAgentAddress(d.opts.EnvdAddress)
+		if err != nil {
+			return nil, err
+		}
+		probe = newAgentProbe(addr, runtimeDir, d.opts.ProbeTimeout)
+	}
+	proc, err := startProcess(d.opts, runtimeDir, sockets...)
+	if err != nil {
+		return nil, err
+	}
+	m := &Machine{
+		opts:       d.opts,
+		runtimeDir: runtimeDir,
+		proc:       proc,
+		client:     NewClient(proc.apiSocket),
+		probe:      probe,
+		sockets:    sockets,
+	}
+	if err := proc.waitForSocket(ctx, d.opts.StartTimeout); err != nil {
+		m.abort(startKillReason(ctx))
+		return nil, err
+	}
+	return m, nil
+}
+
+func startKillReason(ctx context.Context) KillReason {
+	if ctx.Err() != nil {
+		return KillCanceled
+	}
+	return KillStartFailed
+}
+
+// abort kills a VM that failed half way through a restore or boot, and
+// waits for it to be gone.
+func (m *Machine) abort(reason KillReason) {
+	m.proc.kill(reason)
+	<-m.proc.exited
+	_ = m.cleanup()
+}
+
+// failed turns an API error during start into the restore's or boot's
+// error: the VM is killed and the error carries its log tail.
+func (m *Machine) failed(ctx context.Context, step string, err error) error {
+	m.abort(startKillReason(ctx))
+	m.mu.Lock()
+	handlerDied := m.handlerDied
+	m.mu.Unlock()
+	if handlerDied {
+		return fmt.Errorf("%s: %w: %w", step, ErrHandlerDied, err)
+	}
+	return fmt.Errorf("%s: %w; %s", step, err, m.proc.logTail())
+}
+
+// Client is the API client of the machine's Firecracker process.
+func (m *Machine) Client() *Client { return m.client }
+
+// PID is the Firecracker process's id.
+func (m *Machine) PID() int { return m.proc.pid() }
+
+// Pause pauses the vCPUs.
+func (m *Machine) Pause() error { return m.setState(VMPaused) }
+
+// Resume lets paused vCPUs run: a VM restored with RestoreSpec.Paused, or
+// one paused by Pause. It implements vmm.Resumer.
+func (m *Machine) Resume() error { return m.setState(VMResumed) }
+
+func (m *Machine) setState(state VMState) error {
+	ctx, cancel := context.WithTimeout(context.Background(), vmStateTimeout)
+	defer cancel()
+	return m.client.SetVMState(ctx, state)
+}
+
+// watchHandler kills the VM if the page-fault handler serving its memory
+// stops first: its vCPUs would otherwise block on the next fault forever.
+func (m *Machine) watchHandler(done <-chan struct{}) {
+	select {
+	case <-done:
+		m.mu.Lock()
+		// After RequestStop a dying handler is part of a shutdown, not
+		// a failure; the VM still goes, since it cannot finish stopping.
+		if !m.stopRequested {
+			m.handlerDied = true
+		}
+		m.mu.Unlock()
+		m.proc.kill(KillHandlerDied)
+	case <-m.proc.exited:
+	}
+}
+
+// WaitReady polls the guest agent until it answers 2xx, the VM exits, the
+// ready timeout passes, or ctx ends. Each probe has its own deadline.
+func (m *Machine) WaitReady(ctx context.Context) (vmm.ReadyInfo, error) {
+	if m.probe == nil {
+		return vmm.ReadyInfo{}, errors.New("wait for guest agent: no envd address configured")
+	}
+	answer, err := waitForAgent(ctx, m.probe, m.opts.PollInterval, m.opts.ReadyTimeout, m.proc.exited)
+	if errors.Is(err, errVMExited) {
+		return vmm.ReadyInfo{}, m.notRunning()
+	}
+	if err != nil {
+		return vmm.ReadyInfo{}, fmt.Errorf("wait for guest agent at %s: %w", m.opts.EnvdAddress, err)
+	}
+	return vmm.ReadyInfo{
+		Started: m.started,
+		Ready:   time.Now(),
+		Detail: map[string]string{
+			"pid":          strconv.Itoa(m.PID()),
+			"api_socket":   m.proc.apiSocket,
+			"agent_answer": answer,
+		},
+	}, nil
+}
+
+// notRunning is WaitReady's error once the process has exited.
+func (m *Machine) notRunning() error {
+	if err := m.exitErr(); err != nil {
+		return err
+	}
+	return ErrStopped
+}
+
+// exitErr is how an exited VM's end is reported: nil after RequestStop,
+// ErrHandlerDied, or an ExitError with the log tail.
+func (m *Machine) exitErr() error {
+	info := m.exitInfo()
+	m.mu.Lock()
+	handlerDied := m.handlerDied
+	m.mu.Unlock()
+	switch {
+	case handlerDied:
+		return fmt.Errorf("%w (%v)", ErrHandlerDied, info)
+	case info.StopRequested:
+		return nil
+	default:
+		return &ExitError{Info: info, LogTail: m.proc.logTail()}
+	}
+}
+
+func (m *Machine) exitInfo() ExitInfo {
+	info := m.proc.exitInfo()
+	m.mu.Lock()
+	info.StopRequested = m.stopRequested
+	m.mu.Unlock()
+	return info
+}
+
+// RequestStop sends SendCtrlAltDel and arms the stop timeout, after which
+// the process is killed. It does not wait; Wait does.
+func (m *Machine) RequestStop() error {
+	m.mu.Lock()
+	select {
+	case <-m.proc.exited:
+		// A request after the exit does not make the exit a stop.
+		m.mu.Unlock()
+		return nil
+	default:
+	}
+	first := !m.stopRequested
+	m.stopRequested = true
+	m.mu.Unlock()
+	if !first {
+		return nil
+	}
+	m.proc.killAfter(m.opts.StopTimeout, KillStopTimeout)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), m.opts.StopTimeout)
+		defer cancel()
+		if err := m.client.Action(ctx, ActionSendCtrlAltDel); err != nil {
+			// The guest cannot be asked (paused, still loading, no
+			// i8042): nothing is gained by waiting out the timeout.
+			m.proc.kill(KillStopRefused)
+		}
+	}()
+	return nil
+}
+
+// Wait blocks until the process has exited, then removes its sockets. It
+// returns nil when the VM ended after RequestStop (even if it had to be
+// killed; Exit tells), ErrHandlerDied when the page-fault handler died, and
+// an ExitError when the VM exited on its own. When ctx ends first the
+// process keeps running and Wait returns ctx's error.
+func (m *Machine) Wait(ctx context.Context) error {
+	select {
+	case <-m.proc.exited:
+	case <-ctx.Done():
+		return fmt.Errorf("wait for firecracker pid %d: %w", m.PID(), ctx.Err())
+	}
+	if err := m.cleanup(); err != nil {
+		return fmt.Errorf("clean up after firecracker pid %d: %w", m.PID(), err)
+	}
+	return m.exitErr()
+}
+
+// Exit returns how the process ended, and false while it runs.
+func (m *Machine) Exit() (ExitInfo, bool) {
+	select {
+	case <-m.proc.exited:
+		return m.exitInfo(), true
+	default:
+		return ExitInfo{}, false
+	}
+}
+
+// stopNow kills the VM and waits for it, for callers that have no use for
+// a graceful shutdown.
+func (m *Machine) stopNow(ctx context.Context, reason KillReason) error {
+	m.mu.Lock()
+	m.stopRequested = true
+	m.mu.Unlock()
+	m.proc.kill(reason)
+	return m.Wait(ctx)
+}
+
+func (m *Machine) cleanup() error {
+	m.cleanupOnce.Do(func() {
+		m.client.CloseIdleConnections()
+		m.cleanupErr = m.proc.removeSockets(m.sockets...)
+	})
+	return m.cleanupErr
+}

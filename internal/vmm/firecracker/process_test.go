@@ -1,0 +1,520 @@
+package firecracker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"warmstart/internal/layout"
+	"warmstart/internal/vmm"
+)
+
+// newTestDriver returns a driver whose binary is a fake Firecracker.
+func newTestDriver(t *testing.T, cfg fakeConfig, adjust func(*Options)) *Driver {
+	t.Helper()
+	opts := Options{
+		Binary:       fakeBinary(t, cfg),
+		EnvdAddress:  "unix:agent.sock",
+		PollInterval: 5 * time.Millisecond,
+		ReadyTimeout: 10 * time.Second,
+		StopTimeout:  10 * time.Second,
+	}
+	if adjust != nil {
+		adjust(&opts)
+	}
+	d, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// writeSnapshot writes the snapshot files a fake Firecracker reads: the vm
+// state is its machine config.
+func writeSnapshot(t *testing.T, memMiB int64) (vmState, mem string) {
+	t.Helper()
+	dir := t.TempDir()
+	vmState, mem = filepath.Join(dir, "vm.state"), filepath.Join(dir, "mem")
+	data, _ := json.Marshal(MachineConfig{VCPUCount: 1, MemSizeMiB: memMiB})
+	if err := os.WriteFile(vmState, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(mem, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(mem, memMiB<<20); err != nil {
+		t.Fatal(err)
+	}
+	return vmState, mem
+}
+
+func fileRestore(t *testing.T, memMiB int64) vmm.RestoreSpec {
+	vmState, mem := writeSnapshot(t, memMiB)
+	return vmm.RestoreSpec{SnapshotID: "snap", VMStatePath: vmState, Backend: vmm.BackendFile, MemPath: mem, RuntimeDir: t.TempDir()}
+}
+
+// requireGone checks that the fake that ran in runtimeDir has exited and
+// left no API or vsock socket behind.
+func requireGone(t *testing.T, runtimeDir string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(runtimeDir, "fake.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(string(data))
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("fake firecracker pid %d still exists (kill 0: %v)", pid, err)
+	}
+	for _, name := range []string{APISocketName, VsockSocketName} {
+		if _, err := os.Stat(filepath.Join(runtimeDir, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left behind (stat: %v)", name, err)
+		}
+	}
+}
+
+func TestRestoreReadyStop(t *testing.T) {
+	ctx := testContext(t)
+	d := newTestDriver(t, fakeConfig{Agent: true}, func(o *Options) { o.Vsock = true; o.LogLevel = "debug" })
+	spec := fileRestore(t, 64)
+	inst, err := d.Restore(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := inst.(*Machine)
+	info, err := m.WaitReady(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Started.IsZero() || info.Ready.Before(info.Started) || !strings.HasPrefix(info.Detail["agent_answer"], "ready ") || info.Detail["pid"] != strconv.Itoa(m.PID()) {
+		t.Fatalf("ready info %+v", info)
+	}
+	if _, exited := m.Exit(); exited {
+		t.Fatal("Exit reports an exit while the VM runs")
+	}
+	if err := m.RequestStop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	exit, ok := m.Exit()
+	if !ok || exit.ExitCode != 0 || exit.Signal != 0 || exit.KillReason != KillNone || !exit.StopRequested {
+		t.Fatalf("exit %+v", exit)
+	}
+	requireGone(t, spec.RuntimeDir)
+	log, _ := os.ReadFile(filepath.Join(spec.RuntimeDir, LogFileName))
+	for _, want := range []string{"level Debug, show-level true", "PUT /snapshot/load", "PUT /actions"} {
+		if !strings.Contains(string(log), want) {
+			t.Errorf("log lacks %q:\n%s", want, log)
+		}
+	}
+	// Stopping twice, or after the exit, is harmless.
+	if err := m.RequestStop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRestorePausedThenResume(t *testing.T) {
+	ctx := testContext(t)
+	d := newTestDriver(t, fakeConfig{Agent: true}, nil)
+	spec := fileRestore(t, 16)
+	spec.Paused = true
+	inst, err := d.Restore(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := inst.(*Machine)
+	defer func() {
+		_ = m.RequestStop()
+		_ = m.Wait(ctx)
+	}()
+	if info, err := m.Client().Describe(ctx); err != nil || info.State != "Paused" {
+		t.Fatalf("restored with Paused: state %q (%v)", info.State, err)
+	}
+	resumer, ok := inst.(vmm.Resumer)
+	if !ok {
+		t.Fatal("a paused restore is not a vmm.Resumer")
+	}
+	if err := resumer.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStopTimeoutKills(t *testing.T) {
+	ctx := testContext(t)
+	const stopTimeout = 300 * time.Millisecond
+	d := newTestDriver(t, fakeConfig{Agent: true, IgnoreCtrlAltDel: true}, func(o *Options) { o.StopTimeout = stopTimeout })
+	spec := fileRestore(t, 16)
+	m, err := d.RestoreMachine(ctx, spec, RestoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := m.RequestStop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if elapsed := time.Since(start); elapsed < stopTimeout {
+		t.Fatalf("killed after %v, before the stop timeout %v", elapsed, stopTimeout)
+	}
+	exit, _ := m.Exit()
+	if exit.Signal != syscall.SIGKILL || exit.KillReason != KillStopTimeout || exit.ExitCode != -1 {
+		t.Fatalf("exit %+v", exit)
+	}
+	requireGone(t, spec.RuntimeDir)
+}
+
+func TestStopRefusedKillsAtOnce(t *testing.T) {
+	ctx := testContext(t)
+	// A stop timeout longer than the test's context: only the refusal can
+	// end the VM in time.
+	d := newTestDriver(t, fakeConfig{Agent: true}, func(o *Options) { o.StopTimeout = time.Hour })
+	runtimeDir := t.TempDir()
+	m, err := d.Boot(ctx, BootSpec{RuntimeDir: runtimeDir, Kernel: "/vmlinux"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Pause(); err != nil { // a paused guest cannot take SendCtrlAltDel
+		t.Fatal(err)
+	}
+	if err := m.RequestStop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if exit, _ := m.Exit(); exit.Signal != syscall.SIGKILL || exit.KillReason != KillStopRefused {
+		t.Fatalf("exit %+v", exit)
+	}
+	requireGone(t, runtimeDir)
+}
+
+func TestStartFailureReportsLogTail(t *testing.T) {
+	ctx := testContext(t)
+	d := newTestDriver(t, fakeConfig{DieOnStart: true}, nil)
+	spec := fileRestore(t, 16)
+	_, err := d.Restore(ctx, spec)
+	var exitErr *ExitError
+	if !errors.Is(err, ErrExited) || !errors.As(err, &exitErr) {
+		t.Fatalf("restore of a dying firecracker: %v, want an ExitError", err)
+	}
+	if exitErr.Info.ExitCode != 1 || exitErr.Info.KillReason != KillNone {
+		t.Errorf("exit %+v", exitErr.Info)
+	}
+	for _, want := range []string{"kernel image is corrupt", "console: early panic", spec.SnapshotID} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+	requireGone(t, spec.RuntimeDir)
+}
+
+func TestSocketTimeoutKills(t *testing.T) {
+	ctx := testContext(t)
+	d := newTestDriver(t, fakeConfig{NoSocket: true}, func(o *Options) { o.StartTimeout = 200 * time.Millisecond })
+	spec := fileRestore(t, 16)
+	_, err := d.Restore(ctx, spec)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "fake firecracker running") {
+		t.Fatalf("restore with no API socket: %v", err)
+	}
+	requireGone(t, spec.RuntimeDir)
+}
+
+func TestLoadFailureKillsProcess(t *testing.T) {
+	ctx := testContext(t)
+	d := newTestDriver(t, fakeConfig{}, nil)
+	spec := fileRestore(t, 16)
+	spec.MemPath += ".missing"
+	_, err := d.Restore(ctx, spec)
+	var apiErr *APIError
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || !strings.Contains(apiErr.FaultMessage, "memory file") {
+		t.Fatalf("restore with a missing memory file: %v", err)
+	}
+	if !strings.Contains(err.Error(), "PUT /snapshot/load") {
+		t.Errorf("error lacks the log tail: %v", err)
+	}
+	requireGone(t, spec.RuntimeDir)
+}
+
+func TestRestoreCanceledDuringLoad(t *testing.T) {
+	d := newTestDriver(t, fakeConfig{HangLoad: true}, nil)
+	spec := fileRestore(t, 16)
+	spec.Backend = vmm.BackendUffd
+	var accepted <-chan struct{}
+	spec.MemPath, accepted = listenUffdNotify(t, t.TempDir())
+	ctx, cancel := context.WithCancel(testContext(t))
+	go func() {
+		<-accepted // Firecracker is inside the load
+		cancel()
+	}()
+	_, err := d.Restore(ctx, spec)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled restore: %v", err)
+	}
+	requireGone(t, spec.RuntimeDir)
+}
+
+func TestHandlerDeathKillsVM(t *testing.T) {
+	ctx := testContext(t)
+	// No agent: only the handler's death can end WaitReady in time.
+	d := newTestDriver(t, fakeConfig{}, func(o *Options) { o.ReadyTimeout = time.Hour })
+	spec := fileRestore(t, 16)
+	spec.Backend = vmm.BackendUffd
+	var accepted <-chan struct{}
+	spec.MemPath, accepted = listenUffdNotify(t, t.TempDir())
+	handlerDone := make(chan struct{})
+	m, err := d.RestoreMachine(ctx, spec, RestoreOptions{HandlerDone: handlerDone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-accepted
+	close(handlerDone)
+	if _, err := m.WaitReady(ctx); !errors.Is(err, ErrHandlerDied) {
+		t.Fatalf("WaitReady after the handler died: %v", err)
+	}
+	if err := m.Wait(ctx); !errors.Is(err, ErrHandlerDied) || !strings.Contains(err.Error(), "page-fault handler died") {
+		t.Fatalf("Wait after the handler died: %v", err)
+	}
+	if exit, _ := m.Exit(); exit.Signal != syscall.SIGKILL || exit.KillReason != KillHandlerDied || exit.StopRequested {
+		t.Fatalf("exit %+v", exit)
+	}
+	requireGone(t, spec.RuntimeDir)
+}
+
+func TestHandlerDeathDuringStop(t *testing.T) {
+	ctx := testContext(t)
+	d := newTestDriver(t, fakeConfig{Agent: true, IgnoreCtrlAltDel: true}, func(o *Options) { o.StopTimeout = time.Hour })
+	spec := fileRestore(t, 16)
+	spec.Backend = vmm.BackendUffd
+	spec.MemPath = listenUffd(t, t.TempDir())
+	handlerDone := make(chan struct{})
+	m, err := d.RestoreMachine(ctx, spec, RestoreOptions{HandlerDone: handlerDone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.RequestStop(); err != nil {
+		t.Fatal(err)
+	}
+	close(handlerDone) // the guest ignores the stop; the handler going ends it
+	if err := m.Wait(ctx); err != nil {
+		t.Fatalf("a handler dying after RequestStop is part of the stop: %v", err)
+	}
+	if exit, _ := m.Exit(); exit.KillReason != KillHandlerDied || !exit.StopRequested {
+		t.Fatalf("exit %+v", exit)
+	}
+}
+
+func TestUnexpectedExit(t *testing.T) {
+	ctx := testContext(t)
+	d := newTestDriver(t, fakeConfig{}, func(o *Options) { o.ReadyTimeout = time.Hour })
+	spec := fileRestore(t, 16)
+	m, err := d.RestoreMachine(ctx, spec, RestoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(m.PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.WaitReady(ctx)
+	var exitErr *ExitError
+	if !errors.As(err, &exitErr) || exitErr.Info.Signal != syscall.SIGKILL || exitErr.Info.KillReason != KillNone {
+		t.Fatalf("WaitReady after the VM died: %v", err)
+	}
+	if !strings.Contains(err.Error(), "PUT /snapshot/load") {
+		t.Errorf("error lacks the log tail: %v", err)
+	}
+	// A stop asked for after the death does not turn it into a stop.
+	if err := m.RequestStop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Wait(ctx); !errors.Is(err, ErrExited) {
+		t.Fatalf("Wait after the VM died: %v", err)
+	}
+	requireGone(t, spec.RuntimeDir)
+}
+
+func TestFailedCaptureResumes(t *testing.T) {
+	ctx := testContext(t)
+	d := newTestDriver(t, fakeConfig{Agent: true}, nil)
+	m, err := d.Boot(ctx, BootSpec{RuntimeDir: t.TempDir(), Kernel: "/vmlinux"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = m.RequestStop()
+		_ = m.Wait(ctx)
+	}()
+	noDir := filepath.Join(t.TempDir(), "missing")
+	_, err = m.Capture(ctx, CaptureSpec{VMStatePath: filepath.Join(noDir, "vm.state"), MemPath: filepath.Join(noDir, "mem")})
+	var apiErr *APIError
+	if !errors.As(err, &apiErr) || apiErr.Path != "/snapshot/create" {
+		t.Fatalf("capture into a missing directory: %v", err)
+	}
+	info, err := m.Client().Describe(ctx)
+	if err != nil || info.State != "Running" {
+		t.Fatalf("after a failed capture the VM is %q (%v), want Running", info.State, err)
+	}
+}
+
+func TestWaitReadyAfterStop(t *testing.T) {
+	ctx := testContext(t)
+	d := newTestDriver(t, fakeConfig{}, func(o *Options) { o.ReadyTimeout = time.Hour })
+	m, err := d.RestoreMachine(ctx, fileRestore(t, 16), RestoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.RequestStop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.WaitReady(ctx); !errors.Is(err, ErrStopped) {
+		t.Fatalf("WaitReady of a stopped VM: %v", err)
+	}
+	if err := m.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDriverRequestsMatchSpec boots, captures and restores through fake
+// Firecracker processes that record every request, and checks each body
+// against firecracker.yaml.
+func TestDriverRequestsMatchSpec(t *testing.T) {
+	ctx := testContext(t)
+	record := filepath.Join(t.TempDir(), "requests.jsonl")
+	d := newTestDriver(t, fakeConfig{Agent: true, RecordPath: record}, func(o *Options) { o.Vsock = true; o.TrackDirtyPages = true })
+
+	bootDir := t.TempDir()
+	m, err := d.Boot(ctx, BootSpec{
+		RuntimeDir: bootDir, Kernel: "/vmlinux", Initrd: "/initrd", Rootfs: "/rootfs.ext4",
+		VCPUs: 2, MemoryMiB: 256, HugePages: HugePagesNone, TrackDirtyPages: true,
+		NetworkInterfaces: []NetworkInterface{{HostDevName: "tap0", GuestMAC: "06:00:ac:10:00:02", MTU: 1500}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	snapDir := t.TempDir()
+	first := CaptureSpec{VMStatePath: filepath.Join(snapDir, "vm.state"), MemPath: filepath.Join(snapDir, "mem"), After: ResumeAfterCapture}
+	l, err := m.Capture(ctx, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := layout.Single(256 << 20); !l.Equal(want) {
+		t.Fatalf("layout %v, want %v", l, want)
+	}
+	if _, err := m.WaitReady(ctx); err != nil {
+		t.Fatalf("resumed after capture: %v", err)
+	}
+	second := CaptureSpec{VMStatePath: filepath.Join(snapDir, "vm2.state"), MemPath: filepath.Join(snapDir, "mem2"), After: StopAfterCapture}
+	if _, err := m.Capture(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	if exit, ok := m.Exit(); !ok || exit.KillReason != KillCaptured {
+		t.Fatalf("after a capture that stops: exit %+v, exited %v", exit, ok)
+	}
+	requireGone(t, bootDir)
+
+	fileSpec := vmm.RestoreSpec{SnapshotID: "s", VMStatePath: first.VMStatePath, Backend: vmm.BackendFile, MemPath: first.MemPath, RuntimeDir: t.TempDir()}
+	uffdSpec := fileSpec
+	uffdSpec.Backend, uffdSpec.MemPath, uffdSpec.RuntimeDir = vmm.BackendUffd, listenUffd(t, t.TempDir()), t.TempDir()
+	uffdSpec.Paused = true
+	for _, spec := range []vmm.RestoreSpec{fileSpec, uffdSpec} {
+		m, err := d.RestoreMachine(ctx, spec, RestoreOptions{})
+		if err != nil {
+			t.Fatalf("%s restore: %v", spec.Backend, err)
+		}
+		if spec.Paused {
+			if err := m.Resume(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := m.WaitReady(ctx); err != nil {
+			t.Fatalf("%s restore: %v", spec.Backend, err)
+		}
+		if err := m.RequestStop(); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		requireGone(t, spec.RuntimeDir)
+	}
+
+	seen := checkRecords(t, readRecords(t, record))
+	requireSeen(t, seen,
+		"PUT /machine-config", "PUT /boot-source", "PUT /drives/{drive_id}",
+		"PUT /network-interfaces/{iface_id}", "PUT /vsock", "PUT /actions InstanceStart",
+		"PATCH /vm Paused", "PATCH /vm Resumed", "PUT /snapshot/create Full", "GET /machine-config",
+		"PUT /snapshot/load File", "PUT /snapshot/load Uffd", "PUT /actions SendCtrlAltDel",
+	)
+}
+
+func TestOptionsRejected(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opts Options
+		want string
+	}{
+		{"no binary", Options{}, "binary"},
+		{"bad level", Options{Binary: "fc", LogLevel: "Loud"}, "log level"},
+		{"negative timeout", Options{Binary: "fc", StopTimeout: -time.Second}, "stop timeout"},
+		{"bad address", Options{Binary: "fc", EnvdAddress: "tcp://x"}, "envd address"},
+		{"vsock without device", Options{Binary: "fc", EnvdAddress: "vsock:49983"}, "vsock option"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := New(c.opts)
+			if !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("New: %v, want an ErrInvalidOptions naming %q", err, c.want)
+			}
+		})
+	}
+	d, err := New(Options{Binary: "fc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Options(); got.StopTimeout != DefaultStopTimeout || got.LogLevel != DefaultLogLevel || got.PollInterval != DefaultPollInterval {
+		t.Fatalf("defaults not applied: %+v", got)
+	}
+	ctx := testContext(t)
+	if _, err := d.Restore(ctx, vmm.RestoreSpec{RuntimeDir: t.TempDir(), VMStatePath: "s", MemPath: "m", Backend: "Disk"}); err == nil || !strings.Contains(err.Error(), "Disk") {
+		t.Fatalf("restore with an unknown backend: %v", err)
+	}
+	if _, err := d.Boot(ctx, BootSpec{RuntimeDir: t.TempDir(), Kernel: "k", VCPUs: 33}); err == nil || !strings.Contains(err.Error(), "vcpu") {
+		t.Fatalf("boot with 33 vCPUs: %v", err)
+	}
+}
+
+func TestInstanceID(t *testing.T) {
+	for in, want := range map[string]string{
+		"/run/warmstart/restore-01":     "restore-01",
+		"/tmp/a b_c.d":                  "a-b-c-d",
+		"/":                             "warmstart",
+		"/x/" + strings.Repeat("z", 80): strings.Repeat("z", 64),
+	} {
+		if got := instanceID(in); got != want {
+			t.Errorf("instanceID(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
