@@ -1,0 +1,69 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"warmstart/internal/config"
+)
+
+var configCmd = &cobra.Command{
+	Use:   "config",
+	Short: "Show the default configuration or check a configuration file",
+	Long: `warmstart reads its settings from a TOML file given with --config; without
+one it runs on built-in defaults. Keys a file leaves out keep their defaults.
+An unknown key, a value of the wrong type or a value out of range is an
+error naming the file and the key.`,
+}
+
+var configDefaultsCmd = &cobra.Command{
+	Use:   "defaults",
+	Short: "Print the default configuration file, every key explained",
+	Long: `Print the complete default configuration: every key set to its default
+value under a comment saying what it does and which values it accepts.
+It is the configuration reference, and a starting point for a file:
+
+  warmstart config defaults > /etc/warmstart/warmstart.toml`,
+	Args: argsAsUsageError(cobra.NoArgs),
+	RunE: func(cmd *cobra.Command, _ []string) error {
+		_, err := fmt.Fprint(cmd.OutOrStdout(), config.DefaultTOML())
+		return err
+	},
+}
+
+var configCheckCmd = &cobra.Command{
+	Use:   "check [--config FILE]",
+	Short: "Validate a configuration file and print ok",
+	Long: `Load the file given with --config (or the built-in defaults), validate
+every key, and print "ok". Otherwise print the first problem, naming the file
+and the key, e.g.
+
+  warmstart: config /etc/w.toml: key memory.io_engine: 3 out of range 0..2
+
+and exit with status 1.`,
+	Args: argsAsUsageError(cobra.NoArgs),
+	RunE: func(cmd *cobra.Command, _ []string) error {
+		if _, err := config.Load(configPath); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintln(cmd.OutOrStdout(), "ok")
+		return err
+	},
+}
+
+// argsAsUsageError marks a wrong argument count as a usage error, so the
+// verb exits 2 as it does for a bad flag.
+func argsAsUsageError(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return usageError{fmt.Errorf("%s: %w", cmd.CommandPath(), err)}
+		}
+		return nil
+	}
+}
+
+func init() {
+	configCmd.AddCommand(configDefaultsCmd, configCheckCmd)
+	rootCmd.AddCommand(configCmd)
+}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"warmstart/internal/layout"
+	"warmstart/internal/manifest"
+)
+
+// manifestInspectRanges is how many ranges inspect lists without --verbose.
+const manifestInspectRanges = 20
+
+var manifestCmd = &cobra.Command{
+	Use:   "manifest",
+	Short: "Work with startup manifest files",
+	Long: `A startup manifest lists the guest memory ranges a restore of one snapshot
+touched, in first-touch order, until the guest agent was ready. warmstart
+records it after a snapshot is published and prefetches its ranges on later
+restores. It is a small versioned binary file whose SHA-256 digest the
+snapshot record keeps.`,
+}
+
+var (
+	manifestInspectJSON    bool
+	manifestInspectVerbose bool
+)
+
+var manifestInspectCmd = &cobra.Command{
+	Use:   "inspect FILE",
+	Short: "Decode a startup manifest and print its layout, ranges and digest",
+	Long: `Decode and validate a startup manifest file, then print its format version,
+the memory layout it was recorded against, the number of ranges and the bytes
+they cover, the SHA-256 digest of the file (what a snapshot record's
+descriptor holds) and the ranges in first-touch order: the first 20, or all
+with --verbose. --json prints everything, every range included, as JSON.
+
+A file that is not a valid manifest (truncated, bad magic number, unknown
+version, overlapping, unaligned or out-of-layout ranges, over 16 MiB) is an
+error naming the file and the rule it breaks.`,
+	Args: argsAsUsageError(cobra.ExactArgs(1)),
+	RunE: func(cmd *cobra.Command, args []string) error {
+		path := args[0]
+		data, err := manifest.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("manifest inspect: %w", err)
+		}
+		m, err := manifest.Decode(data)
+		if err != nil {
+			return fmt.Errorf("manifest %s: %w", path, err)
+		}
+		out := cmd.OutOrStdout()
+		if manifestInspectJSON {
+			return writeManifestJSON(out, path, data, m)
+		}
+		return writeManifestText(out, path, data, m, manifestInspectVerbose)
+	},
+}
+
+// manifestReport is inspect's JSON output.
+type manifestReport struct {
+	File       string           `json:"file"`
+	Version    int              `json:"version"`
+	Size       int64            `json:"size"`
+	SHA256     string           `json:"sha256"`
+	Layout     layout.Layout    `json:"layout"`
+	RangeCount int              `json:"range_count"`
+	TotalBytes int64            `json:"total_bytes"`
+	Ranges     []manifest.Range `json:"ranges"`
+}
+
+func writeManifestJSON(w io.Writer, path string, data []byte, m *manifest.Manifest) error {
+	d := manifest.Describe(data)
+	ranges := m.Ranges
+	if ranges == nil {
+		ranges = []manifest.Range{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(manifestReport{
+		File: path, Version: manifest.Version, Size: d.Size, SHA256: d.SHA256, Layout: m.Layout,
+		RangeCount: len(m.Ranges), TotalBytes: m.TotalBytes(), Ranges: ranges,
+	})
+}
+
+func writeManifestText(w io.Writer, path string, data []byte, m *manifest.Manifest, verbose bool) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	d := manifest.Describe(data)
+	fmt.Fprintf(tw, "file\t%s\n", path)
+	fmt.Fprintf(tw, "version\t%d\n", manifest.Version)
+	fmt.Fprintf(tw, "size\t%d bytes\n", d.Size)
+	fmt.Fprintf(tw, "sha256\t%s\n", d.SHA256)
+	fmt.Fprintf(tw, "memory file\t%d bytes (%s)\n", m.Layout.FileSize, mibString(m.Layout.FileSize))
+	for i, r := range m.Layout.Regions {
+		fmt.Fprintf(tw, "region %d\toffset %d, size %d (%s), page size %d\n", i, r.Offset, r.Size, mibString(r.Size), r.PageSize)
+	}
+	fmt.Fprintf(tw, "ranges\t%d\n", len(m.Ranges))
+	fmt.Fprintf(tw, "total\t%d bytes (%s)\n", m.TotalBytes(), mibString(m.TotalBytes()))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(m.Ranges) == 0 {
+		return nil
+	}
+	shown := m.Ranges
+	if !verbose && len(shown) > manifestInspectRanges {
+		shown = shown[:manifestInspectRanges]
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "#\toffset\tlength\tend\t")
+	for i, r := range shown {
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t\n", i, r.Offset, r.Length, r.End())
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if more := len(m.Ranges) - len(shown); more > 0 {
+		_, err := fmt.Fprintf(w, "… %d more (--verbose lists all)\n", more)
+		return err
+	}
+	return nil
+}
+
+func mibString(n int64) string { return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20)) }
+
+func init() {
+	manifestInspectCmd.Flags().BoolVar(&manifestInspectJSON, "json", false, "print the manifest as JSON, every range included")
+	manifestInspectCmd.Flags().BoolVar(&manifestInspectVerbose, "verbose", false, "list every range, not only the first 20")
+	manifestCmd.AddCommand(manifestInspectCmd)
+	rootCmd.AddCommand(manifestCmd)
+}

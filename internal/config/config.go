@@ -1,0 +1,380 @@
+// Package config is warmstart's configuration: the TOML file a daemon or CLI
+// verb runs with, its built-in defaults and its validation. Loading is
+// strict: an unknown key, a value of the wrong type or a value out of range
+// is a *ConfigError naming the file and the key, because a typo silently
+// falling back to a default (say, consume_enabled) is worse than refusing
+// to start.
+package config
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Allowed values of the enumerated keys.
+const (
+	BackendPosixFS = "posix_fs"
+	BackendS3      = "s3"
+
+	AddressingAuto    = "auto"
+	AddressingPath    = "path"
+	AddressingVirtual = "virtual"
+
+	DeviceFile = "file"
+	DeviceUffd = "uffd"
+
+	PolicyWarmstart = "warmstart"
+	PolicySeed      = "seed"
+	PolicyREAP      = "reap"
+	PolicyE2B       = "e2b"
+
+	AccelAuto = "auto"
+	AccelKVM  = "kvm"
+	AccelTCG  = "tcg"
+)
+
+// I/O engines of the memory device's reads from the lower file. Engines 0
+// and 1 go through the host page cache; 2 is direct I/O, for which device
+// prefetch is skipped (as in the seed) because it has not been validated.
+const (
+	IOEngineBuffered      = 0
+	IOEngineBufferedAsync = 1
+	IOEngineDirect        = 2
+)
+
+// Config is the whole configuration file.
+type Config struct {
+	Snapshot    SnapshotConfig    `toml:"snapshot"`
+	Backend     BackendConfig     `toml:"backend"`
+	Memory      MemoryConfig      `toml:"memory"`
+	Prefetch    PrefetchConfig    `toml:"prefetch"`
+	Runtime     RuntimeConfig     `toml:"runtime"`
+	Daemon      DaemonConfig      `toml:"daemon"`
+	Firecracker FirecrackerConfig `toml:"firecracker"`
+	QEMU        QEMUConfig        `toml:"qemu"`
+	Envd        EnvdConfig        `toml:"envd"`
+}
+
+// SnapshotConfig is the [snapshot] table.
+type SnapshotConfig struct {
+	// RepositoryBackend selects where snapshots live: BackendPosixFS or BackendS3.
+	RepositoryBackend string            `toml:"repository_backend"`
+	MemoryStartupPack StartupPackConfig `toml:"memory_startup_pack"`
+}
+
+// StartupPackConfig is [snapshot.memory_startup_pack]: the startup manifest
+// feature. Recording and consumption are switched separately so consumption
+// can be turned off for snapshots that already carry a manifest.
+type StartupPackConfig struct {
+	// Enabled records a startup manifest after each publish.
+	Enabled bool `toml:"enabled"`
+	// ConsumeEnabled prefetches a snapshot's manifest on restore.
+	ConsumeEnabled bool `toml:"consume_enabled"`
+}
+
+// BackendConfig is the [backend] table, one subtable per repository backend.
+type BackendConfig struct {
+	PosixFS PosixFSConfig `toml:"posix_fs"`
+	S3      S3Config      `toml:"s3"`
+}
+
+// PosixFSConfig is [backend.posix_fs].
+type PosixFSConfig struct {
+	// SnapshotStore is the repository's root directory.
+	SnapshotStore string `toml:"snapshot_store"`
+}
+
+// S3Config is [backend.s3].
+type S3Config struct {
+	// Endpoint is host[:port] of the object store; empty means AWS S3.
+	Endpoint string `toml:"endpoint"`
+	Bucket   string `toml:"bucket"`
+	Region   string `toml:"region"`
+	// Prefix is prepended to every object name.
+	Prefix string `toml:"prefix"`
+	// AddressingStyle is AddressingAuto, AddressingPath or AddressingVirtual.
+	AddressingStyle string `toml:"addressing_style"`
+	// AccessKeyID and SecretAccessKey are static credentials; when both are
+	// empty the standard AWS environment variables and credential chain apply.
+	AccessKeyID     string `toml:"access_key_id"`
+	SecretAccessKey string `toml:"secret_access_key"`
+	// CacheDir holds chunks read from the object store.
+	CacheDir string `toml:"cache_dir"`
+	// CacheMaxSizeGB bounds CacheDir, in GiB.
+	CacheMaxSizeGB int64 `toml:"cache_max_size_gb"`
+	// ChunkSizeMiB is the unit of ranged reads and of the chunk cache.
+	ChunkSizeMiB int64 `toml:"chunk_size_mib"`
+}
+
+// ChunkSizeBytes is ChunkSizeMiB in bytes.
+func (c S3Config) ChunkSizeBytes() int64 { return c.ChunkSizeMiB << 20 }
+
+// CacheMaxBytes is CacheMaxSizeGB in bytes.
+func (c S3Config) CacheMaxBytes() int64 { return c.CacheMaxSizeGB << 30 }
+
+// MemoryConfig is [memory]: how the VMM sees snapshot memory.
+type MemoryConfig struct {
+	// Device is DeviceFile (a FUSE file the VMM maps) or DeviceUffd
+	// (Firecracker's Uffd backend).
+	Device string `toml:"device"`
+	// IOEngine is one of IOEngineBuffered, IOEngineBufferedAsync, IOEngineDirect.
+	IOEngine int `toml:"io_engine"`
+	// FUSEMount is where the file device mounts its file system.
+	FUSEMount string `toml:"fuse_mount"`
+}
+
+// PrefetchConfig is [prefetch].
+type PrefetchConfig struct {
+	// Policy is PolicyWarmstart, PolicySeed, PolicyREAP or PolicyE2B.
+	Policy string `toml:"policy"`
+	// MaxReaders bounds the prefetch reads in flight across the process.
+	MaxReaders int `toml:"max_readers"`
+	// BufferBytes is each reader's buffer.
+	BufferBytes int64 `toml:"buffer_bytes"`
+}
+
+// RuntimeConfig is [runtime].
+type RuntimeConfig struct {
+	// Dir holds per-instance sockets and logs.
+	Dir string `toml:"dir"`
+}
+
+// DaemonConfig is [daemon].
+type DaemonConfig struct {
+	// Socket is the Unix socket of the HTTP API.
+	Socket string `toml:"socket"`
+	// Listen is an optional TCP address (host:port) served instead.
+	Listen string `toml:"listen"`
+}
+
+// FirecrackerConfig is [firecracker].
+type FirecrackerConfig struct {
+	Binary      string        `toml:"binary"`
+	Kernel      string        `toml:"kernel"`
+	Rootfs      string        `toml:"rootfs"`
+	VCPUs       int           `toml:"vcpus"`
+	MemoryMiB   int64         `toml:"memory_mib"`
+	StopTimeout time.Duration `toml:"stop_timeout"`
+}
+
+// QEMUConfig is [qemu].
+type QEMUConfig struct {
+	Binary string `toml:"binary"`
+	// Accel is AccelAuto, AccelKVM or AccelTCG.
+	Accel string `toml:"accel"`
+	// Kernel is the guest kernel; empty means the newest /boot/vmlinuz-*.
+	Kernel      string        `toml:"kernel"`
+	MemoryMiB   int64         `toml:"memory_mib"`
+	VCPUs       int           `toml:"vcpus"`
+	StopTimeout time.Duration `toml:"stop_timeout"`
+}
+
+// EnvdConfig is [envd]: the in-guest agent whose answer means "ready".
+type EnvdConfig struct {
+	// Address is the agent's health endpoint; empty lets the VMM driver
+	// choose its own transport.
+	Address      string        `toml:"address"`
+	PollInterval time.Duration `toml:"poll_interval"`
+	Timeout      time.Duration `toml:"timeout"`
+}
+
+// Default returns the built-in configuration. It is what DefaultTOML spells out.
+func Default() *Config {
+	return &Config{
+		Snapshot: SnapshotConfig{RepositoryBackend: BackendPosixFS},
+		Backend: BackendConfig{
+			PosixFS: PosixFSConfig{SnapshotStore: "/var/lib/warmstart/snapshots"},
+			S3: S3Config{
+				Region:          "us-east-1",
+				AddressingStyle: AddressingAuto,
+				CacheDir:        "/var/cache/warmstart/chunks",
+				CacheMaxSizeGB:  10,
+				ChunkSizeMiB:    4,
+			},
+		},
+		Memory:   MemoryConfig{Device: DeviceFile, IOEngine: IOEngineBuffered, FUSEMount: "/run/warmstart/mem"},
+		Prefetch: PrefetchConfig{Policy: PolicyWarmstart, MaxReaders: 4, BufferBytes: 1 << 20},
+		Runtime:  RuntimeConfig{Dir: "/run/warmstart"},
+		Daemon:   DaemonConfig{Socket: "/run/warmstart/warmstart.sock"},
+		Firecracker: FirecrackerConfig{
+			Binary: "firecracker", VCPUs: 1, MemoryMiB: 128, StopTimeout: 5 * time.Second,
+		},
+		QEMU: QEMUConfig{
+			Binary: "qemu-system-x86_64", Accel: AccelAuto, MemoryMiB: 128, VCPUs: 1, StopTimeout: 5 * time.Second,
+		},
+		Envd: EnvdConfig{PollInterval: 5 * time.Millisecond, Timeout: 30 * time.Second},
+	}
+}
+
+//go:embed default.toml
+var defaultTOML string
+
+// DefaultTOML returns the default configuration file, every key set to its
+// default and explained by a comment. Parsing it yields Default().
+func DefaultTOML() string { return defaultTOML }
+
+// Errors wrapped by ConfigError.Err, for callers and tests that branch on
+// the kind of mistake.
+var (
+	ErrSyntax       = errors.New("not valid TOML")
+	ErrUnknownKey   = errors.New("unknown key")
+	ErrWrongType    = errors.New("wrong type")
+	ErrInvalidValue = errors.New("invalid value")
+)
+
+// ConfigError is every error Load, Parse and Validate return.
+type ConfigError struct {
+	// File is the configuration file; empty for the built-in defaults or
+	// a Config built in code.
+	File string
+	// Key is the dotted key, e.g. "memory.io_engine"; empty when the
+	// error is not about one key (unreadable file, bad syntax).
+	Key string
+	Err error
+}
+
+func (e *ConfigError) Error() string {
+	where := "config"
+	if e.File != "" {
+		where += " " + e.File
+	}
+	if e.Key != "" {
+		return fmt.Sprintf("%s: key %s: %v", where, e.Key, e.Err)
+	}
+	return fmt.Sprintf("%s: %v", where, e.Err)
+}
+
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// kindError is a message that errors.Is matches against one of the Err*
+// kinds without repeating the kind's words in front of it.
+type kindError struct {
+	kind   error
+	detail string
+}
+
+func (e kindError) Error() string { return e.detail }
+func (e kindError) Unwrap() error { return e.kind }
+
+// Load reads and validates the configuration file at path; an empty path
+// means the built-in defaults. Keys the file omits keep their defaults.
+func Load(path string) (*Config, error) {
+	if path == "" {
+		return Default(), nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &ConfigError{File: path, Err: err}
+	}
+	return Parse(data, path)
+}
+
+// Parse decodes and validates configuration text; file names it in errors.
+func Parse(data []byte, file string) (*Config, error) {
+	cfg := Default()
+	md, decodeErr := toml.Decode(string(data), cfg)
+	keys := md.Keys()
+	var pe toml.ParseError
+	if decodeErr != nil && len(keys) == 0 && errors.As(decodeErr, &pe) {
+		return nil, &ConfigError{File: file, Key: pe.LastKey,
+			Err: kindError{ErrSyntax, fmt.Sprintf("syntax error on line %d: %s", pe.Position.Line, pe.Message)}}
+	}
+	// Check every key the file sets, in file order, against the schema
+	// before trusting the decode. This names the first offending key
+	// whatever went wrong, and catches what the decoder lets through:
+	// keys that match a field only case-insensitively (MetaData.Undecoded
+	// counts them as decoded) and durations written as bare integers
+	// (which the decoder would take as nanoseconds).
+	for _, k := range keys {
+		name := k.String()
+		spec, ok := schema[name]
+		if !ok {
+			return nil, &ConfigError{File: file, Key: name, Err: ErrUnknownKey}
+		}
+		if got := md.Type(k...); got != spec.tomlType {
+			want := tomlTypeName(spec.tomlType)
+			if spec.duration {
+				want += ` holding a duration such as "5s"`
+			}
+			return nil, &ConfigError{File: file, Key: name,
+				Err: kindError{ErrWrongType, fmt.Sprintf("has type %s, want %s", tomlTypeName(got), want)}}
+		}
+	}
+	if decodeErr != nil {
+		// What remains are values the decoder refused to convert: a
+		// malformed duration or an integer too large for its field.
+		if errors.As(decodeErr, &pe) {
+			return nil, &ConfigError{File: file, Key: pe.LastKey, Err: kindError{ErrInvalidValue, pe.Message}}
+		}
+		return nil, &ConfigError{File: file, Err: decodeErr}
+	}
+	if err := cfg.Validate(); err != nil {
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			ce.File = file
+		}
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// keySpec is what the schema knows of one key.
+type keySpec struct {
+	// tomlType is the type its value must have, named as MetaData.Type does.
+	tomlType string
+	// duration marks a string parsed with time.ParseDuration.
+	duration bool
+}
+
+// schema maps every dotted key of Config to its spec.
+var schema = schemaOf(reflect.TypeFor[Config]())
+
+// schemaOf derives a schema from a struct type's toml tags.
+func schemaOf(root reflect.Type) map[string]keySpec {
+	out := map[string]keySpec{}
+	var walk func(prefix string, t reflect.Type)
+	walk = func(prefix string, t reflect.Type) {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			key := f.Tag.Get("toml")
+			if prefix != "" {
+				key = prefix + "." + key
+			}
+			switch {
+			case f.Type == reflect.TypeFor[time.Duration]():
+				out[key] = keySpec{tomlType: "String", duration: true}
+			case f.Type.Kind() == reflect.Struct:
+				out[key] = keySpec{tomlType: "Hash"}
+				walk(key, f.Type)
+			case f.Type.Kind() == reflect.String:
+				out[key] = keySpec{tomlType: "String"}
+			case f.Type.Kind() == reflect.Bool:
+				out[key] = keySpec{tomlType: "Bool"}
+			case f.Type.Kind() >= reflect.Int && f.Type.Kind() <= reflect.Int64:
+				out[key] = keySpec{tomlType: "Integer"}
+			default:
+				panic(fmt.Sprintf("config: field %s has a type the schema does not describe", key))
+			}
+		}
+	}
+	walk("", root)
+	return out
+}
+
+// tomlTypeName turns MetaData.Type's names into the words of the TOML spec.
+func tomlTypeName(t string) string {
+	if name, ok := map[string]string{
+		"Hash": "table", "ArrayHash": "array of tables", "String": "string", "Integer": "integer",
+		"Float": "float", "Bool": "boolean", "Array": "array", "Datetime": "datetime",
+		"DatetimeLocal": "local datetime", "DateLocal": "local date", "TimeLocal": "local time",
+	}[t]; ok {
+		return name
+	}
+	return t
+}

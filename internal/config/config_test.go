@@ -1,0 +1,252 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaultIsValid(t *testing.T) {
+	if err := Default().Validate(); err != nil {
+		t.Fatalf("Default().Validate() = %v", err)
+	}
+	cfg, err := Load("")
+	if err != nil {
+		t.Fatalf(`Load("") = %v`, err)
+	}
+	if !reflect.DeepEqual(cfg, Default()) {
+		t.Fatalf(`Load("") = %+v, want Default()`, cfg)
+	}
+}
+
+func TestDefaultTOMLRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "warmstart.toml")
+	if err := os.WriteFile(path, []byte(DefaultTOML()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(path)
+	if err != nil {
+		t.Fatalf("Load(default file) = %v", err)
+	}
+	if !reflect.DeepEqual(cfg, Default()) {
+		t.Fatalf("Load(DefaultTOML()) = %+v\nwant %+v", cfg, Default())
+	}
+}
+
+// The default file is the configuration reference: it must set every key
+// of the schema, each under its own comment.
+func TestDefaultTOMLSetsAndExplainsEveryKey(t *testing.T) {
+	set := map[string]bool{}
+	table := ""
+	var prev string
+	for i, line := range strings.Split(DefaultTOML(), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(line, "["):
+			table = strings.Trim(line, "[]")
+		case line != "" && !strings.HasPrefix(line, "#"):
+			name, _, ok := strings.Cut(line, "=")
+			if !ok {
+				t.Fatalf("line %d %q is neither table, key nor comment", i+1, line)
+			}
+			key := table + "." + strings.TrimSpace(name)
+			set[key] = true
+			if !strings.HasPrefix(prev, "#") {
+				t.Errorf("key %s (line %d) has no comment directly above it", key, i+1)
+			}
+		}
+		prev = line
+	}
+	for key, spec := range schema {
+		if spec.tomlType == "Hash" {
+			continue // a table is there when its keys are
+		}
+		if !set[key] {
+			t.Errorf("default file does not set %s", key)
+		}
+	}
+}
+
+func TestPartialFileKeepsDefaults(t *testing.T) {
+	cfg, err := Parse([]byte(`
+[snapshot.memory_startup_pack]
+enabled = true
+consume_enabled = true
+[memory]
+io_engine = 2
+[envd]
+poll_interval = "1ms"
+`), "partial.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.Snapshot.MemoryStartupPack = StartupPackConfig{Enabled: true, ConsumeEnabled: true}
+	want.Memory.IOEngine = IOEngineDirect
+	want.Envd.PollInterval = time.Millisecond
+	if !reflect.DeepEqual(cfg, want) {
+		t.Fatalf("Parse = %+v\nwant %+v", cfg, want)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		text    string
+		key     string
+		kind    error
+		message string // a fragment the message must carry besides file and key
+	}{
+		{"syntax", "[memory]\ndevice = = 1", "memory.device", ErrSyntax, "line 2"},
+		{"unknown top-level key", "colour = \"blue\"", "colour", ErrUnknownKey, ""},
+		{"unknown table", "[mystery]\nx = 1", "mystery", ErrUnknownKey, ""},
+		{"unknown nested key", "[memory]\ndevice = \"file\"\nio_engin = 1", "memory.io_engin", ErrUnknownKey, ""},
+		{"unknown deeply nested key", "[snapshot.memory_startup_pack]\nconsume = true", "snapshot.memory_startup_pack.consume", ErrUnknownKey, ""},
+		{"unknown backend subtable", "[backend.nfs]\nserver = \"x\"", "backend.nfs", ErrUnknownKey, ""},
+		{"key in wrong case", "[memory]\nIO_ENGINE = 1", "memory.IO_ENGINE", ErrUnknownKey, ""},
+		{"dotted key outside its table", "memory.device = \"file\"\nmemory.colour = 1", "memory.colour", ErrUnknownKey, ""},
+		{"string for integer", "[memory]\nio_engine = \"2\"", "memory.io_engine", ErrWrongType, "has type string, want integer"},
+		{"integer for string", "[memory]\ndevice = 1", "memory.device", ErrWrongType, "has type integer, want string"},
+		{"string for bool", "[snapshot.memory_startup_pack]\nenabled = \"yes\"", "snapshot.memory_startup_pack.enabled", ErrWrongType, "want boolean"},
+		{"float for integer", "[prefetch]\nmax_readers = 4.0", "prefetch.max_readers", ErrWrongType, "has type float"},
+		{"scalar for table", "memory = 3", "memory", ErrWrongType, "want table"},
+		{"array of tables for table", "[[memory]]\ndevice = \"file\"", "memory", ErrWrongType, "array of tables"},
+		{"integer for duration", "[envd]\ntimeout = 30", "envd.timeout", ErrWrongType, `want string holding a duration such as "5s"`},
+		{"bad duration", "[firecracker]\nstop_timeout = \"5 parsecs\"", "firecracker.stop_timeout", ErrInvalidValue, "5 parsecs"},
+		{"wrong type after a valid key", "[memory]\ndevice = \"uffd\"\nfuse_mount = false", "memory.fuse_mount", ErrWrongType, ""},
+		{"first error in file order", "[memory]\nio_engine = \"x\"\nbogus = 1", "memory.io_engine", ErrWrongType, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkConfigError(t, tc.text, tc.key, tc.kind, tc.message)
+		})
+	}
+}
+
+func TestValidateErrors(t *testing.T) {
+	for _, tc := range []struct {
+		text    string
+		key     string
+		message string
+	}{
+		{"[snapshot]\nrepository_backend = \"nfs\"", "snapshot.repository_backend", `"nfs" is not one of "posix_fs", "s3"`},
+		{"[backend.posix_fs]\nsnapshot_store = \"\"", "backend.posix_fs.snapshot_store", "must not be empty"},
+		{"[snapshot]\nrepository_backend = \"s3\"", "backend.s3.bucket", "must not be empty"},
+		{"[backend.s3]\naddressing_style = \"dns\"", "backend.s3.addressing_style", `"dns" is not one of "auto", "path", "virtual"`},
+		{"[backend.s3]\naccess_key_id = \"AKIA\"", "backend.s3.secret_access_key", "set together"},
+		{"[backend.s3]\ncache_dir = \"\"", "backend.s3.cache_dir", "must not be empty"},
+		{"[backend.s3]\ncache_max_size_gb = 0", "backend.s3.cache_max_size_gb", "0 out of range 1..1048576"},
+		{"[backend.s3]\nchunk_size_mib = 0", "backend.s3.chunk_size_mib", "0 out of range 1..64"},
+		{"[backend.s3]\nchunk_size_mib = 128", "backend.s3.chunk_size_mib", "128 out of range 1..64"},
+		{"[backend.s3]\nchunk_size_mib = 3", "backend.s3.chunk_size_mib", "3 is not a power of two"},
+		{"[memory]\ndevice = \"nbd\"", "memory.device", `"nbd" is not one of "file", "uffd"`},
+		{"[memory]\nio_engine = 3", "memory.io_engine", "3 out of range 0..2"},
+		{"[memory]\nio_engine = -1", "memory.io_engine", "-1 out of range 0..2"},
+		{"[memory]\nfuse_mount = \"\"", "memory.fuse_mount", "must not be empty"},
+		{"[prefetch]\npolicy = \"greedy\"", "prefetch.policy", `"greedy" is not one of "warmstart", "seed", "reap", "e2b"`},
+		{"[prefetch]\nmax_readers = 0", "prefetch.max_readers", "0 out of range 1..64"},
+		{"[prefetch]\nmax_readers = 65", "prefetch.max_readers", "65 out of range 1..64"},
+		{"[prefetch]\nbuffer_bytes = 2048", "prefetch.buffer_bytes", "2048 out of range 4096..67108864"},
+		{"[prefetch]\nbuffer_bytes = 67112960", "prefetch.buffer_bytes", "67112960 out of range 4096..67108864"},
+		{"[prefetch]\nbuffer_bytes = 5000", "prefetch.buffer_bytes", "5000 is not a multiple of 4096"},
+		{"[runtime]\ndir = \"\"", "runtime.dir", "must not be empty"},
+		{"[daemon]\nsocket = \"\"", "daemon.socket", "must not be empty"},
+		{"[daemon]\nlisten = \"localhost\"", "daemon.listen", "not host:port"},
+		{"[daemon]\nlisten = \"localhost:http\"", "daemon.listen", "is not a number"},
+		{"[daemon]\nlisten = \"localhost:70000\"", "daemon.listen", "is not a number"},
+		{"[firecracker]\nbinary = \"\"", "firecracker.binary", "must not be empty"},
+		{"[firecracker]\nvcpus = 0", "firecracker.vcpus", "0 out of range 1..32"},
+		{"[firecracker]\nvcpus = 33", "firecracker.vcpus", "33 out of range 1..32"},
+		{"[firecracker]\nmemory_mib = 0", "firecracker.memory_mib", "0 out of range"},
+		{"[firecracker]\nstop_timeout = \"0s\"", "firecracker.stop_timeout", "0s is not a positive duration"},
+		{"[qemu]\nbinary = \"\"", "qemu.binary", "must not be empty"},
+		{"[qemu]\naccel = \"hvf\"", "qemu.accel", `"hvf" is not one of "auto", "kvm", "tcg"`},
+		{"[qemu]\nmemory_mib = -128", "qemu.memory_mib", "-128 out of range"},
+		{"[qemu]\nvcpus = 256", "qemu.vcpus", "256 out of range 1..255"},
+		{"[qemu]\nstop_timeout = \"-1s\"", "qemu.stop_timeout", "-1s is not a positive duration"},
+		{"[envd]\npoll_interval = \"0ms\"", "envd.poll_interval", "is not a positive duration"},
+		{"[envd]\ntimeout = \"0s\"", "envd.timeout", "is not a positive duration"},
+		{"[envd]\npoll_interval = \"1m\"\ntimeout = \"1s\"", "envd.poll_interval", "longer than envd.timeout"},
+	} {
+		t.Run(tc.key+"/"+tc.message, func(t *testing.T) {
+			checkConfigError(t, tc.text, tc.key, ErrInvalidValue, tc.message)
+		})
+	}
+}
+
+// The seed's example message, word for word.
+func TestErrorMessageFormat(t *testing.T) {
+	_, err := Parse([]byte("[memory]\nio_engine = 3\n"), "/etc/w.toml")
+	const want = "config /etc/w.toml: key memory.io_engine: 3 out of range 0..2"
+	if err == nil || err.Error() != want {
+		t.Fatalf("error = %v, want %s", err, want)
+	}
+}
+
+func TestLoadMissingFileNamesIt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "absent.toml")
+	_, err := Load(path)
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.File != path || !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Load(missing) = %v, want *ConfigError for %s wrapping ErrNotExist", err, path)
+	}
+}
+
+// Validate on a Config built in code reports the key without a file.
+func TestValidateInCode(t *testing.T) {
+	cfg := Default()
+	cfg.Prefetch.MaxReaders = 100
+	err := cfg.Validate()
+	const want = "config: key prefetch.max_readers: 100 out of range 1..64"
+	if err == nil || err.Error() != want {
+		t.Fatalf("Validate = %v, want %s", err, want)
+	}
+}
+
+func TestAcceptedValues(t *testing.T) {
+	for _, text := range []string{
+		"[snapshot]\nrepository_backend = \"s3\"\n[backend.s3]\nbucket = \"b\"",
+		"[backend.s3]\naccess_key_id = \"a\"\nsecret_access_key = \"s\"",
+		"[backend.s3]\nchunk_size_mib = 1",
+		"[backend.s3]\nchunk_size_mib = 64",
+		"[backend.s3]\naddressing_style = \"virtual\"",
+		"[memory]\ndevice = \"uffd\"\nio_engine = 1",
+		"[prefetch]\npolicy = \"e2b\"\nmax_readers = 64\nbuffer_bytes = 67108864",
+		"[prefetch]\nbuffer_bytes = 4096",
+		"[daemon]\nlisten = \"127.0.0.1:8080\"",
+		"[daemon]\nlisten = \"[::1]:0\"",
+		"[qemu]\naccel = \"tcg\"",
+		"memory.device = \"uffd\"",
+		"[envd]\npoll_interval = \"30s\"\ntimeout = \"30s\"",
+	} {
+		if _, err := Parse([]byte(text), "ok.toml"); err != nil {
+			t.Errorf("Parse(%q) = %v", text, err)
+		}
+	}
+}
+
+func checkConfigError(t *testing.T, text, key string, kind error, fragment string) {
+	t.Helper()
+	const file = "/etc/warmstart/test.toml"
+	cfg, err := Parse([]byte(text), file)
+	if err == nil {
+		t.Fatalf("Parse(%q) = %+v, want an error", text, cfg)
+	}
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		t.Fatalf("error %v (%T) is not a *ConfigError", err, err)
+	}
+	if ce.File != file || ce.Key != key {
+		t.Errorf("error names file %q key %q, want %q %q", ce.File, ce.Key, file, key)
+	}
+	if !errors.Is(err, kind) {
+		t.Errorf("error %v is not %v", err, kind)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, file) || (key != "" && !strings.Contains(msg, "key "+key+":")) || !strings.Contains(msg, fragment) {
+		t.Errorf("message %q lacks file, key %q or %q", msg, key, fragment)
+	}
+}

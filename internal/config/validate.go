@@ -1,0 +1,171 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Bounds of the numeric keys.
+const (
+	MinChunkSizeMiB = 1
+	MaxChunkSizeMiB = 64
+
+	MinPrefetchReaders = 1
+	MaxPrefetchReaders = 64
+
+	// Prefetch buffers are whole host pages so a read never splits a page.
+	PrefetchBufferAlignBytes = 4096
+	MinPrefetchBufferBytes   = 4096
+	MaxPrefetchBufferBytes   = 64 << 20
+
+	MaxFirecrackerVCPUs = 32
+	MaxQEMUVCPUs        = 255
+	MaxGuestMemoryMiB   = 1 << 20
+	MaxCacheSizeGB      = 1 << 20
+)
+
+// Validate checks every value against its allowed range and returns the
+// first violation, in file order, as a *ConfigError naming the key.
+func (c *Config) Validate() error {
+	for _, check := range []func() error{
+		func() error {
+			return oneOf("snapshot.repository_backend", c.Snapshot.RepositoryBackend, BackendPosixFS, BackendS3)
+		},
+		func() error {
+			if c.Snapshot.RepositoryBackend == BackendPosixFS {
+				return nonEmpty("backend.posix_fs.snapshot_store", c.Backend.PosixFS.SnapshotStore)
+			}
+			return nil
+		},
+		func() error {
+			if c.Snapshot.RepositoryBackend == BackendS3 {
+				return nonEmpty("backend.s3.bucket", c.Backend.S3.Bucket)
+			}
+			return nil
+		},
+		func() error {
+			return oneOf("backend.s3.addressing_style", c.Backend.S3.AddressingStyle, AddressingAuto, AddressingPath, AddressingVirtual)
+		},
+		func() error {
+			if (c.Backend.S3.AccessKeyID == "") != (c.Backend.S3.SecretAccessKey == "") {
+				return invalid("backend.s3.secret_access_key", "access_key_id and secret_access_key must be set together or both left empty")
+			}
+			return nil
+		},
+		func() error { return nonEmpty("backend.s3.cache_dir", c.Backend.S3.CacheDir) },
+		func() error {
+			return inRange("backend.s3.cache_max_size_gb", c.Backend.S3.CacheMaxSizeGB, 1, MaxCacheSizeGB)
+		},
+		func() error {
+			v := c.Backend.S3.ChunkSizeMiB
+			if err := inRange("backend.s3.chunk_size_mib", v, MinChunkSizeMiB, MaxChunkSizeMiB); err != nil {
+				return err
+			}
+			if v&(v-1) != 0 {
+				return invalid("backend.s3.chunk_size_mib", "%d is not a power of two", v)
+			}
+			return nil
+		},
+		func() error { return oneOf("memory.device", c.Memory.Device, DeviceFile, DeviceUffd) },
+		func() error {
+			return inRange("memory.io_engine", int64(c.Memory.IOEngine), IOEngineBuffered, IOEngineDirect)
+		},
+		func() error { return nonEmpty("memory.fuse_mount", c.Memory.FUSEMount) },
+		func() error {
+			return oneOf("prefetch.policy", c.Prefetch.Policy, PolicyWarmstart, PolicySeed, PolicyREAP, PolicyE2B)
+		},
+		func() error {
+			return inRange("prefetch.max_readers", int64(c.Prefetch.MaxReaders), MinPrefetchReaders, MaxPrefetchReaders)
+		},
+		func() error {
+			v := c.Prefetch.BufferBytes
+			if err := inRange("prefetch.buffer_bytes", v, MinPrefetchBufferBytes, MaxPrefetchBufferBytes); err != nil {
+				return err
+			}
+			if v%PrefetchBufferAlignBytes != 0 {
+				return invalid("prefetch.buffer_bytes", "%d is not a multiple of %d", v, PrefetchBufferAlignBytes)
+			}
+			return nil
+		},
+		func() error { return nonEmpty("runtime.dir", c.Runtime.Dir) },
+		func() error { return nonEmpty("daemon.socket", c.Daemon.Socket) },
+		func() error { return tcpAddress("daemon.listen", c.Daemon.Listen) },
+		func() error { return nonEmpty("firecracker.binary", c.Firecracker.Binary) },
+		func() error { return inRange("firecracker.vcpus", int64(c.Firecracker.VCPUs), 1, MaxFirecrackerVCPUs) },
+		func() error { return inRange("firecracker.memory_mib", c.Firecracker.MemoryMiB, 1, MaxGuestMemoryMiB) },
+		func() error { return positive("firecracker.stop_timeout", c.Firecracker.StopTimeout) },
+		func() error { return nonEmpty("qemu.binary", c.QEMU.Binary) },
+		func() error { return oneOf("qemu.accel", c.QEMU.Accel, AccelAuto, AccelKVM, AccelTCG) },
+		func() error { return inRange("qemu.memory_mib", c.QEMU.MemoryMiB, 1, MaxGuestMemoryMiB) },
+		func() error { return inRange("qemu.vcpus", int64(c.QEMU.VCPUs), 1, MaxQEMUVCPUs) },
+		func() error { return positive("qemu.stop_timeout", c.QEMU.StopTimeout) },
+		func() error { return positive("envd.poll_interval", c.Envd.PollInterval) },
+		func() error { return positive("envd.timeout", c.Envd.Timeout) },
+		func() error {
+			if c.Envd.PollInterval > c.Envd.Timeout {
+				return invalid("envd.poll_interval", "%s is longer than envd.timeout %s", c.Envd.PollInterval, c.Envd.Timeout)
+			}
+			return nil
+		},
+	} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func invalid(key, format string, args ...any) error {
+	return &ConfigError{Key: key, Err: kindError{ErrInvalidValue, fmt.Sprintf(format, args...)}}
+}
+
+func inRange(key string, v, lo, hi int64) error {
+	if v < lo || v > hi {
+		return invalid(key, "%d out of range %d..%d", v, lo, hi)
+	}
+	return nil
+}
+
+func oneOf(key, v string, allowed ...string) error {
+	if slices.Contains(allowed, v) {
+		return nil
+	}
+	quoted := make([]string, len(allowed))
+	for i, a := range allowed {
+		quoted[i] = strconv.Quote(a)
+	}
+	return invalid(key, "%q is not one of %s", v, strings.Join(quoted, ", "))
+}
+
+func nonEmpty(key, v string) error {
+	if v == "" {
+		return invalid(key, "must not be empty")
+	}
+	return nil
+}
+
+func positive(key string, d time.Duration) error {
+	if d <= 0 {
+		return invalid(key, "%s is not a positive duration", d)
+	}
+	return nil
+}
+
+// tcpAddress accepts "" (not listening) or host:port with a numeric port.
+func tcpAddress(key, v string) error {
+	if v == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return invalid(key, "%q is not host:port: %v", v, err)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return invalid(key, "%q: port %q is not a number in 0..65535", v, port)
+	}
+	return nil
+}
