@@ -1,0 +1,182 @@
+package synth
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"warmstart/internal/trace"
+)
+
+// File names inside a reference snapshot directory.
+const (
+	MemoryFile  = "memory.bin"
+	VMStateFile = "vm_state.bin"
+	LayoutFile  = "layout"
+	TraceFile   = "startup.trace"
+)
+
+// VMStateMagic opens the vm state placeholder, so nothing mistakes it for
+// a Firecracker vm state.
+const VMStateMagic = "WARMSTART-SYNTHETIC-VMSTATE 1"
+
+// writeBufferBytes is how much memory file content is built before each write.
+const writeBufferBytes = 1 << 20
+
+// Options configures Generate.
+type Options struct {
+	// MemoryBytes is the guest memory size; 0 means DefaultMemoryBytes.
+	MemoryBytes int64
+	// Seed selects one of the reference snapshots of that size.
+	Seed uint64
+	// Dir receives the files; it is created if missing.
+	Dir string
+	// Progress, when set, receives one line per step.
+	Progress io.Writer
+}
+
+// Paths names the files of a generated reference snapshot.
+type Paths struct {
+	Dir     string
+	Memory  string
+	VMState string
+	// Layout holds the memory layout as one line in the form layout.Parse
+	// reads (layout.Layout.String).
+	Layout string
+	Trace  string
+}
+
+// PathsIn returns the file names of a reference snapshot in dir.
+func PathsIn(dir string) Paths {
+	return Paths{
+		Dir:     dir,
+		Memory:  filepath.Join(dir, MemoryFile),
+		VMState: filepath.Join(dir, VMStateFile),
+		Layout:  filepath.Join(dir, LayoutFile),
+		Trace:   filepath.Join(dir, TraceFile),
+	}
+}
+
+// Generate writes the reference snapshot for opts into opts.Dir. Each file
+// is written to a temporary name, synced and renamed into place, and the
+// directory is synced last.
+func Generate(opts Options) (Paths, error) {
+	if opts.MemoryBytes == 0 {
+		opts.MemoryBytes = DefaultMemoryBytes
+	}
+	if opts.Dir == "" {
+		return Paths{}, fmt.Errorf("synth: no output directory")
+	}
+	progress := opts.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	m, err := NewModel(opts.MemoryBytes, opts.Seed)
+	if err != nil {
+		return Paths{}, fmt.Errorf("synth: %w", err)
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return Paths{}, fmt.Errorf("synth: %w", err)
+	}
+	p := PathsIn(opts.Dir)
+
+	start := time.Now()
+	if err := writeFile(p.Memory, func(w io.Writer) error { return writeMemory(w, m, progress) }); err != nil {
+		return Paths{}, fmt.Errorf("synth: write %s: %w", p.Memory, err)
+	}
+	fmt.Fprintf(progress, "synth: %s: %d MiB in %v\n", MemoryFile, opts.MemoryBytes>>20, time.Since(start).Round(time.Millisecond))
+
+	if err := writeFile(p.VMState, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "%s\nA placeholder written by warmstart synth; it holds no VM state.\nseed %d\nmemory_bytes %d\nlayout %s\n",
+			VMStateMagic, opts.Seed, opts.MemoryBytes, m.Layout)
+		return err
+	}); err != nil {
+		return Paths{}, fmt.Errorf("synth: write %s: %w", p.VMState, err)
+	}
+	if err := writeFile(p.Layout, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "%s\n", m.Layout)
+		return err
+	}); err != nil {
+		return Paths{}, fmt.Errorf("synth: write %s: %w", p.Layout, err)
+	}
+	if err := writeFile(p.Trace, func(w io.Writer) error { return trace.Write(w, m.Trace) }); err != nil {
+		return Paths{}, fmt.Errorf("synth: write %s: %w", p.Trace, err)
+	}
+	if err := syncDir(opts.Dir); err != nil {
+		return Paths{}, fmt.Errorf("synth: %w", err)
+	}
+	s := m.Stats()
+	pageMiB := func(pages int) float64 { return float64(pages) * trace.PageBytes / (1 << 20) }
+	fmt.Fprintf(progress, "synth: %s: %d touches, %.1f MiB touched (%.1f%% of memory, %.1f MiB of them zero), %.1f%% writes, %v compute\n",
+		TraceFile, len(m.Trace), pageMiB(s.TouchedPages), 100*float64(s.TouchedPages)/float64(m.Pages()),
+		pageMiB(s.TouchedZeroPages), 100*float64(s.Writes)/float64(max(1, len(m.Trace))), s.Compute.Round(time.Microsecond))
+	fmt.Fprintf(progress, "synth: %s: %.1f%% zero pages; layout %s; seed %d\n",
+		MemoryFile, 100*float64(s.ZeroPages)/float64(m.Pages()), m.Layout, opts.Seed)
+	return p, nil
+}
+
+// writeMemory writes every page of the model, zero pages included: a full
+// snapshot's memory file has real blocks for them, and a sparse file would
+// make file-cold reads of free memory unrealistically cheap.
+func writeMemory(w io.Writer, m *Model, progress io.Writer) error {
+	buf := make([]byte, writeBufferBytes)
+	pagesPerBuf := writeBufferBytes / trace.PageBytes
+	total := m.Pages()
+	nextReport := total / 4
+	for first := 0; first < total; first += pagesPerBuf {
+		n := min(pagesPerBuf, total-first)
+		for i := range n {
+			m.FillPage(first+i, buf[i*trace.PageBytes:])
+		}
+		if _, err := w.Write(buf[:n*trace.PageBytes]); err != nil {
+			return err
+		}
+		if done := first + n; done >= nextReport && done < total {
+			fmt.Fprintf(progress, "synth: %s: %d/%d MiB\n", MemoryFile, int64(done)*trace.PageBytes>>20, int64(total)*trace.PageBytes>>20)
+			nextReport += total / 4
+		}
+	}
+	return nil
+}
+
+// writeFile replaces path with what fill writes: temporary file, fsync,
+// rename. The caller syncs the directory once all files are in place.
+func writeFile(path string, fill func(io.Writer) error) (err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if err := fill(tmp); err != nil {
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,442 @@
+package replay
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"warmstart/internal/vmm"
+)
+
+// LogFile is the name of the child's output log in RestoreSpec.RuntimeDir.
+const LogFile = "replay-vmm.log"
+
+// outputTailBytes is how much of the child's latest output errors quote.
+const outputTailBytes = 4096
+
+// ErrExited is wrapped by the error WaitReady returns when the replay VMM
+// exits (or is killed) before reporting ready.
+var ErrExited = errors.New("replay vmm exited")
+
+// VMM restores snapshots by starting a replay VMM process per restore.
+type VMM struct {
+	// Exe is the executable to run as the VMM; empty means this process's
+	// own executable. It must call RunChildIfRequested first thing.
+	Exe string
+	// TracePath is the startup trace each restore plays.
+	TracePath string
+	// Remove lists ranges to drop and touch again after the trace; it needs
+	// the Uffd backend.
+	Remove []Range
+	// Output, when set, also receives the child's standard output and error.
+	Output io.Writer
+}
+
+var (
+	_ vmm.VMM      = (*VMM)(nil)
+	_ vmm.Instance = (*Instance)(nil)
+	_ vmm.Resumer  = (*Instance)(nil)
+)
+
+// Report is what the replay VMM reported when it became ready.
+type Report struct {
+	// SHA256 is the hex SHA-256 over the bytes it read (see the package
+	// comment); ExpectedHash computes the value a correct device yields.
+	SHA256 string
+	// Start is when it began mapping memory, FirstTouch just before its
+	// first page touch, Ready when its last touch returned.
+	Start, FirstTouch, Ready time.Time
+	// TouchedPages is the number of distinct trace pages touched;
+	// RemovedPages the number of pages touched again after removal.
+	TouchedPages, RemovedPages int
+}
+
+// Instance is one running replay VMM.
+type Instance struct {
+	cmd     *exec.Cmd
+	stdin   *os.File
+	logPath string
+	output  *tailBuffer
+
+	paused bool          // restored with RestoreSpec.Paused
+	held   chan struct{} // closed when the paused event arrives
+	ready  chan struct{} // closed when the ready event arrives
+	exited chan struct{} // closed when the process is reaped and its control channel drained
+
+	stdinMu  sync.Mutex // orders commands against the close that stops
+	resumed  bool
+	stopSent bool
+
+	mu         sync.Mutex
+	report     Report
+	childError string // the child's error event
+	killReason string
+	waitErr    error
+}
+
+// Restore starts a replay VMM for spec and returns at once; WaitReady waits
+// for it. ctx bounds the restore: if it ends before the VMM reports ready,
+// the VMM is killed. Once ready, the instance outlives ctx.
+func (v *VMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.Instance, error) {
+	return v.Start(ctx, spec)
+}
+
+// Start is Restore returning the concrete instance.
+func (v *VMM) Start(ctx context.Context, spec vmm.RestoreSpec) (*Instance, error) {
+	cfg := Config{Backend: spec.Backend, MemPath: spec.MemPath, Layout: spec.Layout, TracePath: v.TracePath, Remove: v.Remove, Paused: spec.Paused}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("replay vmm %s: %w", spec.SnapshotID, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("replay vmm %s: %w", spec.SnapshotID, err)
+	}
+	exe := v.Exe
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("replay vmm: find own executable: %w", err)
+		}
+	}
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("replay vmm: encode configuration: %w", err)
+	}
+
+	inst := &Instance{
+		output: &tailBuffer{max: outputTailBytes},
+		paused: spec.Paused,
+		held:   make(chan struct{}),
+		ready:  make(chan struct{}),
+		exited: make(chan struct{}),
+	}
+	// Files the parent no longer needs once the child runs; on failure
+	// before that, everything here is closed.
+	var closeAfterStart, closeOnError []io.Closer
+	fail := func(err error) (*Instance, error) {
+		for _, c := range append(closeAfterStart, closeOnError...) {
+			c.Close()
+		}
+		return nil, fmt.Errorf("replay vmm %s: %w", spec.SnapshotID, err)
+	}
+	controlR, controlW, err := os.Pipe()
+	if err != nil {
+		return fail(err)
+	}
+	closeAfterStart = append(closeAfterStart, controlW)
+	closeOnError = append(closeOnError, controlR)
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		return fail(err)
+	}
+	closeAfterStart = append(closeAfterStart, stdinR)
+	closeOnError = append(closeOnError, stdinW)
+	inst.stdin = stdinW
+
+	out := []io.Writer{inst.output}
+	var logFile *os.File
+	if spec.RuntimeDir != "" {
+		inst.logPath = filepath.Join(spec.RuntimeDir, LogFile)
+		logFile, err = os.OpenFile(inst.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return fail(fmt.Errorf("open log: %w", err))
+		}
+		closeOnError = append(closeOnError, logFile)
+		out = append(out, logFile)
+	}
+	if v.Output != nil {
+		out = append(out, v.Output)
+	}
+	output := io.MultiWriter(out...)
+
+	cmd := exec.Command(exe)
+	cmd.Env = append(withoutChildEnv(os.Environ()), RoleEnv+"="+RoleReplayVMM, ConfigEnv+"="+string(raw))
+	cmd.Stdin = stdinR
+	cmd.Stdout, cmd.Stderr = output, output
+	cmd.ExtraFiles = []*os.File{controlW}
+	// The child is killed if the thread that started it dies; that thread
+	// stays locked and alive in the goroutine below until the child is
+	// reaped, so this fires only when this process dies.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	inst.cmd = cmd
+
+	controlDone := make(chan struct{})
+	go func() {
+		defer close(controlDone)
+		defer controlR.Close()
+		inst.readControl(controlR)
+	}()
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		err := cmd.Wait()
+		<-controlDone // every event the child wrote is in before exited closes
+		if logFile != nil {
+			logFile.Close()
+		}
+		inst.mu.Lock()
+		inst.waitErr = err
+		inst.mu.Unlock()
+		close(inst.exited)
+	}()
+	if err := <-started; err != nil {
+		// The control reader ends when its write end closes in fail.
+		return fail(fmt.Errorf("start %s: %w", exe, err))
+	}
+	for _, c := range closeAfterStart {
+		c.Close()
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			inst.kill("restore context ended before ready: " + context.Cause(ctx).Error())
+		case <-inst.ready:
+		case <-inst.exited:
+		}
+	}()
+	return inst, nil
+}
+
+// withoutChildEnv drops a parent's own child role, so a replay VMM started
+// from inside one (a test child) is configured only by what Start sets.
+func withoutChildEnv(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, RoleEnv+"=") && !strings.HasPrefix(kv, ConfigEnv+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func (i *Instance) readControl(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	readyClosed, heldClosed := false, false
+	for sc.Scan() {
+		var e event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			continue // not a control line; the log has the child's output
+		}
+		switch e.Event {
+		case eventPaused:
+			if !heldClosed {
+				close(i.held)
+				heldClosed = true
+			}
+		case eventReady:
+			if readyClosed {
+				continue
+			}
+			i.mu.Lock()
+			i.report = Report{
+				SHA256: e.SHA256, TouchedPages: e.TouchedPages, RemovedPages: e.RemovedPages,
+				Start: time.Unix(0, e.StartNs), FirstTouch: time.Unix(0, e.FirstTouchNs), Ready: time.Unix(0, e.ReadyNs),
+			}
+			i.mu.Unlock()
+			close(i.ready)
+			readyClosed = true
+		case eventError:
+			i.mu.Lock()
+			i.childError = e.Error
+			i.mu.Unlock()
+		}
+	}
+}
+
+// PID is the replay VMM's process id.
+func (i *Instance) PID() int { return i.cmd.Process.Pid }
+
+// LogPath is the child's output log, empty without a RuntimeDir.
+func (i *Instance) LogPath() string { return i.logPath }
+
+// Exited is closed once the process has been reaped.
+func (i *Instance) Exited() <-chan struct{} { return i.exited }
+
+// Report returns what the VMM reported at ready; ok is false before that.
+func (i *Instance) Report() (r Report, ok bool) {
+	select {
+	case <-i.ready:
+	default:
+		return Report{}, false
+	}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.report, true
+}
+
+// WaitReady waits for the ready report. If the VMM exits first, the error
+// wraps ErrExited and quotes its exit status, its error and its last output.
+func (i *Instance) WaitReady(ctx context.Context) (vmm.ReadyInfo, error) {
+	select {
+	case <-i.ready:
+	case <-i.exited:
+		select {
+		case <-i.ready: // ready, then exited at once: still ready
+		default:
+			return vmm.ReadyInfo{}, fmt.Errorf("replay vmm pid %d: %w before ready: %s", i.PID(), ErrExited, i.exitDescription())
+		}
+	case <-ctx.Done():
+		return vmm.ReadyInfo{}, fmt.Errorf("replay vmm pid %d: wait for ready: %w", i.PID(), context.Cause(ctx))
+	}
+	r, _ := i.Report()
+	return vmm.ReadyInfo{
+		Started: r.Start,
+		Ready:   r.Ready,
+		Detail: map[string]string{
+			"sha256":        r.SHA256,
+			"touched_pages": strconv.Itoa(r.TouchedPages),
+			"removed_pages": strconv.Itoa(r.RemovedPages),
+			"first_touch":   strconv.FormatInt(r.FirstTouch.UnixNano(), 10),
+			"pid":           strconv.Itoa(i.PID()),
+		},
+	}, nil
+}
+
+// Paused is closed when a VMM restored with RestoreSpec.Paused has mapped
+// its memory (and handed it to the page-fault handler) and waits for Resume.
+func (i *Instance) Paused() <-chan struct{} { return i.held }
+
+// Resume lets a VMM restored with RestoreSpec.Paused run its trace. It does
+// not wait; calling it again is a no-op.
+func (i *Instance) Resume() error {
+	if !i.paused {
+		return fmt.Errorf("replay vmm pid %d: resume: not restored paused", i.PID())
+	}
+	i.stdinMu.Lock()
+	defer i.stdinMu.Unlock()
+	switch {
+	case i.stopSent:
+		return fmt.Errorf("replay vmm pid %d: resume after stop", i.PID())
+	case i.resumed:
+		return nil
+	}
+	if _, err := i.stdin.Write([]byte("resume\n")); err != nil {
+		return fmt.Errorf("replay vmm pid %d: resume: %w", i.PID(), err)
+	}
+	i.resumed = true
+	return nil
+}
+
+// RequestStop asks the VMM to stop by closing its standard input. It does
+// not wait; a VMM that already exited is not an error.
+func (i *Instance) RequestStop() error {
+	i.stdinMu.Lock()
+	defer i.stdinMu.Unlock()
+	if i.stopSent {
+		return nil
+	}
+	i.stopSent = true
+	if err := i.stdin.Close(); err != nil {
+		return fmt.Errorf("replay vmm pid %d: request stop: %w", i.PID(), err)
+	}
+	return nil
+}
+
+// Kill kills the VMM with SIGKILL without waiting.
+func (i *Instance) Kill() { i.kill("killed by its owner") }
+
+func (i *Instance) kill(reason string) {
+	select {
+	case <-i.exited:
+		return
+	default:
+	}
+	i.mu.Lock()
+	if i.killReason == "" {
+		i.killReason = reason
+	}
+	i.mu.Unlock()
+	// os.Process signals through a pidfd, so a reaped pid cannot be hit.
+	i.cmd.Process.Kill()
+}
+
+// Wait waits until the VMM has exited and been reaped. It returns nil for a
+// clean exit after stop; otherwise an error with the exit status, the
+// VMM's error and its last output. If ctx ends first, the VMM is killed and
+// reaped before Wait returns, so no process is left behind.
+func (i *Instance) Wait(ctx context.Context) error {
+	select {
+	case <-i.exited:
+	case <-ctx.Done():
+		i.kill("wait context ended: " + context.Cause(ctx).Error())
+		<-i.exited
+		return fmt.Errorf("replay vmm pid %d: wait: %w (killed)", i.PID(), context.Cause(ctx))
+	}
+	i.mu.Lock()
+	clean := i.waitErr == nil // a kill that lost the race to a clean exit is no failure
+	i.mu.Unlock()
+	if clean {
+		return nil
+	}
+	return fmt.Errorf("replay vmm pid %d: %s", i.PID(), i.exitDescription())
+}
+
+// exitDescription tells how the process ended; call after exited closed.
+func (i *Instance) exitDescription() string {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	var parts []string
+	if i.killReason != "" {
+		parts = append(parts, "killed: "+i.killReason)
+	}
+	if i.waitErr != nil {
+		parts = append(parts, i.waitErr.Error())
+	} else {
+		parts = append(parts, "exit status 0")
+	}
+	if i.childError != "" {
+		parts = append(parts, "error: "+i.childError)
+	}
+	if tail := i.output.lastLines(5); tail != "" {
+		parts = append(parts, "last output: "+tail)
+	}
+	if i.logPath != "" {
+		parts = append(parts, "log "+i.logPath)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+// lastLines returns up to n final lines, joined with " | ".
+func (t *tailBuffer) lastLines(n int) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	lines := strings.Split(strings.TrimSpace(string(t.buf)), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.TrimSpace(strings.Join(lines, " | "))
+}
