@@ -5,8 +5,8 @@ import (
 	"sort"
 )
 
-// Summary describes one condition's sample of times to ready, in milliseconds.
-type Summary struct {
+// Sample describes one condition's sample of times to ready, in milliseconds.
+type Sample struct {
 	N      int     `json:"n"`
 	Mean   float64 `json:"mean_ms"`
 	Median float64 `json:"median_ms"`
@@ -14,10 +14,10 @@ type Summary struct {
 	Max    float64 `json:"max_ms"`
 }
 
-// Summarize computes a Summary; an empty sample gives a zero Summary.
-func Summarize(xs []float64) Summary {
+// Summarize describes a sample; an empty one gives a zero Sample.
+func Summarize(xs []float64) Sample {
 	if len(xs) == 0 {
-		return Summary{}
+		return Sample{}
 	}
 	s := append([]float64(nil), xs...)
 	sort.Float64s(s)
@@ -29,7 +29,7 @@ func Summarize(xs []float64) Summary {
 	if len(s)%2 == 0 {
 		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
 	}
-	return Summary{N: len(s), Mean: sum / float64(len(s)), Median: med, Min: s[0], Max: s[len(s)-1]}
+	return Sample{N: len(s), Mean: sum / float64(len(s)), Median: med, Min: s[0], Max: s[len(s)-1]}
 }
 
 // Interval is a descriptive 95% Student-t interval over paired differences.

@@ -1,0 +1,300 @@
+// Package bench is the seed's Experiment 2 measurement protocol, built in:
+// blocks of serial restores in a frozen randomized order, each trial in its
+// own process and private runtime directory, after an untimed baseline
+// restore whose device release is acknowledged; a fresh private copy of the
+// memory lower file, fully read and SHA-256-checked, left resident
+// (file-warm) or dropped with one POSIX_FADV_DONTNEED (file-cold); a mincore
+// admission probe just before the timer; the timer covering device
+// acquisition, manifest validation, prefetch, VM restore and readiness.
+// Results are paired within blocks and summarized with descriptive 95%
+// Student-t intervals. Several prefetch policies can be compared in one run.
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"warmstart/internal/restore"
+	"warmstart/internal/trace"
+	"warmstart/internal/vmm/replay"
+)
+
+// Options configure a benchmark run.
+type Options struct {
+	Source    restore.Source
+	TracePath string
+	Device    string
+	IOEngine  int
+	Blocks    int
+	// ReserveBlocks replace trials that miss admission.
+	ReserveBlocks int
+	Seed          uint64
+	// Policies are the prefetch policies compared; each gets a column.
+	Policies []string
+	// Hot adds the hot control condition (file device only).
+	Hot bool
+	// WorkDir holds the trials' private runtime directories.
+	WorkDir string
+	// Exe is the executable trials run as; this process's when empty.
+	Exe      string
+	Progress io.Writer
+}
+
+// Report is a whole run: raw trials and the summary.
+type Report struct {
+	Options  ReportOptions `json:"options"`
+	Orders   [][]Condition `json:"orders"`
+	Trials   []TrialResult `json:"trials"`
+	Replaced []string      `json:"replaced,omitempty"`
+	Summary  Summary       `json:"summary"`
+	Leaks    []string      `json:"leaks,omitempty"`
+	Started  time.Time     `json:"started"`
+	Elapsed  time.Duration `json:"elapsed_ns"`
+}
+
+// ReportOptions is the part of Options worth recording.
+type ReportOptions struct {
+	Snapshot string   `json:"snapshot"`
+	Device   string   `json:"device"`
+	IOEngine int      `json:"io_engine"`
+	Blocks   int      `json:"blocks"`
+	Seed     uint64   `json:"seed"`
+	Policies []string `json:"policies"`
+}
+
+// Conditions returns the conditions of one block.
+func (o Options) Conditions() []Condition {
+	var cs []Condition
+	for _, cache := range []string{CacheWarm, CacheCold} {
+		cs = append(cs, Condition{cache, PrefetchOff})
+		for _, p := range o.Policies {
+			cs = append(cs, Condition{cache, p})
+		}
+	}
+	if o.Hot && o.Device == restore.DeviceFile {
+		cs = append(cs, Condition{CacheHot, PrefetchOff})
+	}
+	return cs
+}
+
+// Orders freezes the randomized order of every block, reproducibly from
+// the seed. Reserve blocks follow the formal ones.
+func (o Options) Orders() [][]Condition {
+	r := rand.New(rand.NewPCG(o.Seed, 0x9e3779b97f4a7c15))
+	orders := make([][]Condition, o.Blocks+o.ReserveBlocks)
+	for b := range orders {
+		cs := o.Conditions()
+		r.Shuffle(len(cs), func(i, j int) { cs[i], cs[j] = cs[j], cs[i] })
+		orders[b] = cs
+	}
+	return orders
+}
+
+// Validate checks the options before any work starts.
+func (o *Options) Validate() error {
+	if o.Blocks < 1 {
+		return fmt.Errorf("bench: --blocks %d: want at least 1", o.Blocks)
+	}
+	if o.Device != restore.DeviceFile && o.Device != restore.DeviceUffd {
+		return fmt.Errorf("bench: device %q: want file or uffd", o.Device)
+	}
+	for _, p := range o.Policies {
+		if _, err := restore.LookupPolicy(p); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+	}
+	if len(o.Policies) == 0 {
+		return errors.New("bench: no prefetch policy to compare")
+	}
+	if o.Source.Manifest == nil {
+		return fmt.Errorf("bench: snapshot %s has no startup manifest; record one first (warmstart snapshot record-manifest)", o.Source.SnapshotID)
+	}
+	return nil
+}
+
+// Run executes the protocol.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	entries, err := trace.ReadFile(o.TracePath)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	want, err := replay.ExpectedHash(o.Source.MemoryPath, entries, nil)
+	if err != nil {
+		return nil, fmt.Errorf("bench: expected hash: %w", err)
+	}
+	exe := o.Exe
+	if exe == "" {
+		if exe, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+	}
+	rep := &Report{
+		Options: ReportOptions{Snapshot: o.Source.SnapshotID, Device: o.Device, IOEngine: o.IOEngine,
+			Blocks: o.Blocks, Seed: o.Seed, Policies: o.Policies},
+		Orders:  o.Orders(),
+		Started: time.Now(),
+	}
+	for b, order := range rep.Orders[:o.Blocks] {
+		names := make([]string, len(order))
+		for i, c := range order {
+			names[i] = c.String()
+		}
+		fmt.Fprintf(o.Progress, "block %d order: %s\n", b+1, strings.Join(names, ", "))
+	}
+
+	total := o.Blocks * len(o.Conditions())
+	done := 0
+	reserve := o.Blocks // next reserve block to draw replacements from
+	type slot struct {
+		block int
+		cond  Condition
+	}
+	var pendingReplacements []slot
+	runOne := func(block int, reserveTrial bool, c Condition) (TrialResult, error) {
+		done++
+		eta := ""
+		if done > 1 {
+			per := time.Since(rep.Started) / time.Duration(done-1)
+			eta = fmt.Sprintf(", ETA %s", (per * time.Duration(total-done+1)).Round(time.Second))
+		}
+		if reserveTrial {
+			total++
+			fmt.Fprintf(o.Progress, "reserve block %d trial %d/%d %s%s\n", block+1, done, total, c, eta)
+		} else {
+			fmt.Fprintf(o.Progress, "block %d/%d trial %d/%d %s%s\n", block+1, o.Blocks, done, total, c, eta)
+		}
+		spec := TrialSpec{Block: block, Reserve: reserveTrial, Condition: c, Device: o.Device, IOEngine: o.IOEngine,
+			Source: o.Source, TracePath: o.TracePath, ExpectedSHA256: want}
+		res, err := runTrialProcess(ctx, exe, o.WorkDir, spec)
+		if err != nil {
+			return res, err
+		}
+		if leak := checkLeaks(res); leak != "" {
+			rep.Leaks = append(rep.Leaks, leak)
+		}
+		return res, nil
+	}
+	for b := 0; b < o.Blocks; b++ {
+		for _, c := range rep.Orders[b] {
+			res, err := runOne(b, false, c)
+			if err != nil {
+				return rep, err
+			}
+			if res.Err != "" {
+				return rep, fmt.Errorf("bench: block %d %s: %s", b+1, c, res.Err)
+			}
+			if !res.Admitted {
+				fmt.Fprintf(o.Progress, "  not admitted (%v); a reserve block replaces it\n", res.Residency)
+				pendingReplacements = append(pendingReplacements, slot{b, c})
+			}
+			rep.Trials = append(rep.Trials, res)
+		}
+	}
+	// Replacements come from reserve blocks, in the reserve's frozen order.
+	for len(pendingReplacements) > 0 {
+		if reserve >= len(rep.Orders) {
+			return rep, fmt.Errorf("bench: %d trials missed admission and the reserve blocks are used up", len(pendingReplacements))
+		}
+		c := pendingReplacements[0].cond
+		res, err := runOne(reserve, true, c)
+		if err != nil {
+			return rep, err
+		}
+		if res.Err != "" {
+			return rep, fmt.Errorf("bench: reserve block %d %s: %s", reserve+1, c, res.Err)
+		}
+		if res.Admitted {
+			// The replacement takes the missed trial's place in its block's pairs.
+			orig := pendingReplacements[0].block
+			rep.Replaced = append(rep.Replaced, fmt.Sprintf("block %d %s replaced from reserve block %d", orig+1, c, reserve+1))
+			res.Spec.Block = orig
+			rep.Trials = append(rep.Trials, res)
+			pendingReplacements = pendingReplacements[1:]
+		} else {
+			reserve++
+		}
+	}
+	rep.Elapsed = time.Since(rep.Started)
+	rep.Summary = summarize(o, rep.Trials)
+	return rep, nil
+}
+
+// runTrialProcess runs one trial in its own process with its own private
+// runtime directory, removed afterwards.
+func runTrialProcess(ctx context.Context, exe, workRoot string, spec TrialSpec) (TrialResult, error) {
+	dir, err := os.MkdirTemp(workRoot, "trial-")
+	if err != nil {
+		return TrialResult{}, fmt.Errorf("bench: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	spec.WorkDir = dir
+	in, _ := json.Marshal(spec)
+	cmd := exec.CommandContext(ctx, exe)
+	cmd.Env = append(os.Environ(), roleEnv+"="+trialRole)
+	cmd.Stdin = bytes.NewReader(in)
+	var out, errBuf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errBuf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Run(); err != nil {
+		return TrialResult{}, fmt.Errorf("bench: trial %s: %w\n%s", spec.Condition, err, lastLines(errBuf.String(), 20))
+	}
+	res, err := readResult(&out)
+	if err != nil {
+		return res, fmt.Errorf("bench: trial %s: %w\n%s", spec.Condition, err, lastLines(errBuf.String(), 20))
+	}
+	// The trial process has exited: whatever it left is a leak.
+	if socks := socketsUnder(dir); len(socks) > 0 {
+		res.Err = fmt.Sprintf("sockets left behind: %s", strings.Join(socks, ", "))
+	}
+	return res, nil
+}
+
+// checkLeaks reports VMM processes a trial left running.
+func checkLeaks(res TrialResult) string {
+	var alive []string
+	for _, pid := range res.ReplayPIDs {
+		if err := syscall.Kill(pid, 0); err == nil {
+			alive = append(alive, fmt.Sprint(pid))
+		}
+	}
+	if len(alive) > 0 {
+		return fmt.Sprintf("block %d %s: VMM processes still running: %s", res.Spec.Block+1, res.Spec.Condition, strings.Join(alive, ", "))
+	}
+	return ""
+}
+
+func socketsUnder(dir string) []string {
+	var socks []string
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type()&os.ModeSocket != 0 {
+			socks = append(socks, p)
+		}
+		return nil
+	})
+	return socks
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,181 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+)
+
+// Cell is one condition's results.
+type Cell struct {
+	Condition Condition `json:"condition"`
+	Sample    Sample    `json:"ready"`
+	// DeviceMiB is the mean of device bytes read from acquisition to ready.
+	DeviceMiB float64 `json:"device_mib"`
+	// Ratio is the mean over the same cache state's prefetch-off mean.
+	Ratio float64 `json:"ratio_to_off,omitempty"`
+}
+
+// Pair is a paired comparison within blocks.
+type Pair struct {
+	Policy   string   `json:"policy,omitempty"`
+	Label    string   `json:"label"`
+	Interval Interval `json:"interval"`
+}
+
+// Summary is the run's result.
+type Summary struct {
+	Cells []Cell `json:"cells"`
+	Pairs []Pair `json:"pairs"`
+	// FasterEveryPair says, per policy, whether prefetch beat prefetch-off
+	// in every block under both cache states.
+	FasterEveryPair map[string]bool `json:"faster_every_pair"`
+	MaxProbeGap     time.Duration   `json:"max_probe_gap_ns"`
+	AllHashesOK     bool            `json:"all_hashes_ok"`
+	Admitted        int             `json:"admitted"`
+}
+
+func summarize(o Options, trials []TrialResult) Summary {
+	s := Summary{FasterEveryPair: map[string]bool{}, AllHashesOK: true}
+	// byBlock[condition][block] = ms
+	byBlock := map[Condition]map[int]float64{}
+	bytes := map[Condition][]float64{}
+	for _, t := range trials {
+		if !t.Admitted {
+			continue
+		}
+		s.Admitted++
+		s.AllHashesOK = s.AllHashesOK && t.HashOK
+		s.MaxProbeGap = max(s.MaxProbeGap, t.ProbeGap)
+		c := t.Spec.Condition
+		if byBlock[c] == nil {
+			byBlock[c] = map[int]float64{}
+		}
+		byBlock[c][t.Spec.Block] = t.ReadyMs
+		bytes[c] = append(bytes[c], float64(t.DeviceBytes.BytesRead)/(1<<20))
+	}
+	values := func(c Condition) []float64 {
+		var xs []float64
+		for b := 0; b < o.Blocks; b++ {
+			if v, ok := byBlock[c][b]; ok {
+				xs = append(xs, v)
+			}
+		}
+		return xs
+	}
+	for _, c := range o.Conditions() {
+		cell := Cell{Condition: c, Sample: Summarize(values(c)), DeviceMiB: Summarize(bytes[c]).Mean}
+		if off := Summarize(values(Condition{c.Cache, PrefetchOff})); off.Mean > 0 && c.Cache != CacheHot {
+			cell.Ratio = cell.Sample.Mean / off.Mean
+		}
+		s.Cells = append(s.Cells, cell)
+	}
+	diff := func(a, b Condition) Interval {
+		var d []float64
+		for blk := 0; blk < o.Blocks; blk++ {
+			x, ok1 := byBlock[a][blk]
+			y, ok2 := byBlock[b][blk]
+			if ok1 && ok2 {
+				d = append(d, x-y)
+			}
+		}
+		return PairedInterval(d)
+	}
+	off := func(cache string) Condition { return Condition{cache, PrefetchOff} }
+	for _, p := range o.Policies {
+		on := func(cache string) Condition { return Condition{cache, p} }
+		w := diff(on(CacheWarm), off(CacheWarm))
+		c := diff(on(CacheCold), off(CacheCold))
+		s.Pairs = append(s.Pairs,
+			Pair{p, "file-warm: prefetch on minus off", w},
+			Pair{p, "file-cold: prefetch on minus off", c},
+			Pair{p, "prefetch on: file-cold minus file-warm", diff(on(CacheCold), on(CacheWarm))})
+		s.FasterEveryPair[p] = w.N == o.Blocks && c.N == o.Blocks && w.AllNegative && c.AllNegative
+	}
+	s.Pairs = append(s.Pairs, Pair{"", "prefetch off: file-cold minus file-warm", diff(off(CacheCold), off(CacheWarm))})
+	return s
+}
+
+// WriteTable prints the summary as the seed reports it: one column per
+// prefetch policy plus the prefetch-off baseline.
+func (r *Report) WriteTable(w io.Writer) {
+	o := r.Options
+	fmt.Fprintf(w, "snapshot %s, device %s, io_engine %d, %d blocks, seed %d, %d admitted trials, %s\n",
+		o.Snapshot, o.Device, o.IOEngine, o.Blocks, o.Seed, r.Summary.Admitted, r.Elapsed.Round(time.Second))
+	cols := append([]string{PrefetchOff}, o.Policies...)
+	cell := func(cache, p string) *Cell {
+		for i := range r.Summary.Cells {
+			if c := &r.Summary.Cells[i]; c.Condition.Cache == cache && c.Condition.Prefetch == p {
+				return c
+			}
+		}
+		return nil
+	}
+	caches := []string{CacheWarm, CacheCold}
+	if cell(CacheHot, PrefetchOff) != nil {
+		caches = append(caches, CacheHot)
+	}
+	section := func(title string, f func(c *Cell) string) {
+		fmt.Fprintf(w, "\n%s\n", title)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "memory lower file\t")
+		for _, p := range cols {
+			fmt.Fprintf(tw, "%s\t", p)
+		}
+		fmt.Fprintln(tw)
+		for _, cache := range caches {
+			fmt.Fprintf(tw, "file-%s\t", cache)
+			for _, p := range cols {
+				if c := cell(cache, p); c != nil {
+					fmt.Fprintf(tw, "%s\t", f(c))
+				} else {
+					fmt.Fprintf(tw, "-\t")
+				}
+			}
+			fmt.Fprintln(tw)
+		}
+		tw.Flush()
+	}
+	section("time to ready, mean / median (ms)", func(c *Cell) string {
+		return fmt.Sprintf("%.1f / %.1f", c.Sample.Mean, c.Sample.Median)
+	})
+	section("mean relative to prefetch off (reduction)", func(c *Cell) string {
+		if c.Ratio == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2fx (%+.1f%%)", c.Ratio, (c.Ratio-1)*100)
+	})
+	section("device bytes read, acquisition to ready (MiB, mean)", func(c *Cell) string {
+		return fmt.Sprintf("%.1f", c.DeviceMiB)
+	})
+	fmt.Fprintf(w, "\npaired differences within blocks, mean [descriptive 95%% Student-t interval, df = n-1]\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, p := range r.Summary.Pairs {
+		name := p.Policy
+		if name == "" {
+			name = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%+.3f ms\t[%+.3f, %+.3f] ms\tn=%d\n", name, p.Label, p.Interval.Mean, p.Interval.Low, p.Interval.High, p.Interval.N)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	for _, p := range o.Policies {
+		verdict := "no"
+		if r.Summary.FasterEveryPair[p] {
+			verdict = "yes"
+		}
+		fmt.Fprintf(w, "%s: prefetch faster in every pair under both cache states: %s\n", p, verdict)
+	}
+	fmt.Fprintf(w, "max residency-probe-to-timer gap: %s; guest-visible bytes correct in every trial: %v\n",
+		r.Summary.MaxProbeGap, r.Summary.AllHashesOK)
+	for _, s := range r.Replaced {
+		fmt.Fprintf(w, "replacement: %s\n", s)
+	}
+	if len(r.Leaks) == 0 {
+		fmt.Fprintln(w, "after every trial: no VMM process and no socket left")
+	}
+	for _, l := range r.Leaks {
+		fmt.Fprintf(w, "LEAK: %s\n", l)
+	}
+}

@@ -1,0 +1,450 @@
+// Package restore orchestrates one snapshot restore and its shutdown: it
+// acquires the memory device, validates the startup manifest, starts the
+// prefetch concurrently with the VMM loading the snapshot, waits for the
+// guest to be ready, and stops in the seed's order (stop the VM, wait for
+// the prefetch reads to exit, keep the device until then, release it and
+// wait for the acknowledgement).
+package restore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"warmstart/internal/layout"
+	"warmstart/internal/manifest"
+	"warmstart/internal/memdev"
+	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/memdev/uffd"
+	"warmstart/internal/prefetch"
+	"warmstart/internal/repository"
+	"warmstart/internal/vmm"
+)
+
+// Mode chooses whether a restore prefetches.
+type Mode string
+
+const (
+	// ModeAuto prefetches when consume_enabled is on and a valid manifest exists.
+	ModeAuto Mode = "auto"
+	// ModeOn prefetches whenever a valid manifest exists.
+	ModeOn Mode = "on"
+	// ModeOff never prefetches.
+	ModeOff Mode = "off"
+)
+
+// ParseMode reads a --prefetch value.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case ModeAuto, ModeOn, ModeOff:
+		return m, nil
+	}
+	return "", fmt.Errorf("prefetch mode %q: want auto, on or off", s)
+}
+
+// Device kinds.
+const (
+	DeviceFile = "file"
+	DeviceUffd = "uffd"
+)
+
+// Source is what a restore needs from the repository. Resolving it is not
+// part of a restore (nor of its timing).
+type Source struct {
+	SnapshotID   string
+	VMStatePath  string
+	MemoryPath   string
+	Layout       layout.Layout
+	ManifestPath string
+	// Manifest is the descriptor the record carries; nil when none is attached.
+	Manifest *manifest.Descriptor
+}
+
+// SourceOf adapts a resolved repository record.
+func SourceOf(r repository.Resolved) Source {
+	s := Source{
+		SnapshotID:   r.Record.ID,
+		VMStatePath:  r.VMStatePath,
+		MemoryPath:   r.MemoryPath,
+		Layout:       r.Record.Layout,
+		ManifestPath: r.ManifestPath,
+	}
+	if d := r.Record.Manifest; d != nil {
+		s.Manifest = &manifest.Descriptor{SHA256: d.SHA256, Size: d.Size}
+	}
+	return s
+}
+
+// Options choose how one restore runs.
+type Options struct {
+	Device   string
+	IOEngine int
+	Prefetch Mode
+	Policy   Policy
+	// Trace records the device's first touches until ready (the recorder).
+	Trace bool
+	// DeviceKey names the FUSE device the restore shares; the snapshot id
+	// when empty. The recorder uses a private key so that no other VM's
+	// cached pages hide touches from its trace.
+	DeviceKey string
+}
+
+// Restorer restores snapshots. One per process (the daemon) or per trial.
+type Restorer struct {
+	// FUSE serves file devices; required for Device "file".
+	FUSE *fusedev.Server
+	// Engine runs prefetch tasks; shared so tasks are shared.
+	Engine *prefetch.Engine
+	VMM    vmm.VMM
+	// ConsumeEnabled is [snapshot.memory_startup_pack] consume_enabled.
+	ConsumeEnabled bool
+	// RuntimeDir holds a private directory per restore.
+	RuntimeDir string
+	Log        *slog.Logger
+	// Observe, when set, is told of each decision (for metrics).
+	Observe Observer
+}
+
+// Observer receives restore events; every method may be called concurrently.
+type Observer interface {
+	ManifestRejected(reason string)
+	PrefetchSkipped(reason string)
+	PrefetchEnded(state prefetch.State)
+	Phases(t Timings)
+}
+
+// Timings are measured from the call to Restore.
+type Timings struct {
+	DeviceAcquired    time.Duration `json:"device_acquired_ns"`
+	ManifestValidated time.Duration `json:"manifest_validated_ns"`
+	VMStarted         time.Duration `json:"vm_started_ns"`
+	Ready             time.Duration `json:"ready_ns"`
+}
+
+// PrefetchReport says what prefetch did for one restore.
+type PrefetchReport struct {
+	// State is "skipped", or the task state at ready: running, completed, ...
+	State string `json:"state"`
+	// Reason says why prefetch was skipped or failed.
+	Reason string `json:"reason,omitempty"`
+	// PlannedBytes is the manifest's total.
+	PlannedBytes int64 `json:"planned_bytes"`
+	// Task is the shared task's key, when one ran.
+	Generation uint64 `json:"generation,omitempty"`
+	Digest     string `json:"digest,omitempty"`
+}
+
+// Instance is one restored VM and everything it holds.
+type Instance struct {
+	ID       string
+	Timings  Timings
+	Prefetch PrefetchReport
+	// DeviceBytes are the device counters from acquisition to ready.
+	DeviceBytes memdev.Counters
+	Ready       vmm.ReadyInfo
+	// Trace holds the first touches until ready when Options.Trace was set.
+	Trace []memdev.Touch
+	// Generation is the device generation (file) or session number (uffd).
+	Generation uint64
+
+	r        *Restorer
+	vm       vmm.Instance
+	sub      *prefetch.Subscription
+	dev      *fusedev.Device
+	handler  *uffd.Handler
+	session  *uffd.Session
+	counters func() memdev.Counters
+	runDir   string
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// uffdSessions numbers uffd sessions: prefetch on the uffd device is per VM.
+var uffdSessions atomic.Uint64
+
+var restoreSeq atomic.Uint64
+
+// Restore restores src and returns once its guest is ready. On error every
+// resource it took is released.
+func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (inst *Instance, err error) {
+	t0 := time.Now()
+	if opts.Device == "" {
+		opts.Device = DeviceFile
+	}
+	if opts.Policy.Name == "" {
+		opts.Policy, _ = LookupPolicy(DefaultPolicy)
+	}
+	id := fmt.Sprintf("%s-%d-%d", shortID(src.SnapshotID), os.Getpid(), restoreSeq.Add(1))
+	inst = &Instance{ID: id, r: r}
+	inst.runDir = filepath.Join(r.RuntimeDir, "restores", id)
+	if err := os.MkdirAll(inst.runDir, 0o700); err != nil {
+		return nil, fmt.Errorf("restore %s: %w", src.SnapshotID, err)
+	}
+	defer func() {
+		if err != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			inst.Stop(sctx)
+			inst = nil
+		}
+	}()
+
+	// 1. Acquire the memory device.
+	spec := vmm.RestoreSpec{SnapshotID: src.SnapshotID, VMStatePath: src.VMStatePath, Layout: src.Layout, RuntimeDir: inst.runDir}
+	switch opts.Device {
+	case DeviceFile:
+		if r.FUSE == nil {
+			return nil, fmt.Errorf("restore %s: file device: no FUSE server", src.SnapshotID)
+		}
+		key := opts.DeviceKey
+		if key == "" {
+			key = src.SnapshotID
+		}
+		dev, err := r.FUSE.Attach(key, src.MemoryPath, opts.IOEngine)
+		if err != nil {
+			return nil, fmt.Errorf("restore %s: attach memory device: %w", src.SnapshotID, err)
+		}
+		inst.dev = dev
+		inst.Generation = dev.Generation()
+		inst.counters = dev.Counters
+		if opts.IOEngine == fusedev.IOEngineDirect {
+			if err := fusedev.CheckMappable(dev.Path()); err != nil {
+				return nil, fmt.Errorf("restore %s: %w", src.SnapshotID, err)
+			}
+		}
+		if opts.Trace {
+			dev.StartTrace()
+		}
+		spec.Backend, spec.MemPath = vmm.BackendFile, dev.Path()
+	case DeviceUffd:
+		sock := filepath.Join(inst.runDir, "uffd.sock")
+		h, err := uffd.Listen(sock, src.MemoryPath, uffd.Options{Trace: opts.Trace})
+		if err != nil {
+			return nil, fmt.Errorf("restore %s: uffd handler: %w", src.SnapshotID, err)
+		}
+		inst.handler = h
+		inst.Generation = uffdSessions.Add(1)
+		inst.counters = func() memdev.Counters {
+			if inst.session == nil {
+				return memdev.Counters{}
+			}
+			return inst.session.Counters()
+		}
+		spec.Backend, spec.MemPath = vmm.BackendUffd, sock
+	default:
+		return nil, fmt.Errorf("restore %s: unknown memory device %q (want file or uffd)", src.SnapshotID, opts.Device)
+	}
+	base := inst.counters()
+	inst.Timings.DeviceAcquired = time.Since(t0)
+
+	// 2. Resolve and validate the manifest; any failure means on-demand reads.
+	m, digest := r.planPrefetch(src, opts, &inst.Prefetch)
+	inst.Timings.ManifestValidated = time.Since(t0)
+
+	// 3. Prefetch concurrently with the VMM loading the snapshot.
+	var plan []prefetch.Range
+	if m != nil {
+		plan = opts.Policy.Plan(m)
+		inst.Prefetch.PlannedBytes = m.TotalBytes()
+		inst.Prefetch.Generation, inst.Prefetch.Digest = inst.Generation, digest
+	}
+	spec.Paused = m != nil && opts.Policy.BeforeStart
+	if m != nil && opts.Device == DeviceFile {
+		// The file device exists before the VMM does, so prefetch starts first.
+		if err := inst.startFilePrefetch(digest, plan, opts.Policy); err != nil {
+			r.skip(&inst.Prefetch, src.SnapshotID, err.Error())
+		}
+		if opts.Policy.BeforeStart && inst.sub != nil {
+			if err := inst.sub.Wait(ctx); err != nil && ctx.Err() != nil {
+				return nil, fmt.Errorf("restore %s: prefetch before start: %w", src.SnapshotID, err)
+			}
+		}
+		spec.Paused = false
+	}
+	vm, err := r.VMM.Restore(ctx, spec)
+	if err != nil {
+		return nil, fmt.Errorf("restore %s: start VMM: %w", src.SnapshotID, err)
+	}
+	inst.vm = vm
+	inst.Timings.VMStarted = time.Since(t0)
+
+	var handlerDone <-chan struct{}
+	if opts.Device == DeviceUffd {
+		s, err := inst.handler.Accept(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("restore %s: accept the VMM's userfaultfd: %w", src.SnapshotID, err)
+		}
+		inst.session = s
+		handlerDone = s.Done()
+		if m != nil {
+			inst.sub = r.Engine.Join(prefetch.Key{Generation: inst.Generation, Digest: digest},
+				installTarget{s}, plan, opts.Policy.TaskOptions())
+			if spec.Paused {
+				if err := inst.sub.Wait(ctx); err != nil && ctx.Err() != nil {
+					return nil, fmt.Errorf("restore %s: prefetch before start: %w", src.SnapshotID, err)
+				}
+			}
+		}
+	}
+	if spec.Paused {
+		res, ok := vm.(vmm.Resumer)
+		if !ok {
+			return nil, fmt.Errorf("restore %s: VMM cannot resume a paused restore", src.SnapshotID)
+		}
+		if err := res.Resume(); err != nil {
+			return nil, fmt.Errorf("restore %s: resume: %w", src.SnapshotID, err)
+		}
+	}
+
+	// 4. Wait for ready, watching the page-fault handler: if it dies the
+	// guest would hang on its next fault, so the VM is stopped instead.
+	ready, err := waitReady(ctx, vm, handlerDone, inst.session)
+	if err != nil {
+		return nil, fmt.Errorf("restore %s: %w", src.SnapshotID, err)
+	}
+	inst.Timings.Ready = time.Since(t0)
+	if !ready.Ready.IsZero() && ready.Ready.After(t0) {
+		// The driver saw the guest become ready; what it did after that
+		// (the replay VMM hashes what it read) is not the guest's time.
+		inst.Timings.Ready = ready.Ready.Sub(t0)
+	}
+	inst.Ready = ready
+	inst.DeviceBytes = inst.counters().Sub(base)
+	if inst.sub != nil {
+		inst.Prefetch.State = inst.sub.State().String()
+		if err := inst.sub.Err(); err != nil {
+			inst.Prefetch.Reason = err.Error()
+		}
+	}
+	if opts.Trace {
+		if inst.dev != nil {
+			inst.Trace = inst.dev.StopTrace()
+		} else {
+			inst.session.StopTrace()
+			inst.Trace = inst.session.Trace()
+		}
+	}
+	if r.Observe != nil {
+		r.Observe.Phases(inst.Timings)
+	}
+	return inst, nil
+}
+
+func waitReady(ctx context.Context, vm vmm.Instance, handlerDone <-chan struct{}, s *uffd.Session) (vmm.ReadyInfo, error) {
+	if handlerDone == nil {
+		return vm.WaitReady(ctx)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		info vmm.ReadyInfo
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		info, err := vm.WaitReady(wctx)
+		ch <- result{info, err}
+	}()
+	select {
+	case res := <-ch:
+		return res.info, res.err
+	case <-handlerDone:
+		vm.RequestStop()
+		cancel()
+		<-ch
+		return vmm.ReadyInfo{}, fmt.Errorf("page-fault handler stopped before ready (%v); VM stopped", s.Err())
+	}
+}
+
+// planPrefetch decides whether this restore prefetches and returns the
+// validated manifest and its digest, or nil with the reason in rep.
+func (r *Restorer) planPrefetch(src Source, opts Options, rep *PrefetchReport) (*manifest.Manifest, string) {
+	switch {
+	case opts.Prefetch == ModeOff:
+		r.skipQuiet(rep, "prefetch off")
+		return nil, ""
+	case opts.Prefetch == ModeAuto && !r.ConsumeEnabled:
+		r.skipQuiet(rep, "consume_enabled is off")
+		return nil, ""
+	case src.Manifest == nil:
+		r.skipQuiet(rep, "snapshot has no startup manifest")
+		return nil, ""
+	case opts.Device == DeviceFile && opts.IOEngine == fusedev.IOEngineDirect:
+		// Device prefetch through direct I/O would bypass the very cache
+		// the VMM faults from; the seed skips it and so do we.
+		r.skip(rep, src.SnapshotID, "io_engine 2 (direct I/O): prefetch not validated for this engine")
+		return nil, ""
+	}
+	data, err := manifest.ReadFile(src.ManifestPath)
+	if err == nil {
+		var m *manifest.Manifest
+		m, err = manifest.Verify(data, *src.Manifest, src.Layout)
+		if err == nil {
+			return m, src.Manifest.SHA256
+		}
+	}
+	reason := reasonOf(err)
+	if r.Observe != nil {
+		r.Observe.ManifestRejected(reason)
+	}
+	r.skip(rep, src.SnapshotID, fmt.Sprintf("manifest rejected (%s): %v", reason, err))
+	return nil, ""
+}
+
+// reasonOf names a manifest validation failure for logs and metrics.
+func reasonOf(err error) string {
+	for _, c := range []struct {
+		err  error
+		name string
+	}{
+		{os.ErrNotExist, "missing"},
+		{manifest.ErrSizeMismatch, "size"},
+		{manifest.ErrDigestMismatch, "digest"},
+		{manifest.ErrLayoutMismatch, "layout"},
+		{manifest.ErrOversize, "oversize"},
+	} {
+		if errors.Is(err, c.err) {
+			return c.name
+		}
+	}
+	return "corrupt"
+}
+
+func (r *Restorer) skipQuiet(rep *PrefetchReport, reason string) {
+	rep.State, rep.Reason = "skipped", reason
+	if r.Observe != nil {
+		r.Observe.PrefetchSkipped(reason)
+	}
+}
+
+// skip records a skip worth an operator's attention: one log line naming
+// the snapshot and the reason.
+func (r *Restorer) skip(rep *PrefetchReport, snapshot, reason string) {
+	r.skipQuiet(rep, reason)
+	if r.Log != nil {
+		r.Log.Warn("startup prefetch skipped; restoring with on-demand reads", "snapshot", snapshot, "reason", reason)
+	}
+}
+
+func (inst *Instance) startFilePrefetch(digest string, plan []prefetch.Range, p Policy) error {
+	f, err := os.Open(inst.dev.Path())
+	if err != nil {
+		return fmt.Errorf("open device file for prefetch: %w", err)
+	}
+	inst.sub = inst.r.Engine.Join(prefetch.Key{Generation: inst.Generation, Digest: digest},
+		fileTarget{f}, plan, p.TaskOptions())
+	// The file stays open until the task has ended, and a task ends only
+	// once its reads have returned. When Join found a running task this file
+	// is unused and closes with that task.
+	go func() {
+		<-inst.sub.Done()
+		f.Close()
+	}()
+	return nil
+}

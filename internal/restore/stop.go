@@ -1,0 +1,119 @@
+package restore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"warmstart/internal/memdev/uffd"
+	"warmstart/internal/prefetch"
+)
+
+// fileTarget reads through the device file the VMM maps: a buffered pread
+// there is what warms the page cache the guest will fault from.
+type fileTarget struct{ f *os.File }
+
+func (t fileTarget) Fetch(ctx context.Context, off int64, buf []byte) error {
+	return prefetch.ReaderTarget(t.f).Fetch(ctx, off, buf)
+}
+
+// installTarget installs ranges into one VM's memory through its uffd
+// session. The engine's buffer is unused: the session stages its own copy.
+type installTarget struct{ s *uffd.Session }
+
+func (t installTarget) Fetch(ctx context.Context, off int64, buf []byte) error {
+	return t.s.Install(ctx, off, int64(len(buf)))
+}
+
+// StopReport says how the shutdown went.
+type StopReport struct {
+	// PrefetchDrain is how long the stop waited for prefetch reads to exit.
+	PrefetchDrain time.Duration `json:"prefetch_drain_ns"`
+	// ReleaseAck is how long the device release took to be acknowledged.
+	ReleaseAck time.Duration `json:"release_ack_ns"`
+}
+
+// Stop shuts the instance down in the seed's order and is safe to call
+// more than once:
+//  1. request that the VM stop, so no new faults arrive;
+//  2. leave the prefetch task and wait for its reads to exit (a read
+//     blocked in the kernel cannot be interrupted; other consumers keep
+//     the task running);
+//  3. wait for the VMM to exit, keeping the device reference all along;
+//  4. release the device and wait for its acknowledgement that no read
+//     is in flight.
+func (inst *Instance) Stop(ctx context.Context) error {
+	inst.stopOnce.Do(func() { inst.stopErr = inst.stop(ctx, nil) })
+	return inst.stopErr
+}
+
+// StopReported is Stop returning the shutdown's timings.
+func (inst *Instance) StopReported(ctx context.Context) (StopReport, error) {
+	var rep StopReport
+	inst.stopOnce.Do(func() { inst.stopErr = inst.stop(ctx, &rep) })
+	return rep, inst.stopErr
+}
+
+func (inst *Instance) stop(ctx context.Context, rep *StopReport) error {
+	if rep == nil {
+		rep = new(StopReport)
+	}
+	var errs []error
+	if inst.vm != nil {
+		if err := inst.vm.RequestStop(); err != nil {
+			errs = append(errs, fmt.Errorf("request VM stop: %w", err))
+		}
+	}
+	if inst.sub != nil {
+		t := time.Now()
+		if err := inst.sub.LeaveWait(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		rep.PrefetchDrain = time.Since(t)
+		if inst.r.Observe != nil {
+			inst.r.Observe.PrefetchEnded(inst.sub.State())
+		}
+	}
+	if inst.vm != nil {
+		if err := inst.vm.Wait(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("wait for VM exit: %w", err))
+		}
+	}
+	t := time.Now()
+	if inst.session != nil {
+		if err := inst.session.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close uffd session: %w", err))
+		}
+	}
+	if inst.handler != nil {
+		if err := inst.handler.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close uffd handler: %w", err))
+		}
+	}
+	if inst.dev != nil {
+		select {
+		case <-inst.dev.Release():
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("wait for memory device release: %w", ctx.Err()))
+		}
+	}
+	rep.ReleaseAck = time.Since(t)
+	if inst.runDir != "" {
+		if err := os.RemoveAll(inst.runDir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("stop restore %s: %w", inst.ID, err)
+	}
+	return nil
+}
+
+func shortID(id string) string {
+	if len(id) > 8 {
+		return id[len(id)-8:]
+	}
+	return id
+}
