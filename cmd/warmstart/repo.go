@@ -1,0 +1,43 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"warmstart/internal/config"
+	"warmstart/internal/repository"
+	"warmstart/internal/repository/posixfs"
+)
+
+// storeFlag names the flag that overrides [backend.posix_fs] snapshot_store
+// for the verbs that define it.
+const storeFlag = "store"
+
+// openRepository opens the snapshot repository the configuration (--config)
+// names. A verb that defines --store may point it at another POSIX store
+// directory without a configuration file.
+func openRepository(cmd *cobra.Command) (repository.Repository, error) {
+	cfg, err := config.Load(configPath)
+	if err != nil {
+		return nil, err
+	}
+	store := cfg.Backend.PosixFS.SnapshotStore
+	if f := cmd.Flags().Lookup(storeFlag); f != nil && f.Changed {
+		return openPosixFS(f.Value.String())
+	}
+	switch cfg.Snapshot.RepositoryBackend {
+	case config.BackendPosixFS:
+		return openPosixFS(store)
+	default:
+		return nil, fmt.Errorf("snapshot.repository_backend %q is not available in this build", cfg.Snapshot.RepositoryBackend)
+	}
+}
+
+func openPosixFS(store string) (repository.Repository, error) {
+	repo, err := posixfs.Open(store, posixfs.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return repo, nil
+}

@@ -1,0 +1,354 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"warmstart/internal/layout"
+	"warmstart/internal/repository"
+)
+
+// importProgressSteps is how many progress lines import prints per artifact
+// and step (one per quarter).
+const importProgressSteps = 4
+
+var snapshotCmd = &cobra.Command{
+	Use:   "snapshot",
+	Short: "Import, list, show and delete snapshots in the repository",
+	Long: `A snapshot is what a paused microVM leaves behind: the VMM state file and the
+guest memory file, plus the memory layout (regions of the memory file mapped
+into the guest) and, once recorded, its startup manifest. The repository
+named by the configuration ([snapshot] repository_backend and
+[backend.posix_fs] snapshot_store) keeps them under a UUIDv7 id and an
+optional alias ([A-Za-z0-9_-], 1 to 128 characters).
+
+--store DIR uses the POSIX store in DIR instead of the configured one.`,
+}
+
+var snapshotImportFlags struct {
+	vmState, memory, alias, layout string
+}
+
+var snapshotImportCmd = &cobra.Command{
+	Use:   "import --vm-state FILE --memory FILE [--alias NAME] [--layout SPEC]",
+	Short: "Publish a snapshot from a VM state file and a memory file; print its id",
+	Long: `Publish the VMM state file and guest memory file as a new snapshot and print
+its id on stdout. Progress (copying, hashing) goes to stderr.
+
+The files are hard-linked into the store when they are on its file system,
+so do not modify them afterwards (removing them is fine); otherwise they are
+copied and the copy's SHA-256 is checked after it reached the disk.
+
+--layout gives the guest memory regions as comma-separated
+offset:size[:pagesize] in bytes (suffixes K, M, G, KiB, MiB, GiB), e.g.
+"0:2GiB,3GiB:1GiB:2MiB". Without it one region covers the whole file.
+
+--alias binds a name to the snapshot; it fails if another snapshot holds it.`,
+	Args: argsAsUsageError(cobra.NoArgs),
+	RunE: runSnapshotImport,
+}
+
+func runSnapshotImport(cmd *cobra.Command, _ []string) error {
+	f := snapshotImportFlags
+	if f.vmState == "" || f.memory == "" {
+		return usageError{errors.New("snapshot import: --vm-state and --memory are required")}
+	}
+	if f.alias != "" {
+		if err := repository.ValidateAlias(f.alias); err != nil {
+			return usageError{fmt.Errorf("snapshot import: --alias: %w", err)}
+		}
+	}
+	mem, err := os.Stat(f.memory)
+	if err != nil {
+		return fmt.Errorf("snapshot import: memory file: %w", err)
+	}
+	if !mem.Mode().IsRegular() {
+		return fmt.Errorf("snapshot import: memory file %s is not a regular file", f.memory)
+	}
+	lay, err := layout.Parse(f.layout, mem.Size())
+	switch {
+	case err != nil && f.layout == "":
+		return fmt.Errorf("snapshot import: memory file %s: %w", f.memory, err)
+	case err != nil:
+		return usageError{fmt.Errorf("snapshot import: --layout %q for memory file %s (%d bytes): %w", f.layout, f.memory, mem.Size(), err)}
+	}
+	repo, err := openRepository(cmd)
+	if err != nil {
+		return fmt.Errorf("snapshot import: %w", err)
+	}
+	ctx := cmd.Context()
+	lease, err := repo.BeginCapture(ctx)
+	if err != nil {
+		return fmt.Errorf("snapshot import: %w", err)
+	}
+	defer lease.End()
+	rec, err := repo.Publish(ctx, lease, repository.PublishRequest{
+		VMStatePath: f.vmState,
+		MemoryPath:  f.memory,
+		Layout:      lay,
+		Alias:       f.alias,
+		Progress:    progressPrinter(cmd.ErrOrStderr()),
+	})
+	if err != nil {
+		return fmt.Errorf("snapshot import: %w", err)
+	}
+	if err := lease.End(); err != nil {
+		return fmt.Errorf("snapshot import: %w", err)
+	}
+	_, err = fmt.Fprintln(cmd.OutOrStdout(), rec.ID)
+	return err
+}
+
+// progressPrinter reports each artifact's import steps on w, a line per
+// quarter done.
+func progressPrinter(w io.Writer) func(repository.ImportProgress) {
+	type key struct{ artifact, step string }
+	printed := map[key]int{}
+	return func(p repository.ImportProgress) {
+		quarter := importProgressSteps
+		if p.TotalBytes > 0 {
+			quarter = int(p.DoneBytes * importProgressSteps / p.TotalBytes)
+		}
+		k := key{p.Artifact, p.Step}
+		if last, seen := printed[k]; seen && quarter <= last {
+			return
+		}
+		printed[k] = quarter
+		if quarter == 0 {
+			return
+		}
+		fmt.Fprintf(w, "%s: %s %s of %s\n", p.Artifact, p.Step, sizeString(p.DoneBytes), sizeString(p.TotalBytes))
+	}
+}
+
+var snapshotListFlags struct {
+	json        bool
+	aliasPrefix string
+}
+
+var snapshotListCmd = &cobra.Command{
+	Use:   "list [--json] [--alias-prefix PREFIX]",
+	Short: "List snapshots, oldest first",
+	Long: `List the snapshots in the repository, oldest first, as a table of id, alias,
+creation time, memory size and whether a startup manifest is attached; with
+--json, as a JSON array of records. --alias-prefix keeps only snapshots whose
+alias starts with PREFIX.`,
+	Args: argsAsUsageError(cobra.NoArgs),
+	RunE: func(cmd *cobra.Command, _ []string) error {
+		f := repository.Filter{AliasPrefix: snapshotListFlags.aliasPrefix}
+		if err := repository.ValidateFilter(f); err != nil {
+			return usageError{fmt.Errorf("snapshot list: --alias-prefix: %w", err)}
+		}
+		repo, err := openRepository(cmd)
+		if err != nil {
+			return fmt.Errorf("snapshot list: %w", err)
+		}
+		recs, err := repo.List(cmd.Context(), f)
+		if err != nil {
+			return fmt.Errorf("snapshot list: %w", err)
+		}
+		if snapshotListFlags.json {
+			if recs == nil {
+				recs = []repository.Record{}
+			}
+			return writeJSON(cmd.OutOrStdout(), recs)
+		}
+		return writeSnapshotTable(cmd.OutOrStdout(), recs)
+	},
+}
+
+func writeSnapshotTable(w io.Writer, recs []repository.Record) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tALIAS\tCREATED\tMEMORY\tMANIFEST")
+	for _, r := range recs {
+		manifest := "no"
+		if r.Manifest != nil {
+			manifest = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, orDash(r.Alias), r.CreatedAt.UTC().Format(time.RFC3339), sizeString(r.MemorySize), manifest)
+	}
+	return tw.Flush()
+}
+
+var snapshotShowJSON bool
+
+var snapshotShowCmd = &cobra.Command{
+	Use:   "show ID|ALIAS [--json]",
+	Short: "Print one snapshot's record, manifest descriptor included",
+	Long: `Print the record of the snapshot with that id or alias: sizes and SHA-256
+digests of its files, its memory layout, the descriptor (SHA-256, size) of
+its startup manifest when one is attached, and where its files are. An
+argument that parses as a UUID is taken as an id, anything else as an alias.`,
+	Args: argsAsUsageError(cobra.ExactArgs(1)),
+	RunE: func(cmd *cobra.Command, args []string) error {
+		ref := args[0]
+		repo, err := openRepository(cmd)
+		if err != nil {
+			return fmt.Errorf("snapshot show: %w", err)
+		}
+		rec, err := repo.Lookup(cmd.Context(), ref)
+		if err != nil {
+			return refError("snapshot show", ref, err)
+		}
+		// The record alone is what show promises; file locations are
+		// added when the artifacts check out.
+		res, resErr := repo.Resolve(cmd.Context(), rec.ID)
+		if snapshotShowJSON {
+			out := snapshotShowReport{Record: rec}
+			if resErr == nil {
+				out.Files = &snapshotFiles{VMState: res.VMStatePath, Memory: res.MemoryPath, Manifest: res.ManifestPath}
+			}
+			return writeJSON(cmd.OutOrStdout(), out)
+		}
+		return writeSnapshotText(cmd.OutOrStdout(), rec, res, resErr)
+	},
+}
+
+// snapshotShowReport is show's JSON output: the record's fields plus where
+// its files are.
+type snapshotShowReport struct {
+	repository.Record
+	Files *snapshotFiles `json:"files,omitempty"`
+}
+
+type snapshotFiles struct {
+	VMState  string `json:"vm_state"`
+	Memory   string `json:"memory"`
+	Manifest string `json:"manifest,omitempty"`
+}
+
+func writeSnapshotText(w io.Writer, rec repository.Record, res repository.Resolved, resErr error) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "id:\t%s\n", rec.ID)
+	fmt.Fprintf(tw, "alias:\t%s\n", orDash(rec.Alias))
+	fmt.Fprintf(tw, "created:\t%s\n", rec.CreatedAt.UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(tw, "vm state:\t%d bytes, sha256 %s\n", rec.VMStateSize, rec.VMStateSHA256)
+	fmt.Fprintf(tw, "memory:\t%d bytes (%s), sha256 %s\n", rec.MemorySize, sizeString(rec.MemorySize), rec.MemorySHA256)
+	fmt.Fprintf(tw, "layout:\t%s (offset:size:page size; %s of the file mapped)\n", rec.Layout, sizeString(rec.Layout.MappedSize()))
+	if m := rec.Manifest; m != nil {
+		fmt.Fprintf(tw, "manifest:\tsha256 %s, %d bytes\n", m.SHA256, m.Size)
+	} else {
+		fmt.Fprintf(tw, "manifest:\tnone\n")
+	}
+	if resErr != nil {
+		fmt.Fprintf(tw, "files:\tunavailable: %v\n", resErr)
+	} else {
+		fmt.Fprintf(tw, "vm state file:\t%s\n", res.VMStatePath)
+		fmt.Fprintf(tw, "memory file:\t%s\n", res.MemoryPath)
+		if res.ManifestPath != "" {
+			fmt.Fprintf(tw, "manifest file:\t%s\n", res.ManifestPath)
+		}
+	}
+	return tw.Flush()
+}
+
+var snapshotDeleteCmd = &cobra.Command{
+	Use:   "delete ID|ALIAS",
+	Short: "Delete a snapshot: its record, alias and files",
+	Long: `Delete the snapshot with that id or alias: its record, its alias binding and
+its files. Deleting a snapshot that does not exist succeeds and says so; a
+delete that was interrupted is finished by running it again.`,
+	Args: argsAsUsageError(cobra.ExactArgs(1)),
+	RunE: func(cmd *cobra.Command, args []string) error {
+		ref := args[0]
+		repo, err := openRepository(cmd)
+		if err != nil {
+			return fmt.Errorf("snapshot delete: %w", err)
+		}
+		out := cmd.OutOrStdout()
+		rec, err := repo.Lookup(cmd.Context(), ref)
+		switch {
+		case errors.Is(err, repository.ErrNotFound) && repository.RefIsID(ref):
+			// Nothing visible, but a crashed publish or delete of this id
+			// may have left files that Delete reclaims.
+			if err := repo.Delete(cmd.Context(), ref); err != nil {
+				return refError("snapshot delete", ref, err)
+			}
+			_, err = fmt.Fprintf(out, "snapshot %s does not exist; nothing to delete\n", ref)
+			return err
+		case errors.Is(err, repository.ErrNotFound):
+			_, err = fmt.Fprintf(out, "no snapshot has alias %s; nothing to delete\n", ref)
+			return err
+		case errors.Is(err, repository.ErrIntegrity) && repository.RefIsID(ref):
+			// A record that cannot be read can still be deleted.
+			rec = repository.Record{ID: ref}
+		case err != nil:
+			return refError("snapshot delete", ref, err)
+		}
+		if err := repo.Delete(cmd.Context(), rec.ID); err != nil {
+			return refError("snapshot delete", ref, err)
+		}
+		if rec.Alias != "" {
+			_, err = fmt.Fprintf(out, "deleted snapshot %s (alias %s)\n", rec.ID, rec.Alias)
+		} else {
+			_, err = fmt.Fprintf(out, "deleted snapshot %s\n", rec.ID)
+		}
+		return err
+	},
+}
+
+// refError names the snapshot a verb failed on. Not-found needs no more
+// than that; a malformed id or alias is a usage error.
+func refError(verb, ref string, err error) error {
+	switch {
+	case errors.Is(err, repository.ErrNotFound):
+		return fmt.Errorf("%s %s: %w", verb, ref, repository.ErrNotFound)
+	case errors.Is(err, repository.ErrInvalidRequest):
+		return usageError{fmt.Errorf("%s %q: %w", verb, ref, err)}
+	case errors.Is(err, context.Canceled):
+		return fmt.Errorf("%s %s: interrupted: %w", verb, ref, err)
+	}
+	return fmt.Errorf("%s %s: %w", verb, ref, err)
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// sizeString renders a byte count for people: "3000 B", "8.0 MiB".
+func sizeString(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	value, exp := float64(n)/unit, 0
+	for value >= unit && exp < 4 {
+		value /= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", value, "KMGTP"[exp])
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func init() {
+	snapshotCmd.PersistentFlags().String(storeFlag, "", "POSIX snapshot store directory (overrides the configuration)")
+
+	fl := snapshotImportCmd.Flags()
+	fl.StringVar(&snapshotImportFlags.vmState, "vm-state", "", "VMM state file of the snapshot (required)")
+	fl.StringVar(&snapshotImportFlags.memory, "memory", "", "guest memory file of the snapshot (required)")
+	fl.StringVar(&snapshotImportFlags.alias, "alias", "", "name to bind to the snapshot")
+	fl.StringVar(&snapshotImportFlags.layout, "layout", "", "memory regions offset:size[:pagesize],... (default: one region over the whole file)")
+
+	snapshotListCmd.Flags().BoolVar(&snapshotListFlags.json, "json", false, "print JSON")
+	snapshotListCmd.Flags().StringVar(&snapshotListFlags.aliasPrefix, "alias-prefix", "", "only snapshots whose alias starts with this")
+	snapshotShowCmd.Flags().BoolVar(&snapshotShowJSON, "json", false, "print JSON")
+
+	snapshotCmd.AddCommand(snapshotImportCmd, snapshotListCmd, snapshotShowCmd, snapshotDeleteCmd)
+	rootCmd.AddCommand(snapshotCmd)
+}

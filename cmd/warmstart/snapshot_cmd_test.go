@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"warmstart/internal/repository"
+	"warmstart/internal/repository/posixfs"
+	"warmstart/internal/repository/repotest"
+)
+
+// runSnapshotVerb runs "warmstart snapshot ARGS... --store store" in this
+// process and returns its stdout, stderr and error. Flag values live in
+// package variables, so they are reset to their defaults first.
+func runSnapshotVerb(t *testing.T, store string, args ...string) (string, string, error) {
+	t.Helper()
+	for _, c := range append([]*cobra.Command{snapshotCmd}, snapshotCmd.Commands()...) {
+		for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
+			fs.VisitAll(func(f *pflag.Flag) {
+				_ = f.Value.Set(f.DefValue)
+				f.Changed = false
+			})
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	rootCmd.SetOut(&stdout)
+	rootCmd.SetErr(&stderr)
+	rootCmd.SetArgs(append(append([]string{"snapshot"}, args...), "--store", store))
+	t.Cleanup(func() { rootCmd.SetOut(nil); rootCmd.SetErr(nil); rootCmd.SetArgs(nil) })
+	err := rootCmd.ExecuteContext(context.Background())
+	return stdout.String(), stderr.String(), err
+}
+
+func TestSnapshotVerbs(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "store")
+	in := repotest.NewInputs(t, 2<<20)
+
+	out, progress, err := runSnapshotVerb(t, store, "import", "--vm-state", in.VMStatePath, "--memory", in.MemoryPath, "--alias", "web-1", "--layout", "0:1MiB,1MiB:1MiB")
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	id := strings.TrimSpace(out)
+	if err := repository.ValidateID(id); err != nil {
+		t.Fatalf("import printed %q: %v", out, err)
+	}
+	if !strings.Contains(progress, "memory.bin: hash 2.0 MiB of 2.0 MiB") {
+		t.Errorf("import progress on stderr: %q", progress)
+	}
+
+	_, _, err = runSnapshotVerb(t, store, "import", "--vm-state", in.VMStatePath, "--memory", in.MemoryPath, "--alias", "web-1")
+	if !errors.Is(err, repository.ErrAliasConflict) || !strings.Contains(err.Error(), id) {
+		t.Fatalf("second import of the alias: %v", err)
+	}
+
+	out, _, err = runSnapshotVerb(t, store, "list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 ||
+		!strings.HasPrefix(lines[0], "ID") || !strings.Contains(lines[1], id) || !strings.Contains(lines[1], "web-1") ||
+		!strings.Contains(lines[1], "2.0 MiB") || !strings.HasSuffix(lines[1], "no") {
+		t.Fatalf("list:\n%s", out)
+	}
+
+	// Attach a manifest the way the recorder will, then look again.
+	repo, err := posixfs.Open(store, posixfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := repo.LeaseExisting(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc, err := repo.AttachManifest(context.Background(), lease, []byte("manifest bytes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = lease.End()
+
+	out, _, err = runSnapshotVerb(t, store, "list", "--json", "--alias-prefix", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []repository.Record
+	if err := json.Unmarshal([]byte(out), &recs); err != nil || len(recs) != 1 || recs[0].Manifest == nil || recs[0].Manifest.SHA256 != desc.SHA256 {
+		t.Fatalf("list --json: %v\n%s", err, out)
+	}
+	out, _, err = runSnapshotVerb(t, store, "list", "--json", "--alias-prefix", "db")
+	if err != nil || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("list --json with no match: %q, %v", out, err)
+	}
+
+	out, _, err = runSnapshotVerb(t, store, "show", "web-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{id, "web-1", in.MemorySHA256, desc.SHA256, "0:1048576:4096,1048576:1048576:4096", "memory.bin"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show lacks %q:\n%s", want, out)
+		}
+	}
+	out, _, err = runSnapshotVerb(t, store, "show", id, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shown snapshotShowReport
+	if err := json.Unmarshal([]byte(out), &shown); err != nil || shown.ID != id || shown.Manifest == nil || shown.Files == nil ||
+		repotest.FileSHA256(t, shown.Files.Memory) != in.MemorySHA256 {
+		t.Fatalf("show --json: %v\n%s", err, out)
+	}
+
+	_, _, err = runSnapshotVerb(t, store, "show", "nope")
+	if err == nil || err.Error() != "snapshot show nope: not found" {
+		t.Fatalf("show of a missing alias: %v", err)
+	}
+	_, _, err = runSnapshotVerb(t, store, "show", "../etc")
+	var ue usageError
+	if !errors.As(err, &ue) || !errors.Is(err, repository.ErrInvalidRequest) {
+		t.Fatalf("show of a bad name: %v", err)
+	}
+
+	out, _, err = runSnapshotVerb(t, store, "delete", "web-1")
+	if err != nil || strings.TrimSpace(out) != "deleted snapshot "+id+" (alias web-1)" {
+		t.Fatalf("delete: %q, %v", out, err)
+	}
+	out, _, err = runSnapshotVerb(t, store, "delete", "web-1")
+	if err != nil || !strings.Contains(out, "nothing to delete") {
+		t.Fatalf("second delete by alias: %q, %v", out, err)
+	}
+	out, _, err = runSnapshotVerb(t, store, "delete", id)
+	if err != nil || !strings.Contains(out, "does not exist; nothing to delete") {
+		t.Fatalf("second delete by id: %q, %v", out, err)
+	}
+	out, _, err = runSnapshotVerb(t, store, "list")
+	if err != nil || strings.Count(out, "\n") != 1 {
+		t.Fatalf("list after delete: %q, %v", out, err)
+	}
+}
+
+func TestSnapshotImportUsageErrors(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "store")
+	in := repotest.NewInputs(t, 64<<10)
+	cases := map[string][]string{
+		"no memory":           {"import", "--vm-state", in.VMStatePath},
+		"bad alias":           {"import", "--vm-state", in.VMStatePath, "--memory", in.MemoryPath, "--alias", "a/b"},
+		"layout past the end": {"import", "--vm-state", in.VMStatePath, "--memory", in.MemoryPath, "--layout", "0:1MiB"},
+		"extra argument":      {"import", "--vm-state", in.VMStatePath, "--memory", in.MemoryPath, "extra"},
+	}
+	for name, args := range cases {
+		_, _, err := runSnapshotVerb(t, store, args...)
+		var ue usageError
+		if !errors.As(err, &ue) {
+			t.Errorf("%s: got %v, want a usage error", name, err)
+		}
+	}
+	out, _, err := runSnapshotVerb(t, store, "list")
+	if err != nil || strings.Count(out, "\n") != 1 {
+		t.Fatalf("rejected imports left snapshots: %q, %v", out, err)
+	}
+}

@@ -1,0 +1,54 @@
+package repository
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Every error a Repository returns for one of these cases
+// wraps the sentinel, so callers test with errors.Is.
+var (
+	// ErrNotFound: no visible snapshot has that id or alias.
+	ErrNotFound = errors.New("not found")
+	// ErrAliasConflict: the alias is bound to another snapshot.
+	ErrAliasConflict = errors.New("alias conflict")
+	// ErrIntegrity: stored bytes or metadata do not match what was written.
+	ErrIntegrity = errors.New("integrity mismatch")
+	// ErrInvalidRequest: the caller asked for something that can never
+	// succeed as asked (bad id, bad alias, bad layout, foreign lease).
+	ErrInvalidRequest = errors.New("invalid request")
+	// ErrLeaseEnded: the capture lease was ended before the operation.
+	ErrLeaseEnded = errors.New("capture lease ended")
+)
+
+// AliasConflictError reports which snapshot holds the alias. It matches
+// ErrAliasConflict with errors.Is.
+type AliasConflictError struct {
+	Alias string
+	// HolderID is the snapshot the alias is bound to.
+	HolderID string
+}
+
+func (e *AliasConflictError) Error() string {
+	return fmt.Sprintf("alias %q is bound to snapshot %s: %v", e.Alias, e.HolderID, ErrAliasConflict)
+}
+
+// Is makes errors.Is(err, ErrAliasConflict) true.
+func (e *AliasConflictError) Is(target error) bool { return target == ErrAliasConflict }
+
+// IntegrityError reports an artifact whose stored bytes differ from the
+// bytes that were written. It matches ErrIntegrity with errors.Is.
+type IntegrityError struct {
+	// Artifact is the file name within the snapshot (e.g. MemoryFileName).
+	Artifact string
+	// Want and Got are lowercase hex SHA-256 digests, or sizes in decimal
+	// when the sizes already differ.
+	Want, Got string
+}
+
+func (e *IntegrityError) Error() string {
+	return fmt.Sprintf("%s: want %s, stored %s: %v", e.Artifact, e.Want, e.Got, ErrIntegrity)
+}
+
+// Is makes errors.Is(err, ErrIntegrity) true.
+func (e *IntegrityError) Is(target error) bool { return target == ErrIntegrity }

@@ -1,0 +1,230 @@
+package posixfs
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+
+	"warmstart/internal/repository"
+)
+
+// The catalog: one JSON file per visible snapshot and one file per bound
+// alias. Readers take no locks: every catalog file is replaced by rename,
+// so a reader sees the old file or the new one, never a mix.
+
+// readRecord loads and checks the record of id.
+func (r *Repo) readRecord(id string) (repository.Record, error) {
+	data, err := os.ReadFile(r.paths.recordPath(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return repository.Record{}, fmt.Errorf("snapshot %s: %w", id, repository.ErrNotFound)
+	}
+	if err != nil {
+		return repository.Record{}, fmt.Errorf("read record %s: %w", id, err)
+	}
+	var rec repository.Record
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return repository.Record{}, fmt.Errorf("record %s: %w: %v", id, repository.ErrIntegrity, err)
+	}
+	if err := rec.Validate(); err != nil {
+		return repository.Record{}, fmt.Errorf("record %s: %w", id, err)
+	}
+	if rec.ID != id {
+		return repository.Record{}, fmt.Errorf("record %s: %w: it names snapshot %s", id, repository.ErrIntegrity, rec.ID)
+	}
+	return rec, nil
+}
+
+// recordExists reports whether id has a record file, decodable or not.
+func (r *Repo) recordExists(id string) (bool, error) {
+	_, err := os.Lstat(r.paths.recordPath(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("stat record %s: %w", id, err)
+	}
+	return true, nil
+}
+
+// writeRecord durably replaces the record of rec.ID. The caller holds the
+// record lock.
+func (r *Repo) writeRecord(rec repository.Record, fp faultPoints) error {
+	data, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode record %s: %w", rec.ID, err)
+	}
+	data = append(data, '\n')
+	if err := r.writeFileDurable(r.paths.recordsDir(), recordFileName(rec.ID), data, fp); err != nil {
+		return fmt.Errorf("write record %s: %w", rec.ID, err)
+	}
+	return nil
+}
+
+// removeRecord durably removes the record of id; the snapshot stops being
+// visible here. The caller holds the record lock.
+func (r *Repo) removeRecord(id string) (bool, error) {
+	removed, err := removeDurable(r.paths.recordsDir(), recordFileName(id))
+	if err != nil {
+		return false, fmt.Errorf("remove record %s: %w", id, err)
+	}
+	return removed, nil
+}
+
+// readAlias returns the id the alias file names, "" if there is none.
+func (r *Repo) readAlias(alias string) (string, error) {
+	data, err := os.ReadFile(r.paths.aliasPath(alias))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read alias %s: %w", alias, err)
+	}
+	id := string(bytes.TrimSpace(data))
+	if err := repository.ValidateID(id); err != nil {
+		return "", fmt.Errorf("alias %s: %w: it holds %q", alias, repository.ErrIntegrity, id)
+	}
+	return id, nil
+}
+
+// bindAlias points alias at id unless a visible snapshot holds it. The
+// caller holds the alias lock, which every binder holds from this check
+// until its record is written; so an alias naming a snapshot without a
+// record, seen under the lock, was left by a crashed publish or delete and
+// is taken over.
+func (r *Repo) bindAlias(alias, id string) error {
+	holder, err := r.readAlias(alias)
+	if err != nil && !errors.Is(err, repository.ErrIntegrity) {
+		return err
+	}
+	if holder != "" && holder != id {
+		exists, err := r.recordExists(holder)
+		if err != nil {
+			return err
+		}
+		if exists {
+			return &repository.AliasConflictError{Alias: alias, HolderID: holder}
+		}
+	}
+	err = r.writeFileDurable(r.paths.aliasesDir(), alias, []byte(id+"\n"),
+		faultPoints{afterTemp: FaultPublishAfterAliasTemp, afterRename: FaultPublishAfterAlias})
+	if err != nil {
+		return fmt.Errorf("bind alias %s: %w", alias, err)
+	}
+	return nil
+}
+
+// checkAliasFree reports ErrAliasConflict if alias names a visible snapshot
+// other than id. Without the alias lock this is only advice.
+func (r *Repo) checkAliasFree(alias, id string) error {
+	holder, err := r.readAlias(alias)
+	if err != nil || holder == "" || holder == id {
+		return nil
+	}
+	if exists, err := r.recordExists(holder); err == nil && exists {
+		return &repository.AliasConflictError{Alias: alias, HolderID: holder}
+	}
+	return nil
+}
+
+// unbindAlias removes the alias file if it still names id. The caller holds
+// the alias lock.
+func (r *Repo) unbindAlias(alias, id string) error {
+	holder, err := r.readAlias(alias)
+	if err != nil && !errors.Is(err, repository.ErrIntegrity) {
+		return err
+	}
+	if holder != id && err == nil {
+		return nil
+	}
+	if _, err := removeDurable(r.paths.aliasesDir(), alias); err != nil {
+		return fmt.Errorf("unbind alias %s: %w", alias, err)
+	}
+	return nil
+}
+
+// Get implements repository.Repository.
+func (r *Repo) Get(ctx context.Context, id string) (repository.Record, error) {
+	if err := repository.ValidateID(id); err != nil {
+		return repository.Record{}, fmt.Errorf("get: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return repository.Record{}, fmt.Errorf("get %s: %w", id, err)
+	}
+	return r.readRecord(id)
+}
+
+// List implements repository.Repository.
+func (r *Repo) List(ctx context.Context, f repository.Filter) ([]repository.Record, error) {
+	if err := repository.ValidateFilter(f); err != nil {
+		return nil, fmt.Errorf("list: %w", err)
+	}
+	entries, err := os.ReadDir(r.paths.recordsDir())
+	if err != nil {
+		return nil, fmt.Errorf("list records: %w", err)
+	}
+	var out []repository.Record
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("list: %w", err)
+		}
+		id, ok := idFromRecordFileName(e.Name())
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		rec, err := r.readRecord(id)
+		switch {
+		case errors.Is(err, repository.ErrNotFound), errors.Is(err, repository.ErrIntegrity):
+			// Deleted since ReadDir, or undecodable: neither is a
+			// snapshot anyone can restore. Get reports the latter.
+			continue
+		case err != nil:
+			return nil, err
+		}
+		if f.Match(rec) {
+			out = append(out, rec)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// ResolveAlias implements repository.Repository.
+func (r *Repo) ResolveAlias(ctx context.Context, alias string) (string, error) {
+	rec, err := r.lookupAlias(ctx, alias)
+	return rec.ID, err
+}
+
+func (r *Repo) lookupAlias(ctx context.Context, alias string) (repository.Record, error) {
+	if err := repository.ValidateAlias(alias); err != nil {
+		return repository.Record{}, fmt.Errorf("resolve alias: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return repository.Record{}, fmt.Errorf("resolve alias %s: %w", alias, err)
+	}
+	id, err := r.readAlias(alias)
+	if err != nil {
+		return repository.Record{}, err
+	}
+	if id == "" {
+		return repository.Record{}, fmt.Errorf("alias %s: %w", alias, repository.ErrNotFound)
+	}
+	rec, err := r.readRecord(id)
+	if errors.Is(err, repository.ErrNotFound) || (err == nil && rec.Alias != alias) {
+		// Left behind by a crashed publish or delete; the next publisher
+		// of the alias takes it over.
+		return repository.Record{}, fmt.Errorf("alias %s: %w", alias, repository.ErrNotFound)
+	}
+	return rec, err
+}
+
+// Lookup implements repository.Repository.
+func (r *Repo) Lookup(ctx context.Context, ref string) (repository.Record, error) {
+	if repository.RefIsID(ref) {
+		return r.Get(ctx, ref)
+	}
+	return r.lookupAlias(ctx, ref)
+}

@@ -1,0 +1,449 @@
+// Package posixfs is the repository backend that keeps snapshots as files
+// under one directory (the snapshot store) on a local or shared POSIX file
+// system. Several processes may use one store at once: changes to a snapshot
+// are serialised by flock(2) locks, every catalog change is a durable
+// rename, and a process killed at any point leaves nothing half-visible.
+//
+// The files are split by concern: layout.go maps names to paths, catalog.go
+// reads and writes records and aliases, artifacts.go imports snapshot files,
+// lock.go and lease.go hold the locks, durable.go does the ordered writes,
+// sweep.go reclaims what crashed writers left, and this file composes them
+// into the repository operations.
+package posixfs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"warmstart/internal/layout"
+	"warmstart/internal/repository"
+)
+
+// Options tune a Repo.
+type Options struct {
+	// ForceCopy makes Publish copy (and verify) artifacts even where a hard
+	// link would work. It covers the case of a capture directory on another
+	// file system than the store, and owners who want no inode shared with
+	// files the VMM wrote.
+	ForceCopy bool
+}
+
+// Repo is a snapshot store rooted at one directory.
+type Repo struct {
+	paths paths
+	opts  Options
+
+	// faultHook is armed from FaultPointEnv; tests in this package may set
+	// it directly before using the Repo.
+	faultHook func(point string)
+	// afterCopy, when set by a test, runs between a copy's fsync and its
+	// verification pass.
+	afterCopy func(path string)
+}
+
+var _ repository.Repository = (*Repo)(nil)
+
+// Open opens the store at root, creating its directories if needed, and
+// sweeps away what crashed writers left (see Sweep).
+func Open(root string, opts Options) (*Repo, error) {
+	if root == "" {
+		return nil, fmt.Errorf("open snapshot store: %w: no directory given", repository.ErrInvalidRequest)
+	}
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, fmt.Errorf("open snapshot store %s: %w", root, err)
+	}
+	r := &Repo{paths: paths{root: abs}, opts: opts, faultHook: faultHookFromEnv()}
+	if err := os.MkdirAll(abs, dirMode); err != nil {
+		return nil, fmt.Errorf("open snapshot store: %w", err)
+	}
+	for _, dir := range r.paths.dirs() {
+		if err := mkdirDurable(dir); err != nil {
+			return nil, fmt.Errorf("open snapshot store %s: %w", abs, err)
+		}
+	}
+	if err := r.Sweep(context.Background()); err != nil {
+		return nil, fmt.Errorf("open snapshot store %s: %w", abs, err)
+	}
+	return r, nil
+}
+
+// Root is the store's directory.
+func (r *Repo) Root() string { return r.paths.root }
+
+// BeginCapture implements repository.Repository.
+func (r *Repo) BeginCapture(ctx context.Context) (repository.Lease, error) {
+	id, err := repository.NewID()
+	if err != nil {
+		return nil, fmt.Errorf("begin capture: %w", err)
+	}
+	lk, err := acquireLock(ctx, r.paths.leasePath(id), lockShared)
+	if err != nil {
+		return nil, fmt.Errorf("begin capture %s: %w", id, err)
+	}
+	return r.newLease(id, lk), nil
+}
+
+// LeaseExisting implements repository.Repository.
+func (r *Repo) LeaseExisting(ctx context.Context, id string) (repository.Lease, error) {
+	if err := repository.ValidateID(id); err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	lk, err := acquireLock(ctx, r.paths.leasePath(id), lockShared)
+	if err != nil {
+		return nil, fmt.Errorf("lease %s: %w", id, err)
+	}
+	if _, err := r.readRecord(id); err != nil {
+		lk.release()
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	return r.newLease(id, lk), nil
+}
+
+func (r *Repo) newLease(id string, lk *fileLock) *lease {
+	return &lease{repo: r, id: id, lock: lk, done: make(chan struct{})}
+}
+
+// Publish implements repository.Repository.
+func (r *Repo) Publish(ctx context.Context, lz repository.Lease, req repository.PublishRequest) (repository.Record, error) {
+	l, err := r.ownLease(lz)
+	if err != nil {
+		return repository.Record{}, fmt.Errorf("publish: %w", err)
+	}
+	if err := l.use(); err != nil {
+		return repository.Record{}, fmt.Errorf("publish: %w", err)
+	}
+	defer l.mu.RUnlock()
+	rec, err := r.publish(ctx, l.id, req)
+	if err != nil {
+		return repository.Record{}, fmt.Errorf("publish %s: %w", l.id, err)
+	}
+	return rec, nil
+}
+
+func (r *Repo) publish(ctx context.Context, id string, req repository.PublishRequest) (repository.Record, error) {
+	if req.Alias != "" {
+		if err := repository.ValidateAlias(req.Alias); err != nil {
+			return repository.Record{}, err
+		}
+	}
+	vmSize, err := regularFileSize(req.VMStatePath, "vm state")
+	if err != nil {
+		return repository.Record{}, err
+	}
+	memSize, err := regularFileSize(req.MemoryPath, "memory")
+	if err != nil {
+		return repository.Record{}, err
+	}
+	if err := req.Layout.Validate(); err != nil {
+		return repository.Record{}, fmt.Errorf("%w: %w", repository.ErrInvalidRequest, err)
+	}
+	if req.Layout.FileSize != memSize {
+		return repository.Record{}, fmt.Errorf("%w: layout is for a %d-byte memory file but %s has %d bytes",
+			repository.ErrInvalidRequest, req.Layout.FileSize, req.MemoryPath, memSize)
+	}
+	if exists, err := r.recordExists(id); err != nil || exists {
+		return repository.Record{}, errors.Join(err, alreadyPublished(exists))
+	}
+	if req.Alias != "" {
+		// Fail fast, before a long copy, if the alias is plainly taken;
+		// the binding itself is decided under the alias lock at the end.
+		if err := r.checkAliasFree(req.Alias, id); err != nil {
+			return repository.Record{}, err
+		}
+	}
+
+	// The lease is ours and no record exists, so whatever is in the
+	// directory is a leftover of an earlier failed attempt under it.
+	if err := r.removeSnapshotDir(id); err != nil {
+		return repository.Record{}, err
+	}
+	dir := r.paths.snapshotDir(id)
+	if err := os.Mkdir(dir, dirMode); err != nil {
+		return repository.Record{}, fmt.Errorf("create %s: %w", dir, err)
+	}
+	published := false
+	defer func() {
+		if !published {
+			_ = r.removeSnapshotDir(id)
+		}
+	}()
+	if err := syncDir(r.paths.snapshotsDir()); err != nil {
+		return repository.Record{}, err
+	}
+	r.fault(FaultPublishAfterDir)
+
+	vm, err := r.importArtifact(ctx, req.VMStatePath, dir, repository.VMStateFileName, vmSize, FaultPublishAfterVMStateTemp, req.Progress)
+	if err != nil {
+		return repository.Record{}, err
+	}
+	mem, err := r.importArtifact(ctx, req.MemoryPath, dir, repository.MemoryFileName, memSize, FaultPublishAfterMemoryTemp, req.Progress)
+	if err != nil {
+		return repository.Record{}, err
+	}
+	if err := syncDir(dir); err != nil {
+		return repository.Record{}, err
+	}
+	r.fault(FaultPublishAfterArtifacts)
+
+	rec := repository.Record{
+		Format:        repository.RecordFormatVersion,
+		ID:            id,
+		Alias:         req.Alias,
+		CreatedAt:     time.Now().UTC().Round(0),
+		Layout:        cloneLayout(req.Layout),
+		VMStateSize:   vm.size,
+		VMStateSHA256: vm.sha256,
+		MemorySize:    mem.size,
+		MemorySHA256:  mem.sha256,
+	}
+	if err := r.commitRecord(ctx, rec); err != nil {
+		return repository.Record{}, err
+	}
+	published = true
+	return rec, nil
+}
+
+// commitRecord binds the alias and writes the record, the visibility point,
+// under the record lock and then the alias lock (the order every operation
+// takes them in).
+func (r *Repo) commitRecord(ctx context.Context, rec repository.Record) error {
+	rl, err := acquireLock(ctx, r.paths.recordLockPath(rec.ID), lockExclusive)
+	if err != nil {
+		return err
+	}
+	defer rl.release()
+	if exists, err := r.recordExists(rec.ID); err != nil || exists {
+		return errors.Join(err, alreadyPublished(exists))
+	}
+	if rec.Alias != "" {
+		al, err := acquireLock(ctx, r.paths.aliasLockPath(rec.Alias), lockExclusive)
+		if err != nil {
+			return err
+		}
+		defer al.release()
+		if err := r.bindAlias(rec.Alias, rec.ID); err != nil {
+			return err
+		}
+	}
+	fp := faultPoints{afterTemp: FaultPublishAfterRecordTemp, afterRename: FaultPublishAfterRecord}
+	if err := r.writeRecord(rec, fp); err != nil {
+		// The rename may have happened before a failed directory sync:
+		// take the record back before the artifacts go.
+		_, _ = r.removeRecord(rec.ID)
+		if rec.Alias != "" {
+			_ = r.unbindAlias(rec.Alias, rec.ID)
+		}
+		return err
+	}
+	return nil
+}
+
+func alreadyPublished(exists bool) error {
+	if !exists {
+		return nil
+	}
+	return fmt.Errorf("%w: the lease's snapshot is already published", repository.ErrInvalidRequest)
+}
+
+// AttachManifest implements repository.Repository.
+func (r *Repo) AttachManifest(ctx context.Context, lz repository.Lease, data []byte) (repository.ManifestDescriptor, error) {
+	l, err := r.ownLease(lz)
+	if err != nil {
+		return repository.ManifestDescriptor{}, fmt.Errorf("attach manifest: %w", err)
+	}
+	if len(data) == 0 || len(data) > repository.MaxManifestBytes {
+		return repository.ManifestDescriptor{}, fmt.Errorf("attach manifest %s: %w: %d bytes is outside 1..%d",
+			l.id, repository.ErrInvalidRequest, len(data), repository.MaxManifestBytes)
+	}
+	if err := l.use(); err != nil {
+		return repository.ManifestDescriptor{}, fmt.Errorf("attach manifest: %w", err)
+	}
+	defer l.mu.RUnlock()
+	desc, err := r.attach(ctx, l.id, data)
+	if err != nil {
+		return repository.ManifestDescriptor{}, fmt.Errorf("attach manifest %s: %w", l.id, err)
+	}
+	return desc, nil
+}
+
+func (r *Repo) attach(ctx context.Context, id string, data []byte) (repository.ManifestDescriptor, error) {
+	rl, err := acquireLock(ctx, r.paths.recordLockPath(id), lockExclusive)
+	if err != nil {
+		return repository.ManifestDescriptor{}, err
+	}
+	defer rl.release()
+	// Under the record lock a Delete either has finished (no record: refuse)
+	// or has not begun (it waits for us, then removes what we write).
+	rec, err := r.readRecord(id)
+	if err != nil {
+		return repository.ManifestDescriptor{}, err
+	}
+	sum := sha256.Sum256(data)
+	desc := repository.ManifestDescriptor{SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))}
+	if old := rec.Manifest; old != nil && *old != desc {
+		// Drop the old descriptor before replacing the file, so a crash in
+		// between never pairs a descriptor with other bytes.
+		cleared := rec
+		cleared.Manifest = nil
+		if err := r.writeRecord(cleared, faultPoints{afterRename: FaultAttachAfterClear}); err != nil {
+			return repository.ManifestDescriptor{}, err
+		}
+	}
+	// writeFileDurable never creates the directory, so even a store edited
+	// behind our back cannot get a deleted snapshot's directory back.
+	err = r.writeFileDurable(r.paths.snapshotDir(id), repository.ManifestFileName, data,
+		faultPoints{afterTemp: FaultAttachAfterManifestTemp, afterRename: FaultAttachAfterManifest})
+	if errors.Is(err, os.ErrNotExist) {
+		return repository.ManifestDescriptor{}, fmt.Errorf("%w: snapshot directory is missing: %w", repository.ErrIntegrity, err)
+	}
+	if err != nil {
+		return repository.ManifestDescriptor{}, err
+	}
+	rec.Manifest = &desc
+	if err := r.writeRecord(rec, faultPoints{afterTemp: FaultAttachAfterRecordTemp, afterRename: FaultAttachAfterRecord}); err != nil {
+		return repository.ManifestDescriptor{}, err
+	}
+	return desc, nil
+}
+
+// Resolve implements repository.Repository.
+func (r *Repo) Resolve(ctx context.Context, id string) (repository.Resolved, error) {
+	rec, err := r.Get(ctx, id)
+	if err != nil {
+		return repository.Resolved{}, fmt.Errorf("resolve: %w", err)
+	}
+	res := repository.Resolved{
+		Record:      rec,
+		VMStatePath: r.paths.artifactPath(id, repository.VMStateFileName),
+		MemoryPath:  r.paths.artifactPath(id, repository.MemoryFileName),
+	}
+	if err := checkArtifact(res.VMStatePath, repository.VMStateFileName, rec.VMStateSize); err != nil {
+		return repository.Resolved{}, fmt.Errorf("resolve %s: %w", id, err)
+	}
+	if err := checkArtifact(res.MemoryPath, repository.MemoryFileName, rec.MemorySize); err != nil {
+		return repository.Resolved{}, fmt.Errorf("resolve %s: %w", id, err)
+	}
+	if rec.Manifest != nil {
+		res.ManifestPath = r.paths.artifactPath(id, repository.ManifestFileName)
+	}
+	return res, nil
+}
+
+// Delete implements repository.Repository.
+func (r *Repo) Delete(ctx context.Context, id string) error {
+	if err := repository.ValidateID(id); err != nil {
+		return fmt.Errorf("delete: %w", err)
+	}
+	if err := r.delete(ctx, id); err != nil {
+		return fmt.Errorf("delete %s: %w", id, err)
+	}
+	return nil
+}
+
+func (r *Repo) delete(ctx context.Context, id string) error {
+	rl, err := acquireLock(ctx, r.paths.recordLockPath(id), lockExclusive)
+	if err != nil {
+		return err
+	}
+	defer rl.release()
+	rec, err := r.readRecord(id)
+	switch {
+	case errors.Is(err, repository.ErrNotFound):
+		return r.reclaimUnpublished(id)
+	case errors.Is(err, repository.ErrIntegrity):
+		// Undecodable, so its alias is unknown; an alias left naming it
+		// is stale once the record is gone and is taken over by the next
+		// publisher or removed by the sweep.
+		rec = repository.Record{ID: id}
+	case err != nil:
+		return err
+	}
+	if rec.Alias != "" {
+		al, err := acquireLock(ctx, r.paths.aliasLockPath(rec.Alias), lockExclusive)
+		if err != nil {
+			return err
+		}
+		defer al.release()
+	}
+	// Record first: once it is gone nobody can see the snapshot, and an
+	// alias still naming it is recognisably stale.
+	if _, err := r.removeRecord(id); err != nil {
+		return err
+	}
+	r.fault(FaultDeleteAfterRecord)
+	if rec.Alias != "" {
+		if err := r.unbindAlias(rec.Alias, id); err != nil {
+			return err
+		}
+	}
+	r.fault(FaultDeleteAfterAlias)
+	if err := r.removeSnapshotDir(id); err != nil {
+		return err
+	}
+	r.fault(FaultDeleteAfterArtifactsGone)
+	return nil
+}
+
+// reclaimUnpublished removes the directory of a snapshot that has no record
+// if nobody holds a lease on it: a publish that failed or crashed, or a
+// delete that crashed after removing the record. The caller holds the
+// record lock.
+func (r *Repo) reclaimUnpublished(id string) error {
+	if _, err := os.Lstat(r.paths.snapshotDir(id)); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	live, lk, err := r.leaseLive(id)
+	if err != nil || live {
+		// A live lease means a capture is still publishing it; its own
+		// failure path or a later sweep cleans up.
+		return err
+	}
+	defer lk.release()
+	return r.removeSnapshotDir(id)
+}
+
+// regularFileSize returns the size of the regular file at path.
+func regularFileSize(path, what string) (int64, error) {
+	if path == "" {
+		return 0, fmt.Errorf("%w: no %s file given", repository.ErrInvalidRequest, what)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s file: %w", repository.ErrInvalidRequest, what, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return 0, fmt.Errorf("%w: %s file %s is not a regular file", repository.ErrInvalidRequest, what, path)
+	}
+	return fi.Size(), nil
+}
+
+// mkdirDurable creates dir if missing and syncs its parent so the entry
+// survives a crash.
+func mkdirDurable(dir string) error {
+	err := os.Mkdir(dir, dirMode)
+	if errors.Is(err, os.ErrExist) {
+		fi, serr := os.Stat(dir)
+		if serr == nil && fi.IsDir() {
+			return nil
+		}
+		return fmt.Errorf("%s exists and is not a directory", dir)
+	}
+	if err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	return syncDir(filepath.Dir(dir))
+}
+
+// cloneLayout copies the region slice so the record does not share it with
+// the caller.
+func cloneLayout(l layout.Layout) layout.Layout {
+	l.Regions = append([]layout.Region(nil), l.Regions...)
+	return l
+}

@@ -1,0 +1,258 @@
+// Package repository is the contract between warmstart and the stores that
+// keep its snapshots: a catalog of records (what a snapshot is and where its
+// memory lies) plus the artifacts a restore needs (the VMM state file, the
+// guest memory file, and the startup manifest once one has been recorded).
+// Backends live in subpackages (posixfs for a local or shared POSIX file
+// system); repotest is the behaviour suite every backend must pass.
+//
+// The contract is written for stores that are shared between processes and,
+// for remote backends, between hosts: every operation takes a context, every
+// visibility change is atomic, and nothing a crashed writer left half done is
+// ever shown to a reader.
+package repository
+
+import (
+	"context"
+	"time"
+
+	"warmstart/internal/layout"
+)
+
+// Artifact file names inside a snapshot. Backends that keep snapshots as
+// files use these names, so an operator can recognise a snapshot on disk.
+const (
+	VMStateFileName  = "vm_state.bin"
+	MemoryFileName   = "memory.bin"
+	ManifestFileName = "startup-manifest.bin"
+)
+
+// MaxManifestBytes caps the size of a startup manifest a repository accepts.
+// It matches the cap of the manifest format, so a repository never stores a
+// manifest no consumer would accept.
+const MaxManifestBytes = 16 << 20
+
+// RecordFormatVersion is the version of the Record encoding written by this
+// build. A record with a higher version is refused rather than misread.
+const RecordFormatVersion = 1
+
+// Record is the catalog entry of one published snapshot. It is immutable
+// except for Manifest, which AttachManifest sets.
+type Record struct {
+	// Format is the version of this encoding (RecordFormatVersion).
+	Format int `json:"format"`
+	// ID is the snapshot's UUIDv7 in canonical lowercase form.
+	ID string `json:"id"`
+	// Alias is the optional human name bound to the snapshot; "" when none.
+	Alias string `json:"alias,omitempty"`
+	// CreatedAt is when the snapshot was published (UTC).
+	CreatedAt time.Time `json:"created_at"`
+	// Layout is how guest memory lies in the memory file. Layout.FileSize
+	// equals MemorySize.
+	Layout layout.Layout `json:"layout"`
+	// VMStateSize and VMStateSHA256 describe the VMM state file.
+	VMStateSize   int64  `json:"vm_state_size"`
+	VMStateSHA256 string `json:"vm_state_sha256"`
+	// MemorySize and MemorySHA256 describe the memory file (the lower file
+	// the memory device serves).
+	MemorySize   int64  `json:"memory_size"`
+	MemorySHA256 string `json:"memory_sha256"`
+	// Manifest describes the attached startup manifest; nil when none is
+	// attached.
+	Manifest *ManifestDescriptor `json:"manifest,omitempty"`
+}
+
+// ManifestDescriptor identifies the bytes of an attached startup manifest.
+// The repository computes it from the bytes it stored, so a consumer that
+// finds a file whose size or SHA-256 differs knows the file is not the one
+// that was attached and must fall back to on-demand reads.
+type ManifestDescriptor struct {
+	// SHA256 is the lowercase hex SHA-256 of the manifest bytes.
+	SHA256 string `json:"sha256"`
+	// Size is the manifest length in bytes.
+	Size int64 `json:"size"`
+}
+
+// Filter selects records for List. The zero Filter selects every record.
+type Filter struct {
+	// AliasPrefix, when not empty, selects records whose alias starts with
+	// it; records without an alias are then left out. It uses the alias
+	// alphabet; anything else is ErrInvalidRequest.
+	AliasPrefix string
+	// HasManifest, when not nil, selects records with (true) or without
+	// (false) an attached manifest.
+	HasManifest *bool
+}
+
+// Match reports whether r passes the filter.
+func (f Filter) Match(r Record) bool {
+	if f.AliasPrefix != "" && (len(r.Alias) < len(f.AliasPrefix) || r.Alias[:len(f.AliasPrefix)] != f.AliasPrefix) {
+		return false
+	}
+	if f.HasManifest != nil && *f.HasManifest != (r.Manifest != nil) {
+		return false
+	}
+	return true
+}
+
+// PublishRequest names the artifacts of a captured snapshot.
+type PublishRequest struct {
+	// VMStatePath and MemoryPath are the files the VMM wrote. The repository
+	// may hard-link them instead of copying, so the caller must not modify
+	// them after Publish returns (removing them is fine).
+	VMStatePath string
+	MemoryPath  string
+	// Layout is the guest memory layout. It must be valid and its FileSize
+	// must equal the size of the memory file.
+	Layout layout.Layout
+	// Alias is bound to the snapshot when not empty.
+	Alias string
+	// Progress, when not nil, is called from Publish's goroutine as the
+	// artifacts are imported. It must not block for long.
+	Progress func(ImportProgress)
+}
+
+// Import steps reported through ImportProgress.Step.
+const (
+	// StepCopy: bytes are being copied into the repository.
+	StepCopy = "copy"
+	// StepVerify: the stored copy is being read back and hashed.
+	StepVerify = "verify"
+	// StepHash: a hard-linked artifact is being hashed and synced.
+	StepHash = "hash"
+)
+
+// ImportProgress reports how far Publish has come with one artifact.
+type ImportProgress struct {
+	// Artifact is VMStateFileName or MemoryFileName.
+	Artifact string
+	// Step is StepCopy, StepVerify or StepHash.
+	Step                  string
+	DoneBytes, TotalBytes int64
+}
+
+// Lease is a capture lease: proof that its holder is still working on one
+// snapshot. BeginCapture hands one out for a new snapshot; LeaseExisting for
+// one already published. A holder keeps the lease while it publishes and
+// while it records the startup manifest in the background, and ends it when
+// done. A lease whose holder crashed ends by itself (the backend must not
+// depend on the holder cleaning up).
+type Lease interface {
+	// SnapshotID is the id of the snapshot the lease is held on.
+	SnapshotID() string
+	// Done is closed once the lease has ended.
+	Done() <-chan struct{}
+	// End ends the lease. It waits for operations using the lease to finish,
+	// so that after End returns no operation under this lease can change the
+	// repository. End is idempotent.
+	End() error
+}
+
+// Resolved is what a restore needs to reach one snapshot's artifacts.
+type Resolved struct {
+	Record Record
+	// VMStatePath and MemoryPath are local files holding the artifacts.
+	// They stay valid until the snapshot is deleted; an open descriptor
+	// keeps the data readable after that on POSIX file systems, so callers
+	// open them before relying on them.
+	VMStatePath string
+	MemoryPath  string
+	// ManifestPath is the local startup manifest, "" when Record.Manifest
+	// is nil. The consumer must check its size, SHA-256 (against
+	// Record.Manifest) and layout before using it, and fall back to
+	// on-demand reads when any check fails.
+	ManifestPath string
+}
+
+// Repository stores snapshots. Implementations are safe for concurrent use
+// by goroutines and, where the backend is shared, by processes: every
+// guarantee below holds across processes, not only within one.
+//
+// IDs are canonical lowercase UUIDv7 strings and aliases match
+// ^[A-Za-z0-9_-]{1,128}$ and do not parse as a UUID (ValidateID,
+// ValidateAlias). Every method rejects any other id or alias with
+// ErrInvalidRequest before touching storage.
+//
+// Errors wrap the sentinels of this package (ErrNotFound, ErrAliasConflict,
+// ErrIntegrity, ErrInvalidRequest, ErrLeaseEnded) so callers branch with
+// errors.Is; a cancelled context surfaces as ctx.Err() wrapped with context.
+type Repository interface {
+	// BeginCapture allocates a new snapshot id and returns a lease held on
+	// it. Nothing becomes visible: the id has no record until Publish. A
+	// capture abandoned without Publish (or by a crash) leaves nothing that
+	// List, Get or ResolveAlias show; backends reclaim its storage once the
+	// lease has ended.
+	BeginCapture(ctx context.Context) (Lease, error)
+
+	// Publish imports the artifacts named by req under the lease's id and
+	// makes the snapshot visible. On success every artifact is durably
+	// stored and checked (sizes and SHA-256 recorded in the Record), the
+	// alias, if any, is bound, and the record is durable; the record write
+	// is the single point at which the snapshot becomes visible.
+	//
+	// If req.Alias is bound to another visible snapshot, Publish fails with
+	// ErrAliasConflict (backends check early, before importing, and decide
+	// atomically at the end). When two publishers race for one alias, in
+	// this or other processes, exactly one wins. A failed Publish, for any reason
+	// and at any point (including a crash), leaves no visible record,
+	// releases the alias and reclaims the imported artifacts; the same
+	// alias can be published again afterwards.
+	//
+	// Publish fails with ErrLeaseEnded if the lease has ended, with
+	// ErrInvalidRequest if the lease was not issued by this repository, was
+	// already published, or req is invalid (missing or non-regular files,
+	// invalid layout, layout FileSize differing from the memory file's
+	// size), and with ErrIntegrity if a stored copy does not read back as
+	// the bytes that were written. The lease stays held after Publish: end
+	// it when background work on the snapshot (manifest recording) is done.
+	Publish(ctx context.Context, lease Lease, req PublishRequest) (Record, error)
+
+	// LeaseExisting takes a lease on a published snapshot, so a manifest can
+	// be recorded for it on demand. It fails with ErrNotFound if no record
+	// exists for id. Several leases may be held on one snapshot at once.
+	LeaseExisting(ctx context.Context, id string) (Lease, error)
+
+	// Get returns the record of id, or ErrNotFound. A record that cannot be
+	// decoded is reported as ErrIntegrity.
+	Get(ctx context.Context, id string) (Record, error)
+
+	// List returns the visible records that match f, oldest first (ids are
+	// UUIDv7, so id order is creation order). Snapshots being published,
+	// half-written files left by crashes, and records that cannot be decoded
+	// are never listed.
+	List(ctx context.Context, f Filter) ([]Record, error)
+
+	// ResolveAlias returns the id bound to alias, or ErrNotFound when the
+	// alias is unbound or bound to a snapshot that is no longer visible.
+	ResolveAlias(ctx context.Context, alias string) (string, error)
+
+	// Lookup returns the record named by ref: an id if ref parses as a
+	// UUID (and then it must be a canonical UUIDv7), an alias otherwise.
+	Lookup(ctx context.Context, ref string) (Record, error)
+
+	// Resolve returns local paths to the artifacts of id, after checking
+	// that they exist and have the sizes the record gives (ErrIntegrity
+	// otherwise). It does not hash the memory file; restore cannot afford
+	// that on every start. Backends that keep artifacts remotely fetch them
+	// into a local cache here.
+	Resolve(ctx context.Context, id string) (Resolved, error)
+
+	// Delete removes the snapshot: its record, its alias binding and its
+	// artifacts, under the snapshot's record lock so no AttachManifest can
+	// interleave. The record goes first, so a reader never sees a record
+	// whose artifacts are gone. Deleting an id that does not exist is not an
+	// error (Delete is idempotent); it still reclaims leftovers of a crashed
+	// publish or delete of that id. Leases on the snapshot are not waited
+	// for; their holders learn of the deletion from ErrNotFound.
+	Delete(ctx context.Context, id string) error
+
+	// AttachManifest stores data as the startup manifest of the lease's
+	// snapshot and records its descriptor in the record, both durably and
+	// under the record lock. It never recreates a deleted snapshot: it
+	// fails with ErrNotFound, changing nothing, if the record no longer
+	// exists, and with ErrLeaseEnded if the lease has ended. A crash at any
+	// point leaves the record either with no descriptor or with a
+	// descriptor that matches the stored manifest. Attaching again replaces
+	// the manifest. data must be 1..MaxManifestBytes long
+	// (ErrInvalidRequest); its format is the caller's to validate.
+	AttachManifest(ctx context.Context, lease Lease, data []byte) (ManifestDescriptor, error)
+}

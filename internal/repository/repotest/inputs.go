@@ -1,0 +1,119 @@
+// Package repotest is the behaviour suite of the repository contract. Every
+// backend's tests call Run with a function that opens a fresh, empty
+// repository; backend-specific tests (crashes, cross-process races, on-disk
+// layout) live with the backend and use the helpers here.
+package repotest
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"warmstart/internal/layout"
+	"warmstart/internal/repository"
+)
+
+// Inputs are the artifact files of one capture, as a VMM would leave them.
+type Inputs struct {
+	VMStatePath, MemoryPath     string
+	Layout                      layout.Layout
+	VMStateSHA256, MemorySHA256 string
+	VMStateSize, MemorySize     int64
+}
+
+// VMStateBytes is the size of the VM state file NewInputs writes.
+const VMStateBytes = 3000
+
+// NewInputs writes a VM state file and a memory file of memBytes (a
+// multiple of 4 KiB) with random contents into a fresh temporary directory.
+func NewInputs(t testing.TB, memBytes int64) Inputs {
+	t.Helper()
+	return NewInputsIn(t, t.TempDir(), memBytes)
+}
+
+// NewInputsIn is NewInputs writing into dir.
+func NewInputsIn(t testing.TB, dir string, memBytes int64) Inputs {
+	t.Helper()
+	in := Inputs{
+		VMStatePath: filepath.Join(dir, "vmstate"),
+		MemoryPath:  filepath.Join(dir, "memory"),
+		Layout:      layout.Single(memBytes),
+		VMStateSize: VMStateBytes,
+		MemorySize:  memBytes,
+	}
+	in.VMStateSHA256 = writeRandom(t, in.VMStatePath, VMStateBytes)
+	in.MemorySHA256 = writeRandom(t, in.MemoryPath, memBytes)
+	return in
+}
+
+// Request is the PublishRequest for these inputs.
+func (in Inputs) Request(alias string) repository.PublishRequest {
+	return repository.PublishRequest{VMStatePath: in.VMStatePath, MemoryPath: in.MemoryPath, Layout: in.Layout, Alias: alias}
+}
+
+func writeRandom(t testing.TB, path string, n int64) string {
+	t.Helper()
+	data := make([]byte, n)
+	if _, err := rand.Read(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return SHA256Hex(data)
+}
+
+// SHA256Hex is the lowercase hex SHA-256 of data.
+func SHA256Hex(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// FileSHA256 is the lowercase hex SHA-256 of the file at path.
+func FileSHA256(t testing.TB, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return SHA256Hex(data)
+}
+
+// SmallMemoryBytes keeps most tests fast; LargeMemoryBytes spans several
+// copy buffers.
+const (
+	SmallMemoryBytes = 64 << 10
+	LargeMemoryBytes = 5<<20 + 4096
+)
+
+// Publish captures and publishes fresh inputs under alias and returns the
+// record with its lease still held; the lease ends when the test does.
+func Publish(t testing.TB, repo repository.Repository, alias string) (repository.Record, repository.Lease) {
+	t.Helper()
+	ctx := context.Background()
+	lease, err := repo.BeginCapture(ctx)
+	if err != nil {
+		t.Fatalf("BeginCapture: %v", err)
+	}
+	t.Cleanup(func() { _ = lease.End() })
+	rec, err := repo.Publish(ctx, lease, NewInputs(t, SmallMemoryBytes).Request(alias))
+	if err != nil {
+		t.Fatalf("Publish(alias %q): %v", alias, err)
+	}
+	return rec, lease
+}
+
+// ManifestBytes returns distinct stand-in manifest contents; the repository
+// stores manifests as opaque bytes.
+func ManifestBytes(t testing.TB, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

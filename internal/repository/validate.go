@@ -1,0 +1,112 @@
+package repository
+
+import (
+	"fmt"
+
+	"github.com/google/uuid"
+)
+
+// MaxAliasBytes is the longest alias accepted.
+const MaxAliasBytes = 128
+
+// NewID returns a fresh snapshot id: a UUIDv7, so ids sort by creation time.
+func NewID() (string, error) {
+	u, err := uuid.NewV7()
+	if err != nil {
+		return "", fmt.Errorf("new snapshot id: %w", err)
+	}
+	return u.String(), nil
+}
+
+// ValidateID accepts only canonical lowercase UUIDv7 strings. Backends turn
+// ids into paths and object keys, so anything else (other UUID spellings,
+// "..", "/", NUL, the empty string) is refused here, before it can name a
+// file.
+func ValidateID(id string) error {
+	u, err := uuid.Parse(id)
+	if err != nil || u.String() != id {
+		return fmt.Errorf("%w: snapshot id %q is not a canonical UUID", ErrInvalidRequest, id)
+	}
+	if u.Version() != 7 || u.Variant() != uuid.RFC4122 {
+		return fmt.Errorf("%w: snapshot id %q is not a UUIDv7", ErrInvalidRequest, id)
+	}
+	return nil
+}
+
+// ValidateAlias accepts 1..128 characters of [A-Za-z0-9_-] that do not parse
+// as a UUID; the last rule keeps Lookup's "id if it parses as a UUID, else
+// alias" unambiguous.
+func ValidateAlias(alias string) error {
+	if alias == "" || len(alias) > MaxAliasBytes {
+		return fmt.Errorf("%w: alias %q must be 1 to %d characters", ErrInvalidRequest, alias, MaxAliasBytes)
+	}
+	if !aliasAlphabet(alias) {
+		return fmt.Errorf("%w: alias %q may hold only A-Z, a-z, 0-9, '_' and '-'", ErrInvalidRequest, alias)
+	}
+	if _, err := uuid.Parse(alias); err == nil {
+		return fmt.Errorf("%w: alias %q looks like a snapshot id", ErrInvalidRequest, alias)
+	}
+	return nil
+}
+
+// ValidateFilter checks the parts of a Filter that have a syntax.
+func ValidateFilter(f Filter) error {
+	if len(f.AliasPrefix) > MaxAliasBytes || !aliasAlphabet(f.AliasPrefix) {
+		return fmt.Errorf("%w: alias prefix %q is not made of alias characters", ErrInvalidRequest, f.AliasPrefix)
+	}
+	return nil
+}
+
+// RefIsID reports whether Lookup treats ref as an id (it parses as a UUID in
+// any spelling) rather than as an alias.
+func RefIsID(ref string) bool {
+	_, err := uuid.Parse(ref)
+	return err == nil
+}
+
+func aliasAlphabet(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Validate checks a record read back from storage: a record that fails here
+// is reported as ErrIntegrity by Get and never listed.
+func (r Record) Validate() error {
+	switch {
+	case r.Format < 1 || r.Format > RecordFormatVersion:
+		return fmt.Errorf("%w: record format %d is not supported (this build reads 1..%d)", ErrIntegrity, r.Format, RecordFormatVersion)
+	case ValidateID(r.ID) != nil:
+		return fmt.Errorf("%w: record id %q is not a UUIDv7", ErrIntegrity, r.ID)
+	case r.Alias != "" && ValidateAlias(r.Alias) != nil:
+		return fmt.Errorf("%w: record alias %q is invalid", ErrIntegrity, r.Alias)
+	case r.Layout.Validate() != nil:
+		return fmt.Errorf("%w: record layout: %v", ErrIntegrity, r.Layout.Validate())
+	case r.Layout.FileSize != r.MemorySize:
+		return fmt.Errorf("%w: layout file size %d differs from memory size %d", ErrIntegrity, r.Layout.FileSize, r.MemorySize)
+	case r.VMStateSize < 0 || !isSHA256Hex(r.VMStateSHA256) || !isSHA256Hex(r.MemorySHA256):
+		return fmt.Errorf("%w: record artifact sizes or digests are malformed", ErrIntegrity)
+	case r.Manifest != nil && (r.Manifest.Size <= 0 || r.Manifest.Size > MaxManifestBytes || !isSHA256Hex(r.Manifest.SHA256)):
+		return fmt.Errorf("%w: record manifest descriptor is malformed", ErrIntegrity)
+	}
+	return nil
+}
+
+// isSHA256Hex reports whether s is a lowercase hex SHA-256 digest.
+func isSHA256Hex(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,112 @@
+package repository
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"warmstart/internal/layout"
+)
+
+func TestValidateID(t *testing.T) {
+	id, err := NewID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ValidateID(id); err != nil {
+		t.Fatalf("NewID gave %q: %v", id, err)
+	}
+	bad := []string{"", "..", "/", id + "/", strings.ToUpper(id), "{" + id + "}", "urn:uuid:" + id,
+		strings.ReplaceAll(id, "-", ""), uuid.Must(uuid.NewRandom()).String(), uuid.Nil.String(), id[:35] + "\x00"}
+	for _, s := range bad {
+		if err := ValidateID(s); !errors.Is(err, ErrInvalidRequest) {
+			t.Errorf("ValidateID(%q) = %v, want ErrInvalidRequest", s, err)
+		}
+	}
+}
+
+func TestValidateAlias(t *testing.T) {
+	good := []string{"a", "web-1", "A_b-C", strings.Repeat("x", MaxAliasBytes), "0123"}
+	for _, s := range good {
+		if err := ValidateAlias(s); err != nil {
+			t.Errorf("ValidateAlias(%q) = %v", s, err)
+		}
+	}
+	id, _ := NewID()
+	bad := []string{"", ".", "..", "a/b", "a b", "a\x00", strings.Repeat("x", MaxAliasBytes+1), "é", id, strings.ReplaceAll(id, "-", "")}
+	for _, s := range bad {
+		if err := ValidateAlias(s); !errors.Is(err, ErrInvalidRequest) {
+			t.Errorf("ValidateAlias(%q) = %v, want ErrInvalidRequest", s, err)
+		}
+	}
+}
+
+func TestFilterMatch(t *testing.T) {
+	yes, no := true, false
+	withManifest := Record{Alias: "web-1", Manifest: &ManifestDescriptor{}}
+	plain := Record{}
+	cases := []struct {
+		f    Filter
+		r    Record
+		want bool
+	}{
+		{Filter{}, plain, true},
+		{Filter{AliasPrefix: "web"}, withManifest, true},
+		{Filter{AliasPrefix: "web-1x"}, withManifest, false},
+		{Filter{AliasPrefix: "w"}, plain, false},
+		{Filter{HasManifest: &yes}, withManifest, true},
+		{Filter{HasManifest: &yes}, plain, false},
+		{Filter{HasManifest: &no}, plain, true},
+		{Filter{AliasPrefix: "web", HasManifest: &no}, withManifest, false},
+	}
+	for _, c := range cases {
+		if got := c.f.Match(c.r); got != c.want {
+			t.Errorf("%+v.Match(%+v) = %v", c.f, c.r, got)
+		}
+	}
+}
+
+func TestRecordValidate(t *testing.T) {
+	id, _ := NewID()
+	sum := strings.Repeat("ab", 32)
+	good := Record{Format: RecordFormatVersion, ID: id, Alias: "a", CreatedAt: time.Now(), Layout: layout.Single(8192),
+		VMStateSize: 10, VMStateSHA256: sum, MemorySize: 8192, MemorySHA256: sum,
+		Manifest: &ManifestDescriptor{SHA256: sum, Size: 10}}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	breaks := map[string]func(*Record){
+		"future format":       func(r *Record) { r.Format = RecordFormatVersion + 1 },
+		"bad id":              func(r *Record) { r.ID = "../x" },
+		"bad alias":           func(r *Record) { r.Alias = "a/b" },
+		"layout size differs": func(r *Record) { r.MemorySize = 4096 },
+		"invalid layout":      func(r *Record) { r.Layout.Regions = nil },
+		"uppercase digest":    func(r *Record) { r.MemorySHA256 = strings.ToUpper(sum) },
+		"short digest":        func(r *Record) { r.VMStateSHA256 = "ab" },
+		"empty manifest":      func(r *Record) { r.Manifest = &ManifestDescriptor{SHA256: sum} },
+	}
+	for name, edit := range breaks {
+		r := good
+		m := *good.Manifest
+		r.Manifest = &m
+		edit(&r)
+		if err := r.Validate(); !errors.Is(err, ErrIntegrity) {
+			t.Errorf("%s: Validate = %v, want ErrIntegrity", name, err)
+		}
+	}
+}
+
+func TestTypedErrors(t *testing.T) {
+	var err error = &AliasConflictError{Alias: "a", HolderID: "x"}
+	if !errors.Is(err, ErrAliasConflict) || errors.Is(err, ErrNotFound) {
+		t.Fatalf("AliasConflictError matches wrongly: %v", err)
+	}
+	err = &IntegrityError{Artifact: MemoryFileName, Want: "a", Got: "b"}
+	var ie *IntegrityError
+	if !errors.Is(err, ErrIntegrity) || !errors.As(err, &ie) || ie.Artifact != MemoryFileName {
+		t.Fatalf("IntegrityError matches wrongly: %v", err)
+	}
+}
