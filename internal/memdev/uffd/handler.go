@@ -1,0 +1,540 @@
+package uffd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/bits"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// HandshakeMaxBytes bounds the JSON region list a VMM may send: enough for
+// hundreds of regions, far more than any Firecracker guest has.
+const HandshakeMaxBytes = 64 << 10
+
+// HandshakeTimeout bounds how long Accept waits for a connected VMM's
+// handshake.
+const HandshakeTimeout = 10 * time.Second
+
+// DefaultInstallChunkBytes is the largest run Install reads from the lower
+// file and copies into the guest in one UFFDIO_COPY.
+const DefaultInstallChunkBytes = 1 << 20
+
+// maxPageSizeBytes is the largest page size a mapping may declare (1 GiB
+// huge pages).
+const maxPageSizeBytes = 1 << 30
+
+var (
+	// ErrBadHandshake is wrapped by every error that rejects a VMM's
+	// handshake: malformed JSON, invalid mappings, a missing or foreign fd.
+	ErrBadHandshake = errors.New("bad uffd handshake")
+	// ErrClosed is returned by operations on a closed Handler or Session.
+	ErrClosed = errors.New("uffd handler closed")
+	// ErrSocketInUse is returned by Listen when another handler serves the path.
+	ErrSocketInUse = errors.New("uffd socket already in use")
+)
+
+// Options tune a Handler and the sessions it accepts.
+type Options struct {
+	// Trace starts access tracing as each session begins, so that the
+	// VM's very first fault is recorded.
+	Trace bool
+	// InstallChunkBytes bounds one Install run; DefaultInstallChunkBytes
+	// when zero. It is raised to the region's page size when smaller.
+	InstallChunkBytes int
+
+	hooks *testHooks
+}
+
+// testHooks let tests stop the handler at the points where races with the
+// kernel decide the outcome. Nil in production.
+type testHooks struct {
+	// beforeFaultCopy runs on the serving goroutine after the page is found
+	// neither removed nor present and read, before UFFDIO_COPY.
+	beforeFaultCopy func(logical int64)
+	// beforeInstallCopy runs on the installing goroutine before it takes the
+	// removal lock and copies [logical, logical+length).
+	beforeInstallCopy func(logical, length int64)
+}
+
+// Handler listens on a Unix socket for VMMs restoring one snapshot whose
+// guest memory is the lower file, and serves each one's page faults.
+// One handler per VM is how Firecracker is deployed; a Handler also accepts
+// several VMMs in turn or at once, each as its own Session.
+type Handler struct {
+	socketPath string
+	ln         *net.UnixListener
+	lower      *os.File
+	opts       Options
+
+	acceptMu sync.Mutex
+	// closing is cancelled by Close, to abandon a handshake in progress.
+	closing     context.Context
+	markClosing context.CancelFunc
+
+	mu       sync.Mutex
+	sessions map[*Session]struct{}
+	closed   bool
+}
+
+// Listen opens lowerPath for reading and listens on socketPath. A stale
+// socket file that nobody listens on is replaced.
+func Listen(socketPath, lowerPath string, opts Options) (*Handler, error) {
+	if opts.InstallChunkBytes < 0 {
+		return nil, fmt.Errorf("uffd listen: negative install chunk %d", opts.InstallChunkBytes)
+	}
+	if opts.InstallChunkBytes == 0 {
+		opts.InstallChunkBytes = DefaultInstallChunkBytes
+	}
+	opts.InstallChunkBytes = max(PageSizeBytes, opts.InstallChunkBytes/PageSizeBytes*PageSizeBytes)
+	lower, err := os.Open(lowerPath)
+	if err != nil {
+		return nil, fmt.Errorf("uffd listen: open lower file: %w", err)
+	}
+	if err := removeStaleSocket(socketPath); err != nil {
+		lower.Close()
+		return nil, err
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: socketPath, Net: "unix"})
+	if err != nil {
+		lower.Close()
+		return nil, fmt.Errorf("uffd listen on %s: %w", socketPath, err)
+	}
+	// The listener unlinks the socket file when closed.
+	ln.SetUnlinkOnClose(true)
+	closing, markClosing := context.WithCancel(context.Background())
+	return &Handler{
+		socketPath:  socketPath,
+		ln:          ln,
+		lower:       lower,
+		opts:        opts,
+		closing:     closing,
+		markClosing: markClosing,
+		sessions:    make(map[*Session]struct{}),
+	}, nil
+}
+
+// removeStaleSocket deletes a socket file left by a handler that died, and
+// refuses to take over one that still accepts connections.
+func removeStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("uffd listen: stat %s: %w", path, err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("uffd listen: %s exists and is not a socket", path)
+	}
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		c.Close()
+		return fmt.Errorf("%w: %s", ErrSocketInUse, path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("uffd listen: remove stale socket %s: %w", path, err)
+	}
+	return nil
+}
+
+// SocketPath is the path VMMs connect to.
+func (h *Handler) SocketPath() string { return h.socketPath }
+
+// Accept waits for a VMM to connect, receives its handshake, validates the
+// mappings against the lower file and starts serving its faults. A
+// rejected handshake returns an error wrapping ErrBadHandshake; the handler
+// keeps listening. ctx bounds both the wait and the handshake.
+func (h *Handler) Accept(ctx context.Context) (*Session, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	// Accepts are serialised so that one call's cancellation deadline
+	// never leaks into the next.
+	h.acceptMu.Lock()
+	defer h.acceptMu.Unlock()
+	h.mu.Lock()
+	closed := h.closed
+	h.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if err := h.ln.SetDeadline(time.Time{}); err != nil {
+		if errors.Is(err, net.ErrClosed) {
+			return nil, ErrClosed
+		}
+		return nil, fmt.Errorf("uffd accept: %w", err)
+	}
+	stop := interruptOnDone(ctx, h.ln.SetDeadline)
+	conn, err := h.ln.AcceptUnix()
+	stop()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("uffd accept: %w", ctx.Err())
+		}
+		if errors.Is(err, net.ErrClosed) {
+			return nil, ErrClosed
+		}
+		return nil, fmt.Errorf("uffd accept: %w", err)
+	}
+	defer conn.Close()
+
+	// A VMM sends its handshake as soon as it connects; one that does not
+	// must not hold up the handler, nor its Close.
+	hctx, cancel := context.WithTimeout(ctx, HandshakeTimeout)
+	defer cancel()
+	unlink := context.AfterFunc(h.closing, cancel)
+	defer unlink()
+	stop = interruptOnDone(hctx, conn.SetDeadline)
+	mappings, uffd, err := receiveHandshake(conn)
+	stop()
+	if err != nil {
+		switch {
+		case h.closing.Err() != nil:
+			return nil, ErrClosed
+		case hctx.Err() != nil:
+			return nil, fmt.Errorf("uffd handshake: %w (%w)", hctx.Err(), err)
+		}
+		return nil, err
+	}
+	fi, err := h.lower.Stat()
+	if err != nil {
+		unix.Close(uffd)
+		return nil, fmt.Errorf("uffd handshake: stat lower file: %w", err)
+	}
+	if err := validateMappings(mappings, fi.Size()); err != nil {
+		unix.Close(uffd)
+		return nil, err
+	}
+	pidfd, err := peerPidfd(conn)
+	if err != nil {
+		unix.Close(uffd)
+		return nil, fmt.Errorf("uffd handshake: watch VMM process: %w", err)
+	}
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		unix.Close(uffd)
+		unix.Close(pidfd)
+		return nil, ErrClosed
+	}
+	s, err := newSession(h, mappings, uffd, pidfd)
+	if err != nil {
+		unix.Close(uffd)
+		unix.Close(pidfd)
+		return nil, err
+	}
+	h.sessions[s] = struct{}{}
+	go s.serve()
+	return s, nil
+}
+
+// interruptOnDone makes blocked I/O on a socket return once ctx is done, by
+// moving its deadline into the past. The returned stop waits for a
+// concurrent interruption to finish so that it cannot outlive the call.
+func interruptOnDone(ctx context.Context, setDeadline func(time.Time) error) (stop func()) {
+	fired := make(chan struct{})
+	cancel := context.AfterFunc(ctx, func() {
+		setDeadline(time.Unix(1, 0))
+		close(fired)
+	})
+	return func() {
+		if !cancel() {
+			<-fired
+		}
+	}
+}
+
+// forget drops a finished session.
+func (h *Handler) forget(s *Session) {
+	h.mu.Lock()
+	delete(h.sessions, s)
+	h.mu.Unlock()
+}
+
+// Close stops listening, removes the socket file, closes every session
+// (their VMs stall on the next missing page: see the package comment) and
+// the lower file.
+func (h *Handler) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	h.markClosing()
+	sessions := make([]*Session, 0, len(h.sessions))
+	for s := range h.sessions {
+		sessions = append(sessions, s)
+	}
+	h.mu.Unlock()
+
+	err := h.ln.Close()
+	for _, s := range sessions {
+		s.Close()
+	}
+	if cerr := h.lower.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("uffd handler close: %w", err)
+	}
+	return nil
+}
+
+// wireMapping accepts both spellings of the page size Firecracker has
+// used: page_size in bytes, and page_size_kib in older releases.
+type wireMapping struct {
+	BaseHostVirtAddr *uint64 `json:"base_host_virt_addr"`
+	Size             *uint64 `json:"size"`
+	Offset           *uint64 `json:"offset"`
+	PageSize         *uint64 `json:"page_size"`
+	PageSizeKiB      *uint64 `json:"page_size_kib"`
+}
+
+// receiveHandshake reads the JSON region list and the userfaultfd. The fd
+// arrives with the first bytes; a long list may need further reads, which
+// stop as soon as the JSON is complete because Firecracker keeps its end of
+// the socket open.
+func receiveHandshake(conn *net.UnixConn) ([]Mapping, int, error) {
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return nil, -1, fmt.Errorf("uffd handshake: %w", err)
+	}
+	buf := make([]byte, HandshakeMaxBytes)
+	// Room for a few descriptors, so that a sender passing more than one
+	// is detected and its extras closed rather than truncated.
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	var (
+		total int
+		fds   []int
+	)
+	closeFds := func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}
+	for total < len(buf) {
+		var (
+			n, oobn, flags int
+			rerr           error
+		)
+		err := raw.Read(func(fd uintptr) bool {
+			n, oobn, flags, _, rerr = unix.Recvmsg(int(fd), buf[total:], oob, unix.MSG_CMSG_CLOEXEC)
+			return rerr != unix.EAGAIN
+		})
+		if err == nil {
+			err = rerr
+		}
+		if err != nil {
+			closeFds()
+			return nil, -1, fmt.Errorf("uffd handshake: receive: %w", err)
+		}
+		if oobn > 0 {
+			got, perr := parseRights(oob[:oobn])
+			fds = append(fds, got...)
+			if perr != nil {
+				closeFds()
+				return nil, -1, fmt.Errorf("%w: control message: %v", ErrBadHandshake, perr)
+			}
+		}
+		if flags&unix.MSG_CTRUNC != 0 {
+			closeFds()
+			return nil, -1, fmt.Errorf("%w: control message truncated (too many descriptors)", ErrBadHandshake)
+		}
+		if n == 0 {
+			closeFds()
+			if total == 0 {
+				return nil, -1, fmt.Errorf("%w: connection closed before the handshake: %w", ErrBadHandshake, io.ErrUnexpectedEOF)
+			}
+			return nil, -1, fmt.Errorf("%w: connection closed inside the region list: %v", ErrBadHandshake, json.Unmarshal(buf[:total], new([]wireMapping)))
+		}
+		total += n
+		if json.Valid(buf[:total]) {
+			break
+		}
+	}
+	if !json.Valid(buf[:total]) {
+		closeFds()
+		return nil, -1, fmt.Errorf("%w: region list longer than %d bytes", ErrBadHandshake, HandshakeMaxBytes)
+	}
+	if len(fds) != 1 {
+		closeFds()
+		return nil, -1, fmt.Errorf("%w: want exactly one userfaultfd, got %d descriptors", ErrBadHandshake, len(fds))
+	}
+	uffd := fds[0]
+	if err := checkUserfaultfd(uffd); err != nil {
+		unix.Close(uffd)
+		return nil, -1, err
+	}
+	var wire []wireMapping
+	if err := json.Unmarshal(buf[:total], &wire); err != nil {
+		unix.Close(uffd)
+		return nil, -1, fmt.Errorf("%w: region list: %v", ErrBadHandshake, err)
+	}
+	mappings, err := fromWire(wire)
+	if err != nil {
+		unix.Close(uffd)
+		return nil, -1, err
+	}
+	return mappings, uffd, nil
+}
+
+func parseRights(oob []byte) ([]int, error) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	for _, m := range msgs {
+		if m.Header.Level != unix.SOL_SOCKET || m.Header.Type != unix.SCM_RIGHTS {
+			continue
+		}
+		got, err := unix.ParseUnixRights(&m)
+		fds = append(fds, got...)
+		if err != nil {
+			return fds, err
+		}
+	}
+	return fds, nil
+}
+
+// checkUserfaultfd refuses a descriptor that is not a userfaultfd, and makes
+// sure it is non-blocking: poll reports POLLERR on a blocking userfaultfd.
+// O_NONBLOCK lives on the shared open file; the VMM never reads the fd, so
+// setting it here does not change the VMM's behaviour.
+func checkUserfaultfd(fd int) error {
+	target, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil {
+		return fmt.Errorf("uffd handshake: inspect received fd: %w", err)
+	}
+	if target != "anon_inode:[userfaultfd]" {
+		return fmt.Errorf("%w: received fd is %q, not a userfaultfd", ErrBadHandshake, target)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		return fmt.Errorf("uffd handshake: set userfaultfd non-blocking: %w", err)
+	}
+	return nil
+}
+
+func fromWire(wire []wireMapping) ([]Mapping, error) {
+	if len(wire) == 0 {
+		return nil, fmt.Errorf("%w: empty region list", ErrBadHandshake)
+	}
+	out := make([]Mapping, len(wire))
+	for i, w := range wire {
+		if w.BaseHostVirtAddr == nil || w.Size == nil || w.Offset == nil {
+			return nil, fmt.Errorf("%w: region %d lacks base_host_virt_addr, size or offset", ErrBadHandshake, i)
+		}
+		m := Mapping{BaseHostVirtAddr: *w.BaseHostVirtAddr, Size: *w.Size, Offset: *w.Offset}
+		switch {
+		case w.PageSize != nil:
+			m.PageSize = *w.PageSize
+		case w.PageSizeKiB != nil:
+			if *w.PageSizeKiB > maxPageSizeBytes>>10 {
+				return nil, fmt.Errorf("%w: region %d: page_size_kib %d too large", ErrBadHandshake, i, *w.PageSizeKiB)
+			}
+			m.PageSize = *w.PageSizeKiB << 10
+		default:
+			return nil, fmt.Errorf("%w: region %d lacks page_size", ErrBadHandshake, i)
+		}
+		out[i] = m
+	}
+	return out, nil
+}
+
+// validateMappings checks that every region is page aligned, lies inside
+// the lower file, and overlaps no other region in the VMM's address space or
+// in the file. Serving a region that fails here would copy wrong bytes or
+// read past the file.
+func validateMappings(ms []Mapping, lowerSize int64) error {
+	if len(ms) == 0 {
+		return fmt.Errorf("%w: empty region list", ErrBadHandshake)
+	}
+	for i, m := range ms {
+		ps := m.PageSize
+		switch {
+		case ps < PageSizeBytes || ps > maxPageSizeBytes || bits.OnesCount64(ps) != 1:
+			return fmt.Errorf("%w: region %d: page size %d is not a power of two in [%d, %d]", ErrBadHandshake, i, ps, PageSizeBytes, maxPageSizeBytes)
+		case m.Size == 0:
+			return fmt.Errorf("%w: region %d: size is zero", ErrBadHandshake, i)
+		case m.BaseHostVirtAddr%ps != 0 || m.Size%ps != 0 || m.Offset%ps != 0:
+			return fmt.Errorf("%w: region %d: base %#x, size %d or offset %d not aligned to page size %d", ErrBadHandshake, i, m.BaseHostVirtAddr, m.Size, m.Offset, ps)
+		case m.BaseHostVirtAddr+m.Size < m.BaseHostVirtAddr:
+			return fmt.Errorf("%w: region %d: address range overflows", ErrBadHandshake, i)
+		case m.Offset+m.Size < m.Offset || m.Offset+m.Size > uint64(lowerSize):
+			return fmt.Errorf("%w: region %d: file range [%d, %d) extends past the lower file (%d bytes)", ErrBadHandshake, i, m.Offset, m.Offset+m.Size, lowerSize)
+		}
+	}
+	idx := make([]int, len(ms))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return ms[idx[a]].BaseHostVirtAddr < ms[idx[b]].BaseHostVirtAddr })
+	for k := 1; k < len(idx); k++ {
+		p, c := ms[idx[k-1]], ms[idx[k]]
+		if c.BaseHostVirtAddr < p.BaseHostVirtAddr+p.Size {
+			return fmt.Errorf("%w: regions %d and %d overlap in the VMM address space", ErrBadHandshake, idx[k-1], idx[k])
+		}
+	}
+	sort.Slice(idx, func(a, b int) bool { return ms[idx[a]].Offset < ms[idx[b]].Offset })
+	for k := 1; k < len(idx); k++ {
+		p, c := ms[idx[k-1]], ms[idx[k]]
+		if c.Offset < p.Offset+p.Size {
+			return fmt.Errorf("%w: regions %d and %d overlap in the memory file", ErrBadHandshake, idx[k-1], idx[k])
+		}
+	}
+	return nil
+}
+
+// soPeerPidfd is SO_PEERPIDFD (Linux 6.5, asm-generic/socket.h), not yet in
+// golang.org/x/sys.
+const soPeerPidfd = 77
+
+// peerPidfd returns a pidfd for the VMM at the other end of conn; it becomes
+// readable when the VMM exits. The VMM's exit is invisible on the
+// userfaultfd itself, which never reports POLLHUP. SO_PEERPIDFD pins the
+// very process that connected; older kernels fall back to the connecting
+// PID, which could only be wrong if that process exited and its PID was
+// reused before this call.
+func peerPidfd(conn *net.UnixConn) (int, error) {
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	pidfd := -1
+	var perr error
+	err = raw.Control(func(fd uintptr) {
+		pidfd, perr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, soPeerPidfd)
+		if perr == nil {
+			return
+		}
+		cred, cerr := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		if cerr != nil {
+			perr = fmt.Errorf("peer credentials: %w", cerr)
+			return
+		}
+		if cred.Pid <= 0 {
+			perr = fmt.Errorf("peer process not visible in this PID namespace")
+			return
+		}
+		pidfd, perr = unix.PidfdOpen(int(cred.Pid), 0)
+		if perr != nil {
+			perr = fmt.Errorf("pidfd_open %d: %w", cred.Pid, perr)
+		}
+	})
+	if err != nil {
+		return -1, err
+	}
+	return pidfd, perr
+}

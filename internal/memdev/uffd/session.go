@@ -1,0 +1,488 @@
+package uffd
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"warmstart/internal/memdev"
+)
+
+var (
+	// ErrVMMExited is the reason a session stops when its VMM process has
+	// exited.
+	ErrVMMExited = errors.New("VMM exited")
+	// ErrLowerFile is wrapped when the lower file cannot supply a page. A
+	// fault that cannot be served this way fails the session: serving any
+	// other bytes would corrupt the guest.
+	ErrLowerFile = errors.New("lower file read failed")
+	// ErrNotMapped is wrapped when an address or logical offset lies in no
+	// region of the session.
+	ErrNotMapped = errors.New("not in any mapped region")
+)
+
+// retryIntervalMillis is how long a copy refused with EAGAIN waits before it
+// is tried again when no event arrives. The kernel refuses copies while a
+// REMOVE event is unread, and goes on refusing until the thread that raised
+// it has resumed after the event was read; nothing announces that moment.
+const retryIntervalMillis = 1
+
+// msgBatch is how many uffd_msg one read(2) takes.
+const msgBatch = 64
+
+// Stats are the decisions a session's fault handler has made.
+type Stats struct {
+	// Faults counts page-fault messages read from the userfaultfd.
+	Faults uint64 `json:"faults"`
+	// ZeroPages counts faults on removed pages, answered with zeros.
+	ZeroPages uint64 `json:"zero_pages"`
+	// ExistWakes counts faults on pages already present (UFFDIO_COPY
+	// failed with EEXIST, or the page was known present), answered with a
+	// wake.
+	ExistWakes uint64 `json:"exist_wakes"`
+	// AgainRetries counts copies refused with EAGAIN because a remove
+	// event was pending, and retried after draining events.
+	AgainRetries uint64 `json:"again_retries"`
+	// Removes counts UFFD_EVENT_REMOVE events.
+	Removes uint64 `json:"removes"`
+	// RemovedBytes counts bytes of mapped memory marked removed.
+	RemovedBytes uint64 `json:"removed_bytes"`
+	// InstalledBytes counts bytes Install copied into the guest.
+	InstalledBytes uint64 `json:"installed_bytes"`
+	// InstallExisting counts pages Install found already present (EEXIST).
+	InstallExisting uint64 `json:"install_existing"`
+}
+
+type statSet struct {
+	faults, zeroPages, existWakes, againRetries, removes, removedBytes, installedBytes, installExisting atomic.Uint64
+}
+
+func (s *statSet) load() Stats {
+	return Stats{
+		Faults:          s.faults.Load(),
+		ZeroPages:       s.zeroPages.Load(),
+		ExistWakes:      s.existWakes.Load(),
+		AgainRetries:    s.againRetries.Load(),
+		Removes:         s.removes.Load(),
+		RemovedBytes:    s.removedBytes.Load(),
+		InstalledBytes:  s.installedBytes.Load(),
+		InstallExisting: s.installExisting.Load(),
+	}
+}
+
+// region is one validated mapping with the index of its first page in the
+// session's page bitmaps.
+type region struct {
+	Mapping
+	firstPage int
+}
+
+func (r *region) fileEnd() uint64 { return r.Offset + r.Size }
+
+func (r *region) pageIndex(addr uint64) int {
+	return r.firstPage + int((addr-r.BaseHostVirtAddr)/r.PageSize)
+}
+
+func (r *region) hostAddr(logical uint64) uint64 { return r.BaseHostVirtAddr + logical - r.Offset }
+
+// Session serves the page faults of one VMM.
+//
+// One goroutine reads the userfaultfd and serves faults one at a time;
+// Install may run on any number of other goroutines. The kernel serialises
+// the copies; the session's removal lock orders them against REMOVE events
+// (see Install).
+type Session struct {
+	h        *Handler
+	lower    *os.File
+	uffd     int
+	pidfd    int
+	stopfd   int
+	byAddr   []*region // sorted by host address
+	byOffset []*region // sorted by file offset
+	hooks    *testHooks
+	chunk    int
+
+	counters memdev.CounterSet
+	stats    statSet
+
+	// mu orders Install's copies against the dequeueing of REMOVE events,
+	// and the descriptors' lifetime against their use: the serving
+	// goroutine reads the userfaultfd and marks removed pages under mu
+	// held for writing; Install checks marks and copies under it held for
+	// reading; the descriptors are closed under it held for writing.
+	mu      sync.RWMutex
+	closed  bool
+	removed pageBits // pages the guest discarded: faults get zeros
+	present pageBits // pages this session installed and the guest kept
+
+	drainMu sync.Mutex
+	drained chan struct{} // closed and replaced after each event drain
+
+	trace tracer
+
+	stopOnce sync.Once
+	done     chan struct{}
+	err      error
+	buffers  sync.Pool
+}
+
+func newSession(h *Handler, mappings []Mapping, uffd, pidfd int) (*Session, error) {
+	stopfd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("uffd session: eventfd: %w", err)
+	}
+	s := &Session{
+		h:       h,
+		lower:   h.lower,
+		uffd:    uffd,
+		pidfd:   pidfd,
+		stopfd:  stopfd,
+		hooks:   h.opts.hooks,
+		chunk:   h.opts.InstallChunkBytes,
+		drained: make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	pages := 0
+	for _, m := range mappings {
+		r := &region{Mapping: m, firstPage: pages}
+		pages += int(m.Size / m.PageSize)
+		s.byAddr = append(s.byAddr, r)
+		s.byOffset = append(s.byOffset, r)
+		s.chunk = max(s.chunk, int(m.PageSize))
+	}
+	sort.Slice(s.byAddr, func(i, j int) bool { return s.byAddr[i].BaseHostVirtAddr < s.byAddr[j].BaseHostVirtAddr })
+	sort.Slice(s.byOffset, func(i, j int) bool { return s.byOffset[i].Offset < s.byOffset[j].Offset })
+	s.removed = newPageBits(pages)
+	s.present = newPageBits(pages)
+	s.trace.pages = pages
+	if h.opts.Trace {
+		s.trace.start()
+	}
+	chunk := s.chunk
+	s.buffers.New = func() any { b := make([]byte, chunk); return &b }
+	return s, nil
+}
+
+// Mappings returns the regions the VMM registered, sorted by file offset.
+func (s *Session) Mappings() []Mapping {
+	out := make([]Mapping, len(s.byOffset))
+	for i, r := range s.byOffset {
+		out[i] = r.Mapping
+	}
+	return out
+}
+
+// Counters returns the session's lower-file counters: one read request per
+// fault served from the lower file and per Install run.
+func (s *Session) Counters() memdev.Counters { return s.counters.Load() }
+
+// Stats returns the fault handler's decision counters.
+func (s *Session) Stats() Stats { return s.stats.load() }
+
+// Done is closed when the session stops serving: on Close, when the VMM
+// exits, or on a failure. From then on, a guest fault on a page not yet
+// present blocks for ever, so the restore path stops the VM when Done closes.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Err is why serving stopped: nil before Done closes and after Close,
+// an error wrapping ErrVMMExited when the VMM exited, or the failure.
+func (s *Session) Err() error {
+	select {
+	case <-s.done:
+		return s.err
+	default:
+		return nil
+	}
+}
+
+// Close stops serving and closes the session's descriptors, and waits until
+// the serving goroutine has returned and every Install has let go of the
+// userfaultfd. The VMM keeps its own copy of the userfaultfd, so its guest
+// stalls on the next missing page.
+func (s *Session) Close() error {
+	s.stopOnce.Do(func() {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		if s.closed {
+			return
+		}
+		var one [8]byte
+		binary.NativeEndian.PutUint64(one[:], 1)
+		// One write to a fresh eventfd cannot fail: its counter is far
+		// from overflowing.
+		unix.Write(s.stopfd, one[:])
+	})
+	<-s.done
+	return nil
+}
+
+// serve runs the fault loop until it stops, then releases the descriptors.
+func (s *Session) serve() {
+	err := s.loop()
+	s.mu.Lock()
+	s.closed = true
+	unix.Close(s.uffd)
+	unix.Close(s.pidfd)
+	unix.Close(s.stopfd)
+	s.err = err
+	s.mu.Unlock()
+	close(s.done)
+	s.h.forget(s)
+}
+
+// fault is a page-fault message not yet answered.
+type fault struct {
+	addr uint64
+}
+
+func (s *Session) loop() error {
+	msgs := make([]byte, uffdMsgBytes*msgBatch)
+	var pending []fault
+	var pageBuf, zeroBuf []byte
+	maxPage := 0
+	for _, r := range s.byAddr {
+		maxPage = max(maxPage, int(r.PageSize))
+	}
+	pageBuf = make([]byte, maxPage)
+	if maxPage > PageSizeBytes {
+		zeroBuf = make([]byte, maxPage)
+	}
+	pfds := []unix.PollFd{
+		{Fd: int32(s.uffd), Events: unix.POLLIN},
+		{Fd: int32(s.stopfd), Events: unix.POLLIN},
+		{Fd: int32(s.pidfd), Events: unix.POLLIN},
+	}
+	for {
+		timeout := -1
+		if len(pending) > 0 {
+			timeout = retryIntervalMillis
+		}
+		for i := range pfds {
+			pfds[i].Revents = 0
+		}
+		if _, err := unix.Poll(pfds, timeout); err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			return fmt.Errorf("poll userfaultfd: %w", err)
+		}
+		if pfds[1].Revents != 0 {
+			return nil
+		}
+		if pfds[2].Revents != 0 {
+			return ErrVMMExited
+		}
+		if pfds[0].Revents&(unix.POLLERR|unix.POLLNVAL) != 0 {
+			return fmt.Errorf("poll userfaultfd: revents %#x", pfds[0].Revents)
+		}
+		var err error
+		if pending, err = s.drain(msgs, pending); err != nil {
+			return err
+		}
+		if pending, err = s.servePending(pending, pageBuf, zeroBuf); err != nil {
+			return err
+		}
+	}
+}
+
+// drain reads every queued message. REMOVE events are applied at once, and
+// under mu held for writing, so that an Install that copies after the event
+// was read (and the discarding thread released) sees the pages as removed.
+// Faults are appended to pending in the order they arrived.
+func (s *Session) drain(buf []byte, pending []fault) ([]fault, error) {
+	s.mu.Lock()
+	defer func() {
+		s.mu.Unlock()
+		s.drainMu.Lock()
+		close(s.drained)
+		s.drained = make(chan struct{})
+		s.drainMu.Unlock()
+	}()
+	for {
+		n, err := unix.Read(s.uffd, buf)
+		if err == unix.EAGAIN {
+			return pending, nil
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return pending, fmt.Errorf("read userfaultfd: %w", err)
+		}
+		if n == 0 || n%uffdMsgBytes != 0 {
+			return pending, fmt.Errorf("read userfaultfd: %d bytes is not a whole number of messages", n)
+		}
+		for off := 0; off < n; off += uffdMsgBytes {
+			m := buf[off : off+uffdMsgBytes]
+			arg0 := binary.NativeEndian.Uint64(m[8:16])
+			arg1 := binary.NativeEndian.Uint64(m[16:24])
+			switch m[0] {
+			case eventPagefault:
+				s.stats.faults.Add(1)
+				pending = append(pending, fault{addr: arg1})
+				s.noteFault(arg1)
+			case eventRemove:
+				s.stats.removes.Add(1)
+				s.markRemoved(arg0, arg1)
+			default:
+				// FORK, REMAP and UNMAP are only sent when asked for at
+				// UFFDIO_API time, which the VMM does not do.
+				return pending, fmt.Errorf("userfaultfd: unexpected event %#x", m[0])
+			}
+		}
+	}
+}
+
+// drainedSignal returns a channel closed after the next event drain.
+func (s *Session) drainedSignal() <-chan struct{} {
+	s.drainMu.Lock()
+	defer s.drainMu.Unlock()
+	return s.drained
+}
+
+// markRemoved records that the guest discarded [start, end). Called with
+// mu held for writing.
+func (s *Session) markRemoved(start, end uint64) {
+	for _, r := range s.byAddr {
+		lo := max(start, r.BaseHostVirtAddr)
+		hi := min(end, r.BaseHostVirtAddr+r.Size)
+		if lo >= hi {
+			continue
+		}
+		lo = lo &^ (r.PageSize - 1)
+		hi = (hi + r.PageSize - 1) &^ (r.PageSize - 1)
+		for a := lo; a < hi; a += r.PageSize {
+			i := r.pageIndex(a)
+			s.removed.set(i)
+			s.present.clear(i)
+		}
+		s.stats.removedBytes.Add(hi - lo)
+	}
+}
+
+func (s *Session) regionByAddr(addr uint64) *region {
+	i := sort.Search(len(s.byAddr), func(i int) bool {
+		r := s.byAddr[i]
+		return r.BaseHostVirtAddr+r.Size > addr
+	})
+	if i < len(s.byAddr) && s.byAddr[i].BaseHostVirtAddr <= addr {
+		return s.byAddr[i]
+	}
+	return nil
+}
+
+func (s *Session) regionByOffset(off uint64) *region {
+	i := sort.Search(len(s.byOffset), func(i int) bool { return s.byOffset[i].fileEnd() > off })
+	if i < len(s.byOffset) && s.byOffset[i].Offset <= off {
+		return s.byOffset[i]
+	}
+	return nil
+}
+
+// noteFault records the fault's page as touched if tracing.
+func (s *Session) noteFault(addr uint64) {
+	if !s.trace.active.Load() {
+		return
+	}
+	r := s.regionByAddr(addr)
+	if r == nil {
+		return
+	}
+	page := addr &^ (r.PageSize - 1)
+	s.trace.record(r.pageIndex(page), int64(r.Offset+page-r.BaseHostVirtAddr))
+}
+
+// errRetry says a copy was refused because a remove event is pending.
+var errRetry = errors.New("retry after draining events")
+
+// servePending answers faults in arrival order. A fault refused with EAGAIN
+// stops the pass: it and the faults after it wait for the next drain.
+func (s *Session) servePending(pending []fault, pageBuf, zeroBuf []byte) ([]fault, error) {
+	for i, f := range pending {
+		err := s.serveFault(f, pageBuf, zeroBuf)
+		if errors.Is(err, errRetry) {
+			s.stats.againRetries.Add(1)
+			return append(pending[:0], pending[i:]...), nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return pending[:0], nil
+}
+
+func (s *Session) serveFault(f fault, pageBuf, zeroBuf []byte) error {
+	r := s.regionByAddr(f.addr)
+	if r == nil {
+		return fmt.Errorf("fault at %#x: %w", f.addr, ErrNotMapped)
+	}
+	ps := r.PageSize
+	page := f.addr &^ (ps - 1)
+	idx := r.pageIndex(page)
+	var err error
+	switch {
+	case s.removed.test(idx):
+		// Counted before the ioctl wakes the guest, so that whoever sees
+		// the guest read the page also sees it counted.
+		s.stats.zeroPages.Add(1)
+		if ps == PageSizeBytes {
+			_, err = zeroPages(s.uffd, uintptr(page), ps, 0)
+		} else {
+			// Hugetlbfs has no UFFDIO_ZEROPAGE.
+			_, err = copyPages(s.uffd, uintptr(page), bufAddr(zeroBuf), ps, 0)
+			runtime.KeepAlive(zeroBuf)
+		}
+		if err != nil {
+			s.stats.zeroPages.Add(^uint64(0))
+		}
+	case s.present.testAndClear(idx):
+		// A repeated fault (a thread interrupted by a signal faults again)
+		// or one whose page Install placed without waking: wake without
+		// reading the page again. The mark is dropped so that, should the
+		// page somehow be missing after all, the thread's next fault reads
+		// and copies it instead of being woken in a loop.
+		err = unix.EEXIST
+	default:
+		logical := int64(r.Offset + page - r.BaseHostVirtAddr)
+		buf := pageBuf[:ps]
+		s.counters.Begin(int(ps))
+		got, rerr := s.lower.ReadAt(buf, logical)
+		s.counters.End(int(ps), got, rerr)
+		if rerr != nil {
+			return fmt.Errorf("fault at %#x: %w: page at offset %d: %w", f.addr, ErrLowerFile, logical, rerr)
+		}
+		if s.hooks != nil && s.hooks.beforeFaultCopy != nil {
+			s.hooks.beforeFaultCopy(logical)
+		}
+		// buf is a Go heap slice: the collector does not move it, and
+		// KeepAlive keeps it allocated until the kernel has copied it.
+		_, err = copyPages(s.uffd, uintptr(page), bufAddr(buf), ps, 0)
+		runtime.KeepAlive(buf)
+		if err == nil {
+			s.present.set(idx)
+		}
+	}
+	switch err {
+	case nil:
+		return nil
+	case unix.EEXIST:
+		s.stats.existWakes.Add(1)
+		if werr := wake(s.uffd, uintptr(page), ps); werr != nil {
+			return fmt.Errorf("UFFDIO_WAKE at %#x: %w", page, werr)
+		}
+		return nil
+	case unix.EAGAIN:
+		return errRetry
+	case unix.ESRCH:
+		return ErrVMMExited
+	default:
+		return fmt.Errorf("serve fault at %#x: %w", f.addr, err)
+	}
+}
