@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"warmstart/internal/bench"
+	"warmstart/internal/layout"
+	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/prefetch"
+	"warmstart/internal/recorder"
+	"warmstart/internal/reference"
+	"warmstart/internal/repository/posixfs"
+	"warmstart/internal/restore"
+	"warmstart/internal/synth"
+	"warmstart/internal/vmm/replay"
+)
+
+func init() {
+	bench.RunTrialIfRequested()
+	var (
+		vf       vmmFlags
+		o        bench.Options
+		policies string
+		jsonPath string
+		memSize  string
+		noHot    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench [SNAPSHOT]",
+		Short: "Measure startup prefetch with the seed's Experiment 2 protocol",
+		Long: `Run the seed's Experiment 2 protocol: blocks of serial restores in a frozen
+random order (reproducible from --seed) over the conditions file-warm and
+file-cold, prefetch off and each --policies entry, plus a hot control.
+Every trial runs in its own process with a private runtime directory, after
+an untimed prefetch-off baseline restore whose device release is
+acknowledged, on a freshly copied and SHA-256-checked private memory lower
+file that is left resident or dropped with one POSIX_FADV_DONTNEED, and is
+admitted only if mincore shows all or none of its pages resident just
+before the timer. Trials that miss are replaced from reserve blocks.
+
+Without SNAPSHOT the reference snapshot (warmstart synth) is synthesized,
+published into a temporary repository and its manifest recorded first.
+With SNAPSHOT (id or alias in the configured repository) the replay VMM
+needs --trace.`,
+		Args: argsAsUsageError(cobra.MaximumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Policies = splitList(policies)
+			o.Hot = !noHot
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			size, err := layout.ParseSize(memSize)
+			if err != nil {
+				return usageError{fmt.Errorf("--memory-size: %w", err)}
+			}
+			var snapshot string
+			if len(args) == 1 {
+				snapshot = args[0]
+			}
+			rep, err := runBench(ctx, cmd, &vf, o, snapshot, size, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			rep.WriteTable(cmd.OutOrStdout())
+			if jsonPath != "" {
+				data, _ := json.MarshalIndent(rep, "", "  ")
+				if err := os.WriteFile(jsonPath, append(data, '\n'), 0o644); err != nil {
+					return fmt.Errorf("--json: %w", err)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote raw trials and summary to %s\n", jsonPath)
+			}
+			return nil
+		},
+	}
+	vf.register(cmd)
+	f := cmd.Flags()
+	f.IntVar(&o.Blocks, "blocks", 8, "formal blocks of the protocol")
+	f.IntVar(&o.ReserveBlocks, "reserve-blocks", 2, "reserve blocks that replace trials missing admission")
+	f.StringVar(&o.Device, "device", restore.DeviceFile, "memory device: file (FUSE) or uffd")
+	f.IntVar(&o.IOEngine, "io-engine", 0, "I/O engine of the file device (0 or 1; 2 skips prefetch by design)")
+	f.Uint64Var(&o.Seed, "seed", 1, "seed of the frozen random order (and of the reference snapshot)")
+	f.StringVar(&policies, "policies", "seed,warmstart", "prefetch policies to compare: "+strings.Join(restore.PolicyNames(), ","))
+	f.StringVar(&jsonPath, "json", "", "write all raw trials and the summary to this file")
+	f.StringVar(&memSize, "memory-size", "128MiB", "guest memory of the reference snapshot")
+	f.BoolVar(&noHot, "no-hot", false, "leave out the hot control")
+	f.String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
+	rootCmd.AddCommand(cmd)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// runBench runs the protocol on snapshot, or on a freshly prepared
+// reference snapshot when snapshot is empty.
+func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Options, snapshot string, memBytes int64, progress io.Writer) (*bench.Report, error) {
+	o.Progress = progress
+	work, err := os.MkdirTemp("", "warmstart-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+	o.WorkDir = work
+	if snapshot == "" {
+		if vf.kind != "replay" {
+			return nil, usageError{fmt.Errorf("the reference snapshot needs --vmm replay; name a snapshot for --vmm %s", vf.kind)}
+		}
+		src, tracePath, err := prepareReference(ctx, work, o.Device, memBytes, o.Seed, progress)
+		if err != nil {
+			return nil, err
+		}
+		o.Source, o.TracePath = src, tracePath
+	} else {
+		s, err := openSystem(cmd, vf)
+		if err != nil {
+			return nil, err
+		}
+		defer s.close()
+		if o.Source, err = s.resolve(ctx, snapshot); err != nil {
+			return nil, err
+		}
+		o.TracePath = vf.trace
+	}
+	return bench.Run(ctx, o)
+}
+
+// prepareReference synthesizes the reference snapshot, publishes it into a
+// repository under dir and records its manifest on device, as a publish
+// with recording enabled would.
+func prepareReference(ctx context.Context, dir, device string, memBytes int64, seed uint64, progress io.Writer) (restore.Source, string, error) {
+	repo, err := posixfs.Open(filepath.Join(dir, "store"), posixfs.Options{})
+	if err != nil {
+		return restore.Source{}, "", err
+	}
+	srv, err := fusedev.Mount(filepath.Join(dir, "mnt"), fusedev.Options{})
+	if err != nil {
+		return restore.Source{}, "", err
+	}
+	defer srv.Close()
+	refDir := filepath.Join(dir, "reference")
+	vm := &replay.VMM{TracePath: synth.PathsIn(refDir).Trace}
+	r := &restore.Restorer{FUSE: srv, Engine: prefetch.NewEngine(prefetch.Options{}), VMM: vm, RuntimeDir: filepath.Join(dir, "run")}
+	rec := &recorder.Recorder{Repo: repo, Restorer: r, Device: device}
+	fmt.Fprintf(progress, "synthesizing the %d MiB reference snapshot (seed %d) and publishing it\n", memBytes>>20, seed)
+	snap, job, err := reference.Publish(ctx, repo, rec, reference.Options{Dir: refDir, MemoryBytes: memBytes, Seed: seed})
+	if err != nil {
+		return restore.Source{}, "", err
+	}
+	res, err := job.Result()
+	if err != nil {
+		return restore.Source{}, "", err
+	}
+	fmt.Fprintf(progress, "startup manifest recorded on the %s device and attached: %d ranges, %.1f MiB, sha256 %s\n",
+		device, res.Ranges, float64(res.Bytes)/(1<<20), res.Descriptor.SHA256[:16])
+	resolved, err := repo.Resolve(ctx, snap.ID)
+	if err != nil {
+		return restore.Source{}, "", err
+	}
+	return restore.SourceOf(resolved), snap.Paths.Trace, nil
+}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func init() {
+	var vf vmmFlags
+	cmd := &cobra.Command{
+		Use:   "record-manifest ID|ALIAS",
+		Short: "Record a snapshot's startup manifest now and attach it",
+		Long: `Restore a throwaway instance of the snapshot with access tracing on, take
+the memory it touches until the guest agent is ready, build the startup
+manifest (first-touch order, adjacent pages coalesced) and attach it to the
+snapshot atomically, replacing any manifest it had. This is what a publish
+does in the background when [snapshot.memory_startup_pack] enabled is on.`,
+		Args: argsAsUsageError(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := openSystem(cmd, &vf)
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			rec, err := s.repo.Lookup(ctx, args[0])
+			if err != nil {
+				return fmt.Errorf("record-manifest %s: %w", args[0], err)
+			}
+			lease, err := s.repo.LeaseExisting(ctx, rec.ID)
+			if err != nil {
+				return fmt.Errorf("record-manifest %s: %w", args[0], err)
+			}
+			defer lease.End()
+			fmt.Fprintf(cmd.ErrOrStderr(), "recording %s on the %s device...\n", rec.ID, s.cfg.Memory.Device)
+			res, err := s.recorder.Record(ctx, lease)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "attached startup manifest to %s: sha256 %s, %d bytes encoded, %d ranges, %.1f MiB, %d touches, ready after %v\n",
+				res.SnapshotID, res.Descriptor.SHA256, res.Descriptor.Size, res.Ranges, float64(res.Bytes)/(1<<20), res.Touches, res.ReadyAfter)
+			return nil
+		},
+	}
+	vf.register(cmd)
+	snapshotCmd.AddCommand(cmd)
+}

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"warmstart/internal/config"
+	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/prefetch"
+	"warmstart/internal/recorder"
+	"warmstart/internal/repository"
+	"warmstart/internal/restore"
+	"warmstart/internal/vmm"
+	"warmstart/internal/vmm/replay"
+)
+
+// system is everything an in-process verb needs to restore: the
+// configuration, the repository, one FUSE mount, one prefetch engine and a
+// VMM driver. close undoes it all, unmounting FUSE last.
+type system struct {
+	cfg      *config.Config
+	repo     repository.Repository
+	fuse     *fusedev.Server
+	restorer *restore.Restorer
+	recorder *recorder.Recorder
+	log      *slog.Logger
+	closers  []func()
+}
+
+// vmmFlags are the flags that choose and feed a VMM driver.
+type vmmFlags struct {
+	kind  string
+	trace string
+}
+
+func (f *vmmFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.kind, "vmm", "replay", "VMM driver: replay (stand-in process), qemu or firecracker")
+	cmd.Flags().StringVar(&f.trace, "trace", "", "startup trace the replay VMM plays (from warmstart synth)")
+}
+
+func (f *vmmFlags) build(cfg *config.Config) (vmm.VMM, error) {
+	switch f.kind {
+	case "replay":
+		if f.trace == "" {
+			return nil, usageError{fmt.Errorf("--vmm replay needs --trace FILE (warmstart synth writes one)")}
+		}
+		if _, err := os.Stat(f.trace); err != nil {
+			return nil, fmt.Errorf("--trace: %w", err)
+		}
+		return &replay.VMM{TracePath: f.trace}, nil
+	default:
+		return nil, usageError{fmt.Errorf("--vmm %q: want replay, qemu or firecracker", f.kind)}
+	}
+}
+
+// openSystem builds the system from --config. The FUSE mount lives under
+// the runtime directory, private to this process so verbs run side by side.
+func openSystem(cmd *cobra.Command, vf *vmmFlags) (*system, error) {
+	cfg, err := config.Load(configPath)
+	if err != nil {
+		return nil, err
+	}
+	s := &system{cfg: cfg, log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	ok := false
+	defer func() {
+		if !ok {
+			s.close()
+		}
+	}()
+	if s.repo, err = openRepository(cmd); err != nil {
+		return nil, err
+	}
+	vm, err := vf.build(cfg)
+	if err != nil {
+		return nil, err
+	}
+	run := filepath.Join(cfg.Runtime.Dir, fmt.Sprintf("cli-%d", os.Getpid()))
+	if err := os.MkdirAll(run, 0o700); err != nil {
+		return nil, fmt.Errorf("runtime directory: %w", err)
+	}
+	s.closers = append(s.closers, func() { os.RemoveAll(run) })
+	if s.fuse, err = fusedev.Mount(filepath.Join(run, "mem"), fusedev.Options{}); err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() { s.fuse.Close() })
+	s.restorer = &restore.Restorer{
+		FUSE:           s.fuse,
+		Engine:         prefetch.NewEngine(prefetch.Options{MaxReaders: cfg.Prefetch.MaxReaders, BufferBytes: int(cfg.Prefetch.BufferBytes)}),
+		VMM:            vm,
+		ConsumeEnabled: cfg.Snapshot.MemoryStartupPack.ConsumeEnabled,
+		RuntimeDir:     run,
+		Log:            s.log,
+	}
+	s.recorder = &recorder.Recorder{Repo: s.repo, Restorer: s.restorer, Device: cfg.Memory.Device, IOEngine: cfg.Memory.IOEngine, Log: s.log}
+	ok = true
+	return s, nil
+}
+
+func (s *system) close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+}
+
+// resolve turns an id or alias into a restore source.
+func (s *system) resolve(ctx context.Context, ref string) (restore.Source, error) {
+	rec, err := s.repo.Lookup(ctx, ref)
+	if err != nil {
+		return restore.Source{}, fmt.Errorf("snapshot %s: %w", ref, err)
+	}
+	res, err := s.repo.Resolve(ctx, rec.ID)
+	if err != nil {
+		return restore.Source{}, fmt.Errorf("snapshot %s: %w", ref, err)
+	}
+	return restore.SourceOf(res), nil
+}
