@@ -1,0 +1,371 @@
+package fusedev
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"warmstart/internal/memdev"
+)
+
+// I/O engines, as the seed's io_engine setting names them.
+const (
+	// IOEngineBuffered and IOEngineBufferedAlt open device files with
+	// FOPEN_KEEP_CACHE; the seed distinguishes them below the device, here
+	// they behave the same.
+	IOEngineBuffered    = 0
+	IOEngineBufferedAlt = 1
+	// IOEngineDirect opens device files with FOPEN_DIRECT_IO.
+	IOEngineDirect = 2
+)
+
+// maxNameBytes is the longest file name Linux accepts.
+const maxNameBytes = 255
+
+// generation is one attached lower file, shared by every reference to its key.
+type generation struct {
+	srv      *Server
+	key      string
+	name     string
+	number   uint64
+	lower    *os.File
+	lowerRef string
+	size     int64
+	mtime    uint64
+	ioEngine int
+
+	counters memdev.CounterSet
+	trace    tracer
+
+	refs int // guarded by srv.mu
+
+	mu       sync.Mutex // guards detached and Add on inflight
+	detached bool
+	inflight sync.WaitGroup
+	drained  chan struct{}
+
+	lowerOnce sync.Once
+}
+
+// Device is one reference to a device generation, as returned by Attach.
+// References to the same generation share its file, counters and trace.
+type Device struct {
+	gen *generation
+
+	releaseOnce sync.Once
+	ack         <-chan struct{}
+}
+
+// Attach returns a reference to the device generation of key, creating a
+// new generation serving lowerPath if key has none. key identifies the
+// snapshot and becomes part of the device file's name. A second attach of
+// an attached key must name the same lower file and io_engine.
+func (s *Server) Attach(key, lowerPath string, ioEngine int) (*Device, error) {
+	if err := validKey(key); err != nil {
+		return nil, fmt.Errorf("attach %q: %w", key, err)
+	}
+	if ioEngine < IOEngineBuffered || ioEngine > IOEngineDirect {
+		return nil, fmt.Errorf("attach %q: %w: %d", key, ErrInvalidIOEngine, ioEngine)
+	}
+	lowerRef, err := filepath.Abs(lowerPath)
+	if err != nil {
+		return nil, fmt.Errorf("attach %q: %w", key, err)
+	}
+
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("attach %q: %w", key, ErrClosed)
+	}
+	if g, ok := s.byKey[key]; ok {
+		defer s.mu.Unlock()
+		return g.share(lowerRef, ioEngine)
+	}
+	s.mu.Unlock()
+
+	// Open outside the lock: the lower file may sit on slow storage.
+	lower, err := os.Open(lowerRef)
+	if err != nil {
+		return nil, fmt.Errorf("attach %q: open lower file: %w", key, err)
+	}
+	fi, err := lower.Stat()
+	if err != nil {
+		lower.Close()
+		return nil, fmt.Errorf("attach %q: stat lower file: %w", key, err)
+	}
+	if !fi.Mode().IsRegular() || fi.Size() <= 0 {
+		lower.Close()
+		return nil, fmt.Errorf("attach %q: lower file %s: not a non-empty regular file", key, lowerRef)
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		lower.Close()
+		return nil, fmt.Errorf("attach %q: %w", key, ErrClosed)
+	}
+	if g, ok := s.byKey[key]; ok {
+		// Another attach of the key won the race while the file was opened.
+		lower.Close()
+		return g.share(lowerRef, ioEngine)
+	}
+	s.lastGen++
+	g := &generation{
+		srv:      s,
+		key:      key,
+		name:     fmt.Sprintf("%s.%d.mem", key, s.lastGen),
+		number:   s.lastGen,
+		lower:    lower,
+		lowerRef: lowerRef,
+		size:     fi.Size(),
+		mtime:    uint64(fi.ModTime().Unix()),
+		ioEngine: ioEngine,
+		refs:     1,
+		drained:  make(chan struct{}),
+	}
+	s.byKey[key] = g
+	s.byName[g.name] = g
+	return &Device{gen: g}, nil
+}
+
+// share adds a reference to g for an attach of its key; s.mu is held.
+func (g *generation) share(lowerRef string, ioEngine int) (*Device, error) {
+	if g.lowerRef != lowerRef || g.ioEngine != ioEngine {
+		return nil, fmt.Errorf("attach %q: %w: generation %d serves %s with io_engine %d, not %s with %d",
+			g.key, ErrAttachConflict, g.number, g.lowerRef, g.ioEngine, lowerRef, ioEngine)
+	}
+	g.refs++
+	return &Device{gen: g}, nil
+}
+
+func validKey(key string) error {
+	switch {
+	case key == "" || key == "." || key == "..":
+		return fmt.Errorf("%w: empty or a dot name", ErrInvalidKey)
+	case strings.ContainsAny(key, "/\x00"):
+		return fmt.Errorf("%w: contains '/' or NUL", ErrInvalidKey)
+	case len(key) > maxNameBytes-32:
+		return fmt.Errorf("%w: longer than %d bytes", ErrInvalidKey, maxNameBytes-32)
+	}
+	return nil
+}
+
+// Path is the device file the VMM maps and the prefetcher reads.
+func (d *Device) Path() string { return filepath.Join(d.gen.srv.dir, d.gen.name) }
+
+// Generation is the generation number, unique per Server and increasing.
+func (d *Device) Generation() uint64 { return d.gen.number }
+
+// Size is the device file's size: the lower file's size at attach.
+func (d *Device) Size() int64 { return d.gen.size }
+
+// IOEngine is the io_engine the generation was attached with.
+func (d *Device) IOEngine() int { return d.gen.ioEngine }
+
+// Counters returns the generation's counters.
+func (d *Device) Counters() memdev.Counters { return d.gen.counters.Load() }
+
+// StartTrace (re)starts access tracing of the generation with an empty trace.
+func (d *Device) StartTrace() { d.gen.trace.start(d.gen.size) }
+
+// Trace returns the first touches recorded so far, in order.
+func (d *Device) Trace() []memdev.Touch { return d.gen.trace.snapshot() }
+
+// StopTrace stops tracing and returns the recorded first touches.
+func (d *Device) StopTrace() []memdev.Touch { return d.gen.trace.stop() }
+
+// Release drops this reference. When it is the generation's last, the file
+// is detached at once (new opens fail with ENOENT, reads through files
+// still open fail with EIO) and the returned channel closes once every read
+// the generation had in flight has returned and the lower file is closed.
+// For any other reference the channel is already closed. Calling Release
+// again returns the same channel.
+func (d *Device) Release() <-chan struct{} {
+	d.releaseOnce.Do(func() { d.ack = d.gen.srv.release(d.gen) })
+	return d.ack
+}
+
+func (s *Server) release(g *generation) <-chan struct{} {
+	s.mu.Lock()
+	g.refs--
+	last := g.refs == 0
+	if last {
+		delete(s.byKey, g.key)
+		delete(s.byName, g.name)
+	}
+	s.mu.Unlock()
+	if !last {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+
+	g.mu.Lock()
+	g.detached = true
+	g.mu.Unlock()
+	go func() {
+		g.inflight.Wait()
+		g.closeLower()
+		close(g.drained)
+	}()
+	// Drop the kernel's cached name so the inode, and its page cache, go
+	// away once no process holds the file. Failure only delays that.
+	s.root.EmbeddedInode().NotifyEntry(g.name)
+	return g.drained
+}
+
+func (g *generation) closeLower() {
+	g.lowerOnce.Do(func() { g.lower.Close() })
+}
+
+// beginRead admits a read unless the generation is detached. Reads admitted
+// here are what Release waits for.
+func (g *generation) beginRead() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.detached {
+		return false
+	}
+	g.inflight.Add(1)
+	return true
+}
+
+// read serves one FUSE read request of [off, off+len(dest)).
+func (g *generation) read(dest []byte, off int64) ([]byte, syscall.Errno) {
+	if off < 0 {
+		return nil, syscall.EINVAL
+	}
+	if !g.beginRead() {
+		return nil, syscall.EIO
+	}
+	defer g.inflight.Done()
+	if off >= g.size {
+		return nil, 0
+	}
+	want := int(min(int64(len(dest)), g.size-off))
+	g.trace.record(off, want)
+	g.counters.Begin(want)
+	n := 0
+	err := errors.New("read handler did not return")
+	defer func() { g.counters.End(want, n, err) }()
+	if hook := g.srv.opts.ReadHook; hook != nil {
+		hook(g.number, off, want)
+	}
+	n, err = g.lower.ReadAt(dest[:want], off)
+	switch {
+	case n == want:
+		err = nil // ReadAt reports io.EOF for a read ending at EOF
+	case err == nil:
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		// Short within the device size means the lower file shrank under
+		// us; either way the reader must not see made-up bytes.
+		return nil, syscall.EIO
+	}
+	return dest[:n], 0
+}
+
+// ino is the generation's inode number: generations are numbered from 1,
+// and inode 1 is the root directory.
+func (g *generation) ino() uint64 { return g.number + 1 }
+
+func (g *generation) fillAttr(out *fuse.Attr) {
+	out.Ino = g.ino()
+	out.Mode = syscall.S_IFREG | 0o444
+	out.Nlink = 1
+	out.Size = uint64(g.size)
+	out.Blocks = (uint64(g.size) + 511) / 512
+	out.Blksize = 4096
+	out.Mtime, out.Ctime, out.Atime = g.mtime, g.mtime, g.mtime
+}
+
+// rootNode is the mount's directory: it lists the attached generations.
+type rootNode struct {
+	fs.Inode
+	srv *Server
+}
+
+var (
+	_ = (fs.NodeLookuper)((*rootNode)(nil))
+	_ = (fs.NodeReaddirer)((*rootNode)(nil))
+	_ = (fs.NodeOpener)((*fileNode)(nil))
+	_ = (fs.NodeReader)((*fileNode)(nil))
+	_ = (fs.NodeGetattrer)((*fileNode)(nil))
+	_ = (fs.NodeWriter)((*fileNode)(nil))
+	_ = (fs.NodeSetattrer)((*fileNode)(nil))
+)
+
+func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	r.srv.mu.Lock()
+	g, ok := r.srv.byName[name]
+	r.srv.mu.Unlock()
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	g.fillAttr(&out.Attr)
+	// A new generation is a new inode, with its own page cache.
+	return r.NewInode(ctx, &fileNode{gen: g}, fs.StableAttr{Mode: syscall.S_IFREG, Ino: g.ino()}), 0
+}
+
+func (r *rootNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	r.srv.mu.Lock()
+	entries := make([]fuse.DirEntry, 0, len(r.srv.byName))
+	for name, g := range r.srv.byName {
+		entries = append(entries, fuse.DirEntry{Name: name, Mode: syscall.S_IFREG, Ino: g.ino()})
+	}
+	r.srv.mu.Unlock()
+	return fs.NewListDirStream(entries), 0
+}
+
+// fileNode is one generation's device file.
+type fileNode struct {
+	fs.Inode
+	gen *generation
+}
+
+func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if flags&syscall.O_TRUNC != 0 || (flags&syscall.O_ACCMODE != syscall.O_RDONLY && !f.gen.srv.opts.AllowWriteOpen) {
+		return nil, 0, syscall.EROFS
+	}
+	f.gen.mu.Lock()
+	detached := f.gen.detached
+	f.gen.mu.Unlock()
+	if detached {
+		return nil, 0, syscall.ENOENT
+	}
+	if f.gen.ioEngine == IOEngineDirect {
+		return nil, fuse.FOPEN_DIRECT_IO, 0
+	}
+	return nil, fuse.FOPEN_KEEP_CACHE, 0
+}
+
+func (f *fileNode) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	return 0, syscall.EROFS
+}
+
+func (f *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	return syscall.EROFS
+}
+
+func (f *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	f.gen.fillAttr(&out.Attr)
+	return 0
+}
+
+func (f *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	data, errno := f.gen.read(dest, off)
+	if errno != 0 {
+		return nil, errno
+	}
+	return fuse.ReadResultData(data), 0
+}
