@@ -45,6 +45,10 @@ type generation struct {
 
 	counters memdev.CounterSet
 	trace    tracer
+	// served marks the pages this generation has handed to the kernel (by
+	// read or fill). KEEP_CACHE keeps them cached for the generation's life
+	// unless memory pressure reclaims them, so a fill can skip them.
+	served pageSet
 
 	refs int // guarded by srv.mu
 
@@ -127,6 +131,7 @@ func (s *Server) Attach(key, lowerPath string, ioEngine int) (*Device, error) {
 		lower:    lower,
 		lowerRef: lowerRef,
 		size:     fi.Size(),
+		served:   newPageSet(fi.Size()),
 		mtime:    uint64(fi.ModTime().Unix()),
 		ioEngine: ioEngine,
 		refs:     1,
@@ -272,6 +277,7 @@ func (g *generation) read(dest []byte, off int64) ([]byte, syscall.Errno) {
 		// us; either way the reader must not see made-up bytes.
 		return nil, syscall.EIO
 	}
+	g.served.mark(off, int64(n))
 	return dest[:n], 0
 }
 

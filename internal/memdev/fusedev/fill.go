@@ -1,0 +1,124 @@
+package fusedev
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"syscall"
+)
+
+// ErrNotCached rejects a Fill the kernel cannot take: the device file uses
+// direct I/O (no page cache to fill), or no process has looked it up yet
+// (the kernel has no inode to store into).
+var ErrNotCached = errors.New("device file has no kernel page cache to fill")
+
+// fillPageBytes is the granularity of the served-page set.
+const fillPageBytes = 4096
+
+// Fill brings [off, off+len(buf)) of the device into the kernel page cache
+// of the device file (FUSE_NOTIFY_STORE), where the VMM's faults on its
+// MAP_PRIVATE mapping find it: it reads each run of pages the device has
+// not yet served from the lower file into buf and stores it.
+//
+// It is the device-side form of prefetch. A buffered read through the
+// device file gets the same pages cached, but the kernel cuts such a read
+// into requests no larger than the readahead window, so a 1 MiB read costs
+// eight round trips through the server, and it copies pages a racing fault
+// already brought in; a fill is one lower-file read and one store per run
+// of missing pages, however large. Fills count as device reads in the
+// generation's counters and are not touches (they never appear in a trace).
+//
+// Release waits for fills in flight as for reads. The caller must keep the
+// device file open while filling, so the kernel keeps its inode.
+func (d *Device) Fill(off int64, buf []byte) error {
+	g := d.gen
+	if g.ioEngine == IOEngineDirect {
+		return fmt.Errorf("fill %s: %w: io_engine 2", g.name, ErrNotCached)
+	}
+	if off < 0 || off >= g.size {
+		return fmt.Errorf("fill %s at %d: outside the device (size %d)", g.name, off, g.size)
+	}
+	inode := g.srv.root.GetChild(g.name)
+	if inode == nil {
+		return fmt.Errorf("fill %s: %w: the file was never looked up", g.name, ErrNotCached)
+	}
+	if !g.beginRead() {
+		return fmt.Errorf("fill %s: %w", g.name, syscall.EIO)
+	}
+	defer g.inflight.Done()
+	end := min(off+int64(len(buf)), g.size)
+	for lo := off; lo < end; {
+		lo = g.served.nextUnmarked(lo, end)
+		if lo >= end {
+			break
+		}
+		hi := g.served.nextMarked(lo, end)
+		run := buf[lo-off : hi-off]
+		g.counters.Begin(len(run))
+		n, err := g.lower.ReadAt(run, lo)
+		switch {
+		case n == len(run):
+			err = nil
+		case err == nil:
+			err = io.ErrUnexpectedEOF
+		}
+		g.counters.End(len(run), n, err)
+		if err != nil {
+			return fmt.Errorf("fill %s [%d, %d): read lower file: %w", g.name, lo, hi, err)
+		}
+		if errno := inode.WriteCache(lo, run); errno != 0 {
+			return fmt.Errorf("fill %s [%d, %d): store in page cache: %w", g.name, lo, hi, errno)
+		}
+		g.served.mark(lo, hi-lo)
+		lo = hi
+	}
+	return nil
+}
+
+// pageSet is a concurrent bitmap of device pages.
+type pageSet struct{ words []atomic.Uint64 }
+
+func newPageSet(size int64) pageSet {
+	pages := (size + fillPageBytes - 1) / fillPageBytes
+	return pageSet{words: make([]atomic.Uint64, (pages+63)/64)}
+}
+
+// mark sets every page overlapping [off, off+n).
+func (s *pageSet) mark(off, n int64) {
+	if n <= 0 {
+		return
+	}
+	for p := off / fillPageBytes; p <= (off+n-1)/fillPageBytes; p++ {
+		if w := p / 64; w < int64(len(s.words)) {
+			s.words[w].Or(1 << (p % 64))
+		}
+	}
+}
+
+func (s *pageSet) test(p int64) bool {
+	w := p / 64
+	return w < int64(len(s.words)) && s.words[w].Load()&(1<<(p%64)) != 0
+}
+
+// nextUnmarked returns the start of the first unmarked page at or after
+// off (page aligned down), or end.
+func (s *pageSet) nextUnmarked(off, end int64) int64 {
+	p := off / fillPageBytes
+	for ; p*fillPageBytes < end; p++ {
+		if !s.test(p) {
+			return max(off, p*fillPageBytes)
+		}
+	}
+	return end
+}
+
+// nextMarked returns the first byte at or after off of a marked page, or end.
+func (s *pageSet) nextMarked(off, end int64) int64 {
+	for p := off/fillPageBytes + 1; p*fillPageBytes < end; p++ {
+		if s.test(p) {
+			return p * fillPageBytes
+		}
+	}
+	return end
+}
