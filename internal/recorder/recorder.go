@@ -62,7 +62,7 @@ func (r *Recorder) Record(ctx context.Context, lease repository.Lease) (Result, 
 	}
 	resolved, err := r.Repo.Resolve(ctx, id)
 	if err != nil {
-		return res, r.discardOr(fmt.Errorf("record manifest %s: resolve: %w", id, err))
+		return res, r.discardOr(ctx, id, fmt.Errorf("record manifest %s: resolve: %w", id, err))
 	}
 	src := restore.SourceOf(resolved)
 	// A private device key: a generation shared with running VMs would have
@@ -76,7 +76,9 @@ func (r *Recorder) Record(ctx context.Context, lease repository.Lease) (Result, 
 		DeviceKey: "record-" + id,
 	})
 	if err != nil {
-		return res, fmt.Errorf("record manifest %s: restore: %w", id, err)
+		// A deletion meanwhile takes the artifacts away under the
+		// restore, which then fails on the missing memory file.
+		return res, r.discardOr(ctx, id, fmt.Errorf("record manifest %s: restore: %w", id, err))
 	}
 	res.ReadyAfter = inst.Timings.Ready
 	touches := inst.Trace
@@ -97,16 +99,20 @@ func (r *Recorder) Record(ctx context.Context, lease repository.Lease) (Result, 
 	}
 	desc, err := r.Repo.AttachManifest(ctx, lease, data)
 	if err != nil {
-		return res, r.discardOr(fmt.Errorf("record manifest %s: attach: %w", id, err))
+		return res, r.discardOr(ctx, id, fmt.Errorf("record manifest %s: attach: %w", id, err))
 	}
 	res.Descriptor, res.Ranges, res.Bytes, res.Touches = desc, len(m.Ranges), m.TotalBytes(), len(touches)
 	return res, nil
 }
 
-// discardOr marks the errors that mean the snapshot went away meanwhile.
-func (r *Recorder) discardOr(err error) error {
+// discardOr marks the errors that mean the snapshot went away meanwhile:
+// those that say so, and any failure of a snapshot whose record is gone.
+func (r *Recorder) discardOr(ctx context.Context, id string, err error) error {
 	if errors.Is(err, repository.ErrNotFound) || errors.Is(err, repository.ErrLeaseEnded) {
 		return fmt.Errorf("%w: %w", ErrDiscarded, err)
+	}
+	if _, gerr := r.Repo.Get(context.WithoutCancel(ctx), id); errors.Is(gerr, repository.ErrNotFound) {
+		return fmt.Errorf("%w: snapshot deleted: %w", ErrDiscarded, err)
 	}
 	return err
 }

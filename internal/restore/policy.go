@@ -29,6 +29,10 @@ type Policy struct {
 	// Coalesce merges manifest ranges separated by at most this many bytes
 	// into one read, trading a little extra data for fewer requests.
 	CoalesceGapBytes int64 `json:"coalesce_gap_bytes"`
+	// Fill, on the file device, has the device read the lower file and
+	// store the bytes straight into the device file's page cache, instead
+	// of a buffered read through the device file (see fusedev.Device.Fill).
+	Fill bool `json:"fill"`
 }
 
 // Policies known by name.
@@ -45,7 +49,12 @@ var policies = map[string]Policy{
 	// warmstart: first-touch order with nearby runs coalesced so each read
 	// is one large device request, two readers (the device serves requests
 	// in parallel: one on each core here), concurrently with the restore.
-	"warmstart": {Name: "warmstart", Readers: 2, BufferBytes: 1 << 20, MaxReaders: 4, CoalesceGapBytes: 64 << 10},
+	"warmstart": {Name: "warmstart", Readers: 2, BufferBytes: 1 << 20, MaxReaders: 4, CoalesceGapBytes: 64 << 10, Fill: true},
+	"x-fill1":   {Name: "x-fill1", Readers: 1, BufferBytes: 1 << 20, MaxReaders: 4, Fill: true},
+	"x-fill2":   {Name: "x-fill2", Readers: 2, BufferBytes: 1 << 20, MaxReaders: 4, Fill: true},
+	"x-fill2g":  {Name: "x-fill2g", Readers: 2, BufferBytes: 1 << 20, MaxReaders: 4, Fill: true, CoalesceGapBytes: 64 << 10},
+	"x-fill4g":  {Name: "x-fill4g", Readers: 4, BufferBytes: 1 << 20, MaxReaders: 4, Fill: true, CoalesceGapBytes: 64 << 10},
+	"x-read2g":  {Name: "x-read2g", Readers: 2, BufferBytes: 1 << 20, MaxReaders: 4, CoalesceGapBytes: 64 << 10},
 }
 
 // DefaultPolicy is the policy a restore uses unless told otherwise.

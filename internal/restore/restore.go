@@ -64,6 +64,9 @@ type Source struct {
 	ManifestPath string
 	// Manifest is the descriptor the record carries; nil when none is attached.
 	Manifest *manifest.Descriptor
+	// Memory, when set, serves the memory instead of MemoryPath (snapshots
+	// in a remote repository; see remote.go).
+	Memory repository.MemorySource `json:"-"`
 }
 
 // SourceOf adapts a resolved repository record.
@@ -74,6 +77,7 @@ func SourceOf(r repository.Resolved) Source {
 		MemoryPath:   r.MemoryPath,
 		Layout:       r.Record.Layout,
 		ManifestPath: r.ManifestPath,
+		Memory:       r.Memory,
 	}
 	if d := r.Record.Manifest; d != nil {
 		s.Manifest = &manifest.Descriptor{SHA256: d.SHA256, Size: d.Size}
@@ -109,6 +113,10 @@ type Restorer struct {
 	Log        *slog.Logger
 	// Observe, when set, is told of each decision (for metrics).
 	Observe Observer
+
+	// sessionHook, set by tests, is called with each uffd session as soon
+	// as it is accepted.
+	sessionHook func(*uffd.Session)
 }
 
 // Observer receives restore events; every method may be called concurrently.
@@ -138,6 +146,10 @@ type PrefetchReport struct {
 	// Task is the shared task's key, when one ran.
 	Generation uint64 `json:"generation,omitempty"`
 	Digest     string `json:"digest,omitempty"`
+	// EndedAfter is when the task ended, from the start of the restore,
+	// if it ended before ready: prefetch that outlives ready overlapped
+	// the whole restore.
+	EndedAfter time.Duration `json:"ended_after_ns,omitempty"`
 }
 
 // Instance is one restored VM and everything it holds.
@@ -161,12 +173,22 @@ type Instance struct {
 	session  *uffd.Session
 	counters func() memdev.Counters
 	runDir   string
+	// prefetchEnded is the wall time, in Unix ns, the task was seen ending.
+	prefetchEnded atomic.Int64
+	// warmStop stops the remote memory cache's prefetch (remote.go).
+	warmStop func()
 	stopOnce sync.Once
 	stopErr  error
 }
 
 // uffdSessions numbers uffd sessions: prefetch on the uffd device is per VM.
 var uffdSessions atomic.Uint64
+
+// uffdKeySpace sets the prefetch keys of uffd sessions apart from FUSE
+// device generations. Both are numbered from 1 and share one Engine, and a
+// task that installs into one VM must never be joined by a restore on the
+// file device, nor the reverse.
+const uffdKeySpace = 1 << 63
 
 var restoreSeq atomic.Uint64
 
@@ -186,16 +208,21 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (inst 
 	if err := os.MkdirAll(inst.runDir, 0o700); err != nil {
 		return nil, fmt.Errorf("restore %s: %w", src.SnapshotID, err)
 	}
+	// The return statements below set inst to nil before this runs, so the
+	// cleanup holds its own reference.
+	self := inst
 	defer func() {
 		if err != nil {
+			self.killIfHandlerGone()
 			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			inst.Stop(sctx)
+			self.Stop(sctx)
 			inst = nil
 		}
 	}()
 
 	// 1. Acquire the memory device.
+	var markHandlerGone func()
 	spec := vmm.RestoreSpec{SnapshotID: src.SnapshotID, VMStatePath: src.VMStatePath, Layout: src.Layout, RuntimeDir: inst.runDir}
 	switch opts.Device {
 	case DeviceFile:
@@ -206,7 +233,7 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (inst 
 		if key == "" {
 			key = src.SnapshotID
 		}
-		dev, err := r.FUSE.Attach(key, src.MemoryPath, opts.IOEngine)
+		dev, err := r.attachFileDevice(key, src, opts.IOEngine)
 		if err != nil {
 			return nil, fmt.Errorf("restore %s: attach memory device: %w", src.SnapshotID, err)
 		}
@@ -223,6 +250,9 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (inst 
 		}
 		spec.Backend, spec.MemPath = vmm.BackendFile, dev.Path()
 	case DeviceUffd:
+		if err := checkDevice(src, opts.Device); err != nil {
+			return nil, err
+		}
 		sock := filepath.Join(inst.runDir, "uffd.sock")
 		h, err := uffd.Listen(sock, src.MemoryPath, uffd.Options{Trace: opts.Trace})
 		if err != nil {
@@ -230,6 +260,12 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (inst 
 		}
 		inst.handler = h
 		inst.Generation = uffdSessions.Add(1)
+		// A driver that learns the handler stopped serving before the VM
+		// was asked to stop kills the VM, which would otherwise hang on
+		// its next missing page.
+		gone := make(chan struct{})
+		spec.HandlerDone = gone
+		markHandlerGone = sync.OnceFunc(func() { close(gone) })
 		inst.counters = func() memdev.Counters {
 			if inst.session == nil {
 				return memdev.Counters{}
@@ -257,6 +293,9 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (inst 
 	spec.Paused = m != nil && opts.Policy.BeforeStart
 	if m != nil && opts.Device == DeviceFile {
 		// The file device exists before the VMM does, so prefetch starts first.
+		if src.Memory != nil {
+			inst.startCacheWarm(src, m)
+		}
 		if err := inst.startFilePrefetch(digest, plan, opts.Policy); err != nil {
 			r.skip(&inst.Prefetch, src.SnapshotID, err.Error())
 		}
@@ -278,12 +317,20 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (inst 
 	if opts.Device == DeviceUffd {
 		s, err := inst.handler.Accept(ctx)
 		if err != nil {
+			markHandlerGone()
 			return nil, fmt.Errorf("restore %s: accept the VMM's userfaultfd: %w", src.SnapshotID, err)
 		}
+		go func() {
+			<-s.Done()
+			markHandlerGone()
+		}()
 		inst.session = s
 		handlerDone = s.Done()
+		if r.sessionHook != nil {
+			r.sessionHook(s)
+		}
 		if m != nil {
-			inst.sub = r.Engine.Join(prefetch.Key{Generation: inst.Generation, Digest: digest},
+			inst.sub = r.Engine.Join(prefetch.Key{Generation: uffdKeySpace | inst.Generation, Digest: digest},
 				installTarget{s}, plan, opts.Policy.TaskOptions())
 			if spec.Paused {
 				if err := inst.sub.Wait(ctx); err != nil && ctx.Err() != nil {
@@ -317,6 +364,11 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (inst 
 	inst.Ready = ready
 	inst.DeviceBytes = inst.counters().Sub(base)
 	if inst.sub != nil {
+		select {
+		case <-inst.sub.Done():
+			inst.Prefetch.EndedAfter = time.Duration(inst.prefetchEnded.Load() - t0.UnixNano())
+		default:
+		}
 		inst.Prefetch.State = inst.sub.State().String()
 		if err := inst.sub.Err(); err != nil {
 			inst.Prefetch.Reason = err.Error()
@@ -334,6 +386,29 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (inst 
 		r.Observe.Phases(inst.Timings)
 	}
 	return inst, nil
+}
+
+// killer is implemented by VMM instances that can be ended at once.
+type killer interface{ Kill() }
+
+// killIfHandlerGone kills the VM of a uffd restore whose page-fault handler
+// never served it or has stopped: its next fault on a missing page blocks
+// for ever, so it could not act on a stop request. Drivers that watch
+// RestoreSpec.HandlerDone kill such a VM themselves.
+func (inst *Instance) killIfHandlerGone() {
+	if inst.vm == nil || inst.handler == nil {
+		return
+	}
+	if inst.session != nil {
+		select {
+		case <-inst.session.Done():
+		default:
+			return
+		}
+	}
+	if k, ok := inst.vm.(killer); ok {
+		k.Kill()
+	}
 }
 
 func waitReady(ctx context.Context, vm vmm.Instance, handlerDone <-chan struct{}, s *uffd.Session) (vmm.ReadyInfo, error) {
@@ -413,7 +488,16 @@ func reasonOf(err error) string {
 			return c.name
 		}
 	}
-	return "corrupt"
+	for _, format := range []error{
+		manifest.ErrTruncated, manifest.ErrTrailingData, manifest.ErrBadMagic, manifest.ErrUnsupportedVersion,
+		manifest.ErrOverlap, manifest.ErrUnaligned, manifest.ErrOutsideLayout, layout.ErrInvalid,
+	} {
+		if errors.Is(err, format) {
+			return "corrupt"
+		}
+	}
+	// Anything else failed to read the file at all (EIO, EACCES, EISDIR).
+	return "unreadable"
 }
 
 func (r *Restorer) skipQuiet(rep *PrefetchReport, reason string) {
@@ -437,13 +521,19 @@ func (inst *Instance) startFilePrefetch(digest string, plan []prefetch.Range, p 
 	if err != nil {
 		return fmt.Errorf("open device file for prefetch: %w", err)
 	}
+	// The open file also keeps the kernel's inode, which a fill stores into.
+	var target prefetch.Target = fileTarget{f}
+	if p.Fill {
+		target = fillTarget{inst.dev}
+	}
 	inst.sub = inst.r.Engine.Join(prefetch.Key{Generation: inst.Generation, Digest: digest},
-		fileTarget{f}, plan, p.TaskOptions())
+		target, plan, p.TaskOptions())
 	// The file stays open until the task has ended, and a task ends only
 	// once its reads have returned. When Join found a running task this file
 	// is unused and closes with that task.
 	go func() {
 		<-inst.sub.Done()
+		inst.prefetchEnded.Store(time.Now().UnixNano())
 		f.Close()
 	}()
 	return nil

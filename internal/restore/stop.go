@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/prefetch"
 )
@@ -17,6 +18,14 @@ type fileTarget struct{ f *os.File }
 
 func (t fileTarget) Fetch(ctx context.Context, off int64, buf []byte) error {
 	return prefetch.ReaderTarget(t.f).Fetch(ctx, off, buf)
+}
+
+// fillTarget has the device read the lower file and store the bytes in the
+// device file's page cache.
+type fillTarget struct{ dev *fusedev.Device }
+
+func (t fillTarget) Fetch(_ context.Context, off int64, buf []byte) error {
+	return t.dev.Fill(off, buf)
 }
 
 // installTarget installs ranges into one VM's memory through its uffd
@@ -66,6 +75,9 @@ func (inst *Instance) stop(ctx context.Context, rep *StopReport) error {
 			errs = append(errs, fmt.Errorf("request VM stop: %w", err))
 		}
 	}
+	// The remote memory cache's prefetch goes first: its GETs are cancelled
+	// at once, and device reads waiting on them fetch for themselves.
+	inst.stopCacheWarm()
 	if inst.sub != nil {
 		t := time.Now()
 		if err := inst.sub.LeaveWait(ctx); err != nil {

@@ -1,0 +1,34 @@
+package recorder
+
+import (
+	"fmt"
+
+	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/restore"
+)
+
+// TraceReadAheadBytes is the readahead window of the recorder's FUSE mount:
+// one page, so that every read request is a page the guest touched. With
+// the serving mount's window (128 KiB) each fault would also record the
+// neighbours the kernel reads around it, and the manifest of the reference
+// snapshot would cover 120 MiB for a 40 MiB working set.
+const TraceReadAheadBytes = 4096
+
+// TracingRestorer returns a restorer for recording: base's engine, VMM and
+// runtime directory, with its own FUSE mount at dir whose read requests are
+// exactly the touched pages. close unmounts it.
+func TracingRestorer(base *restore.Restorer, dir string) (r *restore.Restorer, close func() error, err error) {
+	srv, err := fusedev.Mount(dir, fusedev.Options{ReadAheadBytes: TraceReadAheadBytes})
+	if err != nil {
+		return nil, nil, fmt.Errorf("recorder mount: %w", err)
+	}
+	r = &restore.Restorer{
+		FUSE:       srv,
+		Engine:     base.Engine,
+		VMM:        base.VMM,
+		RuntimeDir: base.RuntimeDir,
+		Log:        base.Log,
+		Observe:    base.Observe,
+	}
+	return r, srv.Close, nil
+}
