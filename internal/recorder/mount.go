@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/prefetch"
 	"warmstart/internal/restore"
 )
 
@@ -14,9 +15,11 @@ import (
 // snapshot would cover 120 MiB for a 40 MiB working set.
 const TraceReadAheadBytes = 4096
 
-// TracingRestorer returns a restorer for recording: base's engine, VMM and
-// runtime directory, with its own FUSE mount at dir whose read requests are
-// exactly the touched pages. close unmounts it.
+// TracingRestorer returns a restorer for recording: base's VMM and runtime
+// directory, with its own FUSE mount at dir whose read requests are exactly
+// the touched pages, and its own prefetch engine (recording never
+// prefetches, and the mount numbers its generations apart from base's).
+// close unmounts it.
 func TracingRestorer(base *restore.Restorer, dir string) (r *restore.Restorer, close func() error, err error) {
 	srv, err := fusedev.Mount(dir, fusedev.Options{ReadAheadBytes: TraceReadAheadBytes})
 	if err != nil {
@@ -24,7 +27,7 @@ func TracingRestorer(base *restore.Restorer, dir string) (r *restore.Restorer, c
 	}
 	r = &restore.Restorer{
 		FUSE:       srv,
-		Engine:     base.Engine,
+		Engine:     prefetch.NewEngine(prefetch.Options{}),
 		VMM:        base.VMM,
 		RuntimeDir: base.RuntimeDir,
 		Log:        base.Log,

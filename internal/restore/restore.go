@@ -119,6 +119,44 @@ type Restorer struct {
 	sessionHook func(*uffd.Session)
 }
 
+// generationRefs counts restores' references to each FUSE generation, so
+// that the engine forgets a generation's ended tasks once the last is gone
+// and a daemon does not keep every task it ever ran. Generations are
+// numbered per server, hence the key.
+var generationRefs struct {
+	sync.Mutex
+	m map[generationKey]int
+}
+
+type generationKey struct {
+	srv *fusedev.Server
+	gen uint64
+}
+
+func (r *Restorer) holdGeneration(gen uint64) {
+	generationRefs.Lock()
+	defer generationRefs.Unlock()
+	if generationRefs.m == nil {
+		generationRefs.m = make(map[generationKey]int)
+	}
+	generationRefs.m[generationKey{r.FUSE, gen}]++
+}
+
+// dropGeneration is called once a reference's release is acknowledged.
+func (r *Restorer) dropGeneration(gen uint64) {
+	k := generationKey{r.FUSE, gen}
+	generationRefs.Lock()
+	generationRefs.m[k]--
+	last := generationRefs.m[k] <= 0
+	if last {
+		delete(generationRefs.m, k)
+	}
+	generationRefs.Unlock()
+	if last && r.Engine != nil {
+		r.Engine.Forget(gen)
+	}
+}
+
 // Observer receives restore events; every method may be called concurrently.
 type Observer interface {
 	ManifestRejected(reason string)
@@ -173,8 +211,10 @@ type Instance struct {
 	session  *uffd.Session
 	counters func() memdev.Counters
 	runDir   string
-	// prefetchEnded is the wall time, in Unix ns, the task was seen ending.
-	prefetchEnded atomic.Int64
+	// prefetchEnded is when the task was seen ending; it is set before
+	// prefetchEndedCh closes.
+	prefetchEnded   time.Time
+	prefetchEndedCh chan struct{}
 	// warmStop stops the remote memory cache's prefetch (remote.go).
 	warmStop func()
 	stopOnce sync.Once
@@ -239,6 +279,7 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (inst 
 		}
 		inst.dev = dev
 		inst.Generation = dev.Generation()
+		r.holdGeneration(inst.Generation)
 		inst.counters = dev.Counters
 		if opts.IOEngine == fusedev.IOEngineDirect {
 			if err := fusedev.CheckMappable(dev.Path()); err != nil {
@@ -332,6 +373,7 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (inst 
 		if m != nil {
 			inst.sub = r.Engine.Join(prefetch.Key{Generation: uffdKeySpace | inst.Generation, Digest: digest},
 				installTarget{s}, plan, opts.Policy.TaskOptions())
+			inst.watchPrefetch(nil)
 			if spec.Paused {
 				if err := inst.sub.Wait(ctx); err != nil && ctx.Err() != nil {
 					return nil, fmt.Errorf("restore %s: prefetch before start: %w", src.SnapshotID, err)
@@ -365,8 +407,8 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (inst 
 	inst.DeviceBytes = inst.counters().Sub(base)
 	if inst.sub != nil {
 		select {
-		case <-inst.sub.Done():
-			inst.Prefetch.EndedAfter = time.Duration(inst.prefetchEnded.Load() - t0.UnixNano())
+		case <-inst.prefetchEndedCh:
+			inst.Prefetch.EndedAfter = inst.prefetchEnded.Sub(t0)
 		default:
 		}
 		inst.Prefetch.State = inst.sub.State().String()
@@ -531,10 +573,19 @@ func (inst *Instance) startFilePrefetch(digest string, plan []prefetch.Range, p 
 	// The file stays open until the task has ended, and a task ends only
 	// once its reads have returned. When Join found a running task this file
 	// is unused and closes with that task.
+	inst.watchPrefetch(func() { f.Close() })
+	return nil
+}
+
+// watchPrefetch notes when the task ends, then runs onEnd.
+func (inst *Instance) watchPrefetch(onEnd func()) {
+	inst.prefetchEndedCh = make(chan struct{})
 	go func() {
 		<-inst.sub.Done()
-		inst.prefetchEnded.Store(time.Now().UnixNano())
-		f.Close()
+		inst.prefetchEnded = time.Now()
+		close(inst.prefetchEndedCh)
+		if onEnd != nil {
+			onEnd()
+		}
 	}()
-	return nil
 }

@@ -103,10 +103,14 @@ func (inst *Instance) stop(ctx context.Context, rep *StopReport) error {
 		if err := inst.handler.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close uffd handler: %w", err))
 		}
+		if inst.r.Engine != nil {
+			inst.r.Engine.Forget(uffdKeySpace | inst.Generation)
+		}
 	}
 	if inst.dev != nil {
 		select {
 		case <-inst.dev.Release():
+			inst.r.dropGeneration(inst.Generation)
 		case <-ctx.Done():
 			errs = append(errs, fmt.Errorf("wait for memory device release: %w", ctx.Err()))
 		}

@@ -206,6 +206,13 @@ func (v *VMM) Start(ctx context.Context, spec vmm.RestoreSpec) (*Instance, error
 	go func() {
 		select {
 		case <-ctx.Done():
+			// Both may be ready at once and select picks at random: a VMM
+			// that reported ready outlives the restore's context.
+			select {
+			case <-inst.ready:
+				return
+			default:
+			}
 			inst.kill("restore context ended before ready: " + context.Cause(ctx).Error())
 		case <-inst.ready:
 		case <-inst.exited:
