@@ -1,0 +1,189 @@
+package qemu
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Probe pacing. The first ping goes out at once and later ones back off:
+// a ping the guest cannot read yet waits in the socket and is answered the
+// moment the agent runs, so the interval does not limit how precisely
+// readiness is timed, only how many pings queue up meanwhile.
+const (
+	firstProbeInterval = 10 * time.Millisecond
+	maxProbeInterval   = 250 * time.Millisecond
+)
+
+// Serial console reading limits.
+const (
+	maxConsoleLineBytes = 4096
+	recentLinesKept     = 16
+	pongQueueLen        = 16
+)
+
+// pong is one answer of the agent.
+type pong struct {
+	nonce  string
+	token  string
+	uptime time.Duration
+	at     time.Time // when the answer was read
+}
+
+// agentConn speaks the agent's ping protocol over the guest's serial
+// console (see cmd/warmstart-agent). A reader goroutine splits the console
+// into lines: answers go to pongs, everything else (kernel messages, agent
+// logs) is kept for error reports.
+type agentConn struct {
+	conn   net.Conn
+	prefix string // distinguishes this connection's nonces
+	seq    atomic.Uint64
+	pongs  chan pong
+	done   chan struct{} // closed when the reader stops
+	err    error         // why the reader stopped; read after done closes
+
+	pingMu sync.Mutex // one ping exchange at a time
+
+	linesMu sync.Mutex
+	lines   []string
+}
+
+func newAgentConn(conn net.Conn) *agentConn {
+	var b [4]byte
+	rand.Read(b[:])
+	a := &agentConn{
+		conn:   conn,
+		prefix: hex.EncodeToString(b[:]),
+		pongs:  make(chan pong, pongQueueLen),
+		done:   make(chan struct{}),
+	}
+	go a.read()
+	return a
+}
+
+func (a *agentConn) read() {
+	defer close(a.done)
+	r := bufio.NewReaderSize(a.conn, maxConsoleLineBytes)
+	for {
+		line, err := r.ReadSlice('\n')
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			a.err = fmt.Errorf("read serial console: %w", err)
+			return
+		}
+		at := time.Now()
+		text := strings.TrimRight(string(line), "\r\n")
+		if p, ok := parsePong(text); ok {
+			p.at = at
+			select {
+			case a.pongs <- p:
+			default: // nobody is waiting and the queue is full of stale answers
+			}
+			continue
+		}
+		if strings.TrimSpace(text) != "" {
+			a.remember(text)
+		}
+	}
+}
+
+// parsePong reads "PONG <nonce> <token> <uptime_ms>".
+func parsePong(line string) (pong, bool) {
+	f := strings.Fields(line)
+	if len(f) != 4 || f[0] != "PONG" {
+		return pong{}, false
+	}
+	ms, err := strconv.ParseInt(f[3], 10, 64)
+	if err != nil || ms < 0 {
+		return pong{}, false
+	}
+	return pong{nonce: f[1], token: f[2], uptime: time.Duration(ms) * time.Millisecond}, true
+}
+
+func (a *agentConn) remember(line string) {
+	const maxKeptBytes = 200
+	if len(line) > maxKeptBytes {
+		line = line[:maxKeptBytes] + "…"
+	}
+	a.linesMu.Lock()
+	defer a.linesMu.Unlock()
+	if len(a.lines) == recentLinesKept {
+		copy(a.lines, a.lines[1:])
+		a.lines = a.lines[:recentLinesKept-1]
+	}
+	a.lines = append(a.lines, line)
+}
+
+// recentLines returns the last console lines that were not answers.
+func (a *agentConn) recentLines() []string {
+	a.linesMu.Lock()
+	defer a.linesMu.Unlock()
+	return append([]string(nil), a.lines...)
+}
+
+// ping sends pings until the agent answers one of them, QEMU exits, the
+// console closes or ctx ends. Only answers to pings of this call count.
+func (a *agentConn) ping(ctx context.Context, exited <-chan struct{}) (pong, error) {
+	a.pingMu.Lock()
+	defer a.pingMu.Unlock()
+	for drained := false; !drained; {
+		select {
+		case <-a.pongs:
+		default:
+			drained = true
+		}
+	}
+	sent := make(map[string]bool)
+	interval := firstProbeInterval
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	for {
+		nonce := a.prefix + "-" + strconv.FormatUint(a.seq.Add(1), 10)
+		// The leading newline ends any partial line left in the guest's
+		// input, such as the rest of a ping cut off by a write deadline.
+		a.conn.SetWriteDeadline(time.Now().Add(interval))
+		n, err := a.conn.Write([]byte("\nPING " + nonce + "\n"))
+		if n > 0 {
+			sent[nonce] = true
+		}
+		// A write that hits its deadline means the guest is not reading
+		// yet and the socket is full of earlier pings: try again later.
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			return pong{}, fmt.Errorf("send ping: %w", err)
+		}
+		timer.Reset(interval)
+	wait:
+		for {
+			select {
+			case p := <-a.pongs:
+				if sent[p.nonce] {
+					return p, nil
+				}
+			case <-timer.C:
+				break wait
+			case <-exited:
+				return pong{}, ErrExited
+			case <-a.done:
+				return pong{}, a.err
+			case <-ctx.Done():
+				return pong{}, ctx.Err()
+			}
+		}
+		interval = min(2*interval, maxProbeInterval)
+	}
+}
+
+func (a *agentConn) close() {
+	a.conn.Close()
+	<-a.done
+}

@@ -1,0 +1,163 @@
+// Package qemu drives QEMU's microvm machine as warmstart's real guest on
+// hosts where Firecracker cannot run (no usable KVM). It boots a Linux
+// kernel with the warmstart-agent initramfs, captures the running guest and
+// restores it with the same memory semantics as Firecracker's File backend:
+//
+//   - Boot maps guest RAM from a memory file with share=on (MAP_SHARED), so
+//     the guest's memory is that file.
+//   - Capture sets the x-ignore-shared migration capability, pauses the
+//     guest and migrates it to a small device-state file; shared RAM is not
+//     copied, it stays in the memory file.
+//   - Restore maps a memory file with share=off (MAP_PRIVATE): pages are
+//     read from the file on first touch and guest writes stay private, so
+//     the file is never modified. It then loads the device state with a
+//     deferred incoming migration and continues the guest.
+//
+// Readiness is the agent answering a ping on the serial console sent after
+// the guest was continued; its answer carries a token drawn at first boot,
+// which proves the restored guest resumed the captured state.
+//
+// A restore needs only the device state and the memory file: the kernel
+// and initramfs are not passed, as on Firecracker. Capture and restore must
+// use the same accelerator, CPU model, memory size and vCPU count; callers
+// should record Driver.Accel with each snapshot. Under TCG the guest's
+// clock counts instructions (TCGICount), which keeps its boot independent
+// of host load.
+//
+// QEMU opens the memory file O_RDWR even with share=off (it never writes
+// it), so a memory device serving the file must accept read-write opens.
+//
+// QMP goes through github.com/digitalocean/go-qemu/qmp. Its SocketMonitor
+// takes no context, so every command runs under a watchdog that closes the
+// monitor when the context ends (see monitor.go). Migration and run state
+// are polled with query-migrate and query-status rather than waited for as
+// events, because the SocketMonitor blocks its reader if an event
+// subscriber falls behind.
+//
+// No QEMU process outlives its Machine: every error path kills it, Wait
+// kills it after StopTimeout, and the child carries PR_SET_PDEATHSIG
+// (SIGKILL) so it dies with the process that started it.
+package qemu
+
+import (
+	"errors"
+	"fmt"
+	"os/exec"
+	"time"
+
+	"warmstart/internal/layout"
+	"warmstart/internal/vmm"
+)
+
+// Accelerators for Options.Accel.
+const (
+	// AccelAuto uses KVM when it can boot a normal guest and TCG otherwise.
+	AccelAuto = "auto"
+	// AccelKVM uses hardware virtualisation.
+	AccelKVM = "kvm"
+	// AccelTCG uses QEMU's software emulation.
+	AccelTCG = "tcg"
+)
+
+// Defaults applied by New to zero fields of Options.
+const (
+	DefaultBinary      = "qemu-system-x86_64"
+	DefaultMemoryMiB   = 128
+	DefaultVCPUs       = 1
+	DefaultStopTimeout = 5 * time.Second
+)
+
+// KernelGlob is where New looks for a guest kernel when Options.Kernel is empty.
+const KernelGlob = "/boot/vmlinuz-*"
+
+var (
+	// ErrUnsupportedBackend is returned by Restore for a memory backend
+	// other than File: QEMU cannot hand its guest memory to a userfaultfd
+	// page-fault handler the way Firecracker's Uffd backend does.
+	ErrUnsupportedBackend = errors.New("memory backend not supported by the QEMU driver")
+	// ErrNoKernel is returned when no guest kernel is configured or found.
+	ErrNoKernel = errors.New("no guest kernel")
+	// ErrExited is wrapped when QEMU exited while the driver waited for it.
+	ErrExited = errors.New("qemu exited")
+	// ErrKilled is returned by Wait when QEMU had to be killed because it
+	// did not exit within StopTimeout or before the context ended. The
+	// process is gone either way.
+	ErrKilled = errors.New("qemu killed")
+	// ErrNotCapturable is returned by Capture on a restored machine: its
+	// memory is private, so a capture would not land in a memory file.
+	ErrNotCapturable = errors.New("machine was restored with private memory and cannot be captured")
+)
+
+// Options configures the driver. Zero fields take the defaults above.
+type Options struct {
+	// Binary is the QEMU system emulator, a path or a name on PATH.
+	Binary string
+	// Accel is AccelAuto, AccelKVM or AccelTCG.
+	Accel string
+	// Kernel is the guest kernel for Boot. Empty means the newest
+	// KernelGlob by version. Restore does not use it.
+	Kernel string
+	// MemoryMiB is the guest's memory size, which is also the size of the
+	// memory file.
+	MemoryMiB int
+	// VCPUs is the number of virtual CPUs.
+	VCPUs int
+	// StopTimeout is how long Wait lets QEMU exit before killing it.
+	StopTimeout time.Duration
+}
+
+// Driver boots, captures and restores QEMU microvm guests. It is safe for
+// concurrent use; each Machine needs its own runtime directory.
+type Driver struct {
+	opts Options
+}
+
+var _ vmm.VMM = (*Driver)(nil)
+
+// New checks opts, fills defaults and finds the QEMU binary.
+func New(opts Options) (*Driver, error) {
+	if opts.Binary == "" {
+		opts.Binary = DefaultBinary
+	}
+	bin, err := exec.LookPath(opts.Binary)
+	if err != nil {
+		return nil, fmt.Errorf("qemu driver: find %s: %w", opts.Binary, err)
+	}
+	opts.Binary = bin
+	switch opts.Accel {
+	case "":
+		opts.Accel = AccelAuto
+	case AccelAuto, AccelKVM, AccelTCG:
+	default:
+		return nil, fmt.Errorf("qemu driver: accel %q is not %q, %q or %q", opts.Accel, AccelAuto, AccelKVM, AccelTCG)
+	}
+	if opts.MemoryMiB == 0 {
+		opts.MemoryMiB = DefaultMemoryMiB
+	}
+	if opts.MemoryMiB < 16 {
+		return nil, fmt.Errorf("qemu driver: memory %d MiB is too small for a Linux guest", opts.MemoryMiB)
+	}
+	if opts.VCPUs == 0 {
+		opts.VCPUs = DefaultVCPUs
+	}
+	if opts.VCPUs < 0 {
+		return nil, fmt.Errorf("qemu driver: %d vCPUs", opts.VCPUs)
+	}
+	if opts.StopTimeout == 0 {
+		opts.StopTimeout = DefaultStopTimeout
+	}
+	if opts.StopTimeout < 0 {
+		return nil, fmt.Errorf("qemu driver: negative stop timeout %v", opts.StopTimeout)
+	}
+	return &Driver{opts: opts}, nil
+}
+
+// Options returns the driver's options with defaults filled in.
+func (d *Driver) Options() Options { return d.opts }
+
+// MemoryBytes is the size of the guest's memory and of its memory file.
+func (d *Driver) MemoryBytes() int64 { return int64(d.opts.MemoryMiB) << 20 }
+
+// Layout is the memory layout of the memory file this driver writes and
+// maps: one region covering the whole file.
+func (d *Driver) Layout() layout.Layout { return layout.Single(d.MemoryBytes()) }
