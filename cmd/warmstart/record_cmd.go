@@ -22,6 +22,9 @@ snapshot atomically, replacing any manifest it had. This is what a publish
 does in the background when [snapshot.memory_startup_pack] enabled is on.`,
 		Args: argsAsUsageError(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if daemonSocket != "" {
+				return daemonRecordManifest(cmd, args[0])
+			}
 			s, err := openSystem(cmd, &vf)
 			if err != nil {
 				return err

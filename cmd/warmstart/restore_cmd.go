@@ -40,6 +40,9 @@ on prefetches whenever a valid manifest is attached; off never does.`,
 			if err != nil {
 				return usageError{err}
 			}
+			if daemonSocket != "" {
+				return daemonRestore(cmd, args[0], m, device, policy, ioEngine, hold, asJSON)
+			}
 			s, err := openSystem(cmd, &vf)
 			if err != nil {
 				return err

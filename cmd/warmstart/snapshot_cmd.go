@@ -66,6 +66,9 @@ func runSnapshotImport(cmd *cobra.Command, _ []string) error {
 			return usageError{fmt.Errorf("snapshot import: --alias: %w", err)}
 		}
 	}
+	if daemonSocket != "" {
+		return daemonSnapshotImport(cmd, f.vmState, f.memory, f.alias, f.layout)
+	}
 	mem, err := os.Stat(f.memory)
 	if err != nil {
 		return fmt.Errorf("snapshot import: memory file: %w", err)
@@ -147,6 +150,9 @@ alias starts with PREFIX.`,
 		if err := repository.ValidateFilter(f); err != nil {
 			return usageError{fmt.Errorf("snapshot list: --alias-prefix: %w", err)}
 		}
+		if daemonSocket != "" {
+			return daemonSnapshotList(cmd, f, snapshotListFlags.json)
+		}
 		repo, err := openRepository(cmd)
 		if err != nil {
 			return fmt.Errorf("snapshot list: %w", err)
@@ -190,6 +196,9 @@ argument that parses as a UUID is taken as an id, anything else as an alias.`,
 	Args: argsAsUsageError(cobra.ExactArgs(1)),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		ref := args[0]
+		if daemonSocket != "" {
+			return daemonSnapshotShow(cmd, ref, snapshotShowJSON)
+		}
 		repo, err := openRepository(cmd)
 		if err != nil {
 			return fmt.Errorf("snapshot show: %w", err)
@@ -259,6 +268,9 @@ delete that was interrupted is finished by running it again.`,
 	Args: argsAsUsageError(cobra.ExactArgs(1)),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		ref := args[0]
+		if daemonSocket != "" {
+			return daemonSnapshotDelete(cmd, ref)
+		}
 		repo, err := openRepository(cmd)
 		if err != nil {
 			return fmt.Errorf("snapshot delete: %w", err)

@@ -37,6 +37,10 @@ const (
 	AccelAuto = "auto"
 	AccelKVM  = "kvm"
 	AccelTCG  = "tcg"
+
+	DriverReplay      = "replay"
+	DriverFirecracker = "firecracker"
+	DriverQEMU        = "qemu"
 )
 
 // I/O engines of the memory device's reads from the lower file. Engines 0
@@ -56,6 +60,8 @@ type Config struct {
 	Prefetch    PrefetchConfig    `toml:"prefetch"`
 	Runtime     RuntimeConfig     `toml:"runtime"`
 	Daemon      DaemonConfig      `toml:"daemon"`
+	VMM         VMMConfig         `toml:"vmm"`
+	Replay      ReplayConfig      `toml:"replay"`
 	Firecracker FirecrackerConfig `toml:"firecracker"`
 	QEMU        QEMUConfig        `toml:"qemu"`
 	Envd        EnvdConfig        `toml:"envd"`
@@ -153,6 +159,19 @@ type DaemonConfig struct {
 	Listen string `toml:"listen"`
 }
 
+// VMMConfig is [vmm]: which VMM driver the daemon restores with.
+type VMMConfig struct {
+	// Driver is DriverFirecracker, DriverQEMU or DriverReplay.
+	Driver string `toml:"driver"`
+}
+
+// ReplayConfig is [replay]: the stand-in VMM that plays a startup trace.
+type ReplayConfig struct {
+	// Trace is the startup trace every restore plays; required when
+	// [vmm] driver is DriverReplay.
+	Trace string `toml:"trace"`
+}
+
 // FirecrackerConfig is [firecracker].
 type FirecrackerConfig struct {
 	Binary      string        `toml:"binary"`
@@ -202,6 +221,7 @@ func Default() *Config {
 		Prefetch: PrefetchConfig{Policy: PolicyWarmstart, MaxReaders: 4, BufferBytes: 1 << 20},
 		Runtime:  RuntimeConfig{Dir: "/run/warmstart"},
 		Daemon:   DaemonConfig{Socket: "/run/warmstart/warmstart.sock"},
+		VMM:      VMMConfig{Driver: DriverFirecracker},
 		Firecracker: FirecrackerConfig{
 			Binary: "firecracker", VCPUs: 1, MemoryMiB: 128, StopTimeout: 5 * time.Second,
 		},

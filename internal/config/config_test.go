@@ -157,6 +157,8 @@ func TestValidateErrors(t *testing.T) {
 		{"[daemon]\nlisten = \"localhost\"", "daemon.listen", "not host:port"},
 		{"[daemon]\nlisten = \"localhost:http\"", "daemon.listen", "is not a number"},
 		{"[daemon]\nlisten = \"localhost:70000\"", "daemon.listen", "is not a number"},
+		{"[vmm]\ndriver = \"kvmtool\"", "vmm.driver", `"kvmtool" is not one of "firecracker", "qemu", "replay"`},
+		{"[vmm]\ndriver = \"replay\"", "replay.trace", "must not be empty"},
 		{"[firecracker]\nbinary = \"\"", "firecracker.binary", "must not be empty"},
 		{"[firecracker]\nvcpus = 0", "firecracker.vcpus", "0 out of range 1..32"},
 		{"[firecracker]\nvcpus = 33", "firecracker.vcpus", "33 out of range 1..32"},
@@ -219,6 +221,7 @@ func TestAcceptedValues(t *testing.T) {
 		"[daemon]\nlisten = \"127.0.0.1:8080\"",
 		"[daemon]\nlisten = \"[::1]:0\"",
 		"[qemu]\naccel = \"tcg\"",
+		"[vmm]\ndriver = \"replay\"\n[replay]\ntrace = \"/tmp/startup.trace\"",
 		"memory.device = \"uffd\"",
 		"[envd]\npoll_interval = \"30s\"\ntimeout = \"30s\"",
 	} {

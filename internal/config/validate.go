@@ -94,6 +94,15 @@ func (c *Config) Validate() error {
 		func() error { return nonEmpty("runtime.dir", c.Runtime.Dir) },
 		func() error { return nonEmpty("daemon.socket", c.Daemon.Socket) },
 		func() error { return tcpAddress("daemon.listen", c.Daemon.Listen) },
+		func() error {
+			return oneOf("vmm.driver", c.VMM.Driver, DriverFirecracker, DriverQEMU, DriverReplay)
+		},
+		func() error {
+			if c.VMM.Driver == DriverReplay {
+				return nonEmpty("replay.trace", c.Replay.Trace)
+			}
+			return nil
+		},
 		func() error { return nonEmpty("firecracker.binary", c.Firecracker.Binary) },
 		func() error { return inRange("firecracker.vcpus", int64(c.Firecracker.VCPUs), 1, MaxFirecrackerVCPUs) },
 		func() error { return inRange("firecracker.memory_mib", c.Firecracker.MemoryMiB, 1, MaxGuestMemoryMiB) },

@@ -1,0 +1,301 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"warmstart/internal/daemon"
+	"warmstart/internal/repository"
+	"warmstart/internal/restore"
+)
+
+// daemonSocket is the global --daemon flag: verbs that support it run on
+// that daemon instead of in this process.
+var daemonSocket string
+
+func init() {
+	rootCmd.PersistentFlags().StringVar(&daemonSocket, "daemon", "",
+		"run the verb on the daemon at this Unix socket (or http://host:port) instead of in this process")
+
+	restoresCmd := &cobra.Command{
+		Use:   "restores",
+		Short: "List or stop the restores a daemon holds (needs --daemon)",
+		Long: `A restore run with --daemon and --hold stays with the daemon after the verb
+exits. "restores list" shows them; "restores stop ID" stops one in the
+seed's order (stop the VM, wait for prefetch reads, release the device).`,
+	}
+	var listJSON bool
+	listCmd := &cobra.Command{
+		Use:   "list [--json]",
+		Short: "List the restores the daemon holds, oldest first",
+		Args:  argsAsUsageError(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := daemonClient(cmd)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			infos, err := c.Restores(cmd.Context())
+			if err != nil {
+				return daemonError("restores list", err)
+			}
+			if listJSON {
+				return writeJSON(cmd.OutOrStdout(), infos)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSNAPSHOT\tDEVICE\tSTARTED\tREADY\tPREFETCH")
+			for _, in := range infos {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f ms\t%s\n", in.ID, in.Snapshot, in.Device,
+					in.StartedAt.UTC().Format(time.RFC3339), float64(in.Timings.Ready)/1e6, in.Prefetch.State)
+			}
+			return tw.Flush()
+		},
+	}
+	listCmd.Flags().BoolVar(&listJSON, "json", false, "print JSON")
+	stopCmd := &cobra.Command{
+		Use:   "stop ID",
+		Short: "Stop a restore the daemon holds",
+		Args:  argsAsUsageError(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := daemonClient(cmd)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			rep, err := c.StopRestore(cmd.Context(), args[0])
+			if err != nil {
+				return daemonError("restores stop", err)
+			}
+			printStopped(cmd.OutOrStdout(), rep.StopReport)
+			return nil
+		},
+	}
+	restoresCmd.AddCommand(listCmd, stopCmd)
+	rootCmd.AddCommand(restoresCmd)
+}
+
+// daemonClient returns a client for --daemon, or a usage error without it.
+func daemonClient(cmd *cobra.Command) (*daemon.Client, error) {
+	if daemonSocket == "" {
+		return nil, usageError{fmt.Errorf("%s needs --daemon SOCKET", cmd.CommandPath())}
+	}
+	return daemon.NewClient(daemonSocket), nil
+}
+
+// localOnly refuses flags that configure the in-process system, which a
+// daemon takes from its own configuration.
+func localOnly(cmd *cobra.Command, flags ...string) error {
+	for _, name := range flags {
+		if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
+			return usageError{fmt.Errorf("--%s configures the in-process system; the daemon uses its own configuration", name)}
+		}
+	}
+	return nil
+}
+
+// daemonError names the verb; a request the daemon refused as malformed
+// is a usage error, as it is in process.
+func daemonError(verb string, err error) error {
+	var ae *daemon.APIError
+	if errors.As(err, &ae) && ae.StatusCode == http.StatusBadRequest {
+		return usageError{fmt.Errorf("%s: %w", verb, err)}
+	}
+	return fmt.Errorf("%s: %w", verb, err)
+}
+
+func daemonSnapshotImport(cmd *cobra.Command, vmState, memory, alias, layout string) error {
+	if err := localOnly(cmd, storeFlag); err != nil {
+		return err
+	}
+	c, err := daemonClient(cmd)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	// The daemon opens the files itself, so they are named absolutely.
+	req := daemon.ImportRequest{Alias: alias, Layout: layout}
+	if req.VMState, err = filepath.Abs(vmState); err != nil {
+		return err
+	}
+	if req.Memory, err = filepath.Abs(memory); err != nil {
+		return err
+	}
+	rec, err := c.Import(cmd.Context(), req)
+	if err != nil {
+		return daemonError("snapshot import", err)
+	}
+	if rec.Recording {
+		fmt.Fprintf(cmd.ErrOrStderr(), "the daemon is recording the startup manifest of %s in the background\n", rec.ID)
+	}
+	_, err = fmt.Fprintln(cmd.OutOrStdout(), rec.ID)
+	return err
+}
+
+func daemonSnapshotList(cmd *cobra.Command, f repository.Filter, asJSON bool) error {
+	if err := localOnly(cmd, storeFlag); err != nil {
+		return err
+	}
+	c, err := daemonClient(cmd)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	recs, err := c.Snapshots(cmd.Context(), f)
+	if err != nil {
+		return daemonError("snapshot list", err)
+	}
+	if asJSON {
+		return writeJSON(cmd.OutOrStdout(), recs)
+	}
+	return writeSnapshotTable(cmd.OutOrStdout(), recs)
+}
+
+func daemonSnapshotShow(cmd *cobra.Command, ref string, asJSON bool) error {
+	if err := localOnly(cmd, storeFlag); err != nil {
+		return err
+	}
+	c, err := daemonClient(cmd)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	info, err := c.Snapshot(cmd.Context(), ref)
+	if err != nil {
+		return daemonError("snapshot show "+ref, err)
+	}
+	var (
+		res    repository.Resolved
+		resErr error
+		files  *snapshotFiles
+	)
+	if info.Files != nil {
+		res = repository.Resolved{Record: info.Record, VMStatePath: info.Files.VMState, MemoryPath: info.Files.Memory, ManifestPath: info.Files.Manifest}
+		files = &snapshotFiles{VMState: info.Files.VMState, Memory: info.Files.Memory, Manifest: info.Files.Manifest}
+	} else {
+		resErr = errors.New(info.FilesError)
+	}
+	if asJSON {
+		return writeJSON(cmd.OutOrStdout(), snapshotShowReport{Record: info.Record, Files: files})
+	}
+	return writeSnapshotText(cmd.OutOrStdout(), info.Record, res, resErr)
+}
+
+func daemonSnapshotDelete(cmd *cobra.Command, ref string) error {
+	if err := localOnly(cmd, storeFlag); err != nil {
+		return err
+	}
+	c, err := daemonClient(cmd)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	out := cmd.OutOrStdout()
+	del, err := c.DeleteSnapshot(cmd.Context(), ref)
+	switch {
+	case errors.Is(err, repository.ErrNotFound) && repository.RefIsID(ref):
+		_, err = fmt.Fprintf(out, "snapshot %s does not exist; nothing to delete\n", ref)
+		return err
+	case errors.Is(err, repository.ErrNotFound):
+		_, err = fmt.Fprintf(out, "no snapshot has alias %s; nothing to delete\n", ref)
+		return err
+	case err != nil:
+		return daemonError("snapshot delete "+ref, err)
+	}
+	if del.Alias != "" {
+		_, err = fmt.Fprintf(out, "deleted snapshot %s (alias %s)\n", del.ID, del.Alias)
+	} else {
+		_, err = fmt.Fprintf(out, "deleted snapshot %s\n", del.ID)
+	}
+	return err
+}
+
+func daemonRecordManifest(cmd *cobra.Command, ref string) error {
+	if err := localOnly(cmd, "vmm", "trace"); err != nil {
+		return err
+	}
+	c, err := daemonClient(cmd)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	fmt.Fprintf(cmd.ErrOrStderr(), "recording %s on the daemon...\n", ref)
+	res, err := c.RecordManifest(cmd.Context(), ref)
+	if err != nil {
+		return daemonError("record-manifest "+ref, err)
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "attached startup manifest to %s: sha256 %s, %d bytes encoded, %d ranges, %.1f MiB, %d touches, ready after %v\n",
+		res.SnapshotID, res.Descriptor.SHA256, res.Descriptor.Size, res.Ranges, float64(res.Bytes)/(1<<20), res.Touches, res.ReadyAfter)
+	return err
+}
+
+// daemonRestore restores on the daemon and prints what restore prints in
+// process. With hold the daemon keeps the VM and the verb exits; without,
+// the verb stops it after printing.
+func daemonRestore(cmd *cobra.Command, ref string, mode restore.Mode, device, policy string, ioEngine int, hold, asJSON bool) error {
+	if err := localOnly(cmd, "vmm", "trace", storeFlag); err != nil {
+		return err
+	}
+	c, err := daemonClient(cmd)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	req := daemon.RestoreRequest{Snapshot: ref, Device: device, Prefetch: string(mode), Policy: policy}
+	if cmd.Flags().Changed("io-engine") {
+		req.IOEngine = &ioEngine
+	}
+	ctx := cmd.Context()
+	in, err := c.Restore(ctx, req)
+	if err != nil {
+		return daemonError("restore "+ref, err)
+	}
+	out := cmd.OutOrStdout()
+	if asJSON {
+		if err := writeJSON(out, in); err != nil {
+			return err
+		}
+	} else {
+		printRestoreInfo(out, in)
+	}
+	if hold {
+		fmt.Fprintf(cmd.ErrOrStderr(), "the daemon holds restore %s; stop it with: warmstart --daemon %s restores stop %s\n", in.ID, daemonSocket, in.ID)
+		return nil
+	}
+	rep, err := c.StopRestore(ctx, in.ID)
+	if err != nil {
+		return daemonError("restore "+ref+": stop", err)
+	}
+	if !asJSON {
+		printStopped(out, rep.StopReport)
+	}
+	return nil
+}
+
+func printRestoreInfo(out io.Writer, in daemon.RestoreInfo) {
+	ms := func(d time.Duration) string { return fmt.Sprintf("%8.2f ms", float64(d)/1e6) }
+	fmt.Fprintf(out, "restore %s of snapshot %s on %s device, generation %d\n", in.ID, in.Snapshot, in.Device, in.Generation)
+	fmt.Fprintf(out, "  device acquired     %s\n", ms(in.Timings.DeviceAcquired))
+	fmt.Fprintf(out, "  manifest validated  %s\n", ms(in.Timings.ManifestValidated))
+	fmt.Fprintf(out, "  VM started          %s\n", ms(in.Timings.VMStarted))
+	fmt.Fprintf(out, "  ready               %s\n", ms(in.Timings.Ready))
+	fmt.Fprintf(out, "  prefetch            %s", in.Prefetch.State)
+	if in.Prefetch.Reason != "" {
+		fmt.Fprintf(out, " (%s)", in.Prefetch.Reason)
+	}
+	if in.Prefetch.PlannedBytes > 0 {
+		fmt.Fprintf(out, ", %.1f MiB planned, policy %s", float64(in.Prefetch.PlannedBytes)/(1<<20), in.Policy)
+	}
+	fmt.Fprintf(out, "\n  device read         %.1f MiB in %d requests\n", float64(in.DeviceBytes.BytesRead)/(1<<20), in.DeviceBytes.ReadRequests)
+}
+
+func printStopped(out io.Writer, rep restore.StopReport) {
+	fmt.Fprintf(out, "  stopped: prefetch drained in %v, device release acknowledged in %v\n",
+		rep.PrefetchDrain.Round(time.Microsecond), rep.ReleaseAck.Round(time.Microsecond))
+}

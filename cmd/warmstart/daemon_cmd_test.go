@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"warmstart/internal/config"
+	"warmstart/internal/daemon"
+	"warmstart/internal/repository"
+	"warmstart/internal/repository/posixfs"
+	"warmstart/internal/synth"
+)
+
+// resetFlags sets every flag of the verb tree back to its default; flag
+// values live in package variables and closures that outlive a run.
+func resetFlags(c *cobra.Command) {
+	for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
+		fs.VisitAll(func(f *pflag.Flag) {
+			_ = f.Value.Set(f.DefValue)
+			f.Changed = false
+		})
+	}
+	for _, sub := range c.Commands() {
+		resetFlags(sub)
+	}
+}
+
+// runVerb runs "warmstart ARGS..." in this process.
+func runVerb(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	resetFlags(rootCmd)
+	var out, errOut bytes.Buffer
+	rootCmd.SetOut(&out)
+	rootCmd.SetErr(&errOut)
+	rootCmd.SetArgs(args)
+	t.Cleanup(func() {
+		resetFlags(rootCmd)
+		rootCmd.SetOut(nil)
+		rootCmd.SetErr(nil)
+		rootCmd.SetArgs(nil)
+	})
+	err = rootCmd.ExecuteContext(context.Background())
+	return out.String(), errOut.String(), err
+}
+
+// The snapshot and restore verbs run against a daemon with --daemon.
+func TestVerbsAgainstDaemon(t *testing.T) {
+	// Unix socket paths are short; t.TempDir's are not.
+	dir, err := os.MkdirTemp("", "wsc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ref, err := synth.Generate(synth.Options{MemoryBytes: 16 << 20, Seed: 3, Dir: filepath.Join(dir, "ref")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := os.ReadFile(ref.Layout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Backend.PosixFS.SnapshotStore = filepath.Join(dir, "store")
+	cfg.Memory.FUSEMount = filepath.Join(dir, "mnt")
+	cfg.Runtime.Dir = filepath.Join(dir, "run")
+	cfg.Daemon.Socket = filepath.Join(dir, "d.sock")
+	cfg.Snapshot.MemoryStartupPack.ConsumeEnabled = true
+	cfg.VMM.Driver, cfg.Replay.Trace = config.DriverReplay, ref.Trace
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	repo, err := posixfs.Open(cfg.Backend.PosixFS.SnapshotStore, posixfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, err := daemon.NewVMM(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := daemon.New(daemon.Options{Config: cfg, Repository: repo, VMM: vm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- d.Serve() }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := d.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
+	})
+	sock := cfg.Daemon.Socket
+
+	out, _, err := runVerb(t, "--daemon", sock, "snapshot", "import", "--vm-state", ref.VMState, "--memory", ref.Memory,
+		"--alias", "web", "--layout", strings.TrimSpace(string(spec)))
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	id := strings.TrimSpace(out)
+	if err := repository.ValidateID(id); err != nil {
+		t.Fatalf("import printed %q: %v", out, err)
+	}
+	out, _, err = runVerb(t, "--daemon", sock, "snapshot", "list", "--json")
+	var recs []repository.Record
+	if err != nil || json.Unmarshal([]byte(out), &recs) != nil || len(recs) != 1 || recs[0].ID != id {
+		t.Fatalf("list = %q, %v", out, err)
+	}
+	if out, _, err = runVerb(t, "--daemon", sock, "snapshot", "show", "web"); err != nil || !strings.Contains(out, id) || !regexp.MustCompile(`manifest:\s+none`).MatchString(out) {
+		t.Fatalf("show before record = %q, %v", out, err)
+	}
+	if out, _, err = runVerb(t, "--daemon", sock, "snapshot", "record-manifest", "web"); err != nil || !strings.Contains(out, "attached startup manifest to "+id) {
+		t.Fatalf("record-manifest = %q, %v", out, err)
+	}
+
+	// Without --hold the verb stops the restore after printing it.
+	out, _, err = runVerb(t, "--daemon", sock, "restore", "web", "--prefetch", "on", "--json")
+	var in daemon.RestoreInfo
+	if err != nil || json.Unmarshal([]byte(out), &in) != nil || in.Snapshot != id || in.Prefetch.State == "skipped" {
+		t.Fatalf("restore --json = %q, %v", out, err)
+	}
+	if out, _, err = runVerb(t, "--daemon", sock, "restores", "list", "--json"); err != nil || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("restores after a restore without --hold = %q, %v", out, err)
+	}
+
+	// With --hold the daemon keeps it until "restores stop".
+	out, stderr, err := runVerb(t, "--daemon", sock, "restore", "web", "--hold")
+	if err != nil || !strings.Contains(out, "ready") || !strings.Contains(stderr, "restores stop") {
+		t.Fatalf("restore --hold = %q %q, %v", out, stderr, err)
+	}
+	out, _, err = runVerb(t, "--daemon", sock, "restores", "list", "--json")
+	var held []daemon.RestoreInfo
+	if err != nil || json.Unmarshal([]byte(out), &held) != nil || len(held) != 1 {
+		t.Fatalf("restores list = %q, %v", out, err)
+	}
+	if out, _, err = runVerb(t, "--daemon", sock, "restores", "stop", held[0].ID); err != nil || !strings.Contains(out, "stopped") {
+		t.Fatalf("restores stop = %q, %v", out, err)
+	}
+
+	var ue usageError
+	for _, tc := range []struct {
+		args  []string
+		usage bool
+		want  error
+	}{
+		{[]string{"--daemon", sock, "restore", "nobody"}, false, repository.ErrNotFound},
+		{[]string{"--daemon", sock, "restore", "web", "--device", "nbd"}, true, nil},
+		{[]string{"--daemon", sock, "restore", "web", "--trace", ref.Trace}, true, nil},
+		{[]string{"--daemon", sock, "snapshot", "show", "bad/alias"}, true, nil},
+		{[]string{"restores", "list"}, true, nil},
+		{[]string{"--daemon", sock, "serve"}, true, nil},
+	} {
+		_, _, err := runVerb(t, tc.args...)
+		if err == nil || errors.As(err, &ue) != tc.usage || (tc.want != nil && !errors.Is(err, tc.want)) {
+			t.Errorf("warmstart %s: %v (usage error: %t), want usage error %t matching %v", strings.Join(tc.args, " "), err, errors.As(err, &ue), tc.usage, tc.want)
+		}
+	}
+
+	if out, _, err = runVerb(t, "--daemon", sock, "snapshot", "delete", "web"); err != nil || !strings.Contains(out, "deleted snapshot "+id+" (alias web)") {
+		t.Fatalf("delete = %q, %v", out, err)
+	}
+	if out, _, err = runVerb(t, "--daemon", sock, "snapshot", "delete", "web"); err != nil || !strings.Contains(out, "nothing to delete") {
+		t.Fatalf("second delete = %q, %v", out, err)
+	}
+}

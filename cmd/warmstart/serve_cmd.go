@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"warmstart/internal/config"
+	"warmstart/internal/daemon"
+)
+
+func init() {
+	var listen string
+	cmd := &cobra.Command{
+		Use:   "serve [--config FILE] [--listen HOST:PORT]",
+		Short: "Run the daemon: the HTTP API over snapshots, memory devices and restores",
+		Long: `Run warmstart as a daemon. It mounts the FUSE memory device at [memory]
+fuse_mount, restores with the VMM driver [vmm] driver names, and serves an
+HTTP API with JSON in and out on the Unix socket [daemon] socket, or on a
+TCP address with --listen (or [daemon] listen). TCP has no authentication:
+bind it to a loopback address.
+
+  GET    /healthz, /metrics (Prometheus)
+  GET    /snapshots, /snapshots/{id}      DELETE /snapshots/{id}
+  POST   /snapshots/import                {vm_state, memory, alias, layout}
+  POST   /snapshots/{id}/manifest:record
+  POST   /restores                        {snapshot, device, prefetch, policy, io_engine}
+  GET    /restores                        DELETE /restores/{id}
+
+Other verbs run against it with --daemon SOCKET. With
+[snapshot.memory_startup_pack] enabled, an import records the startup
+manifest in the background.
+
+At start, a socket left by a crashed daemon and a dead FUSE mount are
+cleaned up; a daemon still answering on the socket is an error. SIGTERM or
+SIGINT shuts down in order: stop accepting requests, stop the restores
+(stop the VM, wait for prefetch reads), release the memory devices, unmount
+FUSE, remove the socket.`,
+		Args: argsAsUsageError(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if daemonSocket != "" {
+				return usageError{errors.New("serve runs a daemon; --daemon is for verbs that talk to one")}
+			}
+			cfg, err := config.Load(configPath)
+			if err != nil {
+				return err
+			}
+			repo, err := openRepository(cmd)
+			if err != nil {
+				return err
+			}
+			vm, err := daemon.NewVMM(cfg)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return daemon.Run(ctx, daemon.Options{
+				Config:     cfg,
+				Repository: repo,
+				VMM:        vm,
+				Log:        slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)),
+				Listen:     listen,
+			})
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "", "serve the API on this TCP address (host:port) instead of [daemon] socket")
+	cmd.Flags().String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
+	rootCmd.AddCommand(cmd)
+}

@@ -1,0 +1,541 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"warmstart/internal/layout"
+	"warmstart/internal/memdev"
+	"warmstart/internal/recorder"
+	"warmstart/internal/repository"
+	"warmstart/internal/restore"
+)
+
+// Error is the body of every answer with a 4xx or 5xx status.
+type Error struct {
+	Error string `json:"error"`
+	// Field names the request field at fault: a JSON field, a path
+	// parameter ("id"), a query parameter, or "body" for the body as a whole.
+	Field string `json:"field,omitempty"`
+}
+
+// Health is the body of GET /healthz.
+type Health struct {
+	Status   string `json:"status"`
+	Restores int    `json:"restores"`
+}
+
+// ImportRequest is the body of POST /snapshots/import: files on the
+// daemon's host, given by absolute paths.
+type ImportRequest struct {
+	VMState string `json:"vm_state"`
+	Memory  string `json:"memory"`
+	Alias   string `json:"alias,omitempty"`
+	// Layout is offset:size[:pagesize],... as layout.Parse reads it; empty
+	// means one region over the whole memory file.
+	Layout string `json:"layout,omitempty"`
+}
+
+// ImportResponse is the published record.
+type ImportResponse struct {
+	repository.Record
+	// Recording is true when the startup manifest is being recorded in
+	// the background ([snapshot.memory_startup_pack] enabled).
+	Recording bool `json:"recording"`
+}
+
+// SnapshotInfo is the body of GET /snapshots/{id}.
+type SnapshotInfo struct {
+	repository.Record
+	// Files are where the artifacts are on the daemon's host; absent, with
+	// FilesError saying why, when they do not check out.
+	Files      *SnapshotFiles `json:"files,omitempty"`
+	FilesError string         `json:"files_error,omitempty"`
+}
+
+// SnapshotFiles are a snapshot's artifacts.
+type SnapshotFiles struct {
+	VMState  string `json:"vm_state"`
+	Memory   string `json:"memory"`
+	Manifest string `json:"manifest,omitempty"`
+}
+
+// DeleteResponse is the body of a successful DELETE /snapshots/{id}.
+type DeleteResponse struct {
+	ID    string `json:"id"`
+	Alias string `json:"alias,omitempty"`
+}
+
+// RestoreRequest is the body of POST /restores. Empty fields take the
+// daemon's configuration.
+type RestoreRequest struct {
+	// Snapshot is an id or alias.
+	Snapshot string `json:"snapshot"`
+	// Device is "file" or "uffd"; default [memory] device.
+	Device string `json:"device,omitempty"`
+	// Prefetch is "auto" (the default: [snapshot.memory_startup_pack]
+	// consume_enabled), "on" or "off".
+	Prefetch string `json:"prefetch,omitempty"`
+	// Policy is a prefetch policy name; default [prefetch] policy.
+	Policy string `json:"policy,omitempty"`
+	// IOEngine is 0, 1 or 2; default [memory] io_engine.
+	IOEngine *int `json:"io_engine,omitempty"`
+}
+
+// RestoreInfo describes a restore the daemon holds. Prefetch and
+// DeviceBytes are as they were at ready.
+type RestoreInfo struct {
+	ID          string                 `json:"id"`
+	Snapshot    string                 `json:"snapshot"`
+	Device      string                 `json:"device"`
+	IOEngine    int                    `json:"io_engine"`
+	Policy      string                 `json:"policy"`
+	Generation  uint64                 `json:"generation"`
+	StartedAt   time.Time              `json:"started_at"`
+	Timings     restore.Timings        `json:"timings"`
+	Prefetch    restore.PrefetchReport `json:"prefetch"`
+	DeviceBytes memdev.Counters        `json:"device_bytes"`
+	// Ready is what the VMM driver reported at ready (the replay VMM's
+	// hash of what it read, a real guest's token).
+	Ready map[string]string `json:"ready,omitempty"`
+}
+
+// StopResponse is the body of DELETE /restores/{id}.
+type StopResponse struct {
+	ID string `json:"id"`
+	restore.StopReport
+}
+
+// running is a restore the daemon holds.
+type running struct {
+	info RestoreInfo
+	inst *restore.Instance
+}
+
+func (d *Daemon) healthz(w http.ResponseWriter, _ *http.Request) error {
+	writeJSON(w, http.StatusOK, Health{Status: "ok", Restores: d.activeRestores()})
+	return nil
+}
+
+// refError maps a repository error about the snapshot named in field.
+func refError(field, ref string, err error) error {
+	switch {
+	case errors.Is(err, repository.ErrNotFound):
+		return statusError(http.StatusNotFound, field, fmt.Errorf("snapshot %s: %w", ref, repository.ErrNotFound))
+	case errors.Is(err, repository.ErrInvalidRequest):
+		return statusError(http.StatusBadRequest, field, err)
+	case errors.Is(err, repository.ErrAliasConflict):
+		return statusError(http.StatusConflict, field, err)
+	case errors.Is(err, context.Canceled):
+		return statusError(http.StatusServiceUnavailable, "", fmt.Errorf("snapshot %s: %w", ref, err))
+	}
+	return fmt.Errorf("snapshot %s: %w", ref, err)
+}
+
+// checkRef refuses a malformed id or alias before the repository sees it.
+func checkRef(field, ref string) error {
+	check := repository.ValidateAlias
+	if repository.RefIsID(ref) {
+		check = repository.ValidateID
+	}
+	if ref == "" {
+		return badRequest(field, "%s is required", field)
+	}
+	if err := check(ref); err != nil {
+		return statusError(http.StatusBadRequest, field, err)
+	}
+	return nil
+}
+
+func (d *Daemon) lookup(ctx context.Context, field, ref string) (repository.Record, error) {
+	if err := checkRef(field, ref); err != nil {
+		return repository.Record{}, err
+	}
+	rec, err := d.repo.Lookup(ctx, ref)
+	if err != nil {
+		return rec, refError(field, ref, err)
+	}
+	return rec, nil
+}
+
+func (d *Daemon) listSnapshots(w http.ResponseWriter, r *http.Request) error {
+	var f repository.Filter
+	for name, values := range r.URL.Query() {
+		v := values[len(values)-1]
+		switch name {
+		case "alias_prefix":
+			f.AliasPrefix = v
+		case "has_manifest":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return badRequest(name, "has_manifest %q: want true or false", v)
+			}
+			f.HasManifest = &b
+		default:
+			return badRequest(name, "unknown query parameter %q", name)
+		}
+	}
+	if err := repository.ValidateFilter(f); err != nil {
+		return statusError(http.StatusBadRequest, "alias_prefix", err)
+	}
+	recs, err := d.repo.List(r.Context(), f)
+	if err != nil {
+		return fmt.Errorf("list snapshots: %w", err)
+	}
+	if recs == nil {
+		recs = []repository.Record{}
+	}
+	writeJSON(w, http.StatusOK, recs)
+	return nil
+}
+
+func (d *Daemon) getSnapshot(w http.ResponseWriter, r *http.Request) error {
+	rec, err := d.lookup(r.Context(), "id", r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	info := SnapshotInfo{Record: rec}
+	if res, err := d.repo.Resolve(r.Context(), rec.ID); err != nil {
+		info.FilesError = err.Error()
+	} else {
+		info.Files = &SnapshotFiles{VMState: res.VMStatePath, Memory: res.MemoryPath, Manifest: res.ManifestPath}
+	}
+	writeJSON(w, http.StatusOK, info)
+	return nil
+}
+
+func (d *Daemon) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
+	ref := r.PathValue("id")
+	if err := checkRef("id", ref); err != nil {
+		return err
+	}
+	ctx := r.Context()
+	rec, err := d.repo.Lookup(ctx, ref)
+	switch {
+	case errors.Is(err, repository.ErrNotFound) && repository.RefIsID(ref):
+		// Nothing visible, but a crashed publish or delete of this id may
+		// have left files that Delete reclaims.
+		if err := d.repo.Delete(ctx, ref); err != nil {
+			return refError("id", ref, err)
+		}
+		return refError("id", ref, repository.ErrNotFound)
+	case errors.Is(err, repository.ErrIntegrity) && repository.RefIsID(ref):
+		// A record that cannot be read can still be deleted.
+		rec = repository.Record{ID: ref}
+	case err != nil:
+		return refError("id", ref, err)
+	}
+	if err := d.repo.Delete(ctx, rec.ID); err != nil {
+		return refError("id", ref, err)
+	}
+	d.log.Info("snapshot deleted", "snapshot", rec.ID, "alias", rec.Alias)
+	writeJSON(w, http.StatusOK, DeleteResponse{ID: rec.ID, Alias: rec.Alias})
+	return nil
+}
+
+// localFile checks a path the request names on the daemon's host.
+func localFile(field, path string) (os.FileInfo, error) {
+	if path == "" {
+		return nil, badRequest(field, "%s is required", field)
+	}
+	if !filepath.IsAbs(path) {
+		return nil, badRequest(field, "%s %q: want an absolute path on the daemon's host", field, path)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, statusError(http.StatusBadRequest, field, fmt.Errorf("%s: %w", field, err))
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, badRequest(field, "%s %s is not a regular file", field, path)
+	}
+	return fi, nil
+}
+
+func (d *Daemon) importSnapshot(w http.ResponseWriter, r *http.Request) error {
+	var req ImportRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	if _, err := localFile("vm_state", req.VMState); err != nil {
+		return err
+	}
+	mem, err := localFile("memory", req.Memory)
+	if err != nil {
+		return err
+	}
+	if req.Alias != "" {
+		if err := repository.ValidateAlias(req.Alias); err != nil {
+			return statusError(http.StatusBadRequest, "alias", err)
+		}
+	}
+	lay, err := layout.Parse(req.Layout, mem.Size())
+	if err != nil {
+		field := "layout"
+		if req.Layout == "" {
+			field = "memory"
+		}
+		return badRequest(field, "layout of memory file %s (%d bytes): %v", req.Memory, mem.Size(), err)
+	}
+	if err := d.checkOpen(); err != nil {
+		return err
+	}
+	ctx := r.Context()
+	lease, err := d.repo.BeginCapture(ctx)
+	if err != nil {
+		return fmt.Errorf("import: %w", err)
+	}
+	rec, err := d.repo.Publish(ctx, lease, repository.PublishRequest{
+		VMStatePath: req.VMState, MemoryPath: req.Memory, Layout: lay, Alias: req.Alias,
+	})
+	if err != nil {
+		lease.End()
+		if errors.Is(err, repository.ErrAliasConflict) {
+			return statusError(http.StatusConflict, "alias", err)
+		}
+		if errors.Is(err, repository.ErrInvalidRequest) {
+			return statusError(http.StatusBadRequest, "", err)
+		}
+		return fmt.Errorf("import: %w", err)
+	}
+	d.log.Info("snapshot published", "snapshot", rec.ID, "alias", rec.Alias, "memory_bytes", rec.MemorySize)
+	resp := ImportResponse{Record: rec}
+	if d.cfg.Snapshot.MemoryStartupPack.Enabled {
+		resp.Recording = d.startRecording(lease)
+	} else if err := lease.End(); err != nil {
+		return fmt.Errorf("import %s: end capture lease: %w", rec.ID, err)
+	}
+	writeJSON(w, http.StatusCreated, resp)
+	return nil
+}
+
+// startRecording records the manifest of the leased snapshot in the
+// background and ends the lease when done. It reports false, ending the
+// lease at once, when the daemon is shutting down.
+func (d *Daemon) startRecording(lease repository.Lease) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closing {
+		lease.End()
+		return false
+	}
+	job := d.recorder.Start(d.recCtx, lease)
+	d.recordings[job] = lease.SnapshotID()
+	go func() {
+		<-job.Done()
+		d.mu.Lock()
+		delete(d.recordings, job)
+		d.mu.Unlock()
+	}()
+	return true
+}
+
+func (d *Daemon) snapshotAction(w http.ResponseWriter, r *http.Request) error {
+	if action := r.PathValue("action"); action != "manifest:record" {
+		return statusError(http.StatusNotFound, "path", fmt.Errorf("no snapshot action %q (known: manifest:record)", action))
+	}
+	if err := d.checkOpen(); err != nil {
+		return err
+	}
+	ctx := r.Context()
+	ref := r.PathValue("id")
+	rec, err := d.lookup(ctx, "id", ref)
+	if err != nil {
+		return err
+	}
+	lease, err := d.repo.LeaseExisting(ctx, rec.ID)
+	if err != nil {
+		return refError("id", ref, err)
+	}
+	defer lease.End()
+	res, err := d.recorder.Record(ctx, lease)
+	switch {
+	case errors.Is(err, recorder.ErrDiscarded):
+		return statusError(http.StatusNotFound, "id", err)
+	case err != nil && d.reqCtx.Err() != nil:
+		return statusError(http.StatusServiceUnavailable, "", fmt.Errorf("%w: %w", ErrShuttingDown, err))
+	case err != nil:
+		return err
+	}
+	d.log.Info("startup manifest attached", "snapshot", res.SnapshotID, "sha256", res.Descriptor.SHA256, "ranges", res.Ranges, "bytes", res.Bytes)
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+func (d *Daemon) checkOpen() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closing {
+		return statusError(http.StatusServiceUnavailable, "", ErrShuttingDown)
+	}
+	return nil
+}
+
+func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
+	var req RestoreRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	if err := checkRef("snapshot", req.Snapshot); err != nil {
+		return err
+	}
+	if req.Device == "" {
+		req.Device = d.cfg.Memory.Device
+	}
+	if req.Device != restore.DeviceFile && req.Device != restore.DeviceUffd {
+		return badRequest("device", "unknown memory device %q (want %s or %s)", req.Device, restore.DeviceFile, restore.DeviceUffd)
+	}
+	if req.Prefetch == "" {
+		req.Prefetch = string(restore.ModeAuto)
+	}
+	mode, err := restore.ParseMode(req.Prefetch)
+	if err != nil {
+		return statusError(http.StatusBadRequest, "prefetch", err)
+	}
+	if req.Policy == "" {
+		req.Policy = d.cfg.Prefetch.Policy
+	}
+	policy, err := restore.LookupPolicy(req.Policy)
+	if err != nil {
+		return statusError(http.StatusBadRequest, "policy", err)
+	}
+	ioEngine := d.cfg.Memory.IOEngine
+	if req.IOEngine != nil {
+		ioEngine = *req.IOEngine
+	}
+	if ioEngine < 0 || ioEngine > 2 {
+		return badRequest("io_engine", "io_engine %d: want 0, 1 or 2", ioEngine)
+	}
+	if err := d.checkOpen(); err != nil {
+		return err
+	}
+
+	ctx := r.Context()
+	rec, err := d.lookup(ctx, "snapshot", req.Snapshot)
+	if err != nil {
+		return err
+	}
+	res, err := d.repo.Resolve(ctx, rec.ID)
+	if err != nil {
+		return refError("snapshot", req.Snapshot, err)
+	}
+	started := time.Now()
+	inst, err := d.restorer.Restore(ctx, restore.SourceOf(res), restore.Options{
+		Device: req.Device, IOEngine: ioEngine, Prefetch: mode, Policy: policy,
+	})
+	if err != nil {
+		if d.reqCtx.Err() != nil {
+			return statusError(http.StatusServiceUnavailable, "", fmt.Errorf("%w: %w", ErrShuttingDown, err))
+		}
+		return err
+	}
+	run := &running{inst: inst, info: RestoreInfo{
+		ID: inst.ID, Snapshot: rec.ID, Device: req.Device, IOEngine: ioEngine, Policy: policy.Name,
+		Generation: inst.Generation, StartedAt: started, Timings: inst.Timings, Prefetch: inst.Prefetch,
+		DeviceBytes: inst.DeviceBytes, Ready: inst.Ready.Detail,
+	}}
+	if req.Device == restore.DeviceFile {
+		if err := d.holdDevice(rec.ID, res.MemoryPath, ioEngine, inst.Generation); err != nil {
+			// Only the byte counts and the separate release step are
+			// lost; the restore itself is fine.
+			d.log.Warn("restore runs without the daemon's device reference", "restore", inst.ID, "err", err)
+		}
+	} else {
+		// A uffd session is the VM's own device: what it read by ready is
+		// what the daemon learns of it.
+		d.uffdBytes.Add(inst.DeviceBytes.BytesRead)
+	}
+	d.mu.Lock()
+	if d.closing {
+		// Shutdown has collected the restores it stops; this one was
+		// still starting, so it is stopped here.
+		d.mu.Unlock()
+		d.stopAndRelease(context.WithoutCancel(ctx), run)
+		return statusError(http.StatusServiceUnavailable, "", ErrShuttingDown)
+	}
+	d.restores[inst.ID] = run
+	d.mu.Unlock()
+	d.log.Info("restore ready", "restore", inst.ID, "snapshot", rec.ID, "device", req.Device, "generation", inst.Generation,
+		"ready", inst.Timings.Ready, "prefetch", inst.Prefetch.State, "reason", inst.Prefetch.Reason)
+	writeJSON(w, http.StatusCreated, run.info)
+	return nil
+}
+
+func (d *Daemon) listRestores(w http.ResponseWriter, _ *http.Request) error {
+	d.mu.Lock()
+	out := make([]RestoreInfo, 0, len(d.restores))
+	for _, r := range d.restores {
+		out = append(out, r.info)
+	}
+	d.mu.Unlock()
+	slices.SortFunc(out, func(a, b RestoreInfo) int { return a.StartedAt.Compare(b.StartedAt) })
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (d *Daemon) getRestore(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	d.mu.Lock()
+	run, ok := d.restores[id]
+	d.mu.Unlock()
+	if !ok {
+		return statusError(http.StatusNotFound, "id", fmt.Errorf("no restore %q", id))
+	}
+	writeJSON(w, http.StatusOK, run.info)
+	return nil
+}
+
+func (d *Daemon) deleteRestore(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	d.mu.Lock()
+	run, ok := d.restores[id]
+	delete(d.restores, id)
+	d.mu.Unlock()
+	if !ok {
+		return statusError(http.StatusNotFound, "id", fmt.Errorf("no restore %q", id))
+	}
+	// A client that goes away must not leave a stop half done.
+	rep, err := d.stopAndRelease(context.WithoutCancel(r.Context()), run)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, StopResponse{ID: id, StopReport: rep})
+	return nil
+}
+
+// stopAndRelease stops a restore taken out of d.restores and then drops
+// its hold on the device, which releases the device after the last restore
+// on it; the release's acknowledgement is part of the report.
+func (d *Daemon) stopAndRelease(ctx context.Context, run *running) (restore.StopReport, error) {
+	rep, err := d.stopRestore(ctx, run)
+	if run.info.Device != restore.DeviceFile {
+		return rep, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.stopWithin)
+	defer cancel()
+	ack, relErr := d.releaseDevice(ctx, run.info.Generation)
+	rep.ReleaseAck += ack
+	return rep, errors.Join(err, relErr)
+}
+
+// stopRestore stops a restore in the seed's order: stop the VM, wait for
+// the prefetch reads, drop the restore's device reference.
+func (d *Daemon) stopRestore(ctx context.Context, run *running) (restore.StopReport, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.stopWithin)
+	defer cancel()
+	id := run.info.ID
+	d.log.Info("stopping restore", "restore", id, "snapshot", run.info.Snapshot)
+	rep, err := run.inst.StopReported(ctx)
+	if err != nil {
+		d.log.Error("restore stop failed", "restore", id, "err", err)
+		return rep, err
+	}
+	d.log.Info("restore stopped", "restore", id, "prefetch_drain", rep.PrefetchDrain)
+	return rep, nil
+}

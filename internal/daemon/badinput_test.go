@@ -1,0 +1,158 @@
+package daemon_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"warmstart/internal/daemon"
+	"warmstart/internal/repository"
+)
+
+// Every kind of bad input gets the right status and a JSON error naming
+// the field, and the daemon keeps serving.
+func TestBadInput(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	r := startDaemon(t, f, nil)
+	ctx := context.Background()
+	imp, err := r.client.Import(ctx, f.importRequest("taken"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	notRegular := filepath.Join(f.dir, "ref")
+	unknownID := "01890a5d-ac96-774b-bcce-b302099a8057" // a UUIDv7 no snapshot has
+	importBody := func(mutate func(map[string]any)) string {
+		m := map[string]any{"vm_state": f.ref.VMState, "memory": f.ref.Memory, "layout": f.layout}
+		mutate(m)
+		b, _ := json.Marshal(m)
+		return string(b)
+	}
+
+	hc := rawClient(t, f.cfg.Daemon.Socket)
+	for _, tc := range []struct {
+		name, method, path, body string
+		status                   int
+		field                    string
+	}{
+		{"alias with bad characters", "GET", "/snapshots/no%20spaces", "", 400, "id"},
+		{"alias too long", "GET", "/snapshots/" + strings.Repeat("a", 129), "", 400, "id"},
+		{"id that is not a UUIDv7", "GET", "/snapshots/6ba7b810-9dad-11d1-80b4-00c04fd430c8", "", 400, "id"},
+		{"id not in canonical form", "GET", "/snapshots/" + strings.ToUpper(imp.ID), "", 400, "id"},
+		{"unknown id", "GET", "/snapshots/" + unknownID, "", 404, "id"},
+		{"unknown alias", "GET", "/snapshots/nobody", "", 404, "id"},
+		{"delete unknown alias", "DELETE", "/snapshots/nobody", "", 404, "id"},
+		{"delete unknown id", "DELETE", "/snapshots/" + unknownID, "", 404, "id"},
+		{"delete bad alias", "DELETE", "/snapshots/a.b", "", 400, "id"},
+		{"list with unknown parameter", "GET", "/snapshots?colour=blue", "", 400, "colour"},
+		{"list with bad has_manifest", "GET", "/snapshots?has_manifest=maybe", "", 400, "has_manifest"},
+		{"list with bad alias prefix", "GET", "/snapshots?alias_prefix=a/b", "", 400, "alias_prefix"},
+
+		{"import malformed JSON", "POST", "/snapshots/import", `{"vm_state": `, 400, "body"},
+		{"import syntax error", "POST", "/snapshots/import", `{"vm_state" "x"}`, 400, "body"},
+		{"import empty body", "POST", "/snapshots/import", ``, 400, "body"},
+		{"import array body", "POST", "/snapshots/import", `[1, 2]`, 400, "body"},
+		{"import two objects", "POST", "/snapshots/import", `{} {}`, 400, "body"},
+		{"import unknown field", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["colour"] = "blue" }), 400, "colour"},
+		{"import wrong type", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["alias"] = 5 }), 400, "alias"},
+		{"import without vm_state", "POST", "/snapshots/import", importBody(func(m map[string]any) { delete(m, "vm_state") }), 400, "vm_state"},
+		{"import without memory", "POST", "/snapshots/import", importBody(func(m map[string]any) { delete(m, "memory") }), 400, "memory"},
+		{"import relative path", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["memory"] = "memory.bin" }), 400, "memory"},
+		{"import missing file", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["vm_state"] = "/nonexistent/vm" }), 400, "vm_state"},
+		{"import directory", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["memory"] = notRegular }), 400, "memory"},
+		{"import bad alias", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["alias"] = "a/b" }), 400, "alias"},
+		{"import alias like an id", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["alias"] = unknownID }), 400, "alias"},
+		{"import bad layout", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["layout"] = "0:1GiB" }), 400, "layout"},
+		{"import taken alias", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["alias"] = "taken" }), 409, "alias"},
+		{"import oversized body", "POST", "/snapshots/import", `{"vm_state": "` + strings.Repeat("x", 2<<20) + `"}`, 413, "body"},
+
+		{"record unknown snapshot", "POST", "/snapshots/" + unknownID + "/manifest:record", "", 404, "id"},
+		{"record bad alias", "POST", "/snapshots/a.b/manifest:record", "", 400, "id"},
+		{"unknown snapshot action", "POST", "/snapshots/taken/manifest:erase", "", 404, "path"},
+
+		{"restore malformed JSON", "POST", "/restores", `{"snapshot": "taken"`, 400, "body"},
+		{"restore unknown field", "POST", "/restores", `{"snapshot": "taken", "vcpus": 2}`, 400, "vcpus"},
+		{"restore without snapshot", "POST", "/restores", `{}`, 400, "snapshot"},
+		{"restore bad alias", "POST", "/restores", `{"snapshot": "a b"}`, 400, "snapshot"},
+		{"restore unknown snapshot", "POST", "/restores", `{"snapshot": "nobody"}`, 404, "snapshot"},
+		{"restore unknown device", "POST", "/restores", `{"snapshot": "taken", "device": "nbd"}`, 400, "device"},
+		{"restore unknown prefetch mode", "POST", "/restores", `{"snapshot": "taken", "prefetch": "maybe"}`, 400, "prefetch"},
+		{"restore unknown policy", "POST", "/restores", `{"snapshot": "taken", "policy": "greedy"}`, 400, "policy"},
+		{"restore bad io_engine", "POST", "/restores", `{"snapshot": "taken", "io_engine": 7}`, 400, "io_engine"},
+		{"restore io_engine as string", "POST", "/restores", `{"snapshot": "taken", "io_engine": "2"}`, 400, "io_engine"},
+		{"stop unknown restore", "DELETE", "/restores/nope", "", 404, "id"},
+		{"get unknown restore", "GET", "/restores/nope", "", 404, "id"},
+
+		{"unknown path", "GET", "/nope", "", 404, "path"},
+		{"wrong method", "DELETE", "/healthz", "", 405, "method"},
+		{"wrong method on restores", "PUT", "/restores", "", 405, "method"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var body io.Reader
+			if tc.body != "" {
+				body = strings.NewReader(tc.body)
+			}
+			req, err := http.NewRequest(tc.method, "http://warmstart"+tc.path, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var e daemon.Error
+			if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+				t.Fatalf("status %d with a body that is not a JSON error: %v", resp.StatusCode, err)
+			}
+			if resp.StatusCode != tc.status || e.Field != tc.field || e.Error == "" {
+				t.Errorf("%s %s = %d %+v, want %d naming field %q", tc.method, tc.path, resp.StatusCode, e, tc.status, tc.field)
+			}
+			if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+				t.Errorf("Content-Type %q", ct)
+			}
+		})
+	}
+	if h, err := r.client.Health(ctx); err != nil || h.Status != "ok" {
+		t.Fatalf("after bad input: healthz = %+v, %v", h, err)
+	}
+	if _, err := os.Stat(f.ref.Memory); err != nil {
+		t.Fatalf("a refused import touched its input: %v", err)
+	}
+	if recs, err := r.client.Snapshots(ctx, repository.Filter{}); err != nil || len(recs) != 1 {
+		t.Fatalf("after bad imports: %d snapshots (%v), want only the first", len(recs), err)
+	}
+}
+
+// The colon of manifest:record may arrive percent-encoded.
+func TestRecordRouteWithEscapedColon(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	r := startDaemon(t, f, nil)
+	imp, err := r.client.Import(context.Background(), f.importRequest(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := rawClient(t, f.cfg.Daemon.Socket)
+	resp, err := hc.Post(fmt.Sprintf("http://warmstart/snapshots/%s/manifest%%3Arecord", imp.ID), "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var res struct {
+		SnapshotID string `json:"snapshot_id"`
+		Descriptor struct {
+			SHA256 string `json:"sha256"`
+		} `json:"descriptor"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST manifest%%3Arecord = %d, %v", resp.StatusCode, err)
+	}
+	if res.SnapshotID != imp.ID || res.Descriptor.SHA256 == "" {
+		t.Fatalf("record result %+v", res)
+	}
+}

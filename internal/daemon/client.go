@@ -1,0 +1,192 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"warmstart/internal/recorder"
+	"warmstart/internal/repository"
+)
+
+// maxResponseBytes bounds what the client reads of one answer.
+const maxResponseBytes = 64 << 20
+
+// Client talks to a running daemon.
+type Client struct {
+	hc   *http.Client
+	base string
+}
+
+// NewClient returns a client for the daemon at endpoint: the path of its
+// Unix socket, or http://host:port for a daemon serving TCP.
+func NewClient(endpoint string) *Client {
+	if strings.HasPrefix(endpoint, "http://") || strings.HasPrefix(endpoint, "https://") {
+		return &Client{hc: &http.Client{}, base: strings.TrimSuffix(endpoint, "/")}
+	}
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", endpoint)
+		},
+	}
+	// The host is never dialled; it only fills the request line.
+	return &Client{hc: &http.Client{Transport: tr}, base: "http://warmstart"}
+}
+
+// Close drops idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+// APIError is an answer with a 4xx or 5xx status. It matches
+// repository.ErrNotFound (404), repository.ErrAliasConflict (409) and
+// repository.ErrInvalidRequest (400) with errors.Is, so callers branch as
+// they do on a local repository.
+type APIError struct {
+	StatusCode int
+	Message    string
+	Field      string
+}
+
+func (e *APIError) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("daemon: %s (field %s, HTTP %d)", e.Message, e.Field, e.StatusCode)
+	}
+	return fmt.Sprintf("daemon: %s (HTTP %d)", e.Message, e.StatusCode)
+}
+
+// Is maps the status to the repository's sentinel errors.
+func (e *APIError) Is(target error) bool {
+	switch e.StatusCode {
+	case http.StatusNotFound:
+		return target == repository.ErrNotFound
+	case http.StatusConflict:
+		return target == repository.ErrAliasConflict
+	case http.StatusBadRequest:
+		return target == repository.ErrInvalidRequest
+	}
+	return false
+}
+
+// do sends in (when not nil) as JSON and decodes the answer into out
+// (when not nil).
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("daemon %s %s: %w", method, path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return fmt.Errorf("daemon %s %s: %w", method, path, err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("daemon %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		return fmt.Errorf("daemon %s %s: read answer: %w", method, path, err)
+	}
+	if resp.StatusCode >= 400 {
+		var e Error
+		if json.Unmarshal(data, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(data))
+		}
+		return &APIError{StatusCode: resp.StatusCode, Message: e.Error, Field: e.Field}
+	}
+	if out == nil {
+		return nil
+	}
+	if s, ok := out.(*string); ok {
+		*s = string(data)
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("daemon %s %s: decode answer: %w", method, path, err)
+	}
+	return nil
+}
+
+// Health asks whether the daemon is up.
+func (c *Client) Health(ctx context.Context) (Health, error) {
+	var h Health
+	return h, c.do(ctx, http.MethodGet, "/healthz", nil, &h)
+}
+
+// Snapshots lists the snapshots that match f, oldest first.
+func (c *Client) Snapshots(ctx context.Context, f repository.Filter) ([]repository.Record, error) {
+	q := url.Values{}
+	if f.AliasPrefix != "" {
+		q.Set("alias_prefix", f.AliasPrefix)
+	}
+	if f.HasManifest != nil {
+		q.Set("has_manifest", fmt.Sprint(*f.HasManifest))
+	}
+	path := "/snapshots"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var recs []repository.Record
+	return recs, c.do(ctx, http.MethodGet, path, nil, &recs)
+}
+
+// Snapshot returns the snapshot with that id or alias.
+func (c *Client) Snapshot(ctx context.Context, ref string) (SnapshotInfo, error) {
+	var info SnapshotInfo
+	return info, c.do(ctx, http.MethodGet, "/snapshots/"+url.PathEscape(ref), nil, &info)
+}
+
+// DeleteSnapshot deletes the snapshot with that id or alias.
+func (c *Client) DeleteSnapshot(ctx context.Context, ref string) (DeleteResponse, error) {
+	var out DeleteResponse
+	return out, c.do(ctx, http.MethodDelete, "/snapshots/"+url.PathEscape(ref), nil, &out)
+}
+
+// Import publishes files on the daemon's host as a new snapshot.
+func (c *Client) Import(ctx context.Context, req ImportRequest) (ImportResponse, error) {
+	var out ImportResponse
+	return out, c.do(ctx, http.MethodPost, "/snapshots/import", req, &out)
+}
+
+// RecordManifest records the snapshot's startup manifest now and attaches it.
+func (c *Client) RecordManifest(ctx context.Context, ref string) (recorder.Result, error) {
+	var out recorder.Result
+	return out, c.do(ctx, http.MethodPost, "/snapshots/"+url.PathEscape(ref)+"/manifest:record", nil, &out)
+}
+
+// Restore restores a snapshot; the daemon holds it until StopRestore.
+func (c *Client) Restore(ctx context.Context, req RestoreRequest) (RestoreInfo, error) {
+	var out RestoreInfo
+	return out, c.do(ctx, http.MethodPost, "/restores", req, &out)
+}
+
+// Restores lists the restores the daemon holds, oldest first.
+func (c *Client) Restores(ctx context.Context) ([]RestoreInfo, error) {
+	var out []RestoreInfo
+	return out, c.do(ctx, http.MethodGet, "/restores", nil, &out)
+}
+
+// StopRestore stops a restore in the seed's order.
+func (c *Client) StopRestore(ctx context.Context, id string) (StopResponse, error) {
+	var out StopResponse
+	return out, c.do(ctx, http.MethodDelete, "/restores/"+url.PathEscape(id), nil, &out)
+}
+
+// Metrics returns the Prometheus text exposition.
+func (c *Client) Metrics(ctx context.Context) (string, error) {
+	var out string
+	return out, c.do(ctx, http.MethodGet, "/metrics", nil, &out)
+}

@@ -1,0 +1,516 @@
+// Package daemon is `warmstart serve`: one long-lived process that owns the
+// FUSE memory device, the shared prefetch engine and the restored VMs, and
+// offers them over an HTTP API with JSON in and out, on a Unix socket
+// ([daemon] socket) or a TCP address. Client is its Go client.
+//
+// # API
+//
+//	GET    /healthz                          liveness
+//	GET    /metrics                          Prometheus metrics
+//	GET    /snapshots[?alias_prefix=&has_manifest=]
+//	GET    /snapshots/{id}                   id or alias; record and files
+//	DELETE /snapshots/{id}
+//	POST   /snapshots/import                 ImportRequest
+//	POST   /snapshots/{id}/manifest:record   record the startup manifest now
+//	POST   /restores                         RestoreRequest → RestoreInfo
+//	GET    /restores, /restores/{id}
+//	DELETE /restores/{id}                    stop in the seed's order → StopResponse
+//
+// Bad input is a 4xx whose body is an Error naming the field at fault: 400
+// for a malformed id or alias, malformed JSON, an unknown field or an
+// unknown device, mode or policy; 404 for an unknown snapshot or restore;
+// 409 for an alias held by another snapshot. A panic in a handler is
+// logged and answered with a 500; it never takes the daemon down.
+//
+// With [snapshot.memory_startup_pack] enabled, an import records the
+// startup manifest in the background, holding the capture lease until the
+// manifest is attached (or the recording is discarded).
+//
+// # Start and shutdown
+//
+// At start a socket file left by a crashed daemon is removed, unless a
+// daemon still answers on it (ErrAlreadyRunning); a dead FUSE mount left at
+// [memory] fuse_mount is detached by fusedev.Mount; leftover per-restore
+// directories are removed.
+//
+// Shutdown (SIGTERM for Run) goes in this order, each step logged:
+//  1. stop accepting requests and let those in progress finish (after
+//     ShutdownGrace they are cancelled);
+//  2. stop every restore in the seed's order (restore.Instance.Stop: stop
+//     the VM, wait for its prefetch reads, drop its device reference), and
+//     end background recordings;
+//  3. release the devices: the daemon holds its own reference to every
+//     file device generation its restores use, drops it after the last of
+//     them stopped, and waits for the acknowledgement that no read is in
+//     flight;
+//  4. unmount FUSE (the recorder's tracing mount and the device mount);
+//  5. remove the socket.
+//
+// # Metrics
+//
+// GET /metrics serves the metrics package's Set: restore phases, prefetch
+// tasks by outcome, readers in flight, device bytes by source, manifest
+// validation failures and repository latency. Device bytes are read from
+// the counters of the device generations the daemon holds (and, for uffd
+// restores, of each session up to ready).
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"warmstart/internal/config"
+	"warmstart/internal/daemon/metrics"
+	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/prefetch"
+	"warmstart/internal/recorder"
+	"warmstart/internal/repository"
+	"warmstart/internal/restore"
+	"warmstart/internal/vmm"
+)
+
+// Defaults of the zero fields of Options.
+const (
+	DefaultShutdownGrace = 10 * time.Second
+	DefaultStopTimeout   = time.Minute
+	// readHeaderTimeout bounds a client that opens a connection and sends
+	// nothing.
+	readHeaderTimeout = 10 * time.Second
+	// socketProbeTimeout bounds the check for a live daemon on the socket.
+	socketProbeTimeout = time.Second
+	// runDirName is the daemon's directory under [runtime] dir.
+	runDirName = "daemon"
+)
+
+var (
+	// ErrAlreadyRunning: a daemon answers on the configured socket.
+	ErrAlreadyRunning = errors.New("a warmstart daemon is already running on the socket")
+	// ErrShuttingDown is the error of requests refused during shutdown.
+	ErrShuttingDown = errors.New("the daemon is shutting down")
+)
+
+// Options configure a Daemon.
+type Options struct {
+	// Config is the loaded configuration; required.
+	Config *config.Config
+	// Repository keeps the snapshots; required. The daemon times every
+	// operation on it.
+	Repository repository.Repository
+	// VMM restores snapshots; required (NewVMM builds the configured one).
+	VMM vmm.VMM
+	// Log receives the daemon's log; nil discards it.
+	Log *slog.Logger
+	// Listen is a TCP address (host:port) to serve instead of the Unix
+	// socket; empty takes [daemon] listen, and if that is empty too the
+	// API is served on [daemon] socket.
+	Listen string
+	// FUSE configures the file device mount (tests hold reads in its
+	// ReadHook).
+	FUSE fusedev.Options
+	// ShutdownGrace is how long shutdown lets requests in progress finish
+	// before cancelling them.
+	ShutdownGrace time.Duration
+	// StopTimeout bounds the stop of one restore.
+	StopTimeout time.Duration
+}
+
+// Daemon is a running warmstart daemon.
+type Daemon struct {
+	cfg        *config.Config
+	log        *slog.Logger
+	repo       repository.Repository
+	fuse       *fusedev.Server
+	traceClose func() error // unmounts the recorder's tracing mount
+	engine     *prefetch.Engine
+	restorer   *restore.Restorer
+	recorder   *recorder.Recorder
+	metrics    *metrics.Set
+	requests   *inflight
+	grace      time.Duration
+	stopWithin time.Duration
+
+	ln         net.Listener
+	socketPath string      // "" when serving TCP
+	socketInfo os.FileInfo // the socket file this daemon created
+	srv        *http.Server
+
+	// reqCtx is the base of every request's context; cancelling it aborts
+	// requests still running when the shutdown grace ends.
+	reqCtx    context.Context
+	reqCancel context.CancelFunc
+	// recCtx bounds background recordings.
+	recCtx    context.Context
+	recCancel context.CancelFunc
+
+	mu         sync.Mutex
+	closing    bool
+	restores   map[string]*running
+	recordings map[*recorder.Job]string
+
+	// devMu guards devices; it orders the daemon's attaches and releases.
+	devMu         sync.Mutex
+	devices       map[uint64]*heldDevice // by file device generation
+	releasedBytes atomic.Uint64          // read by released generations
+	uffdBytes     atomic.Uint64          // read by uffd sessions up to ready
+
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+// New prepares a daemon: it checks the socket, mounts the FUSE device and
+// listens. Serve then answers requests; Shutdown undoes it all.
+func New(opts Options) (_ *Daemon, err error) {
+	if opts.Config == nil || opts.Repository == nil || opts.VMM == nil {
+		return nil, errors.New("daemon: Config, Repository and VMM are required")
+	}
+	cfg := opts.Config
+	d := &Daemon{
+		cfg:        cfg,
+		log:        opts.Log,
+		requests:   newInflight(),
+		grace:      opts.ShutdownGrace,
+		stopWithin: opts.StopTimeout,
+		restores:   map[string]*running{},
+		recordings: map[*recorder.Job]string{},
+		devices:    map[uint64]*heldDevice{},
+	}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	if d.grace <= 0 {
+		d.grace = DefaultShutdownGrace
+	}
+	if d.stopWithin <= 0 {
+		d.stopWithin = DefaultStopTimeout
+	}
+	listen := opts.Listen
+	if listen == "" {
+		listen = cfg.Daemon.Listen
+	}
+	if listen == "" {
+		d.socketPath = cfg.Daemon.Socket
+		// Before anything else: a live daemon must not lose its socket.
+		if err := d.removeStaleSocket(); err != nil {
+			return nil, err
+		}
+	}
+
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	runDir := filepath.Join(cfg.Runtime.Dir, runDirName)
+	// Restore directories of a crashed run hold only dead sockets and logs.
+	if err := os.RemoveAll(filepath.Join(runDir, "restores")); err != nil {
+		return nil, fmt.Errorf("daemon: clean runtime directory: %w", err)
+	}
+	if err := os.MkdirAll(runDir, 0o700); err != nil {
+		return nil, fmt.Errorf("daemon: runtime directory: %w", err)
+	}
+
+	d.engine = prefetch.NewEngine(prefetch.Options{MaxReaders: cfg.Prefetch.MaxReaders, BufferBytes: int(cfg.Prefetch.BufferBytes)})
+	d.metrics = metrics.New(d.engine, d.activeRestores, d.deviceBytes)
+	d.repo = d.metrics.Repository(opts.Repository)
+
+	if d.fuse, err = fusedev.Mount(cfg.Memory.FUSEMount, opts.FUSE); err != nil {
+		return nil, fmt.Errorf("daemon: %w", err)
+	}
+	undo = append(undo, func() { d.fuse.Close() })
+	d.restorer = &restore.Restorer{
+		FUSE:           d.fuse,
+		Engine:         d.engine,
+		VMM:            opts.VMM,
+		ConsumeEnabled: cfg.Snapshot.MemoryStartupPack.ConsumeEnabled,
+		RuntimeDir:     runDir,
+		Log:            d.log,
+	}
+	// Recording restores are throwaway, traced and never prefetch: they
+	// would only blur the restore metrics, so only the restorer serving
+	// requests observes.
+	tracing, traceClose, err := recorder.TracingRestorer(d.restorer, filepath.Join(runDir, "trace-mem"))
+	if err != nil {
+		return nil, fmt.Errorf("daemon: %w", err)
+	}
+	d.traceClose = traceClose
+	undo = append(undo, func() { traceClose() })
+	d.restorer.Observe = d.metrics
+	d.recorder = &recorder.Recorder{
+		Repo:     d.repo,
+		Restorer: tracing,
+		Device:   cfg.Memory.Device,
+		IOEngine: cfg.Memory.IOEngine,
+		Log:      d.log,
+		Timeout:  2 * cfg.Envd.Timeout,
+	}
+	d.reqCtx, d.reqCancel = context.WithCancel(context.Background())
+	d.recCtx, d.recCancel = context.WithCancel(context.Background())
+	undo = append(undo, d.reqCancel, d.recCancel)
+
+	if d.socketPath != "" {
+		err = d.listenUnix()
+	} else {
+		d.ln, err = net.Listen("tcp", listen)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("daemon: listen: %w", err)
+	}
+	d.srv = &http.Server{
+		Handler:           d.Handler(),
+		ReadHeaderTimeout: readHeaderTimeout,
+		BaseContext:       func(net.Listener) context.Context { return d.reqCtx },
+		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
+	}
+	d.log.Info("daemon ready", "address", d.Address(), "fuse_mount", d.fuse.Dir(),
+		"consume_enabled", cfg.Snapshot.MemoryStartupPack.ConsumeEnabled, "record_enabled", cfg.Snapshot.MemoryStartupPack.Enabled)
+	return d, nil
+}
+
+// removeStaleSocket removes a socket file no daemon answers on, and refuses
+// to touch a live one or a file that is not a socket.
+func (d *Daemon) removeStaleSocket() error {
+	fi, err := os.Lstat(d.socketPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("daemon: socket %s: %w", d.socketPath, err)
+	}
+	if fi.Mode().Type() != os.ModeSocket {
+		return fmt.Errorf("daemon: %s exists and is not a socket; not removing it", d.socketPath)
+	}
+	conn, err := net.DialTimeout("unix", d.socketPath, socketProbeTimeout)
+	if err == nil {
+		conn.Close()
+		return fmt.Errorf("daemon: %s: %w", d.socketPath, ErrAlreadyRunning)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("daemon: probe socket %s: %w", d.socketPath, err)
+	}
+	if err := os.Remove(d.socketPath); err != nil {
+		return fmt.Errorf("daemon: remove stale socket: %w", err)
+	}
+	d.log.Info("removed stale socket of an earlier daemon", "socket", d.socketPath)
+	return nil
+}
+
+func (d *Daemon) listenUnix() error {
+	if err := os.MkdirAll(filepath.Dir(d.socketPath), 0o755); err != nil {
+		return err
+	}
+	ln, err := net.Listen("unix", d.socketPath)
+	if err != nil {
+		return err
+	}
+	ul := ln.(*net.UnixListener)
+	// The socket is removed as the last step of shutdown, not when the
+	// listener closes at the first.
+	ul.SetUnlinkOnClose(false)
+	// Whoever can connect can run VMs: owner only.
+	if err := os.Chmod(d.socketPath, 0o600); err != nil {
+		ln.Close()
+		os.Remove(d.socketPath)
+		return err
+	}
+	if d.socketInfo, err = os.Lstat(d.socketPath); err != nil {
+		ln.Close()
+		os.Remove(d.socketPath)
+		return err
+	}
+	d.ln = ln
+	return nil
+}
+
+// Address is where the API is served: the socket path or host:port.
+func (d *Daemon) Address() string {
+	if d.socketPath != "" {
+		return d.socketPath
+	}
+	return d.ln.Addr().String()
+}
+
+// Endpoint is Address in the form NewClient takes.
+func (d *Daemon) Endpoint() string {
+	if d.socketPath != "" {
+		return d.socketPath
+	}
+	return "http://" + d.ln.Addr().String()
+}
+
+// Handler is the API, middleware included.
+func (d *Daemon) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /healthz", d.serve(d.healthz))
+	mux.Handle("GET /metrics", d.metrics.Handler(slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)))
+	mux.Handle("GET /snapshots", d.serve(d.listSnapshots))
+	mux.Handle("POST /snapshots/import", d.serve(d.importSnapshot))
+	mux.Handle("GET /snapshots/{id}", d.serve(d.getSnapshot))
+	mux.Handle("DELETE /snapshots/{id}", d.serve(d.deleteSnapshot))
+	// The action segment is matched as a wildcard: the mux unescapes it, so
+	// "manifest%3Arecord" arrives as "manifest:record" too.
+	mux.Handle("POST /snapshots/{id}/{action}", d.serve(d.snapshotAction))
+	mux.Handle("POST /restores", d.serve(d.createRestore))
+	mux.Handle("GET /restores", d.serve(d.listRestores))
+	mux.Handle("GET /restores/{id}", d.serve(d.getRestore))
+	mux.Handle("DELETE /restores/{id}", d.serve(d.deleteRestore))
+	return recovered(d.log, d.requests.wrap(logged(d.log, routed(mux))))
+}
+
+// Serve answers requests until Shutdown; it then returns nil.
+func (d *Daemon) Serve() error {
+	if err := d.srv.Serve(d.ln); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("daemon: serve: %w", err)
+	}
+	return nil
+}
+
+// Run serves until ctx is done (cmd/warmstart cancels it on SIGTERM and
+// SIGINT), then shuts down in order.
+func Run(ctx context.Context, opts Options) error {
+	d, err := New(opts)
+	if err != nil {
+		return err
+	}
+	served := make(chan error, 1)
+	go func() { served <- d.Serve() }()
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		d.log.Info("shutdown begun", "cause", context.Cause(ctx).Error())
+	case serveErr = <-served:
+		d.log.Error("serving stopped; shutting down", "err", serveErr)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), d.grace+2*d.stopWithin)
+	defer cancel()
+	return errors.Join(serveErr, d.Shutdown(sctx))
+}
+
+// Shutdown stops the daemon in the order of the package doc. It is safe to
+// call more than once; later calls return the first call's result.
+func (d *Daemon) Shutdown(ctx context.Context) error {
+	d.shutdownOnce.Do(func() { d.shutdownErr = d.shutdown(ctx) })
+	return d.shutdownErr
+}
+
+func (d *Daemon) shutdown(ctx context.Context) error {
+	var errs []error
+
+	// 1. Stop accepting requests; let those in progress finish, within the grace.
+	gctx, cancel := context.WithTimeout(ctx, d.grace)
+	if err := d.srv.Shutdown(gctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		errs = append(errs, fmt.Errorf("close listener: %w", err))
+	}
+	cancel()
+	d.ln.Close() // in case Serve never ran
+	idle, cancelled := d.requests.close()
+	if cancelled > 0 {
+		// The grace is over: cancel what is left and wait for it to return.
+		d.reqCancel()
+		d.log.Warn("shutdown: grace over; requests still running cancelled", "requests", cancelled)
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("requests still running: %w", ctx.Err()))
+		}
+	}
+	d.log.Info("shutdown: no longer accepting requests", "cancelled", cancelled)
+
+	// 2. Stop restores, each in the seed's order, and end recordings.
+	d.mu.Lock()
+	d.closing = true
+	stopping := make([]*running, 0, len(d.restores))
+	for id, r := range d.restores {
+		stopping = append(stopping, r)
+		delete(d.restores, id)
+	}
+	jobs := make(map[*recorder.Job]string, len(d.recordings))
+	for j, id := range d.recordings {
+		jobs[j] = id
+	}
+	d.mu.Unlock()
+	d.recCancel()
+	var (
+		wg    sync.WaitGroup
+		errMu sync.Mutex
+	)
+	fail := func(err error) {
+		errMu.Lock()
+		errs = append(errs, err)
+		errMu.Unlock()
+	}
+	for _, r := range stopping {
+		wg.Go(func() {
+			if _, err := d.stopRestore(ctx, r); err != nil {
+				fail(err)
+			}
+		})
+	}
+	wg.Wait()
+	for j, id := range jobs {
+		select {
+		case <-j.Done():
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("recording of %s still running: %w", id, ctx.Err()))
+		}
+	}
+	d.log.Info("shutdown: restores stopped", "restores", len(stopping), "recordings", len(jobs))
+
+	// 3. Release the devices: the daemon's references are the last ones.
+	devices := d.heldDevices()
+	for _, r := range stopping {
+		if r.info.Device == restore.DeviceFile {
+			wg.Go(func() {
+				if _, err := d.releaseDevice(ctx, r.info.Generation); err != nil {
+					fail(err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	d.log.Info("shutdown: devices released", "generations", devices)
+
+	// 4. Unmount FUSE: the recorder's tracing mount, then the devices'.
+	if err := errors.Join(d.traceClose(), d.fuse.Close()); err != nil {
+		errs = append(errs, err)
+	} else {
+		d.log.Info("shutdown: FUSE unmounted", "dir", d.fuse.Dir())
+	}
+	d.reqCancel()
+
+	// 5. Remove the socket, if it is still the one this daemon made.
+	if d.socketPath != "" {
+		if fi, err := os.Lstat(d.socketPath); err == nil && os.SameFile(fi, d.socketInfo) {
+			if err := os.Remove(d.socketPath); err != nil {
+				errs = append(errs, fmt.Errorf("remove socket: %w", err))
+			} else {
+				d.log.Info("shutdown: socket removed", "socket", d.socketPath)
+			}
+		}
+	}
+	err := errors.Join(errs...)
+	if err != nil {
+		d.log.Error("shutdown complete with errors", "err", err)
+		return fmt.Errorf("daemon shutdown: %w", err)
+	}
+	d.log.Info("shutdown complete")
+	return nil
+}
+
+func (d *Daemon) activeRestores() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.restores)
+}

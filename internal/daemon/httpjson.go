@@ -1,0 +1,255 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+)
+
+// maxRequestBytes bounds a request body; every request is a small JSON object.
+const maxRequestBytes = 1 << 20
+
+// fieldBody names the request body as a whole in errors about it.
+const fieldBody = "body"
+
+// apiError is an error with the HTTP status and the request field it is
+// about; handlers return it for everything the caller got wrong.
+type apiError struct {
+	status int
+	field  string
+	err    error
+}
+
+func (e *apiError) Error() string { return e.err.Error() }
+func (e *apiError) Unwrap() error { return e.err }
+
+func badRequest(field, format string, args ...any) error {
+	return &apiError{status: http.StatusBadRequest, field: field, err: fmt.Errorf(format, args...)}
+}
+
+func statusError(status int, field string, err error) error {
+	return &apiError{status: status, field: field, err: err}
+}
+
+// handlerFunc is a handler that reports failure by returning it.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// serve adapts h: an *apiError becomes its status with a JSON body naming
+// the field; any other error is a 500 and is logged, because it is ours.
+func (d *Daemon) serve(h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		err := h(w, r)
+		if err == nil {
+			return
+		}
+		var ae *apiError
+		if !errors.As(err, &ae) {
+			d.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+			ae = &apiError{status: http.StatusInternalServerError, err: err}
+		}
+		writeJSON(w, ae.status, Error{Error: ae.err.Error(), Field: ae.field})
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	// The status is sent; a failure here is the client going away.
+	_ = enc.Encode(v)
+}
+
+// decodeJSON reads the request body as exactly one JSON object into v,
+// refusing unknown fields, so that a misspelt option is an error rather than
+// silently ignored.
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRequestBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	var extra json.RawMessage
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return badRequest(fieldBody, "request body holds more than one JSON value")
+	}
+	return nil
+}
+
+// jsonError names what is wrong with a request body, and the field when
+// the problem is one field.
+func jsonError(err error) error {
+	var (
+		syntax  *json.SyntaxError
+		typ     *json.UnmarshalTypeError
+		tooLong *http.MaxBytesError
+	)
+	switch {
+	case errors.Is(err, io.EOF):
+		return badRequest(fieldBody, "empty request body; want a JSON object")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest(fieldBody, "malformed JSON: unexpected end of the body")
+	case errors.As(err, &syntax):
+		return badRequest(fieldBody, "malformed JSON at byte %d: %v", syntax.Offset, err)
+	case errors.As(err, &typ) && typ.Field != "":
+		return badRequest(typ.Field, "field %s: JSON %s where %s is wanted", typ.Field, typ.Value, typ.Type)
+	case errors.As(err, &typ):
+		return badRequest(fieldBody, "request body is JSON %s; want an object", typ.Value)
+	case errors.As(err, &tooLong):
+		return statusError(http.StatusRequestEntityTooLarge, fieldBody, fmt.Errorf("request body is larger than %d bytes", tooLong.Limit))
+	}
+	// encoding/json has no typed error for DisallowUnknownFields.
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		name = strings.Trim(name, `"`)
+		return badRequest(name, "unknown field %q", name)
+	}
+	return badRequest(fieldBody, "malformed JSON: %v", err)
+}
+
+// statusWriter remembers the status a handler sent.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// routed answers requests no pattern of mux matches with a JSON 404, or a
+// JSON 405 naming the allowed methods, instead of ServeMux's plain text.
+func routed(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		var allowed []string
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+			probe := r.Clone(r.Context())
+			probe.Method = m
+			if _, pattern := mux.Handler(probe); pattern != "" {
+				allowed = append(allowed, m)
+			}
+		}
+		if len(allowed) > 0 {
+			w.Header().Set("Allow", strings.Join(allowed, ", "))
+			writeJSON(w, http.StatusMethodNotAllowed, Error{
+				Error: fmt.Sprintf("method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allowed, ", ")),
+				Field: "method",
+			})
+			return
+		}
+		writeJSON(w, http.StatusNotFound, Error{Error: fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path), Field: "path"})
+	})
+}
+
+// recovered turns a handler panic into a logged 500, the last resort that
+// keeps one bad request from taking every running VM down with the daemon.
+func recovered(log *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			p := recover()
+			if p == nil {
+				return
+			}
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			if sw.status == 0 {
+				writeJSON(sw, http.StatusInternalServerError, Error{Error: "internal error; see the daemon's log"})
+			}
+		}()
+		next.ServeHTTP(sw, r)
+	})
+}
+
+// logged logs each request once it is answered: changes at Info, reads at
+// Debug.
+func logged(log *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		level := slog.LevelInfo
+		if r.Method == http.MethodGet {
+			level = slog.LevelDebug
+		}
+		log.Log(r.Context(), level, "request", "method", r.Method, "path", r.URL.Path, "status", sw.status,
+			"duration", time.Since(start))
+	})
+}
+
+// inflight counts requests being handled, so shutdown can wait for them
+// and refuse any that arrive on a connection accepted before it began.
+type inflight struct {
+	mu     sync.Mutex
+	n      int
+	closed bool
+	idle   chan struct{} // closed once closed is set and n is 0
+}
+
+func newInflight() *inflight { return &inflight{idle: make(chan struct{})} }
+
+func (f *inflight) enter() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return false
+	}
+	f.n++
+	return true
+}
+
+func (f *inflight) leave() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n--
+	if f.closed && f.n == 0 {
+		close(f.idle)
+	}
+}
+
+// close refuses new requests and returns a channel closed when none is in
+// progress, and how many are in progress now.
+func (f *inflight) close() (<-chan struct{}, int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.closed {
+		f.closed = true
+		if f.n == 0 {
+			close(f.idle)
+		}
+	}
+	return f.idle, f.n
+}
+
+func (f *inflight) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !f.enter() {
+			writeJSON(w, http.StatusServiceUnavailable, Error{Error: "the daemon is shutting down"})
+			return
+		}
+		defer f.leave()
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,87 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"warmstart/internal/repository"
+)
+
+// timedRepository is a Repository that observes the latency of every
+// operation of the one it wraps. Leases pass through untouched: a backend
+// recognises only the leases it issued.
+type timedRepository struct {
+	inner   repository.Repository
+	seconds *prometheus.HistogramVec
+}
+
+var _ repository.Repository = (*timedRepository)(nil)
+
+// timed starts timing op; deferring the call of its result with the
+// address of the named error result observes the outcome on return.
+func (r *timedRepository) timed(op string) func(*error) {
+	start := time.Now()
+	return func(err *error) {
+		outcome := "ok"
+		switch {
+		case errors.Is(*err, repository.ErrNotFound):
+			outcome = "not_found"
+		case *err != nil:
+			outcome = "error"
+		}
+		r.seconds.WithLabelValues(op, outcome).Observe(time.Since(start).Seconds())
+	}
+}
+
+func (r *timedRepository) BeginCapture(ctx context.Context) (l repository.Lease, err error) {
+	defer r.timed("begin_capture")(&err)
+	return r.inner.BeginCapture(ctx)
+}
+
+func (r *timedRepository) Publish(ctx context.Context, lease repository.Lease, req repository.PublishRequest) (rec repository.Record, err error) {
+	defer r.timed("publish")(&err)
+	return r.inner.Publish(ctx, lease, req)
+}
+
+func (r *timedRepository) LeaseExisting(ctx context.Context, id string) (l repository.Lease, err error) {
+	defer r.timed("lease_existing")(&err)
+	return r.inner.LeaseExisting(ctx, id)
+}
+
+func (r *timedRepository) Get(ctx context.Context, id string) (rec repository.Record, err error) {
+	defer r.timed("get")(&err)
+	return r.inner.Get(ctx, id)
+}
+
+func (r *timedRepository) List(ctx context.Context, f repository.Filter) (recs []repository.Record, err error) {
+	defer r.timed("list")(&err)
+	return r.inner.List(ctx, f)
+}
+
+func (r *timedRepository) ResolveAlias(ctx context.Context, alias string) (id string, err error) {
+	defer r.timed("resolve_alias")(&err)
+	return r.inner.ResolveAlias(ctx, alias)
+}
+
+func (r *timedRepository) Lookup(ctx context.Context, ref string) (rec repository.Record, err error) {
+	defer r.timed("lookup")(&err)
+	return r.inner.Lookup(ctx, ref)
+}
+
+func (r *timedRepository) Resolve(ctx context.Context, id string) (res repository.Resolved, err error) {
+	defer r.timed("resolve")(&err)
+	return r.inner.Resolve(ctx, id)
+}
+
+func (r *timedRepository) Delete(ctx context.Context, id string) (err error) {
+	defer r.timed("delete")(&err)
+	return r.inner.Delete(ctx, id)
+}
+
+func (r *timedRepository) AttachManifest(ctx context.Context, lease repository.Lease, data []byte) (d repository.ManifestDescriptor, err error) {
+	defer r.timed("attach_manifest")(&err)
+	return r.inner.AttachManifest(ctx, lease, data)
+}
