@@ -8,6 +8,7 @@ import (
 	"warmstart/internal/config"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
+	"warmstart/internal/repository/s3"
 )
 
 // storeFlag names the flag that overrides [backend.posix_fs] snapshot_store
@@ -29,6 +30,12 @@ func openRepository(cmd *cobra.Command) (repository.Repository, error) {
 	switch cfg.Snapshot.RepositoryBackend {
 	case config.BackendPosixFS:
 		return openPosixFS(store)
+	case config.BackendS3:
+		repo, err := s3.Open(cmd.Context(), s3.OptionsFromConfig(cfg.Backend.S3))
+		if err != nil {
+			return nil, err
+		}
+		return repo, nil
 	default:
 		return nil, fmt.Errorf("snapshot.repository_backend %q is not available in this build", cfg.Snapshot.RepositoryBackend)
 	}

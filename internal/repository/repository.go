@@ -150,7 +150,8 @@ type Lease interface {
 // Resolved is what a restore needs to reach one snapshot's artifacts.
 type Resolved struct {
 	Record Record
-	// VMStatePath and MemoryPath are local files holding the artifacts.
+	// VMStatePath and MemoryPath are local files holding the artifacts
+	// (MemoryPath is "" when Memory is set).
 	// They stay valid until the snapshot is deleted; an open descriptor
 	// keeps the data readable after that on POSIX file systems, so callers
 	// open them before relying on them.
@@ -161,6 +162,10 @@ type Resolved struct {
 	// Record.Manifest) and layout before using it, and fall back to
 	// on-demand reads when any check fails.
 	ManifestPath string
+	// Memory, when not nil, serves the memory file instead of a local
+	// file: remote backends (s3) read it on demand through a node-local
+	// cache, and MemoryPath is "".
+	Memory MemorySource
 }
 
 // Repository stores snapshots. Implementations are safe for concurrent use

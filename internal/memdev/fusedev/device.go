@@ -37,7 +37,7 @@ type generation struct {
 	key      string
 	name     string
 	number   uint64
-	lower    *os.File
+	lower    lowerFile
 	lowerRef string
 	size     int64
 	mtime    uint64
@@ -122,23 +122,7 @@ func (s *Server) Attach(key, lowerPath string, ioEngine int) (*Device, error) {
 		lower.Close()
 		return g.share(lowerRef, ioEngine)
 	}
-	s.lastGen++
-	g := &generation{
-		srv:      s,
-		key:      key,
-		name:     fmt.Sprintf("%s.%d.mem", key, s.lastGen),
-		number:   s.lastGen,
-		lower:    lower,
-		lowerRef: lowerRef,
-		size:     fi.Size(),
-		served:   newPageSet(fi.Size()),
-		mtime:    uint64(fi.ModTime().Unix()),
-		ioEngine: ioEngine,
-		refs:     1,
-		drained:  make(chan struct{}),
-	}
-	s.byKey[key] = g
-	s.byName[g.name] = g
+	g := s.newGenerationLocked(key, lower, lowerRef, fi.Size(), fi.ModTime(), ioEngine)
 	return &Device{gen: g}, nil
 }
 

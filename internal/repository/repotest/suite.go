@@ -202,7 +202,7 @@ func testPublishThenRead(t *testing.T, repo repository.Repository) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if FileSHA256(t, res.MemoryPath) != in.MemorySHA256 || FileSHA256(t, res.VMStatePath) != in.VMStateSHA256 {
+	if ResolvedMemorySHA256(t, res) != in.MemorySHA256 || FileSHA256(t, res.VMStatePath) != in.VMStateSHA256 {
 		t.Error("resolved artifacts differ from the inputs")
 	}
 	if res.ManifestPath != "" {
@@ -215,7 +215,7 @@ func testPublishThenRead(t *testing.T, repo repository.Repository) {
 	if err := os.Remove(in.MemoryPath); err != nil {
 		t.Fatal(err)
 	}
-	if FileSHA256(t, res.MemoryPath) != in.MemorySHA256 {
+	if ResolvedMemorySHA256(t, res) != in.MemorySHA256 {
 		t.Error("stored memory changed when the input was removed")
 	}
 }
@@ -236,7 +236,7 @@ func testPublishLarge(t *testing.T, repo repository.Repository) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if FileSHA256(t, res.MemoryPath) != in.MemorySHA256 {
+	if ResolvedMemorySHA256(t, res) != in.MemorySHA256 {
 		t.Error("stored memory differs from the input")
 	}
 }

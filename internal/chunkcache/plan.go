@@ -1,0 +1,80 @@
+package chunkcache
+
+import "fmt"
+
+// DefaultRunCapBytes caps the bytes of one prefetch run (one ranged GET).
+// Long runs save requests; capping them keeps the first block of every run
+// arriving early and lets several runs stream at once. Measured with 1 MiB
+// blocks and 8 runs at once (see cache.go for the setup), cold prefetch-on
+// time to ready: 2 MiB runs 584 ms (74 GETs), 4 MiB 569 ms (52), 8 MiB
+// 348-531 ms (32), 16 MiB 352-373 ms (19), 32 MiB 499 ms (11). 8 and 16 MiB
+// are level within the noise; 8 MiB keeps more, smaller runs in flight.
+const DefaultRunCapBytes = 8 << 20
+
+// Range is a run of an object's bytes, [Offset, Offset+Length): for memory,
+// a logical range of a startup manifest.
+type Range struct {
+	Offset int64
+	Length int64
+}
+
+// Run is a run of consecutive blocks fetched with one ranged GET.
+type Run struct {
+	First int64 // index of the first block
+	Count int64 // number of blocks
+}
+
+// Plan is the physical-range planner: it maps ranges of an object of size
+// bytes, given in first-touch order, to runs of blocks of blockBytes.
+//
+// Every block a range touches appears in exactly one run. Runs are ordered
+// by the first touch of their first block. A run starts at the earliest
+// touched block not yet planned and extends over the following blocks (in
+// address order) that some range also touches, however late, until it
+// reaches runCapBytes or a block no range touches. So a neighbour touched
+// later rides along with an earlier request instead of paying a request of
+// its own, and within a run bytes still arrive in address order from the
+// block touched first. Parts of ranges beyond size are ignored.
+func Plan(ranges []Range, size, blockBytes, runCapBytes int64) ([]Run, error) {
+	if size <= 0 || blockBytes <= 0 {
+		return nil, fmt.Errorf("plan: object size %d and block size %d must be positive", size, blockBytes)
+	}
+	capBlocks := max(1, runCapBytes/blockBytes)
+	blocks := (size + blockBytes - 1) / blockBytes
+	touched := make([]bool, blocks)
+	var order []int64
+	for i, r := range ranges {
+		if r.Offset < 0 || r.Length < 0 || r.Offset > size || r.Length > size {
+			return nil, fmt.Errorf("plan: range %d [%d, +%d) is outside the %d-byte object", i, r.Offset, r.Length, size)
+		}
+		end := min(r.Offset+r.Length, size)
+		if end <= r.Offset {
+			continue
+		}
+		for b := r.Offset / blockBytes; b <= (end-1)/blockBytes; b++ {
+			if !touched[b] {
+				touched[b] = true
+				order = append(order, b)
+			}
+		}
+	}
+	planned := make([]bool, blocks)
+	var runs []Run
+	for _, b := range order {
+		if planned[b] {
+			continue
+		}
+		run := Run{First: b, Count: 1}
+		planned[b] = true
+		for run.Count < capBlocks {
+			next := run.First + run.Count
+			if next >= blocks || !touched[next] || planned[next] {
+				break
+			}
+			planned[next] = true
+			run.Count++
+		}
+		runs = append(runs, run)
+	}
+	return runs, nil
+}

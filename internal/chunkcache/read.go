@@ -1,0 +1,396 @@
+package chunkcache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+)
+
+// maxFailures is how many failed blocks are remembered before expired ones
+// are dropped.
+const maxFailures = 4096
+
+// maxBlockAttempts bounds how often one block of a read is looked up
+// again: after its cached file vanished (evicted under the read), failed
+// its check, or the fetch the read joined failed (say, a prefetch run that
+// was stopped).
+const maxBlockAttempts = 3
+
+// Reader reads one object through the cache; it pins the object until
+// Close. It is what a memory device serves from. Safe for concurrent use.
+type Reader struct {
+	c    *Cache
+	obj  Object
+	once sync.Once
+}
+
+// Open returns a Reader of obj and pins obj: none of its blocks is evicted
+// while a Reader of it is open.
+func (c *Cache) Open(obj Object) (*Reader, error) {
+	if err := obj.validate(); err != nil {
+		return nil, fmt.Errorf("open %s in chunk cache: %w", obj.ID, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, fmt.Errorf("open %s in chunk cache: %w", obj.ID, ErrClosed)
+	}
+	c.pins[obj.ID]++
+	return &Reader{c: c, obj: obj}, nil
+}
+
+// Size is the object's size.
+func (r *Reader) Size() int64 { return r.obj.Size }
+
+// Object is the object the Reader reads.
+func (r *Reader) Object() Object { return r.obj }
+
+// Close unpins the object. It is safe to call again.
+func (r *Reader) Close() error {
+	r.once.Do(func() { r.c.unpin(r.obj.ID) })
+	return nil
+}
+
+// ReadAt reads len(p) bytes at off (fewer only at the end of the object,
+// with io.EOF), fetching missing blocks; each fetch is bounded by the
+// cache's FetchTimeout. It never returns bytes it could not verify: on any
+// failure it returns an error and n is 0.
+func (r *Reader) ReadAt(p []byte, off int64) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.c.fetchTimeout)
+	defer cancel()
+	return r.ReadAtContext(ctx, p, off)
+}
+
+// ReadAtContext is ReadAt bounded by ctx instead of the FetchTimeout.
+func (r *Reader) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("read %s at %d: negative offset", r.obj.ID, off)
+	}
+	if off >= r.obj.Size {
+		return 0, io.EOF
+	}
+	want := int(min(int64(len(p)), r.obj.Size-off))
+	if want == 0 {
+		return 0, nil
+	}
+	if err := r.c.begin(); err != nil {
+		return 0, fmt.Errorf("read %s at %d: %w", r.obj.ID, off, err)
+	}
+	defer r.c.ops.Done()
+	if err := r.c.read(ctx, &r.obj, p[:want], off); err != nil {
+		return 0, fmt.Errorf("read %s [%d, %d): %w", r.obj.ID, off, off+int64(want), err)
+	}
+	if want < len(p) {
+		return want, io.EOF
+	}
+	return want, nil
+}
+
+// slot is where a read finds one block.
+type slot struct {
+	err    error   // failed recently (failure holdoff)
+	data   []byte  // in memory (not yet written, or just verified)
+	path   string  // on disk, verified
+	verify *entry  // on disk, not yet checked since Open
+	fl     *flight // being fetched
+	joined bool    // fl was started by someone else
+}
+
+// read fills dst with the object's bytes at off. The missing blocks of the
+// whole span are registered as flights first, and consecutive ones fetched
+// with one ranged GET, so a read across a block boundary costs one request.
+func (c *Cache) read(ctx context.Context, obj *Object, dst []byte, off int64) error {
+	first := off / c.blockBytes
+	last := (off + int64(len(dst)) - 1) / c.blockBytes
+	slots := make([]slot, last-first+1)
+	fresh := false
+	c.mu.Lock()
+	for i := range slots {
+		slots[i] = c.lookupLocked(obj.ID, first+int64(i))
+		fresh = fresh || (slots[i].fl != nil && !slots[i].joined)
+	}
+	c.mu.Unlock()
+	if fresh {
+		// The fresh flights may not be consecutive (a cached block between
+		// two misses); fetch each consecutive group with its own GET.
+		c.fetchGroups(ctx, obj, first, slots)
+	}
+
+	for i := range slots {
+		idx := first + int64(i)
+		blockStart := idx * c.blockBytes
+		lo := max(off, blockStart)
+		hi := min(off+int64(len(dst)), blockStart+c.blockLength(obj.Size, idx))
+		part := dst[lo-off : hi-off]
+		s := slots[i]
+		var err error
+		for attempt := 1; ; attempt++ {
+			var again bool
+			again, err = c.copyFrom(ctx, obj, idx, s, part, lo-blockStart)
+			if !again || attempt == maxBlockAttempts || ctx.Err() != nil {
+				break
+			}
+			s = c.lookupAndFetch(ctx, obj, idx)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fetchGroups fetches the consecutive runs of fresh (not joined) flights in
+// slots, whose first block is first, each with one GET, concurrently, and
+// returns once every GET has been issued and its flights resolved.
+func (c *Cache) fetchGroups(ctx context.Context, obj *Object, first int64, slots []slot) {
+	var wg sync.WaitGroup
+	for i := 0; i < len(slots); {
+		if slots[i].fl == nil || slots[i].joined {
+			i++
+			continue
+		}
+		j := i
+		var group []*flight
+		for j < len(slots) && slots[j].fl != nil && !slots[j].joined {
+			group = append(group, slots[j].fl)
+			j++
+		}
+		start := first + int64(i)
+		wg.Go(func() { c.fetchRun(ctx, obj, start, group, false) })
+		i = j
+	}
+	wg.Wait()
+}
+
+// lookupLocked finds block idx of object, registering a flight (which the
+// caller must fetch) when it is neither cached nor being fetched.
+func (c *Cache) lookupLocked(object string, idx int64) slot {
+	key := blockKey{object, idx}
+	if e := c.entries[key]; e != nil {
+		c.touchLocked(e)
+		c.stats.hits.Add(1)
+		switch {
+		case e.data != nil:
+			return slot{data: e.data}
+		case e.verified:
+			return slot{path: c.chunkPath(e)}
+		default:
+			return slot{verify: e}
+		}
+	}
+	if f := c.flights[key]; f != nil {
+		c.stats.joins.Add(1)
+		return slot{fl: f, joined: true}
+	}
+	if fail, ok := c.failures[key]; ok {
+		if time.Now().Before(fail.until) {
+			c.stats.heldOff.Add(1)
+			return slot{err: fail.err}
+		}
+		delete(c.failures, key)
+	}
+	f := &flight{done: make(chan struct{})}
+	c.flights[key] = f
+	c.stats.misses.Add(1)
+	return slot{fl: f}
+}
+
+// lookupAndFetch looks block idx up again and fetches it if needed.
+func (c *Cache) lookupAndFetch(ctx context.Context, obj *Object, idx int64) slot {
+	c.mu.Lock()
+	s := c.lookupLocked(obj.ID, idx)
+	c.mu.Unlock()
+	if s.fl != nil && !s.joined {
+		c.fetchRun(ctx, obj, idx, []*flight{s.fl}, false)
+	}
+	return s
+}
+
+// copyFrom copies block idx's bytes at inBlock into part from s. again
+// reports that the block must be looked up anew: its file went away, it
+// failed its check, or the fetch it joined failed.
+func (c *Cache) copyFrom(ctx context.Context, obj *Object, idx int64, s slot, part []byte, inBlock int64) (again bool, err error) {
+	switch {
+	case s.err != nil:
+		return false, s.err
+	case s.data != nil:
+		copy(part, s.data[inBlock:])
+		return false, nil
+	case s.verify != nil:
+		data, err := loadVerified(c.chunkPath(s.verify), s.verify.length, s.verify.crc)
+		if err != nil {
+			c.dropBroken(s.verify, err)
+			return true, err
+		}
+		c.mu.Lock()
+		s.verify.verified = true
+		c.mu.Unlock()
+		copy(part, data[inBlock:])
+		return false, nil
+	case s.path != "":
+		f, err := os.Open(s.path)
+		if errors.Is(err, os.ErrNotExist) {
+			c.forget(obj.ID, idx, s.path)
+			return true, err
+		}
+		if err != nil {
+			return false, err
+		}
+		defer f.Close()
+		n, err := f.ReadAt(part, inBlock)
+		if n == len(part) {
+			return false, nil
+		}
+		if err == nil || errors.Is(err, io.EOF) {
+			// Verified once, shorter now: the file was changed under us.
+			err = fmt.Errorf("%w: %s is shorter than verified", errCorrupt, s.path)
+			c.forget(obj.ID, idx, s.path)
+			c.stats.corrupt.Add(1)
+			return true, err
+		}
+		return false, err
+	default:
+		select {
+		case <-s.fl.done:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+		if s.fl.err != nil {
+			return s.joined, s.fl.err
+		}
+		copy(part, s.fl.data[inBlock:])
+		return false, nil
+	}
+}
+
+// dropBroken discards a block file that failed its check.
+func (c *Cache) dropBroken(e *entry, why error) {
+	if !errors.Is(why, errCorrupt) && !errors.Is(why, os.ErrNotExist) {
+		return // an I/O error says nothing about the bytes; keep the file
+	}
+	c.mu.Lock()
+	path := c.removeLocked(e)
+	c.mu.Unlock()
+	if errors.Is(why, errCorrupt) {
+		c.stats.corrupt.Add(1)
+		c.log.Warn("chunk cache: discarding corrupt block", "err", why)
+	}
+	if path != "" {
+		c.removeFiles([]string{path})
+	}
+}
+
+// forget drops the index entry of block idx if it still names path.
+func (c *Cache) forget(object string, idx int64, path string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[blockKey{object, idx}]; e != nil && e.onDisk && c.chunkPath(e) == path {
+		c.removeLocked(e)
+	}
+}
+
+// fetchRun fetches blocks first .. first+len(flights)-1 of obj with one
+// ranged GET and resolves their flights in order, as each block arrives,
+// so a reader waiting on an early block of a long run is not held up by
+// the rest.
+func (c *Cache) fetchRun(ctx context.Context, obj *Object, first int64, flights []*flight, prefetch bool) error {
+	off := first * c.blockBytes
+	end := min(obj.Size, (first+int64(len(flights)))*c.blockBytes)
+	c.stats.fetches.Add(1)
+	body, err := obj.Fetch(ctx, off, end-off)
+	if err != nil {
+		c.stats.fetchErrors.Add(1)
+		err = fmt.Errorf("fetch [%d, %d): %w", off, end, err)
+		c.failFlights(obj.ID, first, flights, err)
+		return err
+	}
+	defer body.Close()
+	for i, f := range flights {
+		idx := first + int64(i)
+		buf := make([]byte, c.blockLength(obj.Size, idx))
+		if _, err := io.ReadFull(body, buf); err != nil {
+			c.stats.fetchErrors.Add(1)
+			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+				err = ErrShortFetch
+			}
+			err = fmt.Errorf("fetch [%d, %d): block %d: %w", off, end, idx, err)
+			c.failFlights(obj.ID, idx, flights[i:], err)
+			return err
+		}
+		c.stats.fetchedBytes.Add(uint64(len(buf)))
+		if prefetch {
+			c.stats.prefetchedBlocks.Add(1)
+		}
+		c.complete(blockKey{obj.ID, idx}, f, buf)
+	}
+	return nil
+}
+
+// complete indexes a fetched block, then wakes its waiters, then hands the
+// block to the disk writers. Indexing first means a lookup always finds the
+// block either cached or in flight, never neither.
+func (c *Cache) complete(key blockKey, f *flight, data []byte) {
+	crc := checksum(data)
+	c.mu.Lock()
+	e, victims := c.insertLocked(key, data, crc)
+	if c.flights[key] == f {
+		delete(c.flights, key)
+	}
+	if len(c.failures) > 0 {
+		// The store answers again: end the holdoff of the object's blocks.
+		for k := range c.failures {
+			if k.object == key.object {
+				delete(c.failures, k)
+			}
+		}
+	}
+	c.mu.Unlock()
+	f.data = data
+	close(f.done)
+	c.removeFiles(victims)
+	if e != nil {
+		// Blocks while the writers are behind: that bounds the blocks held
+		// in memory. Close waits for every fetch before closing the queue.
+		c.persistQ <- e
+	}
+}
+
+// failFlights fails the flights of blocks first.. with err. Unless err is
+// a cancellation (a stopped warming, a reader that gave up), the blocks
+// then fail demand reads at once for the failure holdoff.
+func (c *Cache) failFlights(object string, first int64, flights []*flight, err error) {
+	holdoff := c.holdoff > 0 && !errors.Is(err, context.Canceled)
+	until := time.Now().Add(c.holdoff)
+	c.mu.Lock()
+	if holdoff && len(c.failures) > maxFailures {
+		c.pruneFailuresLocked()
+	}
+	for i, f := range flights {
+		key := blockKey{object, first + int64(i)}
+		if c.flights[key] == f {
+			delete(c.flights, key)
+		}
+		if holdoff {
+			c.failures[key] = failure{err: err, until: until}
+		}
+		f.err = err
+	}
+	c.mu.Unlock()
+	for _, f := range flights {
+		close(f.done)
+	}
+}
+
+// pruneFailuresLocked drops failures whose holdoff has passed.
+func (c *Cache) pruneFailuresLocked() {
+	now := time.Now()
+	for k, f := range c.failures {
+		if now.After(f.until) {
+			delete(c.failures, k)
+		}
+	}
+}

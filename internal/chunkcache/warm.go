@@ -1,0 +1,197 @@
+package chunkcache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// DefaultWarmConcurrency bounds the prefetch GETs one warming has in
+// flight. Each GET streams over its own connection, so a few in parallel
+// hide the per-request latency without starving demand reads. Measured
+// with 1 MiB blocks and 16 MiB runs (see cache.go): 4 at once 489 ms to
+// ready, 8 at once 373 ms, 16 at once 412 ms (the 2 cores, not the link,
+// limit past 8).
+const DefaultWarmConcurrency = 8
+
+// WarmOptions tune a warming. Zero fields take the defaults.
+type WarmOptions struct {
+	// Concurrency bounds the runs fetched at once.
+	Concurrency int
+	// RunCapBytes caps one run (one GET).
+	RunCapBytes int64
+}
+
+// Warming is the executor of one prefetch plan: it fetches the plan's runs
+// into the cache with bounded concurrency, in plan order, skipping blocks
+// already cached or being fetched. Demand reads of a block a run is
+// fetching wait for that run instead of issuing their own GET. It pins the
+// object while it runs.
+type Warming struct {
+	c      *Cache
+	obj    Object
+	runs   []Run
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	next   atomic.Int64
+
+	gets, fetchedBlocks, skippedBlocks atomic.Int64
+
+	mu  sync.Mutex
+	err error
+}
+
+// WarmStats say what a warming did.
+type WarmStats struct {
+	// Runs is the number of runs planned; Gets the GETs issued for them
+	// (a run whose blocks are partly cached splits into several).
+	Runs, Gets int64
+	// FetchedBlocks were fetched; SkippedBlocks were cached or in flight
+	// already.
+	FetchedBlocks, SkippedBlocks int64
+}
+
+// Warm plans ranges (see Plan) and starts fetching the runs in the
+// background; it returns at once. The warming ends by itself when every
+// run is done or one fails; Stop ends it early.
+func (c *Cache) Warm(obj Object, ranges []Range, o WarmOptions) (*Warming, error) {
+	if err := obj.validate(); err != nil {
+		return nil, fmt.Errorf("warm %s: %w", obj.ID, err)
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = DefaultWarmConcurrency
+	}
+	if o.RunCapBytes <= 0 {
+		o.RunCapBytes = DefaultRunCapBytes
+	}
+	runs, err := Plan(ranges, obj.Size, c.blockBytes, o.RunCapBytes)
+	if err != nil {
+		return nil, fmt.Errorf("warm %s: %w", obj.ID, err)
+	}
+	if err := c.begin(); err != nil {
+		return nil, fmt.Errorf("warm %s: %w", obj.ID, err)
+	}
+	c.pin(obj.ID)
+	w := &Warming{c: c, obj: obj, runs: runs, done: make(chan struct{})}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	workers := min(o.Concurrency, len(runs))
+	go func() {
+		defer c.ops.Done()
+		defer c.unpin(obj.ID)
+		defer close(w.done)
+		defer w.cancel()
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Go(w.work)
+		}
+		wg.Wait()
+	}()
+	return w, nil
+}
+
+// Runs returns the plan.
+func (w *Warming) Runs() []Run { return w.runs }
+
+// Done is closed once the warming has ended and none of its GETs is in
+// progress.
+func (w *Warming) Done() <-chan struct{} { return w.done }
+
+// Stop cancels the runs not yet fetched and the GETs in progress, and
+// waits for the warming to end. Readers that were waiting on a cancelled
+// run fetch the block themselves. Safe to call more than once.
+func (w *Warming) Stop() {
+	w.cancel()
+	<-w.done
+}
+
+// Err is the first fetch error, nil if none (Stop is not an error).
+func (w *Warming) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// Stats returns what the warming has done so far.
+func (w *Warming) Stats() WarmStats {
+	return WarmStats{
+		Runs: int64(len(w.runs)), Gets: w.gets.Load(),
+		FetchedBlocks: w.fetchedBlocks.Load(), SkippedBlocks: w.skippedBlocks.Load(),
+	}
+}
+
+// work fetches runs in plan order until none is left, the warming is
+// stopped, or a fetch fails (then the others stop too: the store is
+// likely unreachable, and demand reads will say so themselves).
+func (w *Warming) work() {
+	for w.ctx.Err() == nil {
+		i := w.next.Add(1) - 1
+		if i >= int64(len(w.runs)) {
+			return
+		}
+		if err := w.fetch(w.runs[i]); err != nil {
+			if w.ctx.Err() != nil && errors.Is(err, context.Canceled) {
+				return
+			}
+			w.mu.Lock()
+			if w.err == nil {
+				w.err = err
+			}
+			w.mu.Unlock()
+			w.cancel()
+			return
+		}
+	}
+}
+
+// fetch registers flights for the run's blocks that are neither cached nor
+// in flight and fetches each consecutive group of them with one GET.
+func (w *Warming) fetch(run Run) error {
+	c := w.c
+	type group struct {
+		first   int64
+		flights []*flight
+	}
+	var groups []group
+	c.mu.Lock()
+	for idx := run.First; idx < run.First+run.Count; idx++ {
+		key := blockKey{w.obj.ID, idx}
+		if e := c.entries[key]; e != nil {
+			c.touchLocked(e) // about to be read: keep it
+			w.skippedBlocks.Add(1)
+			continue
+		}
+		if c.flights[key] != nil {
+			w.skippedBlocks.Add(1)
+			continue
+		}
+		f := &flight{done: make(chan struct{})}
+		c.flights[key] = f
+		if n := len(groups); n > 0 && groups[n-1].first+int64(len(groups[n-1].flights)) == idx {
+			groups[n-1].flights = append(groups[n-1].flights, f)
+		} else {
+			groups = append(groups, group{first: idx, flights: []*flight{f}})
+		}
+	}
+	c.mu.Unlock()
+	for i, g := range groups {
+		if err := w.ctx.Err(); err != nil {
+			// Registered but never fetched: release them to demand reads.
+			for _, rest := range groups[i:] {
+				c.failFlights(w.obj.ID, rest.first, rest.flights, err)
+			}
+			return err
+		}
+		w.gets.Add(1)
+		if err := c.fetchRun(w.ctx, &w.obj, g.first, g.flights, true); err != nil {
+			for _, rest := range groups[i+1:] {
+				c.failFlights(w.obj.ID, rest.first, rest.flights, err)
+			}
+			return err
+		}
+		w.fetchedBlocks.Add(int64(len(g.flights)))
+	}
+	return nil
+}

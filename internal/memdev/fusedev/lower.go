@@ -1,0 +1,103 @@
+package fusedev
+
+import (
+	"fmt"
+	"time"
+)
+
+// Lower is what a device generation serves reads from when the snapshot's
+// memory is not a local file: a remote memory file read through a
+// node-local cache (the S3 repository's chunk cache). ReadAt must return
+// len(p) bytes or an error, and never bytes it could not verify: an error
+// becomes EIO for the reader, never made-up data. Reads arrive
+// concurrently. Close is called once, after the generation is released and
+// every read it had in flight has returned.
+type Lower interface {
+	ReadAt(p []byte, off int64) (int, error)
+	Size() int64
+	Close() error
+}
+
+// lowerFile is what a generation needs of its lower: a local file opened by
+// Attach, or a Lower given to AttachLower.
+type lowerFile interface {
+	ReadAt(p []byte, off int64) (int, error)
+	Close() error
+}
+
+// AttachLower is Attach for a lower that is not a local file. ref names
+// the lower's bytes (equal refs, equal bytes) and takes the place of the
+// lower file's path: a second attach of an attached key must give the same
+// ref and io_engine, and then shares the generation. open is called only
+// when a new generation is made, outside the server's lock; the generation
+// owns what it returns and closes it after its release has drained.
+func (s *Server) AttachLower(key, ref string, open func() (Lower, error), ioEngine int) (*Device, error) {
+	if err := validKey(key); err != nil {
+		return nil, fmt.Errorf("attach %q: %w", key, err)
+	}
+	if ioEngine < IOEngineBuffered || ioEngine > IOEngineDirect {
+		return nil, fmt.Errorf("attach %q: %w: %d", key, ErrInvalidIOEngine, ioEngine)
+	}
+	if ref == "" {
+		return nil, fmt.Errorf("attach %q: empty lower ref", key)
+	}
+	// Refs of non-file lowers never collide with absolute paths.
+	lowerRef := "lower:" + ref
+
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("attach %q: %w", key, ErrClosed)
+	}
+	if g, ok := s.byKey[key]; ok {
+		defer s.mu.Unlock()
+		return g.share(lowerRef, ioEngine)
+	}
+	s.mu.Unlock()
+
+	lower, err := open()
+	if err != nil {
+		return nil, fmt.Errorf("attach %q: open lower %s: %w", key, ref, err)
+	}
+	size := lower.Size()
+	if size <= 0 {
+		lower.Close()
+		return nil, fmt.Errorf("attach %q: lower %s is empty", key, ref)
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		lower.Close()
+		return nil, fmt.Errorf("attach %q: %w", key, ErrClosed)
+	}
+	if g, ok := s.byKey[key]; ok {
+		lower.Close()
+		return g.share(lowerRef, ioEngine)
+	}
+	g := s.newGenerationLocked(key, lower, lowerRef, size, time.Now(), ioEngine)
+	return &Device{gen: g}, nil
+}
+
+// newGenerationLocked makes and registers the next generation of key;
+// s.mu is held.
+func (s *Server) newGenerationLocked(key string, lower lowerFile, lowerRef string, size int64, mtime time.Time, ioEngine int) *generation {
+	s.lastGen++
+	g := &generation{
+		srv:      s,
+		key:      key,
+		name:     fmt.Sprintf("%s.%d.mem", key, s.lastGen),
+		number:   s.lastGen,
+		lower:    lower,
+		lowerRef: lowerRef,
+		size:     size,
+		served:   newPageSet(size),
+		mtime:    uint64(mtime.Unix()),
+		ioEngine: ioEngine,
+		refs:     1,
+		drained:  make(chan struct{}),
+	}
+	s.byKey[key] = g
+	s.byName[g.name] = g
+	return g
+}

@@ -1,0 +1,243 @@
+package s3
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"warmstart/internal/repository"
+)
+
+// The catalog: one JSON object per visible snapshot and one per alias.
+// Every change is a single conditional PUT, so readers take no locks and
+// see one version of an object or the next, never a mix:
+//
+//   - A record is created with If-None-Match: * (the visibility point) and
+//     changed with If-Match on the ETag it was read with, so a change
+//     computed from a record that was deleted meanwhile fails (404) instead
+//     of recreating it, and one computed from an older version fails (412).
+//   - An alias is bound with If-None-Match: *; of two binders the store
+//     lets exactly one create the object, the other gets 412 and reports
+//     the alias conflict. A binding whose snapshot never became visible is
+//     taken over with If-Match on the ETag of that binding, so again one
+//     taker wins.
+
+// AliasBindGrace is how long a binding naming a snapshot that has no
+// record yet is taken to belong to a publish still in progress (a publisher
+// binds the alias just before writing its record). Only after it has
+// passed may another publisher take the alias over from a publisher that
+// crashed in between. It is compared with the object store's
+// Last-Modified, so it also absorbs clock skew between nodes and store.
+const AliasBindGrace = 10 * time.Minute
+
+// aliasFormat is the version of the alias object encoding.
+const aliasFormat = 1
+
+// aliasBinding is the content of an alias object.
+type aliasBinding struct {
+	Format int    `json:"format"`
+	Alias  string `json:"alias"`
+	// ID is the bound snapshot; "" marks a binding released by a failed
+	// publish, which the next publisher takes over at once.
+	ID string `json:"id"`
+}
+
+// getRecord reads and checks the record of id and returns it with its ETag.
+func (r *Repo) getRecord(ctx context.Context, id string) (repository.Record, string, error) {
+	data, info, found, err := r.getSmall(ctx, r.keys.record(id))
+	if err != nil {
+		return repository.Record{}, "", fmt.Errorf("read record %s: %w", id, err)
+	}
+	if !found {
+		return repository.Record{}, "", fmt.Errorf("snapshot %s: %w", id, repository.ErrNotFound)
+	}
+	var rec repository.Record
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return repository.Record{}, info.ETag, fmt.Errorf("record %s: %w: %v", id, repository.ErrIntegrity, err)
+	}
+	if err := rec.Validate(); err != nil {
+		return repository.Record{}, info.ETag, fmt.Errorf("record %s: %w", id, err)
+	}
+	if rec.ID != id {
+		return repository.Record{}, info.ETag, fmt.Errorf("record %s: %w: it names snapshot %s", id, repository.ErrIntegrity, rec.ID)
+	}
+	return rec, info.ETag, nil
+}
+
+func encodeRecord(rec repository.Record) ([]byte, error) {
+	data, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode record %s: %w", rec.ID, err)
+	}
+	return append(data, '\n'), nil
+}
+
+// putRecord writes rec under cond and returns the new ETag. It reports
+// errPrecondition or errGone when cond does not hold.
+func (r *Repo) putRecord(ctx context.Context, rec repository.Record, cond putCondition) (string, error) {
+	data, err := encodeRecord(rec)
+	if err != nil {
+		return "", err
+	}
+	etag, err := r.putSmall(ctx, r.keys.record(rec.ID), data, cond)
+	if err != nil {
+		return "", fmt.Errorf("write record %s: %w", rec.ID, err)
+	}
+	return etag, nil
+}
+
+// readAlias returns the binding of alias, with its object's metadata.
+// found is false when no alias object exists. An undecodable object is
+// reported as ErrIntegrity (with found and etag set).
+func (r *Repo) readAlias(ctx context.Context, alias string) (b aliasBinding, etag string, modified time.Time, found bool, err error) {
+	data, info, found, err := r.getSmall(ctx, r.keys.alias(alias))
+	if err != nil || !found {
+		return aliasBinding{}, "", time.Time{}, false, err
+	}
+	if err := json.Unmarshal(data, &b); err != nil || b.Alias != alias || (b.ID != "" && repository.ValidateID(b.ID) != nil) {
+		return aliasBinding{}, info.ETag, info.LastModified, true, fmt.Errorf("alias %s: %w: undecodable binding", alias, repository.ErrIntegrity)
+	}
+	return b, info.ETag, info.LastModified, true, nil
+}
+
+func encodeBinding(alias, id string) []byte {
+	data, _ := json.Marshal(aliasBinding{Format: aliasFormat, Alias: alias, ID: id})
+	return append(data, '\n')
+}
+
+// holdsAlias reports whether id is a visible snapshot that carries alias.
+func (r *Repo) holdsAlias(ctx context.Context, id, alias string) (bool, error) {
+	rec, _, err := r.getRecord(ctx, id)
+	switch {
+	case errors.Is(err, repository.ErrNotFound), errors.Is(err, repository.ErrIntegrity):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return rec.Alias == alias, nil
+}
+
+// checkAliasFree fails with an AliasConflictError if alias is bound to a
+// visible snapshot other than id. Publish calls it before uploading, to
+// fail fast; the binding itself is decided by bindAlias.
+func (r *Repo) checkAliasFree(ctx context.Context, alias, id string) error {
+	b, _, _, found, err := r.readAlias(ctx, alias)
+	if err != nil && !errors.Is(err, repository.ErrIntegrity) {
+		return err
+	}
+	if err != nil || !found || b.ID == "" || b.ID == id {
+		return nil
+	}
+	held, err := r.holdsAlias(ctx, b.ID, alias)
+	if err != nil {
+		return err
+	}
+	if held {
+		return &repository.AliasConflictError{Alias: alias, HolderID: b.ID}
+	}
+	return nil
+}
+
+// bindAlias binds alias to id, atomically: of concurrent binders exactly
+// one succeeds, the others get an AliasConflictError. There is no retry
+// loop: every decision is one conditional PUT.
+func (r *Repo) bindAlias(ctx context.Context, alias, id string) error {
+	key := r.keys.alias(alias)
+	data := encodeBinding(alias, id)
+	_, err := r.putSmall(ctx, key, data, putCondition{ifNoneMatch: true})
+	if !errors.Is(err, errPrecondition) {
+		if err != nil {
+			return fmt.Errorf("bind alias %s: %w", alias, err)
+		}
+		return nil
+	}
+	// The alias object exists: find out whose it is.
+	b, etag, modified, found, err := r.readAlias(ctx, alias)
+	switch {
+	case err != nil && !errors.Is(err, repository.ErrIntegrity):
+		return fmt.Errorf("bind alias %s: %w", alias, err)
+	case !found:
+		// Deleted since our PUT: one more exclusive create decides.
+		if _, err := r.putSmall(ctx, key, data, putCondition{ifNoneMatch: true}); err != nil {
+			return r.conflictOr(ctx, alias, fmt.Errorf("bind alias %s: %w", alias, err))
+		}
+		return nil
+	case err == nil && b.ID == id:
+		// Ours: an earlier attempt of this PUT succeeded before its answer
+		// was lost and minio-go retried it.
+		return nil
+	case err == nil && b.ID != "":
+		held, herr := r.holdsAlias(ctx, b.ID, alias)
+		if herr != nil {
+			return fmt.Errorf("bind alias %s: %w", alias, herr)
+		}
+		if held || time.Since(modified) < r.aliasGrace {
+			return &repository.AliasConflictError{Alias: alias, HolderID: b.ID}
+		}
+	}
+	// Released, undecodable, or left by a publish that crashed before its
+	// record: take it over, if nobody else does first.
+	if _, err := r.putSmall(ctx, key, data, putCondition{ifMatch: etag}); err != nil {
+		return r.conflictOr(ctx, alias, fmt.Errorf("take over alias %s: %w", alias, err))
+	}
+	return nil
+}
+
+// conflictOr turns a lost conditional PUT on alias into an
+// AliasConflictError naming the holder that won, and passes other errors.
+func (r *Repo) conflictOr(ctx context.Context, alias string, err error) error {
+	if !errors.Is(err, errPrecondition) && !errors.Is(err, errGone) {
+		return err
+	}
+	b, _, _, _, rerr := r.readAlias(ctx, alias)
+	if rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	return &repository.AliasConflictError{Alias: alias, HolderID: b.ID}
+}
+
+// releaseAlias undoes a binding of alias to id made by a publish that then
+// failed. It overwrites the binding with a released one, conditionally on
+// its ETag, rather than deleting it: a delete could remove a binding that
+// another publisher has just taken over.
+func (r *Repo) releaseAlias(ctx context.Context, alias, id string) error {
+	b, etag, _, found, err := r.readAlias(ctx, alias)
+	if err != nil || !found || b.ID != id {
+		return err
+	}
+	_, err = r.putSmall(ctx, r.keys.alias(alias), encodeBinding(alias, ""), putCondition{ifMatch: etag})
+	if errors.Is(err, errPrecondition) || errors.Is(err, errGone) {
+		return nil // someone else's now
+	}
+	return err
+}
+
+// removeAlias deletes the alias object if it binds id. Delete calls it
+// while id's record still exists, so nobody can take the alias over
+// between the read and the delete.
+func (r *Repo) removeAlias(ctx context.Context, alias, id string) error {
+	b, _, _, found, err := r.readAlias(ctx, alias)
+	if err != nil || !found || b.ID != id {
+		return err
+	}
+	return r.remove(ctx, r.keys.alias(alias))
+}
+
+// resolveAlias returns the record alias names, or ErrNotFound.
+func (r *Repo) resolveAlias(ctx context.Context, alias string) (repository.Record, error) {
+	b, _, _, found, err := r.readAlias(ctx, alias)
+	if errors.Is(err, repository.ErrIntegrity) || (err == nil && (!found || b.ID == "")) {
+		return repository.Record{}, fmt.Errorf("alias %s: %w", alias, repository.ErrNotFound)
+	}
+	if err != nil {
+		return repository.Record{}, err
+	}
+	rec, _, err := r.getRecord(ctx, b.ID)
+	if errors.Is(err, repository.ErrNotFound) || (err == nil && rec.Alias != alias) {
+		// Left behind by a crashed publish; taken over by the next one.
+		return repository.Record{}, fmt.Errorf("alias %s: %w", alias, repository.ErrNotFound)
+	}
+	return rec, err
+}

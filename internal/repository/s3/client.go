@@ -1,0 +1,267 @@
+package s3
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"warmstart/internal/config"
+	"warmstart/internal/repository"
+)
+
+// maxRetries is how often minio-go tries a request that failed on the
+// network or with a retryable status. Low, because a demand read of guest
+// memory must fail (EIO) rather than stall the VMM for long when the store
+// is gone; the chunk cache bounds the whole read anyway.
+const maxRetries = 3
+
+// maxCatalogObjectBytes caps what is read of a record or alias object: a
+// larger one is not ours.
+const maxCatalogObjectBytes = 1 << 20
+
+// RequestStats count the HTTP requests the backend sent, by method, and
+// the body bytes GET responses delivered. Retries count as requests.
+type RequestStats struct {
+	Gets, Puts, Heads, Deletes, Lists, Posts uint64
+	GetBytes                                 uint64
+}
+
+// Sub returns the requests between an earlier sample o and s.
+func (s RequestStats) Sub(o RequestStats) RequestStats {
+	return RequestStats{
+		Gets: s.Gets - o.Gets, Puts: s.Puts - o.Puts, Heads: s.Heads - o.Heads,
+		Deletes: s.Deletes - o.Deletes, Lists: s.Lists - o.Lists, Posts: s.Posts - o.Posts,
+		GetBytes: s.GetBytes - o.GetBytes,
+	}
+}
+
+// countingTransport counts requests and GET body bytes on their way
+// through the underlying transport.
+type countingTransport struct {
+	next                                     http.RoundTripper
+	gets, puts, heads, deletes, lists, posts atomic.Uint64
+	getBytes                                 atomic.Uint64
+}
+
+func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	switch req.Method {
+	case http.MethodGet:
+		if req.URL.Query().Has("list-type") || req.URL.Query().Has("prefix") {
+			t.lists.Add(1)
+		} else {
+			t.gets.Add(1)
+		}
+	case http.MethodPut:
+		t.puts.Add(1)
+	case http.MethodHead:
+		t.heads.Add(1)
+	case http.MethodDelete:
+		t.deletes.Add(1)
+	case http.MethodPost:
+		t.posts.Add(1)
+	}
+	resp, err := t.next.RoundTrip(req)
+	if err == nil && req.Method == http.MethodGet && resp.Body != nil {
+		resp.Body = &countingBody{ReadCloser: resp.Body, n: &t.getBytes}
+	}
+	return resp, err
+}
+
+func (t *countingTransport) stats() RequestStats {
+	return RequestStats{
+		Gets: t.gets.Load(), Puts: t.puts.Load(), Heads: t.heads.Load(),
+		Deletes: t.deletes.Load(), Lists: t.lists.Load(), Posts: t.posts.Load(),
+		GetBytes: t.getBytes.Load(),
+	}
+}
+
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Uint64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(uint64(n))
+	return n, err
+}
+
+// newClient builds the minio-go client for o.
+func newClient(o Options) (*minio.Core, *countingTransport, error) {
+	host, secure, err := parseEndpoint(o.Endpoint)
+	if err != nil {
+		return nil, nil, err
+	}
+	var lookup minio.BucketLookupType
+	switch o.AddressingStyle {
+	case "", config.AddressingAuto:
+		lookup = minio.BucketLookupAuto
+	case config.AddressingPath:
+		lookup = minio.BucketLookupPath
+	case config.AddressingVirtual:
+		lookup = minio.BucketLookupDNS
+	default:
+		return nil, nil, fmt.Errorf("%w: addressing style %q (want auto, path or virtual)", repository.ErrInvalidRequest, o.AddressingStyle)
+	}
+	next := o.Transport
+	if next == nil {
+		tr, err := minio.DefaultTransport(secure)
+		if err != nil {
+			return nil, nil, err
+		}
+		next = tr
+	}
+	counting := &countingTransport{next: next}
+	client, err := minio.New(host, &minio.Options{
+		Creds:        credentialsFor(o),
+		Secure:       secure,
+		Transport:    counting,
+		Region:       o.Region, // set, so no bucket-location request precedes the first call
+		BucketLookup: lookup,
+		MaxRetries:   maxRetries,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("object store client for %s: %w", o.Endpoint, err)
+	}
+	return &minio.Core{Client: client}, counting, nil
+}
+
+// parseEndpoint accepts host[:port] (HTTPS) or an http:// or https:// URL;
+// empty means AWS S3.
+func parseEndpoint(endpoint string) (host string, secure bool, err error) {
+	if endpoint == "" {
+		return "s3.amazonaws.com", true, nil
+	}
+	if !strings.Contains(endpoint, "://") {
+		return endpoint, true, nil
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return "", false, fmt.Errorf("%w: endpoint %q: %v", repository.ErrInvalidRequest, endpoint, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+		return "", false, fmt.Errorf("%w: endpoint %q: want host[:port] or http(s)://host[:port]", repository.ErrInvalidRequest, endpoint)
+	}
+	return u.Host, u.Scheme == "https", nil
+}
+
+// credentialsFor returns static credentials when configured, else the
+// standard AWS chain: environment (AWS_ACCESS_KEY_ID, ...), the shared
+// credentials file (AWS_SHARED_CREDENTIALS_FILE, AWS_PROFILE), then web
+// identity, container and instance-metadata credentials.
+func credentialsFor(o Options) *credentials.Credentials {
+	if o.AccessKeyID != "" || o.SecretAccessKey != "" {
+		return credentials.NewStaticV4(o.AccessKeyID, o.SecretAccessKey, "")
+	}
+	return credentials.NewChainCredentials([]credentials.Provider{
+		&credentials.EnvAWS{},
+		&credentials.FileAWSCredentials{},
+		&credentials.IAM{},
+	})
+}
+
+// Classified object-store failures.
+func isNotFound(err error) bool {
+	code := minio.ToErrorResponse(err).Code
+	return code == minio.NoSuchKey || code == "NotFound"
+}
+
+func isPreconditionFailed(err error) bool {
+	return minio.ToErrorResponse(err).Code == minio.PreconditionFailed
+}
+
+// ctxErr prefers the context's error, so a cancelled operation reports
+// context.Canceled whatever the HTTP layer made of it.
+func ctxErr(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil && err != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%w (%v)", cerr, err)
+	}
+	return err
+}
+
+// getSmall reads a whole catalog object and returns it with its metadata
+// (ETag, LastModified). A missing object is reported with found=false.
+func (r *Repo) getSmall(ctx context.Context, key string) (data []byte, info minio.ObjectInfo, found bool, err error) {
+	body, info, _, err := r.core.GetObject(ctx, r.bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		if isNotFound(err) {
+			return nil, info, false, nil
+		}
+		return nil, info, false, ctxErr(ctx, fmt.Errorf("get %s: %w", key, err))
+	}
+	defer body.Close()
+	data, err = io.ReadAll(io.LimitReader(body, maxCatalogObjectBytes+1))
+	if err != nil {
+		return nil, info, false, ctxErr(ctx, fmt.Errorf("get %s: %w", key, err))
+	}
+	if len(data) > maxCatalogObjectBytes {
+		return nil, info, false, fmt.Errorf("get %s: %w: larger than %d bytes", key, repository.ErrIntegrity, maxCatalogObjectBytes)
+	}
+	return data, info, true, nil
+}
+
+// putCondition is the precondition of a catalog write.
+type putCondition struct {
+	// ifNoneMatch makes the write fail if the object exists.
+	ifNoneMatch bool
+	// ifMatch, when not empty, makes it fail unless the object's ETag is this.
+	ifMatch string
+}
+
+// errPrecondition and errGone report a conditional write that did not
+// happen because the object exists or changed (412), or is gone (404).
+var (
+	errPrecondition = errors.New("precondition failed")
+	errGone         = errors.New("object gone")
+)
+
+// putSmall writes a catalog object under cond and returns its new ETag.
+func (r *Repo) putSmall(ctx context.Context, key string, data []byte, cond putCondition) (string, error) {
+	opts := minio.PutObjectOptions{ContentType: "application/json"}
+	if cond.ifNoneMatch {
+		opts.SetMatchETagExcept("*")
+	}
+	if cond.ifMatch != "" {
+		opts.SetMatchETag(cond.ifMatch)
+	}
+	info, err := r.core.PutObject(ctx, r.bucket, key, bytes.NewReader(data), int64(len(data)), "", sha256Hex(data), opts)
+	switch {
+	case err == nil:
+		return info.ETag, nil
+	case isPreconditionFailed(err):
+		return "", fmt.Errorf("put %s: %w", key, errPrecondition)
+	case cond.ifMatch != "" && isNotFound(err):
+		return "", fmt.Errorf("put %s: %w", key, errGone)
+	}
+	return "", ctxErr(ctx, fmt.Errorf("put %s: %w", key, err))
+}
+
+// remove deletes one object; a missing one is not an error.
+func (r *Repo) remove(ctx context.Context, key string) error {
+	err := r.core.RemoveObject(ctx, r.bucket, key, minio.RemoveObjectOptions{})
+	if err != nil && !isNotFound(err) {
+		return ctxErr(ctx, fmt.Errorf("delete %s: %w", key, err))
+	}
+	return nil
+}
+
+// list returns the keys under prefix.
+func (r *Repo) list(ctx context.Context, prefix string) ([]minio.ObjectInfo, error) {
+	var out []minio.ObjectInfo
+	for obj := range r.core.Client.ListObjects(ctx, r.bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if obj.Err != nil {
+			return nil, ctxErr(ctx, fmt.Errorf("list %s: %w", prefix, obj.Err))
+		}
+		out = append(out, obj)
+	}
+	return out, nil
+}

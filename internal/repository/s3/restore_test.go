@@ -1,0 +1,384 @@
+package s3
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/miniotest"
+	"warmstart/internal/prefetch"
+	"warmstart/internal/recorder"
+	"warmstart/internal/reference"
+	"warmstart/internal/repository"
+	"warmstart/internal/repository/repotest"
+	"warmstart/internal/restore"
+	"warmstart/internal/synth"
+	"warmstart/internal/trace"
+	"warmstart/internal/vmm/replay"
+)
+
+// These tests restore the reference snapshot from MinIO through the chunk
+// cache and the FUSE device, with the replay VMM (a separate process)
+// faulting guest memory, and compare its hash of what it read with the
+// memory file's.
+
+// refMemoryBytes keeps restores fast while spanning many cache blocks.
+const refMemoryBytes = 16 << 20
+
+// world is one test's object store endpoint, FUSE mount and restorer.
+type world struct {
+	endpoint string
+	prefix   string
+	dir      string
+	srv      *fusedev.Server
+	restorer *restore.Restorer
+	tracing  *restore.Restorer
+	readHook atomic.Pointer[func(off int64)]
+}
+
+// snapshot is a published reference snapshot with its manifest recorded.
+type snapshot struct {
+	id       string
+	paths    synth.Paths
+	expected string // the replay VMM's hash when every byte it reads is right
+}
+
+func newWorld(t *testing.T, endpoint string) *world {
+	t.Helper()
+	needServer(t)
+	w := &world{endpoint: endpoint, prefix: uniquePrefix(t), dir: t.TempDir()}
+	srv, err := fusedev.Mount(filepath.Join(w.dir, "mnt"), fusedev.Options{ReadHook: func(_ uint64, off int64, _ int) {
+		if h := w.readHook.Load(); h != nil {
+			(*h)(off)
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	w.srv = srv
+	w.restorer = &restore.Restorer{
+		FUSE:       srv,
+		Engine:     prefetch.NewEngine(prefetch.Options{}),
+		VMM:        &replay.VMM{},
+		RuntimeDir: filepath.Join(w.dir, "run"),
+	}
+	tr, closeTracing, err := recorder.TracingRestorer(w.restorer, filepath.Join(w.dir, "recmnt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeTracing() })
+	w.tracing = tr
+	return w
+}
+
+// repo opens the world's repository with an empty node cache of maxBytes
+// (0: the test default): every call is a node whose cache is cold.
+func (w *world) repo(t *testing.T, maxBytes int64) *Repo {
+	t.Helper()
+	o := testOptions(t, w.endpoint)
+	o.Prefix = w.prefix
+	if maxBytes > 0 {
+		o.CacheMaxBytes = maxBytes
+	}
+	return openWith(t, o)
+}
+
+// publish synthesizes the reference snapshot for seed, publishes it through
+// repo and records its startup manifest.
+func (w *world) publish(t *testing.T, repo *Repo, seed uint64) snapshot {
+	t.Helper()
+	refDir := filepath.Join(w.dir, fmt.Sprintf("reference-%d", seed))
+	w.tracing.VMM = &replay.VMM{TracePath: synth.PathsIn(refDir).Trace}
+	rec := &recorder.Recorder{Repo: repo, Restorer: w.tracing, Device: restore.DeviceFile}
+	snap, job, err := reference.Publish(bg(), repo, rec, reference.Options{Dir: refDir, MemoryBytes: refMemoryBytes, Seed: seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := job.Result(); err != nil {
+		t.Fatalf("record manifest: %v", err)
+	}
+	entries, err := trace.ReadFile(snap.Paths.Trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := replay.ExpectedHash(snap.Paths.Memory, entries, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snapshot{id: snap.ID, paths: snap.Paths, expected: want}
+}
+
+// restore resolves snap through repo and restores it with prefetch mode.
+func (w *world) restore(t *testing.T, repo *Repo, snap snapshot, mode restore.Mode) (*restore.Instance, error) {
+	t.Helper()
+	res, err := repo.Resolve(bg(), snap.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Memory == nil || res.MemoryPath != "" {
+		t.Fatalf("resolved memory: path %q, source %v; want only a source", res.MemoryPath, res.Memory)
+	}
+	src := restore.SourceOf(res)
+	if src.Manifest == nil {
+		t.Fatal("snapshot has no manifest")
+	}
+	w.restorer.VMM = &replay.VMM{TracePath: snap.paths.Trace}
+	return w.restorer.Restore(bg(), src, restore.Options{Device: restore.DeviceFile, Prefetch: mode})
+}
+
+// restoreOK restores and checks the guest read exactly the memory file.
+func (w *world) restoreOK(t *testing.T, repo *Repo, snap snapshot, mode restore.Mode) *restore.Instance {
+	t.Helper()
+	inst, err := w.restore(t, repo, snap, mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inst.Stop(bg()) })
+	if got := inst.Ready.Detail["sha256"]; got != snap.expected {
+		t.Fatalf("prefetch %s: guest read sha256 %s, want %s", mode, got, snap.expected)
+	}
+	if mode == restore.ModeOn && inst.Prefetch.State == "skipped" {
+		t.Fatalf("prefetch on was skipped: %s", inst.Prefetch.Reason)
+	}
+	return inst
+}
+
+func TestRestoreThroughChunkCache(t *testing.T) {
+	w := newWorld(t, server.Endpoint)
+	snap := w.publish(t, w.repo(t, 0), 7)
+	for _, mode := range []restore.Mode{restore.ModeOff, restore.ModeOn} {
+		t.Run(string(mode), func(t *testing.T) {
+			repo := w.repo(t, 0) // cold node cache
+			before := repo.RequestStats()
+			inst := w.restoreOK(t, repo, snap, mode)
+			if err := inst.Stop(bg()); err != nil {
+				t.Fatal(err)
+			}
+			req, cs := repo.RequestStats().Sub(before), repo.Cache().Stats()
+			t.Logf("prefetch %s: ready %v, %d GETs, %.1f MiB, cache %+v", mode, inst.Timings.Ready,
+				req.Gets, float64(req.GetBytes)/(1<<20), cs)
+			if mode == restore.ModeOn && cs.PrefetchedBlocks == 0 {
+				t.Fatal("prefetch on fetched no block into the cache")
+			}
+			if mode == restore.ModeOff && cs.PrefetchedBlocks != 0 {
+				t.Fatalf("prefetch off prefetched %d blocks", cs.PrefetchedBlocks)
+			}
+			// Whatever the cache holds now reads back as the memory file.
+			res, err := repo.Resolve(bg(), snap.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := repotest.ResolvedMemorySHA256(t, res); got != res.Record.MemorySHA256 {
+				t.Fatalf("memory through the cache hashes to %s, record says %s", got, res.Record.MemorySHA256)
+			}
+		})
+	}
+}
+
+// TestStoreStoppedMidRestore stops MinIO while the guest is faulting its
+// memory in: reads of blocks not yet cached fail with EIO, the serving
+// process and its mount survive, nothing wrong is served or cached, and
+// once MinIO is back the next restore succeeds.
+func TestStoreStoppedMidRestore(t *testing.T) {
+	own := miniotest.Start(t)
+	if err := own.MakeBucket(bg(), testBucket); err != nil {
+		t.Fatal(err)
+	}
+	w := newWorld(t, own.Endpoint)
+	snap := w.publish(t, w.repo(t, 0), 11)
+	repo := w.repo(t, 0) // cold: the restore needs the store
+
+	// Stop the store in the read handler of the fifth read request: the
+	// reads after it find the store gone.
+	var reads atomic.Int64
+	stopped := make(chan struct{})
+	hook := func(int64) {
+		if reads.Add(1) == 5 {
+			own.Stop()
+			close(stopped)
+		}
+	}
+	w.readHook.Store(&hook)
+	_, err := w.restore(t, repo, snap, restore.ModeOff)
+	w.readHook.Store(nil)
+	if err == nil {
+		t.Fatal("restore succeeded with the object store stopped")
+	}
+	select {
+	case <-stopped:
+	default:
+		t.Fatalf("the store was never stopped: %v", err)
+	}
+	if !strings.Contains(err.Error(), "memory fault") {
+		t.Fatalf("restore failed, but not on a memory fault: %v", err)
+	}
+	t.Logf("restore with the store stopped: %v", err)
+
+	// A read through the device of a block not cached fails with EIO, and
+	// the mount keeps serving.
+	cs := repo.Cache().Stats()
+	if cs.FetchErrors == 0 {
+		t.Fatalf("no failed fetch recorded: %+v", cs)
+	}
+	probe := probeUncached(t, w, repo, snap)
+	if !errors.Is(probe, syscall.EIO) {
+		t.Fatalf("device read of an uncached block with the store stopped: %v, want EIO", probe)
+	}
+
+	if err := own.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitHoldoffOver(t, repo)
+	inst := w.restoreOK(t, repo, snap, restore.ModeOff)
+	if err := inst.Stop(bg()); err != nil {
+		t.Fatal(err)
+	}
+	// No wrong byte made it into the cache.
+	res, err := repo.Resolve(bg(), snap.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := repotest.ResolvedMemorySHA256(t, res); got != res.Record.MemorySHA256 {
+		t.Fatalf("memory through the cache hashes to %s, record says %s", got, res.Record.MemorySHA256)
+	}
+}
+
+// probeUncached reads, with pread(2) through a FUSE device file of snap's
+// memory, a block the node cache does not hold. The store is down, so the
+// memory source is built from the snapshot's local files instead of a
+// Resolve.
+func probeUncached(t *testing.T, w *world, repo *Repo, snap snapshot) error {
+	t.Helper()
+	rec, err := recordFromLocal(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := repo.memorySource(snap.id, repo.keys.artifact(snap.id, repository.MemoryFileName), rec, "")
+	dev, err := w.srv.AttachLower("probe-"+snap.id, src.Ref(), func() (fusedev.Lower, error) { return src.OpenMemory() }, fusedev.IOEngineBuffered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { <-dev.Release() }()
+	var off int64 = -1
+	for b := int64(0); b*repo.Cache().BlockBytes() < rec.MemorySize; b++ {
+		if !repo.Cache().Cached(rec.MemorySHA256, b) {
+			off = b * repo.Cache().BlockBytes()
+			break
+		}
+	}
+	if off < 0 {
+		t.Fatal("every block is cached")
+	}
+	f, err := os.Open(dev.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	_, err = f.ReadAt(make([]byte, 4096), off)
+	return err
+}
+
+// recordFromLocal rebuilds the memory part of snap's record from its files.
+func recordFromLocal(snap snapshot) (repository.Record, error) {
+	data, err := os.ReadFile(snap.paths.Memory)
+	if err != nil {
+		return repository.Record{}, err
+	}
+	return repository.Record{ID: snap.id, MemorySize: int64(len(data)), MemorySHA256: sha256Hex(data)}, nil
+}
+
+// TestCorruptChunkRefetchedOnRestore damages a cached block on disk between
+// two node lifetimes: the restore detects it, discards it, fetches it again
+// and the guest reads the right bytes.
+func TestCorruptChunkRefetchedOnRestore(t *testing.T) {
+	w := newWorld(t, server.Endpoint)
+	snap := w.publish(t, w.repo(t, 0), 7)
+	o := testOptions(t, w.endpoint)
+	o.Prefix = w.prefix
+	first := openWith(t, o)
+	inst := w.restoreOK(t, first, snap, restore.ModeOff)
+	if err := inst.Stop(bg()); err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+
+	files, err := filepath.Glob(filepath.Join(o.CacheDir, "chunks", "*", "*.blk"))
+	if err != nil || len(files) < 2 {
+		t.Fatalf("cached block files %v (%v)", files, err)
+	}
+	for i, f := range files {
+		if err := os.Chmod(f, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			data, _ := os.ReadFile(f)
+			data[len(data)/2] ^= 0x5a
+			err = os.WriteFile(f, data, 0o644)
+		} else {
+			err = os.Truncate(f, 100)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	second := openWith(t, o) // the same cache directory, reopened
+	before := second.RequestStats()
+	inst = w.restoreOK(t, second, snap, restore.ModeOff)
+	if err := inst.Stop(bg()); err != nil {
+		t.Fatal(err)
+	}
+	cs := second.Cache().Stats()
+	if cs.Corrupt != uint64(len(files)) {
+		t.Fatalf("%d corrupt blocks detected, %d damaged: %+v", cs.Corrupt, len(files), cs)
+	}
+	if gets := second.RequestStats().Sub(before).Gets; gets == 0 {
+		t.Fatal("damaged blocks were not fetched again")
+	}
+}
+
+// TestCacheBoundUnderRestoreLoop restores three snapshots in turn, with a
+// node cache that holds one snapshot's memory but not what they touch
+// together: the cache never holds more than its bound, blocks of the
+// snapshot being restored (pinned by its device) are never evicted, and
+// every restore reads the right bytes.
+func TestCacheBoundUnderRestoreLoop(t *testing.T) {
+	const bound = 20 << 20
+	w := newWorld(t, server.Endpoint)
+	pub := w.repo(t, 0)
+	snaps := []snapshot{w.publish(t, pub, 21), w.publish(t, pub, 22), w.publish(t, pub, 23)}
+	repo := w.repo(t, bound)
+	var fetched uint64
+	for round := range 2 {
+		for i, snap := range snaps {
+			mode := restore.ModeOn
+			if (round+i)%2 == 1 {
+				mode = restore.ModeOff
+			}
+			inst := w.restoreOK(t, repo, snap, mode)
+			if err := inst.Stop(bg()); err != nil {
+				t.Fatal(err)
+			}
+			cs := repo.Cache().Stats()
+			if cs.PeakBytes > bound || cs.UsedBytes > bound {
+				t.Fatalf("round %d snapshot %d: cache holds %d bytes (peak %d), bound %d", round, i, cs.UsedBytes, cs.PeakBytes, bound)
+			}
+			fetched = cs.FetchedBytes
+		}
+	}
+	cs := repo.Cache().Stats()
+	if cs.Evictions == 0 || fetched <= bound {
+		t.Fatalf("the loop never filled the cache: %+v", cs)
+	}
+	if cs.Uncached != 0 {
+		t.Fatalf("%d blocks went uncached although one snapshot fits: %+v", cs.Uncached, cs)
+	}
+	t.Logf("6 restores through a %d MiB cache: %.1f MiB fetched, %d evictions, peak %.1f MiB",
+		bound>>20, float64(cs.FetchedBytes)/(1<<20), cs.Evictions, float64(cs.PeakBytes)/(1<<20))
+}

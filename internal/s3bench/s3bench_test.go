@@ -1,0 +1,110 @@
+package s3bench
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"warmstart/internal/chunkcache"
+	"warmstart/internal/miniotest"
+	"warmstart/internal/vmm/replay"
+)
+
+func TestMain(m *testing.M) {
+	replay.RunChildIfRequested()
+	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	os.Exit(m.Run())
+}
+
+func needMinIO(t *testing.T) {
+	t.Helper()
+	miniotest.Require(t)
+}
+
+// TestSmallRun runs one block on a small reference snapshot: every trial
+// reads the right bytes, a warm node cache needs no memory GET, and a cold
+// one fetches.
+func TestSmallRun(t *testing.T) {
+	needMinIO(t)
+	rep, err := Run(context.Background(), Options{WorkDir: t.TempDir(), MemoryBytes: 32 << 20, Blocks: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	rep.WriteTable(&out)
+	t.Log("\n" + out.String())
+	if len(rep.Trials) != len(Conditions) {
+		t.Fatalf("%d trials, want %d", len(rep.Trials), len(Conditions))
+	}
+	for _, tr := range rep.Trials {
+		if !tr.HashOK {
+			t.Errorf("%s: the guest read wrong bytes", tr.Condition)
+		}
+		switch tr.Condition.Cache {
+		case CacheWarm:
+			if tr.Gets != 0 {
+				t.Errorf("%s: %d GETs with the whole object cached", tr.Condition, tr.Gets)
+			}
+		case CacheCold:
+			if tr.Gets == 0 {
+				t.Errorf("%s: no GET from an empty cache", tr.Condition)
+			}
+		}
+		if tr.Condition.Prefetch == PrefetchOn && tr.Prefetch.State == "skipped" {
+			t.Errorf("%s: prefetch skipped: %s", tr.Condition, tr.Prefetch.Reason)
+		}
+	}
+}
+
+// TestFigures runs the full measurement when WARMSTART_S3BENCH is set (it
+// takes minutes): WARMSTART_S3BENCH=blocks[,block KiB[,run cap KiB[,concurrency[,MiB]]]].
+func TestFigures(t *testing.T) {
+	spec := os.Getenv("WARMSTART_S3BENCH")
+	if spec == "" {
+		t.Skip("set WARMSTART_S3BENCH=blocks[,block KiB[,run cap KiB[,concurrency[,memory MiB]]]] to measure")
+	}
+	needMinIO(t)
+	o := Options{WorkDir: t.TempDir(), Progress: testWriter{t}}
+	for i, f := range strings.Split(spec, ",") {
+		v, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch i {
+		case 0:
+			o.Blocks = int(v)
+		case 1:
+			o.BlockBytes = v << 10
+		case 2:
+			o.Warm.RunCapBytes = v << 10
+		case 3:
+			o.Warm.Concurrency = int(v)
+		case 4:
+			o.MemoryBytes = v << 20
+		}
+	}
+	if o.BlockBytes == 0 {
+		o.BlockBytes = chunkcache.DefaultBlockBytes
+	}
+	rep, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	rep.WriteTable(&out)
+	t.Log("\n" + out.String())
+	if p := os.Getenv("WARMSTART_S3BENCH_JSON"); p != "" {
+		if err := os.WriteFile(p, rep.JSON(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
