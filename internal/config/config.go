@@ -214,7 +214,7 @@ func Default() *Config {
 				AddressingStyle: AddressingAuto,
 				CacheDir:        "/var/cache/warmstart/chunks",
 				CacheMaxSizeGB:  10,
-				ChunkSizeMiB:    4,
+				ChunkSizeMiB:    1,
 			},
 		},
 		Memory:   MemoryConfig{Device: DeviceFile, IOEngine: IOEngineBuffered, FUSEMount: "/run/warmstart/mem"},
