@@ -2,6 +2,7 @@ package repository
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/google/uuid"
 )
@@ -109,4 +110,50 @@ func isSHA256Hex(s string) bool {
 		}
 	}
 	return true
+}
+
+// PublishSizes are the sizes of a publish request's files.
+type PublishSizes struct {
+	VMState, Memory int64
+}
+
+// CheckPublish validates what every backend validates before importing:
+// the alias, that both files are regular files, and that the layout is
+// valid and describes a memory file of exactly the memory file's size.
+func CheckPublish(req PublishRequest) (PublishSizes, error) {
+	if req.Alias != "" {
+		if err := ValidateAlias(req.Alias); err != nil {
+			return PublishSizes{}, err
+		}
+	}
+	vmSize, err := regularFileSize(req.VMStatePath, "vm state")
+	if err != nil {
+		return PublishSizes{}, err
+	}
+	memSize, err := regularFileSize(req.MemoryPath, "memory")
+	if err != nil {
+		return PublishSizes{}, err
+	}
+	if err := req.Layout.Validate(); err != nil {
+		return PublishSizes{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	if req.Layout.FileSize != memSize {
+		return PublishSizes{}, fmt.Errorf("%w: layout is for a %d-byte memory file but %s has %d bytes",
+			ErrInvalidRequest, req.Layout.FileSize, req.MemoryPath, memSize)
+	}
+	return PublishSizes{VMState: vmSize, Memory: memSize}, nil
+}
+
+func regularFileSize(path, what string) (int64, error) {
+	if path == "" {
+		return 0, fmt.Errorf("%w: no %s file given", ErrInvalidRequest, what)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s file: %w", ErrInvalidRequest, what, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return 0, fmt.Errorf("%w: %s file %s is not a regular file", ErrInvalidRequest, what, path)
+	}
+	return fi.Size(), nil
 }

@@ -128,26 +128,11 @@ func (r *Repo) Publish(ctx context.Context, lz repository.Lease, req repository.
 }
 
 func (r *Repo) publish(ctx context.Context, id string, req repository.PublishRequest) (repository.Record, error) {
-	if req.Alias != "" {
-		if err := repository.ValidateAlias(req.Alias); err != nil {
-			return repository.Record{}, err
-		}
-	}
-	vmSize, err := regularFileSize(req.VMStatePath, "vm state")
+	sizes, err := repository.CheckPublish(req)
 	if err != nil {
 		return repository.Record{}, err
 	}
-	memSize, err := regularFileSize(req.MemoryPath, "memory")
-	if err != nil {
-		return repository.Record{}, err
-	}
-	if err := req.Layout.Validate(); err != nil {
-		return repository.Record{}, fmt.Errorf("%w: %w", repository.ErrInvalidRequest, err)
-	}
-	if req.Layout.FileSize != memSize {
-		return repository.Record{}, fmt.Errorf("%w: layout is for a %d-byte memory file but %s has %d bytes",
-			repository.ErrInvalidRequest, req.Layout.FileSize, req.MemoryPath, memSize)
-	}
+	vmSize, memSize := sizes.VMState, sizes.Memory
 	if exists, err := r.recordExists(id); err != nil || exists {
 		return repository.Record{}, errors.Join(err, alreadyPublished(exists))
 	}
@@ -410,19 +395,6 @@ func (r *Repo) reclaimUnpublished(id string) error {
 }
 
 // regularFileSize returns the size of the regular file at path.
-func regularFileSize(path, what string) (int64, error) {
-	if path == "" {
-		return 0, fmt.Errorf("%w: no %s file given", repository.ErrInvalidRequest, what)
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %s file: %w", repository.ErrInvalidRequest, what, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return 0, fmt.Errorf("%w: %s file %s is not a regular file", repository.ErrInvalidRequest, what, path)
-	}
-	return fi.Size(), nil
-}
 
 // mkdirDurable creates dir if missing and syncs its parent so the entry
 // survives a crash.
