@@ -10,10 +10,14 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/bench"
+	"warmstart/internal/capture"
+	"warmstart/internal/config"
+	"warmstart/internal/initramfs"
 	"warmstart/internal/layout"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/prefetch"
@@ -22,6 +26,7 @@ import (
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/restore"
 	"warmstart/internal/synth"
+	"warmstart/internal/vmm/qemu"
 	"warmstart/internal/vmm/replay"
 )
 
@@ -34,6 +39,7 @@ func init() {
 		jsonPath string
 		memSize  string
 		noHot    bool
+		agent    string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [SNAPSHOT]",
@@ -51,7 +57,14 @@ before the timer. Trials that miss are replaced from reserve blocks.
 Without SNAPSHOT the reference snapshot (warmstart synth) is synthesized,
 published into a temporary repository and its manifest recorded first.
 With SNAPSHOT (id or alias in the configured repository) the replay VMM
-needs --trace.`,
+needs --trace.
+
+--vmm qemu runs the protocol on the real guest: without SNAPSHOT a fresh
+guest is booted, captured and published into a temporary repository and its
+manifest recorded from its own device reads first (as warmstart capture
+does). Each trial checks that the guest agent answered with the captured
+guest's token and that the trial's private lower file is unchanged; for a
+SNAPSHOT the token is learned by one excluded pilot trial.`,
 		Args: argsAsUsageError(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Policies = splitList(policies)
@@ -66,7 +79,7 @@ needs --trace.`,
 			if len(args) == 1 {
 				snapshot = args[0]
 			}
-			rep, err := runBench(ctx, cmd, &vf, o, snapshot, size, cmd.ErrOrStderr())
+			rep, err := runBench(ctx, cmd, &vf, o, snapshot, size, agent, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -92,6 +105,7 @@ needs --trace.`,
 	f.StringVar(&jsonPath, "json", "", "write all raw trials and the summary to this file")
 	f.StringVar(&memSize, "memory-size", "128MiB", "guest memory of the reference snapshot")
 	f.BoolVar(&noHot, "no-hot", false, "leave out the hot control")
+	f.StringVar(&agent, "agent", "", "--vmm qemu without SNAPSHOT: prebuilt warmstart-agent binary (default: build it from the module source)")
 	f.String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
 	rootCmd.AddCommand(cmd)
 }
@@ -108,7 +122,7 @@ func splitList(s string) []string {
 
 // runBench runs the protocol on snapshot, or on a freshly prepared
 // reference snapshot when snapshot is empty.
-func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Options, snapshot string, memBytes int64, progress io.Writer) (*bench.Report, error) {
+func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Options, snapshot string, memBytes int64, agent string, progress io.Writer) (*bench.Report, error) {
 	o.Progress = progress
 	work, err := os.MkdirTemp("", "warmstart-bench-")
 	if err != nil {
@@ -116,16 +130,32 @@ func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Opt
 	}
 	defer os.RemoveAll(work)
 	o.WorkDir = work
-	if snapshot == "" {
+	switch {
+	case snapshot == "" && vf.kind == "qemu":
+		cfg, err := config.Load(configPath)
+		if err != nil {
+			return nil, err
+		}
+		d, err := newQEMUDriver(cfg)
+		if err != nil {
+			return nil, err
+		}
+		src, token, err := prepareGuest(ctx, d, work, filepath.Join(cfg.Runtime.Dir, "initramfs"), agent, progress)
+		if err != nil {
+			return nil, err
+		}
+		o.Source, o.ExpectedToken = src, token
+		o.VMM, o.QEMU = bench.VMMQEMU, d.Options()
+	case snapshot == "":
 		if vf.kind != "replay" {
-			return nil, usageError{fmt.Errorf("the reference snapshot needs --vmm replay; name a snapshot for --vmm %s", vf.kind)}
+			return nil, usageError{fmt.Errorf("the reference snapshot needs --vmm replay or qemu; name a snapshot for --vmm %s", vf.kind)}
 		}
 		src, tracePath, err := prepareReference(ctx, work, o.Device, memBytes, o.Seed, progress)
 		if err != nil {
 			return nil, err
 		}
 		o.Source, o.TracePath = src, tracePath
-	} else {
+	default:
 		s, err := openSystem(cmd, vf)
 		if err != nil {
 			return nil, err
@@ -135,8 +165,54 @@ func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Opt
 			return nil, err
 		}
 		o.TracePath = vf.trace
+		if d, ok := s.restorer.VMM.(*qemu.Driver); ok {
+			o.VMM, o.QEMU = bench.VMMQEMU, d.Options()
+		}
 	}
 	return bench.Run(ctx, o)
+}
+
+// prepareGuest boots, captures and publishes a fresh real guest into a
+// repository under dir and records its manifest from the guest's own
+// device reads, as warmstart capture with recording enabled does. It
+// returns the snapshot and the token its agent answers with.
+func prepareGuest(ctx context.Context, d *qemu.Driver, dir, initramfsCache, agent string, progress io.Writer) (restore.Source, string, error) {
+	repo, err := posixfs.Open(filepath.Join(dir, "store"), posixfs.Options{})
+	if err != nil {
+		return restore.Source{}, "", err
+	}
+	run := filepath.Join(dir, "run")
+	if err := os.MkdirAll(run, 0o700); err != nil {
+		return restore.Source{}, "", err
+	}
+	base := &restore.Restorer{VMM: d, RuntimeDir: run}
+	tr, closeTr, err := recorder.TracingRestorerWith(base, filepath.Join(dir, "trace-mnt"), fusedev.Options{AllowWriteOpen: true})
+	if err != nil {
+		return restore.Source{}, "", err
+	}
+	defer closeTr()
+	rec := &recorder.Recorder{Repo: repo, Restorer: tr, Device: restore.DeviceFile, Timeout: 5 * time.Minute}
+	snap, job, err := capture.Publish(ctx, repo, rec, capture.Options{
+		Driver:     d,
+		Initramfs:  initramfs.Options{CacheDir: initramfsCache, Agent: agent},
+		StagingDir: repo.Root(),
+		RuntimeDir: run,
+		Progress:   progress,
+	})
+	if err != nil {
+		return restore.Source{}, "", err
+	}
+	res, err := job.Result()
+	if err != nil {
+		return restore.Source{}, "", err
+	}
+	fmt.Fprintf(progress, "guest snapshot %s captured under %s (boot to agent %v); startup manifest recorded from its device reads and attached: %d ranges, %.1f MiB, sha256 %s\n",
+		snap.Record.ID, snap.Accel, snap.Boot.Round(time.Millisecond), res.Ranges, float64(res.Bytes)/(1<<20), res.Descriptor.SHA256[:16])
+	resolved, err := repo.Resolve(ctx, snap.Record.ID)
+	if err != nil {
+		return restore.Source{}, "", err
+	}
+	return restore.SourceOf(resolved), snap.Token, nil
 }
 
 // prepareReference synthesizes the reference snapshot, publishes it into a
@@ -155,7 +231,12 @@ func prepareReference(ctx context.Context, dir, device string, memBytes int64, s
 	refDir := filepath.Join(dir, "reference")
 	vm := &replay.VMM{TracePath: synth.PathsIn(refDir).Trace}
 	r := &restore.Restorer{FUSE: srv, Engine: prefetch.NewEngine(prefetch.Options{}), VMM: vm, RuntimeDir: filepath.Join(dir, "run")}
-	rec := &recorder.Recorder{Repo: repo, Restorer: r, Device: device}
+	tr, closeTr, err := recorder.TracingRestorer(r, filepath.Join(dir, "trace-mnt"))
+	if err != nil {
+		return restore.Source{}, "", err
+	}
+	defer closeTr()
+	rec := &recorder.Recorder{Repo: repo, Restorer: tr, Device: device}
 	fmt.Fprintf(progress, "synthesizing the %d MiB reference snapshot (seed %d) and publishing it\n", memBytes>>20, seed)
 	snap, job, err := reference.Publish(ctx, repo, rec, reference.Options{Dir: refDir, MemoryBytes: memBytes, Seed: seed})
 	if err != nil {

@@ -75,7 +75,12 @@ func runDemo(ctx context.Context, out io.Writer, blocks int) error {
 		VMM:        &replay.VMM{TracePath: synth.PathsIn(refDir).Trace},
 		RuntimeDir: filepath.Join(dir, "run"),
 	}
-	rec := &recorder.Recorder{Repo: repo, Restorer: r, Device: restore.DeviceFile}
+	tr, closeTr, err := recorder.TracingRestorer(r, filepath.Join(dir, "trace-mnt"))
+	if err != nil {
+		return err
+	}
+	defer closeTr()
+	rec := &recorder.Recorder{Repo: repo, Restorer: tr, Device: restore.DeviceFile}
 	snap, job, err := reference.Publish(ctx, repo, rec, reference.Options{Dir: refDir, MemoryBytes: synth.DefaultMemoryBytes, Seed: 1, Alias: "reference"})
 	if err != nil {
 		return err

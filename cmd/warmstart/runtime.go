@@ -16,6 +16,7 @@ import (
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
 	"warmstart/internal/vmm"
+	"warmstart/internal/vmm/qemu"
 	"warmstart/internal/vmm/replay"
 )
 
@@ -53,9 +54,43 @@ func (f *vmmFlags) build(cfg *config.Config) (vmm.VMM, error) {
 			return nil, fmt.Errorf("--trace: %w", err)
 		}
 		return &replay.VMM{TracePath: f.trace}, nil
+	case "qemu":
+		return newQEMUDriver(cfg)
 	default:
 		return nil, usageError{fmt.Errorf("--vmm %q: want replay, qemu or firecracker", f.kind)}
 	}
+}
+
+// fuseOptions are the options the chosen VMM needs of the FUSE mounts that
+// serve its memory: QEMU opens the device file read-write before it maps
+// it private.
+func (f *vmmFlags) fuseOptions() fusedev.Options {
+	return fusedev.Options{AllowWriteOpen: f.kind == "qemu"}
+}
+
+// newQEMUDriver builds the qemu driver from [qemu] with its accelerator
+// resolved: "auto" probes the host here, once, rather than inside the
+// first timed restore. A snapshot restores only under the accelerator,
+// memory size and vCPU count it was captured with.
+func newQEMUDriver(cfg *config.Config) (*qemu.Driver, error) {
+	d, err := qemu.New(qemu.Options{
+		Binary:      cfg.QEMU.Binary,
+		Accel:       cfg.QEMU.Accel,
+		Kernel:      cfg.QEMU.Kernel,
+		MemoryMiB:   int(cfg.QEMU.MemoryMiB),
+		VCPUs:       cfg.QEMU.VCPUs,
+		StopTimeout: cfg.QEMU.StopTimeout,
+	})
+	if err != nil {
+		return nil, err
+	}
+	accel, err := d.Accel(context.Background())
+	if err != nil {
+		return nil, fmt.Errorf("qemu driver: %w", err)
+	}
+	opts := d.Options()
+	opts.Accel = accel
+	return qemu.New(opts)
 }
 
 // openSystem builds the system from --config. The FUSE mount lives under
@@ -84,7 +119,7 @@ func openSystem(cmd *cobra.Command, vf *vmmFlags) (*system, error) {
 		return nil, fmt.Errorf("runtime directory: %w", err)
 	}
 	s.closers = append(s.closers, func() { os.RemoveAll(run) })
-	if s.fuse, err = fusedev.Mount(filepath.Join(run, "mem"), fusedev.Options{}); err != nil {
+	if s.fuse, err = fusedev.Mount(filepath.Join(run, "mem"), vf.fuseOptions()); err != nil {
 		return nil, err
 	}
 	s.closers = append(s.closers, func() { s.fuse.Close() })
@@ -96,7 +131,12 @@ func openSystem(cmd *cobra.Command, vf *vmmFlags) (*system, error) {
 		RuntimeDir:     run,
 		Log:            s.log,
 	}
-	s.recorder = &recorder.Recorder{Repo: s.repo, Restorer: s.restorer, Device: cfg.Memory.Device, IOEngine: cfg.Memory.IOEngine, Log: s.log}
+	tr, closeTr, err := recorder.TracingRestorerWith(s.restorer, filepath.Join(run, "trace-mem"), vf.fuseOptions())
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() { closeTr() })
+	s.recorder = &recorder.Recorder{Repo: s.repo, Restorer: tr, Device: cfg.Memory.Device, IOEngine: cfg.Memory.IOEngine, Log: s.log}
 	ok = true
 	return s, nil
 }

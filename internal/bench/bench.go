@@ -27,16 +27,25 @@ import (
 
 	"warmstart/internal/restore"
 	"warmstart/internal/trace"
+	"warmstart/internal/vmm/qemu"
 	"warmstart/internal/vmm/replay"
 )
 
 // Options configure a benchmark run.
 type Options struct {
-	Source    restore.Source
-	TracePath string
-	Device    string
-	IOEngine  int
-	Blocks    int
+	Source restore.Source
+	// VMM is the driver trials restore with: VMMReplay (also when empty),
+	// which plays TracePath, or VMMQEMU, the real guest QEMU configures.
+	VMM  string
+	QEMU qemu.Options
+	// ExpectedToken is the token the real guest captured in Source answers
+	// with. When empty, an excluded pilot trial learns it first, and every
+	// formal trial must then answer with the same.
+	ExpectedToken string
+	TracePath     string
+	Device        string
+	IOEngine      int
+	Blocks        int
 	// ReserveBlocks replace trials that miss admission.
 	ReserveBlocks int
 	Seed          uint64
@@ -53,8 +62,10 @@ type Options struct {
 
 // Report is a whole run: raw trials and the summary.
 type Report struct {
-	Options  ReportOptions `json:"options"`
-	Orders   [][]Condition `json:"orders"`
+	Options ReportOptions `json:"options"`
+	Orders  [][]Condition `json:"orders"`
+	// Pilot is the excluded trial that learned a real guest's token.
+	Pilot    *TrialResult  `json:"pilot,omitempty"`
 	Trials   []TrialResult `json:"trials"`
 	Replaced []string      `json:"replaced,omitempty"`
 	Summary  Summary       `json:"summary"`
@@ -66,6 +77,7 @@ type Report struct {
 // ReportOptions is the part of Options worth recording.
 type ReportOptions struct {
 	Snapshot string   `json:"snapshot"`
+	VMM      string   `json:"vmm"`
 	Device   string   `json:"device"`
 	IOEngine int      `json:"io_engine"`
 	Blocks   int      `json:"blocks"`
@@ -109,6 +121,15 @@ func (o *Options) Validate() error {
 	if o.Device != restore.DeviceFile && o.Device != restore.DeviceUffd {
 		return fmt.Errorf("bench: device %q: want file or uffd", o.Device)
 	}
+	switch o.VMM {
+	case "", VMMReplay:
+	case VMMQEMU:
+		if o.Device != restore.DeviceFile {
+			return fmt.Errorf("bench: the qemu VMM maps its memory from a file: device %q is not available", o.Device)
+		}
+	default:
+		return fmt.Errorf("bench: VMM %q: want %s or %s", o.VMM, VMMReplay, VMMQEMU)
+	}
 	for _, p := range o.Policies {
 		if _, err := restore.LookupPolicy(p); err != nil {
 			return fmt.Errorf("bench: %w", err)
@@ -131,22 +152,28 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
-	entries, err := trace.ReadFile(o.TracePath)
-	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
+	if o.VMM == "" {
+		o.VMM = VMMReplay
 	}
-	want, err := replay.ExpectedHash(o.Source.MemoryPath, entries, nil)
-	if err != nil {
-		return nil, fmt.Errorf("bench: expected hash: %w", err)
+	var want string
+	if o.VMM == VMMReplay {
+		entries, err := trace.ReadFile(o.TracePath)
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		if want, err = replay.ExpectedHash(o.Source.MemoryPath, entries, nil); err != nil {
+			return nil, fmt.Errorf("bench: expected hash: %w", err)
+		}
 	}
 	exe := o.Exe
 	if exe == "" {
+		var err error
 		if exe, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
 	}
 	rep := &Report{
-		Options: ReportOptions{Snapshot: o.Source.SnapshotID, Device: o.Device, IOEngine: o.IOEngine,
+		Options: ReportOptions{Snapshot: o.Source.SnapshotID, VMM: o.VMM, Device: o.Device, IOEngine: o.IOEngine,
 			Blocks: o.Blocks, Seed: o.Seed, Policies: o.Policies},
 		Orders:  o.Orders(),
 		Started: time.Now(),
@@ -157,6 +184,30 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			names[i] = c.String()
 		}
 		fmt.Fprintf(o.Progress, "block %d order: %s\n", b+1, strings.Join(names, ", "))
+	}
+	newSpec := func(block int, reserveTrial bool, c Condition) TrialSpec {
+		return TrialSpec{Block: block, Reserve: reserveTrial, Condition: c, Device: o.Device, IOEngine: o.IOEngine,
+			Source: o.Source, VMM: o.VMM, QEMU: o.QEMU, TracePath: o.TracePath, ExpectedSHA256: want, ExpectedToken: o.ExpectedToken}
+	}
+	if o.VMM == VMMQEMU && o.ExpectedToken == "" {
+		// The record does not keep the token the captured agent drew; a
+		// pilot restore, excluded like the seed's pilots, learns it.
+		fmt.Fprintf(o.Progress, "pilot trial (excluded): learning the guest agent's token\n")
+		pilot, err := runTrialProcess(ctx, exe, o.WorkDir, newSpec(-1, false, Condition{CacheWarm, PrefetchOff}))
+		if err != nil {
+			return rep, err
+		}
+		if pilot.Err != "" {
+			return rep, fmt.Errorf("bench: pilot trial: %s", pilot.Err)
+		}
+		if pilot.Token == "" {
+			return rep, errors.New("bench: pilot trial: the guest agent answered without a token")
+		}
+		if leak := checkLeaks(pilot); leak != "" {
+			rep.Leaks = append(rep.Leaks, leak)
+		}
+		rep.Pilot = &pilot
+		o.ExpectedToken = pilot.Token
 	}
 
 	total := o.Blocks * len(o.Conditions())
@@ -180,9 +231,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		} else {
 			fmt.Fprintf(o.Progress, "block %d/%d trial %d/%d %s%s\n", block+1, o.Blocks, done, total, c, eta)
 		}
-		spec := TrialSpec{Block: block, Reserve: reserveTrial, Condition: c, Device: o.Device, IOEngine: o.IOEngine,
-			Source: o.Source, TracePath: o.TracePath, ExpectedSHA256: want}
-		res, err := runTrialProcess(ctx, exe, o.WorkDir, spec)
+		res, err := runTrialProcess(ctx, exe, o.WorkDir, newSpec(block, reserveTrial, c))
 		if err != nil {
 			return res, err
 		}
@@ -263,7 +312,28 @@ func runTrialProcess(ctx context.Context, exe, workRoot string, spec TrialSpec) 
 	if socks := socketsUnder(dir); len(socks) > 0 {
 		res.Err = fmt.Sprintf("sockets left behind: %s", strings.Join(socks, ", "))
 	}
+	if mounts := mountsUnder(dir); len(mounts) > 0 {
+		res.Err = fmt.Sprintf("mounts left behind: %s", strings.Join(mounts, ", "))
+	}
 	return res, nil
+}
+
+// mountsUnder lists the mount points at or below dir. A FUSE mount whose
+// server exited without unmounting stays until someone detaches it.
+func mountsUnder(dir string) []string {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var found []string
+	for _, line := range strings.Split(string(data), "\n") {
+		// The fifth field is the mount point (octal escapes are rare
+		// enough in a MkdirTemp path to compare raw).
+		if f := strings.Fields(line); len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			found = append(found, f[4])
+		}
+	}
+	return found
 }
 
 // checkLeaks reports VMM processes a trial left running.

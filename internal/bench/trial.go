@@ -15,6 +15,8 @@ import (
 	"warmstart/internal/pagecache"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/restore"
+	"warmstart/internal/vmm"
+	"warmstart/internal/vmm/qemu"
 	"warmstart/internal/vmm/replay"
 )
 
@@ -44,9 +46,18 @@ type TrialSpec struct {
 	Device    string         `json:"device"`
 	IOEngine  int            `json:"io_engine"`
 	Source    restore.Source `json:"source"`
-	TracePath string         `json:"trace_path"`
+	// VMM is the driver the trial restores with: VMMReplay (also when
+	// empty) or VMMQEMU.
+	VMM string `json:"vmm,omitempty"`
+	// QEMU configures the qemu driver. Its Accel should be resolved (not
+	// auto), so that no trial spends its time probing the host.
+	QEMU      qemu.Options `json:"qemu"`
+	TracePath string       `json:"trace_path"`
 	// ExpectedSHA256 is the hash a correct restore's replay VMM reports.
 	ExpectedSHA256 string `json:"expected_sha256"`
+	// ExpectedToken is the token a correct restore's real guest answers
+	// with; empty accepts any (the pilot trial that learns it).
+	ExpectedToken string `json:"expected_token,omitempty"`
 	// WorkDir is the trial's private runtime directory.
 	WorkDir string `json:"work_dir"`
 }
@@ -63,8 +74,14 @@ type TrialResult struct {
 	Timings     restore.Timings        `json:"timings"`
 	Prefetch    restore.PrefetchReport `json:"prefetch"`
 	DeviceBytes memdev.Counters        `json:"device_bytes"`
-	HashOK      bool                   `json:"hash_ok"`
-	Stop        restore.StopReport     `json:"stop"`
+	// HashOK says the guest saw the snapshot's memory: for the replay VMM
+	// its hash over the bytes it read matched; for a real guest the agent
+	// answered with the snapshot's token and the private lower file's
+	// SHA-256 was unchanged after the restore.
+	HashOK bool `json:"hash_ok"`
+	// Token is the real guest agent's answer to the timed restore.
+	Token string             `json:"token,omitempty"`
+	Stop  restore.StopReport `json:"stop"`
 	// ReplayPIDs are the VMM processes the trial started, for the leak check.
 	ReplayPIDs []int  `json:"replay_pids"`
 	Err        string `json:"error,omitempty"`
@@ -116,12 +133,15 @@ func RunTrial(ctx context.Context, spec TrialSpec) (res TrialResult) {
 		policy, mode = p, restore.ModeOn
 	}
 
-	srv, err := fusedev.Mount(filepath.Join(spec.WorkDir, "mnt"), fusedev.Options{})
+	vm, mountOpts, err := trialVMM(spec)
+	if err != nil {
+		return fail(err)
+	}
+	srv, err := fusedev.Mount(filepath.Join(spec.WorkDir, "mnt"), mountOpts)
 	if err != nil {
 		return fail(err)
 	}
 	defer srv.Close()
-	vm := &replay.VMM{TracePath: spec.TracePath}
 	r := &restore.Restorer{
 		FUSE:       srv,
 		Engine:     prefetch.NewEngine(prefetch.Options{MaxReaders: max(policy.MaxReaders, prefetch.DefaultMaxReaders)}),
@@ -148,7 +168,8 @@ func RunTrial(ctx context.Context, spec TrialSpec) (res TrialResult) {
 	// A private lower file, so the cache treatment touches no other file.
 	src := spec.Source
 	src.MemoryPath = filepath.Join(spec.WorkDir, "memory.bin")
-	if _, err := pagecache.CopyVerified(spec.Source.MemoryPath, src.MemoryPath); err != nil {
+	copySHA256, err := pagecache.CopyVerified(spec.Source.MemoryPath, src.MemoryPath)
+	if err != nil {
 		return fail(err)
 	}
 	key := "timed"
@@ -195,6 +216,7 @@ func RunTrial(ctx context.Context, spec TrialSpec) (res TrialResult) {
 	res.ReadyMs = float64(inst.Timings.Ready) / float64(time.Millisecond)
 	track(inst)
 	res.Timings, res.Prefetch, res.DeviceBytes = inst.Timings, inst.Prefetch, inst.DeviceBytes
+	res.Token = inst.Ready.Detail["token"]
 	res.HashOK = inst.Ready.Detail["sha256"] == spec.ExpectedSHA256
 	res.Stop, err = inst.StopReported(ctx)
 	if err != nil {
@@ -205,10 +227,57 @@ func RunTrial(ctx context.Context, spec TrialSpec) (res TrialResult) {
 			return fail(err)
 		}
 	}
+	if spec.VMM == VMMQEMU {
+		// Outside the timer, once every VM on the file has stopped.
+		if err := checkRealGuest(spec, res.Token, src.MemoryPath, copySHA256); err != nil {
+			return fail(err)
+		}
+		res.HashOK = true
+	}
 	if !res.HashOK {
 		return fail(fmt.Errorf("replay VMM read wrong bytes: sha256 %s, want %s", inst.Ready.Detail["sha256"], spec.ExpectedSHA256))
 	}
 	return res
+}
+
+// VMM drivers a trial can restore with.
+const (
+	VMMReplay = "replay"
+	VMMQEMU   = "qemu"
+)
+
+// trialVMM builds the trial's VMM driver and the options of its FUSE mount.
+func trialVMM(spec TrialSpec) (vmm.VMM, fusedev.Options, error) {
+	switch spec.VMM {
+	case "", VMMReplay:
+		return &replay.VMM{TracePath: spec.TracePath}, fusedev.Options{}, nil
+	case VMMQEMU:
+		d, err := qemu.New(spec.QEMU)
+		if err != nil {
+			return nil, fusedev.Options{}, err
+		}
+		// QEMU opens the device file read-write before mapping it private.
+		return d, fusedev.Options{AllowWriteOpen: true}, nil
+	}
+	return nil, fusedev.Options{}, fmt.Errorf("trial VMM %q: want %s or %s", spec.VMM, VMMReplay, VMMQEMU)
+}
+
+// checkRealGuest is a real guest's stand-in for the replay VMM's hash: the
+// agent answered with the token the captured guest drew, which it holds
+// only in memory, and the lower file the device served is still the copy
+// that was verified before the restore (guest writes are private).
+func checkRealGuest(spec TrialSpec, token, memPath, wantSHA256 string) error {
+	if spec.ExpectedToken != "" && token != spec.ExpectedToken {
+		return fmt.Errorf("guest agent answered with token %q, the snapshot's is %q", token, spec.ExpectedToken)
+	}
+	sum, err := pagecache.HashFile(memPath)
+	if err != nil {
+		return err
+	}
+	if sum != wantSHA256 {
+		return fmt.Errorf("memory lower file changed during the restore: sha256 %s, was %s", sum, wantSHA256)
+	}
+	return nil
 }
 
 func withMode(o restore.Options, m restore.Mode, p restore.Policy, key string) restore.Options {

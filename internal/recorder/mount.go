@@ -21,7 +21,16 @@ const TraceReadAheadBytes = 4096
 // prefetches, and the mount numbers its generations apart from base's).
 // close unmounts it.
 func TracingRestorer(base *restore.Restorer, dir string) (r *restore.Restorer, close func() error, err error) {
-	srv, err := fusedev.Mount(dir, fusedev.Options{ReadAheadBytes: TraceReadAheadBytes})
+	return TracingRestorerWith(base, dir, fusedev.Options{})
+}
+
+// TracingRestorerWith is TracingRestorer with the tracing mount's options
+// taken from mount, which should be the serving mount's: a VMM that needs
+// AllowWriteOpen there (QEMU) needs it on the tracing mount too. The
+// readahead window is always TraceReadAheadBytes.
+func TracingRestorerWith(base *restore.Restorer, dir string, mount fusedev.Options) (r *restore.Restorer, close func() error, err error) {
+	mount.ReadAheadBytes = TraceReadAheadBytes
+	srv, err := fusedev.Mount(dir, mount)
 	if err != nil {
 		return nil, nil, fmt.Errorf("recorder mount: %w", err)
 	}

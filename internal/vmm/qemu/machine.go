@@ -238,8 +238,9 @@ func (m *Machine) Ready() vmm.ReadyInfo {
 }
 
 // WaitReady pings the agent until it answers a ping sent after the guest
-// was last started or continued. Detail carries the agent's "token" and
-// its guest "uptime_ms". It may be called again to ping a ready guest.
+// was last started or continued. Detail carries the agent's "token", its
+// guest "uptime_ms" and QEMU's "pid" (for callers that check no VMM
+// outlives its stop). It may be called again to ping a ready guest.
 func (m *Machine) WaitReady(ctx context.Context) (vmm.ReadyInfo, error) {
 	p, err := m.agent.ping(ctx, m.exited)
 	if err != nil {
@@ -251,6 +252,7 @@ func (m *Machine) WaitReady(ctx context.Context) (vmm.ReadyInfo, error) {
 		Detail: map[string]string{
 			"token":     p.token,
 			"uptime_ms": strconv.FormatInt(p.uptime.Milliseconds(), 10),
+			"pid":       strconv.Itoa(m.PID()),
 		},
 	}
 	m.readyMu.Lock()

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"warmstart/internal/capture"
+	"warmstart/internal/initramfs"
+	"warmstart/internal/recorder"
+	"warmstart/internal/repository"
+	"warmstart/internal/vmm/qemu"
+)
+
+func init() {
+	var (
+		vf     vmmFlags
+		alias  string
+		agent  string
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "capture",
+		Short: "Boot the real test guest, capture it and publish the snapshot",
+		Long: `Boot a fresh guest (QEMU microvm, the [qemu] configuration) whose /init is
+warmstart-agent, wait until the agent answers, capture the guest and publish
+its device state and memory file into the repository with the guest's
+memory layout. The memory file is written in a staging directory inside the
+POSIX store, so publishing hard-links it instead of copying it. The new
+snapshot's id is printed on the first line of standard output.
+
+With [snapshot.memory_startup_pack] enabled = true the startup manifest is
+then recorded in the background from the real guest's memory-device reads,
+holding the capture lease, as a publish does; this command waits for the
+recording and reports what was attached (a daemon would not wait).
+
+The agent is built from the module source with the go tool unless --agent
+names a prebuilt binary. The snapshot restores only under the accelerator,
+memory size and vCPU count it was captured with: restore it with the same
+[qemu] configuration (the accelerator used is printed; the record does not
+keep it).`,
+		Args: argsAsUsageError(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if vf.kind != "qemu" {
+				return usageError{fmt.Errorf("--vmm %q: only qemu boots and captures a guest on this build", vf.kind)}
+			}
+			if alias != "" {
+				if err := repository.ValidateAlias(alias); err != nil {
+					return usageError{fmt.Errorf("capture: --alias: %w", err)}
+				}
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			s, err := openSystem(cmd, &vf)
+			if err != nil {
+				return err
+			}
+			defer s.close()
+			progress := cmd.ErrOrStderr()
+			out, job, err := captureGuest(ctx, s, alias, agent, progress)
+			if err != nil {
+				return err
+			}
+			var rec *recorder.Result
+			var recErr error
+			if job != nil {
+				fmt.Fprintln(progress, "recording the startup manifest in the background; waiting for it")
+				r, err := job.Result()
+				rec, recErr = &r, err
+			}
+			w := cmd.OutOrStdout()
+			if asJSON {
+				doc := map[string]any{
+					"id": out.Record.ID, "alias": out.Record.Alias, "accel": out.Accel, "token": out.Token,
+					"boot_ns": out.Boot, "capture_ns": out.Capture, "record": out.Record,
+				}
+				if rec != nil {
+					doc["manifest"] = rec
+				}
+				if recErr != nil {
+					doc["manifest_error"] = recErr.Error()
+				}
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(doc); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintln(w, out.Record.ID)
+				fmt.Fprintf(w, "  alias               %s\n", orDash(out.Record.Alias))
+				fmt.Fprintf(w, "  accelerator         %s (restore with the same [qemu] accel, memory_mib and vcpus)\n", out.Accel)
+				fmt.Fprintf(w, "  agent token         %s\n", out.Token)
+				fmt.Fprintf(w, "  boot to agent       %v\n", out.Boot.Round(time.Millisecond))
+				fmt.Fprintf(w, "  capture             %v\n", out.Capture.Round(time.Millisecond))
+				fmt.Fprintf(w, "  memory              %d bytes, sha256 %s\n", out.Record.MemorySize, out.Record.MemorySHA256)
+				switch {
+				case rec == nil:
+					fmt.Fprintln(w, "  startup manifest    not recorded ([snapshot.memory_startup_pack] enabled is off)")
+				case recErr == nil:
+					fmt.Fprintf(w, "  startup manifest    attached: sha256 %s, %d ranges, %.1f MiB from %d touches, recorder ready after %v\n",
+						rec.Descriptor.SHA256, rec.Ranges, float64(rec.Bytes)/(1<<20), rec.Touches, rec.ReadyAfter.Round(time.Millisecond))
+				}
+			}
+			if recErr != nil {
+				// The snapshot is published and restores with on-demand reads.
+				return fmt.Errorf("snapshot %s published, but its startup manifest was not: %w", out.Record.ID, recErr)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&vf.kind, "vmm", "qemu", "VMM driver that boots and captures the guest: qemu")
+	cmd.Flags().StringVar(&alias, "alias", "", "bind this alias to the new snapshot")
+	cmd.Flags().StringVar(&agent, "agent", "", "prebuilt warmstart-agent binary (default: build it from the module source)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	cmd.Flags().String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
+	rootCmd.AddCommand(cmd)
+}
+
+// captureGuest boots, captures and publishes a guest into s's repository
+// with s's qemu driver. When [snapshot.memory_startup_pack] enabled is on,
+// the returned job records its manifest in the background.
+func captureGuest(ctx context.Context, s *system, alias, agent string, progress io.Writer) (capture.Snapshot, *recorder.Job, error) {
+	d, ok := s.restorer.VMM.(*qemu.Driver)
+	if !ok {
+		return capture.Snapshot{}, nil, fmt.Errorf("capture: the %T VMM cannot boot a guest", s.restorer.VMM)
+	}
+	var rec *recorder.Recorder
+	if s.cfg.Snapshot.MemoryStartupPack.Enabled {
+		r := *s.recorder
+		// A guest that never becomes ready must not hold the lease forever.
+		r.Timeout = 2 * s.cfg.Envd.Timeout
+		rec = &r
+	}
+	return capture.Publish(ctx, s.repo, rec, capture.Options{
+		Driver: d,
+		Initramfs: initramfs.Options{
+			CacheDir: filepath.Join(s.cfg.Runtime.Dir, "initramfs"),
+			Agent:    agent,
+		},
+		StagingDir: stagingDir(s),
+		RuntimeDir: s.restorer.RuntimeDir,
+		Alias:      alias,
+		Progress:   progress,
+	})
+}
+
+// stagingDir is where a capture writes the guest's memory file: inside the
+// POSIX store, so that publishing hard-links it rather than copying it (a
+// hidden .capture-* directory the store's own layout never uses), or the
+// runtime directory for other backends.
+func stagingDir(s *system) string {
+	if r, ok := s.repo.(interface{ Root() string }); ok {
+		return r.Root()
+	}
+	return s.restorer.RuntimeDir
+}

@@ -1,0 +1,516 @@
+package capture_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"warmstart/internal/capture"
+	"warmstart/internal/initramfs"
+	"warmstart/internal/manifest"
+	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/pagecache"
+	"warmstart/internal/prefetch"
+	"warmstart/internal/recorder"
+	"warmstart/internal/repository"
+	"warmstart/internal/repository/posixfs"
+	"warmstart/internal/restore"
+	"warmstart/internal/vmm/qemu"
+)
+
+// Bounds generous enough for TCG guests on a loaded 2-core host.
+const (
+	captureTimeout = 4 * time.Minute
+	restoreTimeout = 2 * time.Minute
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	guest.close()
+	os.Exit(code)
+}
+
+// guestFixture is the one guest every test of the binary restores: booting
+// under TCG takes about ten seconds, a restore well under one.
+type guestFixture struct {
+	dir    string
+	repo   *posixfs.Repo
+	driver *qemu.Driver
+	snap   capture.Snapshot
+	// rec is the background recording's outcome.
+	rec recorder.Result
+	// Observed while the recording's attach was held back: Publish had
+	// returned, the record was visible without a manifest, and the job
+	// was still running.
+	visibleBeforeAttach  bool
+	manifestBeforeAttach bool
+	jobDoneBeforeAttach  bool
+
+	closers []func()
+	err     error
+}
+
+var (
+	guest     guestFixture
+	guestOnce sync.Once
+)
+
+func (g *guestFixture) close() {
+	for i := len(g.closers) - 1; i >= 0; i-- {
+		g.closers[i]()
+	}
+	if g.dir != "" {
+		os.RemoveAll(g.dir)
+	}
+}
+
+// requireGuest skips where no real guest can run, except in CI, where the
+// tests must not silently vanish: there a missing QEMU or kernel fails.
+func requireGuest(t *testing.T) {
+	t.Helper()
+	var missing []string
+	if _, err := exec.LookPath(qemu.DefaultBinary); err != nil {
+		missing = append(missing, qemu.DefaultBinary+" (apt-get install qemu-system-x86)")
+	}
+	if m, _ := filepath.Glob(qemu.KernelGlob); len(m) == 0 {
+		missing = append(missing, "a kernel at "+qemu.KernelGlob+" (apt-get install linux-image-amd64)")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		missing = append(missing, "/dev/fuse")
+	}
+	if len(missing) == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI must run the real-guest tests, but this host lacks %s", strings.Join(missing, ", "))
+	}
+	t.Skipf("no real guest here: missing %s", strings.Join(missing, ", "))
+}
+
+// gatedRepo holds AttachManifest until open is closed, so a test can look
+// at the repository between publish and the background attach.
+type gatedRepo struct {
+	repository.Repository
+	open chan struct{}
+}
+
+func (g *gatedRepo) AttachManifest(ctx context.Context, lease repository.Lease, data []byte) (repository.ManifestDescriptor, error) {
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return repository.ManifestDescriptor{}, ctx.Err()
+	}
+	return g.Repository.AttachManifest(ctx, lease, data)
+}
+
+// captured boots, captures and publishes the shared guest on first use and
+// records its manifest the way a publish with recording enabled does.
+func captured(t *testing.T) *guestFixture {
+	t.Helper()
+	requireGuest(t)
+	guestOnce.Do(func() { guest.err = guest.build() })
+	if guest.err != nil {
+		t.Fatalf("capture the shared guest: %v", guest.err)
+	}
+	return &guest
+}
+
+func (g *guestFixture) build() error {
+	ctx, cancel := context.WithTimeout(context.Background(), captureTimeout)
+	defer cancel()
+	// A short root keeps socket paths within the Unix limit.
+	dir, err := os.MkdirTemp("", "wscap-")
+	if err != nil {
+		return err
+	}
+	g.dir = dir
+	if g.repo, err = posixfs.Open(filepath.Join(dir, "store"), posixfs.Options{}); err != nil {
+		return err
+	}
+	if g.driver, err = qemu.New(qemu.Options{}); err != nil {
+		return err
+	}
+	run := filepath.Join(dir, "run")
+	if err := os.Mkdir(run, 0o700); err != nil {
+		return err
+	}
+	// The recorder runs on its own restorer with a one-page-readahead
+	// tracing mount, which QEMU must be able to open read-write.
+	base := &restore.Restorer{VMM: g.driver, RuntimeDir: run}
+	tr, closeTr, err := recorder.TracingRestorerWith(base, filepath.Join(dir, "trace"), fusedev.Options{AllowWriteOpen: true})
+	if err != nil {
+		return err
+	}
+	g.closers = append(g.closers, func() { closeTr() })
+	gated := &gatedRepo{Repository: g.repo, open: make(chan struct{})}
+	rec := &recorder.Recorder{Repo: gated, Restorer: tr, Device: restore.DeviceFile, Timeout: restoreTimeout}
+
+	snap, job, err := capture.Publish(ctx, g.repo, rec, capture.Options{
+		Driver:     g.driver,
+		Initramfs:  initramfs.Options{CacheDir: filepath.Join(dir, "initramfs")},
+		StagingDir: g.repo.Root(),
+		RuntimeDir: run,
+		Alias:      "guest",
+	})
+	if err != nil {
+		return err
+	}
+	g.snap = snap
+	select {
+	case <-job.Done():
+		g.jobDoneBeforeAttach = true
+	default:
+	}
+	if r, err := g.repo.Get(ctx, snap.Record.ID); err == nil {
+		g.visibleBeforeAttach = true
+		g.manifestBeforeAttach = r.Manifest != nil
+	}
+	close(gated.open)
+	if g.rec, err = job.Result(); err != nil {
+		return fmt.Errorf("record the startup manifest: %w", err)
+	}
+	return nil
+}
+
+func TestCapturePublishesAndRecordsInBackground(t *testing.T) {
+	g := captured(t)
+	t.Logf("guest under %s: boot to agent %v, capture %v; manifest: %d ranges, %.1f MiB from %d touched pages, recorder ready after %v",
+		g.snap.Accel, g.snap.Boot, g.snap.Capture, g.rec.Ranges, float64(g.rec.Bytes)/(1<<20), g.rec.Touches, g.rec.ReadyAfter)
+
+	if len(g.snap.Token) != 32 {
+		t.Errorf("agent token %q is not 32 hex digits", g.snap.Token)
+	}
+	if !g.visibleBeforeAttach || g.manifestBeforeAttach || g.jobDoneBeforeAttach {
+		t.Errorf("while the attach was held: record visible %v, manifest attached %v, job done %v; want a visible record without a manifest and the recording still running",
+			g.visibleBeforeAttach, g.manifestBeforeAttach, g.jobDoneBeforeAttach)
+	}
+	ctx := context.Background()
+	rec, err := g.repo.Lookup(ctx, "guest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.ID != g.snap.Record.ID {
+		t.Errorf("alias guest names %s, want %s", rec.ID, g.snap.Record.ID)
+	}
+	if !rec.Layout.Equal(g.driver.Layout()) || rec.MemorySize != g.driver.MemoryBytes() {
+		t.Errorf("record layout %s, memory %d bytes; want the driver's %s, %d bytes", rec.Layout, rec.MemorySize, g.driver.Layout(), g.driver.MemoryBytes())
+	}
+	if rec.Manifest == nil || *rec.Manifest != g.rec.Descriptor {
+		t.Fatalf("record manifest %+v, the recording attached %+v", rec.Manifest, g.rec.Descriptor)
+	}
+	res, err := g.repo.Resolve(ctx, rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := manifest.ReadFile(res.ManifestPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := manifest.Verify(data, manifest.Descriptor{SHA256: rec.Manifest.SHA256, Size: rec.Manifest.Size}, rec.Layout)
+	if err != nil {
+		t.Fatalf("attached manifest does not verify: %v", err)
+	}
+	// A Linux guest resuming to its agent touches megabytes, not a handful
+	// of pages, and never the whole of its memory. QEMU advises its RAM
+	// MADV_HUGEPAGE, and the kernel then reads whole 2 MiB-aligned blocks
+	// around each fault whatever the mount's readahead: the device sees
+	// tens of MiB for a guest that maps a few.
+	if m.TotalBytes() < 1<<20 || m.TotalBytes() >= g.driver.MemoryBytes() {
+		t.Errorf("manifest covers %d bytes of %d; want at least 1 MiB and not all of it", m.TotalBytes(), g.driver.MemoryBytes())
+	}
+	if m.TotalBytes() != g.rec.Bytes || len(m.Ranges) != g.rec.Ranges {
+		t.Errorf("manifest holds %d ranges, %d bytes; the recording reported %d, %d", len(m.Ranges), m.TotalBytes(), g.rec.Ranges, g.rec.Bytes)
+	}
+	// The capture's staging and the recorder's throwaway restore are gone.
+	if left, _ := filepath.Glob(filepath.Join(g.repo.Root(), ".capture-*")); len(left) > 0 {
+		t.Errorf("staging left behind: %v", left)
+	}
+	assertNothingLeft(t, 0, filepath.Join(g.dir, "run"))
+}
+
+func TestPublishRefusesTakenAliasBeforeBooting(t *testing.T) {
+	g := captured(t)
+	dir := t.TempDir()
+	// An initrd that does not exist: getting as far as booting would fail
+	// differently.
+	_, _, err := capture.Publish(context.Background(), g.repo, nil, capture.Options{
+		Driver: g.driver, Initrd: filepath.Join(dir, "missing.cpio"), StagingDir: dir, RuntimeDir: dir, Alias: "guest",
+	})
+	var conflict *repository.AliasConflictError
+	if !errors.As(err, &conflict) || conflict.HolderID != g.snap.Record.ID {
+		t.Fatalf("capture under a taken alias returned %v, want an alias conflict naming %s", err, g.snap.Record.ID)
+	}
+}
+
+// TestPublishFailureLeavesNothing fails a capture before the guest boots
+// and checks that nothing was published or left behind. It needs no QEMU.
+func TestPublishFailureLeavesNothing(t *testing.T) {
+	dir := t.TempDir()
+	repo, err := posixfs.Open(filepath.Join(dir, "store"), posixfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The driver is never asked to start anything: the initrd is missing.
+	d, err := qemu.New(qemu.Options{Binary: os.Args[0], Accel: qemu.AccelTCG, Kernel: filepath.Join(dir, "vmlinuz")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := filepath.Join(dir, "run")
+	if err := os.Mkdir(run, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_, job, err := capture.Publish(context.Background(), repo, nil, capture.Options{
+		Driver: d, Initrd: filepath.Join(dir, "missing.cpio"), StagingDir: repo.Root(), RuntimeDir: run, Alias: "never",
+	})
+	if err == nil || job != nil {
+		t.Fatalf("capture with a missing initrd returned job %v, error %v", job, err)
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("error %v does not say the initrd is missing", err)
+	}
+	recs, err := repo.List(context.Background(), repository.Filter{})
+	if err != nil || len(recs) > 0 {
+		t.Errorf("records after a failed capture: %v (%v)", recs, err)
+	}
+	if _, err := repo.ResolveAlias(context.Background(), "never"); !errors.Is(err, repository.ErrNotFound) {
+		t.Errorf("alias of a failed capture: %v, want ErrNotFound", err)
+	}
+	for _, pattern := range []string{filepath.Join(repo.Root(), ".capture-*"), filepath.Join(run, "*")} {
+		if left, _ := filepath.Glob(pattern); len(left) > 0 {
+			t.Errorf("left behind: %v", left)
+		}
+	}
+}
+
+// restoreOnce restores src on a FUSE mount of its own, checks that the
+// agent answers with the captured token, stops, unmounts, and checks that
+// no QEMU process, mount or socket is left.
+func restoreOnce(t *testing.T, g *guestFixture, src restore.Source, opts restore.Options) *restore.Instance {
+	t.Helper()
+	dir, err := os.MkdirTemp(g.dir, "r-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt := filepath.Join(dir, "mnt")
+	srv, err := fusedev.Mount(mnt, fusedev.Options{AllowWriteOpen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unmounted := false
+	t.Cleanup(func() {
+		if !unmounted {
+			srv.Close()
+		}
+	})
+	run := filepath.Join(dir, "run")
+	r := &restore.Restorer{
+		FUSE:       srv,
+		Engine:     prefetch.NewEngine(prefetch.Options{}),
+		VMM:        g.driver,
+		RuntimeDir: run,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), restoreTimeout)
+	defer cancel()
+	opts.Device = restore.DeviceFile
+	inst, err := r.Restore(ctx, src, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(inst.Ready.Detail["pid"])
+	if pid <= 0 {
+		t.Errorf("restore reported QEMU pid %q", inst.Ready.Detail["pid"])
+	}
+	if got := inst.Ready.Detail["token"]; got != g.snap.Token {
+		inst.Stop(ctx)
+		t.Fatalf("restored agent answered with token %q; the captured guest drew %q", got, g.snap.Token)
+	}
+	if err := inst.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The generation's file leaves the mount once its release is
+	// acknowledged.
+	if entries, err := os.ReadDir(mnt); err != nil || len(entries) != 0 {
+		t.Errorf("device files left on the mount after stop: %v (%v)", entries, err)
+	}
+	if err := srv.Close(); err != nil {
+		t.Errorf("unmount: %v", err)
+	}
+	unmounted = true
+	assertNothingLeft(t, pid, dir)
+	return inst
+}
+
+// assertNothingLeft checks that QEMU pid has been reaped, that no process
+// refers to dir, that no socket remains under it and that nothing is
+// mounted under it.
+func assertNothingLeft(t *testing.T, pid int, dir string) {
+	t.Helper()
+	if pid > 0 {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("QEMU pid %d still exists after stop (kill 0: %v)", pid, err)
+		}
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cmdline), dir) {
+			t.Errorf("process %s still refers to %s: %s", e.Name(), dir, strings.ReplaceAll(string(cmdline), "\x00", " "))
+		}
+	}
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type()&os.ModeSocket != 0 {
+			t.Errorf("socket left behind: %s", p)
+		}
+		return nil
+	})
+	if mounts := mountsUnder(t, dir); len(mounts) > 0 {
+		t.Errorf("still mounted: %v", mounts)
+	}
+}
+
+func mountsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var found []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// Field 5 is the mount point, with spaces escaped as \040.
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && strings.HasPrefix(fields[4], dir) {
+			found = append(found, fields[4])
+		}
+	}
+	return found
+}
+
+func resolved(t *testing.T, g *guestFixture) restore.Source {
+	t.Helper()
+	res, err := g.repo.Resolve(context.Background(), g.snap.Record.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return restore.SourceOf(res)
+}
+
+func TestRestoreThroughFUSEDevice(t *testing.T) {
+	g := captured(t)
+	src := resolved(t, g)
+	if src.Manifest == nil {
+		t.Fatal("resolved snapshot carries no manifest")
+	}
+	warmstart, err := restore.LookupPolicy(restore.DefaultPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, err := restore.LookupPolicy("seed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		opts     restore.Options
+		prefetch bool
+	}{
+		{"prefetch-off", restore.Options{Prefetch: restore.ModeOff}, false},
+		{"prefetch-on-seed", restore.Options{Prefetch: restore.ModeOn, Policy: seed}, true},
+		{"prefetch-on-warmstart", restore.Options{Prefetch: restore.ModeOn, Policy: warmstart}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Cold: the lower file leaves the page cache, so every page the
+			// guest needs comes through the device.
+			if err := pagecache.Evict(src.MemoryPath); err != nil {
+				t.Fatal(err)
+			}
+			inst := restoreOnce(t, g, src, tc.opts)
+			t.Logf("ready after %v, device read %.1f MiB in %d requests, prefetch %s %s",
+				inst.Timings.Ready, float64(inst.DeviceBytes.BytesRead)/(1<<20), inst.DeviceBytes.ReadRequests, inst.Prefetch.State, inst.Prefetch.Reason)
+			if inst.DeviceBytes.BytesRead == 0 {
+				t.Error("the guest read nothing through the device")
+			}
+			if !tc.prefetch {
+				if inst.Prefetch.State != "skipped" {
+					t.Errorf("prefetch %s with prefetch off", inst.Prefetch.State)
+				}
+				return
+			}
+			if inst.Prefetch.State == "skipped" || inst.Prefetch.State == "failed" {
+				t.Fatalf("prefetch %s (%s), want it running or completed", inst.Prefetch.State, inst.Prefetch.Reason)
+			}
+			if inst.Prefetch.PlannedBytes != g.rec.Bytes || inst.Prefetch.Digest != src.Manifest.SHA256 {
+				t.Errorf("prefetch planned %d bytes of manifest %s; the attached manifest is %d bytes, %s",
+					inst.Prefetch.PlannedBytes, inst.Prefetch.Digest, g.rec.Bytes, src.Manifest.SHA256)
+			}
+		})
+	}
+	// Guest writes stay in QEMU's private copies: the lower file is the
+	// file that was published.
+	sum, err := pagecache.HashFile(src.MemoryPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum != g.snap.Record.MemorySHA256 {
+		t.Fatalf("memory lower file sha256 %s after restores, published as %s", sum, g.snap.Record.MemorySHA256)
+	}
+}
+
+// TestCorruptManifestFallsBackToOnDemand restores with a manifest that
+// fails validation: the restore must skip prefetch, read on demand, and the
+// guest must still answer.
+func TestCorruptManifestFallsBackToOnDemand(t *testing.T) {
+	g := captured(t)
+	src := resolved(t, g)
+	good, err := os.ReadFile(src.ManifestPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		// corrupt returns the bytes to put in place of the manifest, and
+		// whether the descriptor is recomputed to match them (a manifest
+		// that is what was attached but not a valid manifest).
+		corrupt    func([]byte) []byte
+		describe   bool
+		wantReason string
+	}{
+		{"flipped-byte", func(b []byte) []byte { b[len(b)/2] ^= 0xff; return b }, false, "digest"},
+		{"truncated", func(b []byte) []byte { return b[:len(b)-3] }, false, "size"},
+		{"bad-magic-but-attached", func(b []byte) []byte { b[0] ^= 0xff; return b }, true, "corrupt"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := tc.corrupt(append([]byte(nil), good...))
+			bad := src
+			bad.ManifestPath = filepath.Join(t.TempDir(), repository.ManifestFileName)
+			if err := os.WriteFile(bad.ManifestPath, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if tc.describe {
+				d := manifest.Describe(data)
+				bad.Manifest = &d
+			}
+			inst := restoreOnce(t, g, bad, restore.Options{Prefetch: restore.ModeOn})
+			if inst.Prefetch.State != "skipped" || !strings.Contains(inst.Prefetch.Reason, "manifest rejected ("+tc.wantReason+")") {
+				t.Errorf("prefetch %s (%s), want skipped with the manifest rejected (%s)", inst.Prefetch.State, inst.Prefetch.Reason, tc.wantReason)
+			}
+			if inst.DeviceBytes.BytesRead == 0 {
+				t.Error("the guest read nothing through the device")
+			}
+		})
+	}
+}
