@@ -39,6 +39,7 @@ func init() {
 		jsonPath string
 		memSize  string
 		noHot    bool
+		s3f      s3BenchFlags
 		agent    string
 	)
 	cmd := &cobra.Command{
@@ -79,6 +80,16 @@ SNAPSHOT the token is learned by one excluded pilot trial.`,
 			if len(args) == 1 {
 				snapshot = args[0]
 			}
+			switch s3f.repository {
+			case "posix_fs":
+			case "s3":
+				if snapshot != "" || len(o.Policies) != 1 {
+					return usageError{fmt.Errorf("--repository s3 benchmarks the reference snapshot with one --policies entry")}
+				}
+				return runS3Bench(ctx, s3f, o.Blocks, o.Seed, size, o.Policies[0], cmd.OutOrStdout(), cmd.ErrOrStderr(), jsonPath)
+			default:
+				return usageError{fmt.Errorf("--repository %q: want posix_fs or s3", s3f.repository)}
+			}
 			rep, err := runBench(ctx, cmd, &vf, o, snapshot, size, agent, cmd.ErrOrStderr())
 			if err != nil {
 				return err
@@ -96,6 +107,9 @@ SNAPSHOT the token is learned by one excluded pilot trial.`,
 	}
 	vf.register(cmd)
 	f := cmd.Flags()
+	f.StringVar(&s3f.repository, "repository", "posix_fs", "posix_fs, or s3: a MinIO on loopback behind a Toxiproxy link (needs the minio binary, see .ci/minio.sh)")
+	f.IntVar(&s3f.latencyMs, "s3-latency-ms", 5, "--repository s3: latency added to every object-store response")
+	f.Int64Var(&s3f.bandwidthMbit, "s3-bandwidth-mbit", 1000, "--repository s3: bandwidth of each object-store connection")
 	f.IntVar(&o.Blocks, "blocks", 8, "formal blocks of the protocol")
 	f.IntVar(&o.ReserveBlocks, "reserve-blocks", 2, "reserve blocks that replace trials missing admission")
 	f.StringVar(&o.Device, "device", restore.DeviceFile, "memory device: file (FUSE) or uffd")
