@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"warmstart/internal/layout"
 	"warmstart/internal/manifest"
 	"warmstart/internal/memdev"
@@ -371,6 +373,9 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (inst 
 			r.sessionHook(s)
 		}
 		if m != nil {
+			if opts.Policy.Hint {
+				go hintFile(src.MemoryPath, plan)
+			}
 			inst.sub = r.Engine.Join(prefetch.Key{Generation: uffdKeySpace | inst.Generation, Digest: digest},
 				installTarget{s}, plan, opts.Policy.TaskOptions())
 			inst.watchPrefetch(nil)
@@ -568,6 +573,9 @@ func (inst *Instance) startFilePrefetch(digest string, plan []prefetch.Range, p 
 	if p.Fill {
 		target = fillTarget{inst.dev}
 	}
+	if p.Hint {
+		go hintPlan(inst.dev.Advise, plan)
+	}
 	inst.sub = inst.r.Engine.Join(prefetch.Key{Generation: inst.Generation, Digest: digest},
 		target, plan, p.TaskOptions())
 	// The file stays open until the task has ended, and a task ends only
@@ -575,6 +583,31 @@ func (inst *Instance) startFilePrefetch(digest string, plan []prefetch.Range, p 
 	// is unused and closes with that task.
 	inst.watchPrefetch(func() { f.Close() })
 	return nil
+}
+
+// hintPlan advises storage of every range of the plan, in order. Hints
+// only start reads; a failed one costs nothing but speed, so it stops the
+// hinting and nothing else.
+func hintPlan(advise func(off, length int64) error, plan []prefetch.Range) {
+	for _, r := range plan {
+		if advise(r.Offset, r.Length) != nil {
+			return
+		}
+	}
+}
+
+// hintFile is hintPlan for a lower file the restore reaches by path (the
+// uffd device): the hint goes to the file's page cache, which the handler
+// reads from.
+func hintFile(path string, plan []prefetch.Range) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	hintPlan(func(off, length int64) error {
+		return unix.Fadvise(int(f.Fd()), off, length, unix.FADV_WILLNEED)
+	}, plan)
 }
 
 // watchPrefetch notes when the task ends, then runs onEnd.

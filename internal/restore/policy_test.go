@@ -1,0 +1,47 @@
+package restore
+
+import (
+	"slices"
+	"testing"
+
+	"warmstart/internal/layout"
+	"warmstart/internal/manifest"
+	"warmstart/internal/prefetch"
+)
+
+func TestPolicies(t *testing.T) {
+	m := &manifest.Manifest{
+		Layout: layout.Single(1 << 20),
+		Ranges: []manifest.Range{{Offset: 8192, Length: 4096}, {Offset: 0, Length: 4096}, {Offset: 4096, Length: 4096}},
+	}
+	inOrder := []prefetch.Range{{Offset: 8192, Length: 4096}, {Offset: 0, Length: 4096}, {Offset: 4096, Length: 4096}}
+	sorted := []prefetch.Range{{Offset: 0, Length: 4096}, {Offset: 4096, Length: 4096}, {Offset: 8192, Length: 4096}}
+	for _, tc := range []struct {
+		name string
+		want []prefetch.Range
+		// the seed's figures where the policy is the seed's
+		readers, buffer int
+	}{
+		{"seed", inOrder, 1, 1 << 20},
+		{"warmstart", inOrder, 2, 1 << 20},
+		{"e2b", inOrder, 8, 4096},
+		{"reap", sorted, 1, 4 << 20},
+	} {
+		p, err := LookupPolicy(tc.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := p.Plan(m); !slices.Equal(got, tc.want) {
+			t.Errorf("%s plan %v, want %v", tc.name, got, tc.want)
+		}
+		if o := p.TaskOptions(); o.Readers != tc.readers || o.BufferBytes != tc.buffer {
+			t.Errorf("%s task options %+v", tc.name, o)
+		}
+	}
+	if p, _ := LookupPolicy("reap"); !p.BeforeStart {
+		t.Error("reap must finish before the guest runs")
+	}
+	if _, err := LookupPolicy("fastest"); err == nil {
+		t.Error("an unknown policy was accepted")
+	}
+}
