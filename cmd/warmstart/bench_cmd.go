@@ -207,8 +207,7 @@ func prepareGuest(ctx context.Context, d *qemu.Driver, dir, initramfsCache, agen
 	defer closeTr()
 	rec := &recorder.Recorder{Repo: repo, Restorer: tr, Device: restore.DeviceFile, Timeout: 5 * time.Minute}
 	snap, job, err := capture.Publish(ctx, repo, rec, capture.Options{
-		Driver:     d,
-		Initramfs:  initramfs.Options{CacheDir: initramfsCache, Agent: agent},
+		Booter:     &capture.QEMU{Driver: d, Initramfs: initramfs.Options{CacheDir: initramfsCache, Agent: agent}},
 		StagingDir: repo.Root(),
 		RuntimeDir: run,
 		Progress:   progress,

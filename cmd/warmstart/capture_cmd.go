@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"warmstart/internal/initramfs"
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
+	"warmstart/internal/vmm/firecracker"
 	"warmstart/internal/vmm/qemu"
 )
 
@@ -29,28 +32,41 @@ func init() {
 	)
 	cmd := &cobra.Command{
 		Use:   "capture",
-		Short: "Boot the real test guest, capture it and publish the snapshot",
-		Long: `Boot a fresh guest (QEMU microvm, the [qemu] configuration) whose /init is
-warmstart-agent, wait until the agent answers, capture the guest and publish
-its device state and memory file into the repository with the guest's
-memory layout. The memory file is written in a staging directory inside the
-POSIX store, so publishing hard-links it instead of copying it. The new
-snapshot's id is printed on the first line of standard output.
+		Short: "Boot a fresh guest, capture it and publish the snapshot",
+		Long: `Boot a fresh guest, wait until its agent answers, capture the guest and
+publish its device state and memory file into the repository with the
+guest's memory layout. The memory file is written in a staging directory
+inside the POSIX store, so publishing hard-links it instead of copying it.
+The new snapshot's id is printed on the first line of standard output.
+
+--vmm qemu (the real test guest here) boots a QEMU microvm from the [qemu]
+configuration whose /init is warmstart-agent. --vmm firecracker boots the
+[firecracker] kernel and rootfs (attached read-only: every restore of the
+snapshot opens the same image) with [firecracker] vcpus and memory_mib,
+waits for the agent at [envd] address, then pauses the VM, creates a Full
+snapshot and stops the VM; the memory layout comes from the VM's machine
+config.
 
 With [snapshot.memory_startup_pack] enabled = true the startup manifest is
 then recorded in the background from the real guest's memory-device reads,
 holding the capture lease, as a publish does; this command waits for the
 recording and reports what was attached (a daemon would not wait).
 
-The agent is built from the module source with the go tool unless --agent
-names a prebuilt binary. The snapshot restores only under the accelerator,
-memory size and vCPU count it was captured with: restore it with the same
-[qemu] configuration (the accelerator used is printed; the record does not
-keep it).`,
+For QEMU the agent is built from the module source with the go tool unless
+--agent names a prebuilt binary. A QEMU snapshot restores only under the
+accelerator, memory size and vCPU count it was captured with: restore it
+with the same [qemu] configuration (the accelerator used is printed; the
+record does not keep it).`,
 		Args: argsAsUsageError(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if vf.kind != "qemu" {
-				return usageError{fmt.Errorf("--vmm %q: only qemu boots and captures a guest on this build", vf.kind)}
+			switch vf.kind {
+			case "qemu":
+			case "firecracker":
+				if agent != "" {
+					return usageError{errors.New("--agent: a Firecracker guest's agent comes with its [firecracker] rootfs")}
+				}
+			default:
+				return usageError{fmt.Errorf("--vmm %q: only qemu and firecracker boot and capture a guest", vf.kind)}
 			}
 			if alias != "" {
 				if err := repository.ValidateAlias(alias); err != nil {
@@ -80,7 +96,7 @@ keep it).`,
 			if asJSON {
 				doc := map[string]any{
 					"id": out.Record.ID, "alias": out.Record.Alias, "accel": out.Accel, "token": out.Token,
-					"boot_ns": out.Boot, "capture_ns": out.Capture, "record": out.Record,
+					"boot_ns": out.Boot, "capture_ns": out.Capture, "record": out.Record, "ready": out.Ready.Detail,
 				}
 				if rec != nil {
 					doc["manifest"] = rec
@@ -96,8 +112,12 @@ keep it).`,
 			} else {
 				fmt.Fprintln(w, out.Record.ID)
 				fmt.Fprintf(w, "  alias               %s\n", orDash(out.Record.Alias))
-				fmt.Fprintf(w, "  accelerator         %s (restore with the same [qemu] accel, memory_mib and vcpus)\n", out.Accel)
-				fmt.Fprintf(w, "  agent token         %s\n", out.Token)
+				if vf.kind == "qemu" {
+					fmt.Fprintf(w, "  accelerator         %s (restore with the same [qemu] accel, memory_mib and vcpus)\n", out.Accel)
+					fmt.Fprintf(w, "  agent token         %s\n", out.Token)
+				} else {
+					fmt.Fprintf(w, "  agent answered      %q\n", strings.TrimSpace(out.Ready.Detail["agent_answer"]))
+				}
 				fmt.Fprintf(w, "  boot to agent       %v\n", out.Boot.Round(time.Millisecond))
 				fmt.Fprintf(w, "  capture             %v\n", out.Capture.Round(time.Millisecond))
 				fmt.Fprintf(w, "  memory              %d bytes, sha256 %s\n", out.Record.MemorySize, out.Record.MemorySHA256)
@@ -116,20 +136,35 @@ keep it).`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&vf.kind, "vmm", "qemu", "VMM driver that boots and captures the guest: qemu")
+	cmd.Flags().StringVar(&vf.kind, "vmm", "qemu", "VMM driver that boots and captures the guest: qemu or firecracker")
 	cmd.Flags().StringVar(&alias, "alias", "", "bind this alias to the new snapshot")
-	cmd.Flags().StringVar(&agent, "agent", "", "prebuilt warmstart-agent binary (default: build it from the module source)")
+	cmd.Flags().StringVar(&agent, "agent", "", "prebuilt warmstart-agent binary for the QEMU guest (default: build it from the module source)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	cmd.Flags().String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
 	rootCmd.AddCommand(cmd)
 }
 
 // captureGuest boots, captures and publishes a guest into s's repository
-// with s's qemu driver. When [snapshot.memory_startup_pack] enabled is on,
-// the returned job records its manifest in the background.
+// with s's driver. When [snapshot.memory_startup_pack] enabled is on, the
+// returned job records its manifest in the background.
 func captureGuest(ctx context.Context, s *system, alias, agent string, progress io.Writer) (capture.Snapshot, *recorder.Job, error) {
-	d, ok := s.restorer.VMM.(*qemu.Driver)
-	if !ok {
+	var booter capture.Booter
+	switch d := s.restorer.VMM.(type) {
+	case *qemu.Driver:
+		booter = &capture.QEMU{Driver: d, Initramfs: initramfs.Options{
+			CacheDir: filepath.Join(s.cfg.Runtime.Dir, "initramfs"),
+			Agent:    agent,
+		}}
+	case *firecracker.Driver:
+		fc := s.cfg.Firecracker
+		if fc.Kernel == "" {
+			return capture.Snapshot{}, nil, errors.New("capture: [firecracker] kernel is empty: a fresh Firecracker VM boots from it")
+		}
+		booter = &capture.Firecracker{Driver: d, Spec: firecracker.BootSpec{
+			Kernel: fc.Kernel, Rootfs: fc.Rootfs, RootfsReadOnly: true,
+			VCPUs: fc.VCPUs, MemoryMiB: fc.MemoryMiB,
+		}}
+	default:
 		return capture.Snapshot{}, nil, fmt.Errorf("capture: the %T VMM cannot boot a guest", s.restorer.VMM)
 	}
 	var rec *recorder.Recorder
@@ -140,11 +175,7 @@ func captureGuest(ctx context.Context, s *system, alias, agent string, progress 
 		rec = &r
 	}
 	return capture.Publish(ctx, s.repo, rec, capture.Options{
-		Driver: d,
-		Initramfs: initramfs.Options{
-			CacheDir: filepath.Join(s.cfg.Runtime.Dir, "initramfs"),
-			Agent:    agent,
-		},
+		Booter:     booter,
 		StagingDir: stagingDir(s),
 		RuntimeDir: s.restorer.RuntimeDir,
 		Alias:      alias,

@@ -56,6 +56,8 @@ func (f *vmmFlags) build(cfg *config.Config) (vmm.VMM, error) {
 		return &replay.VMM{TracePath: f.trace}, nil
 	case "qemu":
 		return newQEMUDriver(cfg)
+	case "firecracker":
+		return newFirecrackerDriver(cfg)
 	default:
 		return nil, usageError{fmt.Errorf("--vmm %q: want replay, qemu or firecracker", f.kind)}
 	}

@@ -1,21 +1,23 @@
-// Package capture takes a snapshot of warmstart's real test guest and
-// publishes it: it boots a fresh QEMU guest whose /init is the
-// warmstart-agent, waits for the agent, captures the guest, publishes the
-// device state and memory file into a repository with the driver's memory
-// layout and, like a production publish with recording enabled, records the
-// startup manifest in the background from the real guest's memory-device
-// reads while holding the capture lease.
+// Package capture takes a snapshot of a freshly booted guest and publishes
+// it: it boots the guest through a Booter, waits for its agent, captures it,
+// publishes the device state and memory file into a repository with the
+// memory layout the VMM reports and, like a production publish with
+// recording enabled, records the startup manifest in the background from
+// the guest's memory-device reads while holding the capture lease.
+//
+// Booting and capturing are the only VMM-specific steps; QEMU (the real
+// guest on this kind of host) and Firecracker (production) adapt the two
+// drivers that can boot a guest, and everything else is one path.
 //
 // The guest's memory file is written where Options.StagingDir says. When
 // that directory is on the repository's file system the repository
-// hard-links the file instead of copying 128 MiB, so callers put it inside
-// the store when they can.
+// hard-links the file instead of copying it, so callers put it inside the
+// store when they can.
 //
-// Nothing in a repository record says which accelerator captured a guest.
-// A QEMU snapshot restores only under the accelerator (and CPU model,
-// memory size and vCPU count) it was captured with, so Snapshot.Accel is
-// reported for the operator, and restores must run with the same [qemu]
-// configuration as the capture.
+// Nothing in a repository record says which accelerator, memory size or
+// vCPU count captured a guest, and a snapshot restores only under the ones
+// it was captured with, so Snapshot.Accel is reported for the operator and
+// restores must run with the VMM configuration of the capture.
 package capture
 
 import (
@@ -27,20 +29,59 @@ import (
 	"path/filepath"
 	"time"
 
-	"warmstart/internal/initramfs"
+	"warmstart/internal/layout"
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
-	"warmstart/internal/vmm/qemu"
+	"warmstart/internal/vmm"
 )
+
+// Booter boots the fresh guests a capture snapshots.
+type Booter interface {
+	// Prepare does what is slow and needs no snapshot yet: building or
+	// checking what the guest boots from, probing the host. It runs before
+	// the capture lease is taken, so a capture that cannot boot fails
+	// without ever holding one.
+	Prepare(ctx context.Context, progress io.Writer) (GuestInfo, error)
+	// Boot starts a fresh guest whose sockets and logs go in
+	// spec.RuntimeDir and returns once its agent has answered. On error
+	// no VMM process is left.
+	Boot(ctx context.Context, spec BootSpec) (Guest, vmm.ReadyInfo, error)
+}
+
+// GuestInfo describes the guests a Booter boots.
+type GuestInfo struct {
+	// Accel is the accelerator the guest runs under: "kvm" or "tcg".
+	Accel string
+	// MemoryBytes is the guest's RAM, and the size of its memory file.
+	MemoryBytes int64
+}
+
+// BootSpec holds one boot's private paths.
+type BootSpec struct {
+	// RuntimeDir exists and is removed after the capture. Unix socket
+	// paths are limited to 107 bytes, so it is short.
+	RuntimeDir string
+	// MemPath is where the memory file must be once the guest is
+	// captured. A VMM whose guest RAM is a shared mapping of a file from
+	// boot (QEMU here) maps this file; one that writes the memory out at
+	// capture (Firecracker) is handed the path again by Guest.Capture.
+	MemPath string
+}
+
+// Guest is a booted guest whose agent has answered.
+type Guest interface {
+	// Capture snapshots the guest: its device state to vmStatePath, its
+	// memory to memPath (the BootSpec's). It returns the memory file's
+	// layout as the VMM lays guest RAM out in it. The VM is gone when
+	// Capture returns, whatever the outcome: the snapshot holds its state,
+	// and a guest whose capture failed must not outlive it.
+	Capture(ctx context.Context, vmStatePath, memPath string) (layout.Layout, error)
+}
 
 // Options say how to capture.
 type Options struct {
-	// Driver boots and captures the guest. Required.
-	Driver *qemu.Driver
-	// Initrd is the agent's initramfs. When empty it is built with
-	// Initramfs (whose CacheDir is then required).
-	Initrd    string
-	Initramfs initramfs.Options
+	// Booter boots and captures the guest. Required.
+	Booter Booter
 	// StagingDir receives a private directory holding the guest's memory
 	// file and device state until they are published; removed afterwards.
 	// Required.
@@ -58,26 +99,30 @@ type Options struct {
 // Snapshot is a published guest snapshot.
 type Snapshot struct {
 	Record repository.Record
-	// Token is what the captured agent answers every ping with: drawn at
-	// boot and held only in guest memory, so a restore that answers with
-	// it resumed this guest's state.
+	// Token is what the captured agent answers every ping with, when it
+	// reports one (warmstart-agent does): drawn at boot and held only in
+	// guest memory, so a restore that answers with it resumed this
+	// guest's state.
 	Token string
 	// Accel is the accelerator the guest ran under; restores must use it.
 	Accel string
-	// Boot is from QEMU's start to the agent's first answer.
+	// Ready is what the driver learned when the booted guest's agent
+	// first answered.
+	Ready vmm.ReadyInfo
+	// Boot is from the VMM's start to the agent's first answer.
 	Boot time.Duration
-	// Capture is from the capture's start to QEMU's exit after it.
+	// Capture is from the capture's start to the VM being gone after it.
 	Capture time.Duration
 }
 
 // Publish boots, captures and publishes a guest into repo. When rec is not
 // nil its startup manifest is then recorded in the background under the
 // capture lease, and the returned job reports the outcome; Publish does not
-// wait for it. On error no QEMU process, socket or staging file is left,
+// wait for it. On error no VMM process, socket or staging file is left,
 // and nothing is published.
 func Publish(ctx context.Context, repo repository.Repository, rec *recorder.Recorder, o Options) (Snapshot, *recorder.Job, error) {
-	if o.Driver == nil || o.StagingDir == "" || o.RuntimeDir == "" {
-		return Snapshot{}, nil, errors.New("capture: driver, staging directory and runtime directory are required")
+	if o.Booter == nil || o.StagingDir == "" || o.RuntimeDir == "" {
+		return Snapshot{}, nil, errors.New("capture: booter, staging directory and runtime directory are required")
 	}
 	progress := o.Progress
 	if progress == nil {
@@ -85,7 +130,7 @@ func Publish(ctx context.Context, repo repository.Repository, rec *recorder.Reco
 	}
 	if o.Alias != "" {
 		// Publish decides a race for the alias atomically; this only
-		// spares a ten-second boot when the alias is already taken.
+		// spares a boot when the alias is already taken.
 		holder, err := repo.ResolveAlias(ctx, o.Alias)
 		switch {
 		case err == nil:
@@ -94,15 +139,7 @@ func Publish(ctx context.Context, repo repository.Repository, rec *recorder.Reco
 			return Snapshot{}, nil, fmt.Errorf("capture: alias %s: %w", o.Alias, err)
 		}
 	}
-	initrd := o.Initrd
-	if initrd == "" {
-		fmt.Fprintln(progress, "building the agent's initramfs")
-		var err error
-		if initrd, err = initramfs.Build(ctx, o.Initramfs); err != nil {
-			return Snapshot{}, nil, fmt.Errorf("capture: %w", err)
-		}
-	}
-	accel, err := o.Driver.Accel(ctx)
+	info, err := o.Booter.Prepare(ctx, progress)
 	if err != nil {
 		return Snapshot{}, nil, fmt.Errorf("capture: %w", err)
 	}
@@ -111,7 +148,7 @@ func Publish(ctx context.Context, repo repository.Repository, rec *recorder.Reco
 	if err != nil {
 		return Snapshot{}, nil, fmt.Errorf("capture: %w", err)
 	}
-	snap, err := captureAndPublish(ctx, repo, lease, initrd, accel, o, progress)
+	snap, err := captureAndPublish(ctx, repo, lease, info, o, progress)
 	if err != nil {
 		lease.End()
 		return Snapshot{}, nil, err
@@ -125,9 +162,9 @@ func Publish(ctx context.Context, repo repository.Repository, rec *recorder.Reco
 	return snap, rec.Start(ctx, lease), nil
 }
 
-func captureAndPublish(ctx context.Context, repo repository.Repository, lease repository.Lease, initrd, accel string, o Options, progress io.Writer) (Snapshot, error) {
+func captureAndPublish(ctx context.Context, repo repository.Repository, lease repository.Lease, info GuestInfo, o Options, progress io.Writer) (Snapshot, error) {
 	id := lease.SnapshotID()
-	snap := Snapshot{Accel: accel}
+	snap := Snapshot{Accel: info.Accel}
 	staging, err := os.MkdirTemp(o.StagingDir, ".capture-")
 	if err != nil {
 		return snap, fmt.Errorf("capture %s: staging directory: %w", id, err)
@@ -141,31 +178,35 @@ func captureAndPublish(ctx context.Context, repo repository.Repository, lease re
 
 	memPath := filepath.Join(staging, repository.MemoryFileName)
 	statePath := filepath.Join(staging, repository.VMStateFileName)
-	fmt.Fprintf(progress, "booting a %d MiB guest under %s\n", o.Driver.MemoryBytes()>>20, accel)
-	m, err := o.Driver.Boot(ctx, qemu.BootSpec{MemPath: memPath, Initrd: initrd, RuntimeDir: run})
+	fmt.Fprintf(progress, "booting a %d MiB guest under %s\n", info.MemoryBytes>>20, info.Accel)
+	guest, ready, err := o.Booter.Boot(ctx, BootSpec{RuntimeDir: run, MemPath: memPath})
 	if err != nil {
 		return snap, fmt.Errorf("capture %s: %w", id, err)
 	}
-	ready := m.Ready()
+	snap.Ready = ready
 	snap.Token = ready.Detail["token"]
 	snap.Boot = ready.Ready.Sub(ready.Started)
 	fmt.Fprintf(progress, "agent answered after %v; capturing\n", snap.Boot.Round(time.Millisecond))
 	t := time.Now()
-	if err := m.Capture(ctx, statePath); err != nil {
+	l, err := guest.Capture(ctx, statePath, memPath)
+	if err != nil {
 		return snap, fmt.Errorf("capture %s: %w", id, err)
 	}
 	snap.Capture = time.Since(t)
-	// The guest's RAM reached the memory file through a shared mapping, so
-	// its pages may still be dirty in the page cache. The repository may
-	// hard-link the file; it must be durable before the record says so.
-	if err := syncFile(memPath); err != nil {
-		return snap, fmt.Errorf("capture %s: %w", id, err)
+	// The memory file's pages may still be dirty in the page cache (QEMU
+	// wrote them through a shared mapping, Firecracker with write(2)). The
+	// repository may hard-link the file; it must be durable before the
+	// record says so.
+	for _, p := range []string{memPath, statePath} {
+		if err := syncFile(p); err != nil {
+			return snap, fmt.Errorf("capture %s: %w", id, err)
+		}
 	}
 	fmt.Fprintf(progress, "captured in %v; publishing\n", snap.Capture.Round(time.Millisecond))
 	snap.Record, err = repo.Publish(ctx, lease, repository.PublishRequest{
 		VMStatePath: statePath,
 		MemoryPath:  memPath,
-		Layout:      o.Driver.Layout(),
+		Layout:      l,
 		Alias:       o.Alias,
 	})
 	if err != nil {

@@ -156,8 +156,7 @@ func (g *guestFixture) build() error {
 	rec := &recorder.Recorder{Repo: gated, Restorer: tr, Device: restore.DeviceFile, Timeout: restoreTimeout}
 
 	snap, job, err := capture.Publish(ctx, g.repo, rec, capture.Options{
-		Driver:     g.driver,
-		Initramfs:  initramfs.Options{CacheDir: filepath.Join(dir, "initramfs")},
+		Booter:     &capture.QEMU{Driver: g.driver, Initramfs: initramfs.Options{CacheDir: filepath.Join(dir, "initramfs")}},
 		StagingDir: g.repo.Root(),
 		RuntimeDir: run,
 		Alias:      "guest",
@@ -244,7 +243,7 @@ func TestPublishRefusesTakenAliasBeforeBooting(t *testing.T) {
 	// An initrd that does not exist: getting as far as booting would fail
 	// differently.
 	_, _, err := capture.Publish(context.Background(), g.repo, nil, capture.Options{
-		Driver: g.driver, Initrd: filepath.Join(dir, "missing.cpio"), StagingDir: dir, RuntimeDir: dir, Alias: "guest",
+		Booter: &capture.QEMU{Driver: g.driver, Initrd: filepath.Join(dir, "missing.cpio")}, StagingDir: dir, RuntimeDir: dir, Alias: "guest",
 	})
 	var conflict *repository.AliasConflictError
 	if !errors.As(err, &conflict) || conflict.HolderID != g.snap.Record.ID {
@@ -270,7 +269,7 @@ func TestPublishFailureLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, job, err := capture.Publish(context.Background(), repo, nil, capture.Options{
-		Driver: d, Initrd: filepath.Join(dir, "missing.cpio"), StagingDir: repo.Root(), RuntimeDir: run, Alias: "never",
+		Booter: &capture.QEMU{Driver: d, Initrd: filepath.Join(dir, "missing.cpio")}, StagingDir: repo.Root(), RuntimeDir: run, Alias: "never",
 	})
 	if err == nil || job != nil {
 		t.Fatalf("capture with a missing initrd returned job %v, error %v", job, err)

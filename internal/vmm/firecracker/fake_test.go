@@ -2,6 +2,8 @@ package firecracker
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -10,12 +12,18 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"warmstart/internal/memdev/uffd"
 )
 
 // fakeEnv, when set in a process's environment, makes the test binary act
@@ -45,6 +53,16 @@ type fakeConfig struct {
 	Agent bool
 	// RecordPath, when set, receives one JSON line per API request.
 	RecordPath string
+	// TouchPages makes the fake play a guest with a working set: after a
+	// snapshot load, once the VM runs, it reads these page offsets of
+	// guest memory in order, and only then does its agent answer. Memory
+	// is mapped as Firecracker maps it: the File backend MAP_PRIVATE, the
+	// Uffd backend anonymous, registered with a userfaultfd that is handed
+	// to the handler over the backend socket. A boot draws a token; a
+	// snapshot create writes each page's offset and the token at the start
+	// of each of these pages; a restored guest checks every offset it
+	// reads and its agent answers with the token it found.
+	TouchPages []int64
 }
 
 // recordedRequest is one API request a fake received.
@@ -149,6 +167,11 @@ func runFakeFirecracker(cfgPath string, args []string) int {
 	}
 	// Firecracker leaves its sockets behind; so does the fake.
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	if len(cfg.TouchPages) > 0 {
+		// A goroutine blocked in a fault on guest memory would hold up
+		// a collection's stop-the-world, and with it the API server.
+		debug.SetGCPercent(-1)
+	}
 	vm := newFakeVM(cfg, *id, dir, logFile)
 	srv := &http.Server{Handler: vm}
 	go func() { _ = srv.Serve(l) }()
@@ -176,6 +199,15 @@ type fakeVM struct {
 	held       []io.Closer // uffd connections, vsock listeners
 	records    []recordedRequest
 	stopOnce   sync.Once
+	// token is what the guest keeps in memory (TouchPages): drawn at
+	// boot, or read back from memory by a restored guest.
+	token string
+	// mem is guest memory mapped by a snapshot load (TouchPages);
+	// guestStart says the VM has just begun to run on it, and guestRan
+	// that it has.
+	mem        []byte
+	guestStart bool
+	guestRan   bool
 }
 
 func newFakeVM(cfg fakeConfig, id, dir string, log io.Writer) *fakeVM {
@@ -218,6 +250,8 @@ func (f *fakeVM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	out, fault := f.handle(r.Method, r.URL.Path, body)
+	start := f.guestStart
+	f.guestStart = false
 	f.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	switch {
@@ -228,6 +262,13 @@ func (f *fakeVM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(out)
 	default:
 		w.WriteHeader(http.StatusNoContent)
+	}
+	if start {
+		// The guest faults only once the answer is out, as Firecracker's
+		// vCPUs run after the load returns: a Uffd handler accepts the
+		// VM only after that.
+		w.(http.Flusher).Flush()
+		go f.runGuest()
 	}
 }
 
@@ -307,6 +348,11 @@ func (f *fakeVM) handle(method, path string, body []byte) (any, *fakeFault) {
 			return nil, nil
 		}
 		f.state = "Running"
+		if f.mem != nil {
+			f.guestStart = !f.guestRan
+			f.guestRan = true
+			return nil, nil
+		}
 		return nil, f.startAgent()
 	case method == http.MethodPut && path == "/snapshot/create":
 		return nil, f.createSnapshot(body)
@@ -327,6 +373,7 @@ func (f *fakeVM) action(body []byte) *fakeFault {
 			return badRequest("The microVM is already running.")
 		}
 		f.state = "Running"
+		f.token = rand.Text()
 		return f.startAgent()
 	case ActionSendCtrlAltDel:
 		if f.state != "Running" {
@@ -357,12 +404,28 @@ func (f *fakeVM) createSnapshot(body []byte) *fakeFault {
 	mem, err := os.Create(c.MemFilePath)
 	if err == nil {
 		err = mem.Truncate(f.machine.MemSizeMiB << 20)
-		mem.Close()
+		for _, off := range f.cfg.TouchPages {
+			if err == nil {
+				_, err = mem.WriteAt(pageMarker(off, f.token), off)
+			}
+		}
+		if cerr := mem.Close(); err == nil {
+			err = cerr
+		}
 	}
 	if err != nil {
 		return badRequest("%v", err)
 	}
 	return nil
+}
+
+// pageMarkerBytes is the length of a page marker: the offset, and a token
+// as rand.Text draws it.
+const pageMarkerBytes = 8 + 26
+
+// pageMarker is what a snapshot holds at the start of a touched page.
+func pageMarker(off int64, token string) []byte {
+	return append(binary.LittleEndian.AppendUint64(nil, uint64(off)), token...)
 }
 
 func (f *fakeVM) loadSnapshot(body []byte) *fakeFault {
@@ -389,7 +452,21 @@ func (f *fakeVM) loadSnapshot(body []byte) *fakeFault {
 		if st.Size() != f.machine.MemSizeMiB<<20 {
 			return badRequest("memory file is %d bytes, the snapshot has %d MiB", st.Size(), f.machine.MemSizeMiB)
 		}
+		if len(f.cfg.TouchPages) > 0 {
+			if f.mem, err = mapFile(l.MemBackend.BackendPath, st.Size()); err != nil {
+				return badRequest("Cannot map the memory file: %v", err)
+			}
+		}
 	case "Uffd":
+		if len(f.cfg.TouchPages) > 0 {
+			mem, conn, err := mapUffd(l.MemBackend.BackendPath, f.machine.MemSizeMiB<<20)
+			if err != nil {
+				return badRequest("Cannot hand guest memory to the page-fault handler: %v", err)
+			}
+			f.mem = mem
+			f.held = append(f.held, conn)
+			break
+		}
 		conn, err := net.Dial("unix", l.MemBackend.BackendPath)
 		if err != nil {
 			return badRequest("Cannot connect to UDS in order to send information on handling guest memory page-faults due to: %v", err)
@@ -410,7 +487,83 @@ func (f *fakeVM) loadSnapshot(body []byte) *fakeFault {
 		return nil
 	}
 	f.state = "Running"
+	if f.mem != nil {
+		f.guestStart, f.guestRan = true, true
+		return nil
+	}
 	return f.startAgent()
+}
+
+// mapFile maps a memory file as Firecracker's File backend does: opened
+// read-only, mapped private and writable.
+func mapFile(path string, size int64) ([]byte, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer file.Close()
+	return unix.Mmap(int(file.Fd()), 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_NORESERVE)
+}
+
+// mapUffd maps anonymous guest memory, registers it with a new
+// userfaultfd and hands both to the handler listening at socket, as
+// Firecracker's Uffd backend does. The connection keeps the handler's
+// session; the descriptor stays open (and the ranges registered) for the
+// life of the process.
+func mapUffd(socket string, size int64) ([]byte, io.Closer, error) {
+	fd, err := uffd.Open()
+	if err != nil {
+		return nil, nil, err
+	}
+	mem, err := unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		return nil, nil, err
+	}
+	addr := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
+	if err := uffd.RegisterMissing(fd, addr, uintptr(size)); err != nil {
+		return nil, nil, err
+	}
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socket, Net: "unix"})
+	if err != nil {
+		return nil, nil, err
+	}
+	mappings := []uffd.Mapping{{BaseHostVirtAddr: uint64(addr), Size: uint64(size), PageSize: uffd.PageSizeBytes}}
+	if err := uffd.SendHandshake(conn, mappings, fd); err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	return mem, conn, nil
+}
+
+// runGuest plays the restored guest: it reads its working set, checking
+// that each page holds what the snapshot put there, and then lets its
+// agent answer with the token it found. Memory that does not hold what
+// was captured is a crash, as a real guest's would be.
+func (f *fakeVM) runGuest() {
+	f.mu.Lock()
+	mem := f.mem
+	f.mu.Unlock()
+	token := ""
+	for _, off := range f.cfg.TouchPages {
+		page := mem[off : off+pageMarkerBytes]
+		marker := binary.LittleEndian.Uint64(page)
+		if marker != uint64(off) {
+			fmt.Fprintf(f.log, "[%s:ERROR] guest memory at %d holds marker %d\n", f.id, off, marker)
+			os.Exit(1)
+		}
+		if tok := string(page[8:]); token == "" {
+			token = tok
+		} else if tok != token {
+			fmt.Fprintf(f.log, "[%s:ERROR] guest memory at %d holds token %q, earlier pages %q\n", f.id, off, tok, token)
+			os.Exit(1)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.token = token
+	if fault := f.startAgent(); fault != nil {
+		fmt.Fprintf(f.log, "[%s:ERROR] %s\n", f.id, fault.msg)
+	}
 }
 
 func (f *fakeVM) bindVsock(path string) *fakeFault {
@@ -439,6 +592,13 @@ func (f *fakeVM) startAgent() *fakeFault {
 		_ = http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path != agentHealthPath {
 				http.NotFound(w, r)
+				return
+			}
+			f.mu.Lock()
+			token := f.token
+			f.mu.Unlock()
+			if len(f.cfg.TouchPages) > 0 {
+				fmt.Fprintf(w, "ready %s token %s\n", f.id, token)
 				return
 			}
 			fmt.Fprintf(w, "ready %s\n", f.id)

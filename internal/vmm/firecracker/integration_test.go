@@ -1,7 +1,8 @@
-package firecracker
+package firecracker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"warmstart/internal/vmm"
+	"warmstart/internal/vmm/firecracker"
 )
 
 const (
@@ -22,8 +23,18 @@ const (
 	integrationAgentPort = "49983"
 )
 
-// kvmUsable checks that /dev/kvm opens and speaks the stable KVM API.
+// kvmUsable checks that /dev/kvm opens, speaks the stable KVM API, and
+// comes from a module that runs ordinary guests.
 func kvmUsable() error {
+	loaded := func(module string) bool {
+		_, err := os.Stat(filepath.Join("/sys/module", module))
+		return err == nil
+	}
+	// A PVM host's /dev/kvm answers the API but runs only PVM guest
+	// kernels; Firecracker's guest would never come up.
+	if loaded("kvm_pvm") && !loaded("kvm_intel") && !loaded("kvm_amd") {
+		return errors.New("it is provided by kvm_pvm, which runs only PVM guest kernels")
+	}
 	f, err := os.OpenFile("/dev/kvm", os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -39,14 +50,20 @@ func kvmUsable() error {
 	return nil
 }
 
-// TestFirecrackerIntegration runs a real Firecracker: boot → capture →
-// restore from the captured memory file (File backend) → ready → stop.
-// It needs a host where /dev/kvm runs ordinary guests, and:
+// TestFirecrackerIntegration runs a real Firecracker through the production
+// path: boot → capture (pause, Full snapshot, stop) → publish into a
+// temporary POSIX repository → record the startup manifest in the
+// background from the guest's reads through a tracing FUSE mount → restore
+// through the FUSE device (File backend) with prefetch on and off, and
+// through a userfaultfd (Uffd backend) with prefetch on and off → ready →
+// stop. It needs a host where /dev/kvm runs ordinary guests, /dev/fuse,
+// and:
 //
 //	WARMSTART_FIRECRACKER   path to the firecracker binary
 //	WARMSTART_KERNEL        an uncompressed guest kernel (vmlinux)
 //	WARMSTART_ROOTFS        a root filesystem image whose init starts an
-//	                        agent answering GET /health with 2xx
+//	                        agent answering GET /health with 2xx; it is
+//	                        attached read-only
 //	WARMSTART_ENVD_ADDRESS  optional, where that agent listens; default
 //	                        vsock:49983 (the guest gets a vsock device,
 //	                        CID 3). http://… needs a network the test does
@@ -58,8 +75,9 @@ func kvmUsable() error {
 //	WARMSTART_KERNEL=$PWD/vmlinux WARMSTART_ROOTFS=$PWD/rootfs.ext4 \
 //	go test -race -run TestFirecrackerIntegration -v ./internal/vmm/firecracker
 //
-// Without them, or without a working /dev/kvm, the test skips and says
-// which is missing.
+// Without them, or without a working /dev/kvm or /dev/fuse, the test skips
+// and says which is missing. TestPublishRecordRestoreThroughFake runs the
+// same path against fake Firecracker processes everywhere.
 func TestFirecrackerIntegration(t *testing.T) {
 	vars := map[string]string{}
 	var missing []string
@@ -69,80 +87,42 @@ func TestFirecrackerIntegration(t *testing.T) {
 		}
 	}
 	if len(missing) > 0 {
-		t.Skipf("real Firecracker test skipped: %s not set (see the comment at the top of integration_test.go)", strings.Join(missing, ", "))
+		t.Skipf("real Firecracker test skipped: %s not set (see the comment on TestFirecrackerIntegration)", strings.Join(missing, ", "))
 	}
 	if err := kvmUsable(); err != nil {
 		t.Skipf("real Firecracker test skipped: /dev/kvm does not work: %v", err)
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skipf("real Firecracker test skipped: the FUSE memory device needs /dev/fuse: %v", err)
 	}
 	envd := os.Getenv("WARMSTART_ENVD_ADDRESS")
 	if envd == "" {
 		envd = "vsock:" + integrationAgentPort
 	}
-	d, err := New(Options{
+	d, err := firecracker.New(firecracker.Options{
 		Binary:       vars["WARMSTART_FIRECRACKER"],
 		LogLevel:     "Info",
 		EnvdAddress:  envd,
 		PollInterval: 10 * time.Millisecond,
 		ReadyTimeout: time.Minute,
-		Vsock:        true,
+		Vsock:        strings.HasPrefix(envd, "vsock:"),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-
-	bootDir := t.TempDir()
-	m, err := d.Boot(ctx, BootSpec{
-		RuntimeDir: bootDir, Kernel: vars["WARMSTART_KERNEL"], Rootfs: vars["WARMSTART_ROOTFS"],
-		RootfsReadOnly: true, VCPUs: 1, MemoryMiB: 128,
+	f := newPublishFlow(t, d, 2*time.Minute)
+	p := f.publish(t, ctx, firecracker.BootSpec{
+		Kernel: vars["WARMSTART_KERNEL"], Rootfs: vars["WARMSTART_ROOTFS"], RootfsReadOnly: true,
+		VCPUs: 1, MemoryMiB: 128,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = m.RequestStop()
-		_ = m.Wait(context.Background())
-	})
-	if _, err := m.WaitReady(ctx); err != nil {
-		t.Fatalf("boot: %v", err)
-	}
-	snapDir := t.TempDir()
-	capture := CaptureSpec{VMStatePath: filepath.Join(snapDir, "vm.state"), MemPath: filepath.Join(snapDir, "mem"), After: StopAfterCapture}
-	l, err := m.Capture(ctx, capture)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if l.FileSize != 128<<20 || len(l.Regions) != 1 {
-		t.Fatalf("layout %v of %d bytes, want one region of 128 MiB", l, l.FileSize)
-	}
-
-	spec := vmm.RestoreSpec{
-		SnapshotID: "integration", VMStatePath: capture.VMStatePath,
-		Backend: vmm.BackendFile, MemPath: capture.MemPath, Layout: l, RuntimeDir: t.TempDir(),
-	}
-	r, err := d.RestoreMachine(ctx, spec, RestoreOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := r.WaitReady(ctx)
-	if err != nil {
-		_ = r.RequestStop()
-		_ = r.Wait(ctx)
-		t.Fatalf("restore: %v", err)
-	}
-	t.Logf("restore to ready: %v (agent said %q)", info.Ready.Sub(info.Started), info.Detail["agent_answer"])
-	if err := r.RequestStop(); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
-	exit, _ := r.Exit()
-	t.Logf("restored VM ended: %v", exit)
-	for _, name := range []string{APISocketName, VsockSocketName} {
-		if _, err := os.Stat(filepath.Join(spec.RuntimeDir, name)); err == nil {
-			t.Errorf("%s left behind", name)
-		}
+	t.Logf("booted agent answered %q", p.snap.Ready.Detail["agent_answer"])
+	for _, c := range restoreCases(t) {
+		t.Run(c.name, func(t *testing.T) {
+			inst := f.restoreOnce(t, ctx, p, c.opts)
+			checkPrefetch(t, p, c.opts, inst)
+			t.Logf("restored agent answered %q", inst.Ready.Detail["agent_answer"])
+		})
 	}
 }

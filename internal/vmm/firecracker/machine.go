@@ -249,13 +249,14 @@ func (m *Machine) Exit() (ExitInfo, bool) {
 }
 
 // stopNow kills the VM and waits for it, for callers that have no use for
-// a graceful shutdown.
+// a graceful shutdown. A killed process exits at once, so it waits even
+// when ctx has ended: its callers promise the VM is gone when they return.
 func (m *Machine) stopNow(ctx context.Context, reason KillReason) error {
 	m.mu.Lock()
 	m.stopRequested = true
 	m.mu.Unlock()
 	m.proc.kill(reason)
-	return m.Wait(ctx)
+	return m.Wait(context.WithoutCancel(ctx))
 }
 
 func (m *Machine) cleanup() error {

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"warmstart/internal/config"
+	"warmstart/internal/repository"
+	"warmstart/internal/repository/posixfs"
+	"warmstart/internal/vmm/firecracker"
+)
+
+func TestFirecrackerDriverFromConfig(t *testing.T) {
+	cfg := config.Default()
+	cfg.Firecracker.Binary = "/opt/firecracker"
+	cfg.Firecracker.StopTimeout = 7 * time.Second
+	cfg.Envd = config.EnvdConfig{Address: "vsock:49983", PollInterval: 3 * time.Millisecond, Timeout: 9 * time.Second}
+	vf := vmmFlags{kind: "firecracker"}
+	vm, err := vf.build(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, ok := vm.(*firecracker.Driver)
+	if !ok {
+		t.Fatalf("--vmm firecracker built a %T", vm)
+	}
+	o := d.Options()
+	if o.Binary != "/opt/firecracker" || o.EnvdAddress != "vsock:49983" || !o.Vsock ||
+		o.PollInterval != 3*time.Millisecond || o.ReadyTimeout != 9*time.Second || o.StopTimeout != 7*time.Second {
+		t.Errorf("driver options %+v do not follow [firecracker] and [envd]", o)
+	}
+	if vf.fuseOptions().AllowWriteOpen {
+		t.Error("Firecracker opens its memory file read-only, yet the FUSE mount lets it be opened for writing")
+	}
+
+	cfg.Envd.Address = ""
+	if _, err := vf.build(cfg); err == nil || !strings.Contains(err.Error(), "[envd] address") {
+		t.Errorf("without an [envd] address: %v, want an error naming it", err)
+	}
+}
+
+// TestCaptureFirecrackerFailsCleanly runs "warmstart capture --vmm
+// firecracker" with a Firecracker binary that dies at start: the verb must
+// get as far as spawning it with the configured kernel, report its
+// output, publish nothing and leave no mount, socket or runtime directory.
+// Without a kernel configured it must refuse before spawning anything.
+func TestCaptureFirecrackerFailsCleanly(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skipf("the FUSE memory device needs /dev/fuse: %v", err)
+	}
+	dir, err := os.MkdirTemp("", "wsfccli-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	spawned := filepath.Join(dir, "spawned")
+	bin := filepath.Join(dir, "firecracker")
+	script := "#!/bin/sh\necho \"$@\" > " + spawned + "\necho 'kernel image is corrupt' >&2\nexit 1\n"
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	kernel := filepath.Join(dir, "vmlinux")
+	if err := os.WriteFile(kernel, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	store, run := filepath.Join(dir, "store"), filepath.Join(dir, "run")
+	writeConfig := func(kernel string) string {
+		cfg := filepath.Join(dir, "config.toml")
+		if err := os.WriteFile(cfg, []byte(`
+[backend.posix_fs]
+snapshot_store = "`+store+`"
+
+[runtime]
+dir = "`+run+`"
+
+[firecracker]
+binary = "`+bin+`"
+kernel = "`+kernel+`"
+
+[envd]
+address = "unix:agent.sock"
+`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+
+	_, err = runGuestVerb(t, "--config", writeConfig(""), "capture", "--vmm", "firecracker")
+	if err == nil || !strings.Contains(err.Error(), "[firecracker] kernel") {
+		t.Fatalf("capture without a kernel: %v, want an error naming [firecracker] kernel", err)
+	}
+	if _, err := os.Stat(spawned); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("firecracker was spawned without a kernel (stat: %v)", err)
+	}
+
+	_, err = runGuestVerb(t, "--config", writeConfig(kernel), "capture", "--vmm", "firecracker", "--alias", "never")
+	if err == nil || !strings.Contains(err.Error(), "kernel image is corrupt") {
+		t.Fatalf("capture with a dying firecracker: %v, want its output in the error", err)
+	}
+	args, err := os.ReadFile(spawned)
+	if err != nil || !strings.Contains(string(args), "--api-sock "+run+"/") {
+		t.Errorf("firecracker ran with %q (%v), want its API socket under the runtime directory %s", args, err, run)
+	}
+	repo, err := posixfs.Open(store, posixfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := repo.List(context.Background(), repository.Filter{}); err != nil || len(recs) > 0 {
+		t.Errorf("records after a failed capture: %v (%v)", recs, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(store, ".capture-*")); len(left) > 0 {
+		t.Errorf("staging left behind: %v", left)
+	}
+	if left, _ := filepath.Glob(filepath.Join(run, "cli-*")); len(left) > 0 {
+		t.Errorf("runtime directories left behind: %v", left)
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(mounts), " "+dir) {
+		t.Errorf("still mounted under %s:\n%s", dir, mounts)
+	}
+}
