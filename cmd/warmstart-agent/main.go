@@ -10,11 +10,19 @@
 // Protocol on /dev/ttyS0 (raw mode, one request per line):
 //
 //	host:  PING <nonce>\n            nonce: 1-64 of [0-9A-Za-z_-]
-//	agent: PONG <nonce> <token> <uptime_ms>\n
+//	agent: PONG <nonce> <token> <uptime_ms> <digest>\n
 //
 // Every other line is ignored. After a snapshot restore the same process
 // carries on, so an answer carrying the token drawn at first boot proves
 // the guest resumed its own state; uptime_ms is the guest's CLOCK_BOOTTIME.
+//
+// Before it answers the first ping of a new nonce series (the part of the
+// nonce before its last '-'; each host connection, so each restore, opens
+// one) the agent does the work a sandbox agent does on resume: it walks
+// its heap, touching every page, and re-reads its data files. digest (16
+// hex digits, or "-" if that work failed) samples one word of every page
+// of both, so it equals the captured guest's only if the restored memory
+// is intact. See responder.
 //
 // PID 1 must never exit (the kernel would panic), so a fatal error is
 // printed and the agent then sleeps for ever.
@@ -67,20 +75,21 @@ func run() error {
 	token := hex.EncodeToString(raw[:])
 	logf("started: %d files, %d bytes read, %d MiB heap, digest %s", state.filesRead, state.bytesRead, len(state.heap)>>20, state.digest)
 
+	r := &responder{token: token, uptime: uptime, resume: state.resume, logf: logf}
 	for {
-		err := serveSerial(token)
+		err := serveSerial(r)
 		logf("serial: %v; reopening", err)
 		time.Sleep(reopenDelay)
 	}
 }
 
-func serveSerial(token string) error {
+func serveSerial(r *responder) error {
 	f, err := openRaw(serialPath)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	return serve(f, token, uptime)
+	return serve(f, r)
 }
 
 // mountFilesystems mounts what the agent and the kernel's own tools expect.

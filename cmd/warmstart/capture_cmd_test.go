@@ -147,11 +147,17 @@ dir = "`+filepath.Join(dir, "run")+`"
 	if rep.Pilot == nil || rep.Pilot.Token != captured.Token {
 		t.Errorf("bench pilot learned token %v, want %s", rep.Pilot, captured.Token)
 	}
-	if want := 4; len(rep.Trials) != want || rep.Summary.Admitted != want || !rep.Summary.AllHashesOK || len(rep.Leaks) > 0 {
+	// A trial whose cache state is not what its condition needs when the
+	// timer would start (another process evicted or read the file) is not
+	// admitted, and the reserve block runs it again.
+	if want := 4; rep.Summary.Admitted != want || !rep.Summary.AllHashesOK || len(rep.Leaks) > 0 {
 		t.Errorf("bench: %d trials, %d admitted, all checks passed %v, leaks %v; want %d admitted trials, all checked, no leaks",
 			len(rep.Trials), rep.Summary.Admitted, rep.Summary.AllHashesOK, rep.Leaks, want)
 	}
 	for _, tr := range rep.Trials {
+		if !tr.Admitted {
+			continue
+		}
 		if tr.Token != captured.Token {
 			t.Errorf("trial %s answered with token %q", tr.Spec.Condition, tr.Token)
 		}

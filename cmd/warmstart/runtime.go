@@ -2,10 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -116,7 +121,8 @@ func openSystem(cmd *cobra.Command, vf *vmmFlags) (*system, error) {
 	if err != nil {
 		return nil, err
 	}
-	run := filepath.Join(cfg.Runtime.Dir, fmt.Sprintf("cli-%d", os.Getpid()))
+	sweepDeadCLIDirs(cfg.Runtime.Dir, s.log)
+	run := filepath.Join(cfg.Runtime.Dir, cliDirPrefix+strconv.Itoa(os.Getpid()))
 	if err := os.MkdirAll(run, 0o700); err != nil {
 		return nil, fmt.Errorf("runtime directory: %w", err)
 	}
@@ -141,6 +147,49 @@ func openSystem(cmd *cobra.Command, vf *vmmFlags) (*system, error) {
 	s.recorder = &recorder.Recorder{Repo: s.repo, Restorer: tr, Device: cfg.Memory.Device, IOEngine: cfg.Memory.IOEngine, Log: s.log}
 	ok = true
 	return s, nil
+}
+
+// cliDirPrefix and the process id name a CLI process's runtime directory.
+const cliDirPrefix = "cli-"
+
+// sweepDeadCLIDirs removes what CLI processes killed before they could
+// clean up left under the runtime directory root: each cli-<pid> directory
+// whose process is gone. Their FUSE mounts are dead (the server died with
+// the process) and are detached first; a directory under which anything is
+// still mounted is left alone. A pid reused by another process keeps its
+// directory until that process is gone too. Failures are logged: they do
+// not stop this process's own work.
+func sweepDeadCLIDirs(root string, log *slog.Logger) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			log.Warn("sweep runtime directory", "dir", root, "error", err)
+		}
+		return
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(strings.TrimPrefix(e.Name(), cliDirPrefix))
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), cliDirPrefix) || err != nil || pid <= 0 || pid == os.Getpid() || processExists(pid) {
+			continue
+		}
+		dir := filepath.Join(root, e.Name())
+		if err := fusedev.CleanStale(dir); err != nil {
+			log.Warn("leaving a dead CLI's runtime directory", "dir", dir, "error", err)
+			continue
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			log.Warn("remove a dead CLI's runtime directory", "dir", dir, "error", err)
+			continue
+		}
+		log.Info("removed a dead CLI's runtime directory", "dir", dir)
+	}
+}
+
+// processExists reports whether a process with this id runs (possibly
+// under another user).
+func processExists(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 func (s *system) close() {

@@ -77,6 +77,7 @@ import (
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
 	"warmstart/internal/vmm"
+	"warmstart/internal/vmm/qemu"
 )
 
 // Defaults of the zero fields of Options.
@@ -115,7 +116,8 @@ type Options struct {
 	// API is served on [daemon] socket.
 	Listen string
 	// FUSE configures the file device mount (tests hold reads in its
-	// ReadHook).
+	// ReadHook). AllowWriteOpen is turned on for the QEMU driver, on this
+	// mount and on the recorder's tracing mount.
 	FUSE fusedev.Options
 	// ShutdownGrace is how long shutdown lets requests in progress finish
 	// before cancelling them.
@@ -226,7 +228,8 @@ func New(opts Options) (_ *Daemon, err error) {
 	d.metrics = metrics.New(d.engine, d.activeRestores, d.deviceBytes)
 	d.repo = d.metrics.Repository(opts.Repository)
 
-	if d.fuse, err = fusedev.Mount(cfg.Memory.FUSEMount, opts.FUSE); err != nil {
+	mountOpts := fuseOptions(opts.FUSE, opts.VMM)
+	if d.fuse, err = fusedev.Mount(cfg.Memory.FUSEMount, mountOpts); err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)
 	}
 	undo = append(undo, func() { d.fuse.Close() })
@@ -241,7 +244,8 @@ func New(opts Options) (_ *Daemon, err error) {
 	// Recording restores are throwaway, traced and never prefetch: they
 	// would only blur the restore metrics, so only the restorer serving
 	// requests observes.
-	tracing, traceClose, err := recorder.TracingRestorer(d.restorer, filepath.Join(runDir, "trace-mem"))
+	tracing, traceClose, err := recorder.TracingRestorerWith(d.restorer, filepath.Join(runDir, "trace-mem"),
+		fusedev.Options{AllowWriteOpen: mountOpts.AllowWriteOpen})
 	if err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)
 	}
@@ -277,6 +281,18 @@ func New(opts Options) (_ *Daemon, err error) {
 	d.log.Info("daemon ready", "address", d.Address(), "fuse_mount", d.fuse.Dir(),
 		"consume_enabled", cfg.Snapshot.MemoryStartupPack.ConsumeEnabled, "record_enabled", cfg.Snapshot.MemoryStartupPack.Enabled)
 	return d, nil
+}
+
+// fuseOptions are the options of the daemon's FUSE mounts: base, and
+// writable opens when vm is QEMU, which opens its memory file read-write
+// before it maps it private (the device still refuses writes). The
+// recorder's tracing mount takes the same AllowWriteOpen, since recording
+// restores with the same VMM.
+func fuseOptions(base fusedev.Options, vm vmm.VMM) fusedev.Options {
+	if _, ok := vm.(*qemu.Driver); ok {
+		base.AllowWriteOpen = true
+	}
+	return base
 }
 
 // removeStaleSocket removes a socket file no daemon answers on, and refuses

@@ -67,10 +67,12 @@ package fusedev
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -315,6 +317,61 @@ func (s *Server) unmount() error {
 		finish()
 	}
 	return nil
+}
+
+// CleanStale detaches the dead FUSE mounts (of any FUSE file system) at dir
+// and below it, deepest first: what a server that died without unmounting
+// leaves behind. It returns nil only if nothing is mounted at or below dir
+// afterwards, so that dir is safe to remove: a live FUSE mount there is
+// ErrMountBusy, and any other mount is left alone and reported.
+func CleanStale(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("clean stale mounts under %s: %w", dir, err)
+	}
+	points, err := mountPointsUnder(abs)
+	if err != nil {
+		return fmt.Errorf("clean stale mounts under %s: %w", abs, err)
+	}
+	// A deeper mount point is longer; detach it before what it sits in.
+	slices.SortFunc(points, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
+	for _, p := range points {
+		if err := cleanStaleMounts(p); err != nil {
+			return err
+		}
+	}
+	if points, err = mountPointsUnder(abs); err != nil {
+		return fmt.Errorf("clean stale mounts under %s: %w", abs, err)
+	}
+	if len(points) > 0 {
+		return fmt.Errorf("clean stale mounts under %s: other file systems stay mounted at %s", abs, strings.Join(points, ", "))
+	}
+	return nil
+}
+
+// mountPointsUnder lists the distinct mount points at dir or below it.
+func mountPointsUnder(dir string) ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	seen := make(map[string]bool)
+	var points []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		p := unescapeMountPath(fields[4])
+		if (p == dir || strings.HasPrefix(p, dir+"/")) && !seen[p] {
+			seen[p] = true
+			points = append(points, p)
+		}
+	}
+	return points, sc.Err()
 }
 
 // cleanStaleMounts detaches dead FUSE mounts stacked at dir. A mount whose

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -612,6 +613,64 @@ func TestMountCleansStaleMount(t *testing.T) {
 	pages := []int64{0, 5 * pageBytes}
 	if res := runChildSpec(t, childSpec{Mode: childRead, Path: d.Path(), Pages: pages}); res.Hash != lowerHash(t, lower, pages, pageBytes) {
 		t.Errorf("read through the new mount: hash %s err %q", res.Hash, res.Err)
+	}
+}
+
+// TestCleanStale detaches the dead mounts of crashed servers below a
+// directory and refuses a live one.
+func TestCleanStale(t *testing.T) {
+	root := t.TempDir()
+	dirs := []string{filepath.Join(root, "a", "mnt"), filepath.Join(root, "b")}
+	for _, dir := range dirs {
+		crashed := startChild(t, childSpec{Mode: childMount, Dir: dir})
+		crashed.waitPaused()
+		if err := crashed.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		crashed.cmd.Wait()
+		t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	}
+	if points, _ := mountPointsUnder(root); len(points) != len(dirs) {
+		t.Fatalf("mounts under %s before cleaning: %v, want %v", root, points, dirs)
+	}
+	if err := CleanStale(root); err != nil {
+		t.Fatalf("CleanStale: %v", err)
+	}
+	if points, _ := mountPointsUnder(root); len(points) != 0 {
+		t.Fatalf("mounts left under %s: %v", root, points)
+	}
+	if err := CleanStale(root); err != nil {
+		t.Errorf("CleanStale with nothing mounted: %v", err)
+	}
+
+	live, err := Mount(filepath.Join(root, "live"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CleanStale(root); !errors.Is(err, ErrMountBusy) {
+		t.Errorf("CleanStale over a live mount: %v, want ErrMountBusy", err)
+	}
+	if _, mounted, _ := mountTypeAt(live.Dir()); !mounted {
+		t.Error("CleanStale detached a live mount")
+	}
+	if err := live.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another file system is neither detached nor safe to remove.
+	other := filepath.Join(root, "tmp")
+	if err := os.Mkdir(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", other, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("mount tmpfs: %v", err)
+	}
+	defer unix.Unmount(other, unix.MNT_DETACH)
+	if err := CleanStale(root); err == nil || !strings.Contains(err.Error(), other) {
+		t.Errorf("CleanStale over a tmpfs: %v, want an error naming %s", err, other)
+	}
+	if fstype, mounted, _ := mountTypeAt(other); !mounted || fstype != "tmpfs" {
+		t.Errorf("tmpfs at %s: mounted %v as %q after CleanStale", other, mounted, fstype)
 	}
 }
 

@@ -37,6 +37,9 @@ type pong struct {
 	nonce  string
 	token  string
 	uptime time.Duration
+	// digest is the agent's digest of its memory state after its resume
+	// work; empty from an agent that predates it.
+	digest string
 	at     time.Time // when the answer was read
 }
 
@@ -45,8 +48,12 @@ type pong struct {
 // into lines: answers go to pongs, everything else (kernel messages, agent
 // logs) is kept for error reports.
 type agentConn struct {
-	conn   net.Conn
-	prefix string // distinguishes this connection's nonces
+	conn net.Conn
+	// prefix starts every nonce of this connection ("<prefix>-<seq>"). The
+	// agent treats a ping with a prefix it has not just answered as the
+	// first after a resume and does its resume work before answering, so
+	// each connection, that is each QEMU process, needs its own.
+	prefix string
 	seq    atomic.Uint64
 	pongs  chan pong
 	done   chan struct{} // closed when the reader stops
@@ -96,17 +103,22 @@ func (a *agentConn) read() {
 	}
 }
 
-// parsePong reads "PONG <nonce> <token> <uptime_ms>".
+// parsePong reads "PONG <nonce> <token> <uptime_ms> <digest>", and the
+// answer of agents that predate the digest, without it.
 func parsePong(line string) (pong, bool) {
 	f := strings.Fields(line)
-	if len(f) != 4 || f[0] != "PONG" {
+	if len(f) < 4 || len(f) > 5 || f[0] != "PONG" {
 		return pong{}, false
 	}
 	ms, err := strconv.ParseInt(f[3], 10, 64)
 	if err != nil || ms < 0 {
 		return pong{}, false
 	}
-	return pong{nonce: f[1], token: f[2], uptime: time.Duration(ms) * time.Millisecond}, true
+	p := pong{nonce: f[1], token: f[2], uptime: time.Duration(ms) * time.Millisecond}
+	if len(f) == 5 {
+		p.digest = f[4]
+	}
+	return p, true
 }
 
 func (a *agentConn) remember(line string) {

@@ -155,7 +155,13 @@ func (d *Driver) start(ctx context.Context, dir string, args []string) (m *Machi
 		"-chardev", "socket,id=serial0,fd=4,server=on,wait=off",
 		"-serial", "chardev:serial0",
 	)
-	m.cmd = exec.Command(d.opts.Binary, args...)
+	if d.opts.KeepHugePageAdvice {
+		m.cmd = exec.Command(d.opts.Binary, args...)
+	} else {
+		path, argv, env := launcherCommand(d.opts.Binary, args)
+		m.cmd = exec.Command(path)
+		m.cmd.Args, m.cmd.Env = argv, env
+	}
 	m.cmd.Stdout = logFile
 	m.cmd.Stderr = logFile
 	m.cmd.ExtraFiles = inherited
@@ -239,8 +245,11 @@ func (m *Machine) Ready() vmm.ReadyInfo {
 
 // WaitReady pings the agent until it answers a ping sent after the guest
 // was last started or continued. Detail carries the agent's "token", its
-// guest "uptime_ms" and QEMU's "pid" (for callers that check no VMM
-// outlives its stop). It may be called again to ping a ready guest.
+// guest "uptime_ms", the "digest" of its memory state after the resume work
+// it does before its first answer to a new connection (absent from an agent
+// that predates it; see cmd/warmstart-agent) and QEMU's "pid" (for callers
+// that check no VMM outlives its stop). It may be called again to ping a
+// ready guest.
 func (m *Machine) WaitReady(ctx context.Context) (vmm.ReadyInfo, error) {
 	p, err := m.agent.ping(ctx, m.exited)
 	if err != nil {
@@ -254,6 +263,9 @@ func (m *Machine) WaitReady(ctx context.Context) (vmm.ReadyInfo, error) {
 			"uptime_ms": strconv.FormatInt(p.uptime.Milliseconds(), 10),
 			"pid":       strconv.Itoa(m.PID()),
 		},
+	}
+	if p.digest != "" {
+		info.Detail["digest"] = p.digest
 	}
 	m.readyMu.Lock()
 	m.ready = info

@@ -15,7 +15,9 @@
 //
 // Readiness is the agent answering a ping on the serial console sent after
 // the guest was continued; its answer carries a token drawn at first boot,
-// which proves the restored guest resumed the captured state.
+// which proves the restored guest resumed the captured state, and a digest
+// of the agent's heap and data files, sampled after it walked them on
+// resume, which must equal the captured guest's.
 //
 // A restore needs only the device state and the memory file: the kernel
 // and initramfs are not passed, as on Firecracker. Capture and restore must
@@ -34,9 +36,17 @@
 // events, because the SocketMonitor blocks its reader if an event
 // subscriber falls behind.
 //
+// QEMU advises guest RAM MADV_HUGEPAGE, which on a file mapping makes the
+// kernel read 2 MiB-aligned blocks around every fault. Firecracker's File
+// backend does not, so by default QEMU is started through a launcher (this
+// executable re-executed with WARMSTART_ROLE=qemu-launcher) that installs a
+// seccomp filter failing that advice and then execs QEMU in place; see
+// launcher.go and Options.KeepHugePageAdvice.
+//
 // No QEMU process outlives its Machine: every error path kills it, Wait
 // kills it after StopTimeout, and the child carries PR_SET_PDEATHSIG
-// (SIGKILL) so it dies with the process that started it.
+// (SIGKILL) so it dies with the process that started it (the launcher
+// execs QEMU in its own process, which keeps the setting).
 package qemu
 
 import (
@@ -104,6 +114,13 @@ type Options struct {
 	VCPUs int
 	// StopTimeout is how long Wait lets QEMU exit before killing it.
 	StopTimeout time.Duration
+	// KeepHugePageAdvice lets QEMU advise guest RAM MADV_HUGEPAGE. Off, the
+	// default, QEMU starts through a launcher that makes that advice fail
+	// (see launcher.go): with it, the kernel reads 2-4 MiB around every
+	// fault on the memory file whatever the device's readahead, where
+	// Firecracker's File backend faults page by page. Turning it on gives
+	// back huge pages for QEMU's own buffers at the cost of that fidelity.
+	KeepHugePageAdvice bool
 }
 
 // Driver boots, captures and restores QEMU microvm guests. It is safe for

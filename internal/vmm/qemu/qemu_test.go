@@ -55,6 +55,7 @@ type fixture struct {
 	memPath  string // the captured memory file; tests restore from copies
 	vmState  string
 	token    string
+	digest   string // of the agent's state, as the booted guest reported it
 	uptimeMS int64
 	bootTime time.Duration // QEMU start to the agent's first answer
 	stateLen int64
@@ -121,11 +122,16 @@ func (f *fixture) build(d *Driver) error {
 	}
 	ready := m.Ready()
 	f.token = ready.Detail["token"]
+	f.digest = ready.Detail["digest"]
 	f.uptimeMS, _ = strconv.ParseInt(ready.Detail["uptime_ms"], 10, 64)
 	f.bootTime = ready.Ready.Sub(ready.Started)
 	if len(f.token) != 32 {
 		m.kill()
 		return fmt.Errorf("agent token %q is not 32 hex digits", f.token)
+	}
+	if len(f.digest) != 16 {
+		m.kill()
+		return fmt.Errorf("agent digest %q is not 16 hex digits", f.digest)
 	}
 	if err := m.Capture(ctx, f.vmState); err != nil {
 		return err
@@ -172,7 +178,9 @@ func (f *fixture) spec(dir, memPath string) vmm.RestoreSpec {
 }
 
 // restoreReady restores the fixture from memPath and checks that the agent
-// answers with the token of the captured guest.
+// answers with the token of the captured guest and, after walking its heap
+// and re-reading its files on resume, with the digest the guest reported
+// before the capture.
 func restoreReady(t testing.TB, d *Driver, f *fixture, dir, memPath string) (*Machine, vmm.ReadyInfo) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), restoreTimeout)
@@ -189,6 +197,10 @@ func restoreReady(t testing.TB, d *Driver, f *fixture, dir, memPath string) (*Ma
 	if got := info.Detail["token"]; got != f.token {
 		m.kill()
 		t.Fatalf("restored agent answered with token %q, the captured guest drew %q", got, f.token)
+	}
+	if got := info.Detail["digest"]; got != f.digest {
+		m.kill()
+		t.Fatalf("restored agent's state digest is %q, the captured guest's was %q", got, f.digest)
 	}
 	return m, info
 }

@@ -75,11 +75,16 @@ func TestOptionValue(t *testing.T) {
 }
 
 func TestParsePong(t *testing.T) {
-	p, ok := parsePong("PONG n-1 0123abcd 4567")
-	if !ok || p.nonce != "n-1" || p.token != "0123abcd" || p.uptime != 4567*time.Millisecond {
+	p, ok := parsePong("PONG n-1 0123abcd 4567 00ff00ff00ff00ff")
+	if !ok || p.nonce != "n-1" || p.token != "0123abcd" || p.uptime != 4567*time.Millisecond || p.digest != "00ff00ff00ff00ff" {
 		t.Errorf("parsePong = %+v, %v", p, ok)
 	}
-	for _, bad := range []string{"PONG n-1 tok", "PONG n-1 tok -5", "PONG n-1 tok x", "PING n-1", "PONG a b c d", "[ 0.1] PONG n t 1"} {
+	// The answer of an agent without the digest.
+	p, ok = parsePong("PONG n-1 0123abcd 4567")
+	if !ok || p.nonce != "n-1" || p.token != "0123abcd" || p.uptime != 4567*time.Millisecond || p.digest != "" {
+		t.Errorf("parsePong without a digest = %+v, %v", p, ok)
+	}
+	for _, bad := range []string{"PONG n-1 tok", "PONG n-1 tok -5", "PONG n-1 tok x", "PING n-1", "PONG a b c d", "[ 0.1] PONG n t 1", "PONG n t 1 d extra"} {
 		if _, ok := parsePong(bad); ok {
 			t.Errorf("parsePong accepted %q", bad)
 		}
@@ -138,7 +143,7 @@ func fakeGuest(conn net.Conn, token string, pings chan<- string) {
 		if pings != nil {
 			pings <- f[1]
 		}
-		conn.Write([]byte("PONG " + f[1] + " " + token + " 42\n"))
+		conn.Write([]byte("PONG " + f[1] + " " + token + " 42 feed\n"))
 	}
 }
 
@@ -151,7 +156,7 @@ func TestPingIgnoresNoiseAndStaleAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.token != "tok" || p.uptime != 42*time.Millisecond || !strings.HasPrefix(p.nonce, a.prefix+"-") {
+	if p.token != "tok" || p.uptime != 42*time.Millisecond || p.digest != "feed" || !strings.HasPrefix(p.nonce, a.prefix+"-") {
 		t.Errorf("ping answered %+v", p)
 	}
 	lines := a.recentLines()
