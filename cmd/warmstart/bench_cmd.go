@@ -64,8 +64,8 @@ needs --trace.
 guest is booted, captured and published into a temporary repository and its
 manifest recorded from its own device reads first (as warmstart capture
 does). Each trial checks that the guest agent answered with the captured
-guest's token and that the trial's private lower file is unchanged; for a
-SNAPSHOT the token is learned by one excluded pilot trial.`,
+guest's token and heap digest and that the trial's private lower file is unchanged; for a
+SNAPSHOT they are learned by one excluded pilot trial.`,
 		Args: argsAsUsageError(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Policies = splitList(policies)
@@ -154,11 +154,11 @@ func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Opt
 		if err != nil {
 			return nil, err
 		}
-		src, token, err := prepareGuest(ctx, d, work, filepath.Join(cfg.Runtime.Dir, "initramfs"), agent, progress)
+		src, ready, err := prepareGuest(ctx, d, work, filepath.Join(cfg.Runtime.Dir, "initramfs"), agent, progress)
 		if err != nil {
 			return nil, err
 		}
-		o.Source, o.ExpectedToken = src, token
+		o.Source, o.ExpectedToken, o.ExpectedDigest = src, ready["token"], ready["digest"]
 		o.VMM, o.QEMU = bench.VMMQEMU, d.Options()
 	case snapshot == "":
 		if vf.kind != "replay" {
@@ -189,20 +189,21 @@ func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Opt
 // prepareGuest boots, captures and publishes a fresh real guest into a
 // repository under dir and records its manifest from the guest's own
 // device reads, as warmstart capture with recording enabled does. It
-// returns the snapshot and the token its agent answers with.
-func prepareGuest(ctx context.Context, d *qemu.Driver, dir, initramfsCache, agent string, progress io.Writer) (restore.Source, string, error) {
+// returns the snapshot and what its agent answered before the capture
+// (token and heap digest), which every restored guest must answer again.
+func prepareGuest(ctx context.Context, d *qemu.Driver, dir, initramfsCache, agent string, progress io.Writer) (restore.Source, map[string]string, error) {
 	repo, err := posixfs.Open(filepath.Join(dir, "store"), posixfs.Options{})
 	if err != nil {
-		return restore.Source{}, "", err
+		return restore.Source{}, nil, err
 	}
 	run := filepath.Join(dir, "run")
 	if err := os.MkdirAll(run, 0o700); err != nil {
-		return restore.Source{}, "", err
+		return restore.Source{}, nil, err
 	}
 	base := &restore.Restorer{VMM: d, RuntimeDir: run}
 	tr, closeTr, err := recorder.TracingRestorerWith(base, filepath.Join(dir, "trace-mnt"), fusedev.Options{AllowWriteOpen: true})
 	if err != nil {
-		return restore.Source{}, "", err
+		return restore.Source{}, nil, err
 	}
 	defer closeTr()
 	rec := &recorder.Recorder{Repo: repo, Restorer: tr, Device: restore.DeviceFile, Timeout: 5 * time.Minute}
@@ -213,19 +214,19 @@ func prepareGuest(ctx context.Context, d *qemu.Driver, dir, initramfsCache, agen
 		Progress:   progress,
 	})
 	if err != nil {
-		return restore.Source{}, "", err
+		return restore.Source{}, nil, err
 	}
 	res, err := job.Result()
 	if err != nil {
-		return restore.Source{}, "", err
+		return restore.Source{}, nil, err
 	}
 	fmt.Fprintf(progress, "guest snapshot %s captured under %s (boot to agent %v); startup manifest recorded from its device reads and attached: %d ranges, %.1f MiB, sha256 %s\n",
 		snap.Record.ID, snap.Accel, snap.Boot.Round(time.Millisecond), res.Ranges, float64(res.Bytes)/(1<<20), res.Descriptor.SHA256[:16])
 	resolved, err := repo.Resolve(ctx, snap.Record.ID)
 	if err != nil {
-		return restore.Source{}, "", err
+		return restore.Source{}, nil, err
 	}
-	return restore.SourceOf(resolved), snap.Token, nil
+	return restore.SourceOf(resolved), snap.Ready.Detail, nil
 }
 
 // prepareReference synthesizes the reference snapshot, publishes it into a

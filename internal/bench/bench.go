@@ -42,10 +42,13 @@ type Options struct {
 	// with. When empty, an excluded pilot trial learns it first, and every
 	// formal trial must then answer with the same.
 	ExpectedToken string
-	TracePath     string
-	Device        string
-	IOEngine      int
-	Blocks        int
+	// ExpectedDigest is the agent's digest of its heap and files, which a
+	// guest resumed from intact memory reports unchanged.
+	ExpectedDigest string
+	TracePath      string
+	Device         string
+	IOEngine       int
+	Blocks         int
 	// ReserveBlocks replace trials that miss admission.
 	ReserveBlocks int
 	Seed          uint64
@@ -187,7 +190,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	newSpec := func(block int, reserveTrial bool, c Condition) TrialSpec {
 		return TrialSpec{Block: block, Reserve: reserveTrial, Condition: c, Device: o.Device, IOEngine: o.IOEngine,
-			Source: o.Source, VMM: o.VMM, QEMU: o.QEMU, TracePath: o.TracePath, ExpectedSHA256: want, ExpectedToken: o.ExpectedToken}
+			Source: o.Source, VMM: o.VMM, QEMU: o.QEMU, TracePath: o.TracePath, ExpectedSHA256: want, ExpectedToken: o.ExpectedToken,
+			ExpectedDigest: o.ExpectedDigest}
 	}
 	if o.VMM == VMMQEMU && o.ExpectedToken == "" {
 		// The record does not keep the token the captured agent drew; a
@@ -207,7 +211,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			rep.Leaks = append(rep.Leaks, leak)
 		}
 		rep.Pilot = &pilot
-		o.ExpectedToken = pilot.Token
+		o.ExpectedToken, o.ExpectedDigest = pilot.Token, pilot.Digest
 	}
 
 	total := o.Blocks * len(o.Conditions())

@@ -169,7 +169,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	check := "guest-visible bytes correct in every trial"
 	if o.VMM == VMMQEMU {
-		check = "every guest answered with the snapshot's token and left its lower file unchanged"
+		check = "every guest answered with the snapshot's token and heap digest and left its lower file unchanged"
 	}
 	fmt.Fprintf(w, "max residency-probe-to-timer gap: %s; %s: %v\n", r.Summary.MaxProbeGap, check, r.Summary.AllHashesOK)
 	for _, s := range r.Replaced {

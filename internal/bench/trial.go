@@ -58,6 +58,8 @@ type TrialSpec struct {
 	// ExpectedToken is the token a correct restore's real guest answers
 	// with; empty accepts any (the pilot trial that learns it).
 	ExpectedToken string `json:"expected_token,omitempty"`
+	// ExpectedDigest is the agent's digest of its heap and files.
+	ExpectedDigest string `json:"expected_digest,omitempty"`
 	// WorkDir is the trial's private runtime directory.
 	WorkDir string `json:"work_dir"`
 }
@@ -80,8 +82,10 @@ type TrialResult struct {
 	// SHA-256 was unchanged after the restore.
 	HashOK bool `json:"hash_ok"`
 	// Token is the real guest agent's answer to the timed restore.
-	Token string             `json:"token,omitempty"`
-	Stop  restore.StopReport `json:"stop"`
+	Token string `json:"token,omitempty"`
+	// Digest is the agent's digest of its heap and files.
+	Digest string             `json:"digest,omitempty"`
+	Stop   restore.StopReport `json:"stop"`
 	// ReplayPIDs are the VMM processes the trial started, for the leak check.
 	ReplayPIDs []int  `json:"replay_pids"`
 	Err        string `json:"error,omitempty"`
@@ -216,7 +220,7 @@ func RunTrial(ctx context.Context, spec TrialSpec) (res TrialResult) {
 	res.ReadyMs = float64(inst.Timings.Ready) / float64(time.Millisecond)
 	track(inst)
 	res.Timings, res.Prefetch, res.DeviceBytes = inst.Timings, inst.Prefetch, inst.DeviceBytes
-	res.Token = inst.Ready.Detail["token"]
+	res.Token, res.Digest = inst.Ready.Detail["token"], inst.Ready.Detail["digest"]
 	res.HashOK = inst.Ready.Detail["sha256"] == spec.ExpectedSHA256
 	res.Stop, err = inst.StopReported(ctx)
 	if err != nil {
@@ -229,7 +233,7 @@ func RunTrial(ctx context.Context, spec TrialSpec) (res TrialResult) {
 	}
 	if spec.VMM == VMMQEMU {
 		// Outside the timer, once every VM on the file has stopped.
-		if err := checkRealGuest(spec, res.Token, src.MemoryPath, copySHA256); err != nil {
+		if err := checkRealGuest(spec, res.Token, res.Digest, src.MemoryPath, copySHA256); err != nil {
 			return fail(err)
 		}
 		res.HashOK = true
@@ -264,11 +268,15 @@ func trialVMM(spec TrialSpec) (vmm.VMM, fusedev.Options, error) {
 
 // checkRealGuest is a real guest's stand-in for the replay VMM's hash: the
 // agent answered with the token the captured guest drew, which it holds
-// only in memory, and the lower file the device served is still the copy
+// only in memory, and with the digest of its heap and files it had before
+// the snapshot; and the lower file the device served is still the copy
 // that was verified before the restore (guest writes are private).
-func checkRealGuest(spec TrialSpec, token, memPath, wantSHA256 string) error {
+func checkRealGuest(spec TrialSpec, token, digest, memPath, wantSHA256 string) error {
 	if spec.ExpectedToken != "" && token != spec.ExpectedToken {
 		return fmt.Errorf("guest agent answered with token %q, the snapshot's is %q", token, spec.ExpectedToken)
+	}
+	if spec.ExpectedDigest != "" && digest != spec.ExpectedDigest {
+		return fmt.Errorf("guest agent's heap and file digest is %q, the snapshot's is %q", digest, spec.ExpectedDigest)
 	}
 	sum, err := pagecache.HashFile(memPath)
 	if err != nil {
