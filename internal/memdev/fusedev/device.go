@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -111,6 +112,13 @@ func (s *Server) Attach(key, lowerPath string, ioEngine int) (*Device, error) {
 		return nil, fmt.Errorf("attach %q: lower file %s: not a non-empty regular file", key, lowerRef)
 	}
 
+	return s.install(key, lower, lowerRef, fi.Size(), fi.ModTime(), ioEngine)
+}
+
+// install makes a new generation of key serving lower, which was opened
+// outside the server's lock, unless the server closed or another attach of
+// key won the race meanwhile: then lower is closed, and the winner shared.
+func (s *Server) install(key string, lower lowerFile, lowerRef string, size int64, mtime time.Time, ioEngine int) (*Device, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -118,12 +126,10 @@ func (s *Server) Attach(key, lowerPath string, ioEngine int) (*Device, error) {
 		return nil, fmt.Errorf("attach %q: %w", key, ErrClosed)
 	}
 	if g, ok := s.byKey[key]; ok {
-		// Another attach of the key won the race while the file was opened.
 		lower.Close()
 		return g.share(lowerRef, ioEngine)
 	}
-	g := s.newGenerationLocked(key, lower, lowerRef, fi.Size(), fi.ModTime(), ioEngine)
-	return &Device{gen: g}, nil
+	return &Device{gen: s.newGenerationLocked(key, lower, lowerRef, size, mtime, ioEngine)}, nil
 }
 
 // share adds a reference to g for an attach of its key; s.mu is held.

@@ -65,18 +65,7 @@ func (s *Server) AttachLower(key, ref string, open func() (Lower, error), ioEngi
 		return nil, fmt.Errorf("attach %q: lower %s is empty", key, ref)
 	}
 
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		lower.Close()
-		return nil, fmt.Errorf("attach %q: %w", key, ErrClosed)
-	}
-	if g, ok := s.byKey[key]; ok {
-		lower.Close()
-		return g.share(lowerRef, ioEngine)
-	}
-	g := s.newGenerationLocked(key, lower, lowerRef, size, time.Now(), ioEngine)
-	return &Device{gen: g}, nil
+	return s.install(key, lower, lowerRef, size, time.Now(), ioEngine)
 }
 
 // newGenerationLocked makes and registers the next generation of key;
