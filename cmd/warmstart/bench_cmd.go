@@ -70,6 +70,18 @@ SNAPSHOT they are learned by one excluded pilot trial.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Policies = splitList(policies)
 			o.Hot = !noHot
+			// Bad flags are refused before any snapshot is synthesized or booted.
+			if o.Blocks < 1 || o.ReserveBlocks < 0 {
+				return usageError{fmt.Errorf("--blocks %d, --reserve-blocks %d: want at least 1 and 0", o.Blocks, o.ReserveBlocks)}
+			}
+			if len(o.Policies) == 0 {
+				return usageError{fmt.Errorf("--policies: name at least one of %s", strings.Join(restore.PolicyNames(), ", "))}
+			}
+			for _, p := range o.Policies {
+				if _, err := restore.LookupPolicy(p); err != nil {
+					return usageError{fmt.Errorf("--policies: %w", err)}
+				}
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			size, err := layout.ParseSize(memSize)
