@@ -74,6 +74,9 @@ SNAPSHOT they are learned by one excluded pilot trial.`,
 			if o.Blocks < 1 || o.ReserveBlocks < 0 {
 				return usageError{fmt.Errorf("--blocks %d, --reserve-blocks %d: want at least 1 and 0", o.Blocks, o.ReserveBlocks)}
 			}
+			if o.Device != restore.DeviceFile && o.Device != restore.DeviceUffd {
+				return usageError{fmt.Errorf("--device %q: want file or uffd", o.Device)}
+			}
 			if len(o.Policies) == 0 {
 				return usageError{fmt.Errorf("--policies: name at least one of %s", strings.Join(restore.PolicyNames(), ", "))}
 			}
