@@ -248,26 +248,13 @@ func prepareGuest(ctx context.Context, d *qemu.Driver, dir, initramfsCache, agen
 // repository under dir and records its manifest on device, as a publish
 // with recording enabled would.
 func prepareReference(ctx context.Context, dir, device string, memBytes int64, seed uint64, progress io.Writer) (restore.Source, string, error) {
-	repo, err := posixfs.Open(filepath.Join(dir, "store"), posixfs.Options{})
+	w, err := openReferenceWorkspace(dir, device)
 	if err != nil {
 		return restore.Source{}, "", err
 	}
-	srv, err := fusedev.Mount(filepath.Join(dir, "mnt"), fusedev.Options{})
-	if err != nil {
-		return restore.Source{}, "", err
-	}
-	defer srv.Close()
-	refDir := filepath.Join(dir, "reference")
-	vm := &replay.VMM{TracePath: synth.PathsIn(refDir).Trace}
-	r := &restore.Restorer{FUSE: srv, Engine: prefetch.NewEngine(prefetch.Options{}), VMM: vm, RuntimeDir: filepath.Join(dir, "run")}
-	tr, closeTr, err := recorder.TracingRestorer(r, filepath.Join(dir, "trace-mnt"))
-	if err != nil {
-		return restore.Source{}, "", err
-	}
-	defer closeTr()
-	rec := &recorder.Recorder{Repo: repo, Restorer: tr, Device: device}
+	defer w.close()
 	fmt.Fprintf(progress, "synthesizing the %d MiB reference snapshot (seed %d) and publishing it\n", memBytes>>20, seed)
-	snap, job, err := reference.Publish(ctx, repo, rec, reference.Options{Dir: refDir, MemoryBytes: memBytes, Seed: seed})
+	snap, job, err := reference.Publish(ctx, w.repo, w.recorder, reference.Options{Dir: w.refDir, MemoryBytes: memBytes, Seed: seed})
 	if err != nil {
 		return restore.Source{}, "", err
 	}
@@ -277,9 +264,54 @@ func prepareReference(ctx context.Context, dir, device string, memBytes int64, s
 	}
 	fmt.Fprintf(progress, "startup manifest recorded on the %s device and attached: %d ranges, %.1f MiB, sha256 %s\n",
 		device, res.Ranges, float64(res.Bytes)/(1<<20), res.Descriptor.SHA256[:16])
-	resolved, err := repo.Resolve(ctx, snap.ID)
+	resolved, err := w.repo.Resolve(ctx, snap.ID)
 	if err != nil {
 		return restore.Source{}, "", err
 	}
 	return restore.SourceOf(resolved), snap.Paths.Trace, nil
+}
+
+// referenceWorkspace is what publishing and restoring the reference
+// snapshot under one directory takes: a POSIX repository, a FUSE mount, a
+// restorer playing the reference trace, and a recorder on its own tracing
+// mount. bench and demo share it.
+type referenceWorkspace struct {
+	repo     *posixfs.Repo
+	refDir   string
+	restorer *restore.Restorer
+	recorder *recorder.Recorder
+	closers  []func() error
+}
+
+func openReferenceWorkspace(dir, device string) (*referenceWorkspace, error) {
+	repo, err := posixfs.Open(filepath.Join(dir, "store"), posixfs.Options{})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := fusedev.Mount(filepath.Join(dir, "mnt"), fusedev.Options{})
+	if err != nil {
+		return nil, err
+	}
+	w := &referenceWorkspace{repo: repo, refDir: filepath.Join(dir, "reference"), closers: []func() error{srv.Close}}
+	w.restorer = &restore.Restorer{
+		FUSE:       srv,
+		Engine:     prefetch.NewEngine(prefetch.Options{}),
+		VMM:        &replay.VMM{TracePath: synth.PathsIn(w.refDir).Trace},
+		RuntimeDir: filepath.Join(dir, "run"),
+	}
+	tr, closeTr, err := recorder.TracingRestorer(w.restorer, filepath.Join(dir, "trace-mnt"))
+	if err != nil {
+		w.close()
+		return nil, err
+	}
+	w.closers = append(w.closers, closeTr)
+	w.recorder = &recorder.Recorder{Repo: repo, Restorer: tr, Device: device}
+	return w, nil
+}
+
+// close unmounts the tracing mount, then the serving one.
+func (w *referenceWorkspace) close() {
+	for i := len(w.closers) - 1; i >= 0; i-- {
+		w.closers[i]()
+	}
 }

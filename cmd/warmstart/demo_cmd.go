@@ -6,22 +6,16 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/bench"
-	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/pagecache"
-	"warmstart/internal/prefetch"
-	"warmstart/internal/recorder"
 	"warmstart/internal/reference"
-	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/restore"
 	"warmstart/internal/synth"
-	"warmstart/internal/vmm/replay"
 )
 
 func init() {
@@ -59,29 +53,13 @@ func runDemo(ctx context.Context, out io.Writer, blocks int) error {
 	}()
 
 	step("1/6 synthesizing the %d MiB reference snapshot", synth.DefaultMemoryBytes>>20)
-	repo, err := posixfs.Open(filepath.Join(dir, "store"), posixfs.Options{})
+	w, err := openReferenceWorkspace(dir, restore.DeviceFile)
 	if err != nil {
 		return err
 	}
-	srv, err := fusedev.Mount(filepath.Join(dir, "mnt"), fusedev.Options{})
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
-	refDir := filepath.Join(dir, "reference")
-	r := &restore.Restorer{
-		FUSE:       srv,
-		Engine:     prefetch.NewEngine(prefetch.Options{}),
-		VMM:        &replay.VMM{TracePath: synth.PathsIn(refDir).Trace},
-		RuntimeDir: filepath.Join(dir, "run"),
-	}
-	tr, closeTr, err := recorder.TracingRestorer(r, filepath.Join(dir, "trace-mnt"))
-	if err != nil {
-		return err
-	}
-	defer closeTr()
-	rec := &recorder.Recorder{Repo: repo, Restorer: tr, Device: restore.DeviceFile}
-	snap, job, err := reference.Publish(ctx, repo, rec, reference.Options{Dir: refDir, MemoryBytes: synth.DefaultMemoryBytes, Seed: 1, Alias: "reference"})
+	defer w.close()
+	repo, r := w.repo, w.restorer
+	snap, job, err := reference.Publish(ctx, repo, w.recorder, reference.Options{Dir: w.refDir, MemoryBytes: synth.DefaultMemoryBytes, Seed: 1, Alias: "reference"})
 	if err != nil {
 		return err
 	}
