@@ -1,0 +1,55 @@
+package fsx
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+func TestOpenRegularRefusesWhatIsNotAFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(file, link); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{link, fifo, dir, "/dev/zero"} {
+		f, err := OpenRegular(p)
+		if err == nil {
+			f.Close()
+			t.Errorf("OpenRegular(%s) succeeded", p)
+			continue
+		}
+		if !errors.Is(err, ErrNotRegular) {
+			t.Errorf("OpenRegular(%s) = %v, want ErrNotRegular", p, err)
+		}
+	}
+	f, err := OpenRegular(file)
+	if err != nil {
+		t.Fatalf("OpenRegular(file): %v", err)
+	}
+	f.Close()
+}
+
+func TestReadBoundedRefusesLongFiles(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(p, make([]byte, 101), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadBounded(p, 100); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("ReadBounded over the limit = %v, want ErrTooLarge", err)
+	}
+	data, err := ReadBounded(p, 101)
+	if err != nil || len(data) != 101 {
+		t.Fatalf("ReadBounded at the limit = %d bytes, %v", len(data), err)
+	}
+}
