@@ -24,6 +24,10 @@ const (
 	VMStateFileName  = "vm_state.bin"
 	MemoryFileName   = "memory.bin"
 	ManifestFileName = "startup-manifest.bin"
+	// DigestsFileName holds the memory file's per-block digest table
+	// (package integrity), which memory devices check every block against
+	// before serving it.
+	DigestsFileName = "memory.digests"
 )
 
 // MaxManifestBytes caps the size of a startup manifest a repository accepts.
@@ -56,6 +60,10 @@ type Record struct {
 	// the memory device serves).
 	MemorySize   int64  `json:"memory_size"`
 	MemorySHA256 string `json:"memory_sha256"`
+	// MemoryDigests describes the memory file's per-block digest table;
+	// nil for snapshots published before tables existed, which restore
+	// unverified until `snapshot verify --add-digests` adds one.
+	MemoryDigests *DigestsDescriptor `json:"memory_digests,omitempty"`
 	// Manifest describes the attached startup manifest; nil when none is
 	// attached.
 	Manifest *ManifestDescriptor `json:"manifest,omitempty"`
@@ -70,6 +78,16 @@ type ManifestDescriptor struct {
 	SHA256 string `json:"sha256"`
 	// Size is the manifest length in bytes.
 	Size int64 `json:"size"`
+}
+
+// DigestsDescriptor identifies the digest table artifact of a memory file.
+type DigestsDescriptor struct {
+	// Algorithm is integrity.Algorithm: CRC-32C over BlockBytes blocks.
+	Algorithm  string `json:"algorithm"`
+	BlockBytes int64  `json:"block_bytes"`
+	// SHA256 and Size are those of the encoded table.
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
 }
 
 // Filter selects records for List. The zero Filter selects every record.
@@ -96,11 +114,17 @@ func (f Filter) Match(r Record) bool {
 
 // PublishRequest names the artifacts of a captured snapshot.
 type PublishRequest struct {
-	// VMStatePath and MemoryPath are the files the VMM wrote. The repository
-	// may hard-link them instead of copying, so the caller must not modify
-	// them after Publish returns (removing them is fine).
+	// VMStatePath and MemoryPath are the files the VMM wrote. They are
+	// copied (reflinked where the file system can), so the caller may
+	// change or remove them after Publish returns.
 	VMStatePath string
 	MemoryPath  string
+	// Link, where the backend keeps local files, hard-links the sources
+	// instead of copying them and makes their inode read-only (0444). The
+	// caller promises never to write the sources again: a write to them
+	// would change the published snapshot. Backends without local files
+	// ignore it.
+	Link bool
 	// Layout is the guest memory layout. It must be valid and its FileSize
 	// must equal the size of the memory file.
 	Layout layout.Layout
@@ -117,7 +141,8 @@ const (
 	StepCopy = "copy"
 	// StepVerify: the stored copy is being read back and hashed.
 	StepVerify = "verify"
-	// StepHash: a hard-linked artifact is being hashed and synced.
+	// StepHash: a hard-linked or reflinked artifact is being hashed and
+	// synced.
 	StepHash = "hash"
 )
 
@@ -157,6 +182,10 @@ type Resolved struct {
 	// open them before relying on them.
 	VMStatePath string
 	MemoryPath  string
+	// DigestsPath is the local digest table of the memory file, "" when
+	// Record.MemoryDigests is nil. The consumer checks its size and SHA-256
+	// against Record.MemoryDigests before trusting it.
+	DigestsPath string
 	// ManifestPath is the local startup manifest, "" when Record.Manifest
 	// is nil. The consumer must check its size, SHA-256 (against
 	// Record.Manifest) and layout before using it, and fall back to

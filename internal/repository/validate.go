@@ -1,10 +1,14 @@
 package repository
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 
 	"github.com/google/uuid"
+
+	"warmstart/internal/integrity"
 )
 
 // MaxAliasBytes is the longest alias accepted.
@@ -93,10 +97,33 @@ func (r Record) Validate() error {
 		return fmt.Errorf("%w: layout file size %d differs from memory size %d", ErrIntegrity, r.Layout.FileSize, r.MemorySize)
 	case r.VMStateSize < 0 || !isSHA256Hex(r.VMStateSHA256) || !isSHA256Hex(r.MemorySHA256):
 		return fmt.Errorf("%w: record artifact sizes or digests are malformed", ErrIntegrity)
+	case r.MemoryDigests != nil && r.MemoryDigests.Validate(r.MemorySize) != nil:
+		return fmt.Errorf("%w: record digest table descriptor: %v", ErrIntegrity, r.MemoryDigests.Validate(r.MemorySize))
 	case r.Manifest != nil && (r.Manifest.Size <= 0 || r.Manifest.Size > MaxManifestBytes || !isSHA256Hex(r.Manifest.SHA256)):
 		return fmt.Errorf("%w: record manifest descriptor is malformed", ErrIntegrity)
 	}
 	return nil
+}
+
+// Validate checks that d describes a table this build reads for a memory
+// file of memorySize bytes.
+func (d DigestsDescriptor) Validate(memorySize int64) error {
+	switch {
+	case d.Algorithm != integrity.Algorithm || d.BlockBytes != integrity.BlockBytes:
+		return fmt.Errorf("digest algorithm %q over %d-byte blocks is not %q over %d", d.Algorithm, d.BlockBytes, integrity.Algorithm, integrity.BlockBytes)
+	case d.Size != integrity.EncodedSize(memorySize):
+		return fmt.Errorf("digest table of %d bytes does not fit a %d-byte memory file", d.Size, memorySize)
+	case !isSHA256Hex(d.SHA256):
+		return fmt.Errorf("digest table SHA-256 %q is malformed", d.SHA256)
+	}
+	return nil
+}
+
+// DescribeDigests returns the descriptor of an encoded digest table.
+func DescribeDigests(encoded []byte) DigestsDescriptor {
+	sum := sha256.Sum256(encoded)
+	return DigestsDescriptor{Algorithm: integrity.Algorithm, BlockBytes: integrity.BlockBytes,
+		SHA256: hex.EncodeToString(sum[:]), Size: int64(len(encoded))}
 }
 
 // isSHA256Hex reports whether s is a lowercase hex SHA-256 digest.

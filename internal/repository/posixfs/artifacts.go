@@ -14,14 +14,20 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warmstart/internal/integrity"
 	"warmstart/internal/repository"
 )
 
-// Importing artifacts: a hard link where the source is on the store's file
-// system (no bytes move; the link and the source are one inode), else a copy
-// whose SHA-256 is computed while copying and again from the stored file
-// after fsync, with the copy's pages dropped from the page cache first so
-// the second pass reads what the disk holds rather than what was written.
+// Importing artifacts: by default a copy, so that nothing the publisher
+// writes later can change a published snapshot. Where the file system can
+// share extents (FICLONE: btrfs, XFS) the copy is a reflink, which moves no
+// bytes and is still a separate inode; elsewhere it is a byte copy whose
+// SHA-256 is computed while copying and again from the stored file after
+// fsync, with the copy's pages dropped from the page cache first so the
+// second pass reads what the disk holds rather than what was written. A
+// hard link only when the publisher asks for one (PublishRequest.Link) and
+// promises never to write the source again; the shared inode is then made
+// read-only so that promise is kept by the kernel for anyone but root.
 
 // CopyBufferBytes is the read and write unit of copies and hashing.
 const CopyBufferBytes = 1 << 20
@@ -33,12 +39,26 @@ const artifactFileMode = 0o444
 type storedArtifact struct {
 	size   int64
 	sha256 string
+	// table is the per-block digest table, when the import computed one.
+	table *integrity.Table
 }
 
-// importArtifact stores src as name in the snapshot directory dir. size is
-// the source's size when Publish checked it; the stored file must have it.
-func (r *Repo) importArtifact(ctx context.Context, src, dir, name string, size int64, tempFault string, progress func(repository.ImportProgress)) (storedArtifact, error) {
-	tmp := filepath.Join(dir, tempName(name))
+// importSpec names one artifact to import.
+type importSpec struct {
+	src, name string
+	// size is the source's size when Publish checked it; the stored file
+	// must have it.
+	size      int64
+	tempFault string
+	// digests makes the import compute the per-block digest table in the
+	// pass that hashes the bytes.
+	digests bool
+	link    bool
+}
+
+// importArtifact stores spec.src as spec.name in the snapshot directory dir.
+func (r *Repo) importArtifact(ctx context.Context, dir string, spec importSpec, progress func(repository.ImportProgress)) (storedArtifact, error) {
+	tmp := filepath.Join(dir, tempName(spec.name))
 	committed := false
 	defer func() {
 		if !committed {
@@ -47,26 +67,18 @@ func (r *Repo) importArtifact(ctx context.Context, src, dir, name string, size i
 	}()
 	report := func(step string, done int64) {
 		if progress != nil {
-			progress(repository.ImportProgress{Artifact: name, Step: step, DoneBytes: done, TotalBytes: size})
+			progress(repository.ImportProgress{Artifact: spec.name, Step: step, DoneBytes: done, TotalBytes: spec.size})
 		}
 	}
-
-	var got storedArtifact
-	var err error
-	if r.linkAllowed() && linkFollow(src, tmp) == nil {
-		// The source may not have been synced by the VMM that wrote it.
-		got, err = hashFile(ctx, tmp, true, func(n int64) { report(repository.StepHash, n) })
-	} else {
-		got, err = r.copyVerified(ctx, src, tmp, name, func(step string, n int64) { report(step, n) })
-	}
+	got, err := r.store(ctx, spec, tmp, report)
 	if err != nil {
 		return storedArtifact{}, err
 	}
-	if got.size != size {
-		return storedArtifact{}, &repository.IntegrityError{Artifact: name, Want: strconv.FormatInt(size, 10) + " bytes", Got: strconv.FormatInt(got.size, 10) + " bytes"}
+	if got.size != spec.size {
+		return storedArtifact{}, &repository.IntegrityError{Artifact: spec.name, Want: strconv.FormatInt(spec.size, 10) + " bytes", Got: strconv.FormatInt(got.size, 10) + " bytes"}
 	}
-	r.fault(tempFault)
-	final := filepath.Join(dir, name)
+	r.fault(spec.tempFault)
+	final := filepath.Join(dir, spec.name)
 	if err := os.Rename(tmp, final); err != nil {
 		return storedArtifact{}, fmt.Errorf("rename %s to %s: %w", tmp, final, err)
 	}
@@ -74,20 +86,72 @@ func (r *Repo) importArtifact(ctx context.Context, src, dir, name string, size i
 	return got, nil
 }
 
-func (r *Repo) linkAllowed() bool { return !r.opts.ForceCopy }
-
-// linkFollow hard-links the file src names, following a symlink: link(2)
-// itself would link the symlink, leaving the store pointing outside itself.
-func linkFollow(src, dst string) error {
-	return unix.Linkat(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW)
+// store puts the bytes of spec.src at tmp: a hard link when asked, else a
+// reflink where the file system supports it, else a verified copy.
+func (r *Repo) store(ctx context.Context, spec importSpec, tmp string, report func(string, int64)) (storedArtifact, error) {
+	hashed := func(n int64) { report(repository.StepHash, n) }
+	if spec.link && !r.opts.ForceCopy {
+		if err := linkReadOnly(spec.src, tmp); err != nil {
+			return storedArtifact{}, err
+		}
+		// The source may not have been synced by the VMM that wrote it.
+		return hashFile(ctx, tmp, true, spec.digests, hashed)
+	}
+	if !r.opts.ForceCopy {
+		cloned, err := reflink(spec.src, tmp)
+		if err != nil {
+			return storedArtifact{}, err
+		}
+		if cloned {
+			return hashFile(ctx, tmp, true, spec.digests, hashed)
+		}
+	}
+	return r.copyVerified(ctx, spec, tmp, report)
 }
 
-// copyVerified copies src to the new file dst and checks that dst reads back,
-// after fsync, as the bytes read from src.
-func (r *Repo) copyVerified(ctx context.Context, src, dst, name string, progress func(step string, done int64)) (storedArtifact, error) {
+// linkReadOnly hard-links the file src names to dst, following a symlink
+// (link(2) itself would link the symlink, leaving the store pointing
+// outside itself), and makes the shared inode read-only.
+func linkReadOnly(src, dst string) error {
+	if err := unix.Linkat(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW); err != nil {
+		return fmt.Errorf("hard-link %s into the store: %w", src, err)
+	}
+	if err := os.Chmod(dst, artifactFileMode); err != nil {
+		return fmt.Errorf("make linked %s read-only: %w", src, err)
+	}
+	return nil
+}
+
+// reflink makes dst a clone of src's extents. It reports false, leaving no
+// dst behind, where the file systems cannot clone (different file systems,
+// or one without shared extents), so the caller copies instead.
+func reflink(src, dst string) (bool, error) {
 	in, err := os.Open(src)
 	if err != nil {
-		return storedArtifact{}, fmt.Errorf("open %s: %w", src, err)
+		return false, fmt.Errorf("open %s: %w", src, err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, artifactFileMode)
+	if err != nil {
+		return false, fmt.Errorf("create %s: %w", dst, err)
+	}
+	cerr := unix.IoctlFileClone(int(out.Fd()), int(in.Fd()))
+	if err := out.Close(); err != nil && cerr == nil {
+		return false, fmt.Errorf("close %s: %w", dst, err)
+	}
+	if cerr != nil {
+		os.Remove(dst)
+		return false, nil
+	}
+	return true, nil
+}
+
+// copyVerified copies spec.src to the new file dst and checks that dst
+// reads back, after fsync, as the bytes read from the source.
+func (r *Repo) copyVerified(ctx context.Context, spec importSpec, dst string, progress func(step string, done int64)) (storedArtifact, error) {
+	in, err := os.Open(spec.src)
+	if err != nil {
+		return storedArtifact{}, fmt.Errorf("open %s: %w", spec.src, err)
 	}
 	defer in.Close()
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, artifactFileMode)
@@ -95,10 +159,16 @@ func (r *Repo) copyVerified(ctx context.Context, src, dst, name string, progress
 		return storedArtifact{}, fmt.Errorf("create %s: %w", dst, err)
 	}
 	h := sha256.New()
-	n, err := copyContext(ctx, io.MultiWriter(out, h), in, func(n int64) { progress(repository.StepCopy, n) })
+	sinks := []io.Writer{out, h}
+	var table *integrity.Builder
+	if spec.digests {
+		table = integrity.NewBuilder(spec.size)
+		sinks = append(sinks, table)
+	}
+	n, err := copyContext(ctx, io.MultiWriter(sinks...), in, func(n int64) { progress(repository.StepCopy, n) })
 	if err != nil {
 		out.Close()
-		return storedArtifact{}, fmt.Errorf("copy %s to %s: %w", src, dst, err)
+		return storedArtifact{}, fmt.Errorf("copy %s to %s: %w", spec.src, dst, err)
 	}
 	if err := out.Sync(); err != nil {
 		out.Close()
@@ -114,26 +184,35 @@ func (r *Repo) copyVerified(ctx context.Context, src, dst, name string, progress
 		r.afterCopy(dst)
 	}
 	want := storedArtifact{size: n, sha256: hex.EncodeToString(h.Sum(nil))}
-	got, err := hashFile(ctx, dst, false, func(n int64) { progress(repository.StepVerify, n) })
+	got, err := hashFile(ctx, dst, false, false, func(n int64) { progress(repository.StepVerify, n) })
 	if err != nil {
 		return storedArtifact{}, err
 	}
 	if got != want {
-		return storedArtifact{}, &repository.IntegrityError{Artifact: name, Want: want.sha256, Got: got.sha256}
+		return storedArtifact{}, &repository.IntegrityError{Artifact: spec.name, Want: want.sha256, Got: got.sha256}
+	}
+	if table != nil {
+		got.table = table.Table()
 	}
 	return got, nil
 }
 
-// hashFile reads path to the end and returns its size and SHA-256; with
-// sync it also fsyncs the file.
-func hashFile(ctx context.Context, path string, sync bool, progress func(int64)) (storedArtifact, error) {
+// hashFile reads path to the end and returns its size and SHA-256, and with
+// digests its digest table; with sync it also fsyncs the file.
+func hashFile(ctx context.Context, path string, sync, digests bool, progress func(int64)) (storedArtifact, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return storedArtifact{}, fmt.Errorf("open %s: %w", path, err)
 	}
 	defer f.Close()
 	var h hash.Hash = sha256.New()
-	n, err := copyContext(ctx, h, f, progress)
+	var sink io.Writer = h
+	var table *integrity.Builder
+	if digests {
+		table = integrity.NewBuilder(0)
+		sink = io.MultiWriter(h, table)
+	}
+	n, err := copyContext(ctx, sink, f, progress)
 	if err != nil {
 		return storedArtifact{}, fmt.Errorf("hash %s: %w", path, err)
 	}
@@ -142,7 +221,11 @@ func hashFile(ctx context.Context, path string, sync bool, progress func(int64))
 			return storedArtifact{}, fmt.Errorf("fsync %s: %w", path, err)
 		}
 	}
-	return storedArtifact{size: n, sha256: hex.EncodeToString(h.Sum(nil))}, nil
+	got := storedArtifact{size: n, sha256: hex.EncodeToString(h.Sum(nil))}
+	if table != nil {
+		got.table = table.Table()
+	}
+	return got, nil
 }
 
 // copyContext copies src to dst in CopyBufferBytes units, stopping when ctx

@@ -58,7 +58,7 @@ func (r *Repo) writeRecord(rec repository.Record, fp faultPoints) error {
 		return fmt.Errorf("encode record %s: %w", rec.ID, err)
 	}
 	data = append(data, '\n')
-	if err := r.writeFileDurable(r.paths.recordsDir(), recordFileName(rec.ID), data, fp); err != nil {
+	if err := r.writeFileDurable(r.paths.recordsDir(), recordFileName(rec.ID), data, catalogFileMode, fp); err != nil {
 		return fmt.Errorf("write record %s: %w", rec.ID, err)
 	}
 	return nil
@@ -109,7 +109,7 @@ func (r *Repo) bindAlias(alias, id string) error {
 			return &repository.AliasConflictError{Alias: alias, HolderID: holder}
 		}
 	}
-	err = r.writeFileDurable(r.paths.aliasesDir(), alias, []byte(id+"\n"),
+	err = r.writeFileDurable(r.paths.aliasesDir(), alias, []byte(id+"\n"), catalogFileMode,
 		faultPoints{afterTemp: FaultPublishAfterAliasTemp, afterRename: FaultPublishAfterAlias})
 	if err != nil {
 		return fmt.Errorf("bind alias %s: %w", alias, err)

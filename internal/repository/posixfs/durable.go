@@ -14,7 +14,8 @@ import (
 
 const (
 	catalogFileMode = 0o644
-	dirMode         = 0o755
+	// dirMode keeps the store to its owner: artifacts hold guest memory.
+	dirMode = 0o700
 )
 
 // faultPoints names the fault points of one durable write: the first fires
@@ -24,9 +25,9 @@ type faultPoints struct{ afterTemp, afterRename string }
 
 // writeFileDurable replaces dir/name with data. It never creates dir: a
 // snapshot directory that was deleted stays deleted.
-func (r *Repo) writeFileDurable(dir, name string, data []byte, fp faultPoints) error {
+func (r *Repo) writeFileDurable(dir, name string, data []byte, mode os.FileMode, fp faultPoints) error {
 	tmp := filepath.Join(dir, tempName(name))
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, catalogFileMode)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", tmp, err)
 	}

@@ -164,12 +164,18 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	}
 	r.fault(FaultPublishAfterDir)
 
-	vm, err := r.importArtifact(ctx, req.VMStatePath, dir, repository.VMStateFileName, vmSize, FaultPublishAfterVMStateTemp, req.Progress)
+	vm, err := r.importArtifact(ctx, dir, importSpec{src: req.VMStatePath, name: repository.VMStateFileName,
+		size: vmSize, tempFault: FaultPublishAfterVMStateTemp, link: req.Link}, req.Progress)
 	if err != nil {
 		return repository.Record{}, err
 	}
-	mem, err := r.importArtifact(ctx, req.MemoryPath, dir, repository.MemoryFileName, memSize, FaultPublishAfterMemoryTemp, req.Progress)
+	mem, err := r.importArtifact(ctx, dir, importSpec{src: req.MemoryPath, name: repository.MemoryFileName,
+		size: memSize, tempFault: FaultPublishAfterMemoryTemp, digests: true, link: req.Link}, req.Progress)
 	if err != nil {
+		return repository.Record{}, err
+	}
+	digests := mem.table.Encode()
+	if err := r.writeFileDurable(dir, repository.DigestsFileName, digests, artifactFileMode, faultPoints{}); err != nil {
 		return repository.Record{}, err
 	}
 	if err := syncDir(dir); err != nil {
@@ -187,6 +193,7 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 		VMStateSHA256: vm.sha256,
 		MemorySize:    mem.size,
 		MemorySHA256:  mem.sha256,
+		MemoryDigests: new(repository.DescribeDigests(digests)),
 	}
 	if err := r.commitRecord(ctx, rec); err != nil {
 		return repository.Record{}, err
@@ -283,7 +290,7 @@ func (r *Repo) attach(ctx context.Context, id string, data []byte) (repository.M
 	}
 	// writeFileDurable never creates the directory, so even a store edited
 	// behind our back cannot get a deleted snapshot's directory back.
-	err = r.writeFileDurable(r.paths.snapshotDir(id), repository.ManifestFileName, data,
+	err = r.writeFileDurable(r.paths.snapshotDir(id), repository.ManifestFileName, data, artifactFileMode,
 		faultPoints{afterTemp: FaultAttachAfterManifestTemp, afterRename: FaultAttachAfterManifest})
 	if errors.Is(err, os.ErrNotExist) {
 		return repository.ManifestDescriptor{}, fmt.Errorf("%w: snapshot directory is missing: %w", repository.ErrIntegrity, err)
@@ -317,6 +324,9 @@ func (r *Repo) Resolve(ctx context.Context, id string) (repository.Resolved, err
 	}
 	if rec.Manifest != nil {
 		res.ManifestPath = r.paths.artifactPath(id, repository.ManifestFileName)
+	}
+	if rec.MemoryDigests != nil {
+		res.DigestsPath = r.paths.artifactPath(id, repository.DigestsFileName)
 	}
 	return res, nil
 }

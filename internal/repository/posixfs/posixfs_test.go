@@ -1,6 +1,7 @@
 package posixfs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -80,8 +81,8 @@ func TestOnDiskLayout(t *testing.T) {
 		"catalog/", "catalog/aliases/", "catalog/aliases/web", "catalog/leases/", "catalog/locks/",
 		"catalog/records/", "catalog/records/" + rec.ID + ".json",
 		"snapshots/", "snapshots/" + rec.ID + "/",
-		"snapshots/" + rec.ID + "/memory.bin", "snapshots/" + rec.ID + "/startup-manifest.bin",
-		"snapshots/" + rec.ID + "/vm_state.bin",
+		"snapshots/" + rec.ID + "/memory.bin", "snapshots/" + rec.ID + "/memory.digests",
+		"snapshots/" + rec.ID + "/startup-manifest.bin", "snapshots/" + rec.ID + "/vm_state.bin",
 	}
 	if got := storeFiles(t, r.Root()); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("store holds\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -92,20 +93,31 @@ func TestOnDiskLayout(t *testing.T) {
 	}
 }
 
-func TestHardLinkOrCopy(t *testing.T) {
-	for _, force := range []bool{false, true} {
-		t.Run(fmt.Sprintf("ForceCopy=%v", force), func(t *testing.T) {
-			r := openTemp(t, Options{ForceCopy: force})
+// publishWith publishes in under a new lease with req adjusted by adjust.
+func publishWith(t *testing.T, r *Repo, in repotest.Inputs, adjust func(*repository.PublishRequest)) repository.Record {
+	t.Helper()
+	lease, err := r.BeginCapture(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.End()
+	req := in.Request("")
+	if adjust != nil {
+		adjust(&req)
+	}
+	rec, err := r.Publish(bg(), lease, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+func TestCopyByDefaultLinkOnlyOnRequest(t *testing.T) {
+	for _, link := range []bool{false, true} {
+		t.Run(fmt.Sprintf("Link=%v", link), func(t *testing.T) {
+			r := openTemp(t, Options{})
 			in := repotest.NewInputs(t, repotest.SmallMemoryBytes)
-			lease, err := r.BeginCapture(bg())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer lease.End()
-			rec, err := r.Publish(bg(), lease, in.Request(""))
-			if err != nil {
-				t.Fatal(err)
-			}
+			rec := publishWith(t, r, in, func(req *repository.PublishRequest) { req.Link = link })
 			src, err := os.Stat(in.MemoryPath)
 			if err != nil {
 				t.Fatal(err)
@@ -114,13 +126,62 @@ func TestHardLinkOrCopy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if linked := os.SameFile(src, stored); linked == force {
-				t.Fatalf("ForceCopy=%v but stored memory shares the source inode: %v", force, linked)
+			if linked := os.SameFile(src, stored); linked != link {
+				t.Fatalf("Link=%v but stored memory shares the source inode: %v", link, linked)
+			}
+			if link && src.Mode().Perm() != 0o444 {
+				t.Fatalf("linked source inode has mode %v, want read-only 0444", src.Mode().Perm())
 			}
 			if rec.MemorySHA256 != in.MemorySHA256 {
 				t.Fatalf("memory sha %s, want %s", rec.MemorySHA256, in.MemorySHA256)
 			}
 		})
+	}
+}
+
+// An in-place write to an import source, as `dd conv=notrunc` does, must
+// not reach the published snapshot.
+func TestWriteToSourceAfterImportLeavesSnapshotUnchanged(t *testing.T) {
+	r := openTemp(t, Options{})
+	in := repotest.NewInputs(t, repotest.SmallMemoryBytes)
+	rec := publishWith(t, r, in, nil)
+	f, err := os.OpenFile(in.MemoryPath, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(bytes.Repeat([]byte{0x5a}, 8192), 4096); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := hashFile(bg(), r.paths.artifactPath(rec.ID, repository.MemoryFileName), false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.sha256 != rec.MemorySHA256 {
+		t.Fatalf("published memory changed with its source: sha %s, record says %s", got.sha256, rec.MemorySHA256)
+	}
+}
+
+func TestArtifactsReadOnlyAndStorePrivate(t *testing.T) {
+	r := openTemp(t, Options{})
+	rec, lease := repotest.Publish(t, r, "")
+	if _, err := r.AttachManifest(bg(), lease, []byte("manifest")); err != nil {
+		t.Fatal(err)
+	}
+	lease.End()
+	for _, name := range []string{repository.VMStateFileName, repository.MemoryFileName, repository.DigestsFileName, repository.ManifestFileName} {
+		fi, err := os.Stat(r.paths.artifactPath(rec.ID, name))
+		if err != nil || fi.Mode().Perm() != 0o444 {
+			t.Errorf("%s: mode %v (%v), want 0444", name, fi.Mode().Perm(), err)
+		}
+	}
+	for _, dir := range append(r.paths.dirs(), r.paths.root, r.paths.snapshotDir(rec.ID)) {
+		fi, err := os.Stat(dir)
+		if err != nil || fi.Mode().Perm()&0o077 != 0 {
+			t.Errorf("%s: mode %v (%v), want no access for group or others", dir, fi.Mode().Perm(), err)
+		}
 	}
 }
 
@@ -288,7 +349,8 @@ func TestLeftoversIgnoredThenSwept(t *testing.T) {
 		"catalog/leases/" + live.SnapshotID() + ".lock", "catalog/locks/",
 		"catalog/records/", "catalog/records/" + rec.ID + ".json",
 		"snapshots/", "snapshots/" + live.SnapshotID() + "/", "snapshots/" + live.SnapshotID() + "/" + filepath.Base(liveFile),
-		"snapshots/" + rec.ID + "/", "snapshots/" + rec.ID + "/memory.bin", "snapshots/" + rec.ID + "/vm_state.bin",
+		"snapshots/" + rec.ID + "/", "snapshots/" + rec.ID + "/memory.bin", "snapshots/" + rec.ID + "/memory.digests",
+		"snapshots/" + rec.ID + "/vm_state.bin",
 	}
 	sort.Strings(want)
 	if got := storeFiles(t, r.Root()); strings.Join(got, "\n") != strings.Join(want, "\n") {

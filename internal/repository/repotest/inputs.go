@@ -94,13 +94,19 @@ const (
 // record with its lease still held; the lease ends when the test does.
 func Publish(t testing.TB, repo repository.Repository, alias string) (repository.Record, repository.Lease) {
 	t.Helper()
+	return PublishInputs(t, repo, NewInputs(t, SmallMemoryBytes), alias)
+}
+
+// PublishInputs is Publish of the given inputs.
+func PublishInputs(t testing.TB, repo repository.Repository, in Inputs, alias string) (repository.Record, repository.Lease) {
+	t.Helper()
 	ctx := context.Background()
 	lease, err := repo.BeginCapture(ctx)
 	if err != nil {
 		t.Fatalf("BeginCapture: %v", err)
 	}
 	t.Cleanup(func() { _ = lease.End() })
-	rec, err := repo.Publish(ctx, lease, NewInputs(t, SmallMemoryBytes).Request(alias))
+	rec, err := repo.Publish(ctx, lease, in.Request(alias))
 	if err != nil {
 		t.Fatalf("Publish(alias %q): %v", alias, err)
 	}

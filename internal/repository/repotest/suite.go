@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"warmstart/internal/integrity"
 	"warmstart/internal/layout"
 	"warmstart/internal/repository"
 )
@@ -32,6 +33,7 @@ func Run(t *testing.T, open func(t *testing.T) repository.Repository) {
 		{"BeginCaptureIssuesUUIDv7Leases", testBeginCapture},
 		{"PublishThenRead", testPublishThenRead},
 		{"PublishLargeMemory", testPublishLarge},
+		{"PublishStoresDigestTable", testDigestTable},
 		{"PublishWithoutAlias", testPublishWithoutAlias},
 		{"PublishRejectsBadRequests", testPublishRejects},
 		{"PublishRefusedAfterLeaseEnded", testPublishAfterEnd},
@@ -217,6 +219,49 @@ func testPublishThenRead(t *testing.T, repo repository.Repository) {
 	}
 	if ResolvedMemorySHA256(t, res) != in.MemorySHA256 {
 		t.Error("stored memory changed when the input was removed")
+	}
+}
+
+// testDigestTable checks that Publish stores the memory file's per-block
+// digest table, describes it in the record, and that Resolve hands out a
+// table that matches both its descriptor and the memory.
+func testDigestTable(t *testing.T, repo repository.Repository) {
+	in := NewInputs(t, LargeMemoryBytes)
+	rec, lease := PublishInputs(t, repo, in, "")
+	lease.End()
+	d := rec.MemoryDigests
+	if d == nil {
+		t.Fatal("published record has no digest table descriptor")
+	}
+	if err := d.Validate(rec.MemorySize); err != nil {
+		t.Fatalf("descriptor: %v", err)
+	}
+	res, err := repo.Resolve(bg(), rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.DigestsPath == "" {
+		t.Fatal("Resolve gives no digest table path")
+	}
+	data, err := os.ReadFile(res.DigestsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := repository.DescribeDigests(data); got != *d {
+		t.Fatalf("stored table is %+v, record says %+v", got, *d)
+	}
+	table, err := integrity.Decode(data, rec.MemorySize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := os.ReadFile(in.MemoryPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := integrity.NewBuilder(int64(len(mem)))
+	b.Write(mem)
+	if bad := table.Mismatches(b.Table()); len(bad) != 0 {
+		t.Fatalf("stored table disagrees with the memory at %d blocks, first at %d", len(bad), bad[0])
 	}
 }
 

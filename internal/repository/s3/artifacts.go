@@ -40,7 +40,9 @@ func sha256Hex(data []byte) string {
 
 // upload stores the file at path as artifact name of id. size is the
 // file's size when Publish checked it; the upload must find exactly that.
-func (r *Repo) upload(ctx context.Context, id, name, path string, size int64, progress func(repository.ImportProgress)) (storedArtifact, error) {
+// digests, when not nil, is fed every byte, so the per-block digest table
+// is built in the pass that hashes the file.
+func (r *Repo) upload(ctx context.Context, id, name, path string, size int64, digests io.Writer, progress func(repository.ImportProgress)) (storedArtifact, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return storedArtifact{}, fmt.Errorf("%w: %s file: %w", repository.ErrInvalidRequest, name, err)
@@ -60,6 +62,9 @@ func (r *Repo) upload(ctx context.Context, id, name, path string, size int64, pr
 			err = nil
 		}
 		whole.Write(buf[:n])
+		if digests != nil {
+			digests.Write(buf[:n])
+		}
 		return n, err
 	}
 	sizeChanged := func(got int64) error {

@@ -67,6 +67,7 @@ import (
 
 	"warmstart/internal/chunkcache"
 	"warmstart/internal/config"
+	"warmstart/internal/integrity"
 	"warmstart/internal/layout"
 	"warmstart/internal/repository"
 )
@@ -290,12 +291,17 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 		}
 		_ = r.removeArtifacts(cctx, id)
 	}()
-	vm, err := r.upload(ctx, id, repository.VMStateFileName, req.VMStatePath, vmSize, req.Progress)
+	vm, err := r.upload(ctx, id, repository.VMStateFileName, req.VMStatePath, vmSize, nil, req.Progress)
 	if err != nil {
 		return repository.Record{}, err
 	}
-	mem, err := r.upload(ctx, id, repository.MemoryFileName, req.MemoryPath, memSize, req.Progress)
+	table := integrity.NewBuilder(memSize)
+	mem, err := r.upload(ctx, id, repository.MemoryFileName, req.MemoryPath, memSize, table, req.Progress)
 	if err != nil {
+		return repository.Record{}, err
+	}
+	digests := table.Table().Encode()
+	if _, err := r.putSmall(ctx, r.keys.artifact(id, repository.DigestsFileName), digests, putCondition{}); err != nil {
 		return repository.Record{}, err
 	}
 	rec := repository.Record{
@@ -308,6 +314,7 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 		VMStateSHA256: vm.sha256,
 		MemorySize:    mem.size,
 		MemorySHA256:  mem.sha256,
+		MemoryDigests: new(repository.DescribeDigests(digests)),
 	}
 	if req.Alias != "" {
 		if err := r.bindAlias(ctx, req.Alias, id); err != nil {
@@ -638,6 +645,19 @@ func (r *Repo) resolve(ctx context.Context, rec repository.Record) (repository.R
 			// The consumer finds the file missing and restores with
 			// on-demand reads, as for any manifest it cannot use.
 			res.ManifestPath = filepath.Join(r.filesDir, m.SHA256)
+		default:
+			return repository.Resolved{}, err
+		}
+	}
+	if d := rec.MemoryDigests; d != nil {
+		// A table that is missing or does not match fails the restore's
+		// check of it, which names what is wrong.
+		p, err := r.fetchLocal(ctx, r.keys.artifact(id, repository.DigestsFileName), d.SHA256, d.Size)
+		switch {
+		case err == nil:
+			res.DigestsPath = p
+		case errors.Is(err, os.ErrNotExist), errors.Is(err, repository.ErrIntegrity):
+			res.DigestsPath = filepath.Join(r.filesDir, d.SHA256)
 		default:
 			return repository.Resolved{}, err
 		}

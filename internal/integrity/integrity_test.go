@@ -1,0 +1,176 @@
+package integrity
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+)
+
+func randomFile(t *testing.T, size int, seed uint64) []byte {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 1))
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+func tableOf(data []byte) *Table {
+	b := NewBuilder(int64(len(data)))
+	b.Write(data)
+	return b.Table()
+}
+
+func TestBuilderIsIndependentOfWriteSizes(t *testing.T) {
+	data := randomFile(t, 5*BlockBytes+123, 1)
+	want := tableOf(data)
+	rng := rand.New(rand.NewPCG(2, 2))
+	for trial := 0; trial < 20; trial++ {
+		b := NewBuilder(0)
+		for rest := data; len(rest) > 0; {
+			k := min(len(rest), 1+rng.IntN(3*BlockBytes))
+			b.Write(rest[:k])
+			rest = rest[k:]
+		}
+		if got := b.Table(); !bytes.Equal(got.Encode(), want.Encode()) {
+			t.Fatalf("trial %d: table differs from one built in a single write", trial)
+		}
+	}
+	if want.Blocks() != 6 || want.FileSize() != int64(len(data)) {
+		t.Fatalf("table has %d blocks for %d bytes", want.Blocks(), want.FileSize())
+	}
+}
+
+func TestEncodeDecodeRoundTripAndRejections(t *testing.T) {
+	data := randomFile(t, 3*BlockBytes+7, 3)
+	tab := tableOf(data)
+	enc := tab.Encode()
+	if int64(len(enc)) != EncodedSize(int64(len(data))) {
+		t.Fatalf("encoded %d bytes, EncodedSize says %d", len(enc), EncodedSize(int64(len(data))))
+	}
+	got, err := Decode(enc, int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Mismatches(tab)) != 0 {
+		t.Fatal("decoded table differs")
+	}
+	if _, err := Decode(enc, int64(len(data))+1); !errors.Is(err, ErrSizeChanged) {
+		t.Errorf("other file size: %v, want ErrSizeChanged", err)
+	}
+	for name, mutate := range map[string]func([]byte) []byte{
+		"magic":     func(b []byte) []byte { b[0] = 'X'; return b },
+		"version":   func(b []byte) []byte { b[4] = 9; return b },
+		"algorithm": func(b []byte) []byte { b[6] = 9; return b },
+		"blocksize": func(b []byte) []byte { b[9] = 0x20; return b },
+		"truncated": func(b []byte) []byte { return b[:len(b)-1] },
+		"appended":  func(b []byte) []byte { return append(b, 0) },
+		"empty":     func([]byte) []byte { return nil },
+	} {
+		b := mutate(append([]byte(nil), enc...))
+		if _, err := Decode(b, int64(len(data))); !errors.Is(err, ErrBadTable) {
+			t.Errorf("%s: %v, want ErrBadTable", name, err)
+		}
+	}
+}
+
+func TestReaderServesOnlyVerifiedBytes(t *testing.T) {
+	good := randomFile(t, 8*BlockBytes+100, 4)
+	tab := tableOf(good)
+	bad := append([]byte(nil), good...)
+	bad[3*BlockBytes+17] ^= 0x40 // block 3 is corrupt
+	var reports atomic.Int32
+	var reportedAt atomic.Int64
+	r := NewReader(bytes.NewReader(bad), tab, func(e *BlockError) {
+		reports.Add(1)
+		reportedAt.Store(e.Offset)
+	})
+
+	cases := []struct {
+		name     string
+		off, len int
+		wantN    int
+		corrupt  bool
+	}{
+		{"clean aligned", 0, 3 * BlockBytes, 3 * BlockBytes, false},
+		{"clean unaligned", 100, 2*BlockBytes + 50, 2*BlockBytes + 50, false},
+		{"aligned over bad block", 2 * BlockBytes, 3 * BlockBytes, BlockBytes, true},
+		{"unaligned over bad block", 2*BlockBytes + 10, 2 * BlockBytes, BlockBytes - 10, true},
+		{"inside bad block", 3*BlockBytes + 100, 10, 0, true},
+		{"after bad block", 4 * BlockBytes, 4*BlockBytes + 100, 4*BlockBytes + 100, false},
+	}
+	for _, c := range cases {
+		p := bytes.Repeat([]byte{0xAA}, c.len)
+		n, err := r.ReadAt(p, int64(c.off))
+		if n != c.wantN {
+			t.Errorf("%s: n = %d, want %d", c.name, n, c.wantN)
+		}
+		if c.corrupt != errors.Is(err, ErrCorrupt) || (!c.corrupt && err != nil && !errors.Is(err, io.EOF)) {
+			t.Errorf("%s: err = %v", c.name, err)
+		}
+		if !bytes.Equal(p[:n], good[c.off:c.off+n]) {
+			t.Errorf("%s: returned bytes differ from the file's", c.name)
+		}
+		if !bytes.Equal(p[n:], make([]byte, len(p)-n)) {
+			t.Errorf("%s: bytes after the verified prefix are not zeroed", c.name)
+		}
+	}
+	if reports.Load() != 1 || reportedAt.Load() != 3*BlockBytes {
+		t.Errorf("reported %d times at %d, want once at %d", reports.Load(), reportedAt.Load(), 3*BlockBytes)
+	}
+	var be *BlockError
+	_, err := r.ReadAt(make([]byte, BlockBytes), 3*BlockBytes)
+	if !errors.As(err, &be) || be.Offset != 3*BlockBytes {
+		t.Errorf("error %v does not name the block at %d", err, 3*BlockBytes)
+	}
+}
+
+func TestReaderRefusesAnotherFileOfTheSameSize(t *testing.T) {
+	a := randomFile(t, 16*BlockBytes, 5)
+	b := randomFile(t, 16*BlockBytes, 6)
+	r := NewReader(bytes.NewReader(b), tableOf(a), nil)
+	if n, err := r.ReadAt(make([]byte, len(a)), 0); n != 0 || !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("read of a swapped file: n=%d err=%v", n, err)
+	}
+	if len(tableOf(a).Mismatches(tableOf(b))) != 16 {
+		t.Fatal("Mismatches does not list every differing block")
+	}
+}
+
+func TestReaderReportsAShrunkFileAndEOF(t *testing.T) {
+	data := randomFile(t, 4*BlockBytes+10, 7)
+	tab := tableOf(data)
+	r := NewReader(bytes.NewReader(data[:2*BlockBytes+5]), tab, nil)
+	n, err := r.ReadAt(make([]byte, 4*BlockBytes), 0)
+	if n != 2*BlockBytes || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("short file: n=%d err=%v, want %d and ErrUnexpectedEOF", n, err, 2*BlockBytes)
+	}
+	full := NewReader(bytes.NewReader(data), tab, nil)
+	p := make([]byte, BlockBytes)
+	n, err = full.ReadAt(p, 4*BlockBytes)
+	if n != 10 || !errors.Is(err, io.EOF) || !bytes.Equal(p[:10], data[4*BlockBytes:]) {
+		t.Fatalf("read across the end: n=%d err=%v", n, err)
+	}
+	if _, err := full.ReadAt(p, int64(len(data))); !errors.Is(err, io.EOF) {
+		t.Fatalf("read at the end: %v", err)
+	}
+}
+
+func BenchmarkReaderAligned(b *testing.B) {
+	data := make([]byte, 1<<20)
+	for i := range data {
+		data[i] = byte(i * 31)
+	}
+	b1 := NewBuilder(int64(len(data)))
+	b1.Write(data)
+	r := NewReader(bytes.NewReader(data), b1.Table(), nil)
+	p := make([]byte, 128<<10)
+	b.SetBytes(int64(len(p)))
+	for i := 0; b.Loop(); i++ {
+		r.ReadAt(p, int64(i%8)*int64(len(p)))
+	}
+}
