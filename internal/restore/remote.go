@@ -27,12 +27,12 @@ type CacheWarmer interface {
 
 // attachFileDevice attaches the file device for src: a generation serving
 // its local memory file, or a reader of its remote memory source.
-func (r *Restorer) attachFileDevice(key string, src Source, ioEngine int) (*fusedev.Device, error) {
+func (r *Restorer) attachFileDevice(key string, src Source, ioEngine int, v *fusedev.Verifier) (*fusedev.Device, error) {
 	if src.Memory == nil {
-		return r.FUSE.Attach(key, src.MemoryPath, ioEngine)
+		return r.FUSE.AttachVerified(key, src.MemoryPath, ioEngine, v)
 	}
 	open := func() (fusedev.Lower, error) { return src.Memory.OpenMemory() }
-	return r.FUSE.AttachLower(key, src.Memory.Ref(), open, ioEngine)
+	return r.FUSE.AttachLowerVerified(key, src.Memory.Ref(), open, ioEngine, v)
 }
 
 // checkDevice refuses device and source pairs that cannot work.

@@ -69,6 +69,14 @@ type Source struct {
 	// Memory, when set, serves the memory instead of MemoryPath (snapshots
 	// in a remote repository; see remote.go).
 	Memory repository.MemorySource `json:"-"`
+	// VMStateSize and VMStateSHA256 are what the record says of the VMM
+	// state file; the restore checks it before the VMM reads it.
+	VMStateSize   int64
+	VMStateSHA256 string
+	// Digests and DigestsPath are the memory file's digest table; the
+	// memory device checks every block against it (see verify.go).
+	Digests     *repository.DigestsDescriptor
+	DigestsPath string
 }
 
 // SourceOf adapts a resolved repository record.
@@ -80,6 +88,11 @@ func SourceOf(r repository.Resolved) Source {
 		Layout:       r.Record.Layout,
 		ManifestPath: r.ManifestPath,
 		Memory:       r.Memory,
+
+		VMStateSize:   r.Record.VMStateSize,
+		VMStateSHA256: r.Record.VMStateSHA256,
+		Digests:       r.Record.MemoryDigests,
+		DigestsPath:   r.DigestsPath,
 	}
 	if d := r.Record.Manifest; d != nil {
 		s.Manifest = &manifest.Descriptor{SHA256: d.SHA256, Size: d.Size}
@@ -115,6 +128,11 @@ type Restorer struct {
 	Log        *slog.Logger
 	// Observe, when set, is told of each decision (for metrics).
 	Observe Observer
+
+	// SkipVerification serves memory without checking it against the
+	// snapshot's digest table. It exists to measure what verification
+	// costs (the benchmark) and is never set by the daemon or the CLI.
+	SkipVerification bool
 
 	// sessionHook, set by tests, is called with each uffd session as soon
 	// as it is accepted.
@@ -263,7 +281,14 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (inst 
 		}
 	}()
 
-	// 1. Acquire the memory device.
+	// 1. Acquire the memory device, checked against the digest table.
+	if err := r.checkVMState(src); err != nil {
+		return nil, err
+	}
+	digests, err := r.loadDigests(src)
+	if err != nil {
+		return nil, err
+	}
 	var markHandlerGone func()
 	spec := vmm.RestoreSpec{SnapshotID: src.SnapshotID, VMStatePath: src.VMStatePath, Layout: src.Layout, RuntimeDir: inst.runDir}
 	switch opts.Device {
@@ -275,9 +300,9 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (inst 
 		if key == "" {
 			key = src.SnapshotID
 		}
-		dev, err := r.attachFileDevice(key, src, opts.IOEngine)
+		dev, err := r.attachFileDevice(key, src, opts.IOEngine, r.fileVerifier(src, digests))
 		if err != nil {
-			return nil, fmt.Errorf("restore %s: attach memory device: %w", src.SnapshotID, err)
+			return nil, fmt.Errorf("restore %s: attach memory device: %w", src.SnapshotID, integrityIf(err))
 		}
 		inst.dev = dev
 		inst.Generation = dev.Generation()
@@ -297,9 +322,9 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (inst 
 			return nil, err
 		}
 		sock := filepath.Join(inst.runDir, "uffd.sock")
-		h, err := uffd.Listen(sock, src.MemoryPath, uffd.Options{Trace: opts.Trace})
+		h, err := uffd.Listen(sock, src.MemoryPath, r.uffdOptions(src, digests, opts.Trace))
 		if err != nil {
-			return nil, fmt.Errorf("restore %s: uffd handler: %w", src.SnapshotID, err)
+			return nil, fmt.Errorf("restore %s: uffd handler: %w", src.SnapshotID, integrityIf(err))
 		}
 		inst.handler = h
 		inst.Generation = uffdSessions.Add(1)
@@ -400,7 +425,7 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (inst 
 	// guest would hang on its next fault, so the VM is stopped instead.
 	ready, err := waitReady(ctx, vm, handlerDone, inst.session)
 	if err != nil {
-		return nil, fmt.Errorf("restore %s: %w", src.SnapshotID, err)
+		return nil, fmt.Errorf("restore %s: %w", src.SnapshotID, inst.withCorruption(src.SnapshotID, err))
 	}
 	inst.Timings.Ready = time.Since(t0)
 	if !ready.Ready.IsZero() && ready.Ready.After(t0) {
@@ -480,7 +505,7 @@ func waitReady(ctx context.Context, vm vmm.Instance, handlerDone <-chan struct{}
 		vm.RequestStop()
 		cancel()
 		<-ch
-		return vmm.ReadyInfo{}, fmt.Errorf("page-fault handler stopped before ready (%v); VM stopped", s.Err())
+		return vmm.ReadyInfo{}, fmt.Errorf("page-fault handler stopped before ready; VM stopped: %w", s.Err())
 	}
 }
 

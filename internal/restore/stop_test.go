@@ -11,6 +11,7 @@ import (
 
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/memdev/uffd"
+	"warmstart/internal/repository"
 	"warmstart/internal/restore"
 )
 
@@ -101,11 +102,24 @@ func TestUffdHandlerDeathFailsRestore(t *testing.T) {
 		copyPrefix(t, src.MemoryPath, short, memoryBytes/2)
 		bad := src
 		bad.MemoryPath = short
+		// Without a digest table the handler finds out only from the
+		// VMM's regions.
+		bad.Digests = nil
 		err := restoreFails(t, e.restorer, bad, restore.Options{Device: restore.DeviceUffd, Prefetch: restore.ModeOn})
 		if !strings.Contains(err.Error(), "accept the VMM's userfaultfd") {
 			t.Errorf("error %q does not say the handshake failed", err)
 		}
 		checkGone(t, e.vm.last(t))
+	})
+	t.Run("lower file shorter than its digest table", func(t *testing.T) {
+		short := filepath.Join(t.TempDir(), "memory.bin")
+		copyPrefix(t, src.MemoryPath, short, memoryBytes/2)
+		bad := src
+		bad.MemoryPath = short
+		err := restoreFails(t, e.restorer, bad, restore.Options{Device: restore.DeviceUffd, Prefetch: restore.ModeOn})
+		if !errors.Is(err, repository.ErrIntegrity) {
+			t.Errorf("error %q is not an integrity error", err)
+		}
 	})
 }
 

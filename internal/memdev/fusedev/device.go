@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"warmstart/internal/fsx"
 	"warmstart/internal/memdev"
 )
 
@@ -46,6 +46,7 @@ type generation struct {
 
 	counters memdev.CounterSet
 	trace    tracer
+	corrupt  corruption
 	// served marks the pages this generation has handed to the kernel (by
 	// read or fill). KEEP_CACHE keeps them cached for the generation's life
 	// unless memory pressure reclaims them, so a fill can skip them.
@@ -75,16 +76,24 @@ type Device struct {
 // snapshot and becomes part of the device file's name. A second attach of
 // an attached key must name the same lower file and io_engine.
 func (s *Server) Attach(key, lowerPath string, ioEngine int) (*Device, error) {
+	return s.AttachVerified(key, lowerPath, ioEngine, nil)
+}
+
+// AttachVerified is Attach with every block read from the lower file
+// checked by v before it is served; a nil v checks nothing. Attaches of one
+// key must agree on whether they verify.
+func (s *Server) AttachVerified(key, lowerPath string, ioEngine int, v *Verifier) (*Device, error) {
 	if err := validKey(key); err != nil {
 		return nil, fmt.Errorf("attach %q: %w", key, err)
 	}
 	if ioEngine < IOEngineBuffered || ioEngine > IOEngineDirect {
 		return nil, fmt.Errorf("attach %q: %w: %d", key, ErrInvalidIOEngine, ioEngine)
 	}
-	lowerRef, err := filepath.Abs(lowerPath)
+	path, err := filepath.Abs(lowerPath)
 	if err != nil {
 		return nil, fmt.Errorf("attach %q: %w", key, err)
 	}
+	lowerRef := path
 
 	s.mu.Lock()
 	if s.closed {
@@ -93,25 +102,29 @@ func (s *Server) Attach(key, lowerPath string, ioEngine int) (*Device, error) {
 	}
 	if g, ok := s.byKey[key]; ok {
 		defer s.mu.Unlock()
-		return g.share(lowerRef, ioEngine)
+		return g.share(lowerRef, ioEngine, v != nil)
 	}
 	s.mu.Unlock()
 
 	// Open outside the lock: the lower file may sit on slow storage.
-	lower, err := os.Open(lowerRef)
+	f, err := fsx.OpenRegular(path)
 	if err != nil {
 		return nil, fmt.Errorf("attach %q: open lower file: %w", key, err)
 	}
-	fi, err := lower.Stat()
+	fi, err := f.Stat()
 	if err != nil {
-		lower.Close()
+		f.Close()
 		return nil, fmt.Errorf("attach %q: stat lower file: %w", key, err)
 	}
-	if !fi.Mode().IsRegular() || fi.Size() <= 0 {
-		lower.Close()
-		return nil, fmt.Errorf("attach %q: lower file %s: not a non-empty regular file", key, lowerRef)
+	if fi.Size() <= 0 {
+		f.Close()
+		return nil, fmt.Errorf("attach %q: lower file %s is empty", key, path)
 	}
-
+	lower, err := wrapFile(f, fi.Size(), v)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("attach %q: %s: %w", key, path, err)
+	}
 	return s.install(key, lower, lowerRef, fi.Size(), fi.ModTime(), ioEngine)
 }
 
@@ -126,17 +139,24 @@ func (s *Server) install(key string, lower lowerFile, lowerRef string, size int6
 		return nil, fmt.Errorf("attach %q: %w", key, ErrClosed)
 	}
 	if g, ok := s.byKey[key]; ok {
+		verify := isVerified(lower)
 		lower.Close()
-		return g.share(lowerRef, ioEngine)
+		return g.share(lowerRef, ioEngine, verify)
 	}
 	return &Device{gen: s.newGenerationLocked(key, lower, lowerRef, size, mtime, ioEngine)}, nil
 }
 
 // share adds a reference to g for an attach of its key; s.mu is held.
-func (g *generation) share(lowerRef string, ioEngine int) (*Device, error) {
+func (g *generation) share(lowerRef string, ioEngine int, verify bool) (*Device, error) {
 	if g.lowerRef != lowerRef || g.ioEngine != ioEngine {
 		return nil, fmt.Errorf("attach %q: %w: generation %d serves %s with io_engine %d, not %s with %d",
 			g.key, ErrAttachConflict, g.number, g.lowerRef, g.ioEngine, lowerRef, ioEngine)
+	}
+	if verify && !g.verified() {
+		// An attach that asks for checked bytes never shares a generation
+		// that serves unchecked ones; the reverse is harmless.
+		return nil, fmt.Errorf("attach %q: %w: generation %d serves %s unverified",
+			g.key, ErrAttachConflict, g.number, g.lowerRef)
 	}
 	g.refs++
 	return &Device{gen: g}, nil
@@ -263,6 +283,7 @@ func (g *generation) read(dest []byte, off int64) ([]byte, syscall.Errno) {
 		err = io.ErrUnexpectedEOF
 	}
 	if err != nil {
+		g.corrupt.note(err)
 		// Short within the device size means the lower file shrank under
 		// us; either way the reader must not see made-up bytes.
 		return nil, syscall.EIO

@@ -67,6 +67,7 @@ func (d *Device) Fill(off int64, buf []byte) error {
 		}
 		g.counters.End(len(run), n, err)
 		if err != nil {
+			g.corrupt.note(err)
 			return fmt.Errorf("fill %s [%d, %d): read lower file: %w", g.name, lo, hi, err)
 		}
 		if errno := inode.WriteCache(lo, run); errno != 0 {

@@ -32,6 +32,12 @@ type lowerFile interface {
 // when a new generation is made, outside the server's lock; the generation
 // owns what it returns and closes it after its release has drained.
 func (s *Server) AttachLower(key, ref string, open func() (Lower, error), ioEngine int) (*Device, error) {
+	return s.AttachLowerVerified(key, ref, open, ioEngine, nil)
+}
+
+// AttachLowerVerified is AttachLower with every block read from the lower
+// checked by v before it is served; a nil v checks nothing.
+func (s *Server) AttachLowerVerified(key, ref string, open func() (Lower, error), ioEngine int, v *Verifier) (*Device, error) {
 	if err := validKey(key); err != nil {
 		return nil, fmt.Errorf("attach %q: %w", key, err)
 	}
@@ -51,7 +57,7 @@ func (s *Server) AttachLower(key, ref string, open func() (Lower, error), ioEngi
 	}
 	if g, ok := s.byKey[key]; ok {
 		defer s.mu.Unlock()
-		return g.share(lowerRef, ioEngine)
+		return g.share(lowerRef, ioEngine, v != nil)
 	}
 	s.mu.Unlock()
 
@@ -64,6 +70,12 @@ func (s *Server) AttachLower(key, ref string, open func() (Lower, error), ioEngi
 		lower.Close()
 		return nil, fmt.Errorf("attach %q: lower %s is empty", key, ref)
 	}
+	checked, err := wrapLower(lower, v)
+	if err != nil {
+		lower.Close()
+		return nil, fmt.Errorf("attach %q: lower %s: %w", key, ref, err)
+	}
+	lower = checked
 
 	return s.install(key, lower, lowerRef, size, time.Now(), ioEngine)
 }

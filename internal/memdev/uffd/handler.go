@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"warmstart/internal/fsx"
+	"warmstart/internal/integrity"
 )
 
 // HandshakeMaxBytes bounds the JSON region list a VMM may send: enough for
@@ -51,6 +54,13 @@ type Options struct {
 	// InstallChunkBytes bounds one Install run; DefaultInstallChunkBytes
 	// when zero. It is raised to the region's page size when smaller.
 	InstallChunkBytes int
+	// Digests, when set, is the lower file's per-block digest table: every
+	// page is checked against it before it is copied into a VM, and a
+	// fault on a bad block fails the session instead (ErrLowerFile, with
+	// the *integrity.BlockError in the chain).
+	Digests *integrity.Table
+	// OnCorrupt, when not nil, is told once of each bad block met.
+	OnCorrupt func(*integrity.BlockError)
 
 	hooks *testHooks
 }
@@ -74,7 +84,10 @@ type Handler struct {
 	socketPath string
 	ln         *net.UnixListener
 	lower      *os.File
-	opts       Options
+	// reader is what sessions read pages through: the lower file, or the
+	// lower file checked against Options.Digests.
+	reader io.ReaderAt
+	opts   Options
 
 	acceptMu sync.Mutex
 	// closing is cancelled by Close, to abandon a handshake in progress.
@@ -96,9 +109,14 @@ func Listen(socketPath, lowerPath string, opts Options) (*Handler, error) {
 		opts.InstallChunkBytes = DefaultInstallChunkBytes
 	}
 	opts.InstallChunkBytes = max(PageSizeBytes, opts.InstallChunkBytes/PageSizeBytes*PageSizeBytes)
-	lower, err := os.Open(lowerPath)
+	lower, err := fsx.OpenRegular(lowerPath)
 	if err != nil {
 		return nil, fmt.Errorf("uffd listen: open lower file: %w", err)
+	}
+	reader, err := readerOf(lower, opts)
+	if err != nil {
+		lower.Close()
+		return nil, fmt.Errorf("uffd listen: %s: %w", lowerPath, err)
 	}
 	if err := removeStaleSocket(socketPath); err != nil {
 		lower.Close()
@@ -116,11 +134,29 @@ func Listen(socketPath, lowerPath string, opts Options) (*Handler, error) {
 		socketPath:  socketPath,
 		ln:          ln,
 		lower:       lower,
+		reader:      reader,
 		opts:        opts,
 		closing:     closing,
 		markClosing: markClosing,
 		sessions:    make(map[*Session]struct{}),
 	}, nil
+}
+
+// readerOf returns what pages are read through: the lower file itself, or
+// the lower file checked against its digest table.
+func readerOf(lower *os.File, opts Options) (io.ReaderAt, error) {
+	if opts.Digests == nil {
+		return lower, nil
+	}
+	fi, err := lower.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat lower file: %w", err)
+	}
+	if fi.Size() != opts.Digests.FileSize() {
+		return nil, fmt.Errorf("%w: lower file has %d bytes, its digest table describes %d",
+			integrity.ErrSizeChanged, fi.Size(), opts.Digests.FileSize())
+	}
+	return integrity.NewReader(lower, opts.Digests, opts.OnCorrupt), nil
 }
 
 // removeStaleSocket deletes a socket file left by a handler that died, and

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
+	"io"
 	"runtime"
 	"sort"
 	"sync"
@@ -100,7 +100,7 @@ func (r *region) hostAddr(logical uint64) uint64 { return r.BaseHostVirtAddr + l
 // (see Install).
 type Session struct {
 	h        *Handler
-	lower    *os.File
+	lower    io.ReaderAt
 	uffd     int
 	pidfd    int
 	stopfd   int
@@ -140,7 +140,7 @@ func newSession(h *Handler, mappings []Mapping, uffd, pidfd int) (*Session, erro
 	}
 	s := &Session{
 		h:       h,
-		lower:   h.lower,
+		lower:   h.reader,
 		uffd:    uffd,
 		pidfd:   pidfd,
 		stopfd:  stopfd,

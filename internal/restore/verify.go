@@ -1,0 +1,179 @@
+package restore
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"warmstart/internal/fsx"
+	"warmstart/internal/integrity"
+	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/memdev/uffd"
+	"warmstart/internal/repository"
+)
+
+// Memory integrity on restore: the VMM state file is checked whole against
+// the record's SHA-256 before the VMM may read it, and the memory device
+// checks every block it reads from the lower file against the snapshot's
+// digest table before any byte of it reaches the VM. A snapshot published
+// before digest tables existed restores unverified, and says so once.
+
+// Integrity artifacts, as IntegrityObserver names them.
+const (
+	ArtifactMemory  = "memory"
+	ArtifactVMState = "vm_state"
+	ArtifactDigests = "digests"
+)
+
+// IntegrityObserver is implemented by observers that count integrity
+// failures; artifact is one of the Artifact constants.
+type IntegrityObserver interface {
+	IntegrityFailure(artifact string)
+}
+
+// checkVMState compares the VMM state file with the record. It is small
+// (device state; guest memory is the memory file), so hashing it on every
+// restore costs little next to what a wrong one would do to the guest.
+func (r *Restorer) checkVMState(src Source) error {
+	if src.VMStateSHA256 == "" {
+		return nil // a source not made from a record (tests of the device alone)
+	}
+	got, size, err := hashRegular(src.VMStatePath)
+	if err == nil && (size != src.VMStateSize || got != src.VMStateSHA256) {
+		err = &repository.IntegrityError{Artifact: repository.VMStateFileName,
+			Want: fmt.Sprintf("%d bytes, sha256 %s", src.VMStateSize, src.VMStateSHA256),
+			Got:  fmt.Sprintf("%d bytes, sha256 %s", size, got)}
+	}
+	if err != nil {
+		r.integrityFailed(src.SnapshotID, ArtifactVMState, err)
+		return fmt.Errorf("restore %s: check VM state: %w", src.SnapshotID, err)
+	}
+	return nil
+}
+
+// loadDigests reads the snapshot's digest table and checks it against the
+// record. It returns nil, nil for a snapshot without a table, or when
+// verification is off.
+func (r *Restorer) loadDigests(src Source) (*integrity.Table, error) {
+	if r.SkipVerification {
+		return nil, nil
+	}
+	if src.Digests == nil {
+		if src.VMStateSHA256 != "" {
+			r.warnUnverified(src.SnapshotID)
+		}
+		return nil, nil
+	}
+	t, err := readDigests(src)
+	if err != nil {
+		r.integrityFailed(src.SnapshotID, ArtifactDigests, err)
+		return nil, fmt.Errorf("restore %s: digest table: %w", src.SnapshotID, err)
+	}
+	return t, nil
+}
+
+func readDigests(src Source) (*integrity.Table, error) {
+	if src.DigestsPath == "" {
+		return nil, &repository.IntegrityError{Artifact: repository.DigestsFileName, Want: "a table", Got: "no file"}
+	}
+	data, err := fsx.ReadBounded(src.DigestsPath, src.Digests.Size)
+	if err != nil {
+		return nil, err
+	}
+	if got := repository.DescribeDigests(data); got.SHA256 != src.Digests.SHA256 || got.Size != src.Digests.Size {
+		return nil, &repository.IntegrityError{Artifact: repository.DigestsFileName,
+			Want: src.Digests.SHA256, Got: got.SHA256}
+	}
+	return integrity.Decode(data, src.Layout.FileSize)
+}
+
+// unverifiedReported holds the snapshots this process already reported as
+// having no digest table, so each is reported once.
+var unverifiedReported sync.Map
+
+func (r *Restorer) warnUnverified(snapshot string) {
+	if _, seen := unverifiedReported.LoadOrStore(snapshot, struct{}{}); seen || r.Log == nil {
+		return
+	}
+	r.Log.Warn("snapshot has no digest table: its memory is served unverified; "+
+		"`warmstart snapshot verify --add-digests` adds one", "snapshot", snapshot)
+}
+
+// corruptionReporter is what devices call, once per bad block.
+func (r *Restorer) corruptionReporter(snapshot string) func(*integrity.BlockError) {
+	return func(e *integrity.BlockError) { r.integrityFailed(snapshot, ArtifactMemory, e) }
+}
+
+func (r *Restorer) integrityFailed(snapshot, artifact string, err error) {
+	if o, ok := r.Observe.(IntegrityObserver); ok {
+		o.IntegrityFailure(artifact)
+	}
+	if r.Log != nil {
+		r.Log.Error("snapshot integrity check failed; the bytes are not served", "snapshot", snapshot,
+			"artifact", artifact, "err", err)
+	}
+}
+
+func (r *Restorer) fileVerifier(src Source, t *integrity.Table) *fusedev.Verifier {
+	if t == nil {
+		return nil
+	}
+	return &fusedev.Verifier{Table: t, OnCorrupt: r.corruptionReporter(src.SnapshotID)}
+}
+
+func (r *Restorer) uffdOptions(src Source, t *integrity.Table, trace bool) uffd.Options {
+	o := uffd.Options{Trace: trace}
+	if t != nil {
+		o.Digests, o.OnCorrupt = t, r.corruptionReporter(src.SnapshotID)
+	}
+	return o
+}
+
+// withCorruption explains a failed restore by the bad block its device met,
+// if it met one: the VM died on a page the device refused to serve.
+func (inst *Instance) withCorruption(snapshot string, err error) error {
+	if err == nil || errors.Is(err, integrity.ErrCorrupt) {
+		return markIntegrity(err)
+	}
+	if inst.dev != nil {
+		if c := inst.dev.Corruption(); c != nil {
+			return fmt.Errorf("%w: snapshot %s: memory %w (%w)", repository.ErrIntegrity, snapshot, c, err)
+		}
+	}
+	return err
+}
+
+// markIntegrity makes a chain holding a bad block match ErrIntegrity too.
+func markIntegrity(err error) error {
+	if err == nil || errors.Is(err, repository.ErrIntegrity) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", repository.ErrIntegrity, err)
+}
+
+// integrityIf marks a lower file that does not fit its digest table (it
+// changed size since publish) as an integrity failure.
+func integrityIf(err error) error {
+	if errors.Is(err, integrity.ErrSizeChanged) || errors.Is(err, integrity.ErrCorrupt) {
+		return markIntegrity(err)
+	}
+	return err
+}
+
+// hashRegular returns the SHA-256 and size of the regular file at path.
+func hashRegular(path string) (string, int64, error) {
+	f, err := fsx.OpenRegular(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, fmt.Errorf("read %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
