@@ -408,6 +408,13 @@ func (v *trackingVMM) last(t *testing.T) *replay.Instance {
 	return v.started[len(v.started)-1]
 }
 
+// all returns every VMM started so far.
+func (v *trackingVMM) all() []*replay.Instance {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return append([]*replay.Instance(nil), v.started...)
+}
+
 // checkGone fails unless the VMM process has exited and been reaped.
 func checkGone(t *testing.T, inst *replay.Instance) {
 	t.Helper()
@@ -424,10 +431,23 @@ func checkGone(t *testing.T, inst *replay.Instance) {
 
 // observer records what the restorer reports.
 type observer struct {
-	mu       sync.Mutex
-	rejected []string
-	skipped  []string
-	ended    []prefetch.State
+	mu        sync.Mutex
+	rejected  []string
+	skipped   []string
+	ended     []prefetch.State
+	integrity int
+}
+
+func (o *observer) IntegrityFailure(string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.integrity++
+}
+
+func (o *observer) integrityFailures() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.integrity
 }
 
 func (o *observer) ManifestRejected(reason string) {
