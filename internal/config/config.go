@@ -133,6 +133,10 @@ type MemoryConfig struct {
 	IOEngine int `toml:"io_engine"`
 	// FUSEMount is where the file device mounts its file system.
 	FUSEMount string `toml:"fuse_mount"`
+	// UffdConnectTimeout bounds how long a restore on the uffd device waits
+	// for the VMM to connect to the page-fault handler. A VMM that exits
+	// first fails the restore at once.
+	UffdConnectTimeout time.Duration `toml:"uffd_connect_timeout"`
 }
 
 // PrefetchConfig is [prefetch].
@@ -217,7 +221,9 @@ func Default() *Config {
 				ChunkSizeMiB:    1,
 			},
 		},
-		Memory:   MemoryConfig{Device: DeviceFile, IOEngine: IOEngineBuffered, FUSEMount: "/run/warmstart/mem"},
+		Memory: MemoryConfig{
+			Device: DeviceFile, IOEngine: IOEngineBuffered, FUSEMount: "/run/warmstart/mem", UffdConnectTimeout: 10 * time.Second,
+		},
 		Prefetch: PrefetchConfig{Policy: PolicyWarmstart, MaxReaders: 4, BufferBytes: 1 << 20},
 		Runtime:  RuntimeConfig{Dir: "/run/warmstart"},
 		Daemon:   DaemonConfig{Socket: "/run/warmstart/warmstart.sock"},

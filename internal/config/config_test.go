@@ -146,6 +146,7 @@ func TestValidateErrors(t *testing.T) {
 		{"[memory]\nio_engine = 3", "memory.io_engine", "3 out of range 0..2"},
 		{"[memory]\nio_engine = -1", "memory.io_engine", "-1 out of range 0..2"},
 		{"[memory]\nfuse_mount = \"\"", "memory.fuse_mount", "must not be empty"},
+		{"[memory]\nuffd_connect_timeout = \"0s\"", "memory.uffd_connect_timeout", "0s is not a positive duration"},
 		{"[prefetch]\npolicy = \"greedy\"", "prefetch.policy", `"greedy" is not one of "warmstart", "seed", "reap", "e2b"`},
 		{"[prefetch]\nmax_readers = 0", "prefetch.max_readers", "0 out of range 1..64"},
 		{"[prefetch]\nmax_readers = 65", "prefetch.max_readers", "65 out of range 1..64"},
