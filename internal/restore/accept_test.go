@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -153,4 +154,55 @@ func mountedAt(t *testing.T, dir string) bool {
 		}
 	}
 	return false
+}
+
+// elsewhereVMM is the replay VMM connecting to a socket other than the
+// restore's page-fault handler: a live VMM that never connects to it.
+type elsewhereVMM struct {
+	trackingVMM
+	socket string
+}
+
+func (v *elsewhereVMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.Instance, error) {
+	spec.MemPath = v.socket
+	return v.trackingVMM.Restore(ctx, spec)
+}
+
+// TestUffdRestoreFailsAfterConnectTimeout: a VMM that lives on but never
+// connects fails the restore once the connect timeout has passed, and is
+// killed.
+func TestUffdRestoreFailsAfterConnectTimeout(t *testing.T) {
+	e := newEnv(t, envOptions{noManifest: true})
+	src := e.source(t)
+	// The VMM hands its userfaultfd to this listener, which never serves
+	// it: the VMM waits for ever in its first fault, alive.
+	elsewhere, err := net.Listen("unix", filepath.Join(shortTempDir(t), "elsewhere.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer elsewhere.Close()
+	vm := &elsewhereVMM{trackingVMM: trackingVMM{VMM: replay.VMM{TracePath: neverReadyTrace(t)}}, socket: elsewhere.Addr().String()}
+	r := *e.restorer
+	r.VMM = vm
+	r.RuntimeDir = shortTempDir(t)
+	r.ConnectTimeout = 200 * time.Millisecond
+
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	t0 := time.Now()
+	inst, err := r.Restore(ctx, src, restore.Options{Device: restore.DeviceUffd, Prefetch: restore.ModeOff})
+	took := time.Since(t0)
+	if err == nil {
+		inst.Stop(context.Background())
+		t.Fatal("restore succeeded without its VMM connecting")
+	}
+	t.Logf("failed after %v: %v", took, err)
+	if !errors.Is(err, uffd.ErrConnectTimeout) || !strings.Contains(err.Error(), e.id) || !strings.Contains(err.Error(), "200ms") {
+		t.Errorf("error %q: want ErrConnectTimeout naming snapshot %s and the 200ms timeout", err, e.id)
+	}
+	if took < r.ConnectTimeout || took > r.ConnectTimeout+2*time.Second {
+		t.Errorf("restore failed after %v, want soon after the %v connect timeout", took, r.ConnectTimeout)
+	}
+	checkGone(t, vm.last(t))
+	checkNoSockets(t, r.RuntimeDir)
 }
