@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warmstart/internal/fsx"
 	"warmstart/internal/layout"
 	"warmstart/internal/manifest"
 	"warmstart/internal/memdev"
@@ -554,6 +555,7 @@ func reasonOf(err error) string {
 		name string
 	}{
 		{os.ErrNotExist, "missing"},
+		{fsx.ErrNotRegular, "not_regular"},
 		{manifest.ErrSizeMismatch, "size"},
 		{manifest.ErrDigestMismatch, "digest"},
 		{manifest.ErrLayoutMismatch, "layout"},
@@ -571,7 +573,7 @@ func reasonOf(err error) string {
 			return "corrupt"
 		}
 	}
-	// Anything else failed to read the file at all (EIO, EACCES, EISDIR).
+	// Anything else failed to read the file at all (EIO, EACCES).
 	return "unreadable"
 }
 
