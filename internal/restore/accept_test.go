@@ -206,3 +206,48 @@ func TestUffdRestoreFailsAfterConnectTimeout(t *testing.T) {
 	checkGone(t, vm.last(t))
 	checkNoSockets(t, r.RuntimeDir)
 }
+
+// TestUffdRestoreEndsWithItsContext: cancelling a restore's context while
+// it waits for its live VMM to connect ends the restore at once, long
+// before the connect timeout, and kills the VMM.
+func TestUffdRestoreEndsWithItsContext(t *testing.T) {
+	e := newEnv(t, envOptions{noManifest: true})
+	src := e.source(t)
+	elsewhere, err := net.Listen("unix", filepath.Join(shortTempDir(t), "elsewhere.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer elsewhere.Close()
+	vm := &elsewhereVMM{trackingVMM: trackingVMM{VMM: replay.VMM{TracePath: neverReadyTrace(t)}}, socket: elsewhere.Addr().String()}
+	r := *e.restorer
+	r.VMM = vm
+	r.RuntimeDir = shortTempDir(t)
+	r.ConnectTimeout = time.Hour
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Cancel once the VMM has connected elsewhere: the restore is then
+	// waiting for a connection that will not come.
+	go func() {
+		if c, err := elsewhere.Accept(); err == nil {
+			defer c.Close()
+			cancel()
+			// Hold the connection until the restore is over.
+			c.Read(make([]byte, 1))
+		}
+	}()
+	done := make(chan error, 1)
+	go func() {
+		inst, err := r.Restore(ctx, src, restore.Options{Device: restore.DeviceUffd, Prefetch: restore.ModeOff})
+		if err == nil {
+			inst.Stop(context.Background())
+		}
+		done <- err
+	}()
+	err = waitFor(t, done, "the cancelled restore to return")
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), e.id) {
+		t.Errorf("restore: %v, want context.Canceled naming snapshot %s", err, e.id)
+	}
+	checkGone(t, vm.last(t))
+	checkNoSockets(t, r.RuntimeDir)
+}

@@ -106,3 +106,19 @@ func TestAcceptWithConnectTimeout(t *testing.T) {
 	f.v, f.s = f.connect(f.regions)
 	f.touchAndCheck(reads(0)...)
 }
+
+// TestAcceptWithHonoursContext: cancelling the context ends the wait even
+// while the VMM lives and the connect timeout is far off.
+func TestAcceptWithHonoursContext(t *testing.T) {
+	f := newHandler(t, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	accepted := make(chan error, 1)
+	go func() {
+		_, err := f.h.AcceptWith(ctx, AcceptOptions{VMMExited: make(chan struct{}), ConnectTimeout: time.Hour})
+		accepted <- err
+	}()
+	cancel()
+	if err := await(t, accepted, "accept"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("accept: %v, want context.Canceled", err)
+	}
+}
