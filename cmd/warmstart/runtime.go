@@ -138,6 +138,7 @@ func openSystem(cmd *cobra.Command, vf *vmmFlags) (*system, error) {
 		ConsumeEnabled: cfg.Snapshot.MemoryStartupPack.ConsumeEnabled,
 		RuntimeDir:     run,
 		Log:            s.log,
+		ConnectTimeout: cfg.Memory.UffdConnectTimeout,
 	}
 	tr, closeTr, err := recorder.TracingRestorerWith(s.restorer, filepath.Join(run, "trace-mem"), vf.fuseOptions())
 	if err != nil {

@@ -10,11 +10,13 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"os"
+	"path/filepath"
 	"reflect"
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"warmstart/internal/fsx"
 )
 
 // Allowed values of the enumerated keys.
@@ -133,6 +135,10 @@ type MemoryConfig struct {
 	IOEngine int `toml:"io_engine"`
 	// FUSEMount is where the file device mounts its file system.
 	FUSEMount string `toml:"fuse_mount"`
+	// UffdConnectTimeout bounds how long a restore on the uffd device waits
+	// for the VMM to connect to the page-fault handler. A VMM that exits
+	// first fails the restore at once.
+	UffdConnectTimeout time.Duration `toml:"uffd_connect_timeout"`
 }
 
 // PrefetchConfig is [prefetch].
@@ -217,7 +223,9 @@ func Default() *Config {
 				ChunkSizeMiB:    1,
 			},
 		},
-		Memory:   MemoryConfig{Device: DeviceFile, IOEngine: IOEngineBuffered, FUSEMount: "/run/warmstart/mem"},
+		Memory: MemoryConfig{
+			Device: DeviceFile, IOEngine: IOEngineBuffered, FUSEMount: "/run/warmstart/mem", UffdConnectTimeout: 10 * time.Second,
+		},
 		Prefetch: PrefetchConfig{Policy: PolicyWarmstart, MaxReaders: 4, BufferBytes: 1 << 20},
 		Runtime:  RuntimeConfig{Dir: "/run/warmstart"},
 		Daemon:   DaemonConfig{Socket: "/run/warmstart/warmstart.sock"},
@@ -282,17 +290,32 @@ type kindError struct {
 func (e kindError) Error() string { return e.detail }
 func (e kindError) Unwrap() error { return e.kind }
 
+// MaxFileBytes bounds a configuration file; the default one is under 8 KiB.
+const MaxFileBytes = 1 << 20
+
 // Load reads and validates the configuration file at path; an empty path
 // means the built-in defaults. Keys the file omits keep their defaults.
 func Load(path string) (*Config, error) {
 	if path == "" {
 		return Default(), nil
 	}
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
 		return nil, &ConfigError{File: path, Err: err}
 	}
 	return Parse(data, path)
+}
+
+// readFile reads a configuration file that must be a regular file of at
+// most MaxFileBytes, so that a FIFO fails at once instead of blocking and a
+// device such as /dev/zero instead of filling memory. Symlinks are followed
+// first: configuration management commonly links files into /etc.
+func readFile(path string) ([]byte, error) {
+	resolved, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return nil, err
+	}
+	return fsx.ReadBounded(resolved, MaxFileBytes)
 }
 
 // Parse decodes and validates configuration text; file names it in errors.

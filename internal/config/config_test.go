@@ -5,9 +5,13 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"warmstart/internal/fsx"
 )
 
 func TestDefaultIsValid(t *testing.T) {
@@ -146,6 +150,7 @@ func TestValidateErrors(t *testing.T) {
 		{"[memory]\nio_engine = 3", "memory.io_engine", "3 out of range 0..2"},
 		{"[memory]\nio_engine = -1", "memory.io_engine", "-1 out of range 0..2"},
 		{"[memory]\nfuse_mount = \"\"", "memory.fuse_mount", "must not be empty"},
+		{"[memory]\nuffd_connect_timeout = \"0s\"", "memory.uffd_connect_timeout", "0s is not a positive duration"},
 		{"[prefetch]\npolicy = \"greedy\"", "prefetch.policy", `"greedy" is not one of "warmstart", "seed", "reap", "e2b"`},
 		{"[prefetch]\nmax_readers = 0", "prefetch.max_readers", "0 out of range 1..64"},
 		{"[prefetch]\nmax_readers = 65", "prefetch.max_readers", "65 out of range 1..64"},
@@ -251,5 +256,92 @@ func checkConfigError(t *testing.T, text, key string, kind error, fragment strin
 	msg := err.Error()
 	if !strings.Contains(msg, file) || (key != "" && !strings.Contains(msg, "key "+key+":")) || !strings.Contains(msg, fragment) {
 		t.Errorf("message %q lacks file, key %q or %q", msg, key, fragment)
+	}
+}
+
+// TestLoadRefusesWhatIsNotARegularFile: a FIFO nobody writes to, a device
+// and a directory fail at once with an error naming the file, neither
+// blocking nor reading. The device is /dev/null, which a broken Load would
+// read harmlessly; /dev/zero, which it would read until memory runs out, is
+// tested on the CLI in a child process the test can kill.
+func TestLoadRefusesWhatIsNotARegularFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.toml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{fifo, "/dev/null", dir} {
+		err := loadWithin(t, path, fifo)
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.File != path || !errors.Is(err, fsx.ErrNotRegular) || !strings.Contains(err.Error(), path) {
+			t.Errorf("Load(%s) = %v, want a *ConfigError naming the file, wrapping fsx.ErrNotRegular", path, err)
+		}
+	}
+}
+
+// TestLoadBoundsTheRead: a file over MaxFileBytes is refused after reading
+// little more than the bound, however large it is.
+func TestLoadBoundsTheRead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "huge.toml")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Sparse: zero bytes that take no disk space. Large enough to tell a
+	// bounded read from a whole one, small enough not to hurt if a broken
+	// Load reads it whole.
+	if err := os.Truncate(path, 64*MaxFileBytes); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	err := loadWithin(t, path, "")
+	runtime.ReadMemStats(&after)
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.File != path || !errors.Is(err, fsx.ErrTooLarge) {
+		t.Fatalf("Load(64 MiB file) = %v, want a *ConfigError wrapping fsx.ErrTooLarge", err)
+	}
+	if allocated := after.TotalAlloc - before.TotalAlloc; allocated > 16*MaxFileBytes {
+		t.Errorf("Load allocated %d bytes refusing the file, want about the %d-byte bound", allocated, MaxFileBytes)
+	}
+}
+
+// TestLoadFollowsSymlinks: a configuration linked into place, as
+// configuration management does, loads as the file it names.
+func TestLoadFollowsSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "real.toml")
+	if err := os.WriteFile(file, []byte("[memory]\ndevice = \"uffd\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "warmstart.toml")
+	if err := os.Symlink(file, link); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(link)
+	if err != nil || cfg.Memory.Device != DeviceUffd {
+		t.Fatalf("Load(symlink) = %+v, %v; want the linked file's settings", cfg, err)
+	}
+}
+
+// loadWithin runs Load, failing the test if it blocks. fifo, when set, is
+// opened for writing then, so that a Load blocked in open(2) returns.
+func loadWithin(t *testing.T, path, fifo string) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := Load(path)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		if fifo != "" {
+			if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+				w.Close()
+			}
+		}
+		t.Fatalf("Load(%s) blocked", path)
+		return nil
 	}
 }

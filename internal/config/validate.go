@@ -75,6 +75,7 @@ func (c *Config) Validate() error {
 			return inRange("memory.io_engine", int64(c.Memory.IOEngine), IOEngineBuffered, IOEngineDirect)
 		},
 		func() error { return nonEmpty("memory.fuse_mount", c.Memory.FUSEMount) },
+		func() error { return positive("memory.uffd_connect_timeout", c.Memory.UffdConnectTimeout) },
 		func() error {
 			return oneOf("prefetch.policy", c.Prefetch.Policy, PolicyWarmstart, PolicySeed, PolicyREAP, PolicyE2B)
 		},

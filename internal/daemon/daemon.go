@@ -240,6 +240,7 @@ func New(opts Options) (_ *Daemon, err error) {
 		ConsumeEnabled: cfg.Snapshot.MemoryStartupPack.ConsumeEnabled,
 		RuntimeDir:     runDir,
 		Log:            d.log,
+		ConnectTimeout: cfg.Memory.UffdConnectTimeout,
 	}
 	// Recording restores are throwaway, traced and never prefetch: they
 	// would only blur the restore metrics, so only the restorer serving

@@ -31,12 +31,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"os"
 	"slices"
 	"strings"
 
+	"warmstart/internal/fsx"
 	"warmstart/internal/layout"
 )
 
@@ -321,21 +320,16 @@ func Verify(data []byte, want Descriptor, snapshotLayout layout.Layout) (*Manife
 }
 
 // ReadFile reads an encoded manifest, refusing one over MaxEncodedBytes
-// without reading it whole.
+// without reading it whole. Anything but a regular file is refused at once
+// with an error wrapping fsx.ErrNotRegular: a FIFO would block the restore
+// in open(2), a device would stream without end, a symlink would point the
+// restore at whatever it names.
 func ReadFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxEncodedBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > MaxEncodedBytes {
+	data, err := fsx.ReadBounded(path, MaxEncodedBytes)
+	if errors.Is(err, fsx.ErrTooLarge) {
 		return nil, fmt.Errorf("%s: %w: more than %d bytes", path, ErrOversize, MaxEncodedBytes)
 	}
-	return data, nil
+	return data, err
 }
 
 // Build turns page first-touch offsets, in touch order, into a manifest

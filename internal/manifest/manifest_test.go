@@ -8,8 +8,11 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"warmstart/internal/fsx"
 	"warmstart/internal/layout"
 )
 
@@ -362,6 +365,48 @@ func TestReadFile(t *testing.T) {
 	wantOnly(t, err, ErrOversize)
 	if _, err := ReadFile(filepath.Join(dir, "absent")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("ReadFile(absent) = %v", err)
+	}
+}
+
+// TestReadFileRefusesWhatIsNotAFile: a symlink (even to a valid manifest),
+// a FIFO nobody writes to, a directory: each is refused at once, naming the
+// path, without blocking in open(2).
+func TestReadFileRefusesWhatIsNotAFile(t *testing.T) {
+	dir := t.TempDir()
+	data, err := Encode(&Manifest{Layout: layout.Single(4 * page), Ranges: []Range{{0, page}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "ok.bin")
+	if err := os.WriteFile(file, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.bin")
+	if err := os.Symlink(file, link); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo.bin")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{link, fifo, dir} {
+		done := make(chan error, 1)
+		go func() {
+			_, err := ReadFile(path)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if !errors.Is(err, fsx.ErrNotRegular) || !strings.Contains(err.Error(), path) {
+				t.Errorf("ReadFile(%s) = %v, want fsx.ErrNotRegular naming the path", path, err)
+			}
+		case <-time.After(10 * time.Second):
+			// A writer lets a reader blocked in open(2) go on.
+			if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+				w.Close()
+			}
+			t.Fatalf("ReadFile(%s) blocked", path)
+		}
 	}
 }
 

@@ -35,12 +35,13 @@ func TracingRestorerWith(base *restore.Restorer, dir string, mount fusedev.Optio
 		return nil, nil, fmt.Errorf("recorder mount: %w", err)
 	}
 	r = &restore.Restorer{
-		FUSE:       srv,
-		Engine:     prefetch.NewEngine(prefetch.Options{}),
-		VMM:        base.VMM,
-		RuntimeDir: base.RuntimeDir,
-		Log:        base.Log,
-		Observe:    base.Observe,
+		FUSE:           srv,
+		Engine:         prefetch.NewEngine(prefetch.Options{}),
+		VMM:            base.VMM,
+		RuntimeDir:     base.RuntimeDir,
+		Log:            base.Log,
+		Observe:        base.Observe,
+		ConnectTimeout: base.ConnectTimeout,
 	}
 	return r, srv.Close, nil
 }

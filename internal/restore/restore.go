@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warmstart/internal/fsx"
 	"warmstart/internal/layout"
 	"warmstart/internal/manifest"
 	"warmstart/internal/memdev"
@@ -128,6 +129,11 @@ type Restorer struct {
 	Log        *slog.Logger
 	// Observe, when set, is told of each decision (for metrics).
 	Observe Observer
+	// ConnectTimeout bounds how long a restore on the uffd device waits
+	// for its VMM to connect to the page-fault handler;
+	// uffd.DefaultConnectTimeout when zero. A VMM that exits first ends
+	// the wait at once.
+	ConnectTimeout time.Duration
 
 	// SkipVerification serves memory without checking it against the
 	// snapshot's digest table. It exists to measure what verification
@@ -383,10 +389,10 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (inst 
 
 	var handlerDone <-chan struct{}
 	if opts.Device == DeviceUffd {
-		s, err := inst.handler.Accept(ctx)
+		s, err := r.acceptVMM(ctx, inst.handler, vm)
 		if err != nil {
 			markHandlerGone()
-			return nil, fmt.Errorf("restore %s: accept the VMM's userfaultfd: %w", src.SnapshotID, err)
+			return nil, fmt.Errorf("restore %s: %w", src.SnapshotID, err)
 		}
 		go func() {
 			<-s.Done()
@@ -458,6 +464,29 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (inst 
 		r.Observe.Phases(inst.Timings)
 	}
 	return inst, nil
+}
+
+// acceptVMM waits for vm to connect to the page-fault handler and hand over
+// its userfaultfd. The wait ends with an error when vm exits first (with
+// its exit status) or the connect timeout passes, so that a VMM that died
+// during startup fails the restore at once rather than leave it waiting.
+func (r *Restorer) acceptVMM(ctx context.Context, h *uffd.Handler, vm vmm.Instance) (*uffd.Session, error) {
+	opts := uffd.AcceptOptions{ConnectTimeout: r.ConnectTimeout}
+	if opts.ConnectTimeout <= 0 {
+		opts.ConnectTimeout = uffd.DefaultConnectTimeout
+	}
+	exiter, _ := vm.(vmm.Exiter)
+	if exiter != nil {
+		opts.VMMExited = exiter.Exited()
+	}
+	s, err := h.AcceptWith(ctx, opts)
+	switch {
+	case err == nil:
+		return s, nil
+	case errors.Is(err, uffd.ErrExitedBeforeConnect) && exiter != nil:
+		return nil, fmt.Errorf("accept the VMM's userfaultfd: %w: %s", err, exiter.ExitStatus())
+	}
+	return nil, fmt.Errorf("accept the VMM's userfaultfd: %w", err)
 }
 
 // killer is implemented by VMM instances that can be ended at once.
@@ -551,6 +580,7 @@ func reasonOf(err error) string {
 		name string
 	}{
 		{os.ErrNotExist, "missing"},
+		{fsx.ErrNotRegular, "not_regular"},
 		{manifest.ErrSizeMismatch, "size"},
 		{manifest.ErrDigestMismatch, "digest"},
 		{manifest.ErrLayoutMismatch, "layout"},
@@ -568,7 +598,7 @@ func reasonOf(err error) string {
 			return "corrupt"
 		}
 	}
-	// Anything else failed to read the file at all (EIO, EACCES, EISDIR).
+	// Anything else failed to read the file at all (EIO, EACCES).
 	return "unreadable"
 }
 

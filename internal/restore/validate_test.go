@@ -58,6 +58,12 @@ func TestManifestRejectionFallsBackToOnDemand(t *testing.T) {
 	if err := os.Truncate(oversize, manifest.MaxEncodedBytes+1); err != nil {
 		t.Fatal(err)
 	}
+	// Even a link to the valid manifest: the restore reads only what the
+	// repository stored, never what a link points it to.
+	symlink := filepath.Join(dir, "symlink")
+	if err := os.Symlink(good.ManifestPath, symlink); err != nil {
+		t.Fatal(err)
+	}
 	describe := func(b []byte) *manifest.Descriptor { d := manifest.Describe(b); return &d }
 
 	cases := []struct {
@@ -75,7 +81,8 @@ func TestManifestRejectionFallsBackToOnDemand(t *testing.T) {
 		{"digest mismatch", write("flipped", flipped), good.Manifest, "digest", "digest mismatch"},
 		{"layout mismatch", write("foreign", foreignData), describe(foreignData), "layout", "another memory layout"},
 		{"oversize", oversize, &manifest.Descriptor{SHA256: good.Manifest.SHA256, Size: manifest.MaxEncodedBytes + 1}, "oversize", "too large"},
-		{"unreadable", dir, good.Manifest, "unreadable", "is a directory"},
+		{"directory", dir, good.Manifest, "not_regular", "it is a directory"},
+		{"symlink", symlink, good.Manifest, "not_regular", "it is a symlink"},
 	}
 	for _, device := range devices {
 		for _, c := range cases {

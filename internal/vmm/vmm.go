@@ -51,6 +51,19 @@ type Resumer interface {
 	Resume() error
 }
 
+// Exiter is implemented by instances whose driver reaps the VMM process.
+// A restore on the Uffd backend waits for the VMM to connect to the
+// page-fault handler; Exited lets it stop waiting as soon as the VMM is
+// gone, since a dead VMM never connects.
+type Exiter interface {
+	// Exited is closed once the VMM process has exited and been reaped.
+	Exited() <-chan struct{}
+	// ExitStatus says how the process ended: its exit status or signal,
+	// and what else the driver knows (why it killed it, its last output).
+	// Call it after Exited has closed.
+	ExitStatus() string
+}
+
 // ReadyInfo is what a driver learned by the time the guest was ready.
 type ReadyInfo struct {
 	// Started is when the VMM began loading the snapshot.

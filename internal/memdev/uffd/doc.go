@@ -28,6 +28,11 @@
 // when the VMM exits (no POLLHUP; it simply stays quiet). Done then closes
 // with ErrVMMExited.
 //
+// Before the handshake there is no peer to watch, and a VMM that dies
+// before it connects would leave Accept waiting for ever. AcceptWith takes
+// the exit of the VMM it waits for, from the VMM's driver, and a connect
+// timeout: the wait ends with ErrExitedBeforeConnect or ErrConnectTimeout.
+//
 // # Copy source
 //
 // Pages are read from the lower file with pread into a Go byte slice owned

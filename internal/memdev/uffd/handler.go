@@ -28,6 +28,11 @@ const HandshakeMaxBytes = 64 << 10
 // handshake.
 const HandshakeTimeout = 10 * time.Second
 
+// DefaultConnectTimeout is how long a restore waits for its VMM to connect
+// when nothing else is configured. Firecracker connects while it loads the
+// snapshot, and the replay VMM within milliseconds of starting.
+const DefaultConnectTimeout = 10 * time.Second
+
 // DefaultInstallChunkBytes is the largest run Install reads from the lower
 // file and copies into the guest in one UFFDIO_COPY.
 const DefaultInstallChunkBytes = 1 << 20
@@ -44,6 +49,12 @@ var (
 	ErrClosed = errors.New("uffd handler closed")
 	// ErrSocketInUse is returned by Listen when another handler serves the path.
 	ErrSocketInUse = errors.New("uffd socket already in use")
+	// ErrExitedBeforeConnect is wrapped by AcceptWith's error when the VMM
+	// it waits for exited without connecting.
+	ErrExitedBeforeConnect = errors.New("VMM exited before connecting")
+	// ErrConnectTimeout is wrapped by AcceptWith's error when no VMM
+	// connected within AcceptOptions.ConnectTimeout.
+	ErrConnectTimeout = errors.New("no VMM connected")
 )
 
 // Options tune a Handler and the sessions it accepts.
@@ -186,11 +197,30 @@ func removeStaleSocket(path string) error {
 // SocketPath is the path VMMs connect to.
 func (h *Handler) SocketPath() string { return h.socketPath }
 
+// AcceptOptions describe the VMM one AcceptWith waits for.
+type AcceptOptions struct {
+	// VMMExited, when set, is closed once the VMM process expected to
+	// connect has exited: it can no longer connect, so the wait ends at
+	// once with an error wrapping ErrExitedBeforeConnect.
+	VMMExited <-chan struct{}
+	// ConnectTimeout, when positive, bounds the wait for the connection
+	// (the handshake that follows has HandshakeTimeout); the error then
+	// wraps ErrConnectTimeout.
+	ConnectTimeout time.Duration
+}
+
 // Accept waits for a VMM to connect, receives its handshake, validates the
 // mappings against the lower file and starts serving its faults. A
 // rejected handshake returns an error wrapping ErrBadHandshake; the handler
 // keeps listening. ctx bounds both the wait and the handshake.
 func (h *Handler) Accept(ctx context.Context) (*Session, error) {
+	return h.AcceptWith(ctx, AcceptOptions{})
+}
+
+// AcceptWith is Accept for one known VMM: the wait for its connection also
+// ends when that VMM exits or the connect timeout passes, since a VMM that
+// died before connecting would otherwise leave the caller waiting for ever.
+func (h *Handler) AcceptWith(ctx context.Context, opts AcceptOptions) (*Session, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -210,17 +240,9 @@ func (h *Handler) Accept(ctx context.Context) (*Session, error) {
 		}
 		return nil, fmt.Errorf("uffd accept: %w", err)
 	}
-	stop := interruptOnDone(ctx, h.ln.SetDeadline)
-	conn, err := h.ln.AcceptUnix()
-	stop()
+	conn, err := h.acceptConn(ctx, opts)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("uffd accept: %w", ctx.Err())
-		}
-		if errors.Is(err, net.ErrClosed) {
-			return nil, ErrClosed
-		}
-		return nil, fmt.Errorf("uffd accept: %w", err)
+		return nil, err
 	}
 	defer conn.Close()
 
@@ -230,7 +252,7 @@ func (h *Handler) Accept(ctx context.Context) (*Session, error) {
 	defer cancel()
 	unlink := context.AfterFunc(h.closing, cancel)
 	defer unlink()
-	stop = interruptOnDone(hctx, conn.SetDeadline)
+	stop := interruptOnDone(hctx, conn.SetDeadline)
 	mappings, uffd, err := receiveHandshake(conn)
 	stop()
 	if err != nil {
@@ -273,6 +295,79 @@ func (h *Handler) Accept(ctx context.Context) (*Session, error) {
 	h.sessions[s] = struct{}{}
 	go s.serve()
 	return s, nil
+}
+
+// acceptConn waits for the next connection until ctx ends, the expected
+// VMM exits or the connect timeout passes. Each ending has its own error,
+// so that an operator learns which one happened.
+func (h *Handler) acceptConn(ctx context.Context, opts AcceptOptions) (*net.UnixConn, error) {
+	wait, cancel := connectWait(ctx, opts)
+	defer cancel()
+	conn, err := h.acceptUntil(wait)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(wait), ErrExitedBeforeConnect) && h.connectionPending() {
+		// The VMM connected and then died, so it did not exit before
+		// connecting. Its handshake is buffered in the socket; the
+		// session that takes it reports the exit (ErrVMMExited).
+		conn, err = h.acceptUntil(ctx)
+	}
+	switch {
+	case err == nil:
+		return conn, nil
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("uffd accept: %w", ctx.Err())
+	case wait.Err() != nil:
+		return nil, fmt.Errorf("uffd accept on %s: %w", h.socketPath, context.Cause(wait))
+	case errors.Is(err, net.ErrClosed):
+		return nil, ErrClosed
+	}
+	return nil, fmt.Errorf("uffd accept: %w", err)
+}
+
+// connectWait is ctx ended also by the VMM's exit and by the connect
+// timeout, each with its own cause.
+func connectWait(ctx context.Context, opts AcceptOptions) (context.Context, context.CancelFunc) {
+	wait, cancel := context.WithCancelCause(ctx)
+	if opts.VMMExited != nil {
+		go func() {
+			select {
+			case <-opts.VMMExited:
+				cancel(ErrExitedBeforeConnect)
+			case <-wait.Done():
+			}
+		}()
+	}
+	if opts.ConnectTimeout <= 0 {
+		return wait, func() { cancel(nil) }
+	}
+	timed, stop := context.WithTimeoutCause(wait, opts.ConnectTimeout,
+		fmt.Errorf("%w within %v", ErrConnectTimeout, opts.ConnectTimeout))
+	return timed, func() { stop(); cancel(nil) }
+}
+
+// acceptUntil accepts the next connection, giving up once ctx ends.
+func (h *Handler) acceptUntil(ctx context.Context) (*net.UnixConn, error) {
+	if err := h.ln.SetDeadline(time.Time{}); err != nil {
+		return nil, err
+	}
+	stop := interruptOnDone(ctx, h.ln.SetDeadline)
+	defer stop()
+	return h.ln.AcceptUnix()
+}
+
+// connectionPending reports whether a connection waits in the listen
+// queue. Once a VMM has been reaped every connect it made is queued, so
+// this tells whether it connected before it died.
+func (h *Handler) connectionPending() bool {
+	raw, err := h.ln.SyscallConn()
+	if err != nil {
+		return false
+	}
+	pending := false
+	raw.Control(func(fd uintptr) {
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+		pending = err == nil && n > 0
+	})
+	return pending
 }
 
 // interruptOnDone makes blocked I/O on a socket return once ctx is done, by

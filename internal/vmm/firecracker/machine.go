@@ -35,6 +35,7 @@ type Machine struct {
 var (
 	_ vmm.Instance = (*Machine)(nil)
 	_ vmm.Resumer  = (*Machine)(nil)
+	_ vmm.Exiter   = (*Machine)(nil)
 )
 
 // vmStateTimeout bounds a pause or resume made without a caller's context;
@@ -103,6 +104,15 @@ func (m *Machine) Client() *Client { return m.client }
 
 // PID is the Firecracker process's id.
 func (m *Machine) PID() int { return m.proc.pid() }
+
+// Exited is closed once the Firecracker process has exited and been reaped.
+func (m *Machine) Exited() <-chan struct{} { return m.proc.exited }
+
+// ExitStatus tells how the process ended, with the tail of its log and
+// console. Call it after Exited has closed.
+func (m *Machine) ExitStatus() string {
+	return m.exitInfo().String() + "; " + m.proc.logTail()
+}
 
 // Pause pauses the vCPUs.
 func (m *Machine) Pause() error { return m.setState(VMPaused) }

@@ -48,6 +48,7 @@ var (
 	_ vmm.VMM      = (*VMM)(nil)
 	_ vmm.Instance = (*Instance)(nil)
 	_ vmm.Resumer  = (*Instance)(nil)
+	_ vmm.Exiter   = (*Instance)(nil)
 )
 
 // Report is what the replay VMM reported when it became ready.
@@ -275,6 +276,10 @@ func (i *Instance) LogPath() string { return i.logPath }
 
 // Exited is closed once the process has been reaped.
 func (i *Instance) Exited() <-chan struct{} { return i.exited }
+
+// ExitStatus tells how the process ended: its exit status, why it was
+// killed, its error and last output. Call it after Exited has closed.
+func (i *Instance) ExitStatus() string { return i.exitDescription() }
 
 // Report returns what the VMM reported at ready; ok is false before that.
 func (i *Instance) Report() (r Report, ok bool) {

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// cliArgsEnv makes the test binary run the warmstart CLI, exactly as the
+// real binary does, with the arguments it holds as a JSON array.
+const cliArgsEnv = "WARMSTART_CLI_TEST_ARGS"
+
+func TestMain(m *testing.M) {
+	// Verbs and flags are registered by init functions, all of which have
+	// run by now.
+	if raw, ok := os.LookupEnv(cliArgsEnv); ok {
+		var args []string
+		if err := json.Unmarshal([]byte(raw), &args); err != nil {
+			fmt.Fprintln(os.Stderr, cliArgsEnv+":", err)
+			os.Exit(2)
+		}
+		os.Args = append([]string{"warmstart"}, args...)
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// Bounds on a CLI child: past them it is killed, so that a CLI that blocks
+// or reads without bound fails its test without hurting the host.
+const (
+	cliGuard       = 10 * time.Second
+	cliMaxRSSBytes = 512 << 20
+)
+
+// cliResult is how a CLI child ended.
+type cliResult struct {
+	exitCode int
+	stderr   string
+	// killed says why the test killed the child; empty if it exited alone.
+	killed string
+}
+
+// runCLIChild runs "warmstart args..." in a child process, watching its
+// resident memory until it exits.
+func runCLIChild(t *testing.T, args ...string) cliResult {
+	t.Helper()
+	raw, err := json.Marshal(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), cliArgsEnv+"="+string(raw), "GORACE=atexit_sleep_ms=0")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	var res cliResult
+	deadline := time.After(cliGuard)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for res.killed == "" {
+		select {
+		case <-exited:
+			res.exitCode, res.stderr = cmd.ProcessState.ExitCode(), stderr.String()
+			return res
+		case <-deadline:
+			res.killed = "still running after " + cliGuard.String()
+		case <-tick.C:
+			if rss := residentBytes(cmd.Process.Pid); rss > cliMaxRSSBytes {
+				res.killed = "resident memory " + strconv.FormatInt(rss, 10) + " bytes"
+			}
+		}
+	}
+	cmd.Process.Kill()
+	<-exited
+	res.exitCode, res.stderr = cmd.ProcessState.ExitCode(), stderr.String()
+	return res
+}
+
+// residentBytes is the resident set of process pid, 0 once it is gone.
+func residentBytes(pid int) int64 {
+	statm, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
+	if err != nil {
+		return 0
+	}
+	fields := strings.Fields(string(statm))
+	if len(fields) < 2 {
+		return 0
+	}
+	pages, _ := strconv.ParseInt(fields[1], 10, 64)
+	return pages * int64(os.Getpagesize())
+}
+
+// TestConfigThatIsNotARegularFile: --config naming a device that never
+// ends (/dev/zero) or a FIFO nobody writes to fails at once with exit
+// status 1 and an error naming the file, without reading or blocking.
+func TestConfigThatIsNotARegularFile(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "warmstart.toml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/dev/zero", fifo} {
+		res := runCLIChild(t, "config", "check", "--config", path)
+		if res.killed != "" {
+			t.Errorf("warmstart config check --config %s killed: %s", path, res.killed)
+			continue
+		}
+		want := "warmstart: config " + path + ": "
+		if res.exitCode != 1 || !strings.HasPrefix(res.stderr, want) || !strings.Contains(res.stderr, "not a regular file") {
+			t.Errorf("warmstart config check --config %s: exit %d, stderr %q; want exit 1 and %q... not a regular file",
+				path, res.exitCode, res.stderr, want)
+		}
+	}
+}
