@@ -16,6 +16,7 @@ import (
 var rootCmd = &cobra.Command{
 	Use:           "warmstart",
 	Short:         "Fast microVM snapshot restores through startup-manifest prefetch",
+	Version:       buildVersion(),
 	SilenceUsage:  true,
 	SilenceErrors: true,
 }
@@ -25,6 +26,9 @@ var configPath string
 
 func init() {
 	rootCmd.PersistentFlags().StringVar(&configPath, "config", "", "TOML configuration file (default: built-in defaults)")
+	// Declared here so that cobra does not also claim -v for it.
+	rootCmd.Flags().Bool("version", false, "print the version and exit")
+	rootCmd.SetVersionTemplate("{{.Version}}")
 }
 
 // usageError marks an error caused by how the verb was called, so main can
