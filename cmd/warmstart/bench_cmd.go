@@ -77,6 +77,9 @@ SNAPSHOT they are learned by one excluded pilot trial.`,
 			if o.Device != restore.DeviceFile && o.Device != restore.DeviceUffd {
 				return usageError{fmt.Errorf("--device %q: want file or uffd", o.Device)}
 			}
+			if err := checkIOEngineFlag(o.IOEngine); err != nil {
+				return err
+			}
 			if len(o.Policies) == 0 {
 				return usageError{fmt.Errorf("--policies: name at least one of %s", strings.Join(restore.PolicyNames(), ", "))}
 			}

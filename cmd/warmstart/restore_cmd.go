@@ -40,6 +40,9 @@ on prefetches whenever a valid manifest is attached; off never does.`,
 			if err != nil {
 				return usageError{err}
 			}
+			if err := checkRestoreFlags(device, ioEngine, policy); err != nil {
+				return err
+			}
 			if daemonSocket != "" {
 				return daemonRestore(cmd, args[0], m, device, policy, ioEngine, hold, asJSON)
 			}

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestUnknownCommandsExit2 runs verbs and subcommands that do not exist: each
+// is a usage error naming the unknown word (and what it may have meant), not
+// a help page and success.
+func TestUnknownCommandsExit2(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"frobnicate"}, []string{`unknown command "frobnicate" for "warmstart"`}},
+		{[]string{"snapshot", "lst"}, []string{`unknown command "lst" for "warmstart snapshot"`, `did you mean "list"?`}},
+		{[]string{"snapshot", "lst", "--store", "/nonexistent"}, []string{`unknown command "lst" for "warmstart snapshot"`}},
+		{[]string{"restores", "stpo", "x"}, []string{`unknown command "stpo" for "warmstart restores"`, `"stop"`}},
+		{[]string{"config", "chek"}, []string{`unknown command "chek" for "warmstart config"`, `did you mean "check"?`}},
+		{[]string{"manifest", "dump"}, []string{`unknown command "dump" for "warmstart manifest"`}},
+		{[]string{"restor", "web"}, []string{`unknown command "restor" for "warmstart"`, `"restore"`}},
+		{[]string{"help", "frobnicate"}, []string{`unknown command "frobnicate" for "warmstart"`}},
+		{[]string{"help", "snapshot", "lst"}, []string{`unknown command "lst" for "warmstart snapshot"`}},
+		{[]string{"completion", "tcsh"}, []string{`unknown command "tcsh" for "warmstart completion"`}},
+		{[]string{"synth", "extra"}, []string{`"extra"`}},
+	} {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			r := runCLI(t, c.args...)
+			if r.code != 2 {
+				t.Errorf("exit %d, want 2; stderr %q", r.code, r.stderr)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("stderr %q lacks %q", r.stderr, w)
+				}
+			}
+			if r.stdout != "" {
+				t.Errorf("a usage error printed to stdout: %q", r.stdout)
+			}
+		})
+	}
+}
+
+// TestGroupsWithoutSubcommandPrintHelp: a verb group, or no verb at all,
+// still prints its help and succeeds.
+func TestGroupsWithoutSubcommandPrintHelp(t *testing.T) {
+	for _, args := range [][]string{nil, {"snapshot"}, {"help", "snapshot", "list"}} {
+		r := runCLI(t, args...)
+		if r.code != 0 || !strings.Contains(r.stdout, "Usage:") {
+			t.Errorf("warmstart %q: exit %d, stdout %q, stderr %q; want its help and exit 0", args, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
+// TestRestoreRefusesBadFlagsUpFront gives restore flag values no restore can
+// use: each exits 2 naming the flag, before the runtime directory, where the
+// memory device would be mounted, is even created.
+func TestRestoreRefusesBadFlagsUpFront(t *testing.T) {
+	for _, c := range []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{"--device", "nvme"}, `--device "nvme": want file or uffd`},
+		{[]string{"--io-engine", "7"}, "--io-engine 7: want 0 or 1 (buffered) or 2 (direct I/O)"},
+		{[]string{"--io-engine", "-1"}, "--io-engine -1"},
+		{[]string{"--prefetch", "maybe"}, `prefetch mode "maybe": want auto, on or off`},
+		{[]string{"--policy", "fastest"}, `--policy: unknown prefetch policy "fastest"`},
+	} {
+		t.Run(strings.Join(c.flags, " "), func(t *testing.T) {
+			cfg, run, trace := restoreFixture(t)
+			r := runCLI(t, append([]string{"--config", cfg, "restore", "web", "--trace", trace}, c.flags...)...)
+			if r.code != 2 || !strings.Contains(r.stderr, c.want) {
+				t.Errorf("exit %d, stderr %q; want exit 2 and %q", r.code, r.stderr, c.want)
+			}
+			if _, err := os.Stat(run); !os.IsNotExist(err) {
+				t.Errorf("the runtime directory was created (stat: %v): the verb got as far as mounting", err)
+			}
+		})
+	}
+	// The daemon would refuse it too, but only after a round trip.
+	sock := filepath.Join(t.TempDir(), "none.sock")
+	if r := runCLI(t, "--daemon", sock, "restore", "web", "--device", "nvme"); r.code != 2 || !strings.Contains(r.stderr, `--device "nvme"`) {
+		t.Errorf("with --daemon: exit %d, stderr %q; want exit 2 naming --device", r.code, r.stderr)
+	}
+}
+
+// restoreFixture writes a configuration whose runtime directory and store
+// lie in a fresh temporary directory, and an empty startup trace for the
+// replay VMM. It returns the paths of the configuration, the runtime
+// directory and the trace.
+func restoreFixture(t *testing.T) (cfg, run, trace string) {
+	t.Helper()
+	dir := t.TempDir()
+	run = filepath.Join(dir, "run")
+	cfg = filepath.Join(dir, "warmstart.toml")
+	text := "[runtime]\ndir = \"" + run + "\"\n[backend.posix_fs]\nsnapshot_store = \"" + filepath.Join(dir, "store") + "\"\n"
+	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	trace = filepath.Join(dir, "startup.trace")
+	if err := os.WriteFile(trace, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, run, trace
+}
+
+// TestBenchRefusesBadIOEngineUpFront: bench refuses --io-engine 7 before it
+// synthesizes a snapshot or starts a trial.
+func TestBenchRefusesBadIOEngineUpFront(t *testing.T) {
+	r := runCLI(t, "bench", "--io-engine", "7", "--blocks", "1", "--memory-size", "8MiB", "--policies", "seed")
+	if r.code != 2 || !strings.Contains(r.stderr, "--io-engine 7") || r.stdout != "" {
+		t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 naming --io-engine 7", r.code, r.stdout, r.stderr)
+	}
+}

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"fmt"
+
+	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/restore"
+)
+
+// The checks below refuse flag values no restore can use while that is
+// still cheap: before a verb opens a repository, mounts a memory device or
+// starts a VMM, so that a typo is a usage error (exit 2) that leaves
+// nothing behind, not a failure halfway through.
+
+// checkRestoreFlags checks restore's --device, --io-engine and --policy.
+// Empty device and policy mean the configured defaults.
+func checkRestoreFlags(device string, ioEngine int, policy string) error {
+	if device != "" && device != restore.DeviceFile && device != restore.DeviceUffd {
+		return usageError{fmt.Errorf("--device %q: want file or uffd", device)}
+	}
+	if err := checkIOEngineFlag(ioEngine); err != nil {
+		return err
+	}
+	if policy != "" {
+		if _, err := restore.LookupPolicy(policy); err != nil {
+			return usageError{fmt.Errorf("--policy: %w", err)}
+		}
+	}
+	return nil
+}
+
+// checkIOEngineFlag checks an --io-engine value: the memory device knows
+// engines 0 and 1 (buffered) and 2 (direct I/O).
+func checkIOEngineFlag(n int) error {
+	if n < fusedev.IOEngineBuffered || n > fusedev.IOEngineDirect {
+		return usageError{fmt.Errorf("--io-engine %d: want 0 or 1 (buffered) or 2 (direct I/O)", n)}
+	}
+	return nil
+}
