@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,26 +11,6 @@ import (
 	"testing"
 	"time"
 )
-
-// cliArgsEnv makes the test binary run the warmstart CLI, exactly as the
-// real binary does, with the arguments it holds as a JSON array.
-const cliArgsEnv = "WARMSTART_CLI_TEST_ARGS"
-
-func TestMain(m *testing.M) {
-	// Verbs and flags are registered by init functions, all of which have
-	// run by now.
-	if raw, ok := os.LookupEnv(cliArgsEnv); ok {
-		var args []string
-		if err := json.Unmarshal([]byte(raw), &args); err != nil {
-			fmt.Fprintln(os.Stderr, cliArgsEnv+":", err)
-			os.Exit(2)
-		}
-		os.Args = append([]string{"warmstart"}, args...)
-		main()
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
 
 // Bounds on a CLI child: past them it is killed, so that a CLI that blocks
 // or reads without bound fails its test without hurting the host.
@@ -53,12 +31,8 @@ type cliResult struct {
 // resident memory until it exits.
 func runCLIChild(t *testing.T, args ...string) cliResult {
 	t.Helper()
-	raw, err := json.Marshal(args)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), cliArgsEnv+"="+string(raw), "GORACE=atexit_sleep_ms=0")
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), cliMainEnv+"=1", "GORACE=atexit_sleep_ms=0")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

@@ -110,7 +110,7 @@ func daemonError(verb string, err error) error {
 	return fmt.Errorf("%s: %w", verb, err)
 }
 
-func daemonSnapshotImport(cmd *cobra.Command, vmState, memory, alias, layout string) error {
+func daemonSnapshotImport(cmd *cobra.Command, f snapshotImportOptions) error {
 	if err := localOnly(cmd, storeFlag); err != nil {
 		return err
 	}
@@ -120,11 +120,11 @@ func daemonSnapshotImport(cmd *cobra.Command, vmState, memory, alias, layout str
 	}
 	defer c.Close()
 	// The daemon opens the files itself, so they are named absolutely.
-	req := daemon.ImportRequest{Alias: alias, Layout: layout}
-	if req.VMState, err = filepath.Abs(vmState); err != nil {
+	req := daemon.ImportRequest{Alias: f.alias, Layout: f.layout, Link: f.link}
+	if req.VMState, err = filepath.Abs(f.vmState); err != nil {
 		return err
 	}
-	if req.Memory, err = filepath.Abs(memory); err != nil {
+	if req.Memory, err = filepath.Abs(f.memory); err != nil {
 		return err
 	}
 	rec, err := c.Import(cmd.Context(), req)

@@ -33,19 +33,30 @@ optional alias ([A-Za-z0-9_-], 1 to 128 characters).
 --store DIR uses the POSIX store in DIR instead of the configured one.`,
 }
 
-var snapshotImportFlags struct {
+// snapshotImportOptions are the flags of snapshot import.
+type snapshotImportOptions struct {
 	vmState, memory, alias, layout string
+	link                           bool
 }
 
+var snapshotImportFlags snapshotImportOptions
+
 var snapshotImportCmd = &cobra.Command{
-	Use:   "import --vm-state FILE --memory FILE [--alias NAME] [--layout SPEC]",
+	Use:   "import --vm-state FILE --memory FILE [--alias NAME] [--layout SPEC] [--link]",
 	Short: "Publish a snapshot from a VM state file and a memory file; print its id",
 	Long: `Publish the VMM state file and guest memory file as a new snapshot and print
 its id on stdout. Progress (copying, hashing) goes to stderr.
 
-The files are hard-linked into the store when they are on its file system,
-so do not modify them afterwards (removing them is fine); otherwise they are
-copied and the copy's SHA-256 is checked after it reached the disk.
+The files are copied, so later writes to them never change the snapshot:
+reflinked where the file system shares extents (btrfs, XFS), otherwise
+copied byte by byte and the copy's SHA-256 checked after it reached the
+disk. The same pass computes the memory file's per-block digest table,
+which every restore checks the memory against before serving it.
+
+--link hard-links the files into the store instead (same file system
+only) and makes them read-only (0444). The source files then ARE the
+snapshot: never write them again, or the published snapshot changes (its
+digests catch that on restore, and the restore fails).
 
 --layout gives the guest memory regions as comma-separated
 offset:size[:pagesize] in bytes (suffixes K, M, G, KiB, MiB, GiB), e.g.
@@ -67,7 +78,7 @@ func runSnapshotImport(cmd *cobra.Command, _ []string) error {
 		}
 	}
 	if daemonSocket != "" {
-		return daemonSnapshotImport(cmd, f.vmState, f.memory, f.alias, f.layout)
+		return daemonSnapshotImport(cmd, f)
 	}
 	mem, err := os.Stat(f.memory)
 	if err != nil {
@@ -98,6 +109,7 @@ func runSnapshotImport(cmd *cobra.Command, _ []string) error {
 		MemoryPath:  f.memory,
 		Layout:      lay,
 		Alias:       f.alias,
+		Link:        f.link,
 		Progress:    progressPrinter(cmd.ErrOrStderr()),
 	})
 	if err != nil {
@@ -356,6 +368,7 @@ func init() {
 	fl.StringVar(&snapshotImportFlags.memory, "memory", "", "guest memory file of the snapshot (required)")
 	fl.StringVar(&snapshotImportFlags.alias, "alias", "", "name to bind to the snapshot")
 	fl.StringVar(&snapshotImportFlags.layout, "layout", "", "memory regions offset:size[:pagesize],... (default: one region over the whole file)")
+	fl.BoolVar(&snapshotImportFlags.link, "link", false, "hard-link the files instead of copying them and make them read-only; never write them again")
 
 	snapshotListCmd.Flags().BoolVar(&snapshotListFlags.json, "json", false, "print JSON")
 	snapshotListCmd.Flags().StringVar(&snapshotListFlags.aliasPrefix, "alias-prefix", "", "only snapshots whose alias starts with this")

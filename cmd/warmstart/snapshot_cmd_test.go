@@ -51,7 +51,7 @@ func TestSnapshotVerbs(t *testing.T) {
 	if err := repository.ValidateID(id); err != nil {
 		t.Fatalf("import printed %q: %v", out, err)
 	}
-	if !strings.Contains(progress, "memory.bin: hash 2.0 MiB of 2.0 MiB") {
+	if !strings.Contains(progress, "memory.bin: verify 2.0 MiB of 2.0 MiB") {
 		t.Errorf("import progress on stderr: %q", progress)
 	}
 

@@ -41,6 +41,9 @@ type ImportRequest struct {
 	// Layout is offset:size[:pagesize],... as layout.Parse reads it; empty
 	// means one region over the whole memory file.
 	Layout string `json:"layout,omitempty"`
+	// Link hard-links the files into the store instead of copying them
+	// and makes them read-only: the caller must never write them again.
+	Link bool `json:"link,omitempty"`
 }
 
 // ImportResponse is the published record.
@@ -292,7 +295,7 @@ func (d *Daemon) importSnapshot(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("import: %w", err)
 	}
 	rec, err := d.repo.Publish(ctx, lease, repository.PublishRequest{
-		VMStatePath: req.VMState, MemoryPath: req.Memory, Layout: lay, Alias: req.Alias,
+		VMStatePath: req.VMState, MemoryPath: req.Memory, Layout: lay, Alias: req.Alias, Link: req.Link,
 	})
 	if err != nil {
 		lease.End()
