@@ -31,6 +31,7 @@ const (
 	metricDeviceBytes       = "warmstart_device_read_bytes_total"
 	metricManifestRejected  = "warmstart_manifest_validation_failures_total"
 	metricRepositorySeconds = "warmstart_repository_operation_seconds"
+	metricIntegrity         = "warmstart_integrity_failures_total"
 )
 
 // Lowest histogram buckets; each next bucket doubles (phases) or
@@ -58,6 +59,7 @@ type Set struct {
 	ready            prometheus.Histogram
 	restorePrefetch  *prometheus.CounterVec
 	manifestRejected *prometheus.CounterVec
+	integrity        *prometheus.CounterVec
 	repository       *prometheus.HistogramVec
 	tasks            *taskCollector
 	deviceBytes      *deviceBytesCollector
@@ -91,6 +93,12 @@ func New(engine *prefetch.Engine, active func() int, deviceBytes func() uint64) 
 			Name: metricManifestRejected,
 			Help: "Startup manifests that failed validation on restore (the restore then reads on demand), by reason.",
 		}, []string{"reason"}),
+		integrity: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricIntegrity,
+			Help: "Snapshot bytes that failed their integrity check on restore and were not served, by artifact: " +
+				"memory (a block that does not match the digest table; counted once per block and device generation), " +
+				"vm_state (not the recorded SHA-256) and digests (a digest table that does not match the record).",
+		}, []string{"artifact"}),
 		repository: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    metricRepositorySeconds,
 			Help:    "Latency of snapshot repository operations, by operation and outcome (ok, not_found, error).",
@@ -104,10 +112,13 @@ func New(engine *prefetch.Engine, active func() int, deviceBytes func() uint64) 
 	for _, p := range []string{phaseDeviceAcquire, phaseManifestValidate, phaseVMStart, phaseReady} {
 		m.phases.WithLabelValues(p)
 	}
+	for _, a := range []string{restore.ArtifactMemory, restore.ArtifactVMState, restore.ArtifactDigests} {
+		m.integrity.WithLabelValues(a)
+	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.phases, m.ready, m.restorePrefetch, m.manifestRejected, m.repository, m.tasks, m.deviceBytes,
+		m.phases, m.ready, m.restorePrefetch, m.manifestRejected, m.integrity, m.repository, m.tasks, m.deviceBytes,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: metricTasksStarted,
 			Help: "Prefetch tasks started. Restores that share a task (same device generation and manifest) start one.",
@@ -128,6 +139,13 @@ func New(engine *prefetch.Engine, active func() int, deviceBytes func() uint64) 
 func (m *Set) ManifestRejected(reason string) {
 	m.manifestRejected.WithLabelValues(reason).Inc()
 }
+
+// IntegrityFailure implements restore.IntegrityObserver.
+func (m *Set) IntegrityFailure(artifact string) {
+	m.integrity.WithLabelValues(artifact).Inc()
+}
+
+var _ restore.IntegrityObserver = (*Set)(nil)
 
 // PrefetchSkipped implements restore.Observer.
 func (m *Set) PrefetchSkipped(reason string) { m.tasks.skip(skipReason(reason)) }

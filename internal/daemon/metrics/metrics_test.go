@@ -131,3 +131,21 @@ func TestRepositoryLatencyByOutcome(t *testing.T) {
 		}
 	}
 }
+
+func TestIntegrityFailuresCountedByArtifactFromStart(t *testing.T) {
+	s := New(prefetch.NewEngine(prefetch.Options{}), func() int { return 0 }, func() uint64 { return 0 })
+	count := func(artifact string) float64 {
+		return series(t, s, metricIntegrity, map[string]string{"artifact": artifact}).GetCounter().GetValue()
+	}
+	for _, a := range []string{restore.ArtifactMemory, restore.ArtifactVMState, restore.ArtifactDigests} {
+		if c := count(a); c != 0 {
+			t.Fatalf("%s: %v failures before any restore, want a series at 0", a, c)
+		}
+	}
+	s.IntegrityFailure(restore.ArtifactMemory)
+	s.IntegrityFailure(restore.ArtifactMemory)
+	s.IntegrityFailure(restore.ArtifactVMState)
+	if m, v, d := count(restore.ArtifactMemory), count(restore.ArtifactVMState), count(restore.ArtifactDigests); m != 2 || v != 1 || d != 0 {
+		t.Fatalf("counted memory %v vm_state %v digests %v, want 2 1 0", m, v, d)
+	}
+}
