@@ -52,7 +52,9 @@ type Options struct {
 	// ReserveBlocks replace trials that miss admission.
 	ReserveBlocks int
 	Seed          uint64
-	// Policies are the prefetch policies compared; each gets a column.
+	// Policies are the prefetch policies compared; each gets a column. A
+	// name ending in UnverifiedSuffix (also "off+noverify") restores
+	// without checking memory against its digest table.
 	Policies []string
 	// Hot adds the hot control condition (file device only).
 	Hot bool
@@ -134,7 +136,7 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("bench: VMM %q: want %s or %s", o.VMM, VMMReplay, VMMQEMU)
 	}
 	for _, p := range o.Policies {
-		if _, err := restore.LookupPolicy(p); err != nil {
+		if err := CheckColumn(p); err != nil {
 			return fmt.Errorf("bench: %w", err)
 		}
 	}

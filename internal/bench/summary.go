@@ -84,6 +84,9 @@ func summarize(o Options, trials []TrialResult) Summary {
 	}
 	off := func(cache string) Condition { return Condition{cache, PrefetchOff} }
 	for _, p := range o.Policies {
+		if !prefetches(p) {
+			continue
+		}
 		on := func(cache string) Condition { return Condition{cache, p} }
 		w := diff(on(CacheWarm), off(CacheWarm))
 		c := diff(on(CacheCold), off(CacheCold))
@@ -94,6 +97,7 @@ func summarize(o Options, trials []TrialResult) Summary {
 		s.FasterEveryPair[p] = w.N == o.Blocks && c.N == o.Blocks && w.AllNegative && c.AllNegative
 	}
 	s.Pairs = append(s.Pairs, Pair{"", "prefetch off: file-cold minus file-warm", diff(off(CacheCold), off(CacheWarm))})
+	s.Pairs = append(s.Pairs, verificationPairs(o.Policies, diff)...)
 	return s
 }
 
@@ -161,6 +165,9 @@ func (r *Report) WriteTable(w io.Writer) {
 	tw.Flush()
 	fmt.Fprintln(w)
 	for _, p := range o.Policies {
+		if !prefetches(p) {
+			continue
+		}
 		verdict := "no"
 		if r.Summary.FasterEveryPair[p] {
 			verdict = "yes"
