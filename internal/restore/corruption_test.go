@@ -317,3 +317,25 @@ func buildManifest(t *testing.T, e *env, offsets []int64) []byte {
 	must(t, err)
 	return data
 }
+
+// A snapshot published before digest tables existed restores, unverified,
+// and the restorer says so once, not on every restore.
+func TestNoDigestsWarnsOnce(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	src := e.source(t)
+	src.Digests, src.DigestsPath = nil, ""
+	for _, device := range devices {
+		inst := e.restore(t, e.restorer, src, restore.Options{Device: device, Prefetch: restore.ModeOn})
+		checkHash(t, inst, e.ref.expected)
+		stop(t, inst)
+	}
+	lines := 0
+	for _, l := range e.log.take() {
+		if strings.Contains(l, "no digest table") && strings.Contains(l, e.id) {
+			lines++
+		}
+	}
+	if lines != 1 {
+		t.Fatalf("%d log lines say the snapshot is unverified, want 1", lines)
+	}
+}
