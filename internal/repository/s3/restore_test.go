@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/minio/minio-go/v7"
+
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/miniotest"
 	"warmstart/internal/prefetch"
@@ -381,4 +383,38 @@ func TestCacheBoundUnderRestoreLoop(t *testing.T) {
 	}
 	t.Logf("6 restores through a %d MiB cache: %.1f MiB fetched, %d evictions, peak %.1f MiB",
 		bound>>20, float64(cs.FetchedBytes)/(1<<20), cs.Evictions, float64(cs.PeakBytes)/(1<<20))
+}
+
+// An object replaced in the bucket by other bytes of the same size (another
+// snapshot's memory) passes the chunk cache's own checks, which cover only
+// what it fetched; the memory device's digest table refuses it.
+func TestReplacedMemoryObjectIsNeverServed(t *testing.T) {
+	w := newWorld(t, server.Endpoint)
+	publisher := w.repo(t, 0)
+	snap := w.publish(t, publisher, 7)
+	other := w.publish(t, publisher, 8)
+	key := publisher.keys.artifact(snap.id, repository.MemoryFileName)
+	f, err := os.Open(other.paths.Memory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := publisher.core.PutObject(bg(), publisher.bucket, key, f, fi.Size(), "", "", minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []restore.Mode{restore.ModeOff, restore.ModeOn} {
+		inst, err := w.restore(t, w.repo(t, 0), snap, mode)
+		if err == nil {
+			inst.Stop(bg())
+			t.Fatalf("prefetch %s: restore of a snapshot whose memory object was replaced succeeded (guest sha %s, published %s)",
+				mode, inst.Ready.Detail["sha256"], snap.expected)
+		}
+		if !errors.Is(err, repository.ErrIntegrity) || !strings.Contains(err.Error(), snap.id) {
+			t.Fatalf("prefetch %s: restore = %v, want an integrity error naming %s", mode, err, snap.id)
+		}
+	}
 }

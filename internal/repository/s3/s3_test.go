@@ -154,6 +154,7 @@ func TestObjectLayout(t *testing.T) {
 	}
 	want := []string{
 		"artifacts/" + rec.ID + "/memory.bin",
+		"artifacts/" + rec.ID + "/memory.digests",
 		"artifacts/" + rec.ID + "/startup-manifest.bin",
 		"artifacts/" + rec.ID + "/vm_state.bin",
 		"catalog/aliases/web.json",
