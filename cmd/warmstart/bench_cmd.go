@@ -3,13 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -93,8 +92,6 @@ within blocks.`,
 					return usageError{fmt.Errorf("--policies: %w", err)}
 				}
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
 			size, err := layout.ParseSize(memSize)
 			if err != nil {
 				return usageError{fmt.Errorf("--memory-size: %w", err)}
@@ -109,23 +106,20 @@ within blocks.`,
 				if snapshot != "" || len(o.Policies) != 1 {
 					return usageError{fmt.Errorf("--repository s3 benchmarks the reference snapshot with one --policies entry")}
 				}
-				return runS3Bench(ctx, s3f, o.Blocks, o.Seed, size, o.Policies[0], cmd.OutOrStdout(), cmd.ErrOrStderr(), jsonPath)
 			default:
 				return usageError{fmt.Errorf("--repository %q: want posix_fs or s3", s3f.repository)}
 			}
-			rep, err := runBench(ctx, cmd, &vf, o, snapshot, size, agent, cmd.ErrOrStderr())
-			if err != nil {
-				return err
+			// From here on a signal stops the run, which then cleans up.
+			in := notifyInterrupt(cmd.ErrOrStderr())
+			if s3f.repository == "s3" {
+				return in.result(runS3Bench(in.work, s3f, o.Blocks, o.Seed, size, o.Policies[0], cmd.OutOrStdout(), cmd.ErrOrStderr(), jsonPath))
 			}
-			rep.WriteTable(cmd.OutOrStdout())
-			if jsonPath != "" {
-				data, _ := json.MarshalIndent(rep, "", "  ")
-				if err := os.WriteFile(jsonPath, append(data, '\n'), 0o644); err != nil {
-					return fmt.Errorf("--json: %w", err)
-				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "wrote raw trials and summary to %s\n", jsonPath)
+			o.Kill = in.force.Done()
+			rep, err := runBench(in.work, cmd, &vf, o, snapshot, size, agent, cmd.ErrOrStderr())
+			if err == nil {
+				err = writeBenchReport(rep, cmd.OutOrStdout(), cmd.ErrOrStderr(), jsonPath)
 			}
-			return nil
+			return in.result(err)
 		},
 	}
 	vf.register(cmd)
@@ -147,6 +141,21 @@ within blocks.`,
 	rootCmd.AddCommand(cmd)
 }
 
+// writeBenchReport prints the table, and writes the raw trials and the
+// summary to jsonPath when it is set.
+func writeBenchReport(rep *bench.Report, out, progress io.Writer, jsonPath string) error {
+	rep.WriteTable(out)
+	if jsonPath == "" {
+		return nil
+	}
+	data, _ := json.MarshalIndent(rep, "", "  ")
+	if err := os.WriteFile(jsonPath, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("--json: %w", err)
+	}
+	fmt.Fprintf(progress, "wrote raw trials and summary to %s\n", jsonPath)
+	return nil
+}
+
 func splitList(s string) []string {
 	var out []string
 	for _, p := range strings.Split(s, ",") {
@@ -159,13 +168,13 @@ func splitList(s string) []string {
 
 // runBench runs the protocol on snapshot, or on a freshly prepared
 // reference snapshot when snapshot is empty.
-func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Options, snapshot string, memBytes int64, agent string, progress io.Writer) (*bench.Report, error) {
+func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Options, snapshot string, memBytes int64, agent string, progress io.Writer) (_ *bench.Report, err error) {
 	o.Progress = progress
 	work, err := os.MkdirTemp("", "warmstart-bench-")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(work)
+	defer func() { err = errors.Join(err, removeWorkDir(work)) }()
 	o.WorkDir = work
 	switch {
 	case snapshot == "" && vf.kind == "qemu":

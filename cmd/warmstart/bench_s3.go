@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -20,12 +21,12 @@ type s3BenchFlags struct {
 // loopback behind a Toxiproxy link of the given latency and bandwidth,
 // publishes the reference snapshot into it, and times restores with an
 // empty (cold) and a filled (warm) node cache, prefetch off and on.
-func runS3Bench(ctx context.Context, f s3BenchFlags, blocks int, seed uint64, memBytes int64, policy string, out, progress io.Writer, jsonPath string) error {
+func runS3Bench(ctx context.Context, f s3BenchFlags, blocks int, seed uint64, memBytes int64, policy string, out, progress io.Writer, jsonPath string) (err error) {
 	work, err := os.MkdirTemp("", "warmstart-s3bench-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
+	defer func() { err = errors.Join(err, removeWorkDir(work)) }()
 	rep, err := s3bench.Run(ctx, s3bench.Options{
 		WorkDir: work, MemoryBytes: memBytes, Seed: seed, Blocks: blocks,
 		LatencyMs: f.latencyMs, BandwidthBits: f.bandwidthMbit * 1_000_000,

@@ -6,11 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -58,7 +55,7 @@ accelerator, memory size and vCPU count it was captured with: restore it
 with the same [qemu] configuration (the accelerator used is printed; the
 record does not keep it).`,
 		Args: argsAsUsageError(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			switch vf.kind {
 			case "qemu":
 			case "firecracker":
@@ -73,8 +70,11 @@ record does not keep it).`,
 					return usageError{fmt.Errorf("capture: --alias: %w", err)}
 				}
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			// A signal stops the capture; the deferred cleanup below runs
+			// before the verb ends with the signal's exit status.
+			in := notifyInterrupt(cmd.ErrOrStderr())
+			defer func() { err = in.result(err) }()
+			ctx := in.work
 			s, err := openSystem(cmd, &vf)
 			if err != nil {
 				return err

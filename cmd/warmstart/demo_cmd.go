@@ -2,11 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -29,16 +28,17 @@ attached, restore it cold with prefetch off and then on, run a short
 benchmark, print the table, and remove everything. Needs root (FUSE).`,
 		Args: argsAsUsageError(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return runDemo(ctx, cmd.OutOrStdout(), blocks)
+			in := notifyInterrupt(cmd.ErrOrStderr())
+			return in.result(runDemo(in.work, in.force, cmd.OutOrStdout(), blocks))
 		},
 	}
 	cmd.Flags().IntVar(&blocks, "blocks", 3, "blocks of the closing benchmark")
 	rootCmd.AddCommand(cmd)
 }
 
-func runDemo(ctx context.Context, out io.Writer, blocks int) error {
+// runDemo runs the demo until ctx ends. Restores it made are stopped in
+// full even then, unless stopCtx ends too.
+func runDemo(ctx, stopCtx context.Context, out io.Writer, blocks int) (err error) {
 	start := time.Now()
 	step := func(format string, args ...any) {
 		fmt.Fprintf(out, "[%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
@@ -48,7 +48,10 @@ func runDemo(ctx context.Context, out io.Writer, blocks int) error {
 		return err
 	}
 	defer func() {
-		os.RemoveAll(dir)
+		if rmErr := removeWorkDir(dir); rmErr != nil {
+			err = errors.Join(err, rmErr)
+			return
+		}
 		step("removed %s", dir)
 	}()
 
@@ -91,7 +94,7 @@ func runDemo(ctx context.Context, out io.Writer, blocks int) error {
 		}
 		step("4/6 cold restore, prefetch %-3s: ready in %6.1f ms, device read %.1f MiB, prefetch %s",
 			mode, float64(inst.Timings.Ready)/1e6, float64(inst.DeviceBytes.BytesRead)/(1<<20), inst.Prefetch.State)
-		if err := inst.Stop(ctx); err != nil {
+		if err := inst.Stop(stopCtx); err != nil {
 			return err
 		}
 	}
@@ -100,6 +103,7 @@ func runDemo(ctx context.Context, out io.Writer, blocks int) error {
 	o := bench.Options{
 		Source: src, TracePath: snap.Paths.Trace, Device: restore.DeviceFile, Blocks: blocks, ReserveBlocks: 2,
 		Seed: 1, Policies: []string{"seed", "warmstart"}, Hot: true, WorkDir: dir, Progress: out,
+		Kill: stopCtx.Done(),
 	}
 	rep, err := bench.Run(ctx, o)
 	if err != nil {

@@ -56,6 +56,10 @@ func main() {
 		if errors.As(err, &ue) {
 			os.Exit(2)
 		}
+		var ie interruptedError
+		if errors.As(err, &ie) {
+			os.Exit(ie.exitCode())
+		}
 		os.Exit(1)
 	}
 }

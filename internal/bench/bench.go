@@ -21,10 +21,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/restore"
 	"warmstart/internal/trace"
 	"warmstart/internal/vmm/qemu"
@@ -63,7 +67,17 @@ type Options struct {
 	// Exe is the executable trials run as; this process's when empty.
 	Exe      string
 	Progress io.Writer
+	// Kill, once closed, kills the running trial process at once (a
+	// second interrupt) instead of granting it trialStopGrace to stop
+	// cleanly after ctx ends. What a killed trial leaves mounted is
+	// detached, and its directory removed, all the same.
+	Kill <-chan struct{}
 }
+
+// trialStopGrace bounds the clean stop of an interrupted trial: its
+// restores stopped in the seed's order, its device unmounted. A replay VMM
+// stops in milliseconds, a real guest within its stop timeout.
+const trialStopGrace = 20 * time.Second
 
 // Report is a whole run: raw trials and the summary.
 type Report struct {
@@ -170,10 +184,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return nil, fmt.Errorf("bench: expected hash: %w", err)
 		}
 	}
-	exe := o.Exe
-	if exe == "" {
+	launch := trialLauncher{exe: o.Exe, workRoot: o.WorkDir, grace: trialStopGrace, kill: o.Kill}
+	if launch.exe == "" {
 		var err error
-		if exe, err = os.Executable(); err != nil {
+		if launch.exe, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
 	}
@@ -199,7 +213,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		// The record does not keep the token the captured agent drew; a
 		// pilot restore, excluded like the seed's pilots, learns it.
 		fmt.Fprintf(o.Progress, "pilot trial (excluded): learning the guest agent's token\n")
-		pilot, err := runTrialProcess(ctx, exe, o.WorkDir, newSpec(-1, false, Condition{CacheWarm, PrefetchOff}))
+		pilot, err := launch.run(ctx, newSpec(-1, false, Condition{CacheWarm, PrefetchOff}))
 		if err != nil {
 			return rep, err
 		}
@@ -225,6 +239,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	var pendingReplacements []slot
 	runOne := func(block int, reserveTrial bool, c Condition) (TrialResult, error) {
+		if err := ctx.Err(); err != nil {
+			return TrialResult{}, fmt.Errorf("bench: interrupted before block %d %s: %w", block+1, c, err)
+		}
 		done++
 		eta := ""
 		if done > 1 {
@@ -237,7 +254,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		} else {
 			fmt.Fprintf(o.Progress, "block %d/%d trial %d/%d %s%s\n", block+1, o.Blocks, done, total, c, eta)
 		}
-		res, err := runTrialProcess(ctx, exe, o.WorkDir, newSpec(block, reserveTrial, c))
+		res, err := launch.run(ctx, newSpec(block, reserveTrial, c))
 		if err != nil {
 			return res, err
 		}
@@ -291,26 +308,66 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return rep, nil
 }
 
-// runTrialProcess runs one trial in its own process with its own private
-// runtime directory, removed afterwards.
-func runTrialProcess(ctx context.Context, exe, workRoot string, spec TrialSpec) (TrialResult, error) {
-	dir, err := os.MkdirTemp(workRoot, "trial-")
+// trialLauncher runs trials, each in its own process with its own private
+// runtime directory under workRoot, and takes an interrupted one down.
+type trialLauncher struct {
+	exe      string
+	workRoot string
+	// grace is how long an interrupted trial may take to stop cleanly.
+	grace time.Duration
+	// kill, once closed, kills the running trial at once.
+	kill <-chan struct{}
+}
+
+// run runs one trial process. When ctx ends the trial is asked to stop
+// (SIGTERM): it stops its restores in the seed's order, unmounts its
+// device and exits; it is killed if that takes longer than the grace, or
+// as soon as kill closes. Its directory is removed afterwards whatever
+// happened.
+func (l trialLauncher) run(ctx context.Context, spec TrialSpec) (res TrialResult, err error) {
+	dir, err := os.MkdirTemp(l.workRoot, "trial-")
 	if err != nil {
 		return TrialResult{}, fmt.Errorf("bench: %w", err)
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if rmErr := removeTrialDir(dir); rmErr != nil {
+			err = errors.Join(err, fmt.Errorf("bench: trial %s: %w", spec.Condition, rmErr))
+		}
+	}()
 	spec.WorkDir = dir
 	in, _ := json.Marshal(spec)
-	cmd := exec.CommandContext(ctx, exe)
+	cmd := exec.CommandContext(ctx, l.exe)
 	cmd.Env = append(os.Environ(), roleEnv+"="+trialRole)
 	cmd.Stdin = bytes.NewReader(in)
 	var out, errBuf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errBuf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Run(); err != nil {
+	// Its own process group: a terminal's Ctrl-C reaches only this
+	// process, which stops the trial in order, rather than killing the
+	// trial and its VMM all at once.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	if err := cmd.Start(); err != nil {
+		return TrialResult{}, fmt.Errorf("bench: trial %s: %w", spec.Condition, err)
+	}
+	exited, enforced := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(enforced)
+		l.killIfStuck(ctx, cmd.Process, dir, exited)
+	}()
+	err = cmd.Wait()
+	close(exited)
+	<-enforced
+	if ctx.Err() != nil {
+		// Whatever the trial reports, it did not run to the end.
+		if err != nil && !errors.Is(err, ctx.Err()) {
+			return TrialResult{}, fmt.Errorf("bench: trial %s interrupted (%v): %w", spec.Condition, err, ctx.Err())
+		}
+		return TrialResult{}, fmt.Errorf("bench: trial %s interrupted: %w", spec.Condition, ctx.Err())
+	}
+	if err != nil {
 		return TrialResult{}, fmt.Errorf("bench: trial %s: %w\n%s", spec.Condition, err, lastLines(errBuf.String(), 20))
 	}
-	res, err := readResult(&out)
+	res, err = readResult(&out)
 	if err != nil {
 		return res, fmt.Errorf("bench: trial %s: %w\n%s", spec.Condition, err, lastLines(errBuf.String(), 20))
 	}
@@ -319,25 +376,87 @@ func runTrialProcess(ctx context.Context, exe, workRoot string, spec TrialSpec) 
 		res.Err = fmt.Sprintf("sockets left behind: %s", strings.Join(socks, ", "))
 	}
 	if mounts := mountsUnder(dir); len(mounts) > 0 {
-		res.Err = fmt.Sprintf("mounts left behind: %s", strings.Join(mounts, ", "))
+		points := make([]string, len(mounts))
+		for i, m := range mounts {
+			points[i] = m.point
+		}
+		res.Err = fmt.Sprintf("mounts left behind: %s", strings.Join(points, ", "))
 	}
 	return res, nil
 }
 
-// mountsUnder lists the mount points at or below dir. A FUSE mount whose
-// server exited without unmounting stays until someone detaches it.
-func mountsUnder(dir string) []string {
+// killIfStuck kills the trial process p if it is still running once kill
+// closes, or grace after ctx ends. Its FUSE connections are cut first: a
+// FUSE server killed while one of its own threads waits on a request to
+// its own mount (a prefetch read, or go-fuse's probe right after
+// mounting) would never exit, since the kernel waits for the answer
+// uninterruptibly and closes the connection only once that thread has
+// exited.
+func (l trialLauncher) killIfStuck(ctx context.Context, p *os.Process, dir string, exited <-chan struct{}) {
+	select {
+	case <-exited:
+		return
+	case <-l.kill:
+	case <-ctx.Done():
+		grace := time.NewTimer(l.grace)
+		defer grace.Stop()
+		select {
+		case <-exited:
+			return
+		case <-l.kill:
+		case <-grace.C:
+		}
+	}
+	abortFUSEMounts(dir)
+	p.Kill()
+}
+
+// abortFUSEMounts aborts the connections of the FUSE mounts at or below
+// dir, as umount -f does: every request in flight fails, and every later
+// one. The unmount itself may fail (busy); removeTrialDir detaches what
+// stays once the server has exited.
+func abortFUSEMounts(dir string) {
+	for _, m := range mountsUnder(dir) {
+		if strings.HasPrefix(m.fstype, "fuse") {
+			unix.Unmount(m.point, unix.MNT_FORCE)
+		}
+	}
+}
+
+// removeTrialDir removes a trial's directory once its process has exited.
+// A trial killed before it unmounted leaves its FUSE mount dead, which
+// RemoveAll cannot descend; such mounts are detached first.
+func removeTrialDir(dir string) error {
+	if err := fusedev.CleanStale(dir); err != nil {
+		return err
+	}
+	return os.RemoveAll(dir)
+}
+
+// mount is one line of /proc/self/mountinfo.
+type mount struct{ point, fstype string }
+
+// mountsUnder lists the mounts at or below dir. A FUSE mount whose server
+// exited without unmounting stays until someone detaches it.
+func mountsUnder(dir string) []mount {
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil
 	}
-	var found []string
+	var found []mount
 	for _, line := range strings.Split(string(data), "\n") {
 		// The fifth field is the mount point (octal escapes are rare
-		// enough in a MkdirTemp path to compare raw).
-		if f := strings.Fields(line); len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			found = append(found, f[4])
+		// enough in a MkdirTemp path to compare raw); the type follows
+		// the "-" that ends the optional fields.
+		f := strings.Fields(line)
+		if len(f) <= 4 || (f[4] != dir && !strings.HasPrefix(f[4], dir+"/")) {
+			continue
 		}
+		m := mount{point: f[4]}
+		if i := slices.Index(f[5:], "-"); i >= 0 && 5+i+1 < len(f) {
+			m.fstype = f[5+i+1]
+		}
+		found = append(found, m)
 	}
 	return found
 }

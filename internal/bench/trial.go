@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"warmstart/internal/memdev"
@@ -101,13 +103,18 @@ func RunTrialIfRequested() {
 		return
 	}
 	os.Unsetenv(roleEnv)
+	// An interrupted parent asks the trial to stop with SIGTERM; the trial
+	// then stops its restores in the seed's order and unmounts its device
+	// before it reports and exits.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	var spec TrialSpec
 	res := TrialResult{}
 	if err := json.NewDecoder(os.Stdin).Decode(&spec); err != nil {
 		res.Err = fmt.Sprintf("read trial spec: %v", err)
 	} else {
-		res = RunTrial(context.Background(), spec)
+		res = RunTrial(ctx, spec)
 	}
+	stop()
 	json.NewEncoder(os.Stdout).Encode(res)
 	os.Exit(0)
 }
@@ -120,13 +127,18 @@ const roleEnv = "WARMSTART_ROLE"
 // prescribes: an untimed prefetch-off baseline restore, stopped with its
 // device release acknowledged; a new, independently copied private lower
 // file, read fully and SHA-256-checked; cache left warm or dropped; a
-// mincore admission probe; then the timed restore.
+// mincore admission probe; then the timed restore. When ctx ends the trial
+// stops where it is; every restore it made is stopped in full regardless.
 func RunTrial(ctx context.Context, spec TrialSpec) (res TrialResult) {
 	res.Spec = spec
 	fail := func(err error) TrialResult {
 		res.Err = err.Error()
 		return res
 	}
+	// A stop with a done context would neither wait for the prefetch
+	// reads nor for the device's release acknowledgement before the
+	// mount goes.
+	stopCtx := context.WithoutCancel(ctx)
 	mode, policy, unverified, err := policyOf(spec.Condition.Prefetch)
 	if err != nil {
 		return fail(err)
@@ -162,8 +174,11 @@ func RunTrial(ctx context.Context, spec TrialSpec) (res TrialResult) {
 		return fail(fmt.Errorf("baseline restore: %w", err))
 	}
 	track(inst)
-	if err := inst.Stop(ctx); err != nil {
+	if err := inst.Stop(stopCtx); err != nil {
 		return fail(fmt.Errorf("baseline stop: %w", err))
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(fmt.Errorf("interrupted after the baseline: %w", err))
 	}
 
 	// A private lower file, so the cache treatment touches no other file.
@@ -172,6 +187,9 @@ func RunTrial(ctx context.Context, spec TrialSpec) (res TrialResult) {
 	copySHA256, err := pagecache.CopyVerified(spec.Source.MemoryPath, src.MemoryPath)
 	if err != nil {
 		return fail(err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(fmt.Errorf("interrupted after copying the lower file: %w", err))
 	}
 	key := "timed"
 	var hot *restore.Instance
@@ -189,7 +207,7 @@ func RunTrial(ctx context.Context, spec TrialSpec) (res TrialResult) {
 			return fail(fmt.Errorf("hot control warm-up: %w", err))
 		}
 		track(hot)
-		defer hot.Stop(context.WithoutCancel(ctx))
+		defer hot.Stop(stopCtx)
 	}
 
 	// Admission: the probe is the last thing before the timer.
@@ -220,12 +238,12 @@ func RunTrial(ctx context.Context, spec TrialSpec) (res TrialResult) {
 	res.Timings, res.Prefetch, res.DeviceBytes = inst.Timings, inst.Prefetch, inst.DeviceBytes
 	res.Token, res.Digest = inst.Ready.Detail["token"], inst.Ready.Detail["digest"]
 	res.HashOK = inst.Ready.Detail["sha256"] == spec.ExpectedSHA256
-	res.Stop, err = inst.StopReported(ctx)
+	res.Stop, err = inst.StopReported(stopCtx)
 	if err != nil {
 		return fail(err)
 	}
 	if hot != nil {
-		if err := hot.Stop(ctx); err != nil {
+		if err := hot.Stop(stopCtx); err != nil {
 			return fail(err)
 		}
 	}

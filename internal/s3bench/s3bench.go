@@ -352,7 +352,7 @@ func (h *harness) trial(ctx context.Context, block int, c Condition) (Trial, err
 		return Trial{}, err
 	}
 	if c.Cache == CacheWarm {
-		if err := fill(res.Memory); err != nil {
+		if err := fill(ctx, res.Memory); err != nil {
 			return Trial{}, fmt.Errorf("fill the node cache: %w", err)
 		}
 	}
@@ -401,8 +401,9 @@ const (
 	fillPartBytes = 8 << 20
 )
 
-// fill reads the whole memory through the node cache, in parallel parts.
-func fill(src repository.MemorySource) error {
+// fill reads the whole memory through the node cache, in parallel parts,
+// until ctx ends.
+func fill(ctx context.Context, src repository.MemorySource) error {
 	rd, err := src.OpenMemory()
 	if err != nil {
 		return err
@@ -419,7 +420,7 @@ func fill(src repository.MemorySource) error {
 			buf := make([]byte, fillPartBytes)
 			for {
 				off := next.Add(fillPartBytes) - fillPartBytes
-				if off >= rd.Size() {
+				if off >= rd.Size() || ctx.Err() != nil {
 					return
 				}
 				if _, err := rd.ReadAt(buf[:min(fillPartBytes, rd.Size()-off)], off); err != nil {
@@ -432,7 +433,7 @@ func fill(src repository.MemorySource) error {
 		})
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return errors.Join(append(errs, ctx.Err())...)
 }
 
 func (r *Report) summarize() {
