@@ -243,6 +243,9 @@ type Instance struct {
 	prefetchEndedCh chan struct{}
 	// warmStop stops the remote memory cache's prefetch (remote.go).
 	warmStop func()
+	// unlinkSocket removes the short link to a deep runtime directory
+	// that the uffd socket path may need (sockpath.go).
+	unlinkSocket func()
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -327,7 +330,11 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (inst 
 		if err := checkDevice(src, opts.Device); err != nil {
 			return nil, err
 		}
-		sock := filepath.Join(inst.runDir, "uffd.sock")
+		sock, unlink, err := socketPath(inst.runDir, "uffd.sock")
+		if err != nil {
+			return nil, fmt.Errorf("restore %s: uffd socket: %w", src.SnapshotID, err)
+		}
+		inst.unlinkSocket = unlink
 		h, err := uffd.Listen(sock, src.MemoryPath, r.uffdOptions(src, digests, opts.Trace))
 		if err != nil {
 			return nil, fmt.Errorf("restore %s: uffd handler: %w", src.SnapshotID, integrityIf(err))

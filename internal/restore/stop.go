@@ -116,6 +116,9 @@ func (inst *Instance) stop(ctx context.Context, rep *StopReport) error {
 		}
 	}
 	rep.ReleaseAck = time.Since(t)
+	if inst.unlinkSocket != nil {
+		inst.unlinkSocket()
+	}
 	if inst.runDir != "" {
 		if err := os.RemoveAll(inst.runDir); err != nil {
 			errs = append(errs, err)
