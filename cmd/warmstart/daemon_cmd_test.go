@@ -127,6 +127,18 @@ func TestVerbsAgainstDaemon(t *testing.T) {
 		t.Fatalf("record-manifest = %q, %v", out, err)
 	}
 
+	out, _, err = runVerb(t, "--daemon", sock, "snapshot", "verify", "web", "--json")
+	var rep struct {
+		ID string `json:"id"`
+		OK bool   `json:"ok"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &rep) != nil || rep.ID != id || !rep.OK {
+		t.Fatalf("verify --json = %q, %v", out, err)
+	}
+	if out, _, err = runVerb(t, "--daemon", sock, "snapshot", "verify", "--all"); err != nil || !strings.Contains(out, "snapshot "+id+" (alias web): ok") {
+		t.Fatalf("verify --all = %q, %v", out, err)
+	}
+
 	// Without --hold the verb stops the restore after printing it.
 	out, _, err = runVerb(t, "--daemon", sock, "restore", "web", "--prefetch", "on", "--json")
 	var in daemon.RestoreInfo
@@ -161,6 +173,9 @@ func TestVerbsAgainstDaemon(t *testing.T) {
 		{[]string{"--daemon", sock, "restore", "web", "--device", "nbd"}, true, nil},
 		{[]string{"--daemon", sock, "restore", "web", "--trace", ref.Trace}, true, nil},
 		{[]string{"--daemon", sock, "snapshot", "show", "bad/alias"}, true, nil},
+		{[]string{"--daemon", sock, "snapshot", "verify", "nobody"}, false, repository.ErrNotFound},
+		{[]string{"--daemon", sock, "snapshot", "verify", "bad/alias"}, true, nil},
+		{[]string{"--daemon", sock, "snapshot", "verify", "web", "--store", dir}, true, nil},
 		{[]string{"restores", "list"}, true, nil},
 		{[]string{"--daemon", sock, "serve"}, true, nil},
 	} {

@@ -22,7 +22,7 @@ const importProgressSteps = 4
 
 var snapshotCmd = &cobra.Command{
 	Use:   "snapshot",
-	Short: "Import, list, show and delete snapshots in the repository",
+	Short: "Import, list, show, verify and delete snapshots in the repository",
 	Long: `A snapshot is what a paused microVM leaves behind: the VMM state file and the
 guest memory file, plus the memory layout (regions of the memory file mapped
 into the guest) and, once recorded, its startup manifest. The repository

@@ -16,6 +16,7 @@ import (
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
+	"warmstart/internal/snapcheck"
 )
 
 // Error is the body of every answer with a 4xx or 5xx status.
@@ -74,6 +75,13 @@ type SnapshotFiles struct {
 type DeleteResponse struct {
 	ID    string `json:"id"`
 	Alias string `json:"alias,omitempty"`
+}
+
+// VerifyRequest is the optional body of POST /snapshots/{id}/verify.
+type VerifyRequest struct {
+	// AddDigests attaches a freshly computed digest table to a snapshot
+	// without one, if its memory file matches the record's SHA-256.
+	AddDigests bool `json:"add_digests,omitempty"`
 }
 
 // RestoreRequest is the body of POST /restores. Empty fields take the
@@ -339,9 +347,47 @@ func (d *Daemon) startRecording(lease repository.Lease) bool {
 	return true
 }
 
+// verifySnapshot reads every artifact of the snapshot and answers the
+// report: 200 whether or not it found problems (the report's ok says), 404
+// for an unknown snapshot.
+func (d *Daemon) verifySnapshot(w http.ResponseWriter, r *http.Request) error {
+	var req VerifyRequest
+	if err := decodeOptionalJSON(w, r, &req); err != nil {
+		return err
+	}
+	ref := r.PathValue("id")
+	if err := checkRef("id", ref); err != nil {
+		return err
+	}
+	if err := d.checkOpen(); err != nil {
+		return err
+	}
+	rep, err := snapcheck.Verify(r.Context(), d.repo, ref, snapcheck.Options{AddDigests: req.AddDigests})
+	switch {
+	case err != nil && d.reqCtx.Err() != nil:
+		return statusError(http.StatusServiceUnavailable, "", fmt.Errorf("%w: %w", ErrShuttingDown, err))
+	case err != nil:
+		return refError("id", ref, err)
+	}
+	d.logVerified(rep)
+	writeJSON(w, http.StatusOK, rep)
+	return nil
+}
+
+func (d *Daemon) logVerified(rep snapcheck.Report) {
+	if rep.DigestsAdded != nil {
+		d.log.Info("digest table added", "snapshot", rep.ID, "sha256", rep.DigestsAdded.SHA256)
+	}
+	if !rep.OK {
+		d.log.Warn("snapshot verification found problems", "snapshot", rep.ID, "alias", rep.Alias)
+		return
+	}
+	d.log.Info("snapshot verified", "snapshot", rep.ID, "alias", rep.Alias, "unverified", rep.Unverified)
+}
+
 func (d *Daemon) snapshotAction(w http.ResponseWriter, r *http.Request) error {
 	if action := r.PathValue("action"); action != "manifest:record" {
-		return statusError(http.StatusNotFound, "path", fmt.Errorf("no snapshot action %q (known: manifest:record)", action))
+		return statusError(http.StatusNotFound, "path", fmt.Errorf("no snapshot action %q (known: manifest:record, verify)", action))
 	}
 	if err := d.checkOpen(); err != nil {
 		return err

@@ -74,6 +74,13 @@ func TestBadInput(t *testing.T) {
 		{"record unknown snapshot", "POST", "/snapshots/" + unknownID + "/manifest:record", "", 404, "id"},
 		{"record bad alias", "POST", "/snapshots/a.b/manifest:record", "", 400, "id"},
 		{"unknown snapshot action", "POST", "/snapshots/taken/manifest:erase", "", 404, "path"},
+		{"verify unknown snapshot", "POST", "/snapshots/" + unknownID + "/verify", "", 404, "id"},
+		{"verify unknown alias", "POST", "/snapshots/nobody/verify", `{"add_digests": true}`, 404, "id"},
+		{"verify bad alias", "POST", "/snapshots/a.b/verify", "", 400, "id"},
+		{"verify unknown field", "POST", "/snapshots/taken/verify", `{"add": true}`, 400, "add"},
+		{"verify malformed JSON", "POST", "/snapshots/taken/verify", `{"add_digests": `, 400, "body"},
+		{"verify add_digests as string", "POST", "/snapshots/taken/verify", `{"add_digests": "yes"}`, 400, "add_digests"},
+		{"verify with GET", "GET", "/snapshots/taken/verify", "", 405, "method"},
 
 		{"restore malformed JSON", "POST", "/restores", `{"snapshot": "taken"`, 400, "body"},
 		{"restore unknown field", "POST", "/restores", `{"snapshot": "taken", "vcpus": 2}`, 400, "vcpus"},

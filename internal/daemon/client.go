@@ -13,6 +13,7 @@ import (
 
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
+	"warmstart/internal/snapcheck"
 )
 
 // maxResponseBytes bounds what the client reads of one answer.
@@ -165,6 +166,14 @@ func (c *Client) Import(ctx context.Context, req ImportRequest) (ImportResponse,
 func (c *Client) RecordManifest(ctx context.Context, ref string) (recorder.Result, error) {
 	var out recorder.Result
 	return out, c.do(ctx, http.MethodPost, "/snapshots/"+url.PathEscape(ref)+"/manifest:record", nil, &out)
+}
+
+// VerifySnapshot reads every artifact of the snapshot with that id or
+// alias on the daemon and returns the report; problems found are in the
+// report (OK false), not an error.
+func (c *Client) VerifySnapshot(ctx context.Context, ref string, req VerifyRequest) (snapcheck.Report, error) {
+	var out snapcheck.Report
+	return out, c.do(ctx, http.MethodPost, "/snapshots/"+url.PathEscape(ref)+"/verify", req, &out)
 }
 
 // Restore restores a snapshot; the daemon holds it until StopRestore.

@@ -12,6 +12,7 @@
 //	DELETE /snapshots/{id}
 //	POST   /snapshots/import                 ImportRequest
 //	POST   /snapshots/{id}/manifest:record   record the startup manifest now
+//	POST   /snapshots/{id}/verify            [VerifyRequest] → snapcheck.Report
 //	POST   /restores                         RestoreRequest → RestoreInfo
 //	GET    /restores, /restores/{id}
 //	DELETE /restores/{id}                    stop in the seed's order → StopResponse
@@ -379,6 +380,8 @@ func (d *Daemon) Handler() http.Handler {
 	// The action segment is matched as a wildcard: the mux unescapes it, so
 	// "manifest%3Arecord" arrives as "manifest:record" too.
 	mux.Handle("POST /snapshots/{id}/{action}", d.serve(d.snapshotAction))
+	// More specific than the wildcard above, so it wins.
+	mux.Handle("POST /snapshots/{id}/verify", d.serve(d.verifySnapshot))
 	mux.Handle("POST /restores", d.serve(d.createRestore))
 	mux.Handle("GET /restores", d.serve(d.listRestores))
 	mux.Handle("GET /restores/{id}", d.serve(d.getRestore))

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -81,6 +82,20 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 		return badRequest(fieldBody, "request body holds more than one JSON value")
 	}
 	return nil
+}
+
+// decodeOptionalJSON is decodeJSON for a body that may be left out: an
+// empty body leaves v as it is.
+func decodeOptionalJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRequestBytes))
+	if err != nil {
+		return jsonError(err)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	r.Body = io.NopCloser(bytes.NewReader(data))
+	return decodeJSON(w, r, v)
 }
 
 // jsonError names what is wrong with a request body, and the field when

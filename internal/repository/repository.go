@@ -40,7 +40,8 @@ const MaxManifestBytes = 16 << 20
 const RecordFormatVersion = 1
 
 // Record is the catalog entry of one published snapshot. It is immutable
-// except for Manifest, which AttachManifest sets.
+// except for Manifest, which AttachManifest sets, and MemoryDigests, which
+// AttachDigests sets.
 type Record struct {
 	// Format is the version of this encoding (RecordFormatVersion).
 	Format int `json:"format"`
@@ -289,4 +290,18 @@ type Repository interface {
 	// the manifest. data must be 1..MaxManifestBytes long
 	// (ErrInvalidRequest); its format is the caller's to validate.
 	AttachManifest(ctx context.Context, lease Lease, data []byte) (ManifestDescriptor, error)
+
+	// AttachDigests stores data as the digest table of the lease's
+	// snapshot's memory file (DigestsFileName) and records its descriptor
+	// in the record, with AttachManifest's guarantees: durably and under
+	// the record lock, never recreating a deleted snapshot (ErrNotFound,
+	// changing nothing), ErrLeaseEnded once the lease has ended, and a
+	// crash at any point leaves the record either with no descriptor or
+	// with one that matches the stored table. Attaching again replaces the
+	// table. data must decode as a table of a file of the record's
+	// MemorySize (integrity.Decode; ErrInvalidRequest otherwise). That the
+	// table describes the memory file's bytes is the caller's to check:
+	// `snapshot verify --add-digests` computes it from a memory file whose
+	// SHA-256 it has just checked against the record.
+	AttachDigests(ctx context.Context, lease Lease, data []byte) (DigestsDescriptor, error)
 }

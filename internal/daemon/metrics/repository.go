@@ -85,3 +85,8 @@ func (r *timedRepository) AttachManifest(ctx context.Context, lease repository.L
 	defer r.timed("attach_manifest")(&err)
 	return r.inner.AttachManifest(ctx, lease, data)
 }
+
+func (r *timedRepository) AttachDigests(ctx context.Context, lease repository.Lease, data []byte) (d repository.DigestsDescriptor, err error) {
+	defer r.timed("attach_digests")(&err)
+	return r.inner.AttachDigests(ctx, lease, data)
+}

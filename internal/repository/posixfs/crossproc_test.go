@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"warmstart/internal/integrity"
 	"warmstart/internal/layout"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
@@ -87,6 +88,8 @@ func childMain(role string) int {
 		waitBarrier()
 		_, err = repo.AttachManifest(ctx, lease, data)
 		return report(err)
+	case "attach-digests":
+		return childAttachDigests(ctx, repo, id)
 	case "delete":
 		fmt.Println("ready")
 		waitBarrier()
@@ -104,6 +107,30 @@ func childMain(role string) int {
 	}
 	fmt.Fprintf(os.Stderr, "unknown child role %q\n", role)
 	return exitFailed
+}
+
+// childAttachDigests attaches the digest table of other bytes of the
+// memory file's size: a table the record does not have yet, so replacing
+// it passes every fault point.
+func childAttachDigests(ctx context.Context, repo *Repo, id string) int {
+	lease, err := repo.LeaseExisting(ctx, id)
+	if err != nil {
+		return report(err)
+	}
+	defer lease.End()
+	rec, err := repo.Get(ctx, id)
+	if err != nil {
+		return report(err)
+	}
+	mem := make([]byte, rec.MemorySize)
+	_, _ = rand.Read(mem)
+	b := integrity.NewBuilder(rec.MemorySize)
+	b.Write(mem)
+	table := b.Table().Encode()
+	fmt.Printf("ready %s\n", repotest.SHA256Hex(table))
+	waitBarrier()
+	_, err = repo.AttachDigests(ctx, lease, table)
+	return report(err)
 }
 
 func report(err error) int {
@@ -338,7 +365,7 @@ func TestKilledLockHolderDoesNotBlock(t *testing.T) {
 }
 
 // TestCrashAtEveryFaultPoint kills a child with SIGKILL at each step of
-// publish, attach and delete, then checks that readers see a whole snapshot
+// publish, both attaches and delete, then checks that readers see a whole snapshot
 // or none, that Open sweeps the debris away, that no lock is stuck, and that
 // the alias can be published again.
 func TestCrashAtEveryFaultPoint(t *testing.T) {
@@ -369,6 +396,14 @@ func TestCrashAtEveryFaultPoint(t *testing.T) {
 					t.Fatal(err)
 				}
 				before.Manifest = &desc
+				if err := lease.End(); err != nil {
+					t.Fatal(err)
+				}
+				env[childIDEnv] = before.ID
+			case strings.HasPrefix(point, "attach-digests."):
+				role = "attach-digests"
+				var lease repository.Lease
+				before, lease = repotest.Publish(t, r, "crash")
 				if err := lease.End(); err != nil {
 					t.Fatal(err)
 				}
@@ -419,6 +454,19 @@ func TestCrashAtEveryFaultPoint(t *testing.T) {
 				case point != FaultAttachAfterRecord && rec.Manifest != nil:
 					t.Fatalf("after %s the record still has a descriptor %+v", point, rec.Manifest)
 				}
+			case "attach-digests":
+				rec, err := reader.Get(bg(), before.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// As for the manifest: no descriptor until the new record
+				// lands, then the child's.
+				switch {
+				case point == FaultDigestsAfterRecord && (rec.MemoryDigests == nil || rec.MemoryDigests.SHA256 != childSays):
+					t.Fatalf("after %s the record has %+v, want the child's table %s", point, rec.MemoryDigests, childSays)
+				case point != FaultDigestsAfterRecord && rec.MemoryDigests != nil:
+					t.Fatalf("after %s the record still has a descriptor %+v", point, rec.MemoryDigests)
+				}
 			case "delete":
 				if _, err := reader.Get(bg(), before.ID); !errors.Is(err, repository.ErrNotFound) {
 					t.Fatalf("after %s the record is visible: %v", point, err)
@@ -445,6 +493,16 @@ func TestCrashAtEveryFaultPoint(t *testing.T) {
 				}
 				if _, err := r.AttachManifest(ctx, lease, []byte("after the crash")); err != nil {
 					t.Fatalf("attach after a crash at %s: %v", point, err)
+				}
+				_ = lease.End()
+			}
+			if role == "attach-digests" {
+				lease, err := r.LeaseExisting(ctx, before.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := r.AttachDigests(ctx, lease, repotest.DigestTable(t, r.paths.artifactPath(before.ID, repository.MemoryFileName))); err != nil {
+					t.Fatalf("attach digests after a crash at %s: %v", point, err)
 				}
 				_ = lease.End()
 			}
@@ -484,6 +542,9 @@ func checkConsistent(t *testing.T, r *Repo) {
 		}
 		if rec.Manifest != nil && repotest.FileSHA256(t, res.ManifestPath) != rec.Manifest.SHA256 {
 			t.Fatalf("snapshot %s: manifest does not match its descriptor", rec.ID)
+		}
+		if rec.MemoryDigests != nil && repotest.FileSHA256(t, res.DigestsPath) != rec.MemoryDigests.SHA256 {
+			t.Fatalf("snapshot %s: digest table does not match its descriptor", rec.ID)
 		}
 		if rec.Alias != "" {
 			if id, err := r.ResolveAlias(bg(), rec.Alias); err != nil || id != rec.ID {

@@ -8,7 +8,7 @@ import (
 // FaultPointEnv names the environment variable that arms a fault point: when
 // it holds the name of one (for example "publish.after-record-temp"), the
 // process kills itself with SIGKILL on reaching that point. Crash tests use
-// it to stop a real process at every step of publish, attach and delete;
+// it to stop a real process at every step of publish, the attaches and delete;
 // unset, fault points cost one string comparison. FaultPoints lists them.
 const FaultPointEnv = "WARMSTART_FAULTPOINT"
 
@@ -27,6 +27,11 @@ const (
 	FaultAttachAfterManifest      = "attach.after-manifest"
 	FaultAttachAfterRecordTemp    = "attach.after-record-temp"
 	FaultAttachAfterRecord        = "attach.after-record"
+	FaultDigestsAfterClear        = "attach-digests.after-clear-descriptor"
+	FaultDigestsAfterTableTemp    = "attach-digests.after-table-temp"
+	FaultDigestsAfterTable        = "attach-digests.after-table"
+	FaultDigestsAfterRecordTemp   = "attach-digests.after-record-temp"
+	FaultDigestsAfterRecord       = "attach-digests.after-record"
 	FaultDeleteAfterRecord        = "delete.after-record"
 	FaultDeleteAfterAlias         = "delete.after-alias"
 	FaultDeleteAfterArtifactsGone = "delete.after-artifacts"
@@ -39,6 +44,8 @@ var FaultPoints = []string{
 	FaultPublishAfterRecordTemp, FaultPublishAfterRecord,
 	FaultAttachAfterClear, FaultAttachAfterManifestTemp, FaultAttachAfterManifest,
 	FaultAttachAfterRecordTemp, FaultAttachAfterRecord,
+	FaultDigestsAfterClear, FaultDigestsAfterTableTemp, FaultDigestsAfterTable,
+	FaultDigestsAfterRecordTemp, FaultDigestsAfterRecord,
 	FaultDeleteAfterRecord, FaultDeleteAfterAlias, FaultDeleteAfterArtifactsGone,
 }
 

@@ -17,7 +17,7 @@ import (
 //	catalog/locks/record-<id>.lock   flock serialising changes to one snapshot
 //	catalog/locks/alias-<alias>.lock flock serialising binding of one alias
 //	catalog/leases/<id>.lock         shared flock held by each capture lease
-//	snapshots/<id>/                  vm_state.bin, memory.bin, startup-manifest.bin
+//	snapshots/<id>/                  vm_state.bin, memory.bin, memory.digests, startup-manifest.bin
 //
 // Temporary files live next to their target as .<target>.<random>.tmp, so a
 // rename never crosses a directory and leftovers name what they were for.

@@ -13,8 +13,6 @@ package posixfs
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -250,59 +248,87 @@ func (r *Repo) AttachManifest(ctx context.Context, lz repository.Lease, data []b
 	if err != nil {
 		return repository.ManifestDescriptor{}, fmt.Errorf("attach manifest: %w", err)
 	}
-	if len(data) == 0 || len(data) > repository.MaxManifestBytes {
-		return repository.ManifestDescriptor{}, fmt.Errorf("attach manifest %s: %w: %d bytes is outside 1..%d",
-			l.id, repository.ErrInvalidRequest, len(data), repository.MaxManifestBytes)
-	}
-	if err := l.use(); err != nil {
-		return repository.ManifestDescriptor{}, fmt.Errorf("attach manifest: %w", err)
-	}
-	defer l.mu.RUnlock()
-	desc, err := r.attach(ctx, l.id, data)
+	a, err := repository.ManifestAttachment(data)
 	if err != nil {
 		return repository.ManifestDescriptor{}, fmt.Errorf("attach manifest %s: %w", l.id, err)
 	}
-	return desc, nil
+	if err := r.attachUnderLease(ctx, l, a); err != nil {
+		return repository.ManifestDescriptor{}, fmt.Errorf("attach manifest %s: %w", l.id, err)
+	}
+	return a.ManifestDescriptor(), nil
 }
 
-func (r *Repo) attach(ctx context.Context, id string, data []byte) (repository.ManifestDescriptor, error) {
+// AttachDigests implements repository.Repository.
+func (r *Repo) AttachDigests(ctx context.Context, lz repository.Lease, data []byte) (repository.DigestsDescriptor, error) {
+	l, err := r.ownLease(lz)
+	if err != nil {
+		return repository.DigestsDescriptor{}, fmt.Errorf("attach digest table: %w", err)
+	}
+	a := repository.DigestsAttachment(data)
+	if err := r.attachUnderLease(ctx, l, a); err != nil {
+		return repository.DigestsDescriptor{}, fmt.Errorf("attach digest table %s: %w", l.id, err)
+	}
+	return a.DigestsDescriptor(), nil
+}
+
+// attachUnderLease attaches a while the lease is held, so End waits for it.
+func (r *Repo) attachUnderLease(ctx context.Context, l *lease, a repository.Attachment) error {
+	if err := l.use(); err != nil {
+		return err
+	}
+	defer l.mu.RUnlock()
+	return r.attach(ctx, l.id, a)
+}
+
+// attachFaults are the fault points of one kind of attach, in order.
+type attachFaults struct{ clear, fileTemp, file, recordTemp, record string }
+
+func faultsOf(a repository.Attachment) attachFaults {
+	if a.Name == repository.DigestsFileName {
+		return attachFaults{FaultDigestsAfterClear, FaultDigestsAfterTableTemp, FaultDigestsAfterTable,
+			FaultDigestsAfterRecordTemp, FaultDigestsAfterRecord}
+	}
+	return attachFaults{FaultAttachAfterClear, FaultAttachAfterManifestTemp, FaultAttachAfterManifest,
+		FaultAttachAfterRecordTemp, FaultAttachAfterRecord}
+}
+
+// attach stores a's file and then the record describing it, under the
+// record lock: the file first, so a record never describes bytes that are
+// not durably there.
+func (r *Repo) attach(ctx context.Context, id string, a repository.Attachment) error {
 	rl, err := acquireLock(ctx, r.paths.recordLockPath(id), lockExclusive)
 	if err != nil {
-		return repository.ManifestDescriptor{}, err
+		return err
 	}
 	defer rl.release()
 	// Under the record lock a Delete either has finished (no record: refuse)
 	// or has not begun (it waits for us, then removes what we write).
 	rec, err := r.readRecord(id)
 	if err != nil {
-		return repository.ManifestDescriptor{}, err
+		return err
 	}
-	sum := sha256.Sum256(data)
-	desc := repository.ManifestDescriptor{SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))}
-	if old := rec.Manifest; old != nil && *old != desc {
+	if err := a.Check(rec); err != nil {
+		return err
+	}
+	fp := faultsOf(a)
+	if has, same := a.DescribedBy(rec); has && !same {
 		// Drop the old descriptor before replacing the file, so a crash in
 		// between never pairs a descriptor with other bytes.
-		cleared := rec
-		cleared.Manifest = nil
-		if err := r.writeRecord(cleared, faultPoints{afterRename: FaultAttachAfterClear}); err != nil {
-			return repository.ManifestDescriptor{}, err
+		if err := r.writeRecord(a.Cleared(rec), faultPoints{afterRename: fp.clear}); err != nil {
+			return err
 		}
 	}
 	// writeFileDurable never creates the directory, so even a store edited
 	// behind our back cannot get a deleted snapshot's directory back.
-	err = r.writeFileDurable(r.paths.snapshotDir(id), repository.ManifestFileName, data, artifactFileMode,
-		faultPoints{afterTemp: FaultAttachAfterManifestTemp, afterRename: FaultAttachAfterManifest})
+	err = r.writeFileDurable(r.paths.snapshotDir(id), a.Name, a.Data, artifactFileMode,
+		faultPoints{afterTemp: fp.fileTemp, afterRename: fp.file})
 	if errors.Is(err, os.ErrNotExist) {
-		return repository.ManifestDescriptor{}, fmt.Errorf("%w: snapshot directory is missing: %w", repository.ErrIntegrity, err)
+		return fmt.Errorf("%w: snapshot directory is missing: %w", repository.ErrIntegrity, err)
 	}
 	if err != nil {
-		return repository.ManifestDescriptor{}, err
+		return err
 	}
-	rec.Manifest = &desc
-	if err := r.writeRecord(rec, faultPoints{afterTemp: FaultAttachAfterRecordTemp, afterRename: FaultAttachAfterRecord}); err != nil {
-		return repository.ManifestDescriptor{}, err
-	}
-	return desc, nil
+	return r.writeRecord(a.Attached(rec), faultPoints{afterTemp: fp.recordTemp, afterRename: fp.record})
 }
 
 // Resolve implements repository.Repository.

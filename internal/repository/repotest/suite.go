@@ -50,6 +50,8 @@ func Run(t *testing.T, open func(t *testing.T) repository.Repository) {
 		{"ListFilter", testListFilter},
 		{"AttachManifest", testAttach},
 		{"AttachRefused", testAttachRefused},
+		{"AttachDigests", testAttachDigests},
+		{"AttachDigestsRefused", testAttachDigestsRefused},
 		{"LeaseExisting", testLeaseExisting},
 		{"EndWaitsForAttach", testEndWaitsForAttach},
 		{"AttachRacingDelete", testAttachRacingDelete},

@@ -14,6 +14,7 @@ import (
 //	catalog/aliases/<alias>.json       the binding of an alias to an id
 //	artifacts/<id>/vm_state.bin        VMM state
 //	artifacts/<id>/memory.bin          guest memory, read in ranges
+//	artifacts/<id>/memory.digests      its per-block digest table
 //	artifacts/<id>/startup-manifest.bin
 //
 // Memory stays one object: ranged GETs read any block of it, so chunking

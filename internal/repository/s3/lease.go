@@ -11,7 +11,7 @@ import (
 // lock that dies with its holder, so leases cannot be seen across nodes:
 //
 //   - Within a process, End waits for operations under the lease, Delete
-//     and AttachManifest of one snapshot are serialised, and Delete leaves
+//     and the attaches of one snapshot are serialised, and Delete leaves
 //     the artifacts of an unpublished snapshot alone while a lease on it
 //     is live.
 //   - Across processes and nodes, what keeps the catalog right is the

@@ -21,8 +21,9 @@
 // The catalog (catalog.go) changes only by single conditional PUTs: the
 // record, written last with If-None-Match: *, is the visibility point;
 // aliases are bound with If-None-Match: * (exactly one of two binders
-// wins); a manifest attach replaces the record with If-Match on the ETag it
-// read, so it can never recreate a record a concurrent Delete removed.
+// wins); attaching a manifest or a digest table replaces the record with
+// If-Match on the ETag it read, so it can never recreate a record a
+// concurrent Delete removed.
 // Delete removes the alias, then the record, then the artifacts; a failed
 // publish removes what it wrote. Leases are in-process (lease.go says what
 // that means across nodes).
@@ -361,19 +362,36 @@ func (r *Repo) AttachManifest(ctx context.Context, lz repository.Lease, data []b
 	if err != nil {
 		return repository.ManifestDescriptor{}, fmt.Errorf("attach manifest: %w", err)
 	}
-	if len(data) == 0 || len(data) > repository.MaxManifestBytes {
-		return repository.ManifestDescriptor{}, fmt.Errorf("attach manifest %s: %w: %d bytes is outside 1..%d",
-			l.id, repository.ErrInvalidRequest, len(data), repository.MaxManifestBytes)
-	}
-	if err := l.use(); err != nil {
-		return repository.ManifestDescriptor{}, fmt.Errorf("attach manifest: %w", err)
-	}
-	defer l.mu.RUnlock()
-	desc, err := r.attach(ctx, l.id, data)
+	a, err := repository.ManifestAttachment(data)
 	if err != nil {
 		return repository.ManifestDescriptor{}, fmt.Errorf("attach manifest %s: %w", l.id, err)
 	}
-	return desc, nil
+	if err := r.attachUnderLease(ctx, l, a); err != nil {
+		return repository.ManifestDescriptor{}, fmt.Errorf("attach manifest %s: %w", l.id, err)
+	}
+	return a.ManifestDescriptor(), nil
+}
+
+// AttachDigests implements repository.Repository.
+func (r *Repo) AttachDigests(ctx context.Context, lz repository.Lease, data []byte) (repository.DigestsDescriptor, error) {
+	l, err := r.ownLease(lz)
+	if err != nil {
+		return repository.DigestsDescriptor{}, fmt.Errorf("attach digest table: %w", err)
+	}
+	a := repository.DigestsAttachment(data)
+	if err := r.attachUnderLease(ctx, l, a); err != nil {
+		return repository.DigestsDescriptor{}, fmt.Errorf("attach digest table %s: %w", l.id, err)
+	}
+	return a.DigestsDescriptor(), nil
+}
+
+// attachUnderLease attaches a while the lease is held, so End waits for it.
+func (r *Repo) attachUnderLease(ctx context.Context, l *lease, a repository.Attachment) error {
+	if err := l.use(); err != nil {
+		return err
+	}
+	defer l.mu.RUnlock()
+	return r.attach(ctx, l.id, a)
 }
 
 // maxAttachAttempts bounds how often attach starts over after the record
@@ -381,55 +399,63 @@ func (r *Repo) AttachManifest(ctx context.Context, lz repository.Lease, data []b
 // answer that minio-go retried).
 const maxAttachAttempts = 5
 
-func (r *Repo) attach(ctx context.Context, id string, data []byte) (repository.ManifestDescriptor, error) {
+// attach uploads a's object and then replaces the record with one that
+// describes it, conditionally on the ETag the record was read with, so it
+// never recreates a record a concurrent Delete removed.
+func (r *Repo) attach(ctx context.Context, id string, a repository.Attachment) error {
 	unlock := r.locks.lock(id)
 	defer unlock()
-	desc := repository.ManifestDescriptor{SHA256: sha256Hex(data), Size: int64(len(data))}
-	key := r.keys.artifact(id, repository.ManifestFileName)
 	for range maxAttachAttempts {
 		rec, etag, err := r.getRecord(ctx, id)
 		if err != nil {
-			return repository.ManifestDescriptor{}, err
+			return err
 		}
-		if old := rec.Manifest; old != nil && *old != desc {
-			// Drop the old descriptor before replacing the object, so a
-			// crash in between never pairs a descriptor with other bytes.
-			cleared := rec
-			cleared.Manifest = nil
-			etag, err = r.putRecord(ctx, cleared, putCondition{ifMatch: etag})
-			if errors.Is(err, errPrecondition) {
-				continue
-			}
-			if errors.Is(err, errGone) {
-				return repository.ManifestDescriptor{}, fmt.Errorf("snapshot %s: %w", id, repository.ErrNotFound)
-			}
-			if err != nil {
-				return repository.ManifestDescriptor{}, err
-			}
+		if err := a.Check(rec); err != nil {
+			return err
 		}
-		if _, err := r.core.PutObject(ctx, r.bucket, key, bytes.NewReader(data), int64(len(data)), "", desc.SHA256,
-			minio.PutObjectOptions{ContentType: "application/octet-stream"}); err != nil {
-			return repository.ManifestDescriptor{}, ctxErr(ctx, fmt.Errorf("upload %s: %w", key, err))
-		}
-		rec.Manifest = &desc
-		_, err = r.putRecord(ctx, rec, putCondition{ifMatch: etag})
-		switch {
-		case err == nil:
-			return desc, nil
-		case errors.Is(err, errPrecondition):
-			continue
-		case errors.Is(err, errGone):
-			// Deleted under us: the record stays deleted, and the object
-			// just written goes with the rest of the snapshot.
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-			defer cancel()
-			_ = r.remove(cctx, key)
-			return repository.ManifestDescriptor{}, fmt.Errorf("snapshot %s: %w", id, repository.ErrNotFound)
-		default:
-			return repository.ManifestDescriptor{}, err
+		again, err := r.attachOnce(ctx, rec, etag, a)
+		if !again {
+			return err
 		}
 	}
-	return repository.ManifestDescriptor{}, fmt.Errorf("record %s kept changing under %d attach attempts", id, maxAttachAttempts)
+	return fmt.Errorf("record %s kept changing under %d attach attempts", id, maxAttachAttempts)
+}
+
+// attachOnce makes one attempt of attach from the record rec read with
+// etag. It reports again when the record changed in the meantime.
+func (r *Repo) attachOnce(ctx context.Context, rec repository.Record, etag string, a repository.Attachment) (again bool, err error) {
+	id := rec.ID
+	if has, same := a.DescribedBy(rec); has && !same {
+		// Drop the old descriptor before replacing the object, so a crash
+		// in between never pairs a descriptor with other bytes.
+		etag, err = r.putRecord(ctx, a.Cleared(rec), putCondition{ifMatch: etag})
+		switch {
+		case errors.Is(err, errPrecondition):
+			return true, nil
+		case errors.Is(err, errGone):
+			return false, fmt.Errorf("snapshot %s: %w", id, repository.ErrNotFound)
+		case err != nil:
+			return false, err
+		}
+	}
+	key := r.keys.artifact(id, a.Name)
+	if _, err := r.core.PutObject(ctx, r.bucket, key, bytes.NewReader(a.Data), int64(len(a.Data)), "", sha256Hex(a.Data),
+		minio.PutObjectOptions{ContentType: "application/octet-stream"}); err != nil {
+		return false, ctxErr(ctx, fmt.Errorf("upload %s: %w", key, err))
+	}
+	_, err = r.putRecord(ctx, a.Attached(rec), putCondition{ifMatch: etag})
+	switch {
+	case errors.Is(err, errPrecondition):
+		return true, nil
+	case errors.Is(err, errGone):
+		// Deleted under us: the record stays deleted, and the object just
+		// written goes with the rest of the snapshot.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		_ = r.remove(cctx, key)
+		return false, fmt.Errorf("snapshot %s: %w", id, repository.ErrNotFound)
+	}
+	return false, err
 }
 
 // Get implements repository.Repository.

@@ -1,0 +1,126 @@
+package daemon_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"warmstart/internal/daemon"
+	"warmstart/internal/integrity"
+	"warmstart/internal/repository"
+	"warmstart/internal/repository/posixfs/posixfstest"
+	"warmstart/internal/snapcheck"
+)
+
+// POST /snapshots/{id}/verify answers the report with 200 whether or not
+// it found problems; add_digests gives a legacy snapshot its table.
+func TestVerifyEndpoint(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	r := startDaemon(t, f, nil)
+	c := r.client
+	ctx := context.Background()
+	imp, err := c.Import(ctx, f.importRequest("ref"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	rep, err := c.VerifySnapshot(ctx, "ref", daemon.VerifyRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK || rep.ID != imp.ID || rep.Unverified || memoryOf(t, rep).Blocks == nil {
+		t.Fatalf("verify of a clean snapshot: %+v", rep)
+	}
+
+	// A legacy snapshot: unverified, then given its table.
+	posixfstest.StripDigests(t, f.cfg.Backend.PosixFS.SnapshotStore, imp.ID)
+	if rep, err = c.VerifySnapshot(ctx, imp.ID, daemon.VerifyRequest{}); err != nil || !rep.OK || !rep.Unverified {
+		t.Fatalf("verify of a legacy snapshot: %+v, %v", rep, err)
+	}
+	rep, err = c.VerifySnapshot(ctx, imp.ID, daemon.VerifyRequest{AddDigests: true})
+	if err != nil || !rep.OK || rep.DigestsAdded == nil || *rep.DigestsAdded != *imp.MemoryDigests {
+		t.Fatalf("verify add_digests: %+v, %v; want the published table %+v", rep, err, *imp.MemoryDigests)
+	}
+	m := metricsOf(t, c)
+	if got := value(m, "warmstart_repository_operation_seconds", map[string]string{"operation": "attach_digests", "outcome": "ok"}); got != 1 {
+		t.Errorf("attach_digests observed %v times, want 1", got)
+	}
+
+	// A flipped byte: still 200, the report names the block.
+	info, err := c.Snapshot(ctx, imp.ID)
+	if err != nil || info.Files == nil {
+		t.Fatalf("snapshot files: %+v, %v", info, err)
+	}
+	const off = 5*integrity.BlockBytes + 9
+	flipStored(t, info.Files.Memory, off)
+	rep = postVerify(t, f, imp.ID, "")
+	mem := memoryOf(t, rep)
+	if rep.OK || mem.Blocks == nil || mem.Blocks.Bad != 1 || mem.Blocks.BadRanges[0].Offset != 5*integrity.BlockBytes {
+		t.Fatalf("verify after a flipped byte at %d: %+v", off, rep)
+	}
+	if _, err := c.VerifySnapshot(ctx, "nobody", daemon.VerifyRequest{}); !errors.Is(err, repository.ErrNotFound) {
+		t.Fatalf("verify of an unknown alias: %v, want 404", err)
+	}
+}
+
+// postVerify sends a hand-made request, so the snake_case wire form is
+// what is checked.
+func postVerify(t *testing.T, f *fixture, ref, body string) snapcheck.Report {
+	t.Helper()
+	hc := rawClient(t, f.cfg.Daemon.Socket)
+	resp, err := hc.Post("http://warmstart/snapshots/"+ref+"/verify", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var raw map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&raw); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST verify = %d, %v", resp.StatusCode, err)
+	}
+	if _, ok := raw["ok"].(bool); !ok {
+		t.Fatalf("report has no boolean ok: %v", raw)
+	}
+	data, _ := json.Marshal(raw)
+	var rep snapcheck.Report
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func memoryOf(t *testing.T, rep snapcheck.Report) snapcheck.Artifact {
+	t.Helper()
+	for _, a := range rep.Artifacts {
+		if a.Name == repository.MemoryFileName {
+			return a
+		}
+	}
+	t.Fatalf("report has no %s: %+v", repository.MemoryFileName, rep)
+	return snapcheck.Artifact{}
+}
+
+// flipStored inverts a bit of a stored (read-only) artifact.
+func flipStored(t *testing.T, path string, off int64) {
+	t.Helper()
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chmod(path, 0o444)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0x80
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,164 @@
+package snapcheck
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"testing"
+
+	"github.com/minio/minio-go/v7"
+
+	"warmstart/internal/integrity"
+	"warmstart/internal/miniotest"
+	"warmstart/internal/repository"
+	"warmstart/internal/repository/s3"
+)
+
+const s3Bucket = "warmstart-verify"
+
+// s3World is one MinIO server and one repository prefix in it; each
+// repo call opens the prefix with a node cache of its own, as another node
+// would.
+type s3World struct {
+	srv    *miniotest.Server
+	client *minio.Client
+	prefix string
+}
+
+func newS3World(t *testing.T) *s3World {
+	t.Helper()
+	srv := miniotest.Start(t)
+	if err := srv.MakeBucket(bg(), s3Bucket); err != nil {
+		t.Fatal(err)
+	}
+	client, err := miniotest.Client(srv.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return &s3World{srv: srv, client: client, prefix: "verify-" + hex.EncodeToString(b[:])}
+}
+
+func (w *s3World) repo(t *testing.T) *s3.Repo {
+	t.Helper()
+	r, err := s3.Open(bg(), s3.Options{
+		Endpoint: "http://" + w.srv.Endpoint, Bucket: s3Bucket, Region: "us-east-1", Prefix: w.prefix,
+		AddressingStyle: "path", AccessKeyID: miniotest.AccessKey, SecretAccessKey: miniotest.SecretKey,
+		CacheDir: t.TempDir(), CacheMaxBytes: 64 << 20,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// key is the object key of a catalog or artifact path under the prefix
+// (the layout package s3 documents).
+func (w *s3World) key(path string) string { return w.prefix + "/" + path }
+
+func (w *s3World) get(t *testing.T, key string) []byte {
+	t.Helper()
+	obj, err := w.client.GetObject(bg(), s3Bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obj.Close()
+	data, err := io.ReadAll(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func (w *s3World) put(t *testing.T, key string, data []byte) {
+	t.Helper()
+	if _, err := w.client.PutObject(bg(), s3Bucket, key, bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestS3 verifies snapshots in MinIO: memory is read through the node's
+// chunk cache, and a damaged object or a legacy record is found as on a
+// local store.
+func TestS3(t *testing.T) {
+	w := newS3World(t)
+	t.Run("clean", func(t *testing.T) {
+		repo := w.repo(t)
+		rec, _ := publish(t, repo, "clean")
+		r := verify(t, repo, "clean", Options{})
+		mem := wantArtifact(t, r, repository.MemoryFileName, StatusOK)
+		if !r.OK || mem.ReadSHA256 != rec.MemorySHA256 || mem.Blocks == nil || mem.Blocks.Bad != 0 {
+			t.Fatalf("clean snapshot in S3: %+v", r)
+		}
+		wantArtifact(t, r, repository.ManifestFileName, StatusOK)
+		wantArtifact(t, r, repository.DigestsFileName, StatusOK)
+	})
+	t.Run("flipped byte in the memory object", func(t *testing.T) {
+		rec, _ := publish(t, w.repo(t), "flipped")
+		key := w.key("artifacts/" + rec.ID + "/" + repository.MemoryFileName)
+		mem := w.get(t, key)
+		const off = 2*CopyBufferBytes + 7*integrity.BlockBytes + 3
+		mem[off] ^= 0x01
+		w.put(t, key, mem)
+		// Another node, whose cache never held the published bytes.
+		r := verify(t, w.repo(t), "flipped", Options{})
+		a := wantArtifact(t, r, repository.MemoryFileName, StatusBad, KindSHA256, KindBadBlocks)
+		want := Range{Offset: off &^ (integrity.BlockBytes - 1), Length: integrity.BlockBytes, Blocks: 1}
+		if a.Blocks.Bad != 1 || a.Blocks.BadRanges[0] != want {
+			t.Fatalf("bad blocks %+v, want only %+v", a.Blocks, want)
+		}
+	})
+	t.Run("table object removed", func(t *testing.T) {
+		rec, _ := publish(t, w.repo(t), "no-table")
+		table := w.key("artifacts/" + rec.ID + "/" + repository.DigestsFileName)
+		if err := w.client.RemoveObject(bg(), s3Bucket, table, minio.RemoveObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		r := verify(t, w.repo(t), "no-table", Options{})
+		wantArtifact(t, r, repository.DigestsFileName, StatusBad, KindMissing)
+		if mem := wantArtifact(t, r, repository.MemoryFileName, StatusOK); r.OK || mem.Blocks != nil {
+			t.Fatalf("without its table object: %+v", r)
+		}
+	})
+	t.Run("legacy record gets digests", func(t *testing.T) {
+		repo := w.repo(t)
+		rec, _ := publish(t, repo, "legacy")
+		w.stripDigests(t, rec.ID)
+		if r := verify(t, repo, "legacy", Options{}); !r.OK || !r.Unverified {
+			t.Fatalf("legacy snapshot in S3: %+v", r)
+		}
+		r := verify(t, repo, "legacy", Options{AddDigests: true})
+		if !r.OK || r.DigestsAdded == nil || *r.DigestsAdded != *rec.MemoryDigests {
+			t.Fatalf("add digests in S3: %+v", r)
+		}
+		r = verify(t, w.repo(t), "legacy", Options{})
+		if mem := r.artifact(repository.MemoryFileName); !r.OK || r.Unverified || mem.Blocks == nil {
+			t.Fatalf("after adding digests in S3: %+v", r)
+		}
+	})
+}
+
+// stripDigests makes id's record one written before digest tables existed
+// and removes its table object.
+func (w *s3World) stripDigests(t *testing.T, id string) {
+	t.Helper()
+	key := w.key("catalog/records/" + id + ".json")
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(w.get(t, key), &fields); err != nil {
+		t.Fatal(err)
+	}
+	delete(fields, "memory_digests")
+	data, err := json.Marshal(fields)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.put(t, key, data)
+	table := w.key("artifacts/" + id + "/" + repository.DigestsFileName)
+	if err := w.client.RemoveObject(bg(), s3Bucket, table, minio.RemoveObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,183 @@
+// Package snapcheck verifies published snapshots: it reads every artifact
+// of a snapshot whole and compares it with what the record says, so that
+// bit rot, truncation and swapped files are found by an operator before a
+// restore meets them. It is `warmstart snapshot verify` and the daemon's
+// POST /snapshots/{id}/verify.
+//
+// The memory file is read once, in CopyBufferBytes units, and the same pass
+// computes its whole-file SHA-256 and a fresh digest table (package
+// integrity); the fresh table is compared block by block with the stored
+// one, so every bad block is named, not only the first. Memory use is the
+// buffer plus the two tables (1/1024 of the memory file each), whatever the
+// memory file's size. Local memory files (posixfs) are read directly;
+// remote ones (s3) through the repository's MemorySource, that is through
+// the node's chunk cache, so blocks already cached on the node are checked
+// as cached.
+//
+// A snapshot published before digest tables existed is reported as
+// unverified, which is not a problem by itself; Options.AddDigests gives it
+// the fresh table, but only when the memory file's SHA-256 matches the
+// record, so a table never blesses bytes other than the published ones.
+package snapcheck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"warmstart/internal/repository"
+)
+
+// CopyBufferBytes is the unit the artifacts are read in.
+const CopyBufferBytes = 1 << 20
+
+// Options choose what Verify does besides reading.
+type Options struct {
+	// AddDigests attaches a freshly computed digest table to a snapshot
+	// that has none, once its memory file matched the record's SHA-256.
+	AddDigests bool
+	// Progress, when not nil, is called from Verify's goroutine as large
+	// artifacts are read (Step is repository.StepVerify). It must not
+	// block for long.
+	Progress func(Progress)
+}
+
+// Progress reports how far the reading of one artifact has come.
+type Progress struct {
+	SnapshotID string
+	repository.ImportProgress
+}
+
+// Verify reads every artifact of the snapshot ref (an id or an alias) and
+// reports what it found. Problems with the snapshot are in the report,
+// whose OK is then false; the error is for what stopped the verification
+// itself: an unknown or malformed ref (ErrNotFound, ErrInvalidRequest), a
+// repository that cannot be reached, a cancelled context.
+func Verify(ctx context.Context, repo repository.Repository, ref string, opts Options) (Report, error) {
+	rec, err := repo.Lookup(ctx, ref)
+	if errors.Is(err, repository.ErrIntegrity) {
+		return unreadableRecord(ref, err), nil
+	}
+	if err != nil {
+		return Report{}, fmt.Errorf("verify %s: %w", ref, err)
+	}
+	r, err := verifyRecord(ctx, repo, rec, opts)
+	if err != nil {
+		return Report{}, fmt.Errorf("verify %s: %w", ref, err)
+	}
+	return r, nil
+}
+
+// VerifyAll verifies every listed snapshot, oldest first. A snapshot
+// deleted while the others are verified is left out.
+func VerifyAll(ctx context.Context, repo repository.Repository, opts Options) ([]Report, error) {
+	recs, err := repo.List(ctx, repository.Filter{})
+	if err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	reports := make([]Report, 0, len(recs))
+	for _, rec := range recs {
+		r, err := verifyRecord(ctx, repo, rec, opts)
+		if errors.Is(err, repository.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return reports, fmt.Errorf("verify %s: %w", rec.ID, err)
+		}
+		reports = append(reports, r)
+	}
+	return reports, nil
+}
+
+// unreadableRecord is the report of a snapshot whose record exists but
+// cannot be decoded: nothing else about it can be checked.
+func unreadableRecord(ref string, err error) Report {
+	r := Report{Problems: []Problem{{Kind: KindRecord, Message: err.Error()}}, Artifacts: []Artifact{}}
+	if repository.RefIsID(ref) {
+		r.ID = ref
+	} else {
+		r.Alias = ref
+	}
+	return r
+}
+
+// checker verifies one resolved snapshot into its report.
+type checker struct {
+	ctx  context.Context
+	repo repository.Repository
+	res  repository.Resolved
+	opts Options
+	r    *Report
+}
+
+func verifyRecord(ctx context.Context, repo repository.Repository, rec repository.Record, opts Options) (Report, error) {
+	r := newReport(rec)
+	res, err := repo.Resolve(ctx, rec.ID)
+	if errors.Is(err, repository.ErrIntegrity) {
+		r.unresolved(err)
+		r.finish()
+		return r, nil
+	}
+	if err != nil {
+		return Report{}, err
+	}
+	c := &checker{ctx: ctx, repo: repo, res: res, opts: opts, r: &r}
+	if err := c.run(); err != nil {
+		return Report{}, err
+	}
+	r.finish()
+	return r, nil
+}
+
+// run checks the small artifacts first, then reads the memory file.
+func (c *checker) run() error {
+	if err := c.vmState(); err != nil {
+		return err
+	}
+	stored := c.digests()
+	c.manifest()
+	fresh, err := c.memory(stored)
+	if err != nil {
+		return err
+	}
+	if c.opts.AddDigests && c.res.Record.MemoryDigests == nil {
+		return c.addDigests(fresh)
+	}
+	return nil
+}
+
+// unresolved reports a snapshot the repository refused to resolve: the
+// artifact the refusal names is bad, and nothing could be read.
+func (r *Report) unresolved(err error) {
+	var ie *repository.IntegrityError
+	if !errors.As(err, &ie) || !r.hasArtifact(ie.Artifact) {
+		r.Problems = append(r.Problems, Problem{Kind: KindUnresolved, Message: err.Error()})
+		return
+	}
+	r.artifact(ie.Artifact).problem(KindUnresolved, "%v", err)
+	for i := range r.Artifacts {
+		if a := &r.Artifacts[i]; a.Status == StatusNotChecked {
+			a.Note = "not checked: the snapshot does not resolve"
+		}
+	}
+}
+
+func (r *Report) hasArtifact(name string) bool {
+	for _, a := range r.Artifacts {
+		if a.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// progress reports done of total bytes of artifact read.
+func (c *checker) progress(artifact string, total int64) func(int64) {
+	if c.opts.Progress == nil {
+		return nil
+	}
+	return func(done int64) {
+		c.opts.Progress(Progress{SnapshotID: c.r.ID, ImportProgress: repository.ImportProgress{
+			Artifact: artifact, Step: repository.StepVerify, DoneBytes: done, TotalBytes: total}})
+	}
+}
