@@ -14,6 +14,7 @@ import (
 	"warmstart/internal/manifest"
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
+	"warmstart/internal/snapcheck"
 	"warmstart/internal/synth"
 )
 
@@ -109,6 +110,9 @@ func TestCorruptionSweep(t *testing.T) {
 						e.checkDamagedRestore(t, device, mode, want)
 					}
 				}
+				if artifact == repository.MemoryFileName && damage.name == "flip untouched page" {
+					e.checkVerifyReports(t, untouched)
+				}
 			})
 		}
 	}
@@ -137,6 +141,27 @@ func (e *env) checkDamagedRestore(t *testing.T, device string, mode restore.Mode
 		t.Errorf("%s: restore of a damaged snapshot succeeded", what)
 	}
 	checkHash(t, inst, e.ref.expected)
+}
+
+// checkVerifyReports fails unless snapshot verify names the block at off
+// as bad, and only that block.
+func (e *env) checkVerifyReports(t *testing.T, off int64) {
+	t.Helper()
+	rep, err := snapcheck.Verify(context.Background(), e.repo, e.id, snapcheck.Options{})
+	must(t, err)
+	for _, a := range rep.Artifacts {
+		if a.Name != repository.MemoryFileName {
+			continue
+		}
+		if a.Blocks == nil || len(a.Blocks.BadRanges) != 1 || a.Blocks.BadRanges[0].Offset != off || a.Blocks.Bad != 1 {
+			t.Fatalf("snapshot verify reports memory blocks %+v, want exactly the block at %d", a.Blocks, off)
+		}
+		if rep.OK {
+			t.Fatal("snapshot verify says a snapshot with a bad block is OK")
+		}
+		return
+	}
+	t.Fatal("snapshot verify does not report memory.bin")
 }
 
 func (e *env) resolveAndRestore(device string, mode restore.Mode) (*restore.Instance, error) {
