@@ -219,6 +219,8 @@ type Instance struct {
 	prefetchEndedCh chan struct{}
 	// warmStop stops the remote memory cache's prefetch (remote.go).
 	warmStop func()
+	// exit tracks the VM's process exiting on its own after ready (exit.go).
+	exit     exitWatch
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -432,6 +434,7 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (inst 
 	if r.Observe != nil {
 		r.Observe.Phases(inst.Timings)
 	}
+	inst.watchExit()
 	return inst, nil
 }
 
