@@ -20,33 +20,23 @@ import (
 	"warmstart/internal/synth"
 )
 
-// cliEnv makes the test binary run as the warmstart command with its
-// arguments, so that a test can run a verb as a process of its own, as an
-// operator does.
-const cliEnv = "WARMSTART_CLI_TEST_AS_CLI"
+// verbTimeout bounds a verb run as a separate process.
+const verbTimeout = time.Minute
 
-// cliTimeout bounds a verb run as a separate process.
-const cliTimeout = time.Minute
-
-func TestMain(m *testing.M) {
-	if os.Getenv(cliEnv) != "" {
-		main() // exits non-zero on error
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
-
-// cliProcess is "warmstart ARGS..." started as a separate process.
-type cliProcess struct {
+// verbProcess is "warmstart ARGS..." started as a separate process (see
+// cliMainEnv) that the test talks to while it runs: its standard output is
+// a pipe, its standard error is kept.
+type verbProcess struct {
 	cmd    *exec.Cmd
 	stdout io.Reader
 	stderr bytes.Buffer
 }
 
-func startCLI(t *testing.T, args ...string) *cliProcess {
+func startVerb(t *testing.T, args ...string) *verbProcess {
 	t.Helper()
-	p := &cliProcess{cmd: exec.Command(os.Args[0], args...)}
-	p.cmd.Env = append(os.Environ(), cliEnv+"=1", "GORACE=atexit_sleep_ms=0")
+	p := &verbProcess{cmd: exec.Command(os.Args[0], args...)}
+	// No race-detector pause at exit: it would only slow the child down.
+	p.cmd.Env = append(os.Environ(), cliMainEnv+"=1", "GORACE=atexit_sleep_ms=0")
 	p.cmd.Stderr = &p.stderr
 	// A verb whose test died must not keep its VM and mount.
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -61,8 +51,8 @@ func startCLI(t *testing.T, args ...string) *cliProcess {
 }
 
 // wait reads the rest of standard output and waits for the process to
-// exit, killing it if it has not within cliTimeout.
-func (p *cliProcess) wait(t *testing.T, rest io.Reader) error {
+// exit, killing it if it has not within verbTimeout.
+func (p *verbProcess) wait(t *testing.T, rest io.Reader) error {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() {
@@ -72,10 +62,10 @@ func (p *cliProcess) wait(t *testing.T, rest io.Reader) error {
 	select {
 	case err := <-done:
 		return err
-	case <-time.After(cliTimeout):
+	case <-time.After(verbTimeout):
 		p.cmd.Process.Kill()
 		<-done
-		t.Fatalf("warmstart %s did not exit within %v; stderr:\n%s", strings.Join(p.cmd.Args[1:], " "), cliTimeout, p.stderr.String())
+		t.Fatalf("warmstart %s did not exit within %v; stderr:\n%s", strings.Join(p.cmd.Args[1:], " "), verbTimeout, p.stderr.String())
 		return nil
 	}
 }
@@ -118,7 +108,7 @@ func TestRestoreHoldReportsVMExit(t *testing.T) {
 
 	for _, device := range []string{"file", "uffd"} {
 		t.Run(device, func(t *testing.T) {
-			cli := startCLI(t, "--config", cfgPath, "restore", "held", "--hold", "--json", "--device", device, "--trace", ref.Trace)
+			cli := startVerb(t, "--config", cfgPath, "restore", "held", "--hold", "--json", "--device", device, "--trace", ref.Trace)
 			dec := json.NewDecoder(cli.stdout)
 			var report struct {
 				Ready map[string]string `json:"ready"`
