@@ -50,10 +50,10 @@ seed's order (stop the VM, wait for prefetch reads, release the device).`,
 				return writeJSON(cmd.OutOrStdout(), infos)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSNAPSHOT\tDEVICE\tSTARTED\tREADY\tPREFETCH")
+			fmt.Fprintln(tw, "ID\tSNAPSHOT\tDEVICE\tSTARTED\tREADY\tPREFETCH\tSTATE")
 			for _, in := range infos {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f ms\t%s\n", in.ID, in.Snapshot, in.Device,
-					in.StartedAt.UTC().Format(time.RFC3339), float64(in.Timings.Ready)/1e6, in.Prefetch.State)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f ms\t%s\t%s\n", in.ID, in.Snapshot, in.Device,
+					in.StartedAt.UTC().Format(time.RFC3339), float64(in.Timings.Ready)/1e6, in.Prefetch.State, restoreState(in))
 			}
 			return tw.Flush()
 		},
@@ -79,6 +79,14 @@ seed's order (stop the VM, wait for prefetch reads, release the device).`,
 	}
 	restoresCmd.AddCommand(listCmd, stopCmd)
 	rootCmd.AddCommand(restoresCmd)
+}
+
+// restoreState is a restore's state for people: running, or exited and how.
+func restoreState(in daemon.RestoreInfo) string {
+	if in.Exit != nil {
+		return in.State + ": " + in.Exit.String()
+	}
+	return in.State
 }
 
 // daemonClient returns a client for --daemon, or a usage error without it.
@@ -275,6 +283,9 @@ func daemonRestore(cmd *cobra.Command, ref string, mode restore.Mode, device, po
 	if !asJSON {
 		printStopped(out, rep.StopReport)
 	}
+	if rep.Exit != nil {
+		return fmt.Errorf("restore %s: the VM exited after ready: %v", in.ID, rep.Exit)
+	}
 	return nil
 }
 
@@ -296,6 +307,9 @@ func printRestoreInfo(out io.Writer, in daemon.RestoreInfo) {
 }
 
 func printStopped(out io.Writer, rep restore.StopReport) {
+	if rep.Exit != nil {
+		fmt.Fprintf(out, "  the VM had exited after ready: %v\n", rep.Exit)
+	}
 	fmt.Fprintf(out, "  stopped: prefetch drained in %v, device release acknowledged in %v\n",
 		rep.PrefetchDrain.Round(time.Microsecond), rep.ReleaseAck.Round(time.Microsecond))
 }

@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -52,6 +54,16 @@ func runVerb(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	})
 	err = rootCmd.ExecuteContext(context.Background())
 	return out.String(), errOut.String(), err
+}
+
+// listTable is "restores list" as a table.
+func listTable(t *testing.T, sock string) string {
+	t.Helper()
+	out, _, err := runVerb(t, "--daemon", sock, "restores", "list")
+	if err != nil {
+		t.Fatalf("restores list: %v", err)
+	}
+	return out
 }
 
 // The snapshot and restore verbs run against a daemon with --daemon.
@@ -159,7 +171,28 @@ func TestVerbsAgainstDaemon(t *testing.T) {
 	if err != nil || json.Unmarshal([]byte(out), &held) != nil || len(held) != 1 {
 		t.Fatalf("restores list = %q, %v", out, err)
 	}
-	if out, _, err = runVerb(t, "--daemon", sock, "restores", "stop", held[0].ID); err != nil || !strings.Contains(out, "stopped") {
+	if held[0].State != "running" || !strings.Contains(listTable(t, sock), "running") {
+		t.Fatalf("held restore listed as %q, want running", held[0].State)
+	}
+	// Its VM killed, the list says it exited and how; the stop releases it
+	// and tells.
+	vmPID, err := strconv.Atoi(held[0].Ready["pid"])
+	if err != nil {
+		t.Fatalf("ready detail %v has no VMM pid", held[0].Ready)
+	}
+	if err := syscall.Kill(vmPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	const killed = "exited: killed by signal 9 (killed)"
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(listTable(t, sock), killed) {
+		if time.Now().After(deadline) {
+			t.Fatalf("restores list does not say %q after the VM was killed:\n%s", killed, listTable(t, sock))
+		}
+		time.Sleep(10 * time.Millisecond) // the daemon learns of the exit asynchronously
+	}
+	if out, _, err = runVerb(t, "--daemon", sock, "restores", "stop", held[0].ID); err != nil || !strings.Contains(out, "stopped") ||
+		!strings.Contains(out, "the VM had exited after ready: killed by signal 9 (killed)") {
 		t.Fatalf("restores stop = %q, %v", out, err)
 	}
 

@@ -98,7 +98,7 @@ on prefetches whenever a valid manifest is attached; off never does.`,
 			}
 			if hold {
 				fmt.Fprintln(cmd.ErrOrStderr(), "holding the VM; Ctrl-C stops it")
-				<-ctx.Done()
+				holdUntilStopOrExit(ctx, inst)
 			}
 			sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
@@ -110,6 +110,10 @@ on prefetches whenever a valid manifest is attached; off never does.`,
 				fmt.Fprintf(out, "  stopped: prefetch drained in %v, device release acknowledged in %v\n",
 					rep.PrefetchDrain.Round(time.Microsecond), rep.ReleaseAck.Round(time.Microsecond))
 			}
+			if rep.Exit != nil {
+				// Everything is released; the VM's end is still a failure.
+				return fmt.Errorf("restore %s: the VM exited after ready: %v", src.SnapshotID, rep.Exit)
+			}
 			return nil
 		},
 	}
@@ -118,8 +122,18 @@ on prefetches whenever a valid manifest is attached; off never does.`,
 	cmd.Flags().StringVar(&device, "device", "", "memory device: file (FUSE) or uffd (default from [memory] device)")
 	cmd.Flags().StringVar(&policy, "policy", "", "prefetch policy: seed, reap, e2b or warmstart (default from [prefetch] policy)")
 	cmd.Flags().IntVar(&ioEngine, "io-engine", 0, "I/O engine: 0 or 1 buffered, 2 direct I/O (default from [memory] io_engine)")
-	cmd.Flags().BoolVar(&hold, "hold", false, "keep the VM running until Ctrl-C")
+	cmd.Flags().BoolVar(&hold, "hold", false, "keep the VM running until Ctrl-C; if it exits first, say how and exit 1 (with --daemon: leave it with the daemon)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	cmd.Flags().String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
 	rootCmd.AddCommand(cmd)
+}
+
+// holdUntilStopOrExit returns when ctx ends (Ctrl-C, SIGTERM) or the VM's
+// process exits on its own: a held VM that is gone holds nothing worth
+// waiting for.
+func holdUntilStopOrExit(ctx context.Context, inst *restore.Instance) {
+	select {
+	case <-ctx.Done():
+	case <-inst.Exited():
+	}
 }

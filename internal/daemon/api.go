@@ -17,6 +17,7 @@ import (
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
 	"warmstart/internal/snapcheck"
+	"warmstart/internal/vmm"
 )
 
 // Error is the body of every answer with a 4xx or 5xx status.
@@ -116,6 +117,11 @@ type RestoreInfo struct {
 	// Ready is what the VMM driver reported at ready (the replay VMM's
 	// hash of what it read, a real guest's token).
 	Ready map[string]string `json:"ready,omitempty"`
+	// State is "running", or "exited" once the VM's process has exited on
+	// its own (crashed, killed, shut down by its guest); Exit then says
+	// how. An exited restore is held until DELETE releases its device.
+	State string           `json:"state"`
+	Exit  *vmm.ProcessExit `json:"exit,omitempty"`
 }
 
 // StopResponse is the body of DELETE /restores/{id}.
@@ -128,6 +134,16 @@ type StopResponse struct {
 type running struct {
 	info RestoreInfo
 	inst *restore.Instance
+}
+
+// current is the restore's info with its VM's state as of now.
+func (r *running) current() RestoreInfo {
+	info := r.info
+	info.State = r.inst.State()
+	if st, ok := r.inst.Exit(); ok {
+		info.Exit = &st
+	}
+	return info
 }
 
 func (d *Daemon) healthz(w http.ResponseWriter, _ *http.Request) error {
@@ -512,7 +528,7 @@ func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
 	d.mu.Unlock()
 	d.log.Info("restore ready", "restore", inst.ID, "snapshot", rec.ID, "device", req.Device, "generation", inst.Generation,
 		"ready", inst.Timings.Ready, "prefetch", inst.Prefetch.State, "reason", inst.Prefetch.Reason)
-	writeJSON(w, http.StatusCreated, run.info)
+	writeJSON(w, http.StatusCreated, run.current())
 	return nil
 }
 
@@ -520,7 +536,7 @@ func (d *Daemon) listRestores(w http.ResponseWriter, _ *http.Request) error {
 	d.mu.Lock()
 	out := make([]RestoreInfo, 0, len(d.restores))
 	for _, r := range d.restores {
-		out = append(out, r.info)
+		out = append(out, r.current())
 	}
 	d.mu.Unlock()
 	slices.SortFunc(out, func(a, b RestoreInfo) int { return a.StartedAt.Compare(b.StartedAt) })
@@ -536,7 +552,7 @@ func (d *Daemon) getRestore(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return statusError(http.StatusNotFound, "id", fmt.Errorf("no restore %q", id))
 	}
-	writeJSON(w, http.StatusOK, run.info)
+	writeJSON(w, http.StatusOK, run.current())
 	return nil
 }
 
@@ -585,6 +601,10 @@ func (d *Daemon) stopRestore(ctx context.Context, run *running) (restore.StopRep
 		d.log.Error("restore stop failed", "restore", id, "err", err)
 		return rep, err
 	}
-	d.log.Info("restore stopped", "restore", id, "prefetch_drain", rep.PrefetchDrain)
+	attrs := []any{"restore", id, "prefetch_drain", rep.PrefetchDrain}
+	if rep.Exit != nil {
+		attrs = append(attrs, "vm_had_exited", rep.Exit.String())
+	}
+	d.log.Info("restore stopped", attrs...)
 	return rep, nil
 }

@@ -23,6 +23,11 @@
 // 409 for an alias held by another snapshot. A panic in a handler is
 // logged and answered with a 500; it never takes the daemon down.
 //
+// A restore is in state running until its VM's process exits on its own
+// (a crash, a kill, a guest shutdown); it is then listed in state exited
+// with the exit status or signal, and keeps its device until DELETE, which
+// releases it as for a running VM and answers 200 with that exit.
+//
 // With [snapshot.memory_startup_pack] enabled, an import records the
 // startup manifest in the background, holding the capture lease until the
 // manifest is attached (or the recording is discarded).
@@ -51,9 +56,9 @@
 //
 // GET /metrics serves the metrics package's Set: restore phases, prefetch
 // tasks by outcome, readers in flight, device bytes by source, manifest
-// validation failures and repository latency. Device bytes are read from
-// the counters of the device generations the daemon holds (and, for uffd
-// restores, of each session up to ready).
+// validation failures, VMs that exited after ready and repository latency.
+// Device bytes are read from the counters of the device generations the
+// daemon holds (and, for uffd restores, of each session up to ready).
 package daemon
 
 import (

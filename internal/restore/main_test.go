@@ -435,6 +435,7 @@ type observer struct {
 	rejected  []string
 	skipped   []string
 	ended     []prefetch.State
+	exits     []vmm.ProcessExit
 	integrity int
 }
 
@@ -469,6 +470,12 @@ func (o *observer) PrefetchEnded(state prefetch.State) {
 }
 
 func (o *observer) Phases(restore.Timings) {}
+
+func (o *observer) VMExited(st vmm.ProcessExit) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.exits = append(o.exits, st)
+}
 
 func (o *observer) lastEnded(t *testing.T) prefetch.State {
 	t.Helper()

@@ -246,6 +246,8 @@ type Instance struct {
 	// unlinkSocket removes the short link to a deep runtime directory
 	// that the uffd socket path may need (sockpath.go).
 	unlinkSocket func()
+	// exit tracks the VM's process exiting on its own after ready (exit.go).
+	exit     exitWatch
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -470,6 +472,7 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (inst 
 	if r.Observe != nil {
 		r.Observe.Phases(inst.Timings)
 	}
+	inst.watchExit()
 	return inst, nil
 }
 

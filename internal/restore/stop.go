@@ -10,6 +10,7 @@ import (
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/prefetch"
+	"warmstart/internal/vmm"
 )
 
 // fileTarget reads through the device file the VMM maps: a buffered pread
@@ -42,6 +43,9 @@ type StopReport struct {
 	PrefetchDrain time.Duration `json:"prefetch_drain_ns"`
 	// ReleaseAck is how long the device release took to be acknowledged.
 	ReleaseAck time.Duration `json:"release_ack_ns"`
+	// Exit is how the VM's process ended when it exited on its own after
+	// ready, before the stop; nil when the stop ended it.
+	Exit *vmm.ProcessExit `json:"exit,omitempty"`
 }
 
 // Stop shuts the instance down in the seed's order and is safe to call
@@ -69,6 +73,10 @@ func (inst *Instance) stop(ctx context.Context, rep *StopReport) error {
 	if rep == nil {
 		rep = new(StopReport)
 	}
+	inst.beginStop()
+	if st, ok := inst.Exit(); ok {
+		rep.Exit = &st
+	}
 	var errs []error
 	if inst.vm != nil {
 		if err := inst.vm.RequestStop(); err != nil {
@@ -89,8 +97,8 @@ func (inst *Instance) stop(ctx context.Context, rep *StopReport) error {
 		}
 	}
 	if inst.vm != nil {
-		if err := inst.vm.Wait(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("wait for VM exit: %w", err))
+		if err := inst.waitError(inst.vm.Wait(ctx)); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	t := time.Now()
@@ -128,6 +136,22 @@ func (inst *Instance) stop(ctx context.Context, rep *StopReport) error {
 		return fmt.Errorf("stop restore %s: %w", inst.ID, err)
 	}
 	return nil
+}
+
+// waitError is the stop's error for what the VMM's Wait returned: nil
+// when Wait succeeded or only tells again of an exit after ready that is
+// already reported (drivers report an exit nobody asked for as an error).
+func (inst *Instance) waitError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, exited := inst.Exit(); exited {
+		if inst.r.Log != nil {
+			inst.r.Log.Info("reaped a VM that had exited after ready", "restore", inst.ID, "detail", err.Error())
+		}
+		return nil
+	}
+	return fmt.Errorf("wait for VM exit: %w", err)
 }
 
 func shortID(id string) string {

@@ -1,8 +1,9 @@
 // Package metrics is the daemon's Prometheus instrumentation: restore
 // phase histograms, prefetch tasks by outcome, readers in flight, device
-// bytes by source, manifest validation failures by reason, and repository
-// operation latency, on a registry of their own. A Set is the
-// restore.Observer of the daemon's restores and wraps its repository.
+// bytes by source, manifest validation failures by reason, VMs that exited
+// after ready, and repository operation latency, on a registry of their
+// own. A Set is the restore.Observer of the daemon's restores and wraps its
+// repository.
 package metrics
 
 import (
@@ -17,6 +18,7 @@ import (
 	"warmstart/internal/prefetch"
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
+	"warmstart/internal/vmm"
 )
 
 // Metric names, each documented by its Help text.
@@ -30,6 +32,7 @@ const (
 	metricReadersInFlight   = "warmstart_prefetch_readers_in_flight"
 	metricDeviceBytes       = "warmstart_device_read_bytes_total"
 	metricManifestRejected  = "warmstart_manifest_validation_failures_total"
+	metricVMExits           = "warmstart_restore_vm_exits_total"
 	metricRepositorySeconds = "warmstart_repository_operation_seconds"
 	metricIntegrity         = "warmstart_integrity_failures_total"
 )
@@ -49,6 +52,14 @@ const (
 	phaseReady            = "ready"
 )
 
+// How a VM that exited after ready ended, as the how label of
+// metricVMExits names it: a fixed set, whatever the signal or status.
+const (
+	exitSignal = "signal" // killed by a signal (a crash, SIGKILL, the OOM killer)
+	exitError  = "error"  // a non-zero exit status
+	exitClean  = "clean"  // exit status 0 (the guest shut down)
+)
+
 // Set is the daemon's collectors, on a registry of their own so that
 // /metrics shows exactly what the daemon measures (plus the standard Go and
 // process collectors). It is the restore.Observer of the daemon's restores.
@@ -60,12 +71,16 @@ type Set struct {
 	restorePrefetch  *prometheus.CounterVec
 	manifestRejected *prometheus.CounterVec
 	integrity        *prometheus.CounterVec
+	vmExits          *prometheus.CounterVec
 	repository       *prometheus.HistogramVec
 	tasks            *taskCollector
 	deviceBytes      *deviceBytesCollector
 }
 
-var _ restore.Observer = (*Set)(nil)
+var (
+	_ restore.Observer     = (*Set)(nil)
+	_ restore.ExitObserver = (*Set)(nil)
+)
 
 // New registers every collector. engine feeds the prefetch task, reader and
 // byte figures; active counts the running restores and deviceBytes totals
@@ -99,6 +114,11 @@ func New(engine *prefetch.Engine, active func() int, deviceBytes func() uint64) 
 				"memory (a block that does not match the digest table; counted once per block and device generation), " +
 				"vm_state (not the recorded SHA-256) and digests (a digest table that does not match the record).",
 		}, []string{"artifact"}),
+		vmExits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: metricVMExits,
+			Help: "VMs whose process exited after ready without being stopped, by how: signal (killed by a signal), " +
+				"error (non-zero exit status) or clean (exit status 0, e.g. the guest shut down).",
+		}, []string{"how"}),
 		repository: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    metricRepositorySeconds,
 			Help:    "Latency of snapshot repository operations, by operation and outcome (ok, not_found, error).",
@@ -115,10 +135,13 @@ func New(engine *prefetch.Engine, active func() int, deviceBytes func() uint64) 
 	for _, a := range []string{restore.ArtifactMemory, restore.ArtifactVMState, restore.ArtifactDigests} {
 		m.integrity.WithLabelValues(a)
 	}
+	for _, how := range []string{exitSignal, exitError, exitClean} {
+		m.vmExits.WithLabelValues(how)
+	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.phases, m.ready, m.restorePrefetch, m.manifestRejected, m.integrity, m.repository, m.tasks, m.deviceBytes,
+		m.phases, m.ready, m.restorePrefetch, m.manifestRejected, m.integrity, m.vmExits, m.repository, m.tasks, m.deviceBytes,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: metricTasksStarted,
 			Help: "Prefetch tasks started. Restores that share a task (same device generation and manifest) start one.",
@@ -153,6 +176,18 @@ func (m *Set) PrefetchSkipped(reason string) { m.tasks.skip(skipReason(reason)) 
 // PrefetchEnded implements restore.Observer.
 func (m *Set) PrefetchEnded(state prefetch.State) {
 	m.restorePrefetch.WithLabelValues(state.String()).Inc()
+}
+
+// VMExited implements restore.ExitObserver.
+func (m *Set) VMExited(st vmm.ProcessExit) {
+	how := exitClean
+	switch {
+	case st.Signaled():
+		how = exitSignal
+	case st.Code != 0:
+		how = exitError
+	}
+	m.vmExits.WithLabelValues(how).Inc()
 }
 
 // Phases implements restore.Observer. Timings are cumulative from the

@@ -14,6 +14,7 @@ import (
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/restore"
+	"warmstart/internal/vmm"
 )
 
 // series returns the metric of family name whose labels include want.
@@ -147,5 +148,26 @@ func TestIntegrityFailuresCountedByArtifactFromStart(t *testing.T) {
 	s.IntegrityFailure(restore.ArtifactVMState)
 	if m, v, d := count(restore.ArtifactMemory), count(restore.ArtifactVMState), count(restore.ArtifactDigests); m != 2 || v != 1 || d != 0 {
 		t.Fatalf("counted memory %v vm_state %v digests %v, want 2 1 0", m, v, d)
+	}
+}
+
+func TestVMExitsByHow(t *testing.T) {
+	s := New(prefetch.NewEngine(prefetch.Options{}), func() int { return 0 }, func() uint64 { return 0 })
+	count := func(how string) float64 {
+		return series(t, s, metricVMExits, map[string]string{"how": how}).GetCounter().GetValue()
+	}
+	for _, how := range []string{exitSignal, exitError, exitClean} {
+		if got := count(how); got != 0 {
+			t.Errorf("before any exit: how=%s is %v, want a series at 0", how, got)
+		}
+	}
+	s.VMExited(vmm.ProcessExit{Code: -1, Signal: 9, SignalName: "killed"})
+	s.VMExited(vmm.ProcessExit{Code: -1, Signal: 11, SignalName: "segmentation fault"})
+	s.VMExited(vmm.ProcessExit{Code: 3})
+	s.VMExited(vmm.ProcessExit{Code: 0})
+	for how, want := range map[string]float64{exitSignal: 2, exitError: 1, exitClean: 1} {
+		if got := count(how); got != want {
+			t.Errorf("how=%s is %v, want %v", how, got, want)
+		}
 	}
 }

@@ -36,6 +36,8 @@ var (
 	_ vmm.Instance = (*Machine)(nil)
 	_ vmm.Resumer  = (*Machine)(nil)
 	_ vmm.Exiter   = (*Machine)(nil)
+
+	_ vmm.ExitReporter = (*Machine)(nil)
 )
 
 // vmStateTimeout bounds a pause or resume made without a caller's context;
@@ -255,6 +257,17 @@ func (m *Machine) Exit() (ExitInfo, bool) {
 		return m.exitInfo(), true
 	default:
 		return ExitInfo{}, false
+	}
+}
+
+// ProcessExit is how the process ended, once Exited has closed; Exit
+// tells more (who killed it and why).
+func (m *Machine) ProcessExit() vmm.ProcessExit {
+	select {
+	case <-m.proc.exited: // the reaper has set proc.state
+		return vmm.ProcessExitOf(m.proc.state)
+	default:
+		return vmm.ProcessExit{}
 	}
 }
 

@@ -59,7 +59,10 @@ type Machine struct {
 	closeOnce sync.Once
 }
 
-var _ vmm.Instance = (*Machine)(nil)
+var (
+	_ vmm.Instance     = (*Machine)(nil)
+	_ vmm.ExitReporter = (*Machine)(nil)
+)
 
 // TCGICount runs TCG guests with virtual time counted in instructions
 // (one nanosecond each) rather than read from the host clock; idle time
@@ -231,6 +234,25 @@ func (m *Machine) LogPath() string { return m.logPath }
 
 // Exited is closed once QEMU has exited and been reaped.
 func (m *Machine) Exited() <-chan struct{} { return m.exited }
+
+// ExitStatus tells how QEMU ended, with the tail of its log and the
+// guest's last console lines; empty while it runs.
+func (m *Machine) ExitStatus() string {
+	if err := m.exitError(); err != nil {
+		return m.withLog(err).Error()
+	}
+	return ""
+}
+
+// ProcessExit is how QEMU ended, once Exited has closed.
+func (m *Machine) ProcessExit() vmm.ProcessExit {
+	select {
+	case <-m.exited: // cmd.Wait has set ProcessState
+		return vmm.ProcessExitOf(m.cmd.ProcessState)
+	default:
+		return vmm.ProcessExit{}
+	}
+}
 
 // Resumed is when the guest last started running: QEMU's start for a
 // boot, the return of cont for a restore.

@@ -49,6 +49,8 @@ var (
 	_ vmm.Instance = (*Instance)(nil)
 	_ vmm.Resumer  = (*Instance)(nil)
 	_ vmm.Exiter   = (*Instance)(nil)
+
+	_ vmm.ExitReporter = (*Instance)(nil)
 )
 
 // Report is what the replay VMM reported when it became ready.
@@ -291,6 +293,16 @@ func (i *Instance) Report() (r Report, ok bool) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	return i.report, true
+}
+
+// ProcessExit is how the process ended, once Exited has closed.
+func (i *Instance) ProcessExit() vmm.ProcessExit {
+	select {
+	case <-i.exited: // cmd.Wait has set ProcessState
+		return vmm.ProcessExitOf(i.cmd.ProcessState)
+	default:
+		return vmm.ProcessExit{}
+	}
 }
 
 // WaitReady waits for the ready report. If the VMM exits first, the error

@@ -1,0 +1,124 @@
+package restore
+
+import (
+	"sync"
+
+	"warmstart/internal/vmm"
+)
+
+// A VM whose process exits after ready without Stop asking it to (it
+// crashed, was killed, its guest shut down) leaves its instance holding the
+// memory device, the prefetch task and the runtime directory for nothing.
+// The instance notices: its state becomes exited, Exit says how the
+// process ended, Exited closes, and the Restorer's log and observer are
+// told. Stop still releases everything in the seed's order, and succeeds:
+// its first step, stopping the VM, has merely happened already.
+
+// Instance states, as State reports them.
+const (
+	// StateRunning: ready, neither exited nor stopped.
+	StateRunning = "running"
+	// StateExited: the VM's process exited on its own after ready.
+	StateExited = "exited"
+	// StateStopped: Stop was called while the VM ran.
+	StateStopped = "stopped"
+)
+
+// ExitObserver is implemented by an Observer that also counts VMs that
+// exited after ready.
+type ExitObserver interface {
+	VMExited(exit vmm.ProcessExit)
+}
+
+// exitWatch is what an instance knows of its VM's exit after ready.
+type exitWatch struct {
+	mu       sync.Mutex
+	stopping bool             // Stop has begun: an exit from now on is its doing
+	status   *vmm.ProcessExit // set when the VM exited on its own
+	exited   chan struct{}    // closed when status is set; nil before ready
+}
+
+// watchExit watches, from ready on, for the VM's process to exit. A driver
+// that cannot tell (it does not implement vmm.ExitReporter) leaves the
+// instance running until it is stopped.
+func (inst *Instance) watchExit() {
+	inst.exit.exited = make(chan struct{})
+	ex, ok := inst.vm.(vmm.ExitReporter)
+	if !ok {
+		return
+	}
+	// The goroutine lives as long as the VMM process, which Stop ends.
+	go func() {
+		<-ex.Exited()
+		inst.noteExit(ex)
+	}()
+}
+
+// noteExit records the VM's exit as its own doing, unless Stop came first.
+func (inst *Instance) noteExit(ex vmm.ExitReporter) {
+	w := &inst.exit
+	w.mu.Lock()
+	if w.stopping || w.status != nil {
+		w.mu.Unlock()
+		return
+	}
+	st := ex.ProcessExit()
+	w.status = &st
+	close(w.exited)
+	w.mu.Unlock()
+
+	if inst.r.Log != nil {
+		inst.r.Log.Warn("VM exited after ready; its restore holds the memory device until it is stopped",
+			"restore", inst.ID, "exit", st.String(), "detail", ex.ExitStatus())
+	}
+	if o, ok := inst.r.Observe.(ExitObserver); ok {
+		o.VMExited(st)
+	}
+}
+
+// beginStop marks the start of Stop. An exit that already happened is
+// recorded first, even if the watcher has not run yet: a stop racing the
+// watcher must not take the VM's own exit for its own.
+func (inst *Instance) beginStop() {
+	if ex, ok := inst.vm.(vmm.ExitReporter); ok && inst.exit.exited != nil {
+		select {
+		case <-ex.Exited():
+			inst.noteExit(ex)
+		default:
+		}
+	}
+	inst.exit.mu.Lock()
+	inst.exit.stopping = true
+	inst.exit.mu.Unlock()
+}
+
+// State is StateRunning, StateExited or StateStopped.
+func (inst *Instance) State() string {
+	w := &inst.exit
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case w.status != nil:
+		return StateExited
+	case w.stopping:
+		return StateStopped
+	default:
+		return StateRunning
+	}
+}
+
+// Exited is closed when the VM's process exits on its own after ready. It
+// never closes for a VM that Stop stopped.
+func (inst *Instance) Exited() <-chan struct{} { return inst.exit.exited }
+
+// Exit is how the VM's process ended, with ok true, once it exited on its
+// own after ready.
+func (inst *Instance) Exit() (exit vmm.ProcessExit, ok bool) {
+	w := &inst.exit
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.status == nil {
+		return vmm.ProcessExit{}, false
+	}
+	return *w.status, true
+}

@@ -1,0 +1,174 @@
+package restore_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"warmstart/internal/restore"
+	"warmstart/internal/vmm"
+)
+
+// killedStatus is how a VMM process killed with SIGKILL ended.
+var killedStatus = vmm.ProcessExit{Code: -1, Signal: int(syscall.SIGKILL), SignalName: "killed"}
+
+// TestVMKilledAfterReady: a VMM killed with SIGKILL after ready moves the
+// instance to state exited with the signal, and the observer hears of it
+// once. Stop then succeeds, reports the exit, and still releases in the
+// seed's order: with a prefetch read held in the FUSE server, the device
+// generation stays attached until the read returns.
+func TestVMKilledAfterReady(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	src := e.source(t)
+
+	t.Run(restore.DeviceFile, func(t *testing.T) {
+		first := e.manifest(t).Ranges[0].Offset
+		gate := e.holdReadsAt(t, first)
+		r, vm, _ := e.restorerWithTrace(t, farTrace(t, first))
+		inst := e.restore(t, r, src, restore.Options{Prefetch: restore.ModeOn, Policy: policy(t, "seed")})
+		// Should the test fail before it opens the gate, the gate opens
+		// before the instance's cleanup stops it: a stop would wait for the
+		// held read for ever.
+		t.Cleanup(gate.open)
+		waitFor(t, gate.arrived, "the prefetch read to reach the server")
+		proc := vm.last(t)
+		checkRunning(t, inst)
+
+		killVM(t, inst, proc.PID())
+		checkGone(t, proc)
+
+		type stopResult struct {
+			rep restore.StopReport
+			err error
+		}
+		stopped := make(chan stopResult, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			rep, err := inst.StopReported(ctx)
+			stopped <- stopResult{rep, err}
+		}()
+		// The generation is still attached while the read is held: a new
+		// reference to the key shares it.
+		same, err := e.srv.Attach(e.id, src.MemoryPath, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if same.Generation() != inst.Generation {
+			t.Errorf("attach during stop got generation %d, want the held %d: the device was released under a read", same.Generation(), inst.Generation)
+		}
+		<-same.Release() // not the last reference
+		select {
+		case res := <-stopped:
+			t.Fatalf("stop returned (%v) while a prefetch read was held in the server", res.err)
+		default:
+		}
+
+		gate.open()
+		res := waitFor(t, stopped, "the stop to return")
+		if res.err != nil {
+			t.Fatalf("stop of an exited VM: %v", res.err)
+		}
+		if res.rep.Exit == nil || *res.rep.Exit != killedStatus {
+			t.Errorf("stop report %+v; want the exit %v", res.rep, killedStatus)
+		}
+		if res.rep.PrefetchDrain <= 0 {
+			t.Errorf("stop report %+v: the stop did not wait for the held prefetch read", res.rep)
+		}
+		next, err := e.srv.Attach(e.id, src.MemoryPath, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { <-next.Release() }()
+		if next.Generation() == inst.Generation {
+			t.Errorf("generation %d still attached after stop returned", inst.Generation)
+		}
+		checkExitsObserved(t, e.observer, 1)
+	})
+
+	t.Run(restore.DeviceUffd, func(t *testing.T) {
+		inst := e.restore(t, e.restorer, src, restore.Options{Device: restore.DeviceUffd, Prefetch: restore.ModeOn})
+		proc := e.vm.last(t)
+		checkRunning(t, inst)
+		killVM(t, inst, proc.PID())
+		rep, err := inst.StopReported(context.Background())
+		if err != nil {
+			t.Fatalf("stop of an exited VM: %v", err)
+		}
+		if rep.Exit == nil || *rep.Exit != killedStatus {
+			t.Errorf("stop report %+v; want the exit %v", rep, killedStatus)
+		}
+		checkGone(t, proc)
+		if _, err := os.Stat(filepath.Join(e.restorer.RuntimeDir, "restores", inst.ID)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the restore's runtime directory (its uffd socket) is still there: %v", err)
+		}
+		checkExitsObserved(t, e.observer, 2)
+	})
+}
+
+// TestStoppedVMIsNotAnExit: a VM that exits because Stop asked it to is
+// stopped, not exited, and nobody is told of an exit.
+func TestStoppedVMIsNotAnExit(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	inst := e.restore(t, e.restorer, e.source(t), restore.Options{})
+	checkRunning(t, inst)
+	rep, err := inst.StopReported(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Exit != nil {
+		t.Errorf("stop report %+v: a stopped VM reported as exited on its own", rep)
+	}
+	if got := inst.State(); got != restore.StateStopped {
+		t.Errorf("state after stop = %q, want %q", got, restore.StateStopped)
+	}
+	select {
+	case <-inst.Exited():
+		t.Error("Exited closed for a VM that Stop stopped")
+	default:
+	}
+	checkExitsObserved(t, e.observer, 0)
+}
+
+func checkRunning(t *testing.T, inst *restore.Instance) {
+	t.Helper()
+	if got := inst.State(); got != restore.StateRunning {
+		t.Errorf("state after ready = %q, want %q", got, restore.StateRunning)
+	}
+	if st, ok := inst.Exit(); ok {
+		t.Errorf("exit status %v reported while the VM runs", st)
+	}
+}
+
+// killVM sends SIGKILL to the VMM process and waits for the instance to
+// notice.
+func killVM(t *testing.T, inst *restore.Instance, pid int) {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, inst.Exited(), "the instance to see its VM exit")
+	if got := inst.State(); got != restore.StateExited {
+		t.Errorf("state after the kill = %q, want %q", got, restore.StateExited)
+	}
+	if st, ok := inst.Exit(); !ok || st != killedStatus {
+		t.Errorf("exit status %+v (known %t), want %+v", st, ok, killedStatus)
+	}
+}
+
+func checkExitsObserved(t *testing.T, o *observer, want int) {
+	t.Helper()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.exits) != want {
+		t.Fatalf("observer told of %d exits (%v), want %d", len(o.exits), o.exits, want)
+	}
+	for _, st := range o.exits {
+		if st != killedStatus {
+			t.Errorf("observer told of exit %+v, want %+v", st, killedStatus)
+		}
+	}
+}

@@ -1,0 +1,48 @@
+package firecracker
+
+import (
+	"errors"
+	"syscall"
+	"testing"
+
+	"warmstart/internal/vmm"
+)
+
+// TestExitedAfterReady: a VM killed after ready closes Exited, and
+// ProcessExit names the signal; before, it reports nothing.
+func TestExitedAfterReady(t *testing.T) {
+	ctx := testContext(t)
+	d := newTestDriver(t, fakeConfig{Agent: true}, nil)
+	spec := fileRestore(t, 16)
+	m, err := d.RestoreMachine(ctx, spec, RestoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-m.Exited():
+		t.Fatal("Exited closed while the VM runs")
+	default:
+	}
+	if st := m.ProcessExit(); st != (vmm.ProcessExit{}) {
+		t.Errorf("exit status %+v while the VM runs, want none", st)
+	}
+	if err := syscall.Kill(m.PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-m.Exited():
+	case <-ctx.Done():
+		t.Fatal("Exited did not close after the VM was killed")
+	}
+	want := vmm.ProcessExit{Code: -1, Signal: int(syscall.SIGKILL), SignalName: "killed"}
+	if st := m.ProcessExit(); st != want {
+		t.Errorf("exit status %+v, want %+v", st, want)
+	}
+	if err := m.Wait(ctx); !errors.Is(err, ErrExited) {
+		t.Fatalf("Wait after the kill: %v, want ErrExited", err)
+	}
+	requireGone(t, spec.RuntimeDir)
+}
