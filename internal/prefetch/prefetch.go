@@ -111,13 +111,19 @@ func (t readerTarget) Fetch(_ context.Context, off int64, buf []byte) error {
 // Key identifies a shareable prefetch: the same manifest on the same device
 // generation warms the same cache.
 type Key struct {
+	// Device is the kind of memory device the reads go through ("file",
+	// "uffd"): each kind numbers its generations on its own, and a task
+	// of one kind is never joined by a restore on another.
+	Device string
 	// Generation is the memory device generation the reads go through.
 	Generation uint64
 	// Digest is the manifest's SHA-256, as recorded in its descriptor.
 	Digest string
 }
 
-func (k Key) String() string { return fmt.Sprintf("generation %d manifest %s", k.Generation, k.Digest) }
+func (k Key) String() string {
+	return fmt.Sprintf("%s device generation %d manifest %s", k.Device, k.Generation, k.Digest)
+}
 
 // Range is a run of logical memory: bytes [Offset, Offset+Length) of the
 // memory file.
@@ -259,11 +265,11 @@ func (e *Engine) Join(key Key, target Target, ranges []Range, opts TaskOptions) 
 // keys start afresh. Call it once the generation's device is released:
 // then no read of it can be in progress, and no new one can be wanted.
 // Subscriptions already handed out keep working.
-func (e *Engine) Forget(generation uint64) {
+func (e *Engine) Forget(device string, generation uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for k := range e.tasks {
-		if k.Generation == generation {
+		if k.Device == device && k.Generation == generation {
 			delete(e.tasks, k)
 		}
 	}

@@ -390,12 +390,12 @@ func TestForget(t *testing.T) {
 	plan := pages(0, 2)
 	<-e.Join(key(1), p, plan, TaskOptions{}).Done()
 	<-e.Join(key(2), p, plan, TaskOptions{}).Done()
-	e.Forget(2)
+	e.Forget("", 2)
 	<-e.Join(key(1), p, plan, TaskOptions{}).Done()
 	if st := e.Stats(); st.TasksStarted != 2 {
 		t.Fatalf("tasks started %d; want 2: generation 1 was not forgotten", st.TasksStarted)
 	}
-	e.Forget(1)
+	e.Forget("", 1)
 	s := e.Join(key(1), p, plan, TaskOptions{})
 	<-s.Done()
 	if st := e.Stats(); st.TasksStarted != 3 || s.State() != Completed {
@@ -687,5 +687,30 @@ func BenchmarkEngine(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// Each device kind numbers its generations on its own: forgetting a file
+// device generation leaves a uffd session of the same number alone, and
+// their tasks are never shared.
+func TestKeysOfDeviceKindsAreApart(t *testing.T) {
+	p := newProbe(t, 1<<20)
+	e := NewEngine(Options{BufferBytes: testBufferBytes})
+	plan := pages(0, 2)
+	file := Key{Device: "file", Generation: 1, Digest: "d"}
+	uffd := Key{Device: "uffd", Generation: 1, Digest: "d"}
+	<-e.Join(file, p, plan, TaskOptions{}).Done()
+	<-e.Join(uffd, p, plan, TaskOptions{}).Done()
+	if st := e.Stats(); st.TasksStarted != 2 {
+		t.Fatalf("tasks started %d; want 2: a uffd restore joined a file device's task", st.TasksStarted)
+	}
+	e.Forget("file", 1)
+	<-e.Join(uffd, p, plan, TaskOptions{}).Done()
+	if st := e.Stats(); st.TasksStarted != 2 {
+		t.Fatalf("tasks started %d; want 2: forgetting file generation 1 forgot uffd session 1", st.TasksStarted)
+	}
+	<-e.Join(file, p, plan, TaskOptions{}).Done()
+	if st := e.Stats(); st.TasksStarted != 3 {
+		t.Fatalf("tasks started %d; want 3: file generation 1 was not forgotten", st.TasksStarted)
 	}
 }

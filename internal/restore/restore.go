@@ -17,8 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"warmstart/internal/fsx"
 	"warmstart/internal/layout"
 	"warmstart/internal/manifest"
@@ -145,44 +143,6 @@ type Restorer struct {
 	sessionHook func(*uffd.Session)
 }
 
-// generationRefs counts restores' references to each FUSE generation, so
-// that the engine forgets a generation's ended tasks once the last is gone
-// and a daemon does not keep every task it ever ran. Generations are
-// numbered per server, hence the key.
-var generationRefs struct {
-	sync.Mutex
-	m map[generationKey]int
-}
-
-type generationKey struct {
-	srv *fusedev.Server
-	gen uint64
-}
-
-func (r *Restorer) holdGeneration(gen uint64) {
-	generationRefs.Lock()
-	defer generationRefs.Unlock()
-	if generationRefs.m == nil {
-		generationRefs.m = make(map[generationKey]int)
-	}
-	generationRefs.m[generationKey{r.FUSE, gen}]++
-}
-
-// dropGeneration is called once a reference's release is acknowledged.
-func (r *Restorer) dropGeneration(gen uint64) {
-	k := generationKey{r.FUSE, gen}
-	generationRefs.Lock()
-	generationRefs.m[k]--
-	last := generationRefs.m[k] <= 0
-	if last {
-		delete(generationRefs.m, k)
-	}
-	generationRefs.Unlock()
-	if last && r.Engine != nil {
-		r.Engine.Forget(gen)
-	}
-}
-
 // Observer receives restore events; every method may be called concurrently.
 type Observer interface {
 	ManifestRejected(reason string)
@@ -229,251 +189,237 @@ type Instance struct {
 	// Generation is the device generation (file) or session number (uffd).
 	Generation uint64
 
-	r        *Restorer
-	vm       vmm.Instance
-	sub      *prefetch.Subscription
-	dev      *fusedev.Device
-	handler  *uffd.Handler
-	session  *uffd.Session
-	counters func() memdev.Counters
-	runDir   string
+	r      *Restorer
+	vm     vmm.Instance
+	sub    *prefetch.Subscription
+	device memoryDevice
+	runDir string
 	// prefetchEnded is when the task was seen ending; it is set before
 	// prefetchEndedCh closes.
 	prefetchEnded   time.Time
 	prefetchEndedCh chan struct{}
 	// warmStop stops the remote memory cache's prefetch (remote.go).
 	warmStop func()
-	// unlinkSocket removes the short link to a deep runtime directory
-	// that the uffd socket path may need (sockpath.go).
-	unlinkSocket func()
 	// exit tracks the VM's process exiting on its own after ready (exit.go).
 	exit     exitWatch
 	stopOnce sync.Once
 	stopErr  error
 }
 
-// uffdSessions numbers uffd sessions: prefetch on the uffd device is per VM.
-var uffdSessions atomic.Uint64
-
-// uffdKeySpace sets the prefetch keys of uffd sessions apart from FUSE
-// device generations. Both are numbered from 1 and share one Engine, and a
-// task that installs into one VM must never be joined by a restore on the
-// file device, nor the reverse.
-const uffdKeySpace = 1 << 63
-
-var restoreSeq atomic.Uint64
-
-// Restore restores src and returns once its guest is ready. On error every
+// Restore restores src and returns once its guest is ready, in the seed's
+// sequence: acquire the memory device, validate the manifest, prefetch
+// alongside the VMM loading the snapshot, wait for ready. On error every
 // resource it took is released.
-func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (inst *Instance, err error) {
+func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (*Instance, error) {
 	t0 := time.Now()
-	if opts.Device == "" {
-		opts.Device = DeviceFile
-	}
-	if opts.Policy.Name == "" {
-		opts.Policy, _ = LookupPolicy(DefaultPolicy)
-	}
-	id := fmt.Sprintf("%s-%d-%d", shortID(src.SnapshotID), os.Getpid(), restoreSeq.Add(1))
-	inst = &Instance{ID: id, r: r}
-	inst.runDir = filepath.Join(r.RuntimeDir, "restores", id)
-	if err := os.MkdirAll(inst.runDir, 0o700); err != nil {
+	opts = opts.withDefaults()
+	inst, err := r.newInstance(src)
+	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", src.SnapshotID, err)
 	}
-	// The return statements below set inst to nil before this runs, so the
-	// cleanup holds its own reference.
-	self := inst
-	defer func() {
-		if err != nil {
-			self.killIfHandlerGone()
-			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			self.Stop(sctx)
-			inst = nil
-		}
-	}()
-
-	// 1. Acquire the memory device, checked against the digest table.
-	if err := r.checkVMState(src); err != nil {
-		return nil, err
-	}
-	digests, err := r.loadDigests(src)
-	if err != nil {
-		return nil, err
-	}
-	var markHandlerGone func()
-	spec := vmm.RestoreSpec{SnapshotID: src.SnapshotID, VMStatePath: src.VMStatePath, Layout: src.Layout, RuntimeDir: inst.runDir}
-	switch opts.Device {
-	case DeviceFile:
-		if r.FUSE == nil {
-			return nil, fmt.Errorf("restore %s: file device: no FUSE server", src.SnapshotID)
-		}
-		key := opts.DeviceKey
-		if key == "" {
-			key = src.SnapshotID
-		}
-		dev, err := r.attachFileDevice(key, src, opts.IOEngine, r.fileVerifier(src, digests))
-		if err != nil {
-			return nil, fmt.Errorf("restore %s: attach memory device: %w", src.SnapshotID, integrityIf(err))
-		}
-		inst.dev = dev
-		inst.Generation = dev.Generation()
-		r.holdGeneration(inst.Generation)
-		inst.counters = dev.Counters
-		if opts.IOEngine == fusedev.IOEngineDirect {
-			if err := fusedev.CheckMappable(dev.Path()); err != nil {
-				return nil, fmt.Errorf("restore %s: %w", src.SnapshotID, err)
-			}
-		}
-		if opts.Trace {
-			dev.StartTrace()
-		}
-		spec.Backend, spec.MemPath = vmm.BackendFile, dev.Path()
-	case DeviceUffd:
-		if err := checkDevice(src, opts.Device); err != nil {
-			return nil, err
-		}
-		sock, unlink, err := socketPath(inst.runDir, "uffd.sock")
-		if err != nil {
-			return nil, fmt.Errorf("restore %s: uffd socket: %w", src.SnapshotID, err)
-		}
-		inst.unlinkSocket = unlink
-		h, err := uffd.Listen(sock, src.MemoryPath, r.uffdOptions(src, digests, opts.Trace))
-		if err != nil {
-			return nil, fmt.Errorf("restore %s: uffd handler: %w", src.SnapshotID, integrityIf(err))
-		}
-		inst.handler = h
-		inst.Generation = uffdSessions.Add(1)
-		// A driver that learns the handler stopped serving before the VM
-		// was asked to stop kills the VM, which would otherwise hang on
-		// its next missing page.
-		gone := make(chan struct{})
-		spec.HandlerDone = gone
-		markHandlerGone = sync.OnceFunc(func() { close(gone) })
-		inst.counters = func() memdev.Counters {
-			if inst.session == nil {
-				return memdev.Counters{}
-			}
-			return inst.session.Counters()
-		}
-		spec.Backend, spec.MemPath = vmm.BackendUffd, sock
-	default:
-		return nil, fmt.Errorf("restore %s: unknown memory device %q (want file or uffd)", src.SnapshotID, opts.Device)
-	}
-	base := inst.counters()
-	inst.Timings.DeviceAcquired = time.Since(t0)
-
-	// 2. Resolve and validate the manifest; any failure means on-demand reads.
-	m, digest := r.planPrefetch(src, opts, &inst.Prefetch)
-	inst.Timings.ManifestValidated = time.Since(t0)
-
-	// 3. Prefetch concurrently with the VMM loading the snapshot.
-	var plan []prefetch.Range
-	if m != nil {
-		plan = opts.Policy.Plan(m)
-		inst.Prefetch.PlannedBytes = m.TotalBytes()
-		inst.Prefetch.Generation, inst.Prefetch.Digest = inst.Generation, digest
-	}
-	spec.Paused = m != nil && opts.Policy.BeforeStart
-	if m != nil && opts.Device == DeviceFile {
-		// The file device exists before the VMM does, so prefetch starts first.
-		if src.Memory != nil {
-			inst.startCacheWarm(src, m)
-		}
-		if err := inst.startFilePrefetch(digest, plan, opts.Policy); err != nil {
-			r.skip(&inst.Prefetch, src.SnapshotID, err.Error())
-		}
-		if opts.Policy.BeforeStart && inst.sub != nil {
-			if err := inst.sub.Wait(ctx); err != nil && ctx.Err() != nil {
-				return nil, fmt.Errorf("restore %s: prefetch before start: %w", src.SnapshotID, err)
-			}
-		}
-		spec.Paused = false
-	}
-	vm, err := r.VMM.Restore(ctx, spec)
-	if err != nil {
-		return nil, fmt.Errorf("restore %s: start VMM: %w", src.SnapshotID, err)
-	}
-	inst.vm = vm
-	inst.Timings.VMStarted = time.Since(t0)
-
-	var handlerDone <-chan struct{}
-	if opts.Device == DeviceUffd {
-		s, err := r.acceptVMM(ctx, inst.handler, vm)
-		if err != nil {
-			markHandlerGone()
-			return nil, fmt.Errorf("restore %s: %w", src.SnapshotID, err)
-		}
-		go func() {
-			<-s.Done()
-			markHandlerGone()
-		}()
-		inst.session = s
-		handlerDone = s.Done()
-		if r.sessionHook != nil {
-			r.sessionHook(s)
-		}
-		if m != nil {
-			if opts.Policy.Hint {
-				go hintFile(src.MemoryPath, plan)
-			}
-			inst.sub = r.Engine.Join(prefetch.Key{Generation: uffdKeySpace | inst.Generation, Digest: digest},
-				installTarget{s}, plan, opts.Policy.TaskOptions())
-			inst.watchPrefetch(nil)
-			if spec.Paused {
-				if err := inst.sub.Wait(ctx); err != nil && ctx.Err() != nil {
-					return nil, fmt.Errorf("restore %s: prefetch before start: %w", src.SnapshotID, err)
-				}
-			}
-		}
-	}
-	if spec.Paused {
-		res, ok := vm.(vmm.Resumer)
-		if !ok {
-			return nil, fmt.Errorf("restore %s: VMM cannot resume a paused restore", src.SnapshotID)
-		}
-		if err := res.Resume(); err != nil {
-			return nil, fmt.Errorf("restore %s: resume: %w", src.SnapshotID, err)
-		}
-	}
-
-	// 4. Wait for ready, watching the page-fault handler: if it dies the
-	// guest would hang on its next fault, so the VM is stopped instead.
-	ready, err := waitReady(ctx, vm, handlerDone, inst.session)
-	if err != nil {
-		return nil, fmt.Errorf("restore %s: %w", src.SnapshotID, inst.withCorruption(src.SnapshotID, err))
-	}
-	inst.Timings.Ready = time.Since(t0)
-	if !ready.Ready.IsZero() && ready.Ready.After(t0) {
-		// The driver saw the guest become ready; what it did after that
-		// (the replay VMM hashes what it read) is not the guest's time.
-		inst.Timings.Ready = ready.Ready.Sub(t0)
-	}
-	inst.Ready = ready
-	inst.DeviceBytes = inst.counters().Sub(base)
-	if inst.sub != nil {
-		select {
-		case <-inst.prefetchEndedCh:
-			inst.Prefetch.EndedAfter = inst.prefetchEnded.Sub(t0)
-		default:
-		}
-		inst.Prefetch.State = inst.sub.State().String()
-		if err := inst.sub.Err(); err != nil {
-			inst.Prefetch.Reason = err.Error()
-		}
-	}
-	if opts.Trace {
-		if inst.dev != nil {
-			inst.Trace = inst.dev.StopTrace()
-		} else {
-			inst.session.StopTrace()
-			inst.Trace = inst.session.Trace()
-		}
+	if err := inst.run(ctx, t0, src, opts); err != nil {
+		inst.abandon()
+		return nil, fmt.Errorf("restore %s: %w", src.SnapshotID, err)
 	}
 	if r.Observe != nil {
 		r.Observe.Phases(inst.Timings)
 	}
 	inst.watchExit()
 	return inst, nil
+}
+
+// withDefaults fills in the file device and the default policy.
+func (o Options) withDefaults() Options {
+	if o.Device == "" {
+		o.Device = DeviceFile
+	}
+	if o.Policy.Name == "" {
+		o.Policy, _ = LookupPolicy(DefaultPolicy)
+	}
+	return o
+}
+
+var restoreSeq atomic.Uint64
+
+func (r *Restorer) newInstance(src Source) (*Instance, error) {
+	id := fmt.Sprintf("%s-%d-%d", shortID(src.SnapshotID), os.Getpid(), restoreSeq.Add(1))
+	inst := &Instance{ID: id, r: r, runDir: filepath.Join(r.RuntimeDir, "restores", id)}
+	if err := os.MkdirAll(inst.runDir, 0o700); err != nil {
+		return nil, err
+	}
+	return inst, nil
+}
+
+// run is the restore sequence; its timings are measured from t0.
+func (inst *Instance) run(ctx context.Context, t0 time.Time, src Source, opts Options) error {
+	// 1. Acquire the memory device, checked against the digest table.
+	if err := inst.acquire(src, opts); err != nil {
+		return err
+	}
+	base := inst.device.counters()
+	inst.Timings.DeviceAcquired = time.Since(t0)
+
+	// 2. Validate the manifest; any failure means on-demand reads.
+	m, digest := inst.r.planPrefetch(src, opts, &inst.Prefetch)
+	inst.Timings.ManifestValidated = time.Since(t0)
+
+	// 3. Prefetch concurrently with the VMM loading the snapshot.
+	if err := inst.startVM(ctx, src, opts, prefetchPlan{m, digest}); err != nil {
+		return err
+	}
+	inst.Timings.VMStarted = time.Since(t0)
+
+	// 4. Wait for ready, watching the device: if it stops serving, the
+	// guest would hang on its next fault, so the VM is stopped instead.
+	if err := inst.waitReady(ctx, t0, src.SnapshotID); err != nil {
+		return err
+	}
+	inst.DeviceBytes = inst.device.counters().Sub(base)
+	inst.reportPrefetch(t0)
+	if opts.Trace {
+		inst.Trace = inst.device.stopTrace()
+	}
+	return nil
+}
+
+// acquire checks the VMM state file and attaches the memory device.
+func (inst *Instance) acquire(src Source, opts Options) error {
+	r := inst.r
+	if err := r.checkVMState(src); err != nil {
+		return err
+	}
+	digests, err := r.loadDigests(src)
+	if err != nil {
+		return err
+	}
+	switch opts.Device {
+	case DeviceFile:
+		d, err := r.attachFile(src, opts, digests)
+		if err != nil {
+			return err
+		}
+		inst.device = d
+	case DeviceUffd:
+		d, err := r.listenUffd(src, opts, inst.runDir, digests)
+		if err != nil {
+			return err
+		}
+		inst.device = d
+	default:
+		return fmt.Errorf("unknown memory device %q (want file or uffd)", opts.Device)
+	}
+	inst.Generation = inst.device.generation()
+	return nil
+}
+
+// prefetchPlan is a validated manifest and its digest; m is nil when the
+// restore does not prefetch.
+type prefetchPlan struct {
+	m      *manifest.Manifest
+	digest string
+}
+
+// startVM starts the VMM with prefetch alongside it: before it where the
+// device serves already (the file device), once it has connected
+// otherwise (uffd). A policy that prefetches before the guest runs has the
+// VM restored paused and resumed once every range is in.
+func (inst *Instance) startVM(ctx context.Context, src Source, opts Options, pp prefetchPlan) error {
+	dev := inst.device
+	paused := pp.m != nil && opts.Policy.BeforeStart
+	if pp.m != nil && dev.servesBeforeVM() {
+		if err := inst.startPrefetch(ctx, src, opts.Policy, pp, paused); err != nil {
+			return err
+		}
+		paused = false
+	}
+	spec := vmm.RestoreSpec{SnapshotID: src.SnapshotID, VMStatePath: src.VMStatePath, Layout: src.Layout,
+		RuntimeDir: inst.runDir, Paused: paused}
+	dev.configure(&spec)
+	vm, err := inst.r.VMM.Restore(ctx, spec)
+	if err != nil {
+		return fmt.Errorf("start VMM: %w", err)
+	}
+	inst.vm = vm
+	if err := dev.connect(ctx, vm); err != nil {
+		return err
+	}
+	if pp.m != nil && !dev.servesBeforeVM() {
+		if err := inst.startPrefetch(ctx, src, opts.Policy, pp, paused); err != nil {
+			return err
+		}
+	}
+	if paused {
+		return resume(vm)
+	}
+	return nil
+}
+
+func resume(vm vmm.Instance) error {
+	res, ok := vm.(vmm.Resumer)
+	if !ok {
+		return errors.New("VMM cannot resume a paused restore")
+	}
+	if err := res.Resume(); err != nil {
+		return fmt.Errorf("resume: %w", err)
+	}
+	return nil
+}
+
+// startPrefetch joins the prefetch task of the device and manifest, and
+// with wait, waits for it to finish. A device that cannot prefetch means
+// on-demand reads, with a log line.
+func (inst *Instance) startPrefetch(ctx context.Context, src Source, p Policy, pp prefetchPlan, wait bool) error {
+	plan := p.Plan(pp.m)
+	inst.Prefetch.PlannedBytes = pp.m.TotalBytes()
+	inst.Prefetch.Generation, inst.Prefetch.Digest = inst.Generation, pp.digest
+	if src.Memory != nil {
+		inst.startCacheWarm(src, pp.m)
+	}
+	target, onEnd, err := inst.device.target(p, plan)
+	if err != nil {
+		inst.r.skip(&inst.Prefetch, src.SnapshotID, err.Error())
+		return nil
+	}
+	key := prefetch.Key{Device: inst.device.kind(), Generation: inst.Generation, Digest: pp.digest}
+	inst.sub = inst.r.Engine.Join(key, target, plan, p.TaskOptions())
+	// When Join found a running task, target is unused and onEnd frees it
+	// with that task.
+	inst.watchPrefetch(onEnd)
+	if wait {
+		if err := inst.sub.Wait(ctx); err != nil && ctx.Err() != nil {
+			return fmt.Errorf("prefetch before start: %w", err)
+		}
+	}
+	return nil
+}
+
+// reportPrefetch records, at ready, the task's state and when it ended.
+func (inst *Instance) reportPrefetch(t0 time.Time) {
+	if inst.sub == nil {
+		return
+	}
+	select {
+	case <-inst.prefetchEndedCh:
+		inst.Prefetch.EndedAfter = inst.prefetchEnded.Sub(t0)
+	default:
+	}
+	inst.Prefetch.State = inst.sub.State().String()
+	if err := inst.sub.Err(); err != nil {
+		inst.Prefetch.Reason = err.Error()
+	}
+}
+
+// abandon releases what a failed restore took. A VM whose device can no
+// longer serve it is killed first: it could not act on a stop request.
+func (inst *Instance) abandon() {
+	if inst.vm != nil && inst.device != nil && inst.device.orphans() {
+		if k, ok := inst.vm.(killer); ok {
+			k.Kill()
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	inst.Stop(ctx)
 }
 
 // acceptVMM waits for vm to connect to the page-fault handler and hand over
@@ -502,28 +448,26 @@ func (r *Restorer) acceptVMM(ctx context.Context, h *uffd.Handler, vm vmm.Instan
 // killer is implemented by VMM instances that can be ended at once.
 type killer interface{ Kill() }
 
-// killIfHandlerGone kills the VM of a uffd restore whose page-fault handler
-// never served it or has stopped: its next fault on a missing page blocks
-// for ever, so it could not act on a stop request. Drivers that watch
-// RestoreSpec.HandlerDone kill such a VM themselves.
-func (inst *Instance) killIfHandlerGone() {
-	if inst.vm == nil || inst.handler == nil {
-		return
+// waitReady waits for the guest agent, or for the device to stop serving,
+// and records the time to ready.
+func (inst *Instance) waitReady(ctx context.Context, t0 time.Time, snapshot string) error {
+	ready, err := waitReady(ctx, inst.vm, inst.device)
+	if err != nil {
+		return inst.device.explain(snapshot, err)
 	}
-	if inst.session != nil {
-		select {
-		case <-inst.session.Done():
-		default:
-			return
-		}
+	inst.Timings.Ready = time.Since(t0)
+	if !ready.Ready.IsZero() && ready.Ready.After(t0) {
+		// The driver saw the guest become ready; what it did after that
+		// (the replay VMM hashes what it read) is not the guest's time.
+		inst.Timings.Ready = ready.Ready.Sub(t0)
 	}
-	if k, ok := inst.vm.(killer); ok {
-		k.Kill()
-	}
+	inst.Ready = ready
+	return nil
 }
 
-func waitReady(ctx context.Context, vm vmm.Instance, handlerDone <-chan struct{}, s *uffd.Session) (vmm.ReadyInfo, error) {
-	if handlerDone == nil {
+func waitReady(ctx context.Context, vm vmm.Instance, dev memoryDevice) (vmm.ReadyInfo, error) {
+	gone := dev.gone()
+	if gone == nil {
 		return vm.WaitReady(ctx)
 	}
 	wctx, cancel := context.WithCancel(ctx)
@@ -540,11 +484,11 @@ func waitReady(ctx context.Context, vm vmm.Instance, handlerDone <-chan struct{}
 	select {
 	case res := <-ch:
 		return res.info, res.err
-	case <-handlerDone:
+	case <-gone:
 		vm.RequestStop()
 		cancel()
 		<-ch
-		return vmm.ReadyInfo{}, fmt.Errorf("page-fault handler stopped before ready; VM stopped: %w", s.Err())
+		return vmm.ReadyInfo{}, fmt.Errorf("page-fault handler stopped before ready; VM stopped: %w", dev.whyGone())
 	}
 }
 
@@ -626,53 +570,6 @@ func (r *Restorer) skip(rep *PrefetchReport, snapshot, reason string) {
 	if r.Log != nil {
 		r.Log.Warn("startup prefetch skipped; restoring with on-demand reads", "snapshot", snapshot, "reason", reason)
 	}
-}
-
-func (inst *Instance) startFilePrefetch(digest string, plan []prefetch.Range, p Policy) error {
-	f, err := os.Open(inst.dev.Path())
-	if err != nil {
-		return fmt.Errorf("open device file for prefetch: %w", err)
-	}
-	// The open file also keeps the kernel's inode, which a fill stores into.
-	var target prefetch.Target = fileTarget{f}
-	if p.Fill {
-		target = fillTarget{inst.dev}
-	}
-	if p.Hint {
-		go hintPlan(inst.dev.Advise, plan)
-	}
-	inst.sub = inst.r.Engine.Join(prefetch.Key{Generation: inst.Generation, Digest: digest},
-		target, plan, p.TaskOptions())
-	// The file stays open until the task has ended, and a task ends only
-	// once its reads have returned. When Join found a running task this file
-	// is unused and closes with that task.
-	inst.watchPrefetch(func() { f.Close() })
-	return nil
-}
-
-// hintPlan advises storage of every range of the plan, in order. Hints
-// only start reads; a failed one costs nothing but speed, so it stops the
-// hinting and nothing else.
-func hintPlan(advise func(off, length int64) error, plan []prefetch.Range) {
-	for _, r := range plan {
-		if advise(r.Offset, r.Length) != nil {
-			return
-		}
-	}
-}
-
-// hintFile is hintPlan for a lower file the restore reaches by path (the
-// uffd device): the hint goes to the file's page cache, which the handler
-// reads from.
-func hintFile(path string, plan []prefetch.Range) {
-	f, err := os.Open(path)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	hintPlan(func(off, length int64) error {
-		return unix.Fadvise(int(f.Fd()), off, length, unix.FADV_WILLNEED)
-	}, plan)
 }
 
 // watchPrefetch notes when the task ends, then runs onEnd.

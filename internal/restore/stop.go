@@ -102,31 +102,12 @@ func (inst *Instance) stop(ctx context.Context, rep *StopReport) error {
 		}
 	}
 	t := time.Now()
-	if inst.session != nil {
-		if err := inst.session.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close uffd session: %w", err))
-		}
-	}
-	if inst.handler != nil {
-		if err := inst.handler.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close uffd handler: %w", err))
-		}
-		if inst.r.Engine != nil {
-			inst.r.Engine.Forget(uffdKeySpace | inst.Generation)
-		}
-	}
-	if inst.dev != nil {
-		select {
-		case <-inst.dev.Release():
-			inst.r.dropGeneration(inst.Generation)
-		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("wait for memory device release: %w", ctx.Err()))
+	if inst.device != nil {
+		if err := inst.device.release(ctx, inst.forgetPrefetch); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	rep.ReleaseAck = time.Since(t)
-	if inst.unlinkSocket != nil {
-		inst.unlinkSocket()
-	}
 	if inst.runDir != "" {
 		if err := os.RemoveAll(inst.runDir); err != nil {
 			errs = append(errs, err)
@@ -152,6 +133,15 @@ func (inst *Instance) waitError(err error) error {
 		return nil
 	}
 	return fmt.Errorf("wait for VM exit: %w", err)
+}
+
+// forgetPrefetch drops the prefetch tasks of the instance's device once no
+// restore can join them again, so a daemon does not keep every task it
+// ever ran.
+func (inst *Instance) forgetPrefetch() {
+	if inst.r.Engine != nil {
+		inst.r.Engine.Forget(inst.device.kind(), inst.device.generation())
+	}
 }
 
 func shortID(id string) string {

@@ -132,20 +132,6 @@ func (r *Restorer) uffdOptions(src Source, t *integrity.Table, trace bool) uffd.
 	return o
 }
 
-// withCorruption explains a failed restore by the bad block its device met,
-// if it met one: the VM died on a page the device refused to serve.
-func (inst *Instance) withCorruption(snapshot string, err error) error {
-	if err == nil || errors.Is(err, integrity.ErrCorrupt) {
-		return markIntegrity(err)
-	}
-	if inst.dev != nil {
-		if c := inst.dev.Corruption(); c != nil {
-			return fmt.Errorf("%w: snapshot %s: memory %w (%w)", repository.ErrIntegrity, snapshot, c, err)
-		}
-	}
-	return err
-}
-
 // markIntegrity makes a chain holding a bad block match ErrIntegrity too.
 func markIntegrity(err error) error {
 	if err == nil || errors.Is(err, repository.ErrIntegrity) {

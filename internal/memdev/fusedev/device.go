@@ -69,6 +69,7 @@ type Device struct {
 
 	releaseOnce sync.Once
 	ack         <-chan struct{}
+	last        bool // the release dropped the generation's last reference
 }
 
 // Attach returns a reference to the device generation of key, creating a
@@ -205,11 +206,19 @@ func (d *Device) StopTrace() []memdev.Touch { return d.gen.trace.stop() }
 // For any other reference the channel is already closed. Calling Release
 // again returns the same channel.
 func (d *Device) Release() <-chan struct{} {
-	d.releaseOnce.Do(func() { d.ack = d.gen.srv.release(d.gen) })
+	d.releaseOnce.Do(func() { d.ack, d.last = d.gen.srv.release(d.gen) })
 	return d.ack
 }
 
-func (s *Server) release(g *generation) <-chan struct{} {
+// ReleasedLast reports, after Release, whether that release dropped the
+// generation's last reference: once its channel closes the generation is
+// gone, and what was keyed by its number (prefetch tasks) can go too.
+func (d *Device) ReleasedLast() bool {
+	d.Release()
+	return d.last
+}
+
+func (s *Server) release(g *generation) (<-chan struct{}, bool) {
 	s.mu.Lock()
 	g.refs--
 	last := g.refs == 0
@@ -221,7 +230,7 @@ func (s *Server) release(g *generation) <-chan struct{} {
 	if !last {
 		done := make(chan struct{})
 		close(done)
-		return done
+		return done, false
 	}
 
 	g.mu.Lock()
@@ -235,7 +244,7 @@ func (s *Server) release(g *generation) <-chan struct{} {
 	// Drop the kernel's cached name so the inode, and its page cache, go
 	// away once no process holds the file. Failure only delays that.
 	s.root.EmbeddedInode().NotifyEntry(g.name)
-	return g.drained
+	return g.drained, true
 }
 
 func (g *generation) closeLower() {

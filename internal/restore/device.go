@@ -1,0 +1,290 @@
+package restore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"warmstart/internal/integrity"
+	"warmstart/internal/memdev"
+	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/memdev/uffd"
+	"warmstart/internal/prefetch"
+	"warmstart/internal/vmm"
+)
+
+// memoryDevice is the memory device one restore holds: what the VMM maps
+// or faults through, and what prefetch fills. The restore sequence is the
+// same for every device; what differs lives behind these methods.
+type memoryDevice interface {
+	// kind is DeviceFile or DeviceUffd; it names the device's prefetch
+	// key space.
+	kind() string
+	// generation numbers the device: a file device generation, shared by
+	// every restore attached to it, or one VM's uffd session.
+	generation() uint64
+	// configure tells the VMM how to reach the device.
+	configure(spec *vmm.RestoreSpec)
+	// servesBeforeVM is true when the device is complete before the VMM
+	// starts, so prefetch can begin first.
+	servesBeforeVM() bool
+	// connect completes the device once the VMM runs.
+	connect(ctx context.Context, vm vmm.Instance) error
+	// target is where prefetch of plan goes, and what to run once the
+	// task has ended.
+	target(p Policy, plan []prefetch.Range) (prefetch.Target, func(), error)
+	// gone is closed if the device stops serving before the VM is asked
+	// to stop; nil for a device that cannot.
+	gone() <-chan struct{}
+	// explain adds what the device saw to a failure of the VM.
+	explain(snapshot string, err error) error
+	// whyGone is why the device stopped serving, once gone is closed.
+	whyGone() error
+	counters() memdev.Counters
+	stopTrace() []memdev.Touch
+	// orphans reports whether the VM can no longer be served, so it could
+	// not act on a stop request.
+	orphans() bool
+	// release gives the device back once the VM has exited and prefetch
+	// reads have drained, and waits for its acknowledgement; forget is
+	// called when no restore can use the device's prefetch tasks again.
+	release(ctx context.Context, forget func()) error
+}
+
+// fileDevice is a generation of the FUSE device: a file the VMM maps
+// MAP_PRIVATE, shared by the restores of one snapshot.
+type fileDevice struct {
+	dev *fusedev.Device
+}
+
+func (r *Restorer) attachFile(src Source, opts Options, digests *integrity.Table) (*fileDevice, error) {
+	if r.FUSE == nil {
+		return nil, errors.New("file device: no FUSE server")
+	}
+	key := opts.DeviceKey
+	if key == "" {
+		key = src.SnapshotID
+	}
+	dev, err := r.attachFileDevice(key, src, opts.IOEngine, r.fileVerifier(src, digests))
+	if err != nil {
+		return nil, fmt.Errorf("attach memory device: %w", integrityIf(err))
+	}
+	d := &fileDevice{dev: dev}
+	if opts.IOEngine == fusedev.IOEngineDirect {
+		if err := fusedev.CheckMappable(dev.Path()); err != nil {
+			d.release(context.Background(), func() {})
+			return nil, err
+		}
+	}
+	if opts.Trace {
+		dev.StartTrace()
+	}
+	return d, nil
+}
+
+func (d *fileDevice) kind() string                                { return DeviceFile }
+func (d *fileDevice) generation() uint64                          { return d.dev.Generation() }
+func (d *fileDevice) servesBeforeVM() bool                        { return true }
+func (d *fileDevice) connect(context.Context, vmm.Instance) error { return nil }
+func (d *fileDevice) gone() <-chan struct{}                       { return nil }
+func (d *fileDevice) counters() memdev.Counters                   { return d.dev.Counters() }
+func (d *fileDevice) stopTrace() []memdev.Touch                   { return d.dev.StopTrace() }
+func (d *fileDevice) orphans() bool                               { return false }
+func (d *fileDevice) whyGone() error                              { return nil }
+
+func (d *fileDevice) configure(spec *vmm.RestoreSpec) {
+	spec.Backend, spec.MemPath = vmm.BackendFile, d.dev.Path()
+}
+
+// target reads through the device file (a buffered pread warms the page
+// cache the guest faults from) or has the device fill its own cache. The
+// open file also keeps the kernel's inode, which a fill stores into; it
+// stays open until the task has ended.
+func (d *fileDevice) target(p Policy, plan []prefetch.Range) (prefetch.Target, func(), error) {
+	f, err := os.Open(d.dev.Path())
+	if err != nil {
+		return nil, nil, fmt.Errorf("open device file for prefetch: %w", err)
+	}
+	var t prefetch.Target = fileTarget{f}
+	if p.Fill {
+		t = fillTarget{d.dev}
+	}
+	if p.Hint {
+		go hintPlan(d.dev.Advise, plan)
+	}
+	return t, func() { f.Close() }, nil
+}
+
+// explain names the bad block the device refused to serve: the VM died
+// on a page it could not have.
+func (d *fileDevice) explain(snapshot string, err error) error {
+	if c := d.dev.Corruption(); c != nil && !errors.Is(err, integrity.ErrCorrupt) {
+		return markIntegrity(fmt.Errorf("snapshot %s: memory %w (%w)", snapshot, c, err))
+	}
+	return integrityIf(err)
+}
+
+func (d *fileDevice) release(ctx context.Context, forget func()) error {
+	select {
+	case <-d.dev.Release():
+		if d.dev.ReleasedLast() {
+			forget()
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("wait for memory device release: %w", ctx.Err())
+	}
+}
+
+// uffdSessions numbers uffd sessions: prefetch on the uffd device is per VM.
+var uffdSessions atomic.Uint64
+
+// uffdDevice is Firecracker's Uffd backend for one VM: a handler on a Unix
+// socket, and once the VMM has connected, the session serving its faults.
+type uffdDevice struct {
+	r           *Restorer
+	lowerPath   string
+	handler     *uffd.Handler
+	session     *uffd.Session
+	number      uint64
+	handlerGone chan struct{}
+	markGone    func()
+	unlink      func()
+	trace       bool
+}
+
+func (r *Restorer) listenUffd(src Source, opts Options, runDir string, digests *integrity.Table) (*uffdDevice, error) {
+	if err := checkDevice(src, opts.Device); err != nil {
+		return nil, err
+	}
+	sock, unlink, err := socketPath(runDir, "uffd.sock")
+	if err != nil {
+		return nil, fmt.Errorf("uffd socket: %w", err)
+	}
+	h, err := uffd.Listen(sock, src.MemoryPath, r.uffdOptions(src, digests, opts.Trace))
+	if err != nil {
+		unlink()
+		return nil, fmt.Errorf("uffd handler: %w", integrityIf(err))
+	}
+	d := &uffdDevice{r: r, lowerPath: src.MemoryPath, handler: h, number: uffdSessions.Add(1),
+		handlerGone: make(chan struct{}), unlink: unlink, trace: opts.Trace}
+	d.markGone = sync.OnceFunc(func() { close(d.handlerGone) })
+	return d, nil
+}
+
+func (d *uffdDevice) kind() string          { return DeviceUffd }
+func (d *uffdDevice) generation() uint64    { return d.number }
+func (d *uffdDevice) servesBeforeVM() bool  { return false }
+func (d *uffdDevice) gone() <-chan struct{} { return d.handlerGone }
+
+// configure hands the VMM the socket, and the channel that tells a driver
+// the handler stopped serving: it then kills the VM, which would otherwise
+// hang on its next missing page.
+func (d *uffdDevice) configure(spec *vmm.RestoreSpec) {
+	spec.Backend, spec.MemPath = vmm.BackendUffd, d.handler.SocketPath()
+	spec.HandlerDone = d.handlerGone
+}
+
+func (d *uffdDevice) connect(ctx context.Context, vm vmm.Instance) error {
+	s, err := d.r.acceptVMM(ctx, d.handler, vm)
+	if err != nil {
+		d.markGone()
+		return err
+	}
+	d.session = s
+	go func() {
+		<-s.Done()
+		d.markGone()
+	}()
+	if d.r.sessionHook != nil {
+		d.r.sessionHook(s)
+	}
+	return nil
+}
+
+// target installs into this VM's memory; the hint goes to the lower
+// file's page cache, which the handler reads from.
+func (d *uffdDevice) target(p Policy, plan []prefetch.Range) (prefetch.Target, func(), error) {
+	if p.Hint {
+		go hintFile(d.lowerPath, plan)
+	}
+	return installTarget{d.session}, nil, nil
+}
+
+func (d *uffdDevice) explain(_ string, err error) error { return integrityIf(err) }
+
+func (d *uffdDevice) whyGone() error {
+	if d.session == nil {
+		return errors.New("no VMM connected")
+	}
+	return d.session.Err()
+}
+
+func (d *uffdDevice) counters() memdev.Counters {
+	if d.session == nil {
+		return memdev.Counters{}
+	}
+	return d.session.Counters()
+}
+
+func (d *uffdDevice) stopTrace() []memdev.Touch {
+	d.session.StopTrace()
+	return d.session.Trace()
+}
+
+// orphans is true when the handler never served the VM or has stopped: a
+// guest fault on a missing page then blocks for ever.
+func (d *uffdDevice) orphans() bool {
+	if d.session == nil {
+		return true
+	}
+	select {
+	case <-d.session.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+func (d *uffdDevice) release(_ context.Context, forget func()) error {
+	var errs []error
+	if d.session != nil {
+		if err := d.session.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close uffd session: %w", err))
+		}
+	}
+	if err := d.handler.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close uffd handler: %w", err))
+	}
+	d.unlink()
+	forget()
+	return errors.Join(errs...)
+}
+
+// hintPlan advises storage of every range of the plan, in order. Hints
+// only start reads; a failed one costs nothing but speed, so it stops the
+// hinting and nothing else.
+func hintPlan(advise func(off, length int64) error, plan []prefetch.Range) {
+	for _, r := range plan {
+		if advise(r.Offset, r.Length) != nil {
+			return
+		}
+	}
+}
+
+// hintFile is hintPlan for a lower file the restore reaches by path.
+func hintFile(path string, plan []prefetch.Range) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	hintPlan(func(off, length int64) error {
+		return unix.Fadvise(int(f.Fd()), off, length, unix.FADV_WILLNEED)
+	}, plan)
+}
