@@ -97,6 +97,15 @@ func daemonClient(cmd *cobra.Command) (*daemon.Client, error) {
 	return daemon.NewClient(daemonSocket), nil
 }
 
+// storeDaemonClient is daemonClient for the verbs that reach the
+// repository: their --store configures the in-process system only.
+func storeDaemonClient(cmd *cobra.Command) (*daemon.Client, error) {
+	if err := localOnly(cmd, storeFlag); err != nil {
+		return nil, err
+	}
+	return daemonClient(cmd)
+}
+
 // localOnly refuses flags that configure the in-process system, which a
 // daemon takes from its own configuration.
 func localOnly(cmd *cobra.Command, flags ...string) error {
@@ -119,10 +128,7 @@ func daemonError(verb string, err error) error {
 }
 
 func daemonSnapshotImport(cmd *cobra.Command, f snapshotImportOptions) error {
-	if err := localOnly(cmd, storeFlag); err != nil {
-		return err
-	}
-	c, err := daemonClient(cmd)
+	c, err := storeDaemonClient(cmd)
 	if err != nil {
 		return err
 	}
@@ -147,10 +153,7 @@ func daemonSnapshotImport(cmd *cobra.Command, f snapshotImportOptions) error {
 }
 
 func daemonSnapshotList(cmd *cobra.Command, f repository.Filter, asJSON bool) error {
-	if err := localOnly(cmd, storeFlag); err != nil {
-		return err
-	}
-	c, err := daemonClient(cmd)
+	c, err := storeDaemonClient(cmd)
 	if err != nil {
 		return err
 	}
@@ -166,10 +169,7 @@ func daemonSnapshotList(cmd *cobra.Command, f repository.Filter, asJSON bool) er
 }
 
 func daemonSnapshotShow(cmd *cobra.Command, ref string, asJSON bool) error {
-	if err := localOnly(cmd, storeFlag); err != nil {
-		return err
-	}
-	c, err := daemonClient(cmd)
+	c, err := storeDaemonClient(cmd)
 	if err != nil {
 		return err
 	}
@@ -196,10 +196,7 @@ func daemonSnapshotShow(cmd *cobra.Command, ref string, asJSON bool) error {
 }
 
 func daemonSnapshotDelete(cmd *cobra.Command, ref string) error {
-	if err := localOnly(cmd, storeFlag); err != nil {
-		return err
-	}
-	c, err := daemonClient(cmd)
+	c, err := storeDaemonClient(cmd)
 	if err != nil {
 		return err
 	}

@@ -127,10 +127,7 @@ func printVerifyReports(w io.Writer, reports []snapcheck.Report, f snapshotVerif
 // daemonSnapshotVerify runs the verification on the daemon; --all lists
 // the daemon's snapshots and verifies each.
 func daemonSnapshotVerify(cmd *cobra.Command, args []string, f snapshotVerifyOptions) error {
-	if err := localOnly(cmd, storeFlag); err != nil {
-		return err
-	}
-	c, err := daemonClient(cmd)
+	c, err := storeDaemonClient(cmd)
 	if err != nil {
 		return err
 	}
