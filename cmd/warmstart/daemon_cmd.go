@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"warmstart/internal/config"
 	"warmstart/internal/daemon"
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
@@ -94,7 +97,32 @@ func daemonClient(cmd *cobra.Command) (*daemon.Client, error) {
 	if daemonSocket == "" {
 		return nil, usageError{fmt.Errorf("%s needs --daemon SOCKET", cmd.CommandPath())}
 	}
-	return daemon.NewClient(daemonSocket), nil
+	c := daemon.NewClient(daemonSocket)
+	if !strings.HasPrefix(daemonSocket, "http://") && !strings.HasPrefix(daemonSocket, "https://") {
+		return c, nil // the socket is mode 0600: reaching it is authentication
+	}
+	token, err := daemonToken()
+	if err != nil {
+		return nil, fmt.Errorf("%s --daemon %s: %w", cmd.CommandPath(), daemonSocket, err)
+	}
+	return c.WithToken(token), nil
+}
+
+// daemonToken is the bearer token for a daemon serving TCP: WARMSTART_TOKEN,
+// else the token file the configuration names ([daemon] token_file).
+func daemonToken() (string, error) {
+	if t := strings.TrimSpace(os.Getenv("WARMSTART_TOKEN")); t != "" {
+		return t, nil
+	}
+	cfg, err := config.Load(configPath)
+	if err != nil {
+		return "", err
+	}
+	token, err := daemon.ReadToken(cfg.DaemonTokenFile())
+	if err != nil {
+		return "", fmt.Errorf("no API token: set WARMSTART_TOKEN or make %s readable: %w", cfg.DaemonTokenFile(), err)
+	}
+	return token, nil
 }
 
 // storeDaemonClient is daemonClient for the verbs that reach the

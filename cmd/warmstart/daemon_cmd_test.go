@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -87,6 +88,7 @@ func TestVerbsAgainstDaemon(t *testing.T) {
 	cfg.Memory.FUSEMount = filepath.Join(dir, "mnt")
 	cfg.Runtime.Dir = filepath.Join(dir, "run")
 	cfg.Daemon.Socket = filepath.Join(dir, "d.sock")
+	cfg.Daemon.ImportDirs = []string{dir}
 	cfg.Snapshot.MemoryStartupPack.ConsumeEnabled = true
 	cfg.VMM.Driver, cfg.Replay.Trace = config.DriverReplay, ref.Trace
 	if err := cfg.Validate(); err != nil {
@@ -223,5 +225,71 @@ func TestVerbsAgainstDaemon(t *testing.T) {
 	}
 	if out, _, err = runVerb(t, "--daemon", sock, "snapshot", "delete", "web"); err != nil || !strings.Contains(out, "nothing to delete") {
 		t.Fatalf("second delete = %q, %v", out, err)
+	}
+}
+
+// A verb against a daemon serving TCP sends its bearer token, from
+// WARMSTART_TOKEN or the configuration's token file; without one the
+// daemon refuses it.
+func TestDaemonOverTCPNeedsTheToken(t *testing.T) {
+	dir := t.TempDir()
+	cfg := config.Default()
+	cfg.Backend.PosixFS.SnapshotStore = filepath.Join(dir, "store")
+	cfg.Memory.FUSEMount = filepath.Join(dir, "mnt")
+	cfg.Runtime.Dir = filepath.Join(dir, "run")
+	cfg.VMM.Driver, cfg.Replay.Trace = config.DriverReplay, filepath.Join(dir, "trace")
+	if err := os.WriteFile(cfg.Replay.Trace, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	repo, err := posixfs.Open(cfg.Backend.PosixFS.SnapshotStore, posixfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, err := daemon.NewVMM(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := daemon.New(daemon.Options{Config: cfg, Repository: repo, VMM: vm, Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- d.Serve() }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := d.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+		<-served
+	})
+	token, err := daemon.ReadToken(cfg.DaemonTokenFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientConfig := func(tokenFile string) string {
+		p := filepath.Join(t.TempDir(), "client.toml")
+		if err := os.WriteFile(p, []byte(fmt.Sprintf("[daemon]\ntoken_file = %q\n", tokenFile)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	list := func(configFile string) cliRun {
+		return runCLI(t, "--config", configFile, "--daemon", d.Endpoint(), "snapshot", "list")
+	}
+	t.Setenv("WARMSTART_TOKEN", "")
+	if res := list(clientConfig(filepath.Join(dir, "absent.token"))); res.code == 0 || !strings.Contains(res.stderr, "token") {
+		t.Errorf("without a token: exit %d, stderr %q; want a failure naming the token", res.code, res.stderr)
+	}
+	if res := list(clientConfig(cfg.DaemonTokenFile())); res.code != 0 {
+		t.Errorf("with the configured token file: exit %d, stderr %q", res.code, res.stderr)
+	}
+	t.Setenv("WARMSTART_TOKEN", "wrong")
+	if res := list(clientConfig(cfg.DaemonTokenFile())); res.code == 0 || !strings.Contains(res.stderr, "401") {
+		t.Errorf("with a wrong WARMSTART_TOKEN: exit %d, stderr %q; want the daemon's 401", res.code, res.stderr)
+	}
+	t.Setenv("WARMSTART_TOKEN", token)
+	if res := list(clientConfig(filepath.Join(dir, "absent.token"))); res.code != 0 {
+		t.Errorf("with WARMSTART_TOKEN: exit %d, stderr %q", res.code, res.stderr)
 	}
 }

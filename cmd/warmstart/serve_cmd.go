@@ -22,8 +22,14 @@ func init() {
 		Long: `Run warmstart as a daemon. It mounts the FUSE memory device at [memory]
 fuse_mount, restores with the VMM driver [vmm] driver names, and serves an
 HTTP API with JSON in and out on the Unix socket [daemon] socket, or on a
-TCP address with --listen (or [daemon] listen). TCP has no authentication:
-bind it to a loopback address.
+TCP address with --listen (or [daemon] listen). Over TCP every request must
+carry the bearer token in [daemon] token_file (Authorization: Bearer); on a
+loopback address serve creates it (mode 0600, default
+<runtime.dir>/daemon.token) when missing and logs where; a non-loopback
+address is refused unless token_file is set. Clients with --daemon
+http://HOST:PORT read WARMSTART_TOKEN or that file. The Unix socket is mode
+0600 and needs no token. POST /snapshots/import reads only from
+[daemon] import_dirs (symlinks resolved first; empty: imports refused, 403).
 
   GET    /healthz, /metrics (Prometheus)
   GET    /snapshots, /snapshots/{id}      DELETE /snapshots/{id}

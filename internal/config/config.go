@@ -163,6 +163,25 @@ type DaemonConfig struct {
 	Socket string `toml:"socket"`
 	// Listen is an optional TCP address (host:port) served instead.
 	Listen string `toml:"listen"`
+	// TokenFile holds the bearer token TCP clients must send. Empty means
+	// <runtime.dir>/daemon.token, which serve creates (mode 0600) on a
+	// loopback address; a non-loopback address needs it set explicitly.
+	TokenFile string `toml:"token_file"`
+	// ImportDirs are the directories POST /snapshots/import may read
+	// from, symlinks resolved; empty refuses every API import.
+	ImportDirs []string `toml:"import_dirs"`
+}
+
+// DefaultTokenFileName is the token file under runtime.dir when
+// [daemon] token_file is empty.
+const DefaultTokenFileName = "daemon.token"
+
+// DaemonTokenFile is where the daemon's TCP bearer token lives.
+func (c *Config) DaemonTokenFile() string {
+	if c.Daemon.TokenFile != "" {
+		return c.Daemon.TokenFile
+	}
+	return filepath.Join(c.Runtime.Dir, DefaultTokenFileName)
 }
 
 // VMMConfig is [vmm]: which VMM driver the daemon restores with.
@@ -228,7 +247,7 @@ func Default() *Config {
 		},
 		Prefetch: PrefetchConfig{Policy: PolicyWarmstart, MaxReaders: 4, BufferBytes: 1 << 20},
 		Runtime:  RuntimeConfig{Dir: "/run/warmstart"},
-		Daemon:   DaemonConfig{Socket: "/run/warmstart/warmstart.sock"},
+		Daemon:   DaemonConfig{Socket: "/run/warmstart/warmstart.sock", ImportDirs: []string{}},
 		VMM:      VMMConfig{Driver: DriverFirecracker},
 		Firecracker: FirecrackerConfig{
 			Binary: "firecracker", VCPUs: 1, MemoryMiB: 128, StopTimeout: 5 * time.Second,
@@ -397,6 +416,9 @@ func schemaOf(root reflect.Type) map[string]keySpec {
 				walk(key, f.Type)
 			case f.Type.Kind() == reflect.String:
 				out[key] = keySpec{tomlType: "String"}
+			case f.Type == reflect.TypeFor[[]string]():
+				// Element types are the decoder's to check.
+				out[key] = keySpec{tomlType: "Array"}
 			case f.Type.Kind() == reflect.Bool:
 				out[key] = keySpec{tomlType: "Bool"}
 			case f.Type.Kind() >= reflect.Int && f.Type.Kind() <= reflect.Int64:

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -95,6 +96,14 @@ func (c *Config) Validate() error {
 		func() error { return nonEmpty("runtime.dir", c.Runtime.Dir) },
 		func() error { return nonEmpty("daemon.socket", c.Daemon.Socket) },
 		func() error { return tcpAddress("daemon.listen", c.Daemon.Listen) },
+		func() error {
+			for _, d := range c.Daemon.ImportDirs {
+				if !filepath.IsAbs(d) {
+					return invalid("daemon.import_dirs", "%q is not an absolute path", d)
+				}
+			}
+			return nil
+		},
 		func() error {
 			return oneOf("vmm.driver", c.VMM.Driver, DriverFirecracker, DriverQEMU, DriverReplay)
 		},

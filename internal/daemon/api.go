@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"warmstart/internal/layout"
@@ -285,6 +286,33 @@ func localFile(field, path string) (os.FileInfo, error) {
 	return fi, nil
 }
 
+// importable resolves path (every symlink) and answers 403 unless it lies
+// in one of [daemon] import_dirs: the daemon reads as root what any client
+// of the API names, so only directories the operator chose may be read.
+// The resolved path is what is imported, so a symlink swapped afterwards
+// cannot redirect the read.
+func (d *Daemon) importable(field, path string) (string, error) {
+	if len(d.cfg.Daemon.ImportDirs) == 0 {
+		return "", statusError(http.StatusForbidden, field,
+			errors.New("imports over the API are off: list the directories they may read in [daemon] import_dirs"))
+	}
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return "", statusError(http.StatusBadRequest, field, fmt.Errorf("%s: %w", field, err))
+	}
+	for _, dir := range d.cfg.Daemon.ImportDirs {
+		root, err := filepath.EvalSymlinks(dir)
+		if err != nil {
+			continue
+		}
+		if rel, err := filepath.Rel(root, real); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && rel != "." {
+			return real, nil
+		}
+	}
+	return "", statusError(http.StatusForbidden, field,
+		fmt.Errorf("%s %s (resolved %s) is outside [daemon] import_dirs", field, path, real))
+}
+
 func (d *Daemon) importSnapshot(w http.ResponseWriter, r *http.Request) error {
 	var req ImportRequest
 	if err := decodeJSON(w, r, &req); err != nil {
@@ -295,6 +323,12 @@ func (d *Daemon) importSnapshot(w http.ResponseWriter, r *http.Request) error {
 	}
 	mem, err := localFile("memory", req.Memory)
 	if err != nil {
+		return err
+	}
+	if req.VMState, err = d.importable("vm_state", req.VMState); err != nil {
+		return err
+	}
+	if req.Memory, err = d.importable("memory", req.Memory); err != nil {
 		return err
 	}
 	if req.Alias != "" {

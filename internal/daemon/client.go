@@ -21,8 +21,16 @@ const maxResponseBytes = 64 << 20
 
 // Client talks to a running daemon.
 type Client struct {
-	hc   *http.Client
-	base string
+	hc    *http.Client
+	base  string
+	token string
+}
+
+// WithToken makes the client send token as its bearer token, which a
+// daemon serving TCP requires.
+func (c *Client) WithToken(token string) *Client {
+	c.token = token
+	return c
 }
 
 // NewClient returns a client for the daemon at endpoint: the path of its
@@ -91,6 +99,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {

@@ -171,6 +171,9 @@ type Daemon struct {
 	releasedBytes atomic.Uint64          // read by released generations
 	uffdBytes     atomic.Uint64          // read by uffd sessions up to ready
 
+	// token is the bearer token TCP requests must carry; "" on the socket.
+	token string
+
 	shutdownOnce sync.Once
 	shutdownErr  error
 }
@@ -211,6 +214,8 @@ func New(opts Options) (_ *Daemon, err error) {
 		if err := d.removeStaleSocket(); err != nil {
 			return nil, err
 		}
+	} else if err := d.loadToken(listen); err != nil {
+		return nil, err
 	}
 
 	var undo []func()
@@ -391,7 +396,26 @@ func (d *Daemon) Handler() http.Handler {
 	mux.Handle("GET /restores", d.serve(d.listRestores))
 	mux.Handle("GET /restores/{id}", d.serve(d.getRestore))
 	mux.Handle("DELETE /restores/{id}", d.serve(d.deleteRestore))
-	return recovered(d.log, d.requests.wrap(logged(d.log, routed(mux))))
+	var h http.Handler = routed(mux)
+	if d.token != "" {
+		h = requireToken(d.token, h)
+	}
+	return recovered(d.log, d.requests.wrap(logged(d.log, h)))
+}
+
+// loadToken reads or creates the bearer token TCP clients must send.
+func (d *Daemon) loadToken(listen string) error {
+	token, path, created, err := serveToken(d.cfg, listen)
+	if err != nil {
+		return err
+	}
+	d.token = token
+	if created {
+		d.log.Info("created the API token; TCP clients send it as Authorization: Bearer", "token_file", path)
+	} else {
+		d.log.Info("TCP clients must send the API token", "token_file", path)
+	}
+	return nil
 }
 
 // Serve answers requests until Shutdown; it then returns nil.

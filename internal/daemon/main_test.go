@@ -135,12 +135,13 @@ fuse_mount = %q
 dir = %q
 [daemon]
 socket = %q
+import_dirs = [%q]
 [vmm]
 driver = "replay"
 [replay]
 trace = %q
 `, o.recordOnPublish, filepath.Join(f.dir, "store"), filepath.Join(f.dir, "mnt"), filepath.Join(f.dir, "run"),
-		filepath.Join(f.dir, "d.sock"), o.trace)
+		filepath.Join(f.dir, "d.sock"), f.dir, o.trace)
 	f.cfgPath = filepath.Join(f.dir, "warmstart.toml")
 	if err := os.WriteFile(f.cfgPath, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
@@ -264,7 +265,15 @@ func startDaemon(t *testing.T, f *fixture, tweak func(*daemon.Options)) *running
 	}
 	served := make(chan error, 1)
 	go func() { served <- d.Serve() }()
-	r := &running{d: d, client: daemon.NewClient(d.Endpoint()), log: sink}
+	client := daemon.NewClient(d.Endpoint())
+	if opts.Listen != "" {
+		token, err := daemon.ReadToken(f.cfg.DaemonTokenFile())
+		if err != nil {
+			t.Fatal(err)
+		}
+		client.WithToken(token)
+	}
+	r := &running{d: d, client: client, log: sink}
 	t.Cleanup(func() {
 		r.client.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

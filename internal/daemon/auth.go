@@ -1,0 +1,132 @@
+package daemon
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"warmstart/internal/config"
+	"warmstart/internal/fsx"
+)
+
+// The TCP API is reachable by every local user (and, off loopback, by the
+// network), so it answers only requests that carry the daemon's bearer
+// token; the Unix socket is mode 0600, so reaching it is authentication
+// enough.
+
+// tokenBytes is the token's entropy; it is stored hex-encoded.
+const tokenBytes = 32
+
+// maxTokenFileBytes bounds a token file read.
+const maxTokenFileBytes = 4096
+
+// ErrNoToken is returned when a non-loopback address is to be served
+// without a configured token file.
+var ErrNoToken = errors.New("serving TCP off loopback needs [daemon] token_file")
+
+// serveToken returns the token TCP clients must present at addr, creating
+// the token file when it does not exist. A non-loopback address needs the
+// file named in the configuration: a token the operator never chose the
+// place of is not one they will distribute with care.
+func serveToken(cfg *config.Config, addr string) (token, path string, created bool, err error) {
+	if cfg.Daemon.TokenFile == "" && !isLoopback(addr) {
+		return "", "", false, fmt.Errorf("daemon: listen %s: %w", addr, ErrNoToken)
+	}
+	path = cfg.DaemonTokenFile()
+	token, err = ReadToken(path)
+	if err == nil {
+		return token, path, false, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", "", false, err
+	}
+	token, err = createToken(path)
+	return token, path, err == nil, err
+}
+
+// ReadToken reads a token file: one line of hex, at most 4 KiB.
+func ReadToken(path string) (string, error) {
+	data, err := fsx.ReadBounded(path, maxTokenFileBytes)
+	if err != nil {
+		return "", fmt.Errorf("daemon token: %w", err)
+	}
+	token := strings.TrimSpace(string(data))
+	if token == "" {
+		return "", fmt.Errorf("daemon token: %s is empty", path)
+	}
+	return token, nil
+}
+
+// createToken writes a fresh random token to path, mode 0600, durably.
+func createToken(path string) (string, error) {
+	b := make([]byte, tokenBytes)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("daemon token: %w", err)
+	}
+	token := hex.EncodeToString(b)
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("daemon token: %w", err)
+	}
+	f, err := os.CreateTemp(dir, ".token-*")
+	if err != nil {
+		return "", fmt.Errorf("daemon token: %w", err)
+	}
+	defer os.Remove(f.Name())
+	_, err = f.WriteString(token + "\n")
+	err = errors.Join(err, f.Sync(), f.Close())
+	if err == nil {
+		// Link, not rename: never replace a token another daemon just made.
+		err = os.Link(f.Name(), path)
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		return "", fmt.Errorf("daemon token %s: %w", path, err)
+	}
+	return token, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// isLoopback reports whether host:port names a loopback address.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// requireToken answers 401 to a request without the bearer token.
+func requireToken(token string, next http.Handler) http.Handler {
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="warmstart"`)
+			writeJSON(w, http.StatusUnauthorized, Error{Error: "missing or wrong bearer token (see [daemon] token_file)"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

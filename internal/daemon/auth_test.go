@@ -1,0 +1,110 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"warmstart/internal/daemon"
+	"warmstart/internal/repository/posixfs"
+)
+
+// The TCP API answers only requests with the daemon's bearer token; serve
+// creates the token file, mode 0600, when it does not exist.
+func TestTCPRequiresTheToken(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	r := startDaemon(t, f, func(o *daemon.Options) { o.Listen = "127.0.0.1:0" })
+	fi, err := os.Stat(f.cfg.DaemonTokenFile())
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("token file %s: mode %v, %v; want 0600", f.cfg.DaemonTokenFile(), fi.Mode().Perm(), err)
+	}
+	ctx := context.Background()
+	for name, c := range map[string]*daemon.Client{
+		"no token":    daemon.NewClient(r.d.Endpoint()),
+		"wrong token": daemon.NewClient(r.d.Endpoint()).WithToken("0123"),
+	} {
+		_, err := c.Health(ctx)
+		var ae *daemon.APIError
+		if !errors.As(err, &ae) || ae.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s: health = %v, want HTTP 401", name, err)
+		}
+		c.Close()
+	}
+	if _, err := r.client.Health(ctx); err != nil {
+		t.Fatalf("with the token: %v", err)
+	}
+	resp, err := http.Get(r.d.Endpoint() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("GET /metrics without a token: HTTP %d, want 401", resp.StatusCode)
+	}
+}
+
+// Off loopback the token file must be configured; the daemon refuses to
+// start, before it mounts anything, rather than serve without one.
+func TestNonLoopbackNeedsATokenFile(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	repo, err := posixfs.Open(f.cfg.Backend.PosixFS.SnapshotStore, posixfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, err := daemon.NewVMM(f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = daemon.New(daemon.Options{Config: f.cfg, Repository: repo, VMM: vm, Listen: "0.0.0.0:0"})
+	if !errors.Is(err, daemon.ErrNoToken) {
+		t.Fatalf("New on 0.0.0.0 without token_file = %v, want ErrNoToken", err)
+	}
+	if ms := mountsUnder(t, f.dir); len(ms) != 0 {
+		t.Fatalf("a refused start left mounts: %v", ms)
+	}
+}
+
+// API imports read only from [daemon] import_dirs, with symlinks resolved
+// first, and the refusal names the key.
+func TestImportOnlyFromImportDirs(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	r := startDaemon(t, f, nil)
+	ctx := context.Background()
+	outside := t.TempDir()
+	secret := filepath.Join(outside, "secret")
+	if err := os.WriteFile(secret, make([]byte, 4096), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(f.dir, "innocent")
+	if err := os.Symlink(secret, link); err != nil {
+		t.Fatal(err)
+	}
+	for name, path := range map[string]string{"outside": secret, "symlink out": link} {
+		req := f.importRequest("")
+		req.Memory, req.Layout = path, ""
+		_, err := r.client.Import(ctx, req)
+		var ae *daemon.APIError
+		if !errors.As(err, &ae) || ae.StatusCode != http.StatusForbidden || ae.Field != "memory" ||
+			!strings.Contains(ae.Message, "import_dirs") {
+			t.Errorf("%s: import = %v, want a 403 on memory naming import_dirs", name, err)
+		}
+	}
+	if _, err := r.client.Import(ctx, f.importRequest("ok")); err != nil {
+		t.Fatalf("import from an import dir: %v", err)
+	}
+}
+
+func TestImportsOffWithoutImportDirs(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	f.cfg.Daemon.ImportDirs = nil
+	r := startDaemon(t, f, nil)
+	_, err := r.client.Import(context.Background(), f.importRequest(""))
+	var ae *daemon.APIError
+	if !errors.As(err, &ae) || ae.StatusCode != http.StatusForbidden || !strings.Contains(ae.Message, "import_dirs") {
+		t.Fatalf("import with no import_dirs = %v, want a 403 naming import_dirs", err)
+	}
+}
