@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -106,5 +107,40 @@ func TestImportsOffWithoutImportDirs(t *testing.T) {
 	var ae *daemon.APIError
 	if !errors.As(err, &ae) || ae.StatusCode != http.StatusForbidden || !strings.Contains(ae.Message, "import_dirs") {
 		t.Fatalf("import with no import_dirs = %v, want a 403 naming import_dirs", err)
+	}
+}
+
+// A second daemon with the same runtime directory fails at once, naming
+// the first one's pid, and touches nothing of the live daemon's: not its
+// restore directories, not its socket.
+func TestSecondDaemonOnARuntimeDirFailsAtOnce(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	r := startDaemon(t, f, func(o *daemon.Options) { o.Listen = "127.0.0.1:0" })
+	keep := filepath.Join(f.cfg.Runtime.Dir, "daemon", "restores", "held", "uffd.sock")
+	if err := os.MkdirAll(filepath.Dir(keep), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keep, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	repo, err := posixfs.Open(f.cfg.Backend.PosixFS.SnapshotStore, posixfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, err := daemon.NewVMM(f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := *f.cfg
+	second.Memory.FUSEMount = filepath.Join(f.dir, "mnt2")
+	_, err = daemon.New(daemon.Options{Config: &second, Repository: repo, VMM: vm, Listen: "127.0.0.1:0"})
+	if !errors.Is(err, daemon.ErrRuntimeDirInUse) || !strings.Contains(err.Error(), fmt.Sprint(os.Getpid())) {
+		t.Fatalf("second daemon = %v, want ErrRuntimeDirInUse naming pid %d", err, os.Getpid())
+	}
+	if _, err := os.Stat(keep); err != nil {
+		t.Fatalf("the live daemon's restore directory was touched: %v", err)
+	}
+	if _, err := r.client.Health(context.Background()); err != nil {
+		t.Fatalf("the live daemon stopped answering: %v", err)
 	}
 }

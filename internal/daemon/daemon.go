@@ -173,6 +173,8 @@ type Daemon struct {
 
 	// token is the bearer token TCP requests must carry; "" on the socket.
 	token string
+	// instance is the runtime directory's lock, held until shutdown ends.
+	instance *instanceLock
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -204,6 +206,15 @@ func New(opts Options) (_ *Daemon, err error) {
 	if d.stopWithin <= 0 {
 		d.stopWithin = DefaultStopTimeout
 	}
+	// Before anything else: one daemon per runtime directory.
+	if d.instance, err = lockRuntimeDir(cfg.Runtime.Dir); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			d.instance.release()
+		}
+	}()
 	listen := opts.Listen
 	if listen == "" {
 		listen = cfg.Daemon.Listen
@@ -549,6 +560,7 @@ func (d *Daemon) shutdown(ctx context.Context) error {
 			}
 		}
 	}
+	d.instance.release()
 	err := errors.Join(errs...)
 	if err != nil {
 		d.log.Error("shutdown complete with errors", "err", err)
