@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"warmstart/internal/daemon"
 	"warmstart/internal/repository/posixfs"
@@ -142,5 +144,67 @@ func TestSecondDaemonOnARuntimeDirFailsAtOnce(t *testing.T) {
 	}
 	if _, err := r.client.Health(context.Background()); err != nil {
 		t.Fatalf("the live daemon stopped answering: %v", err)
+	}
+}
+
+// A client that sends its body a byte at a time holds no request open for
+// long, and SIGTERM's ordered shutdown completes within 10 s regardless.
+func TestTricklingClientDoesNotDelayShutdown(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	repo, err := posixfs.Open(f.cfg.Backend.PosixFS.SnapshotStore, posixfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, err := daemon.NewVMM(f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := daemon.New(daemon.Options{Config: f.cfg, Repository: repo, VMM: vm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- d.Serve() }()
+	conn, err := net.Dial("unix", d.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := fmt.Fprintf(conn, "POST /snapshots/import HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"); err != nil {
+		t.Fatal(err)
+	}
+	stopTrickle := make(chan struct{})
+	trickled := make(chan struct{})
+	go func() {
+		defer close(trickled)
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopTrickle:
+				return
+			case <-tick.C:
+				if _, err := conn.Write([]byte(" ")); err != nil {
+					return // the daemon closed the connection
+				}
+			}
+		}
+	}()
+	defer func() { close(stopTrickle); <-trickled }()
+	// Let the request reach its handler before shutdown begins.
+	buf := make([]byte, 1)
+	conn.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	conn.Read(buf)
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := d.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if took := time.Since(began); took > 10*time.Second {
+		t.Fatalf("shutdown took %v with a trickling client, want at most 10s", took)
+	}
+	if err := <-served; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -88,11 +88,18 @@ import (
 
 // Defaults of the zero fields of Options.
 const (
-	DefaultShutdownGrace = 10 * time.Second
+	// DefaultShutdownGrace is how long shutdown lets requests in progress
+	// finish before it cancels them; with the body deadline below, the
+	// ordered shutdown completes within about 10 s whatever clients do.
+	DefaultShutdownGrace = 5 * time.Second
 	DefaultStopTimeout   = time.Minute
 	// readHeaderTimeout bounds a client that opens a connection and sends
 	// nothing.
 	readHeaderTimeout = 10 * time.Second
+	// readTimeout bounds reading a whole request, body included: a
+	// client that trickles its body cannot hold a request open (bodies
+	// are small JSON documents).
+	readTimeout = 5 * time.Second
 	// socketProbeTimeout bounds the check for a live daemon on the socket.
 	socketProbeTimeout = time.Second
 	// runDirName is the daemon's directory under [runtime] dir.
@@ -298,6 +305,7 @@ func New(opts Options) (_ *Daemon, err error) {
 	d.srv = &http.Server{
 		Handler:           d.Handler(),
 		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
 		BaseContext:       func(net.Listener) context.Context { return d.reqCtx },
 		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
 	}
@@ -479,6 +487,9 @@ func (d *Daemon) shutdown(ctx context.Context) error {
 	if cancelled > 0 {
 		// The grace is over: cancel what is left and wait for it to return.
 		d.reqCancel()
+		// Closing the connections ends handlers blocked reading a body,
+		// which a cancelled context does not reach.
+		d.srv.Close()
 		d.log.Warn("shutdown: grace over; requests still running cancelled", "requests", cancelled)
 		select {
 		case <-idle:
