@@ -437,6 +437,32 @@ func (d *Daemon) loadToken(listen string) error {
 	return nil
 }
 
+// cancelledAnswerTime is how long cancelled requests get to answer before
+// their connections are closed.
+const cancelledAnswerTime = time.Second
+
+// awaitCancelled waits for the cancelled requests to return. Those that do
+// not within cancelledAnswerTime are blocked where a context does not
+// reach (reading a body the client trickles): closing the connections
+// ends them.
+func (d *Daemon) awaitCancelled(ctx context.Context, idle <-chan struct{}) error {
+	t := time.NewTimer(cancelledAnswerTime)
+	defer t.Stop()
+	select {
+	case <-idle:
+		return nil
+	case <-t.C:
+		d.srv.Close()
+	case <-ctx.Done():
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("requests still running: %w", ctx.Err())
+	}
+}
+
 // Serve answers requests until Shutdown; it then returns nil.
 func (d *Daemon) Serve() error {
 	if err := d.srv.Serve(d.ln); !errors.Is(err, http.ErrServerClosed) {
@@ -487,14 +513,9 @@ func (d *Daemon) shutdown(ctx context.Context) error {
 	if cancelled > 0 {
 		// The grace is over: cancel what is left and wait for it to return.
 		d.reqCancel()
-		// Closing the connections ends handlers blocked reading a body,
-		// which a cancelled context does not reach.
-		d.srv.Close()
 		d.log.Warn("shutdown: grace over; requests still running cancelled", "requests", cancelled)
-		select {
-		case <-idle:
-		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("requests still running: %w", ctx.Err()))
+		if err := d.awaitCancelled(ctx, idle); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	d.log.Info("shutdown: no longer accepting requests", "cancelled", cancelled)
