@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -113,5 +114,24 @@ func TestBenchRefusesBadIOEngineUpFront(t *testing.T) {
 	r := runCLI(t, "bench", "--io-engine", "7", "--blocks", "1", "--memory-size", "8MiB", "--policies", "seed")
 	if r.code != 2 || !strings.Contains(r.stderr, "--io-engine 7") || r.stdout != "" {
 		t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 naming --io-engine 7", r.code, r.stdout, r.stderr)
+	}
+}
+
+// Read-only verbs never create a store: a mistyped --store is an error
+// naming the path, and leaves no directory behind.
+func TestReadOnlyVerbsDoNotCreateAStore(t *testing.T) {
+	typo := filepath.Join(t.TempDir(), "typo")
+	for _, args := range [][]string{
+		{"snapshot", "list", "--store", typo},
+		{"snapshot", "show", "--store", typo, "web"},
+		{"snapshot", "verify", "--store", typo, "--all"},
+	} {
+		res := runCLI(t, args...)
+		if res.code != 1 || !strings.Contains(res.stderr, typo) {
+			t.Errorf("%q: exit %d, stderr %q; want exit 1 naming %s", args, res.code, res.stderr, typo)
+		}
+		if _, err := os.Lstat(typo); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%q created %s: %v", args, typo, err)
+		}
 	}
 }

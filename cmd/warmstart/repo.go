@@ -19,17 +19,28 @@ const storeFlag = "store"
 // names. A verb that defines --store may point it at another POSIX store
 // directory without a configuration file.
 func openRepository(cmd *cobra.Command) (repository.Repository, error) {
+	return openRepositoryAs(cmd, false)
+}
+
+// openReadOnlyRepository is openRepository for verbs that only read: a
+// POSIX store is opened without creating, locking or sweeping anything,
+// and a store that does not exist is an error naming it.
+func openReadOnlyRepository(cmd *cobra.Command) (repository.Repository, error) {
+	return openRepositoryAs(cmd, true)
+}
+
+func openRepositoryAs(cmd *cobra.Command, readOnly bool) (repository.Repository, error) {
 	cfg, err := config.Load(configPath)
 	if err != nil {
 		return nil, err
 	}
 	store := cfg.Backend.PosixFS.SnapshotStore
 	if f := cmd.Flags().Lookup(storeFlag); f != nil && f.Changed {
-		return openPosixFS(f.Value.String())
+		return openPosixFS(f.Value.String(), readOnly)
 	}
 	switch cfg.Snapshot.RepositoryBackend {
 	case config.BackendPosixFS:
-		return openPosixFS(store)
+		return openPosixFS(store, readOnly)
 	case config.BackendS3:
 		repo, err := s3.Open(cmd.Context(), s3.OptionsFromConfig(cfg.Backend.S3))
 		if err != nil {
@@ -41,8 +52,8 @@ func openRepository(cmd *cobra.Command) (repository.Repository, error) {
 	}
 }
 
-func openPosixFS(store string) (repository.Repository, error) {
-	repo, err := posixfs.Open(store, posixfs.Options{})
+func openPosixFS(store string, readOnly bool) (repository.Repository, error) {
+	repo, err := posixfs.Open(store, posixfs.Options{ReadOnly: readOnly})
 	if err != nil {
 		return nil, err
 	}

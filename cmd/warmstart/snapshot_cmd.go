@@ -165,7 +165,7 @@ alias starts with PREFIX.`,
 		if daemonSocket != "" {
 			return daemonSnapshotList(cmd, f, snapshotListFlags.json)
 		}
-		repo, err := openRepository(cmd)
+		repo, err := openReadOnlyRepository(cmd)
 		if err != nil {
 			return fmt.Errorf("snapshot list: %w", err)
 		}
@@ -211,7 +211,7 @@ argument that parses as a UUID is taken as an id, anything else as an alias.`,
 		if daemonSocket != "" {
 			return daemonSnapshotShow(cmd, ref, snapshotShowJSON)
 		}
-		repo, err := openRepository(cmd)
+		repo, err := openReadOnlyRepository(cmd)
 		if err != nil {
 			return fmt.Errorf("snapshot show: %w", err)
 		}

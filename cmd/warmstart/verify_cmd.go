@@ -58,7 +58,11 @@ func runSnapshotVerify(cmd *cobra.Command, args []string) error {
 	if daemonSocket != "" {
 		return daemonSnapshotVerify(cmd, args, f)
 	}
-	repo, err := openRepository(cmd)
+	open := openReadOnlyRepository
+	if f.addDigests {
+		open = openRepository
+	}
+	repo, err := open(cmd)
 	if err != nil {
 		return fmt.Errorf("snapshot verify: %w", err)
 	}

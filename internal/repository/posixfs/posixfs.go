@@ -30,6 +30,13 @@ type Options struct {
 	// file system than the store, and owners who want no inode shared with
 	// files the VMM wrote.
 	ForceCopy bool
+	// ReadOnly opens an existing store for reading only (list, show,
+	// resolve, verify): nothing is created, no lock file is made, nothing
+	// is swept, so a store on a read-only file system, or one an operator
+	// only looks at, is left exactly as it is. A missing store is an
+	// error naming its path. Operations that change the store fail with
+	// ErrInvalidRequest.
+	ReadOnly bool
 }
 
 // Repo is a snapshot store rooted at one directory.
@@ -58,6 +65,9 @@ func Open(root string, opts Options) (*Repo, error) {
 		return nil, fmt.Errorf("open snapshot store %s: %w", root, err)
 	}
 	r := &Repo{paths: paths{root: abs}, opts: opts, faultHook: faultHookFromEnv()}
+	if opts.ReadOnly {
+		return r, r.checkExists()
+	}
 	if err := os.MkdirAll(abs, dirMode); err != nil {
 		return nil, fmt.Errorf("open snapshot store: %w", err)
 	}
@@ -72,11 +82,36 @@ func Open(root string, opts Options) (*Repo, error) {
 	return r, nil
 }
 
+// checkExists confirms a store is at the root: its directories are there.
+func (r *Repo) checkExists() error {
+	for _, dir := range append([]string{r.paths.root}, r.paths.dirs()...) {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return fmt.Errorf("open snapshot store %s: %w", r.paths.root, err)
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("open snapshot store %s: %s is not a directory", r.paths.root, dir)
+		}
+	}
+	return nil
+}
+
+// writable refuses changes to a store opened read-only.
+func (r *Repo) writable() error {
+	if r.opts.ReadOnly {
+		return fmt.Errorf("%w: snapshot store %s is open read-only", repository.ErrInvalidRequest, r.paths.root)
+	}
+	return nil
+}
+
 // Root is the store's directory.
 func (r *Repo) Root() string { return r.paths.root }
 
 // BeginCapture implements repository.Repository.
 func (r *Repo) BeginCapture(ctx context.Context) (repository.Lease, error) {
+	if err := r.writable(); err != nil {
+		return nil, fmt.Errorf("begin capture: %w", err)
+	}
 	id, err := repository.NewID()
 	if err != nil {
 		return nil, fmt.Errorf("begin capture: %w", err)
@@ -90,6 +125,9 @@ func (r *Repo) BeginCapture(ctx context.Context) (repository.Lease, error) {
 
 // LeaseExisting implements repository.Repository.
 func (r *Repo) LeaseExisting(ctx context.Context, id string) (repository.Lease, error) {
+	if err := r.writable(); err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
 	if err := repository.ValidateID(id); err != nil {
 		return nil, fmt.Errorf("lease: %w", err)
 	}
@@ -360,6 +398,9 @@ func (r *Repo) Resolve(ctx context.Context, id string) (repository.Resolved, err
 // Delete implements repository.Repository.
 func (r *Repo) Delete(ctx context.Context, id string) error {
 	if err := repository.ValidateID(id); err != nil {
+		return fmt.Errorf("delete: %w", err)
+	}
+	if err := r.writable(); err != nil {
 		return fmt.Errorf("delete: %w", err)
 	}
 	if err := r.delete(ctx, id); err != nil {

@@ -18,6 +18,9 @@ import (
 // lock is held, so it never waits for, or disturbs, a live writer in any
 // process. Open runs it; a long-running daemon may run it now and then.
 func (r *Repo) Sweep(ctx context.Context) error {
+	if err := r.writable(); err != nil {
+		return fmt.Errorf("sweep: %w", err)
+	}
 	steps := []func(context.Context) error{r.sweepRecords, r.sweepAliases, r.sweepSnapshots, r.sweepLockFiles}
 	var errs []error
 	for _, step := range steps {
