@@ -79,8 +79,18 @@ func TestTQuantileKnownValues(t *testing.T) {
 // whose quantile 12.706 is far from df 2's 4.303.
 func TestPairedIntervalUsesNMinusOneDegreesOfFreedom(t *testing.T) {
 	iv := PairedInterval([]float64{-3, -1}) // mean -2, sd sqrt 2, se 1
-	if iv.N != 2 || !near(iv.Low, -2-12.706) || !near(iv.High, -2+12.706) {
+	if iv.N != 2 || iv.NoInterval || !near(iv.Low, -2-12.706) || !near(iv.High, -2+12.706) {
 		t.Errorf("got %+v, want -2 ± 12.706", iv)
+	}
+}
+
+func TestPairedIntervalBelowTwoPairsHasNoInterval(t *testing.T) {
+	iv := PairedInterval([]float64{-4})
+	if iv.N != 1 || iv.Mean != -4 || !iv.NoInterval || !iv.AllNegative {
+		t.Errorf("one pair: %+v; want its mean and no interval", iv)
+	}
+	if iv := PairedInterval(nil); iv.N != 0 || !iv.NoInterval || iv.AllNegative {
+		t.Errorf("no pair: %+v; want no interval, and not all negative", iv)
 	}
 }
 

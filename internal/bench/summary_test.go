@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"encoding/json"
 	"math"
 	"strings"
 	"testing"
@@ -199,6 +200,73 @@ func TestSummaryChecksAndDeviceBytesOverAdmittedTrials(t *testing.T) {
 	}
 }
 
+// oneBlockReport is a run of a single block: each paired difference has
+// one pair and so no interval.
+func oneBlockReport() *Report {
+	o := Options{Blocks: 1, Policies: []string{"seed"}}
+	return &Report{
+		Options: ReportOptions{Blocks: 1, Policies: o.Policies},
+		Summary: summarize(o, trialsOf(map[Condition][]float64{
+			warmOff: {10}, coldOff: {30}, warmSeed: {8}, coldSeed: {20},
+		})),
+	}
+}
+
+func TestOneBlockPrintsNoInterval(t *testing.T) {
+	var out bytes.Buffer
+	oneBlockReport().WriteTable(&out)
+	table := out.String()
+	if got := fieldsOfLine(table, "file-warm: prefetch on minus off"); got != "seed file-warm: prefetch on minus off -2.000 ms n=1, no interval" {
+		t.Errorf("warm pair printed %q:\n%s", got, table)
+	}
+	// Not a zero-width interval around the mean.
+	if strings.Contains(table, "[-2.000, -2.000]") || strings.Count(table, "no interval") != 4 {
+		t.Errorf("want every pair printed without an interval:\n%s", table)
+	}
+}
+
+func TestOneBlockJSONMarksNoInterval(t *testing.T) {
+	data, err := json.Marshal(oneBlockReport())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Summary struct {
+			Pairs []struct {
+				Interval map[string]any `json:"interval"`
+			} `json:"pairs"`
+		} `json:"summary"`
+	}
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Summary.Pairs) == 0 {
+		t.Fatal("no pairs")
+	}
+	for _, p := range rep.Summary.Pairs {
+		iv := p.Interval
+		_, low := iv["low_ms"]
+		_, high := iv["high_ms"]
+		if iv["no_interval"] != true || low || high || iv["n"] != 1.0 {
+			t.Errorf("interval %v; want n=1 marked no_interval, without bounds", iv)
+		}
+	}
+}
+
+func TestIntervalJSONKeepsBoundsFromTwoPairs(t *testing.T) {
+	data, err := json.Marshal(PairedInterval([]float64{-3, -1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var iv map[string]any
+	if err := json.Unmarshal(data, &iv); err != nil {
+		t.Fatal(err)
+	}
+	if _, marked := iv["no_interval"]; marked || !near(iv["low_ms"].(float64), -2-12.706) || !near(iv["high_ms"].(float64), -2+12.706) {
+		t.Errorf("two pairs: %s", data)
+	}
+}
+
 func TestTwoBlocksPrintAnInterval(t *testing.T) {
 	o := Options{Blocks: 2, Policies: []string{"seed"}}
 	rep := &Report{
@@ -225,4 +293,14 @@ func fieldsOfLine(table, s string) string {
 		}
 	}
 	return ""
+}
+
+// TestNoPairPrintsNeitherMeanNorInterval: with no block where both
+// conditions have a result there is nothing to average either.
+func TestNoPairPrintsNeitherMeanNorInterval(t *testing.T) {
+	var out bytes.Buffer
+	writePairs(&out, []Pair{{"seed", "file-warm: prefetch on minus off", PairedInterval(nil)}})
+	if got := fieldsOfLine(out.String(), "file-warm"); got != "seed file-warm: prefetch on minus off - n=0, no interval" {
+		t.Errorf("printed %q", got)
+	}
 }
