@@ -174,19 +174,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.VMM == "" {
 		o.VMM = VMMReplay
 	}
-	var want string
-	if o.VMM == VMMReplay {
-		entries, err := trace.ReadFile(o.TracePath)
-		if err != nil {
-			return nil, fmt.Errorf("bench: %w", err)
-		}
-		if want, err = replay.ExpectedHash(o.Source.MemoryPath, entries, nil); err != nil {
-			return nil, fmt.Errorf("bench: expected hash: %w", err)
-		}
+	want, err := expectedHash(o)
+	if err != nil {
+		return nil, err
 	}
 	launch := trialLauncher{exe: o.Exe, workRoot: o.WorkDir, grace: trialStopGrace, kill: o.Kill}
 	if launch.exe == "" {
-		var err error
 		if launch.exe, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
@@ -197,13 +190,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		Orders:  o.Orders(),
 		Started: time.Now(),
 	}
-	for b, order := range rep.Orders[:o.Blocks] {
-		names := make([]string, len(order))
-		for i, c := range order {
-			names[i] = c.String()
-		}
-		fmt.Fprintf(o.Progress, "block %d order: %s\n", b+1, strings.Join(names, ", "))
-	}
+	printOrders(o.Progress, rep.Orders[:o.Blocks])
 	newSpec := func(block int, reserveTrial bool, c Condition) TrialSpec {
 		return TrialSpec{Block: block, Reserve: reserveTrial, Condition: c, Device: o.Device, IOEngine: o.IOEngine,
 			Source: o.Source, VMM: o.VMM, QEMU: o.QEMU, TracePath: o.TracePath, ExpectedSHA256: want, ExpectedToken: o.ExpectedToken,
@@ -213,15 +200,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		// The record does not keep the token the captured agent drew; a
 		// pilot restore, excluded like the seed's pilots, learns it.
 		fmt.Fprintf(o.Progress, "pilot trial (excluded): learning the guest agent's token\n")
-		pilot, err := launch.run(ctx, newSpec(-1, false, Condition{CacheWarm, PrefetchOff}))
+		pilot, err := runPilot(ctx, launch, newSpec(-1, false, Condition{CacheWarm, PrefetchOff}))
 		if err != nil {
 			return rep, err
-		}
-		if pilot.Err != "" {
-			return rep, fmt.Errorf("bench: pilot trial: %s", pilot.Err)
-		}
-		if pilot.Token == "" {
-			return rep, errors.New("bench: pilot trial: the guest agent answered without a token")
 		}
 		if leak := checkLeaks(pilot); leak != "" {
 			rep.Leaks = append(rep.Leaks, leak)
@@ -232,22 +213,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	total := o.Blocks * len(o.Conditions())
 	done := 0
-	reserve := o.Blocks // next reserve block to draw replacements from
-	type slot struct {
-		block int
-		cond  Condition
-	}
-	var pendingReplacements []slot
 	runOne := func(block int, reserveTrial bool, c Condition) (TrialResult, error) {
 		if err := ctx.Err(); err != nil {
 			return TrialResult{}, fmt.Errorf("bench: interrupted before block %d %s: %w", block+1, c, err)
 		}
 		done++
-		eta := ""
-		if done > 1 {
-			per := time.Since(rep.Started) / time.Duration(done-1)
-			eta = fmt.Sprintf(", ETA %s", (per * time.Duration(total-done+1)).Round(time.Second))
-		}
+		eta := etaSuffix(time.Since(rep.Started), done, total)
 		if reserveTrial {
 			total++
 			fmt.Fprintf(o.Progress, "reserve block %d trial %d/%d %s%s\n", block+1, done, total, c, eta)
@@ -263,49 +234,138 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		return res, nil
 	}
-	for b := 0; b < o.Blocks; b++ {
-		for _, c := range rep.Orders[b] {
-			res, err := runOne(b, false, c)
-			if err != nil {
-				return rep, err
-			}
-			if res.Err != "" {
-				return rep, fmt.Errorf("bench: block %d %s: %s", b+1, c, res.Err)
-			}
-			if !res.Admitted {
-				fmt.Fprintf(o.Progress, "  not admitted (%v); a reserve block replaces it\n", res.Residency)
-				pendingReplacements = append(pendingReplacements, slot{b, c})
-			}
-			rep.Trials = append(rep.Trials, res)
-		}
-	}
-	// Replacements come from reserve blocks, in the reserve's frozen order.
-	for len(pendingReplacements) > 0 {
-		if reserve >= len(rep.Orders) {
-			return rep, fmt.Errorf("bench: %d trials missed admission and the reserve blocks are used up", len(pendingReplacements))
-		}
-		c := pendingReplacements[0].cond
-		res, err := runOne(reserve, true, c)
-		if err != nil {
-			return rep, err
-		}
-		if res.Err != "" {
-			return rep, fmt.Errorf("bench: reserve block %d %s: %s", reserve+1, c, res.Err)
-		}
-		if res.Admitted {
-			// The replacement takes the missed trial's place in its block's pairs.
-			orig := pendingReplacements[0].block
-			rep.Replaced = append(rep.Replaced, fmt.Sprintf("block %d %s replaced from reserve block %d", orig+1, c, reserve+1))
-			res.Spec.Block = orig
-			rep.Trials = append(rep.Trials, res)
-			pendingReplacements = pendingReplacements[1:]
-		} else {
-			reserve++
-		}
+	rep.Trials, rep.Replaced, err = runBlocks(rep.Orders, o.Blocks, runOne, o.Progress)
+	if err != nil {
+		return rep, err
 	}
 	rep.Elapsed = time.Since(rep.Started)
 	rep.Summary = summarize(o, rep.Trials)
 	return rep, nil
+}
+
+// etaSuffix estimates the time left before trial done of total starts,
+// from the mean of the done-1 trials that took elapsed; the first trial
+// has nothing to go by.
+func etaSuffix(elapsed time.Duration, done, total int) string {
+	if done <= 1 {
+		return ""
+	}
+	per := elapsed / time.Duration(done-1)
+	return fmt.Sprintf(", ETA %s", (per * time.Duration(total-done+1)).Round(time.Second))
+}
+
+// expectedHash is the hash a correct restore's replay VMM reports over the
+// bytes it reads; a real guest is checked otherwise, and has none.
+func expectedHash(o Options) (string, error) {
+	if o.VMM != VMMReplay {
+		return "", nil
+	}
+	entries, err := trace.ReadFile(o.TracePath)
+	if err != nil {
+		return "", fmt.Errorf("bench: %w", err)
+	}
+	want, err := replay.ExpectedHash(o.Source.MemoryPath, entries, nil)
+	if err != nil {
+		return "", fmt.Errorf("bench: expected hash: %w", err)
+	}
+	return want, nil
+}
+
+// printOrders shows the formal blocks' frozen orders before the first trial.
+func printOrders(w io.Writer, orders [][]Condition) {
+	for b, order := range orders {
+		names := make([]string, len(order))
+		for i, c := range order {
+			names[i] = c.String()
+		}
+		fmt.Fprintf(w, "block %d order: %s\n", b+1, strings.Join(names, ", "))
+	}
+}
+
+// runPilot runs the excluded pilot trial, which must answer with a token.
+func runPilot(ctx context.Context, launch trialLauncher, spec TrialSpec) (TrialResult, error) {
+	pilot, err := launch.run(ctx, spec)
+	if err != nil {
+		return pilot, err
+	}
+	if pilot.Err != "" {
+		return pilot, fmt.Errorf("bench: pilot trial: %s", pilot.Err)
+	}
+	if pilot.Token == "" {
+		return pilot, errors.New("bench: pilot trial: the guest agent answered without a token")
+	}
+	return pilot, nil
+}
+
+// trialFunc runs one trial of condition c in block, a reserve block when
+// reserve is set.
+type trialFunc func(block int, reserve bool, c Condition) (TrialResult, error)
+
+// slot is a formal trial that missed admission and awaits its replacement.
+type slot struct {
+	block int
+	cond  Condition
+}
+
+// runBlocks runs the first blocks of orders, the formal blocks, each in its
+// frozen order, then replaces every trial that missed admission from the
+// reserve blocks that follow. It is Run without the processes, so the
+// protocol's bookkeeping can be tested with a stand-in for run. It returns
+// every formal trial (admitted or not) followed by the admitted
+// replacements, and what was replaced, also when it stops with an error.
+func runBlocks(orders [][]Condition, blocks int, run trialFunc, progress io.Writer) (trials []TrialResult, replaced []string, err error) {
+	var missed []slot
+	for b := 0; b < blocks; b++ {
+		for _, c := range orders[b] {
+			res, err := run(b, false, c)
+			if err != nil {
+				return trials, nil, err
+			}
+			if res.Err != "" {
+				return trials, nil, fmt.Errorf("bench: block %d %s: %s", b+1, c, res.Err)
+			}
+			if !res.Admitted {
+				fmt.Fprintf(progress, "  not admitted (%v); a reserve block replaces it\n", res.Residency)
+				missed = append(missed, slot{b, c})
+			}
+			trials = append(trials, res)
+		}
+	}
+	more, replaced, err := replaceMissed(missed, blocks, len(orders), run)
+	return append(trials, more...), replaced, err
+}
+
+// replaceMissed runs a replacement of the same condition for each missed
+// trial, in the order they missed, drawing from the reserve blocks first
+// to end-1 in turn. A reserve block serves until one of its trials misses
+// admission too; the next one then takes over. It returns the admitted
+// replacements, each with the block of the trial it replaces, and a line
+// per replacement.
+func replaceMissed(missed []slot, first, end int, run trialFunc) (trials []TrialResult, replaced []string, err error) {
+	reserve := first
+	for len(missed) > 0 {
+		if reserve >= end {
+			return trials, replaced, fmt.Errorf("bench: %d trials missed admission and the reserve blocks are used up", len(missed))
+		}
+		m := missed[0]
+		res, err := run(reserve, true, m.cond)
+		if err != nil {
+			return trials, replaced, err
+		}
+		if res.Err != "" {
+			return trials, replaced, fmt.Errorf("bench: reserve block %d %s: %s", reserve+1, m.cond, res.Err)
+		}
+		if !res.Admitted {
+			reserve++
+			continue
+		}
+		// The replacement takes the missed trial's place in its block's pairs.
+		replaced = append(replaced, fmt.Sprintf("block %d %s replaced from reserve block %d", m.block+1, m.cond, reserve+1))
+		res.Spec.Block = m.block
+		trials = append(trials, res)
+		missed = missed[1:]
+	}
+	return trials, replaced, nil
 }
 
 // trialLauncher runs trials, each in its own process with its own private

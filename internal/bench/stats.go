@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"math"
 	"sort"
 )
@@ -34,20 +35,39 @@ func Summarize(xs []float64) Sample {
 
 // Interval is a descriptive 95% Student-t interval over paired differences.
 type Interval struct {
-	N           int     `json:"n"`
-	Mean        float64 `json:"mean_ms"`
+	N    int     `json:"n"`
+	Mean float64 `json:"mean_ms"`
+	// Low and High bound the interval. Without one (NoInterval) they hold
+	// the mean, and the JSON leaves them out.
 	Low         float64 `json:"low_ms"`
 	High        float64 `json:"high_ms"`
 	AllNegative bool    `json:"all_negative"`
+	// NoInterval is set when there are fewer than two pairs: with df =
+	// n-1 < 1 there is no Student-t interval, and bounds equal to the mean
+	// would read as a zero-width one.
+	NoInterval bool `json:"no_interval,omitempty"`
+}
+
+// MarshalJSON leaves the bounds out of an interval that has none.
+func (iv Interval) MarshalJSON() ([]byte, error) {
+	type plain Interval // without this method
+	if !iv.NoInterval {
+		return json.Marshal(plain(iv))
+	}
+	return json.Marshal(struct {
+		plain
+		Low  *float64 `json:"low_ms,omitempty"`
+		High *float64 `json:"high_ms,omitempty"`
+	}{plain: plain(iv)})
 }
 
 // PairedInterval computes the mean of d and its 95% Student-t interval with
 // len(d)-1 degrees of freedom, as the seed reports its paired differences.
-// With fewer than two pairs the interval collapses to the mean.
+// With fewer than two pairs there is no interval (NoInterval).
 func PairedInterval(d []float64) Interval {
 	n := len(d)
 	if n == 0 {
-		return Interval{}
+		return Interval{NoInterval: true}
 	}
 	var sum float64
 	all := true
@@ -58,6 +78,7 @@ func PairedInterval(d []float64) Interval {
 	mean := sum / float64(n)
 	iv := Interval{N: n, Mean: mean, Low: mean, High: mean, AllNegative: all}
 	if n < 2 {
+		iv.NoInterval = true
 		return iv
 	}
 	var ss float64

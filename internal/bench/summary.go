@@ -153,16 +153,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	section("device bytes read, acquisition to ready (MiB, mean)", func(c *Cell) string {
 		return fmt.Sprintf("%.1f", c.DeviceMiB)
 	})
-	fmt.Fprintf(w, "\npaired differences within blocks, mean [descriptive 95%% Student-t interval, df = n-1]\n")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	for _, p := range r.Summary.Pairs {
-		name := p.Policy
-		if name == "" {
-			name = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%+.3f ms\t[%+.3f, %+.3f] ms\tn=%d\n", name, p.Label, p.Interval.Mean, p.Interval.Low, p.Interval.High, p.Interval.N)
-	}
-	tw.Flush()
+	writePairs(w, r.Summary.Pairs)
 	fmt.Fprintln(w)
 	for _, p := range o.Policies {
 		if !prefetches(p) {
@@ -188,4 +179,28 @@ func (r *Report) WriteTable(w io.Writer) {
 	for _, l := range r.Leaks {
 		fmt.Fprintf(w, "LEAK: %s\n", l)
 	}
+}
+
+// writePairs prints the paired differences. A difference over fewer than
+// two pairs has no Student-t interval (df = n-1 < 1) and is printed
+// without one, rather than as an interval of zero width.
+func writePairs(w io.Writer, pairs []Pair) {
+	fmt.Fprintf(w, "\npaired differences within blocks, mean [descriptive 95%% Student-t interval, df = n-1]\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, p := range pairs {
+		name := p.Policy
+		if name == "" {
+			name = "-"
+		}
+		iv := p.Interval
+		switch {
+		case iv.N == 0:
+			fmt.Fprintf(tw, "%s\t%s\t-\tn=0, no interval\n", name, p.Label)
+		case iv.N < 2:
+			fmt.Fprintf(tw, "%s\t%s\t%+.3f ms\tn=%d, no interval\n", name, p.Label, iv.Mean, iv.N)
+		default:
+			fmt.Fprintf(tw, "%s\t%s\t%+.3f ms\t[%+.3f, %+.3f] ms\tn=%d\n", name, p.Label, iv.Mean, iv.Low, iv.High, iv.N)
+		}
+	}
+	tw.Flush()
 }

@@ -216,12 +216,7 @@ func RunTrial(ctx context.Context, spec TrialSpec) (res TrialResult) {
 		return fail(err)
 	}
 	probed := time.Now()
-	switch spec.Condition.Cache {
-	case CacheCold:
-		res.Admitted = res.Residency.None()
-	default:
-		res.Admitted = res.Residency.Full()
-	}
+	res.Admitted = admitted(spec.Condition.Cache, res.Residency)
 	if !res.Admitted {
 		return res
 	}
@@ -258,6 +253,18 @@ func RunTrial(ctx context.Context, spec TrialSpec) (res TrialResult) {
 		return fail(fmt.Errorf("replay VMM read wrong bytes: sha256 %s, want %s", inst.Ready.Detail["sha256"], spec.ExpectedSHA256))
 	}
 	return res
+}
+
+// admitted reports whether the probed residency of the lower file is what
+// the cache state needs when the timer starts: no page resident for
+// file-cold, every page for file-warm and the hot control. Anything in
+// between (another process read or evicted part of the file) would time a
+// mixture of both states.
+func admitted(cache string, r pagecache.Residency) bool {
+	if cache == CacheCold {
+		return r.None()
+	}
+	return r.Full()
 }
 
 // VMM drivers a trial can restore with.
