@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"debug/buildinfo"
 	"debug/elf"
 	"os"
@@ -39,6 +40,24 @@ func TestProductBinaryLinksNoTestHarness(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("the check finds no %q in %s, which links the harness; it found: %s", want, s3BenchCommand, got)
 		}
+	}
+}
+
+// TestProductBinaryArmsNoFaultPoint checks the built warmstart binary for
+// the crash tests' SIGKILL fault points: neither the variable that arms
+// them nor the hook that kills the process is in it (they live in
+// posixfs's test files).
+func TestProductBinaryArmsNoFaultPoint(t *testing.T) {
+	bin := filepath.Join(buildCommands(t), "warmstart")
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(data, []byte("WARMSTART_FAULTPOINT")) {
+		t.Error("warmstart contains WARMSTART_FAULTPOINT")
+	}
+	if bytes.Contains(data, []byte("posixfs.faultHookFromEnv")) {
+		t.Error("warmstart contains posixfs.faultHookFromEnv")
 	}
 }
 

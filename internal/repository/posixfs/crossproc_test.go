@@ -54,6 +54,7 @@ func childMain(role string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return exitFailed
 	}
+	repo.faultHook = faultHookFromEnv()
 	id := os.Getenv(childIDEnv)
 	switch role {
 	case "publish":

@@ -37,8 +37,8 @@ type Repo struct {
 	paths paths
 	opts  Options
 
-	// faultHook is armed from FaultPointEnv; tests in this package may set
-	// it directly before using the Repo.
+	// faultHook, when a test in this package sets it, runs at every fault
+	// point (faultpoint.go); nil everywhere else.
 	faultHook func(point string)
 	// afterCopy, when set by a test, runs between a copy's fsync and its
 	// verification pass.
@@ -57,7 +57,7 @@ func Open(root string, opts Options) (*Repo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open snapshot store %s: %w", root, err)
 	}
-	r := &Repo{paths: paths{root: abs}, opts: opts, faultHook: faultHookFromEnv()}
+	r := &Repo{paths: paths{root: abs}, opts: opts}
 	if err := os.MkdirAll(abs, dirMode); err != nil {
 		return nil, fmt.Errorf("open snapshot store: %w", err)
 	}
