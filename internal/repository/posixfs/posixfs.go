@@ -104,25 +104,9 @@ func (r *Repo) LeaseExisting(ctx context.Context, id string) (repository.Lease, 
 	return r.newLease(id, lk), nil
 }
 
-func (r *Repo) newLease(id string, lk *fileLock) *lease {
-	return &lease{repo: r, id: id, lock: lk, done: make(chan struct{})}
-}
-
 // Publish implements repository.Repository.
 func (r *Repo) Publish(ctx context.Context, lz repository.Lease, req repository.PublishRequest) (repository.Record, error) {
-	l, err := r.ownLease(lz)
-	if err != nil {
-		return repository.Record{}, fmt.Errorf("publish: %w", err)
-	}
-	if err := l.use(); err != nil {
-		return repository.Record{}, fmt.Errorf("publish: %w", err)
-	}
-	defer l.mu.RUnlock()
-	rec, err := r.publish(ctx, l.id, req)
-	if err != nil {
-		return repository.Record{}, fmt.Errorf("publish %s: %w", l.id, err)
-	}
-	return rec, nil
+	return repository.PublishUnderLease(r, lz, func(id string) (repository.Record, error) { return r.publish(ctx, id, req) })
 }
 
 func (r *Repo) publish(ctx context.Context, id string, req repository.PublishRequest) (repository.Record, error) {
@@ -244,40 +228,16 @@ func alreadyPublished(exists bool) error {
 
 // AttachManifest implements repository.Repository.
 func (r *Repo) AttachManifest(ctx context.Context, lz repository.Lease, data []byte) (repository.ManifestDescriptor, error) {
-	l, err := r.ownLease(lz)
-	if err != nil {
-		return repository.ManifestDescriptor{}, fmt.Errorf("attach manifest: %w", err)
-	}
-	a, err := repository.ManifestAttachment(data)
-	if err != nil {
-		return repository.ManifestDescriptor{}, fmt.Errorf("attach manifest %s: %w", l.id, err)
-	}
-	if err := r.attachUnderLease(ctx, l, a); err != nil {
-		return repository.ManifestDescriptor{}, fmt.Errorf("attach manifest %s: %w", l.id, err)
-	}
-	return a.ManifestDescriptor(), nil
+	return repository.AttachManifestUnderLease(r, lz, data, r.attacher(ctx))
 }
 
 // AttachDigests implements repository.Repository.
 func (r *Repo) AttachDigests(ctx context.Context, lz repository.Lease, data []byte) (repository.DigestsDescriptor, error) {
-	l, err := r.ownLease(lz)
-	if err != nil {
-		return repository.DigestsDescriptor{}, fmt.Errorf("attach digest table: %w", err)
-	}
-	a := repository.DigestsAttachment(data)
-	if err := r.attachUnderLease(ctx, l, a); err != nil {
-		return repository.DigestsDescriptor{}, fmt.Errorf("attach digest table %s: %w", l.id, err)
-	}
-	return a.DigestsDescriptor(), nil
+	return repository.AttachDigestsUnderLease(r, lz, data, r.attacher(ctx))
 }
 
-// attachUnderLease attaches a while the lease is held, so End waits for it.
-func (r *Repo) attachUnderLease(ctx context.Context, l *lease, a repository.Attachment) error {
-	if err := l.use(); err != nil {
-		return err
-	}
-	defer l.mu.RUnlock()
-	return r.attach(ctx, l.id, a)
+func (r *Repo) attacher(ctx context.Context) repository.Attacher {
+	return func(id string, a repository.Attachment) error { return r.attach(ctx, id, a) }
 }
 
 // attachFaults are the fault points of one kind of attach, in order.
