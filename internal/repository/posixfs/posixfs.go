@@ -17,9 +17,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
-	"warmstart/internal/layout"
 	"warmstart/internal/repository"
 )
 
@@ -165,18 +163,7 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	}
 	r.fault(FaultPublishAfterArtifacts)
 
-	rec := repository.Record{
-		Format:        repository.RecordFormatVersion,
-		ID:            id,
-		Alias:         req.Alias,
-		CreatedAt:     time.Now().UTC().Round(0),
-		Layout:        cloneLayout(req.Layout),
-		VMStateSize:   vm.size,
-		VMStateSHA256: vm.sha256,
-		MemorySize:    mem.size,
-		MemorySHA256:  mem.sha256,
-		MemoryDigests: new(repository.DescribeDigests(digests)),
-	}
+	rec := repository.NewRecord(id, req, vm.stored(), mem.stored(), digests)
 	if err := r.commitRecord(ctx, rec); err != nil {
 		return repository.Record{}, err
 	}
@@ -390,8 +377,6 @@ func (r *Repo) reclaimUnpublished(id string) error {
 	return r.removeSnapshotDir(id)
 }
 
-// regularFileSize returns the size of the regular file at path.
-
 // mkdirDurable creates dir if missing and syncs its parent so the entry
 // survives a crash.
 func mkdirDurable(dir string) error {
@@ -407,11 +392,4 @@ func mkdirDurable(dir string) error {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
 	return syncDir(filepath.Dir(dir))
-}
-
-// cloneLayout copies the region slice so the record does not share it with
-// the caller.
-func cloneLayout(l layout.Layout) layout.Layout {
-	l.Regions = append([]layout.Region(nil), l.Regions...)
-	return l
 }

@@ -68,7 +68,6 @@ import (
 	"warmstart/internal/chunkcache"
 	"warmstart/internal/config"
 	"warmstart/internal/integrity"
-	"warmstart/internal/layout"
 	"warmstart/internal/repository"
 )
 
@@ -292,18 +291,7 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	if _, err := r.putSmall(ctx, r.keys.artifact(id, repository.DigestsFileName), digests, putCondition{}); err != nil {
 		return repository.Record{}, err
 	}
-	rec := repository.Record{
-		Format:        repository.RecordFormatVersion,
-		ID:            id,
-		Alias:         req.Alias,
-		CreatedAt:     time.Now().UTC().Round(0),
-		Layout:        cloneLayout(req.Layout),
-		VMStateSize:   vm.size,
-		VMStateSHA256: vm.sha256,
-		MemorySize:    mem.size,
-		MemorySHA256:  mem.sha256,
-		MemoryDigests: new(repository.DescribeDigests(digests)),
-	}
+	rec := repository.NewRecord(id, req, vm.stored(), mem.stored(), digests)
 	if req.Alias != "" {
 		if err := r.bindAlias(ctx, req.Alias, id); err != nil {
 			return repository.Record{}, err
@@ -635,13 +623,4 @@ func (r *Repo) resolve(ctx context.Context, rec repository.Record) (repository.R
 		}
 	}
 	return res, nil
-}
-
-// regularFileSize returns the size of the regular file at path.
-
-// cloneLayout copies the region slice so the record does not share it with
-// the caller.
-func cloneLayout(l layout.Layout) layout.Layout {
-	l.Regions = append([]layout.Region(nil), l.Regions...)
-	return l
 }
