@@ -17,6 +17,7 @@ import (
 	"warmstart/internal/capture"
 	"warmstart/internal/config"
 	"warmstart/internal/initramfs"
+	"warmstart/internal/interrupt"
 	"warmstart/internal/layout"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/prefetch"
@@ -109,22 +110,23 @@ within blocks.`,
 			default:
 				return usageError{fmt.Errorf("--repository %q: want posix_fs or s3", s3f.repository)}
 			}
-			// From here on a signal stops the run, which then cleans up.
-			in := notifyInterrupt(cmd.ErrOrStderr())
 			if s3f.repository == "s3" {
-				return in.result(runS3Bench(in.work, s3f, o.Blocks, o.Seed, size, o.Policies[0], cmd.OutOrStdout(), cmd.ErrOrStderr(), jsonPath))
+				// The companion command watches for signals itself.
+				return runS3Bench(s3f, o.Blocks, o.Seed, size, o.Policies[0], jsonPath)
 			}
-			o.Kill = in.force.Done()
-			rep, err := runBench(in.work, cmd, &vf, o, snapshot, size, agent, cmd.ErrOrStderr())
+			// From here on a signal stops the run, which then cleans up.
+			in := interrupt.Notify(cmd.ErrOrStderr())
+			o.Kill = in.Force.Done()
+			rep, err := runBench(in.Work, cmd, &vf, o, snapshot, size, agent, cmd.ErrOrStderr())
 			if err == nil {
 				err = writeBenchReport(rep, cmd.OutOrStdout(), cmd.ErrOrStderr(), jsonPath)
 			}
-			return in.result(err)
+			return in.Result(err)
 		},
 	}
 	vf.register(cmd)
 	f := cmd.Flags()
-	f.StringVar(&s3f.repository, "repository", "posix_fs", "posix_fs, or s3: a MinIO on loopback behind a Toxiproxy link (needs the minio binary, see .ci/minio.sh)")
+	f.StringVar(&s3f.repository, "repository", "posix_fs", "posix_fs, or s3: a MinIO on loopback behind a Toxiproxy link (runs the warmstart-s3bench command, built from ./cmd/warmstart-s3bench; needs the minio binary, see .ci/minio.sh)")
 	f.IntVar(&s3f.latencyMs, "s3-latency-ms", 5, "--repository s3: latency added to every object-store response")
 	f.Int64Var(&s3f.bandwidthMbit, "s3-bandwidth-mbit", 1000, "--repository s3: bandwidth of each object-store connection")
 	f.IntVar(&o.Blocks, "blocks", 8, "formal blocks of the protocol")
@@ -174,7 +176,7 @@ func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Opt
 	if err != nil {
 		return nil, err
 	}
-	defer func() { err = errors.Join(err, removeWorkDir(work)) }()
+	defer func() { err = errors.Join(err, interrupt.RemoveWorkDir(work)) }()
 	o.WorkDir = work
 	switch {
 	case snapshot == "" && vf.kind == "qemu":

@@ -14,6 +14,7 @@ import (
 
 	"warmstart/internal/capture"
 	"warmstart/internal/initramfs"
+	"warmstart/internal/interrupt"
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
 	"warmstart/internal/vmm/firecracker"
@@ -72,9 +73,9 @@ record does not keep it).`,
 			}
 			// A signal stops the capture; the deferred cleanup below runs
 			// before the verb ends with the signal's exit status.
-			in := notifyInterrupt(cmd.ErrOrStderr())
-			defer func() { err = in.result(err) }()
-			ctx := in.work
+			in := interrupt.Notify(cmd.ErrOrStderr())
+			defer func() { err = in.Result(err) }()
+			ctx := in.Work
 			s, err := openSystem(cmd, &vf)
 			if err != nil {
 				return err

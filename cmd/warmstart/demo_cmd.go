@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/bench"
+	"warmstart/internal/interrupt"
 	"warmstart/internal/pagecache"
 	"warmstart/internal/reference"
 	"warmstart/internal/restore"
@@ -28,8 +29,8 @@ attached, restore it cold with prefetch off and then on, run a short
 benchmark, print the table, and remove everything. Needs root (FUSE).`,
 		Args: argsAsUsageError(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			in := notifyInterrupt(cmd.ErrOrStderr())
-			return in.result(runDemo(in.work, in.force, cmd.OutOrStdout(), blocks))
+			in := interrupt.Notify(cmd.ErrOrStderr())
+			return in.Result(runDemo(in.Work, in.Force, cmd.OutOrStdout(), blocks))
 		},
 	}
 	cmd.Flags().IntVar(&blocks, "blocks", 3, "blocks of the closing benchmark")
@@ -48,7 +49,7 @@ func runDemo(ctx, stopCtx context.Context, out io.Writer, blocks int) (err error
 		return err
 	}
 	defer func() {
-		if rmErr := removeWorkDir(dir); rmErr != nil {
+		if rmErr := interrupt.RemoveWorkDir(dir); rmErr != nil {
 			err = errors.Join(err, rmErr)
 			return
 		}

@@ -66,6 +66,9 @@ func TestDemoInterrupt(t *testing.T) {
 // directory.
 func TestBenchS3Interrupt(t *testing.T) {
 	miniotest.Require(t)
+	// bench --repository s3 execs the companion command that holds the
+	// MinIO/Toxiproxy harness; this test binary has none beside it.
+	t.Setenv(s3BenchBinaryEnv, filepath.Join(buildCommands(t), s3BenchCommand))
 	cli := startCLI(t, false, "bench", "--repository", "s3", "--blocks", "3", "--memory-size", "8MiB", "--policies", "seed")
 	cli.waitOutput("block 0 ") // a trial has ended; the next one runs
 	cli.signal(syscall.SIGINT)

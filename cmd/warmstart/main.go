@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"warmstart/internal/interrupt"
 )
 
 // rootCmd is the verb tree. Each file of this package adds its verbs in init.
@@ -56,9 +58,9 @@ func main() {
 		if errors.As(err, &ue) {
 			os.Exit(2)
 		}
-		var ie interruptedError
+		var ie interrupt.Error
 		if errors.As(err, &ie) {
-			os.Exit(ie.exitCode())
+			os.Exit(ie.ExitCode())
 		}
 		os.Exit(1)
 	}

@@ -43,6 +43,10 @@ type storedArtifact struct {
 	table *integrity.Table
 }
 
+func (a storedArtifact) stored() repository.StoredArtifact {
+	return repository.StoredArtifact{Size: a.size, SHA256: a.sha256}
+}
+
 // importSpec names one artifact to import.
 type importSpec struct {
 	src, name string

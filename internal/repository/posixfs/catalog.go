@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sort"
 
 	"warmstart/internal/repository"
 )
@@ -159,49 +158,38 @@ func (r *Repo) Get(ctx context.Context, id string) (repository.Record, error) {
 
 // List implements repository.Repository.
 func (r *Repo) List(ctx context.Context, f repository.Filter) ([]repository.Record, error) {
-	if err := repository.ValidateFilter(f); err != nil {
-		return nil, fmt.Errorf("list: %w", err)
-	}
+	return repository.ListRecords(ctx, f, r.recordIDs, func(_ context.Context, id string) (repository.Record, error) {
+		return r.readRecord(id)
+	})
+}
+
+// recordIDs lists the ids that have a record file.
+func (r *Repo) recordIDs(context.Context) ([]string, error) {
 	entries, err := os.ReadDir(r.paths.recordsDir())
 	if err != nil {
 		return nil, fmt.Errorf("list records: %w", err)
 	}
-	var out []repository.Record
+	var ids []string
 	for _, e := range entries {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("list: %w", err)
-		}
-		id, ok := idFromRecordFileName(e.Name())
-		if !ok || !e.Type().IsRegular() {
-			continue
-		}
-		rec, err := r.readRecord(id)
-		switch {
-		case errors.Is(err, repository.ErrNotFound), errors.Is(err, repository.ErrIntegrity):
-			// Deleted since ReadDir, or undecodable: neither is a
-			// snapshot anyone can restore. Get reports the latter.
-			continue
-		case err != nil:
-			return nil, err
-		}
-		if f.Match(rec) {
-			out = append(out, rec)
+		if id, ok := idFromRecordFileName(e.Name()); ok && e.Type().IsRegular() {
+			ids = append(ids, id)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out, nil
+	return ids, nil
 }
 
 // ResolveAlias implements repository.Repository.
 func (r *Repo) ResolveAlias(ctx context.Context, alias string) (string, error) {
-	rec, err := r.lookupAlias(ctx, alias)
-	return rec.ID, err
+	return repository.ResolveAlias(ctx, alias, r.resolveAlias)
 }
 
-func (r *Repo) lookupAlias(ctx context.Context, alias string) (repository.Record, error) {
-	if err := repository.ValidateAlias(alias); err != nil {
-		return repository.Record{}, fmt.Errorf("resolve alias: %w", err)
-	}
+// Lookup implements repository.Repository.
+func (r *Repo) Lookup(ctx context.Context, ref string) (repository.Record, error) {
+	return repository.Lookup(ctx, ref, r.Get, r.resolveAlias)
+}
+
+// resolveAlias returns the record a valid alias names, or ErrNotFound.
+func (r *Repo) resolveAlias(ctx context.Context, alias string) (repository.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return repository.Record{}, fmt.Errorf("resolve alias %s: %w", alias, err)
 	}
@@ -219,12 +207,4 @@ func (r *Repo) lookupAlias(ctx context.Context, alias string) (repository.Record
 		return repository.Record{}, fmt.Errorf("alias %s: %w", alias, repository.ErrNotFound)
 	}
 	return rec, err
-}
-
-// Lookup implements repository.Repository.
-func (r *Repo) Lookup(ctx context.Context, ref string) (repository.Record, error) {
-	if repository.RefIsID(ref) {
-		return r.Get(ctx, ref)
-	}
-	return r.lookupAlias(ctx, ref)
 }

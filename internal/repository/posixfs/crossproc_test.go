@@ -1,14 +1,12 @@
 package posixfs
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -16,111 +14,46 @@ import (
 	"time"
 
 	"warmstart/internal/integrity"
-	"warmstart/internal/layout"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
 )
 
 // Cross-process tests re-execute this test binary as a child (TestMain
-// dispatches on childRoleEnv), so locks, leases and crashes are exercised
-// between real processes. A child says "ready ..." on stdout once it holds
-// what it needs, then, if given a barrier (fd 3), blocks reading it until the
-// parent closes the write end, which releases every child at once.
+// hands it to childMain), through repotest's child machinery: the
+// scenarios every backend shares run in TestCrossProcess, and this file
+// keeps what only a POSIX store has: flocks held by a process that is
+// killed, and SIGKILL at every fault point.
 
-const (
-	childRoleEnv    = "POSIXFS_TEST_CHILD"
-	childStoreEnv   = "POSIXFS_TEST_STORE"
-	childIDEnv      = "POSIXFS_TEST_ID"
-	childAliasEnv   = "POSIXFS_TEST_ALIAS"
-	childVMEnv      = "POSIXFS_TEST_VMSTATE"
-	childMemEnv     = "POSIXFS_TEST_MEMORY"
-	childBarrierEnv = "POSIXFS_TEST_BARRIER"
-
-	exitOK       = 0
-	exitFailed   = 1
-	exitConflict = 10
-	exitNotFound = 11
-
-	// childTimeout bounds every wait on a child, so a deadlock fails the
-	// test instead of hanging it.
-	childTimeout = 30 * time.Second
-)
-
+// childMain runs a child's role on the store the parent named, with the
+// fault point FaultPointEnv names armed.
 func childMain(role string) int {
-	ctx, cancel := context.WithTimeout(context.Background(), childTimeout)
-	defer cancel()
-	repo, err := Open(os.Getenv(childStoreEnv), Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return exitFailed
+	open := func(_ context.Context, store string) (repository.Repository, func(), error) {
+		repo, err := Open(store, Options{})
+		if err != nil {
+			return nil, nil, err
+		}
+		repo.faultHook = faultHookFromEnv()
+		return repo, func() {}, nil
 	}
-	id := os.Getenv(childIDEnv)
-	switch role {
-	case "publish":
-		lease, err := repo.BeginCapture(ctx)
-		if err != nil {
-			return report(err)
-		}
-		defer lease.End()
-		fmt.Printf("ready %s\n", lease.SnapshotID())
-		waitBarrier()
-		mem, err := os.Stat(os.Getenv(childMemEnv))
-		if err != nil {
-			return report(err)
-		}
-		req := repository.PublishRequest{
-			VMStatePath: os.Getenv(childVMEnv),
-			MemoryPath:  os.Getenv(childMemEnv),
-			Alias:       os.Getenv(childAliasEnv),
-		}
-		req.Layout = layout.Single(mem.Size())
-		_, err = repo.Publish(ctx, lease, req)
-		return report(err)
-	case "attach":
-		lease, err := repo.LeaseExisting(ctx, id)
-		if err != nil {
-			return report(err)
-		}
-		defer lease.End()
-		data := make([]byte, 4096)
-		_, _ = rand.Read(data)
-		fmt.Printf("ready %s\n", repotest.SHA256Hex(data))
-		waitBarrier()
-		_, err = repo.AttachManifest(ctx, lease, data)
-		return report(err)
-	case "attach-digests":
-		return childAttachDigests(ctx, repo, id)
-	case "delete":
-		fmt.Println("ready")
-		waitBarrier()
-		return report(repo.Delete(ctx, id))
-	case "hold-record-lock":
-		l, err := acquireLock(ctx, repo.paths.recordLockPath(id), lockExclusive)
-		if err != nil {
-			return report(err)
-		}
-		defer l.release()
-		fmt.Println("ready")
-		// Hold the lock until killed (or until the parent goes away).
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		return exitOK
-	}
-	fmt.Fprintf(os.Stderr, "unknown child role %q\n", role)
-	return exitFailed
+	return repotest.ChildMain(role, open, map[string]repotest.Role{
+		"attach-digests":   childAttachDigests,
+		"hold-record-lock": childHoldRecordLock,
+	})
 }
 
 // childAttachDigests attaches the digest table of other bytes of the
 // memory file's size: a table the record does not have yet, so replacing
 // it passes every fault point.
-func childAttachDigests(ctx context.Context, repo *Repo, id string) int {
+func childAttachDigests(ctx context.Context, repo repository.Repository) int {
+	id := os.Getenv(repotest.ChildIDEnv)
 	lease, err := repo.LeaseExisting(ctx, id)
 	if err != nil {
-		return report(err)
+		return repotest.Report(err)
 	}
 	defer lease.End()
 	rec, err := repo.Get(ctx, id)
 	if err != nil {
-		return report(err)
+		return repotest.Report(err)
 	}
 	mem := make([]byte, rec.MemorySize)
 	_, _ = rand.Read(mem)
@@ -128,207 +61,39 @@ func childAttachDigests(ctx context.Context, repo *Repo, id string) int {
 	b.Write(mem)
 	table := b.Table().Encode()
 	fmt.Printf("ready %s\n", repotest.SHA256Hex(table))
-	waitBarrier()
+	repotest.WaitBarrier()
 	_, err = repo.AttachDigests(ctx, lease, table)
-	return report(err)
+	return repotest.Report(err)
 }
 
-func report(err error) int {
-	switch {
-	case err == nil:
-		return exitOK
-	case errors.Is(err, repository.ErrAliasConflict):
-		return exitConflict
-	case errors.Is(err, repository.ErrNotFound):
-		return exitNotFound
-	}
-	fmt.Fprintln(os.Stderr, err)
-	return exitFailed
-}
-
-func waitBarrier() {
-	if os.Getenv(childBarrierEnv) == "" {
-		return
-	}
-	_, _ = io.Copy(io.Discard, os.NewFile(3, "barrier"))
-}
-
-// child is a running child process.
-type child struct {
-	cmd    *exec.Cmd
-	stdout *bufio.Reader
-	stderr strings.Builder
-	stdin  io.WriteCloser
-}
-
-// barrier releases children blocked in waitBarrier when closed.
-type barrier struct{ r, w *os.File }
-
-func newBarrier(t *testing.T) *barrier {
-	t.Helper()
-	r, w, err := os.Pipe()
+// childHoldRecordLock takes the record lock of the snapshot and holds it
+// until killed (or until the parent goes away).
+func childHoldRecordLock(ctx context.Context, repo repository.Repository) int {
+	r := repo.(*Repo)
+	l, err := acquireLock(ctx, r.paths.recordLockPath(os.Getenv(repotest.ChildIDEnv)), lockExclusive)
 	if err != nil {
-		t.Fatal(err)
+		return repotest.Report(err)
 	}
-	t.Cleanup(func() { r.Close(); w.Close() })
-	return &barrier{r: r, w: w}
+	defer l.release()
+	fmt.Println("ready")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return repotest.ExitOK
 }
 
-func (b *barrier) release() { b.w.Close() }
-
-func startChild(t *testing.T, role string, env map[string]string, b *barrier) *child {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	// A race-enabled child otherwise sleeps a second at exit.
-	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
-	cmd.Env = append(os.Environ(), childRoleEnv+"="+role, "GORACE="+gorace)
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	if b != nil {
-		cmd.ExtraFiles = []*os.File{b.r}
-		cmd.Env = append(cmd.Env, childBarrierEnv+"=1")
-	}
-	c := &child{cmd: cmd}
-	cmd.Stderr = &c.stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.stdout = bufio.NewReader(out)
-	if c.stdin, err = cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
+// TestCrossProcess runs the cross-process scenarios every backend shares
+// on stores of this backend.
+func TestCrossProcess(t *testing.T) {
+	repotest.RunCrossProcess(t, repotest.CrossProcess{
+		Open: func(t *testing.T) (repository.Repository, string) {
+			r := openTemp(t, Options{})
+			return r, r.Root()
+		},
+		AssertGone:         func(t *testing.T, r repository.Repository, id string) { assertGone(t, r.(*Repo), id) },
+		AssertNoLease:      func(t *testing.T, r repository.Repository, id string) { assertNoLease(t, r.(*Repo), id) },
+		AliasRounds:        8,
+		Publishers:         2,
+		AttachDeleteRounds: 15,
 	})
-	return c
-}
-
-// ready waits for the child's "ready" line and returns what follows it.
-func (c *child) ready(t *testing.T) string {
-	t.Helper()
-	line, err := c.stdout.ReadString('\n')
-	if err != nil {
-		_ = c.cmd.Wait()
-		t.Fatalf("child %v did not get ready: %v; stderr: %s", c.cmd.Env[len(c.cmd.Env)-1], err, c.stderr.String())
-	}
-	rest, ok := strings.CutPrefix(strings.TrimSpace(line), "ready")
-	if !ok {
-		t.Fatalf("child said %q", line)
-	}
-	return strings.TrimSpace(rest)
-}
-
-// wait returns the child's exit code, or -1 with the signal that killed it.
-func (c *child) wait(t *testing.T) (int, syscall.Signal) {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- c.cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(childTimeout):
-		_ = c.cmd.Process.Kill()
-		<-done
-		t.Fatalf("child did not finish; stderr: %s", c.stderr.String())
-	}
-	ws := c.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	if ws.Signaled() {
-		return -1, ws.Signal()
-	}
-	return ws.ExitStatus(), 0
-}
-
-func publishEnv(store string, in repotest.Inputs, alias string) map[string]string {
-	return map[string]string{childStoreEnv: store, childVMEnv: in.VMStatePath, childMemEnv: in.MemoryPath, childAliasEnv: alias}
-}
-
-// TestTwoProcessesPublishSameAlias starts two processes that publish one
-// alias at the same moment: exactly one wins, the other gets an alias
-// conflict and leaves nothing behind.
-func TestTwoProcessesPublishSameAlias(t *testing.T) {
-	const rounds = 8
-	r := openTemp(t, Options{})
-	for round := range rounds {
-		alias := fmt.Sprintf("contended-%d", round)
-		b := newBarrier(t)
-		var children [2]*child
-		var ids [2]string
-		for i := range children {
-			in := repotest.NewInputs(t, repotest.SmallMemoryBytes)
-			children[i] = startChild(t, "publish", publishEnv(r.Root(), in, alias), b)
-		}
-		for i, c := range children {
-			ids[i] = c.ready(t)
-		}
-		b.release()
-		winner, conflicts := "", 0
-		for i, c := range children {
-			code, sig := c.wait(t)
-			switch code {
-			case exitOK:
-				if winner != "" {
-					t.Fatalf("round %d: both processes won alias %s", round, alias)
-				}
-				winner = ids[i]
-			case exitConflict:
-				conflicts++
-			default:
-				t.Fatalf("round %d: child exited %d (signal %v): %s", round, code, sig, c.stderr.String())
-			}
-		}
-		if winner == "" || conflicts != 1 {
-			t.Fatalf("round %d: winner %q, %d conflicts", round, winner, conflicts)
-		}
-		recs, err := r.List(bg(), repository.Filter{AliasPrefix: alias})
-		if err != nil || len(recs) != 1 || recs[0].ID != winner {
-			t.Fatalf("round %d: List = %v, %v; want only %s", round, recs, err, winner)
-		}
-		if id, err := r.ResolveAlias(bg(), alias); err != nil || id != winner {
-			t.Fatalf("round %d: alias names %s (%v), want %s", round, id, err, winner)
-		}
-		for _, id := range ids {
-			if id != winner {
-				assertGone(t, r, id)
-			}
-		}
-	}
-}
-
-// TestAttachRacingDeleteAcrossProcesses races an attach in a child against
-// a delete in the parent.
-func TestAttachRacingDeleteAcrossProcesses(t *testing.T) {
-	const iterations = 15
-	r := openTemp(t, Options{})
-	outcomes := map[int]int{}
-	for i := range iterations {
-		rec, lease := repotest.Publish(t, r, "xrace")
-		if err := lease.End(); err != nil {
-			t.Fatal(err)
-		}
-		b := newBarrier(t)
-		c := startChild(t, "attach", map[string]string{childStoreEnv: r.Root(), childIDEnv: rec.ID}, b)
-		c.ready(t)
-		b.release()
-		deleteErr := r.Delete(bg(), rec.ID)
-		code, sig := c.wait(t)
-		if deleteErr != nil {
-			t.Fatalf("iteration %d: Delete: %v", i, deleteErr)
-		}
-		assertNoLease(t, r, rec.ID)
-		if code != exitOK && code != exitNotFound {
-			t.Fatalf("iteration %d: attach child exited %d (signal %v): %s", i, code, sig, c.stderr.String())
-		}
-		outcomes[code]++
-		assertGone(t, r, rec.ID)
-	}
-	t.Logf("attach succeeded %d times, found the snapshot deleted %d times", outcomes[exitOK], outcomes[exitNotFound])
 }
 
 // TestKilledLockHolderDoesNotBlock kills a process holding a record lock
@@ -336,8 +101,8 @@ func TestAttachRacingDeleteAcrossProcesses(t *testing.T) {
 func TestKilledLockHolderDoesNotBlock(t *testing.T) {
 	r := openTemp(t, Options{})
 	rec, _ := repotest.Publish(t, r, "locked")
-	c := startChild(t, "hold-record-lock", map[string]string{childStoreEnv: r.Root(), childIDEnv: rec.ID}, nil)
-	c.ready(t)
+	c := repotest.StartChild(t, "hold-record-lock", r.Root(), map[string]string{repotest.ChildIDEnv: rec.ID}, nil)
+	c.Ready(t)
 
 	// While the holder lives, Delete waits for it.
 	ctx, cancel := context.WithTimeout(bg(), 50*time.Millisecond)
@@ -350,13 +115,13 @@ func TestKilledLockHolderDoesNotBlock(t *testing.T) {
 		t.Fatalf("the blocked Delete changed something: %v", err)
 	}
 
-	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := c.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	if _, sig := c.wait(t); sig != syscall.SIGKILL {
+	if _, sig := c.Wait(t); sig != syscall.SIGKILL {
 		t.Fatalf("holder ended with signal %v", sig)
 	}
-	ctx, cancel = context.WithTimeout(bg(), childTimeout)
+	ctx, cancel = context.WithTimeout(bg(), repotest.ChildTimeout)
 	defer cancel()
 	if err := r.Delete(ctx, rec.ID); err != nil {
 		t.Fatalf("Delete after the holder was killed: %v", err)
@@ -377,13 +142,13 @@ func TestCrashAtEveryFaultPoint(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			env := map[string]string{FaultPointEnv: point, childStoreEnv: store}
+			env := map[string]string{FaultPointEnv: point}
 			var role, childID string
 			var before repository.Record
 			switch {
 			case strings.HasPrefix(point, "publish."):
 				role = "publish"
-				for k, v := range publishEnv(store, repotest.NewInputs(t, repotest.SmallMemoryBytes), "crash") {
+				for k, v := range repotest.PublishEnv(repotest.NewInputs(t, repotest.SmallMemoryBytes), "crash") {
 					env[k] = v
 				}
 			case strings.HasPrefix(point, "attach."):
@@ -399,7 +164,7 @@ func TestCrashAtEveryFaultPoint(t *testing.T) {
 				if err := lease.End(); err != nil {
 					t.Fatal(err)
 				}
-				env[childIDEnv] = before.ID
+				env[repotest.ChildIDEnv] = before.ID
 			case strings.HasPrefix(point, "attach-digests."):
 				role = "attach-digests"
 				var lease repository.Lease
@@ -407,7 +172,7 @@ func TestCrashAtEveryFaultPoint(t *testing.T) {
 				if err := lease.End(); err != nil {
 					t.Fatal(err)
 				}
-				env[childIDEnv] = before.ID
+				env[repotest.ChildIDEnv] = before.ID
 			case strings.HasPrefix(point, "delete."):
 				role = "delete"
 				var lease repository.Lease
@@ -415,15 +180,15 @@ func TestCrashAtEveryFaultPoint(t *testing.T) {
 				if err := lease.End(); err != nil {
 					t.Fatal(err)
 				}
-				env[childIDEnv] = before.ID
+				env[repotest.ChildIDEnv] = before.ID
 			}
-			c := startChild(t, role, env, nil)
-			childSays := c.ready(t)
+			c := repotest.StartChild(t, role, store, env, nil)
+			childSays := c.Ready(t)
 			if role == "publish" {
 				childID = childSays
 			}
-			if code, sig := c.wait(t); sig != syscall.SIGKILL {
-				t.Fatalf("child was not killed at %s: exit %d, stderr: %s", point, code, c.stderr.String())
+			if code, sig := c.Wait(t); sig != syscall.SIGKILL {
+				t.Fatalf("child was not killed at %s: exit %d, stderr: %s", point, code, c.Stderr())
 			}
 
 			// Readers that do not sweep first must already see a
@@ -484,7 +249,7 @@ func TestCrashAtEveryFaultPoint(t *testing.T) {
 			}
 			checkConsistent(t, r)
 			checkSwept(t, r)
-			ctx, cancel := context.WithTimeout(bg(), childTimeout)
+			ctx, cancel := context.WithTimeout(bg(), repotest.ChildTimeout)
 			defer cancel()
 			if role == "attach" {
 				lease, err := r.LeaseExisting(ctx, before.ID)

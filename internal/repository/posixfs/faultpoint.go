@@ -1,16 +1,11 @@
 package posixfs
 
-import (
-	"os"
-	"syscall"
-)
-
-// FaultPointEnv names the environment variable that arms a fault point: when
-// it holds the name of one (for example "publish.after-record-temp"), the
-// process kills itself with SIGKILL on reaching that point. Crash tests use
-// it to stop a real process at every step of publish, the attaches and delete;
-// unset, fault points cost one string comparison. FaultPoints lists them.
-const FaultPointEnv = "WARMSTART_FAULTPOINT"
+// Fault points name the steps of publish, the attaches and delete at
+// which the crash tests stop a real process with SIGKILL, to check that a
+// crash anywhere leaves nothing half visible. Only those tests arm them:
+// the hook that kills the process, and the environment variable that arms
+// it in a test's child process, exist in this package's test files alone
+// (faultpoint_test.go). In any other build r.fault is a nil check.
 
 // Fault points, in the order each operation reaches them.
 const (
@@ -49,24 +44,7 @@ var FaultPoints = []string{
 	FaultDeleteAfterRecord, FaultDeleteAfterAlias, FaultDeleteAfterArtifactsGone,
 }
 
-// faultHookFromEnv returns the hook armed by FaultPointEnv, or nil.
-func faultHookFromEnv() func(string) {
-	armed := os.Getenv(FaultPointEnv)
-	if armed == "" {
-		return nil
-	}
-	return func(point string) {
-		if point == armed {
-			// SIGKILL cannot be caught: the process dies here with its
-			// descriptors (and so its flocks) closed by the kernel, as in a
-			// real crash of the holder.
-			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {} // never reached; the signal is delivered first
-		}
-	}
-}
-
-// fault fires the fault point named point if a hook is armed.
+// fault fires the fault point named point if a test armed a hook.
 func (r *Repo) fault(point string) {
 	if point != "" && r.faultHook != nil {
 		r.faultHook(point)

@@ -17,9 +17,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
-	"warmstart/internal/layout"
 	"warmstart/internal/repository"
 )
 
@@ -44,8 +42,8 @@ type Repo struct {
 	paths paths
 	opts  Options
 
-	// faultHook is armed from FaultPointEnv; tests in this package may set
-	// it directly before using the Repo.
+	// faultHook, when a test in this package sets it, runs at every fault
+	// point (faultpoint.go); nil everywhere else.
 	faultHook func(point string)
 	// afterCopy, when set by a test, runs between a copy's fsync and its
 	// verification pass.
@@ -64,7 +62,7 @@ func Open(root string, opts Options) (*Repo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open snapshot store %s: %w", root, err)
 	}
-	r := &Repo{paths: paths{root: abs}, opts: opts, faultHook: faultHookFromEnv()}
+	r := &Repo{paths: paths{root: abs}, opts: opts}
 	if opts.ReadOnly {
 		return r, r.checkExists()
 	}
@@ -142,25 +140,9 @@ func (r *Repo) LeaseExisting(ctx context.Context, id string) (repository.Lease, 
 	return r.newLease(id, lk), nil
 }
 
-func (r *Repo) newLease(id string, lk *fileLock) *lease {
-	return &lease{repo: r, id: id, lock: lk, done: make(chan struct{})}
-}
-
 // Publish implements repository.Repository.
 func (r *Repo) Publish(ctx context.Context, lz repository.Lease, req repository.PublishRequest) (repository.Record, error) {
-	l, err := r.ownLease(lz)
-	if err != nil {
-		return repository.Record{}, fmt.Errorf("publish: %w", err)
-	}
-	if err := l.use(); err != nil {
-		return repository.Record{}, fmt.Errorf("publish: %w", err)
-	}
-	defer l.mu.RUnlock()
-	rec, err := r.publish(ctx, l.id, req)
-	if err != nil {
-		return repository.Record{}, fmt.Errorf("publish %s: %w", l.id, err)
-	}
-	return rec, nil
+	return repository.PublishUnderLease(r, lz, func(id string) (repository.Record, error) { return r.publish(ctx, id, req) })
 }
 
 func (r *Repo) publish(ctx context.Context, id string, req repository.PublishRequest) (repository.Record, error) {
@@ -219,18 +201,7 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	}
 	r.fault(FaultPublishAfterArtifacts)
 
-	rec := repository.Record{
-		Format:        repository.RecordFormatVersion,
-		ID:            id,
-		Alias:         req.Alias,
-		CreatedAt:     time.Now().UTC().Round(0),
-		Layout:        cloneLayout(req.Layout),
-		VMStateSize:   vm.size,
-		VMStateSHA256: vm.sha256,
-		MemorySize:    mem.size,
-		MemorySHA256:  mem.sha256,
-		MemoryDigests: new(repository.DescribeDigests(digests)),
-	}
+	rec := repository.NewRecord(id, req, vm.stored(), mem.stored(), digests)
 	if err := r.commitRecord(ctx, rec); err != nil {
 		return repository.Record{}, err
 	}
@@ -282,40 +253,16 @@ func alreadyPublished(exists bool) error {
 
 // AttachManifest implements repository.Repository.
 func (r *Repo) AttachManifest(ctx context.Context, lz repository.Lease, data []byte) (repository.ManifestDescriptor, error) {
-	l, err := r.ownLease(lz)
-	if err != nil {
-		return repository.ManifestDescriptor{}, fmt.Errorf("attach manifest: %w", err)
-	}
-	a, err := repository.ManifestAttachment(data)
-	if err != nil {
-		return repository.ManifestDescriptor{}, fmt.Errorf("attach manifest %s: %w", l.id, err)
-	}
-	if err := r.attachUnderLease(ctx, l, a); err != nil {
-		return repository.ManifestDescriptor{}, fmt.Errorf("attach manifest %s: %w", l.id, err)
-	}
-	return a.ManifestDescriptor(), nil
+	return repository.AttachManifestUnderLease(r, lz, data, r.attacher(ctx))
 }
 
 // AttachDigests implements repository.Repository.
 func (r *Repo) AttachDigests(ctx context.Context, lz repository.Lease, data []byte) (repository.DigestsDescriptor, error) {
-	l, err := r.ownLease(lz)
-	if err != nil {
-		return repository.DigestsDescriptor{}, fmt.Errorf("attach digest table: %w", err)
-	}
-	a := repository.DigestsAttachment(data)
-	if err := r.attachUnderLease(ctx, l, a); err != nil {
-		return repository.DigestsDescriptor{}, fmt.Errorf("attach digest table %s: %w", l.id, err)
-	}
-	return a.DigestsDescriptor(), nil
+	return repository.AttachDigestsUnderLease(r, lz, data, r.attacher(ctx))
 }
 
-// attachUnderLease attaches a while the lease is held, so End waits for it.
-func (r *Repo) attachUnderLease(ctx context.Context, l *lease, a repository.Attachment) error {
-	if err := l.use(); err != nil {
-		return err
-	}
-	defer l.mu.RUnlock()
-	return r.attach(ctx, l.id, a)
+func (r *Repo) attacher(ctx context.Context) repository.Attacher {
+	return func(id string, a repository.Attachment) error { return r.attach(ctx, id, a) }
 }
 
 // attachFaults are the fault points of one kind of attach, in order.
@@ -471,8 +418,6 @@ func (r *Repo) reclaimUnpublished(id string) error {
 	return r.removeSnapshotDir(id)
 }
 
-// regularFileSize returns the size of the regular file at path.
-
 // mkdirDurable creates dir if missing and syncs its parent so the entry
 // survives a crash.
 func mkdirDurable(dir string) error {
@@ -488,11 +433,4 @@ func mkdirDurable(dir string) error {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
 	return syncDir(filepath.Dir(dir))
-}
-
-// cloneLayout copies the region slice so the record does not share it with
-// the caller.
-func cloneLayout(l layout.Layout) layout.Layout {
-	l.Regions = append([]layout.Region(nil), l.Regions...)
-	return l
 }

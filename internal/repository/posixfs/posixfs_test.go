@@ -17,7 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if role := os.Getenv(childRoleEnv); role != "" {
+	if role := repotest.ChildRole(); role != "" {
 		os.Exit(childMain(role))
 	}
 	os.Exit(m.Run())

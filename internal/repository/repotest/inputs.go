@@ -1,7 +1,9 @@
 // Package repotest is the behaviour suite of the repository contract. Every
 // backend's tests call Run with a function that opens a fresh, empty
-// repository; backend-specific tests (crashes, cross-process races, on-disk
-// layout) live with the backend and use the helpers here.
+// repository, and RunCrossProcess for the behaviours that must hold
+// between processes (child.go runs the child processes); backend-specific
+// tests (crashes, killed lock holders, on-disk layout) live with the
+// backend and use the helpers here.
 package repotest
 
 import (

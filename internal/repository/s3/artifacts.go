@@ -33,6 +33,10 @@ type storedArtifact struct {
 	sha256 string
 }
 
+func (a storedArtifact) stored() repository.StoredArtifact {
+	return repository.StoredArtifact{Size: a.size, SHA256: a.sha256}
+}
+
 func sha256Hex(data []byte) string {
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:])

@@ -1,7 +1,6 @@
 package s3
 
 import (
-	"fmt"
 	"sync"
 
 	"warmstart/internal/repository"
@@ -21,50 +20,14 @@ import (
 //     slow one; so the artifacts of a snapshot that has no record are
 //     reclaimed only once its id (a UUIDv7, which carries its creation
 //     time) is older than PublishGrace (see Sweep and Delete).
-type lease struct {
-	repo *Repo
-	id   string
-
-	// mu is read-held by every operation under the lease and write-held
-	// by End, so End waits for them and none starts after it.
-	mu    sync.RWMutex
-	ended bool
-	done  chan struct{}
-}
-
-var _ repository.Lease = (*lease)(nil)
-
-func (l *lease) SnapshotID() string    { return l.id }
-func (l *lease) Done() <-chan struct{} { return l.done }
-
-func (l *lease) End() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ended {
-		return nil
-	}
-	l.ended = true
-	close(l.done)
-	l.repo.leaseEnded(l.id)
-	return nil
-}
-
-// use marks the start of an operation under the lease; the caller must
-// call l.mu.RUnlock when done (only if use returned nil).
-func (l *lease) use() error {
-	l.mu.RLock()
-	if l.ended {
-		l.mu.RUnlock()
-		return fmt.Errorf("snapshot %s: %w", l.id, repository.ErrLeaseEnded)
-	}
-	return nil
-}
-
-func (r *Repo) newLease(id string) *lease {
+//
+// A lease is a repository.HeldLease; the repository counts the live ones
+// per id, for Delete and Sweep to consult.
+func (r *Repo) newLease(id string) *repository.HeldLease {
 	r.leaseMu.Lock()
 	r.liveLeases[id]++
 	r.leaseMu.Unlock()
-	return &lease{repo: r, id: id, done: make(chan struct{})}
+	return repository.NewHeldLease(r, id, func() { r.leaseEnded(id) })
 }
 
 func (r *Repo) leaseEnded(id string) {
@@ -80,15 +43,6 @@ func (r *Repo) leaseLive(id string) bool {
 	r.leaseMu.Lock()
 	defer r.leaseMu.Unlock()
 	return r.liveLeases[id] > 0
-}
-
-// ownLease returns the lease behind a repository.Lease issued by r.
-func (r *Repo) ownLease(l repository.Lease) (*lease, error) {
-	own, ok := l.(*lease)
-	if !ok || own == nil || own.repo != r {
-		return nil, fmt.Errorf("%w: the lease was not issued by this repository", repository.ErrInvalidRequest)
-	}
-	return own, nil
 }
 
 // idLocks serialises changes to one snapshot within the process.

@@ -60,7 +60,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 	"time"
 
@@ -69,7 +68,6 @@ import (
 	"warmstart/internal/chunkcache"
 	"warmstart/internal/config"
 	"warmstart/internal/integrity"
-	"warmstart/internal/layout"
 	"warmstart/internal/repository"
 )
 
@@ -240,19 +238,7 @@ func (r *Repo) LeaseExisting(ctx context.Context, id string) (repository.Lease, 
 
 // Publish implements repository.Repository.
 func (r *Repo) Publish(ctx context.Context, lz repository.Lease, req repository.PublishRequest) (repository.Record, error) {
-	l, err := r.ownLease(lz)
-	if err != nil {
-		return repository.Record{}, fmt.Errorf("publish: %w", err)
-	}
-	if err := l.use(); err != nil {
-		return repository.Record{}, fmt.Errorf("publish: %w", err)
-	}
-	defer l.mu.RUnlock()
-	rec, err := r.publish(ctx, l.id, req)
-	if err != nil {
-		return repository.Record{}, fmt.Errorf("publish %s: %w", l.id, err)
-	}
-	return rec, nil
+	return repository.PublishUnderLease(r, lz, func(id string) (repository.Record, error) { return r.publish(ctx, id, req) })
 }
 
 func (r *Repo) publish(ctx context.Context, id string, req repository.PublishRequest) (repository.Record, error) {
@@ -305,18 +291,7 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	if _, err := r.putSmall(ctx, r.keys.artifact(id, repository.DigestsFileName), digests, putCondition{}); err != nil {
 		return repository.Record{}, err
 	}
-	rec := repository.Record{
-		Format:        repository.RecordFormatVersion,
-		ID:            id,
-		Alias:         req.Alias,
-		CreatedAt:     time.Now().UTC().Round(0),
-		Layout:        cloneLayout(req.Layout),
-		VMStateSize:   vm.size,
-		VMStateSHA256: vm.sha256,
-		MemorySize:    mem.size,
-		MemorySHA256:  mem.sha256,
-		MemoryDigests: new(repository.DescribeDigests(digests)),
-	}
+	rec := repository.NewRecord(id, req, vm.stored(), mem.stored(), digests)
 	if req.Alias != "" {
 		if err := r.bindAlias(ctx, req.Alias, id); err != nil {
 			return repository.Record{}, err
@@ -358,40 +333,16 @@ func (r *Repo) commitRecord(ctx context.Context, rec repository.Record) error {
 
 // AttachManifest implements repository.Repository.
 func (r *Repo) AttachManifest(ctx context.Context, lz repository.Lease, data []byte) (repository.ManifestDescriptor, error) {
-	l, err := r.ownLease(lz)
-	if err != nil {
-		return repository.ManifestDescriptor{}, fmt.Errorf("attach manifest: %w", err)
-	}
-	a, err := repository.ManifestAttachment(data)
-	if err != nil {
-		return repository.ManifestDescriptor{}, fmt.Errorf("attach manifest %s: %w", l.id, err)
-	}
-	if err := r.attachUnderLease(ctx, l, a); err != nil {
-		return repository.ManifestDescriptor{}, fmt.Errorf("attach manifest %s: %w", l.id, err)
-	}
-	return a.ManifestDescriptor(), nil
+	return repository.AttachManifestUnderLease(r, lz, data, r.attacher(ctx))
 }
 
 // AttachDigests implements repository.Repository.
 func (r *Repo) AttachDigests(ctx context.Context, lz repository.Lease, data []byte) (repository.DigestsDescriptor, error) {
-	l, err := r.ownLease(lz)
-	if err != nil {
-		return repository.DigestsDescriptor{}, fmt.Errorf("attach digest table: %w", err)
-	}
-	a := repository.DigestsAttachment(data)
-	if err := r.attachUnderLease(ctx, l, a); err != nil {
-		return repository.DigestsDescriptor{}, fmt.Errorf("attach digest table %s: %w", l.id, err)
-	}
-	return a.DigestsDescriptor(), nil
+	return repository.AttachDigestsUnderLease(r, lz, data, r.attacher(ctx))
 }
 
-// attachUnderLease attaches a while the lease is held, so End waits for it.
-func (r *Repo) attachUnderLease(ctx context.Context, l *lease, a repository.Attachment) error {
-	if err := l.use(); err != nil {
-		return err
-	}
-	defer l.mu.RUnlock()
-	return r.attach(ctx, l.id, a)
+func (r *Repo) attacher(ctx context.Context) repository.Attacher {
+	return func(id string, a repository.Attachment) error { return r.attach(ctx, id, a) }
 }
 
 // maxAttachAttempts bounds how often attach starts over after the record
@@ -469,55 +420,38 @@ func (r *Repo) Get(ctx context.Context, id string) (repository.Record, error) {
 
 // List implements repository.Repository.
 func (r *Repo) List(ctx context.Context, f repository.Filter) ([]repository.Record, error) {
-	if err := repository.ValidateFilter(f); err != nil {
-		return nil, fmt.Errorf("list: %w", err)
-	}
+	return repository.ListRecords(ctx, f, r.recordIDs, func(ctx context.Context, id string) (repository.Record, error) {
+		rec, _, err := r.getRecord(ctx, id)
+		if err != nil {
+			return repository.Record{}, fmt.Errorf("list: %w", err)
+		}
+		return rec, nil
+	})
+}
+
+// recordIDs lists the ids that have a record object.
+func (r *Repo) recordIDs(ctx context.Context) ([]string, error) {
 	objs, err := r.list(ctx, r.keys.recordsPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("list: %w", err)
 	}
-	var out []repository.Record
+	var ids []string
 	for _, o := range objs {
-		id, ok := r.keys.idFromRecordKey(o.Key)
-		if !ok {
-			continue
-		}
-		rec, _, err := r.getRecord(ctx, id)
-		switch {
-		case errors.Is(err, repository.ErrNotFound), errors.Is(err, repository.ErrIntegrity):
-			// Deleted since the listing, or undecodable: neither is a
-			// snapshot anyone can restore. Get reports the latter.
-			continue
-		case err != nil:
-			return nil, fmt.Errorf("list: %w", err)
-		}
-		if f.Match(rec) {
-			out = append(out, rec)
+		if id, ok := r.keys.idFromRecordKey(o.Key); ok {
+			ids = append(ids, id)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out, nil
+	return ids, nil
 }
 
 // ResolveAlias implements repository.Repository.
 func (r *Repo) ResolveAlias(ctx context.Context, alias string) (string, error) {
-	rec, err := r.lookupAlias(ctx, alias)
-	return rec.ID, err
-}
-
-func (r *Repo) lookupAlias(ctx context.Context, alias string) (repository.Record, error) {
-	if err := repository.ValidateAlias(alias); err != nil {
-		return repository.Record{}, fmt.Errorf("resolve alias: %w", err)
-	}
-	return r.resolveAlias(ctx, alias)
+	return repository.ResolveAlias(ctx, alias, r.resolveAlias)
 }
 
 // Lookup implements repository.Repository.
 func (r *Repo) Lookup(ctx context.Context, ref string) (repository.Record, error) {
-	if repository.RefIsID(ref) {
-		return r.Get(ctx, ref)
-	}
-	return r.lookupAlias(ctx, ref)
+	return repository.Lookup(ctx, ref, r.Get, r.resolveAlias)
 }
 
 // Delete implements repository.Repository.
@@ -689,13 +623,4 @@ func (r *Repo) resolve(ctx context.Context, rec repository.Record) (repository.R
 		}
 	}
 	return res, nil
-}
-
-// regularFileSize returns the size of the regular file at path.
-
-// cloneLayout copies the region slice so the record does not share it with
-// the caller.
-func cloneLayout(l layout.Layout) layout.Layout {
-	l.Regions = append([]layout.Region(nil), l.Regions...)
-	return l
 }

@@ -28,7 +28,7 @@ var server *miniotest.Server
 const testBucket = "warmstart-test"
 
 func TestMain(m *testing.M) {
-	if role := os.Getenv(childRoleEnv); role != "" {
+	if role := repotest.ChildRole(); role != "" {
 		os.Exit(childMain(role))
 	}
 	replay.RunChildIfRequested()

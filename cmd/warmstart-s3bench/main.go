@@ -1,0 +1,141 @@
+// Command warmstart-s3bench measures restores from the S3 repository
+// (package s3bench): a MinIO on loopback behind a Toxiproxy link of the
+// given latency and bandwidth, the reference snapshot published into it,
+// restores timed with an empty (cold) and a filled (warm) node cache,
+// prefetch off and on. `warmstart bench --repository s3` checks its flags
+// and then runs this command in its place.
+//
+// It is a command of its own, not a verb of warmstart, because what it
+// runs is test infrastructure: the MinIO server process and Toxiproxy
+// (with its logging and HTTP API libraries) come from the test harness
+// internal/miniotest, which imports package testing. Kept here, none of
+// that is linked into the warmstart binary operators install, and the
+// harness stays the one the S3 tests use, so the benchmark's link is the
+// one they test.
+//
+// Usage:
+//
+//	warmstart-s3bench [--blocks 8] [--seed 1] [--memory-size 128MiB] [--policy warmstart]
+//	                  [--s3-latency-ms 5] [--s3-bandwidth-mbit 1000] [--json FILE]
+//
+// It needs root (FUSE) and the minio binary (.ci/minio.sh, or
+// WARMSTART_MINIO). SIGINT and SIGTERM stop it as they stop warmstart
+// bench: the running trial ends, the mounts, MinIO and the temporary
+// directory go, and it exits 130 or 143.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"warmstart/internal/interrupt"
+	"warmstart/internal/layout"
+	"warmstart/internal/restore"
+	"warmstart/internal/s3bench"
+	"warmstart/internal/vmm/replay"
+)
+
+// Exit statuses besides 0 and an interrupt's 128 + signal.
+const (
+	exitFailed = 1
+	exitUsage  = 2
+)
+
+func main() {
+	// Restores re-execute this binary as the replay VMM.
+	replay.RunChildIfRequested()
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// config is what the flags ask for.
+type config struct {
+	opts     s3bench.Options
+	jsonPath string
+}
+
+// run runs the command with args and returns its exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	c, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "warmstart: %v\n", err)
+		return exitUsage
+	}
+	c.opts.Progress = stderr
+	// From here on a signal stops the run, which then cleans up.
+	in := interrupt.Notify(stderr)
+	err = in.Result(bench(in.Work, c, stdout))
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintf(stderr, "warmstart: %v\n", err)
+	var ie interrupt.Error
+	if errors.As(err, &ie) {
+		return ie.ExitCode()
+	}
+	return exitFailed
+}
+
+// parseFlags reads args, refusing values no run can use.
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var (
+		c       config
+		memSize string
+		mbit    int64
+	)
+	fs := flag.NewFlagSet("warmstart-s3bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&c.opts.Blocks, "blocks", 8, "blocks of four trials (cold and warm node cache, prefetch off and on)")
+	fs.Uint64Var(&c.opts.Seed, "seed", 1, "seed of the reference snapshot and of the frozen random order")
+	fs.StringVar(&memSize, "memory-size", "128MiB", "guest memory of the reference snapshot")
+	fs.StringVar(&c.opts.Policy, "policy", restore.DefaultPolicy, "device prefetch policy of the prefetch-on trials")
+	fs.IntVar(&c.opts.LatencyMs, "s3-latency-ms", s3bench.DefaultLatencyMs, "latency added to every object-store response")
+	fs.Int64Var(&mbit, "s3-bandwidth-mbit", s3bench.DefaultBandwidthBits/1_000_000, "bandwidth of each object-store connection")
+	fs.StringVar(&c.jsonPath, "json", "", "write all raw trials and the summary to this file")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
+	}
+	if c.opts.Blocks < 1 {
+		return config{}, fmt.Errorf("--blocks %d: want at least 1", c.opts.Blocks)
+	}
+	size, err := layout.ParseSize(memSize)
+	if err != nil {
+		return config{}, fmt.Errorf("--memory-size: %w", err)
+	}
+	c.opts.MemoryBytes = size
+	c.opts.BandwidthBits = mbit * 1_000_000
+	return c, nil
+}
+
+// bench runs the measurement in a temporary directory of its own, which
+// it removes whatever happens, and prints the table (and writes the JSON
+// report when asked).
+func bench(ctx context.Context, c config, out io.Writer) (err error) {
+	work, err := os.MkdirTemp("", "warmstart-s3bench-")
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, interrupt.RemoveWorkDir(work)) }()
+	o := c.opts
+	o.WorkDir = work
+	rep, err := s3bench.Run(ctx, o)
+	if err != nil {
+		return err
+	}
+	rep.WriteTable(out)
+	if c.jsonPath != "" {
+		if err := os.WriteFile(c.jsonPath, rep.JSON(), 0o644); err != nil {
+			return fmt.Errorf("--json: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,123 @@
+// Package interrupt turns SIGINT and SIGTERM into cancellation for the
+// commands that clean up after themselves (warmstart bench, demo, capture,
+// and warmstart-s3bench, which bench --repository s3 runs), so that each
+// ends with the same messages and exit status however it was started.
+package interrupt
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"warmstart/internal/memdev/fusedev"
+)
+
+// Watch turns SIGINT and SIGTERM into cancellation. The first signal ends
+// Work: the command stops what runs in its shutdown order (a trial stops
+// its restores and unmounts) and removes what it made. A second signal
+// ends Force: steps of that shutdown which wait (a trial given time to
+// stop cleanly, a restore waiting for its device's release) are cut short,
+// what they wait for is killed, and what it leaves is detached and removed
+// all the same. No signal kills the process before Result, so none cuts
+// its cleanup off.
+type Watch struct {
+	Work, Force context.Context
+	stopWork    context.CancelFunc
+	stopForce   context.CancelFunc
+	signals     chan os.Signal
+	done        chan struct{}
+	// first is the first signal received; read it only after stop.
+	first syscall.Signal
+}
+
+// Notify starts watching for SIGINT and SIGTERM, telling log what each one
+// does.
+func Notify(log io.Writer) *Watch {
+	w := &Watch{signals: make(chan os.Signal, 2), done: make(chan struct{})}
+	w.Work, w.stopWork = context.WithCancel(context.Background())
+	w.Force, w.stopForce = context.WithCancel(context.Background())
+	signal.Notify(w.signals, syscall.SIGINT, syscall.SIGTERM)
+	go w.watch(log)
+	return w
+}
+
+func (w *Watch) watch(log io.Writer) {
+	defer close(w.done)
+	for n := 0; ; n++ {
+		var sig os.Signal
+		select {
+		case sig = <-w.signals:
+		case <-w.Force.Done():
+			return // stopped
+		}
+		name := unix.SignalName(sig.(syscall.Signal))
+		switch n {
+		case 0:
+			w.first = sig.(syscall.Signal)
+			fmt.Fprintf(log, "warmstart: %s: stopping and removing temporary files (signal again to kill what is still running)\n", name)
+			w.stopWork()
+		case 1:
+			fmt.Fprintf(log, "warmstart: %s again: killing what is still running\n", name)
+			w.stopForce()
+		}
+	}
+}
+
+// stop ends the watch and returns the first signal received, 0 if none.
+// Signals act as they would without the watch from then on.
+func (w *Watch) stop() syscall.Signal {
+	signal.Stop(w.signals)
+	w.stopForce()
+	<-w.done
+	w.stopWork()
+	return w.first
+}
+
+// Result stops the watch and returns what the command ends with: once a
+// signal arrived, an Error (the command exits 128 + the signal's number,
+// the shell's convention) carrying err; err otherwise.
+func (w *Watch) Result(err error) error {
+	if sig := w.stop(); sig != 0 {
+		return Error{Signal: sig, Err: err}
+	}
+	return err
+}
+
+// Error ends a command that a signal stopped.
+type Error struct {
+	Signal syscall.Signal
+	// Err is what the command ended with besides, nil if nothing.
+	Err error
+}
+
+func (e Error) Error() string {
+	msg := "interrupted by " + unix.SignalName(e.Signal)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+func (e Error) Unwrap() error { return e.Err }
+
+// ExitCode is the status a shell reports for a process the signal ended.
+func (e Error) ExitCode() int { return 128 + int(e.Signal) }
+
+// RemoveWorkDir removes a command's temporary directory. A child killed
+// before it unmounted (a trial after a second signal) would leave a dead
+// FUSE mount there, which RemoveAll cannot descend; such mounts are
+// detached first, and a live one is reported rather than removed under.
+func RemoveWorkDir(dir string) error {
+	if err := fusedev.CleanStale(dir); err != nil {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	return nil
+}
