@@ -94,30 +94,7 @@ func TestVerbsAgainstDaemon(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	repo, err := posixfs.Open(cfg.Backend.PosixFS.SnapshotStore, posixfs.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm, err := daemon.NewVMM(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := daemon.New(daemon.Options{Config: cfg, Repository: repo, VMM: vm})
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- d.Serve() }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := d.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-		if err := <-served; err != nil {
-			t.Error(err)
-		}
-	})
+	serveDaemon(t, cfg, "")
 	sock := cfg.Daemon.Socket
 
 	out, _, err := runVerb(t, "--daemon", sock, "snapshot", "import", "--vm-state", ref.VMState, "--memory", ref.Memory,
@@ -241,28 +218,7 @@ func TestDaemonOverTCPNeedsTheToken(t *testing.T) {
 	if err := os.WriteFile(cfg.Replay.Trace, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	repo, err := posixfs.Open(cfg.Backend.PosixFS.SnapshotStore, posixfs.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm, err := daemon.NewVMM(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := daemon.New(daemon.Options{Config: cfg, Repository: repo, VMM: vm, Listen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- d.Serve() }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := d.Shutdown(ctx); err != nil {
-			t.Error(err)
-		}
-		<-served
-	})
+	d := serveDaemon(t, cfg, "127.0.0.1:0")
 	token, err := daemon.ReadToken(cfg.DaemonTokenFile())
 	if err != nil {
 		t.Fatal(err)
@@ -292,4 +248,35 @@ func TestDaemonOverTCPNeedsTheToken(t *testing.T) {
 	if res := list(clientConfig(filepath.Join(dir, "absent.token"))); res.code != 0 {
 		t.Errorf("with WARMSTART_TOKEN: exit %d, stderr %q", res.code, res.stderr)
 	}
+}
+
+// serveDaemon runs a daemon of cfg in this process, on listen or, when it
+// is empty, cfg's socket, until the test ends.
+func serveDaemon(t *testing.T, cfg *config.Config, listen string) *daemon.Daemon {
+	t.Helper()
+	repo, err := posixfs.Open(cfg.Backend.PosixFS.SnapshotStore, posixfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, err := daemon.NewVMM(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := daemon.New(daemon.Options{Config: cfg, Repository: repo, VMM: vm, Listen: listen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- d.Serve() }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := d.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
+	})
+	return d
 }

@@ -47,28 +47,6 @@ func (s *verifyStore) verify(t *testing.T, args ...string) cliRun {
 	return runCLI(t, append([]string{"snapshot", "verify", "--store", s.dir}, args...)...)
 }
 
-// damage overwrites the byte at off of a stored (read-only) artifact.
-func damage(t *testing.T, path string, off int64) {
-	t.Helper()
-	if err := os.Chmod(path, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	defer os.Chmod(path, 0o444)
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	b := make([]byte, 1)
-	if _, err := f.ReadAt(b, off); err != nil {
-		t.Fatal(err)
-	}
-	b[0] = ^b[0]
-	if _, err := f.WriteAt(b, off); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // verifyJSON is the part of the JSON report the tests read.
 type verifyJSON struct {
 	ID         string `json:"id"`
@@ -102,7 +80,7 @@ func TestSnapshotVerifyCleanAndFlipped(t *testing.T) {
 		t.Errorf("progress on stderr: %q", r.stderr)
 	}
 
-	damage(t, mem, 2<<20+4096+1)
+	repotest.FlipBytes(t, mem, 2<<20+4096+1)
 	r = s.verify(t, rec.ID)
 	if r.code != 1 || !strings.Contains(r.stdout, "offset 2101248 (0x201000), 4096 bytes (1 block)") ||
 		!strings.Contains(r.stdout, "sha256: the bytes hash to") || !strings.Contains(r.stderr, "problems found") {
@@ -164,7 +142,7 @@ func TestSnapshotVerifyAddDigests(t *testing.T) {
 	}
 
 	posixfstest.StripDigests(t, s.dir, rec.ID)
-	damage(t, mem, 100)
+	repotest.FlipBytes(t, mem, 100)
 	r = s.verify(t, "old", "--add-digests")
 	if r.code != 1 || !strings.Contains(r.stdout, "not_added: digest table not added: memory.bin does not match the record's SHA-256") {
 		t.Fatalf("--add-digests over changed memory: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
@@ -182,7 +160,7 @@ func TestSnapshotVerifyAll(t *testing.T) {
 	a, _ := s.publish(t, "a")
 	b, mem := s.publish(t, "")
 	c, _ := s.publish(t, "c")
-	damage(t, mem, 0)
+	repotest.FlipBytes(t, mem, 0)
 	r := s.verify(t, "--all", "--json")
 	var reps []verifyJSON
 	if err := json.Unmarshal([]byte(r.stdout), &reps); err != nil || r.code != 1 || len(reps) != 3 {

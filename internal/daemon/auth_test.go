@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"warmstart/internal/daemon"
-	"warmstart/internal/repository/posixfs"
 )
 
 // The TCP API answers only requests with the daemon's bearer token; serve
@@ -54,15 +53,9 @@ func TestTCPRequiresTheToken(t *testing.T) {
 // start, before it mounts anything, rather than serve without one.
 func TestNonLoopbackNeedsATokenFile(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
-	repo, err := posixfs.Open(f.cfg.Backend.PosixFS.SnapshotStore, posixfs.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm, err := daemon.NewVMM(f.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = daemon.New(daemon.Options{Config: f.cfg, Repository: repo, VMM: vm, Listen: "0.0.0.0:0"})
+	opts := f.options(t)
+	opts.Listen = "0.0.0.0:0"
+	_, err := daemon.New(opts)
 	if !errors.Is(err, daemon.ErrNoToken) {
 		t.Fatalf("New on 0.0.0.0 without token_file = %v, want ErrNoToken", err)
 	}
@@ -125,17 +118,11 @@ func TestSecondDaemonOnARuntimeDirFailsAtOnce(t *testing.T) {
 	if err := os.WriteFile(keep, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	repo, err := posixfs.Open(f.cfg.Backend.PosixFS.SnapshotStore, posixfs.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm, err := daemon.NewVMM(f.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	second := *f.cfg
 	second.Memory.FUSEMount = filepath.Join(f.dir, "mnt2")
-	_, err = daemon.New(daemon.Options{Config: &second, Repository: repo, VMM: vm, Listen: "127.0.0.1:0"})
+	opts := f.options(t)
+	opts.Config, opts.Listen = &second, "127.0.0.1:0"
+	_, err := daemon.New(opts)
 	if !errors.Is(err, daemon.ErrRuntimeDirInUse) || !strings.Contains(err.Error(), fmt.Sprint(os.Getpid())) {
 		t.Fatalf("second daemon = %v, want ErrRuntimeDirInUse naming pid %d", err, os.Getpid())
 	}
@@ -151,15 +138,7 @@ func TestSecondDaemonOnARuntimeDirFailsAtOnce(t *testing.T) {
 // long, and SIGTERM's ordered shutdown completes within 10 s regardless.
 func TestTricklingClientDoesNotDelayShutdown(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
-	repo, err := posixfs.Open(f.cfg.Backend.PosixFS.SnapshotStore, posixfs.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm, err := daemon.NewVMM(f.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := daemon.New(daemon.Options{Config: f.cfg, Repository: repo, VMM: vm})
+	d, err := daemon.New(f.options(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -244,7 +244,9 @@ type running struct {
 }
 
 // startDaemon runs a daemon for f in this process until the test ends.
-func startDaemon(t *testing.T, f *fixture, tweak func(*daemon.Options)) *running {
+// options are what a daemon of the fixture is made from: its configuration,
+// a repository on its store and its VMM driver.
+func (f *fixture) options(t *testing.T) daemon.Options {
 	t.Helper()
 	repo, err := posixfs.Open(f.cfg.Backend.PosixFS.SnapshotStore, posixfs.Options{})
 	if err != nil {
@@ -254,8 +256,14 @@ func startDaemon(t *testing.T, f *fixture, tweak func(*daemon.Options)) *running
 	if err != nil {
 		t.Fatal(err)
 	}
+	return daemon.Options{Config: f.cfg, Repository: repo, VMM: vm}
+}
+
+func startDaemon(t *testing.T, f *fixture, tweak func(*daemon.Options)) *running {
+	t.Helper()
 	sink := newLogSink()
-	opts := daemon.Options{Config: f.cfg, Repository: repo, VMM: vm, Log: sink.logger()}
+	opts := f.options(t)
+	opts.Log = sink.logger()
 	if tweak != nil {
 		tweak(&opts)
 	}

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"warmstart/internal/daemon"
-	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/trace"
 )
 
@@ -179,15 +178,7 @@ func TestRestartAfterCrash(t *testing.T) {
 
 func TestStartRefusals(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
-	repo, err := posixfs.Open(f.cfg.Backend.PosixFS.SnapshotStore, posixfs.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm, err := daemon.NewVMM(f.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := daemon.Options{Config: f.cfg, Repository: repo, VMM: vm}
+	opts := f.options(t)
 
 	t.Run("not a socket", func(t *testing.T) {
 		if err := os.WriteFile(f.cfg.Daemon.Socket, []byte("keep me"), 0o644); err != nil {

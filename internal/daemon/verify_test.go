@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 
@@ -13,6 +12,7 @@ import (
 	"warmstart/internal/integrity"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs/posixfstest"
+	"warmstart/internal/repository/repotest"
 	"warmstart/internal/snapcheck"
 )
 
@@ -56,7 +56,7 @@ func TestVerifyEndpoint(t *testing.T) {
 		t.Fatalf("snapshot files: %+v, %v", info, err)
 	}
 	const off = 5*integrity.BlockBytes + 9
-	flipStored(t, info.Files.Memory, off)
+	repotest.FlipBytes(t, info.Files.Memory, off)
 	rep = postVerify(t, f, imp.ID, "")
 	mem := memoryOf(t, rep)
 	if rep.OK || mem.Blocks == nil || mem.Blocks.Bad != 1 || mem.Blocks.BadRanges[0].Offset != 5*integrity.BlockBytes {
@@ -101,26 +101,4 @@ func memoryOf(t *testing.T, rep snapcheck.Report) snapcheck.Artifact {
 	}
 	t.Fatalf("report has no %s: %+v", repository.MemoryFileName, rep)
 	return snapcheck.Artifact{}
-}
-
-// flipStored inverts a bit of a stored (read-only) artifact.
-func flipStored(t *testing.T, path string, off int64) {
-	t.Helper()
-	if err := os.Chmod(path, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	defer os.Chmod(path, 0o444)
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	b := make([]byte, 1)
-	if _, err := f.ReadAt(b, off); err != nil {
-		t.Fatal(err)
-	}
-	b[0] ^= 0x80
-	if _, err := f.WriteAt(b, off); err != nil {
-		t.Fatal(err)
-	}
 }

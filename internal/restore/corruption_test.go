@@ -13,6 +13,7 @@ import (
 
 	"warmstart/internal/manifest"
 	"warmstart/internal/repository"
+	"warmstart/internal/repository/repotest"
 	"warmstart/internal/restore"
 	"warmstart/internal/snapcheck"
 	"warmstart/internal/synth"
@@ -39,8 +40,8 @@ type corruptCase struct {
 }
 
 var corruptions = []corruption{
-	{"flip touched page", func(t *testing.T, c corruptCase) { flipByte(t, c.path, c.touched+123) }},
-	{"flip untouched page", func(t *testing.T, c corruptCase) { flipByte(t, c.path, c.untouched+7) }},
+	{"flip touched page", func(t *testing.T, c corruptCase) { repotest.FlipBytes(t, c.path, c.touched+123) }},
+	{"flip untouched page", func(t *testing.T, c corruptCase) { repotest.FlipBytes(t, c.path, c.untouched+7) }},
 	{"other snapshot's file", func(t *testing.T, c corruptCase) { copyFile(t, c.other, c.path) }},
 	{"truncate", func(t *testing.T, c corruptCase) { must(t, os.Truncate(c.path, c.artifactSize/2)) }},
 	{"append", func(t *testing.T, c corruptCase) { appendBytes(t, c.path, 4096) }},
@@ -184,7 +185,7 @@ func TestCorruptTouchedPageNamesTheBlock(t *testing.T) {
 	backup, putBack := setAside(t, path)
 	defer putBack()
 	copyFile(t, backup, path)
-	flipByte(t, path, touched+100)
+	repotest.FlipBytes(t, path, touched+100)
 	for _, device := range devices {
 		for _, mode := range []restore.Mode{restore.ModeOn, restore.ModeOff} {
 			before := e.observer.integrityFailures()
@@ -227,7 +228,7 @@ func otherSnapshot(t *testing.T, e *env) otherFiles {
 	must(t, err)
 	vmState := filepath.Join(t.TempDir(), "vm_state.bin")
 	copyFile(t, e.source(t).VMStatePath, vmState)
-	flipByte(t, vmState, 0) // same size, other bytes
+	repotest.FlipBytes(t, vmState, 0) // same size, other bytes
 	return otherFiles{Memory: res.MemoryPath, VMState: vmState, Digests: res.DigestsPath, Manifest: res.ManifestPath}
 }
 
@@ -304,19 +305,6 @@ func copyFile(t *testing.T, from, to string) {
 	must(t, err)
 	_, err = io.Copy(out, in)
 	must(t, errors.Join(err, out.Close()))
-}
-
-func flipByte(t *testing.T, path string, off int64) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	must(t, err)
-	defer f.Close()
-	b := make([]byte, 1)
-	_, err = f.ReadAt(b, off)
-	must(t, err)
-	b[0] ^= 0x5a
-	_, err = f.WriteAt(b, off)
-	must(t, err)
 }
 
 func appendBytes(t *testing.T, path string, n int) {

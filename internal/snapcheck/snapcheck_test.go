@@ -84,28 +84,6 @@ func writable(t *testing.T, path string, fn func()) {
 	}
 }
 
-// flip inverts one bit of the byte at each offset of the file at path.
-func flip(t *testing.T, path string, offsets ...int64) {
-	t.Helper()
-	writable(t, path, func() {
-		f, err := os.OpenFile(path, os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		for _, off := range offsets {
-			b := make([]byte, 1)
-			if _, err := f.ReadAt(b, off); err != nil {
-				t.Fatal(err)
-			}
-			b[0] ^= 0x10
-			if _, err := f.WriteAt(b, off); err != nil {
-				t.Fatal(err)
-			}
-		}
-	})
-}
-
 func verify(t *testing.T, repo repository.Repository, ref string, opts Options) Report {
 	t.Helper()
 	r, err := Verify(bg(), repo, ref, opts)
@@ -171,7 +149,7 @@ func TestFlippedBytesReportedAtTheirBlocks(t *testing.T) {
 	f := newFixture(t)
 	const bs = integrity.BlockBytes
 	lastBlock := int64(memoryBytes - bs)
-	flip(t, f.files.MemoryPath, 3*bs+17, 10*bs, 11*bs+bs-1, lastBlock+99)
+	repotest.FlipBytes(t, f.files.MemoryPath, 3*bs+17, 10*bs, 11*bs+bs-1, lastBlock+99)
 	r := verify(t, f.repo, f.rec.ID, Options{})
 	if r.OK {
 		t.Fatal("damaged memory reported OK")
@@ -256,15 +234,15 @@ func TestDamagedArtifactsAreProblems(t *testing.T) {
 		{"memory truncated", func(t *testing.T, f *fixture) { truncate(t, f.files.MemoryPath, memoryBytes-1) }, repository.MemoryFileName, KindUnresolved},
 		{"memory removed", func(t *testing.T, f *fixture) { remove(t, f.files.MemoryPath) }, repository.MemoryFileName, KindUnresolved},
 		{"vm state removed", func(t *testing.T, f *fixture) { remove(t, f.files.VMStatePath) }, repository.VMStateFileName, KindUnresolved},
-		{"vm state flipped", func(t *testing.T, f *fixture) { flip(t, f.files.VMStatePath, 7) }, repository.VMStateFileName, KindSHA256},
+		{"vm state flipped", func(t *testing.T, f *fixture) { repotest.FlipBytes(t, f.files.VMStatePath, 7) }, repository.VMStateFileName, KindSHA256},
 		{"vm state is a FIFO", func(t *testing.T, f *fixture) { fifo(t, f.files.VMStatePath) }, repository.VMStateFileName, KindUnresolved},
 		{"digests removed", func(t *testing.T, f *fixture) { remove(t, f.files.DigestsPath) }, repository.DigestsFileName, KindMissing},
 		{"digests truncated", func(t *testing.T, f *fixture) { truncate(t, f.files.DigestsPath, 30) }, repository.DigestsFileName, KindSize},
-		{"digests flipped", func(t *testing.T, f *fixture) { flip(t, f.files.DigestsPath, 40) }, repository.DigestsFileName, KindSHA256},
+		{"digests flipped", func(t *testing.T, f *fixture) { repotest.FlipBytes(t, f.files.DigestsPath, 40) }, repository.DigestsFileName, KindSHA256},
 		{"digests is a FIFO", func(t *testing.T, f *fixture) { fifo(t, f.files.DigestsPath) }, repository.DigestsFileName, KindNotRegular},
 		{"digests is a symlink", func(t *testing.T, f *fixture) { symlink(t, f.files.DigestsPath) }, repository.DigestsFileName, KindNotRegular},
 		{"manifest removed", func(t *testing.T, f *fixture) { remove(t, f.files.ManifestPath) }, repository.ManifestFileName, KindMissing},
-		{"manifest flipped", func(t *testing.T, f *fixture) { flip(t, f.files.ManifestPath, 3) }, repository.ManifestFileName, KindSHA256},
+		{"manifest flipped", func(t *testing.T, f *fixture) { repotest.FlipBytes(t, f.files.ManifestPath, 3) }, repository.ManifestFileName, KindSHA256},
 		{"manifest truncated", func(t *testing.T, f *fixture) { truncate(t, f.files.ManifestPath, 10) }, repository.ManifestFileName, KindSize},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -365,7 +343,7 @@ func TestLegacySnapshotGetsDigests(t *testing.T) {
 func TestAddDigestsRefusedForChangedMemory(t *testing.T) {
 	f := newFixture(t)
 	posixfstest.StripDigests(t, f.repo.Root(), f.rec.ID)
-	flip(t, f.files.MemoryPath, 5000)
+	repotest.FlipBytes(t, f.files.MemoryPath, 5000)
 	r := verify(t, f.repo, f.rec.ID, Options{AddDigests: true})
 	if r.OK || r.DigestsAdded != nil || !r.Unverified {
 		t.Fatalf("add digests over changed memory: %+v", r)
@@ -392,7 +370,7 @@ func TestVerifyAllCoversEverySnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	flip(t, res.MemoryPath, 0)
+	repotest.FlipBytes(t, res.MemoryPath, 0)
 	reports, err := VerifyAll(bg(), f.repo, Options{})
 	if err != nil {
 		t.Fatal(err)

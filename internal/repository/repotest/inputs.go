@@ -125,3 +125,34 @@ func ManifestBytes(t testing.TB, n int) []byte {
 	}
 	return b
 }
+
+// FlipBytes changes the byte at each offset of the file at path in place
+// (one bit inverted), as bit rot or a stray write would. Stored artifacts
+// are read-only; the owner's write bit is set for the write and cleared
+// again.
+func FlipBytes(t testing.TB, path string, offsets ...int64) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, fi.Mode().Perm()|0o200); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chmod(path, fi.Mode().Perm())
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, off := range offsets {
+		b := make([]byte, 1)
+		if _, err := f.ReadAt(b, off); err != nil {
+			t.Fatal(err)
+		}
+		b[0] ^= 0x10
+		if _, err := f.WriteAt(b, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
