@@ -229,7 +229,9 @@ func TestStartFailureReportsLogTail(t *testing.T) {
 
 func TestSocketTimeoutKills(t *testing.T) {
 	ctx := testContext(t)
-	d := newTestDriver(t, fakeConfig{NoSocket: true}, func(o *Options) { o.StartTimeout = 200 * time.Millisecond })
+	// The timeout must leave a race-built child time to start and log its
+	// first line even on a loaded host: the error is to quote that line.
+	d := newTestDriver(t, fakeConfig{NoSocket: true}, func(o *Options) { o.StartTimeout = 2 * time.Second })
 	spec := fileRestore(t, 16)
 	_, err := d.Restore(ctx, spec)
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "fake firecracker running") {
