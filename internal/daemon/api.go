@@ -213,14 +213,14 @@ func (d *Daemon) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 	if err := repository.ValidateFilter(f); err != nil {
 		return statusError(http.StatusBadRequest, "alias_prefix", err)
 	}
-	recs, err := d.repo.List(r.Context(), f)
+	rows, damaged, err := repository.Listing(r.Context(), d.repo, f)
 	if err != nil {
 		return fmt.Errorf("list snapshots: %w", err)
 	}
-	if recs == nil {
-		recs = []repository.Record{}
+	for _, dmg := range damaged {
+		d.log.Warn("damaged catalog entry", "kind", dmg.Kind, "name", dmg.Name, "quarantined", dmg.Quarantined, "location", dmg.Location, "reason", dmg.Reason)
 	}
-	writeJSON(w, http.StatusOK, recs)
+	writeJSON(w, http.StatusOK, rows)
 	return nil
 }
 

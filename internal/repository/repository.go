@@ -253,8 +253,20 @@ type Repository interface {
 	// List returns the visible records that match f, oldest first (ids are
 	// UUIDv7, so id order is creation order). Snapshots being published,
 	// half-written files left by crashes, and records that cannot be decoded
-	// are never listed.
+	// are never listed: Damaged reports the last.
 	List(ctx context.Context, f Filter) ([]Record, error)
+
+	// Damaged reports every catalog entry that exists but cannot be
+	// decoded (records and alias bindings), in place or already moved to
+	// QuarantineDir, sorted by SortDamage. It changes nothing, so it works
+	// on a store opened read-only. Writers (the sweep of a writable open)
+	// move damaged entries to QuarantineDir; never delete them. A damaged
+	// or quarantined alias binding keeps its alias taken: Publish with it
+	// fails with ErrAliasConflict (DamagedAliasError) until an operator
+	// removes the quarantined entry or deletes the snapshot whose record
+	// carries the alias, and the artifacts of a quarantined record are
+	// kept until its id is deleted.
+	Damaged(ctx context.Context) ([]Damage, error)
 
 	// ResolveAlias returns the id bound to alias, or ErrNotFound when the
 	// alias is unbound or bound to a snapshot that is no longer visible.

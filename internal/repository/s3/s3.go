@@ -471,7 +471,7 @@ func (r *Repo) delete(ctx context.Context, id string) error {
 	rec, _, err := r.getRecord(ctx, id)
 	switch {
 	case errors.Is(err, repository.ErrNotFound):
-		return r.reclaimUnpublished(ctx, id)
+		return r.deleteQuarantined(ctx, id)
 	case errors.Is(err, repository.ErrIntegrity):
 		// Undecodable, so its alias is unknown; a binding left naming it
 		// is stale once the record is gone and is taken over.
@@ -490,6 +490,23 @@ func (r *Repo) delete(ctx context.Context, id string) error {
 	return r.removeArtifacts(ctx, id)
 }
 
+// deleteQuarantined deletes an id without a record: a quarantined record
+// and its artifacts go at once (deleting it is the operator's decision),
+// otherwise what a crashed publish left is reclaimed as usual.
+func (r *Repo) deleteQuarantined(ctx context.Context, id string) error {
+	q, err := r.exists(ctx, r.keys.quarantinedRecord(id))
+	if err != nil {
+		return err
+	}
+	if !q {
+		return r.reclaimUnpublished(ctx, id)
+	}
+	if err := r.remove(ctx, r.keys.quarantinedRecord(id)); err != nil {
+		return err
+	}
+	return r.removeArtifacts(ctx, id)
+}
+
 // reclaimUnpublished removes the artifacts of an id that has no record,
 // left by a publish that failed or crashed, unless a publish of it may
 // still be running: a lease on it is live in this process, or the id is
@@ -501,13 +518,17 @@ func (r *Repo) reclaimUnpublished(ctx context.Context, id string) error {
 	return r.removeArtifacts(ctx, id)
 }
 
-// Sweep reclaims the artifacts that crashed publishes left under the
+// Sweep moves damaged records and aliases to the quarantine
+// (quarantine.go) and reclaims the artifacts that crashed publishes left under the
 // prefix: those of ids without a record, once the ids are older than
 // PublishGrace. Run it now and then on one node; it is safe to run
 // concurrently with everything else. (Alias bindings released by failed
 // publishes stay: deleting one could race with a publisher taking it over,
 // and the next publisher of the alias reuses the object.)
 func (r *Repo) Sweep(ctx context.Context) error {
+	if err := r.quarantineDamaged(ctx); err != nil {
+		return fmt.Errorf("sweep: %w", err)
+	}
 	objs, err := r.list(ctx, r.keys.prefix+artifactsDir)
 	if err != nil {
 		return fmt.Errorf("sweep: %w", err)
@@ -532,6 +553,10 @@ func (r *Repo) sweepOne(ctx context.Context, id string) error {
 	_, _, err := r.getRecord(ctx, id)
 	switch {
 	case errors.Is(err, repository.ErrNotFound):
+		// A quarantined record keeps its artifacts until its id is deleted.
+		if q, err := r.exists(ctx, r.keys.quarantinedRecord(id)); err != nil || q {
+			return err
+		}
 		return r.reclaimUnpublished(ctx, id)
 	case errors.Is(err, repository.ErrIntegrity):
 		return nil // a record, if a broken one: Delete's to decide

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"warmstart/internal/repository"
+	"warmstart/internal/repository/posixfs"
+	"warmstart/internal/repository/repotest"
+)
+
+// A record with one bad byte is a CORRUPT row of `snapshot list`, in the
+// table and in JSON, with a warning; --check exits 1; listing moves
+// nothing.
+func TestSnapshotListReportsDamagedRecords(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "store")
+	repo, err := posixfs.Open(store, posixfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, _ := repotest.Publish(t, repo, "bad")
+	good, _ := repotest.Publish(t, repo, "good")
+	recordPath := filepath.Join(store, "catalog", "records", bad.ID+".json")
+	repotest.FlipBytes(t, recordPath, 0)
+
+	table := runCLI(t, "snapshot", "list", "--store", store)
+	if table.code != 0 || !strings.Contains(table.stdout, good.ID) || !strings.Contains(table.stdout, bad.ID+"  -      CORRUPT") ||
+		!strings.Contains(table.stderr, "corrupt record "+bad.ID) {
+		t.Fatalf("list: exit %d\nstdout:\n%s\nstderr:\n%s", table.code, table.stdout, table.stderr)
+	}
+	js := runCLI(t, "snapshot", "list", "--store", store, "--json")
+	var rows []repository.Entry
+	if err := json.Unmarshal([]byte(js.stdout), &rows); err != nil || js.code != 0 {
+		t.Fatalf("list --json: exit %d, %v\n%s", js.code, err, js.stdout)
+	}
+	if len(rows) != 2 || rows[0].ID != good.ID || rows[1].ID != bad.ID || rows[1].Corrupt == nil || rows[1].Corrupt.Kind != repository.DamageRecord {
+		t.Fatalf("list --json rows = %+v", rows)
+	}
+	check := runCLI(t, "snapshot", "list", "--store", store, "--check")
+	if check.code != 1 || !strings.Contains(check.stderr, "1 damaged catalog entries") {
+		t.Fatalf("list --check: exit %d, stderr %q; want exit 1", check.code, check.stderr)
+	}
+	if _, err := os.Stat(recordPath); err != nil {
+		t.Fatalf("listing moved the damaged record: %v", err)
+	}
+	clean := runCLI(t, "snapshot", "list", "--store", store, "--check", "--alias-prefix", "go")
+	if clean.code != 0 {
+		t.Fatalf("list --check with a filter that leaves the damage out: exit %d, %s", clean.code, clean.stderr)
+	}
+}
