@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"warmstart/internal/fsx"
 	"warmstart/internal/layout"
 	"warmstart/internal/memdev"
 	"warmstart/internal/recorder"
@@ -282,6 +283,12 @@ func localFile(field, path string) (os.FileInfo, error) {
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, badRequest(field, "%s %s is not a regular file", field, path)
+	}
+	if err := fsx.CheckOnDisk(path); err != nil {
+		return nil, statusError(http.StatusBadRequest, field, fmt.Errorf("%s: %w", field, err))
+	}
+	if fi.Size() == 0 {
+		return nil, badRequest(field, "%s %s is empty", field, path)
 	}
 	return fi, nil
 }
