@@ -235,11 +235,13 @@ func (r *Repo) releaseAlias(ctx context.Context, alias, id string) error {
 func (r *Repo) removeAlias(ctx context.Context, alias, id string) error {
 	b, _, _, found, err := r.readAlias(ctx, alias)
 	damaged := errors.Is(err, repository.ErrIntegrity)
-	if (err != nil && !damaged) || !found || (!damaged && b.ID != id) {
+	if err != nil && !damaged {
 		return err
 	}
-	if err := r.remove(ctx, r.keys.alias(alias)); err != nil {
-		return err
+	if damaged || (found && b.ID == id) {
+		if err := r.remove(ctx, r.keys.alias(alias)); err != nil {
+			return err
+		}
 	}
 	return r.remove(ctx, r.keys.quarantinedAlias(alias))
 }

@@ -185,3 +185,26 @@ func (r *Repo) aliasTaken(ctx context.Context, alias string) (bool, error) {
 	}
 	return r.exists(ctx, r.keys.quarantinedAlias(alias))
 }
+
+// removeBindingsOf removes every alias binding naming id. Deleting a
+// quarantined record calls it: the record's alias is unknown, and a
+// binding left naming it would otherwise keep the alias for AliasBindGrace
+// (it looks like a publish in progress).
+func (r *Repo) removeBindingsOf(ctx context.Context, id string) error {
+	objs, err := r.list(ctx, r.keys.aliasesPrefix())
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		alias, ok := r.keys.nameUnder(aliasesDir, o.Key, repository.ValidateAlias)
+		if !ok {
+			continue
+		}
+		if b, _, _, found, err := r.readAlias(ctx, alias); err == nil && found && b.ID == id {
+			if err := r.remove(ctx, o.Key); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
