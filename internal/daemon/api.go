@@ -30,9 +30,12 @@ type Error struct {
 	Field string `json:"field,omitempty"`
 }
 
-// Health is the body of GET /healthz.
+// Health is the body of GET /healthz (always HTTP 200 while serving).
 type Health struct {
+	// Status is "ok", or "degraded" when restores will fail: the
+	// configured VMM cannot run on this host (Reason says why).
 	Status   string `json:"status"`
+	Reason   string `json:"reason,omitempty"`
 	Restores int    `json:"restores"`
 }
 
@@ -149,7 +152,7 @@ func (r *running) current() RestoreInfo {
 }
 
 func (d *Daemon) healthz(w http.ResponseWriter, _ *http.Request) error {
-	writeJSON(w, http.StatusOK, Health{Status: "ok", Restores: d.activeRestores()})
+	writeJSON(w, http.StatusOK, d.health())
 	return nil
 }
 

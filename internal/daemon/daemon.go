@@ -182,6 +182,8 @@ type Daemon struct {
 	token string
 	// instance is the runtime directory's lock, held until shutdown ends.
 	instance *instanceLock
+	// degraded is why the VMM cannot restore here, "" when it can.
+	degraded string
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -253,6 +255,7 @@ func New(opts Options) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("daemon: runtime directory: %w", err)
 	}
 
+	d.degraded = vmmHealth(opts.VMM, d.log)
 	d.engine = prefetch.NewEngine(prefetch.Options{MaxReaders: cfg.Prefetch.MaxReaders, BufferBytes: int(cfg.Prefetch.BufferBytes)})
 	d.metrics = metrics.New(d.engine, d.activeRestores, d.deviceBytes)
 	d.repo = d.metrics.Repository(opts.Repository)
