@@ -364,6 +364,7 @@ func (d *Daemon) importSnapshot(w http.ResponseWriter, r *http.Request) error {
 	}
 	rec, err := d.repo.Publish(ctx, lease, repository.PublishRequest{
 		VMStatePath: req.VMState, MemoryPath: req.Memory, Layout: lay, Alias: req.Alias, Link: req.Link,
+		RecordManifest: d.cfg.Snapshot.MemoryStartupPack.Enabled,
 	})
 	if err != nil {
 		lease.End()

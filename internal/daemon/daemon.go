@@ -296,6 +296,7 @@ func New(opts Options) (_ *Daemon, err error) {
 	d.reqCtx, d.reqCancel = context.WithCancel(context.Background())
 	d.recCtx, d.recCancel = context.WithCancel(context.Background())
 	undo = append(undo, d.reqCancel, d.recCancel)
+	d.resumeRecordings(d.recCtx)
 
 	if d.socketPath != "" {
 		err = d.listenUnix()

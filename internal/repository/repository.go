@@ -68,6 +68,11 @@ type Record struct {
 	// Manifest describes the attached startup manifest; nil when none is
 	// attached.
 	Manifest *ManifestDescriptor `json:"manifest,omitempty"`
+	// ManifestRequested is set when the publisher records the manifest in
+	// the background ([snapshot.memory_startup_pack] enabled). With
+	// Manifest nil and no capture lease held, that recording was
+	// interrupted (its process died), and a daemon resumes it at start.
+	ManifestRequested bool `json:"manifest_requested,omitempty"`
 }
 
 // ManifestDescriptor identifies the bytes of an attached startup manifest.
@@ -131,6 +136,9 @@ type PublishRequest struct {
 	Layout layout.Layout
 	// Alias is bound to the snapshot when not empty.
 	Alias string
+	// RecordManifest says the caller records the startup manifest in the
+	// background after Publish (Record.ManifestRequested).
+	RecordManifest bool
 	// Progress, when not nil, is called from Publish's goroutine as the
 	// artifacts are imported. It must not block for long.
 	Progress func(ImportProgress)
@@ -240,6 +248,11 @@ type Repository interface {
 	// the bytes that were written. The lease stays held after Publish: end
 	// it when background work on the snapshot (manifest recording) is done.
 	Publish(ctx context.Context, lease Lease, req PublishRequest) (Record, error)
+
+	// LeaseHeld reports whether a capture lease on id is held now, by this
+	// or (where the backend can tell) another process: a recording of its
+	// manifest is in progress. It changes nothing.
+	LeaseHeld(ctx context.Context, id string) (bool, error)
 
 	// LeaseExisting takes a lease on a published snapshot, so a manifest can
 	// be recorded for it on demand. It fails with ErrNotFound if no record

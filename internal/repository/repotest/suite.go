@@ -53,6 +53,7 @@ func Run(t *testing.T, open func(t *testing.T) repository.Repository) {
 		{"AttachDigests", testAttachDigests},
 		{"AttachDigestsRefused", testAttachDigestsRefused},
 		{"LeaseExisting", testLeaseExisting},
+		{"LeaseHeldAndManifestRequested", testLeaseHeld},
 		{"EndWaitsForAttach", testEndWaitsForAttach},
 		{"AttachRacingDelete", testAttachRacingDelete},
 	}
