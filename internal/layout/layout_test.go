@@ -111,7 +111,10 @@ func TestRegionLimit(t *testing.T) {
 	for i := range MaxRegions + 1 {
 		l.Regions = append(l.Regions, Region{Offset: int64(i) * 4096, Size: 4096, PageSize: 4096})
 	}
-	if err := l.Validate(); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("Validate(%d regions) = %v, want ErrInvalid", MaxRegions+1, err)
+	if err := l.ValidateNew(); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("ValidateNew(%d regions) = %v, want ErrInvalid", MaxRegions+1, err)
+	}
+	if err := l.Validate(); err != nil {
+		t.Fatalf("Validate(%d regions) of a stored layout = %v, want nil", MaxRegions+1, err)
 	}
 }

@@ -166,7 +166,7 @@ func CheckPublish(req PublishRequest) (PublishSizes, error) {
 	if err != nil {
 		return PublishSizes{}, err
 	}
-	if err := req.Layout.Validate(); err != nil {
+	if err := req.Layout.ValidateNew(); err != nil {
 		return PublishSizes{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	if req.Layout.FileSize != memSize {
