@@ -222,7 +222,7 @@ func (d *Daemon) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 		return fmt.Errorf("list snapshots: %w", err)
 	}
 	for _, dmg := range damaged {
-		d.log.Warn("damaged catalog entry", "kind", dmg.Kind, "name", dmg.Name, "quarantined", dmg.Quarantined, "location", dmg.Location, "reason", dmg.Reason)
+		logDamage(d.log, dmg)
 	}
 	writeJSON(w, http.StatusOK, rows)
 	return nil

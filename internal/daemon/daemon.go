@@ -296,6 +296,7 @@ func New(opts Options) (_ *Daemon, err error) {
 	d.reqCtx, d.reqCancel = context.WithCancel(context.Background())
 	d.recCtx, d.recCancel = context.WithCancel(context.Background())
 	undo = append(undo, d.reqCancel, d.recCancel)
+	d.reportDamage(d.recCtx)
 	d.resumeRecordings(d.recCtx)
 
 	if d.socketPath != "" {

@@ -38,3 +38,21 @@ func TestListShowsDamagedRecords(t *testing.T) {
 		t.Fatalf("Snapshots = %+v, %v; want no restorable record", recs, err)
 	}
 }
+
+// A daemon starting over a damaged catalog logs each damaged entry.
+func TestStartLogsDamagedEntries(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	first := startDaemon(t, f, nil)
+	if _, err := first.client.Import(context.Background(), f.importRequest("ref")); err != nil {
+		t.Fatal(err)
+	}
+	first.d.Shutdown(context.Background())
+	repotest.FlipBytes(t, filepath.Join(f.cfg.Backend.PosixFS.SnapshotStore, "catalog", "aliases", "ref"), 0)
+
+	again := startDaemon(t, f, nil)
+	select {
+	case <-again.log.logged("damaged catalog entry"):
+	default:
+		t.Fatal("the damaged alias was not logged at start")
+	}
+}

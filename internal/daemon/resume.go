@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"log/slog"
 
 	"warmstart/internal/repository"
 )
@@ -41,4 +42,24 @@ func (d *Daemon) resumeRecordings(ctx context.Context) {
 		d.log.Info("resuming interrupted manifest recording", "snapshot", rec.ID, "alias", rec.Alias)
 		d.startRecording(lease)
 	}
+}
+
+// reportDamage logs, once at start, every damaged catalog entry (the
+// writable open before it has moved those in place to the quarantine):
+// they stay until an operator resolves them, and an alias they hold stays
+// taken.
+func (d *Daemon) reportDamage(ctx context.Context) {
+	damaged, err := d.repo.Damaged(ctx)
+	if err != nil {
+		d.log.Error("check catalog", "err", err)
+		return
+	}
+	for _, dmg := range damaged {
+		logDamage(d.log, dmg)
+	}
+}
+
+func logDamage(log *slog.Logger, dmg repository.Damage) {
+	log.Warn("damaged catalog entry", "kind", dmg.Kind, "name", dmg.Name, "quarantined", dmg.Quarantined,
+		"location", dmg.Location, "reason", dmg.Reason)
 }
