@@ -31,14 +31,7 @@ func TestSnapshotListReportsDamagedRecords(t *testing.T) {
 		!strings.Contains(table.stderr, "corrupt record "+bad.ID) {
 		t.Fatalf("list: exit %d\nstdout:\n%s\nstderr:\n%s", table.code, table.stdout, table.stderr)
 	}
-	js := runCLI(t, "snapshot", "list", "--store", store, "--json")
-	var rows []repository.Entry
-	if err := json.Unmarshal([]byte(js.stdout), &rows); err != nil || js.code != 0 {
-		t.Fatalf("list --json: exit %d, %v\n%s", js.code, err, js.stdout)
-	}
-	if len(rows) != 2 || rows[0].ID != good.ID || rows[1].ID != bad.ID || rows[1].Corrupt == nil || rows[1].Corrupt.Kind != repository.DamageRecord {
-		t.Fatalf("list --json rows = %+v", rows)
-	}
+	checkJSONRows(t, store, good.ID, bad.ID)
 	check := runCLI(t, "snapshot", "list", "--store", store, "--check")
 	if check.code != 1 || !strings.Contains(check.stderr, "1 damaged catalog entries") {
 		t.Fatalf("list --check: exit %d, stderr %q; want exit 1", check.code, check.stderr)
@@ -49,5 +42,19 @@ func TestSnapshotListReportsDamagedRecords(t *testing.T) {
 	clean := runCLI(t, "snapshot", "list", "--store", store, "--check", "--alias-prefix", "go")
 	if clean.code != 0 {
 		t.Fatalf("list --check with a filter that leaves the damage out: exit %d, %s", clean.code, clean.stderr)
+	}
+}
+
+// checkJSONRows checks `snapshot list --json` lists good, then bad as a
+// corrupt record row.
+func checkJSONRows(t *testing.T, store, good, bad string) {
+	t.Helper()
+	js := runCLI(t, "snapshot", "list", "--store", store, "--json")
+	var rows []repository.Entry
+	if err := json.Unmarshal([]byte(js.stdout), &rows); err != nil || js.code != 0 {
+		t.Fatalf("list --json: exit %d, %v\n%s", js.code, err, js.stdout)
+	}
+	if len(rows) != 2 || rows[0].ID != good || rows[1].ID != bad || rows[1].Corrupt == nil || rows[1].Corrupt.Kind != repository.DamageRecord {
+		t.Fatalf("list --json rows = %+v", rows)
 	}
 }
