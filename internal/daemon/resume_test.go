@@ -4,6 +4,7 @@ import (
 	"context"
 	"syscall"
 	"testing"
+	"time"
 
 	"warmstart/internal/daemon"
 	"warmstart/internal/repository/posixfs"
@@ -41,6 +42,10 @@ func TestRecordingResumedAfterKill(t *testing.T) {
 	}
 
 	again := startChild(t, f.cfgPath)
+	// A daemon that never resumes would never log it: kill it after a
+	// bound so the wait below fails instead of hanging.
+	bound := time.AfterFunc(2*time.Minute, func() { syscall.Kill(again.pid, syscall.SIGKILL) })
+	defer bound.Stop()
 	again.wait(t, "resuming interrupted manifest recording")
 	again.wait(t, "startup manifest attached")
 	if rec, err = store.Get(ctx, imp.ID); err != nil || rec.Manifest == nil {
