@@ -58,3 +58,32 @@ func checkJSONRows(t *testing.T, store, good, bad string) {
 		t.Fatalf("list --json rows = %+v", rows)
 	}
 }
+
+// A writer quarantines a damaged record; `snapshot delete ID` then lets it
+// go, and the catalog checks clean.
+func TestDeleteOfAQuarantinedRecord(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "store")
+	repo, err := posixfs.Open(store, posixfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, lease := repotest.Publish(t, repo, "bad")
+	lease.End()
+	repotest.FlipBytes(t, filepath.Join(store, "catalog", "records", bad.ID+".json"), 0)
+	if _, err := posixfs.Open(store, posixfs.Options{}); err != nil { // a writer's open quarantines
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(store, "catalog", "quarantine", "records", bad.ID+".json")); err != nil {
+		t.Fatalf("not quarantined: %v", err)
+	}
+	del := runCLI(t, "snapshot", "delete", "--store", store, bad.ID)
+	if del.code != 0 || !strings.Contains(del.stdout, "deleted snapshot "+bad.ID) {
+		t.Fatalf("delete: exit %d, stdout %q, stderr %q", del.code, del.stdout, del.stderr)
+	}
+	if check := runCLI(t, "snapshot", "list", "--store", store, "--check"); check.code != 0 {
+		t.Fatalf("list --check after the delete: exit %d, %s", check.code, check.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(store, "snapshots", bad.ID)); !os.IsNotExist(err) {
+		t.Fatalf("the quarantined record's artifacts remain: %v", err)
+	}
+}

@@ -175,7 +175,15 @@ func (r *Repo) Get(ctx context.Context, id string) (repository.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return repository.Record{}, fmt.Errorf("get %s: %w", id, err)
 	}
-	return r.readRecord(id)
+	rec, err := r.readRecord(id)
+	if errors.Is(err, repository.ErrNotFound) {
+		// A quarantined record is damaged, not gone: say so, so that a
+		// lookup by id leads to it (delete it to let it go).
+		if q, _ := exists(r.paths.quarantinedRecordPath(id)); q {
+			return rec, fmt.Errorf("record %s: %w: it did not decode and is in quarantine", id, repository.ErrIntegrity)
+		}
+	}
+	return rec, err
 }
 
 // List implements repository.Repository.

@@ -103,6 +103,8 @@ func testDamagedRecord(t *testing.T, d Damageable) {
 	// A second sweep keeps it (and its artifacts) where it is.
 	d.Sweep(t)
 	mustDamage(t, d.Repo, repository.DamageRecord, bad.ID, true)
+	_, err := d.Repo.Get(bg(), bad.ID)
+	wantErr(t, "Get of a quarantined record", err, repository.ErrIntegrity)
 	// Its alias stays taken: the quarantined record may carry it.
 	wantErr(t, "publish under the alias of a quarantined record", publishFails(t, d.Repo, "bad"), repository.ErrAliasConflict)
 

@@ -461,6 +461,12 @@ func (r *Repo) Get(ctx context.Context, id string) (repository.Record, error) {
 		return repository.Record{}, fmt.Errorf("get: %w", err)
 	}
 	rec, _, err := r.getRecord(ctx, id)
+	if errors.Is(err, repository.ErrNotFound) {
+		// A quarantined record is damaged, not gone (see posixfs.Get).
+		if q, _ := r.exists(ctx, r.keys.quarantinedRecord(id)); q {
+			return rec, fmt.Errorf("record %s: %w: it did not decode and is in quarantine", id, repository.ErrIntegrity)
+		}
+	}
 	return rec, err
 }
 
