@@ -37,7 +37,9 @@
 // At start a socket file left by a crashed daemon is removed, unless a
 // daemon still answers on it (ErrAlreadyRunning); a dead FUSE mount left at
 // [memory] fuse_mount is detached by fusedev.Mount; leftover per-restore
-// directories are removed.
+// directories are removed. Damaged catalog entries are logged, interrupted
+// manifest recordings resumed (resume.go), and the VMM driver asked
+// whether it can restore here (health.go).
 //
 // Shutdown (SIGTERM for Run) goes in this order, each step logged:
 //  1. stop accepting requests and let those in progress finish (after
