@@ -186,14 +186,11 @@ func daemonSnapshotList(cmd *cobra.Command, f repository.Filter, asJSON bool) er
 		return err
 	}
 	defer c.Close()
-	recs, err := c.Snapshots(cmd.Context(), f)
+	rows, err := c.Catalog(cmd.Context(), f)
 	if err != nil {
 		return daemonError("snapshot list", err)
 	}
-	if asJSON {
-		return writeJSON(cmd.OutOrStdout(), recs)
-	}
-	return writeSnapshotTable(cmd.OutOrStdout(), recs)
+	return printCatalog(cmd, rows, asJSON)
 }
 
 func daemonSnapshotShow(cmd *cobra.Command, ref string, asJSON bool) error {

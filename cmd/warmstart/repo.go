@@ -24,7 +24,8 @@ func openRepository(cmd *cobra.Command) (repository.Repository, error) {
 
 // openReadOnlyRepository is openRepository for verbs that only read: a
 // POSIX store is opened without creating, locking or sweeping anything,
-// and a store that does not exist is an error naming it.
+// and a store that does not exist is an error naming it; an S3 repository
+// is opened without writing to the bucket or creating anything at open.
 func openReadOnlyRepository(cmd *cobra.Command) (repository.Repository, error) {
 	return openRepositoryAs(cmd, true)
 }
@@ -42,7 +43,9 @@ func openRepositoryAs(cmd *cobra.Command, readOnly bool) (repository.Repository,
 	case config.BackendPosixFS:
 		return openPosixFS(store, readOnly)
 	case config.BackendS3:
-		repo, err := s3.Open(cmd.Context(), s3.OptionsFromConfig(cfg.Backend.S3))
+		o := s3.OptionsFromConfig(cfg.Backend.S3)
+		o.ReadOnly = readOnly
+		repo, err := s3.Open(cmd.Context(), o)
 		if err != nil {
 			return nil, err
 		}

@@ -46,6 +46,7 @@ on prefetches whenever a valid manifest is attached; off never does.`,
 			if daemonSocket != "" {
 				return daemonRestore(cmd, args[0], m, device, policy, ioEngine, hold, asJSON)
 			}
+			vf.readOnly = true
 			s, err := openSystem(cmd, &vf)
 			if err != nil {
 				return err

@@ -42,6 +42,8 @@ type system struct {
 type vmmFlags struct {
 	kind  string
 	trace string
+	// readOnly opens the repository read-only (restore only reads it).
+	readOnly bool
 }
 
 func (f *vmmFlags) register(cmd *cobra.Command) {
@@ -114,7 +116,7 @@ func openSystem(cmd *cobra.Command, vf *vmmFlags) (*system, error) {
 			s.close()
 		}
 	}()
-	if s.repo, err = openRepository(cmd); err != nil {
+	if s.repo, err = openRepositoryAs(cmd, vf.readOnly); err != nil {
 		return nil, err
 	}
 	vm, err := vf.build(cfg)

@@ -150,12 +150,17 @@ var snapshotListFlags struct {
 }
 
 var snapshotListCmd = &cobra.Command{
-	Use:   "list [--json] [--alias-prefix PREFIX]",
+	Use:   "list [--json] [--alias-prefix PREFIX] [--check]",
 	Short: "List snapshots, oldest first",
 	Long: `List the snapshots in the repository, oldest first, as a table of id, alias,
 creation time, memory size and whether a startup manifest is attached; with
 --json, as a JSON array of records. --alias-prefix keeps only snapshots whose
-alias starts with PREFIX.`,
+alias starts with PREFIX.
+
+A catalog entry that does not decode (a record or an alias binding) is a row
+marked CORRUPT (in JSON: {"id" or "alias", "corrupt": {...}}) and a warning
+on stderr; with --check the command then exits 1. Listing never changes the
+store: writers move such entries to catalog/quarantine/.`,
 	Args: argsAsUsageError(cobra.NoArgs),
 	RunE: func(cmd *cobra.Command, _ []string) error {
 		f := repository.Filter{AliasPrefix: snapshotListFlags.aliasPrefix}
@@ -169,31 +174,12 @@ alias starts with PREFIX.`,
 		if err != nil {
 			return fmt.Errorf("snapshot list: %w", err)
 		}
-		recs, err := repo.List(cmd.Context(), f)
+		rows, _, err := repository.Listing(cmd.Context(), repo, f)
 		if err != nil {
 			return fmt.Errorf("snapshot list: %w", err)
 		}
-		if snapshotListFlags.json {
-			if recs == nil {
-				recs = []repository.Record{}
-			}
-			return writeJSON(cmd.OutOrStdout(), recs)
-		}
-		return writeSnapshotTable(cmd.OutOrStdout(), recs)
+		return printCatalog(cmd, rows, snapshotListFlags.json)
 	},
-}
-
-func writeSnapshotTable(w io.Writer, recs []repository.Record) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tALIAS\tCREATED\tMEMORY\tMANIFEST")
-	for _, r := range recs {
-		manifest := "no"
-		if r.Manifest != nil {
-			manifest = "yes"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, orDash(r.Alias), r.CreatedAt.UTC().Format(time.RFC3339), sizeString(r.MemorySize), manifest)
-	}
-	return tw.Flush()
 }
 
 var snapshotShowJSON bool
@@ -371,6 +357,7 @@ func init() {
 	fl.BoolVar(&snapshotImportFlags.link, "link", false, "hard-link the files instead of copying them and make them read-only; never write them again")
 
 	snapshotListCmd.Flags().BoolVar(&snapshotListFlags.json, "json", false, "print JSON")
+	snapshotListCmd.Flags().BoolVar(&snapshotListCheck, "check", false, "exit 1 when the catalog holds damaged entries")
 	snapshotListCmd.Flags().StringVar(&snapshotListFlags.aliasPrefix, "alias-prefix", "", "only snapshots whose alias starts with this")
 	snapshotShowCmd.Flags().BoolVar(&snapshotShowJSON, "json", false, "print JSON")
 

@@ -148,7 +148,7 @@ func Publish(ctx context.Context, repo repository.Repository, rec *recorder.Reco
 	if err != nil {
 		return Snapshot{}, nil, fmt.Errorf("capture: %w", err)
 	}
-	snap, err := captureAndPublish(ctx, repo, lease, info, o, progress)
+	snap, err := captureAndPublish(ctx, repo, lease, info, o, progress, rec != nil)
 	if err != nil {
 		lease.End()
 		return Snapshot{}, nil, err
@@ -162,7 +162,7 @@ func Publish(ctx context.Context, repo repository.Repository, rec *recorder.Reco
 	return snap, rec.Start(ctx, lease), nil
 }
 
-func captureAndPublish(ctx context.Context, repo repository.Repository, lease repository.Lease, info GuestInfo, o Options, progress io.Writer) (Snapshot, error) {
+func captureAndPublish(ctx context.Context, repo repository.Repository, lease repository.Lease, info GuestInfo, o Options, progress io.Writer, recordManifest bool) (Snapshot, error) {
 	id := lease.SnapshotID()
 	snap := Snapshot{Accel: info.Accel}
 	staging, err := os.MkdirTemp(o.StagingDir, ".capture-")
@@ -204,10 +204,11 @@ func captureAndPublish(ctx context.Context, repo repository.Repository, lease re
 	}
 	fmt.Fprintf(progress, "captured in %v; publishing\n", snap.Capture.Round(time.Millisecond))
 	snap.Record, err = repo.Publish(ctx, lease, repository.PublishRequest{
-		VMStatePath: statePath,
-		MemoryPath:  memPath,
-		Layout:      l,
-		Alias:       o.Alias,
+		VMStatePath:    statePath,
+		MemoryPath:     memPath,
+		Layout:         l,
+		Alias:          o.Alias,
+		RecordManifest: recordManifest,
 	})
 	if err != nil {
 		return snap, fmt.Errorf("capture %s: %w", id, err)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"warmstart/internal/fsx"
 	"warmstart/internal/layout"
 	"warmstart/internal/memdev"
 	"warmstart/internal/recorder"
@@ -29,9 +30,12 @@ type Error struct {
 	Field string `json:"field,omitempty"`
 }
 
-// Health is the body of GET /healthz.
+// Health is the body of GET /healthz (always HTTP 200 while serving).
 type Health struct {
+	// Status is "ok", or "degraded" when restores will fail: the
+	// configured VMM cannot run on this host (Reason says why).
 	Status   string `json:"status"`
+	Reason   string `json:"reason,omitempty"`
 	Restores int    `json:"restores"`
 }
 
@@ -148,7 +152,7 @@ func (r *running) current() RestoreInfo {
 }
 
 func (d *Daemon) healthz(w http.ResponseWriter, _ *http.Request) error {
-	writeJSON(w, http.StatusOK, Health{Status: "ok", Restores: d.activeRestores()})
+	writeJSON(w, http.StatusOK, d.health())
 	return nil
 }
 
@@ -213,14 +217,14 @@ func (d *Daemon) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 	if err := repository.ValidateFilter(f); err != nil {
 		return statusError(http.StatusBadRequest, "alias_prefix", err)
 	}
-	recs, err := d.repo.List(r.Context(), f)
+	rows, damaged, err := repository.Listing(r.Context(), d.repo, f)
 	if err != nil {
 		return fmt.Errorf("list snapshots: %w", err)
 	}
-	if recs == nil {
-		recs = []repository.Record{}
+	for _, dmg := range damaged {
+		logDamage(d.log, dmg)
 	}
-	writeJSON(w, http.StatusOK, recs)
+	writeJSON(w, http.StatusOK, rows)
 	return nil
 }
 
@@ -282,6 +286,12 @@ func localFile(field, path string) (os.FileInfo, error) {
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, badRequest(field, "%s %s is not a regular file", field, path)
+	}
+	if err := fsx.CheckOnDisk(path); err != nil {
+		return nil, statusError(http.StatusBadRequest, field, fmt.Errorf("%s: %w", field, err))
+	}
+	if fi.Size() == 0 {
+		return nil, badRequest(field, "%s %s is empty", field, path)
 	}
 	return fi, nil
 }
@@ -354,6 +364,7 @@ func (d *Daemon) importSnapshot(w http.ResponseWriter, r *http.Request) error {
 	}
 	rec, err := d.repo.Publish(ctx, lease, repository.PublishRequest{
 		VMStatePath: req.VMState, MemoryPath: req.Memory, Layout: lay, Alias: req.Alias, Link: req.Link,
+		RecordManifest: d.cfg.Snapshot.MemoryStartupPack.Enabled,
 	})
 	if err != nil {
 		lease.End()

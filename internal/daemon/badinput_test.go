@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"warmstart/internal/daemon"
+	"warmstart/internal/layout"
 	"warmstart/internal/repository"
 )
 
@@ -26,6 +27,14 @@ func TestBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	notRegular := filepath.Join(f.dir, "ref")
+	empty := filepath.Join(f.dir, "empty.bin")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	regions := make([]string, layout.MaxRegions+1)
+	for i := range regions {
+		regions[i] = fmt.Sprintf("%d:4096", i*4096)
+	}
 	unknownID := "01890a5d-ac96-774b-bcce-b302099a8057" // a UUIDv7 no snapshot has
 	importBody := func(mutate func(map[string]any)) string {
 		m := map[string]any{"vm_state": f.ref.VMState, "memory": f.ref.Memory, "layout": f.layout}
@@ -67,6 +76,10 @@ func TestBadInput(t *testing.T) {
 		{"import directory", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["memory"] = notRegular }), 400, "memory"},
 		{"import bad alias", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["alias"] = "a/b" }), 400, "alias"},
 		{"import alias like an id", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["alias"] = unknownID }), 400, "alias"},
+		{"import empty vm_state", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["vm_state"] = empty }), 400, "vm_state"},
+		{"import vm_state on procfs", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["vm_state"] = "/proc/self/environ" }), 400, "vm_state"},
+		{"import memory on procfs", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["memory"] = "/proc/self/environ" }), 400, "memory"},
+		{"import too many regions", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["layout"] = strings.Join(regions, ",") }), 400, "layout"},
 		{"import bad layout", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["layout"] = "0:1GiB" }), 400, "layout"},
 		{"import taken alias", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["alias"] = "taken" }), 409, "alias"},
 		{"import oversized body", "POST", "/snapshots/import", `{"vm_state": "` + strings.Repeat("x", 2<<20) + `"}`, 413, "body"},
@@ -161,5 +174,32 @@ func TestRecordRouteWithEscapedColon(t *testing.T) {
 	}
 	if res.SnapshotID != imp.ID || res.Descriptor.SHA256 == "" {
 		t.Fatalf("record result %+v", res)
+	}
+}
+
+// An error body quotes at most maxEchoBytes of what the client sent,
+// however long the path, layout or field name.
+func TestErrorBodiesBoundTheirEcho(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	startDaemon(t, f, nil)
+	hc := rawClient(t, f.cfg.Daemon.Socket)
+	long := strings.Repeat("x", 100<<10)
+	for name, body := range map[string]string{
+		"path":   `{"vm_state": "/` + long + `", "memory": "/m"}`,
+		"layout": fmt.Sprintf(`{"vm_state": %q, "memory": %q, "layout": "0:%s"}`, f.ref.VMState, f.ref.Memory, long),
+		"field":  `{"` + long + `": 1}`,
+	} {
+		resp, err := hc.Post("http://warmstart/snapshots/import", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusBadRequest || strings.Contains(string(raw), strings.Repeat("x", 257)) || len(raw) > 1024 {
+			t.Errorf("%s: %d with a %d-byte body: %.300s", name, resp.StatusCode, len(raw), raw)
+		}
 	}
 }

@@ -138,8 +138,22 @@ func (c *Client) Health(ctx context.Context) (Health, error) {
 	return h, c.do(ctx, http.MethodGet, "/healthz", nil, &h)
 }
 
-// Snapshots lists the snapshots that match f, oldest first.
+// Snapshots lists the snapshots that match f, oldest first; Catalog also
+// returns the damaged entries.
 func (c *Client) Snapshots(ctx context.Context, f repository.Filter) ([]repository.Record, error) {
+	rows, err := c.Catalog(ctx, f)
+	var recs []repository.Record
+	for _, row := range rows {
+		if row.Corrupt == nil {
+			recs = append(recs, row.Record)
+		}
+	}
+	return recs, err
+}
+
+// Catalog is GET /snapshots whole: the records that match f, oldest first,
+// then a row for each damaged catalog entry (repository.Listing).
+func (c *Client) Catalog(ctx context.Context, f repository.Filter) ([]repository.Entry, error) {
 	q := url.Values{}
 	if f.AliasPrefix != "" {
 		q.Set("alias_prefix", f.AliasPrefix)
@@ -151,8 +165,8 @@ func (c *Client) Snapshots(ctx context.Context, f repository.Filter) ([]reposito
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	var recs []repository.Record
-	return recs, c.do(ctx, http.MethodGet, path, nil, &recs)
+	var rows []repository.Entry
+	return rows, c.do(ctx, http.MethodGet, path, nil, &rows)
 }
 
 // Snapshot returns the snapshot with that id or alias.

@@ -37,7 +37,9 @@
 // At start a socket file left by a crashed daemon is removed, unless a
 // daemon still answers on it (ErrAlreadyRunning); a dead FUSE mount left at
 // [memory] fuse_mount is detached by fusedev.Mount; leftover per-restore
-// directories are removed.
+// directories are removed. Damaged catalog entries are logged, interrupted
+// manifest recordings resumed (resume.go), and the VMM driver asked
+// whether it can restore here (health.go).
 //
 // Shutdown (SIGTERM for Run) goes in this order, each step logged:
 //  1. stop accepting requests and let those in progress finish (after
@@ -182,6 +184,8 @@ type Daemon struct {
 	token string
 	// instance is the runtime directory's lock, held until shutdown ends.
 	instance *instanceLock
+	// degraded is why the VMM cannot restore here, "" when it can.
+	degraded string
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -253,6 +257,7 @@ func New(opts Options) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("daemon: runtime directory: %w", err)
 	}
 
+	d.degraded = vmmHealth(opts.VMM, d.log)
 	d.engine = prefetch.NewEngine(prefetch.Options{MaxReaders: cfg.Prefetch.MaxReaders, BufferBytes: int(cfg.Prefetch.BufferBytes)})
 	d.metrics = metrics.New(d.engine, d.activeRestores, d.deviceBytes)
 	d.repo = d.metrics.Repository(opts.Repository)
@@ -293,6 +298,8 @@ func New(opts Options) (_ *Daemon, err error) {
 	d.reqCtx, d.reqCancel = context.WithCancel(context.Background())
 	d.recCtx, d.recCancel = context.WithCancel(context.Background())
 	undo = append(undo, d.reqCancel, d.recCancel)
+	d.reportDamage(d.recCtx)
+	d.resumeRecordings(d.recCtx)
 
 	if d.socketPath != "" {
 		err = d.listenUnix()

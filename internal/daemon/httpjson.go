@@ -55,7 +55,7 @@ func (d *Daemon) serve(h handlerFunc) http.Handler {
 			d.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 			ae = &apiError{status: http.StatusInternalServerError, err: err}
 		}
-		writeJSON(w, ae.status, Error{Error: ae.err.Error(), Field: ae.field})
+		writeJSON(w, ae.status, Error{Error: bounded(ae.err.Error(), maxEchoBytes), Field: bounded(ae.field, maxFieldEchoBytes)})
 	})
 }
 

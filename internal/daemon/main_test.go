@@ -42,7 +42,14 @@ const (
 	// holds every read request that reaches past it until the daemon
 	// begins stopping a restore.
 	childHoldEnv = "WARMSTART_DAEMON_TEST_HOLD_FROM"
+	// childStallRecordingEnv, when set, stalls every background recording
+	// for good once it has begun (and logged msgRecordingStarted), so a
+	// test can kill the daemon mid-recording.
+	childStallRecordingEnv = "WARMSTART_DAEMON_TEST_STALL_RECORDING"
 )
+
+// msgRecordingStarted is what the recorder logs as a recording begins.
+const msgRecordingStarted = "recording startup manifest"
 
 // Log messages of the child's read hook.
 const (
@@ -390,6 +397,9 @@ func runChild() int {
 		on: func(msg string) {
 			if msg == "stopping restore" {
 				releaseOnce.Do(func() { close(release) })
+			}
+			if msg == msgRecordingStarted && os.Getenv(childStallRecordingEnv) != "" {
+				select {} // the recorder's goroutine logged it: hold it there
 			}
 		},
 	})

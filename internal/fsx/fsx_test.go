@@ -53,3 +53,22 @@ func TestReadBoundedRefusesLongFiles(t *testing.T) {
 		t.Fatalf("ReadBounded at the limit = %d bytes, %v", len(data), err)
 	}
 }
+
+func TestCheckOnDiskRefusesPseudoFileSystems(t *testing.T) {
+	for _, path := range []string{"/proc/self/environ", "/sys/kernel/mm/transparent_hugepage/enabled"} {
+		if _, err := os.Stat(path); err != nil {
+			t.Logf("%s: %v (skipped)", path, err)
+			continue
+		}
+		if err := CheckOnDisk(path); !errors.Is(err, ErrNotOnDisk) {
+			t.Errorf("CheckOnDisk(%s) = %v, want ErrNotOnDisk", path, err)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "vm_state.bin")
+	if err := os.WriteFile(file, []byte("state"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckOnDisk(file); err != nil {
+		t.Errorf("CheckOnDisk(a file in the test's directory) = %v", err)
+	}
+}

@@ -19,6 +19,19 @@ import (
 // DefaultPageSize is the host page size assumed when a layout spec omits it.
 const DefaultPageSize = 4096
 
+// MaxRegions is the most regions a layout may have. Real VMMs need few:
+// Firecracker lays out an x86_64 guest in at most two regions (below and
+// above the 32-bit MMIO gap at 3 GiB; one on aarch64), a few more with
+// hotplugged memory, and QEMU's pc and q35 machines likewise. Every region
+// is a KVM memory slot, and KVM gave an x86 VM at most 509 user slots
+// (KVM_USER_MEM_SLOTS) until Linux 5.x; 256 leaves the VMM's own slots
+// (ROM, MMIO, device memory) room below that. It also keeps a layout
+// small enough to pass to a VMM process in one argument or environment
+// string (Linux caps one at 128 KiB, MAX_ARG_STRLEN; 256 regions encode in
+// about 15 KiB): a layout of thousands of regions failed only at restore,
+// with "argument list too long".
+const MaxRegions = 256
+
 // ErrInvalid is wrapped by every error that rejects a layout.
 var ErrInvalid = errors.New("invalid memory layout")
 
@@ -75,6 +88,17 @@ func (l Layout) Validate() error {
 		prevEnd = r.End()
 	}
 	return nil
+}
+
+// ValidateNew is Validate for a layout about to be published: it also
+// refuses more than MaxRegions regions. Validate alone, which reading a
+// stored record uses, does not, so a snapshot published before the limit
+// still reads as it was.
+func (l Layout) ValidateNew() error {
+	if len(l.Regions) > MaxRegions {
+		return fmt.Errorf("%w: %d regions, more than the %d a VMM maps", ErrInvalid, len(l.Regions), MaxRegions)
+	}
+	return l.Validate()
 }
 
 // Equal reports whether two layouts describe the same memory.
@@ -135,8 +159,13 @@ func Parse(spec string, fileSize int64) (Layout, error) {
 		l := Single(fileSize)
 		return l, l.Validate()
 	}
+	parts := strings.Split(spec, ",")
+	if len(parts) > MaxRegions {
+		// Refused before parsing: the count alone says no.
+		return Layout{}, fmt.Errorf("%w: %d regions, more than the %d a VMM maps", ErrInvalid, len(parts), MaxRegions)
+	}
 	l := Layout{FileSize: fileSize}
-	for i, part := range strings.Split(spec, ",") {
+	for i, part := range parts {
 		fields := strings.Split(strings.TrimSpace(part), ":")
 		if len(fields) < 2 || len(fields) > 3 {
 			return Layout{}, fmt.Errorf("%w: region %d %q: want offset:size[:pagesize]", ErrInvalid, i, part)

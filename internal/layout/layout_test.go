@@ -2,6 +2,8 @@ package layout
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -86,5 +88,33 @@ func TestParseSize(t *testing.T) {
 		if _, err := ParseSize(s); err == nil {
 			t.Errorf("ParseSize(%q) succeeded", s)
 		}
+	}
+}
+
+// A layout has at most MaxRegions regions, whether parsed or built.
+func TestRegionLimit(t *testing.T) {
+	spec := func(n int) string {
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = fmt.Sprintf("%d:4096", i*4096)
+		}
+		return strings.Join(parts, ",")
+	}
+	size := int64(MaxRegions+1) * 4096
+	if l, err := Parse(spec(MaxRegions), size); err != nil || len(l.Regions) != MaxRegions {
+		t.Fatalf("Parse(%d regions) = %d regions, %v", MaxRegions, len(l.Regions), err)
+	}
+	if _, err := Parse(spec(MaxRegions+1), size); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "257 regions") {
+		t.Fatalf("Parse(%d regions) = %v, want ErrInvalid naming the count", MaxRegions+1, err)
+	}
+	l := Layout{FileSize: size}
+	for i := range MaxRegions + 1 {
+		l.Regions = append(l.Regions, Region{Offset: int64(i) * 4096, Size: 4096, PageSize: 4096})
+	}
+	if err := l.ValidateNew(); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("ValidateNew(%d regions) = %v, want ErrInvalid", MaxRegions+1, err)
+	}
+	if err := l.Validate(); err != nil {
+		t.Fatalf("Validate(%d regions) of a stored layout = %v, want nil", MaxRegions+1, err)
 	}
 }

@@ -142,6 +142,9 @@ func (r *Recorder) Start(ctx context.Context, lease repository.Lease) *Job {
 	j := &Job{done: make(chan struct{})}
 	go func() {
 		defer close(j.done)
+		if r.Log != nil {
+			r.Log.Info("recording startup manifest", "snapshot", lease.SnapshotID())
+		}
 		res, err := r.Record(ctx, lease)
 		if endErr := lease.End(); endErr != nil && err == nil {
 			err = fmt.Errorf("record manifest %s: end lease: %w", lease.SnapshotID(), endErr)

@@ -19,16 +19,17 @@ type StoredArtifact struct {
 func NewRecord(id string, req PublishRequest, vm, mem StoredArtifact, digests []byte) Record {
 	d := DescribeDigests(digests)
 	return Record{
-		Format:        RecordFormatVersion,
-		ID:            id,
-		Alias:         req.Alias,
-		CreatedAt:     time.Now().UTC().Round(0),
-		Layout:        cloneLayout(req.Layout),
-		VMStateSize:   vm.Size,
-		VMStateSHA256: vm.SHA256,
-		MemorySize:    mem.Size,
-		MemorySHA256:  mem.SHA256,
-		MemoryDigests: &d,
+		Format:            RecordFormatVersion,
+		ID:                id,
+		Alias:             req.Alias,
+		CreatedAt:         time.Now().UTC().Round(0),
+		Layout:            cloneLayout(req.Layout),
+		VMStateSize:       vm.Size,
+		VMStateSHA256:     vm.SHA256,
+		MemorySize:        mem.Size,
+		MemorySHA256:      mem.SHA256,
+		MemoryDigests:     &d,
+		ManifestRequested: req.RecordManifest,
 	}
 }
 

@@ -68,6 +68,11 @@ type Record struct {
 	// Manifest describes the attached startup manifest; nil when none is
 	// attached.
 	Manifest *ManifestDescriptor `json:"manifest,omitempty"`
+	// ManifestRequested is set when the publisher records the manifest in
+	// the background ([snapshot.memory_startup_pack] enabled). With
+	// Manifest nil and no capture lease held, that recording was
+	// interrupted (its process died), and a daemon resumes it at start.
+	ManifestRequested bool `json:"manifest_requested,omitempty"`
 }
 
 // ManifestDescriptor identifies the bytes of an attached startup manifest.
@@ -131,6 +136,9 @@ type PublishRequest struct {
 	Layout layout.Layout
 	// Alias is bound to the snapshot when not empty.
 	Alias string
+	// RecordManifest says the caller records the startup manifest in the
+	// background after Publish (Record.ManifestRequested).
+	RecordManifest bool
 	// Progress, when not nil, is called from Publish's goroutine as the
 	// artifacts are imported. It must not block for long.
 	Progress func(ImportProgress)
@@ -241,6 +249,11 @@ type Repository interface {
 	// it when background work on the snapshot (manifest recording) is done.
 	Publish(ctx context.Context, lease Lease, req PublishRequest) (Record, error)
 
+	// LeaseHeld reports whether a capture lease on id is held now, by this
+	// or (where the backend can tell) another process: a recording of its
+	// manifest is in progress. It changes nothing.
+	LeaseHeld(ctx context.Context, id string) (bool, error)
+
 	// LeaseExisting takes a lease on a published snapshot, so a manifest can
 	// be recorded for it on demand. It fails with ErrNotFound if no record
 	// exists for id. Several leases may be held on one snapshot at once.
@@ -253,8 +266,20 @@ type Repository interface {
 	// List returns the visible records that match f, oldest first (ids are
 	// UUIDv7, so id order is creation order). Snapshots being published,
 	// half-written files left by crashes, and records that cannot be decoded
-	// are never listed.
+	// are never listed: Damaged reports the last.
 	List(ctx context.Context, f Filter) ([]Record, error)
+
+	// Damaged reports every catalog entry that exists but cannot be
+	// decoded (records and alias bindings), in place or already moved to
+	// QuarantineDir, sorted by SortDamage. It changes nothing, so it works
+	// on a store opened read-only. Writers (the sweep of a writable open)
+	// move damaged entries to QuarantineDir; never delete them. A damaged
+	// or quarantined alias binding keeps its alias taken: Publish with it
+	// fails with ErrAliasConflict (DamagedAliasError) until an operator
+	// removes the quarantined entry or deletes the snapshot whose record
+	// carries the alias, and the artifacts of a quarantined record are
+	// kept until its id is deleted.
+	Damaged(ctx context.Context) ([]Damage, error)
 
 	// ResolveAlias returns the id bound to alias, or ErrNotFound when the
 	// alias is unbound or bound to a snapshot that is no longer visible.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"warmstart/internal/fsx"
 	"warmstart/internal/integrity"
 )
 
@@ -157,11 +158,15 @@ func CheckPublish(req PublishRequest) (PublishSizes, error) {
 	if err != nil {
 		return PublishSizes{}, err
 	}
+	if vmSize == 0 {
+		// No VMM writes an empty state; restoring one fails only later.
+		return PublishSizes{}, fmt.Errorf("%w: vm state file %s is empty", ErrInvalidRequest, req.VMStatePath)
+	}
 	memSize, err := regularFileSize(req.MemoryPath, "memory")
 	if err != nil {
 		return PublishSizes{}, err
 	}
-	if err := req.Layout.Validate(); err != nil {
+	if err := req.Layout.ValidateNew(); err != nil {
 		return PublishSizes{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	if req.Layout.FileSize != memSize {
@@ -181,6 +186,9 @@ func regularFileSize(path, what string) (int64, error) {
 	}
 	if !fi.Mode().IsRegular() {
 		return 0, fmt.Errorf("%w: %s file %s is not a regular file", ErrInvalidRequest, what, path)
+	}
+	if err := fsx.CheckOnDisk(path); err != nil {
+		return 0, fmt.Errorf("%w: %s file: %w", ErrInvalidRequest, what, err)
 	}
 	return fi.Size(), nil
 }

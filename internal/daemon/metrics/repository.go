@@ -61,6 +61,16 @@ func (r *timedRepository) List(ctx context.Context, f repository.Filter) (recs [
 	return r.inner.List(ctx, f)
 }
 
+func (r *timedRepository) LeaseHeld(ctx context.Context, id string) (held bool, err error) {
+	defer r.timed("lease_held")(&err)
+	return r.inner.LeaseHeld(ctx, id)
+}
+
+func (r *timedRepository) Damaged(ctx context.Context) (ds []repository.Damage, err error) {
+	defer r.timed("damaged")(&err)
+	return r.inner.Damaged(ctx)
+}
+
 func (r *timedRepository) ResolveAlias(ctx context.Context, alias string) (id string, err error) {
 	defer r.timed("resolve_alias")(&err)
 	return r.inner.ResolveAlias(ctx, alias)

@@ -377,6 +377,8 @@ func mountPointsUnder(dir string) ([]string, error) {
 // cleanStaleMounts detaches dead FUSE mounts stacked at dir. A mount whose
 // server died answers every request with ENOTCONN; statfs always asks the
 // server, unlike stat, which the kernel may answer from cached attributes.
+// A mount that does not answer within ProbeTimeout is left alone
+// (ErrMountUnresponsive): it may belong to a stopped, not a dead, server.
 func cleanStaleMounts(dir string) error {
 	for range staleMountAttempts {
 		fstype, mounted, err := mountTypeAt(dir)
@@ -386,9 +388,10 @@ func cleanStaleMounts(dir string) error {
 		if !mounted || !strings.HasPrefix(fstype, "fuse") {
 			return nil
 		}
-		var st unix.Statfs_t
-		err = unix.Statfs(dir, &st)
+		err = statfsWithin(dir)
 		switch {
+		case errors.Is(err, ErrMountUnresponsive):
+			return err
 		case err == nil:
 			return fmt.Errorf("%w: %s (%s)", ErrMountBusy, dir, fstype)
 		case errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.ECONNABORTED):

@@ -729,3 +729,43 @@ func TestReadAheadWindow(t *testing.T) {
 		})
 	}
 }
+
+// A mount whose server is stopped (SIGSTOP), not dead, never blocks
+// CleanStale or Mount: both give up after ProbeTimeout and leave the mount.
+func TestProbeOfAStoppedServerTimesOut(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "mnt")
+	stopped := startChild(t, childSpec{Mode: childMount, Dir: dir})
+	stopped.waitPaused()
+	if err := stopped.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stopped.cmd.Process.Signal(syscall.SIGCONT)
+		stopped.cmd.Process.Kill()
+		stopped.cmd.Wait()
+		unix.Unmount(dir, unix.MNT_DETACH)
+	})
+	for name, probe := range map[string]func() error{
+		"CleanStale": func() error { return CleanStale(root) },
+		"Mount": func() error {
+			s, err := Mount(dir, Options{})
+			if err == nil {
+				s.Close()
+			}
+			return err
+		},
+	} {
+		start := time.Now()
+		err := probe()
+		if !errors.Is(err, ErrMountUnresponsive) || !errors.Is(err, ErrMountBusy) {
+			t.Errorf("%s over a stopped server's mount: %v, want ErrMountUnresponsive", name, err)
+		}
+		if took := time.Since(start); took > ProbeTimeout+5*time.Second {
+			t.Errorf("%s took %v, want about %v", name, took, ProbeTimeout)
+		}
+	}
+	if _, mounted, _ := mountTypeAt(dir); !mounted {
+		t.Error("the stopped server's mount was detached")
+	}
+}

@@ -37,16 +37,16 @@ func (r *Repo) readRecord(id string) (repository.Record, error) {
 	return rec, nil
 }
 
-// recordExists reports whether id has a record file, decodable or not.
+// recordExists reports whether id has a record file, decodable or not,
+// in place or quarantined: a quarantined record still holds its alias and
+// its artifacts until its id is deleted.
 func (r *Repo) recordExists(id string) (bool, error) {
-	_, err := os.Lstat(r.paths.recordPath(id))
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
+	for _, path := range []string{r.paths.recordPath(id), r.paths.quarantinedRecordPath(id)} {
+		if found, err := exists(path); err != nil || found {
+			return found, err
+		}
 	}
-	if err != nil {
-		return false, fmt.Errorf("stat record %s: %w", id, err)
-	}
-	return true, nil
+	return false, nil
 }
 
 // writeRecord durably replaces the record of rec.ID. The caller holds the
@@ -94,9 +94,16 @@ func (r *Repo) readAlias(alias string) (string, error) {
 // until its record is written; so an alias naming a snapshot without a
 // record, seen under the lock, was left by a crashed publish or delete and
 // is taken over.
+//
+// A binding that cannot be read (damaged or quarantined) keeps the alias
+// taken: its holder is unknown, and overwriting it could give the alias to
+// a second snapshot.
 func (r *Repo) bindAlias(alias, id string) error {
+	if taken, err := r.aliasTaken(alias); err != nil || taken {
+		return errors.Join(err, takenErr(alias, taken))
+	}
 	holder, err := r.readAlias(alias)
-	if err != nil && !errors.Is(err, repository.ErrIntegrity) {
+	if err != nil {
 		return err
 	}
 	if holder != "" && holder != id {
@@ -119,6 +126,9 @@ func (r *Repo) bindAlias(alias, id string) error {
 // checkAliasFree reports ErrAliasConflict if alias names a visible snapshot
 // other than id. Without the alias lock this is only advice.
 func (r *Repo) checkAliasFree(alias, id string) error {
+	if taken, err := r.aliasTaken(alias); err == nil && taken {
+		return repository.DamagedAliasError(alias)
+	}
 	holder, err := r.readAlias(alias)
 	if err != nil || holder == "" || holder == id {
 		return nil
@@ -136,13 +146,25 @@ func (r *Repo) unbindAlias(alias, id string) error {
 	if err != nil && !errors.Is(err, repository.ErrIntegrity) {
 		return err
 	}
-	if holder != id && err == nil {
-		return nil
+	if holder == id || err != nil {
+		if _, err := removeDurable(r.paths.aliasesDir(), alias); err != nil {
+			return fmt.Errorf("unbind alias %s: %w", alias, err)
+		}
 	}
-	if _, err := removeDurable(r.paths.aliasesDir(), alias); err != nil {
+	// The snapshot whose record carries the alias is going: a binding
+	// kept in quarantine holds the alias for nobody now (no other record
+	// can carry it: binding is refused while the damage is there).
+	if _, err := removeDurable(r.paths.quarantinedAliasesDir(), alias); err != nil {
 		return fmt.Errorf("unbind alias %s: %w", alias, err)
 	}
 	return nil
+}
+
+func takenErr(alias string, taken bool) error {
+	if !taken {
+		return nil
+	}
+	return repository.DamagedAliasError(alias)
 }
 
 // Get implements repository.Repository.
@@ -153,7 +175,15 @@ func (r *Repo) Get(ctx context.Context, id string) (repository.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return repository.Record{}, fmt.Errorf("get %s: %w", id, err)
 	}
-	return r.readRecord(id)
+	rec, err := r.readRecord(id)
+	if errors.Is(err, repository.ErrNotFound) {
+		// A quarantined record is damaged, not gone: say so, so that a
+		// lookup by id leads to it (delete it to let it go).
+		if q, _ := exists(r.paths.quarantinedRecordPath(id)); q {
+			return rec, fmt.Errorf("record %s: %w: it did not decode and is in quarantine", id, repository.ErrIntegrity)
+		}
+	}
+	return rec, err
 }
 
 // List implements repository.Repository.
@@ -198,6 +228,9 @@ func (r *Repo) resolveAlias(ctx context.Context, alias string) (repository.Recor
 		return repository.Record{}, err
 	}
 	if id == "" {
+		if q, _ := exists(r.paths.quarantinedAliasPath(alias)); q {
+			return repository.Record{}, fmt.Errorf("alias %s: %w: its binding did not decode and is in quarantine", alias, repository.ErrIntegrity)
+		}
 		return repository.Record{}, fmt.Errorf("alias %s: %w", alias, repository.ErrNotFound)
 	}
 	rec, err := r.readRecord(id)

@@ -17,6 +17,8 @@ import (
 //	catalog/locks/record-<id>.lock   flock serialising changes to one snapshot
 //	catalog/locks/alias-<alias>.lock flock serialising binding of one alias
 //	catalog/leases/<id>.lock         shared flock held by each capture lease
+//	catalog/quarantine/records/<id>.json, catalog/quarantine/aliases/<alias>
+//	                                 damaged entries a writer moved aside
 //	snapshots/<id>/                  vm_state.bin, memory.bin, memory.digests, startup-manifest.bin
 //
 // Temporary files live next to their target as .<target>.<random>.tmp, so a
@@ -28,6 +30,9 @@ const (
 	locksDirName     = "locks"
 	leasesDirName    = "leases"
 	snapshotsDirName = "snapshots"
+	// quarantineDirName holds damaged catalog entries (quarantine.go);
+	// created when first needed, so older stores open read-only as they are.
+	quarantineDirName = "quarantine"
 
 	recordSuffix     = ".json"
 	lockSuffix       = ".lock"

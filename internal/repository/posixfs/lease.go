@@ -1,6 +1,9 @@
 package posixfs
 
 import (
+	"context"
+	"fmt"
+
 	"warmstart/internal/repository"
 )
 
@@ -22,4 +25,24 @@ func (r *Repo) newLease(id string, lk *fileLock) *repository.HeldLease {
 func (r *Repo) leaseLive(id string) (bool, *fileLock, error) {
 	l, busy, err := tryLock(r.paths.leasePath(id), lockExclusive)
 	return busy, l, err
+}
+
+// LeaseHeld implements repository.Repository: a lease is held while any
+// process holds its shared flock. Probing takes the lock file briefly, so
+// it needs a writable store.
+func (r *Repo) LeaseHeld(_ context.Context, id string) (bool, error) {
+	if err := repository.ValidateID(id); err != nil {
+		return false, fmt.Errorf("lease held: %w", err)
+	}
+	if err := r.writable(); err != nil {
+		return false, fmt.Errorf("lease held: %w", err)
+	}
+	live, lk, err := r.leaseLive(id)
+	if lk != nil {
+		lk.release()
+	}
+	if err != nil {
+		return false, fmt.Errorf("lease held %s: %w", id, err)
+	}
+	return live, nil
 }

@@ -365,6 +365,11 @@ func (r *Repo) delete(ctx context.Context, id string) error {
 	rec, err := r.readRecord(id)
 	switch {
 	case errors.Is(err, repository.ErrNotFound):
+		// Deleting the id of a quarantined record is how an operator
+		// lets its artifacts (and any alias naming it) go.
+		if _, err := removeDurable(r.paths.quarantinedRecordsDir(), recordFileName(id)); err != nil {
+			return err
+		}
 		return r.reclaimUnpublished(id)
 	case errors.Is(err, repository.ErrIntegrity):
 		// Undecodable, so its alias is unknown; an alias left naming it

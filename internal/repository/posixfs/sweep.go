@@ -11,7 +11,8 @@ import (
 	"warmstart/internal/repository"
 )
 
-// Sweep reclaims what crashed writers left behind: temporary files, alias
+// Sweep moves damaged records and aliases to the quarantine
+// (quarantine.go) and reclaims what crashed writers left behind: temporary files, alias
 // files naming snapshots that have no record, directories of snapshots that
 // were never published (or whose delete stopped half way), and lock files
 // nobody holds. It only ever tries locks (LOCK_NB) and skips anything whose
@@ -21,7 +22,7 @@ func (r *Repo) Sweep(ctx context.Context) error {
 	if err := r.writable(); err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
-	steps := []func(context.Context) error{r.sweepRecords, r.sweepAliases, r.sweepSnapshots, r.sweepLockFiles}
+	steps := []func(context.Context) error{r.sweepRecords, r.sweepDamaged, r.sweepAliases, r.sweepSnapshots, r.sweepLockFiles}
 	var errs []error
 	for _, step := range steps {
 		if err := ctx.Err(); err != nil {
@@ -81,7 +82,7 @@ func (r *Repo) sweepRecords(context.Context) error {
 }
 
 // sweepAliases removes temporary alias files and aliases naming a snapshot
-// without a record, each under its free alias lock: a binder holds that
+// without a record (in place or quarantined), each under its free alias lock: a binder holds that
 // lock from binding until its record is written.
 func (r *Repo) sweepAliases(context.Context) error {
 	dir := r.paths.aliasesDir()
@@ -105,16 +106,12 @@ func (r *Repo) sweepAliases(context.Context) error {
 		alias := name
 		errs = append(errs, underTryLock(r.paths.aliasLockPath(alias), func() error {
 			holder, err := r.readAlias(alias)
-			if err != nil && !errors.Is(err, repository.ErrIntegrity) {
+			if err != nil || holder == "" {
+				// A damaged binding is quarantined, never removed.
 				return err
 			}
-			if err == nil {
-				if holder == "" {
-					return nil
-				}
-				if exists, err := r.recordExists(holder); err != nil || exists {
-					return err
-				}
+			if exists, err := r.recordExists(holder); err != nil || exists {
+				return err
 			}
 			_, err = removeDurable(dir, alias)
 			return err

@@ -53,6 +53,7 @@ func Run(t *testing.T, open func(t *testing.T) repository.Repository) {
 		{"AttachDigests", testAttachDigests},
 		{"AttachDigestsRefused", testAttachDigestsRefused},
 		{"LeaseExisting", testLeaseExisting},
+		{"LeaseHeldAndManifestRequested", testLeaseHeld},
 		{"EndWaitsForAttach", testEndWaitsForAttach},
 		{"AttachRacingDelete", testAttachRacingDelete},
 	}
@@ -305,6 +306,10 @@ func testPublishWithoutAlias(t *testing.T, repo repository.Repository) {
 func testPublishRejects(t *testing.T, repo repository.Repository) {
 	in := NewInputs(t, SmallMemoryBytes)
 	dir := t.TempDir()
+	empty := dir + "/empty"
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		edit func(*repository.PublishRequest)
@@ -314,6 +319,10 @@ func testPublishRejects(t *testing.T, repo repository.Repository) {
 		{"missing memory", func(r *repository.PublishRequest) { r.MemoryPath = dir + "/nope" }},
 		{"empty vm state path", func(r *repository.PublishRequest) { r.VMStatePath = "" }},
 		{"memory is a directory", func(r *repository.PublishRequest) { r.MemoryPath = dir }},
+		{"empty vm state", func(r *repository.PublishRequest) { r.VMStatePath = empty }},
+		// procfs files stat as 0 bytes (or 4096 on sysfs) and read as more.
+		{"vm state on procfs", func(r *repository.PublishRequest) { r.VMStatePath = "/proc/self/environ" }},
+		{"memory on procfs", func(r *repository.PublishRequest) { r.MemoryPath = "/proc/self/environ" }},
 		{"layout for another size", func(r *repository.PublishRequest) { r.Layout = layout.Single(2 * SmallMemoryBytes) }},
 		{"zero layout", func(r *repository.PublishRequest) { r.Layout = layout.Layout{} }},
 		{"region past the file", func(r *repository.PublishRequest) {

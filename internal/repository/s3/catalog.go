@@ -108,11 +108,14 @@ func encodeBinding(alias, id string) []byte {
 }
 
 // holdsAlias reports whether id is a visible snapshot that carries alias.
+// A damaged record, in place or quarantined, may carry it: it holds it.
 func (r *Repo) holdsAlias(ctx context.Context, id, alias string) (bool, error) {
 	rec, _, err := r.getRecord(ctx, id)
 	switch {
-	case errors.Is(err, repository.ErrNotFound), errors.Is(err, repository.ErrIntegrity):
-		return false, nil
+	case errors.Is(err, repository.ErrIntegrity):
+		return true, nil
+	case errors.Is(err, repository.ErrNotFound):
+		return r.exists(ctx, r.keys.quarantinedRecord(id))
 	case err != nil:
 		return false, err
 	}
@@ -123,11 +126,14 @@ func (r *Repo) holdsAlias(ctx context.Context, id, alias string) (bool, error) {
 // visible snapshot other than id. Publish calls it before uploading, to
 // fail fast; the binding itself is decided by bindAlias.
 func (r *Repo) checkAliasFree(ctx context.Context, alias, id string) error {
+	if taken, err := r.aliasTaken(ctx, alias); err != nil || taken {
+		return errors.Join(err, takenErr(alias, taken))
+	}
 	b, _, _, found, err := r.readAlias(ctx, alias)
-	if err != nil && !errors.Is(err, repository.ErrIntegrity) {
+	if err != nil {
 		return err
 	}
-	if err != nil || !found || b.ID == "" || b.ID == id {
+	if !found || b.ID == "" || b.ID == id {
 		return nil
 	}
 	held, err := r.holdsAlias(ctx, b.ID, alias)
@@ -142,10 +148,15 @@ func (r *Repo) checkAliasFree(ctx context.Context, alias, id string) error {
 
 // bindAlias binds alias to id, atomically: of concurrent binders exactly
 // one succeeds, the others get an AliasConflictError. There is no retry
-// loop: every decision is one conditional PUT.
+// loop: every decision is one conditional PUT. A damaged or quarantined
+// binding keeps the alias taken (DamagedAliasError): its holder is
+// unknown, and taking it over could give the alias to a second snapshot.
 func (r *Repo) bindAlias(ctx context.Context, alias, id string) error {
 	key := r.keys.alias(alias)
 	data := encodeBinding(alias, id)
+	if q, err := r.exists(ctx, r.keys.quarantinedAlias(alias)); err != nil || q {
+		return errors.Join(err, takenErr(alias, q))
+	}
 	_, err := r.putSmall(ctx, key, data, putCondition{ifNoneMatch: true})
 	if !errors.Is(err, errPrecondition) {
 		if err != nil {
@@ -156,7 +167,9 @@ func (r *Repo) bindAlias(ctx context.Context, alias, id string) error {
 	// The alias object exists: find out whose it is.
 	b, etag, modified, found, err := r.readAlias(ctx, alias)
 	switch {
-	case err != nil && !errors.Is(err, repository.ErrIntegrity):
+	case errors.Is(err, repository.ErrIntegrity):
+		return repository.DamagedAliasError(alias)
+	case err != nil:
 		return fmt.Errorf("bind alias %s: %w", alias, err)
 	case !found:
 		// Deleted since our PUT: one more exclusive create decides.
@@ -164,11 +177,11 @@ func (r *Repo) bindAlias(ctx context.Context, alias, id string) error {
 			return r.conflictOr(ctx, alias, fmt.Errorf("bind alias %s: %w", alias, err))
 		}
 		return nil
-	case err == nil && b.ID == id:
+	case b.ID == id:
 		// Ours: an earlier attempt of this PUT succeeded before its answer
 		// was lost and minio-go retried it.
 		return nil
-	case err == nil && b.ID != "":
+	case b.ID != "":
 		held, herr := r.holdsAlias(ctx, b.ID, alias)
 		if herr != nil {
 			return fmt.Errorf("bind alias %s: %w", alias, herr)
@@ -177,8 +190,8 @@ func (r *Repo) bindAlias(ctx context.Context, alias, id string) error {
 			return &repository.AliasConflictError{Alias: alias, HolderID: b.ID}
 		}
 	}
-	// Released, undecodable, or left by a publish that crashed before its
-	// record: take it over, if nobody else does first.
+	// Released, or left by a publish that crashed before its record: take
+	// it over, if nobody else does first.
 	if _, err := r.putSmall(ctx, key, data, putCondition{ifMatch: etag}); err != nil {
 		return r.conflictOr(ctx, alias, fmt.Errorf("take over alias %s: %w", alias, err))
 	}
@@ -216,23 +229,43 @@ func (r *Repo) releaseAlias(ctx context.Context, alias, id string) error {
 
 // removeAlias deletes the alias object if it binds id. Delete calls it
 // while id's record still exists, so nobody can take the alias over
-// between the read and the delete.
+// between the read and the delete. A damaged binding (in place or
+// quarantined) is removed too: the record of id carries the alias, and no
+// other record can (binding refuses while the damage is there).
 func (r *Repo) removeAlias(ctx context.Context, alias, id string) error {
 	b, _, _, found, err := r.readAlias(ctx, alias)
-	if err != nil || !found || b.ID != id {
+	damaged := errors.Is(err, repository.ErrIntegrity)
+	if err != nil && !damaged {
 		return err
 	}
-	return r.remove(ctx, r.keys.alias(alias))
+	if damaged || (found && b.ID == id) {
+		if err := r.remove(ctx, r.keys.alias(alias)); err != nil {
+			return err
+		}
+	}
+	return r.remove(ctx, r.keys.quarantinedAlias(alias))
+}
+
+func takenErr(alias string, taken bool) error {
+	if !taken {
+		return nil
+	}
+	return repository.DamagedAliasError(alias)
 }
 
 // resolveAlias returns the record alias names, or ErrNotFound.
 func (r *Repo) resolveAlias(ctx context.Context, alias string) (repository.Record, error) {
 	b, _, _, found, err := r.readAlias(ctx, alias)
-	if errors.Is(err, repository.ErrIntegrity) || (err == nil && (!found || b.ID == "")) {
-		return repository.Record{}, fmt.Errorf("alias %s: %w", alias, repository.ErrNotFound)
-	}
 	if err != nil {
-		return repository.Record{}, err
+		return repository.Record{}, err // ErrIntegrity for a damaged binding
+	}
+	if !found {
+		if q, err := r.exists(ctx, r.keys.quarantinedAlias(alias)); err != nil || q {
+			return repository.Record{}, errors.Join(err, fmt.Errorf("alias %s: %w: its binding did not decode and is in quarantine", alias, repository.ErrIntegrity))
+		}
+	}
+	if !found || b.ID == "" {
+		return repository.Record{}, fmt.Errorf("alias %s: %w", alias, repository.ErrNotFound)
 	}
 	rec, _, err := r.getRecord(ctx, b.ID)
 	if errors.Is(err, repository.ErrNotFound) || (err == nil && rec.Alias != alias) {

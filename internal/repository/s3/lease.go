@@ -1,6 +1,8 @@
 package s3
 
 import (
+	"context"
+	"fmt"
 	"sync"
 
 	"warmstart/internal/repository"
@@ -78,4 +80,13 @@ func (k *idLocks) lock(id string) func() {
 		}
 		k.mu.Unlock()
 	}
+}
+
+// LeaseHeld implements repository.Repository. Leases live in the process
+// that holds them (see above), so only this process's leases are seen.
+func (r *Repo) LeaseHeld(_ context.Context, id string) (bool, error) {
+	if err := repository.ValidateID(id); err != nil {
+		return false, fmt.Errorf("lease held: %w", err)
+	}
+	return r.leaseLive(id), nil
 }

@@ -112,6 +112,13 @@ type Options struct {
 	// Transport, when set, carries the HTTP requests (tests put a fault
 	// injector here); nil means minio-go's default.
 	Transport http.RoundTripper
+	// ReadOnly opens the repository for the verbs that only read (list,
+	// show, restore, verify): nothing is written to the bucket, nothing is
+	// swept, and nothing is created at Open. The node-local caches are
+	// opened (and created) only when a snapshot is first resolved, since
+	// reading memory goes through them. Operations that change the
+	// repository fail with ErrInvalidRequest.
+	ReadOnly bool
 }
 
 // OptionsFromConfig maps [backend.s3] to Options.
@@ -145,6 +152,13 @@ type Repo struct {
 	liveLeases map[string]int
 	locks      idLocks
 
+	// readOnly refuses changes (Options.ReadOnly); localOnce opens the
+	// node-local caches, at Open for writers, at the first Resolve else.
+	readOnly  bool
+	localOnce sync.Once
+	localErr  error
+	opts      Options
+
 	// aliasGrace is AliasBindGrace; tests shorten it.
 	aliasGrace time.Duration
 	// beforeRecord, when a test sets it, runs between binding the alias
@@ -175,6 +189,7 @@ func Open(ctx context.Context, o Options) (*Repo, error) {
 		core: core, counter: counter, bucket: o.Bucket, keys: keys{prefix},
 		filesDir: filepath.Join(o.CacheDir, "files"), warm: o.Warm,
 		liveLeases: make(map[string]int), aliasGrace: AliasBindGrace,
+		readOnly: o.ReadOnly, opts: o,
 	}
 	ok, err := core.BucketExists(ctx, o.Bucket)
 	if err != nil {
@@ -183,24 +198,49 @@ func Open(ctx context.Context, o Options) (*Repo, error) {
 	if !ok {
 		return nil, fmt.Errorf("open s3 repository: bucket %s does not exist", o.Bucket)
 	}
-	if err := os.MkdirAll(r.filesDir, 0o755); err != nil {
-		return nil, fmt.Errorf("open s3 repository: %w", err)
+	if o.ReadOnly {
+		return r, nil
 	}
-	r.cache = o.Cache
-	if r.cache == nil {
-		r.cache, err = chunkcache.Open(chunkcache.Options{
-			Dir: o.CacheDir, MaxBytes: o.CacheMaxBytes, BlockBytes: o.BlockBytes,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("open s3 repository: %w", err)
-		}
-		r.ownCache = true
+	if err := r.openLocal(); err != nil {
+		return nil, fmt.Errorf("open s3 repository: %w", err)
 	}
 	return r, nil
 }
 
+// openLocal opens the node-local caches once: the files directory and the
+// chunk cache.
+func (r *Repo) openLocal() error {
+	r.localOnce.Do(func() {
+		if err := os.MkdirAll(r.filesDir, 0o755); err != nil {
+			r.localErr = err
+			return
+		}
+		r.cache = r.opts.Cache
+		if r.cache == nil {
+			cache, err := chunkcache.Open(chunkcache.Options{
+				Dir: r.opts.CacheDir, MaxBytes: r.opts.CacheMaxBytes, BlockBytes: r.opts.BlockBytes,
+			})
+			if err != nil {
+				r.localErr = err
+				return
+			}
+			r.cache, r.ownCache = cache, true
+		}
+	})
+	return r.localErr
+}
+
+// writable refuses changes to a repository opened read-only.
+func (r *Repo) writable() error {
+	if r.readOnly {
+		return fmt.Errorf("%w: s3 repository %s is open read-only", repository.ErrInvalidRequest, r.bucket)
+	}
+	return nil
+}
+
 // Close closes the chunk cache if Open opened it.
 func (r *Repo) Close() error {
+	r.localOnce.Do(func() {}) // no cache is opened after Close
 	if r.ownCache {
 		return r.cache.Close()
 	}
@@ -215,6 +255,9 @@ func (r *Repo) RequestStats() RequestStats { return r.counter.stats() }
 
 // BeginCapture implements repository.Repository.
 func (r *Repo) BeginCapture(ctx context.Context) (repository.Lease, error) {
+	if err := r.writable(); err != nil {
+		return nil, fmt.Errorf("begin capture: %w", err)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("begin capture: %w", err)
 	}
@@ -228,6 +271,9 @@ func (r *Repo) BeginCapture(ctx context.Context) (repository.Lease, error) {
 // LeaseExisting implements repository.Repository.
 func (r *Repo) LeaseExisting(ctx context.Context, id string) (repository.Lease, error) {
 	if err := repository.ValidateID(id); err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	if err := r.writable(); err != nil {
 		return nil, fmt.Errorf("lease: %w", err)
 	}
 	if _, _, err := r.getRecord(ctx, id); err != nil {
@@ -415,6 +461,12 @@ func (r *Repo) Get(ctx context.Context, id string) (repository.Record, error) {
 		return repository.Record{}, fmt.Errorf("get: %w", err)
 	}
 	rec, _, err := r.getRecord(ctx, id)
+	if errors.Is(err, repository.ErrNotFound) {
+		// A quarantined record is damaged, not gone (see posixfs.Get).
+		if q, _ := r.exists(ctx, r.keys.quarantinedRecord(id)); q {
+			return rec, fmt.Errorf("record %s: %w: it did not decode and is in quarantine", id, repository.ErrIntegrity)
+		}
+	}
 	return rec, err
 }
 
@@ -459,6 +511,9 @@ func (r *Repo) Delete(ctx context.Context, id string) error {
 	if err := repository.ValidateID(id); err != nil {
 		return fmt.Errorf("delete: %w", err)
 	}
+	if err := r.writable(); err != nil {
+		return fmt.Errorf("delete: %w", err)
+	}
 	if err := r.delete(ctx, id); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
@@ -471,10 +526,12 @@ func (r *Repo) delete(ctx context.Context, id string) error {
 	rec, _, err := r.getRecord(ctx, id)
 	switch {
 	case errors.Is(err, repository.ErrNotFound):
-		return r.reclaimUnpublished(ctx, id)
+		return r.deleteQuarantined(ctx, id)
 	case errors.Is(err, repository.ErrIntegrity):
-		// Undecodable, so its alias is unknown; a binding left naming it
-		// is stale once the record is gone and is taken over.
+		// Undecodable, so its alias is unknown: remove any binding naming it.
+		if err := r.removeBindingsOf(ctx, id); err != nil {
+			return err
+		}
 		rec = repository.Record{ID: id}
 	case err != nil:
 		return err
@@ -485,6 +542,26 @@ func (r *Repo) delete(ctx context.Context, id string) error {
 		}
 	}
 	if err := r.remove(ctx, r.keys.record(id)); err != nil {
+		return err
+	}
+	return r.removeArtifacts(ctx, id)
+}
+
+// deleteQuarantined deletes an id without a record: a quarantined record
+// and its artifacts go at once (deleting it is the operator's decision),
+// otherwise what a crashed publish left is reclaimed as usual.
+func (r *Repo) deleteQuarantined(ctx context.Context, id string) error {
+	q, err := r.exists(ctx, r.keys.quarantinedRecord(id))
+	if err != nil {
+		return err
+	}
+	if !q {
+		return r.reclaimUnpublished(ctx, id)
+	}
+	if err := r.removeBindingsOf(ctx, id); err != nil {
+		return err
+	}
+	if err := r.remove(ctx, r.keys.quarantinedRecord(id)); err != nil {
 		return err
 	}
 	return r.removeArtifacts(ctx, id)
@@ -501,13 +578,20 @@ func (r *Repo) reclaimUnpublished(ctx context.Context, id string) error {
 	return r.removeArtifacts(ctx, id)
 }
 
-// Sweep reclaims the artifacts that crashed publishes left under the
+// Sweep moves damaged records and aliases to the quarantine
+// (quarantine.go) and reclaims the artifacts that crashed publishes left under the
 // prefix: those of ids without a record, once the ids are older than
 // PublishGrace. Run it now and then on one node; it is safe to run
 // concurrently with everything else. (Alias bindings released by failed
 // publishes stay: deleting one could race with a publisher taking it over,
 // and the next publisher of the alias reuses the object.)
 func (r *Repo) Sweep(ctx context.Context) error {
+	if err := r.writable(); err != nil {
+		return fmt.Errorf("sweep: %w", err)
+	}
+	if err := r.quarantineDamaged(ctx); err != nil {
+		return fmt.Errorf("sweep: %w", err)
+	}
 	objs, err := r.list(ctx, r.keys.prefix+artifactsDir)
 	if err != nil {
 		return fmt.Errorf("sweep: %w", err)
@@ -532,6 +616,10 @@ func (r *Repo) sweepOne(ctx context.Context, id string) error {
 	_, _, err := r.getRecord(ctx, id)
 	switch {
 	case errors.Is(err, repository.ErrNotFound):
+		// A quarantined record keeps its artifacts until its id is deleted.
+		if q, err := r.exists(ctx, r.keys.quarantinedRecord(id)); err != nil || q {
+			return err
+		}
 		return r.reclaimUnpublished(ctx, id)
 	case errors.Is(err, repository.ErrIntegrity):
 		return nil // a record, if a broken one: Delete's to decide
@@ -550,6 +638,9 @@ func (r *Repo) Resolve(ctx context.Context, id string) (repository.Resolved, err
 	rec, err := r.Get(ctx, id)
 	if err != nil {
 		return repository.Resolved{}, fmt.Errorf("resolve: %w", err)
+	}
+	if err := r.openLocal(); err != nil {
+		return repository.Resolved{}, fmt.Errorf("resolve %s: node cache: %w", id, err)
 	}
 	res, err := r.resolve(ctx, rec)
 	if err != nil {

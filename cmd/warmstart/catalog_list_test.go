@@ -1,0 +1,89 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"warmstart/internal/repository"
+	"warmstart/internal/repository/posixfs"
+	"warmstart/internal/repository/repotest"
+)
+
+// A record with one bad byte is a CORRUPT row of `snapshot list`, in the
+// table and in JSON, with a warning; --check exits 1; listing moves
+// nothing.
+func TestSnapshotListReportsDamagedRecords(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "store")
+	repo, err := posixfs.Open(store, posixfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, _ := repotest.Publish(t, repo, "bad")
+	good, _ := repotest.Publish(t, repo, "good")
+	recordPath := filepath.Join(store, "catalog", "records", bad.ID+".json")
+	repotest.FlipBytes(t, recordPath, 0)
+
+	table := runCLI(t, "snapshot", "list", "--store", store)
+	if table.code != 0 || !strings.Contains(table.stdout, good.ID) || !strings.Contains(table.stdout, bad.ID+"  -      CORRUPT") ||
+		!strings.Contains(table.stderr, "corrupt record "+bad.ID) {
+		t.Fatalf("list: exit %d\nstdout:\n%s\nstderr:\n%s", table.code, table.stdout, table.stderr)
+	}
+	checkJSONRows(t, store, good.ID, bad.ID)
+	check := runCLI(t, "snapshot", "list", "--store", store, "--check")
+	if check.code != 1 || !strings.Contains(check.stderr, "1 damaged catalog entries") {
+		t.Fatalf("list --check: exit %d, stderr %q; want exit 1", check.code, check.stderr)
+	}
+	if _, err := os.Stat(recordPath); err != nil {
+		t.Fatalf("listing moved the damaged record: %v", err)
+	}
+	clean := runCLI(t, "snapshot", "list", "--store", store, "--check", "--alias-prefix", "go")
+	if clean.code != 0 {
+		t.Fatalf("list --check with a filter that leaves the damage out: exit %d, %s", clean.code, clean.stderr)
+	}
+}
+
+// checkJSONRows checks `snapshot list --json` lists good, then bad as a
+// corrupt record row.
+func checkJSONRows(t *testing.T, store, good, bad string) {
+	t.Helper()
+	js := runCLI(t, "snapshot", "list", "--store", store, "--json")
+	var rows []repository.Entry
+	if err := json.Unmarshal([]byte(js.stdout), &rows); err != nil || js.code != 0 {
+		t.Fatalf("list --json: exit %d, %v\n%s", js.code, err, js.stdout)
+	}
+	if len(rows) != 2 || rows[0].ID != good || rows[1].ID != bad || rows[1].Corrupt == nil || rows[1].Corrupt.Kind != repository.DamageRecord {
+		t.Fatalf("list --json rows = %+v", rows)
+	}
+}
+
+// A writer quarantines a damaged record; `snapshot delete ID` then lets it
+// go, and the catalog checks clean.
+func TestDeleteOfAQuarantinedRecord(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "store")
+	repo, err := posixfs.Open(store, posixfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, lease := repotest.Publish(t, repo, "bad")
+	lease.End()
+	repotest.FlipBytes(t, filepath.Join(store, "catalog", "records", bad.ID+".json"), 0)
+	if _, err := posixfs.Open(store, posixfs.Options{}); err != nil { // a writer's open quarantines
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(store, "catalog", "quarantine", "records", bad.ID+".json")); err != nil {
+		t.Fatalf("not quarantined: %v", err)
+	}
+	del := runCLI(t, "snapshot", "delete", "--store", store, bad.ID)
+	if del.code != 0 || !strings.Contains(del.stdout, "deleted snapshot "+bad.ID) {
+		t.Fatalf("delete: exit %d, stdout %q, stderr %q", del.code, del.stdout, del.stderr)
+	}
+	if check := runCLI(t, "snapshot", "list", "--store", store, "--check"); check.code != 0 {
+		t.Fatalf("list --check after the delete: exit %d, %s", check.code, check.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(store, "snapshots", bad.ID)); !os.IsNotExist(err) {
+		t.Fatalf("the quarantined record's artifacts remain: %v", err)
+	}
+}

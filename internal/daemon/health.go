@@ -1,0 +1,38 @@
+package daemon
+
+import (
+	"log/slog"
+
+	"warmstart/internal/vmm"
+)
+
+// Health statuses of GET /healthz.
+const (
+	healthOK = "ok"
+	// healthDegraded: the daemon serves, but restores will fail (the
+	// configured VMM cannot run here). The answer stays HTTP 200: the
+	// process is alive and its catalog works, and restarting it (what a
+	// failing liveness probe does) would not bring the VMM back; the
+	// status and reason say what an operator must fix.
+	healthDegraded = "degraded"
+)
+
+// vmmHealth asks the configured VMM driver, once at start, whether it can
+// restore on this host, and logs the answer; "" means it can. The check
+// itself lives with each driver (vmm.Checker).
+func vmmHealth(v vmm.VMM, log *slog.Logger) string {
+	if err := vmm.Check(v); err != nil {
+		log.Warn("degraded: restores will fail", "reason", err.Error())
+		return err.Error()
+	}
+	return ""
+}
+
+// health is the body of GET /healthz now.
+func (d *Daemon) health() Health {
+	h := Health{Status: healthOK, Restores: d.activeRestores()}
+	if d.degraded != "" {
+		h.Status, h.Reason = healthDegraded, d.degraded
+	}
+	return h
+}

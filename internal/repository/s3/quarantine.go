@@ -1,0 +1,210 @@
+package s3
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/minio/minio-go/v7"
+
+	"warmstart/internal/repository"
+)
+
+// Damaged catalog objects. A record or alias object that does not decode
+// is reported by Damaged and, by Sweep only (a writer), copied to
+// catalog/quarantine/{records,aliases}/ under the same name and then
+// removed from its place. A quarantined record still counts as holding any
+// alias bound to its id, a damaged or quarantined alias keeps its alias
+// taken, and Delete of a quarantined record's id removes it and its
+// artifacts: nothing is lost until an operator acts.
+
+const (
+	quarantinedRecordsDir = repository.QuarantineDir + "records/"
+	quarantinedAliasesDir = repository.QuarantineDir + "aliases/"
+)
+
+func (k keys) aliasesPrefix() string { return k.prefix + aliasesDir }
+func (k keys) quarantinedRecord(id string) string {
+	return k.prefix + quarantinedRecordsDir + id + jsonSuffix
+}
+func (k keys) quarantinedAlias(alias string) string {
+	return k.prefix + quarantinedAliasesDir + alias + jsonSuffix
+}
+
+// nameUnder returns the valid id or alias a catalog key under dir names.
+func (k keys) nameUnder(dir, key string, valid func(string) error) (string, bool) {
+	rest, ok := strings.CutPrefix(key, k.prefix+dir)
+	if !ok {
+		return "", false
+	}
+	name, ok := strings.CutSuffix(rest, jsonSuffix)
+	if !ok || valid(name) != nil {
+		return "", false
+	}
+	return name, true
+}
+
+// exists reports whether an object is stored under key.
+func (r *Repo) exists(ctx context.Context, key string) (bool, error) {
+	_, err := r.core.Client.StatObject(ctx, r.bucket, key, minio.StatObjectOptions{})
+	if isNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, ctxErr(ctx, fmt.Errorf("stat %s: %w", key, err))
+	}
+	return true, nil
+}
+
+// Damaged implements repository.Repository.
+func (r *Repo) Damaged(ctx context.Context) ([]repository.Damage, error) {
+	var out []repository.Damage
+	for _, scan := range []func(context.Context) ([]repository.Damage, error){
+		r.damagedRecords, r.damagedAliases, r.quarantined,
+	} {
+		found, err := scan(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("check catalog: %w", err)
+		}
+		out = append(out, found...)
+	}
+	repository.SortDamage(out)
+	return out, nil
+}
+
+func (r *Repo) damagedRecords(ctx context.Context) ([]repository.Damage, error) {
+	ids, err := r.recordIDs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []repository.Damage
+	for _, id := range ids {
+		_, _, err := r.getRecord(ctx, id)
+		if d, ok := repository.DamageOf(repository.DamageRecord, id, r.keys.record(id), err); ok {
+			out = append(out, d)
+		} else if err != nil && !errors.Is(err, repository.ErrNotFound) {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (r *Repo) damagedAliases(ctx context.Context) ([]repository.Damage, error) {
+	objs, err := r.list(ctx, r.keys.aliasesPrefix())
+	if err != nil {
+		return nil, err
+	}
+	var out []repository.Damage
+	for _, o := range objs {
+		alias, ok := r.keys.nameUnder(aliasesDir, o.Key, repository.ValidateAlias)
+		if !ok {
+			continue
+		}
+		_, _, _, _, err := r.readAlias(ctx, alias)
+		if d, ok := repository.DamageOf(repository.DamageAlias, alias, o.Key, err); ok {
+			out = append(out, d)
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (r *Repo) quarantined(ctx context.Context) ([]repository.Damage, error) {
+	objs, err := r.list(ctx, r.keys.prefix+repository.QuarantineDir)
+	if err != nil {
+		return nil, err
+	}
+	var out []repository.Damage
+	for _, o := range objs {
+		d := repository.Damage{Quarantined: true, Location: o.Key, Reason: "moved to quarantine: did not decode"}
+		if id, ok := r.keys.nameUnder(quarantinedRecordsDir, o.Key, repository.ValidateID); ok {
+			d.Kind, d.Name = repository.DamageRecord, id
+		} else if alias, ok := r.keys.nameUnder(quarantinedAliasesDir, o.Key, repository.ValidateAlias); ok {
+			d.Kind, d.Name = repository.DamageAlias, alias
+		} else {
+			continue
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// quarantineDamaged moves every damaged record and alias in place to the
+// quarantine, rechecking each just before: a copy first, then the removal,
+// so a crash between the two leaves the entry in both places, never in
+// neither.
+func (r *Repo) quarantineDamaged(ctx context.Context) error {
+	found, err := r.Damaged(ctx)
+	if err != nil {
+		return err
+	}
+	for _, d := range found {
+		if d.Quarantined {
+			continue
+		}
+		if err := r.quarantineOne(ctx, d); err != nil {
+			return fmt.Errorf("quarantine %s %s: %w", d.Kind, d.Name, err)
+		}
+	}
+	return nil
+}
+
+func (r *Repo) quarantineOne(ctx context.Context, d repository.Damage) error {
+	from, to := r.keys.alias(d.Name), r.keys.quarantinedAlias(d.Name)
+	if d.Kind == repository.DamageRecord {
+		unlock := r.locks.lock(d.Name)
+		defer unlock()
+		if _, _, err := r.getRecord(ctx, d.Name); !errors.Is(err, repository.ErrIntegrity) {
+			return nil // repaired or deleted meanwhile
+		}
+		from, to = r.keys.record(d.Name), r.keys.quarantinedRecord(d.Name)
+	} else if _, _, _, _, err := r.readAlias(ctx, d.Name); !errors.Is(err, repository.ErrIntegrity) {
+		return nil
+	}
+	data, _, found, err := r.getSmall(ctx, from)
+	if err != nil || !found {
+		return err
+	}
+	if _, err := r.putSmall(ctx, to, data, putCondition{}); err != nil {
+		return err
+	}
+	return r.remove(ctx, from)
+}
+
+// aliasTaken reports whether alias is held by a binding that cannot be
+// read: a damaged alias object or a quarantined one.
+func (r *Repo) aliasTaken(ctx context.Context, alias string) (bool, error) {
+	_, _, _, _, err := r.readAlias(ctx, alias)
+	if errors.Is(err, repository.ErrIntegrity) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return r.exists(ctx, r.keys.quarantinedAlias(alias))
+}
+
+// removeBindingsOf removes every alias binding naming id. Deleting a
+// quarantined record calls it: the record's alias is unknown, and a
+// binding left naming it would otherwise keep the alias for AliasBindGrace
+// (it looks like a publish in progress).
+func (r *Repo) removeBindingsOf(ctx context.Context, id string) error {
+	objs, err := r.list(ctx, r.keys.aliasesPrefix())
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		alias, ok := r.keys.nameUnder(aliasesDir, o.Key, repository.ValidateAlias)
+		if !ok {
+			continue
+		}
+		if b, _, _, found, err := r.readAlias(ctx, alias); err == nil && found && b.ID == id {
+			if err := r.remove(ctx, o.Key); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

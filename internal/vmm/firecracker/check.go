@@ -1,0 +1,30 @@
+package firecracker
+
+import (
+	"fmt"
+	"os"
+
+	"warmstart/internal/vmm"
+)
+
+// kvmDevice is what every Firecracker VM opens.
+const kvmDevice = "/dev/kvm"
+
+var _ vmm.Checker = (*Driver)(nil)
+
+// Check implements vmm.Checker: a restore needs the Firecracker binary and
+// /dev/kvm. It needs no kernel or root file system: a snapshot carries the
+// guest's state, and its drives are whatever the snapshot names.
+func (d *Driver) Check() error {
+	if err := vmm.CheckExecutable("[firecracker] binary", d.opts.Binary); err != nil {
+		return err
+	}
+	fi, err := os.Stat(kvmDevice)
+	if err != nil {
+		return fmt.Errorf("%w: firecracker needs %s: %v", vmm.ErrUnusable, kvmDevice, err)
+	}
+	if fi.Mode()&os.ModeCharDevice == 0 {
+		return fmt.Errorf("%w: %s is not a character device", vmm.ErrUnusable, kvmDevice)
+	}
+	return nil
+}
