@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/restore"
+	"warmstart/internal/startupset"
 )
 
 func init() {
@@ -79,7 +80,8 @@ on prefetches whenever a valid manifest is attached; off never does.`,
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
 				enc.Encode(map[string]any{"snapshot": src.SnapshotID, "device": device, "generation": inst.Generation,
-					"timings": inst.Timings, "prefetch": inst.Prefetch, "device_bytes": inst.DeviceBytes, "ready": inst.Ready.Detail})
+					"timings": inst.Timings, "prefetch": inst.Prefetch, "device_bytes": inst.DeviceBytes, "ready": inst.Ready.Detail,
+					"startup_set": inst.StartupSet})
 			} else {
 				ms := func(d time.Duration) string { return fmt.Sprintf("%8.2f ms", float64(d)/1e6) }
 				fmt.Fprintf(out, "snapshot %s on %s device, generation %d\n", src.SnapshotID, device, inst.Generation)
@@ -95,6 +97,7 @@ on prefetches whenever a valid manifest is attached; off never does.`,
 					fmt.Fprintf(out, ", %.1f MiB planned, policy %s", float64(inst.Prefetch.PlannedBytes)/(1<<20), p.Name)
 				}
 				fmt.Fprintf(out, "\n  device read         %.1f MiB in %d requests\n", float64(inst.DeviceBytes.BytesRead)/(1<<20), inst.DeviceBytes.ReadRequests)
+				fmt.Fprintf(out, "  %s\n", startupset.Line(inst.StartupSet))
 			}
 			if hold {
 				fmt.Fprintln(cmd.ErrOrStderr(), "holding the VM; Ctrl-C stops it")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -182,6 +183,14 @@ func TestImportRecordsInBackground(t *testing.T) {
 	}
 	if in.Prefetch.State == "skipped" || in.Ready["sha256"] != f.expected || in.Device != "file" {
 		t.Fatalf("restore with defaults = %+v", in)
+	}
+	ss := in.StartupSet
+	if ss.StartupSetPages == 0 || ss.InTimePages+ss.LatePages+ss.UnusedPages != ss.StartupSetPages || !ss.PrefetchRan {
+		t.Errorf("startup set of a prefetching restore: %+v", ss)
+	}
+	listed, err := r.client.Restores(ctx)
+	if err != nil || len(listed) != 1 || !reflect.DeepEqual(listed[0].StartupSet, in.StartupSet) {
+		t.Errorf("GET /restores = %+v, %v; want the startup set %+v", listed, err, in.StartupSet)
 	}
 	if _, err := r.client.StopRestore(ctx, in.ID); err != nil {
 		t.Fatal(err)

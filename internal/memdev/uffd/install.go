@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"warmstart/internal/memdev"
 )
 
 // Install places the logical range [off, off+length) of the memory file
@@ -95,6 +97,12 @@ func (s *Session) installChunk(ctx context.Context, r *region, a, b uint64) erro
 // copies it in.
 func (s *Session) installRun(ctx context.Context, r *region, logical uint64, data []byte) (err error) {
 	n := len(data)
+	began := time.Now()
+	defer func() {
+		if o := s.h.opts.Observer; o != nil && err == nil {
+			o.Served(memdev.Prefetch, int64(logical), n, time.Since(began))
+		}
+	}()
 	s.counters.Begin(n)
 	got, rerr := s.lower.ReadAt(data, int64(logical))
 	s.counters.End(n, got, rerr)
