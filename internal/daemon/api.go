@@ -564,7 +564,8 @@ func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
 	d.restores[inst.ID] = run
 	d.mu.Unlock()
 	d.log.Info("restore ready", "restore", inst.ID, "snapshot", rec.ID, "device", req.Device, "generation", inst.Generation,
-		"ready", inst.Timings.Ready, "prefetch", inst.Prefetch.State, "reason", inst.Prefetch.Reason)
+		"ready", inst.Timings.Ready, "prefetch", inst.Prefetch.State, "reason", inst.Prefetch.Reason,
+		"phases", inst.Timings, "startup_set", inst.StartupSet, "outcome", startupset.Line(inst.StartupSet))
 	writeJSON(w, http.StatusCreated, run.current())
 	return nil
 }

@@ -188,6 +188,13 @@ func TestImportRecordsInBackground(t *testing.T) {
 	if ss.StartupSetPages == 0 || ss.InTimePages+ss.LatePages+ss.UnusedPages != ss.StartupSetPages || !ss.PrefetchRan {
 		t.Errorf("startup set of a prefetching restore: %+v", ss)
 	}
+	// The ready line carries the phases and the startup-set outcome.
+	line := r.log.attrsOf("restore ready")
+	for key, want := range map[string]string{"phases": "vm_started=", "startup_set": "in_time=", "outcome": "startup set "} {
+		if !strings.Contains(line[key], want) {
+			t.Errorf("restore ready line: %s = %q, want it to hold %q", key, line[key], want)
+		}
+	}
 	listed, err := r.client.Restores(ctx)
 	if err != nil || len(listed) != 1 || !reflect.DeepEqual(listed[0].StartupSet, in.StartupSet) {
 		t.Errorf("GET /restores = %+v, %v; want the startup set %+v", listed, err, in.StartupSet)

@@ -160,6 +160,13 @@ type Timings struct {
 	Ready             time.Duration `json:"ready_ns"`
 }
 
+// LogValue makes the timings one group of durations in a structured log line.
+func (t Timings) LogValue() slog.Value {
+	return slog.GroupValue(slog.Duration("device_acquired", t.DeviceAcquired),
+		slog.Duration("manifest_validated", t.ManifestValidated), slog.Duration("vm_started", t.VMStarted),
+		slog.Duration("ready", t.Ready))
+}
+
 // PrefetchReport says what prefetch did for one restore.
 type PrefetchReport struct {
 	// State is "skipped", or the task state at ready: running, completed, ...

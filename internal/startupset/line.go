@@ -2,6 +2,7 @@ package startupset
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 )
@@ -39,4 +40,19 @@ func prefetchEnd(r Report) string {
 		return fmt.Sprintf("prefetch ended %.0f ms after ready", math.Abs(ms))
 	}
 	return fmt.Sprintf("prefetch ended %.0f ms before ready", ms)
+}
+
+// LogValue makes a Report one group of numbers in a structured log line.
+func (r Report) LogValue() slog.Value {
+	attrs := []slog.Attr{
+		slog.Int64("bytes", r.StartupSetBytes), slog.Int64("pages", r.StartupSetPages),
+		slog.Int64("in_time", r.InTimePages), slog.Int64("late", r.LatePages), slog.Int64("unused", r.UnusedPages),
+		slog.Int64("missed", r.MissedPages),
+		slog.Int64("demand_requests", r.DemandRequests), slog.Int64("demand_bytes", r.DemandBytes),
+		slog.Int64("prefetch_requests", r.PrefetchRequests), slog.Int64("prefetch_bytes", r.PrefetchBytes),
+	}
+	if s := r.PrefetchEndedBeforeReadySeconds; s != nil {
+		attrs = append(attrs, slog.Float64("prefetch_ended_before_ready_seconds", *s))
+	}
+	return slog.GroupValue(attrs...)
 }
