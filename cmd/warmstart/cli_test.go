@@ -69,6 +69,7 @@ func TestRestoreRefusesBadFlagsUpFront(t *testing.T) {
 		{[]string{"--io-engine", "-1"}, "--io-engine -1"},
 		{[]string{"--prefetch", "maybe"}, `prefetch mode "maybe": want auto, on or off`},
 		{[]string{"--policy", "fastest"}, `--policy: unknown prefetch policy "fastest"`},
+		{[]string{"--plot", "timeline.pdf"}, `--plot: "timeline.pdf": picture file must end in .svg or .png`},
 	} {
 		t.Run(strings.Join(c.flags, " "), func(t *testing.T) {
 			cfg, run, trace := restoreFixture(t)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"warmstart/internal/chart"
 	"warmstart/internal/restore"
 	"warmstart/internal/startupset"
 )
@@ -24,6 +25,7 @@ func init() {
 		hold     bool
 		asJSON   bool
 		ioEngine int
+		plotPath string
 	)
 	cmd := &cobra.Command{
 		Use:   "restore ID|ALIAS",
@@ -42,6 +44,9 @@ on prefetches whenever a valid manifest is attached; off never does.`,
 				return usageError{err}
 			}
 			if err := checkRestoreFlags(device, ioEngine, policy); err != nil {
+				return err
+			}
+			if err := checkPlotFlag(plotPath, false); err != nil {
 				return err
 			}
 			if daemonSocket != "" {
@@ -99,6 +104,12 @@ on prefetches whenever a valid manifest is attached; off never does.`,
 				fmt.Fprintf(out, "\n  device read         %.1f MiB in %d requests\n", float64(inst.DeviceBytes.BytesRead)/(1<<20), inst.DeviceBytes.ReadRequests)
 				fmt.Fprintf(out, "  %s\n", startupset.Line(inst.StartupSet))
 			}
+			if plotPath != "" {
+				if err := chart.Timeline(plotPath, inst.Timings, inst.Events, inst.StartupSet); err != nil {
+					inst.Stop(context.Background())
+					return err
+				}
+			}
 			if hold {
 				fmt.Fprintln(cmd.ErrOrStderr(), "holding the VM; Ctrl-C stops it")
 				holdUntilStopOrExit(ctx, inst)
@@ -127,6 +138,7 @@ on prefetches whenever a valid manifest is attached; off never does.`,
 	cmd.Flags().IntVar(&ioEngine, "io-engine", 0, "I/O engine: 0 or 1 buffered, 2 direct I/O (default from [memory] io_engine)")
 	cmd.Flags().BoolVar(&hold, "hold", false, "keep the VM running until Ctrl-C; if it exits first, say how and exit 1 (with --daemon: leave it with the daemon)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	cmd.Flags().StringVar(&plotPath, "plot", "", "draw the restore's timeline (device acquired, VM started, prefetch and demand bytes over time, ready) to FILE.svg or FILE.png")
 	cmd.Flags().String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
 	rootCmd.AddCommand(cmd)
 }
