@@ -114,7 +114,7 @@ func (e *env) accounted(t *testing.T, src restore.Source, opts restore.Options) 
 func prefetchedPages(inst *restore.Instance) map[int64]bool {
 	pages := map[int64]bool{}
 	for _, ev := range inst.Events {
-		if ev.Kind == memdev.Prefetch && ev.At <= inst.Timings.Ready {
+		if ev.Kind == memdev.Prefetch && ev.ByReady(inst.Timings.Ready) {
 			for off := ev.Offset; off < ev.Offset+int64(ev.Length); off += startupset.PageBytes {
 				pages[off/startupset.PageBytes] = true
 			}

@@ -70,7 +70,7 @@ type pageTimes struct {
 func (pt *pageTimes) note(e Event) {
 	m, at := pt.reached, e.At
 	if e.Kind == memdev.Demand {
-		m, at = pt.demanded, e.arrived()
+		m, at = pt.demanded, e.Arrived()
 	}
 	for p := e.Offset / PageBytes; p*PageBytes < e.Offset+int64(e.Length); p++ {
 		if old, ok := m[p]; !ok || at < old {
@@ -85,7 +85,7 @@ func Account(in Input) Report {
 	pt := pageTimes{reached: map[int64]time.Duration{}, demanded: map[int64]time.Duration{}}
 	var rep Report
 	for _, e := range in.Events {
-		if e.At > in.Ready && e.Kind != memdev.Resident {
+		if !e.ByReady(in.Ready) {
 			continue
 		}
 		pt.note(e)

@@ -69,3 +69,13 @@ func TestLineReadsLikeTheExample(t *testing.T) {
 		t.Fatalf("got  %q\nwant %q", got, want)
 	}
 }
+
+// A fault that arrived before ready counts even when its reply was timed
+// after the guest's own ready report: the guest needed the page.
+func TestDemandCountsByArrival(t *testing.T) {
+	set := []Range{{Offset: 0, Length: PageBytes}}
+	events := []Event{{Kind: memdev.Demand, Offset: 0, Length: PageBytes, At: 6 * ms, Took: 2 * ms}}
+	if rep := Account(Input{StartupSet: set, Events: events, Ready: 5 * ms}); rep.LatePages != 1 || rep.DemandRequests != 1 {
+		t.Fatalf("fault arriving at 4 ms, ready at 5 ms: %+v", rep)
+	}
+}

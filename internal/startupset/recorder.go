@@ -25,8 +25,22 @@ type Event struct {
 	Took time.Duration
 }
 
-// arrived is when the request for the event's range reached the device.
-func (e Event) arrived() time.Duration { return max(e.At-e.Took, 0) }
+// Arrived is when the request for the event's range reached the device.
+func (e Event) Arrived() time.Duration { return max(e.At-e.Took, 0) }
+
+// ByReady says whether the event belongs to the restore until ready: a
+// demand request that arrived by then (its reply may have raced the
+// guest's ready report), a prefetch run in reach by then, and every
+// resident range.
+func (e Event) ByReady(ready time.Duration) bool {
+	switch e.Kind {
+	case memdev.Demand:
+		return e.Arrived() <= ready
+	case memdev.Resident:
+		return true
+	}
+	return e.At <= ready
+}
 
 // Recorder is a memdev.Observer that keeps every event of one restore,
 // timed from its start.

@@ -95,7 +95,7 @@ func (m *Set) RestoreReady(o restore.ReadyOutcome) {
 	}
 	fault := s.demandFault.WithLabelValues(o.Device)
 	for _, e := range o.Events {
-		if e.Kind == memdev.Demand && e.At <= o.Timings.Ready {
+		if e.Kind == memdev.Demand && e.ByReady(o.Timings.Ready) {
 			fault.Observe(e.Took.Seconds())
 		}
 	}
