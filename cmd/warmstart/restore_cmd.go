@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -81,34 +82,9 @@ on prefetches whenever a valid manifest is attached; off never does.`,
 				return err
 			}
 			out := cmd.OutOrStdout()
-			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				enc.Encode(map[string]any{"snapshot": src.SnapshotID, "device": device, "generation": inst.Generation,
-					"timings": inst.Timings, "prefetch": inst.Prefetch, "device_bytes": inst.DeviceBytes, "ready": inst.Ready.Detail,
-					"startup_set": inst.StartupSet})
-			} else {
-				ms := func(d time.Duration) string { return fmt.Sprintf("%8.2f ms", float64(d)/1e6) }
-				fmt.Fprintf(out, "snapshot %s on %s device, generation %d\n", src.SnapshotID, device, inst.Generation)
-				fmt.Fprintf(out, "  device acquired     %s\n", ms(inst.Timings.DeviceAcquired))
-				fmt.Fprintf(out, "  manifest validated  %s\n", ms(inst.Timings.ManifestValidated))
-				fmt.Fprintf(out, "  VM started          %s\n", ms(inst.Timings.VMStarted))
-				fmt.Fprintf(out, "  ready               %s\n", ms(inst.Timings.Ready))
-				fmt.Fprintf(out, "  prefetch            %s", inst.Prefetch.State)
-				if inst.Prefetch.Reason != "" {
-					fmt.Fprintf(out, " (%s)", inst.Prefetch.Reason)
-				}
-				if inst.Prefetch.PlannedBytes > 0 {
-					fmt.Fprintf(out, ", %.1f MiB planned, policy %s", float64(inst.Prefetch.PlannedBytes)/(1<<20), p.Name)
-				}
-				fmt.Fprintf(out, "\n  device read         %.1f MiB in %d requests\n", float64(inst.DeviceBytes.BytesRead)/(1<<20), inst.DeviceBytes.ReadRequests)
-				fmt.Fprintf(out, "  %s\n", startupset.Line(inst.StartupSet))
-			}
-			if plotPath != "" {
-				if err := chart.Timeline(plotPath, inst.Timings, inst.Events, inst.StartupSet); err != nil {
-					inst.Stop(context.Background())
-					return err
-				}
+			if err := reportRestore(out, inst, src.SnapshotID, device, p.Name, asJSON, plotPath); err != nil {
+				inst.Stop(context.Background())
+				return err
 			}
 			if hold {
 				fmt.Fprintln(cmd.ErrOrStderr(), "holding the VM; Ctrl-C stops it")
@@ -151,4 +127,36 @@ func holdUntilStopOrExit(ctx context.Context, inst *restore.Instance) {
 	case <-ctx.Done():
 	case <-inst.Exited():
 	}
+}
+
+// reportRestore prints an in-process restore at ready, as JSON or for a
+// person, and draws its timeline to plotPath when set.
+func reportRestore(out io.Writer, inst *restore.Instance, snapshot, device, policy string, asJSON bool, plotPath string) error {
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		enc.Encode(map[string]any{"snapshot": snapshot, "device": device, "generation": inst.Generation,
+			"timings": inst.Timings, "prefetch": inst.Prefetch, "device_bytes": inst.DeviceBytes, "ready": inst.Ready.Detail,
+			"startup_set": inst.StartupSet})
+	} else {
+		ms := func(d time.Duration) string { return fmt.Sprintf("%8.2f ms", float64(d)/1e6) }
+		fmt.Fprintf(out, "snapshot %s on %s device, generation %d\n", snapshot, device, inst.Generation)
+		fmt.Fprintf(out, "  device acquired     %s\n", ms(inst.Timings.DeviceAcquired))
+		fmt.Fprintf(out, "  manifest validated  %s\n", ms(inst.Timings.ManifestValidated))
+		fmt.Fprintf(out, "  VM started          %s\n", ms(inst.Timings.VMStarted))
+		fmt.Fprintf(out, "  ready               %s\n", ms(inst.Timings.Ready))
+		fmt.Fprintf(out, "  prefetch            %s", inst.Prefetch.State)
+		if inst.Prefetch.Reason != "" {
+			fmt.Fprintf(out, " (%s)", inst.Prefetch.Reason)
+		}
+		if inst.Prefetch.PlannedBytes > 0 {
+			fmt.Fprintf(out, ", %.1f MiB planned, policy %s", float64(inst.Prefetch.PlannedBytes)/(1<<20), policy)
+		}
+		fmt.Fprintf(out, "\n  device read         %.1f MiB in %d requests\n", float64(inst.DeviceBytes.BytesRead)/(1<<20), inst.DeviceBytes.ReadRequests)
+		fmt.Fprintf(out, "  %s\n", startupset.Line(inst.StartupSet))
+	}
+	if plotPath == "" {
+		return nil
+	}
+	return chart.Timeline(plotPath, inst.Timings, inst.Events, inst.StartupSet)
 }

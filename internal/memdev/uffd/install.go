@@ -84,8 +84,12 @@ func (s *Session) installChunk(ctx context.Context, r *region, a, b uint64) erro
 			q += ps
 		}
 		if p < q {
+			began := time.Now()
 			if err := s.installRun(ctx, r, p, buf[:q-p]); err != nil {
 				return err
+			}
+			if o := s.h.opts.Observer; o != nil {
+				o.Served(memdev.Prefetch, int64(p), int(q-p), time.Since(began))
 			}
 		}
 		p = q
@@ -97,12 +101,6 @@ func (s *Session) installChunk(ctx context.Context, r *region, a, b uint64) erro
 // copies it in.
 func (s *Session) installRun(ctx context.Context, r *region, logical uint64, data []byte) (err error) {
 	n := len(data)
-	began := time.Now()
-	defer func() {
-		if o := s.h.opts.Observer; o != nil && err == nil {
-			o.Served(memdev.Prefetch, int64(logical), n, time.Since(began))
-		}
-	}()
 	s.counters.Begin(n)
 	got, rerr := s.lower.ReadAt(data, int64(logical))
 	s.counters.End(n, got, rerr)
