@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"image/png"
 	"os"
@@ -59,6 +60,21 @@ func TestPicturesFromTheCLI(t *testing.T) {
 		t.Errorf("restore printed no startup-set line:\n%s", out)
 	}
 	checkPNG(t, timeline)
+	var rep struct {
+		StartupSet struct {
+			Pages  int64 `json:"startup_set_pages"`
+			InTime int64 `json:"in_time_pages"`
+			Late   int64 `json:"late_pages"`
+			Unused int64 `json:"unused_pages"`
+			Ran    bool  `json:"prefetch_ran"`
+		} `json:"startup_set"`
+	}
+	if err := json.Unmarshal([]byte(mustRun("restore", "pic", "--prefetch", "on", "--trace", ref.Trace, "--json")), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if ss := rep.StartupSet; ss.Pages == 0 || ss.InTime+ss.Late+ss.Unused != ss.Pages || !ss.Ran {
+		t.Errorf("restore --json startup_set = %+v", ss)
+	}
 
 	byAlias := filepath.Join(dir, "map.png")
 	out = mustRun("manifest", "show", "pic", "--plot", byAlias)
