@@ -87,6 +87,9 @@ func TestRestoreRefusesBadFlagsUpFront(t *testing.T) {
 	if r := runCLI(t, "--daemon", sock, "restore", "web", "--device", "nvme"); r.code != 2 || !strings.Contains(r.stderr, `--device "nvme"`) {
 		t.Errorf("with --daemon: exit %d, stderr %q; want exit 2 naming --device", r.code, r.stderr)
 	}
+	if r := runCLI(t, "--daemon", sock, "restore", "web", "--plot", "t.svg"); r.code != 2 || !strings.Contains(r.stderr, "--plot") {
+		t.Errorf("--plot with --daemon: exit %d, stderr %q; want exit 2 naming --plot", r.code, r.stderr)
+	}
 }
 
 // restoreFixture writes a configuration whose runtime directory and store

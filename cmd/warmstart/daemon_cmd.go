@@ -273,8 +273,11 @@ func daemonRecordManifest(cmd *cobra.Command, ref string) error {
 // process. With hold the daemon keeps the VM and the verb exits; without,
 // the verb stops it after printing.
 func daemonRestore(cmd *cobra.Command, ref string, mode restore.Mode, device, policy string, ioEngine int, hold, asJSON bool) error {
-	if err := localOnly(cmd, "vmm", "trace", "plot", storeFlag); err != nil {
+	if err := localOnly(cmd, "vmm", "trace", storeFlag); err != nil {
 		return err
+	}
+	if cmd.Flags().Changed("plot") {
+		return usageError{errors.New("--plot draws the timeline of an in-process restore; the daemon keeps none")}
 	}
 	c, err := daemonClient(cmd)
 	if err != nil {
