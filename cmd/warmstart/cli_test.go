@@ -121,6 +121,22 @@ func TestBenchRefusesBadIOEngineUpFront(t *testing.T) {
 	}
 }
 
+// bench refuses a picture it cannot draw before any trial runs.
+func TestBenchRefusesBadPlotUpFront(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--plot", "bench.pdf"}, "must end in .svg or .png"},
+		{[]string{"--plot", "bench.svg", "--repository", "s3"}, "not available with --repository s3"},
+	} {
+		r := runCLI(t, append([]string{"bench", "--blocks", "1", "--memory-size", "8MiB", "--policies", "seed"}, c.args...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, c.want) || r.stdout != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, r.code, r.stdout, r.stderr, c.want)
+		}
+	}
+}
+
 // Read-only verbs never create a store: a mistyped --store is an error
 // naming the path, and leaves no directory behind.
 func TestReadOnlyVerbsDoNotCreateAStore(t *testing.T) {
