@@ -51,8 +51,11 @@ func TestStartupSetAccounting(t *testing.T) {
 				rep := e.accounted(t, full, restore.Options{Device: device, Prefetch: restore.ModeOn, Policy: policy(t, "reap")})
 				want := startupset.Report{StartupSetPages: n, InTimePages: n}
 				expectCounts(t, rep, want)
-				if rep.DemandRequests != 0 || rep.PrefetchBytes < n*startupset.PageBytes {
-					t.Errorf("demand %d requests, prefetch %d bytes: want none and at least %d", rep.DemandRequests, rep.PrefetchBytes, n*startupset.PageBytes)
+				// Every page was in before the guest ran. (A stray request
+				// can still reach the file device after the prefetch: it
+				// counts as demand but makes no page late.)
+				if rep.PrefetchBytes < n*startupset.PageBytes {
+					t.Errorf("prefetch %d bytes: want at least %d", rep.PrefetchBytes, n*startupset.PageBytes)
 				}
 				if rep.PrefetchEndedBeforeReadySeconds == nil || *rep.PrefetchEndedBeforeReadySeconds <= 0 {
 					t.Errorf("prefetch before start ended %v before ready, want > 0", rep.PrefetchEndedBeforeReadySeconds)
@@ -63,8 +66,11 @@ func TestStartupSetAccounting(t *testing.T) {
 				if rep.MissedPages != 0 || rep.UnusedPages != 0 || rep.InTimePages+rep.LatePages != n {
 					t.Errorf("every touched page is in time or late, none missed or unused: %+v", rep)
 				}
-				if rep.DemandRequests != rep.LatePages {
-					t.Errorf("%d demand requests, %d late pages: each late page is one fault", rep.DemandRequests, rep.LatePages)
+				// Each late page took a fault of its own; a fault can also
+				// race a prefetch that lands first (then the page is in time).
+				if rep.DemandRequests < rep.LatePages || rep.DemandBytes != rep.DemandRequests*startupset.PageBytes {
+					t.Errorf("%d demand requests (%d bytes), %d late pages: want a one-page fault per late page",
+						rep.DemandRequests, rep.DemandBytes, rep.LatePages)
 				}
 			})
 			t.Run("manifest lacks pages", func(t *testing.T) {
