@@ -15,6 +15,7 @@ import (
 
 	"warmstart/internal/bench"
 	"warmstart/internal/capture"
+	"warmstart/internal/chart"
 	"warmstart/internal/config"
 	"warmstart/internal/initramfs"
 	"warmstart/internal/interrupt"
@@ -37,6 +38,7 @@ func init() {
 		o        bench.Options
 		policies string
 		jsonPath string
+		plotPath string
 		memSize  string
 		noHot    bool
 		s3f      s3BenchFlags
@@ -110,6 +112,9 @@ within blocks.`,
 			default:
 				return usageError{fmt.Errorf("--repository %q: want posix_fs or s3", s3f.repository)}
 			}
+			if err := checkPlotFlag(plotPath, s3f.repository == "s3"); err != nil {
+				return err
+			}
 			if s3f.repository == "s3" {
 				// The companion command watches for signals itself.
 				return runS3Bench(s3f, o.Blocks, o.Seed, size, o.Policies[0], jsonPath)
@@ -120,6 +125,9 @@ within blocks.`,
 			rep, err := runBench(in.Work, cmd, &vf, o, snapshot, size, agent, cmd.ErrOrStderr())
 			if err == nil {
 				err = writeBenchReport(rep, cmd.OutOrStdout(), cmd.ErrOrStderr(), jsonPath)
+			}
+			if err == nil && plotPath != "" {
+				err = chart.Bench(plotPath, rep)
 			}
 			return in.Result(err)
 		},
@@ -136,11 +144,26 @@ within blocks.`,
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the frozen random order (and of the reference snapshot)")
 	f.StringVar(&policies, "policies", "seed,warmstart", "prefetch policies to compare: "+strings.Join(restore.PolicyNames(), ","))
 	f.StringVar(&jsonPath, "json", "", "write all raw trials and the summary to this file")
+	f.StringVar(&plotPath, "plot", "", "draw every trial's time to ready and bytes read per cache state and policy to FILE.svg or FILE.png")
 	f.StringVar(&memSize, "memory-size", "128MiB", "guest memory of the reference snapshot")
 	f.BoolVar(&noHot, "no-hot", false, "leave out the hot control")
 	f.StringVar(&agent, "agent", "", "--vmm qemu without SNAPSHOT: prebuilt warmstart-agent binary (default: build it from the module source)")
 	f.String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
 	rootCmd.AddCommand(cmd)
+}
+
+// checkPlotFlag refuses a --plot the verb cannot draw, before any work.
+func checkPlotFlag(path string, s3 bool) error {
+	switch {
+	case path == "":
+		return nil
+	case s3:
+		return usageError{errors.New("--plot: not available with --repository s3")}
+	}
+	if err := chart.CheckPath(path); err != nil {
+		return usageError{fmt.Errorf("--plot: %w", err)}
+	}
+	return nil
 }
 
 // writeBenchReport prints the table, and writes the raw trials and the

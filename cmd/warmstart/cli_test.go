@@ -69,6 +69,7 @@ func TestRestoreRefusesBadFlagsUpFront(t *testing.T) {
 		{[]string{"--io-engine", "-1"}, "--io-engine -1"},
 		{[]string{"--prefetch", "maybe"}, `prefetch mode "maybe": want auto, on or off`},
 		{[]string{"--policy", "fastest"}, `--policy: unknown prefetch policy "fastest"`},
+		{[]string{"--plot", "timeline.pdf"}, `--plot: "timeline.pdf": picture file must end in .svg or .png`},
 	} {
 		t.Run(strings.Join(c.flags, " "), func(t *testing.T) {
 			cfg, run, trace := restoreFixture(t)
@@ -85,6 +86,9 @@ func TestRestoreRefusesBadFlagsUpFront(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "none.sock")
 	if r := runCLI(t, "--daemon", sock, "restore", "web", "--device", "nvme"); r.code != 2 || !strings.Contains(r.stderr, `--device "nvme"`) {
 		t.Errorf("with --daemon: exit %d, stderr %q; want exit 2 naming --device", r.code, r.stderr)
+	}
+	if r := runCLI(t, "--daemon", sock, "restore", "web", "--plot", "t.svg"); r.code != 2 || !strings.Contains(r.stderr, "--plot") {
+		t.Errorf("--plot with --daemon: exit %d, stderr %q; want exit 2 naming --plot", r.code, r.stderr)
 	}
 }
 
@@ -114,6 +118,22 @@ func TestBenchRefusesBadIOEngineUpFront(t *testing.T) {
 	r := runCLI(t, "bench", "--io-engine", "7", "--blocks", "1", "--memory-size", "8MiB", "--policies", "seed")
 	if r.code != 2 || !strings.Contains(r.stderr, "--io-engine 7") || r.stdout != "" {
 		t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 naming --io-engine 7", r.code, r.stdout, r.stderr)
+	}
+}
+
+// bench refuses a picture it cannot draw before any trial runs.
+func TestBenchRefusesBadPlotUpFront(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--plot", "bench.pdf"}, "must end in .svg or .png"},
+		{[]string{"--plot", "bench.svg", "--repository", "s3"}, "not available with --repository s3"},
+	} {
+		r := runCLI(t, append([]string{"bench", "--blocks", "1", "--memory-size", "8MiB", "--policies", "seed"}, c.args...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, c.want) || r.stdout != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, r.code, r.stdout, r.stderr, c.want)
+		}
 	}
 }
 

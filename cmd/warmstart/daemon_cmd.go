@@ -17,6 +17,7 @@ import (
 	"warmstart/internal/daemon"
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
+	"warmstart/internal/startupset"
 )
 
 // daemonSocket is the global --daemon flag: verbs that support it run on
@@ -272,6 +273,9 @@ func daemonRestore(cmd *cobra.Command, ref string, mode restore.Mode, device, po
 	if err := localOnly(cmd, "vmm", "trace", storeFlag); err != nil {
 		return err
 	}
+	if cmd.Flags().Changed("plot") {
+		return usageError{errors.New("--plot draws the timeline of an in-process restore; the daemon keeps none")}
+	}
 	c, err := daemonClient(cmd)
 	if err != nil {
 		return err
@@ -326,6 +330,7 @@ func printRestoreInfo(out io.Writer, in daemon.RestoreInfo) {
 		fmt.Fprintf(out, ", %.1f MiB planned, policy %s", float64(in.Prefetch.PlannedBytes)/(1<<20), in.Policy)
 	}
 	fmt.Fprintf(out, "\n  device read         %.1f MiB in %d requests\n", float64(in.DeviceBytes.BytesRead)/(1<<20), in.DeviceBytes.ReadRequests)
+	fmt.Fprintf(out, "  %s\n", startupset.Line(in.StartupSet))
 }
 
 func printStopped(out io.Writer, rep restore.StopReport) {

@@ -4,10 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"warmstart/internal/chart"
 	"warmstart/internal/layout"
 	"warmstart/internal/manifest"
 )
@@ -28,30 +31,42 @@ snapshot record keeps.`,
 var (
 	manifestInspectJSON    bool
 	manifestInspectVerbose bool
+	manifestPlot           string
 )
 
 var manifestInspectCmd = &cobra.Command{
-	Use:   "inspect FILE",
-	Short: "Decode a startup manifest and print its layout, ranges and digest",
+	Use:     "inspect FILE|ID|ALIAS",
+	Aliases: []string{"show"},
+	Short:   "Decode a startup manifest and print its layout, ranges and digest",
 	Long: `Decode and validate a startup manifest file, then print its format version,
 the memory layout it was recorded against, the number of ranges and the bytes
 they cover, the SHA-256 digest of the file (what a snapshot record's
 descriptor holds) and the ranges in first-touch order: the first 20, or all
 with --verbose. --json prints everything, every range included, as JSON.
+The argument is a manifest file or, when no such file exists, the id or
+alias of a snapshot whose attached manifest is read (checked against the
+record's digest). --plot FILE.svg|.png draws the memory map, each touched
+page coloured by its first-touch rank, and the cumulative startup bytes
+against first-touch rank.
 
 A file that is not a valid manifest (truncated, bad magic number, unknown
 version, overlapping, unaligned or out-of-layout ranges, over 16 MiB) is an
 error naming the file and the rule it breaks.`,
 	Args: argsAsUsageError(cobra.ExactArgs(1)),
 	RunE: func(cmd *cobra.Command, args []string) error {
-		path := args[0]
-		data, err := manifest.ReadFile(path)
-		if err != nil {
-			return fmt.Errorf("manifest inspect: %w", err)
+		if manifestPlot != "" {
+			if err := chart.CheckPath(manifestPlot); err != nil {
+				return usageError{fmt.Errorf("--plot: %w", err)}
+			}
 		}
-		m, err := manifest.Decode(data)
+		path, data, m, err := loadManifest(cmd, args[0])
 		if err != nil {
-			return fmt.Errorf("manifest %s: %w", path, err)
+			return err
+		}
+		if manifestPlot != "" {
+			if err := chart.Manifest(manifestPlot, m); err != nil {
+				return err
+			}
 		}
 		out := cmd.OutOrStdout()
 		if manifestInspectJSON {
@@ -126,11 +141,57 @@ func writeManifestText(w io.Writer, path string, data []byte, m *manifest.Manife
 	return nil
 }
 
+// loadManifest reads the manifest ref names: a file, or when no file of
+// that name exists, the manifest attached to the snapshot with that id or
+// alias, verified against its record.
+func loadManifest(cmd *cobra.Command, ref string) (string, []byte, *manifest.Manifest, error) {
+	if _, err := os.Lstat(ref); err == nil || strings.ContainsRune(ref, '/') {
+		data, err := manifest.ReadFile(ref)
+		if err != nil {
+			return "", nil, nil, fmt.Errorf("manifest inspect: %w", err)
+		}
+		m, err := manifest.Decode(data)
+		if err != nil {
+			return "", nil, nil, fmt.Errorf("manifest %s: %w", ref, err)
+		}
+		return ref, data, m, nil
+	}
+	repo, err := openReadOnlyRepository(cmd)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if c, ok := repo.(io.Closer); ok {
+		defer c.Close()
+	}
+	rec, err := repo.Lookup(cmd.Context(), ref)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("manifest of %s: no such file, and %w", ref, err)
+	}
+	if rec.Manifest == nil {
+		return "", nil, nil, fmt.Errorf("snapshot %s has no startup manifest", ref)
+	}
+	res, err := repo.Resolve(cmd.Context(), rec.ID)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("manifest of %s: %w", ref, err)
+	}
+	data, err := manifest.ReadFile(res.ManifestPath)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("manifest of %s: %w", ref, err)
+	}
+	m, err := manifest.Verify(data, manifest.Descriptor{SHA256: rec.Manifest.SHA256, Size: rec.Manifest.Size}, rec.Layout)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("manifest of %s: %w", ref, err)
+	}
+	return res.ManifestPath, data, m, nil
+}
+
 func mibString(n int64) string { return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20)) }
 
 func init() {
 	manifestInspectCmd.Flags().BoolVar(&manifestInspectJSON, "json", false, "print the manifest as JSON, every range included")
 	manifestInspectCmd.Flags().BoolVar(&manifestInspectVerbose, "verbose", false, "list every range, not only the first 20")
+	manifestInspectCmd.Flags().StringVar(&manifestPlot, "plot", "", "draw the memory map and cumulative bytes to FILE.svg or FILE.png")
+	manifestInspectCmd.Flags().String(storeFlag, "", "POSIX snapshot store directory, for an id or alias (overrides [backend.posix_fs] snapshot_store)")
 	manifestCmd.AddCommand(manifestInspectCmd)
 	rootCmd.AddCommand(manifestCmd)
 }

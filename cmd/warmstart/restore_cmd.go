@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"warmstart/internal/chart"
 	"warmstart/internal/restore"
+	"warmstart/internal/startupset"
 )
 
 func init() {
@@ -23,6 +26,7 @@ func init() {
 		hold     bool
 		asJSON   bool
 		ioEngine int
+		plotPath string
 	)
 	cmd := &cobra.Command{
 		Use:   "restore ID|ALIAS",
@@ -41,6 +45,9 @@ on prefetches whenever a valid manifest is attached; off never does.`,
 				return usageError{err}
 			}
 			if err := checkRestoreFlags(device, ioEngine, policy); err != nil {
+				return err
+			}
+			if err := checkPlotFlag(plotPath, false); err != nil {
 				return err
 			}
 			if daemonSocket != "" {
@@ -76,26 +83,9 @@ on prefetches whenever a valid manifest is attached; off never does.`,
 				return err
 			}
 			out := cmd.OutOrStdout()
-			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				enc.Encode(map[string]any{"snapshot": src.SnapshotID, "device": device, "generation": inst.Generation,
-					"timings": inst.Timings, "prefetch": inst.Prefetch, "device_bytes": inst.DeviceBytes, "ready": inst.Ready.Detail})
-			} else {
-				ms := func(d time.Duration) string { return fmt.Sprintf("%8.2f ms", float64(d)/1e6) }
-				fmt.Fprintf(out, "snapshot %s on %s device, generation %d\n", src.SnapshotID, device, inst.Generation)
-				fmt.Fprintf(out, "  device acquired     %s\n", ms(inst.Timings.DeviceAcquired))
-				fmt.Fprintf(out, "  manifest validated  %s\n", ms(inst.Timings.ManifestValidated))
-				fmt.Fprintf(out, "  VM started          %s\n", ms(inst.Timings.VMStarted))
-				fmt.Fprintf(out, "  ready               %s\n", ms(inst.Timings.Ready))
-				fmt.Fprintf(out, "  prefetch            %s", inst.Prefetch.State)
-				if inst.Prefetch.Reason != "" {
-					fmt.Fprintf(out, " (%s)", inst.Prefetch.Reason)
-				}
-				if inst.Prefetch.PlannedBytes > 0 {
-					fmt.Fprintf(out, ", %.1f MiB planned, policy %s", float64(inst.Prefetch.PlannedBytes)/(1<<20), p.Name)
-				}
-				fmt.Fprintf(out, "\n  device read         %.1f MiB in %d requests\n", float64(inst.DeviceBytes.BytesRead)/(1<<20), inst.DeviceBytes.ReadRequests)
+			if err := reportRestore(out, inst, src.SnapshotID, device, p.Name, asJSON, plotPath); err != nil {
+				inst.Stop(context.Background())
+				return err
 			}
 			if hold {
 				fmt.Fprintln(cmd.ErrOrStderr(), "holding the VM; Ctrl-C stops it")
@@ -125,6 +115,7 @@ on prefetches whenever a valid manifest is attached; off never does.`,
 	cmd.Flags().IntVar(&ioEngine, "io-engine", 0, "I/O engine: 0 or 1 buffered, 2 direct I/O (default from [memory] io_engine)")
 	cmd.Flags().BoolVar(&hold, "hold", false, "keep the VM running until Ctrl-C; if it exits first, say how and exit 1 (with --daemon: leave it with the daemon)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	cmd.Flags().StringVar(&plotPath, "plot", "", "draw the restore's timeline (device acquired, VM started, prefetch and demand bytes over time, ready) to FILE.svg or FILE.png")
 	cmd.Flags().String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
 	rootCmd.AddCommand(cmd)
 }
@@ -137,4 +128,36 @@ func holdUntilStopOrExit(ctx context.Context, inst *restore.Instance) {
 	case <-ctx.Done():
 	case <-inst.Exited():
 	}
+}
+
+// reportRestore prints an in-process restore at ready, as JSON or for a
+// person, and draws its timeline to plotPath when set.
+func reportRestore(out io.Writer, inst *restore.Instance, snapshot, device, policy string, asJSON bool, plotPath string) error {
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		enc.Encode(map[string]any{"snapshot": snapshot, "device": device, "generation": inst.Generation,
+			"timings": inst.Timings, "prefetch": inst.Prefetch, "device_bytes": inst.DeviceBytes, "ready": inst.Ready.Detail,
+			"startup_set": inst.StartupSet})
+	} else {
+		ms := func(d time.Duration) string { return fmt.Sprintf("%8.2f ms", float64(d)/1e6) }
+		fmt.Fprintf(out, "snapshot %s on %s device, generation %d\n", snapshot, device, inst.Generation)
+		fmt.Fprintf(out, "  device acquired     %s\n", ms(inst.Timings.DeviceAcquired))
+		fmt.Fprintf(out, "  manifest validated  %s\n", ms(inst.Timings.ManifestValidated))
+		fmt.Fprintf(out, "  VM started          %s\n", ms(inst.Timings.VMStarted))
+		fmt.Fprintf(out, "  ready               %s\n", ms(inst.Timings.Ready))
+		fmt.Fprintf(out, "  prefetch            %s", inst.Prefetch.State)
+		if inst.Prefetch.Reason != "" {
+			fmt.Fprintf(out, " (%s)", inst.Prefetch.Reason)
+		}
+		if inst.Prefetch.PlannedBytes > 0 {
+			fmt.Fprintf(out, ", %.1f MiB planned, policy %s", float64(inst.Prefetch.PlannedBytes)/(1<<20), policy)
+		}
+		fmt.Fprintf(out, "\n  device read         %.1f MiB in %d requests\n", float64(inst.DeviceBytes.BytesRead)/(1<<20), inst.DeviceBytes.ReadRequests)
+		fmt.Fprintf(out, "  %s\n", startupset.Line(inst.StartupSet))
+	}
+	if plotPath == "" {
+		return nil
+	}
+	return chart.Timeline(plotPath, inst.Timings, inst.Events, inst.StartupSet)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/config"
+	"warmstart/internal/logging"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/recorder"
@@ -109,7 +110,10 @@ func openSystem(cmd *cobra.Command, vf *vmmFlags) (*system, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &system{cfg: cfg, log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	s := &system{cfg: cfg}
+	if s.log, err = logging.New(os.Stderr, cfg.Log); err != nil {
+		return nil, err
+	}
 	ok := false
 	defer func() {
 		if !ok {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -12,6 +11,7 @@ import (
 
 	"warmstart/internal/config"
 	"warmstart/internal/daemon"
+	"warmstart/internal/logging"
 )
 
 func init() {
@@ -64,13 +64,17 @@ FUSE, remove the socket.`,
 			if err != nil {
 				return err
 			}
+			log, err := logging.New(cmd.ErrOrStderr(), cfg.Log)
+			if err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return daemon.Run(ctx, daemon.Options{
 				Config:     cfg,
 				Repository: repo,
 				VMM:        vm,
-				Log:        slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)),
+				Log:        log,
 				Listen:     listen,
 			})
 		},

@@ -188,7 +188,8 @@ type Cache struct {
 	persistQ  chan *entry
 	persistWG sync.WaitGroup
 
-	stats counters
+	stats   counters
+	onFetch fetchObserver
 }
 
 // blockKey names one block of one object at one block size.

@@ -301,7 +301,9 @@ func (c *Cache) fetchRun(ctx context.Context, obj *Object, first int64, flights 
 	off := first * c.blockBytes
 	end := min(obj.Size, (first+int64(len(flights)))*c.blockBytes)
 	c.stats.fetches.Add(1)
+	began := time.Now()
 	body, err := obj.Fetch(ctx, off, end-off)
+	c.onFetch.observe(time.Since(began), err)
 	if err != nil {
 		c.stats.fetchErrors.Add(1)
 		err = fmt.Errorf("fetch [%d, %d): %w", off, end, err)

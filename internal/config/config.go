@@ -67,6 +67,26 @@ type Config struct {
 	Firecracker FirecrackerConfig `toml:"firecracker"`
 	QEMU        QEMUConfig        `toml:"qemu"`
 	Envd        EnvdConfig        `toml:"envd"`
+	Log         LogConfig         `toml:"log"`
+}
+
+// Log formats and levels.
+const (
+	LogFormatText = "text"
+	LogFormatJSON = "json"
+
+	LogLevelDebug = "debug"
+	LogLevelInfo  = "info"
+	LogLevelWarn  = "warn"
+	LogLevelError = "error"
+)
+
+// LogConfig is the [log] table: how the daemon and the CLI log to stderr.
+type LogConfig struct {
+	// Format is LogFormatText (key=value) or LogFormatJSON (one object a line).
+	Format string `toml:"format"`
+	// Level is the least severe level logged: debug, info, warn or error.
+	Level string `toml:"level"`
 }
 
 // SnapshotConfig is the [snapshot] table.
@@ -248,6 +268,7 @@ func Default() *Config {
 		Prefetch: PrefetchConfig{Policy: PolicyWarmstart, MaxReaders: 4, BufferBytes: 1 << 20},
 		Runtime:  RuntimeConfig{Dir: "/run/warmstart"},
 		Daemon:   DaemonConfig{Socket: "/run/warmstart/warmstart.sock", ImportDirs: []string{}},
+		Log:      LogConfig{Format: LogFormatText, Level: LogLevelInfo},
 		VMM:      VMMConfig{Driver: DriverFirecracker},
 		Firecracker: FirecrackerConfig{
 			Binary: "firecracker", VCPUs: 1, MemoryMiB: 128, StopTimeout: 5 * time.Second,

@@ -177,6 +177,8 @@ func TestValidateErrors(t *testing.T) {
 		{"[envd]\npoll_interval = \"0ms\"", "envd.poll_interval", "is not a positive duration"},
 		{"[envd]\ntimeout = \"0s\"", "envd.timeout", "is not a positive duration"},
 		{"[envd]\npoll_interval = \"1m\"\ntimeout = \"1s\"", "envd.poll_interval", "longer than envd.timeout"},
+		{"[log]\nformat = \"logfmt\"", "log.format", `"logfmt" is not one of "text", "json"`},
+		{"[log]\nlevel = \"verbose\"", "log.level", `"verbose" is not one of "debug", "info", "warn", "error"`},
 	} {
 		t.Run(tc.key+"/"+tc.message, func(t *testing.T) {
 			checkConfigError(t, tc.text, tc.key, ErrInvalidValue, tc.message)

@@ -130,6 +130,10 @@ func (c *Config) Validate() error {
 			}
 			return nil
 		},
+		func() error { return oneOf("log.format", c.Log.Format, LogFormatText, LogFormatJSON) },
+		func() error {
+			return oneOf("log.level", c.Log.Level, LogLevelDebug, LogLevelInfo, LogLevelWarn, LogLevelError)
+		},
 	} {
 		if err := check(); err != nil {
 			return err

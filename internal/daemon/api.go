@@ -19,6 +19,7 @@ import (
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
 	"warmstart/internal/snapcheck"
+	"warmstart/internal/startupset"
 	"warmstart/internal/vmm"
 )
 
@@ -119,6 +120,8 @@ type RestoreInfo struct {
 	Timings     restore.Timings        `json:"timings"`
 	Prefetch    restore.PrefetchReport `json:"prefetch"`
 	DeviceBytes memdev.Counters        `json:"device_bytes"`
+	// StartupSet accounts for the startup set at ready.
+	StartupSet startupset.Report `json:"startup_set"`
 	// Ready is what the VMM driver reported at ready (the replay VMM's
 	// hash of what it read, a real guest's token).
 	Ready map[string]string `json:"ready,omitempty"`
@@ -548,7 +551,7 @@ func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
 	run := &running{inst: inst, info: RestoreInfo{
 		ID: inst.ID, Snapshot: rec.ID, Device: req.Device, IOEngine: ioEngine, Policy: policy.Name,
 		Generation: inst.Generation, StartedAt: started, Timings: inst.Timings, Prefetch: inst.Prefetch,
-		DeviceBytes: inst.DeviceBytes, Ready: inst.Ready.Detail,
+		DeviceBytes: inst.DeviceBytes, Ready: inst.Ready.Detail, StartupSet: inst.StartupSet,
 	}}
 	if req.Device == restore.DeviceFile {
 		if err := d.holdDevice(rec.ID, res.MemoryPath, ioEngine, inst.Generation); err != nil {
@@ -572,7 +575,8 @@ func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
 	d.restores[inst.ID] = run
 	d.mu.Unlock()
 	d.log.Info("restore ready", "restore", inst.ID, "snapshot", rec.ID, "device", req.Device, "generation", inst.Generation,
-		"ready", inst.Timings.Ready, "prefetch", inst.Prefetch.State, "reason", inst.Prefetch.Reason)
+		"ready", inst.Timings.Ready, "prefetch", inst.Prefetch.State, "reason", inst.Prefetch.Reason,
+		"phases", inst.Timings, "startup_set", inst.StartupSet, "outcome", startupset.Line(inst.StartupSet))
 	writeJSON(w, http.StatusCreated, run.current())
 	return nil
 }

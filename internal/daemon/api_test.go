@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -183,6 +184,21 @@ func TestImportRecordsInBackground(t *testing.T) {
 	if in.Prefetch.State == "skipped" || in.Ready["sha256"] != f.expected || in.Device != "file" {
 		t.Fatalf("restore with defaults = %+v", in)
 	}
+	ss := in.StartupSet
+	if ss.StartupSetPages == 0 || ss.InTimePages+ss.LatePages+ss.UnusedPages != ss.StartupSetPages || !ss.PrefetchRan {
+		t.Errorf("startup set of a prefetching restore: %+v", ss)
+	}
+	// The ready line carries the phases and the startup-set outcome.
+	line := r.log.attrsOf("restore ready")
+	for key, want := range map[string]string{"phases": "vm_started=", "startup_set": "in_time=", "outcome": "startup set "} {
+		if !strings.Contains(line[key], want) {
+			t.Errorf("restore ready line: %s = %q, want it to hold %q", key, line[key], want)
+		}
+	}
+	listed, err := r.client.Restores(ctx)
+	if err != nil || len(listed) != 1 || !reflect.DeepEqual(listed[0].StartupSet, in.StartupSet) {
+		t.Errorf("GET /restores = %+v, %v; want the startup set %+v", listed, err, in.StartupSet)
+	}
 	if _, err := r.client.StopRestore(ctx, in.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -266,6 +282,9 @@ func TestMetricsAfterRestores(t *testing.T) {
 		{"warmstart_prefetch_tasks_total", map[string]string{"outcome": "skipped", "reason": "manifest_rejected"}, 1},
 		{"warmstart_manifest_validation_failures_total", map[string]string{"reason": "digest"}, 1},
 		{"warmstart_restore_ready_seconds", nil, 3},
+		{"warmstart_restore_ready_seconds", map[string]string{"device": "uffd", "prefetch": "off", "policy": "warmstart"}, 1},
+		{"warmstart_restore_ready_seconds", map[string]string{"device": "file", "prefetch": "skipped"}, 2},
+		{"warmstart_startup_set_pages_total", map[string]string{"outcome": "late"}, float64(off.StartupSet.LatePages)},
 		{"warmstart_restore_phase_seconds", map[string]string{"phase": "ready"}, 3},
 		{"warmstart_repository_operation_seconds", map[string]string{"operation": "attach_manifest", "outcome": "ok"}, 1},
 		{"warmstart_prefetch_tasks_started_total", nil, 0},

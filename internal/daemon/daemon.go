@@ -16,6 +16,7 @@
 //	POST   /restores                         RestoreRequest → RestoreInfo
 //	GET    /restores, /restores/{id}
 //	DELETE /restores/{id}                    stop in the seed's order → StopResponse
+//	GET    /openapi.json                     the OpenAPI 3 description of all of these
 //
 // Bad input is a 4xx whose body is an Error naming the field at fault: 400
 // for a malformed id or alias, malformed JSON, an unknown field or an
@@ -409,6 +410,7 @@ func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /healthz", d.serve(d.healthz))
 	mux.Handle("GET /metrics", d.metrics.Handler(slog.NewLogLogger(d.log.Handler(), slog.LevelWarn)))
+	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
 	mux.Handle("GET /snapshots", d.serve(d.listSnapshots))
 	mux.Handle("POST /snapshots/import", d.serve(d.importSnapshot))
 	mux.Handle("GET /snapshots/{id}", d.serve(d.getSnapshot))

@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -198,20 +200,30 @@ func recovered(log *slog.Logger, next http.Handler) http.Handler {
 	})
 }
 
-// logged logs each request once it is answered: changes at Info, reads at
-// Debug.
+// logged logs each request once it is answered, in one line at Info with
+// a request id, which the response carries too (X-Request-Id) so that a
+// client's report can be matched with the daemon's log.
 func logged(log *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
+		id := newRequestID()
+		w.Header().Set(requestIDHeader, id)
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r)
-		level := slog.LevelInfo
-		if r.Method == http.MethodGet {
-			level = slog.LevelDebug
-		}
-		log.Log(r.Context(), level, "request", "method", r.Method, "path", r.URL.Path, "status", sw.status,
+		log.Info("request", "request_id", id, "method", r.Method, "path", r.URL.Path, "status", sw.status,
 			"duration", time.Since(start))
 	})
+}
+
+// requestIDHeader carries a request's id in the response.
+const requestIDHeader = "X-Request-Id"
+
+// newRequestID returns 16 random hex digits: unique enough to find one
+// request in a day of logs, short enough to read.
+func newRequestID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // inflight counts requests being handled, so shutdown can wait for them

@@ -209,6 +209,18 @@ func (s *logSink) logged(msg string) <-chan struct{} {
 	return ch
 }
 
+// attrsOf returns the attributes of the first record of msg, or nil.
+func (s *logSink) attrsOf(msg string) map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.records {
+		if r.msg == msg {
+			return r.attrs
+		}
+	}
+	return nil
+}
+
 func (s *logSink) dump(t *testing.T) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -230,7 +242,7 @@ func (h *sinkHandler) Handle(_ context.Context, r slog.Record) error {
 		rec.attrs[a.Key] = a.Value.String()
 	}
 	r.Attrs(func(a slog.Attr) bool {
-		rec.attrs[a.Key] = a.Value.String()
+		rec.attrs[a.Key] = a.Value.Resolve().String()
 		return true
 	})
 	h.sink.add(rec)

@@ -44,3 +44,37 @@ func TestRecoveredTurnsPanicsInto500(t *testing.T) {
 	}()
 	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
 }
+
+// Every request logs one line with its id, method, path, status and
+// duration, and the response carries the same id.
+func TestEveryRequestLogsOneLineWithItsID(t *testing.T) {
+	var out bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&out, nil))
+	h := logged(log, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) }))
+	ids := map[string]bool{}
+	for _, method := range []string{http.MethodGet, http.MethodPost} {
+		out.Reset()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(method, "/restores/x", nil))
+		var line struct {
+			Msg       string  `json:"msg"`
+			RequestID string  `json:"request_id"`
+			Method    string  `json:"method"`
+			Path      string  `json:"path"`
+			Status    int     `json:"status"`
+			Duration  float64 `json:"duration"`
+		}
+		if err := json.Unmarshal(out.Bytes(), &line); err != nil || strings.Count(out.String(), "\n") != 1 {
+			t.Fatalf("%s logged %q (%v), want one JSON line", method, out.String(), err)
+		}
+		id := rec.Header().Get(requestIDHeader)
+		if line.Msg != "request" || line.RequestID != id || len(id) != 16 || line.Method != method ||
+			line.Path != "/restores/x" || line.Status != http.StatusTeapot || line.Duration <= 0 {
+			t.Errorf("%s: line %+v, response id %q", method, line, id)
+		}
+		ids[id] = true
+	}
+	if len(ids) != 2 {
+		t.Errorf("two requests got ids %v", ids)
+	}
+}

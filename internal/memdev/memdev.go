@@ -5,7 +5,10 @@
 // (Firecracker's Uffd backend).
 package memdev
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Counters is a snapshot of a device generation's counters.
 type Counters struct {
@@ -73,4 +76,41 @@ type Touch struct {
 	Offset int64 `json:"offset"`
 	// Nanos is the monotonic time since tracing started.
 	Nanos int64 `json:"nanos"`
+}
+
+// Kind says why a device brought a range of memory in.
+type Kind uint8
+
+const (
+	// Demand is a request of the guest: a FUSE read from another process
+	// (the VMM's fault and its readaround) or a userfaultfd page fault.
+	Demand Kind = iota
+	// Prefetch is a range brought in for the startup manifest: a fill, a
+	// read through the device file by this process, or a uffd install.
+	Prefetch
+	// Resident is a range that was already in the VM's reach when the
+	// observer was registered: pages a shared file device generation had
+	// served before (to an earlier VM or an earlier prefetch task).
+	Resident
+)
+
+// String names the kind as the JSON and metrics do.
+func (k Kind) String() string {
+	switch k {
+	case Demand:
+		return "demand"
+	case Prefetch:
+		return "prefetch"
+	case Resident:
+		return "resident"
+	}
+	return "unknown"
+}
+
+// Observer is told of every range a device served from its lower file,
+// once it is in the guest's reach, with how long serving it took. Calls
+// come from the device's serving goroutines, concurrently; an Observer
+// must be quick and must not call back into the device.
+type Observer interface {
+	Served(kind Kind, off int64, n int, took time.Duration)
 }

@@ -158,7 +158,7 @@ type uffdDevice struct {
 	trace       bool
 }
 
-func (r *Restorer) listenUffd(src Source, opts Options, runDir string, digests *integrity.Table) (*uffdDevice, error) {
+func (r *Restorer) listenUffd(src Source, opts Options, runDir string, digests *integrity.Table, o memdev.Observer) (*uffdDevice, error) {
 	if err := checkDevice(src, opts.Device); err != nil {
 		return nil, err
 	}
@@ -166,7 +166,9 @@ func (r *Restorer) listenUffd(src Source, opts Options, runDir string, digests *
 	if err != nil {
 		return nil, fmt.Errorf("uffd socket: %w", err)
 	}
-	h, err := uffd.Listen(sock, src.MemoryPath, r.uffdOptions(src, digests, opts.Trace))
+	uo := r.uffdOptions(src, digests, opts.Trace)
+	uo.Observer = o
+	h, err := uffd.Listen(sock, src.MemoryPath, uo)
 	if err != nil {
 		unlink()
 		return nil, fmt.Errorf("uffd handler: %w", integrityIf(err))

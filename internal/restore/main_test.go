@@ -121,6 +121,9 @@ type envOptions struct {
 	engine prefetch.Options
 	// noManifest publishes without recording a startup manifest.
 	noManifest bool
+	// readAheadBytes is the FUSE mount's readahead window; the default
+	// when zero.
+	readAheadBytes int
 	// viaReference synthesizes a fresh reference snapshot and publishes it
 	// with reference.Publish, and holds the recorder's VMM until Publish
 	// has returned, to show that recording does not block publishing.
@@ -157,7 +160,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		t.Fatal(err)
 	}
 	e.repo = repo
-	srv, err := fusedev.Mount(filepath.Join(dir, "mnt"), fusedev.Options{ReadHook: func(gen uint64, off int64, n int) {
+	srv, err := fusedev.Mount(filepath.Join(dir, "mnt"), fusedev.Options{ReadAheadBytes: o.readAheadBytes, ReadHook: func(gen uint64, off int64, n int) {
 		if h := e.readHook.Load(); h != nil {
 			(*h)(gen, off, n)
 		}

@@ -25,6 +25,7 @@ import (
 	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/repository"
+	"warmstart/internal/startupset"
 	"warmstart/internal/vmm"
 )
 
@@ -159,6 +160,13 @@ type Timings struct {
 	Ready             time.Duration `json:"ready_ns"`
 }
 
+// LogValue makes the timings one group of durations in a structured log line.
+func (t Timings) LogValue() slog.Value {
+	return slog.GroupValue(slog.Duration("device_acquired", t.DeviceAcquired),
+		slog.Duration("manifest_validated", t.ManifestValidated), slog.Duration("vm_started", t.VMStarted),
+		slog.Duration("ready", t.Ready))
+}
+
 // PrefetchReport says what prefetch did for one restore.
 type PrefetchReport struct {
 	// State is "skipped", or the task state at ready: running, completed, ...
@@ -188,6 +196,18 @@ type Instance struct {
 	Trace []memdev.Touch
 	// Generation is the device generation (file) or session number (uffd).
 	Generation uint64
+	// StartupSet accounts for the startup set at ready (startupset).
+	StartupSet startupset.Report
+	// PrefetchLabel is PrefetchLabelOn, PrefetchLabelOff or PrefetchLabelSkipped.
+	PrefetchLabel string
+	// Events are what the memory device served until ready, timed from
+	// the start of the restore (the timeline).
+	Events []startupset.Event
+
+	// rec records what the device serves until ready; stopObserving
+	// unregisters it from a shared file device.
+	rec           *startupset.Recorder
+	stopObserving func()
 
 	r      *Restorer
 	vm     vmm.Instance
@@ -252,6 +272,7 @@ func (r *Restorer) newInstance(src Source) (*Instance, error) {
 
 // run is the restore sequence; its timings are measured from t0.
 func (inst *Instance) run(ctx context.Context, t0 time.Time, src Source, opts Options) error {
+	inst.rec = startupset.NewRecorder(t0)
 	// 1. Acquire the memory device, checked against the digest table.
 	if err := inst.acquire(src, opts); err != nil {
 		return err
@@ -279,6 +300,7 @@ func (inst *Instance) run(ctx context.Context, t0 time.Time, src Source, opts Op
 	if opts.Trace {
 		inst.Trace = inst.device.stopTrace()
 	}
+	inst.account(src, m, opts)
 	return nil
 }
 
@@ -299,8 +321,9 @@ func (inst *Instance) acquire(src Source, opts Options) error {
 			return err
 		}
 		inst.device = d
+		inst.stopObserving = d.dev.Observe(inst.rec)
 	case DeviceUffd:
-		d, err := r.listenUffd(src, opts, inst.runDir, digests)
+		d, err := r.listenUffd(src, opts, inst.runDir, digests, inst.rec)
 		if err != nil {
 			return err
 		}
@@ -412,6 +435,9 @@ func (inst *Instance) reportPrefetch(t0 time.Time) {
 // abandon releases what a failed restore took. A VM whose device can no
 // longer serve it is killed first: it could not act on a stop request.
 func (inst *Instance) abandon() {
+	if inst.stopObserving != nil {
+		inst.stopObserving()
+	}
 	if inst.vm != nil && inst.device != nil && inst.device.orphans() {
 		if k, ok := inst.vm.(killer); ok {
 			k.Kill()

@@ -67,7 +67,7 @@ type Set struct {
 	reg *prometheus.Registry
 
 	phases           *prometheus.HistogramVec
-	ready            prometheus.Histogram
+	startup          *startupMetrics
 	restorePrefetch  *prometheus.CounterVec
 	manifestRejected *prometheus.CounterVec
 	integrity        *prometheus.CounterVec
@@ -95,11 +95,6 @@ func New(engine *prefetch.Engine, active func() int, deviceBytes func() uint64) 
 				"(startup manifest read and checked), vm_start (VMM started loading the snapshot), ready (until the guest agent answered).",
 			Buckets: prometheus.ExponentialBuckets(phaseBucketStartSeconds, 2, 17),
 		}, []string{"phase"}),
-		ready: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    metricReadySeconds,
-			Help:    "Time from the restore call to the guest agent answering (the seed's time to ready).",
-			Buckets: prometheus.ExponentialBuckets(phaseBucketStartSeconds, 2, 17),
-		}),
 		restorePrefetch: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricRestorePrefetch,
 			Help: "Restores that joined a prefetch task, by the task's state when the restore stopped.",
@@ -141,7 +136,7 @@ func New(engine *prefetch.Engine, active func() int, deviceBytes func() uint64) 
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.phases, m.ready, m.restorePrefetch, m.manifestRejected, m.integrity, m.vmExits, m.repository, m.tasks, m.deviceBytes,
+		m.phases, m.restorePrefetch, m.manifestRejected, m.integrity, m.vmExits, m.repository, m.tasks, m.deviceBytes,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: metricTasksStarted,
 			Help: "Prefetch tasks started. Restores that share a task (same device generation and manifest) start one.",
@@ -155,6 +150,7 @@ func New(engine *prefetch.Engine, active func() int, deviceBytes func() uint64) 
 			Help: "Restores the daemon holds: ready and not yet stopped.",
 		}, func() float64 { return float64(active()) }),
 	)
+	m.startup = newStartupMetrics(m.reg)
 	return m
 }
 
@@ -208,7 +204,6 @@ func (m *Set) Phases(t restore.Timings) {
 		m.phases.WithLabelValues(p.name).Observe(float64(max(p.at-prev, 0)) / 1e9)
 		prev = max(prev, p.at)
 	}
-	m.ready.Observe(t.Ready.Seconds())
 }
 
 // skipReason maps restore's skip messages to a small label set; a message
@@ -317,5 +312,6 @@ func (m *Set) Handler(errorLog promhttp.Logger) http.Handler {
 
 // Repository returns repo with the latency of every operation observed.
 func (m *Set) Repository(repo repository.Repository) repository.Repository {
+	m.startup.observeCacheOf(repo)
 	return &timedRepository{inner: repo, seconds: m.repository}
 }

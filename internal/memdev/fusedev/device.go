@@ -44,9 +44,10 @@ type generation struct {
 	mtime    uint64
 	ioEngine int
 
-	counters memdev.CounterSet
-	trace    tracer
-	corrupt  corruption
+	counters  memdev.CounterSet
+	trace     tracer
+	observers observerSet
+	corrupt   corruption
 	// served marks the pages this generation has handed to the kernel (by
 	// read or fill). KEEP_CACHE keeps them cached for the generation's life
 	// unless memory pressure reclaims them, so a fill can skip them.
@@ -264,7 +265,7 @@ func (g *generation) beginRead() bool {
 }
 
 // read serves one FUSE read request of [off, off+len(dest)).
-func (g *generation) read(dest []byte, off int64) ([]byte, syscall.Errno) {
+func (g *generation) read(ctx context.Context, dest []byte, off int64) ([]byte, syscall.Errno) {
 	if off < 0 {
 		return nil, syscall.EINVAL
 	}
@@ -277,6 +278,7 @@ func (g *generation) read(dest []byte, off int64) ([]byte, syscall.Errno) {
 	}
 	want := int(min(int64(len(dest)), g.size-off))
 	g.trace.record(off, want)
+	began := time.Now()
 	g.counters.Begin(want)
 	n := 0
 	err := errors.New("read handler did not return")
@@ -298,6 +300,9 @@ func (g *generation) read(dest []byte, off int64) ([]byte, syscall.Errno) {
 		return nil, syscall.EIO
 	}
 	g.served.mark(off, int64(n))
+	if !g.observers.empty() {
+		g.observers.served(requestKind(ctx), off, n, time.Since(began))
+	}
 	return dest[:n], 0
 }
 
@@ -389,7 +394,7 @@ func (f *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.Attr
 }
 
 func (f *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	data, errno := f.gen.read(dest, off)
+	data, errno := f.gen.read(ctx, dest, off)
 	if errno != 0 {
 		return nil, errno
 	}

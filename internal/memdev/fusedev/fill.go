@@ -6,8 +6,11 @@ import (
 	"io"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"warmstart/internal/memdev"
 )
 
 // ErrNotCached rejects a Fill the kernel cannot take: the device file uses
@@ -57,6 +60,7 @@ func (d *Device) Fill(off int64, buf []byte) error {
 		}
 		hi := g.served.nextMarked(lo, end)
 		run := buf[lo-off : hi-off]
+		began := time.Now()
 		g.counters.Begin(len(run))
 		n, err := g.lower.ReadAt(run, lo)
 		switch {
@@ -74,6 +78,7 @@ func (d *Device) Fill(off int64, buf []byte) error {
 			return fmt.Errorf("fill %s [%d, %d): store in page cache: %w", g.name, lo, hi, errno)
 		}
 		g.served.mark(lo, hi-lo)
+		g.observers.served(memdev.Prefetch, lo, int(hi-lo), time.Since(began))
 		lo = hi
 	}
 	return nil
@@ -124,6 +129,27 @@ func (s *pageSet) nextMarked(off, end int64) int64 {
 		}
 	}
 	return end
+}
+
+// runs calls fn with each run of marked pages below size, in order.
+func (s *pageSet) runs(size int64, fn func(off, n int64)) {
+	for lo := s.nextUnmarked(0, size); lo < size; {
+		lo = s.nextMarkedFrom(lo, size)
+		if lo >= size {
+			return
+		}
+		hi := min(s.nextUnmarked(lo, size), size)
+		fn(lo, hi-lo)
+		lo = hi
+	}
+}
+
+// nextMarkedFrom is nextMarked counting the page at off itself.
+func (s *pageSet) nextMarkedFrom(off, end int64) int64 {
+	if s.test(off / fillPageBytes) {
+		return off
+	}
+	return s.nextMarked(off, end)
 }
 
 // Advise tells the kernel that [off, off+length) of a local lower file will

@@ -18,6 +18,7 @@ import (
 
 	"warmstart/internal/fsx"
 	"warmstart/internal/integrity"
+	"warmstart/internal/memdev"
 )
 
 // HandshakeMaxBytes bounds the JSON region list a VMM may send: enough for
@@ -72,6 +73,11 @@ type Options struct {
 	Digests *integrity.Table
 	// OnCorrupt, when not nil, is told once of each bad block met.
 	OnCorrupt func(*integrity.BlockError)
+	// Observer, when not nil, is told of every page a fault brought in
+	// (memdev.Demand) and every run an Install copied (memdev.Prefetch).
+	// A page Install placed before the guest reached it never faults, so
+	// a touch of a prefetched page is invisible here.
+	Observer memdev.Observer
 
 	hooks *testHooks
 }

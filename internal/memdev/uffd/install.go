@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"warmstart/internal/memdev"
 )
 
 // Install places the logical range [off, off+length) of the memory file
@@ -82,8 +84,12 @@ func (s *Session) installChunk(ctx context.Context, r *region, a, b uint64) erro
 			q += ps
 		}
 		if p < q {
+			began := time.Now()
 			if err := s.installRun(ctx, r, p, buf[:q-p]); err != nil {
 				return err
+			}
+			if o := s.h.opts.Observer; o != nil {
+				o.Served(memdev.Prefetch, int64(p), int(q-p), time.Since(began))
 			}
 		}
 		p = q

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -452,6 +453,7 @@ func (s *Session) serveFault(f fault, pageBuf, zeroBuf []byte) error {
 	default:
 		logical := int64(r.Offset + page - r.BaseHostVirtAddr)
 		buf := pageBuf[:ps]
+		began := time.Now()
 		s.counters.Begin(int(ps))
 		got, rerr := s.lower.ReadAt(buf, logical)
 		s.counters.End(int(ps), got, rerr)
@@ -467,6 +469,9 @@ func (s *Session) serveFault(f fault, pageBuf, zeroBuf []byte) error {
 		runtime.KeepAlive(buf)
 		if err == nil {
 			s.present.set(idx)
+			if o := s.h.opts.Observer; o != nil {
+				o.Served(memdev.Demand, logical, int(ps), time.Since(began))
+			}
 		}
 	}
 	switch err {

@@ -1,0 +1,97 @@
+package fusedev
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"warmstart/internal/memdev"
+)
+
+// observerSet is the generation's observers. A generation is shared by
+// every VM restored from its snapshot, so every observer sees every VM's
+// requests: the page cache they fill is shared too.
+type observerSet struct {
+	mu   sync.RWMutex
+	list []*memdev.Observer
+}
+
+func (s *observerSet) add(o memdev.Observer) func() {
+	p := &o
+	s.mu.Lock()
+	s.list = append(s.list, p)
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for i, q := range s.list {
+			if q == p {
+				s.list = append(s.list[:i:i], s.list[i+1:]...)
+				return
+			}
+		}
+	}
+}
+
+func (s *observerSet) empty() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.list) == 0
+}
+
+func (s *observerSet) served(kind memdev.Kind, off int64, n int, took time.Duration) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, o := range s.list {
+		(*o).Served(kind, off, n, took)
+	}
+}
+
+// Observe registers o for every range the generation serves from now on,
+// and first tells it, as Resident, of every page the generation served
+// before: those are in the page cache the VM maps. The returned function
+// unregisters o.
+//
+// What the file device sees: read requests reaching the server (a VM's
+// fault and the kernel's readaround around it, or a read through the
+// device file) and its own fills. A page already in the page cache is
+// invisible: a guest touching a prefetched page makes no request. A read
+// from this process is prefetch (a buffered read through the device
+// file), any other process's read is demand.
+func (d *Device) Observe(o memdev.Observer) (stop func()) {
+	g := d.gen
+	stop = g.observers.add(o)
+	g.served.runs(g.size, func(off, n int64) { o.Served(memdev.Resident, off, int(n), 0) })
+	return stop
+}
+
+// ownThreads caches which thread ids belong to this process: a FUSE
+// request names the calling thread, not its process.
+var ownThreads sync.Map
+
+// requestKind classifies a read request by its caller.
+func requestKind(ctx context.Context) memdev.Kind {
+	caller, ok := fuse.FromContext(ctx)
+	if !ok {
+		return memdev.Demand
+	}
+	if own, ok := ownThreads.Load(caller.Pid); ok {
+		if own.(bool) {
+			return memdev.Prefetch
+		}
+		return memdev.Demand
+	}
+	_, err := os.Stat("/proc/self/task/" + strconv.FormatUint(uint64(caller.Pid), 10))
+	own := err == nil
+	if own {
+		// Only our own threads are remembered: another process's thread
+		// id can be reused by a new process.
+		ownThreads.Store(caller.Pid, true)
+		return memdev.Prefetch
+	}
+	return memdev.Demand
+}
