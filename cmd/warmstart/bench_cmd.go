@@ -7,31 +7,20 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/bench"
-	"warmstart/internal/capture"
 	"warmstart/internal/config"
-	"warmstart/internal/initramfs"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/layout"
-	"warmstart/internal/memdev/fusedev"
-	"warmstart/internal/prefetch"
-	"warmstart/internal/recorder"
-	"warmstart/internal/reference"
-	"warmstart/internal/repository/posixfs"
+	"warmstart/internal/node"
 	"warmstart/internal/restore"
-	"warmstart/internal/synth"
 	"warmstart/internal/vmm/qemu"
-	"warmstart/internal/vmm/replay"
 )
 
 func init() {
-	bench.RunTrialIfRequested()
 	var (
 		vf       vmmFlags
 		o        bench.Options
@@ -79,7 +68,7 @@ within blocks.`,
 			if o.Blocks < 1 || o.ReserveBlocks < 0 {
 				return usageError{fmt.Errorf("--blocks %d, --reserve-blocks %d: want at least 1 and 0", o.Blocks, o.ReserveBlocks)}
 			}
-			if o.Device != restore.DeviceFile && o.Device != restore.DeviceUffd {
+			if o.Device != config.DeviceFile && o.Device != config.DeviceUffd {
 				return usageError{fmt.Errorf("--device %q: want file or uffd", o.Device)}
 			}
 			if err := checkIOEngineFlag(o.IOEngine); err != nil {
@@ -131,7 +120,7 @@ within blocks.`,
 	f.Int64Var(&s3f.bandwidthMbit, "s3-bandwidth-mbit", 1000, "--repository s3: bandwidth of each object-store connection")
 	f.IntVar(&o.Blocks, "blocks", 8, "formal blocks of the protocol")
 	f.IntVar(&o.ReserveBlocks, "reserve-blocks", 2, "reserve blocks that replace trials missing admission")
-	f.StringVar(&o.Device, "device", restore.DeviceFile, "memory device: file (FUSE) or uffd")
+	f.StringVar(&o.Device, "device", config.DeviceFile, "memory device: file (FUSE) or uffd")
 	f.IntVar(&o.IOEngine, "io-engine", 0, "I/O engine of the file device (0 or 1; 2 skips prefetch by design)")
 	f.Uint64Var(&o.Seed, "seed", 1, "seed of the frozen random order (and of the reference snapshot)")
 	f.StringVar(&policies, "policies", "seed,warmstart", "prefetch policies to compare: "+strings.Join(restore.PolicyNames(), ","))
@@ -184,21 +173,23 @@ func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Opt
 		if err != nil {
 			return nil, err
 		}
-		d, err := newQEMUDriver(cfg)
+		d, err := node.NewQEMU(ctx, cfg)
 		if err != nil {
 			return nil, err
 		}
-		src, ready, err := prepareGuest(ctx, d, work, filepath.Join(cfg.Runtime.Dir, "initramfs"), agent, progress)
+		src, ready, err := bench.PrepareGuest(ctx, d, work, node.InitramfsCache(cfg), agent, progress)
 		if err != nil {
 			return nil, err
 		}
 		o.Source, o.ExpectedToken, o.ExpectedDigest = src, ready["token"], ready["digest"]
-		o.VMM, o.QEMU = bench.VMMQEMU, d.Options()
+		o.VMM, o.QEMU = config.DriverQEMU, d.Options()
 	case snapshot == "":
-		if vf.kind != "replay" {
+		// The reference snapshot is the replay VMM's unless --vmm says
+		// otherwise; [vmm] driver applies to a named snapshot.
+		if vf.kind != "" && vf.kind != config.DriverReplay {
 			return nil, usageError{fmt.Errorf("the reference snapshot needs --vmm replay or qemu; name a snapshot for --vmm %s", vf.kind)}
 		}
-		src, tracePath, err := prepareReference(ctx, work, o.Device, memBytes, o.Seed, progress)
+		src, tracePath, err := bench.PrepareReference(ctx, work, o.Device, memBytes, o.Seed, progress)
 		if err != nil {
 			return nil, err
 		}
@@ -208,129 +199,14 @@ func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Opt
 		if err != nil {
 			return nil, err
 		}
-		defer s.close()
-		if o.Source, err = s.resolve(ctx, snapshot); err != nil {
+		defer s.Close()
+		if o.Source, err = s.Resolve(ctx, snapshot); err != nil {
 			return nil, err
 		}
 		o.TracePath = vf.trace
-		if d, ok := s.restorer.VMM.(*qemu.Driver); ok {
-			o.VMM, o.QEMU = bench.VMMQEMU, d.Options()
+		if d, ok := s.Restorer.VMM.(*qemu.Driver); ok {
+			o.VMM, o.QEMU = config.DriverQEMU, d.Options()
 		}
 	}
 	return bench.Run(ctx, o)
-}
-
-// prepareGuest boots, captures and publishes a fresh real guest into a
-// repository under dir and records its manifest from the guest's own
-// device reads, as warmstart capture with recording enabled does. It
-// returns the snapshot and what its agent answered before the capture
-// (token and heap digest), which every restored guest must answer again.
-func prepareGuest(ctx context.Context, d *qemu.Driver, dir, initramfsCache, agent string, progress io.Writer) (restore.Source, map[string]string, error) {
-	repo, err := posixfs.Open(filepath.Join(dir, "store"), posixfs.Options{})
-	if err != nil {
-		return restore.Source{}, nil, err
-	}
-	run := filepath.Join(dir, "run")
-	if err := os.MkdirAll(run, 0o700); err != nil {
-		return restore.Source{}, nil, err
-	}
-	base := &restore.Restorer{VMM: d, RuntimeDir: run}
-	tr, closeTr, err := recorder.TracingRestorerWith(base, filepath.Join(dir, "trace-mnt"), fusedev.Options{AllowWriteOpen: true})
-	if err != nil {
-		return restore.Source{}, nil, err
-	}
-	defer closeTr()
-	rec := &recorder.Recorder{Repo: repo, Restorer: tr, Device: restore.DeviceFile, Timeout: 5 * time.Minute}
-	snap, job, err := capture.Publish(ctx, repo, rec, capture.Options{
-		Booter:     &capture.QEMU{Driver: d, Initramfs: initramfs.Options{CacheDir: initramfsCache, Agent: agent}},
-		StagingDir: repo.Root(),
-		RuntimeDir: run,
-		Progress:   progress,
-	})
-	if err != nil {
-		return restore.Source{}, nil, err
-	}
-	res, err := job.Result()
-	if err != nil {
-		return restore.Source{}, nil, err
-	}
-	fmt.Fprintf(progress, "guest snapshot %s captured under %s (boot to agent %v); startup manifest recorded from its device reads and attached: %d ranges, %.1f MiB, sha256 %s\n",
-		snap.Record.ID, snap.Accel, snap.Boot.Round(time.Millisecond), res.Ranges, float64(res.Bytes)/(1<<20), res.Descriptor.SHA256[:16])
-	resolved, err := repo.Resolve(ctx, snap.Record.ID)
-	if err != nil {
-		return restore.Source{}, nil, err
-	}
-	return restore.SourceOf(resolved), snap.Ready.Detail, nil
-}
-
-// prepareReference synthesizes the reference snapshot, publishes it into a
-// repository under dir and records its manifest on device, as a publish
-// with recording enabled would.
-func prepareReference(ctx context.Context, dir, device string, memBytes int64, seed uint64, progress io.Writer) (restore.Source, string, error) {
-	w, err := openReferenceWorkspace(dir, device)
-	if err != nil {
-		return restore.Source{}, "", err
-	}
-	defer w.close()
-	fmt.Fprintf(progress, "synthesizing the %d MiB reference snapshot (seed %d) and publishing it\n", memBytes>>20, seed)
-	snap, job, err := reference.Publish(ctx, w.repo, w.recorder, reference.Options{Dir: w.refDir, MemoryBytes: memBytes, Seed: seed})
-	if err != nil {
-		return restore.Source{}, "", err
-	}
-	res, err := job.Result()
-	if err != nil {
-		return restore.Source{}, "", err
-	}
-	fmt.Fprintf(progress, "startup manifest recorded on the %s device and attached: %d ranges, %.1f MiB, sha256 %s\n",
-		device, res.Ranges, float64(res.Bytes)/(1<<20), res.Descriptor.SHA256[:16])
-	resolved, err := w.repo.Resolve(ctx, snap.ID)
-	if err != nil {
-		return restore.Source{}, "", err
-	}
-	return restore.SourceOf(resolved), snap.Paths.Trace, nil
-}
-
-// referenceWorkspace is what publishing and restoring the reference
-// snapshot under one directory takes: a POSIX repository, a FUSE mount, a
-// restorer playing the reference trace, and a recorder on its own tracing
-// mount. bench and demo share it.
-type referenceWorkspace struct {
-	repo     *posixfs.Repo
-	refDir   string
-	restorer *restore.Restorer
-	recorder *recorder.Recorder
-	closers  []func() error
-}
-
-func openReferenceWorkspace(dir, device string) (*referenceWorkspace, error) {
-	repo, err := posixfs.Open(filepath.Join(dir, "store"), posixfs.Options{})
-	if err != nil {
-		return nil, err
-	}
-	srv, err := fusedev.Mount(filepath.Join(dir, "mnt"), fusedev.Options{})
-	if err != nil {
-		return nil, err
-	}
-	w := &referenceWorkspace{repo: repo, refDir: filepath.Join(dir, "reference"), closers: []func() error{srv.Close}}
-	w.restorer = &restore.Restorer{
-		FUSE:       srv,
-		Engine:     prefetch.NewEngine(prefetch.Options{}),
-		VMM:        &replay.VMM{TracePath: synth.PathsIn(w.refDir).Trace},
-		RuntimeDir: filepath.Join(dir, "run"),
-	}
-	tr, closeTr, err := recorder.TracingRestorer(w.restorer, filepath.Join(dir, "trace-mnt"))
-	if err != nil {
-		w.close()
-		return nil, err
-	}
-	w.closers = append(w.closers, closeTr)
-	w.recorder = &recorder.Recorder{Repo: repo, Restorer: tr, Device: device}
-	return w, nil
-}
-
-// close unmounts the tracing mount, then the serving one.
-func (w *referenceWorkspace) close() {
-	for i := len(w.closers) - 1; i >= 0; i-- {
-		w.closers[i]()
-	}
 }

@@ -1,24 +1,17 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/capture"
-	"warmstart/internal/initramfs"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
-	"warmstart/internal/vmm/firecracker"
-	"warmstart/internal/vmm/qemu"
 )
 
 func init() {
@@ -80,9 +73,9 @@ record does not keep it).`,
 			if err != nil {
 				return err
 			}
-			defer s.close()
+			defer s.Close()
 			progress := cmd.ErrOrStderr()
-			out, job, err := captureGuest(ctx, s, alias, agent, progress)
+			out, job, err := s.Capture(ctx, alias, agent, progress)
 			if err != nil {
 				return err
 			}
@@ -143,54 +136,4 @@ record does not keep it).`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	cmd.Flags().String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
 	rootCmd.AddCommand(cmd)
-}
-
-// captureGuest boots, captures and publishes a guest into s's repository
-// with s's driver. When [snapshot.memory_startup_pack] enabled is on, the
-// returned job records its manifest in the background.
-func captureGuest(ctx context.Context, s *system, alias, agent string, progress io.Writer) (capture.Snapshot, *recorder.Job, error) {
-	var booter capture.Booter
-	switch d := s.restorer.VMM.(type) {
-	case *qemu.Driver:
-		booter = &capture.QEMU{Driver: d, Initramfs: initramfs.Options{
-			CacheDir: filepath.Join(s.cfg.Runtime.Dir, "initramfs"),
-			Agent:    agent,
-		}}
-	case *firecracker.Driver:
-		fc := s.cfg.Firecracker
-		if fc.Kernel == "" {
-			return capture.Snapshot{}, nil, errors.New("capture: [firecracker] kernel is empty: a fresh Firecracker VM boots from it")
-		}
-		booter = &capture.Firecracker{Driver: d, Spec: firecracker.BootSpec{
-			Kernel: fc.Kernel, Rootfs: fc.Rootfs, RootfsReadOnly: true,
-			VCPUs: fc.VCPUs, MemoryMiB: fc.MemoryMiB,
-		}}
-	default:
-		return capture.Snapshot{}, nil, fmt.Errorf("capture: the %T VMM cannot boot a guest", s.restorer.VMM)
-	}
-	var rec *recorder.Recorder
-	if s.cfg.Snapshot.MemoryStartupPack.Enabled {
-		r := *s.recorder
-		// A guest that never becomes ready must not hold the lease forever.
-		r.Timeout = 2 * s.cfg.Envd.Timeout
-		rec = &r
-	}
-	return capture.Publish(ctx, s.repo, rec, capture.Options{
-		Booter:     booter,
-		StagingDir: stagingDir(s),
-		RuntimeDir: s.restorer.RuntimeDir,
-		Alias:      alias,
-		Progress:   progress,
-	})
-}
-
-// stagingDir is where a capture writes the guest's memory file: inside the
-// POSIX store, so that publishing hard-links it rather than copying it (a
-// hidden .capture-* directory the store's own layout never uses), or the
-// runtime directory for other backends.
-func stagingDir(s *system) string {
-	if r, ok := s.repo.(interface{ Root() string }); ok {
-		return r.Root()
-	}
-	return s.restorer.RuntimeDir
 }

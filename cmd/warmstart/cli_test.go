@@ -135,3 +135,36 @@ func TestReadOnlyVerbsDoNotCreateAStore(t *testing.T) {
 		}
 	}
 }
+
+// TestDaemonFlagOnlyWhereUsed: --daemon exists only on the verbs that can
+// run on a daemon. Elsewhere (before or after the verb) it is an unknown
+// flag and a usage error, where it used to be silently ignored (capture
+// --daemon X booted locally); the verbs that have it try the daemon.
+func TestDaemonFlagOnlyWhereUsed(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "no-daemon.sock")
+	for _, args := range [][]string{
+		{"synth", "--daemon", sock},
+		{"config", "defaults", "--daemon", sock},
+		{"bench", "--daemon", sock},
+		{"demo", "--daemon", sock},
+		{"manifest", "inspect", "--daemon", sock, "x"},
+		{"capture", "--daemon", sock},
+		{"--daemon", sock, "capture"},
+		{"--daemon", sock, "serve"},
+		{"version", "--daemon", sock},
+	} {
+		if r := runCLI(t, args...); r.code != 2 || !strings.Contains(r.stderr, "unknown flag: --daemon") {
+			t.Errorf("warmstart %q: exit %d, %q; want 2 and the unknown flag named", args, r.code, r.stderr)
+		}
+	}
+	for _, args := range [][]string{
+		{"snapshot", "list", "--daemon", sock},
+		{"--daemon", sock, "snapshot", "show", "web"},
+		{"restore", "web", "--daemon", sock},
+		{"restores", "list", "--daemon", sock},
+	} {
+		if r := runCLI(t, args...); r.code != 1 || !strings.Contains(r.stderr, sock) {
+			t.Errorf("warmstart %q: exit %d, %q; want 1 and the unreachable daemon named", args, r.code, r.stderr)
+		}
+	}
+}

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/bench"
+	"warmstart/internal/config"
 	"warmstart/internal/interrupt"
+	"warmstart/internal/node"
 	"warmstart/internal/pagecache"
 	"warmstart/internal/reference"
 	"warmstart/internal/restore"
@@ -57,17 +60,18 @@ func runDemo(ctx, stopCtx context.Context, out io.Writer, blocks int) (err error
 	}()
 
 	step("1/6 synthesizing the %d MiB reference snapshot", synth.DefaultMemoryBytes>>20)
-	w, err := openReferenceWorkspace(dir, restore.DeviceFile)
+	ws := node.Workspace{Dir: dir, Device: config.DeviceFile}
+	n, err := ws.Open(ctx)
 	if err != nil {
 		return err
 	}
-	defer w.close()
-	repo, r := w.repo, w.restorer
-	snap, job, err := reference.Publish(ctx, repo, w.recorder, reference.Options{Dir: w.refDir, MemoryBytes: synth.DefaultMemoryBytes, Seed: 1, Alias: "reference"})
+	defer n.Close()
+	repo, r := n.Repo, n.Restorer
+	snap, job, err := reference.Publish(ctx, repo, n.Recorder, reference.Options{Dir: ws.ReferenceDir(), MemoryBytes: synth.DefaultMemoryBytes, Seed: 1, Alias: "reference"})
 	if err != nil {
 		return err
 	}
-	step("2/6 published snapshot %s (alias reference) to %s; recording its startup manifest in the background", snap.ID, repo.Root())
+	step("2/6 published snapshot %s (alias reference) to %s; recording its startup manifest in the background", snap.ID, filepath.Join(dir, "store"))
 	res, err := job.Result()
 	if err != nil {
 		return err
@@ -89,7 +93,7 @@ func runDemo(ctx, stopCtx context.Context, out io.Writer, blocks int) (err error
 		if err := pagecache.Evict(src.MemoryPath); err != nil {
 			return err
 		}
-		inst, err := r.Restore(ctx, src, restore.Options{Device: restore.DeviceFile, Prefetch: mode})
+		inst, err := r.Restore(ctx, src, restore.Options{Device: config.DeviceFile, Prefetch: mode})
 		if err != nil {
 			return err
 		}
@@ -102,7 +106,7 @@ func runDemo(ctx, stopCtx context.Context, out io.Writer, blocks int) (err error
 
 	step("5/6 benchmark: %d blocks of the seed's protocol, policies seed and warmstart (progress below)", blocks)
 	o := bench.Options{
-		Source: src, TracePath: snap.Paths.Trace, Device: restore.DeviceFile, Blocks: blocks, ReserveBlocks: 2,
+		Source: src, TracePath: snap.Paths.Trace, Device: config.DeviceFile, Blocks: blocks, ReserveBlocks: 2,
 		Seed: 1, Policies: []string{"seed", "warmstart"}, Hot: true, WorkDir: dir, Progress: out,
 		Kill: stopCtx.Done(),
 	}

@@ -11,7 +11,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"warmstart/internal/bench"
 	"warmstart/internal/interrupt"
+	"warmstart/internal/role"
+	"warmstart/internal/vmm/qemu"
+	"warmstart/internal/vmm/replay"
 )
 
 // rootCmd is the verb tree. Each file of this package adds its verbs in init.
@@ -31,6 +35,7 @@ func init() {
 	// Declared here so that cobra does not also claim -v for it.
 	rootCmd.Flags().Bool("version", false, "print the version and exit")
 	rootCmd.SetVersionTemplate("{{.Version}}")
+	rootCmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 }
 
 // usageError marks an error caused by how the verb was called, so main can
@@ -40,8 +45,17 @@ type usageError struct{ err error }
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
+// roles are the parts this executable plays besides the CLI, chosen by
+// role.Env: warmstart re-executes itself as each of them.
+var roles = role.Roles{
+	replay.RoleReplayVMM: replay.ChildMain,  // the replay VMM a restore starts
+	qemu.RoleLauncher:    qemu.LauncherMain, // denies QEMU huge-page advice, then execs QEMU
+	bench.RoleTrial:      bench.TrialMain,   // one trial of the benchmark, in its own process
+}
+
 func main() {
-	rootCmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	// Before anything reads the arguments: a role's are not the CLI's.
+	roles.Dispatch()
 	// cobra adds help and completion itself at Execute; add them now so
 	// that they too refuse unknown arguments as usage errors.
 	rootCmd.InitDefaultHelpCmd()

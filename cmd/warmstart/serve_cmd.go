@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -12,6 +11,7 @@ import (
 
 	"warmstart/internal/config"
 	"warmstart/internal/daemon"
+	"warmstart/internal/node"
 )
 
 func init() {
@@ -49,9 +49,6 @@ SIGINT shuts down in order: stop accepting requests, stop the restores
 FUSE, remove the socket.`,
 		Args: argsAsUsageError(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if daemonSocket != "" {
-				return usageError{errors.New("serve runs a daemon; --daemon is for verbs that talk to one")}
-			}
 			cfg, err := config.Load(configPath)
 			if err != nil {
 				return err
@@ -60,7 +57,7 @@ FUSE, remove the socket.`,
 			if err != nil {
 				return err
 			}
-			vm, err := daemon.NewVMM(cfg)
+			vm, err := node.NewVMM(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}

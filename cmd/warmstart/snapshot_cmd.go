@@ -375,5 +375,6 @@ func init() {
 	snapshotShowCmd.Flags().BoolVar(&snapshotShowJSON, "json", false, "print JSON")
 
 	snapshotCmd.AddCommand(snapshotImportCmd, snapshotListCmd, snapshotShowCmd, snapshotDeleteCmd)
+	addDaemonFlag(snapshotCmd)
 	rootCmd.AddCommand(snapshotCmd)
 }

@@ -28,30 +28,9 @@ const (
 	AddressingPath    = "path"
 	AddressingVirtual = "virtual"
 
-	DeviceFile = "file"
-	DeviceUffd = "uffd"
-
-	PolicyWarmstart = "warmstart"
-	PolicySeed      = "seed"
-	PolicyREAP      = "reap"
-	PolicyE2B       = "e2b"
-
 	AccelAuto = "auto"
 	AccelKVM  = "kvm"
 	AccelTCG  = "tcg"
-
-	DriverReplay      = "replay"
-	DriverFirecracker = "firecracker"
-	DriverQEMU        = "qemu"
-)
-
-// I/O engines of the memory device's reads from the lower file. Engines 0
-// and 1 go through the host page cache; 2 is direct I/O, for which device
-// prefetch is skipped (as in the seed) because it has not been validated.
-const (
-	IOEngineBuffered      = 0
-	IOEngineBufferedAsync = 1
-	IOEngineDirect        = 2
 )
 
 // Config is the whole configuration file.
@@ -245,7 +224,7 @@ func Default() *Config {
 		Memory: MemoryConfig{
 			Device: DeviceFile, IOEngine: IOEngineBuffered, FUSEMount: "/run/warmstart/mem", UffdConnectTimeout: 10 * time.Second,
 		},
-		Prefetch: PrefetchConfig{Policy: PolicyWarmstart, MaxReaders: 4, BufferBytes: 1 << 20},
+		Prefetch: PrefetchConfig{Policy: PolicyWarmstart, MaxReaders: DefaultPrefetchMaxReaders, BufferBytes: 1 << 20},
 		Runtime:  RuntimeConfig{Dir: "/run/warmstart"},
 		Daemon:   DaemonConfig{Socket: "/run/warmstart/warmstart.sock", ImportDirs: []string{}},
 		VMM:      VMMConfig{Driver: DriverFirecracker},

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"warmstart/internal/config"
 	"warmstart/internal/memdev/fusedev"
-	"warmstart/internal/restore"
 )
 
 // heldDevice is the daemon's own reference to a file device generation
@@ -68,7 +68,7 @@ func (d *Daemon) releaseDevice(ctx context.Context, gen uint64) (time.Duration, 
 	}
 	took := time.Since(t)
 	d.releasedBytes.Add(h.dev.Counters().BytesRead)
-	d.engine.Forget(restore.DeviceFile, gen)
+	d.engine.Forget(config.DeviceFile, gen)
 	d.log.Info("device released", "generation", gen, "release_ack", took)
 	return took, nil
 }

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"warmstart/internal/config"
 	"warmstart/internal/fsx"
 	"warmstart/internal/layout"
 	"warmstart/internal/manifest"
@@ -48,12 +49,6 @@ func ParseMode(s string) (Mode, error) {
 	}
 	return "", fmt.Errorf("prefetch mode %q: want auto, on or off", s)
 }
-
-// Device kinds.
-const (
-	DeviceFile = "file"
-	DeviceUffd = "uffd"
-)
 
 // Source is what a restore needs from the repository. Resolving it is not
 // part of a restore (nor of its timing).
@@ -231,7 +226,7 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (*Inst
 // withDefaults fills in the file device and the default policy.
 func (o Options) withDefaults() Options {
 	if o.Device == "" {
-		o.Device = DeviceFile
+		o.Device = config.DeviceFile
 	}
 	if o.Policy.Name == "" {
 		o.Policy, _ = LookupPolicy(DefaultPolicy)
@@ -293,13 +288,13 @@ func (inst *Instance) acquire(src Source, opts Options) error {
 		return err
 	}
 	switch opts.Device {
-	case DeviceFile:
+	case config.DeviceFile:
 		d, err := r.attachFile(src, opts, digests)
 		if err != nil {
 			return err
 		}
 		inst.device = d
-	case DeviceUffd:
+	case config.DeviceUffd:
 		d, err := r.listenUffd(src, opts, inst.runDir, digests)
 		if err != nil {
 			return err
@@ -505,7 +500,7 @@ func (r *Restorer) planPrefetch(src Source, opts Options, rep *PrefetchReport) (
 	case src.Manifest == nil:
 		r.skipQuiet(rep, "snapshot has no startup manifest")
 		return nil, ""
-	case opts.Device == DeviceFile && opts.IOEngine == fusedev.IOEngineDirect:
+	case opts.Device == config.DeviceFile && opts.IOEngine == config.IOEngineDirect:
 		// Device prefetch through direct I/O would bypass the very cache
 		// the VMM faults from; the seed skips it and so do we.
 		r.skip(rep, src.SnapshotID, "io_engine 2 (direct I/O): prefetch not validated for this engine")

@@ -18,6 +18,7 @@ import (
 	"warmstart/internal/miniotest"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
+	"warmstart/internal/role"
 	"warmstart/internal/vmm/replay"
 )
 
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) {
 	if role := repotest.ChildRole(); role != "" {
 		os.Exit(childMain(role))
 	}
-	replay.RunChildIfRequested()
+	role.Roles{replay.RoleReplayVMM: replay.ChildMain}.Dispatch()
 	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	os.Exit(runTests(m))
 }
