@@ -169,7 +169,7 @@ func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Opt
 	o.WorkDir = work
 	switch {
 	case snapshot == "" && vf.kind == "qemu":
-		cfg, err := config.Load(configPath)
+		cfg, err := loadConfig()
 		if err != nil {
 			return nil, err
 		}

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"warmstart/internal/config"
 )
 
 // TestUnknownCommandsExit2 runs verbs and subcommands that do not exist: each
@@ -166,5 +168,41 @@ func TestDaemonFlagOnlyWhereUsed(t *testing.T) {
 		if r := runCLI(t, args...); r.code != 1 || !strings.Contains(r.stderr, sock) {
 			t.Errorf("warmstart %q: exit %d, %q; want 1 and the unreachable daemon named", args, r.code, r.stderr)
 		}
+	}
+}
+
+// TestConfigFileResolution: without --config the CLI reads
+// $WARMSTART_CONFIG, else the system file when present; --config wins.
+func TestConfigFileResolution(t *testing.T) {
+	dir := t.TempDir()
+	old := config.SystemFile
+	config.SystemFile = filepath.Join(dir, "system.toml")
+	t.Cleanup(func() { config.SystemFile = old })
+	bad := func(name string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("[memory]\nio_engine = 7\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	t.Setenv(config.EnvFile, "")
+	if out, _, err := runVerb(t, "config", "check"); err != nil || strings.TrimSpace(out) != "ok" {
+		t.Fatalf("no file anywhere: %q, %v; want the defaults", out, err)
+	}
+	system := bad("system.toml")
+	if _, _, err := runVerb(t, "config", "check"); err == nil || !strings.Contains(err.Error(), system) {
+		t.Errorf("system file present: %v, want its error", err)
+	}
+	env := bad("env.toml")
+	t.Setenv(config.EnvFile, env)
+	if _, _, err := runVerb(t, "config", "check"); err == nil || !strings.Contains(err.Error(), env) {
+		t.Errorf("%s set: %v, want that file's error", config.EnvFile, err)
+	}
+	good := filepath.Join(dir, "good.toml")
+	if err := os.WriteFile(good, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := runVerb(t, "--config", good, "config", "check"); err != nil || strings.TrimSpace(out) != "ok" {
+		t.Errorf("--config given: %q, %v; want it to win", out, err)
 	}
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/config"
 	"warmstart/internal/daemon"
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
@@ -121,7 +120,7 @@ func daemonToken() (string, error) {
 	if t := strings.TrimSpace(os.Getenv("WARMSTART_TOKEN")); t != "" {
 		return t, nil
 	}
-	cfg, err := config.Load(configPath)
+	cfg, err := loadConfig()
 	if err != nil {
 		return "", err
 	}

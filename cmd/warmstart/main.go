@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/bench"
+	"warmstart/internal/config"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/role"
 	"warmstart/internal/vmm/qemu"
@@ -31,12 +32,18 @@ var rootCmd = &cobra.Command{
 var configPath string
 
 func init() {
-	rootCmd.PersistentFlags().StringVar(&configPath, "config", "", "TOML configuration file (default: built-in defaults)")
+	rootCmd.PersistentFlags().StringVar(&configPath, "config", "",
+		"TOML configuration file (default: $"+config.EnvFile+", else "+config.SystemFile+" when present, else the built-in defaults)")
 	// Declared here so that cobra does not also claim -v for it.
 	rootCmd.Flags().Bool("version", false, "print the version and exit")
 	rootCmd.SetVersionTemplate("{{.Version}}")
 	rootCmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 }
+
+// loadConfig loads the configuration file config.Path resolves from
+// --config: --config, else $WARMSTART_CONFIG, else /etc/warmstart/config.toml
+// when present, else the built-in defaults.
+func loadConfig() (*config.Config, error) { return config.Load(config.Path(configPath)) }
 
 // usageError marks an error caused by how the verb was called, so main can
 // exit 2 as the shell convention asks.

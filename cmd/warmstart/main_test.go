@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"testing"
 
+	"warmstart/internal/config"
 	"warmstart/internal/role"
 )
 
@@ -23,6 +24,9 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	// No test, nor a CLI child it starts, reads the host's system
+	// configuration file.
+	config.SystemFile = ""
 	roles.With(role.Roles{
 		roleCLI:        func() int { main(); return 0 },
 		roleCrashedCLI: func() int { return runCrashedCLI(os.Getenv(crashedCLIRootEnv)) },

@@ -3,7 +3,6 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/config"
 	"warmstart/internal/node"
 	"warmstart/internal/repository"
 )
@@ -27,7 +26,7 @@ func openReadOnlyRepository(cmd *cobra.Command) (repository.Repository, error) {
 }
 
 func openRepositoryAs(cmd *cobra.Command, readOnly bool) (repository.Repository, error) {
-	cfg, err := config.Load(configPath)
+	cfg, err := loadConfig()
 	if err != nil {
 		return nil, err
 	}

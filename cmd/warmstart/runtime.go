@@ -68,7 +68,7 @@ func (f *vmmFlags) vmmConfig(cfg *config.Config) (*config.Config, error) {
 // --config and the VMM flags. Its FUSE mounts live in a runtime directory
 // private to this process, so verbs run side by side; Close removes it.
 func openSystem(cmd *cobra.Command, vf *vmmFlags) (*node.Node, error) {
-	cfg, err := config.Load(configPath)
+	cfg, err := loadConfig()
 	if err != nil {
 		return nil, err
 	}

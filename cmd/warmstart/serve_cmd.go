@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/config"
 	"warmstart/internal/daemon"
 	"warmstart/internal/node"
 )
@@ -49,7 +48,7 @@ SIGINT shuts down in order: stop accepting requests, stop the restores
 FUSE, remove the socket.`,
 		Args: argsAsUsageError(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := config.Load(configPath)
+			cfg, err := loadConfig()
 			if err != nil {
 				return err
 			}

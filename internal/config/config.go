@@ -10,6 +10,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"reflect"
 	"time"
@@ -290,6 +291,31 @@ func (e kindError) Unwrap() error { return e.kind }
 
 // MaxFileBytes bounds a configuration file; the default one is under 8 KiB.
 const MaxFileBytes = 1 << 20
+
+// EnvFile names the environment variable that names the configuration
+// file when no --config is given.
+const EnvFile = "WARMSTART_CONFIG"
+
+// SystemFile is the configuration file used when neither --config nor
+// EnvFile names one and it exists. A variable so that tests need not
+// depend on the host's /etc.
+var SystemFile = "/etc/warmstart/config.toml"
+
+// Path resolves which configuration file applies: flag (--config) when
+// set, else $WARMSTART_CONFIG, else SystemFile when it exists, else ""
+// (the built-in defaults).
+func Path(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	if env := os.Getenv(EnvFile); env != "" {
+		return env
+	}
+	if _, err := os.Stat(SystemFile); err == nil {
+		return SystemFile
+	}
+	return ""
+}
 
 // Load reads and validates the configuration file at path; an empty path
 // means the built-in defaults. Keys the file omits keep their defaults.

@@ -53,24 +53,24 @@ func ParseMode(s string) (Mode, error) {
 // Source is what a restore needs from the repository. Resolving it is not
 // part of a restore (nor of its timing).
 type Source struct {
-	SnapshotID   string
-	VMStatePath  string
-	MemoryPath   string
-	Layout       layout.Layout
-	ManifestPath string
+	SnapshotID   string        `json:"snapshot_id"`
+	VMStatePath  string        `json:"vm_state_path"`
+	MemoryPath   string        `json:"memory_path"`
+	Layout       layout.Layout `json:"layout"`
+	ManifestPath string        `json:"manifest_path,omitempty"`
 	// Manifest is the descriptor the record carries; nil when none is attached.
-	Manifest *manifest.Descriptor
+	Manifest *manifest.Descriptor `json:"manifest,omitempty"`
 	// Memory, when set, serves the memory instead of MemoryPath (snapshots
 	// in a remote repository; see remote.go).
 	Memory repository.MemorySource `json:"-"`
 	// VMStateSize and VMStateSHA256 are what the record says of the VMM
 	// state file; the restore checks it before the VMM reads it.
-	VMStateSize   int64
-	VMStateSHA256 string
+	VMStateSize   int64  `json:"vm_state_size"`
+	VMStateSHA256 string `json:"vm_state_sha256"`
 	// Digests and DigestsPath are the memory file's digest table; the
 	// memory device checks every block against it (see verify.go).
-	Digests     *repository.DigestsDescriptor
-	DigestsPath string
+	Digests     *repository.DigestsDescriptor `json:"digests,omitempty"`
+	DigestsPath string                        `json:"digests_path,omitempty"`
 }
 
 // SourceOf adapts a resolved repository record.
