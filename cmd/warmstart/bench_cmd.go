@@ -20,17 +20,22 @@ import (
 	"warmstart/internal/vmm/qemu"
 )
 
-func init() {
-	var (
-		vf       vmmFlags
-		o        bench.Options
-		policies string
-		jsonPath string
-		memSize  string
-		noHot    bool
-		s3f      s3BenchFlags
-		agent    string
-	)
+// benchFlags are bench's flags.
+type benchFlags struct {
+	vf       vmmFlags
+	o        bench.Options
+	policies string
+	jsonPath string
+	memSize  string
+	noHot    bool
+	s3f      s3BenchFlags
+	agent    string
+}
+
+func init() { rootCmd.AddCommand(newBenchCmd()) }
+
+func newBenchCmd() *cobra.Command {
+	var f benchFlags
 	cmd := &cobra.Command{
 		Use:   "bench [SNAPSHOT]",
 		Short: "Measure startup prefetch with the seed's Experiment 2 protocol",
@@ -46,8 +51,9 @@ before the timer. Trials that miss are replaced from reserve blocks.
 
 Without SNAPSHOT the reference snapshot (warmstart synth) is synthesized,
 published into a temporary repository and its manifest recorded first.
-With SNAPSHOT (id or alias in the configured repository) the replay VMM
-needs --trace.
+With SNAPSHOT (id or alias in the configured repository) the VMM is
+[vmm] driver unless --vmm names one; the replay VMM plays --trace or
+[replay] trace.
 
 --vmm qemu runs the protocol on the real guest: without SNAPSHOT a fresh
 guest is booted, captured and published into a temporary repository and its
@@ -62,74 +68,96 @@ to the same entry without it, it measures what verification costs, paired
 within blocks.`,
 		Args: argsAsUsageError(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.Policies = splitList(policies)
-			o.Hot = !noHot
-			// Bad flags are refused before any snapshot is synthesized or booted.
-			if o.Blocks < 1 || o.ReserveBlocks < 0 {
-				return usageError{fmt.Errorf("--blocks %d, --reserve-blocks %d: want at least 1 and 0", o.Blocks, o.ReserveBlocks)}
-			}
-			if o.Device != config.DeviceFile && o.Device != config.DeviceUffd {
-				return usageError{fmt.Errorf("--device %q: want file or uffd", o.Device)}
-			}
-			if err := checkIOEngineFlag(o.IOEngine); err != nil {
-				return err
-			}
-			if len(o.Policies) == 0 {
-				return usageError{fmt.Errorf("--policies: name at least one of %s", strings.Join(restore.PolicyNames(), ", "))}
-			}
-			for _, p := range o.Policies {
-				if err := bench.CheckColumn(p); err != nil {
-					return usageError{fmt.Errorf("--policies: %w", err)}
-				}
-			}
-			size, err := layout.ParseSize(memSize)
-			if err != nil {
-				return usageError{fmt.Errorf("--memory-size: %w", err)}
-			}
 			var snapshot string
 			if len(args) == 1 {
 				snapshot = args[0]
 			}
-			switch s3f.repository {
-			case "posix_fs":
-			case "s3":
-				if snapshot != "" || len(o.Policies) != 1 {
-					return usageError{fmt.Errorf("--repository s3 benchmarks the reference snapshot with one --policies entry")}
-				}
-			default:
-				return usageError{fmt.Errorf("--repository %q: want posix_fs or s3", s3f.repository)}
+			// Bad flags are refused before any snapshot is synthesized or booted.
+			size, err := f.check(snapshot)
+			if err != nil {
+				return err
 			}
-			if s3f.repository == "s3" {
+			if f.s3f.repository == "s3" {
 				// The companion command watches for signals itself.
-				return runS3Bench(s3f, o.Blocks, o.Seed, size, o.Policies[0], jsonPath)
+				return runS3Bench(f.s3f, f.o.Blocks, f.o.Seed, size, f.o.Policies[0], f.jsonPath)
 			}
 			// From here on a signal stops the run, which then cleans up.
 			in := interrupt.Notify(cmd.ErrOrStderr())
-			o.Kill = in.Force.Done()
-			rep, err := runBench(in.Work, cmd, &vf, o, snapshot, size, agent, cmd.ErrOrStderr())
+			f.o.Kill = in.Force.Done()
+			rep, err := runBench(in.Work, cmd, &f.vf, f.o, snapshot, size, f.agent, cmd.ErrOrStderr())
 			if err == nil {
-				err = writeBenchReport(rep, cmd.OutOrStdout(), cmd.ErrOrStderr(), jsonPath)
+				err = writeBenchReport(rep, cmd.OutOrStdout(), cmd.ErrOrStderr(), f.jsonPath)
 			}
 			return in.Result(err)
 		},
 	}
-	vf.register(cmd)
-	f := cmd.Flags()
-	f.StringVar(&s3f.repository, "repository", "posix_fs", "posix_fs, or s3: a MinIO on loopback behind a Toxiproxy link (runs the warmstart-s3bench command, built from ./cmd/warmstart-s3bench; needs the minio binary, see .ci/minio.sh)")
-	f.IntVar(&s3f.latencyMs, "s3-latency-ms", 5, "--repository s3: latency added to every object-store response")
-	f.Int64Var(&s3f.bandwidthMbit, "s3-bandwidth-mbit", 1000, "--repository s3: bandwidth of each object-store connection")
-	f.IntVar(&o.Blocks, "blocks", 8, "formal blocks of the protocol")
-	f.IntVar(&o.ReserveBlocks, "reserve-blocks", 2, "reserve blocks that replace trials missing admission")
-	f.StringVar(&o.Device, "device", config.DeviceFile, "memory device: file (FUSE) or uffd")
-	f.IntVar(&o.IOEngine, "io-engine", 0, "I/O engine of the file device (0 or 1; 2 skips prefetch by design)")
-	f.Uint64Var(&o.Seed, "seed", 1, "seed of the frozen random order (and of the reference snapshot)")
-	f.StringVar(&policies, "policies", "seed,warmstart", "prefetch policies to compare: "+strings.Join(restore.PolicyNames(), ","))
-	f.StringVar(&jsonPath, "json", "", "write all raw trials and the summary to this file")
-	f.StringVar(&memSize, "memory-size", "128MiB", "guest memory of the reference snapshot")
-	f.BoolVar(&noHot, "no-hot", false, "leave out the hot control")
-	f.StringVar(&agent, "agent", "", "--vmm qemu without SNAPSHOT: prebuilt warmstart-agent binary (default: build it from the module source)")
-	f.String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
-	rootCmd.AddCommand(cmd)
+	f.register(cmd)
+	return cmd
+}
+
+func (f *benchFlags) register(cmd *cobra.Command) {
+	f.vf.register(cmd)
+	fl := cmd.Flags()
+	fl.StringVar(&f.s3f.repository, "repository", "posix_fs", "posix_fs, or s3: a MinIO on loopback behind a Toxiproxy link (runs the warmstart-s3bench command, built from ./cmd/warmstart-s3bench; needs the minio binary, see .ci/minio.sh)")
+	fl.IntVar(&f.s3f.latencyMs, "s3-latency-ms", 5, "--repository s3: latency added to every object-store response")
+	fl.Int64Var(&f.s3f.bandwidthMbit, "s3-bandwidth-mbit", 1000, "--repository s3: bandwidth of each object-store connection")
+	fl.IntVar(&f.o.Blocks, "blocks", 8, "formal blocks of the protocol")
+	fl.IntVar(&f.o.ReserveBlocks, "reserve-blocks", 2, "reserve blocks that replace trials missing admission")
+	fl.StringVar(&f.o.Device, "device", config.DeviceFile, "memory device: file (FUSE) or uffd")
+	fl.IntVar(&f.o.IOEngine, "io-engine", 0, "I/O engine of the file device (0 or 1; 2 skips prefetch by design)")
+	fl.Uint64Var(&f.o.Seed, "seed", 1, "seed of the frozen random order (and of the reference snapshot)")
+	fl.StringVar(&f.policies, "policies", "seed,warmstart", "prefetch policies to compare: "+strings.Join(restore.PolicyNames(), ","))
+	fl.StringVar(&f.jsonPath, "json", "", "write all raw trials and the summary to this file")
+	fl.StringVar(&f.memSize, "memory-size", "128MiB", "guest memory of the reference snapshot")
+	fl.BoolVar(&f.noHot, "no-hot", false, "leave out the hot control")
+	fl.StringVar(&f.agent, "agent", "", "--vmm qemu without SNAPSHOT: prebuilt warmstart-agent binary (default: build it from the module source)")
+	fl.String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
+}
+
+// check completes the options from the flags and refuses values no run
+// can use; it returns the reference snapshot's memory size.
+func (f *benchFlags) check(snapshot string) (int64, error) {
+	f.o.Policies = splitList(f.policies)
+	f.o.Hot = !f.noHot
+	if f.o.Blocks < 1 || f.o.ReserveBlocks < 0 {
+		return 0, usageError{fmt.Errorf("--blocks %d, --reserve-blocks %d: want at least 1 and 0", f.o.Blocks, f.o.ReserveBlocks)}
+	}
+	if !config.ValidDevice(f.o.Device) {
+		return 0, usageError{fmt.Errorf("--device %q: want file or uffd", f.o.Device)}
+	}
+	if err := checkIOEngineFlag(f.o.IOEngine); err != nil {
+		return 0, err
+	}
+	if err := checkPolicies(f.o.Policies); err != nil {
+		return 0, err
+	}
+	size, err := layout.ParseSize(f.memSize)
+	if err != nil {
+		return 0, usageError{fmt.Errorf("--memory-size: %w", err)}
+	}
+	switch f.s3f.repository {
+	case "posix_fs":
+	case "s3":
+		if snapshot != "" || len(f.o.Policies) != 1 {
+			return 0, usageError{fmt.Errorf("--repository s3 benchmarks the reference snapshot with one --policies entry")}
+		}
+	default:
+		return 0, usageError{fmt.Errorf("--repository %q: want posix_fs or s3", f.s3f.repository)}
+	}
+	return size, nil
+}
+
+// checkPolicies checks the --policies entries.
+func checkPolicies(policies []string) error {
+	if len(policies) == 0 {
+		return usageError{fmt.Errorf("--policies: name at least one of %s", strings.Join(restore.PolicyNames(), ", "))}
+	}
+	for _, p := range policies {
+		if err := bench.CheckColumn(p); err != nil {
+			return usageError{fmt.Errorf("--policies: %w", err)}
+		}
+	}
+	return nil
 }
 
 // writeBenchReport prints the table, and writes the raw trials and the

@@ -24,10 +24,11 @@ func (f *vmmFlags) register(cmd *cobra.Command) {
 
 // fromConfig fills the flags left unset from cfg, as the daemon reads
 // them: [vmm] driver and [replay] trace. --trace alone names the replay
-// VMM, the only driver that plays a trace.
+// VMM, the only driver that plays a trace. A verb whose --vmm has a
+// default of its own (capture boots QEMU unless told otherwise) keeps it.
 func (f *vmmFlags) fromConfig(cmd *cobra.Command, cfg *config.Config) {
 	traceSet := cmd.Flags().Changed("trace")
-	if !cmd.Flags().Changed("vmm") {
+	if f.kind == "" {
 		f.kind = cfg.VMM.Driver
 		if traceSet {
 			f.kind = config.DriverReplay

@@ -88,19 +88,9 @@ func runSnapshotImport(cmd *cobra.Command, _ []string) error {
 	if daemonSocket != "" {
 		return daemonSnapshotImport(cmd, f)
 	}
-	mem, err := os.Stat(f.memory)
+	lay, err := importLayout(f)
 	if err != nil {
-		return fmt.Errorf("snapshot import: memory file: %w", err)
-	}
-	if !mem.Mode().IsRegular() {
-		return fmt.Errorf("snapshot import: memory file %s is not a regular file", f.memory)
-	}
-	lay, err := layout.Parse(f.layout, mem.Size())
-	switch {
-	case err != nil && f.layout == "":
-		return fmt.Errorf("snapshot import: memory file %s: %w", f.memory, err)
-	case err != nil:
-		return usageError{fmt.Errorf("snapshot import: --layout %q for memory file %s (%d bytes): %w", f.layout, f.memory, mem.Size(), err)}
+		return err
 	}
 	cfg, err := loadConfig()
 	if err != nil {
@@ -135,6 +125,26 @@ func runSnapshotImport(cmd *cobra.Command, _ []string) error {
 	}
 	_, err = fmt.Fprintln(cmd.OutOrStdout(), rec.ID)
 	return err
+}
+
+// importLayout is the memory layout --layout gives for the memory file,
+// one region over the whole file without it.
+func importLayout(f snapshotImportOptions) (layout.Layout, error) {
+	mem, err := os.Stat(f.memory)
+	if err != nil {
+		return layout.Layout{}, fmt.Errorf("snapshot import: memory file: %w", err)
+	}
+	if !mem.Mode().IsRegular() {
+		return layout.Layout{}, fmt.Errorf("snapshot import: memory file %s is not a regular file", f.memory)
+	}
+	lay, err := layout.Parse(f.layout, mem.Size())
+	switch {
+	case err != nil && f.layout == "":
+		return lay, fmt.Errorf("snapshot import: memory file %s: %w", f.memory, err)
+	case err != nil:
+		return lay, usageError{fmt.Errorf("snapshot import: --layout %q for memory file %s (%d bytes): %w", f.layout, f.memory, mem.Size(), err)}
+	}
+	return lay, nil
 }
 
 // importAndRecord publishes the snapshot and records its startup manifest,

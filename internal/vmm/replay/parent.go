@@ -34,7 +34,7 @@ var ErrExited = errors.New("replay vmm exited")
 // VMM restores snapshots by starting a replay VMM process per restore.
 type VMM struct {
 	// Exe is the executable to run as the VMM; empty means this process's
-	// own executable. It must call RunChildIfRequested first thing.
+	// own executable. It must dispatch RoleReplayVMM (internal/role) first thing.
 	Exe string
 	// TracePath is the startup trace each restore plays.
 	TracePath string
