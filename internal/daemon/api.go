@@ -519,8 +519,7 @@ func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	run := &running{inst: inst, info: NewRestoreInfo(inst, rec.ID, opts, started)}
-	d.countDevice(run, res.MemoryPath)
-	if err := d.register(ctx, run); err != nil {
+	if err := d.register(ctx, run, res.MemoryPath); err != nil {
 		return err
 	}
 	d.log.Info("restore ready", "restore", inst.ID, "snapshot", rec.ID, "device", opts.Device, "generation", inst.Generation,
@@ -559,7 +558,7 @@ func (d *Daemon) restoreOptions(req *RestoreRequest) (restore.Options, error) {
 }
 
 // countDevice takes the daemon's reference to a file device generation,
-// or counts what a uffd session read by ready.
+// or counts what a uffd session read by ready. Callers hold d.mu.
 func (d *Daemon) countDevice(run *running, memoryPath string) {
 	if run.info.Device != config.DeviceFile {
 		// A uffd session is the VM's own device: what it read by ready is
@@ -574,15 +573,17 @@ func (d *Daemon) countDevice(run *running, memoryPath string) {
 	}
 }
 
-// register lists a ready restore, unless shutdown has begun: shutdown has
-// then collected the restores it stops, so this one is stopped here.
-func (d *Daemon) register(ctx context.Context, run *running) error {
+// register lists a ready restore and takes the daemon's hold on its
+// device, together, unless shutdown has begun: shutdown has then collected
+// the restores it stops, so this one is stopped here.
+func (d *Daemon) register(ctx context.Context, run *running, memoryPath string) error {
 	d.mu.Lock()
 	if d.closing {
 		d.mu.Unlock()
-		d.stopAndRelease(context.WithoutCancel(ctx), run)
+		d.stopRestore(context.WithoutCancel(ctx), run)
 		return statusError(http.StatusServiceUnavailable, "", ErrShuttingDown)
 	}
+	d.countDevice(run, memoryPath)
 	d.restores[run.info.ID] = run
 	d.mu.Unlock()
 	return nil

@@ -122,7 +122,7 @@ type Options struct {
 	// Repository keeps the snapshots; required. The daemon times every
 	// operation on it.
 	Repository repository.Repository
-	// VMM restores snapshots; required (NewVMM builds the configured one).
+	// VMM restores snapshots; required (node.NewVMM builds the configured one).
 	VMM vmm.VMM
 	// Log receives the daemon's log; nil discards it.
 	Log *slog.Logger
@@ -176,9 +176,9 @@ type Daemon struct {
 
 	// devMu guards devices; it orders the daemon's attaches and releases.
 	devMu         sync.Mutex
-	devices       map[uint64]*heldDevice // by file device generation
-	releasedBytes atomic.Uint64          // read by released generations
-	uffdBytes     atomic.Uint64          // read by uffd sessions up to ready
+	devices       map[uint64]*fusedev.Device // the daemon's references, by file device generation
+	releasedBytes atomic.Uint64              // read by released generations
+	uffdBytes     atomic.Uint64              // read by uffd sessions up to ready
 
 	// token is the bearer token TCP requests must carry; "" on the socket.
 	token string
@@ -236,7 +236,7 @@ func newDaemon(opts Options) *Daemon {
 		stopWithin: cmp.Or(opts.StopTimeout, DefaultStopTimeout),
 		restores:   map[string]*running{},
 		recordings: map[*recorder.Job]string{},
-		devices:    map[uint64]*heldDevice{},
+		devices:    map[uint64]*fusedev.Device{},
 	}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
