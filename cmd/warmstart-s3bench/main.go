@@ -35,6 +35,7 @@ import (
 	"warmstart/internal/interrupt"
 	"warmstart/internal/layout"
 	"warmstart/internal/restore"
+	"warmstart/internal/role"
 	"warmstart/internal/s3bench"
 	"warmstart/internal/vmm/replay"
 )
@@ -45,9 +46,13 @@ const (
 	exitUsage  = 2
 )
 
+// roles are the parts this executable plays besides the command itself
+// (role.Env).
+var roles = role.Roles{replay.RoleReplayVMM: replay.ChildMain}
+
 func main() {
 	// Restores re-execute this binary as the replay VMM.
-	replay.RunChildIfRequested()
+	roles.Dispatch()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -9,13 +9,14 @@ import (
 	"testing"
 
 	"warmstart/internal/miniotest"
+	"warmstart/internal/role"
 	"warmstart/internal/s3bench"
 	"warmstart/internal/vmm/replay"
 )
 
 func TestMain(m *testing.M) {
 	// The benchmark's restores re-execute this test binary as the replay VMM.
-	replay.RunChildIfRequested()
+	role.Roles{replay.RoleReplayVMM: replay.ChildMain}.Dispatch()
 	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	os.Exit(m.Run())
 }

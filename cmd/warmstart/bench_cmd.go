@@ -7,43 +7,37 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/bench"
-	"warmstart/internal/capture"
 	"warmstart/internal/chart"
 	"warmstart/internal/config"
-	"warmstart/internal/initramfs"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/layout"
-	"warmstart/internal/memdev/fusedev"
-	"warmstart/internal/prefetch"
-	"warmstart/internal/recorder"
-	"warmstart/internal/reference"
-	"warmstart/internal/repository/posixfs"
+	"warmstart/internal/node"
 	"warmstart/internal/restore"
-	"warmstart/internal/synth"
 	"warmstart/internal/vmm/qemu"
-	"warmstart/internal/vmm/replay"
 )
 
-func init() {
-	bench.RunTrialIfRequested()
-	var (
-		vf       vmmFlags
-		o        bench.Options
-		policies string
-		jsonPath string
-		plotPath string
-		memSize  string
-		noHot    bool
-		s3f      s3BenchFlags
-		agent    string
-	)
+// benchFlags are bench's flags.
+type benchFlags struct {
+	vf       vmmFlags
+	o        bench.Options
+	policies string
+	jsonPath string
+	plotPath string
+	memSize  string
+	noHot    bool
+	s3f      s3BenchFlags
+	agent    string
+}
+
+func init() { rootCmd.AddCommand(newBenchCmd()) }
+
+func newBenchCmd() *cobra.Command {
+	var f benchFlags
 	cmd := &cobra.Command{
 		Use:   "bench [SNAPSHOT]",
 		Short: "Measure startup prefetch with the seed's Experiment 2 protocol",
@@ -59,8 +53,9 @@ before the timer. Trials that miss are replaced from reserve blocks.
 
 Without SNAPSHOT the reference snapshot (warmstart synth) is synthesized,
 published into a temporary repository and its manifest recorded first.
-With SNAPSHOT (id or alias in the configured repository) the replay VMM
-needs --trace.
+With SNAPSHOT (id or alias in the configured repository) the VMM is
+[vmm] driver unless --vmm names one; the replay VMM plays --trace or
+[replay] trace.
 
 --vmm qemu runs the protocol on the real guest: without SNAPSHOT a fresh
 guest is booted, captured and published into a temporary repository and its
@@ -75,93 +70,101 @@ to the same entry without it, it measures what verification costs, paired
 within blocks.`,
 		Args: argsAsUsageError(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.Policies = splitList(policies)
-			o.Hot = !noHot
-			// Bad flags are refused before any snapshot is synthesized or booted.
-			if o.Blocks < 1 || o.ReserveBlocks < 0 {
-				return usageError{fmt.Errorf("--blocks %d, --reserve-blocks %d: want at least 1 and 0", o.Blocks, o.ReserveBlocks)}
-			}
-			if o.Device != restore.DeviceFile && o.Device != restore.DeviceUffd {
-				return usageError{fmt.Errorf("--device %q: want file or uffd", o.Device)}
-			}
-			if err := checkIOEngineFlag(o.IOEngine); err != nil {
-				return err
-			}
-			if len(o.Policies) == 0 {
-				return usageError{fmt.Errorf("--policies: name at least one of %s", strings.Join(restore.PolicyNames(), ", "))}
-			}
-			for _, p := range o.Policies {
-				if err := bench.CheckColumn(p); err != nil {
-					return usageError{fmt.Errorf("--policies: %w", err)}
-				}
-			}
-			size, err := layout.ParseSize(memSize)
-			if err != nil {
-				return usageError{fmt.Errorf("--memory-size: %w", err)}
-			}
 			var snapshot string
 			if len(args) == 1 {
 				snapshot = args[0]
 			}
-			switch s3f.repository {
-			case "posix_fs":
-			case "s3":
-				if snapshot != "" || len(o.Policies) != 1 {
-					return usageError{fmt.Errorf("--repository s3 benchmarks the reference snapshot with one --policies entry")}
-				}
-			default:
-				return usageError{fmt.Errorf("--repository %q: want posix_fs or s3", s3f.repository)}
-			}
-			if err := checkPlotFlag(plotPath, s3f.repository == "s3"); err != nil {
+			// Bad flags are refused before any snapshot is synthesized or booted.
+			size, err := f.check(snapshot)
+			if err != nil {
 				return err
 			}
-			if s3f.repository == "s3" {
+			if err := checkPlotFlag(f.plotPath, f.s3f.repository == "s3"); err != nil {
+				return err
+			}
+			if f.s3f.repository == "s3" {
 				// The companion command watches for signals itself.
-				return runS3Bench(s3f, o.Blocks, o.Seed, size, o.Policies[0], jsonPath)
+				return runS3Bench(f.s3f, f.o.Blocks, f.o.Seed, size, f.o.Policies[0], f.jsonPath)
 			}
 			// From here on a signal stops the run, which then cleans up.
 			in := interrupt.Notify(cmd.ErrOrStderr())
-			o.Kill = in.Force.Done()
-			rep, err := runBench(in.Work, cmd, &vf, o, snapshot, size, agent, cmd.ErrOrStderr())
+			f.o.Kill = in.Force.Done()
+			rep, err := runBench(in.Work, cmd, &f.vf, f.o, snapshot, size, f.agent, cmd.ErrOrStderr())
 			if err == nil {
-				err = writeBenchReport(rep, cmd.OutOrStdout(), cmd.ErrOrStderr(), jsonPath)
+				err = writeBenchReport(rep, cmd.OutOrStdout(), cmd.ErrOrStderr(), f.jsonPath)
 			}
-			if err == nil && plotPath != "" {
-				err = chart.Bench(plotPath, rep)
+			if err == nil && f.plotPath != "" {
+				err = chart.Bench(f.plotPath, rep)
 			}
 			return in.Result(err)
 		},
 	}
-	vf.register(cmd)
-	f := cmd.Flags()
-	f.StringVar(&s3f.repository, "repository", "posix_fs", "posix_fs, or s3: a MinIO on loopback behind a Toxiproxy link (runs the warmstart-s3bench command, built from ./cmd/warmstart-s3bench; needs the minio binary, see .ci/minio.sh)")
-	f.IntVar(&s3f.latencyMs, "s3-latency-ms", 5, "--repository s3: latency added to every object-store response")
-	f.Int64Var(&s3f.bandwidthMbit, "s3-bandwidth-mbit", 1000, "--repository s3: bandwidth of each object-store connection")
-	f.IntVar(&o.Blocks, "blocks", 8, "formal blocks of the protocol")
-	f.IntVar(&o.ReserveBlocks, "reserve-blocks", 2, "reserve blocks that replace trials missing admission")
-	f.StringVar(&o.Device, "device", restore.DeviceFile, "memory device: file (FUSE) or uffd")
-	f.IntVar(&o.IOEngine, "io-engine", 0, "I/O engine of the file device (0 or 1; 2 skips prefetch by design)")
-	f.Uint64Var(&o.Seed, "seed", 1, "seed of the frozen random order (and of the reference snapshot)")
-	f.StringVar(&policies, "policies", "seed,warmstart", "prefetch policies to compare: "+strings.Join(restore.PolicyNames(), ","))
-	f.StringVar(&jsonPath, "json", "", "write all raw trials and the summary to this file")
-	f.StringVar(&plotPath, "plot", "", "draw every trial's time to ready and bytes read per cache state and policy to FILE.svg or FILE.png")
-	f.StringVar(&memSize, "memory-size", "128MiB", "guest memory of the reference snapshot")
-	f.BoolVar(&noHot, "no-hot", false, "leave out the hot control")
-	f.StringVar(&agent, "agent", "", "--vmm qemu without SNAPSHOT: prebuilt warmstart-agent binary (default: build it from the module source)")
-	f.String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
-	rootCmd.AddCommand(cmd)
+	f.register(cmd)
+	return cmd
 }
 
-// checkPlotFlag refuses a --plot the verb cannot draw, before any work.
-func checkPlotFlag(path string, s3 bool) error {
-	switch {
-	case path == "":
-		return nil
-	case s3:
-		return usageError{errors.New("--plot: not available with --repository s3")}
+func (f *benchFlags) register(cmd *cobra.Command) {
+	f.vf.register(cmd)
+	fl := cmd.Flags()
+	fl.StringVar(&f.s3f.repository, "repository", "posix_fs", "posix_fs, or s3: a MinIO on loopback behind a Toxiproxy link (runs the warmstart-s3bench command, built from ./cmd/warmstart-s3bench; needs the minio binary, see .ci/minio.sh)")
+	fl.IntVar(&f.s3f.latencyMs, "s3-latency-ms", 5, "--repository s3: latency added to every object-store response")
+	fl.Int64Var(&f.s3f.bandwidthMbit, "s3-bandwidth-mbit", 1000, "--repository s3: bandwidth of each object-store connection")
+	fl.IntVar(&f.o.Blocks, "blocks", 8, "formal blocks of the protocol")
+	fl.IntVar(&f.o.ReserveBlocks, "reserve-blocks", 2, "reserve blocks that replace trials missing admission")
+	fl.StringVar(&f.o.Device, "device", config.DeviceFile, "memory device: file (FUSE) or uffd")
+	fl.IntVar(&f.o.IOEngine, "io-engine", 0, "I/O engine of the file device (0 or 1; 2 skips prefetch by design)")
+	fl.Uint64Var(&f.o.Seed, "seed", 1, "seed of the frozen random order (and of the reference snapshot)")
+	fl.StringVar(&f.policies, "policies", "seed,warmstart", "prefetch policies to compare: "+strings.Join(restore.PolicyNames(), ","))
+	fl.StringVar(&f.jsonPath, "json", "", "write all raw trials and the summary to this file")
+	fl.StringVar(&f.plotPath, "plot", "", "draw every trial's time to ready and bytes read per cache state and policy to FILE.svg or FILE.png")
+	fl.StringVar(&f.memSize, "memory-size", "128MiB", "guest memory of the reference snapshot")
+	fl.BoolVar(&f.noHot, "no-hot", false, "leave out the hot control")
+	fl.StringVar(&f.agent, "agent", "", "--vmm qemu without SNAPSHOT: prebuilt warmstart-agent binary (default: build it from the module source)")
+	fl.String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
+}
+
+// check completes the options from the flags and refuses values no run
+// can use; it returns the reference snapshot's memory size.
+func (f *benchFlags) check(snapshot string) (int64, error) {
+	f.o.Policies = splitList(f.policies)
+	f.o.Hot = !f.noHot
+	if f.o.Blocks < 1 || f.o.ReserveBlocks < 0 {
+		return 0, usageError{fmt.Errorf("--blocks %d, --reserve-blocks %d: want at least 1 and 0", f.o.Blocks, f.o.ReserveBlocks)}
 	}
-	if err := chart.CheckPath(path); err != nil {
-		return usageError{fmt.Errorf("--plot: %w", err)}
+	if !config.ValidDevice(f.o.Device) {
+		return 0, usageError{fmt.Errorf("--device %q: want file or uffd", f.o.Device)}
+	}
+	if err := checkIOEngineFlag(f.o.IOEngine); err != nil {
+		return 0, err
+	}
+	if err := checkPolicies(f.o.Policies); err != nil {
+		return 0, err
+	}
+	size, err := layout.ParseSize(f.memSize)
+	if err != nil {
+		return 0, usageError{fmt.Errorf("--memory-size: %w", err)}
+	}
+	switch f.s3f.repository {
+	case "posix_fs":
+	case "s3":
+		if snapshot != "" || len(f.o.Policies) != 1 {
+			return 0, usageError{fmt.Errorf("--repository s3 benchmarks the reference snapshot with one --policies entry")}
+		}
+	default:
+		return 0, usageError{fmt.Errorf("--repository %q: want posix_fs or s3", f.s3f.repository)}
+	}
+	return size, nil
+}
+
+// checkPolicies checks the --policies entries.
+func checkPolicies(policies []string) error {
+	if len(policies) == 0 {
+		return usageError{fmt.Errorf("--policies: name at least one of %s", strings.Join(restore.PolicyNames(), ", "))}
+	}
+	for _, p := range policies {
+		if err := bench.CheckColumn(p); err != nil {
+			return usageError{fmt.Errorf("--policies: %w", err)}
+		}
 	}
 	return nil
 }
@@ -203,25 +206,27 @@ func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Opt
 	o.WorkDir = work
 	switch {
 	case snapshot == "" && vf.kind == "qemu":
-		cfg, err := config.Load(configPath)
+		cfg, err := loadConfig()
 		if err != nil {
 			return nil, err
 		}
-		d, err := newQEMUDriver(cfg)
+		d, err := node.NewQEMU(ctx, cfg)
 		if err != nil {
 			return nil, err
 		}
-		src, ready, err := prepareGuest(ctx, d, work, filepath.Join(cfg.Runtime.Dir, "initramfs"), agent, progress)
+		src, ready, err := bench.PrepareGuest(ctx, d, work, node.InitramfsCache(cfg), agent, progress)
 		if err != nil {
 			return nil, err
 		}
 		o.Source, o.ExpectedToken, o.ExpectedDigest = src, ready["token"], ready["digest"]
-		o.VMM, o.QEMU = bench.VMMQEMU, d.Options()
+		o.VMM, o.QEMU = config.DriverQEMU, d.Options()
 	case snapshot == "":
-		if vf.kind != "replay" {
+		// The reference snapshot is the replay VMM's unless --vmm says
+		// otherwise; [vmm] driver applies to a named snapshot.
+		if vf.kind != "" && vf.kind != config.DriverReplay {
 			return nil, usageError{fmt.Errorf("the reference snapshot needs --vmm replay or qemu; name a snapshot for --vmm %s", vf.kind)}
 		}
-		src, tracePath, err := prepareReference(ctx, work, o.Device, memBytes, o.Seed, progress)
+		src, tracePath, err := bench.PrepareReference(ctx, work, o.Device, memBytes, o.Seed, progress)
 		if err != nil {
 			return nil, err
 		}
@@ -231,129 +236,28 @@ func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Opt
 		if err != nil {
 			return nil, err
 		}
-		defer s.close()
-		if o.Source, err = s.resolve(ctx, snapshot); err != nil {
+		defer s.Close()
+		if o.Source, err = s.Resolve(ctx, snapshot); err != nil {
 			return nil, err
 		}
 		o.TracePath = vf.trace
-		if d, ok := s.restorer.VMM.(*qemu.Driver); ok {
-			o.VMM, o.QEMU = bench.VMMQEMU, d.Options()
+		if d, ok := s.Restorer.VMM.(*qemu.Driver); ok {
+			o.VMM, o.QEMU = config.DriverQEMU, d.Options()
 		}
 	}
 	return bench.Run(ctx, o)
 }
 
-// prepareGuest boots, captures and publishes a fresh real guest into a
-// repository under dir and records its manifest from the guest's own
-// device reads, as warmstart capture with recording enabled does. It
-// returns the snapshot and what its agent answered before the capture
-// (token and heap digest), which every restored guest must answer again.
-func prepareGuest(ctx context.Context, d *qemu.Driver, dir, initramfsCache, agent string, progress io.Writer) (restore.Source, map[string]string, error) {
-	repo, err := posixfs.Open(filepath.Join(dir, "store"), posixfs.Options{})
-	if err != nil {
-		return restore.Source{}, nil, err
+// checkPlotFlag refuses a --plot the verb cannot draw, before any work.
+func checkPlotFlag(path string, s3 bool) error {
+	switch {
+	case path == "":
+		return nil
+	case s3:
+		return usageError{errors.New("--plot: not available with --repository s3")}
 	}
-	run := filepath.Join(dir, "run")
-	if err := os.MkdirAll(run, 0o700); err != nil {
-		return restore.Source{}, nil, err
+	if err := chart.CheckPath(path); err != nil {
+		return usageError{fmt.Errorf("--plot: %w", err)}
 	}
-	base := &restore.Restorer{VMM: d, RuntimeDir: run}
-	tr, closeTr, err := recorder.TracingRestorerWith(base, filepath.Join(dir, "trace-mnt"), fusedev.Options{AllowWriteOpen: true})
-	if err != nil {
-		return restore.Source{}, nil, err
-	}
-	defer closeTr()
-	rec := &recorder.Recorder{Repo: repo, Restorer: tr, Device: restore.DeviceFile, Timeout: 5 * time.Minute}
-	snap, job, err := capture.Publish(ctx, repo, rec, capture.Options{
-		Booter:     &capture.QEMU{Driver: d, Initramfs: initramfs.Options{CacheDir: initramfsCache, Agent: agent}},
-		StagingDir: repo.Root(),
-		RuntimeDir: run,
-		Progress:   progress,
-	})
-	if err != nil {
-		return restore.Source{}, nil, err
-	}
-	res, err := job.Result()
-	if err != nil {
-		return restore.Source{}, nil, err
-	}
-	fmt.Fprintf(progress, "guest snapshot %s captured under %s (boot to agent %v); startup manifest recorded from its device reads and attached: %d ranges, %.1f MiB, sha256 %s\n",
-		snap.Record.ID, snap.Accel, snap.Boot.Round(time.Millisecond), res.Ranges, float64(res.Bytes)/(1<<20), res.Descriptor.SHA256[:16])
-	resolved, err := repo.Resolve(ctx, snap.Record.ID)
-	if err != nil {
-		return restore.Source{}, nil, err
-	}
-	return restore.SourceOf(resolved), snap.Ready.Detail, nil
-}
-
-// prepareReference synthesizes the reference snapshot, publishes it into a
-// repository under dir and records its manifest on device, as a publish
-// with recording enabled would.
-func prepareReference(ctx context.Context, dir, device string, memBytes int64, seed uint64, progress io.Writer) (restore.Source, string, error) {
-	w, err := openReferenceWorkspace(dir, device)
-	if err != nil {
-		return restore.Source{}, "", err
-	}
-	defer w.close()
-	fmt.Fprintf(progress, "synthesizing the %d MiB reference snapshot (seed %d) and publishing it\n", memBytes>>20, seed)
-	snap, job, err := reference.Publish(ctx, w.repo, w.recorder, reference.Options{Dir: w.refDir, MemoryBytes: memBytes, Seed: seed})
-	if err != nil {
-		return restore.Source{}, "", err
-	}
-	res, err := job.Result()
-	if err != nil {
-		return restore.Source{}, "", err
-	}
-	fmt.Fprintf(progress, "startup manifest recorded on the %s device and attached: %d ranges, %.1f MiB, sha256 %s\n",
-		device, res.Ranges, float64(res.Bytes)/(1<<20), res.Descriptor.SHA256[:16])
-	resolved, err := w.repo.Resolve(ctx, snap.ID)
-	if err != nil {
-		return restore.Source{}, "", err
-	}
-	return restore.SourceOf(resolved), snap.Paths.Trace, nil
-}
-
-// referenceWorkspace is what publishing and restoring the reference
-// snapshot under one directory takes: a POSIX repository, a FUSE mount, a
-// restorer playing the reference trace, and a recorder on its own tracing
-// mount. bench and demo share it.
-type referenceWorkspace struct {
-	repo     *posixfs.Repo
-	refDir   string
-	restorer *restore.Restorer
-	recorder *recorder.Recorder
-	closers  []func() error
-}
-
-func openReferenceWorkspace(dir, device string) (*referenceWorkspace, error) {
-	repo, err := posixfs.Open(filepath.Join(dir, "store"), posixfs.Options{})
-	if err != nil {
-		return nil, err
-	}
-	srv, err := fusedev.Mount(filepath.Join(dir, "mnt"), fusedev.Options{})
-	if err != nil {
-		return nil, err
-	}
-	w := &referenceWorkspace{repo: repo, refDir: filepath.Join(dir, "reference"), closers: []func() error{srv.Close}}
-	w.restorer = &restore.Restorer{
-		FUSE:       srv,
-		Engine:     prefetch.NewEngine(prefetch.Options{}),
-		VMM:        &replay.VMM{TracePath: synth.PathsIn(w.refDir).Trace},
-		RuntimeDir: filepath.Join(dir, "run"),
-	}
-	tr, closeTr, err := recorder.TracingRestorer(w.restorer, filepath.Join(dir, "trace-mnt"))
-	if err != nil {
-		w.close()
-		return nil, err
-	}
-	w.closers = append(w.closers, closeTr)
-	w.recorder = &recorder.Recorder{Repo: repo, Restorer: tr, Device: device}
-	return w, nil
-}
-
-// close unmounts the tracing mount, then the serving one.
-func (w *referenceWorkspace) close() {
-	for i := len(w.closers) - 1; i >= 0; i-- {
-		w.closers[i]()
-	}
+	return nil
 }

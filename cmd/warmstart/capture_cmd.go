@@ -2,32 +2,32 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/capture"
-	"warmstart/internal/initramfs"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
-	"warmstart/internal/vmm/firecracker"
-	"warmstart/internal/vmm/qemu"
 )
 
-func init() {
-	var (
-		vf     vmmFlags
-		alias  string
-		agent  string
-		asJSON bool
-	)
+// captureFlags are capture's flags.
+type captureFlags struct {
+	vf     vmmFlags
+	alias  string
+	agent  string
+	asJSON bool
+}
+
+func init() { rootCmd.AddCommand(newCaptureCmd()) }
+
+func newCaptureCmd() *cobra.Command {
+	var f captureFlags
 	cmd := &cobra.Command{
 		Use:   "capture",
 		Short: "Boot a fresh guest, capture it and publish the snapshot",
@@ -57,140 +57,109 @@ with the same [qemu] configuration (the accelerator used is printed; the
 record does not keep it).`,
 		Args: argsAsUsageError(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
-			switch vf.kind {
-			case "qemu":
-			case "firecracker":
-				if agent != "" {
-					return usageError{errors.New("--agent: a Firecracker guest's agent comes with its [firecracker] rootfs")}
-				}
-			default:
-				return usageError{fmt.Errorf("--vmm %q: only qemu and firecracker boot and capture a guest", vf.kind)}
+			if err := f.check(); err != nil {
+				return err
 			}
-			if alias != "" {
-				if err := repository.ValidateAlias(alias); err != nil {
-					return usageError{fmt.Errorf("capture: --alias: %w", err)}
-				}
-			}
-			// A signal stops the capture; the deferred cleanup below runs
-			// before the verb ends with the signal's exit status.
+			// A signal stops the capture; the deferred cleanup runs before
+			// the verb ends with the signal's exit status.
 			in := interrupt.Notify(cmd.ErrOrStderr())
-			defer func() { err = in.Result(err) }()
-			ctx := in.Work
-			s, err := openSystem(cmd, &vf)
-			if err != nil {
-				return err
-			}
-			defer s.close()
-			progress := cmd.ErrOrStderr()
-			out, job, err := captureGuest(ctx, s, alias, agent, progress)
-			if err != nil {
-				return err
-			}
-			var rec *recorder.Result
-			var recErr error
-			if job != nil {
-				fmt.Fprintln(progress, "recording the startup manifest in the background; waiting for it")
-				r, err := job.Result()
-				rec, recErr = &r, err
-			}
-			w := cmd.OutOrStdout()
-			if asJSON {
-				doc := map[string]any{
-					"id": out.Record.ID, "alias": out.Record.Alias, "accel": out.Accel, "token": out.Token,
-					"boot_ns": out.Boot, "capture_ns": out.Capture, "record": out.Record, "ready": out.Ready.Detail,
-				}
-				if rec != nil {
-					doc["manifest"] = rec
-				}
-				if recErr != nil {
-					doc["manifest_error"] = recErr.Error()
-				}
-				enc := json.NewEncoder(w)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(doc); err != nil {
-					return err
-				}
-			} else {
-				fmt.Fprintln(w, out.Record.ID)
-				fmt.Fprintf(w, "  alias               %s\n", orDash(out.Record.Alias))
-				if vf.kind == "qemu" {
-					fmt.Fprintf(w, "  accelerator         %s (restore with the same [qemu] accel, memory_mib and vcpus)\n", out.Accel)
-					fmt.Fprintf(w, "  agent token         %s\n", out.Token)
-				} else {
-					fmt.Fprintf(w, "  agent answered      %q\n", strings.TrimSpace(out.Ready.Detail["agent_answer"]))
-				}
-				fmt.Fprintf(w, "  boot to agent       %v\n", out.Boot.Round(time.Millisecond))
-				fmt.Fprintf(w, "  capture             %v\n", out.Capture.Round(time.Millisecond))
-				fmt.Fprintf(w, "  memory              %d bytes, sha256 %s\n", out.Record.MemorySize, out.Record.MemorySHA256)
-				switch {
-				case rec == nil:
-					fmt.Fprintln(w, "  startup manifest    not recorded ([snapshot.memory_startup_pack] enabled is off)")
-				case recErr == nil:
-					fmt.Fprintf(w, "  startup manifest    attached: sha256 %s, %d ranges, %.1f MiB from %d touches, recorder ready after %v\n",
-						rec.Descriptor.SHA256, rec.Ranges, float64(rec.Bytes)/(1<<20), rec.Touches, rec.ReadyAfter.Round(time.Millisecond))
-				}
-			}
-			if recErr != nil {
-				// The snapshot is published and restores with on-demand reads.
-				return fmt.Errorf("snapshot %s published, but its startup manifest was not: %w", out.Record.ID, recErr)
-			}
-			return nil
+			return in.Result(runCapture(in.Work, cmd, &f))
 		},
 	}
-	cmd.Flags().StringVar(&vf.kind, "vmm", "qemu", "VMM driver that boots and captures the guest: qemu or firecracker")
-	cmd.Flags().StringVar(&alias, "alias", "", "bind this alias to the new snapshot")
-	cmd.Flags().StringVar(&agent, "agent", "", "prebuilt warmstart-agent binary for the QEMU guest (default: build it from the module source)")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
-	cmd.Flags().String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
-	rootCmd.AddCommand(cmd)
+	fl := cmd.Flags()
+	fl.StringVar(&f.vf.kind, "vmm", "qemu", "VMM driver that boots and captures the guest: qemu or firecracker")
+	fl.StringVar(&f.alias, "alias", "", "bind this alias to the new snapshot")
+	fl.StringVar(&f.agent, "agent", "", "prebuilt warmstart-agent binary for the QEMU guest (default: build it from the module source)")
+	fl.BoolVar(&f.asJSON, "json", false, "print the result as JSON")
+	fl.String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
+	return cmd
 }
 
-// captureGuest boots, captures and publishes a guest into s's repository
-// with s's driver. When [snapshot.memory_startup_pack] enabled is on, the
-// returned job records its manifest in the background.
-func captureGuest(ctx context.Context, s *system, alias, agent string, progress io.Writer) (capture.Snapshot, *recorder.Job, error) {
-	var booter capture.Booter
-	switch d := s.restorer.VMM.(type) {
-	case *qemu.Driver:
-		booter = &capture.QEMU{Driver: d, Initramfs: initramfs.Options{
-			CacheDir: filepath.Join(s.cfg.Runtime.Dir, "initramfs"),
-			Agent:    agent,
-		}}
-	case *firecracker.Driver:
-		fc := s.cfg.Firecracker
-		if fc.Kernel == "" {
-			return capture.Snapshot{}, nil, errors.New("capture: [firecracker] kernel is empty: a fresh Firecracker VM boots from it")
+// check refuses flag values no capture can use, before anything starts.
+func (f *captureFlags) check() error {
+	switch f.vf.kind {
+	case "qemu":
+	case "firecracker":
+		if f.agent != "" {
+			return usageError{errors.New("--agent: a Firecracker guest's agent comes with its [firecracker] rootfs")}
 		}
-		booter = &capture.Firecracker{Driver: d, Spec: firecracker.BootSpec{
-			Kernel: fc.Kernel, Rootfs: fc.Rootfs, RootfsReadOnly: true,
-			VCPUs: fc.VCPUs, MemoryMiB: fc.MemoryMiB,
-		}}
 	default:
-		return capture.Snapshot{}, nil, fmt.Errorf("capture: the %T VMM cannot boot a guest", s.restorer.VMM)
+		return usageError{fmt.Errorf("--vmm %q: only qemu and firecracker boot and capture a guest", f.vf.kind)}
 	}
-	var rec *recorder.Recorder
-	if s.cfg.Snapshot.MemoryStartupPack.Enabled {
-		r := *s.recorder
-		// A guest that never becomes ready must not hold the lease forever.
-		r.Timeout = 2 * s.cfg.Envd.Timeout
-		rec = &r
+	if f.alias != "" {
+		if err := repository.ValidateAlias(f.alias); err != nil {
+			return usageError{fmt.Errorf("capture: --alias: %w", err)}
+		}
 	}
-	return capture.Publish(ctx, s.repo, rec, capture.Options{
-		Booter:     booter,
-		StagingDir: stagingDir(s),
-		RuntimeDir: s.restorer.RuntimeDir,
-		Alias:      alias,
-		Progress:   progress,
-	})
+	return nil
 }
 
-// stagingDir is where a capture writes the guest's memory file: inside the
-// POSIX store, so that publishing hard-links it rather than copying it (a
-// hidden .capture-* directory the store's own layout never uses), or the
-// runtime directory for other backends.
-func stagingDir(s *system) string {
-	if r, ok := s.repo.(interface{ Root() string }); ok {
-		return r.Root()
+// runCapture boots, captures and publishes a guest, waits for its
+// manifest's recording when there is one, and prints the result.
+func runCapture(ctx context.Context, cmd *cobra.Command, f *captureFlags) error {
+	n, err := openSystem(cmd, &f.vf)
+	if err != nil {
+		return err
 	}
-	return s.restorer.RuntimeDir
+	defer n.Close()
+	progress := cmd.ErrOrStderr()
+	out, job, err := n.Capture(ctx, f.alias, f.agent, progress)
+	if err != nil {
+		return err
+	}
+	var rec *recorder.Result
+	var recErr error
+	if job != nil {
+		fmt.Fprintln(progress, "recording the startup manifest in the background; waiting for it")
+		r, err := job.Result()
+		rec, recErr = &r, err
+	}
+	if f.asJSON {
+		err = writeCaptureJSON(cmd.OutOrStdout(), out, rec, recErr)
+	} else {
+		writeCaptureText(cmd.OutOrStdout(), f.vf.kind, out, rec, recErr)
+	}
+	if err != nil {
+		return err
+	}
+	if recErr != nil {
+		// The snapshot is published and restores with on-demand reads.
+		return fmt.Errorf("snapshot %s published, but its startup manifest was not: %w", out.Record.ID, recErr)
+	}
+	return nil
+}
+
+func writeCaptureJSON(w io.Writer, out capture.Snapshot, rec *recorder.Result, recErr error) error {
+	doc := map[string]any{
+		"id": out.Record.ID, "alias": out.Record.Alias, "accel": out.Accel, "token": out.Token,
+		"boot_ns": out.Boot, "capture_ns": out.Capture, "record": out.Record, "ready": out.Ready.Detail,
+	}
+	if rec != nil {
+		doc["manifest"] = rec
+	}
+	if recErr != nil {
+		doc["manifest_error"] = recErr.Error()
+	}
+	return writeJSON(w, doc)
+}
+
+func writeCaptureText(w io.Writer, kind string, out capture.Snapshot, rec *recorder.Result, recErr error) {
+	fmt.Fprintln(w, out.Record.ID)
+	fmt.Fprintf(w, "  alias               %s\n", orDash(out.Record.Alias))
+	if kind == "qemu" {
+		fmt.Fprintf(w, "  accelerator         %s (restore with the same [qemu] accel, memory_mib and vcpus)\n", out.Accel)
+		fmt.Fprintf(w, "  agent token         %s\n", out.Token)
+	} else {
+		fmt.Fprintf(w, "  agent answered      %q\n", strings.TrimSpace(out.Ready.Detail["agent_answer"]))
+	}
+	fmt.Fprintf(w, "  boot to agent       %v\n", out.Boot.Round(time.Millisecond))
+	fmt.Fprintf(w, "  capture             %v\n", out.Capture.Round(time.Millisecond))
+	fmt.Fprintf(w, "  memory              %d bytes, sha256 %s\n", out.Record.MemorySize, out.Record.MemorySHA256)
+	switch {
+	case rec == nil:
+		fmt.Fprintln(w, "  startup manifest    not recorded ([snapshot.memory_startup_pack] enabled is off)")
+	case recErr == nil:
+		fmt.Fprintf(w, "  startup manifest    attached: sha256 %s, %d ranges, %.1f MiB from %d touches, recorder ready after %v\n",
+			rec.Descriptor.SHA256, rec.Ranges, float64(rec.Bytes)/(1<<20), rec.Touches, rec.ReadyAfter.Round(time.Millisecond))
+	}
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"warmstart/internal/config"
 )
 
 // TestUnknownCommandsExit2 runs verbs and subcommands that do not exist: each
@@ -153,5 +155,74 @@ func TestReadOnlyVerbsDoNotCreateAStore(t *testing.T) {
 		if _, err := os.Lstat(typo); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("%q created %s: %v", args, typo, err)
 		}
+	}
+}
+
+// TestDaemonFlagOnlyWhereUsed: --daemon exists only on the verbs that can
+// run on a daemon. Elsewhere (before or after the verb) it is an unknown
+// flag and a usage error, where it used to be silently ignored (capture
+// --daemon X booted locally); the verbs that have it try the daemon.
+func TestDaemonFlagOnlyWhereUsed(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "no-daemon.sock")
+	for _, args := range [][]string{
+		{"synth", "--daemon", sock},
+		{"config", "defaults", "--daemon", sock},
+		{"bench", "--daemon", sock},
+		{"demo", "--daemon", sock},
+		{"manifest", "inspect", "--daemon", sock, "x"},
+		{"capture", "--daemon", sock},
+		{"--daemon", sock, "capture"},
+		{"--daemon", sock, "serve"},
+		{"version", "--daemon", sock},
+	} {
+		if r := runCLI(t, args...); r.code != 2 || !strings.Contains(r.stderr, "unknown flag: --daemon") {
+			t.Errorf("warmstart %q: exit %d, %q; want 2 and the unknown flag named", args, r.code, r.stderr)
+		}
+	}
+	for _, args := range [][]string{
+		{"snapshot", "list", "--daemon", sock},
+		{"--daemon", sock, "snapshot", "show", "web"},
+		{"restore", "web", "--daemon", sock},
+		{"restores", "list", "--daemon", sock},
+	} {
+		if r := runCLI(t, args...); r.code != 1 || !strings.Contains(r.stderr, sock) {
+			t.Errorf("warmstart %q: exit %d, %q; want 1 and the unreachable daemon named", args, r.code, r.stderr)
+		}
+	}
+}
+
+// TestConfigFileResolution: without --config the CLI reads
+// $WARMSTART_CONFIG, else the system file when present; --config wins.
+func TestConfigFileResolution(t *testing.T) {
+	dir := t.TempDir()
+	old := config.SystemFile
+	config.SystemFile = filepath.Join(dir, "system.toml")
+	t.Cleanup(func() { config.SystemFile = old })
+	bad := func(name string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("[memory]\nio_engine = 7\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	t.Setenv(config.EnvFile, "")
+	if out, _, err := runVerb(t, "config", "check"); err != nil || strings.TrimSpace(out) != "ok" {
+		t.Fatalf("no file anywhere: %q, %v; want the defaults", out, err)
+	}
+	system := bad("system.toml")
+	if _, _, err := runVerb(t, "config", "check"); err == nil || !strings.Contains(err.Error(), system) {
+		t.Errorf("system file present: %v, want its error", err)
+	}
+	env := bad("env.toml")
+	t.Setenv(config.EnvFile, env)
+	if _, _, err := runVerb(t, "config", "check"); err == nil || !strings.Contains(err.Error(), env) {
+		t.Errorf("%s set: %v, want that file's error", config.EnvFile, err)
+	}
+	good := filepath.Join(dir, "good.toml")
+	if err := os.WriteFile(good, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := runVerb(t, "--config", good, "config", "check"); err != nil || strings.TrimSpace(out) != "ok" {
+		t.Errorf("--config given: %q, %v; want it to win", out, err)
 	}
 }

@@ -35,7 +35,8 @@ It is the configuration reference, and a starting point for a file:
 var configCheckCmd = &cobra.Command{
 	Use:   "check [--config FILE]",
 	Short: "Validate a configuration file and print ok",
-	Long: `Load the file given with --config (or the built-in defaults), validate
+	Long: `Load the configuration file (--config, else $WARMSTART_CONFIG, else
+/etc/warmstart/config.toml when present, else the built-in defaults), validate
 every key, and print "ok". Otherwise print the first problem, naming the file
 and the key, e.g.
 
@@ -44,7 +45,7 @@ and the key, e.g.
 and exit with status 1.`,
 	Args: argsAsUsageError(cobra.NoArgs),
 	RunE: func(cmd *cobra.Command, _ []string) error {
-		if _, err := config.Load(configPath); err != nil {
+		if _, err := loadConfig(); err != nil {
 			return err
 		}
 		_, err := fmt.Fprintln(cmd.OutOrStdout(), "ok")

@@ -32,7 +32,7 @@ type cliResult struct {
 func runCLIChild(t *testing.T, args ...string) cliResult {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), cliMainEnv+"=1", "GORACE=atexit_sleep_ms=0")
+	cmd.Env = cliEnv("GORACE=atexit_sleep_ms=0")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

@@ -13,20 +13,25 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/config"
 	"warmstart/internal/daemon"
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
 	"warmstart/internal/startupset"
 )
 
-// daemonSocket is the global --daemon flag: verbs that support it run on
-// that daemon instead of in this process.
+// daemonSocket is the --daemon flag: verbs that support it run on that
+// daemon instead of in this process.
 var daemonSocket string
 
-func init() {
-	rootCmd.PersistentFlags().StringVar(&daemonSocket, "daemon", "",
+// addDaemonFlag gives cmd, and the verbs below it, the --daemon flag. Only
+// the verbs that can run on a daemon have it: elsewhere it is an unknown
+// flag (exit 2), never silently ignored.
+func addDaemonFlag(cmd *cobra.Command) {
+	cmd.PersistentFlags().StringVar(&daemonSocket, "daemon", "",
 		"run the verb on the daemon at this Unix socket (or http://host:port) instead of in this process")
+}
+
+func init() {
 
 	restoresCmd := &cobra.Command{
 		Use:   "restores",
@@ -81,6 +86,7 @@ seed's order (stop the VM, wait for prefetch reads, release the device).`,
 			return nil
 		},
 	}
+	addDaemonFlag(restoresCmd)
 	restoresCmd.AddCommand(listCmd, stopCmd)
 	rootCmd.AddCommand(restoresCmd)
 }
@@ -115,7 +121,7 @@ func daemonToken() (string, error) {
 	if t := strings.TrimSpace(os.Getenv("WARMSTART_TOKEN")); t != "" {
 		return t, nil
 	}
-	cfg, err := config.Load(configPath)
+	cfg, err := loadConfig()
 	if err != nil {
 		return "", err
 	}
@@ -291,12 +297,8 @@ func daemonRestore(cmd *cobra.Command, ref string, mode restore.Mode, device, po
 		return daemonError("restore "+ref, err)
 	}
 	out := cmd.OutOrStdout()
-	if asJSON {
-		if err := writeJSON(out, in); err != nil {
-			return err
-		}
-	} else {
-		printRestoreInfo(out, in)
+	if err := printRestore(cmd, in, asJSON); err != nil {
+		return err
 	}
 	if hold {
 		fmt.Fprintf(cmd.ErrOrStderr(), "the daemon holds restore %s; stop it with: warmstart --daemon %s restores stop %s\n", in.ID, daemonSocket, in.ID)

@@ -20,6 +20,7 @@ import (
 
 	"warmstart/internal/config"
 	"warmstart/internal/daemon"
+	"warmstart/internal/node"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/synth"
@@ -258,7 +259,7 @@ func serveDaemon(t *testing.T, cfg *config.Config, listen string) *daemon.Daemon
 	if err != nil {
 		t.Fatal(err)
 	}
-	vm, err := daemon.NewVMM(cfg)
+	vm, err := node.NewVMM(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,11 @@ import (
 	"time"
 
 	"warmstart/internal/config"
+	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/node"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
+	"warmstart/internal/vmm"
 	"warmstart/internal/vmm/firecracker"
 )
 
@@ -21,7 +24,7 @@ func TestFirecrackerDriverFromConfig(t *testing.T) {
 	cfg.Firecracker.StopTimeout = 7 * time.Second
 	cfg.Envd = config.EnvdConfig{Address: "vsock:49983", PollInterval: 3 * time.Millisecond, Timeout: 9 * time.Second}
 	vf := vmmFlags{kind: "firecracker"}
-	vm, err := vf.build(cfg)
+	vm, err := buildVMM(vf, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,12 +37,12 @@ func TestFirecrackerDriverFromConfig(t *testing.T) {
 		o.PollInterval != 3*time.Millisecond || o.ReadyTimeout != 9*time.Second || o.StopTimeout != 7*time.Second {
 		t.Errorf("driver options %+v do not follow [firecracker] and [envd]", o)
 	}
-	if vf.fuseOptions().AllowWriteOpen {
+	if node.FUSEOptions(fusedev.Options{}, vm).AllowWriteOpen {
 		t.Error("Firecracker opens its memory file read-only, yet the FUSE mount lets it be opened for writing")
 	}
 
 	cfg.Envd.Address = ""
-	if _, err := vf.build(cfg); err == nil || !strings.Contains(err.Error(), "[envd] address") {
+	if _, err := buildVMM(vf, cfg); err == nil || !strings.Contains(err.Error(), "[envd] address") {
 		t.Errorf("without an [envd] address: %v, want an error naming it", err)
 	}
 }
@@ -126,4 +129,13 @@ address = "unix:agent.sock"
 	if strings.Contains(string(mounts), " "+dir) {
 		t.Errorf("still mounted under %s:\n%s", dir, mounts)
 	}
+}
+
+// buildVMM is the driver the CLI builds for vf over cfg.
+func buildVMM(vf vmmFlags, cfg *config.Config) (vmm.VMM, error) {
+	c, err := vf.vmmConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return node.NewVMM(context.Background(), c)
 }

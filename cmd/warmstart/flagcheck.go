@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 
-	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/config"
 	"warmstart/internal/restore"
 )
 
@@ -15,7 +15,7 @@ import (
 // checkRestoreFlags checks restore's --device, --io-engine and --policy.
 // Empty device and policy mean the configured defaults.
 func checkRestoreFlags(device string, ioEngine int, policy string) error {
-	if device != "" && device != restore.DeviceFile && device != restore.DeviceUffd {
+	if device != "" && !config.ValidDevice(device) {
 		return usageError{fmt.Errorf("--device %q: want file or uffd", device)}
 	}
 	if err := checkIOEngineFlag(ioEngine); err != nil {
@@ -32,7 +32,7 @@ func checkRestoreFlags(device string, ioEngine int, policy string) error {
 // checkIOEngineFlag checks an --io-engine value: the memory device knows
 // engines 0 and 1 (buffered) and 2 (direct I/O).
 func checkIOEngineFlag(n int) error {
-	if n < fusedev.IOEngineBuffered || n > fusedev.IOEngineDirect {
+	if !config.ValidIOEngine(n) {
 		return usageError{fmt.Errorf("--io-engine %d: want 0 or 1 (buffered) or 2 (direct I/O)", n)}
 	}
 	return nil

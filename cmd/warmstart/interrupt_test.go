@@ -132,7 +132,7 @@ func startCLI(t *testing.T, short bool, args ...string) *cliProcess {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), cliMainEnv+"=1", "TMPDIR="+root, "GORACE=atexit_sleep_ms=0")
+	cmd.Env = cliEnv("TMPDIR="+root, "GORACE=atexit_sleep_ms=0")
 	cmd.Stdout, cmd.Stderr = w, w
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

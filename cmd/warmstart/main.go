@@ -11,7 +11,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"warmstart/internal/bench"
+	"warmstart/internal/config"
 	"warmstart/internal/interrupt"
+	"warmstart/internal/role"
+	"warmstart/internal/vmm/qemu"
+	"warmstart/internal/vmm/replay"
 )
 
 // rootCmd is the verb tree. Each file of this package adds its verbs in init.
@@ -27,11 +32,18 @@ var rootCmd = &cobra.Command{
 var configPath string
 
 func init() {
-	rootCmd.PersistentFlags().StringVar(&configPath, "config", "", "TOML configuration file (default: built-in defaults)")
+	rootCmd.PersistentFlags().StringVar(&configPath, "config", "",
+		"TOML configuration file (default: $"+config.EnvFile+", else "+config.SystemFile+" when present, else the built-in defaults)")
 	// Declared here so that cobra does not also claim -v for it.
 	rootCmd.Flags().Bool("version", false, "print the version and exit")
 	rootCmd.SetVersionTemplate("{{.Version}}")
+	rootCmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 }
+
+// loadConfig loads the configuration file config.Path resolves from
+// --config: --config, else $WARMSTART_CONFIG, else /etc/warmstart/config.toml
+// when present, else the built-in defaults.
+func loadConfig() (*config.Config, error) { return config.Load(config.Path(configPath)) }
 
 // usageError marks an error caused by how the verb was called, so main can
 // exit 2 as the shell convention asks.
@@ -40,8 +52,17 @@ type usageError struct{ err error }
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
+// roles are the parts this executable plays besides the CLI, chosen by
+// role.Env: warmstart re-executes itself as each of them.
+var roles = role.Roles{
+	replay.RoleReplayVMM: replay.ChildMain,  // the replay VMM a restore starts
+	qemu.RoleLauncher:    qemu.LauncherMain, // denies QEMU huge-page advice, then execs QEMU
+	bench.RoleTrial:      bench.TrialMain,   // one trial of the benchmark, in its own process
+}
+
 func main() {
-	rootCmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	// Before anything reads the arguments: a role's are not the CLI's.
+	roles.Dispatch()
 	// cobra adds help and completion itself at Execute; add them now so
 	// that they too refuse unknown arguments as usage errors.
 	rootCmd.InitDefaultHelpCmd()

@@ -6,21 +6,37 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+
+	"warmstart/internal/config"
+	"warmstart/internal/role"
 )
 
-// cliMainEnv makes the test binary run as the warmstart command itself, with
-// its arguments, so that a test sees what an operator would: the exit code
-// and both output streams. Trials and replay VMMs it starts re-execute this
-// binary too; their roles are taken in init, before TestMain.
-const cliMainEnv = "WARMSTART_CLI_TEST_MAIN"
+// Roles of the test binary besides warmstart's own (trials and replay VMMs
+// the tests start re-execute this binary too).
+const (
+	// roleCLI makes the test binary run as the warmstart command itself,
+	// with its arguments, so that a test sees what an operator would: the
+	// exit code and both output streams.
+	roleCLI = "test-cli"
+	// roleCrashedCLI stands in for a CLI process killed with its FUSE
+	// mounts up (runtime_test.go).
+	roleCrashedCLI = "test-crashed-cli"
+)
 
 func TestMain(m *testing.M) {
-	if os.Getenv(cliMainEnv) == "1" {
-		os.Unsetenv(cliMainEnv)
-		main()
-		os.Exit(0)
-	}
+	// No test, nor a CLI child it starts, reads the host's system
+	// configuration file.
+	config.SystemFile = ""
+	roles.With(role.Roles{
+		roleCLI:        func() int { main(); return 0 },
+		roleCrashedCLI: func() int { return runCrashedCLI(os.Getenv(crashedCLIRootEnv)) },
+	}).Dispatch()
 	os.Exit(m.Run())
+}
+
+// cliEnv is the environment of a child playing the warmstart command.
+func cliEnv(extra ...string) []string {
+	return append(role.Environ(os.Environ(), roleCLI), extra...)
 }
 
 // cliRun is what one warmstart process did.
@@ -34,7 +50,7 @@ func runCLI(t *testing.T, args ...string) cliRun {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	// No race-detector pause at exit: it would only slow each child down.
-	cmd.Env = append(os.Environ(), cliMainEnv+"=1", "GORACE=atexit_sleep_ms=0")
+	cmd.Env = cliEnv("GORACE=atexit_sleep_ms=0")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	var exit *exec.ExitError

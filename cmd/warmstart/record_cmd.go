@@ -29,20 +29,20 @@ does in the background when [snapshot.memory_startup_pack] enabled is on.`,
 			if err != nil {
 				return err
 			}
-			defer s.close()
+			defer s.Close()
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			rec, err := s.repo.Lookup(ctx, args[0])
+			rec, err := s.Repo.Lookup(ctx, args[0])
 			if err != nil {
 				return fmt.Errorf("record-manifest %s: %w", args[0], err)
 			}
-			lease, err := s.repo.LeaseExisting(ctx, rec.ID)
+			lease, err := s.Repo.LeaseExisting(ctx, rec.ID)
 			if err != nil {
 				return fmt.Errorf("record-manifest %s: %w", args[0], err)
 			}
 			defer lease.End()
-			fmt.Fprintf(cmd.ErrOrStderr(), "recording %s on the %s device...\n", rec.ID, s.cfg.Memory.Device)
-			res, err := s.recorder.Record(ctx, lease)
+			fmt.Fprintf(cmd.ErrOrStderr(), "recording %s on the %s device...\n", rec.ID, s.Config.Memory.Device)
+			res, err := s.Recorder.Record(ctx, lease)
 			if err != nil {
 				return err
 			}

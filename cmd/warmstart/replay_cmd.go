@@ -14,10 +14,6 @@ import (
 )
 
 func init() {
-	// A replay VMM started by replay.VMM is this executable with its role
-	// in the environment; it must run before cobra reads the arguments.
-	replay.RunChildIfRequested()
-
 	var (
 		backend   string
 		memPath   string

@@ -1,14 +1,10 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/config"
+	"warmstart/internal/node"
 	"warmstart/internal/repository"
-	"warmstart/internal/repository/posixfs"
-	"warmstart/internal/repository/s3"
 )
 
 // storeFlag names the flag that overrides [backend.posix_fs] snapshot_store
@@ -31,34 +27,13 @@ func openReadOnlyRepository(cmd *cobra.Command) (repository.Repository, error) {
 }
 
 func openRepositoryAs(cmd *cobra.Command, readOnly bool) (repository.Repository, error) {
-	cfg, err := config.Load(configPath)
+	cfg, err := loadConfig()
 	if err != nil {
 		return nil, err
 	}
-	store := cfg.Backend.PosixFS.SnapshotStore
+	o := node.RepositoryOptions{ReadOnly: readOnly}
 	if f := cmd.Flags().Lookup(storeFlag); f != nil && f.Changed {
-		return openPosixFS(f.Value.String(), readOnly)
+		o.Store = f.Value.String()
 	}
-	switch cfg.Snapshot.RepositoryBackend {
-	case config.BackendPosixFS:
-		return openPosixFS(store, readOnly)
-	case config.BackendS3:
-		o := s3.OptionsFromConfig(cfg.Backend.S3)
-		o.ReadOnly = readOnly
-		repo, err := s3.Open(cmd.Context(), o)
-		if err != nil {
-			return nil, err
-		}
-		return repo, nil
-	default:
-		return nil, fmt.Errorf("snapshot.repository_backend %q is not available in this build", cfg.Snapshot.RepositoryBackend)
-	}
-}
-
-func openPosixFS(store string, readOnly bool) (repository.Repository, error) {
-	repo, err := posixfs.Open(store, posixfs.Options{ReadOnly: readOnly})
-	if err != nil {
-		return nil, err
-	}
-	return repo, nil
+	return node.OpenRepository(cmd.Context(), cfg, o)
 }

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -13,21 +11,27 @@ import (
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/chart"
+	"warmstart/internal/daemon"
+	"warmstart/internal/node"
 	"warmstart/internal/restore"
-	"warmstart/internal/startupset"
 )
 
-func init() {
-	var (
-		vf       vmmFlags
-		mode     string
-		device   string
-		policy   string
-		hold     bool
-		asJSON   bool
-		ioEngine int
-		plotPath string
-	)
+// restoreFlags are restore's flags.
+type restoreFlags struct {
+	vf       vmmFlags
+	mode     string
+	device   string
+	policy   string
+	ioEngine int
+	hold     bool
+	asJSON   bool
+	plotPath string
+}
+
+func init() { rootCmd.AddCommand(newRestoreCmd()) }
+
+func newRestoreCmd() *cobra.Command {
+	var f restoreFlags
 	cmd := &cobra.Command{
 		Use:   "restore ID|ALIAS",
 		Short: "Restore a snapshot through its memory device and report the phases",
@@ -37,87 +41,130 @@ for the guest agent, print the phase timings, then stop in order (stop the
 VM, wait for prefetch reads, release the device).
 
 --prefetch auto follows [snapshot.memory_startup_pack] consume_enabled;
-on prefetches whenever a valid manifest is attached; off never does.`,
+on prefetches whenever a valid manifest is attached; off never does.
+
+--json prints the same document in process and with --daemon: id,
+snapshot, device, io_engine, policy, generation, started_at, the phase
+timings (integer nanoseconds, keys ending in _ns), prefetch, device_bytes,
+ready and state.`,
 		Args: argsAsUsageError(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := restore.ParseMode(mode)
+			m, err := restore.ParseMode(f.mode)
 			if err != nil {
 				return usageError{err}
 			}
-			if err := checkRestoreFlags(device, ioEngine, policy); err != nil {
+			if err := checkRestoreFlags(f.device, f.ioEngine, f.policy); err != nil {
 				return err
 			}
-			if err := checkPlotFlag(plotPath, false); err != nil {
+			if err := checkPlotFlag(f.plotPath, false); err != nil {
 				return err
 			}
 			if daemonSocket != "" {
-				return daemonRestore(cmd, args[0], m, device, policy, ioEngine, hold, asJSON)
+				return daemonRestore(cmd, args[0], m, f.device, f.policy, f.ioEngine, f.hold, f.asJSON)
 			}
-			vf.readOnly = true
-			s, err := openSystem(cmd, &vf)
-			if err != nil {
-				return err
-			}
-			defer s.close()
-			if device == "" {
-				device = s.cfg.Memory.Device
-			}
-			if policy == "" {
-				policy = s.cfg.Prefetch.Policy
-			}
-			p, err := restore.LookupPolicy(policy)
-			if err != nil {
-				return usageError{err}
-			}
-			if !cmd.Flags().Changed("io-engine") {
-				ioEngine = s.cfg.Memory.IOEngine
-			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			src, err := s.resolve(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			inst, err := s.restorer.Restore(ctx, src, restore.Options{Device: device, IOEngine: ioEngine, Prefetch: m, Policy: p})
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if err := reportRestore(out, inst, src.SnapshotID, device, p.Name, asJSON, plotPath); err != nil {
-				inst.Stop(context.Background())
-				return err
-			}
-			if hold {
-				fmt.Fprintln(cmd.ErrOrStderr(), "holding the VM; Ctrl-C stops it")
-				holdUntilStopOrExit(ctx, inst)
-			}
-			sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			rep, err := inst.StopReported(sctx)
-			if err != nil {
-				return err
-			}
-			if !asJSON {
-				fmt.Fprintf(out, "  stopped: prefetch drained in %v, device release acknowledged in %v\n",
-					rep.PrefetchDrain.Round(time.Microsecond), rep.ReleaseAck.Round(time.Microsecond))
-			}
-			if rep.Exit != nil {
-				// Everything is released; the VM's end is still a failure.
-				return fmt.Errorf("restore %s: the VM exited after ready: %v", src.SnapshotID, rep.Exit)
-			}
-			return nil
+			return restoreInProcess(cmd, args[0], m, &f)
 		},
 	}
-	vf.register(cmd)
-	cmd.Flags().StringVar(&mode, "prefetch", "auto", "startup prefetch: auto (config consume_enabled), on or off")
-	cmd.Flags().StringVar(&device, "device", "", "memory device: file (FUSE) or uffd (default from [memory] device)")
-	cmd.Flags().StringVar(&policy, "policy", "", "prefetch policy: seed, reap, e2b or warmstart (default from [prefetch] policy)")
-	cmd.Flags().IntVar(&ioEngine, "io-engine", 0, "I/O engine: 0 or 1 buffered, 2 direct I/O (default from [memory] io_engine)")
-	cmd.Flags().BoolVar(&hold, "hold", false, "keep the VM running until Ctrl-C; if it exits first, say how and exit 1 (with --daemon: leave it with the daemon)")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
-	cmd.Flags().StringVar(&plotPath, "plot", "", "draw the restore's timeline (device acquired, VM started, prefetch and demand bytes over time, ready) to FILE.svg or FILE.png")
-	cmd.Flags().String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
-	rootCmd.AddCommand(cmd)
+	f.vf.register(cmd)
+	fl := cmd.Flags()
+	fl.StringVar(&f.mode, "prefetch", "auto", "startup prefetch: auto (config consume_enabled), on or off")
+	fl.StringVar(&f.device, "device", "", "memory device: file (FUSE) or uffd (default from [memory] device)")
+	fl.StringVar(&f.policy, "policy", "", "prefetch policy: seed, reap, e2b or warmstart (default from [prefetch] policy)")
+	fl.IntVar(&f.ioEngine, "io-engine", 0, "I/O engine: 0 or 1 buffered, 2 direct I/O (default from [memory] io_engine)")
+	fl.BoolVar(&f.hold, "hold", false, "keep the VM running until Ctrl-C; if it exits first, say how and exit 1 (with --daemon: leave it with the daemon)")
+	fl.BoolVar(&f.asJSON, "json", false, "print the result as JSON")
+	fl.StringVar(&f.plotPath, "plot", "", "draw the restore's timeline (device acquired, VM started, prefetch and demand bytes over time, ready) to FILE.svg or FILE.png")
+	fl.String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
+	addDaemonFlag(cmd)
+	return cmd
+}
+
+// restoreOptions fills what the flags leave out from the node's
+// configuration.
+func (f *restoreFlags) restoreOptions(cmd *cobra.Command, n *node.Node, m restore.Mode) (restore.Options, error) {
+	cfg := n.Config
+	p, err := restore.LookupPolicy(orDefault(f.policy, cfg.Prefetch.Policy))
+	if err != nil {
+		return restore.Options{}, usageError{err}
+	}
+	o := restore.Options{Device: orDefault(f.device, cfg.Memory.Device), IOEngine: cfg.Memory.IOEngine, Prefetch: m, Policy: p}
+	if cmd.Flags().Changed("io-engine") {
+		o.IOEngine = f.ioEngine
+	}
+	return o, nil
+}
+
+// restoreInProcess restores in this process, prints the restore as the
+// daemon describes it, holds it if asked, and stops it in order.
+func restoreInProcess(cmd *cobra.Command, ref string, m restore.Mode, f *restoreFlags) error {
+	f.vf.readOnly = true
+	n, err := openSystem(cmd, &f.vf)
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	opts, err := f.restoreOptions(cmd, n, m)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	src, err := n.Resolve(ctx, ref)
+	if err != nil {
+		return err
+	}
+	started := time.Now()
+	inst, err := n.Restorer.Restore(ctx, src, opts)
+	if err != nil {
+		return err
+	}
+	if err := reportRestore(cmd, inst, daemon.NewRestoreInfo(inst, src.SnapshotID, opts, started), f); err != nil {
+		inst.Stop(context.Background())
+		return err
+	}
+	if f.hold {
+		fmt.Fprintln(cmd.ErrOrStderr(), "holding the VM; Ctrl-C stops it")
+		holdUntilStopOrExit(ctx, inst)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, err := inst.StopReported(sctx)
+	if err != nil {
+		return err
+	}
+	if !f.asJSON {
+		printStopped(cmd.OutOrStdout(), rep)
+	}
+	if rep.Exit != nil {
+		// Everything is released; the VM's end is still a failure.
+		return fmt.Errorf("restore %s: the VM exited after ready: %v", src.SnapshotID, rep.Exit)
+	}
+	return nil
+}
+
+// reportRestore prints a ready restore, as JSON or for people, and draws
+// its timeline when --plot asks.
+func reportRestore(cmd *cobra.Command, inst *restore.Instance, in daemon.RestoreInfo, f *restoreFlags) error {
+	if err := printRestore(cmd, in, f.asJSON); err != nil || f.plotPath == "" {
+		return err
+	}
+	return chart.Timeline(f.plotPath, inst.Timings, inst.Events, inst.StartupSet)
+}
+
+// printRestore prints a ready restore, as JSON or for people.
+func printRestore(cmd *cobra.Command, in daemon.RestoreInfo, asJSON bool) error {
+	if asJSON {
+		return writeJSON(cmd.OutOrStdout(), in)
+	}
+	printRestoreInfo(cmd.OutOrStdout(), in)
+	return nil
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // holdUntilStopOrExit returns when ctx ends (Ctrl-C, SIGTERM) or the VM's
@@ -128,36 +175,4 @@ func holdUntilStopOrExit(ctx context.Context, inst *restore.Instance) {
 	case <-ctx.Done():
 	case <-inst.Exited():
 	}
-}
-
-// reportRestore prints an in-process restore at ready, as JSON or for a
-// person, and draws its timeline to plotPath when set.
-func reportRestore(out io.Writer, inst *restore.Instance, snapshot, device, policy string, asJSON bool, plotPath string) error {
-	if asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		enc.Encode(map[string]any{"snapshot": snapshot, "device": device, "generation": inst.Generation,
-			"timings": inst.Timings, "prefetch": inst.Prefetch, "device_bytes": inst.DeviceBytes, "ready": inst.Ready.Detail,
-			"startup_set": inst.StartupSet})
-	} else {
-		ms := func(d time.Duration) string { return fmt.Sprintf("%8.2f ms", float64(d)/1e6) }
-		fmt.Fprintf(out, "snapshot %s on %s device, generation %d\n", snapshot, device, inst.Generation)
-		fmt.Fprintf(out, "  device acquired     %s\n", ms(inst.Timings.DeviceAcquired))
-		fmt.Fprintf(out, "  manifest validated  %s\n", ms(inst.Timings.ManifestValidated))
-		fmt.Fprintf(out, "  VM started          %s\n", ms(inst.Timings.VMStarted))
-		fmt.Fprintf(out, "  ready               %s\n", ms(inst.Timings.Ready))
-		fmt.Fprintf(out, "  prefetch            %s", inst.Prefetch.State)
-		if inst.Prefetch.Reason != "" {
-			fmt.Fprintf(out, " (%s)", inst.Prefetch.Reason)
-		}
-		if inst.Prefetch.PlannedBytes > 0 {
-			fmt.Fprintf(out, ", %.1f MiB planned, policy %s", float64(inst.Prefetch.PlannedBytes)/(1<<20), policy)
-		}
-		fmt.Fprintf(out, "\n  device read         %.1f MiB in %d requests\n", float64(inst.DeviceBytes.BytesRead)/(1<<20), inst.DeviceBytes.ReadRequests)
-		fmt.Fprintf(out, "  %s\n", startupset.Line(inst.StartupSet))
-	}
-	if plotPath == "" {
-		return nil
-	}
-	return chart.Timeline(plotPath, inst.Timings, inst.Events, inst.StartupSet)
 }

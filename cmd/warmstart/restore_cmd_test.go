@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warmstart/internal/node"
 	"warmstart/internal/synth"
 )
 
@@ -24,7 +25,7 @@ import (
 const verbTimeout = time.Minute
 
 // verbProcess is "warmstart ARGS..." started as a separate process (see
-// cliMainEnv) that the test talks to while it runs: its standard output is
+// roleCLI) that the test talks to while it runs: its standard output is
 // a pipe, its standard error is kept.
 type verbProcess struct {
 	cmd    *exec.Cmd
@@ -36,7 +37,7 @@ func startVerb(t *testing.T, args ...string) *verbProcess {
 	t.Helper()
 	p := &verbProcess{cmd: exec.Command(os.Args[0], args...)}
 	// No race-detector pause at exit: it would only slow the child down.
-	p.cmd.Env = append(os.Environ(), cliMainEnv+"=1", "GORACE=atexit_sleep_ms=0")
+	p.cmd.Env = cliEnv("GORACE=atexit_sleep_ms=0")
 	p.cmd.Stderr = &p.stderr
 	// A verb whose test died must not keep its VM and mount.
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -141,7 +142,7 @@ func TestRestoreHoldReportsVMExit(t *testing.T) {
 			if err := syscall.Kill(vmPID, 0); !errors.Is(err, syscall.ESRCH) {
 				t.Errorf("VMM pid %d: signal 0 gave %v, want ESRCH", vmPID, err)
 			}
-			cliDir := filepath.Join(run, cliDirPrefix+strconv.Itoa(cli.cmd.Process.Pid))
+			cliDir := filepath.Join(run, node.CLIDirPrefix+strconv.Itoa(cli.cmd.Process.Pid))
 			if _, err := os.Stat(cliDir); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("the verb's runtime directory %s is still there (%v)", cliDir, err)
 			}

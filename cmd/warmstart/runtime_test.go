@@ -17,21 +17,17 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/node"
+	"warmstart/internal/role"
 )
 
-// crashedCLIEnv makes the test binary stand in for a CLI process that is
-// killed with its FUSE mounts up: it mounts them in cli-<pid> under the
-// directory the variable names, says so, and waits to be killed.
-const crashedCLIEnv = "WARMSTART_CLI_TEST_CRASHED_ROOT"
-
-func init() {
-	if root := os.Getenv(crashedCLIEnv); root != "" {
-		os.Exit(runCrashedCLI(root))
-	}
-}
+// crashedCLIRootEnv names the directory under which a child playing
+// roleCrashedCLI mounts its devices in cli-<pid>, says so, and waits to be
+// killed.
+const crashedCLIRootEnv = "WARMSTART_CLI_TEST_CRASHED_ROOT"
 
 func runCrashedCLI(root string) int {
-	run := filepath.Join(root, cliDirPrefix+strconv.Itoa(os.Getpid()))
+	run := filepath.Join(root, node.CLIDirPrefix+strconv.Itoa(os.Getpid()))
 	for _, name := range []string{"mem", "trace-mem"} {
 		if _, err := fusedev.Mount(filepath.Join(run, name), fusedev.Options{}); err != nil {
 			fmt.Println("ERROR", err)
@@ -57,7 +53,7 @@ func TestSweepDeadCLIDirs(t *testing.T) {
 		}
 	})
 	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(os.Environ(), crashedCLIEnv+"="+root, "GORACE=atexit_sleep_ms=0")
+	child.Env = append(role.Environ(os.Environ(), roleCrashedCLI), crashedCLIRootEnv+"="+root, "GORACE=atexit_sleep_ms=0")
 	stdin, err := child.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +75,7 @@ func TestSweepDeadCLIDirs(t *testing.T) {
 	}
 	child.Process.Kill()
 	child.Wait()
-	dead := filepath.Join(root, cliDirPrefix+strconv.Itoa(child.Process.Pid))
+	dead := filepath.Join(root, node.CLIDirPrefix+strconv.Itoa(child.Process.Pid))
 	var st unix.Statfs_t
 	if err := unix.Statfs(filepath.Join(dead, "mem"), &st); !errors.Is(err, unix.ENOTCONN) {
 		t.Fatalf("statfs of the killed CLI's mount: %v, want ENOTCONN", err)
@@ -87,20 +83,20 @@ func TestSweepDeadCLIDirs(t *testing.T) {
 
 	// What must stay: this process's directory, a live process's (pid 1),
 	// names that are not a CLI's, and a file.
-	keep := []string{cliDirPrefix + strconv.Itoa(os.Getpid()), cliDirPrefix + "1", cliDirPrefix + "x", "initramfs", "daemon"}
+	keep := []string{node.CLIDirPrefix + strconv.Itoa(os.Getpid()), node.CLIDirPrefix + "1", node.CLIDirPrefix + "x", "initramfs", "daemon"}
 	for _, name := range keep {
 		if err := os.Mkdir(filepath.Join(root, name), 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
-	file := cliDirPrefix + strconv.Itoa(child.Process.Pid+1<<22) // beyond pid_max: no such process
+	file := node.CLIDirPrefix + strconv.Itoa(child.Process.Pid+1<<22) // beyond pid_max: no such process
 	if err := os.WriteFile(filepath.Join(root, file), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	keep = append(keep, file)
 
 	var logged bytes.Buffer
-	sweepDeadCLIDirs(root, slog.New(slog.NewTextHandler(&logged, nil)))
+	node.SweepDeadCLIDirs(root, slog.New(slog.NewTextHandler(&logged, nil)))
 
 	if _, err := os.Stat(dead); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the killed CLI's directory is still there (%v); log: %s", err, logged.String())

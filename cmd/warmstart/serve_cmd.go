@@ -2,16 +2,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/config"
 	"warmstart/internal/daemon"
 	"warmstart/internal/logging"
+	"warmstart/internal/node"
 )
 
 func init() {
@@ -49,10 +48,7 @@ SIGINT shuts down in order: stop accepting requests, stop the restores
 FUSE, remove the socket.`,
 		Args: argsAsUsageError(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if daemonSocket != "" {
-				return usageError{errors.New("serve runs a daemon; --daemon is for verbs that talk to one")}
-			}
-			cfg, err := config.Load(configPath)
+			cfg, err := loadConfig()
 			if err != nil {
 				return err
 			}
@@ -60,7 +56,7 @@ FUSE, remove the socket.`,
 			if err != nil {
 				return err
 			}
-			vm, err := daemon.NewVMM(cfg)
+			vm, err := node.NewVMM(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}

@@ -37,6 +37,9 @@ optional alias ([A-Za-z0-9_-], 1 to 128 characters).
 type snapshotImportOptions struct {
 	vmState, memory, alias, layout string
 	link                           bool
+	// vmm restores the recording when [snapshot.memory_startup_pack]
+	// enabled is on.
+	vmm vmmFlags
 }
 
 var snapshotImportFlags snapshotImportOptions
@@ -62,7 +65,12 @@ digests catch that on restore, and the restore fails).
 offset:size[:pagesize] in bytes (suffixes K, M, G, KiB, MiB, GiB), e.g.
 "0:2GiB,3GiB:1GiB:2MiB". Without it one region covers the whole file.
 
---alias binds a name to the snapshot; it fails if another snapshot holds it.`,
+--alias binds a name to the snapshot; it fails if another snapshot holds it.
+
+With [snapshot.memory_startup_pack] enabled = true the startup manifest is
+then recorded, as a daemon does after an import, holding the capture lease;
+this command waits for it (progress on standard error) with the VMM that
+[vmm] driver, [replay] trace, --vmm and --trace name.`,
 	Args: argsAsUsageError(cobra.NoArgs),
 	RunE: runSnapshotImport,
 }
@@ -80,19 +88,16 @@ func runSnapshotImport(cmd *cobra.Command, _ []string) error {
 	if daemonSocket != "" {
 		return daemonSnapshotImport(cmd, f)
 	}
-	mem, err := os.Stat(f.memory)
+	lay, err := importLayout(f)
 	if err != nil {
-		return fmt.Errorf("snapshot import: memory file: %w", err)
+		return err
 	}
-	if !mem.Mode().IsRegular() {
-		return fmt.Errorf("snapshot import: memory file %s is not a regular file", f.memory)
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
 	}
-	lay, err := layout.Parse(f.layout, mem.Size())
-	switch {
-	case err != nil && f.layout == "":
-		return fmt.Errorf("snapshot import: memory file %s: %w", f.memory, err)
-	case err != nil:
-		return usageError{fmt.Errorf("snapshot import: --layout %q for memory file %s (%d bytes): %w", f.layout, f.memory, mem.Size(), err)}
+	if cfg.Snapshot.MemoryStartupPack.Enabled {
+		return importAndRecord(cmd, f, lay)
 	}
 	repo, err := openRepository(cmd)
 	if err != nil {
@@ -120,6 +125,60 @@ func runSnapshotImport(cmd *cobra.Command, _ []string) error {
 	}
 	_, err = fmt.Fprintln(cmd.OutOrStdout(), rec.ID)
 	return err
+}
+
+// importLayout is the memory layout --layout gives for the memory file,
+// one region over the whole file without it.
+func importLayout(f snapshotImportOptions) (layout.Layout, error) {
+	mem, err := os.Stat(f.memory)
+	if err != nil {
+		return layout.Layout{}, fmt.Errorf("snapshot import: memory file: %w", err)
+	}
+	if !mem.Mode().IsRegular() {
+		return layout.Layout{}, fmt.Errorf("snapshot import: memory file %s is not a regular file", f.memory)
+	}
+	lay, err := layout.Parse(f.layout, mem.Size())
+	switch {
+	case err != nil && f.layout == "":
+		return lay, fmt.Errorf("snapshot import: memory file %s: %w", f.memory, err)
+	case err != nil:
+		return lay, usageError{fmt.Errorf("snapshot import: --layout %q for memory file %s (%d bytes): %w", f.layout, f.memory, mem.Size(), err)}
+	}
+	return lay, nil
+}
+
+// importAndRecord publishes the snapshot and records its startup manifest,
+// holding the capture lease from publish to attach, and waits for it.
+func importAndRecord(cmd *cobra.Command, f snapshotImportOptions, lay layout.Layout) error {
+	n, err := openSystem(cmd, &snapshotImportFlags.vmm)
+	if err != nil {
+		return fmt.Errorf("snapshot import: %w", err)
+	}
+	defer n.Close()
+	ctx := cmd.Context()
+	lease, err := n.Repo.BeginCapture(ctx)
+	if err != nil {
+		return fmt.Errorf("snapshot import: %w", err)
+	}
+	rec, err := n.Repo.Publish(ctx, lease, repository.PublishRequest{
+		VMStatePath: f.vmState, MemoryPath: f.memory, Layout: lay, Alias: f.alias, Link: f.link,
+		Progress: progressPrinter(cmd.ErrOrStderr()),
+	})
+	if err != nil {
+		lease.End()
+		return fmt.Errorf("snapshot import: %w", err)
+	}
+	fmt.Fprintln(cmd.OutOrStdout(), rec.ID)
+	progress := cmd.ErrOrStderr()
+	fmt.Fprintf(progress, "recording the startup manifest of %s on the %s device; waiting for it\n", rec.ID, n.Config.Memory.Device)
+	res, err := n.Recorder.Start(ctx, lease).Result()
+	if err != nil {
+		// The snapshot is published and restores with on-demand reads.
+		return fmt.Errorf("snapshot %s published, but its startup manifest was not: %w", rec.ID, err)
+	}
+	fmt.Fprintf(progress, "attached startup manifest to %s: sha256 %s, %d ranges, %.1f MiB, ready after %v\n",
+		rec.ID, res.Descriptor.SHA256, res.Ranges, float64(res.Bytes)/(1<<20), res.ReadyAfter)
+	return nil
 }
 
 // progressPrinter reports each artifact's import steps on w, a line per
@@ -354,6 +413,7 @@ func init() {
 	fl.StringVar(&snapshotImportFlags.memory, "memory", "", "guest memory file of the snapshot (required)")
 	fl.StringVar(&snapshotImportFlags.alias, "alias", "", "name to bind to the snapshot")
 	fl.StringVar(&snapshotImportFlags.layout, "layout", "", "memory regions offset:size[:pagesize],... (default: one region over the whole file)")
+	snapshotImportFlags.vmm.register(snapshotImportCmd)
 	fl.BoolVar(&snapshotImportFlags.link, "link", false, "hard-link the files instead of copying them and make them read-only; never write them again")
 
 	snapshotListCmd.Flags().BoolVar(&snapshotListFlags.json, "json", false, "print JSON")
@@ -362,5 +422,6 @@ func init() {
 	snapshotShowCmd.Flags().BoolVar(&snapshotShowJSON, "json", false, "print JSON")
 
 	snapshotCmd.AddCommand(snapshotImportCmd, snapshotListCmd, snapshotShowCmd, snapshotDeleteCmd)
+	addDaemonFlag(snapshotCmd)
 	rootCmd.AddCommand(snapshotCmd)
 }

@@ -28,8 +28,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warmstart/internal/config"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/restore"
+	"warmstart/internal/role"
 	"warmstart/internal/trace"
 	"warmstart/internal/vmm/qemu"
 	"warmstart/internal/vmm/replay"
@@ -38,8 +40,8 @@ import (
 // Options configure a benchmark run.
 type Options struct {
 	Source restore.Source
-	// VMM is the driver trials restore with: VMMReplay (also when empty),
-	// which plays TracePath, or VMMQEMU, the real guest QEMU configures.
+	// VMM is the driver trials restore with: config.DriverReplay (also when empty),
+	// which plays TracePath, or config.DriverQEMU, the real guest QEMU configures.
 	VMM  string
 	QEMU qemu.Options
 	// ExpectedToken is the token the real guest captured in Source answers
@@ -113,7 +115,7 @@ func (o Options) Conditions() []Condition {
 			cs = append(cs, Condition{cache, p})
 		}
 	}
-	if o.Hot && o.Device == restore.DeviceFile {
+	if o.Hot && o.Device == config.DeviceFile {
 		cs = append(cs, Condition{CacheHot, PrefetchOff})
 	}
 	return cs
@@ -137,17 +139,17 @@ func (o *Options) Validate() error {
 	if o.Blocks < 1 {
 		return fmt.Errorf("bench: --blocks %d: want at least 1", o.Blocks)
 	}
-	if o.Device != restore.DeviceFile && o.Device != restore.DeviceUffd {
+	if o.Device != config.DeviceFile && o.Device != config.DeviceUffd {
 		return fmt.Errorf("bench: device %q: want file or uffd", o.Device)
 	}
 	switch o.VMM {
-	case "", VMMReplay:
-	case VMMQEMU:
-		if o.Device != restore.DeviceFile {
+	case "", config.DriverReplay:
+	case config.DriverQEMU:
+		if o.Device != config.DeviceFile {
 			return fmt.Errorf("bench: the qemu VMM maps its memory from a file: device %q is not available", o.Device)
 		}
 	default:
-		return fmt.Errorf("bench: VMM %q: want %s or %s", o.VMM, VMMReplay, VMMQEMU)
+		return fmt.Errorf("bench: VMM %q: want %s or %s", o.VMM, config.DriverReplay, config.DriverQEMU)
 	}
 	for _, p := range o.Policies {
 		if err := CheckColumn(p); err != nil {
@@ -163,6 +165,21 @@ func (o *Options) Validate() error {
 	return nil
 }
 
+// runPilot learns the token the captured agent drew, which the record does
+// not keep, from a pilot restore excluded like the seed's pilots.
+func (rep *Report) runPilot(ctx context.Context, launch trialLauncher, spec TrialSpec, progress io.Writer) error {
+	fmt.Fprintf(progress, "pilot trial (excluded): learning the guest agent's token\n")
+	pilot, err := runPilot(ctx, launch, spec)
+	if err != nil {
+		return err
+	}
+	if leak := checkLeaks(pilot); leak != "" {
+		rep.Leaks = append(rep.Leaks, leak)
+	}
+	rep.Pilot = &pilot
+	return nil
+}
+
 // Run executes the protocol.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := o.Validate(); err != nil {
@@ -172,7 +189,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		o.Progress = io.Discard
 	}
 	if o.VMM == "" {
-		o.VMM = VMMReplay
+		o.VMM = config.DriverReplay
 	}
 	want, err := expectedHash(o)
 	if err != nil {
@@ -196,19 +213,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			Source: o.Source, VMM: o.VMM, QEMU: o.QEMU, TracePath: o.TracePath, ExpectedSHA256: want, ExpectedToken: o.ExpectedToken,
 			ExpectedDigest: o.ExpectedDigest}
 	}
-	if o.VMM == VMMQEMU && o.ExpectedToken == "" {
-		// The record does not keep the token the captured agent drew; a
-		// pilot restore, excluded like the seed's pilots, learns it.
-		fmt.Fprintf(o.Progress, "pilot trial (excluded): learning the guest agent's token\n")
-		pilot, err := runPilot(ctx, launch, newSpec(-1, false, Condition{CacheWarm, PrefetchOff}))
-		if err != nil {
+	if o.VMM == config.DriverQEMU && o.ExpectedToken == "" {
+		if err := rep.runPilot(ctx, launch, newSpec(-1, false, Condition{CacheWarm, PrefetchOff}), o.Progress); err != nil {
 			return rep, err
 		}
-		if leak := checkLeaks(pilot); leak != "" {
-			rep.Leaks = append(rep.Leaks, leak)
-		}
-		rep.Pilot = &pilot
-		o.ExpectedToken, o.ExpectedDigest = pilot.Token, pilot.Digest
+		o.ExpectedToken, o.ExpectedDigest = rep.Pilot.Token, rep.Pilot.Digest
 	}
 
 	total := o.Blocks * len(o.Conditions())
@@ -257,7 +266,7 @@ func etaSuffix(elapsed time.Duration, done, total int) string {
 // expectedHash is the hash a correct restore's replay VMM reports over the
 // bytes it reads; a real guest is checked otherwise, and has none.
 func expectedHash(o Options) (string, error) {
-	if o.VMM != VMMReplay {
+	if o.VMM != config.DriverReplay {
 		return "", nil
 	}
 	entries, err := trace.ReadFile(o.TracePath)
@@ -397,7 +406,7 @@ func (l trialLauncher) run(ctx context.Context, spec TrialSpec) (res TrialResult
 	spec.WorkDir = dir
 	in, _ := json.Marshal(spec)
 	cmd := exec.CommandContext(ctx, l.exe)
-	cmd.Env = append(os.Environ(), roleEnv+"="+trialRole)
+	cmd.Env = role.Environ(os.Environ(), RoleTrial)
 	cmd.Stdin = bytes.NewReader(in)
 	var out, errBuf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errBuf

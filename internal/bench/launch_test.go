@@ -17,6 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/role"
+	"warmstart/internal/vmm/replay"
 )
 
 // stuckTrialEnv makes a trial process started from this test binary mount
@@ -24,10 +26,15 @@ import (
 const stuckTrialEnv = "WARMSTART_BENCH_TEST_STUCK_TRIAL"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(roleEnv) == trialRole && os.Getenv(stuckTrialEnv) == "1" {
-		runStuckTrial()
-	}
-	RunTrialIfRequested()
+	role.Roles{
+		RoleTrial: func() int {
+			if os.Getenv(stuckTrialEnv) == "1" {
+				runStuckTrial()
+			}
+			return TrialMain()
+		},
+		replay.RoleReplayVMM: replay.ChildMain,
+	}.Dispatch()
 	os.Exit(m.Run())
 }
 

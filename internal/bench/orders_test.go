@@ -5,14 +5,14 @@ import (
 	"slices"
 	"testing"
 
-	"warmstart/internal/restore"
+	"warmstart/internal/config"
 )
 
 // benchOptions are options with every kind of column: a policy, its
 // unverified twin and prefetch off unverified, plus the hot control.
 func benchOptions(seed uint64) Options {
 	return Options{
-		Device: restore.DeviceFile, Blocks: 6, ReserveBlocks: 2, Seed: seed, Hot: true,
+		Device: config.DeviceFile, Blocks: 6, ReserveBlocks: 2, Seed: seed, Hot: true,
 		Policies: []string{"seed", "warmstart", "warmstart+noverify", "off+noverify"},
 	}
 }
@@ -38,10 +38,10 @@ func TestHotControlOnlyOnTheFileDevice(t *testing.T) {
 		hot    bool
 		want   bool
 	}{
-		{restore.DeviceFile, true, true},
-		{restore.DeviceFile, false, false},
-		{restore.DeviceUffd, true, false},
-		{restore.DeviceUffd, false, false},
+		{config.DeviceFile, true, true},
+		{config.DeviceFile, false, false},
+		{config.DeviceUffd, true, false},
+		{config.DeviceUffd, false, false},
 	} {
 		o := benchOptions(1)
 		o.Device, o.Hot = c.device, c.hot

@@ -5,6 +5,8 @@ import (
 	"io"
 	"text/tabwriter"
 	"time"
+
+	"warmstart/internal/config"
 )
 
 // Cell is one condition's results.
@@ -38,9 +40,38 @@ type Summary struct {
 
 func summarize(o Options, trials []TrialResult) Summary {
 	s := Summary{FasterEveryPair: map[string]bool{}, AllHashesOK: true}
-	// byBlock[condition][block] = ms
-	byBlock := map[Condition]map[int]float64{}
-	bytes := map[Condition][]float64{}
+	byBlock, mib := s.tally(o.Blocks, trials)
+	for _, c := range o.Conditions() {
+		cell := Cell{Condition: c, Sample: Summarize(byBlock.values(c)), DeviceMiB: Summarize(mib[c]).Mean}
+		if off := Summarize(byBlock.values(Condition{c.Cache, PrefetchOff})); off.Mean > 0 && c.Cache != CacheHot {
+			cell.Ratio = cell.Sample.Mean / off.Mean
+		}
+		s.Cells = append(s.Cells, cell)
+	}
+	off := func(cache string) Condition { return Condition{cache, PrefetchOff} }
+	for _, p := range o.Policies {
+		if !prefetches(p) {
+			continue
+		}
+		on := func(cache string) Condition { return Condition{cache, p} }
+		w := byBlock.diff(on(CacheWarm), off(CacheWarm))
+		c := byBlock.diff(on(CacheCold), off(CacheCold))
+		s.Pairs = append(s.Pairs,
+			Pair{p, "file-warm: prefetch on minus off", w},
+			Pair{p, "file-cold: prefetch on minus off", c},
+			Pair{p, "prefetch on: file-cold minus file-warm", byBlock.diff(on(CacheCold), on(CacheWarm))})
+		s.FasterEveryPair[p] = w.N == o.Blocks && c.N == o.Blocks && w.AllNegative && c.AllNegative
+	}
+	s.Pairs = append(s.Pairs, Pair{"", "prefetch off: file-cold minus file-warm", byBlock.diff(off(CacheCold), off(CacheWarm))})
+	s.Pairs = append(s.Pairs, verificationPairs(o.Policies, byBlock.diff)...)
+	return s
+}
+
+// tally counts the admitted trials into s and returns their times by
+// condition and block, and their device MiB by condition.
+func (s *Summary) tally(blocks int, trials []TrialResult) (blockTimes, map[Condition][]float64) {
+	byBlock := blockTimes{blocks: blocks, ms: map[Condition]map[int]float64{}}
+	mib := map[Condition][]float64{}
 	for _, t := range trials {
 		if !t.Admitted {
 			continue
@@ -49,56 +80,43 @@ func summarize(o Options, trials []TrialResult) Summary {
 		s.AllHashesOK = s.AllHashesOK && t.HashOK
 		s.MaxProbeGap = max(s.MaxProbeGap, t.ProbeGap)
 		c := t.Spec.Condition
-		if byBlock[c] == nil {
-			byBlock[c] = map[int]float64{}
+		if byBlock.ms[c] == nil {
+			byBlock.ms[c] = map[int]float64{}
 		}
-		byBlock[c][t.Spec.Block] = t.ReadyMs
-		bytes[c] = append(bytes[c], float64(t.DeviceBytes.BytesRead)/(1<<20))
+		byBlock.ms[c][t.Spec.Block] = t.ReadyMs
+		mib[c] = append(mib[c], float64(t.DeviceBytes.BytesRead)/(1<<20))
 	}
-	values := func(c Condition) []float64 {
-		var xs []float64
-		for b := 0; b < o.Blocks; b++ {
-			if v, ok := byBlock[c][b]; ok {
-				xs = append(xs, v)
-			}
+	return byBlock, mib
+}
+
+// blockTimes are admitted times to ready (ms) by condition and block.
+type blockTimes struct {
+	blocks int
+	ms     map[Condition]map[int]float64
+}
+
+// values are c's times in block order.
+func (b blockTimes) values(c Condition) []float64 {
+	var xs []float64
+	for blk := 0; blk < b.blocks; blk++ {
+		if v, ok := b.ms[c][blk]; ok {
+			xs = append(xs, v)
 		}
-		return xs
 	}
-	for _, c := range o.Conditions() {
-		cell := Cell{Condition: c, Sample: Summarize(values(c)), DeviceMiB: Summarize(bytes[c]).Mean}
-		if off := Summarize(values(Condition{c.Cache, PrefetchOff})); off.Mean > 0 && c.Cache != CacheHot {
-			cell.Ratio = cell.Sample.Mean / off.Mean
+	return xs
+}
+
+// diff is the paired interval of a minus b over the blocks that have both.
+func (b blockTimes) diff(x, y Condition) Interval {
+	var d []float64
+	for blk := 0; blk < b.blocks; blk++ {
+		v, ok1 := b.ms[x][blk]
+		w, ok2 := b.ms[y][blk]
+		if ok1 && ok2 {
+			d = append(d, v-w)
 		}
-		s.Cells = append(s.Cells, cell)
 	}
-	diff := func(a, b Condition) Interval {
-		var d []float64
-		for blk := 0; blk < o.Blocks; blk++ {
-			x, ok1 := byBlock[a][blk]
-			y, ok2 := byBlock[b][blk]
-			if ok1 && ok2 {
-				d = append(d, x-y)
-			}
-		}
-		return PairedInterval(d)
-	}
-	off := func(cache string) Condition { return Condition{cache, PrefetchOff} }
-	for _, p := range o.Policies {
-		if !prefetches(p) {
-			continue
-		}
-		on := func(cache string) Condition { return Condition{cache, p} }
-		w := diff(on(CacheWarm), off(CacheWarm))
-		c := diff(on(CacheCold), off(CacheCold))
-		s.Pairs = append(s.Pairs,
-			Pair{p, "file-warm: prefetch on minus off", w},
-			Pair{p, "file-cold: prefetch on minus off", c},
-			Pair{p, "prefetch on: file-cold minus file-warm", diff(on(CacheCold), on(CacheWarm))})
-		s.FasterEveryPair[p] = w.N == o.Blocks && c.N == o.Blocks && w.AllNegative && c.AllNegative
-	}
-	s.Pairs = append(s.Pairs, Pair{"", "prefetch off: file-cold minus file-warm", diff(off(CacheCold), off(CacheWarm))})
-	s.Pairs = append(s.Pairs, verificationPairs(o.Policies, diff)...)
-	return s
+	return PairedInterval(d)
 }
 
 // WriteTable prints the summary as the seed reports it: one column per
@@ -107,54 +125,66 @@ func (r *Report) WriteTable(w io.Writer) {
 	o := r.Options
 	fmt.Fprintf(w, "snapshot %s, vmm %s, device %s, io_engine %d, %d blocks, seed %d, %d admitted trials, %s\n",
 		o.Snapshot, o.VMM, o.Device, o.IOEngine, o.Blocks, o.Seed, r.Summary.Admitted, r.Elapsed.Round(time.Second))
-	cols := append([]string{PrefetchOff}, o.Policies...)
-	cell := func(cache, p string) *Cell {
-		for i := range r.Summary.Cells {
-			if c := &r.Summary.Cells[i]; c.Condition.Cache == cache && c.Condition.Prefetch == p {
-				return c
-			}
-		}
-		return nil
-	}
-	caches := []string{CacheWarm, CacheCold}
-	if cell(CacheHot, PrefetchOff) != nil {
-		caches = append(caches, CacheHot)
-	}
-	section := func(title string, f func(c *Cell) string) {
-		fmt.Fprintf(w, "\n%s\n", title)
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "memory lower file\t")
-		for _, p := range cols {
-			fmt.Fprintf(tw, "%s\t", p)
-		}
-		fmt.Fprintln(tw)
-		for _, cache := range caches {
-			fmt.Fprintf(tw, "file-%s\t", cache)
-			for _, p := range cols {
-				if c := cell(cache, p); c != nil {
-					fmt.Fprintf(tw, "%s\t", f(c))
-				} else {
-					fmt.Fprintf(tw, "-\t")
-				}
-			}
-			fmt.Fprintln(tw)
-		}
-		tw.Flush()
-	}
-	section("time to ready, mean / median (ms)", func(c *Cell) string {
+	r.writeSection(w, "time to ready, mean / median (ms)", func(c *Cell) string {
 		return fmt.Sprintf("%.1f / %.1f", c.Sample.Mean, c.Sample.Median)
 	})
-	section("mean relative to prefetch off (reduction)", func(c *Cell) string {
+	r.writeSection(w, "mean relative to prefetch off (reduction)", func(c *Cell) string {
 		if c.Ratio == 0 {
 			return "-"
 		}
 		return fmt.Sprintf("%.2fx (%+.1f%%)", c.Ratio, (c.Ratio-1)*100)
 	})
-	section("device bytes read, acquisition to ready (MiB, mean)", func(c *Cell) string {
+	r.writeSection(w, "device bytes read, acquisition to ready (MiB, mean)", func(c *Cell) string {
 		return fmt.Sprintf("%.1f", c.DeviceMiB)
 	})
 	writePairs(w, r.Summary.Pairs)
 	fmt.Fprintln(w)
+	r.writeVerdicts(w)
+}
+
+// cell is the summary's cell for (cache, policy), or nil.
+func (r *Report) cell(cache, policy string) *Cell {
+	for i := range r.Summary.Cells {
+		if c := &r.Summary.Cells[i]; c.Condition.Cache == cache && c.Condition.Prefetch == policy {
+			return c
+		}
+	}
+	return nil
+}
+
+// writeSection prints one table: a row per cache state, a column per
+// policy, f of each cell.
+func (r *Report) writeSection(w io.Writer, title string, f func(c *Cell) string) {
+	cols := append([]string{PrefetchOff}, r.Options.Policies...)
+	caches := []string{CacheWarm, CacheCold}
+	if r.cell(CacheHot, PrefetchOff) != nil {
+		caches = append(caches, CacheHot)
+	}
+	fmt.Fprintf(w, "\n%s\n", title)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "memory lower file\t")
+	for _, p := range cols {
+		fmt.Fprintf(tw, "%s\t", p)
+	}
+	fmt.Fprintln(tw)
+	for _, cache := range caches {
+		fmt.Fprintf(tw, "file-%s\t", cache)
+		for _, p := range cols {
+			if c := r.cell(cache, p); c != nil {
+				fmt.Fprintf(tw, "%s\t", f(c))
+			} else {
+				fmt.Fprintf(tw, "-\t")
+			}
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+}
+
+// writeVerdicts prints whether each policy won every pair, the checks of
+// every trial, replacements and leaks.
+func (r *Report) writeVerdicts(w io.Writer) {
+	o := r.Options
 	for _, p := range o.Policies {
 		if !prefetches(p) {
 			continue
@@ -166,7 +196,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "%s: prefetch faster in every pair under both cache states: %s\n", p, verdict)
 	}
 	check := "guest-visible bytes correct in every trial"
-	if o.VMM == VMMQEMU {
+	if o.VMM == config.DriverQEMU {
 		check = "every guest answered with the snapshot's token and heap digest and left its lower file unchanged"
 	}
 	fmt.Fprintf(w, "max residency-probe-to-timer gap: %s; %s: %v\n", r.Summary.MaxProbeGap, check, r.Summary.AllHashesOK)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"warmstart/internal/restore"
+	"warmstart/internal/config"
 )
 
 var (
@@ -66,7 +66,7 @@ func pairOf(t *testing.T, s Summary, policy, label string) Interval {
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 
 func TestRatiosAreToPrefetchOffOfTheSameCacheState(t *testing.T) {
-	o := Options{Device: restore.DeviceFile, Blocks: 2, Policies: []string{"seed"}, Hot: true}
+	o := Options{Device: config.DeviceFile, Blocks: 2, Policies: []string{"seed"}, Hot: true}
 	s := summarize(o, trialsOf(map[Condition][]float64{
 		warmOff: {10, 20}, warmSeed: {6, 9},
 		coldOff: {40, 60}, coldSeed: {10, 15},

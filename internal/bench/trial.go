@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"warmstart/internal/config"
 	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/pagecache"
@@ -48,8 +49,8 @@ type TrialSpec struct {
 	Device    string         `json:"device"`
 	IOEngine  int            `json:"io_engine"`
 	Source    restore.Source `json:"source"`
-	// VMM is the driver the trial restores with: VMMReplay (also when
-	// empty) or VMMQEMU.
+	// VMM is the driver the trial restores with: config.DriverReplay (also when
+	// empty) or config.DriverQEMU.
 	VMM string `json:"vmm,omitempty"`
 	// QEMU configures the qemu driver. Its Accel should be resolved (not
 	// auto), so that no trial spends its time probing the host.
@@ -93,16 +94,14 @@ type TrialResult struct {
 	Err        string `json:"error,omitempty"`
 }
 
-// trialRole is the environment value that makes this executable a trial.
-const trialRole = "bench-trial"
+// RoleTrial is the role (role.Env) of a benchmark trial: TrialMain.
+const RoleTrial = "bench-trial"
 
-// RunTrialIfRequested runs a trial and exits when this process was started
-// as one. main and TestMain call it first.
-func RunTrialIfRequested() {
-	if os.Getenv(roleEnv) != trialRole {
-		return
-	}
-	os.Unsetenv(roleEnv)
+// TrialMain runs one trial: the entry point of role RoleTrial, which the
+// executable running the benchmark lists in the roles its main (and
+// TestMain) dispatches. It reads the spec on stdin and writes the result
+// on stdout.
+func TrialMain() int {
 	// An interrupted parent asks the trial to stop with SIGTERM; the trial
 	// then stops its restores in the seed's order and unmounts its device
 	// before it reports and exits.
@@ -116,12 +115,8 @@ func RunTrialIfRequested() {
 	}
 	stop()
 	json.NewEncoder(os.Stdout).Encode(res)
-	os.Exit(0)
+	return 0
 }
-
-// roleEnv is the variable the replay VMM and the trial share to tell a
-// child which part to play.
-const roleEnv = "WARMSTART_ROLE"
 
 // RunTrial runs one trial of the protocol in this process, as the seed
 // prescribes: an untimed prefetch-off baseline restore, stopped with its
@@ -129,130 +124,204 @@ const roleEnv = "WARMSTART_ROLE"
 // file, read fully and SHA-256-checked; cache left warm or dropped; a
 // mincore admission probe; then the timed restore. When ctx ends the trial
 // stops where it is; every restore it made is stopped in full regardless.
-func RunTrial(ctx context.Context, spec TrialSpec) (res TrialResult) {
-	res.Spec = spec
-	fail := func(err error) TrialResult {
-		res.Err = err.Error()
-		return res
-	}
-	// A stop with a done context would neither wait for the prefetch
-	// reads nor for the device's release acknowledgement before the
-	// mount goes.
-	stopCtx := context.WithoutCancel(ctx)
-	mode, policy, unverified, err := policyOf(spec.Condition.Prefetch)
+func RunTrial(ctx context.Context, spec TrialSpec) TrialResult {
+	t := &trial{spec: spec, res: TrialResult{Spec: spec}, ctx: ctx,
+		// A stop with a done context would neither wait for the prefetch
+		// reads nor for the device's release acknowledgement before the
+		// mount goes.
+		stopCtx: context.WithoutCancel(ctx)}
+	closeMount, err := t.setUp()
 	if err != nil {
-		return fail(err)
+		return t.fail(err)
 	}
-
-	vm, mountOpts, err := trialVMM(spec)
+	defer closeMount()
+	if err := t.baseline(); err != nil {
+		return t.fail(err)
+	}
+	src, copySHA256, err := t.privateLower()
 	if err != nil {
-		return fail(err)
+		return t.fail(err)
 	}
-	srv, err := fusedev.Mount(filepath.Join(spec.WorkDir, "mnt"), mountOpts)
+	hot, err := t.treatCache(src)
+	if hot != nil {
+		defer hot.Stop(t.stopCtx)
+	}
 	if err != nil {
-		return fail(err)
+		return t.fail(err)
 	}
-	defer srv.Close()
-	r := &restore.Restorer{
-		FUSE:       srv,
-		Engine:     prefetch.NewEngine(prefetch.Options{MaxReaders: max(policy.MaxReaders, prefetch.DefaultMaxReaders)}),
-		VMM:        vm,
-		RuntimeDir: spec.WorkDir,
-		// Only the timed restore of an unverified column skips it; the
-		// flag is set just before it.
+	admitted, err := t.admit(src)
+	if err != nil || !admitted {
+		return t.failIf(err)
 	}
-	base := restore.Options{Device: spec.Device, IOEngine: spec.IOEngine}
-	track := func(inst *restore.Instance) {
-		if pid, err := strconv.Atoi(inst.Ready.Detail["pid"]); err == nil {
-			res.ReplayPIDs = append(res.ReplayPIDs, pid)
-		}
-	}
-
-	// Untimed baseline, released and acknowledged before anything else.
-	inst, err := r.Restore(ctx, spec.Source, withMode(base, restore.ModeOff, restore.Policy{}, "baseline"))
+	inst, err := t.timed(src)
 	if err != nil {
-		return fail(fmt.Errorf("baseline restore: %w", err))
-	}
-	track(inst)
-	if err := inst.Stop(stopCtx); err != nil {
-		return fail(fmt.Errorf("baseline stop: %w", err))
-	}
-	if err := ctx.Err(); err != nil {
-		return fail(fmt.Errorf("interrupted after the baseline: %w", err))
-	}
-
-	// A private lower file, so the cache treatment touches no other file.
-	src := spec.Source
-	src.MemoryPath = filepath.Join(spec.WorkDir, "memory.bin")
-	copySHA256, err := pagecache.CopyVerified(spec.Source.MemoryPath, src.MemoryPath)
-	if err != nil {
-		return fail(err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fail(fmt.Errorf("interrupted after copying the lower file: %w", err))
-	}
-	key := "timed"
-	var hot *restore.Instance
-	switch spec.Condition.Cache {
-	case CacheCold:
-		if err := pagecache.Evict(src.MemoryPath); err != nil {
-			return fail(err)
-		}
-	case CacheHot:
-		// The hot control keeps a warm instance: its device generation, and
-		// so the device file's page cache, stays referenced while the timed
-		// restore shares it.
-		hot, err = r.Restore(ctx, src, withMode(base, restore.ModeOff, restore.Policy{}, key))
-		if err != nil {
-			return fail(fmt.Errorf("hot control warm-up: %w", err))
-		}
-		track(hot)
-		defer hot.Stop(stopCtx)
-	}
-
-	// Admission: the probe is the last thing before the timer.
-	res.Residency, err = pagecache.Probe(src.MemoryPath)
-	if err != nil {
-		return fail(err)
-	}
-	probed := time.Now()
-	res.Admitted = admitted(spec.Condition.Cache, res.Residency)
-	if !res.Admitted {
-		return res
-	}
-
-	r.SkipVerification = unverified
-	t0 := time.Now()
-	res.ProbeGap = t0.Sub(probed)
-	inst, err = r.Restore(ctx, src, withMode(base, mode, policy, key))
-	if err != nil {
-		return fail(fmt.Errorf("timed restore: %w", err))
-	}
-	res.ReadyMs = float64(inst.Timings.Ready) / float64(time.Millisecond)
-	track(inst)
-	res.Timings, res.Prefetch, res.DeviceBytes = inst.Timings, inst.Prefetch, inst.DeviceBytes
-	res.Token, res.Digest = inst.Ready.Detail["token"], inst.Ready.Detail["digest"]
-	res.HashOK = inst.Ready.Detail["sha256"] == spec.ExpectedSHA256
-	res.Stop, err = inst.StopReported(stopCtx)
-	if err != nil {
-		return fail(err)
+		return t.fail(err)
 	}
 	if hot != nil {
-		if err := hot.Stop(stopCtx); err != nil {
-			return fail(err)
+		if err := hot.Stop(t.stopCtx); err != nil {
+			return t.fail(err)
 		}
 	}
-	if spec.VMM == VMMQEMU {
-		// Outside the timer, once every VM on the file has stopped.
-		if err := checkRealGuest(spec, res.Token, res.Digest, src.MemoryPath, copySHA256); err != nil {
-			return fail(err)
+	return t.failIf(t.check(inst, src, copySHA256))
+}
+
+// trial is one RunTrial in progress.
+type trial struct {
+	spec    TrialSpec
+	res     TrialResult
+	ctx     context.Context
+	stopCtx context.Context
+	r       *restore.Restorer
+	base    restore.Options
+	// mode, policy and unverified are the timed restore's.
+	mode       restore.Mode
+	policy     restore.Policy
+	unverified bool
+	// probed is when the admission probe ended.
+	probed time.Time
+}
+
+func (t *trial) fail(err error) TrialResult {
+	t.res.Err = err.Error()
+	return t.res
+}
+
+func (t *trial) failIf(err error) TrialResult {
+	if err != nil {
+		return t.fail(err)
+	}
+	return t.res
+}
+
+// setUp mounts the trial's device and builds its restorer; the returned
+// function unmounts it.
+func (t *trial) setUp() (func() error, error) {
+	var err error
+	if t.mode, t.policy, t.unverified, err = policyOf(t.spec.Condition.Prefetch); err != nil {
+		return nil, err
+	}
+	vm, mountOpts, err := trialVMM(t.spec)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := fusedev.Mount(filepath.Join(t.spec.WorkDir, "mnt"), mountOpts)
+	if err != nil {
+		return nil, err
+	}
+	t.r = &restore.Restorer{
+		FUSE: srv,
+		// The engine runs as many readers as the policy was designed for
+		// (config.DefaultPrefetchMaxReaders says why).
+		Engine:     prefetch.NewEngine(prefetch.Options{MaxReaders: max(t.policy.MaxReaders, prefetch.DefaultMaxReaders)}),
+		VMM:        vm,
+		RuntimeDir: t.spec.WorkDir,
+		// Only the timed restore of an unverified column skips
+		// verification; the flag is set just before it.
+	}
+	t.base = restore.Options{Device: t.spec.Device, IOEngine: t.spec.IOEngine}
+	return srv.Close, nil
+}
+
+// track notes the replay VMM a restore ran, so the parent can check that
+// it is gone.
+func (t *trial) track(inst *restore.Instance) {
+	if pid, err := strconv.Atoi(inst.Ready.Detail["pid"]); err == nil {
+		t.res.ReplayPIDs = append(t.res.ReplayPIDs, pid)
+	}
+}
+
+// baseline is the untimed prefetch-off restore, released and acknowledged
+// before anything else.
+func (t *trial) baseline() error {
+	inst, err := t.r.Restore(t.ctx, t.spec.Source, withMode(t.base, restore.ModeOff, restore.Policy{}, "baseline"))
+	if err != nil {
+		return fmt.Errorf("baseline restore: %w", err)
+	}
+	t.track(inst)
+	if err := inst.Stop(t.stopCtx); err != nil {
+		return fmt.Errorf("baseline stop: %w", err)
+	}
+	if err := t.ctx.Err(); err != nil {
+		return fmt.Errorf("interrupted after the baseline: %w", err)
+	}
+	return nil
+}
+
+// privateLower copies the lower file, so the cache treatment touches no
+// other file, and returns the source on the copy and its SHA-256.
+func (t *trial) privateLower() (restore.Source, string, error) {
+	src := t.spec.Source
+	src.MemoryPath = filepath.Join(t.spec.WorkDir, "memory.bin")
+	sum, err := pagecache.CopyVerified(t.spec.Source.MemoryPath, src.MemoryPath)
+	if err != nil {
+		return src, "", err
+	}
+	if err := t.ctx.Err(); err != nil {
+		return src, "", fmt.Errorf("interrupted after copying the lower file: %w", err)
+	}
+	return src, sum, nil
+}
+
+// treatCache leaves the copy cold or, for the hot control, returns a warm
+// instance: its device generation, and so the device file's page cache,
+// stays referenced while the timed restore shares it.
+func (t *trial) treatCache(src restore.Source) (*restore.Instance, error) {
+	switch t.spec.Condition.Cache {
+	case CacheCold:
+		return nil, pagecache.Evict(src.MemoryPath)
+	case CacheHot:
+		hot, err := t.r.Restore(t.ctx, src, withMode(t.base, restore.ModeOff, restore.Policy{}, "timed"))
+		if err != nil {
+			return nil, fmt.Errorf("hot control warm-up: %w", err)
 		}
-		res.HashOK = true
+		t.track(hot)
+		return hot, nil
 	}
-	if !res.HashOK {
-		return fail(fmt.Errorf("replay VMM read wrong bytes: sha256 %s, want %s", inst.Ready.Detail["sha256"], spec.ExpectedSHA256))
+	return nil, nil
+}
+
+// admit probes residency, the last thing before the timer.
+func (t *trial) admit(src restore.Source) (bool, error) {
+	var err error
+	if t.res.Residency, err = pagecache.Probe(src.MemoryPath); err != nil {
+		return false, err
 	}
-	return res
+	t.probed = time.Now()
+	t.res.Admitted = admitted(t.spec.Condition.Cache, t.res.Residency)
+	return t.res.Admitted, nil
+}
+
+// timed is the timed restore, stopped with its report.
+func (t *trial) timed(src restore.Source) (*restore.Instance, error) {
+	t.r.SkipVerification = t.unverified
+	t.res.ProbeGap = time.Since(t.probed)
+	inst, err := t.r.Restore(t.ctx, src, withMode(t.base, t.mode, t.policy, "timed"))
+	if err != nil {
+		return nil, fmt.Errorf("timed restore: %w", err)
+	}
+	t.res.ReadyMs = float64(inst.Timings.Ready) / float64(time.Millisecond)
+	t.track(inst)
+	t.res.Timings, t.res.Prefetch, t.res.DeviceBytes = inst.Timings, inst.Prefetch, inst.DeviceBytes
+	t.res.Token, t.res.Digest = inst.Ready.Detail["token"], inst.Ready.Detail["digest"]
+	t.res.HashOK = inst.Ready.Detail["sha256"] == t.spec.ExpectedSHA256
+	t.res.Stop, err = inst.StopReported(t.stopCtx)
+	return inst, err
+}
+
+// check verifies what the timed restore's guest read: the replay VMM's
+// hash, or (outside the timer, once every VM on the file has stopped) the
+// real guest's answer and the private lower file.
+func (t *trial) check(inst *restore.Instance, src restore.Source, copySHA256 string) error {
+	if t.spec.VMM == config.DriverQEMU {
+		if err := checkRealGuest(t.spec, t.res.Token, t.res.Digest, src.MemoryPath, copySHA256); err != nil {
+			return err
+		}
+		t.res.HashOK = true
+	}
+	if !t.res.HashOK {
+		return fmt.Errorf("replay VMM read wrong bytes: sha256 %s, want %s", inst.Ready.Detail["sha256"], t.spec.ExpectedSHA256)
+	}
+	return nil
 }
 
 // admitted reports whether the probed residency of the lower file is what
@@ -267,18 +336,12 @@ func admitted(cache string, r pagecache.Residency) bool {
 	return r.Full()
 }
 
-// VMM drivers a trial can restore with.
-const (
-	VMMReplay = "replay"
-	VMMQEMU   = "qemu"
-)
-
 // trialVMM builds the trial's VMM driver and the options of its FUSE mount.
 func trialVMM(spec TrialSpec) (vmm.VMM, fusedev.Options, error) {
 	switch spec.VMM {
-	case "", VMMReplay:
+	case "", config.DriverReplay:
 		return &replay.VMM{TracePath: spec.TracePath}, fusedev.Options{}, nil
-	case VMMQEMU:
+	case config.DriverQEMU:
 		d, err := qemu.New(spec.QEMU)
 		if err != nil {
 			return nil, fusedev.Options{}, err
@@ -286,7 +349,7 @@ func trialVMM(spec TrialSpec) (vmm.VMM, fusedev.Options, error) {
 		// QEMU opens the device file read-write before mapping it private.
 		return d, fusedev.Options{AllowWriteOpen: true}, nil
 	}
-	return nil, fusedev.Options{}, fmt.Errorf("trial VMM %q: want %s or %s", spec.VMM, VMMReplay, VMMQEMU)
+	return nil, fusedev.Options{}, fmt.Errorf("trial VMM %q: want %s or %s", spec.VMM, config.DriverReplay, config.DriverQEMU)
 }
 
 // checkRealGuest is a real guest's stand-in for the replay VMM's hash: the

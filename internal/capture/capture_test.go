@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"warmstart/internal/capture"
+	"warmstart/internal/config"
 	"warmstart/internal/initramfs"
 	"warmstart/internal/manifest"
 	"warmstart/internal/memdev/fusedev"
@@ -25,6 +26,7 @@ import (
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/restore"
+	"warmstart/internal/role"
 	"warmstart/internal/vmm/qemu"
 )
 
@@ -35,6 +37,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	role.Roles{qemu.RoleLauncher: qemu.LauncherMain}.Dispatch()
 	code := m.Run()
 	guest.close()
 	os.Exit(code)
@@ -153,7 +156,7 @@ func (g *guestFixture) build() error {
 	}
 	g.closers = append(g.closers, func() { closeTr() })
 	gated := &gatedRepo{Repository: g.repo, open: make(chan struct{})}
-	rec := &recorder.Recorder{Repo: gated, Restorer: tr, Device: restore.DeviceFile, Timeout: restoreTimeout}
+	rec := &recorder.Recorder{Repo: gated, Restorer: tr, Device: config.DeviceFile, Timeout: restoreTimeout}
 
 	snap, job, err := capture.Publish(ctx, g.repo, rec, capture.Options{
 		Booter:     &capture.QEMU{Driver: g.driver, Initramfs: initramfs.Options{CacheDir: filepath.Join(dir, "initramfs")}},
@@ -322,7 +325,7 @@ func restoreOnce(t *testing.T, g *guestFixture, src restore.Source, opts restore
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), restoreTimeout)
 	defer cancel()
-	opts.Device = restore.DeviceFile
+	opts.Device = config.DeviceFile
 	inst, err := r.Restore(ctx, src, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"reflect"
 	"time"
@@ -28,30 +29,9 @@ const (
 	AddressingPath    = "path"
 	AddressingVirtual = "virtual"
 
-	DeviceFile = "file"
-	DeviceUffd = "uffd"
-
-	PolicyWarmstart = "warmstart"
-	PolicySeed      = "seed"
-	PolicyREAP      = "reap"
-	PolicyE2B       = "e2b"
-
 	AccelAuto = "auto"
 	AccelKVM  = "kvm"
 	AccelTCG  = "tcg"
-
-	DriverReplay      = "replay"
-	DriverFirecracker = "firecracker"
-	DriverQEMU        = "qemu"
-)
-
-// I/O engines of the memory device's reads from the lower file. Engines 0
-// and 1 go through the host page cache; 2 is direct I/O, for which device
-// prefetch is skipped (as in the seed) because it has not been validated.
-const (
-	IOEngineBuffered      = 0
-	IOEngineBufferedAsync = 1
-	IOEngineDirect        = 2
 )
 
 // Config is the whole configuration file.
@@ -265,7 +245,7 @@ func Default() *Config {
 		Memory: MemoryConfig{
 			Device: DeviceFile, IOEngine: IOEngineBuffered, FUSEMount: "/run/warmstart/mem", UffdConnectTimeout: 10 * time.Second,
 		},
-		Prefetch: PrefetchConfig{Policy: PolicyWarmstart, MaxReaders: 4, BufferBytes: 1 << 20},
+		Prefetch: PrefetchConfig{Policy: PolicyWarmstart, MaxReaders: DefaultPrefetchMaxReaders, BufferBytes: 1 << 20},
 		Runtime:  RuntimeConfig{Dir: "/run/warmstart"},
 		Daemon:   DaemonConfig{Socket: "/run/warmstart/warmstart.sock", ImportDirs: []string{}},
 		Log:      LogConfig{Format: LogFormatText, Level: LogLevelInfo},
@@ -332,6 +312,31 @@ func (e kindError) Unwrap() error { return e.kind }
 
 // MaxFileBytes bounds a configuration file; the default one is under 8 KiB.
 const MaxFileBytes = 1 << 20
+
+// EnvFile names the environment variable that names the configuration
+// file when no --config is given.
+const EnvFile = "WARMSTART_CONFIG"
+
+// SystemFile is the configuration file used when neither --config nor
+// EnvFile names one and it exists. A variable so that tests need not
+// depend on the host's /etc.
+var SystemFile = "/etc/warmstart/config.toml"
+
+// Path resolves which configuration file applies: flag (--config) when
+// set, else $WARMSTART_CONFIG, else SystemFile when it exists, else ""
+// (the built-in defaults).
+func Path(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	if env := os.Getenv(EnvFile); env != "" {
+		return env
+	}
+	if _, err := os.Stat(SystemFile); err == nil {
+		return SystemFile
+	}
+	return ""
+}
 
 // Load reads and validates the configuration file at path; an empty path
 // means the built-in defaults. Keys the file omits keep their defaults.

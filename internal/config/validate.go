@@ -71,14 +71,17 @@ func (c *Config) Validate() error {
 			}
 			return nil
 		},
-		func() error { return oneOf("memory.device", c.Memory.Device, DeviceFile, DeviceUffd) },
+		func() error { return oneOf("memory.device", c.Memory.Device, Devices()...) },
 		func() error {
+			if ValidIOEngine(c.Memory.IOEngine) {
+				return nil
+			}
 			return inRange("memory.io_engine", int64(c.Memory.IOEngine), IOEngineBuffered, IOEngineDirect)
 		},
 		func() error { return nonEmpty("memory.fuse_mount", c.Memory.FUSEMount) },
 		func() error { return positive("memory.uffd_connect_timeout", c.Memory.UffdConnectTimeout) },
 		func() error {
-			return oneOf("prefetch.policy", c.Prefetch.Policy, PolicyWarmstart, PolicySeed, PolicyREAP, PolicyE2B)
+			return oneOf("prefetch.policy", c.Prefetch.Policy, Policies()...)
 		},
 		func() error {
 			return inRange("prefetch.max_readers", int64(c.Prefetch.MaxReaders), MinPrefetchReaders, MaxPrefetchReaders)

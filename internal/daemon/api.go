@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"warmstart/internal/config"
 	"warmstart/internal/fsx"
 	"warmstart/internal/layout"
 	"warmstart/internal/memdev"
@@ -145,6 +147,17 @@ type running struct {
 }
 
 // current is the restore's info with its VM's state as of now.
+// NewRestoreInfo describes a ready restore of snapshot, made with opts
+// and started at started. The daemon answers POST /restores with it and
+// the CLI prints it for an in-process restore: one schema in both modes.
+func NewRestoreInfo(inst *restore.Instance, snapshot string, opts restore.Options, started time.Time) RestoreInfo {
+	return RestoreInfo{
+		ID: inst.ID, Snapshot: snapshot, Device: opts.Device, IOEngine: opts.IOEngine, Policy: opts.Policy.Name,
+		Generation: inst.Generation, StartedAt: started, Timings: inst.Timings, Prefetch: inst.Prefetch,
+		DeviceBytes: inst.DeviceBytes, Ready: inst.Ready.Detail, State: inst.State(), StartupSet: inst.StartupSet,
+	}
+}
+
 func (r *running) current() RestoreInfo {
 	info := r.info
 	info.State = r.inst.State()
@@ -495,40 +508,13 @@ func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &req); err != nil {
 		return err
 	}
-	if err := checkRef("snapshot", req.Snapshot); err != nil {
+	opts, err := d.restoreOptions(&req)
+	if err != nil {
 		return err
-	}
-	if req.Device == "" {
-		req.Device = d.cfg.Memory.Device
-	}
-	if req.Device != restore.DeviceFile && req.Device != restore.DeviceUffd {
-		return badRequest("device", "unknown memory device %q (want %s or %s)", req.Device, restore.DeviceFile, restore.DeviceUffd)
-	}
-	if req.Prefetch == "" {
-		req.Prefetch = string(restore.ModeAuto)
-	}
-	mode, err := restore.ParseMode(req.Prefetch)
-	if err != nil {
-		return statusError(http.StatusBadRequest, "prefetch", err)
-	}
-	if req.Policy == "" {
-		req.Policy = d.cfg.Prefetch.Policy
-	}
-	policy, err := restore.LookupPolicy(req.Policy)
-	if err != nil {
-		return statusError(http.StatusBadRequest, "policy", err)
-	}
-	ioEngine := d.cfg.Memory.IOEngine
-	if req.IOEngine != nil {
-		ioEngine = *req.IOEngine
-	}
-	if ioEngine < 0 || ioEngine > 2 {
-		return badRequest("io_engine", "io_engine %d: want 0, 1 or 2", ioEngine)
 	}
 	if err := d.checkOpen(); err != nil {
 		return err
 	}
-
 	ctx := r.Context()
 	rec, err := d.lookup(ctx, "snapshot", req.Snapshot)
 	if err != nil {
@@ -539,45 +525,82 @@ func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
 		return refError("snapshot", req.Snapshot, err)
 	}
 	started := time.Now()
-	inst, err := d.restorer.Restore(ctx, restore.SourceOf(res), restore.Options{
-		Device: req.Device, IOEngine: ioEngine, Prefetch: mode, Policy: policy,
-	})
+	inst, err := d.restorer.Restore(ctx, restore.SourceOf(res), opts)
 	if err != nil {
 		if d.reqCtx.Err() != nil {
 			return statusError(http.StatusServiceUnavailable, "", fmt.Errorf("%w: %w", ErrShuttingDown, err))
 		}
 		return err
 	}
-	run := &running{inst: inst, info: RestoreInfo{
-		ID: inst.ID, Snapshot: rec.ID, Device: req.Device, IOEngine: ioEngine, Policy: policy.Name,
-		Generation: inst.Generation, StartedAt: started, Timings: inst.Timings, Prefetch: inst.Prefetch,
-		DeviceBytes: inst.DeviceBytes, Ready: inst.Ready.Detail, StartupSet: inst.StartupSet,
-	}}
-	if req.Device == restore.DeviceFile {
-		if err := d.holdDevice(rec.ID, res.MemoryPath, ioEngine, inst.Generation); err != nil {
-			// Only the byte counts and the separate release step are
-			// lost; the restore itself is fine.
-			d.log.Warn("restore runs without the daemon's device reference", "restore", inst.ID, "err", err)
-		}
-	} else {
-		// A uffd session is the VM's own device: what it read by ready is
-		// what the daemon learns of it.
-		d.uffdBytes.Add(inst.DeviceBytes.BytesRead)
+	run := &running{inst: inst, info: NewRestoreInfo(inst, rec.ID, opts, started)}
+	if err := d.register(ctx, run, res.MemoryPath); err != nil {
+		return err
 	}
-	d.mu.Lock()
-	if d.closing {
-		// Shutdown has collected the restores it stops; this one was
-		// still starting, so it is stopped here.
-		d.mu.Unlock()
-		d.stopAndRelease(context.WithoutCancel(ctx), run)
-		return statusError(http.StatusServiceUnavailable, "", ErrShuttingDown)
-	}
-	d.restores[inst.ID] = run
-	d.mu.Unlock()
-	d.log.Info("restore ready", "restore", inst.ID, "snapshot", rec.ID, "device", req.Device, "generation", inst.Generation,
+	d.log.Info("restore ready", "restore", inst.ID, "snapshot", rec.ID, "device", opts.Device, "generation", inst.Generation,
 		"ready", inst.Timings.Ready, "prefetch", inst.Prefetch.State, "reason", inst.Prefetch.Reason,
 		"phases", inst.Timings, "startup_set", inst.StartupSet, "outcome", startupset.Line(inst.StartupSet))
 	writeJSON(w, http.StatusCreated, run.current())
+	return nil
+}
+
+// restoreOptions checks a restore request, fills what it leaves out from
+// the configuration, and returns the restore's options; a bad field is a
+// 400 naming it.
+func (d *Daemon) restoreOptions(req *RestoreRequest) (restore.Options, error) {
+	if err := checkRef("snapshot", req.Snapshot); err != nil {
+		return restore.Options{}, err
+	}
+	req.Device = cmp.Or(req.Device, d.cfg.Memory.Device)
+	if !config.ValidDevice(req.Device) {
+		return restore.Options{}, badRequest("device", "unknown memory device %q (want %s or %s)", req.Device, config.DeviceFile, config.DeviceUffd)
+	}
+	mode, err := restore.ParseMode(cmp.Or(req.Prefetch, string(restore.ModeAuto)))
+	if err != nil {
+		return restore.Options{}, statusError(http.StatusBadRequest, "prefetch", err)
+	}
+	policy, err := restore.LookupPolicy(cmp.Or(req.Policy, d.cfg.Prefetch.Policy))
+	if err != nil {
+		return restore.Options{}, statusError(http.StatusBadRequest, "policy", err)
+	}
+	ioEngine := d.cfg.Memory.IOEngine
+	if req.IOEngine != nil {
+		ioEngine = *req.IOEngine
+	}
+	if !config.ValidIOEngine(ioEngine) {
+		return restore.Options{}, badRequest("io_engine", "io_engine %d: want 0, 1 or 2", ioEngine)
+	}
+	return restore.Options{Device: req.Device, IOEngine: ioEngine, Prefetch: mode, Policy: policy}, nil
+}
+
+// countDevice takes the daemon's reference to a file device generation,
+// or counts what a uffd session read by ready. Callers hold d.mu.
+func (d *Daemon) countDevice(run *running, memoryPath string) {
+	if run.info.Device != config.DeviceFile {
+		// A uffd session is the VM's own device: what it read by ready is
+		// what the daemon learns of it.
+		d.uffdBytes.Add(run.inst.DeviceBytes.BytesRead)
+		return
+	}
+	if err := d.holdDevice(run.info.Snapshot, memoryPath, run.info.IOEngine, run.info.Generation); err != nil {
+		// Only the byte counts and the separate release step are lost;
+		// the restore itself is fine.
+		d.log.Warn("restore runs without the daemon's device reference", "restore", run.info.ID, "err", err)
+	}
+}
+
+// register lists a ready restore and takes the daemon's hold on its
+// device, together, unless shutdown has begun: shutdown has then collected
+// the restores it stops, so this one is stopped here.
+func (d *Daemon) register(ctx context.Context, run *running, memoryPath string) error {
+	d.mu.Lock()
+	if d.closing {
+		d.mu.Unlock()
+		d.stopRestore(context.WithoutCancel(ctx), run)
+		return statusError(http.StatusServiceUnavailable, "", ErrShuttingDown)
+	}
+	d.countDevice(run, memoryPath)
+	d.restores[run.info.ID] = run
+	d.mu.Unlock()
 	return nil
 }
 
@@ -628,7 +651,7 @@ func (d *Daemon) deleteRestore(w http.ResponseWriter, r *http.Request) error {
 // on it; the release's acknowledgement is part of the report.
 func (d *Daemon) stopAndRelease(ctx context.Context, run *running) (restore.StopReport, error) {
 	rep, err := d.stopRestore(ctx, run)
-	if run.info.Device != restore.DeviceFile {
+	if run.info.Device != config.DeviceFile {
 		return rep, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.stopWithin)

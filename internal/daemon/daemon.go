@@ -65,10 +65,12 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -81,12 +83,12 @@ import (
 	"warmstart/internal/config"
 	"warmstart/internal/daemon/metrics"
 	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/node"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
 	"warmstart/internal/vmm"
-	"warmstart/internal/vmm/qemu"
 )
 
 // Defaults of the zero fields of Options.
@@ -123,7 +125,7 @@ type Options struct {
 	// Repository keeps the snapshots; required. The daemon times every
 	// operation on it.
 	Repository repository.Repository
-	// VMM restores snapshots; required (NewVMM builds the configured one).
+	// VMM restores snapshots; required (node.NewVMM builds the configured one).
 	VMM vmm.VMM
 	// Log receives the daemon's log; nil discards it.
 	Log *slog.Logger
@@ -148,7 +150,7 @@ type Daemon struct {
 	log        *slog.Logger
 	repo       repository.Repository
 	fuse       *fusedev.Server
-	traceClose func() error // unmounts the recorder's tracing mount
+	node       *node.Node // the parts below, assembled once
 	engine     *prefetch.Engine
 	restorer   *restore.Restorer
 	recorder   *recorder.Recorder
@@ -177,9 +179,9 @@ type Daemon struct {
 
 	// devMu guards devices; it orders the daemon's attaches and releases.
 	devMu         sync.Mutex
-	devices       map[uint64]*heldDevice // by file device generation
-	releasedBytes atomic.Uint64          // read by released generations
-	uffdBytes     atomic.Uint64          // read by uffd sessions up to ready
+	devices       map[uint64]*fusedev.Device // the daemon's references, by file device generation
+	releasedBytes atomic.Uint64              // read by released generations
+	uffdBytes     atomic.Uint64              // read by uffd sessions up to ready
 
 	// token is the bearer token TCP requests must carry; "" on the socket.
 	token string
@@ -198,28 +200,9 @@ func New(opts Options) (_ *Daemon, err error) {
 	if opts.Config == nil || opts.Repository == nil || opts.VMM == nil {
 		return nil, errors.New("daemon: Config, Repository and VMM are required")
 	}
-	cfg := opts.Config
-	d := &Daemon{
-		cfg:        cfg,
-		log:        opts.Log,
-		requests:   newInflight(),
-		grace:      opts.ShutdownGrace,
-		stopWithin: opts.StopTimeout,
-		restores:   map[string]*running{},
-		recordings: map[*recorder.Job]string{},
-		devices:    map[uint64]*heldDevice{},
-	}
-	if d.log == nil {
-		d.log = slog.New(slog.DiscardHandler)
-	}
-	if d.grace <= 0 {
-		d.grace = DefaultShutdownGrace
-	}
-	if d.stopWithin <= 0 {
-		d.stopWithin = DefaultStopTimeout
-	}
+	d := newDaemon(opts)
 	// Before anything else: one daemon per runtime directory.
-	if d.instance, err = lockRuntimeDir(cfg.Runtime.Dir); err != nil {
+	if d.instance, err = lockRuntimeDir(d.cfg.Runtime.Dir); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -227,88 +210,107 @@ func New(opts Options) (_ *Daemon, err error) {
 			d.instance.release()
 		}
 	}()
-	listen := opts.Listen
-	if listen == "" {
-		listen = cfg.Daemon.Listen
-	}
-	if listen == "" {
-		d.socketPath = cfg.Daemon.Socket
-		// Before anything else: a live daemon must not lose its socket.
-		if err := d.removeStaleSocket(); err != nil {
-			return nil, err
-		}
-	} else if err := d.loadToken(listen); err != nil {
+	listen := cmp.Or(opts.Listen, d.cfg.Daemon.Listen)
+	if err := d.claimAddress(listen); err != nil {
 		return nil, err
 	}
-
-	var undo []func()
-	defer func() {
-		if err != nil {
-			for i := len(undo) - 1; i >= 0; i-- {
-				undo[i]()
-			}
-		}
-	}()
-	runDir := filepath.Join(cfg.Runtime.Dir, runDirName)
-	// Restore directories of a crashed run hold only dead sockets and logs.
-	if err := os.RemoveAll(filepath.Join(runDir, "restores")); err != nil {
-		return nil, fmt.Errorf("daemon: clean runtime directory: %w", err)
-	}
-	if err := os.MkdirAll(runDir, 0o700); err != nil {
-		return nil, fmt.Errorf("daemon: runtime directory: %w", err)
-	}
-
 	d.degraded = vmmHealth(opts.VMM, d.log)
-	d.engine = prefetch.NewEngine(prefetch.Options{MaxReaders: cfg.Prefetch.MaxReaders, BufferBytes: int(cfg.Prefetch.BufferBytes)})
-	d.metrics = metrics.New(d.engine, d.activeRestores, d.deviceBytes)
-	d.repo = d.metrics.Repository(opts.Repository)
-
-	mountOpts := fuseOptions(opts.FUSE, opts.VMM)
-	if d.fuse, err = fusedev.Mount(cfg.Memory.FUSEMount, mountOpts); err != nil {
-		return nil, fmt.Errorf("daemon: %w", err)
-	}
-	undo = append(undo, func() { d.fuse.Close() })
-	d.restorer = &restore.Restorer{
-		FUSE:           d.fuse,
-		Engine:         d.engine,
-		VMM:            opts.VMM,
-		ConsumeEnabled: cfg.Snapshot.MemoryStartupPack.ConsumeEnabled,
-		RuntimeDir:     runDir,
-		Log:            d.log,
-		ConnectTimeout: cfg.Memory.UffdConnectTimeout,
-	}
-	// Recording restores are throwaway, traced and never prefetch: they
-	// would only blur the restore metrics, so only the restorer serving
-	// requests observes.
-	tracing, traceClose, err := recorder.TracingRestorerWith(d.restorer, filepath.Join(runDir, "trace-mem"),
-		fusedev.Options{AllowWriteOpen: mountOpts.AllowWriteOpen})
-	if err != nil {
-		return nil, fmt.Errorf("daemon: %w", err)
-	}
-	d.traceClose = traceClose
-	undo = append(undo, func() { traceClose() })
-	d.restorer.Observe = d.metrics
-	d.recorder = &recorder.Recorder{
-		Repo:     d.repo,
-		Restorer: tracing,
-		Device:   cfg.Memory.Device,
-		IOEngine: cfg.Memory.IOEngine,
-		Log:      d.log,
-		Timeout:  2 * cfg.Envd.Timeout,
+	if err := d.openNode(opts); err != nil {
+		return nil, err
 	}
 	d.reqCtx, d.reqCancel = context.WithCancel(context.Background())
 	d.recCtx, d.recCancel = context.WithCancel(context.Background())
-	undo = append(undo, d.reqCancel, d.recCancel)
 	d.reportDamage(d.recCtx)
 	d.resumeRecordings(d.recCtx)
+	if err := d.listen(listen); err != nil {
+		d.reqCancel()
+		d.recCancel()
+		d.node.Close()
+		return nil, err
+	}
+	d.log.Info("daemon ready", "address", d.Address(), "fuse_mount", d.fuse.Dir(),
+		"consume_enabled", d.cfg.Snapshot.MemoryStartupPack.ConsumeEnabled, "record_enabled", d.cfg.Snapshot.MemoryStartupPack.Enabled)
+	return d, nil
+}
 
+// newDaemon is a daemon with opts' settings and its defaults, before it
+// has touched anything.
+func newDaemon(opts Options) *Daemon {
+	d := &Daemon{
+		cfg:        opts.Config,
+		log:        opts.Log,
+		requests:   newInflight(),
+		grace:      cmp.Or(opts.ShutdownGrace, DefaultShutdownGrace),
+		stopWithin: cmp.Or(opts.StopTimeout, DefaultStopTimeout),
+		restores:   map[string]*running{},
+		recordings: map[*recorder.Job]string{},
+		devices:    map[uint64]*fusedev.Device{},
+	}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	if d.grace < 0 {
+		d.grace = DefaultShutdownGrace
+	}
+	if d.stopWithin < 0 {
+		d.stopWithin = DefaultStopTimeout
+	}
+	return d
+}
+
+// claimAddress prepares to serve listen, or the Unix socket when it is
+// empty: a stale socket is removed (a live daemon's never), a TCP
+// address gets its bearer token.
+func (d *Daemon) claimAddress(listen string) error {
+	if listen != "" {
+		return d.loadToken(listen)
+	}
+	d.socketPath = d.cfg.Daemon.Socket
+	return d.removeStaleSocket()
+}
+
+// openNode cleans the daemon's runtime directory and assembles its node:
+// the serving restorer reports to the metrics, the recorder's tracing
+// restorer never does (recording restores are throwaway and would only
+// blur the restore metrics).
+func (d *Daemon) openNode(opts Options) error {
+	runDir := filepath.Join(d.cfg.Runtime.Dir, runDirName)
+	// Restore directories of a crashed run hold only dead sockets and logs.
+	if err := os.RemoveAll(filepath.Join(runDir, "restores")); err != nil {
+		return fmt.Errorf("daemon: clean runtime directory: %w", err)
+	}
+	n, err := node.Open(context.Background(), node.Options{
+		Config:     d.cfg,
+		Repository: opts.Repository,
+		VMM:        opts.VMM,
+		RuntimeDir: runDir,
+		FUSEMount:  d.cfg.Memory.FUSEMount,
+		FUSE:       opts.FUSE,
+		Log:        d.log,
+		Metrics: func(e *prefetch.Engine) node.Metrics {
+			d.metrics = metrics.New(e, d.activeRestores, d.deviceBytes)
+			return d.metrics
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("daemon: %w", err)
+	}
+	d.node = n
+	d.repo, d.fuse, d.engine = n.Repo, n.FUSE, n.Engine
+	d.restorer, d.recorder = n.Restorer, n.Recorder
+	return nil
+}
+
+// listen opens the listener and the HTTP server on it.
+func (d *Daemon) listen(listen string) error {
+	var err error
 	if d.socketPath != "" {
 		err = d.listenUnix()
 	} else {
 		d.ln, err = net.Listen("tcp", listen)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("daemon: listen: %w", err)
+		return fmt.Errorf("daemon: listen: %w", err)
 	}
 	d.srv = &http.Server{
 		Handler:           d.Handler(),
@@ -317,21 +319,7 @@ func New(opts Options) (_ *Daemon, err error) {
 		BaseContext:       func(net.Listener) context.Context { return d.reqCtx },
 		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
 	}
-	d.log.Info("daemon ready", "address", d.Address(), "fuse_mount", d.fuse.Dir(),
-		"consume_enabled", cfg.Snapshot.MemoryStartupPack.ConsumeEnabled, "record_enabled", cfg.Snapshot.MemoryStartupPack.Enabled)
-	return d, nil
-}
-
-// fuseOptions are the options of the daemon's FUSE mounts: base, and
-// writable opens when vm is QEMU, which opens its memory file read-write
-// before it maps it private (the device still refuses writes). The
-// recorder's tracing mount takes the same AllowWriteOpen, since recording
-// restores with the same VMM.
-func fuseOptions(base fusedev.Options, vm vmm.VMM) fusedev.Options {
-	if _, ok := vm.(*qemu.Driver); ok {
-		base.AllowWriteOpen = true
-	}
-	return base
+	return nil
 }
 
 // removeStaleSocket removes a socket file no daemon answers on, and refuses
@@ -509,9 +497,52 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 }
 
 func (d *Daemon) shutdown(ctx context.Context) error {
-	var errs []error
+	var errs errorList
+	errs.add(d.stopServing(ctx))                        // 1.
+	stopping := d.stopRestoresAndRecordings(ctx, &errs) // 2.
+	d.releaseDevices(ctx, stopping, &errs)              // 3.
+	if err := d.node.Close(); err != nil {              // 4.
+		errs.add(err)
+	} else {
+		d.log.Info("shutdown: FUSE unmounted", "dir", d.fuse.Dir())
+	}
+	d.reqCancel()
+	errs.add(d.removeSocket()) // 5.
+	d.instance.release()
+	if err := errs.join(); err != nil {
+		d.log.Error("shutdown complete with errors", "err", err)
+		return fmt.Errorf("daemon shutdown: %w", err)
+	}
+	d.log.Info("shutdown complete")
+	return nil
+}
 
-	// 1. Stop accepting requests; let those in progress finish, within the grace.
+// errorList collects the errors of steps that run concurrently.
+type errorList struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (l *errorList) add(err error) {
+	if err == nil {
+		return
+	}
+	l.mu.Lock()
+	l.errs = append(l.errs, err)
+	l.mu.Unlock()
+}
+
+func (l *errorList) join() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return errors.Join(l.errs...)
+}
+
+// stopServing is shutdown step 1: stop accepting requests and let those in
+// progress finish within the grace, then cancel what is left and wait for
+// it to return.
+func (d *Daemon) stopServing(ctx context.Context) error {
+	var errs []error
 	gctx, cancel := context.WithTimeout(ctx, d.grace)
 	if err := d.srv.Shutdown(gctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		errs = append(errs, fmt.Errorf("close listener: %w", err))
@@ -520,16 +551,18 @@ func (d *Daemon) shutdown(ctx context.Context) error {
 	d.ln.Close() // in case Serve never ran
 	idle, cancelled := d.requests.close()
 	if cancelled > 0 {
-		// The grace is over: cancel what is left and wait for it to return.
 		d.reqCancel()
 		d.log.Warn("shutdown: grace over; requests still running cancelled", "requests", cancelled)
-		if err := d.awaitCancelled(ctx, idle); err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, d.awaitCancelled(ctx, idle))
 	}
 	d.log.Info("shutdown: no longer accepting requests", "cancelled", cancelled)
+	return errors.Join(errs...)
+}
 
-	// 2. Stop restores, each in the seed's order, and end recordings.
+// stopRestoresAndRecordings is shutdown step 2: stop every restore, each
+// in the seed's order, and end the background recordings. It returns the
+// restores it stopped.
+func (d *Daemon) stopRestoresAndRecordings(ctx context.Context, errs *errorList) []*running {
 	d.mu.Lock()
 	d.closing = true
 	stopping := make([]*running, 0, len(d.restores))
@@ -537,26 +570,14 @@ func (d *Daemon) shutdown(ctx context.Context) error {
 		stopping = append(stopping, r)
 		delete(d.restores, id)
 	}
-	jobs := make(map[*recorder.Job]string, len(d.recordings))
-	for j, id := range d.recordings {
-		jobs[j] = id
-	}
+	jobs := maps.Clone(d.recordings)
 	d.mu.Unlock()
 	d.recCancel()
-	var (
-		wg    sync.WaitGroup
-		errMu sync.Mutex
-	)
-	fail := func(err error) {
-		errMu.Lock()
-		errs = append(errs, err)
-		errMu.Unlock()
-	}
+	var wg sync.WaitGroup
 	for _, r := range stopping {
 		wg.Go(func() {
-			if _, err := d.stopRestore(ctx, r); err != nil {
-				fail(err)
-			}
+			_, err := d.stopRestore(ctx, r)
+			errs.add(err)
 		})
 	}
 	wg.Wait()
@@ -564,50 +585,44 @@ func (d *Daemon) shutdown(ctx context.Context) error {
 		select {
 		case <-j.Done():
 		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("recording of %s still running: %w", id, ctx.Err()))
+			errs.add(fmt.Errorf("recording of %s still running: %w", id, ctx.Err()))
 		}
 	}
 	d.log.Info("shutdown: restores stopped", "restores", len(stopping), "recordings", len(jobs))
+	return stopping
+}
 
-	// 3. Release the devices: the daemon's references are the last ones.
+// releaseDevices is shutdown step 3: release the devices the stopped
+// restores ran on; the daemon's references are the last ones.
+func (d *Daemon) releaseDevices(ctx context.Context, stopped []*running, errs *errorList) {
 	devices := d.heldDevices()
-	for _, r := range stopping {
-		if r.info.Device == restore.DeviceFile {
+	var wg sync.WaitGroup
+	for _, r := range stopped {
+		if r.info.Device == config.DeviceFile {
 			wg.Go(func() {
-				if _, err := d.releaseDevice(ctx, r.info.Generation); err != nil {
-					fail(err)
-				}
+				_, err := d.releaseDevice(ctx, r.info.Generation)
+				errs.add(err)
 			})
 		}
 	}
 	wg.Wait()
 	d.log.Info("shutdown: devices released", "generations", devices)
+}
 
-	// 4. Unmount FUSE: the recorder's tracing mount, then the devices'.
-	if err := errors.Join(d.traceClose(), d.fuse.Close()); err != nil {
-		errs = append(errs, err)
-	} else {
-		d.log.Info("shutdown: FUSE unmounted", "dir", d.fuse.Dir())
+// removeSocket is shutdown step 5: remove the socket, if it is still the
+// one this daemon made.
+func (d *Daemon) removeSocket() error {
+	if d.socketPath == "" {
+		return nil
 	}
-	d.reqCancel()
-
-	// 5. Remove the socket, if it is still the one this daemon made.
-	if d.socketPath != "" {
-		if fi, err := os.Lstat(d.socketPath); err == nil && os.SameFile(fi, d.socketInfo) {
-			if err := os.Remove(d.socketPath); err != nil {
-				errs = append(errs, fmt.Errorf("remove socket: %w", err))
-			} else {
-				d.log.Info("shutdown: socket removed", "socket", d.socketPath)
-			}
-		}
+	fi, err := os.Lstat(d.socketPath)
+	if err != nil || !os.SameFile(fi, d.socketInfo) {
+		return nil
 	}
-	d.instance.release()
-	err := errors.Join(errs...)
-	if err != nil {
-		d.log.Error("shutdown complete with errors", "err", err)
-		return fmt.Errorf("daemon shutdown: %w", err)
+	if err := os.Remove(d.socketPath); err != nil {
+		return fmt.Errorf("remove socket: %w", err)
 	}
-	d.log.Info("shutdown complete")
+	d.log.Info("shutdown: socket removed", "socket", d.socketPath)
 	return nil
 }
 

@@ -5,29 +5,29 @@ import (
 	"fmt"
 	"time"
 
+	"warmstart/internal/config"
 	"warmstart/internal/memdev/fusedev"
-	"warmstart/internal/restore"
 )
 
-// heldDevice is the daemon's own reference to a file device generation
-// that its restores run on. Holding it lets the daemon read the
-// generation's counters for as long as any restore uses it, and makes the
-// release of the device a step of its own: each restore's stop drops only
-// its reference, and the daemon drops this last one once the last of them
-// has stopped, waiting for the acknowledgement that no read is in flight.
-type heldDevice struct {
-	dev      *fusedev.Device
-	restores int
-}
+// The daemon holds its own reference to every file device generation its
+// restores run on. Holding it lets the daemon read the generation's
+// counters for as long as any restore uses it, and makes the release of the
+// device a step of its own: each restore's stop drops only its reference,
+// and the daemon drops this last one once no listed restore runs on the
+// generation, waiting for the acknowledgement that no read is in flight.
+// The device counts the references; the daemon keeps no count of its own,
+// only which generations it holds (d.devices) and which restores it lists
+// (d.restores).
 
-// holdDevice records one more restore on generation gen of the file device
-// key; the restore holds its own reference, so the attach joins its
-// generation rather than creating one.
+// holdDevice takes the daemon's reference to generation gen of the file
+// device key, unless it holds it already; the restore holds its own
+// reference, so the attach joins its generation rather than creating one.
+// Callers hold d.mu, so no release can decide in between that no restore
+// runs on gen.
 func (d *Daemon) holdDevice(key, lowerPath string, ioEngine int, gen uint64) error {
 	d.devMu.Lock()
 	defer d.devMu.Unlock()
-	if h, ok := d.devices[gen]; ok {
-		h.restores++
+	if _, ok := d.devices[gen]; ok {
 		return nil
 	}
 	dev, err := d.fuse.Attach(key, lowerPath, ioEngine)
@@ -38,39 +38,48 @@ func (d *Daemon) holdDevice(key, lowerPath string, ioEngine int, gen uint64) err
 		dev.Release()
 		return fmt.Errorf("hold memory device %s: attached generation %d, the restore runs on %d", key, dev.Generation(), gen)
 	}
-	d.devices[gen] = &heldDevice{dev: dev, restores: 1}
+	d.devices[gen] = dev
 	return nil
 }
 
-// releaseDevice records that a restore on gen has stopped. After the last
-// one it releases the daemon's reference, waits for the acknowledgement,
-// and forgets the generation's prefetch tasks: no later restore can join
-// them. It returns how long the acknowledgement took.
+// releaseDevice is called once a restore on gen has stopped and left
+// d.restores. When no listed restore runs on gen any more it releases the
+// daemon's reference, waits for the acknowledgement, and forgets the
+// generation's prefetch tasks: no later restore can join them. It returns
+// how long the acknowledgement took.
 func (d *Daemon) releaseDevice(ctx context.Context, gen uint64) (time.Duration, error) {
-	d.devMu.Lock()
-	h, ok := d.devices[gen]
-	if !ok {
-		d.devMu.Unlock()
+	dev := d.takeUnusedDevice(gen)
+	if dev == nil {
 		return 0, nil
 	}
-	if h.restores--; h.restores > 0 {
-		d.devMu.Unlock()
-		return 0, nil
-	}
-	delete(d.devices, gen)
 	t := time.Now()
-	ack := h.dev.Release()
-	d.devMu.Unlock()
 	select {
-	case <-ack:
+	case <-dev.Release():
 	case <-ctx.Done():
 		return time.Since(t), fmt.Errorf("release memory device generation %d: %w", gen, ctx.Err())
 	}
 	took := time.Since(t)
-	d.releasedBytes.Add(h.dev.Counters().BytesRead)
-	d.engine.Forget(restore.DeviceFile, gen)
+	d.releasedBytes.Add(dev.Counters().BytesRead)
+	d.engine.Forget(config.DeviceFile, gen)
 	d.log.Info("device released", "generation", gen, "release_ack", took)
 	return took, nil
+}
+
+// takeUnusedDevice removes and returns the daemon's reference to gen when
+// no listed restore runs on it; nil otherwise.
+func (d *Daemon) takeUnusedDevice(gen uint64) *fusedev.Device {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, r := range d.restores {
+		if r.info.Device == config.DeviceFile && r.info.Generation == gen {
+			return nil
+		}
+	}
+	d.devMu.Lock()
+	defer d.devMu.Unlock()
+	dev := d.devices[gen]
+	delete(d.devices, gen)
+	return dev
 }
 
 // heldDevices is how many device generations the daemon holds.
@@ -87,8 +96,8 @@ func (d *Daemon) deviceBytes() uint64 {
 	total := d.releasedBytes.Load() + d.uffdBytes.Load()
 	d.devMu.Lock()
 	defer d.devMu.Unlock()
-	for _, h := range d.devices {
-		total += h.dev.Counters().BytesRead
+	for _, dev := range d.devices {
+		total += dev.Counters().BytesRead
 	}
 	return total
 }

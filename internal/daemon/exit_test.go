@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"warmstart/internal/config"
 	"warmstart/internal/daemon"
 	"warmstart/internal/restore"
 	"warmstart/internal/vmm"
@@ -52,7 +53,7 @@ func TestVMKilledAfterReady(t *testing.T) {
 	killed := vmm.ProcessExit{Code: -1, Signal: int(syscall.SIGKILL), SignalName: "killed"}
 	raw := rawClient(t, f.cfg.Daemon.Socket)
 
-	for i, device := range []string{restore.DeviceFile, restore.DeviceUffd} {
+	for i, device := range []string{config.DeviceFile, config.DeviceUffd} {
 		t.Run(device, func(t *testing.T) {
 			in, err := c.Restore(ctx, daemon.RestoreRequest{Snapshot: "k", Device: device, Prefetch: "on"})
 			if err != nil {

@@ -28,7 +28,9 @@ import (
 	"warmstart/internal/config"
 	"warmstart/internal/daemon"
 	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/node"
 	"warmstart/internal/repository/posixfs"
+	"warmstart/internal/role"
 	"warmstart/internal/synth"
 	"warmstart/internal/trace"
 	"warmstart/internal/vmm/replay"
@@ -36,6 +38,8 @@ import (
 
 // Environment of a daemon child process (see runChild).
 const (
+	// roleChildDaemon makes the test binary a daemon (runChild).
+	roleChildDaemon = "test-daemon"
 	// childConfigEnv names the configuration file the child daemon runs with.
 	childConfigEnv = "WARMSTART_DAEMON_TEST_CONFIG"
 	// childHoldEnv, when set, is a byte offset: the child's FUSE server
@@ -58,10 +62,10 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	replay.RunChildIfRequested()
-	if os.Getenv(childConfigEnv) != "" {
-		os.Exit(runChild())
-	}
+	role.Roles{
+		replay.RoleReplayVMM: replay.ChildMain,
+		roleChildDaemon:      runChild,
+	}.Dispatch()
 	os.Setenv("GORACE", os.Getenv("GORACE")+" atexit_sleep_ms=0")
 	os.Exit(m.Run())
 }
@@ -271,7 +275,7 @@ func (f *fixture) options(t *testing.T) daemon.Options {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vm, err := daemon.NewVMM(f.cfg)
+	vm, err := node.NewVMM(context.Background(), f.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,7 +399,7 @@ func runChild() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	vm, err := daemon.NewVMM(cfg)
+	vm, err := node.NewVMM(context.Background(), cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -603,7 +607,7 @@ func newChildCmd(cfgPath string, extra ...string) *exec.Cmd {
 		exe = os.Args[0]
 	}
 	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), childConfigEnv+"="+cfgPath), extra...)
+	cmd.Env = append(append(role.Environ(os.Environ(), roleChildDaemon), childConfigEnv+"="+cfgPath), extra...)
 	// A child whose test died must not keep serving its mount.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd

@@ -21,8 +21,8 @@ import (
 
 // Residency is how much of a file the page cache holds.
 type Residency struct {
-	Resident int64 // pages in the page cache
-	Total    int64 // pages in the file
+	Resident int64 `json:"resident_pages"` // pages in the page cache
+	Total    int64 `json:"total_pages"`    // pages in the file
 }
 
 // Full reports whether every page is resident.

@@ -53,11 +53,13 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+
+	"warmstart/internal/config"
 )
 
 // Defaults are the seed's figures.
 const (
-	DefaultMaxReaders     = 4
+	DefaultMaxReaders     = config.DefaultPrefetchMaxReaders
 	DefaultReadersPerTask = 1
 	DefaultBufferBytes    = 1 << 20
 )

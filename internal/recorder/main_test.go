@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"warmstart/internal/config"
 	"warmstart/internal/layout"
 	"warmstart/internal/manifest"
 	"warmstart/internal/memdev/fusedev"
@@ -19,6 +20,7 @@ import (
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/restore"
+	"warmstart/internal/role"
 	"warmstart/internal/synth"
 	"warmstart/internal/trace"
 	"warmstart/internal/vmm"
@@ -26,7 +28,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	replay.RunChildIfRequested()
+	role.Roles{replay.RoleReplayVMM: replay.ChildMain}.Dispatch()
 	os.Setenv("GORACE", os.Getenv("GORACE")+" atexit_sleep_ms=0")
 	dir, err := os.MkdirTemp("", "warmstart-recorder-test-")
 	if err != nil {
@@ -47,7 +49,7 @@ const (
 	testTimeout = 20 * time.Second
 )
 
-var devices = []string{restore.DeviceFile, restore.DeviceUffd}
+var devices = []string{config.DeviceFile, config.DeviceUffd}
 
 // sharedDir holds the reference snapshot files that every test publishes
 // (hard-linked into each test's repository, never modified).

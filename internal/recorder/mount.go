@@ -16,7 +16,8 @@ import (
 const TraceReadAheadBytes = 4096
 
 // TracingRestorer returns a restorer for recording: base's VMM and runtime
-// directory, with its own FUSE mount at dir whose read requests are exactly
+// directory (never base's Observe: recording restores are throwaway and
+// traced, and would only blur restore metrics), with its own FUSE mount at dir whose read requests are exactly
 // the touched pages, and its own prefetch engine (recording never
 // prefetches, and the mount numbers its generations apart from base's).
 // close unmounts it.
@@ -40,7 +41,6 @@ func TracingRestorerWith(base *restore.Restorer, dir string, mount fusedev.Optio
 		VMM:            base.VMM,
 		RuntimeDir:     base.RuntimeDir,
 		Log:            base.Log,
-		Observe:        base.Observe,
 		ConnectTimeout: base.ConnectTimeout,
 	}
 	return r, srv.Close, nil

@@ -11,9 +11,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warmstart/internal/config"
 	"warmstart/internal/manifest"
 	"warmstart/internal/recorder"
-	"warmstart/internal/restore"
 	"warmstart/internal/trace"
 )
 
@@ -71,7 +71,7 @@ func TestRecordedManifestIsTraceCoalesced(t *testing.T) {
 			if res.Ranges != len(got.Ranges) || res.Bytes != got.TotalBytes() {
 				t.Errorf("result says %d ranges, %d bytes; the manifest has %d, %d", res.Ranges, res.Bytes, len(got.Ranges), got.TotalBytes())
 			}
-			if device == restore.DeviceUffd {
+			if device == config.DeviceUffd {
 				if !slices.Equal(got.Ranges, want.Ranges) {
 					t.Errorf("manifest ranges differ from the trace's coalesced pages: got %d ranges, want %d", len(got.Ranges), len(want.Ranges))
 				}
@@ -190,7 +190,7 @@ func TestPublicationRacingDeletion(t *testing.T) {
 			if s.want == either {
 				rounds = racingRounds
 			}
-			if s.name == "at first device read" && device != restore.DeviceFile {
+			if s.name == "at first device read" && device != config.DeviceFile {
 				continue // the uffd device has no read hook
 			}
 			for range rounds {

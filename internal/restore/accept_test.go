@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"warmstart/internal/config"
 	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/restore"
 	"warmstart/internal/trace"
@@ -75,7 +76,7 @@ func TestUffdVMMDiesBeforeConnecting(t *testing.T) {
 		// the test; a correct one fails long before it.
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		t0 := time.Now()
-		inst, err := r.Restore(ctx, src, restore.Options{Device: restore.DeviceUffd, Prefetch: restore.ModeOff})
+		inst, err := r.Restore(ctx, src, restore.Options{Device: config.DeviceUffd, Prefetch: restore.ModeOff})
 		took := time.Since(t0)
 		cancel()
 		if err == nil {
@@ -190,7 +191,7 @@ func TestUffdRestoreFailsAfterConnectTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	t0 := time.Now()
-	inst, err := r.Restore(ctx, src, restore.Options{Device: restore.DeviceUffd, Prefetch: restore.ModeOff})
+	inst, err := r.Restore(ctx, src, restore.Options{Device: config.DeviceUffd, Prefetch: restore.ModeOff})
 	took := time.Since(t0)
 	if err == nil {
 		inst.Stop(context.Background())
@@ -238,7 +239,7 @@ func TestUffdRestoreEndsWithItsContext(t *testing.T) {
 	}()
 	done := make(chan error, 1)
 	go func() {
-		inst, err := r.Restore(ctx, src, restore.Options{Device: restore.DeviceUffd, Prefetch: restore.ModeOff})
+		inst, err := r.Restore(ctx, src, restore.Options{Device: config.DeviceUffd, Prefetch: restore.ModeOff})
 		if err == nil {
 			inst.Stop(context.Background())
 		}

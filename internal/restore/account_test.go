@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"warmstart/internal/config"
 	"warmstart/internal/manifest"
 	"warmstart/internal/memdev"
 	"warmstart/internal/restore"
@@ -92,7 +93,7 @@ func TestStartupSetAccounting(t *testing.T) {
 						readAhead++
 					}
 				}
-				if device == restore.DeviceUffd && readAhead != 0 {
+				if device == config.DeviceUffd && readAhead != 0 {
 					t.Errorf("uffd installs exactly the plan, yet %d dropped pages were installed", readAhead)
 				}
 				expectCounts(t, inst.StartupSet, startupset.Report{StartupSetPages: n - dropped, InTimePages: n - dropped, MissedPages: dropped - readAhead})

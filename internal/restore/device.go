@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warmstart/internal/config"
 	"warmstart/internal/integrity"
 	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/fusedev"
@@ -22,7 +23,7 @@ import (
 // or faults through, and what prefetch fills. The restore sequence is the
 // same for every device; what differs lives behind these methods.
 type memoryDevice interface {
-	// kind is DeviceFile or DeviceUffd; it names the device's prefetch
+	// kind is config.DeviceFile or config.DeviceUffd; it names the device's prefetch
 	// key space.
 	kind() string
 	// generation numbers the device: a file device generation, shared by
@@ -75,7 +76,7 @@ func (r *Restorer) attachFile(src Source, opts Options, digests *integrity.Table
 		return nil, fmt.Errorf("attach memory device: %w", integrityIf(err))
 	}
 	d := &fileDevice{dev: dev}
-	if opts.IOEngine == fusedev.IOEngineDirect {
+	if opts.IOEngine == config.IOEngineDirect {
 		if err := fusedev.CheckMappable(dev.Path()); err != nil {
 			d.release(context.Background(), func() {})
 			return nil, err
@@ -87,7 +88,7 @@ func (r *Restorer) attachFile(src Source, opts Options, digests *integrity.Table
 	return d, nil
 }
 
-func (d *fileDevice) kind() string                                { return DeviceFile }
+func (d *fileDevice) kind() string                                { return config.DeviceFile }
 func (d *fileDevice) generation() uint64                          { return d.dev.Generation() }
 func (d *fileDevice) servesBeforeVM() bool                        { return true }
 func (d *fileDevice) connect(context.Context, vmm.Instance) error { return nil }
@@ -179,7 +180,7 @@ func (r *Restorer) listenUffd(src Source, opts Options, runDir string, digests *
 	return d, nil
 }
 
-func (d *uffdDevice) kind() string          { return DeviceUffd }
+func (d *uffdDevice) kind() string          { return config.DeviceUffd }
 func (d *uffdDevice) generation() uint64    { return d.number }
 func (d *uffdDevice) servesBeforeVM() bool  { return false }
 func (d *uffdDevice) gone() <-chan struct{} { return d.handlerGone }

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"warmstart/internal/config"
 	"warmstart/internal/restore"
 	"warmstart/internal/vmm"
 )
@@ -24,7 +25,7 @@ func TestVMKilledAfterReady(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	src := e.source(t)
 
-	t.Run(restore.DeviceFile, func(t *testing.T) {
+	t.Run(config.DeviceFile, func(t *testing.T) {
 		first := e.manifest(t).Ranges[0].Offset
 		gate := e.holdReadsAt(t, first)
 		r, vm, _ := e.restorerWithTrace(t, farTrace(t, first))
@@ -89,8 +90,8 @@ func TestVMKilledAfterReady(t *testing.T) {
 		checkExitsObserved(t, e.observer, 1)
 	})
 
-	t.Run(restore.DeviceUffd, func(t *testing.T) {
-		inst := e.restore(t, e.restorer, src, restore.Options{Device: restore.DeviceUffd, Prefetch: restore.ModeOn})
+	t.Run(config.DeviceUffd, func(t *testing.T) {
+		inst := e.restore(t, e.restorer, src, restore.Options{Device: config.DeviceUffd, Prefetch: restore.ModeOn})
 		proc := e.vm.last(t)
 		checkRunning(t, inst)
 		killVM(t, inst, proc.PID())

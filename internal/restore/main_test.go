@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"warmstart/internal/config"
 	"warmstart/internal/layout"
 	"warmstart/internal/manifest"
 	"warmstart/internal/memdev/fusedev"
@@ -24,6 +25,7 @@ import (
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/restore"
+	"warmstart/internal/role"
 	"warmstart/internal/synth"
 	"warmstart/internal/trace"
 	"warmstart/internal/vmm"
@@ -31,7 +33,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	replay.RunChildIfRequested()
+	role.Roles{replay.RoleReplayVMM: replay.ChildMain}.Dispatch()
 	os.Setenv("GORACE", os.Getenv("GORACE")+" atexit_sleep_ms=0")
 	dir, err := os.MkdirTemp("", "warmstart-restore-test-")
 	if err != nil {
@@ -54,7 +56,7 @@ const referenceSeed = 7
 // so that a failure reports instead of hanging the package.
 const testTimeout = 20 * time.Second
 
-var devices = []string{restore.DeviceFile, restore.DeviceUffd}
+var devices = []string{config.DeviceFile, config.DeviceUffd}
 
 // sharedDir holds the reference snapshot files that every test publishes
 // (hard-linked into each test's repository, never modified).
@@ -151,7 +153,7 @@ type env struct {
 func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
 	if o.device == "" {
-		o.device = restore.DeviceFile
+		o.device = config.DeviceFile
 	}
 	dir := t.TempDir()
 	e := &env{dir: dir, log: &syncBuffer{}, observer: &observer{}}
@@ -633,7 +635,7 @@ func TestEndToEndPrefetch(t *testing.T) {
 				vm := e.vm.last(t)
 				stop(t, inst)
 				checkGone(t, vm)
-				if device == restore.DeviceFile {
+				if device == config.DeviceFile {
 					// The release was acknowledged: the key's next attach
 					// gets a new generation.
 					dev, err := e.srv.Attach(e.id, src.MemoryPath, 0)

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"warmstart/internal/config"
 	"warmstart/internal/manifest"
 	"warmstart/internal/prefetch"
 )
@@ -18,8 +19,9 @@ type Policy struct {
 	Readers int `json:"readers"`
 	// BufferBytes is each reader's buffer, and so the largest single read.
 	BufferBytes int `json:"buffer_bytes"`
-	// MaxReaders is the per-process cap on reads in progress that the
-	// policy was designed for; the engine enforces the process's own cap.
+	// MaxReaders is the per-process limit on reads in progress that the
+	// policy was designed for; the engine enforces the process's own
+	// (config.DefaultPrefetchMaxReaders says how the two relate).
 	MaxReaders int `json:"max_readers"`
 	// Sorted reads the working set in file order instead of first-touch order.
 	Sorted bool `json:"sorted"`
@@ -41,23 +43,23 @@ var policies = map[string]Policy{
 	// The seed: one reader per task, a 1 MiB buffer, at most four readers per
 	// process, through the device, in first-touch order, concurrently with
 	// the restore.
-	"seed": {Name: "seed", Readers: 1, BufferBytes: 1 << 20, MaxReaders: 4},
+	config.PolicySeed: {Name: config.PolicySeed, Readers: 1, BufferBytes: 1 << 20, MaxReaders: config.DefaultPrefetchMaxReaders},
 	// REAP (vHive): the whole recorded working set in one sequential pass,
 	// installed before the VM runs.
-	"reap": {Name: "reap", Readers: 1, BufferBytes: 4 << 20, MaxReaders: 1, Sorted: true, BeforeStart: true},
+	config.PolicyREAP: {Name: config.PolicyREAP, Readers: 1, BufferBytes: 4 << 20, MaxReaders: 1, Sorted: true, BeforeStart: true},
 	// E2B: first-touch order, page by page, several workers, concurrently.
-	"e2b": {Name: "e2b", Readers: 8, BufferBytes: 4096, MaxReaders: 8},
+	config.PolicyE2B: {Name: config.PolicyE2B, Readers: 8, BufferBytes: 4096, MaxReaders: 8},
 	// warmstart (measured on the reference snapshot, see README): the
 	// device fills its own page cache (one lower-file read and one store
 	// per run, where a buffered read through the device file costs a FUSE
 	// round trip per readahead window), the whole plan is hinted to storage
 	// up front, and two readers (one per core here) fill in first-touch
 	// order concurrently with the restore.
-	"warmstart": {Name: "warmstart", Readers: 2, BufferBytes: 1 << 20, MaxReaders: 4, Fill: true, Hint: true},
+	config.PolicyWarmstart: {Name: config.PolicyWarmstart, Readers: 2, BufferBytes: 1 << 20, MaxReaders: config.DefaultPrefetchMaxReaders, Fill: true, Hint: true},
 }
 
 // DefaultPolicy is the policy a restore uses unless told otherwise.
-const DefaultPolicy = "warmstart"
+const DefaultPolicy = config.PolicyWarmstart
 
 // PolicyNames lists the known policies in a stable order.
 func PolicyNames() []string {

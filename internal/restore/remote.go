@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 
+	"warmstart/internal/config"
 	"warmstart/internal/manifest"
 	"warmstart/internal/memdev/fusedev"
 )
@@ -37,7 +38,7 @@ func (r *Restorer) attachFileDevice(key string, src Source, ioEngine int, v *fus
 
 // checkDevice refuses device and source pairs that cannot work.
 func checkDevice(src Source, device string) error {
-	if src.Memory != nil && device == DeviceUffd {
+	if src.Memory != nil && device == config.DeviceUffd {
 		return fmt.Errorf("restore %s: the uffd device serves a local memory file; "+
 			"snapshots read from a remote repository restore on the file device", src.SnapshotID)
 	}

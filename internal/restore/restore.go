@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"warmstart/internal/config"
 	"warmstart/internal/fsx"
 	"warmstart/internal/layout"
 	"warmstart/internal/manifest"
@@ -50,33 +51,27 @@ func ParseMode(s string) (Mode, error) {
 	return "", fmt.Errorf("prefetch mode %q: want auto, on or off", s)
 }
 
-// Device kinds.
-const (
-	DeviceFile = "file"
-	DeviceUffd = "uffd"
-)
-
 // Source is what a restore needs from the repository. Resolving it is not
 // part of a restore (nor of its timing).
 type Source struct {
-	SnapshotID   string
-	VMStatePath  string
-	MemoryPath   string
-	Layout       layout.Layout
-	ManifestPath string
+	SnapshotID   string        `json:"snapshot_id"`
+	VMStatePath  string        `json:"vm_state_path"`
+	MemoryPath   string        `json:"memory_path"`
+	Layout       layout.Layout `json:"layout"`
+	ManifestPath string        `json:"manifest_path,omitempty"`
 	// Manifest is the descriptor the record carries; nil when none is attached.
-	Manifest *manifest.Descriptor
+	Manifest *manifest.Descriptor `json:"manifest,omitempty"`
 	// Memory, when set, serves the memory instead of MemoryPath (snapshots
 	// in a remote repository; see remote.go).
 	Memory repository.MemorySource `json:"-"`
 	// VMStateSize and VMStateSHA256 are what the record says of the VMM
 	// state file; the restore checks it before the VMM reads it.
-	VMStateSize   int64
-	VMStateSHA256 string
+	VMStateSize   int64  `json:"vm_state_size"`
+	VMStateSHA256 string `json:"vm_state_sha256"`
 	// Digests and DigestsPath are the memory file's digest table; the
 	// memory device checks every block against it (see verify.go).
-	Digests     *repository.DigestsDescriptor
-	DigestsPath string
+	Digests     *repository.DigestsDescriptor `json:"digests,omitempty"`
+	DigestsPath string                        `json:"digests_path,omitempty"`
 }
 
 // SourceOf adapts a resolved repository record.
@@ -251,7 +246,7 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (*Inst
 // withDefaults fills in the file device and the default policy.
 func (o Options) withDefaults() Options {
 	if o.Device == "" {
-		o.Device = DeviceFile
+		o.Device = config.DeviceFile
 	}
 	if o.Policy.Name == "" {
 		o.Policy, _ = LookupPolicy(DefaultPolicy)
@@ -315,14 +310,14 @@ func (inst *Instance) acquire(src Source, opts Options) error {
 		return err
 	}
 	switch opts.Device {
-	case DeviceFile:
+	case config.DeviceFile:
 		d, err := r.attachFile(src, opts, digests)
 		if err != nil {
 			return err
 		}
 		inst.device = d
 		inst.stopObserving = d.dev.Observe(inst.rec)
-	case DeviceUffd:
+	case config.DeviceUffd:
 		d, err := r.listenUffd(src, opts, inst.runDir, digests, inst.rec)
 		if err != nil {
 			return err
@@ -531,7 +526,7 @@ func (r *Restorer) planPrefetch(src Source, opts Options, rep *PrefetchReport) (
 	case src.Manifest == nil:
 		r.skipQuiet(rep, "snapshot has no startup manifest")
 		return nil, ""
-	case opts.Device == DeviceFile && opts.IOEngine == fusedev.IOEngineDirect:
+	case opts.Device == config.DeviceFile && opts.IOEngine == config.IOEngineDirect:
 		// Device prefetch through direct I/O would bypass the very cache
 		// the VMM faults from; the seed skips it and so do we.
 		r.skip(rep, src.SnapshotID, "io_engine 2 (direct I/O): prefetch not validated for this engine")

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"warmstart/internal/config"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/restore"
 )
@@ -302,7 +303,7 @@ func TestPrefetchKeysSeparateDevices(t *testing.T) {
 		return dev.Generation()
 	}
 	lastUffd := func() uint64 {
-		inst := e.restore(t, e.restorer, src, restore.Options{Device: restore.DeviceUffd, Prefetch: restore.ModeOff})
+		inst := e.restore(t, e.restorer, src, restore.Options{Device: config.DeviceUffd, Prefetch: restore.ModeOff})
 		stop(t, inst)
 		return inst.Generation
 	}
@@ -321,7 +322,7 @@ func TestPrefetchKeysSeparateDevices(t *testing.T) {
 	opts := restore.Options{Prefetch: restore.ModeOn, Policy: policy(t, "seed")}
 	file := e.restore(t, e.restorer, src, opts)
 	waitFor(t, restore.PrefetchSubscription(file).Done(), "the file device's prefetch to end")
-	opts.Device = restore.DeviceUffd
+	opts.Device = config.DeviceUffd
 	vm := e.restore(t, e.restorer, src, opts)
 	if file.Generation != vm.Generation {
 		t.Fatalf("file generation %d, uffd session %d: the counters were not aligned", file.Generation, vm.Generation)

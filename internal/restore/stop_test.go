@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"warmstart/internal/config"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/repository"
@@ -88,7 +89,7 @@ func TestUffdHandlerDeathFailsRestore(t *testing.T) {
 		t.Run("session closed/prefetch "+string(mode), func(t *testing.T) {
 			r := *e.restorer
 			restore.SetSessionHook(&r, func(s *uffd.Session) { s.Close() })
-			err := restoreFails(t, &r, src, restore.Options{Device: restore.DeviceUffd, Prefetch: mode})
+			err := restoreFails(t, &r, src, restore.Options{Device: config.DeviceUffd, Prefetch: mode})
 			if !strings.Contains(err.Error(), "page-fault handler stopped") {
 				t.Errorf("error %q does not say the handler stopped", err)
 			}
@@ -105,7 +106,7 @@ func TestUffdHandlerDeathFailsRestore(t *testing.T) {
 		// Without a digest table the handler finds out only from the
 		// VMM's regions.
 		bad.Digests = nil
-		err := restoreFails(t, e.restorer, bad, restore.Options{Device: restore.DeviceUffd, Prefetch: restore.ModeOn})
+		err := restoreFails(t, e.restorer, bad, restore.Options{Device: config.DeviceUffd, Prefetch: restore.ModeOn})
 		if !strings.Contains(err.Error(), "accept the VMM's userfaultfd") {
 			t.Errorf("error %q does not say the handshake failed", err)
 		}
@@ -116,7 +117,7 @@ func TestUffdHandlerDeathFailsRestore(t *testing.T) {
 		copyPrefix(t, src.MemoryPath, short, memoryBytes/2)
 		bad := src
 		bad.MemoryPath = short
-		err := restoreFails(t, e.restorer, bad, restore.Options{Device: restore.DeviceUffd, Prefetch: restore.ModeOn})
+		err := restoreFails(t, e.restorer, bad, restore.Options{Device: config.DeviceUffd, Prefetch: restore.ModeOn})
 		if !errors.Is(err, repository.ErrIntegrity) {
 			t.Errorf("error %q is not an integrity error", err)
 		}
@@ -171,7 +172,7 @@ func TestDirectIOSkipsPrefetch(t *testing.T) {
 	src := e.source(t)
 	for _, mode := range []restore.Mode{restore.ModeAuto, restore.ModeOn} {
 		e.log.take()
-		inst, err := restoreCleanly(t, e.restorer, src, restore.Options{IOEngine: fusedev.IOEngineDirect, Prefetch: mode})
+		inst, err := restoreCleanly(t, e.restorer, src, restore.Options{IOEngine: config.IOEngineDirect, Prefetch: mode})
 		if err != nil {
 			if !errors.Is(err, fusedev.ErrNotMappable) {
 				t.Fatalf("io_engine 2: %v, want a restore or an error wrapping ErrNotMappable", err)
@@ -190,15 +191,15 @@ func TestDirectIOSkipsPrefetch(t *testing.T) {
 		}
 		// The generation still serves with direct I/O: attaching the key
 		// with io_engine 2 shares it, with io_engine 0 conflicts.
-		same, err := e.srv.Attach(e.id, src.MemoryPath, fusedev.IOEngineDirect)
+		same, err := e.srv.Attach(e.id, src.MemoryPath, config.IOEngineDirect)
 		if err != nil {
 			t.Fatalf("attach with io_engine 2: %v", err)
 		}
-		if same.Generation() != inst.Generation || same.IOEngine() != fusedev.IOEngineDirect {
+		if same.Generation() != inst.Generation || same.IOEngine() != config.IOEngineDirect {
 			t.Errorf("generation %d io_engine %d, want %d with io_engine 2", same.Generation(), same.IOEngine(), inst.Generation)
 		}
 		<-same.Release()
-		if _, err := e.srv.Attach(e.id, src.MemoryPath, fusedev.IOEngineBuffered); !errors.Is(err, fusedev.ErrAttachConflict) {
+		if _, err := e.srv.Attach(e.id, src.MemoryPath, config.IOEngineBuffered); !errors.Is(err, fusedev.ErrAttachConflict) {
 			t.Errorf("attach with io_engine 0 during a direct I/O restore: %v, want ErrAttachConflict", err)
 		}
 		stop(t, inst)

@@ -35,10 +35,9 @@ import (
 
 	"warmstart/internal/bench"
 	"warmstart/internal/chunkcache"
-	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/config"
 	"warmstart/internal/miniotest"
-	"warmstart/internal/prefetch"
-	"warmstart/internal/recorder"
+	"warmstart/internal/node"
 	"warmstart/internal/reference"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/s3"
@@ -178,7 +177,7 @@ type harness struct {
 	o        Options
 	store    *miniotest.Server
 	proxy    *miniotest.Proxy
-	srv      *fusedev.Server
+	node     *node.Node
 	restorer *restore.Restorer
 	repoOpts s3.Options
 	snapID   string
@@ -188,7 +187,7 @@ type harness struct {
 
 // Run prepares the store and the reference snapshot, runs the blocks and
 // summarizes them. It needs the MinIO binary (miniotest.Find) and a
-// process whose main calls replay.RunChildIfRequested first.
+// process whose main dispatches replay.RoleReplayVMM (internal/role) first.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := o.fill(); err != nil {
 		return nil, err
@@ -236,17 +235,6 @@ func prepare(ctx context.Context, o Options) (*harness, error) {
 	if h.proxy, err = miniotest.NewProxy(h.store.Endpoint); err != nil {
 		return h, fmt.Errorf("s3 bench: %w", err)
 	}
-	if h.srv, err = fusedev.Mount(filepath.Join(o.WorkDir, "mnt"), fusedev.Options{}); err != nil {
-		return h, fmt.Errorf("s3 bench: %w", err)
-	}
-	refDir := filepath.Join(o.WorkDir, "reference")
-	tracePath := synth.PathsIn(refDir).Trace
-	h.restorer = &restore.Restorer{
-		FUSE:       h.srv,
-		Engine:     prefetch.NewEngine(prefetch.Options{}),
-		VMM:        &replay.VMM{TracePath: tracePath},
-		RuntimeDir: filepath.Join(o.WorkDir, "run"),
-	}
 	h.repoOpts = s3.Options{
 		Endpoint: "http://" + h.proxy.Addr, Bucket: bucket, Region: "us-east-1", Prefix: "bench",
 		AddressingStyle: "path", AccessKeyID: miniotest.AccessKey, SecretAccessKey: miniotest.SecretKey,
@@ -259,12 +247,14 @@ func prepare(ctx context.Context, o Options) (*harness, error) {
 		return h, err
 	}
 	defer pub.Close()
-	tracing, closeTracing, err := recorder.TracingRestorer(h.restorer, filepath.Join(o.WorkDir, "recmnt"))
-	if err != nil {
+	ws := node.Workspace{Dir: o.WorkDir, Device: config.DeviceFile, Repository: pub}
+	if h.node, err = ws.Open(ctx); err != nil {
 		return h, fmt.Errorf("s3 bench: %w", err)
 	}
-	defer closeTracing()
-	rec := &recorder.Recorder{Repo: pub, Restorer: tracing, Device: restore.DeviceFile}
+	h.restorer = h.node.Restorer
+	refDir := ws.ReferenceDir()
+	tracePath := synth.PathsIn(refDir).Trace
+	rec := h.node.Recorder
 	fmt.Fprintf(o.Progress, "publishing the %d MiB reference snapshot (seed %d) to MinIO and recording its manifest\n", o.MemoryBytes>>20, o.Seed)
 	snap, job, err := reference.Publish(ctx, pub, rec, reference.Options{Dir: refDir, MemoryBytes: o.MemoryBytes, Seed: o.Seed})
 	if err != nil {
@@ -310,8 +300,8 @@ func concurrency(w chunkcache.WarmOptions) int {
 }
 
 func (h *harness) close() {
-	if h.srv != nil {
-		h.srv.Close()
+	if h.node != nil {
+		h.node.Close()
 	}
 	if h.proxy != nil {
 		h.proxy.Close()
@@ -356,7 +346,7 @@ func (h *harness) trial(ctx context.Context, block int, c Condition) (Trial, err
 			return Trial{}, fmt.Errorf("fill the node cache: %w", err)
 		}
 	}
-	opts := restore.Options{Device: restore.DeviceFile, Prefetch: restore.ModeOff}
+	opts := restore.Options{Device: config.DeviceFile, Prefetch: restore.ModeOff}
 	if c.Prefetch == PrefetchOn {
 		opts.Prefetch = restore.ModeOn
 		if opts.Policy, err = restore.LookupPolicy(h.o.Policy); err != nil {

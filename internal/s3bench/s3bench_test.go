@@ -9,11 +9,12 @@ import (
 
 	"warmstart/internal/chunkcache"
 	"warmstart/internal/miniotest"
+	"warmstart/internal/role"
 	"warmstart/internal/vmm/replay"
 )
 
 func TestMain(m *testing.M) {
-	replay.RunChildIfRequested()
+	role.Roles{replay.RoleReplayVMM: replay.ChildMain}.Dispatch()
 	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	os.Exit(m.Run())
 }

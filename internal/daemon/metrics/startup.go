@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"warmstart/internal/chunkcache"
+	"warmstart/internal/config"
 	"warmstart/internal/memdev"
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
@@ -70,7 +71,7 @@ func newStartupMetrics(reg *prometheus.Registry) *startupMetrics {
 			Buckets: prometheus.ExponentialBuckets(repositoryBucketStartSeconds, 4, 10),
 		}),
 	}
-	for _, device := range []string{restore.DeviceFile, restore.DeviceUffd} {
+	for _, device := range []string{config.DeviceFile, config.DeviceUffd} {
 		m.demandFault.WithLabelValues(device)
 		for _, pf := range []string{restore.PrefetchLabelOn, restore.PrefetchLabelOff, restore.PrefetchLabelSkipped} {
 			for _, policy := range restore.PolicyNames() {

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"warmstart/internal/chunkcache"
+	"warmstart/internal/config"
 	"warmstart/internal/memdev"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/repository"
@@ -31,7 +32,7 @@ func newSet() *Set {
 // fixed ones (no snapshot or restore ids).
 func TestOutcomeSeriesExistFromStart(t *testing.T) {
 	s := newSet()
-	for _, device := range []string{restore.DeviceFile, restore.DeviceUffd} {
+	for _, device := range []string{config.DeviceFile, config.DeviceUffd} {
 		series(t, s, metricDemandFaultSecs, map[string]string{"device": device})
 		for _, pf := range []string{"on", "off", "skipped"} {
 			for _, policy := range restore.PolicyNames() {
@@ -78,7 +79,7 @@ func TestRestoreReadyCountsOutcomes(t *testing.T) {
 	s := newSet()
 	ms := time.Millisecond
 	s.RestoreReady(restore.ReadyOutcome{
-		Device: restore.DeviceUffd, Prefetch: "on", Policy: "warmstart",
+		Device: config.DeviceUffd, Prefetch: "on", Policy: "warmstart",
 		Timings:    restore.Timings{Ready: 40 * ms},
 		StartupSet: startupset.Report{InTimePages: 90, LatePages: 7, UnusedPages: 3, MissedPages: 2},
 		Events: []startupset.Event{

@@ -18,12 +18,17 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warmstart/internal/layout"
+	"warmstart/internal/role"
 )
 
-// The test binary doubles as the consumer process: with childSpecEnv set,
-// TestMain runs one childSpec and exits. Consumers must be other processes,
-// because faulting on memory this process serves would deadlock it.
-const childSpecEnv = "FUSEDEV_TEST_CHILD"
+// The test binary doubles as the consumer process: in role roleConsumer,
+// TestMain runs the childSpec in childSpecEnv and exits. Consumers must be
+// other processes, because faulting on memory this process serves would
+// deadlock it.
+const (
+	roleConsumer = "test-fusedev-consumer"
+	childSpecEnv = "FUSEDEV_TEST_CHILD"
+)
 
 // childPauseLine is printed by a child that waits for a line on stdin.
 const childPauseLine = "PAUSED"
@@ -75,9 +80,7 @@ type childResult struct {
 }
 
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(childSpecEnv); spec != "" {
-		os.Exit(runChild(spec))
-	}
+	role.Roles{roleConsumer: func() int { return runChild(os.Getenv(childSpecEnv)) }}.Dispatch()
 	os.Exit(m.Run())
 }
 
@@ -249,7 +252,7 @@ func startChild(t *testing.T, spec childSpec) *child {
 	}
 	c := &child{t: t, cmd: exec.Command(os.Args[0], "-test.run=^$")}
 	// The race detector otherwise sleeps a second at every child's exit.
-	c.cmd.Env = append(os.Environ(), childSpecEnv+"="+string(raw),
+	c.cmd.Env = append(role.Environ(os.Environ(), roleConsumer), childSpecEnv+"="+string(raw),
 		"GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	c.cmd.Stderr = &c.stderr
 	if c.stdin, err = c.cmd.StdinPipe(); err != nil {

@@ -14,20 +14,14 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"warmstart/internal/config"
 	"warmstart/internal/fsx"
 	"warmstart/internal/memdev"
 )
 
-// I/O engines, as the seed's io_engine setting names them.
-const (
-	// IOEngineBuffered and IOEngineBufferedAlt open device files with
-	// FOPEN_KEEP_CACHE; the seed distinguishes them below the device, here
-	// they behave the same.
-	IOEngineBuffered    = 0
-	IOEngineBufferedAlt = 1
-	// IOEngineDirect opens device files with FOPEN_DIRECT_IO.
-	IOEngineDirect = 2
-)
+// I/O engines are config's (config.IOEngine*): the buffered ones open
+// device files with FOPEN_KEEP_CACHE, config.IOEngineDirect with
+// FOPEN_DIRECT_IO.
 
 // maxNameBytes is the longest file name Linux accepts.
 const maxNameBytes = 255
@@ -88,7 +82,7 @@ func (s *Server) AttachVerified(key, lowerPath string, ioEngine int, v *Verifier
 	if err := validKey(key); err != nil {
 		return nil, fmt.Errorf("attach %q: %w", key, err)
 	}
-	if ioEngine < IOEngineBuffered || ioEngine > IOEngineDirect {
+	if !config.ValidIOEngine(ioEngine) {
 		return nil, fmt.Errorf("attach %q: %w: %d", key, ErrInvalidIOEngine, ioEngine)
 	}
 	path, err := filepath.Abs(lowerPath)
@@ -374,7 +368,7 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	if detached {
 		return nil, 0, syscall.ENOENT
 	}
-	if f.gen.ioEngine == IOEngineDirect {
+	if f.gen.ioEngine == config.IOEngineDirect {
 		return nil, fuse.FOPEN_DIRECT_IO, 0
 	}
 	return nil, fuse.FOPEN_KEEP_CACHE, 0

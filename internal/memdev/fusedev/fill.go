@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"time"
 
+	"warmstart/internal/config"
+
 	"golang.org/x/sys/unix"
 
 	"warmstart/internal/memdev"
@@ -38,7 +40,7 @@ const fillPageBytes = 4096
 // device file open while filling, so the kernel keeps its inode.
 func (d *Device) Fill(off int64, buf []byte) error {
 	g := d.gen
-	if g.ioEngine == IOEngineDirect {
+	if g.ioEngine == config.IOEngineDirect {
 		return fmt.Errorf("fill %s: %w: io_engine 2", g.name, ErrNotCached)
 	}
 	if off < 0 || off >= g.size {

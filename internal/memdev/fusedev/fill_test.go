@@ -5,6 +5,7 @@ import (
 	"os"
 	"testing"
 
+	"warmstart/internal/config"
 	"warmstart/internal/layout"
 )
 
@@ -15,7 +16,7 @@ func TestFillServesMappedFaultsFromCache(t *testing.T) {
 	const fileBytes = 8 << 20
 	lower := writeLower(t, fileBytes, 11)
 	srv := newServer(t, Options{})
-	d := attach(t, srv, "fill", lower, IOEngineBuffered)
+	d := attach(t, srv, "fill", lower, config.IOEngineBuffered)
 	defer func() { waitAck(t, d.Release()) }()
 	f, err := os.Open(d.Path()) // keeps the kernel inode, as restore does
 	if err != nil {
@@ -78,12 +79,12 @@ func TestFillServesMappedFaultsFromCache(t *testing.T) {
 func TestFillRefusedWithoutPageCache(t *testing.T) {
 	lower := writeLower(t, 1<<20, 12)
 	srv := newServer(t, Options{})
-	direct := attach(t, srv, "direct", lower, IOEngineDirect)
+	direct := attach(t, srv, "direct", lower, config.IOEngineDirect)
 	defer func() { waitAck(t, direct.Release()) }()
 	if err := direct.Fill(0, make([]byte, pageBytes)); !errors.Is(err, ErrNotCached) {
 		t.Fatalf("fill with io_engine 2: %v, want ErrNotCached", err)
 	}
-	unopened := attach(t, srv, "unopened", lower, IOEngineBuffered)
+	unopened := attach(t, srv, "unopened", lower, config.IOEngineBuffered)
 	defer func() { waitAck(t, unopened.Release()) }()
 	if err := unopened.Fill(0, make([]byte, pageBytes)); !errors.Is(err, ErrNotCached) {
 		t.Fatalf("fill before any lookup: %v, want ErrNotCached", err)

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warmstart/internal/config"
 	"warmstart/internal/layout"
 )
 
@@ -118,7 +119,7 @@ func TestMappedReadsMatchLowerFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := newServer(t, Options{})
-	for _, engine := range []int{IOEngineBuffered, IOEngineBufferedAlt, IOEngineDirect} {
+	for _, engine := range []int{config.IOEngineBuffered, config.IOEngineBufferedAsync, config.IOEngineDirect} {
 		for _, seed := range []uint64{11, 12} {
 			pages := randomPages(lay, 3000, seed+uint64(engine)*100)
 			want := lowerHash(t, lower, pages, pageBytes)
@@ -149,7 +150,7 @@ func TestKeepCacheSharesPageCache(t *testing.T) {
 	srv := newServer(t, Options{})
 
 	t.Run("one after the other", func(t *testing.T) {
-		d := attach(t, srv, "snap", lower, IOEngineBuffered)
+		d := attach(t, srv, "snap", lower, config.IOEngineBuffered)
 		defer func() { waitAck(t, d.Release()) }()
 		spec := childSpec{Mode: childMmap, Path: d.Path(), Layout: lay, Pages: pages}
 		if res := runChildSpec(t, spec); res.Hash != want {
@@ -166,13 +167,13 @@ func TestKeepCacheSharesPageCache(t *testing.T) {
 
 	t.Run("concurrently", func(t *testing.T) {
 		// The first VMM alone, on its own generation, sets the budget.
-		solo := attach(t, srv, "snap", lower, IOEngineBuffered)
+		solo := attach(t, srv, "snap", lower, config.IOEngineBuffered)
 		spec := childSpec{Mode: childMmap, Path: solo.Path(), Layout: lay, Pages: pages}
 		runChildSpec(t, spec)
 		one := solo.Counters().BytesRead
 		waitAck(t, solo.Release())
 
-		d := attach(t, srv, "snap", lower, IOEngineBuffered)
+		d := attach(t, srv, "snap", lower, config.IOEngineBuffered)
 		defer func() { waitAck(t, d.Release()) }()
 		if d.Generation() <= solo.Generation() {
 			t.Fatalf("generation %d after %d", d.Generation(), solo.Generation())
@@ -193,7 +194,7 @@ func TestKeepCacheSharesPageCache(t *testing.T) {
 	})
 
 	t.Run("buffered reads warm mappings", func(t *testing.T) {
-		d := attach(t, srv, "snap", lower, IOEngineBuffered)
+		d := attach(t, srv, "snap", lower, config.IOEngineBuffered)
 		defer func() { waitAck(t, d.Release()) }()
 		var whole []int64
 		for off := int64(0); off < fileBytes; off += 1 << 20 {
@@ -222,7 +223,7 @@ func TestDirectIO(t *testing.T) {
 	pages := randomPages(lay, 800, 31)
 	want := lowerHash(t, lower, pages, pageBytes)
 	srv := newServer(t, Options{})
-	d := attach(t, srv, "snap", lower, IOEngineDirect)
+	d := attach(t, srv, "snap", lower, config.IOEngineDirect)
 	defer func() { waitAck(t, d.Release()) }()
 
 	if err := CheckMappable(d.Path()); err != nil {
@@ -280,7 +281,7 @@ func TestReleaseWaitsForBlockedRead(t *testing.T) {
 	var unblockOnce sync.Once
 	release := func() { unblockOnce.Do(func() { close(unblock) }) }
 	t.Cleanup(release)
-	d := attach(t, srv, "snap", lower, IOEngineBuffered)
+	d := attach(t, srv, "snap", lower, config.IOEngineBuffered)
 	gen.Store(d.Generation())
 	path := d.Path()
 
@@ -332,7 +333,7 @@ func TestReleaseWaitsForBlockedRead(t *testing.T) {
 func TestReadAfterReleaseFails(t *testing.T) {
 	lower := writeLower(t, 4<<20, 12)
 	srv := newServer(t, Options{})
-	d := attach(t, srv, "snap", lower, IOEngineBuffered)
+	d := attach(t, srv, "snap", lower, config.IOEngineBuffered)
 	// The file is opened before the release and read after it.
 	c := startChild(t, childSpec{Mode: childRead, Path: d.Path(), Pages: []int64{1 << 20}, Pause: true})
 	c.waitPaused()
@@ -347,7 +348,7 @@ func TestLowerFileTruncated(t *testing.T) {
 	const fileBytes = 16 << 20
 	lower := writeLower(t, fileBytes, 5)
 	srv := newServer(t, Options{})
-	d := attach(t, srv, "snap", lower, IOEngineBuffered)
+	d := attach(t, srv, "snap", lower, config.IOEngineBuffered)
 	defer func() { waitAck(t, d.Release()) }()
 
 	// The VMM touches a page, the lower file shrinks, the VMM touches a
@@ -372,7 +373,7 @@ func TestLowerFileTruncated(t *testing.T) {
 
 	// The server keeps serving other devices.
 	other := writeLower(t, 4<<20, 6)
-	o := attach(t, srv, "other", other, IOEngineBuffered)
+	o := attach(t, srv, "other", other, config.IOEngineBuffered)
 	defer func() { waitAck(t, o.Release()) }()
 	pages := randomPages(layout.Single(4<<20), 100, 61)
 	if res := runChildSpec(t, childSpec{Mode: childMmap, Path: o.Path(), Layout: layout.Single(4 << 20), Pages: pages}); res.Hash != lowerHash(t, other, pages, pageBytes) {
@@ -384,19 +385,19 @@ func TestGenerations(t *testing.T) {
 	lower := writeLower(t, 1<<20, 7)
 	srv := newServer(t, Options{})
 
-	a := attach(t, srv, "snap", lower, IOEngineBuffered)
-	b := attach(t, srv, "snap", lower, IOEngineBuffered)
+	a := attach(t, srv, "snap", lower, config.IOEngineBuffered)
+	b := attach(t, srv, "snap", lower, config.IOEngineBuffered)
 	if a.Generation() != b.Generation() || a.Path() != b.Path() {
 		t.Fatalf("same key attached twice: generations %d, %d; paths %s, %s", a.Generation(), b.Generation(), a.Path(), b.Path())
 	}
-	if a.Size() != 1<<20 || a.IOEngine() != IOEngineBuffered {
+	if a.Size() != 1<<20 || a.IOEngine() != config.IOEngineBuffered {
 		t.Errorf("size %d io_engine %d", a.Size(), a.IOEngine())
 	}
-	other := attach(t, srv, "other", lower, IOEngineDirect)
+	other := attach(t, srv, "other", lower, config.IOEngineDirect)
 	if other.Generation() == a.Generation() {
 		t.Errorf("two keys share generation %d", a.Generation())
 	}
-	if _, err := srv.Attach("snap", lower, IOEngineDirect); !errors.Is(err, ErrAttachConflict) {
+	if _, err := srv.Attach("snap", lower, config.IOEngineDirect); !errors.Is(err, ErrAttachConflict) {
 		t.Errorf("attach with another io_engine: %v, want ErrAttachConflict", err)
 	}
 
@@ -426,7 +427,7 @@ func TestGenerations(t *testing.T) {
 	if _, err := os.Open(oldPath); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("open after the last release: %v, want ENOENT", err)
 	}
-	c := attach(t, srv, "snap", lower, IOEngineBuffered)
+	c := attach(t, srv, "snap", lower, config.IOEngineBuffered)
 	defer func() { waitAck(t, c.Release()) }()
 	if c.Generation() <= old || c.Generation() <= other.Generation() || c.Path() == oldPath {
 		t.Errorf("re-attach: generation %d path %s after generation %d path %s", c.Generation(), c.Path(), old, oldPath)
@@ -451,7 +452,7 @@ func TestWritableOpens(t *testing.T) {
 	want := lowerHash(t, lower, pages, pageBytes)
 	wantWhole := lowerHash(t, lower, []int64{0}, fileBytes)
 	srv := newServer(t, Options{AllowWriteOpen: true})
-	d := attach(t, srv, "snap", lower, IOEngineBuffered)
+	d := attach(t, srv, "snap", lower, config.IOEngineBuffered)
 	defer func() { waitAck(t, d.Release()) }()
 
 	// A VMM that opens the file for writing and writes its private copy.
@@ -519,7 +520,7 @@ func TestTraceRecordsFirstTouches(t *testing.T) {
 
 	t.Run("direct reads", func(t *testing.T) {
 		// Direct I/O sends each read as one request: the trace is exact.
-		d := attach(t, srv, "direct", lower, IOEngineDirect)
+		d := attach(t, srv, "direct", lower, config.IOEngineDirect)
 		defer func() { waitAck(t, d.Release()) }()
 		runChildSpec(t, childSpec{Mode: childRead, Path: d.Path(), Pages: []int64{0}})
 		d.StartTrace()
@@ -551,7 +552,7 @@ func TestTraceRecordsFirstTouches(t *testing.T) {
 	})
 
 	t.Run("mapped faults", func(t *testing.T) {
-		d := attach(t, srv, "mapped", lower, IOEngineBuffered)
+		d := attach(t, srv, "mapped", lower, config.IOEngineBuffered)
 		defer func() { waitAck(t, d.Release()) }()
 		d.StartTrace()
 		// Pages far enough apart that no readaround window holds two.
@@ -608,7 +609,7 @@ func TestMountCleansStaleMount(t *testing.T) {
 		t.Errorf("Mount over a live mount: %v, want ErrMountBusy", err)
 	}
 	lower := writeLower(t, 1<<20, 10)
-	d := attach(t, srv, "snap", lower, IOEngineBuffered)
+	d := attach(t, srv, "snap", lower, config.IOEngineBuffered)
 	defer func() { waitAck(t, d.Release()) }()
 	pages := []int64{0, 5 * pageBytes}
 	if res := runChildSpec(t, childSpec{Mode: childRead, Path: d.Path(), Pages: pages}); res.Hash != lowerHash(t, lower, pages, pageBytes) {
@@ -678,7 +679,7 @@ func TestCloseWhileMapped(t *testing.T) {
 	const fileBytes = 8 << 20
 	lower := writeLower(t, fileBytes, 11)
 	srv := newServer(t, Options{})
-	d := attach(t, srv, "snap", lower, IOEngineBuffered)
+	d := attach(t, srv, "snap", lower, config.IOEngineBuffered)
 	pages := []int64{0, 6 << 20}
 	vmm := startChild(t, childSpec{Mode: childMmap, Path: d.Path(), Layout: layout.Single(fileBytes), Pages: pages, Pause: true, PauseAt: 1})
 	vmm.waitPaused()
@@ -717,7 +718,7 @@ func TestReadAheadWindow(t *testing.T) {
 			if got := srv.ReadAheadBytes(); got != tc.want {
 				t.Errorf("kernel readahead %d, want %d", got, tc.want)
 			}
-			d := attach(t, srv, "snap", lower, IOEngineBuffered)
+			d := attach(t, srv, "snap", lower, config.IOEngineBuffered)
 			defer func() { waitAck(t, d.Release()) }()
 			// One fault in a cold file reads the window around it.
 			if res := runChildSpec(t, childSpec{Mode: childMmap, Path: d.Path(), Layout: layout.Single(fileBytes), Pages: []int64{8 << 20}}); res.Err != "" {

@@ -3,6 +3,8 @@ package fusedev
 import (
 	"fmt"
 	"time"
+
+	"warmstart/internal/config"
 )
 
 // Lower is what a device generation serves reads from when the snapshot's
@@ -41,7 +43,7 @@ func (s *Server) AttachLowerVerified(key, ref string, open func() (Lower, error)
 	if err := validKey(key); err != nil {
 		return nil, fmt.Errorf("attach %q: %w", key, err)
 	}
-	if ioEngine < IOEngineBuffered || ioEngine > IOEngineDirect {
+	if !config.ValidIOEngine(ioEngine) {
 		return nil, fmt.Errorf("attach %q: %w: %d", key, ErrInvalidIOEngine, ioEngine)
 	}
 	if ref == "" {

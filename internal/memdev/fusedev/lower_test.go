@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warmstart/internal/config"
 	"warmstart/internal/layout"
 )
 
@@ -50,12 +51,12 @@ func TestAttachLower(t *testing.T) {
 		current.Store(l)
 		return l, nil
 	}
-	d, err := srv.AttachLower("remote", "object-1", open, IOEngineBuffered)
+	d, err := srv.AttachLower("remote", "object-1", open, config.IOEngineBuffered)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Same key and ref: the generation is shared, nothing is opened again.
-	d2, err := srv.AttachLower("remote", "object-1", open, IOEngineBuffered)
+	d2, err := srv.AttachLower("remote", "object-1", open, config.IOEngineBuffered)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,10 +64,10 @@ func TestAttachLower(t *testing.T) {
 		t.Fatalf("second attach: generation %d vs %d, %d opens, size %d", d2.Generation(), d.Generation(), opened.Load(), d.Size())
 	}
 	// Another ref, or a local file, under the same key is a conflict.
-	if _, err := srv.AttachLower("remote", "object-2", open, IOEngineBuffered); !errors.Is(err, ErrAttachConflict) {
+	if _, err := srv.AttachLower("remote", "object-2", open, config.IOEngineBuffered); !errors.Is(err, ErrAttachConflict) {
 		t.Fatalf("attach with another ref: %v", err)
 	}
-	if _, err := srv.Attach("remote", path, IOEngineBuffered); !errors.Is(err, ErrAttachConflict) {
+	if _, err := srv.Attach("remote", path, config.IOEngineBuffered); !errors.Is(err, ErrAttachConflict) {
 		t.Fatalf("attach of a file under a lower's key: %v", err)
 	}
 
@@ -91,10 +92,10 @@ func TestAttachLower(t *testing.T) {
 	}
 
 	failing := func() (Lower, error) { return nil, errors.New("no such object") }
-	if _, err := srv.AttachLower("other", "object-3", failing, IOEngineBuffered); err == nil {
+	if _, err := srv.AttachLower("other", "object-3", failing, config.IOEngineBuffered); err == nil {
 		t.Fatal("attach whose open fails succeeded")
 	}
-	if _, err := srv.AttachLower("bad/key", "object-3", open, IOEngineBuffered); !errors.Is(err, ErrInvalidKey) {
+	if _, err := srv.AttachLower("bad/key", "object-3", open, config.IOEngineBuffered); !errors.Is(err, ErrInvalidKey) {
 		t.Fatalf("bad key: %v", err)
 	}
 }

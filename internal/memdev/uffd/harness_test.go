@@ -20,22 +20,24 @@ import (
 	"testing"
 	"time"
 
+	"warmstart/internal/role"
+
 	"golang.org/x/sys/unix"
 )
 
-// childEnv carries the VMM child's configuration. When set, the test
-// binary runs as a stand-in VMM instead of running tests: a separate
-// process, so that its page faults are served by the parent for real.
-const childEnv = "WARMSTART_UFFD_TEST_VMM"
+// In role roleVMM the test binary runs as a stand-in VMM, configured by
+// childEnv, instead of running tests: a separate process, so that its page
+// faults are served by the parent for real.
+const (
+	roleVMM  = "test-uffd-vmm"
+	childEnv = "WARMSTART_UFFD_TEST_VMM"
+)
 
 // guardTimeout fails a test that would otherwise hang; it never paces one.
 const guardTimeout = 30 * time.Second
 
 func TestMain(m *testing.M) {
-	if cfg := os.Getenv(childEnv); cfg != "" {
-		runChild(cfg)
-		return
-	}
+	role.Roles{roleVMM: func() int { runChild(os.Getenv(childEnv)); return 0 }}.Dispatch()
 	os.Exit(m.Run())
 }
 
@@ -202,7 +204,7 @@ func startVMM(t testing.TB, socket string, regions []testRegion) *vmm {
 	// No asynchronous preemption signals: a signal interrupting a fault
 	// makes the thread fault again, which would blur exact fault counts.
 	// The race runtime otherwise lingers a second in os.Exit.
-	cmd.Env = append(os.Environ(), childEnv+"="+string(cfg), "GODEBUG=asyncpreemptoff=1", "GORACE=atexit_sleep_ms=0")
+	cmd.Env = append(role.Environ(os.Environ(), roleVMM), childEnv+"="+string(cfg), "GODEBUG=asyncpreemptoff=1", "GORACE=atexit_sleep_ms=0")
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -14,12 +14,11 @@ import (
 
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
+	"warmstart/internal/role"
 )
 
 func TestMain(m *testing.M) {
-	if role := repotest.ChildRole(); role != "" {
-		os.Exit(childMain(role))
-	}
+	role.Roles{repotest.ChildExecRole: func() int { return childMain(repotest.ChildRole()) }}.Dispatch()
 	os.Exit(m.Run())
 }
 

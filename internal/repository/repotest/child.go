@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	exerole "warmstart/internal/role"
+
 	"warmstart/internal/layout"
 	"warmstart/internal/repository"
 )
@@ -26,8 +28,14 @@ import (
 // blocks reading it until the parent closes the write end, which releases
 // every child at once.
 
+// ChildExecRole is the executable role (internal/role) of a child; its
+// TestMain dispatches it to the backend's child main with ChildRole's
+// scenario.
+const ChildExecRole = "repotest-child"
+
 // Environment of a child process.
 const (
+	// childRoleEnv names the scenario the child plays.
 	childRoleEnv = "REPOTEST_CHILD"
 	// childRepoEnv is the backend's description of the repository (a
 	// directory, encoded options), which its opener understands.
@@ -196,7 +204,7 @@ func StartChild(t *testing.T, role, repo string, env map[string]string, b *Barri
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	// A race-enabled child otherwise sleeps a second at exit.
 	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
-	cmd.Env = append(os.Environ(), childRoleEnv+"="+role, childRepoEnv+"="+repo, "GORACE="+gorace)
+	cmd.Env = append(exerole.Environ(os.Environ(), ChildExecRole), childRoleEnv+"="+role, childRepoEnv+"="+repo, "GORACE="+gorace)
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}

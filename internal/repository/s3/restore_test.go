@@ -12,6 +12,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"warmstart/internal/config"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/miniotest"
 	"warmstart/internal/prefetch"
@@ -98,7 +99,7 @@ func (w *world) publish(t *testing.T, repo *Repo, seed uint64) snapshot {
 	t.Helper()
 	refDir := filepath.Join(w.dir, fmt.Sprintf("reference-%d", seed))
 	w.tracing.VMM = &replay.VMM{TracePath: synth.PathsIn(refDir).Trace}
-	rec := &recorder.Recorder{Repo: repo, Restorer: w.tracing, Device: restore.DeviceFile}
+	rec := &recorder.Recorder{Repo: repo, Restorer: w.tracing, Device: config.DeviceFile}
 	snap, job, err := reference.Publish(bg(), repo, rec, reference.Options{Dir: refDir, MemoryBytes: refMemoryBytes, Seed: seed})
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +133,7 @@ func (w *world) restore(t *testing.T, repo *Repo, snap snapshot, mode restore.Mo
 		t.Fatal("snapshot has no manifest")
 	}
 	w.restorer.VMM = &replay.VMM{TracePath: snap.paths.Trace}
-	return w.restorer.Restore(bg(), src, restore.Options{Device: restore.DeviceFile, Prefetch: mode})
+	return w.restorer.Restore(bg(), src, restore.Options{Device: config.DeviceFile, Prefetch: mode})
 }
 
 // restoreOK restores and checks the guest read exactly the memory file.
@@ -263,7 +264,7 @@ func probeUncached(t *testing.T, w *world, repo *Repo, snap snapshot) error {
 		t.Fatal(err)
 	}
 	src := repo.memorySource(snap.id, repo.keys.artifact(snap.id, repository.MemoryFileName), rec, "")
-	dev, err := w.srv.AttachLower("probe-"+snap.id, src.Ref(), func() (fusedev.Lower, error) { return src.OpenMemory() }, fusedev.IOEngineBuffered)
+	dev, err := w.srv.AttachLower("probe-"+snap.id, src.Ref(), func() (fusedev.Lower, error) { return src.OpenMemory() }, config.IOEngineBuffered)
 	if err != nil {
 		t.Fatal(err)
 	}

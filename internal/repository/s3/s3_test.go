@@ -18,6 +18,7 @@ import (
 	"warmstart/internal/miniotest"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
+	"warmstart/internal/role"
 	"warmstart/internal/vmm/replay"
 )
 
@@ -28,10 +29,10 @@ var server *miniotest.Server
 const testBucket = "warmstart-test"
 
 func TestMain(m *testing.M) {
-	if role := repotest.ChildRole(); role != "" {
-		os.Exit(childMain(role))
-	}
-	replay.RunChildIfRequested()
+	role.Roles{
+		repotest.ChildExecRole: func() int { return childMain(repotest.ChildRole()) },
+		replay.RoleReplayVMM:   replay.ChildMain,
+	}.Dispatch()
 	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	os.Exit(runTests(m))
 }

@@ -24,16 +24,18 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warmstart/internal/memdev/uffd"
+	"warmstart/internal/role"
 )
 
-// fakeEnv, when set in a process's environment, makes the test binary act
-// as a fake Firecracker: it names the fakeConfig file.
-const fakeEnv = "WARMSTART_FAKE_FIRECRACKER"
+// In role roleFake the test binary acts as a fake Firecracker configured
+// by the fakeConfig file fakeEnv names.
+const (
+	roleFake = "test-fake-firecracker"
+	fakeEnv  = "WARMSTART_FAKE_FIRECRACKER"
+)
 
 func TestMain(m *testing.M) {
-	if cfg := os.Getenv(fakeEnv); cfg != "" {
-		os.Exit(runFakeFirecracker(cfg, os.Args[1:]))
-	}
+	role.Roles{roleFake: func() int { return runFakeFirecracker(os.Getenv(fakeEnv), os.Args[1:]) }}.Dispatch()
 	os.Exit(m.Run())
 }
 
@@ -91,7 +93,8 @@ func fakeBinary(t *testing.T, cfg fakeConfig) string {
 	}
 	// The race detector otherwise lingers a second at exit, which would
 	// stretch every stop.
-	script := fmt.Sprintf("#!/bin/sh\nGORACE=\"${GORACE:+$GORACE }atexit_sleep_ms=0\" %s=%s exec %s \"$@\"\n", fakeEnv, shellQuote(cfgPath), shellQuote(exe))
+	script := fmt.Sprintf("#!/bin/sh\nGORACE=\"${GORACE:+$GORACE }atexit_sleep_ms=0\" %s=%s %s=%s exec %s \"$@\"\n",
+		role.Env, roleFake, fakeEnv, shellQuote(cfgPath), shellQuote(exe))
 	path := filepath.Join(dir, "firecracker")
 	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"warmstart/internal/capture"
+	"warmstart/internal/config"
 	"warmstart/internal/manifest"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/prefetch"
@@ -89,7 +90,7 @@ func newPublishFlow(t *testing.T, d *firecracker.Driver, recordTimeout time.Dura
 	}
 	t.Cleanup(func() { closeTr() })
 	f.gate = &gatedRepo{Repository: f.repo, open: make(chan struct{})}
-	f.recorder = &recorder.Recorder{Repo: f.gate, Restorer: tr, Device: restore.DeviceFile, Timeout: recordTimeout}
+	f.recorder = &recorder.Recorder{Repo: f.gate, Restorer: tr, Device: config.DeviceFile, Timeout: recordTimeout}
 	return f
 }
 
@@ -236,12 +237,12 @@ func restoreCases(t *testing.T) []restoreCase {
 		t.Fatal(err)
 	}
 	return []restoreCase{
-		{"file-prefetch-on", restore.Options{Device: restore.DeviceFile, Prefetch: restore.ModeOn}},
-		{"file-prefetch-off", restore.Options{Device: restore.DeviceFile, Prefetch: restore.ModeOff}},
+		{"file-prefetch-on", restore.Options{Device: config.DeviceFile, Prefetch: restore.ModeOn}},
+		{"file-prefetch-off", restore.Options{Device: config.DeviceFile, Prefetch: restore.ModeOff}},
 		// reap prefetches before the guest runs: the snapshot loads
 		// paused and the VM is resumed once the pages are in.
-		{"uffd-prefetch-on-paused", restore.Options{Device: restore.DeviceUffd, Prefetch: restore.ModeOn, Policy: reap}},
-		{"uffd-prefetch-off", restore.Options{Device: restore.DeviceUffd, Prefetch: restore.ModeOff}},
+		{"uffd-prefetch-on-paused", restore.Options{Device: config.DeviceUffd, Prefetch: restore.ModeOn, Policy: reap}},
+		{"uffd-prefetch-off", restore.Options{Device: config.DeviceUffd, Prefetch: restore.ModeOff}},
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"warmstart/internal/config"
 	"warmstart/internal/manifest"
 	"warmstart/internal/pagecache"
 	"warmstart/internal/repository"
@@ -131,11 +132,11 @@ func TestPublishRecordRestoreThroughFake(t *testing.T) {
 				t.Errorf("loaded %+v; want the published vm state %s, resume_vm %v", load, p.resolved.VMStatePath, !paused)
 			}
 			switch backend := load.MemBackend; c.opts.Device {
-			case restore.DeviceFile:
+			case config.DeviceFile:
 				if backend.BackendType != vmm.BackendFile || filepath.Dir(backend.BackendPath) != f.serving.Dir() {
 					t.Errorf("memory backend %+v; want the File backend on the serving FUSE mount %s", backend, f.serving.Dir())
 				}
-			case restore.DeviceUffd:
+			case config.DeviceUffd:
 				if backend.BackendType != vmm.BackendUffd || filepath.Base(backend.BackendPath) != "uffd.sock" ||
 					!strings.HasPrefix(backend.BackendPath, filepath.Join(f.run, "restores")+"/") {
 					t.Errorf("memory backend %+v; want the Uffd backend on the handler's socket in the restore's directory", backend)

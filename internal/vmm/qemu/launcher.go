@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"strings"
 	"syscall"
 	"unsafe"
+
+	"warmstart/internal/role"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,11 +35,8 @@ import (
 // signal the driver sets on the launcher: QEMU runs in the launcher's
 // process, with its pid.
 
-// Roles of this executable, chosen by RoleEnv.
+// Roles of this executable, chosen by role.Env.
 const (
-	// RoleEnv selects what the executable runs as. The replay VMM and the
-	// benchmark's trials use the same variable for their roles.
-	RoleEnv = "WARMSTART_ROLE"
 	// RoleLauncher makes the executable QEMU's launcher: argv[1] is QEMU's
 	// binary and the rest its arguments.
 	RoleLauncher = "qemu-launcher"
@@ -56,16 +54,15 @@ const launcherArgv0 = "warmstart-qemu-launcher"
 // start QEMU; the reason goes to standard error, which is QEMU's log.
 const launcherFailedStatus = 125
 
-// The launcher runs from package initialisation rather than from each
-// main: every executable that can start QEMU links this package, so none
-// can forget to dispatch the role, and it runs before any main has done
-// anything it would then have to undo.
-func init() {
-	if os.Getenv(RoleEnv) == RoleLauncher {
-		err := launch(os.Args[1:])
-		fmt.Fprintf(os.Stderr, "qemu launcher: %v\n", err)
-		os.Exit(launcherFailedStatus)
-	}
+// LauncherMain is QEMU's launcher: the entry point of role RoleLauncher,
+// which every executable that starts QEMU through this driver lists in
+// the roles its main (and TestMain) dispatches; one that does not exits
+// at once naming the missing role. It returns only if QEMU could not be
+// started.
+func LauncherMain() int {
+	err := launch(os.Args[1:])
+	fmt.Fprintf(os.Stderr, "qemu launcher: %v\n", err)
+	return launcherFailedStatus
 }
 
 // launch denies huge-page advice and replaces the process with argv. It
@@ -80,7 +77,7 @@ func launch(argv []string) error {
 	if err := denyHugePageAdvice(); err != nil {
 		return err
 	}
-	env := withoutEnv(os.Environ(), RoleEnv)
+	env := role.Without(os.Environ())
 	if err := syscall.Exec(argv[0], argv, env); err != nil {
 		return fmt.Errorf("exec %s: %w", argv[0], err)
 	}
@@ -91,19 +88,8 @@ func launch(argv []string) error {
 // args through the launcher.
 func launcherCommand(binary string, args []string) (path string, argv, env []string) {
 	argv = append([]string{launcherArgv0, binary}, args...)
-	env = append(withoutEnv(os.Environ(), RoleEnv), RoleEnv+"="+RoleLauncher)
+	env = role.Environ(os.Environ(), RoleLauncher)
 	return selfExe, argv, env
-}
-
-// withoutEnv returns env without the variable name.
-func withoutEnv(env []string, name string) []string {
-	out := make([]string, 0, len(env))
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, name+"=") {
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 // Offsets in struct seccomp_data, which a filter loads from.

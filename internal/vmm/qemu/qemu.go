@@ -101,26 +101,26 @@ var (
 // Options configures the driver. Zero fields take the defaults above.
 type Options struct {
 	// Binary is the QEMU system emulator, a path or a name on PATH.
-	Binary string
+	Binary string `json:"binary"`
 	// Accel is AccelAuto, AccelKVM or AccelTCG.
-	Accel string
+	Accel string `json:"accel"`
 	// Kernel is the guest kernel for Boot. Empty means the newest
 	// KernelGlob by version. Restore does not use it.
-	Kernel string
+	Kernel string `json:"kernel"`
 	// MemoryMiB is the guest's memory size, which is also the size of the
 	// memory file.
-	MemoryMiB int
+	MemoryMiB int `json:"memory_mib"`
 	// VCPUs is the number of virtual CPUs.
-	VCPUs int
+	VCPUs int `json:"vcpus"`
 	// StopTimeout is how long Wait lets QEMU exit before killing it.
-	StopTimeout time.Duration
+	StopTimeout time.Duration `json:"stop_timeout_ns"`
 	// KeepHugePageAdvice lets QEMU advise guest RAM MADV_HUGEPAGE. Off, the
 	// default, QEMU starts through a launcher that makes that advice fail
 	// (see launcher.go): with it, the kernel reads 2-4 MiB around every
 	// fault on the memory file whatever the device's readahead, where
 	// Firecracker's File backend faults page by page. Turning it on gives
 	// back huge pages for QEMU's own buffers at the cost of that fidelity.
-	KeepHugePageAdvice bool
+	KeepHugePageAdvice bool `json:"keep_huge_page_advice"`
 }
 
 // Driver boots, captures and restores QEMU microvm guests. It is safe for

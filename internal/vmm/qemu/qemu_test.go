@@ -22,6 +22,7 @@ import (
 
 	"warmstart/internal/initramfs"
 	"warmstart/internal/layout"
+	"warmstart/internal/role"
 	"warmstart/internal/vmm"
 )
 
@@ -31,14 +32,15 @@ const (
 	restoreTimeout = time.Minute
 )
 
-// childEnv makes the test binary act as a process that restores a guest
-// and is then killed (see TestParentDeathKillsQEMU).
-const childEnv = "WARMSTART_QEMU_TEST_CHILD"
+// roleRestoringChild makes the test binary act as a process that restores
+// a guest and is then killed (see TestParentDeathKillsQEMU).
+const roleRestoringChild = "test-qemu-restoring-child"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
-		os.Exit(runChild())
-	}
+	role.Roles{
+		RoleLauncher:       LauncherMain,
+		roleRestoringChild: runChild,
+	}.Dispatch()
 	flag.Parse()
 	code := m.Run()
 	if fix.dir != "" {
@@ -431,7 +433,7 @@ func TestParentDeathKillsQEMU(t *testing.T) {
 	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 
 	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(os.Environ(), childEnv+"=1",
+	child.Env = append(role.Environ(os.Environ(), roleRestoringChild),
 		"CHILD_VMSTATE="+f.vmState, "CHILD_MEM="+mem, "CHILD_DIR="+dir)
 	stdin, err := child.StdinPipe()
 	if err != nil {

@@ -30,9 +30,7 @@ import (
 
 // Environment of the child process.
 const (
-	// RoleEnv selects what the executable runs as; RoleReplayVMM makes it
-	// the replay VMM.
-	RoleEnv       = "WARMSTART_ROLE"
+	// RoleReplayVMM is the role (role.Env) of the replay VMM: ChildMain.
 	RoleReplayVMM = "replay-vmm"
 	// ConfigEnv carries the child's Config as JSON.
 	ConfigEnv = "WARMSTART_REPLAY_CONFIG"
@@ -123,13 +121,10 @@ const (
 	eventStopped = "stopped"
 )
 
-// RunChildIfRequested runs the replay VMM and exits the process when the
-// environment asks for it (RoleEnv); otherwise it returns at once. Call it
-// first in main and in TestMain.
-func RunChildIfRequested() {
-	if os.Getenv(RoleEnv) != RoleReplayVMM {
-		return
-	}
+// ChildMain runs the replay VMM: the entry point of role RoleReplayVMM,
+// which every executable that restores with the replay VMM lists in the
+// roles its main (and TestMain) dispatches. It returns the exit status.
+func ChildMain() int {
 	control := os.NewFile(controlFD, "control")
 	var cfg Config
 	err := json.Unmarshal([]byte(os.Getenv(ConfigEnv)), &cfg)
@@ -141,9 +136,9 @@ func RunChildIfRequested() {
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "replay-vmm: %v\n", err)
-		os.Exit(1)
+		return 1
 	}
-	os.Exit(0)
+	return 0
 }
 
 // Commands are what a parent tells a running replay VMM.

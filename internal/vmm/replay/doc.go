@@ -53,7 +53,8 @@
 // The child is the calling executable itself with WARMSTART_ROLE=replay-vmm
 // and its configuration, as JSON, in WARMSTART_REPLAY_CONFIG. Every main
 // (cmd/warmstart, and TestMain of test packages that restore with this VMM)
-// calls RunChildIfRequested first. The child writes JSON lines to file
+// lists RoleReplayVMM → ChildMain in the roles it dispatches first
+// (internal/role). The child writes JSON lines to file
 // descriptor 3 (an os.Pipe the parent passes in ExtraFiles):
 //
 //	{"event":"started","pid":N,"start_ns":T}

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"warmstart/internal/role"
 	"warmstart/internal/vmm"
 )
 
@@ -33,7 +34,7 @@ var ErrExited = errors.New("replay vmm exited")
 // VMM restores snapshots by starting a replay VMM process per restore.
 type VMM struct {
 	// Exe is the executable to run as the VMM; empty means this process's
-	// own executable. It must call RunChildIfRequested first thing.
+	// own executable. It must dispatch RoleReplayVMM (internal/role) first thing.
 	Exe string
 	// TracePath is the startup trace each restore plays.
 	TracePath string
@@ -164,7 +165,7 @@ func (v *VMM) Start(ctx context.Context, spec vmm.RestoreSpec) (*Instance, error
 	output := io.MultiWriter(out...)
 
 	cmd := exec.Command(exe)
-	cmd.Env = append(withoutChildEnv(os.Environ()), RoleEnv+"="+RoleReplayVMM, ConfigEnv+"="+string(raw))
+	cmd.Env = append(role.Environ(withoutChildEnv(os.Environ()), RoleReplayVMM), ConfigEnv+"="+string(raw))
 	cmd.Stdin = stdinR
 	cmd.Stdout, cmd.Stderr = output, output
 	cmd.ExtraFiles = []*os.File{controlW}
@@ -224,12 +225,13 @@ func (v *VMM) Start(ctx context.Context, spec vmm.RestoreSpec) (*Instance, error
 	return inst, nil
 }
 
-// withoutChildEnv drops a parent's own child role, so a replay VMM started
+// withoutChildEnv drops a parent's own replay configuration (role.Environ
+// replaces its role), so a replay VMM started
 // from inside one (a test child) is configured only by what Start sets.
 func withoutChildEnv(env []string) []string {
 	out := env[:0:0]
 	for _, kv := range env {
-		if !strings.HasPrefix(kv, RoleEnv+"=") && !strings.HasPrefix(kv, ConfigEnv+"=") {
+		if !strings.HasPrefix(kv, ConfigEnv+"=") {
 			out = append(out, kv)
 		}
 	}

@@ -16,13 +16,14 @@ import (
 	crand "crypto/rand"
 
 	"warmstart/internal/layout"
+	"warmstart/internal/role"
 	"warmstart/internal/synth"
 	"warmstart/internal/trace"
 	"warmstart/internal/vmm"
 )
 
 func TestMain(m *testing.M) {
-	RunChildIfRequested()
+	role.Roles{RoleReplayVMM: ChildMain}.Dispatch()
 	// Under -race a process sleeps a second at exit to catch late reports;
 	// children that exit on stop need not.
 	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))

@@ -1,0 +1,69 @@
+package config
+
+// The values of the enumerated settings a restore is made of. This file is
+// their one home: the memory devices, the prefetch engine, the restorer,
+// the daemon's API, the CLI's flags and the benchmark all name them from
+// here, so a value added or renamed here is one everywhere.
+
+// Memory devices ([memory] device; restore's --device; the API's device).
+const (
+	// DeviceFile is a read-only file on warmstart's FUSE mount that the
+	// VMM maps MAP_PRIVATE (Firecracker's File backend).
+	DeviceFile = "file"
+	// DeviceUffd is Firecracker's Uffd backend: the VMM hands over its
+	// userfaultfd and warmstart serves the faults.
+	DeviceUffd = "uffd"
+)
+
+// Devices lists the memory devices.
+func Devices() []string { return []string{DeviceFile, DeviceUffd} }
+
+// ValidDevice reports whether s names a memory device.
+func ValidDevice(s string) bool { return s == DeviceFile || s == DeviceUffd }
+
+// I/O engines of the file device's reads from the lower file ([memory]
+// io_engine, the seed's setting). Engines 0 and 1 go through the host page
+// cache and behave the same here (the seed tells them apart below the
+// device); 2 is direct I/O, for which device prefetch is skipped (as in the
+// seed) because it has not been validated.
+const (
+	IOEngineBuffered      = 0
+	IOEngineBufferedAsync = 1
+	IOEngineDirect        = 2
+)
+
+// ValidIOEngine reports whether n is an I/O engine: the one range check of
+// io_engine, whoever receives it (configuration, flags, API, device).
+func ValidIOEngine(n int) bool { return n >= IOEngineBuffered && n <= IOEngineDirect }
+
+// Prefetch policies ([prefetch] policy; --policy). restore.LookupPolicy
+// holds what each one does.
+const (
+	PolicyWarmstart = "warmstart"
+	PolicySeed      = "seed"
+	PolicyREAP      = "reap"
+	PolicyE2B       = "e2b"
+)
+
+// Policies lists the prefetch policies.
+func Policies() []string { return []string{PolicyWarmstart, PolicySeed, PolicyREAP, PolicyE2B} }
+
+// DefaultPrefetchMaxReaders is how many prefetch reads a process has in
+// flight at once unless told otherwise: the seed's four. It is a default,
+// not a cap: [prefetch] max_readers may raise it (up to
+// MaxPrefetchReaders) for storage that rewards more parallel reads, and
+// the benchmark raises a trial's engine to what its policy was designed
+// for (restore.Policy.MaxReaders: eight for e2b), so each policy is
+// measured as its authors run it rather than throttled by the seed's
+// figure.
+const DefaultPrefetchMaxReaders = 4
+
+// VMM drivers ([vmm] driver; --vmm).
+const (
+	DriverReplay      = "replay"
+	DriverFirecracker = "firecracker"
+	DriverQEMU        = "qemu"
+)
+
+// Drivers lists the VMM drivers.
+func Drivers() []string { return []string{DriverReplay, DriverFirecracker, DriverQEMU} }

@@ -1,0 +1,75 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"warmstart/internal/capture"
+	"warmstart/internal/config"
+	"warmstart/internal/initramfs"
+	"warmstart/internal/recorder"
+	"warmstart/internal/vmm/firecracker"
+	"warmstart/internal/vmm/qemu"
+)
+
+// Capture boots, captures and publishes a guest into the node's repository
+// with the node's VMM (agent is a prebuilt warmstart-agent for a QEMU
+// guest, "" to build it). When [snapshot.memory_startup_pack] enabled is
+// on, the returned job records its manifest in the background.
+func (n *Node) Capture(ctx context.Context, alias, agent string, progress io.Writer) (capture.Snapshot, *recorder.Job, error) {
+	booter, err := n.booter(agent)
+	if err != nil {
+		return capture.Snapshot{}, nil, err
+	}
+	var rec *recorder.Recorder
+	if n.Config.Snapshot.MemoryStartupPack.Enabled {
+		rec = n.Recorder
+	}
+	return capture.Publish(ctx, n.Repo, rec, capture.Options{
+		Booter:     booter,
+		StagingDir: n.stagingDir(),
+		RuntimeDir: n.Restorer.RuntimeDir,
+		Alias:      alias,
+		Progress:   progress,
+	})
+}
+
+// booter is what boots a fresh guest with the node's VMM.
+func (n *Node) booter(agent string) (capture.Booter, error) {
+	switch d := n.VMM.(type) {
+	case *qemu.Driver:
+		return &capture.QEMU{Driver: d, Initramfs: initramfs.Options{
+			CacheDir: InitramfsCache(n.Config),
+			Agent:    agent,
+		}}, nil
+	case *firecracker.Driver:
+		fc := n.Config.Firecracker
+		if fc.Kernel == "" {
+			return nil, errors.New("capture: [firecracker] kernel is empty: a fresh Firecracker VM boots from it")
+		}
+		return &capture.Firecracker{Driver: d, Spec: firecracker.BootSpec{
+			Kernel: fc.Kernel, Rootfs: fc.Rootfs, RootfsReadOnly: true,
+			VCPUs: fc.VCPUs, MemoryMiB: fc.MemoryMiB,
+		}}, nil
+	default:
+		return nil, fmt.Errorf("capture: the %T VMM cannot boot a guest", n.VMM)
+	}
+}
+
+// InitramfsCache is where built guest initramfs images are kept between
+// runs.
+func InitramfsCache(cfg *config.Config) string { return filepath.Join(cfg.Runtime.Dir, "initramfs") }
+
+// stagingDir is where a capture writes the guest's memory file: inside the
+// POSIX store, so that publishing hard-links it rather than copying it (a
+// hidden .capture-* directory the store's own layout never uses), or the
+// runtime directory for other backends.
+func (n *Node) stagingDir() string {
+	if r, ok := n.Repo.(interface{ Root() string }); ok {
+		return r.Root()
+	}
+	return n.Restorer.RuntimeDir
+}

@@ -1,0 +1,101 @@
+package node_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"warmstart/internal/config"
+	"warmstart/internal/daemon/metrics"
+	"warmstart/internal/node"
+	"warmstart/internal/prefetch"
+	"warmstart/internal/repository/posixfs"
+	"warmstart/internal/vmm/replay"
+)
+
+// TestOpenWiresOnce assembles a node with a metrics hook and checks the
+// wiring every caller relies on: the serving restorer reports, the
+// recorder's tracing restorer does not (whatever the order of assembly),
+// the repository is timed, the recorder's timeout is twice the agent's,
+// and Close unmounts both devices and removes the directory it owns.
+func TestOpenWiresOnce(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skipf("FUSE mounts need /dev/fuse: %v", err)
+	}
+	dir := t.TempDir()
+	repo, err := posixfs.Open(filepath.Join(dir, "store"), posixfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.Envd.Timeout = 7 * time.Second
+	cfg.Memory.Device = config.DeviceUffd
+	run := filepath.Join(dir, "run")
+	var set *metrics.Set
+	n, err := node.Open(context.Background(), node.Options{
+		Config: cfg, Repository: repo, VMM: &replay.VMM{TracePath: "unused"},
+		RuntimeDir: run, RemoveRuntimeDir: true,
+		Metrics: func(e *prefetch.Engine) node.Metrics {
+			set = metrics.New(e, func() int { return 0 }, func() uint64 { return 0 })
+			return set
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	if n.Restorer.Observe != set || set == nil {
+		t.Errorf("serving restorer reports to %v, want the metrics set", n.Restorer.Observe)
+	}
+	if n.Recorder.Restorer.Observe != nil {
+		t.Error("the recorder's tracing restorer reports to the metrics; recording restores must not")
+	}
+	if n.Recorder.Restorer.FUSE == n.FUSE {
+		t.Error("the recorder restores on the serving mount, want its own tracing mount")
+	}
+	if n.Repo == repo || n.Recorder.Repo != n.Repo {
+		t.Error("the repository is not the timed one everywhere")
+	}
+	if n.Recorder.Timeout != 14*time.Second || n.Recorder.Device != config.DeviceUffd {
+		t.Errorf("recorder timeout %v on %q, want 14s (2 × [envd] timeout) on uffd", n.Recorder.Timeout, n.Recorder.Device)
+	}
+	if got := mountsUnder(t, run); len(got) != 2 {
+		t.Fatalf("mounted under the runtime directory: %v, want the device and the tracing mount", got)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := mountsUnder(t, run); len(got) != 0 {
+		t.Errorf("still mounted after Close: %v", got)
+	}
+	if _, err := os.Stat(run); !os.IsNotExist(err) {
+		t.Errorf("runtime directory after Close: %v, want it removed", err)
+	}
+}
+
+// TestOpenRefusesMissingParts: a node without its required parts is an
+// error, not a panic.
+func TestOpenRefusesMissingParts(t *testing.T) {
+	if _, err := node.Open(context.Background(), node.Options{Config: config.Default()}); err == nil ||
+		!strings.Contains(err.Error(), "Repository") {
+		t.Errorf("Open without a repository: %v", err)
+	}
+}
+
+func mountsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}

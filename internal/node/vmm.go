@@ -1,0 +1,67 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	"warmstart/internal/config"
+	"warmstart/internal/vmm"
+	"warmstart/internal/vmm/firecracker"
+	"warmstart/internal/vmm/qemu"
+	"warmstart/internal/vmm/replay"
+)
+
+// NewVMM returns the driver [vmm] driver names, configured from cfg. It is
+// the one VMM factory of the program.
+func NewVMM(ctx context.Context, cfg *config.Config) (vmm.VMM, error) {
+	switch cfg.VMM.Driver {
+	case config.DriverReplay:
+		if _, err := os.Stat(cfg.Replay.Trace); err != nil {
+			return nil, fmt.Errorf("replay vmm: [replay] trace: %w", err)
+		}
+		return &replay.VMM{TracePath: cfg.Replay.Trace}, nil
+	case config.DriverFirecracker:
+		d, err := firecracker.New(firecracker.Options{
+			Binary:       cfg.Firecracker.Binary,
+			EnvdAddress:  cfg.Envd.Address,
+			PollInterval: cfg.Envd.PollInterval,
+			ReadyTimeout: cfg.Envd.Timeout,
+			StopTimeout:  cfg.Firecracker.StopTimeout,
+			Vsock:        strings.HasPrefix(cfg.Envd.Address, "vsock:"),
+		})
+		if err != nil {
+			return nil, err
+		}
+		return d, nil
+	case config.DriverQEMU:
+		return NewQEMU(ctx, cfg)
+	}
+	return nil, fmt.Errorf("[vmm] driver %q: want %s, %s or %s", cfg.VMM.Driver, config.DriverFirecracker, config.DriverQEMU, config.DriverReplay)
+}
+
+// NewQEMU builds the qemu driver from [qemu] with its accelerator
+// resolved: "auto" probes the host here, once, rather than inside the
+// first timed restore. A snapshot restores only under the accelerator,
+// memory size and vCPU count it was captured with.
+func NewQEMU(ctx context.Context, cfg *config.Config) (*qemu.Driver, error) {
+	d, err := qemu.New(qemu.Options{
+		Binary:      cfg.QEMU.Binary,
+		Accel:       cfg.QEMU.Accel,
+		Kernel:      cfg.QEMU.Kernel,
+		MemoryMiB:   int(cfg.QEMU.MemoryMiB),
+		VCPUs:       cfg.QEMU.VCPUs,
+		StopTimeout: cfg.QEMU.StopTimeout,
+	})
+	if err != nil {
+		return nil, err
+	}
+	accel, err := d.Accel(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("qemu driver: %w", err)
+	}
+	opts := d.Options()
+	opts.Accel = accel
+	return qemu.New(opts)
+}
