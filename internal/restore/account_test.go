@@ -47,65 +47,95 @@ func TestStartupSetAccounting(t *testing.T) {
 			touched := tracePages(e)
 			n := int64(len(touched))
 			full := withManifest(t, e, e.source(t), touched)
+			c := &accountingCase{e: e, device: device, touched: touched, n: n, full: full}
 
-			t.Run("manifest is the trace, prefetch before start", func(t *testing.T) {
-				rep := e.accounted(t, full, restore.Options{Device: device, Prefetch: restore.ModeOn, Policy: policy(t, "reap")})
-				want := startupset.Report{StartupSetPages: n, InTimePages: n}
-				expectCounts(t, rep, want)
-				// Every page was in before the guest ran. (A stray request
-				// can still reach the file device after the prefetch: it
-				// counts as demand but makes no page late.)
-				if rep.PrefetchBytes < n*startupset.PageBytes {
-					t.Errorf("prefetch %d bytes: want at least %d", rep.PrefetchBytes, n*startupset.PageBytes)
-				}
-				if rep.PrefetchEndedBeforeReadySeconds == nil || *rep.PrefetchEndedBeforeReadySeconds <= 0 {
-					t.Errorf("prefetch before start ended %v before ready, want > 0", rep.PrefetchEndedBeforeReadySeconds)
-				}
-			})
-			t.Run("manifest is the trace, concurrent", func(t *testing.T) {
-				rep := e.accounted(t, full, restore.Options{Device: device, Prefetch: restore.ModeOn, Policy: policy(t, "warmstart")})
-				if rep.MissedPages != 0 || rep.UnusedPages != 0 || rep.InTimePages+rep.LatePages != n {
-					t.Errorf("every touched page is in time or late, none missed or unused: %+v", rep)
-				}
-				// Each late page took a fault of its own; a fault can also
-				// race a prefetch that lands first (then the page is in time).
-				if rep.DemandRequests < rep.LatePages || rep.DemandBytes != rep.DemandRequests*startupset.PageBytes {
-					t.Errorf("%d demand requests (%d bytes), %d late pages: want a one-page fault per late page",
-						rep.DemandRequests, rep.DemandBytes, rep.LatePages)
-				}
-			})
-			t.Run("manifest lacks pages", func(t *testing.T) {
-				partial, dropped := map[int64]bool{}, int64(0)
-				for p := range touched {
-					if p%5 == 0 {
-						dropped++
-						continue
-					}
-					partial[p] = true
-				}
-				src := withManifest(t, e, e.source(t), partial)
-				inst := e.restoreAccounted(t, src, restore.Options{Device: device, Prefetch: restore.ModeOn, Policy: policy(t, "reap")})
-				// A buffered read through the device file reads ahead past
-				// its range: a dropped page it brought in is not missed.
-				readAhead := int64(0)
-				for p := range prefetchedPages(inst) {
-					if touched[p] && !partial[p] {
-						readAhead++
-					}
-				}
-				if device == config.DeviceUffd && readAhead != 0 {
-					t.Errorf("uffd installs exactly the plan, yet %d dropped pages were installed", readAhead)
-				}
-				expectCounts(t, inst.StartupSet, startupset.Report{StartupSetPages: n - dropped, InTimePages: n - dropped, MissedPages: dropped - readAhead})
-			})
-			t.Run("prefetch off", func(t *testing.T) {
-				rep := e.accounted(t, full, restore.Options{Device: device, Prefetch: restore.ModeOff})
-				expectCounts(t, rep, startupset.Report{StartupSetPages: n, LatePages: n})
-				if rep.PrefetchRan || rep.PrefetchBytes != 0 || rep.DemandBytes != n*startupset.PageBytes {
-					t.Errorf("prefetch off: ran %v, %d prefetch bytes, %d demand bytes (want %d)", rep.PrefetchRan, rep.PrefetchBytes, rep.DemandBytes, n*startupset.PageBytes)
-				}
-			})
+			t.Run("manifest is the trace, prefetch before start", c.traceManifestPrefetchFirst)
+			t.Run("manifest is the trace, concurrent", c.traceManifestConcurrent)
+			t.Run("manifest lacks pages", c.manifestLacksPages)
+			t.Run("prefetch off", c.prefetchOff)
 		})
+	}
+}
+
+// accountingCase is one device's reference snapshot with the pages its
+// trace touches and a source whose manifest is exactly those pages.
+type accountingCase struct {
+	e       *env
+	device  string
+	touched map[int64]bool
+	n       int64
+	full    restore.Source
+}
+
+// traceManifestPrefetchFirst: with the whole trace planned and prefetch
+// first, every touched page is in time.
+func (c *accountingCase) traceManifestPrefetchFirst(t *testing.T) {
+	e, device, n, full := c.e, c.device, c.n, c.full
+	rep := e.accounted(t, full, restore.Options{Device: device, Prefetch: restore.ModeOn, Policy: policy(t, "reap")})
+	want := startupset.Report{StartupSetPages: n, InTimePages: n}
+	expectCounts(t, rep, want)
+	// Every page was in before the guest ran. (A stray request
+	// can still reach the file device after the prefetch: it
+	// counts as demand but makes no page late.)
+	if rep.PrefetchBytes < n*startupset.PageBytes {
+		t.Errorf("prefetch %d bytes: want at least %d", rep.PrefetchBytes, n*startupset.PageBytes)
+	}
+	if rep.PrefetchEndedBeforeReadySeconds == nil || *rep.PrefetchEndedBeforeReadySeconds <= 0 {
+		t.Errorf("prefetch before start ended %v before ready, want > 0", rep.PrefetchEndedBeforeReadySeconds)
+	}
+}
+
+// traceManifestConcurrent: with prefetch alongside the guest, a touched
+// page is in time or late, never missed.
+func (c *accountingCase) traceManifestConcurrent(t *testing.T) {
+	e, device, n, full := c.e, c.device, c.n, c.full
+	rep := e.accounted(t, full, restore.Options{Device: device, Prefetch: restore.ModeOn, Policy: policy(t, "warmstart")})
+	if rep.MissedPages != 0 || rep.UnusedPages != 0 || rep.InTimePages+rep.LatePages != n {
+		t.Errorf("every touched page is in time or late, none missed or unused: %+v", rep)
+	}
+	// Each late page took a fault of its own; a fault can also
+	// race a prefetch that lands first (then the page is in time).
+	if rep.DemandRequests < rep.LatePages || rep.DemandBytes != rep.DemandRequests*startupset.PageBytes {
+		t.Errorf("%d demand requests (%d bytes), %d late pages: want a one-page fault per late page",
+			rep.DemandRequests, rep.DemandBytes, rep.LatePages)
+	}
+}
+
+// manifestLacksPages: pages left out of the manifest count as missed
+// unless a read-ahead brought them in.
+func (c *accountingCase) manifestLacksPages(t *testing.T) {
+	e, device, n, touched := c.e, c.device, c.n, c.touched
+	partial, dropped := map[int64]bool{}, int64(0)
+	for p := range touched {
+		if p%5 == 0 {
+			dropped++
+			continue
+		}
+		partial[p] = true
+	}
+	src := withManifest(t, e, e.source(t), partial)
+	inst := e.restoreAccounted(t, src, restore.Options{Device: device, Prefetch: restore.ModeOn, Policy: policy(t, "reap")})
+	// A buffered read through the device file reads ahead past
+	// its range: a dropped page it brought in is not missed.
+	readAhead := int64(0)
+	for p := range prefetchedPages(inst) {
+		if touched[p] && !partial[p] {
+			readAhead++
+		}
+	}
+	if device == config.DeviceUffd && readAhead != 0 {
+		t.Errorf("uffd installs exactly the plan, yet %d dropped pages were installed", readAhead)
+	}
+	expectCounts(t, inst.StartupSet, startupset.Report{StartupSetPages: n - dropped, InTimePages: n - dropped, MissedPages: dropped - readAhead})
+}
+
+// prefetchOff: every touched page is late and fetched on demand.
+func (c *accountingCase) prefetchOff(t *testing.T) {
+	e, device, n, full := c.e, c.device, c.n, c.full
+	rep := e.accounted(t, full, restore.Options{Device: device, Prefetch: restore.ModeOff})
+	expectCounts(t, rep, startupset.Report{StartupSetPages: n, LatePages: n})
+	if rep.PrefetchRan || rep.PrefetchBytes != 0 || rep.DemandBytes != n*startupset.PageBytes {
+		t.Errorf("prefetch off: ran %v, %d prefetch bytes, %d demand bytes (want %d)", rep.PrefetchRan, rep.PrefetchBytes, rep.DemandBytes, n*startupset.PageBytes)
 	}
 }
 

@@ -24,90 +24,97 @@ var killedStatus = vmm.ProcessExit{Code: -1, Signal: int(syscall.SIGKILL), Signa
 func TestVMKilledAfterReady(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	src := e.source(t)
+	t.Run(config.DeviceFile, func(t *testing.T) { e.checkKilledAfterReadyFile(t, src) })
+	t.Run(config.DeviceUffd, func(t *testing.T) { e.checkKilledAfterReadyUffd(t, src) })
+}
 
-	t.Run(config.DeviceFile, func(t *testing.T) {
-		first := e.manifest(t).Ranges[0].Offset
-		gate := e.holdReadsAt(t, first)
-		r, vm, _ := e.restorerWithTrace(t, farTrace(t, first))
-		inst := e.restore(t, r, src, restore.Options{Prefetch: restore.ModeOn, Policy: policy(t, "seed")})
-		// Should the test fail before it opens the gate, the gate opens
-		// before the instance's cleanup stops it: a stop would wait for the
-		// held read for ever.
-		t.Cleanup(gate.open)
-		waitFor(t, gate.arrived, "the prefetch read to reach the server")
-		proc := vm.last(t)
-		checkRunning(t, inst)
+// checkKilledAfterReadyFile: with a prefetch read held in the FUSE server,
+// the stop of a killed VM reports the exit and releases the generation only
+// once the read returns.
+func (e *env) checkKilledAfterReadyFile(t *testing.T, src restore.Source) {
+	first := e.manifest(t).Ranges[0].Offset
+	gate := e.holdReadsAt(t, first)
+	r, vm, _ := e.restorerWithTrace(t, farTrace(t, first))
+	inst := e.restore(t, r, src, restore.Options{Prefetch: restore.ModeOn, Policy: policy(t, "seed")})
+	// Should the test fail before it opens the gate, the gate opens
+	// before the instance's cleanup stops it: a stop would wait for the
+	// held read for ever.
+	t.Cleanup(gate.open)
+	waitFor(t, gate.arrived, "the prefetch read to reach the server")
+	proc := vm.last(t)
+	checkRunning(t, inst)
 
-		killVM(t, inst, proc.PID())
-		checkGone(t, proc)
+	killVM(t, inst, proc.PID())
+	checkGone(t, proc)
 
-		type stopResult struct {
-			rep restore.StopReport
-			err error
-		}
-		stopped := make(chan stopResult, 1)
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-			defer cancel()
-			rep, err := inst.StopReported(ctx)
-			stopped <- stopResult{rep, err}
-		}()
-		// The generation is still attached while the read is held: a new
-		// reference to the key shares it.
-		same, err := e.srv.Attach(e.id, src.MemoryPath, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if same.Generation() != inst.Generation {
-			t.Errorf("attach during stop got generation %d, want the held %d: the device was released under a read", same.Generation(), inst.Generation)
-		}
-		<-same.Release() // not the last reference
-		select {
-		case res := <-stopped:
-			t.Fatalf("stop returned (%v) while a prefetch read was held in the server", res.err)
-		default:
-		}
+	type stopResult struct {
+		rep restore.StopReport
+		err error
+	}
+	stopped := make(chan stopResult, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		rep, err := inst.StopReported(ctx)
+		stopped <- stopResult{rep, err}
+	}()
+	// The generation is still attached while the read is held: a new
+	// reference to the key shares it.
+	same, err := e.srv.Attach(e.id, src.MemoryPath, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if same.Generation() != inst.Generation {
+		t.Errorf("attach during stop got generation %d, want the held %d: the device was released under a read", same.Generation(), inst.Generation)
+	}
+	<-same.Release() // not the last reference
+	select {
+	case res := <-stopped:
+		t.Fatalf("stop returned (%v) while a prefetch read was held in the server", res.err)
+	default:
+	}
 
-		gate.open()
-		res := waitFor(t, stopped, "the stop to return")
-		if res.err != nil {
-			t.Fatalf("stop of an exited VM: %v", res.err)
-		}
-		if res.rep.Exit == nil || *res.rep.Exit != killedStatus {
-			t.Errorf("stop report %+v; want the exit %v", res.rep, killedStatus)
-		}
-		if res.rep.PrefetchDrain <= 0 {
-			t.Errorf("stop report %+v: the stop did not wait for the held prefetch read", res.rep)
-		}
-		next, err := e.srv.Attach(e.id, src.MemoryPath, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { <-next.Release() }()
-		if next.Generation() == inst.Generation {
-			t.Errorf("generation %d still attached after stop returned", inst.Generation)
-		}
-		checkExitsObserved(t, e.observer, 1)
-	})
+	gate.open()
+	res := waitFor(t, stopped, "the stop to return")
+	if res.err != nil {
+		t.Fatalf("stop of an exited VM: %v", res.err)
+	}
+	if res.rep.Exit == nil || *res.rep.Exit != killedStatus {
+		t.Errorf("stop report %+v; want the exit %v", res.rep, killedStatus)
+	}
+	if res.rep.PrefetchDrain <= 0 {
+		t.Errorf("stop report %+v: the stop did not wait for the held prefetch read", res.rep)
+	}
+	next, err := e.srv.Attach(e.id, src.MemoryPath, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { <-next.Release() }()
+	if next.Generation() == inst.Generation {
+		t.Errorf("generation %d still attached after stop returned", inst.Generation)
+	}
+	checkExitsObserved(t, e.observer, 1)
+}
 
-	t.Run(config.DeviceUffd, func(t *testing.T) {
-		inst := e.restore(t, e.restorer, src, restore.Options{Device: config.DeviceUffd, Prefetch: restore.ModeOn})
-		proc := e.vm.last(t)
-		checkRunning(t, inst)
-		killVM(t, inst, proc.PID())
-		rep, err := inst.StopReported(context.Background())
-		if err != nil {
-			t.Fatalf("stop of an exited VM: %v", err)
-		}
-		if rep.Exit == nil || *rep.Exit != killedStatus {
-			t.Errorf("stop report %+v; want the exit %v", rep, killedStatus)
-		}
-		checkGone(t, proc)
-		if _, err := os.Stat(filepath.Join(e.restorer.RuntimeDir, "restores", inst.ID)); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("the restore's runtime directory (its uffd socket) is still there: %v", err)
-		}
-		checkExitsObserved(t, e.observer, 2)
-	})
+// checkKilledAfterReadyUffd: the stop of a killed VM on the uffd device
+// reports the exit and removes the restore's runtime directory.
+func (e *env) checkKilledAfterReadyUffd(t *testing.T, src restore.Source) {
+	inst := e.restore(t, e.restorer, src, restore.Options{Device: config.DeviceUffd, Prefetch: restore.ModeOn})
+	proc := e.vm.last(t)
+	checkRunning(t, inst)
+	killVM(t, inst, proc.PID())
+	rep, err := inst.StopReported(context.Background())
+	if err != nil {
+		t.Fatalf("stop of an exited VM: %v", err)
+	}
+	if rep.Exit == nil || *rep.Exit != killedStatus {
+		t.Errorf("stop report %+v; want the exit %v", rep, killedStatus)
+	}
+	checkGone(t, proc)
+	if _, err := os.Stat(filepath.Join(e.restorer.RuntimeDir, "restores", inst.ID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the restore's runtime directory (its uffd socket) is still there: %v", err)
+	}
+	checkExitsObserved(t, e.observer, 2)
 }
 
 // TestStoppedVMIsNotAnExit: a VM that exits because Stop asked it to is

@@ -157,12 +157,52 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	dir := t.TempDir()
 	e := &env{dir: dir, log: &syncBuffer{}, observer: &observer{}}
-	repo, err := posixfs.Open(filepath.Join(dir, "store"), posixfs.Options{})
+	e.mountDevices(t, o)
+	refDir := filepath.Join(dir, "reference")
+	if o.viaReference {
+		e.vm = &trackingVMM{VMM: replay.VMM{TracePath: synth.PathsIn(refDir).Trace}}
+	} else {
+		e.ref = sharedReference(t)
+		e.vm = &trackingVMM{VMM: replay.VMM{TracePath: e.ref.paths.Trace}}
+	}
+	e.restorer = &restore.Restorer{
+		FUSE:       e.srv,
+		Engine:     prefetch.NewEngine(o.engine),
+		VMM:        e.vm,
+		RuntimeDir: filepath.Join(dir, "run"),
+		Log:        slog.New(slog.NewTextHandler(e.log, nil)),
+		Observe:    e.observer,
+	}
+	e.recorder = &recorder.Recorder{Repo: e.repo, Restorer: e.restorer, Device: o.device}
+	rec := e.recorder
+	if o.noManifest {
+		rec = nil
+	}
+	var job *recorder.Job
+	if o.viaReference {
+		job = e.publishReference(t, rec, refDir)
+	} else {
+		job = e.publishShared(t, rec)
+	}
+	if job != nil {
+		var err error
+		if e.job, err = job.Result(); err != nil {
+			t.Fatalf("record manifest: %v", err)
+		}
+	}
+	return e
+}
+
+// mountDevices opens the env's repository and mounts its FUSE device, whose
+// read hook forwards to whatever hook a test installs later.
+func (e *env) mountDevices(t *testing.T, o envOptions) {
+	t.Helper()
+	repo, err := posixfs.Open(filepath.Join(e.dir, "store"), posixfs.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.repo = repo
-	srv, err := fusedev.Mount(filepath.Join(dir, "mnt"), fusedev.Options{ReadAheadBytes: o.readAheadBytes, ReadHook: func(gen uint64, off int64, n int) {
+	srv, err := fusedev.Mount(filepath.Join(e.dir, "mnt"), fusedev.Options{ReadAheadBytes: o.readAheadBytes, ReadHook: func(gen uint64, off int64, n int) {
 		if h := e.readHook.Load(); h != nil {
 			(*h)(gen, off, n)
 		}
@@ -172,83 +212,65 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	e.srv = srv
 	t.Cleanup(func() { srv.Close() })
+}
 
-	refDir := filepath.Join(dir, "reference")
-	if o.viaReference {
-		e.vm = &trackingVMM{VMM: replay.VMM{TracePath: synth.PathsIn(refDir).Trace}}
-	} else {
-		e.ref = sharedReference(t)
-		e.vm = &trackingVMM{VMM: replay.VMM{TracePath: e.ref.paths.Trace}}
-	}
-	e.restorer = &restore.Restorer{
-		FUSE:       srv,
-		Engine:     prefetch.NewEngine(o.engine),
-		VMM:        e.vm,
-		RuntimeDir: filepath.Join(dir, "run"),
-		Log:        slog.New(slog.NewTextHandler(e.log, nil)),
-		Observe:    e.observer,
-	}
-	e.recorder = &recorder.Recorder{Repo: repo, Restorer: e.restorer, Device: o.device}
-	rec := e.recorder
-	if o.noManifest {
-		rec = nil
-	}
-
-	ctx := context.Background()
-	var job *recorder.Job
-	if o.viaReference {
-		held := make(chan struct{})
-		proceed := make(chan struct{})
-		e.vm.setBeforeStart(func() {
-			close(held)
-			<-proceed
-		})
-		snap, j, err := reference.Publish(ctx, repo, rec, reference.Options{Dir: refDir, MemoryBytes: memoryBytes, Seed: referenceSeed})
-		if err != nil {
-			close(proceed)
-			t.Fatal(err)
-		}
-		// Publish has returned while the recorder's VMM cannot start:
-		// recording runs behind publication, not inside it.
-		select {
-		case <-j.Done():
-			t.Error("recording ended before its VMM could start")
-		default:
-		}
-		waitFor(t, held, "the recorder's restore to start its VMM")
-		e.vm.setBeforeStart(nil)
+// publishReference generates and publishes a fresh reference snapshot in
+// refDir, checking that recording runs behind publication; it returns the
+// recording job (nil when rec is nil).
+func (e *env) publishReference(t *testing.T, rec *recorder.Recorder, refDir string) *recorder.Job {
+	t.Helper()
+	held := make(chan struct{})
+	proceed := make(chan struct{})
+	e.vm.setBeforeStart(func() {
+		close(held)
+		<-proceed
+	})
+	snap, j, err := reference.Publish(context.Background(), e.repo, rec, reference.Options{Dir: refDir, MemoryBytes: memoryBytes, Seed: referenceSeed})
+	if err != nil {
 		close(proceed)
-		e.id, job = snap.ID, j
-		if e.ref, err = describeReference(snap.Paths); err != nil {
-			t.Fatal(err)
-		}
-	} else {
-		lease, err := repo.BeginCapture(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := repo.Publish(ctx, lease, repository.PublishRequest{
-			VMStatePath: e.ref.paths.VMState, MemoryPath: e.ref.paths.Memory, Layout: e.ref.layout,
-		})
-		if err != nil {
-			lease.End()
-			t.Fatal(err)
-		}
-		e.id = r.ID
-		if rec == nil {
-			if err := lease.End(); err != nil {
-				t.Fatal(err)
-			}
-		} else {
-			job = rec.Start(ctx, lease)
-		}
+		t.Fatal(err)
 	}
-	if job != nil {
-		if e.job, err = job.Result(); err != nil {
-			t.Fatalf("record manifest: %v", err)
-		}
+	// Publish has returned while the recorder's VMM cannot start:
+	// recording runs behind publication, not inside it.
+	select {
+	case <-j.Done():
+		t.Error("recording ended before its VMM could start")
+	default:
 	}
-	return e
+	waitFor(t, held, "the recorder's restore to start its VMM")
+	e.vm.setBeforeStart(nil)
+	close(proceed)
+	e.id = snap.ID
+	if e.ref, err = describeReference(snap.Paths); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// publishShared publishes the shared reference files; it starts recording
+// when rec is set and otherwise ends the capture lease.
+func (e *env) publishShared(t *testing.T, rec *recorder.Recorder) *recorder.Job {
+	t.Helper()
+	ctx := context.Background()
+	lease, err := e.repo.BeginCapture(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.repo.Publish(ctx, lease, repository.PublishRequest{
+		VMStatePath: e.ref.paths.VMState, MemoryPath: e.ref.paths.Memory, Layout: e.ref.layout,
+	})
+	if err != nil {
+		lease.End()
+		t.Fatal(err)
+	}
+	e.id = r.ID
+	if rec == nil {
+		if err := lease.End(); err != nil {
+			t.Fatal(err)
+		}
+		return nil
+	}
+	return rec.Start(ctx, lease)
 }
 
 func (e *env) source(t *testing.T) restore.Source {
@@ -597,57 +619,78 @@ func TestEndToEndPrefetch(t *testing.T) {
 	for _, device := range devices {
 		t.Run(device, func(t *testing.T) {
 			e := newEnv(t, envOptions{device: device, viaReference: true})
-			ctx := context.Background()
-			rec, err := e.repo.Get(ctx, e.id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if rec.Manifest == nil || *rec.Manifest != e.job.Descriptor {
-				t.Fatalf("record descriptor %+v, recorder attached %+v", rec.Manifest, e.job.Descriptor)
-			}
+			rec := e.checkRecordedManifest(t)
 			src := e.source(t)
-			data, err := os.ReadFile(src.ManifestPath)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := manifest.Describe(data); got.SHA256 != rec.Manifest.SHA256 || got.Size != rec.Manifest.Size {
-				t.Fatalf("manifest file is %+v, record says %+v", got, *rec.Manifest)
-			}
 			m := e.manifest(t)
 			for _, mode := range []restore.Mode{restore.ModeOff, restore.ModeOn} {
-				inst := e.restore(t, e.restorer, src, restore.Options{Device: device, Prefetch: mode})
-				t.Logf("%s prefetch %s: ready %v, prefetch %+v, device %+v", device, mode, inst.Timings.Ready, inst.Prefetch, inst.DeviceBytes)
-				checkHash(t, inst, e.ref.expected)
-				tm := inst.Timings
-				if !(0 < tm.DeviceAcquired && tm.DeviceAcquired <= tm.ManifestValidated && tm.ManifestValidated <= tm.VMStarted && tm.VMStarted <= tm.Ready) {
-					t.Errorf("phases out of order: %+v", tm)
-				}
-				if mode == restore.ModeOn {
-					p := inst.Prefetch
-					if p.State == "skipped" || p.State == "failed" {
-						t.Errorf("prefetch on: state %s: %s", p.State, p.Reason)
-					}
-					if p.Digest != rec.Manifest.SHA256 || p.PlannedBytes != m.TotalBytes() || p.Generation != inst.Generation {
-						t.Errorf("prefetch report %+v, want digest %s, %d planned bytes, generation %d",
-							p, rec.Manifest.SHA256, m.TotalBytes(), inst.Generation)
-					}
-				}
-				vm := e.vm.last(t)
-				stop(t, inst)
-				checkGone(t, vm)
-				if device == config.DeviceFile {
-					// The release was acknowledged: the key's next attach
-					// gets a new generation.
-					dev, err := e.srv.Attach(e.id, src.MemoryPath, 0)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if dev.Generation() == inst.Generation {
-						t.Errorf("generation %d still attached after stop", inst.Generation)
-					}
-					<-dev.Release()
-				}
+				e.checkEndToEndRestore(t, device, src, rec, m, mode)
 			}
 		})
 	}
+}
+
+// checkRecordedManifest checks that the snapshot's record names the
+// descriptor the recorder attached and that the manifest file matches it;
+// it returns the record.
+func (e *env) checkRecordedManifest(t *testing.T) repository.Record {
+	t.Helper()
+	rec, err := e.repo.Get(context.Background(), e.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Manifest == nil || *rec.Manifest != e.job.Descriptor {
+		t.Fatalf("record descriptor %+v, recorder attached %+v", rec.Manifest, e.job.Descriptor)
+	}
+	data, err := os.ReadFile(e.source(t).ManifestPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := manifest.Describe(data); got.SHA256 != rec.Manifest.SHA256 || got.Size != rec.Manifest.Size {
+		t.Fatalf("manifest file is %+v, record says %+v", got, *rec.Manifest)
+	}
+	return rec
+}
+
+// checkEndToEndRestore restores once with the given prefetch mode, checks
+// the guest's bytes, the phase order and (prefetch on) the prefetch report,
+// then stops and checks the device was released.
+func (e *env) checkEndToEndRestore(t *testing.T, device string, src restore.Source, rec repository.Record, m *manifest.Manifest, mode restore.Mode) {
+	t.Helper()
+	inst := e.restore(t, e.restorer, src, restore.Options{Device: device, Prefetch: mode})
+	t.Logf("%s prefetch %s: ready %v, prefetch %+v, device %+v", device, mode, inst.Timings.Ready, inst.Prefetch, inst.DeviceBytes)
+	checkHash(t, inst, e.ref.expected)
+	tm := inst.Timings
+	if !(0 < tm.DeviceAcquired && tm.DeviceAcquired <= tm.ManifestValidated && tm.ManifestValidated <= tm.VMStarted && tm.VMStarted <= tm.Ready) {
+		t.Errorf("phases out of order: %+v", tm)
+	}
+	if mode == restore.ModeOn {
+		p := inst.Prefetch
+		if p.State == "skipped" || p.State == "failed" {
+			t.Errorf("prefetch on: state %s: %s", p.State, p.Reason)
+		}
+		if p.Digest != rec.Manifest.SHA256 || p.PlannedBytes != m.TotalBytes() || p.Generation != inst.Generation {
+			t.Errorf("prefetch report %+v, want digest %s, %d planned bytes, generation %d",
+				p, rec.Manifest.SHA256, m.TotalBytes(), inst.Generation)
+		}
+	}
+	vm := e.vm.last(t)
+	stop(t, inst)
+	checkGone(t, vm)
+	if device == config.DeviceFile {
+		e.checkGenerationReleased(t, src, inst.Generation)
+	}
+}
+
+// checkGenerationReleased: the release was acknowledged, so the key's next
+// attach gets a new generation.
+func (e *env) checkGenerationReleased(t *testing.T, src restore.Source, gen uint64) {
+	t.Helper()
+	dev, err := e.srv.Attach(e.id, src.MemoryPath, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dev.Generation() == gen {
+		t.Errorf("generation %d still attached after stop", gen)
+	}
+	<-dev.Release()
 }

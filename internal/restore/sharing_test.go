@@ -191,80 +191,92 @@ func TestLateSubscriberLearnsCompletion(t *testing.T) {
 // snapshot run exactly one prefetch task; eight of different device
 // generations never have more than four reads in flight.
 func TestConcurrentRestoresShareOneTask(t *testing.T) {
-	const n = 8
-	t.Run("one generation", func(t *testing.T) {
-		e := newEnv(t, envOptions{})
-		src := e.source(t)
-		insts := restoreConcurrently(t, e.restorer, src, n, func(int) restore.Options {
-			return restore.Options{Prefetch: restore.ModeOn, Policy: policy(t, "seed")}
-		})
-		for _, inst := range insts {
-			checkHash(t, inst, e.ref.expected)
-			if inst.Generation != insts[0].Generation {
-				t.Errorf("restores on generations %d and %d, want one", inst.Generation, insts[0].Generation)
-			}
-			if restore.PrefetchSubscription(inst).Done() != restore.PrefetchSubscription(insts[0]).Done() {
-				t.Errorf("restore %s subscribed to another task", inst.ID)
-			}
-		}
-		waitFor(t, restore.PrefetchSubscription(insts[0]).Done(), "the prefetch task to end")
-		st := e.restorer.Engine.Stats()
-		t.Logf("engine stats %+v", st)
-		if st.TasksStarted != 1 || st.TasksCompleted != 1 {
-			t.Errorf("%d tasks started, %d completed; want exactly one, completed", st.TasksStarted, st.TasksCompleted)
-		}
-		if st.MaxReadersInFlight < 1 || st.MaxReadersInFlight > prefetch.DefaultMaxReaders {
-			t.Errorf("at most %d readers were in flight, want 1..%d", st.MaxReadersInFlight, prefetch.DefaultMaxReaders)
-		}
-		for _, inst := range insts {
-			stop(t, inst)
-		}
+	t.Run("one generation", testOneGenerationSharesOneTask)
+	t.Run("reader cap across generations", testReaderCapAcrossGenerations)
+}
+
+// concurrentRestores is how many restores the sharing tests run at once.
+const concurrentRestores = 8
+
+// testOneGenerationSharesOneTask: restores of one generation subscribe to
+// one prefetch task, which runs once.
+func testOneGenerationSharesOneTask(t *testing.T) {
+	const n = concurrentRestores
+	e := newEnv(t, envOptions{})
+	src := e.source(t)
+	insts := restoreConcurrently(t, e.restorer, src, n, func(int) restore.Options {
+		return restore.Options{Prefetch: restore.ModeOn, Policy: policy(t, "seed")}
 	})
-	t.Run("reader cap across generations", func(t *testing.T) {
-		e := newEnv(t, envOptions{})
-		src := e.source(t)
-		first := e.manifest(t).Ranges[0].Offset
-		gate := e.holdReadsAt(t, first)
-		r, _, expected := e.restorerWithTrace(t, farTrace(t, first))
-		insts := restoreConcurrently(t, r, src, n, func(i int) restore.Options {
-			return restore.Options{Prefetch: restore.ModeOn, Policy: policy(t, "seed"), DeviceKey: fmt.Sprintf("generation-%d", i)}
-		})
-		for range prefetch.DefaultMaxReaders {
-			waitFor(t, gate.arrived, "a prefetch read to reach the server")
+	for _, inst := range insts {
+		checkHash(t, inst, e.ref.expected)
+		if inst.Generation != insts[0].Generation {
+			t.Errorf("restores on generations %d and %d, want one", inst.Generation, insts[0].Generation)
 		}
-		// Four reads are held and all eight tasks want to read: the other
-		// four wait for a slot.
-		st := e.restorer.Engine.Stats()
-		if st.TasksStarted != n || st.ReadersInFlight != prefetch.DefaultMaxReaders || st.MaxReadersInFlight != prefetch.DefaultMaxReaders {
-			t.Errorf("engine stats %+v: want %d tasks, %d reads in flight", st, n, prefetch.DefaultMaxReaders)
+		if restore.PrefetchSubscription(inst).Done() != restore.PrefetchSubscription(insts[0]).Done() {
+			t.Errorf("restore %s subscribed to another task", inst.ID)
 		}
-		queued := 0
-		for _, inst := range insts {
-			checkHash(t, inst, expected)
-			if restore.PrefetchSubscription(inst).State() == prefetch.Queued {
-				queued++
-			}
-		}
-		if queued != n-prefetch.DefaultMaxReaders {
-			t.Errorf("%d tasks queued, want %d", queued, n-prefetch.DefaultMaxReaders)
-		}
-		gate.open()
-		for _, inst := range insts {
-			sub := restore.PrefetchSubscription(inst)
-			waitFor(t, sub.Done(), "a prefetch task to end")
-			if sub.State() != prefetch.Completed {
-				t.Errorf("task of %s ended %v (%v)", inst.ID, sub.State(), sub.Err())
-			}
-		}
-		st = e.restorer.Engine.Stats()
-		t.Logf("engine stats %+v", st)
-		if st.MaxReadersInFlight != prefetch.DefaultMaxReaders || st.TasksCompleted != n {
-			t.Errorf("engine stats %+v: want at most %d reads ever in flight, %d tasks completed", st, prefetch.DefaultMaxReaders, n)
-		}
-		for _, inst := range insts {
-			stop(t, inst)
-		}
+	}
+	waitFor(t, restore.PrefetchSubscription(insts[0]).Done(), "the prefetch task to end")
+	st := e.restorer.Engine.Stats()
+	t.Logf("engine stats %+v", st)
+	if st.TasksStarted != 1 || st.TasksCompleted != 1 {
+		t.Errorf("%d tasks started, %d completed; want exactly one, completed", st.TasksStarted, st.TasksCompleted)
+	}
+	if st.MaxReadersInFlight < 1 || st.MaxReadersInFlight > prefetch.DefaultMaxReaders {
+		t.Errorf("at most %d readers were in flight, want 1..%d", st.MaxReadersInFlight, prefetch.DefaultMaxReaders)
+	}
+	for _, inst := range insts {
+		stop(t, inst)
+	}
+}
+
+// testReaderCapAcrossGenerations: tasks of different generations share the
+// engine's reader slots; the tasks beyond the cap queue.
+func testReaderCapAcrossGenerations(t *testing.T) {
+	const n = concurrentRestores
+	e := newEnv(t, envOptions{})
+	src := e.source(t)
+	first := e.manifest(t).Ranges[0].Offset
+	gate := e.holdReadsAt(t, first)
+	r, _, expected := e.restorerWithTrace(t, farTrace(t, first))
+	insts := restoreConcurrently(t, r, src, n, func(i int) restore.Options {
+		return restore.Options{Prefetch: restore.ModeOn, Policy: policy(t, "seed"), DeviceKey: fmt.Sprintf("generation-%d", i)}
 	})
+	for range prefetch.DefaultMaxReaders {
+		waitFor(t, gate.arrived, "a prefetch read to reach the server")
+	}
+	// Four reads are held and all eight tasks want to read: the other
+	// four wait for a slot.
+	st := e.restorer.Engine.Stats()
+	if st.TasksStarted != n || st.ReadersInFlight != prefetch.DefaultMaxReaders || st.MaxReadersInFlight != prefetch.DefaultMaxReaders {
+		t.Errorf("engine stats %+v: want %d tasks, %d reads in flight", st, n, prefetch.DefaultMaxReaders)
+	}
+	queued := 0
+	for _, inst := range insts {
+		checkHash(t, inst, expected)
+		if restore.PrefetchSubscription(inst).State() == prefetch.Queued {
+			queued++
+		}
+	}
+	if queued != n-prefetch.DefaultMaxReaders {
+		t.Errorf("%d tasks queued, want %d", queued, n-prefetch.DefaultMaxReaders)
+	}
+	gate.open()
+	for _, inst := range insts {
+		sub := restore.PrefetchSubscription(inst)
+		waitFor(t, sub.Done(), "a prefetch task to end")
+		if sub.State() != prefetch.Completed {
+			t.Errorf("task of %s ended %v (%v)", inst.ID, sub.State(), sub.Err())
+		}
+	}
+	st = e.restorer.Engine.Stats()
+	t.Logf("engine stats %+v", st)
+	if st.MaxReadersInFlight != prefetch.DefaultMaxReaders || st.TasksCompleted != n {
+		t.Errorf("engine stats %+v: want at most %d reads ever in flight, %d tasks completed", st, prefetch.DefaultMaxReaders, n)
+	}
+	for _, inst := range insts {
+		stop(t, inst)
+	}
 }
 
 func restoreConcurrently(t *testing.T, r *restore.Restorer, src restore.Source, n int, opts func(int) restore.Options) []*restore.Instance {

@@ -18,6 +18,29 @@ import (
 func TestManifestRejectionFallsBackToOnDemand(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	good := e.source(t)
+	cases := brokenManifests(t, good)
+	for _, device := range devices {
+		for _, c := range cases {
+			t.Run(device+"/"+c.name, func(t *testing.T) { e.checkRejected(t, good, device, c) })
+		}
+		t.Run(device+"/valid", func(t *testing.T) { e.checkValidManifest(t, good, device) })
+	}
+}
+
+// rejectionCase is one way a manifest can be broken and how the restorer
+// must name it.
+type rejectionCase struct {
+	name   string
+	path   string
+	desc   *manifest.Descriptor
+	reason string // the reason's name, as the restorer reports it
+	detail string // what the logged reason must also say
+}
+
+// brokenManifests writes, next to a copy of good's manifest, each broken
+// manifest the restore path must reject.
+func brokenManifests(t *testing.T, good restore.Source) []rejectionCase {
+	t.Helper()
 	data, err := os.ReadFile(good.ManifestPath)
 	if err != nil {
 		t.Fatal(err)
@@ -39,6 +62,27 @@ func TestManifestRejectionFallsBackToOnDemand(t *testing.T) {
 	badMagic := modified(func(b []byte) { b[0] ^= 0xff })
 	// Same size, one byte of the last range changed: only the digest tells.
 	flipped := modified(func(b []byte) { b[len(b)-9] ^= 0x01 })
+	foreignData := foreignLayoutManifest(t)
+	oversize, symlink := oversizeAndSymlink(t, dir, good.ManifestPath)
+	describe := func(b []byte) *manifest.Descriptor { d := manifest.Describe(b); return &d }
+	return []rejectionCase{
+		{"missing", filepath.Join(dir, "absent"), good.Manifest, "missing", "no such file"},
+		{"truncated file", write("truncated-file", truncated), good.Manifest, "size", "size mismatch"},
+		{"truncated encoding", write("truncated", truncated), describe(truncated), "corrupt", "truncated"},
+		{"corrupt bytes", write("bad-magic", badMagic), describe(badMagic), "corrupt", "magic"},
+		{"size mismatch", good.ManifestPath, &manifest.Descriptor{SHA256: good.Manifest.SHA256, Size: good.Manifest.Size + 1}, "size", "size mismatch"},
+		{"digest mismatch", write("flipped", flipped), good.Manifest, "digest", "digest mismatch"},
+		{"layout mismatch", write("foreign", foreignData), describe(foreignData), "layout", "another memory layout"},
+		{"oversize", oversize, &manifest.Descriptor{SHA256: good.Manifest.SHA256, Size: manifest.MaxEncodedBytes + 1}, "oversize", "too large"},
+		{"directory", dir, good.Manifest, "not_regular", "it is a directory"},
+		{"symlink", symlink, good.Manifest, "not_regular", "it is a symlink"},
+	}
+}
+
+// foreignLayoutManifest encodes a valid manifest for a memory layout of
+// two regions, which the reference snapshot does not have.
+func foreignLayoutManifest(t *testing.T) []byte {
+	t.Helper()
 	halves := layout.Layout{FileSize: memoryBytes, Regions: []layout.Region{
 		{Offset: 0, Size: memoryBytes / 2, PageSize: layout.DefaultPageSize},
 		{Offset: memoryBytes / 2, Size: memoryBytes / 2, PageSize: layout.DefaultPageSize},
@@ -51,7 +95,14 @@ func TestManifestRejectionFallsBackToOnDemand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	oversize := filepath.Join(dir, "oversize")
+	return foreignData
+}
+
+// oversizeAndSymlink makes in dir a sparse file one byte over the manifest
+// size limit and a symlink to target.
+func oversizeAndSymlink(t *testing.T, dir, target string) (oversize, symlink string) {
+	t.Helper()
+	oversize = filepath.Join(dir, "oversize")
 	if err := os.WriteFile(oversize, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -60,65 +111,48 @@ func TestManifestRejectionFallsBackToOnDemand(t *testing.T) {
 	}
 	// Even a link to the valid manifest: the restore reads only what the
 	// repository stored, never what a link points it to.
-	symlink := filepath.Join(dir, "symlink")
-	if err := os.Symlink(good.ManifestPath, symlink); err != nil {
+	symlink = filepath.Join(dir, "symlink")
+	if err := os.Symlink(target, symlink); err != nil {
 		t.Fatal(err)
 	}
-	describe := func(b []byte) *manifest.Descriptor { d := manifest.Describe(b); return &d }
+	return oversize, symlink
+}
 
-	cases := []struct {
-		name   string
-		path   string
-		desc   *manifest.Descriptor
-		reason string // the reason's name, as the restorer reports it
-		detail string // what the logged reason must also say
-	}{
-		{"missing", filepath.Join(dir, "absent"), good.Manifest, "missing", "no such file"},
-		{"truncated file", write("truncated-file", truncated), good.Manifest, "size", "size mismatch"},
-		{"truncated encoding", write("truncated", truncated), describe(truncated), "corrupt", "truncated"},
-		{"corrupt bytes", write("bad-magic", badMagic), describe(badMagic), "corrupt", "magic"},
-		{"size mismatch", good.ManifestPath, &manifest.Descriptor{SHA256: good.Manifest.SHA256, Size: good.Manifest.Size + 1}, "size", "size mismatch"},
-		{"digest mismatch", write("flipped", flipped), good.Manifest, "digest", "digest mismatch"},
-		{"layout mismatch", write("foreign", foreignData), describe(foreignData), "layout", "another memory layout"},
-		{"oversize", oversize, &manifest.Descriptor{SHA256: good.Manifest.SHA256, Size: manifest.MaxEncodedBytes + 1}, "oversize", "too large"},
-		{"directory", dir, good.Manifest, "not_regular", "it is a directory"},
-		{"symlink", symlink, good.Manifest, "not_regular", "it is a symlink"},
+// checkRejected restores with c's manifest: the guest reads correct memory
+// on demand, prefetch is skipped with the reason named, no prefetch task
+// starts, and one log line names the snapshot and the reason.
+func (e *env) checkRejected(t *testing.T, good restore.Source, device string, c rejectionCase) {
+	src := good
+	src.ManifestPath, src.Manifest = c.path, c.desc
+	before := e.restorer.Engine.Stats()
+	e.log.take()
+	inst := e.restore(t, e.restorer, src, restore.Options{Device: device, Prefetch: restore.ModeOn})
+	checkHash(t, inst, e.ref.expected)
+	if p := inst.Prefetch; p.State != "skipped" || !strings.Contains(p.Reason, "("+c.reason+")") || !strings.Contains(p.Reason, c.detail) {
+		t.Errorf("prefetch report %+v: want skipped, reason naming %q and saying %q", p, c.reason, c.detail)
 	}
-	for _, device := range devices {
-		for _, c := range cases {
-			t.Run(device+"/"+c.name, func(t *testing.T) {
-				src := good
-				src.ManifestPath, src.Manifest = c.path, c.desc
-				before := e.restorer.Engine.Stats()
-				e.log.take()
-				inst := e.restore(t, e.restorer, src, restore.Options{Device: device, Prefetch: restore.ModeOn})
-				checkHash(t, inst, e.ref.expected)
-				if p := inst.Prefetch; p.State != "skipped" || !strings.Contains(p.Reason, "("+c.reason+")") || !strings.Contains(p.Reason, c.detail) {
-					t.Errorf("prefetch report %+v: want skipped, reason naming %q and saying %q", p, c.reason, c.detail)
-				}
-				if got := e.observer.lastRejected(); got != c.reason {
-					t.Errorf("observer told rejection %q, want %q", got, c.reason)
-				}
-				if after := e.restorer.Engine.Stats(); after.TasksStarted != before.TasksStarted {
-					t.Errorf("a prefetch task started for a rejected manifest")
-				}
-				checkOneLogLine(t, e.log.take(), e.id, c.detail)
-				stop(t, inst)
-			})
-		}
-		t.Run(device+"/valid", func(t *testing.T) {
-			e.log.take()
-			inst := e.restore(t, e.restorer, good, restore.Options{Device: device, Prefetch: restore.ModeOn})
-			checkHash(t, inst, e.ref.expected)
-			if p := inst.Prefetch; p.State == "skipped" || p.State == "failed" {
-				t.Errorf("valid manifest: prefetch %s: %s", p.State, p.Reason)
-			}
-			if lines := e.log.take(); len(lines) != 0 {
-				t.Errorf("valid manifest logged %q", lines)
-			}
-			stop(t, inst)
-		})
+	if got := e.observer.lastRejected(); got != c.reason {
+		t.Errorf("observer told rejection %q, want %q", got, c.reason)
 	}
+	if after := e.restorer.Engine.Stats(); after.TasksStarted != before.TasksStarted {
+		t.Errorf("a prefetch task started for a rejected manifest")
+	}
+	checkOneLogLine(t, e.log.take(), e.id, c.detail)
+	stop(t, inst)
+}
+
+// checkValidManifest: the untouched manifest is accepted and logs nothing.
+func (e *env) checkValidManifest(t *testing.T, good restore.Source, device string) {
+	e.log.take()
+	inst := e.restore(t, e.restorer, good, restore.Options{Device: device, Prefetch: restore.ModeOn})
+	checkHash(t, inst, e.ref.expected)
+	if p := inst.Prefetch; p.State == "skipped" || p.State == "failed" {
+		t.Errorf("valid manifest: prefetch %s: %s", p.State, p.Reason)
+	}
+	if lines := e.log.take(); len(lines) != 0 {
+		t.Errorf("valid manifest logged %q", lines)
+	}
+	stop(t, inst)
 }
 
 // checkOneLogLine fails unless lines hold exactly one line, naming the
