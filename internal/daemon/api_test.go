@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	dto "github.com/prometheus/client_model/go"
 
 	"warmstart/internal/daemon"
 	"warmstart/internal/repository"
@@ -26,6 +27,23 @@ func TestLifecycle(t *testing.T) {
 	if h, err := c.Health(ctx); err != nil || h.Status != "ok" {
 		t.Fatalf("healthz = %+v, %v", h, err)
 	}
+	imp := importAndList(t, c, f)
+	recordAndList(t, c, imp.ID)
+
+	// Two concurrent restores of the same snapshot share the device
+	// generation and so the prefetch task.
+	infos := restoreTwiceConcurrently(t, c, f, imp.ID)
+	checkSharedRestoreMetrics(t, c)
+	stopBoth(t, c, infos)
+	checkMetricsAfterStops(t, c, infos[0].Prefetch.PlannedBytes)
+	deleteTwice(t, c, imp.ID)
+}
+
+// importAndList imports the fixture's snapshot under alias ref and checks
+// that the listing holds it alone.
+func importAndList(t *testing.T, c *daemon.Client, f *fixture) daemon.ImportResponse {
+	t.Helper()
+	ctx := context.Background()
 	imp, err := c.Import(ctx, f.importRequest("ref"))
 	if err != nil {
 		t.Fatal(err)
@@ -37,12 +55,19 @@ func TestLifecycle(t *testing.T) {
 	if err != nil || len(recs) != 1 || recs[0].ID != imp.ID {
 		t.Fatalf("list = %+v, %v; want the imported snapshot", recs, err)
 	}
+	return imp
+}
 
+// recordAndList records ref's manifest and checks the snapshot shows it
+// and the filtered listing finds it.
+func recordAndList(t *testing.T, c *daemon.Client, id string) {
+	t.Helper()
+	ctx := context.Background()
 	res, err := c.RecordManifest(ctx, "ref")
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := c.Snapshot(ctx, imp.ID)
+	info, err := c.Snapshot(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,9 +78,13 @@ func TestLifecycle(t *testing.T) {
 	if recs, err := c.Snapshots(ctx, repository.Filter{HasManifest: &withManifest, AliasPrefix: "re"}); err != nil || len(recs) != 1 {
 		t.Fatalf("list has_manifest alias_prefix = %+v, %v", recs, err)
 	}
+}
 
-	// Two concurrent restores of the same snapshot share the device
-	// generation and so the prefetch task.
+// restoreTwiceConcurrently restores ref twice at once and checks both read
+// the published bytes on one shared generation and are both held.
+func restoreTwiceConcurrently(t *testing.T, c *daemon.Client, f *fixture, id string) [2]daemon.RestoreInfo {
+	t.Helper()
+	ctx := context.Background()
 	var (
 		wg    sync.WaitGroup
 		infos [2]daemon.RestoreInfo
@@ -71,15 +100,7 @@ func TestLifecycle(t *testing.T) {
 		if errs[i] != nil {
 			t.Fatalf("restore %d: %v", i, errs[i])
 		}
-		if in.Prefetch.State == "skipped" {
-			t.Errorf("restore %d skipped prefetch: %s", i, in.Prefetch.Reason)
-		}
-		if got := in.Ready["sha256"]; got != f.expected {
-			t.Errorf("restore %d: guest read sha256 %s, want %s", i, got, f.expected)
-		}
-		if in.Snapshot != imp.ID || in.Policy != "warmstart" || in.Timings.Ready <= 0 {
-			t.Errorf("restore %d = %+v", i, in)
-		}
+		checkLifecycleRestore(t, i, in, f.expected, id)
 	}
 	if infos[0].Generation != infos[1].Generation || infos[0].ID == infos[1].ID {
 		t.Fatalf("restores %s and %s: generations %d and %d, want one shared", infos[0].ID, infos[1].ID, infos[0].Generation, infos[1].Generation)
@@ -88,7 +109,28 @@ func TestLifecycle(t *testing.T) {
 	if err != nil || len(held) != 2 {
 		t.Fatalf("GET /restores = %+v, %v; want both", held, err)
 	}
+	return infos
+}
 
+// checkLifecycleRestore checks restore i prefetched, read the expected
+// bytes and reports the snapshot, policy and ready time.
+func checkLifecycleRestore(t *testing.T, i int, in daemon.RestoreInfo, expected, id string) {
+	t.Helper()
+	if in.Prefetch.State == "skipped" {
+		t.Errorf("restore %d skipped prefetch: %s", i, in.Prefetch.Reason)
+	}
+	if got := in.Ready["sha256"]; got != expected {
+		t.Errorf("restore %d: guest read sha256 %s, want %s", i, got, expected)
+	}
+	if in.Snapshot != id || in.Policy != "warmstart" || in.Timings.Ready <= 0 {
+		t.Errorf("restore %d = %+v", i, in)
+	}
+}
+
+// checkSharedRestoreMetrics: two held restores, one prefetch task, every
+// phase observed twice.
+func checkSharedRestoreMetrics(t *testing.T, c *daemon.Client) {
+	t.Helper()
 	m := metricsOf(t, c)
 	if got := value(m, "warmstart_prefetch_tasks_started_total", nil); got != 1 {
 		t.Errorf("prefetch tasks started = %v, want 1 shared by both restores", got)
@@ -104,7 +146,13 @@ func TestLifecycle(t *testing.T) {
 	if _, ok := m["warmstart_prefetch_readers_in_flight"]; !ok {
 		t.Error("no readers-in-flight gauge")
 	}
+}
 
+// stopBoth stops both restores, checks none is held afterwards and that a
+// second stop is a 404.
+func stopBoth(t *testing.T, c *daemon.Client, infos [2]daemon.RestoreInfo) {
+	t.Helper()
+	ctx := context.Background()
 	for _, in := range infos {
 		rep, err := c.StopRestore(ctx, in.ID)
 		if err != nil {
@@ -120,7 +168,13 @@ func TestLifecycle(t *testing.T) {
 	if _, err := c.StopRestore(ctx, infos[0].ID); !errors.Is(err, repository.ErrNotFound) {
 		t.Errorf("second stop of %s: %v, want 404", infos[0].ID, err)
 	}
-	m = metricsOf(t, c)
+}
+
+// checkMetricsAfterStops: the one shared task ended, each restore has its
+// outcome, the device and repository counters moved.
+func checkMetricsAfterStops(t *testing.T, c *daemon.Client, plannedBytes int64) {
+	t.Helper()
+	m := metricsOf(t, c)
 	ended := value(m, "warmstart_prefetch_tasks_total", map[string]string{"outcome": "completed"}) +
 		value(m, "warmstart_prefetch_tasks_total", map[string]string{"outcome": "cancelled"}) +
 		value(m, "warmstart_prefetch_tasks_total", map[string]string{"outcome": "failed"})
@@ -133,8 +187,8 @@ func TestLifecycle(t *testing.T) {
 	if got := value(m, "warmstart_prefetch_tasks_total", map[string]string{"outcome": "completed"}); got == 1 {
 		// The warmstart policy coalesces nearby ranges, so it reads at
 		// least what the manifest plans.
-		if pre := value(m, "warmstart_device_read_bytes_total", map[string]string{"source": "prefetch"}); pre < float64(infos[0].Prefetch.PlannedBytes) {
-			t.Errorf("prefetch bytes %v after a completed task, want at least the planned %d", pre, infos[0].Prefetch.PlannedBytes)
+		if pre := value(m, "warmstart_device_read_bytes_total", map[string]string{"source": "prefetch"}); pre < float64(plannedBytes) {
+			t.Errorf("prefetch bytes %v after a completed task, want at least the planned %d", pre, plannedBytes)
 		}
 	}
 	if got := value(m, "warmstart_device_read_bytes_total", nil); got <= 0 {
@@ -145,15 +199,21 @@ func TestLifecycle(t *testing.T) {
 			t.Errorf("repository operation %s observed %v times", op, got)
 		}
 	}
+}
 
+// deleteTwice deletes ref, then checks the snapshot is gone and a second
+// delete is a 404.
+func deleteTwice(t *testing.T, c *daemon.Client, id string) {
+	t.Helper()
+	ctx := context.Background()
 	del, err := c.DeleteSnapshot(ctx, "ref")
-	if err != nil || del.ID != imp.ID || del.Alias != "ref" {
+	if err != nil || del.ID != id || del.Alias != "ref" {
 		t.Fatalf("delete = %+v, %v", del, err)
 	}
-	if _, err := c.Snapshot(ctx, imp.ID); !errors.Is(err, repository.ErrNotFound) {
+	if _, err := c.Snapshot(ctx, id); !errors.Is(err, repository.ErrNotFound) {
 		t.Errorf("get after delete: %v, want 404", err)
 	}
-	if _, err := c.DeleteSnapshot(ctx, imp.ID); !errors.Is(err, repository.ErrNotFound) {
+	if _, err := c.DeleteSnapshot(ctx, id); !errors.Is(err, repository.ErrNotFound) {
 		t.Errorf("second delete: %v, want 404", err)
 	}
 }
@@ -184,6 +244,17 @@ func TestImportRecordsInBackground(t *testing.T) {
 	if in.Prefetch.State == "skipped" || in.Ready["sha256"] != f.expected || in.Device != "file" {
 		t.Fatalf("restore with defaults = %+v", in)
 	}
+	checkStartupSetReported(t, r, in)
+	if _, err := r.client.StopRestore(ctx, in.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkStartupSetReported: a prefetching restore's startup set adds up,
+// its ready log line carries the phases and the outcome, and the listing
+// of restores repeats the startup set.
+func checkStartupSetReported(t *testing.T, r *running, in daemon.RestoreInfo) {
+	t.Helper()
 	ss := in.StartupSet
 	if ss.StartupSetPages == 0 || ss.InTimePages+ss.LatePages+ss.UnusedPages != ss.StartupSetPages || !ss.PrefetchRan {
 		t.Errorf("startup set of a prefetching restore: %+v", ss)
@@ -195,12 +266,9 @@ func TestImportRecordsInBackground(t *testing.T) {
 			t.Errorf("restore ready line: %s = %q, want it to hold %q", key, line[key], want)
 		}
 	}
-	listed, err := r.client.Restores(ctx)
+	listed, err := r.client.Restores(context.Background())
 	if err != nil || len(listed) != 1 || !reflect.DeepEqual(listed[0].StartupSet, in.StartupSet) {
 		t.Errorf("GET /restores = %+v, %v; want the startup set %+v", listed, err, in.StartupSet)
-	}
-	if _, err := r.client.StopRestore(ctx, in.ID); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -218,34 +286,50 @@ func TestMetricsAfterRestores(t *testing.T) {
 	before := metricsOf(t, c)
 
 	// Before its manifest is recorded a snapshot restores on demand.
-	bare, err := c.Restore(ctx, daemon.RestoreRequest{Snapshot: "m", Prefetch: "on"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if bare.Prefetch.State != "skipped" || bare.Ready["sha256"] != f.expected {
-		t.Fatalf("restore without a manifest = %+v", bare)
-	}
-	if _, err := c.StopRestore(ctx, bare.ID); err != nil {
-		t.Fatal(err)
-	}
+	restoreThenStop(t, c, daemon.RestoreRequest{Snapshot: "m", Prefetch: "on"}, "restore without a manifest", func(in daemon.RestoreInfo) bool {
+		return in.Prefetch.State == "skipped" && in.Ready["sha256"] == f.expected
+	})
 	if _, err := c.RecordManifest(ctx, imp.ID); err != nil {
 		t.Fatal(err)
 	}
-
-	off, err := c.Restore(ctx, daemon.RestoreRequest{Snapshot: "m", Device: "uffd", Prefetch: "off"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if off.Prefetch.State != "skipped" || off.DeviceBytes.BytesRead == 0 || off.Ready["sha256"] != f.expected {
-		t.Fatalf("uffd restore with prefetch off = %+v", off)
-	}
-	if _, err := c.StopRestore(ctx, off.ID); err != nil {
-		t.Fatal(err)
-	}
+	off := restoreThenStop(t, c, daemon.RestoreRequest{Snapshot: "m", Device: "uffd", Prefetch: "off"}, "uffd restore with prefetch off", func(in daemon.RestoreInfo) bool {
+		return in.Prefetch.State == "skipped" && in.DeviceBytes.BytesRead != 0 && in.Ready["sha256"] == f.expected
+	})
 
 	// A manifest whose bytes changed on disk is rejected by its digest;
 	// the restore goes on with on-demand reads.
-	info, err := c.Snapshot(ctx, "m")
+	corruptManifest(t, c, "m")
+	restoreThenStop(t, c, daemon.RestoreRequest{Snapshot: "m", Prefetch: "on"}, "restore with a corrupt manifest", func(in daemon.RestoreInfo) bool {
+		return in.Prefetch.State == "skipped" && strings.Contains(in.Prefetch.Reason, "digest") && in.Ready["sha256"] == f.expected
+	})
+
+	checkMetricDeltas(t, before, metricsOf(t, c), off)
+	lintMetrics(t, c)
+}
+
+// restoreThenStop restores req, fails the test (naming the restore as
+// what) unless ok holds for the result, stops the restore and returns it.
+func restoreThenStop(t *testing.T, c *daemon.Client, req daemon.RestoreRequest, what string, ok func(daemon.RestoreInfo) bool) daemon.RestoreInfo {
+	t.Helper()
+	ctx := context.Background()
+	in, err := c.Restore(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok(in) {
+		t.Fatalf("%s = %+v", what, in)
+	}
+	if _, err := c.StopRestore(ctx, in.ID); err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+// corruptManifest flips the last byte of ref's stored manifest file, so
+// that its size holds and only its digest tells.
+func corruptManifest(t *testing.T, c *daemon.Client, ref string) {
+	t.Helper()
+	info, err := c.Snapshot(context.Background(), ref)
 	if err != nil || info.Files == nil || info.Files.Manifest == "" {
 		t.Fatalf("snapshot = %+v, %v", info, err)
 	}
@@ -257,18 +341,12 @@ func TestMetricsAfterRestores(t *testing.T) {
 	if err := os.WriteFile(info.Files.Manifest, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rejected, err := c.Restore(ctx, daemon.RestoreRequest{Snapshot: "m", Prefetch: "on"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rejected.Prefetch.State != "skipped" || !strings.Contains(rejected.Prefetch.Reason, "digest") || rejected.Ready["sha256"] != f.expected {
-		t.Fatalf("restore with a corrupt manifest = %+v", rejected)
-	}
-	if _, err := c.StopRestore(ctx, rejected.ID); err != nil {
-		t.Fatal(err)
-	}
+}
 
-	after := metricsOf(t, c)
+// checkMetricDeltas checks what the three restores of
+// TestMetricsAfterRestores moved; off is its uffd restore.
+func checkMetricDeltas(t *testing.T, before, after map[string]*dto.MetricFamily, off daemon.RestoreInfo) {
+	t.Helper()
 	delta := func(name string, labels map[string]string) float64 {
 		return value(after, name, labels) - value(before, name, labels)
 	}
@@ -298,8 +376,13 @@ func TestMetricsAfterRestores(t *testing.T) {
 	if got := delta("warmstart_device_read_bytes_total", map[string]string{"source": "fault"}); got < float64(off.DeviceBytes.BytesRead) {
 		t.Errorf("fault bytes moved by %v, want at least the uffd restore's %d", got, off.DeviceBytes.BytesRead)
 	}
+}
 
-	text, err := c.Metrics(ctx)
+// lintMetrics fails on any lint problem promlint finds in a warmstart_
+// metric of the exposition.
+func lintMetrics(t *testing.T, c *daemon.Client) {
+	t.Helper()
+	text, err := c.Metrics(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,60 @@ func TestBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	hc := rawClient(t, f.cfg.Daemon.Socket)
+	var cases []badRequest
+	cases = append(cases, lookupBadRequests(imp.ID)...)
+	cases = append(cases, importBadRequests(t, f)...)
+	cases = append(cases, actionBadRequests()...)
+	cases = append(cases, restoreBadRequests()...)
+	cases = append(cases, routeBadRequests()...)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) { checkBadRequest(t, hc, tc) })
+	}
+	if h, err := r.client.Health(ctx); err != nil || h.Status != "ok" {
+		t.Fatalf("after bad input: healthz = %+v, %v", h, err)
+	}
+	if _, err := os.Stat(f.ref.Memory); err != nil {
+		t.Fatalf("a refused import touched its input: %v", err)
+	}
+	if recs, err := r.client.Snapshots(ctx, repository.Filter{}); err != nil || len(recs) != 1 {
+		t.Fatalf("after bad imports: %d snapshots (%v), want only the first", len(recs), err)
+	}
+}
+
+// unknownID is a UUIDv7 no snapshot has.
+const unknownID = "01890a5d-ac96-774b-bcce-b302099a8057"
+
+// badRequest is one bad request, the status it must get and the field its
+// JSON error must name.
+type badRequest struct {
+	name, method, path, body string
+	status                   int
+	field                    string
+}
+
+// lookupBadRequests get, delete or list snapshots by bad or unknown names;
+// takenID is the one snapshot's id.
+func lookupBadRequests(takenID string) []badRequest {
+	return []badRequest{
+		{"alias with bad characters", "GET", "/snapshots/no%20spaces", "", 400, "id"},
+		{"alias too long", "GET", "/snapshots/" + strings.Repeat("a", 129), "", 400, "id"},
+		{"id that is not a UUIDv7", "GET", "/snapshots/6ba7b810-9dad-11d1-80b4-00c04fd430c8", "", 400, "id"},
+		{"id not in canonical form", "GET", "/snapshots/" + strings.ToUpper(takenID), "", 400, "id"},
+		{"unknown id", "GET", "/snapshots/" + unknownID, "", 404, "id"},
+		{"unknown alias", "GET", "/snapshots/nobody", "", 404, "id"},
+		{"delete unknown alias", "DELETE", "/snapshots/nobody", "", 404, "id"},
+		{"delete unknown id", "DELETE", "/snapshots/" + unknownID, "", 404, "id"},
+		{"delete bad alias", "DELETE", "/snapshots/a.b", "", 400, "id"},
+		{"list with unknown parameter", "GET", "/snapshots?colour=blue", "", 400, "colour"},
+		{"list with bad has_manifest", "GET", "/snapshots?has_manifest=maybe", "", 400, "has_manifest"},
+		{"list with bad alias prefix", "GET", "/snapshots?alias_prefix=a/b", "", 400, "alias_prefix"},
+	}
+}
+
+// importBadRequests are imports with bad bodies, fields or files.
+func importBadRequests(t *testing.T, f *fixture) []badRequest {
+	t.Helper()
 	notRegular := filepath.Join(f.dir, "ref")
 	empty := filepath.Join(f.dir, "empty.bin")
 	if err := os.WriteFile(empty, nil, 0o644); err != nil {
@@ -35,33 +89,13 @@ func TestBadInput(t *testing.T) {
 	for i := range regions {
 		regions[i] = fmt.Sprintf("%d:4096", i*4096)
 	}
-	unknownID := "01890a5d-ac96-774b-bcce-b302099a8057" // a UUIDv7 no snapshot has
 	importBody := func(mutate func(map[string]any)) string {
 		m := map[string]any{"vm_state": f.ref.VMState, "memory": f.ref.Memory, "layout": f.layout}
 		mutate(m)
 		b, _ := json.Marshal(m)
 		return string(b)
 	}
-
-	hc := rawClient(t, f.cfg.Daemon.Socket)
-	for _, tc := range []struct {
-		name, method, path, body string
-		status                   int
-		field                    string
-	}{
-		{"alias with bad characters", "GET", "/snapshots/no%20spaces", "", 400, "id"},
-		{"alias too long", "GET", "/snapshots/" + strings.Repeat("a", 129), "", 400, "id"},
-		{"id that is not a UUIDv7", "GET", "/snapshots/6ba7b810-9dad-11d1-80b4-00c04fd430c8", "", 400, "id"},
-		{"id not in canonical form", "GET", "/snapshots/" + strings.ToUpper(imp.ID), "", 400, "id"},
-		{"unknown id", "GET", "/snapshots/" + unknownID, "", 404, "id"},
-		{"unknown alias", "GET", "/snapshots/nobody", "", 404, "id"},
-		{"delete unknown alias", "DELETE", "/snapshots/nobody", "", 404, "id"},
-		{"delete unknown id", "DELETE", "/snapshots/" + unknownID, "", 404, "id"},
-		{"delete bad alias", "DELETE", "/snapshots/a.b", "", 400, "id"},
-		{"list with unknown parameter", "GET", "/snapshots?colour=blue", "", 400, "colour"},
-		{"list with bad has_manifest", "GET", "/snapshots?has_manifest=maybe", "", 400, "has_manifest"},
-		{"list with bad alias prefix", "GET", "/snapshots?alias_prefix=a/b", "", 400, "alias_prefix"},
-
+	return []badRequest{
 		{"import malformed JSON", "POST", "/snapshots/import", `{"vm_state": `, 400, "body"},
 		{"import syntax error", "POST", "/snapshots/import", `{"vm_state" "x"}`, 400, "body"},
 		{"import empty body", "POST", "/snapshots/import", ``, 400, "body"},
@@ -83,7 +117,13 @@ func TestBadInput(t *testing.T) {
 		{"import bad layout", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["layout"] = "0:1GiB" }), 400, "layout"},
 		{"import taken alias", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["alias"] = "taken" }), 409, "alias"},
 		{"import oversized body", "POST", "/snapshots/import", `{"vm_state": "` + strings.Repeat("x", 2<<20) + `"}`, 413, "body"},
+	}
+}
 
+// actionBadRequests are record and verify requests on bad or unknown
+// snapshots, or with bad bodies.
+func actionBadRequests() []badRequest {
+	return []badRequest{
 		{"record unknown snapshot", "POST", "/snapshots/" + unknownID + "/manifest:record", "", 404, "id"},
 		{"record bad alias", "POST", "/snapshots/a.b/manifest:record", "", 400, "id"},
 		{"unknown snapshot action", "POST", "/snapshots/taken/manifest:erase", "", 404, "path"},
@@ -94,7 +134,13 @@ func TestBadInput(t *testing.T) {
 		{"verify malformed JSON", "POST", "/snapshots/taken/verify", `{"add_digests": `, 400, "body"},
 		{"verify add_digests as string", "POST", "/snapshots/taken/verify", `{"add_digests": "yes"}`, 400, "add_digests"},
 		{"verify with GET", "GET", "/snapshots/taken/verify", "", 405, "method"},
+	}
+}
 
+// restoreBadRequests are restore requests with bad bodies or values, and
+// requests for unknown restores.
+func restoreBadRequests() []badRequest {
+	return []badRequest{
 		{"restore malformed JSON", "POST", "/restores", `{"snapshot": "taken"`, 400, "body"},
 		{"restore unknown field", "POST", "/restores", `{"snapshot": "taken", "vcpus": 2}`, 400, "vcpus"},
 		{"restore without snapshot", "POST", "/restores", `{}`, 400, "snapshot"},
@@ -107,45 +153,44 @@ func TestBadInput(t *testing.T) {
 		{"restore io_engine as string", "POST", "/restores", `{"snapshot": "taken", "io_engine": "2"}`, 400, "io_engine"},
 		{"stop unknown restore", "DELETE", "/restores/nope", "", 404, "id"},
 		{"get unknown restore", "GET", "/restores/nope", "", 404, "id"},
+	}
+}
 
+// routeBadRequests are requests for no route or with the wrong method.
+func routeBadRequests() []badRequest {
+	return []badRequest{
 		{"unknown path", "GET", "/nope", "", 404, "path"},
 		{"wrong method", "DELETE", "/healthz", "", 405, "method"},
 		{"wrong method on restores", "PUT", "/restores", "", 405, "method"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var body io.Reader
-			if tc.body != "" {
-				body = strings.NewReader(tc.body)
-			}
-			req, err := http.NewRequest(tc.method, "http://warmstart"+tc.path, body)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp, err := hc.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			var e daemon.Error
-			if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
-				t.Fatalf("status %d with a body that is not a JSON error: %v", resp.StatusCode, err)
-			}
-			if resp.StatusCode != tc.status || e.Field != tc.field || e.Error == "" {
-				t.Errorf("%s %s = %d %+v, want %d naming field %q", tc.method, tc.path, resp.StatusCode, e, tc.status, tc.field)
-			}
-			if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-				t.Errorf("Content-Type %q", ct)
-			}
-		})
 	}
-	if h, err := r.client.Health(ctx); err != nil || h.Status != "ok" {
-		t.Fatalf("after bad input: healthz = %+v, %v", h, err)
+}
+
+// checkBadRequest sends tc and checks its status, that the body is a JSON
+// error naming tc's field, and the content type.
+func checkBadRequest(t *testing.T, hc *http.Client, tc badRequest) {
+	t.Helper()
+	var body io.Reader
+	if tc.body != "" {
+		body = strings.NewReader(tc.body)
 	}
-	if _, err := os.Stat(f.ref.Memory); err != nil {
-		t.Fatalf("a refused import touched its input: %v", err)
+	req, err := http.NewRequest(tc.method, "http://warmstart"+tc.path, body)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if recs, err := r.client.Snapshots(ctx, repository.Filter{}); err != nil || len(recs) != 1 {
-		t.Fatalf("after bad imports: %d snapshots (%v), want only the first", len(recs), err)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var e daemon.Error
+	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+		t.Fatalf("status %d with a body that is not a JSON error: %v", resp.StatusCode, err)
+	}
+	if resp.StatusCode != tc.status || e.Field != tc.field || e.Error == "" {
+		t.Errorf("%s %s = %d %+v, want %d naming field %q", tc.method, tc.path, resp.StatusCode, e, tc.status, tc.field)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type %q", ct)
 	}
 }
 

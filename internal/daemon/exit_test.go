@@ -36,69 +36,14 @@ func TestVMKilledAfterReady(t *testing.T) {
 	if _, err := c.RecordManifest(ctx, "k"); err != nil {
 		t.Fatal(err)
 	}
-	// Every series of the counter is there, at zero, before any exit.
-	m := metricsOf(t, c)
-	for _, how := range []string{"signal", "error", "clean"} {
-		found := false
-		for _, s := range m[metricVMExits].GetMetric() {
-			found = found || matches(s, map[string]string{"how": how})
-		}
-		if !found {
-			t.Errorf("%s{how=%q} is missing before the first exit", metricVMExits, how)
-		}
-	}
-	if got := value(m, metricVMExits, nil); got != 0 {
-		t.Errorf("%s = %v before any exit", metricVMExits, got)
-	}
-	killed := vmm.ProcessExit{Code: -1, Signal: int(syscall.SIGKILL), SignalName: "killed"}
+	checkExitSeriesAtZero(t, c)
 	raw := rawClient(t, f.cfg.Daemon.Socket)
 
 	for i, device := range []string{config.DeviceFile, config.DeviceUffd} {
 		t.Run(device, func(t *testing.T) {
-			in, err := c.Restore(ctx, daemon.RestoreRequest{Snapshot: "k", Device: device, Prefetch: "on"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if in.State != restore.StateRunning || in.Exit != nil {
-				t.Errorf("restore answered state %q exit %v, want running", in.State, in.Exit)
-			}
-			pid, err := strconv.Atoi(in.Ready["pid"])
-			if err != nil {
-				t.Fatalf("ready detail %v has no VMM pid", in.Ready)
-			}
-			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-
-			listed := waitListedExited(t, c, in.ID)
-			if listed.Exit == nil || *listed.Exit != killed {
-				t.Errorf("GET /restores: exit %+v, want %+v", listed.Exit, killed)
-			}
-			one := getRestore(t, raw, in.ID)
-			if one.State != restore.StateExited || one.Exit == nil || *one.Exit != killed {
-				t.Errorf("GET /restores/%s: state %q exit %+v, want exited %+v", in.ID, one.State, one.Exit, killed)
-			}
-			if got := value(metricsOf(t, c), metricVMExits, map[string]string{"how": "signal"}); got != float64(i+1) {
-				t.Errorf("%s{how=signal} = %v, want %d", metricVMExits, got, i+1)
-			}
-
-			rep, err := c.StopRestore(ctx, in.ID)
-			if err != nil {
-				t.Fatalf("DELETE of an exited restore: %v", err)
-			}
-			if rep.ID != in.ID || rep.Exit == nil || *rep.Exit != killed {
-				t.Errorf("DELETE answered %+v, want the exit %+v", rep, killed)
-			}
-			if held, err := c.Restores(ctx); err != nil || len(held) != 0 {
-				t.Errorf("after DELETE GET /restores = %+v, %v", held, err)
-			}
-			if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-				t.Errorf("VMM pid %d: signal 0 gave %v, want ESRCH", pid, err)
-			}
-			runDir := filepath.Join(f.cfg.Runtime.Dir, "daemon", "restores", in.ID)
-			if _, err := os.Stat(runDir); !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("restore runtime directory %s (its sockets) left: %v", runDir, err)
-			}
+			in, pid := restoreAndKillVMM(t, c, device)
+			checkExitReported(t, c, raw, in.ID, i+1)
+			checkExitedRestoreStops(t, c, f, in.ID, pid)
 		})
 	}
 
@@ -112,6 +57,90 @@ func TestVMKilledAfterReady(t *testing.T) {
 	}
 	if _, err := os.Lstat(f.cfg.Daemon.Socket); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket left after shutdown: %v", err)
+	}
+}
+
+// killedExit is how a VMM killed with SIGKILL ended.
+var killedExit = vmm.ProcessExit{Code: -1, Signal: int(syscall.SIGKILL), SignalName: "killed"}
+
+// checkExitSeriesAtZero: every series of the exit counter is there, at
+// zero, before any exit.
+func checkExitSeriesAtZero(t *testing.T, c *daemon.Client) {
+	t.Helper()
+	m := metricsOf(t, c)
+	for _, how := range []string{"signal", "error", "clean"} {
+		found := false
+		for _, s := range m[metricVMExits].GetMetric() {
+			found = found || matches(s, map[string]string{"how": how})
+		}
+		if !found {
+			t.Errorf("%s{how=%q} is missing before the first exit", metricVMExits, how)
+		}
+	}
+	if got := value(m, metricVMExits, nil); got != 0 {
+		t.Errorf("%s = %v before any exit", metricVMExits, got)
+	}
+}
+
+// restoreAndKillVMM restores k on device, checks it runs and kills its
+// VMM with SIGKILL; it returns the restore and the VMM's pid.
+func restoreAndKillVMM(t *testing.T, c *daemon.Client, device string) (daemon.RestoreInfo, int) {
+	t.Helper()
+	in, err := c.Restore(context.Background(), daemon.RestoreRequest{Snapshot: "k", Device: device, Prefetch: "on"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.State != restore.StateRunning || in.Exit != nil {
+		t.Errorf("restore answered state %q exit %v, want running", in.State, in.Exit)
+	}
+	pid, err := strconv.Atoi(in.Ready["pid"])
+	if err != nil {
+		t.Fatalf("ready detail %v has no VMM pid", in.Ready)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	return in, pid
+}
+
+// checkExitReported: the listing and GET /restores/{id} say exited with
+// the signal, and the signal series of the exit counter reads exits.
+func checkExitReported(t *testing.T, c *daemon.Client, raw *http.Client, id string, exits int) {
+	t.Helper()
+	listed := waitListedExited(t, c, id)
+	if listed.Exit == nil || *listed.Exit != killedExit {
+		t.Errorf("GET /restores: exit %+v, want %+v", listed.Exit, killedExit)
+	}
+	one := getRestore(t, raw, id)
+	if one.State != restore.StateExited || one.Exit == nil || *one.Exit != killedExit {
+		t.Errorf("GET /restores/%s: state %q exit %+v, want exited %+v", id, one.State, one.Exit, killedExit)
+	}
+	if got := value(metricsOf(t, c), metricVMExits, map[string]string{"how": "signal"}); got != float64(exits) {
+		t.Errorf("%s{how=signal} = %v, want %d", metricVMExits, got, exits)
+	}
+}
+
+// checkExitedRestoreStops: DELETE of the exited restore answers its exit
+// and leaves no restore, no VMM process and no runtime directory.
+func checkExitedRestoreStops(t *testing.T, c *daemon.Client, f *fixture, id string, pid int) {
+	t.Helper()
+	ctx := context.Background()
+	rep, err := c.StopRestore(ctx, id)
+	if err != nil {
+		t.Fatalf("DELETE of an exited restore: %v", err)
+	}
+	if rep.ID != id || rep.Exit == nil || *rep.Exit != killedExit {
+		t.Errorf("DELETE answered %+v, want the exit %+v", rep, killedExit)
+	}
+	if held, err := c.Restores(ctx); err != nil || len(held) != 0 {
+		t.Errorf("after DELETE GET /restores = %+v, %v", held, err)
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("VMM pid %d: signal 0 gave %v, want ESRCH", pid, err)
+	}
+	runDir := filepath.Join(f.cfg.Runtime.Dir, "daemon", "restores", id)
+	if _, err := os.Stat(runDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("restore runtime directory %s (its sockets) left: %v", runDir, err)
 	}
 }
 

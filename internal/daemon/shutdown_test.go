@@ -31,41 +31,8 @@ const (
 // order, and leaves no mount or socket behind.
 func TestSIGTERMWhilePrefetching(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
-	// Record the full startup manifest in this process first.
-	func() {
-		r := startDaemon(t, f, nil)
-		ctx := context.Background()
-		if _, err := r.client.Import(ctx, f.importRequest("ref")); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := r.client.RecordManifest(ctx, "ref"); err != nil {
-			t.Fatal(err)
-		}
-		if err := r.d.Shutdown(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}()
-
-	// The child's guest plays only the touches below lowTraceBytes, so it
-	// is ready while prefetch still has the rest of the manifest to read.
-	entries, err := trace.ReadFile(f.ref.Trace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var low []trace.Entry
-	for _, e := range entries {
-		if e.Offset < lowTraceBytes {
-			low = append(low, e)
-		}
-	}
-	if len(low) == 0 || len(low) == len(entries) {
-		t.Fatalf("reference trace has %d of %d touches below %d; the test needs some on both sides", len(low), len(entries), lowTraceBytes)
-	}
-	lowTrace := filepath.Join(f.dir, "low.trace")
-	if err := trace.WriteFile(lowTrace, low); err != nil {
-		t.Fatal(err)
-	}
-	f.writeConfig(t, fixtureOptions{trace: lowTrace})
+	recordInProcess(t, f)
+	f.writeConfig(t, fixtureOptions{trace: writeLowTrace(t, f)})
 
 	c := startChild(t, f.cfgPath, childHoldEnv+"="+strconv.Itoa(holdFromBytes))
 	client := daemon.NewClient(f.cfg.Daemon.Socket)
@@ -92,22 +59,79 @@ func TestSIGTERMWhilePrefetching(t *testing.T) {
 	if c.err != nil {
 		t.Fatalf("daemon child exited with %v", c.err)
 	}
-
-	order := []string{
-		"shutdown begun",
-		"shutdown: no longer accepting requests",
-		"stopping restore",
-		msgReleased,
-		"restore stopped",
-		"shutdown: restores stopped",
-		"device released",
-		"shutdown: devices released",
-		"shutdown: FUSE unmounted",
-		"shutdown: socket removed",
-		"shutdown complete",
+	checkShutdownOrder(t, c.messages())
+	if ms := mountsUnder(t, f.dir); len(ms) > 0 {
+		t.Errorf("mounts left behind: %v", ms)
 	}
+	if _, err := os.Lstat(f.cfg.Daemon.Socket); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket %s left behind (%v)", f.cfg.Daemon.Socket, err)
+	}
+}
+
+// recordInProcess imports the reference as ref and records its full
+// startup manifest with a daemon in this process, then shuts it down.
+func recordInProcess(t *testing.T, f *fixture) {
+	t.Helper()
+	r := startDaemon(t, f, nil)
+	ctx := context.Background()
+	if _, err := r.client.Import(ctx, f.importRequest("ref")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.client.RecordManifest(ctx, "ref"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.d.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeLowTrace writes the reference trace's touches below lowTraceBytes
+// to a file of its own, so that a guest playing it is ready while prefetch
+// still has the rest of the manifest to read; it returns the file's path.
+func writeLowTrace(t *testing.T, f *fixture) string {
+	t.Helper()
+	entries, err := trace.ReadFile(f.ref.Trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var low []trace.Entry
+	for _, e := range entries {
+		if e.Offset < lowTraceBytes {
+			low = append(low, e)
+		}
+	}
+	if len(low) == 0 || len(low) == len(entries) {
+		t.Fatalf("reference trace has %d of %d touches below %d; the test needs some on both sides", len(low), len(entries), lowTraceBytes)
+	}
+	lowTrace := filepath.Join(f.dir, "low.trace")
+	if err := trace.WriteFile(lowTrace, low); err != nil {
+		t.Fatal(err)
+	}
+	return lowTrace
+}
+
+// shutdownOrder is the order in which a daemon stopped by SIGTERM logs the
+// steps of its shutdown.
+var shutdownOrder = []string{
+	"shutdown begun",
+	"shutdown: no longer accepting requests",
+	"stopping restore",
+	msgReleased,
+	"restore stopped",
+	"shutdown: restores stopped",
+	"device released",
+	"shutdown: devices released",
+	"shutdown: FUSE unmounted",
+	"shutdown: socket removed",
+	"shutdown complete",
+}
+
+// checkShutdownOrder: the child logged every step of shutdownOrder, each
+// first logged after the one ahead of it, and its restore stopped only
+// after waiting for the prefetch reads.
+func checkShutdownOrder(t *testing.T, lines []map[string]any) {
+	t.Helper()
 	at := map[string]int{}
-	lines := c.messages()
 	for i, l := range lines {
 		msg, _ := l["msg"].(string)
 		if _, seen := at[msg]; !seen {
@@ -120,7 +144,7 @@ func TestSIGTERMWhilePrefetching(t *testing.T) {
 		}
 	}
 	prev := -1
-	for _, msg := range order {
+	for _, msg := range shutdownOrder {
 		i, ok := at[msg]
 		if !ok {
 			t.Fatalf("the child never logged %q", msg)
@@ -129,12 +153,6 @@ func TestSIGTERMWhilePrefetching(t *testing.T) {
 			t.Errorf("%q logged at line %d, before the step ahead of it (line %d)", msg, i, prev)
 		}
 		prev = i
-	}
-	if ms := mountsUnder(t, f.dir); len(ms) > 0 {
-		t.Errorf("mounts left behind: %v", ms)
-	}
-	if _, err := os.Lstat(f.cfg.Daemon.Socket); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("socket %s left behind (%v)", f.cfg.Daemon.Socket, err)
 	}
 }
 

@@ -35,13 +35,23 @@ func TestVerifyEndpoint(t *testing.T) {
 	if !rep.OK || rep.ID != imp.ID || rep.Unverified || memoryOf(t, rep).Blocks == nil {
 		t.Fatalf("verify of a clean snapshot: %+v", rep)
 	}
+	checkLegacyGetsDigests(t, c, f, imp)
+	checkFlippedByteReported(t, c, f, imp.ID)
+	if _, err := c.VerifySnapshot(ctx, "nobody", daemon.VerifyRequest{}); !errors.Is(err, repository.ErrNotFound) {
+		t.Fatalf("verify of an unknown alias: %v, want 404", err)
+	}
+}
 
-	// A legacy snapshot: unverified, then given its table.
+// checkLegacyGetsDigests: a legacy snapshot verifies unverified, then
+// add_digests gives it the table published with it.
+func checkLegacyGetsDigests(t *testing.T, c *daemon.Client, f *fixture, imp daemon.ImportResponse) {
+	t.Helper()
+	ctx := context.Background()
 	posixfstest.StripDigests(t, f.cfg.Backend.PosixFS.SnapshotStore, imp.ID)
-	if rep, err = c.VerifySnapshot(ctx, imp.ID, daemon.VerifyRequest{}); err != nil || !rep.OK || !rep.Unverified {
+	if rep, err := c.VerifySnapshot(ctx, imp.ID, daemon.VerifyRequest{}); err != nil || !rep.OK || !rep.Unverified {
 		t.Fatalf("verify of a legacy snapshot: %+v, %v", rep, err)
 	}
-	rep, err = c.VerifySnapshot(ctx, imp.ID, daemon.VerifyRequest{AddDigests: true})
+	rep, err := c.VerifySnapshot(ctx, imp.ID, daemon.VerifyRequest{AddDigests: true})
 	if err != nil || !rep.OK || rep.DigestsAdded == nil || *rep.DigestsAdded != *imp.MemoryDigests {
 		t.Fatalf("verify add_digests: %+v, %v; want the published table %+v", rep, err, *imp.MemoryDigests)
 	}
@@ -49,21 +59,22 @@ func TestVerifyEndpoint(t *testing.T) {
 	if got := value(m, "warmstart_repository_operation_seconds", map[string]string{"operation": "attach_digests", "outcome": "ok"}); got != 1 {
 		t.Errorf("attach_digests observed %v times, want 1", got)
 	}
+}
 
-	// A flipped byte: still 200, the report names the block.
-	info, err := c.Snapshot(ctx, imp.ID)
+// checkFlippedByteReported: after a flipped byte the verify still answers
+// 200, and the report names the block.
+func checkFlippedByteReported(t *testing.T, c *daemon.Client, f *fixture, id string) {
+	t.Helper()
+	info, err := c.Snapshot(context.Background(), id)
 	if err != nil || info.Files == nil {
 		t.Fatalf("snapshot files: %+v, %v", info, err)
 	}
 	const off = 5*integrity.BlockBytes + 9
 	repotest.FlipBytes(t, info.Files.Memory, off)
-	rep = postVerify(t, f, imp.ID, "")
+	rep := postVerify(t, f, id, "")
 	mem := memoryOf(t, rep)
 	if rep.OK || mem.Blocks == nil || mem.Blocks.Bad != 1 || mem.Blocks.BadRanges[0].Offset != 5*integrity.BlockBytes {
 		t.Fatalf("verify after a flipped byte at %d: %+v", off, rep)
-	}
-	if _, err := c.VerifySnapshot(ctx, "nobody", daemon.VerifyRequest{}); !errors.Is(err, repository.ErrNotFound) {
-		t.Fatalf("verify of an unknown alias: %v, want 404", err)
 	}
 }
 
