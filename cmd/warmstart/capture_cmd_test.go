@@ -51,6 +51,17 @@ func runGuestVerb(t *testing.T, args ...string) (string, error) {
 // restores it with prefetch through the FUSE device and runs one block of
 // the benchmark protocol on it: the whole path an operator takes.
 func TestRealGuestVerbs(t *testing.T) {
+	requireRealGuest(t)
+	dir, cfg := writeGuestConfig(t)
+	captured := captureGuestVerb(t, cfg)
+	restoreGuestVerb(t, cfg, captured)
+	benchGuestVerb(t, cfg, filepath.Join(dir, "bench.json"), captured.Token)
+}
+
+// requireRealGuest skips the test where QEMU or a kernel is missing,
+// except on CI, which must run it.
+func requireRealGuest(t *testing.T) {
+	t.Helper()
 	if _, err := exec.LookPath(qemu.DefaultBinary); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("CI must run the real-guest tests: %v", err)
@@ -63,6 +74,13 @@ func TestRealGuestVerbs(t *testing.T) {
 		}
 		t.Skipf("no real guest here: no kernel at %s", qemu.KernelGlob)
 	}
+}
+
+// writeGuestConfig writes, in a short temporary root, a configuration
+// that records and consumes startup manifests; it returns the root and
+// the configuration's path.
+func writeGuestConfig(t *testing.T) (string, string) {
+	t.Helper()
 	// A short root: the guest's sockets live under the runtime directory.
 	dir, err := os.MkdirTemp("", "wscli-")
 	if err != nil {
@@ -83,21 +101,30 @@ dir = "`+filepath.Join(dir, "run")+`"
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return dir, cfg
+}
 
+// capturedGuest is what "capture --json" prints, as far as the test reads it.
+type capturedGuest struct {
+	ID       string
+	Accel    string
+	Token    string
+	Manifest *struct {
+		Bytes  int64
+		Ranges int
+	}
+	ManifestError string `json:"manifest_error"`
+}
+
+// captureGuestVerb captures the real guest as alias guest and checks a
+// manifest was attached and the guest drew a token.
+func captureGuestVerb(t *testing.T, cfg string) capturedGuest {
+	t.Helper()
 	out, err := runGuestVerb(t, "--config", cfg, "capture", "--vmm", "qemu", "--alias", "guest", "--json")
 	if err != nil {
 		t.Fatalf("capture: %v", err)
 	}
-	var captured struct {
-		ID       string
-		Accel    string
-		Token    string
-		Manifest *struct {
-			Bytes  int64
-			Ranges int
-		}
-		ManifestError string `json:"manifest_error"`
-	}
+	var captured capturedGuest
 	if err := json.Unmarshal([]byte(out), &captured); err != nil {
 		t.Fatalf("capture printed %q: %v", out, err)
 	}
@@ -107,8 +134,14 @@ dir = "`+filepath.Join(dir, "run")+`"
 	if len(captured.Token) != 32 || captured.Accel == "" {
 		t.Fatalf("capture reported token %q, accelerator %q", captured.Token, captured.Accel)
 	}
+	return captured
+}
 
-	out, err = runGuestVerb(t, "--config", cfg, "restore", "--vmm", "qemu", "--json", "guest")
+// restoreGuestVerb restores guest and checks it is the captured guest and
+// that it prefetched the whole manifest.
+func restoreGuestVerb(t *testing.T, cfg string, captured capturedGuest) {
+	t.Helper()
+	out, err := runGuestVerb(t, "--config", cfg, "restore", "--vmm", "qemu", "--json", "guest")
 	if err != nil {
 		t.Fatalf("restore: %v", err)
 	}
@@ -130,8 +163,12 @@ dir = "`+filepath.Join(dir, "run")+`"
 	if restored.Prefetch.State == "skipped" || restored.Prefetch.PlannedBytes != captured.Manifest.Bytes {
 		t.Errorf("restore prefetch %s of %d bytes; want the %d-byte manifest prefetched", restored.Prefetch.State, restored.Prefetch.PlannedBytes, captured.Manifest.Bytes)
 	}
+}
 
-	report := filepath.Join(dir, "bench.json")
+// benchGuestVerb runs one block of the benchmark on guest, writing its
+// report to report, and checks every admitted trial met the captured guest.
+func benchGuestVerb(t *testing.T, cfg, report, token string) {
+	t.Helper()
 	if _, err := runGuestVerb(t, "--config", cfg, "bench", "--vmm", "qemu", "--blocks", "1", "--reserve-blocks", "1", "--no-hot",
 		"--policies", "seed", "--json", report, "guest"); err != nil {
 		t.Fatalf("bench: %v", err)
@@ -144,8 +181,8 @@ dir = "`+filepath.Join(dir, "run")+`"
 	if err := json.Unmarshal(data, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.Pilot == nil || rep.Pilot.Token != captured.Token {
-		t.Errorf("bench pilot learned token %v, want %s", rep.Pilot, captured.Token)
+	if rep.Pilot == nil || rep.Pilot.Token != token {
+		t.Errorf("bench pilot learned token %v, want %s", rep.Pilot, token)
 	}
 	// A trial whose cache state is not what its condition needs when the
 	// timer would start (another process evicted or read the file) is not
@@ -158,7 +195,7 @@ dir = "`+filepath.Join(dir, "run")+`"
 		if !tr.Admitted {
 			continue
 		}
-		if tr.Token != captured.Token {
+		if tr.Token != token {
 			t.Errorf("trial %s answered with token %q", tr.Spec.Condition, tr.Token)
 		}
 	}

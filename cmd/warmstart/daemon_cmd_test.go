@@ -70,6 +70,36 @@ func listTable(t *testing.T, sock string) string {
 
 // The snapshot and restore verbs run against a daemon with --daemon.
 func TestVerbsAgainstDaemon(t *testing.T) {
+	dir, ref, sock := startVerbDaemon(t)
+	id := importListRecord(t, sock, ref)
+	verifyOverDaemon(t, sock, id)
+
+	// Without --hold the verb stops the restore after printing it.
+	out, _, err := runVerb(t, "--daemon", sock, "restore", "web", "--prefetch", "on", "--json")
+	var in daemon.RestoreInfo
+	if err != nil || json.Unmarshal([]byte(out), &in) != nil || in.Snapshot != id || in.Prefetch.State == "skipped" {
+		t.Fatalf("restore --json = %q, %v", out, err)
+	}
+	if out, _, err = runVerb(t, "--daemon", sock, "restores", "list", "--json"); err != nil || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("restores after a restore without --hold = %q, %v", out, err)
+	}
+	held := restoreHeld(t, sock)
+	killHeldAndStop(t, sock, held)
+	checkVerbErrors(t, sock, ref, dir)
+
+	if out, _, err = runVerb(t, "--daemon", sock, "snapshot", "delete", "web"); err != nil || !strings.Contains(out, "deleted snapshot "+id+" (alias web)") {
+		t.Fatalf("delete = %q, %v", out, err)
+	}
+	if out, _, err = runVerb(t, "--daemon", sock, "snapshot", "delete", "web"); err != nil || !strings.Contains(out, "nothing to delete") {
+		t.Fatalf("second delete = %q, %v", out, err)
+	}
+}
+
+// startVerbDaemon generates a small reference in a short temporary
+// directory and serves a replay daemon that may import from it; it returns
+// the directory, the reference and the daemon's socket.
+func startVerbDaemon(t *testing.T) (string, synth.Paths, string) {
+	t.Helper()
 	// Unix socket paths are short; t.TempDir's are not.
 	dir, err := os.MkdirTemp("", "wsc-")
 	if err != nil {
@@ -77,10 +107,6 @@ func TestVerbsAgainstDaemon(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	ref, err := synth.Generate(synth.Options{MemoryBytes: 16 << 20, Seed: 3, Dir: filepath.Join(dir, "ref")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := os.ReadFile(ref.Layout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,8 +122,17 @@ func TestVerbsAgainstDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	serveDaemon(t, cfg, "")
-	sock := cfg.Daemon.Socket
+	return dir, ref, cfg.Daemon.Socket
+}
 
+// importListRecord imports ref as web, checks list and show, records its
+// manifest and returns its id.
+func importListRecord(t *testing.T, sock string, ref synth.Paths) string {
+	t.Helper()
+	spec, err := os.ReadFile(ref.Layout)
+	if err != nil {
+		t.Fatal(err)
+	}
 	out, _, err := runVerb(t, "--daemon", sock, "snapshot", "import", "--vm-state", ref.VMState, "--memory", ref.Memory,
 		"--alias", "web", "--layout", strings.TrimSpace(string(spec)))
 	if err != nil {
@@ -118,8 +153,13 @@ func TestVerbsAgainstDaemon(t *testing.T) {
 	if out, _, err = runVerb(t, "--daemon", sock, "snapshot", "record-manifest", "web"); err != nil || !strings.Contains(out, "attached startup manifest to "+id) {
 		t.Fatalf("record-manifest = %q, %v", out, err)
 	}
+	return id
+}
 
-	out, _, err = runVerb(t, "--daemon", sock, "snapshot", "verify", "web", "--json")
+// verifyOverDaemon: "snapshot verify" of web and of --all report it ok.
+func verifyOverDaemon(t *testing.T, sock, id string) {
+	t.Helper()
+	out, _, err := runVerb(t, "--daemon", sock, "snapshot", "verify", "web", "--json")
 	var rep struct {
 		ID string `json:"id"`
 		OK bool   `json:"ok"`
@@ -130,18 +170,12 @@ func TestVerbsAgainstDaemon(t *testing.T) {
 	if out, _, err = runVerb(t, "--daemon", sock, "snapshot", "verify", "--all"); err != nil || !strings.Contains(out, "snapshot "+id+" (alias web): ok") {
 		t.Fatalf("verify --all = %q, %v", out, err)
 	}
+}
 
-	// Without --hold the verb stops the restore after printing it.
-	out, _, err = runVerb(t, "--daemon", sock, "restore", "web", "--prefetch", "on", "--json")
-	var in daemon.RestoreInfo
-	if err != nil || json.Unmarshal([]byte(out), &in) != nil || in.Snapshot != id || in.Prefetch.State == "skipped" {
-		t.Fatalf("restore --json = %q, %v", out, err)
-	}
-	if out, _, err = runVerb(t, "--daemon", sock, "restores", "list", "--json"); err != nil || strings.TrimSpace(out) != "[]" {
-		t.Fatalf("restores after a restore without --hold = %q, %v", out, err)
-	}
-
-	// With --hold the daemon keeps it until "restores stop".
+// restoreHeld restores web with --hold: the daemon keeps it until
+// "restores stop", and lists it running. It returns the held restore.
+func restoreHeld(t *testing.T, sock string) daemon.RestoreInfo {
+	t.Helper()
 	out, stderr, err := runVerb(t, "--daemon", sock, "restore", "web", "--hold")
 	if err != nil || !strings.Contains(out, "ready") || !strings.Contains(stderr, "restores stop") {
 		t.Fatalf("restore --hold = %q %q, %v", out, stderr, err)
@@ -154,11 +188,16 @@ func TestVerbsAgainstDaemon(t *testing.T) {
 	if held[0].State != "running" || !strings.Contains(listTable(t, sock), "running") {
 		t.Fatalf("held restore listed as %q, want running", held[0].State)
 	}
-	// Its VM killed, the list says it exited and how; the stop releases it
-	// and tells.
-	vmPID, err := strconv.Atoi(held[0].Ready["pid"])
+	return held[0]
+}
+
+// killHeldAndStop: its VM killed, the list says it exited and how; the
+// stop releases it and tells.
+func killHeldAndStop(t *testing.T, sock string, held daemon.RestoreInfo) {
+	t.Helper()
+	vmPID, err := strconv.Atoi(held.Ready["pid"])
 	if err != nil {
-		t.Fatalf("ready detail %v has no VMM pid", held[0].Ready)
+		t.Fatalf("ready detail %v has no VMM pid", held.Ready)
 	}
 	if err := syscall.Kill(vmPID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -171,11 +210,16 @@ func TestVerbsAgainstDaemon(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // the daemon learns of the exit asynchronously
 	}
-	if out, _, err = runVerb(t, "--daemon", sock, "restores", "stop", held[0].ID); err != nil || !strings.Contains(out, "stopped") ||
+	if out, _, err := runVerb(t, "--daemon", sock, "restores", "stop", held.ID); err != nil || !strings.Contains(out, "stopped") ||
 		!strings.Contains(out, "the VM had exited after ready: killed by signal 9 (killed)") {
 		t.Fatalf("restores stop = %q, %v", out, err)
 	}
+}
 
+// checkVerbErrors: unknown names fail with ErrNotFound, bad arguments
+// and combinations with usage errors.
+func checkVerbErrors(t *testing.T, sock string, ref synth.Paths, dir string) {
+	t.Helper()
 	var ue usageError
 	for _, tc := range []struct {
 		args  []string
@@ -196,13 +240,6 @@ func TestVerbsAgainstDaemon(t *testing.T) {
 		if err == nil || errors.As(err, &ue) != tc.usage || (tc.want != nil && !errors.Is(err, tc.want)) {
 			t.Errorf("warmstart %s: %v (usage error: %t), want usage error %t matching %v", strings.Join(tc.args, " "), err, errors.As(err, &ue), tc.usage, tc.want)
 		}
-	}
-
-	if out, _, err = runVerb(t, "--daemon", sock, "snapshot", "delete", "web"); err != nil || !strings.Contains(out, "deleted snapshot "+id+" (alias web)") {
-		t.Fatalf("delete = %q, %v", out, err)
-	}
-	if out, _, err = runVerb(t, "--daemon", sock, "snapshot", "delete", "web"); err != nil || !strings.Contains(out, "nothing to delete") {
-		t.Fatalf("second delete = %q, %v", out, err)
 	}
 }
 

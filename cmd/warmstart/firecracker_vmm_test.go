@@ -56,78 +56,102 @@ func TestCaptureFirecrackerFailsCleanly(t *testing.T) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skipf("the FUSE memory device needs /dev/fuse: %v", err)
 	}
+	fc := newDyingFirecracker(t)
+
+	_, err := runGuestVerb(t, "--config", fc.writeConfig(t, ""), "capture", "--vmm", "firecracker")
+	if err == nil || !strings.Contains(err.Error(), "[firecracker] kernel") {
+		t.Fatalf("capture without a kernel: %v, want an error naming [firecracker] kernel", err)
+	}
+	if _, err := os.Stat(fc.spawned); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("firecracker was spawned without a kernel (stat: %v)", err)
+	}
+
+	_, err = runGuestVerb(t, "--config", fc.writeConfig(t, fc.kernel), "capture", "--vmm", "firecracker", "--alias", "never")
+	if err == nil || !strings.Contains(err.Error(), "kernel image is corrupt") {
+		t.Fatalf("capture with a dying firecracker: %v, want its output in the error", err)
+	}
+	args, err := os.ReadFile(fc.spawned)
+	if err != nil || !strings.Contains(string(args), "--api-sock "+fc.run+"/") {
+		t.Errorf("firecracker ran with %q (%v), want its API socket under the runtime directory %s", args, err, fc.run)
+	}
+	fc.checkNothingLeft(t)
+}
+
+// dyingFirecracker is a short temporary root holding a Firecracker binary
+// that records its arguments in spawned and dies at start, an empty
+// kernel, and the store and runtime directories a capture uses.
+type dyingFirecracker struct {
+	dir, spawned, bin, kernel, store, run string
+}
+
+func newDyingFirecracker(t *testing.T) dyingFirecracker {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "wsfccli-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	spawned := filepath.Join(dir, "spawned")
-	bin := filepath.Join(dir, "firecracker")
-	script := "#!/bin/sh\necho \"$@\" > " + spawned + "\necho 'kernel image is corrupt' >&2\nexit 1\n"
-	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+	fc := dyingFirecracker{
+		dir: dir, spawned: filepath.Join(dir, "spawned"), bin: filepath.Join(dir, "firecracker"),
+		kernel: filepath.Join(dir, "vmlinux"), store: filepath.Join(dir, "store"), run: filepath.Join(dir, "run"),
+	}
+	script := "#!/bin/sh\necho \"$@\" > " + fc.spawned + "\necho 'kernel image is corrupt' >&2\nexit 1\n"
+	if err := os.WriteFile(fc.bin, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	kernel := filepath.Join(dir, "vmlinux")
-	if err := os.WriteFile(kernel, nil, 0o644); err != nil {
+	if err := os.WriteFile(fc.kernel, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	store, run := filepath.Join(dir, "store"), filepath.Join(dir, "run")
-	writeConfig := func(kernel string) string {
-		cfg := filepath.Join(dir, "config.toml")
-		if err := os.WriteFile(cfg, []byte(`
+	return fc
+}
+
+// writeConfig writes the configuration naming the binary and kernel
+// (empty: none configured) and returns its path.
+func (fc dyingFirecracker) writeConfig(t *testing.T, kernel string) string {
+	t.Helper()
+	cfg := filepath.Join(fc.dir, "config.toml")
+	if err := os.WriteFile(cfg, []byte(`
 [backend.posix_fs]
-snapshot_store = "`+store+`"
+snapshot_store = "`+fc.store+`"
 
 [runtime]
-dir = "`+run+`"
+dir = "`+fc.run+`"
 
 [firecracker]
-binary = "`+bin+`"
+binary = "`+fc.bin+`"
 kernel = "`+kernel+`"
 
 [envd]
 address = "unix:agent.sock"
 `), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return cfg
+		t.Fatal(err)
 	}
+	return cfg
+}
 
-	_, err = runGuestVerb(t, "--config", writeConfig(""), "capture", "--vmm", "firecracker")
-	if err == nil || !strings.Contains(err.Error(), "[firecracker] kernel") {
-		t.Fatalf("capture without a kernel: %v, want an error naming [firecracker] kernel", err)
-	}
-	if _, err := os.Stat(spawned); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("firecracker was spawned without a kernel (stat: %v)", err)
-	}
-
-	_, err = runGuestVerb(t, "--config", writeConfig(kernel), "capture", "--vmm", "firecracker", "--alias", "never")
-	if err == nil || !strings.Contains(err.Error(), "kernel image is corrupt") {
-		t.Fatalf("capture with a dying firecracker: %v, want its output in the error", err)
-	}
-	args, err := os.ReadFile(spawned)
-	if err != nil || !strings.Contains(string(args), "--api-sock "+run+"/") {
-		t.Errorf("firecracker ran with %q (%v), want its API socket under the runtime directory %s", args, err, run)
-	}
-	repo, err := posixfs.Open(store, posixfs.Options{})
+// checkNothingLeft: the failed capture published no record and left no
+// staging, runtime directory or mount.
+func (fc dyingFirecracker) checkNothingLeft(t *testing.T) {
+	t.Helper()
+	repo, err := posixfs.Open(fc.store, posixfs.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if recs, err := repo.List(context.Background(), repository.Filter{}); err != nil || len(recs) > 0 {
 		t.Errorf("records after a failed capture: %v (%v)", recs, err)
 	}
-	if left, _ := filepath.Glob(filepath.Join(store, ".capture-*")); len(left) > 0 {
+	if left, _ := filepath.Glob(filepath.Join(fc.store, ".capture-*")); len(left) > 0 {
 		t.Errorf("staging left behind: %v", left)
 	}
-	if left, _ := filepath.Glob(filepath.Join(run, "cli-*")); len(left) > 0 {
+	if left, _ := filepath.Glob(filepath.Join(fc.run, "cli-*")); len(left) > 0 {
 		t.Errorf("runtime directories left behind: %v", left)
 	}
 	mounts, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(mounts), " "+dir) {
-		t.Errorf("still mounted under %s:\n%s", dir, mounts)
+	if strings.Contains(string(mounts), " "+fc.dir) {
+		t.Errorf("still mounted under %s:\n%s", fc.dir, mounts)
 	}
 }
 

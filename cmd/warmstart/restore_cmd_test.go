@@ -77,7 +77,29 @@ func (p *verbProcess) wait(t *testing.T, rest io.Reader) error {
 // FUSE mount behind.
 func TestRestoreHoldReportsVMExit(t *testing.T) {
 	// The uffd socket path is short only under a short root.
-	dir, err := os.MkdirTemp("", "wshold-")
+	root := newCLIRoot(t, "wshold-", 5)
+	if _, _, err := runVerb(t, "--config", root.cfg, "snapshot", "import", "--vm-state", root.ref.VMState, "--memory", root.ref.Memory,
+		"--alias", "held", "--layout", root.layout); err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	for _, device := range []string{"file", "uffd"} {
+		t.Run(device, func(t *testing.T) { checkHeldVMExit(t, root, device) })
+	}
+}
+
+// cliRoot is a short temporary root holding a reference snapshot's files
+// and a configuration whose store and runtime directory are under it.
+type cliRoot struct {
+	dir, run, cfg string
+	ref           synth.Paths
+	layout        string // the reference's memory layout, as --layout takes it
+}
+
+// newCLIRoot generates the reference of seed under a new root named with
+// prefix; its cleanup unmounts whatever a verb left mounted under run.
+func newCLIRoot(t *testing.T, prefix string, seed uint64) cliRoot {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +111,7 @@ func TestRestoreHoldReportsVMExit(t *testing.T) {
 		}
 		os.RemoveAll(dir)
 	})
-	ref, err := synth.Generate(synth.Options{MemoryBytes: 16 << 20, Seed: 5, Dir: filepath.Join(dir, "ref")})
+	ref, err := synth.Generate(synth.Options{MemoryBytes: 16 << 20, Seed: seed, Dir: filepath.Join(dir, "ref")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,53 +124,57 @@ func TestRestoreHoldReportsVMExit(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte(cfgText), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := runVerb(t, "--config", cfgPath, "snapshot", "import", "--vm-state", ref.VMState, "--memory", ref.Memory,
-		"--alias", "held", "--layout", strings.TrimSpace(string(spec))); err != nil {
-		t.Fatalf("import: %v", err)
+	return cliRoot{dir: dir, run: run, cfg: cfgPath, ref: ref, layout: strings.TrimSpace(string(spec))}
+}
+
+// checkHeldVMExit runs "restore held --hold" on device as its own process
+// and kills its VMM after ready: the verb must exit 1 naming the signal
+// and leave no VMM process, runtime directory or mount.
+func checkHeldVMExit(t *testing.T, root cliRoot, device string) {
+	cli := startVerb(t, "--config", root.cfg, "restore", "held", "--hold", "--json", "--device", device, "--trace", root.ref.Trace)
+	dec := json.NewDecoder(cli.stdout)
+	var report struct {
+		Ready map[string]string `json:"ready"`
+	}
+	if err := dec.Decode(&report); err != nil {
+		cli.cmd.Process.Kill()
+		cli.wait(t, cli.stdout)
+		t.Fatalf("restore --hold printed no report (%v); stderr:\n%s", err, cli.stderr.String())
+	}
+	vmPID, err := strconv.Atoi(report.Ready["pid"])
+	if err != nil {
+		t.Fatalf("report's ready detail %v has no VMM pid", report.Ready)
+	}
+	if err := syscall.Kill(vmPID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
 	}
 
-	for _, device := range []string{"file", "uffd"} {
-		t.Run(device, func(t *testing.T) {
-			cli := startVerb(t, "--config", cfgPath, "restore", "held", "--hold", "--json", "--device", device, "--trace", ref.Trace)
-			dec := json.NewDecoder(cli.stdout)
-			var report struct {
-				Ready map[string]string `json:"ready"`
-			}
-			if err := dec.Decode(&report); err != nil {
-				cli.cmd.Process.Kill()
-				cli.wait(t, cli.stdout)
-				t.Fatalf("restore --hold printed no report (%v); stderr:\n%s", err, cli.stderr.String())
-			}
-			vmPID, err := strconv.Atoi(report.Ready["pid"])
-			if err != nil {
-				t.Fatalf("report's ready detail %v has no VMM pid", report.Ready)
-			}
-			if err := syscall.Kill(vmPID, syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
+	err = cli.wait(t, io.MultiReader(dec.Buffered(), cli.stdout))
+	checkVerbReportedExit(t, err, cli.stderr.String())
+	if err := syscall.Kill(vmPID, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("VMM pid %d: signal 0 gave %v, want ESRCH", vmPID, err)
+	}
+	cliDir := filepath.Join(root.run, node.CLIDirPrefix+strconv.Itoa(cli.cmd.Process.Pid))
+	if _, err := os.Stat(cliDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the verb's runtime directory %s is still there (%v)", cliDir, err)
+	}
+	if ms := mountPointsBelow(t, root.run); len(ms) > 0 {
+		t.Errorf("still mounted after the verb exited: %v", ms)
+	}
+}
 
-			err = cli.wait(t, io.MultiReader(dec.Buffered(), cli.stdout))
-			stderr := cli.stderr.String()
-			var exitErr *exec.ExitError
-			if !errors.As(err, &exitErr) || exitErr.ExitCode() != 1 {
-				t.Fatalf("restore --hold after its VM was killed: %v, want exit status 1; stderr:\n%s", err, stderr)
-			}
-			// The verb's error, main's last line, names the exit and its signal.
-			lines := strings.Split(strings.TrimSpace(stderr), "\n")
-			if last := lines[len(lines)-1]; !strings.HasPrefix(last, "warmstart: restore ") ||
-				!strings.Contains(last, "the VM exited after ready: killed by signal 9 (killed)") {
-				t.Errorf("last line of stderr %q does not report the exit and its signal; stderr:\n%s", last, stderr)
-			}
-			if err := syscall.Kill(vmPID, 0); !errors.Is(err, syscall.ESRCH) {
-				t.Errorf("VMM pid %d: signal 0 gave %v, want ESRCH", vmPID, err)
-			}
-			cliDir := filepath.Join(run, node.CLIDirPrefix+strconv.Itoa(cli.cmd.Process.Pid))
-			if _, err := os.Stat(cliDir); !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("the verb's runtime directory %s is still there (%v)", cliDir, err)
-			}
-			if ms := mountPointsBelow(t, run); len(ms) > 0 {
-				t.Errorf("still mounted after the verb exited: %v", ms)
-			}
-		})
+// checkVerbReportedExit: the verb ended with exit status 1 and its error,
+// main's last line, names the VM's exit and its signal.
+func checkVerbReportedExit(t *testing.T, err error, stderr string) {
+	t.Helper()
+	var exitErr *exec.ExitError
+	if !errors.As(err, &exitErr) || exitErr.ExitCode() != 1 {
+		t.Fatalf("restore --hold after its VM was killed: %v, want exit status 1; stderr:\n%s", err, stderr)
+	}
+	// The verb's error, main's last line, names the exit and its signal.
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "warmstart: restore ") ||
+		!strings.Contains(last, "the VM exited after ready: killed by signal 9 (killed)") {
+		t.Errorf("last line of stderr %q does not report the exit and its signal; stderr:\n%s", last, stderr)
 	}
 }

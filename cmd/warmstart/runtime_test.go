@@ -52,6 +52,33 @@ func TestSweepDeadCLIDirs(t *testing.T) {
 			}
 		}
 	})
+	dead, deadPID := killCLIWithMounts(t, root)
+	keep := makeSweepSurvivors(t, root, deadPID)
+
+	var logged bytes.Buffer
+	node.SweepDeadCLIDirs(root, slog.New(slog.NewTextHandler(&logged, nil)))
+
+	if _, err := os.Stat(dead); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the killed CLI's directory is still there (%v); log: %s", err, logged.String())
+	}
+	if mounts := mountPointsBelow(t, root); len(mounts) > 0 {
+		t.Errorf("still mounted after the sweep: %v", mounts)
+	}
+	for _, name := range keep {
+		if _, err := os.Stat(filepath.Join(root, name)); err != nil {
+			t.Errorf("the sweep removed %s: %v", name, err)
+		}
+	}
+	if !strings.Contains(logged.String(), "removed a dead CLI's runtime directory") {
+		t.Errorf("the sweep logged %q", logged.String())
+	}
+}
+
+// killCLIWithMounts starts a CLI stand-in that mounts two FUSE devices in
+// its runtime directory under root, kills it once they are up and checks
+// its mounts are dead; it returns the directory and the stand-in's pid.
+func killCLIWithMounts(t *testing.T, root string) (string, int) {
+	t.Helper()
 	child := exec.Command(os.Args[0], "-test.run=^$")
 	child.Env = append(role.Environ(os.Environ(), roleCrashedCLI), crashedCLIRootEnv+"="+root, "GORACE=atexit_sleep_ms=0")
 	stdin, err := child.StdinPipe()
@@ -80,38 +107,25 @@ func TestSweepDeadCLIDirs(t *testing.T) {
 	if err := unix.Statfs(filepath.Join(dead, "mem"), &st); !errors.Is(err, unix.ENOTCONN) {
 		t.Fatalf("statfs of the killed CLI's mount: %v, want ENOTCONN", err)
 	}
+	return dead, child.Process.Pid
+}
 
-	// What must stay: this process's directory, a live process's (pid 1),
-	// names that are not a CLI's, and a file.
+// makeSweepSurvivors makes under root what a sweep must leave: this
+// process's directory, a live process's (pid 1), names that are not a
+// CLI's, and a file; it returns their names.
+func makeSweepSurvivors(t *testing.T, root string, deadPID int) []string {
+	t.Helper()
 	keep := []string{node.CLIDirPrefix + strconv.Itoa(os.Getpid()), node.CLIDirPrefix + "1", node.CLIDirPrefix + "x", "initramfs", "daemon"}
 	for _, name := range keep {
 		if err := os.Mkdir(filepath.Join(root, name), 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
-	file := node.CLIDirPrefix + strconv.Itoa(child.Process.Pid+1<<22) // beyond pid_max: no such process
+	file := node.CLIDirPrefix + strconv.Itoa(deadPID+1<<22) // beyond pid_max: no such process
 	if err := os.WriteFile(filepath.Join(root, file), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	keep = append(keep, file)
-
-	var logged bytes.Buffer
-	node.SweepDeadCLIDirs(root, slog.New(slog.NewTextHandler(&logged, nil)))
-
-	if _, err := os.Stat(dead); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the killed CLI's directory is still there (%v); log: %s", err, logged.String())
-	}
-	if mounts := mountPointsBelow(t, root); len(mounts) > 0 {
-		t.Errorf("still mounted after the sweep: %v", mounts)
-	}
-	for _, name := range keep {
-		if _, err := os.Stat(filepath.Join(root, name)); err != nil {
-			t.Errorf("the sweep removed %s: %v", name, err)
-		}
-	}
-	if !strings.Contains(logged.String(), "removed a dead CLI's runtime directory") {
-		t.Errorf("the sweep logged %q", logged.String())
-	}
+	return append(keep, file)
 }
 
 func mountPointsBelow(t *testing.T, dir string) []string {

@@ -43,7 +43,18 @@ func runSnapshotVerb(t *testing.T, store string, args ...string) (string, string
 func TestSnapshotVerbs(t *testing.T) {
 	store := filepath.Join(t.TempDir(), "store")
 	in := repotest.NewInputs(t, 2<<20)
+	id := importAndListLocally(t, store, in)
+	// Attach a manifest the way the recorder will, then look again.
+	desc := attachManifestBytes(t, store, id)
+	checkListedWithManifest(t, store, desc)
+	checkShown(t, store, id, in, desc)
+	deleteLocally(t, store, id)
+}
 
+// importAndListLocally imports in as web-1, checks the progress, that the
+// alias cannot be imported again and the listing; it returns the id.
+func importAndListLocally(t *testing.T, store string, in repotest.Inputs) string {
+	t.Helper()
 	out, progress, err := runSnapshotVerb(t, store, "import", "--vm-state", in.VMStatePath, "--memory", in.MemoryPath, "--alias", "web-1", "--layout", "0:1MiB,1MiB:1MiB")
 	if err != nil {
 		t.Fatalf("import: %v", err)
@@ -70,8 +81,13 @@ func TestSnapshotVerbs(t *testing.T) {
 		!strings.Contains(lines[1], "2.0 MiB") || !strings.HasSuffix(lines[1], "no") {
 		t.Fatalf("list:\n%s", out)
 	}
+	return id
+}
 
-	// Attach a manifest the way the recorder will, then look again.
+// attachManifestBytes attaches a manifest to snapshot id in store directly
+// through the repository, as the recorder does.
+func attachManifestBytes(t *testing.T, store, id string) repository.ManifestDescriptor {
+	t.Helper()
 	repo, err := posixfs.Open(store, posixfs.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -85,8 +101,14 @@ func TestSnapshotVerbs(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = lease.End()
+	return desc
+}
 
-	out, _, err = runSnapshotVerb(t, store, "list", "--json", "--alias-prefix", "web")
+// checkListedWithManifest: list --json shows the attached manifest under
+// a matching alias prefix and nothing under another.
+func checkListedWithManifest(t *testing.T, store string, desc repository.ManifestDescriptor) {
+	t.Helper()
+	out, _, err := runSnapshotVerb(t, store, "list", "--json", "--alias-prefix", "web")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,8 +120,13 @@ func TestSnapshotVerbs(t *testing.T) {
 	if err != nil || strings.TrimSpace(out) != "[]" {
 		t.Fatalf("list --json with no match: %q, %v", out, err)
 	}
+}
 
-	out, _, err = runSnapshotVerb(t, store, "show", "web-1")
+// checkShown: show, by alias and as JSON by id, names the snapshot, its
+// digests, layout and files; a missing or bad name is an error.
+func checkShown(t *testing.T, store, id string, in repotest.Inputs, desc repository.ManifestDescriptor) {
+	t.Helper()
+	out, _, err := runSnapshotVerb(t, store, "show", "web-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,8 +154,13 @@ func TestSnapshotVerbs(t *testing.T) {
 	if !errors.As(err, &ue) || !errors.Is(err, repository.ErrInvalidRequest) {
 		t.Fatalf("show of a bad name: %v", err)
 	}
+}
 
-	out, _, err = runSnapshotVerb(t, store, "delete", "web-1")
+// deleteLocally deletes web-1, then checks a second delete by alias or id
+// has nothing to do and the listing is empty.
+func deleteLocally(t *testing.T, store, id string) {
+	t.Helper()
+	out, _, err := runSnapshotVerb(t, store, "delete", "web-1")
 	if err != nil || strings.TrimSpace(out) != "deleted snapshot "+id+" (alias web-1)" {
 		t.Fatalf("delete: %q, %v", out, err)
 	}
