@@ -12,6 +12,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"warmstart/internal/chunkcache"
+	"warmstart/internal/chunkmap"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/miniotest"
 	"warmstart/internal/prefetch"
@@ -262,7 +264,10 @@ func probeUncached(t *testing.T, w *world, repo *Repo, snap snapshot) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := repo.memorySource(snap.id, repo.keys.artifact(snap.id, repository.MemoryFileName), rec, "")
+	src, err := localChunkedSource(repo, snap.paths.Memory, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
 	dev, err := w.srv.AttachLower("probe-"+snap.id, src.Ref(), func() (fusedev.Lower, error) { return src.OpenMemory() }, fusedev.IOEngineBuffered)
 	if err != nil {
 		t.Fatal(err)
@@ -285,6 +290,26 @@ func probeUncached(t *testing.T, w *world, repo *Repo, snap snapshot) error {
 	defer f.Close()
 	_, err = f.ReadAt(make([]byte, 4096), off)
 	return err
+}
+
+// localChunkedSource is the memory source of the chunked memory file at
+// path, its chunk map computed locally (no request).
+func localChunkedSource(repo *Repo, path string, rec repository.Record) (*memorySource, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	m := chunkmap.Map{ChunkBytes: repo.chunkBytes, Size: int64(len(data))}
+	for off := int64(0); off < m.Size; off += m.ChunkBytes {
+		c := data[off:min(off+m.ChunkBytes, m.Size)]
+		if chunkmap.IsZero(c) {
+			m.Chunks = append(m.Chunks, chunkmap.Chunk{Zero: true})
+		} else {
+			m.Chunks = append(m.Chunks, chunkmap.Chunk{Digest: chunkmap.Sum(c)})
+		}
+	}
+	obj := chunkcache.Object{ID: rec.MemorySHA256, Size: rec.MemorySize, Fetch: repo.chunkedFetch(m)}
+	return &memorySource{r: repo, obj: obj}, nil
 }
 
 // recordFromLocal rebuilds the memory part of snap's record from its files.

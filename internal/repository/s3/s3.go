@@ -61,11 +61,13 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/minio/minio-go/v7"
 
 	"warmstart/internal/chunkcache"
+	"warmstart/internal/chunkmap"
 	"warmstart/internal/config"
 	"warmstart/internal/integrity"
 	"warmstart/internal/repository"
@@ -112,6 +114,12 @@ type Options struct {
 	// Transport, when set, carries the HTTP requests (tests put a fault
 	// injector here); nil means minio-go's default.
 	Transport http.RoundTripper
+	// ChunkBytes is the chunk size publish cuts memory into; zero means
+	// chunkmap.DefaultChunkBytes.
+	ChunkBytes int64
+	// Fill bounds the background fill of a restored snapshot's remaining
+	// chunks; see FillOptions.
+	Fill FillOptions
 }
 
 // OptionsFromConfig maps [backend.s3] to Options.
@@ -127,6 +135,9 @@ func OptionsFromConfig(c config.S3Config) Options {
 		CacheDir:        c.CacheDir,
 		CacheMaxBytes:   c.CacheMaxBytes(),
 		BlockBytes:      c.ChunkSizeBytes(),
+		ChunkBytes:      c.ChunkSizeBytes(),
+		Fill: FillOptions{Disabled: !c.BackgroundFill, Concurrency: int(c.BackgroundFillConcurrency),
+			BitsPerSec: c.BackgroundFillMbit * 1_000_000},
 	}
 }
 
@@ -140,6 +151,11 @@ type Repo struct {
 	ownCache bool
 	filesDir string
 	warm     chunkcache.WarmOptions
+	// chunkBytes is the chunk size of publishes.
+	chunkBytes int64
+	// chunksSkipped counts chunks publish found in the bucket already.
+	chunksSkipped atomic.Uint64
+	fill          *filler
 
 	leaseMu    sync.Mutex
 	liveLeases map[string]int
@@ -173,8 +189,15 @@ func Open(ctx context.Context, o Options) (*Repo, error) {
 	}
 	r := &Repo{
 		core: core, counter: counter, bucket: o.Bucket, keys: keys{prefix},
-		filesDir: filepath.Join(o.CacheDir, "files"), warm: o.Warm,
+		filesDir: filepath.Join(o.CacheDir, "files"), warm: o.Warm, chunkBytes: o.ChunkBytes,
 		liveLeases: make(map[string]int), aliasGrace: AliasBindGrace,
+	}
+	if r.chunkBytes == 0 {
+		r.chunkBytes = chunkmap.DefaultChunkBytes
+	}
+	if r.chunkBytes < 4096 || r.chunkBytes > chunkmap.MaxChunkBytes || r.chunkBytes%4096 != 0 {
+		return nil, fmt.Errorf("open s3 repository: %w: chunk size %d is not a multiple of 4096 up to %d",
+			repository.ErrInvalidRequest, r.chunkBytes, chunkmap.MaxChunkBytes)
 	}
 	ok, err := core.BucketExists(ctx, o.Bucket)
 	if err != nil {
@@ -196,11 +219,14 @@ func Open(ctx context.Context, o Options) (*Repo, error) {
 		}
 		r.ownCache = true
 	}
+	r.fill = newFiller(r.cache, o.Fill)
 	return r, nil
 }
 
-// Close closes the chunk cache if Open opened it.
+// Close stops the background fill and closes the chunk cache if Open
+// opened it.
 func (r *Repo) Close() error {
+	r.fill.close()
 	if r.ownCache {
 		return r.cache.Close()
 	}
@@ -209,6 +235,10 @@ func (r *Repo) Close() error {
 
 // Cache is the chunk cache memory is read through.
 func (r *Repo) Cache() *chunkcache.Cache { return r.cache }
+
+// ChunksSkipped is how many chunks publishes found in the bucket already
+// and did not upload.
+func (r *Repo) ChunksSkipped() uint64 { return r.chunksSkipped.Load() }
 
 // RequestStats returns the HTTP requests sent so far.
 func (r *Repo) RequestStats() RequestStats { return r.counter.stats() }
@@ -283,7 +313,7 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 		return repository.Record{}, err
 	}
 	table := integrity.NewBuilder(memSize)
-	mem, err := r.upload(ctx, id, repository.MemoryFileName, req.MemoryPath, memSize, table, req.Progress)
+	mem, chunks, err := r.uploadChunked(ctx, req.MemoryPath, memSize, table, req.Progress)
 	if err != nil {
 		return repository.Record{}, err
 	}
@@ -291,7 +321,14 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	if _, err := r.putSmall(ctx, r.keys.artifact(id, repository.DigestsFileName), digests, putCondition{}); err != nil {
 		return repository.Record{}, err
 	}
+	chunkMap := chunks.Encode()
+	if _, err := r.putSmall(ctx, r.keys.artifact(id, chunkMapName), chunkMap, putCondition{}); err != nil {
+		return repository.Record{}, err
+	}
 	rec := repository.NewRecord(id, req, vm.stored(), mem.stored(), digests)
+	rec.MemoryFormat = repository.MemoryFormatChunks
+	rec.MemoryChunks = &repository.ChunkMapDescriptor{SHA256: sha256Hex(chunkMap), Size: int64(len(chunkMap)),
+		ChunkBytes: chunks.ChunkBytes, StoredBytes: chunks.StoredBytes()}
 	if req.Alias != "" {
 		if err := r.bindAlias(ctx, req.Alias, id); err != nil {
 			return repository.Record{}, err
@@ -394,7 +431,15 @@ func (r *Repo) attachOnce(ctx context.Context, rec repository.Record, etag strin
 		minio.PutObjectOptions{ContentType: "application/octet-stream"}); err != nil {
 		return false, ctxErr(ctx, fmt.Errorf("upload %s: %w", key, err))
 	}
-	_, err = r.putRecord(ctx, a.Attached(rec), putCondition{ifMatch: etag})
+	next := a.Attached(rec)
+	if a.Name == repository.ManifestFileName && next.StartupPack == nil {
+		// Without a pack, a cold node prefetches the manifest's chunks:
+		// slower, still correct, so a failure here does not fail the attach.
+		if pack, err := r.buildPack(ctx, rec, a.Data); err == nil {
+			next.StartupPack = pack
+		}
+	}
+	_, err = r.putRecord(ctx, next, putCondition{ifMatch: etag})
 	switch {
 	case errors.Is(err, errPrecondition):
 		return true, nil
@@ -560,21 +605,9 @@ func (r *Repo) Resolve(ctx context.Context, id string) (repository.Resolved, err
 
 func (r *Repo) resolve(ctx context.Context, rec repository.Record) (repository.Resolved, error) {
 	id := rec.ID
-	memKey := r.keys.artifact(id, repository.MemoryFileName)
-	info, err := r.core.StatObject(ctx, r.bucket, memKey, minio.StatObjectOptions{})
-	if isNotFound(err) {
-		if _, _, gerr := r.getRecord(ctx, id); errors.Is(gerr, repository.ErrNotFound) {
-			return repository.Resolved{}, gerr // deleted meanwhile
-		}
-		return repository.Resolved{}, &repository.IntegrityError{Artifact: repository.MemoryFileName,
-			Want: fmt.Sprintf("%d bytes", rec.MemorySize), Got: "no object"}
-	}
+	mem, err := r.memoryOf(ctx, rec)
 	if err != nil {
-		return repository.Resolved{}, ctxErr(ctx, fmt.Errorf("stat %s: %w", memKey, err))
-	}
-	if info.Size != rec.MemorySize {
-		return repository.Resolved{}, &repository.IntegrityError{Artifact: repository.MemoryFileName,
-			Want: fmt.Sprintf("%d bytes", rec.MemorySize), Got: fmt.Sprintf("%d bytes", info.Size)}
+		return repository.Resolved{}, err
 	}
 	vmPath, err := r.fetchLocal(ctx, r.keys.artifact(id, repository.VMStateFileName), rec.VMStateSHA256, rec.VMStateSize)
 	if errors.Is(err, os.ErrNotExist) {
@@ -594,7 +627,7 @@ func (r *Repo) resolve(ctx context.Context, rec repository.Record) (repository.R
 	res := repository.Resolved{
 		Record:      rec,
 		VMStatePath: vmPath,
-		Memory:      r.memorySource(id, memKey, rec, info.ETag),
+		Memory:      mem,
 	}
 	if m := rec.Manifest; m != nil {
 		p, err := r.fetchLocal(ctx, r.keys.artifact(id, repository.ManifestFileName), m.SHA256, m.Size)
@@ -621,6 +654,11 @@ func (r *Repo) resolve(ctx context.Context, rec repository.Record) (repository.R
 		default:
 			return repository.Resolved{}, err
 		}
+	}
+	if res.ManifestPath != "" && rec.StartupPack != nil {
+		// Without a usable pack the restore still prefetches the manifest's
+		// ranges, from the chunks.
+		mem.pack, _ = r.loadPack(ctx, rec, res.ManifestPath)
 	}
 	return res, nil
 }
