@@ -129,6 +129,7 @@ within blocks.`,
 	f.StringVar(&s3f.repository, "repository", "posix_fs", "posix_fs, or s3: a MinIO on loopback behind a Toxiproxy link (runs the warmstart-s3bench command, built from ./cmd/warmstart-s3bench; needs the minio binary, see .ci/minio.sh)")
 	f.IntVar(&s3f.latencyMs, "s3-latency-ms", 5, "--repository s3: latency added to every object-store response")
 	f.Int64Var(&s3f.bandwidthMbit, "s3-bandwidth-mbit", 1000, "--repository s3: bandwidth of each object-store connection")
+	f.Int64Var(&s3f.linkMbit, "s3-link-mbit", 1000, "--repository s3: bandwidth of the node's link, all object-store connections together")
 	f.IntVar(&o.Blocks, "blocks", 8, "formal blocks of the protocol")
 	f.IntVar(&o.ReserveBlocks, "reserve-blocks", 2, "reserve blocks that replace trials missing admission")
 	f.StringVar(&o.Device, "device", restore.DeviceFile, "memory device: file (FUSE) or uffd")
