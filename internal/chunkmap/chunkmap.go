@@ -209,3 +209,12 @@ func Decode(data []byte, size int64) (Map, error) {
 	}
 	return m, nil
 }
+
+// DecodeAny decodes an encoded map of whatever size its header names (for
+// garbage collection, which marks the chunks of maps it has no record of).
+func DecodeAny(data []byte) (Map, error) {
+	if len(data) < mapHeaderBytes {
+		return Map{}, errors.New("chunk map: truncated header")
+	}
+	return Decode(data, int64(binary.LittleEndian.Uint64(data[16:])))
+}

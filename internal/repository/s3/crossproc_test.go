@@ -68,7 +68,7 @@ func TestCrossProcess(t *testing.T) {
 // and that Get and Resolve say so.
 func assertGone(t *testing.T, r *Repo, id string) {
 	t.Helper()
-	for _, k := range keysUnder(t, r) {
+	for _, k := range snapshotKeys(t, r) {
 		if strings.Contains(k, id) {
 			t.Fatalf("%s exists after delete", k)
 		}

@@ -115,14 +115,10 @@ func (f *filler) start(obj chunkcache.Object) {
 	})
 }
 
-// fill reads every block of obj not cached yet through the cache, block
-// by block, with bounded workers, until done or stopped.
+// fill loads every block of obj not cached yet, with bounded workers,
+// until done, stopped, or the cache has no free room left: a fill uses
+// free space only, never evicting what restores cached, and holds no pin.
 func (f *filler) fill(obj chunkcache.Object) {
-	rd, err := f.cache.Open(obj)
-	if err != nil {
-		return
-	}
-	defer rd.Close()
 	// One object's failure (the store is down, its snapshot deleted)
 	// ends its fill, not the others'.
 	ctx, cancel := context.WithCancel(f.ctx)
@@ -133,21 +129,23 @@ func (f *filler) fill(obj chunkcache.Object) {
 	var wg sync.WaitGroup
 	for range f.o.Concurrency {
 		wg.Go(func() {
-			buf := make([]byte, block)
 			for idx := range next {
 				n := min(block, obj.Size-idx*block)
 				if f.waitTurn(ctx, n) != nil {
 					continue
 				}
-				if _, err := rd.ReadAtContext(ctx, buf[:n], idx*block); err != nil {
-					cancel() // demand reads will say why
+				if f.cache.FreeBytes() < n || f.cache.Load(ctx, obj, idx*block, n) != nil {
+					cancel() // full, or failing: demand reads will say why
 				}
 			}
 		})
 	}
 	for idx := int64(0); idx < blocks && ctx.Err() == nil; idx++ {
 		if !f.cache.Cached(obj.ID, idx) {
-			next <- idx
+			select {
+			case next <- idx:
+			case <-ctx.Done():
+			}
 		}
 	}
 	close(next)

@@ -163,6 +163,8 @@ type Repo struct {
 
 	// aliasGrace is AliasBindGrace; tests shorten it.
 	aliasGrace time.Duration
+	// chunkGrace is ChunkGrace; tests shorten it.
+	chunkGrace time.Duration
 	// beforeRecord, when a test sets it, runs between binding the alias
 	// and writing the record of a publish.
 	beforeRecord func()
@@ -190,7 +192,7 @@ func Open(ctx context.Context, o Options) (*Repo, error) {
 	r := &Repo{
 		core: core, counter: counter, bucket: o.Bucket, keys: keys{prefix},
 		filesDir: filepath.Join(o.CacheDir, "files"), warm: o.Warm, chunkBytes: o.ChunkBytes,
-		liveLeases: make(map[string]int), aliasGrace: AliasBindGrace,
+		liveLeases: make(map[string]int), aliasGrace: AliasBindGrace, chunkGrace: ChunkGrace,
 	}
 	if r.chunkBytes == 0 {
 		r.chunkBytes = chunkmap.DefaultChunkBytes
@@ -522,6 +524,10 @@ func (r *Repo) delete(ctx context.Context, id string) error {
 		// is stale once the record is gone and is taken over.
 		rec = repository.Record{ID: id}
 	case err != nil:
+		return err
+	}
+	// Restores of it on other nodes may still need its chunks.
+	if err := r.writeTombstone(ctx, id); err != nil {
 		return err
 	}
 	if rec.Alias != "" {
