@@ -35,11 +35,11 @@ const (
 	// bucket (and so skipped uploading it) has this long to write the
 	// record that references it.
 	ChunkGrace = 6 * time.Hour
-	// chunkRefreshAge: a publish that finds a chunk older than this
-	// refreshes its modification time (a server-side copy onto itself), so
-	// the chunk is younger than ChunkGrace for the rest of the publish.
-	chunkRefreshAge = ChunkGrace / 2
 )
+
+// A publish that finds a chunk older than half the chunk grace refreshes
+// its modification time (a server-side copy onto itself), so the chunk is
+// younger than the grace for the rest of the publish.
 
 // chunkJob is one chunk read from the memory file, on its way to a worker.
 type chunkJob struct {
@@ -148,7 +148,7 @@ func (r *Repo) storeChunk(ctx context.Context, data []byte, c *chunkmap.Chunk) e
 	key := r.keys.chunk(c.Digest)
 	info, err := r.core.StatObject(ctx, r.bucket, key, minio.StatObjectOptions{})
 	switch {
-	case err == nil && time.Since(info.LastModified) < chunkRefreshAge:
+	case err == nil && time.Since(info.LastModified) < r.chunkGrace/2:
 		c.StoredBytes = info.Size
 		r.chunksSkipped.Add(1)
 		return nil

@@ -9,9 +9,9 @@ import (
 	"warmstart/internal/chunkcache"
 )
 
-// The background fill: once a restore's startup set is in the node cache,
-// the rest of that snapshot's memory follows at low priority, so the next
-// restore on the node is warm. It is bounded (FillOptions: workers and a
+// The background fill: once a restore is ready (its startup set is in the
+// node cache), the rest of that snapshot's memory follows at low priority,
+// so the next restore on the node is warm. It is bounded (FillOptions: workers and a
 // byte rate) and yields: no fill worker starts a fetch while a startup set
 // of any restore on this node is still streaming; demand misses never wait
 // for it (they join its fetch of a block, as any other).
@@ -40,7 +40,8 @@ type filler struct {
 	limit *rate.Limiter
 	ctx   context.Context
 	stop  context.CancelFunc
-	wg    sync.WaitGroup
+	wg    sync.WaitGroup // every goroutine of the filler
+	fills sync.WaitGroup // the fills running
 
 	mu      sync.Mutex
 	running map[string]bool // object ids being filled
@@ -63,14 +64,17 @@ func newFiller(c *chunkcache.Cache, o FillOptions) *filler {
 	return f
 }
 
+// wait waits for the fills running now to end.
+func (f *filler) wait() { f.fills.Wait() }
+
 // close stops every fill and waits for its fetches.
 func (f *filler) close() {
 	f.stop()
 	f.wg.Wait()
 }
 
-// after counts w as a streaming startup set until it ends, then fills obj.
-func (f *filler) after(w *chunkcache.Warming, obj chunkcache.Object) {
+// streaming counts w as a streaming startup set until it ends.
+func (f *filler) streaming(w *chunkcache.Warming) {
 	f.mu.Lock()
 	if f.streams == 0 {
 		f.quiet = make(chan struct{})
@@ -87,9 +91,6 @@ func (f *filler) after(w *chunkcache.Warming, obj chunkcache.Object) {
 			close(f.quiet)
 		}
 		f.mu.Unlock()
-		if w.Err() == nil {
-			f.start(obj)
-		}
 	})
 }
 
@@ -104,8 +105,10 @@ func (f *filler) start(obj chunkcache.Object) {
 		return
 	}
 	f.running[obj.ID] = true
+	f.fills.Add(1)
 	f.mu.Unlock()
 	f.wg.Go(func() {
+		defer f.fills.Done()
 		defer func() {
 			f.mu.Lock()
 			delete(f.running, obj.ID)

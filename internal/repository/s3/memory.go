@@ -152,16 +152,16 @@ func (m *memorySource) OpenMemory() (repository.MemoryReader, error) {
 // fetched) and waits for its GETs to end. With a startup pack it streams
 // the pack, front to back, in few large ranged GETs: exactly the startup
 // set, in first-touch order. Without one it fetches the blocks the
-// manifest's ranges touch, in first-touch order. Either way, once the
-// startup set is in, the rest of the memory follows in the background
-// (the fill, bounded and yielding to startup sets).
+// manifest's ranges touch, in first-touch order. Either way the warming
+// counts as a streaming startup set, which the background fill of any
+// snapshot on this node waits for.
 func (m *memorySource) WarmCache(ranges []manifest.Range) (stop func(), err error) {
 	if m.pack != nil {
 		w, err := m.r.cache.Warm(m.pack.obj, []chunkcache.Range{{Offset: 0, Length: m.pack.obj.Size}}, m.r.warm)
 		if err != nil {
 			return nil, err
 		}
-		m.r.fill.after(w, m.obj)
+		m.r.fill.streaming(w)
 		return w.Stop, nil
 	}
 	rs := make([]chunkcache.Range, len(ranges))
@@ -172,9 +172,13 @@ func (m *memorySource) WarmCache(ranges []manifest.Range) (stop func(), err erro
 	if err != nil {
 		return nil, err
 	}
-	m.r.fill.after(w, m.obj)
+	m.r.fill.streaming(w)
 	return w.Stop, nil
 }
+
+// RestoreReady implements restore.ReadyNotifier: a restore of this memory
+// is ready, so the rest of it may follow into the node cache.
+func (m *memorySource) RestoreReady() { m.r.fill.start(m.obj) }
 
 // idTime is the creation time a UUIDv7 id carries.
 func idTime(id string) (time.Time, error) {

@@ -238,6 +238,9 @@ func (r *Repo) Close() error {
 // Cache is the chunk cache memory is read through.
 func (r *Repo) Cache() *chunkcache.Cache { return r.cache }
 
+// WaitFill waits for the background fills running now to end.
+func (r *Repo) WaitFill() { r.fill.wait() }
+
 // ChunksSkipped is how many chunks publishes found in the bucket already
 // and did not upload.
 func (r *Repo) ChunksSkipped() uint64 { return r.chunksSkipped.Load() }
