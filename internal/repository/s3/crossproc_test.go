@@ -22,7 +22,7 @@ import (
 // childMain runs a child's role on the repository whose Options (as JSON)
 // the parent passed, with a node cache of the child's own.
 func childMain(role string) int {
-	return repotest.ChildMain(role, openChildRepo, nil)
+	return repotest.ChildMain(role, openChildRepo, map[string]repotest.Role{"publish-stall": childPublishStall})
 }
 
 func openChildRepo(ctx context.Context, desc string) (repository.Repository, func(), error) {
