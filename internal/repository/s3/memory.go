@@ -144,7 +144,7 @@ func (m *memorySource) OpenMemory() (repository.MemoryReader, error) {
 		rd.Close()
 		return nil, err
 	}
-	return &packedReader{mem: rd, pack: prd, spans: m.pack.spans}, nil
+	return &packedReader{cache: m.r.cache, mem: rd, pack: prd, spans: m.pack.spans}, nil
 }
 
 // WarmCache starts fetching the startup set into the chunk cache and

@@ -180,8 +180,23 @@ func (r *Repo) packFetch(key string, idx chunkmap.PackIndex) chunkcache.FetchFun
 // corrupt frame, a pack deleted) falls back to the memory object, which
 // holds the same bytes.
 type packedReader struct {
+	cache     *chunkcache.Cache
 	mem, pack *chunkcache.Reader
 	spans     []packSpan
+}
+
+// memCached reports whether every block of [off, end) of the memory is in
+// the node cache: then one read of the memory serves the whole request,
+// where reading the startup set's pages from the pack would cost a read
+// per range.
+func (p *packedReader) memCached(off, end int64) bool {
+	block, id := p.cache.BlockBytes(), p.mem.Object().ID
+	for idx := off / block; idx <= (end-1)/block; idx++ {
+		if !p.cache.Cached(id, idx) {
+			return false
+		}
+	}
+	return true
 }
 
 func (p *packedReader) Size() int64 { return p.mem.Size() }
@@ -199,6 +214,9 @@ func (p *packedReader) ReadAt(buf []byte, off int64) (int, error) {
 	}
 	want := min(int64(len(buf)), size-off)
 	pos, end := off, off+want
+	if p.memCached(pos, end) {
+		return p.mem.ReadAt(buf, off)
+	}
 	i := sort.Search(len(p.spans), func(i int) bool { return p.spans[i].end() > pos })
 	for pos < end {
 		next := end

@@ -28,28 +28,38 @@
 // publish removes what it wrote. Leases are in-process (lease.go says what
 // that means across nodes).
 //
+// # Storing memory
+//
+// Memory is stored as content-addressed chunks (chunks.go): publish cuts
+// it into chunks of Options.ChunkBytes (1 MiB), leaves all-zero chunks
+// out, compresses each other chunk on its own with zstd and uploads it as
+// chunks/<SHA-256 of its bytes>.zst unless the bucket holds it already
+// (one HEAD per chunk, 8 in parallel), then writes the chunk map, the
+// digest table and, last, the record, which names the memory format
+// (record format 2: memory_format "chunks-v1"). Records of format 1 (one
+// memory.bin object) are still read. A publish killed before its record
+// leaves only chunks, which the next publish of the same bytes reuses and
+// garbage collection (gc.go) removes after ChunkGrace otherwise.
+//
 // # Reading memory
 //
-// Resolve downloads the VM state and manifest (small) into a local file
-// cache and returns the memory as a repository.MemorySource: the memory
-// device reads it through the chunk cache, which fetches missing blocks
-// with ranged GETs (memory.go). With a startup manifest, restore asks the
-// source to warm the cache (WarmCache): the chunk cache's planner maps the
-// manifest's ranges to block runs in first-touch order and its executor
-// fetches them concurrently with the restore.
+// Resolve downloads the VM state, manifest and chunk map (small) into a
+// local file cache and returns the memory as a repository.MemorySource:
+// the memory device reads it through the chunk cache, whose blocks are
+// the chunks, each fetched with one GET, decoded and checked against its
+// digest before any byte of it is served (zero chunks are made up without
+// a request). Attaching a manifest also writes a startup pack (pack.go):
+// the startup set's pages in first-touch order in compressed frames. A
+// restore with prefetch streams it concurrently with the VM restore in a
+// few large ranged GETs (WarmCache), so a cold node fetches the startup
+// set and nothing else before ready; demand misses outside it fetch their
+// chunk at once. After ready the rest of the memory follows in the
+// background (fill.go), bounded and yielding to startup sets.
 //
 // # Figures
 //
-// Package s3bench, on the 128 MiB reference snapshot behind Toxiproxy
-// adding 5 ms per response and 1 Gbit/s per connection, 8 blocks, 1 MiB
-// blocks, 8 MiB runs, 8 runs at once (mean time to ready; GETs and bytes
-// per restore):
-//
-//	node cache  prefetch off                  prefetch on
-//	cold        2,351 ms  119 GETs  128 MiB    348 ms  32 GETs  128 MiB
-//	warm          219 ms    0 GETs    0 MiB    116 ms   0 GETs    0 MiB
-//
-// Cold, prefetch on takes 0.15x the time of prefetch off.
+// See the README's S3 section: the benchmark (package s3bench) with a
+// node link cap, and the stored sizes.
 package s3
 
 import (
