@@ -59,7 +59,9 @@ func (r *Repo) uploadChunked(ctx context.Context, path string, size int64, diges
 	defer f.Close()
 	m := chunkmap.Map{ChunkBytes: r.chunkBytes, Size: size}
 	m.Chunks = make([]chunkmap.Chunk, (size+m.ChunkBytes-1)/m.ChunkBytes)
-	ctx, cancel := context.WithCancelCause(ctx)
+	// The first failed chunk stops the others; its error is the one
+	// reported, not the cancellation it caused.
+	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	report := r.chunkProgress(size, progress)
 	jobs := make(chan chunkJob)
@@ -67,7 +69,7 @@ func (r *Repo) uploadChunked(ctx context.Context, path string, size int64, diges
 	for range publishWorkers {
 		wg.Go(func() {
 			for j := range jobs {
-				if err := r.storeChunk(ctx, j.data, &m.Chunks[j.index]); err != nil {
+				if err := r.storeChunk(wctx, j.data, &m.Chunks[j.index]); err != nil {
 					cancel(err)
 					continue
 				}
@@ -75,10 +77,10 @@ func (r *Repo) uploadChunked(ctx context.Context, path string, size int64, diges
 			}
 		})
 	}
-	whole, readErr := feedChunks(ctx, f, m, digests, jobs)
+	whole, readErr := feedChunks(wctx, f, m, digests, jobs)
 	close(jobs)
 	wg.Wait()
-	if cause := context.Cause(ctx); cause != nil && readErr == nil {
+	if cause := context.Cause(wctx); cause != nil && readErr == nil {
 		readErr = ctxErr(ctx, cause)
 	}
 	if readErr != nil {

@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"warmstart/internal/layout"
+	"warmstart/internal/miniotest"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
 )
@@ -82,4 +85,59 @@ func TestPublishKilledBeforeRecordIsResumed(t *testing.T) {
 		t.Fatalf("the publish after the crash uploaded %d of 7 chunks again", 7-skipped)
 	}
 	readsBack(t, r.keys.prefix, rec.ID, in.MemorySHA256)
+}
+
+// TestStoreStoppedMidPublish stops MinIO while a publish uploads its
+// chunks: the publish fails with an error, no record (and so no snapshot)
+// is visible, and once MinIO is back the publish of the same memory
+// succeeds, reusing the chunks that made it before the stop.
+func TestStoreStoppedMidPublish(t *testing.T) {
+	own := miniotest.Start(t)
+	if err := own.MakeBucket(bg(), testBucket); err != nil {
+		t.Fatal(err)
+	}
+	o := testOptions(t, own.Endpoint)
+	o.ChunkBytes, o.BlockBytes = testChunkBytes, testChunkBytes
+	r := openWith(t, o)
+	in := chunkyInputs(t, 41)
+	lease, err := r.BeginCapture(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.End()
+	req := in.Request("")
+	var stopOnce sync.Once
+	req.Progress = func(p repository.ImportProgress) {
+		if p.Artifact == repository.MemoryFileName && p.DoneBytes >= 3*testChunkBytes {
+			stopOnce.Do(func() { own.Stop() })
+		}
+	}
+	ctx, cancel := context.WithTimeout(bg(), 2*time.Minute)
+	defer cancel()
+	if _, err := r.Publish(ctx, lease, req); err == nil {
+		t.Fatal("publish succeeded with the store stopped")
+	} else {
+		t.Logf("publish with the store stopped: %v", err)
+	}
+	if err := own.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := r.List(bg(), repository.Filter{}); err != nil || len(recs) != 0 {
+		t.Fatalf("after the failed publish: List = %v, %v", recs, err)
+	}
+	if _, err := r.Get(bg(), lease.SnapshotID()); !errors.Is(err, repository.ErrNotFound) {
+		t.Fatalf("Get of the failed publish: %v", err)
+	}
+	before := r.ChunksSkipped()
+	rec, _ := repotest.PublishInputs(t, r, in, "")
+	if r.ChunksSkipped()-before == 0 {
+		t.Fatal("the publish after the store came back reused no chunk")
+	}
+	res, err := r.Resolve(bg(), rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := repotest.ResolvedMemorySHA256(t, res); got != in.MemorySHA256 {
+		t.Fatalf("memory reads back as %s, want %s", got, in.MemorySHA256)
+	}
 }
