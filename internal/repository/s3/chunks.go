@@ -37,9 +37,10 @@ const (
 	ChunkGrace = 6 * time.Hour
 )
 
-// A publish that finds a chunk older than half the chunk grace refreshes
-// its modification time (a server-side copy onto itself), so the chunk is
-// younger than the grace for the rest of the publish.
+// A publish that finds a chunk older than half the chunk grace uploads it
+// again, which renews its modification time, so the chunk is younger than
+// the grace for the rest of the publish. (A server-side copy onto itself
+// would save the upload, but MinIO was seen to keep the old time.)
 
 // chunkJob is one chunk read from the memory file, on its way to a worker.
 type chunkJob struct {
@@ -154,10 +155,6 @@ func (r *Repo) storeChunk(ctx context.Context, data []byte, c *chunkmap.Chunk) e
 		c.StoredBytes = info.Size
 		r.chunksSkipped.Add(1)
 		return nil
-	case err == nil && r.refreshChunk(ctx, key) == nil:
-		c.StoredBytes = info.Size
-		r.chunksSkipped.Add(1)
-		return nil
 	case err != nil && !isNotFound(err):
 		return ctxErr(ctx, fmt.Errorf("stat %s: %w", key, err))
 	}
@@ -166,19 +163,6 @@ func (r *Repo) storeChunk(ctx context.Context, data []byte, c *chunkmap.Chunk) e
 	if _, err := r.core.PutObject(ctx, r.bucket, key, bytes.NewReader(stored), int64(len(stored)), "", sha256Hex(stored),
 		minio.PutObjectOptions{ContentType: "application/zstd"}); err != nil {
 		return ctxErr(ctx, r.integrityOr(repository.MemoryFileName, fmt.Errorf("upload %s: %w", key, err)))
-	}
-	return nil
-}
-
-// refreshChunk renews an old chunk's modification time by copying it onto
-// itself on the server, so garbage collection's grace starts over.
-func (r *Repo) refreshChunk(ctx context.Context, key string) error {
-	_, err := r.core.Client.CopyObject(ctx,
-		minio.CopyDestOptions{Bucket: r.bucket, Object: key, ReplaceMetadata: true,
-			UserMetadata: map[string]string{"Refreshed": time.Now().UTC().Format(time.RFC3339)}},
-		minio.CopySrcOptions{Bucket: r.bucket, Object: key})
-	if err != nil {
-		return ctxErr(ctx, fmt.Errorf("refresh %s: %w", key, err))
 	}
 	return nil
 }

@@ -29,9 +29,9 @@ import (
 //     misses for longer than ChunkGrace after the delete may then fail,
 //     with an error, never wrong bytes).
 //   - A publish racing the collection: chunks it uploads are younger than
-//     ChunkGrace; chunks it found in the bucket instead of uploading it
-//     refreshes when they are older than ChunkGrace/2, so they too are
-//     young until its record (and chunk map) is written. The collector
+//     ChunkGrace; chunks it found in the bucket older than ChunkGrace/2 it
+//     uploads again, so they too are young until its record (and chunk
+//     map) is written. The collector
 //     checks a chunk's age again just before removing it; only a refresh
 //     landing between that check and the DELETE (milliseconds) can still
 //     lose a chunk, which the publish's readers then report as missing.

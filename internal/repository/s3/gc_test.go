@@ -130,7 +130,7 @@ func TestDeleteOnOneNodeWhileAnotherReads(t *testing.T) {
 // TestCollectWhileAnotherNodePublishes: node A collects garbage in a loop
 // while node B publishes a snapshot sharing chunks with one A deleted
 // after its grace had passed. B's publish finds those chunks old and
-// refreshes them, its new chunks are young: nothing of B's is lost.
+// uploads them again, its new chunks are young: nothing of B's is lost.
 func TestCollectWhileAnotherNodePublishes(t *testing.T) {
 	const grace = 2 * time.Second
 	nodeA := chunkyRepo(t, "")
