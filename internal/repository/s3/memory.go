@@ -157,7 +157,7 @@ func (m *memorySource) OpenMemory() (repository.MemoryReader, error) {
 // snapshot on this node waits for.
 func (m *memorySource) WarmCache(ranges []manifest.Range) (stop func(), err error) {
 	if m.pack != nil {
-		w, err := m.r.cache.Warm(m.pack.obj, []chunkcache.Range{{Offset: 0, Length: m.pack.obj.Size}}, m.r.warm)
+		w, err := m.r.cache.Warm(m.pack.obj, []chunkcache.Range{{Offset: 0, Length: m.pack.obj.Size}}, packWarmOptions(m.r.warm))
 		if err != nil {
 			return nil, err
 		}
@@ -174,6 +174,20 @@ func (m *memorySource) WarmCache(ranges []manifest.Range) (stop func(), err erro
 	}
 	m.r.fill.streaming(w)
 	return w.Stop, nil
+}
+
+// packWarmOptions: the pack is read front to back, and the guest wants its
+// front first. All runs at once would share the link evenly and deliver
+// the front at a fraction of it; a few shorter runs keep the link full
+// (several connections) while the front arrives first.
+func packWarmOptions(o chunkcache.WarmOptions) chunkcache.WarmOptions {
+	if o.Concurrency <= 0 {
+		o.Concurrency = 4
+	}
+	if o.RunCapBytes <= 0 {
+		o.RunCapBytes = 4 << 20
+	}
+	return o
 }
 
 // RestoreReady implements restore.ReadyNotifier: a restore of this memory
