@@ -249,3 +249,44 @@ func (r *Repo) streamChunks(ctx context.Context, m chunkmap.Map, off, length int
 	}
 	pw.Close()
 }
+
+// confirmChunks runs after the chunk map is stored (from then on every
+// collection that lists maps keeps the chunks) and before the record: it
+// checks that every chunk the map names is still in the bucket and
+// uploads again, from the memory file, any that a collection racing this
+// publish removed in the meantime.
+func (r *Repo) confirmChunks(ctx context.Context, path string, m chunkmap.Map) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("%w: memory file: %w", repository.ErrInvalidRequest, err)
+	}
+	defer f.Close()
+	seen := map[chunkmap.Digest]bool{}
+	for i, c := range m.Chunks {
+		if c.Zero || seen[c.Digest] {
+			continue
+		}
+		seen[c.Digest] = true
+		key := r.keys.chunk(c.Digest)
+		_, err := r.core.StatObject(ctx, r.bucket, key, minio.StatObjectOptions{})
+		if err == nil {
+			continue
+		}
+		if !isNotFound(err) {
+			return ctxErr(ctx, fmt.Errorf("stat %s: %w", key, err))
+		}
+		data := make([]byte, m.Length(i))
+		if _, err := f.ReadAt(data, int64(i)*m.ChunkBytes); err != nil {
+			return fmt.Errorf("read %s: %w", path, err)
+		}
+		if chunkmap.Sum(data) != c.Digest {
+			return sizeChangedError(m.Size, m.Size) // the file changed under the publish
+		}
+		stored := chunkmap.Compress(data)
+		if _, err := r.core.PutObject(ctx, r.bucket, key, bytes.NewReader(stored), int64(len(stored)), "", sha256Hex(stored),
+			minio.PutObjectOptions{ContentType: "application/zstd"}); err != nil {
+			return ctxErr(ctx, fmt.Errorf("upload %s: %w", key, err))
+		}
+	}
+	return nil
+}

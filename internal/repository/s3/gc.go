@@ -31,11 +31,12 @@ import (
 //   - A publish racing the collection: chunks it uploads are younger than
 //     ChunkGrace; chunks it found in the bucket older than ChunkGrace/2 it
 //     uploads again, so they too are young until its record (and chunk
-//     map) is written. The collector
-//     checks a chunk's age again just before removing it; only a refresh
-//     landing between that check and the DELETE (milliseconds) can still
-//     lose a chunk, which the publish's readers then report as missing.
-//     The store offers no conditional DELETE to close that window.
+//     map) is written. The collector checks a chunk's age again just
+//     before removing it. A re-upload landing between that check and the
+//     DELETE (the store has no conditional DELETE) is caught by the
+//     publish itself: once its chunk map is stored, so that collections
+//     starting from then on keep its chunks, it checks every chunk is
+//     there and uploads again any that went, before its record.
 
 const tombstonesDir = "gc/deleted/"
 

@@ -340,6 +340,9 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	if _, err := r.putSmall(ctx, r.keys.artifact(id, chunkMapName), chunkMap, putCondition{}); err != nil {
 		return repository.Record{}, err
 	}
+	if err := r.confirmChunks(ctx, req.MemoryPath, chunks); err != nil {
+		return repository.Record{}, err
+	}
 	rec := repository.NewRecord(id, req, vm.stored(), mem.stored(), digests)
 	rec.MemoryFormat = repository.MemoryFormatChunks
 	rec.MemoryChunks = &repository.ChunkMapDescriptor{SHA256: sha256Hex(chunkMap), Size: int64(len(chunkMap)),
