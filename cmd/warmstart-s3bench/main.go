@@ -16,7 +16,7 @@
 // Usage:
 //
 //	warmstart-s3bench [--blocks 8] [--seed 1] [--memory-size 128MiB] [--policy warmstart]
-//	                  [--s3-latency-ms 5] [--s3-bandwidth-mbit 1000] [--json FILE]
+//	                  [--s3-latency-ms 5] [--s3-bandwidth-mbit 1000] [--s3-link-mbit 1000] [--json FILE]
 //
 // It needs root (FUSE) and the minio binary (.ci/minio.sh, or
 // WARMSTART_MINIO). SIGINT and SIGTERM stop it as they stop warmstart
@@ -93,6 +93,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		c       config
 		memSize string
 		mbit    int64
+		link    int64
 	)
 	fs := flag.NewFlagSet("warmstart-s3bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -102,6 +103,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.opts.Policy, "policy", restore.DefaultPolicy, "device prefetch policy of the prefetch-on trials")
 	fs.IntVar(&c.opts.LatencyMs, "s3-latency-ms", s3bench.DefaultLatencyMs, "latency added to every object-store response")
 	fs.Int64Var(&mbit, "s3-bandwidth-mbit", s3bench.DefaultBandwidthBits/1_000_000, "bandwidth of each object-store connection")
+	fs.Int64Var(&link, "s3-link-mbit", s3bench.DefaultLinkBits/1_000_000, "bandwidth of the node's link: all object-store connections together")
 	fs.StringVar(&c.jsonPath, "json", "", "write all raw trials and the summary to this file")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -117,7 +119,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return config{}, fmt.Errorf("--memory-size: %w", err)
 	}
 	c.opts.MemoryBytes = size
+	if mbit < 1 || link < 1 {
+		return config{}, fmt.Errorf("--s3-bandwidth-mbit %d and --s3-link-mbit %d: want at least 1", mbit, link)
+	}
 	c.opts.BandwidthBits = mbit * 1_000_000
+	c.opts.LinkBits = link * 1_000_000
 	return c, nil
 }
 

@@ -109,6 +109,7 @@ func (f *benchFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.s3f.repository, "repository", "posix_fs", "posix_fs, or s3: a MinIO on loopback behind a Toxiproxy link (runs the warmstart-s3bench command, built from ./cmd/warmstart-s3bench; needs the minio binary, see .ci/minio.sh)")
 	fl.IntVar(&f.s3f.latencyMs, "s3-latency-ms", 5, "--repository s3: latency added to every object-store response")
 	fl.Int64Var(&f.s3f.bandwidthMbit, "s3-bandwidth-mbit", 1000, "--repository s3: bandwidth of each object-store connection")
+	fl.Int64Var(&f.s3f.linkMbit, "s3-link-mbit", 1000, "--repository s3: bandwidth of the node's link, all object-store connections together")
 	fl.IntVar(&f.o.Blocks, "blocks", 8, "formal blocks of the protocol")
 	fl.IntVar(&f.o.ReserveBlocks, "reserve-blocks", 2, "reserve blocks that replace trials missing admission")
 	fl.StringVar(&f.o.Device, "device", config.DeviceFile, "memory device: file (FUSE) or uffd")

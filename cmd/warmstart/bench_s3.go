@@ -15,6 +15,7 @@ type s3BenchFlags struct {
 	repository    string
 	latencyMs     int
 	bandwidthMbit int64
+	linkMbit      int64
 }
 
 // The S3 benchmark runs a MinIO on loopback behind a Toxiproxy link: test
@@ -55,6 +56,7 @@ func runS3Bench(f s3BenchFlags, blocks int, seed uint64, memBytes int64, policy,
 		"--policy", policy,
 		"--s3-latency-ms", strconv.Itoa(f.latencyMs),
 		"--s3-bandwidth-mbit", strconv.FormatInt(f.bandwidthMbit, 10),
+		"--s3-link-mbit", strconv.FormatInt(f.linkMbit, 10),
 		"--json", jsonPath,
 	}
 	// exec, not a child: the companion gets this process's id, standard

@@ -396,3 +396,31 @@ func (c *Cache) pruneFailuresLocked() {
 		}
 	}
 }
+
+// Load fetches the blocks of obj that hold [off, off+length) into the
+// cache, unless they are cached or in flight, without pinning obj. It is
+// for background fills: a fill must not keep the blocks of the objects
+// restores are reading from being cached, as a pin would.
+func (c *Cache) Load(ctx context.Context, obj Object, off, length int64) error {
+	if err := obj.validate(); err != nil {
+		return fmt.Errorf("load %s: %w", obj.ID, err)
+	}
+	if off < 0 || length <= 0 || off+length > obj.Size {
+		return fmt.Errorf("load %s [%d, +%d): outside the %d-byte object", obj.ID, off, length, obj.Size)
+	}
+	if err := c.begin(); err != nil {
+		return fmt.Errorf("load %s: %w", obj.ID, err)
+	}
+	defer c.ops.Done()
+	if err := c.read(ctx, &obj, make([]byte, length), off); err != nil {
+		return fmt.Errorf("load %s [%d, %d): %w", obj.ID, off, off+length, err)
+	}
+	return nil
+}
+
+// FreeBytes is how many more bytes fit under the bound without evicting.
+func (c *Cache) FreeBytes() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.maxBytes - c.usedBytes
+}

@@ -116,9 +116,23 @@ type S3Config struct {
 	CacheDir string `toml:"cache_dir"`
 	// CacheMaxSizeGB bounds CacheDir, in GiB.
 	CacheMaxSizeGB int64 `toml:"cache_max_size_gb"`
-	// ChunkSizeMiB is the unit of ranged reads and of the chunk cache.
+	// ChunkSizeMiB is the unit of ranged reads and of the chunk cache, and
+	// the logical size of the memory chunks publish stores.
 	ChunkSizeMiB int64 `toml:"chunk_size_mib"`
+	// BackgroundFill, after a restore's startup set is in the node cache,
+	// fetches the rest of that snapshot's memory at low priority.
+	BackgroundFill bool `toml:"background_fill"`
+	// BackgroundFillConcurrency bounds the fill's fetches in flight.
+	BackgroundFillConcurrency int64 `toml:"background_fill_concurrency"`
+	// BackgroundFillMbit bounds the fill's bandwidth, in Mbit/s.
+	BackgroundFillMbit int64 `toml:"background_fill_mbit"`
 }
+
+// Fill bounds of [backend.s3].
+const (
+	MaxBackgroundFillConcurrency = 64
+	MaxBackgroundFillMbit        = 100_000
+)
 
 // ChunkSizeBytes is ChunkSizeMiB in bytes.
 func (c S3Config) ChunkSizeBytes() int64 { return c.ChunkSizeMiB << 20 }
@@ -235,11 +249,14 @@ func Default() *Config {
 		Backend: BackendConfig{
 			PosixFS: PosixFSConfig{SnapshotStore: "/var/lib/warmstart/snapshots"},
 			S3: S3Config{
-				Region:          "us-east-1",
-				AddressingStyle: AddressingAuto,
-				CacheDir:        "/var/cache/warmstart/chunks",
-				CacheMaxSizeGB:  10,
-				ChunkSizeMiB:    1,
+				Region:                    "us-east-1",
+				AddressingStyle:           AddressingAuto,
+				CacheDir:                  "/var/cache/warmstart/chunks",
+				CacheMaxSizeGB:            10,
+				ChunkSizeMiB:              1,
+				BackgroundFill:            true,
+				BackgroundFillConcurrency: 2,
+				BackgroundFillMbit:        200,
 			},
 		},
 		Memory: MemoryConfig{

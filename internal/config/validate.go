@@ -71,6 +71,12 @@ func (c *Config) Validate() error {
 			}
 			return nil
 		},
+		func() error {
+			return inRange("backend.s3.background_fill_concurrency", c.Backend.S3.BackgroundFillConcurrency, 1, MaxBackgroundFillConcurrency)
+		},
+		func() error {
+			return inRange("backend.s3.background_fill_mbit", c.Backend.S3.BackgroundFillMbit, 1, MaxBackgroundFillMbit)
+		},
 		func() error { return oneOf("memory.device", c.Memory.Device, Devices()...) },
 		func() error {
 			if ValidIOEngine(c.Memory.IOEngine) {

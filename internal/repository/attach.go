@@ -91,7 +91,9 @@ func (a Attachment) DescribedBy(rec Record) (has, same bool) {
 // Cleared returns rec without a descriptor of this artifact.
 func (a Attachment) Cleared(rec Record) Record {
 	if a.manifest != nil {
+		// A startup pack is built from one manifest: it goes with it.
 		rec.Manifest = nil
+		rec.StartupPack = nil
 	}
 	if a.digests != nil {
 		rec.MemoryDigests = nil
@@ -104,6 +106,9 @@ func (a Attachment) Attached(rec Record) Record {
 	if a.manifest != nil {
 		d := *a.manifest
 		rec.Manifest = &d
+		if rec.StartupPack != nil && rec.StartupPack.ManifestSHA256 != d.SHA256 {
+			rec.StartupPack = nil
+		}
 	}
 	if a.digests != nil {
 		d := *a.digests

@@ -29,6 +29,7 @@ func NewRecord(id string, req PublishRequest, vm, mem StoredArtifact, digests []
 		MemorySize:        mem.Size,
 		MemorySHA256:      mem.SHA256,
 		MemoryDigests:     &d,
+		MemoryFormat:      MemoryFormatRaw,
 		ManifestRequested: req.RecordManifest,
 	}
 }

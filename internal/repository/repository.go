@@ -37,7 +37,9 @@ const MaxManifestBytes = 16 << 20
 
 // RecordFormatVersion is the version of the Record encoding written by this
 // build. A record with a higher version is refused rather than misread.
-const RecordFormatVersion = 1
+// Version 2 added MemoryFormat: a build that reads only version 1 would take
+// a chunked memory file for a raw one, so it must refuse such records.
+const RecordFormatVersion = 2
 
 // Record is the catalog entry of one published snapshot. It is immutable
 // except for Manifest, which AttachManifest sets, and MemoryDigests, which
@@ -73,6 +75,15 @@ type Record struct {
 	// Manifest nil and no capture lease held, that recording was
 	// interrupted (its process died), and a daemon resumes it at start.
 	ManifestRequested bool `json:"manifest_requested,omitempty"`
+	// MemoryFormat is how the memory file is stored: "" (records of format
+	// 1) or MemoryFormatRaw for one file or object, MemoryFormatChunks for
+	// a chunk map and content-addressed chunks (see MemoryChunks).
+	MemoryFormat string `json:"memory_format,omitempty"`
+	// MemoryChunks describes the chunk map of a MemoryFormatChunks file.
+	MemoryChunks *ChunkMapDescriptor `json:"memory_chunks,omitempty"`
+	// StartupPack describes the startup pack built when Manifest was
+	// attached (backends that keep memory remotely); nil when none.
+	StartupPack *StartupPackDescriptor `json:"startup_pack,omitempty"`
 }
 
 // ManifestDescriptor identifies the bytes of an attached startup manifest.

@@ -103,7 +103,7 @@ func (r Record) Validate() error {
 	case r.Manifest != nil && (r.Manifest.Size <= 0 || r.Manifest.Size > MaxManifestBytes || !isSHA256Hex(r.Manifest.SHA256)):
 		return fmt.Errorf("%w: record manifest descriptor is malformed", ErrIntegrity)
 	}
-	return nil
+	return r.validateStorage()
 }
 
 // Validate checks that d describes a table this build reads for a memory

@@ -74,9 +74,21 @@ func TestRecordValidate(t *testing.T) {
 	sum := strings.Repeat("ab", 32)
 	good := Record{Format: RecordFormatVersion, ID: id, Alias: "a", CreatedAt: time.Now(), Layout: layout.Single(8192),
 		VMStateSize: 10, VMStateSHA256: sum, MemorySize: 8192, MemorySHA256: sum,
-		Manifest: &ManifestDescriptor{SHA256: sum, Size: 10}}
+		Manifest: &ManifestDescriptor{SHA256: sum, Size: 10}, MemoryFormat: MemoryFormatRaw}
 	if err := good.Validate(); err != nil {
 		t.Fatal(err)
+	}
+	chunked := good
+	chunked.MemoryFormat = MemoryFormatChunks
+	chunked.MemoryChunks = &ChunkMapDescriptor{SHA256: sum, Size: 100, ChunkBytes: 1 << 20, StoredBytes: 50}
+	chunked.StartupPack = &StartupPackDescriptor{ManifestSHA256: sum, IndexSHA256: sum, IndexSize: 80, StoredBytes: 9, LogicalBytes: 10}
+	if err := chunked.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	old := good
+	old.Format, old.MemoryFormat = 1, ""
+	if err := old.Validate(); err != nil {
+		t.Fatalf("a format-1 record with no memory format: %v", err)
 	}
 	breaks := map[string]func(*Record){
 		"future format":       func(r *Record) { r.Format = RecordFormatVersion + 1 },
@@ -87,6 +99,15 @@ func TestRecordValidate(t *testing.T) {
 		"uppercase digest":    func(r *Record) { r.MemorySHA256 = strings.ToUpper(sum) },
 		"short digest":        func(r *Record) { r.VMStateSHA256 = "ab" },
 		"empty manifest":      func(r *Record) { r.Manifest = &ManifestDescriptor{SHA256: sum} },
+		"no memory format":    func(r *Record) { r.MemoryFormat = "" },
+		"unknown format":      func(r *Record) { r.MemoryFormat = "chunks-v9" },
+		"chunks without map":  func(r *Record) { r.MemoryFormat = MemoryFormatChunks },
+		"map for raw memory": func(r *Record) {
+			r.MemoryChunks = &ChunkMapDescriptor{SHA256: sum, Size: 1, ChunkBytes: 4096}
+		},
+		"pack of another manifest": func(r *Record) {
+			r.StartupPack = &StartupPackDescriptor{ManifestSHA256: strings.Repeat("cd", 32), IndexSHA256: sum, IndexSize: 1, StoredBytes: 1, LogicalBytes: 1}
+		},
 	}
 	for name, edit := range breaks {
 		r := good

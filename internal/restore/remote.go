@@ -26,6 +26,21 @@ type CacheWarmer interface {
 	WarmCache(ranges []manifest.Range) (stop func(), err error)
 }
 
+// ReadyNotifier is a memory source that wants to know when a restore of
+// it is ready: its startup set is in, so background work on the node (the
+// S3 chunk cache's fill of the rest of the memory) may start without
+// competing with the restore's own fetches.
+type ReadyNotifier interface {
+	RestoreReady()
+}
+
+// noteReady tells src's memory source, if it asks, that a restore is ready.
+func noteReady(src Source) {
+	if n, ok := src.Memory.(ReadyNotifier); ok {
+		n.RestoreReady()
+	}
+}
+
 // attachFileDevice attaches the file device for src: a generation serving
 // its local memory file, or a reader of its remote memory source.
 func (r *Restorer) attachFileDevice(key string, src Source, ioEngine int, v *fusedev.Verifier) (*fusedev.Device, error) {

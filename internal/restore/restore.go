@@ -290,6 +290,7 @@ func (inst *Instance) run(ctx context.Context, t0 time.Time, src Source, opts Op
 	if err := inst.waitReady(ctx, t0, src.SnapshotID); err != nil {
 		return err
 	}
+	noteReady(src)
 	inst.DeviceBytes = inst.device.counters().Sub(base)
 	inst.reportPrefetch(t0)
 	if opts.Trace {

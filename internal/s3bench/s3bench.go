@@ -53,7 +53,9 @@ const (
 	DefaultBlocks        = 5
 	DefaultLatencyMs     = 5
 	DefaultBandwidthBits = 1_000_000_000
-	bucket               = "warmstart-bench"
+	// DefaultLinkBits caps the node's link: all its connections together.
+	DefaultLinkBits = 1_000_000_000
+	bucket          = "warmstart-bench"
 	// cacheMaxBytes is far above what one trial caches: the bound plays
 	// no part here.
 	cacheMaxBytes = 4 << 30
@@ -79,6 +81,9 @@ type Options struct {
 	// connection.
 	LatencyMs     int
 	BandwidthBits int64
+	// LinkBits caps the sum over all connections of the node (one shared
+	// rate limiter in front of the proxy).
+	LinkBits int64
 	// BlockBytes is the chunk cache block; Warm tunes the cache prefetch.
 	BlockBytes int64
 	Warm       chunkcache.WarmOptions
@@ -105,6 +110,9 @@ func (o *Options) fill() error {
 	}
 	if o.BandwidthBits == 0 {
 		o.BandwidthBits = DefaultBandwidthBits
+	}
+	if o.LinkBits == 0 {
+		o.LinkBits = DefaultLinkBits
 	}
 	if o.BlockBytes == 0 {
 		o.BlockBytes = chunkcache.DefaultBlockBytes
@@ -157,6 +165,10 @@ type Summary struct {
 	Ready     bench.Sample `json:"ready"`
 	MeanGets  float64      `json:"mean_gets"`
 	MeanMiB   float64      `json:"mean_mib"`
+	// GetsBeforeReady and FetchedBytesBeforeReady are the means over the
+	// trials of what was fetched until ready.
+	GetsBeforeReady         float64 `json:"gets_before_ready"`
+	FetchedBytesBeforeReady float64 `json:"fetched_bytes_before_ready"`
 }
 
 // Report is a whole run.
@@ -170,6 +182,7 @@ type Report struct {
 	ColdPaired bench.Interval `json:"cold_paired"`
 	// ManifestMiB is what the startup manifest covers.
 	ManifestMiB float64 `json:"manifest_mib"`
+	Storage
 }
 
 // harness is the fixed part of a run: store, proxy, mount, restorer.
@@ -178,9 +191,11 @@ type harness struct {
 	store    *miniotest.Server
 	proxy    *miniotest.Proxy
 	node     *node.Node
+	link     *miniotest.Link
 	restorer *restore.Restorer
 	repoOpts s3.Options
 	snapID   string
+	storage  Storage
 	expected string
 	trials   int
 }
@@ -199,7 +214,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Options: o}
+	rep := &Report{Options: o, Storage: h.storage}
 	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
 	for b := range o.Blocks {
 		order := append([]Condition(nil), Conditions...)
@@ -235,8 +250,11 @@ func prepare(ctx context.Context, o Options) (*harness, error) {
 	if h.proxy, err = miniotest.NewProxy(h.store.Endpoint); err != nil {
 		return h, fmt.Errorf("s3 bench: %w", err)
 	}
+	if h.link, err = miniotest.NewLink(h.proxy.Addr); err != nil {
+		return h, fmt.Errorf("s3 bench: %w", err)
+	}
 	h.repoOpts = s3.Options{
-		Endpoint: "http://" + h.proxy.Addr, Bucket: bucket, Region: "us-east-1", Prefix: "bench",
+		Endpoint: "http://" + h.link.Addr, Bucket: bucket, Region: "us-east-1", Prefix: "bench",
 		AddressingStyle: "path", AccessKeyID: miniotest.AccessKey, SecretAccessKey: miniotest.SecretKey,
 		CacheMaxBytes: cacheMaxBytes, BlockBytes: o.BlockBytes, Warm: o.Warm,
 	}
@@ -280,9 +298,10 @@ func prepare(ctx context.Context, o Options) (*harness, error) {
 	if err := h.proxy.Bandwidth(o.BandwidthBits); err != nil {
 		return h, fmt.Errorf("s3 bench: %w", err)
 	}
-	fmt.Fprintf(o.Progress, "link: %d ms added per response, %d Mbit/s per connection; block %d KiB, run cap %d KiB, %d concurrent runs\n",
-		o.LatencyMs, o.BandwidthBits/1_000_000, o.BlockBytes>>10, runCap(o.Warm)>>10, concurrency(o.Warm))
-	return h, nil
+	h.link.SetRate(o.LinkBits)
+	fmt.Fprintf(o.Progress, "link: %d ms added per response, %d Mbit/s per connection, %d Mbit/s in all; block %d KiB, run cap %d KiB, %d concurrent runs\n",
+		o.LatencyMs, o.BandwidthBits/1_000_000, o.LinkBits/1_000_000, o.BlockBytes>>10, runCap(o.Warm)>>10, concurrency(o.Warm))
+	return h, h.measureStorage(ctx, pub)
 }
 
 func runCap(w chunkcache.WarmOptions) int64 {
@@ -302,6 +321,9 @@ func concurrency(w chunkcache.WarmOptions) int {
 func (h *harness) close() {
 	if h.node != nil {
 		h.node.Close()
+	}
+	if h.link != nil {
+		h.link.Close()
 	}
 	if h.proxy != nil {
 		h.proxy.Close()
@@ -434,15 +456,18 @@ func (r *Report) summarize() {
 	for _, c := range Conditions {
 		ts := byCond[c]
 		var ready []float64
-		var gets, bytes float64
+		var gets, bytes, getsReady, bytesReady float64
 		for _, t := range ts {
 			ready = append(ready, t.ReadyMs)
 			gets += float64(t.Gets)
 			bytes += float64(t.Bytes)
+			getsReady += float64(t.GetsToReady)
+			bytesReady += float64(t.BytesToReady)
 		}
 		s := Summary{Condition: c, Ready: bench.Summarize(ready)}
 		if n := float64(len(ts)); n > 0 {
 			s.MeanGets, s.MeanMiB = gets/n, bytes/n/(1<<20)
+			s.GetsBeforeReady, s.FetchedBytesBeforeReady = getsReady/n, bytesReady/n
 		}
 		r.Summary = append(r.Summary, s)
 	}
@@ -474,12 +499,14 @@ func times(ts []Trial) []float64 {
 // WriteTable prints the summary.
 func (r *Report) WriteTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "condition\tn\tmean ms\tmedian ms\tmin ms\tmax ms\tGETs\tMiB fetched\t")
+	fmt.Fprintln(tw, "condition\tn\tmean ms\tmedian ms\tmin ms\tmax ms\tGETs to ready\tMiB to ready\tGETs\tMiB fetched\t")
 	for _, s := range r.Summary {
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", s.Condition, s.Ready.N,
-			s.Ready.Mean, s.Ready.Median, s.Ready.Min, s.Ready.Max, s.MeanGets, s.MeanMiB)
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", s.Condition, s.Ready.N,
+			s.Ready.Mean, s.Ready.Median, s.Ready.Min, s.Ready.Max, s.GetsBeforeReady, s.FetchedBytesBeforeReady/(1<<20), s.MeanGets, s.MeanMiB)
 	}
 	tw.Flush()
+	fmt.Fprintf(w, "stored: %.1f MiB of %.1f MiB raw (%.2fx); startup set stored %.1f MiB\n",
+		mib(uint64(r.StoredBytes)), mib(uint64(r.RawBytes)), float64(r.StoredBytes)/float64(max(1, r.RawBytes)), mib(uint64(r.StartupSetStoredBytes)))
 	fmt.Fprintf(w, "cold cache: prefetch on / off = %.2fx of the mean time to ready; paired on-off %.1f ms [%.1f, %.1f]\n",
 		r.ColdRatio, r.ColdPaired.Mean, r.ColdPaired.Low, r.ColdPaired.High)
 	bad := 0

@@ -22,7 +22,7 @@ import (
 // childMain runs a child's role on the repository whose Options (as JSON)
 // the parent passed, with a node cache of the child's own.
 func childMain(role string) int {
-	return repotest.ChildMain(role, openChildRepo, nil)
+	return repotest.ChildMain(role, openChildRepo, map[string]repotest.Role{"publish-stall": childPublishStall})
 }
 
 func openChildRepo(ctx context.Context, desc string) (repository.Repository, func(), error) {
@@ -68,7 +68,7 @@ func TestCrossProcess(t *testing.T) {
 // and that Get and Resolve say so.
 func assertGone(t *testing.T, r *Repo, id string) {
 	t.Helper()
-	for _, k := range keysUnder(t, r) {
+	for _, k := range snapshotKeys(t, r) {
 		if strings.Contains(k, id) {
 			t.Fatalf("%s exists after delete", k)
 		}

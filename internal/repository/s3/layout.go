@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"warmstart/internal/chunkmap"
 	"warmstart/internal/repository"
 )
 
@@ -13,18 +14,32 @@ import (
 //	catalog/records/<id>.json          the record; its presence is visibility
 //	catalog/aliases/<alias>.json       the binding of an alias to an id
 //	artifacts/<id>/vm_state.bin        VMM state
-//	artifacts/<id>/memory.bin          guest memory, read in ranges
+//	artifacts/<id>/memory.chunks       the chunk map of guest memory (chunks-v1)
+//	artifacts/<id>/memory.bin          guest memory as one object (raw, older records)
 //	artifacts/<id>/memory.digests      its per-block digest table
 //	artifacts/<id>/startup-manifest.bin
+//	artifacts/<id>/startup-pack.bin    the startup set, first-touch order, zstd frames
+//	artifacts/<id>/startup-pack.idx    its frame index
+//	chunks/<sha256>.zst                one zstd-compressed chunk, named by the
+//	                                   SHA-256 of its bytes, shared by snapshots
 //
-// Memory stays one object: ranged GETs read any block of it, so chunking
-// it at publish time would only add objects (and requests to list and
-// delete them) without making a read cheaper.
+// Memory is chunked and compressed since guests are ~45 % zero pages and
+// captures of one guest share most chunks; a chunk is one GET of one cache
+// block, so a read costs what a ranged GET of the raw object cost.
 const (
 	recordsDir   = "catalog/records/"
 	aliasesDir   = "catalog/aliases/"
 	artifactsDir = "artifacts/"
+	chunksDir    = "chunks/"
+	chunkSuffix  = ".zst"
 	jsonSuffix   = ".json"
+)
+
+// Artifact names of chunked memory and of the startup pack.
+const (
+	chunkMapName  = "memory.chunks"
+	packName      = "startup-pack.bin"
+	packIndexName = "startup-pack.idx"
 )
 
 // keys maps names to object keys under one prefix.
@@ -55,6 +70,10 @@ func (k keys) record(id string) string          { return k.prefix + recordsDir +
 func (k keys) alias(alias string) string        { return k.prefix + aliasesDir + alias + jsonSuffix }
 func (k keys) artifactsPrefix(id string) string { return k.prefix + artifactsDir + id + "/" }
 func (k keys) artifact(id, name string) string  { return k.artifactsPrefix(id) + name }
+func (k keys) chunksPrefix() string             { return k.prefix + chunksDir }
+func (k keys) chunk(d chunkmap.Digest) string {
+	return k.prefix + chunksDir + d.String() + chunkSuffix
+}
 
 // idFromRecordKey returns the id a record key stands for, or false for any
 // other object under the records prefix.

@@ -5,53 +5,122 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/minio/minio-go/v7"
 
 	"warmstart/internal/chunkcache"
+	"warmstart/internal/chunkmap"
 	"warmstart/internal/manifest"
 	"warmstart/internal/repository"
 )
 
-// memorySource serves a snapshot's memory object through the chunk cache.
-// The cache knows the object by the memory file's SHA-256, so snapshots with
-// identical memory share cached blocks; every ranged GET carries If-Match
-// with the ETag Resolve saw, so a block is never taken from other bytes
-// stored under the same key.
+// memorySource serves a snapshot's memory through the chunk cache. The
+// cache knows the memory by the memory file's SHA-256, so snapshots with
+// identical memory share cached blocks whatever their stored format. With
+// a startup pack, the startup set is read from the pack (a second cache
+// object) and the rest from the memory.
 type memorySource struct {
-	r   *Repo
-	obj chunkcache.Object
+	r    *Repo
+	obj  chunkcache.Object
+	pack *packSource
 }
 
 var _ repository.MemorySource = (*memorySource)(nil)
 
-func (r *Repo) memorySource(id, key string, rec repository.Record, etag string) *memorySource {
+// memoryOf returns the memory source of rec in the format its record names.
+func (r *Repo) memoryOf(ctx context.Context, rec repository.Record) (*memorySource, error) {
+	if rec.MemoryFormat == repository.MemoryFormatChunks {
+		return r.chunkedMemory(ctx, rec)
+	}
+	return r.rawMemory(ctx, rec)
+}
+
+// chunkedMemory loads the chunk map (checked against the record) into the
+// node's file cache and serves the memory from the chunks it names.
+func (r *Repo) chunkedMemory(ctx context.Context, rec repository.Record) (*memorySource, error) {
+	d := rec.MemoryChunks
+	p, err := r.fetchLocal(ctx, r.keys.artifact(rec.ID, chunkMapName), d.SHA256, d.Size)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, r.goneOr(ctx, rec.ID, &repository.IntegrityError{Artifact: chunkMapName,
+			Want: fmt.Sprintf("%d bytes", d.Size), Got: "no object"})
+	}
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("read chunk map: %w", err)
+	}
+	if got := sha256Hex(data); got != d.SHA256 {
+		return nil, &repository.IntegrityError{Artifact: chunkMapName, Want: d.SHA256, Got: got}
+	}
+	m, err := chunkmap.Decode(data, rec.MemorySize)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", repository.ErrIntegrity, err)
+	}
+	obj := chunkcache.Object{ID: rec.MemorySHA256, Size: rec.MemorySize, Fetch: r.chunkedFetch(m)}
+	return &memorySource{r: r, obj: obj}, nil
+}
+
+// goneOr reports ErrNotFound when id's record is gone (deleted while it
+// was being resolved), else err.
+func (r *Repo) goneOr(ctx context.Context, id string, err error) error {
+	if _, _, gerr := r.getRecord(ctx, id); errors.Is(gerr, repository.ErrNotFound) {
+		return gerr
+	}
+	return err
+}
+
+// rawMemory serves memory stored as one object (records written before
+// memory was chunked): every ranged GET carries If-Match with the ETag
+// seen here, so a block is never taken from other bytes under that key.
+func (r *Repo) rawMemory(ctx context.Context, rec repository.Record) (*memorySource, error) {
+	id, key := rec.ID, r.keys.artifact(rec.ID, repository.MemoryFileName)
+	info, err := r.core.StatObject(ctx, r.bucket, key, minio.StatObjectOptions{})
+	if isNotFound(err) {
+		return nil, r.goneOr(ctx, id, &repository.IntegrityError{Artifact: repository.MemoryFileName,
+			Want: fmt.Sprintf("%d bytes", rec.MemorySize), Got: "no object"})
+	}
+	if err != nil {
+		return nil, ctxErr(ctx, fmt.Errorf("stat %s: %w", key, err))
+	}
+	if info.Size != rec.MemorySize {
+		return nil, &repository.IntegrityError{Artifact: repository.MemoryFileName,
+			Want: fmt.Sprintf("%d bytes", rec.MemorySize), Got: fmt.Sprintf("%d bytes", info.Size)}
+	}
 	fetch := func(ctx context.Context, off, length int64) (io.ReadCloser, error) {
-		var o minio.GetObjectOptions
-		if err := o.SetRange(off, off+length-1); err != nil {
+		return r.rangedGet(ctx, key, info.ETag, off, length, "memory of snapshot "+id)
+	}
+	return &memorySource{r: r, obj: chunkcache.Object{ID: rec.MemorySHA256, Size: rec.MemorySize, Fetch: fetch}}, nil
+}
+
+// rangedGet is one GET of [off, off+length) of key, conditional on etag
+// when given. A missing or replaced object is ErrNotFound.
+func (r *Repo) rangedGet(ctx context.Context, key, etag string, off, length int64, what string) (io.ReadCloser, error) {
+	var o minio.GetObjectOptions
+	if err := o.SetRange(off, off+length-1); err != nil {
+		return nil, err
+	}
+	if etag != "" {
+		if err := o.SetMatchETag(etag); err != nil {
 			return nil, err
 		}
-		if etag != "" {
-			if err := o.SetMatchETag(etag); err != nil {
-				return nil, err
-			}
-		}
-		body, info, _, err := r.core.GetObject(ctx, r.bucket, key, o)
-		if err != nil {
-			if isNotFound(err) || isPreconditionFailed(err) {
-				return nil, fmt.Errorf("memory of snapshot %s: %w: %w", id, repository.ErrNotFound, err)
-			}
-			return nil, ctxErr(ctx, fmt.Errorf("get %s [%d, %d): %w", key, off, off+length, err))
-		}
-		if info.Size != length {
-			body.Close()
-			return nil, fmt.Errorf("get %s [%d, %d): the store answered %d bytes", key, off, off+length, info.Size)
-		}
-		return body, nil
 	}
-	return &memorySource{r: r, obj: chunkcache.Object{ID: rec.MemorySHA256, Size: rec.MemorySize, Fetch: fetch}}
+	body, info, _, err := r.core.GetObject(ctx, r.bucket, key, o)
+	if err != nil {
+		if isNotFound(err) || isPreconditionFailed(err) {
+			return nil, fmt.Errorf("%s: %w: %w", what, repository.ErrNotFound, err)
+		}
+		return nil, ctxErr(ctx, fmt.Errorf("get %s [%d, %d): %w", key, off, off+length, err))
+	}
+	if info.Size != length {
+		body.Close()
+		return nil, fmt.Errorf("get %s [%d, %d): the store answered %d bytes", key, off, off+length, info.Size)
+	}
+	return body, nil
 }
 
 // Ref implements repository.MemorySource.
@@ -61,20 +130,40 @@ func (m *memorySource) Ref() string { return "s3-memory:" + m.obj.ID }
 func (m *memorySource) Size() int64 { return m.obj.Size }
 
 // OpenMemory implements repository.MemorySource: the reader pins the
-// object in the chunk cache until it is closed.
+// object (and its startup pack) in the chunk cache until it is closed.
 func (m *memorySource) OpenMemory() (repository.MemoryReader, error) {
 	rd, err := m.r.cache.Open(m.obj)
 	if err != nil {
 		return nil, err
 	}
-	return rd, nil
+	if m.pack == nil {
+		return rd, nil
+	}
+	prd, err := m.r.cache.Open(m.pack.obj)
+	if err != nil {
+		rd.Close()
+		return nil, err
+	}
+	return &packedReader{cache: m.r.cache, mem: rd, pack: prd, spans: m.pack.spans}, nil
 }
 
-// WarmCache starts fetching the logical ranges of a startup manifest, in
-// first-touch order, into the chunk cache, and returns the function that
-// stops it (cancelling what has not been fetched) and waits for its GETs
-// to end. Memory is one object, so a logical range is a physical one.
+// WarmCache starts fetching the startup set into the chunk cache and
+// returns the function that stops it (cancelling what has not been
+// fetched) and waits for its GETs to end. With a startup pack it streams
+// the pack, front to back, in few large ranged GETs: exactly the startup
+// set, in first-touch order. Without one it fetches the blocks the
+// manifest's ranges touch, in first-touch order. Either way the warming
+// counts as a streaming startup set, which the background fill of any
+// snapshot on this node waits for.
 func (m *memorySource) WarmCache(ranges []manifest.Range) (stop func(), err error) {
+	if m.pack != nil {
+		w, err := m.r.cache.Warm(m.pack.obj, []chunkcache.Range{{Offset: 0, Length: m.pack.obj.Size}}, packWarmOptions(m.r.warm))
+		if err != nil {
+			return nil, err
+		}
+		m.r.fill.streaming(w)
+		return w.Stop, nil
+	}
 	rs := make([]chunkcache.Range, len(ranges))
 	for i, r := range ranges {
 		rs[i] = chunkcache.Range{Offset: r.Offset, Length: r.Length}
@@ -83,8 +172,27 @@ func (m *memorySource) WarmCache(ranges []manifest.Range) (stop func(), err erro
 	if err != nil {
 		return nil, err
 	}
+	m.r.fill.streaming(w)
 	return w.Stop, nil
 }
+
+// packWarmOptions: the pack is read front to back, and the guest wants its
+// front first. All runs at once would share the link evenly and deliver
+// the front at a fraction of it; a few shorter runs keep the link full
+// (several connections) while the front arrives first.
+func packWarmOptions(o chunkcache.WarmOptions) chunkcache.WarmOptions {
+	if o.Concurrency <= 0 {
+		o.Concurrency = 4
+	}
+	if o.RunCapBytes <= 0 {
+		o.RunCapBytes = 4 << 20
+	}
+	return o
+}
+
+// RestoreReady implements restore.ReadyNotifier: a restore of this memory
+// is ready, so the rest of it may follow into the node cache.
+func (m *memorySource) RestoreReady() { m.r.fill.start(m.obj) }
 
 // idTime is the creation time a UUIDv7 id carries.
 func idTime(id string) (time.Time, error) {

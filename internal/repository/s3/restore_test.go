@@ -3,6 +3,7 @@ package s3
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"warmstart/internal/chunkcache"
+	"warmstart/internal/chunkmap"
 	"warmstart/internal/config"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/miniotest"
@@ -263,7 +266,10 @@ func probeUncached(t *testing.T, w *world, repo *Repo, snap snapshot) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := repo.memorySource(snap.id, repo.keys.artifact(snap.id, repository.MemoryFileName), rec, "")
+	src, err := localChunkedSource(repo, snap.paths.Memory, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
 	dev, err := w.srv.AttachLower("probe-"+snap.id, src.Ref(), func() (fusedev.Lower, error) { return src.OpenMemory() }, config.IOEngineBuffered)
 	if err != nil {
 		t.Fatal(err)
@@ -286,6 +292,26 @@ func probeUncached(t *testing.T, w *world, repo *Repo, snap snapshot) error {
 	defer f.Close()
 	_, err = f.ReadAt(make([]byte, 4096), off)
 	return err
+}
+
+// localChunkedSource is the memory source of the chunked memory file at
+// path, its chunk map computed locally (no request).
+func localChunkedSource(repo *Repo, path string, rec repository.Record) (*memorySource, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	m := chunkmap.Map{ChunkBytes: repo.chunkBytes, Size: int64(len(data))}
+	for off := int64(0); off < m.Size; off += m.ChunkBytes {
+		c := data[off:min(off+m.ChunkBytes, m.Size)]
+		if chunkmap.IsZero(c) {
+			m.Chunks = append(m.Chunks, chunkmap.Chunk{Zero: true})
+		} else {
+			m.Chunks = append(m.Chunks, chunkmap.Chunk{Digest: chunkmap.Sum(c)})
+		}
+	}
+	obj := chunkcache.Object{ID: rec.MemorySHA256, Size: rec.MemorySize, Fetch: repo.chunkedFetch(m)}
+	return &memorySource{r: repo, obj: obj}, nil
 }
 
 // recordFromLocal rebuilds the memory part of snap's record from its files.
@@ -347,12 +373,12 @@ func TestCorruptChunkRefetchedOnRestore(t *testing.T) {
 }
 
 // TestCacheBoundUnderRestoreLoop restores three snapshots in turn, with a
-// node cache that holds one snapshot's memory but not what they touch
-// together: the cache never holds more than its bound, blocks of the
-// snapshot being restored (pinned by its device) are never evicted, and
-// every restore reads the right bytes.
+// node cache that holds one snapshot's memory and startup pack (16 MiB and
+// about 5) but not what they touch together: the cache never holds more
+// than its bound, blocks of the snapshot being restored (pinned by its
+// device) are never evicted, and every restore reads the right bytes.
 func TestCacheBoundUnderRestoreLoop(t *testing.T) {
-	const bound = 20 << 20
+	const bound = 24 << 20
 	w := newWorld(t, server.Endpoint)
 	pub := w.repo(t, 0)
 	snaps := []snapshot{w.publish(t, pub, 21), w.publish(t, pub, 22), w.publish(t, pub, 23)}
@@ -386,36 +412,81 @@ func TestCacheBoundUnderRestoreLoop(t *testing.T) {
 		bound>>20, float64(cs.FetchedBytes)/(1<<20), cs.Evictions, float64(cs.PeakBytes)/(1<<20))
 }
 
-// An object replaced in the bucket by other bytes of the same size (another
-// snapshot's memory) passes the chunk cache's own checks, which cover only
-// what it fetched; the memory device's digest table refuses it.
+// A chunk object replaced in the bucket by another snapshot's chunk (valid
+// zstd, other bytes) fails its digest check on fetch: the restore fails
+// with an integrity error, never serving those bytes; a chunk map replaced
+// by another snapshot's fails Resolve.
 func TestReplacedMemoryObjectIsNeverServed(t *testing.T) {
 	w := newWorld(t, server.Endpoint)
 	publisher := w.repo(t, 0)
 	snap := w.publish(t, publisher, 7)
 	other := w.publish(t, publisher, 8)
-	key := publisher.keys.artifact(snap.id, repository.MemoryFileName)
-	f, err := os.Open(other.paths.Memory)
+	mine, theirs := chunkMapOf(t, publisher, snap.id), chunkMapOf(t, publisher, other.id)
+	for i, c := range mine.Chunks {
+		if c.Zero || theirs.Chunks[i].Zero || c.Digest == theirs.Chunks[i].Digest {
+			continue
+		}
+		src := publisher.keys.chunk(theirs.Chunks[i].Digest)
+		rewriteObject(t, publisher, publisher.keys.chunk(c.Digest), func([]byte) []byte { return readObject(t, publisher, src) })
+	}
+	// The startup set comes from the pack; replace it too, so the guest's
+	// reads fall back to the chunks.
+	mineRec, err := publisher.Get(bg(), snap.id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	fi, err := f.Stat()
+	theirRec, err := publisher.Get(bg(), other.id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := publisher.core.PutObject(bg(), publisher.bucket, key, f, fi.Size(), "", "", minio.PutObjectOptions{}); err != nil {
-		t.Fatal(err)
+	if mineRec.StartupPack == nil || theirRec.StartupPack == nil {
+		t.Fatal("no startup pack was built")
 	}
+	myPack, _ := packKeys(publisher.keys, snap.id, mineRec.StartupPack.ManifestSHA256)
+	theirPack, _ := packKeys(publisher.keys, other.id, theirRec.StartupPack.ManifestSHA256)
+	rewriteObject(t, publisher, myPack, func([]byte) []byte { return readObject(t, publisher, theirPack) })
 	for _, mode := range []restore.Mode{restore.ModeOff, restore.ModeOn} {
 		inst, err := w.restore(t, w.repo(t, 0), snap, mode)
 		if err == nil {
 			inst.Stop(bg())
-			t.Fatalf("prefetch %s: restore of a snapshot whose memory object was replaced succeeded (guest sha %s, published %s)",
+			t.Fatalf("prefetch %s: restore of a snapshot whose chunks were replaced succeeded (guest sha %s, published %s)",
 				mode, inst.Ready.Detail["sha256"], snap.expected)
 		}
-		if !errors.Is(err, repository.ErrIntegrity) || !strings.Contains(err.Error(), snap.id) {
-			t.Fatalf("prefetch %s: restore = %v, want an integrity error naming %s", mode, err, snap.id)
+		if !strings.Contains(err.Error(), snap.id) {
+			t.Fatalf("prefetch %s: restore = %v, want an error naming %s", mode, err, snap.id)
 		}
 	}
+	mapKey := publisher.keys.artifact(snap.id, chunkMapName)
+	rewriteObject(t, publisher, mapKey, func([]byte) []byte { return readObject(t, publisher, publisher.keys.artifact(other.id, chunkMapName)) })
+	if _, err := w.repo(t, 0).Resolve(bg(), snap.id); !errors.Is(err, repository.ErrIntegrity) {
+		t.Fatalf("Resolve with another snapshot's chunk map: %v, want ErrIntegrity", err)
+	}
+}
+
+// chunkMapOf reads and decodes the chunk map of snapshot id.
+func chunkMapOf(t *testing.T, r *Repo, id string) chunkmap.Map {
+	t.Helper()
+	rec, err := r.Get(bg(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := chunkmap.Decode(readObject(t, r, r.keys.artifact(id, chunkMapName)), rec.MemorySize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func readObject(t *testing.T, r *Repo, key string) []byte {
+	t.Helper()
+	body, _, _, err := r.core.GetObject(bg(), r.bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer body.Close()
+	data, err := io.ReadAll(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }

@@ -28,28 +28,38 @@
 // publish removes what it wrote. Leases are in-process (lease.go says what
 // that means across nodes).
 //
+// # Storing memory
+//
+// Memory is stored as content-addressed chunks (chunks.go): publish cuts
+// it into chunks of Options.ChunkBytes (1 MiB), leaves all-zero chunks
+// out, compresses each other chunk on its own with zstd and uploads it as
+// chunks/<SHA-256 of its bytes>.zst unless the bucket holds it already
+// (one HEAD per chunk, 8 in parallel), then writes the chunk map, the
+// digest table and, last, the record, which names the memory format
+// (record format 2: memory_format "chunks-v1"). Records of format 1 (one
+// memory.bin object) are still read. A publish killed before its record
+// leaves only chunks, which the next publish of the same bytes reuses and
+// garbage collection (gc.go) removes after ChunkGrace otherwise.
+//
 // # Reading memory
 //
-// Resolve downloads the VM state and manifest (small) into a local file
-// cache and returns the memory as a repository.MemorySource: the memory
-// device reads it through the chunk cache, which fetches missing blocks
-// with ranged GETs (memory.go). With a startup manifest, restore asks the
-// source to warm the cache (WarmCache): the chunk cache's planner maps the
-// manifest's ranges to block runs in first-touch order and its executor
-// fetches them concurrently with the restore.
+// Resolve downloads the VM state, manifest and chunk map (small) into a
+// local file cache and returns the memory as a repository.MemorySource:
+// the memory device reads it through the chunk cache, whose blocks are
+// the chunks, each fetched with one GET, decoded and checked against its
+// digest before any byte of it is served (zero chunks are made up without
+// a request). Attaching a manifest also writes a startup pack (pack.go):
+// the startup set's pages in first-touch order in compressed frames. A
+// restore with prefetch streams it concurrently with the VM restore in a
+// few large ranged GETs (WarmCache), so a cold node fetches the startup
+// set and nothing else before ready; demand misses outside it fetch their
+// chunk at once. After ready the rest of the memory follows in the
+// background (fill.go), bounded and yielding to startup sets.
 //
 // # Figures
 //
-// Package s3bench, on the 128 MiB reference snapshot behind Toxiproxy
-// adding 5 ms per response and 1 Gbit/s per connection, 8 blocks, 1 MiB
-// blocks, 8 MiB runs, 8 runs at once (mean time to ready; GETs and bytes
-// per restore):
-//
-//	node cache  prefetch off                  prefetch on
-//	cold        2,351 ms  119 GETs  128 MiB    348 ms  32 GETs  128 MiB
-//	warm          219 ms    0 GETs    0 MiB    116 ms   0 GETs    0 MiB
-//
-// Cold, prefetch on takes 0.15x the time of prefetch off.
+// See the README's S3 section: the benchmark (package s3bench) with a
+// node link cap, and the stored sizes.
 package s3
 
 import (
@@ -61,11 +71,13 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/minio/minio-go/v7"
 
 	"warmstart/internal/chunkcache"
+	"warmstart/internal/chunkmap"
 	"warmstart/internal/config"
 	"warmstart/internal/integrity"
 	"warmstart/internal/repository"
@@ -119,6 +131,12 @@ type Options struct {
 	// reading memory goes through them. Operations that change the
 	// repository fail with ErrInvalidRequest.
 	ReadOnly bool
+	// ChunkBytes is the chunk size publish cuts memory into; zero means
+	// chunkmap.DefaultChunkBytes.
+	ChunkBytes int64
+	// Fill bounds the background fill of a restored snapshot's remaining
+	// chunks; see FillOptions.
+	Fill FillOptions
 }
 
 // OptionsFromConfig maps [backend.s3] to Options.
@@ -134,6 +152,9 @@ func OptionsFromConfig(c config.S3Config) Options {
 		CacheDir:        c.CacheDir,
 		CacheMaxBytes:   c.CacheMaxBytes(),
 		BlockBytes:      c.ChunkSizeBytes(),
+		ChunkBytes:      c.ChunkSizeBytes(),
+		Fill: FillOptions{Disabled: !c.BackgroundFill, Concurrency: int(c.BackgroundFillConcurrency),
+			BitsPerSec: c.BackgroundFillMbit * 1_000_000},
 	}
 }
 
@@ -147,6 +168,11 @@ type Repo struct {
 	ownCache bool
 	filesDir string
 	warm     chunkcache.WarmOptions
+	// chunkBytes is the chunk size of publishes.
+	chunkBytes int64
+	// chunksSkipped counts chunks publish found in the bucket already.
+	chunksSkipped atomic.Uint64
+	fill          *filler
 
 	leaseMu    sync.Mutex
 	liveLeases map[string]int
@@ -161,6 +187,8 @@ type Repo struct {
 
 	// aliasGrace is AliasBindGrace; tests shorten it.
 	aliasGrace time.Duration
+	// chunkGrace is ChunkGrace; tests shorten it.
+	chunkGrace time.Duration
 	// beforeRecord, when a test sets it, runs between binding the alias
 	// and writing the record of a publish.
 	beforeRecord func()
@@ -187,9 +215,16 @@ func Open(ctx context.Context, o Options) (*Repo, error) {
 	}
 	r := &Repo{
 		core: core, counter: counter, bucket: o.Bucket, keys: keys{prefix},
-		filesDir: filepath.Join(o.CacheDir, "files"), warm: o.Warm,
-		liveLeases: make(map[string]int), aliasGrace: AliasBindGrace,
+		filesDir: filepath.Join(o.CacheDir, "files"), warm: o.Warm, chunkBytes: o.ChunkBytes,
+		liveLeases: make(map[string]int), aliasGrace: AliasBindGrace, chunkGrace: ChunkGrace,
 		readOnly: o.ReadOnly, opts: o,
+	}
+	if r.chunkBytes == 0 {
+		r.chunkBytes = chunkmap.DefaultChunkBytes
+	}
+	if r.chunkBytes < 4096 || r.chunkBytes > chunkmap.MaxChunkBytes || r.chunkBytes%4096 != 0 {
+		return nil, fmt.Errorf("open s3 repository: %w: chunk size %d is not a multiple of 4096 up to %d",
+			repository.ErrInvalidRequest, r.chunkBytes, chunkmap.MaxChunkBytes)
 	}
 	ok, err := core.BucketExists(ctx, o.Bucket)
 	if err != nil {
@@ -207,8 +242,8 @@ func Open(ctx context.Context, o Options) (*Repo, error) {
 	return r, nil
 }
 
-// openLocal opens the node-local caches once: the files directory and the
-// chunk cache.
+// openLocal opens the node-local caches once: the files directory, the
+// chunk cache and the background fill that writes into it.
 func (r *Repo) openLocal() error {
 	r.localOnce.Do(func() {
 		if err := os.MkdirAll(r.filesDir, 0o755); err != nil {
@@ -226,6 +261,7 @@ func (r *Repo) openLocal() error {
 			}
 			r.cache, r.ownCache = cache, true
 		}
+		r.fill = newFiller(r.cache, r.opts.Fill)
 	})
 	return r.localErr
 }
@@ -238,9 +274,13 @@ func (r *Repo) writable() error {
 	return nil
 }
 
-// Close closes the chunk cache if Open opened it.
+// Close stops the background fill and closes the chunk cache if Open
+// opened it.
 func (r *Repo) Close() error {
 	r.localOnce.Do(func() {}) // no cache is opened after Close
+	if r.fill != nil {
+		r.fill.close()
+	}
 	if r.ownCache {
 		return r.cache.Close()
 	}
@@ -249,6 +289,17 @@ func (r *Repo) Close() error {
 
 // Cache is the chunk cache memory is read through.
 func (r *Repo) Cache() *chunkcache.Cache { return r.cache }
+
+// WaitFill waits for the background fills running now to end.
+func (r *Repo) WaitFill() {
+	if r.fill != nil {
+		r.fill.wait()
+	}
+}
+
+// ChunksSkipped is how many chunks publishes found in the bucket already
+// and did not upload.
+func (r *Repo) ChunksSkipped() uint64 { return r.chunksSkipped.Load() }
 
 // RequestStats returns the HTTP requests sent so far.
 func (r *Repo) RequestStats() RequestStats { return r.counter.stats() }
@@ -329,7 +380,7 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 		return repository.Record{}, err
 	}
 	table := integrity.NewBuilder(memSize)
-	mem, err := r.upload(ctx, id, repository.MemoryFileName, req.MemoryPath, memSize, table, req.Progress)
+	mem, chunks, err := r.uploadChunked(ctx, req.MemoryPath, memSize, table, req.Progress)
 	if err != nil {
 		return repository.Record{}, err
 	}
@@ -337,7 +388,17 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	if _, err := r.putSmall(ctx, r.keys.artifact(id, repository.DigestsFileName), digests, putCondition{}); err != nil {
 		return repository.Record{}, err
 	}
+	chunkMap := chunks.Encode()
+	if _, err := r.putSmall(ctx, r.keys.artifact(id, chunkMapName), chunkMap, putCondition{}); err != nil {
+		return repository.Record{}, err
+	}
+	if err := r.confirmChunks(ctx, req.MemoryPath, chunks); err != nil {
+		return repository.Record{}, err
+	}
 	rec := repository.NewRecord(id, req, vm.stored(), mem.stored(), digests)
+	rec.MemoryFormat = repository.MemoryFormatChunks
+	rec.MemoryChunks = &repository.ChunkMapDescriptor{SHA256: sha256Hex(chunkMap), Size: int64(len(chunkMap)),
+		ChunkBytes: chunks.ChunkBytes, StoredBytes: chunks.StoredBytes()}
 	if req.Alias != "" {
 		if err := r.bindAlias(ctx, req.Alias, id); err != nil {
 			return repository.Record{}, err
@@ -440,7 +501,15 @@ func (r *Repo) attachOnce(ctx context.Context, rec repository.Record, etag strin
 		minio.PutObjectOptions{ContentType: "application/octet-stream"}); err != nil {
 		return false, ctxErr(ctx, fmt.Errorf("upload %s: %w", key, err))
 	}
-	_, err = r.putRecord(ctx, a.Attached(rec), putCondition{ifMatch: etag})
+	next := a.Attached(rec)
+	if a.Name == repository.ManifestFileName && next.StartupPack == nil {
+		// Without a pack, a cold node prefetches the manifest's chunks:
+		// slower, still correct, so a failure here does not fail the attach.
+		if pack, err := r.buildPack(ctx, rec, a.Data); err == nil {
+			next.StartupPack = pack
+		}
+	}
+	_, err = r.putRecord(ctx, next, putCondition{ifMatch: etag})
 	switch {
 	case errors.Is(err, errPrecondition):
 		return true, nil
@@ -534,6 +603,10 @@ func (r *Repo) delete(ctx context.Context, id string) error {
 		}
 		rec = repository.Record{ID: id}
 	case err != nil:
+		return err
+	}
+	// Restores of it on other nodes may still need its chunks.
+	if err := r.writeTombstone(ctx, id); err != nil {
 		return err
 	}
 	if rec.Alias != "" {
@@ -651,21 +724,9 @@ func (r *Repo) Resolve(ctx context.Context, id string) (repository.Resolved, err
 
 func (r *Repo) resolve(ctx context.Context, rec repository.Record) (repository.Resolved, error) {
 	id := rec.ID
-	memKey := r.keys.artifact(id, repository.MemoryFileName)
-	info, err := r.core.StatObject(ctx, r.bucket, memKey, minio.StatObjectOptions{})
-	if isNotFound(err) {
-		if _, _, gerr := r.getRecord(ctx, id); errors.Is(gerr, repository.ErrNotFound) {
-			return repository.Resolved{}, gerr // deleted meanwhile
-		}
-		return repository.Resolved{}, &repository.IntegrityError{Artifact: repository.MemoryFileName,
-			Want: fmt.Sprintf("%d bytes", rec.MemorySize), Got: "no object"}
-	}
+	mem, err := r.memoryOf(ctx, rec)
 	if err != nil {
-		return repository.Resolved{}, ctxErr(ctx, fmt.Errorf("stat %s: %w", memKey, err))
-	}
-	if info.Size != rec.MemorySize {
-		return repository.Resolved{}, &repository.IntegrityError{Artifact: repository.MemoryFileName,
-			Want: fmt.Sprintf("%d bytes", rec.MemorySize), Got: fmt.Sprintf("%d bytes", info.Size)}
+		return repository.Resolved{}, err
 	}
 	vmPath, err := r.fetchLocal(ctx, r.keys.artifact(id, repository.VMStateFileName), rec.VMStateSHA256, rec.VMStateSize)
 	if errors.Is(err, os.ErrNotExist) {
@@ -685,7 +746,7 @@ func (r *Repo) resolve(ctx context.Context, rec repository.Record) (repository.R
 	res := repository.Resolved{
 		Record:      rec,
 		VMStatePath: vmPath,
-		Memory:      r.memorySource(id, memKey, rec, info.ETag),
+		Memory:      mem,
 	}
 	if m := rec.Manifest; m != nil {
 		p, err := r.fetchLocal(ctx, r.keys.artifact(id, repository.ManifestFileName), m.SHA256, m.Size)
@@ -712,6 +773,11 @@ func (r *Repo) resolve(ctx context.Context, rec repository.Record) (repository.R
 		default:
 			return repository.Resolved{}, err
 		}
+	}
+	if res.ManifestPath != "" && rec.StartupPack != nil {
+		// Without a usable pack the restore still prefetches the manifest's
+		// ranges, from the chunks.
+		mem.pack, _ = r.loadPack(ctx, rec, res.ManifestPath)
 	}
 	return res, nil
 }

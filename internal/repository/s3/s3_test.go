@@ -153,27 +153,40 @@ func TestObjectLayout(t *testing.T) {
 	if _, err := r.AttachManifest(bg(), lease, []byte("manifest")); err != nil {
 		t.Fatal(err)
 	}
+	// One 64 KiB chunk of random bytes; the stand-in manifest is no
+	// manifest, so no startup pack is built for it.
 	want := []string{
-		"artifacts/" + rec.ID + "/memory.bin",
+		"artifacts/" + rec.ID + "/memory.chunks",
 		"artifacts/" + rec.ID + "/memory.digests",
 		"artifacts/" + rec.ID + "/startup-manifest.bin",
 		"artifacts/" + rec.ID + "/vm_state.bin",
 		"catalog/aliases/web.json",
 		"catalog/records/" + rec.ID + ".json",
+		"chunks/",
 	}
-	if got := keysUnder(t, r); strings.Join(got, " ") != strings.Join(want, " ") {
+	got := keysUnder(t, r)
+	chunks := 0
+	for i, k := range got {
+		if strings.HasPrefix(k, chunksDir) {
+			got[i] = chunksDir
+			chunks++
+		}
+	}
+	if chunks != 1 || strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("objects:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	if err := r.Delete(bg(), rec.ID); err != nil {
 		t.Fatal(err)
 	}
-	if got := keysUnder(t, r); len(got) != 0 {
+	// Chunks may be shared: garbage collection, not delete, removes them,
+	// after the tombstone's grace.
+	if got := keysUnder(t, r); len(got) != 2 || !strings.HasPrefix(got[0], chunksDir) || got[1] != tombstonesDir+rec.ID+".chunks" {
 		t.Fatalf("objects left after delete: %v", got)
 	}
 }
 
-// TestMultipartPublish publishes a memory file larger than PartBytes, so it
-// is uploaded in parts, and reads it back through the chunk cache.
+// TestMultipartPublish publishes a memory file larger than PartBytes (many
+// chunks, uploaded in parallel) and reads it back through the chunk cache.
 func TestMultipartPublish(t *testing.T) {
 	r := openRepo(t)
 	in := repotest.NewInputs(t, PartBytes+PartBytes/2+4096)
@@ -216,7 +229,7 @@ func TestFailedPublishLeavesNothing(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("publish: %v, want context.Canceled", err)
 	}
-	for _, k := range keysUnder(t, r) {
+	for _, k := range snapshotKeys(t, r) {
 		if !strings.HasPrefix(k, "catalog/aliases/") {
 			t.Errorf("failed publish left %s", k)
 		}
@@ -335,17 +348,17 @@ func TestCorruptRecord(t *testing.T) {
 	if err := r.Delete(bg(), rec.ID); err != nil {
 		t.Fatal(err)
 	}
-	if got := keysUnder(t, r); len(got) != 0 {
+	if got := snapshotKeys(t, r); len(got) != 0 {
 		t.Fatalf("left after delete: %v", got)
 	}
 }
 
-// TestMissingMemoryObject removes the memory object under a record: Resolve
+// TestMissingMemoryObject removes the chunk map under a record: Resolve
 // reports ErrIntegrity rather than handing out a source that cannot read.
 func TestMissingMemoryObject(t *testing.T) {
 	r := openRepo(t)
 	rec, _ := repotest.Publish(t, r, "")
-	if err := r.core.RemoveObject(bg(), r.bucket, r.keys.artifact(rec.ID, repository.MemoryFileName), minio.RemoveObjectOptions{}); err != nil {
+	if err := r.core.RemoveObject(bg(), r.bucket, r.keys.artifact(rec.ID, chunkMapName), minio.RemoveObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.Resolve(bg(), rec.ID); !errors.Is(err, repository.ErrIntegrity) {

@@ -1,0 +1,116 @@
+package chunkmap
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+func randomBytes(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 1))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+func TestMapRoundTrip(t *testing.T) {
+	m := Map{ChunkBytes: 8192, Size: 8192*2 + 4096, Chunks: []Chunk{
+		{Digest: Sum([]byte("a")), StoredBytes: 100}, {Zero: true}, {Digest: Sum([]byte("a")), StoredBytes: 100},
+	}}
+	got, err := Decode(m.Encode(), m.Size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ChunkBytes != m.ChunkBytes || len(got.Chunks) != 3 || got.Chunks[0] != m.Chunks[0] || !got.Chunks[1].Zero {
+		t.Fatalf("decoded %+v", got)
+	}
+	if got.StoredBytes() != 100 {
+		t.Fatalf("stored bytes %d count a shared chunk twice", got.StoredBytes())
+	}
+	if got.Length(2) != 4096 {
+		t.Fatalf("last chunk length %d", got.Length(2))
+	}
+}
+
+func TestMapDecodeRefusesBadInput(t *testing.T) {
+	good := Map{ChunkBytes: 4096, Size: 8192, Chunks: []Chunk{{Digest: Sum([]byte("x")), StoredBytes: 9}, {Zero: true}}}.Encode()
+	cases := map[string]struct {
+		data []byte
+		size int64
+		want string
+	}{
+		"truncated":    {good[:len(good)-1], 8192, "bytes, want"},
+		"other size":   {good, 4096, "differs from the memory size"},
+		"bad magic":    {append([]byte("XXXXXXXX"), good[8:]...), 8192, "magic"},
+		"unknown kind": {func() []byte { b := bytes.Clone(good); b[28] = 7; return b }(), 8192, "kind 7"},
+		"empty":        {nil, 8192, "magic"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := Decode(c.data, c.size)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Decode: %v, want an error containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestDecompressNeverReturnsOtherBytes(t *testing.T) {
+	data := randomBytes(64<<10, 3)
+	copy(data[1000:], make([]byte, 20000))
+	stored := Compress(data)
+	if got, err := Decompress(stored, len(data), Sum(data)); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("round trip: %v", err)
+	}
+	flipped := bytes.Clone(stored)
+	flipped[len(flipped)/2] ^= 0x40
+	for name, s := range map[string][]byte{"flipped": flipped, "truncated": stored[:len(stored)-10], "empty": nil} {
+		if _, err := Decompress(s, len(data), Sum(data)); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("%s: %v, want ErrCorrupt", name, err)
+		}
+	}
+	if _, err := Decompress(stored, len(data), Sum([]byte("other"))); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("other digest: %v", err)
+	}
+}
+
+func TestPackRoundTrip(t *testing.T) {
+	logical := randomBytes(3*4096+100, 5)
+	obj, idx := BuildPack(Sum([]byte("manifest")), logical, 4096)
+	got, err := DecodePack(idx.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Frames) != 4 || got.StoredBytes() != int64(len(obj)) || got.ManifestSHA256 != Sum([]byte("manifest")) {
+		t.Fatalf("decoded %+v (object %d bytes)", got, len(obj))
+	}
+	var out []byte
+	for i, f := range got.Frames {
+		data, err := Decompress(obj[f.Offset:f.Offset+f.StoredBytes], int(got.FrameLength(i)), f.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, data...)
+	}
+	if !bytes.Equal(out, logical) {
+		t.Fatal("frames do not unpack to the logical bytes")
+	}
+	if _, err := DecodePack(idx.Encode()[:50]); err == nil {
+		t.Fatal("a truncated index decoded")
+	}
+}
+
+func TestIsZero(t *testing.T) {
+	z := make([]byte, 10000)
+	if !IsZero(z) {
+		t.Fatal("zeros not zero")
+	}
+	z[9999] = 1
+	if IsZero(z) {
+		t.Fatal("a late non-zero byte missed")
+	}
+}

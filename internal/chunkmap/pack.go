@@ -1,0 +1,118 @@
+package chunkmap
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// DefaultFrameBytes is the logical size of one startup pack frame: the
+// unit a reader decodes and checks, and the chunk cache block the pack is
+// cached in, so one frame fills one block.
+const DefaultFrameBytes = 1 << 20
+
+// Frame is one independently compressed frame of a startup pack.
+type Frame struct {
+	Digest      Digest // of its uncompressed bytes
+	StoredBytes int64
+	// Offset is where it starts in the pack object (the sum of the stored
+	// sizes of the frames before it).
+	Offset int64
+}
+
+// PackIndex describes a startup pack object: the pages of the startup
+// manifest whose SHA-256 is ManifestSHA256, range after range in the
+// manifest's (first-touch) order, LogicalBytes in all, cut into frames of
+// FrameBytes, each compressed on its own and stored back to back.
+type PackIndex struct {
+	ManifestSHA256 Digest
+	FrameBytes     int64
+	LogicalBytes   int64
+	Frames         []Frame
+}
+
+// FrameLength is the logical length of frame i.
+func (p PackIndex) FrameLength(i int) int64 {
+	return min(p.FrameBytes, p.LogicalBytes-int64(i)*p.FrameBytes)
+}
+
+// StoredBytes is the pack object's size.
+func (p PackIndex) StoredBytes() int64 {
+	if len(p.Frames) == 0 {
+		return 0
+	}
+	last := p.Frames[len(p.Frames)-1]
+	return last.Offset + last.StoredBytes
+}
+
+const (
+	packMagic       = "WSPACK01"
+	packHeaderBytes = 8 + sha256.Size + 8 + 8 + 4
+	packEntryBytes  = sha256.Size + 4
+)
+
+// Encode is the index's binary form: magic, manifest digest, frame size,
+// logical size, count, then per frame its digest and stored size.
+func (p PackIndex) Encode() []byte {
+	out := make([]byte, 0, packHeaderBytes+len(p.Frames)*packEntryBytes)
+	out = append(out, packMagic...)
+	out = append(out, p.ManifestSHA256[:]...)
+	out = binary.LittleEndian.AppendUint64(out, uint64(p.FrameBytes))
+	out = binary.LittleEndian.AppendUint64(out, uint64(p.LogicalBytes))
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(p.Frames)))
+	for _, f := range p.Frames {
+		out = append(out, f.Digest[:]...)
+		out = binary.LittleEndian.AppendUint32(out, uint32(f.StoredBytes))
+	}
+	return out
+}
+
+// DecodePack parses an encoded pack index and checks every field.
+func DecodePack(data []byte) (PackIndex, error) {
+	if len(data) < packHeaderBytes || string(data[:8]) != packMagic {
+		return PackIndex{}, errors.New("pack index: bad magic or truncated header")
+	}
+	var p PackIndex
+	copy(p.ManifestSHA256[:], data[8:])
+	h := data[8+sha256.Size:]
+	p.FrameBytes = int64(binary.LittleEndian.Uint64(h))
+	p.LogicalBytes = int64(binary.LittleEndian.Uint64(h[8:]))
+	count := int64(binary.LittleEndian.Uint32(h[16:]))
+	switch {
+	case p.FrameBytes < 4096 || p.FrameBytes > MaxChunkBytes || p.FrameBytes%4096 != 0:
+		return PackIndex{}, fmt.Errorf("pack index: frame_bytes %d is not a multiple of 4096 in 4 KiB..%d", p.FrameBytes, MaxChunkBytes)
+	case p.LogicalBytes <= 0 || count != (p.LogicalBytes+p.FrameBytes-1)/p.FrameBytes:
+		return PackIndex{}, fmt.Errorf("pack index: count %d does not cover logical_bytes %d", count, p.LogicalBytes)
+	case int64(len(data)) != packHeaderBytes+count*packEntryBytes:
+		return PackIndex{}, fmt.Errorf("pack index: %d bytes, want %d for %d frames", len(data), packHeaderBytes+count*packEntryBytes, count)
+	}
+	p.Frames = make([]Frame, count)
+	var off int64
+	for i := range p.Frames {
+		e := data[packHeaderBytes+i*packEntryBytes:]
+		f := &p.Frames[i]
+		copy(f.Digest[:], e)
+		f.StoredBytes = int64(binary.LittleEndian.Uint32(e[sha256.Size:]))
+		if f.StoredBytes <= 0 || f.StoredBytes > MaxChunkBytes*2 {
+			return PackIndex{}, fmt.Errorf("pack index: frame %d: stored_bytes %d out of range", i, f.StoredBytes)
+		}
+		f.Offset = off
+		off += f.StoredBytes
+	}
+	return p, nil
+}
+
+// BuildPack compresses logical (the startup set's bytes in pack order)
+// into frames and returns the pack object and its index.
+func BuildPack(manifestSHA256 Digest, logical []byte, frameBytes int64) ([]byte, PackIndex) {
+	idx := PackIndex{ManifestSHA256: manifestSHA256, FrameBytes: frameBytes, LogicalBytes: int64(len(logical))}
+	var obj []byte
+	for off := int64(0); off < int64(len(logical)); off += frameBytes {
+		frame := logical[off:min(off+frameBytes, int64(len(logical)))]
+		stored := Compress(frame)
+		idx.Frames = append(idx.Frames, Frame{Digest: Sum(frame), StoredBytes: int64(len(stored)), Offset: int64(len(obj))})
+		obj = append(obj, stored...)
+	}
+	return obj, idx
+}

@@ -1,0 +1,142 @@
+package miniotest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+
+	"golang.org/x/time/rate"
+)
+
+// Link is a node's network link to the object store: a TCP forwarder on
+// loopback whose server-to-client bytes, summed over every connection
+// through it, are held to one rate. Toxiproxy's bandwidth toxic limits
+// each connection on its own, so a client opening more connections would
+// get more bandwidth than a node's link has; chained in front of the
+// Toxiproxy (client → Link → Proxy → MinIO), the Link caps the sum.
+type Link struct {
+	// Addr is host:port clients connect to.
+	Addr string
+
+	upstream string
+	ln       net.Listener
+	limiter  *rate.Limiter
+	ctx      context.Context
+	cancel   context.CancelFunc
+
+	mu    sync.Mutex
+	conns map[net.Conn]bool
+	wg    sync.WaitGroup
+}
+
+// linkSliceBytes is the unit the link meters: small enough that
+// connections share the rate fairly, large enough to keep copies cheap.
+const linkSliceBytes = 16 << 10
+
+// NewLink starts a link on a free port of 127.0.0.1 forwarding to
+// upstream, unlimited until SetRate. Close it when done.
+func NewLink(upstream string) (*Link, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("link to %s: %w", upstream, err)
+	}
+	l := &Link{Addr: ln.Addr().String(), upstream: upstream, ln: ln,
+		limiter: rate.NewLimiter(rate.Inf, linkSliceBytes), conns: map[net.Conn]bool{}}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.wg.Go(l.accept)
+	return l, nil
+}
+
+// SetRate caps the link's server-to-client bytes at bitsPerSecond in all;
+// zero or less removes the cap.
+func (l *Link) SetRate(bitsPerSecond int64) {
+	if bitsPerSecond <= 0 {
+		l.limiter.SetLimit(rate.Inf)
+		return
+	}
+	// A burst of a few slices: enough that a lone connection reaches the
+	// rate, small enough that the cap holds over milliseconds.
+	l.limiter.SetBurst(4 * linkSliceBytes)
+	l.limiter.SetLimit(rate.Limit(float64(bitsPerSecond) / 8))
+}
+
+// Close stops accepting, closes every connection and waits for the copies.
+func (l *Link) Close() {
+	l.cancel()
+	l.ln.Close()
+	l.mu.Lock()
+	for c := range l.conns {
+		c.Close()
+	}
+	l.mu.Unlock()
+	l.wg.Wait()
+}
+
+func (l *Link) track(c net.Conn, on bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if on && l.ctx.Err() != nil {
+		return false
+	}
+	if on {
+		l.conns[c] = true
+	} else {
+		delete(l.conns, c)
+	}
+	return true
+}
+
+func (l *Link) accept() {
+	for {
+		client, err := l.ln.Accept()
+		if err != nil {
+			return
+		}
+		l.wg.Go(func() { l.serve(client) })
+	}
+}
+
+// serve forwards one connection: client bytes as they come, server bytes
+// through the shared limiter.
+func (l *Link) serve(client net.Conn) {
+	defer client.Close()
+	server, err := net.Dial("tcp", l.upstream)
+	if err != nil {
+		return
+	}
+	defer server.Close()
+	if !l.track(client, true) || !l.track(server, true) {
+		return
+	}
+	defer l.track(client, false)
+	defer l.track(server, false)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		io.Copy(server, client)
+		server.(*net.TCPConn).CloseWrite()
+	}()
+	l.copyLimited(client, server)
+	client.(*net.TCPConn).CloseWrite()
+	<-done
+}
+
+func (l *Link) copyLimited(dst io.Writer, src io.Reader) {
+	buf := make([]byte, linkSliceBytes)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if werr := l.limiter.WaitN(l.ctx, n); werr != nil {
+				return // closed
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}

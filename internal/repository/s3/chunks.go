@@ -1,0 +1,292 @@
+package s3
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+
+	"warmstart/internal/chunkmap"
+	"warmstart/internal/repository"
+)
+
+// Chunked memory: publish cuts the memory file into chunks, stores each
+// non-zero chunk the bucket lacks as chunks/<sha256>.zst, and writes the
+// chunk map; readers fetch a chunk with one GET, decode it and check its
+// SHA-256 before any byte of it reaches the chunk cache.
+
+const (
+	// publishWorkers bounds the chunks compressed and uploaded at once
+	// (and so the memory a publish holds: workers+1 chunks).
+	publishWorkers = 8
+	// chunkFetchConcurrency bounds the chunk GETs one cache run issues.
+	chunkFetchConcurrency = 4
+	// ChunkGrace is how long an unreferenced chunk object lives before
+	// garbage collection may remove it: a publish that found it in the
+	// bucket (and so skipped uploading it) has this long to write the
+	// record that references it.
+	ChunkGrace = 6 * time.Hour
+)
+
+// A publish that finds a chunk older than half the chunk grace uploads it
+// again, which renews its modification time, so the chunk is younger than
+// the grace for the rest of the publish. (A server-side copy onto itself
+// would save the upload, but MinIO was seen to keep the old time.)
+
+// chunkJob is one chunk read from the memory file, on its way to a worker.
+type chunkJob struct {
+	index int
+	data  []byte
+}
+
+// uploadChunked stores the memory file at path as chunks and returns it as
+// stored (size and SHA-256 of the whole file) with its chunk map. digests
+// is fed every byte in order, so the digest table is built in this pass.
+func (r *Repo) uploadChunked(ctx context.Context, path string, size int64, digests io.Writer,
+	progress func(repository.ImportProgress)) (storedArtifact, chunkmap.Map, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return storedArtifact{}, chunkmap.Map{}, fmt.Errorf("%w: memory file: %w", repository.ErrInvalidRequest, err)
+	}
+	defer f.Close()
+	m := chunkmap.Map{ChunkBytes: r.chunkBytes, Size: size}
+	m.Chunks = make([]chunkmap.Chunk, (size+m.ChunkBytes-1)/m.ChunkBytes)
+	// The first failed chunk stops the others; its error is the one
+	// reported, not the cancellation it caused.
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	report := r.chunkProgress(size, progress)
+	jobs := make(chan chunkJob)
+	var wg sync.WaitGroup
+	for range publishWorkers {
+		wg.Go(func() {
+			for j := range jobs {
+				if err := r.storeChunk(wctx, j.data, &m.Chunks[j.index]); err != nil {
+					cancel(err)
+					continue
+				}
+				report(int64(len(j.data)))
+			}
+		})
+	}
+	whole, readErr := feedChunks(wctx, f, m, digests, jobs)
+	close(jobs)
+	wg.Wait()
+	if cause := context.Cause(wctx); cause != nil && readErr == nil {
+		readErr = ctxErr(ctx, cause)
+	}
+	if readErr != nil {
+		return storedArtifact{}, chunkmap.Map{}, readErr
+	}
+	return storedArtifact{size: size, sha256: whole}, m, nil
+}
+
+// feedChunks reads the memory file chunk by chunk, hashing it whole and
+// feeding digests, and hands the chunks to the workers. It returns the
+// file's SHA-256; a file whose size changed since it was checked is an
+// integrity error.
+func feedChunks(ctx context.Context, f *os.File, m chunkmap.Map, digests io.Writer, jobs chan<- chunkJob) (string, error) {
+	whole := sha256.New()
+	for i := range m.Chunks {
+		buf := make([]byte, m.Length(i))
+		n, err := io.ReadFull(f, buf)
+		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+			return "", fmt.Errorf("read %s: %w", f.Name(), err)
+		}
+		if n != len(buf) {
+			return "", sizeChangedError(m.Size, int64(i)*m.ChunkBytes+int64(n))
+		}
+		whole.Write(buf)
+		if digests != nil {
+			digests.Write(buf)
+		}
+		select {
+		case jobs <- chunkJob{index: i, data: buf}:
+		case <-ctx.Done():
+			return "", nil // the cause is the caller's to report
+		}
+	}
+	if !atEOF(f) {
+		return "", sizeChangedError(m.Size, m.Size+1)
+	}
+	return hex.EncodeToString(whole.Sum(nil)), nil
+}
+
+func sizeChangedError(want, got int64) error {
+	return &repository.IntegrityError{Artifact: repository.MemoryFileName,
+		Want: strconv.FormatInt(want, 10) + " bytes", Got: strconv.FormatInt(got, 10) + " bytes (changed during publish)"}
+}
+
+// chunkProgress returns a goroutine-safe reporter of bytes done.
+func (r *Repo) chunkProgress(size int64, progress func(repository.ImportProgress)) func(int64) {
+	var mu sync.Mutex
+	var done int64
+	return func(n int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		done += n
+		if progress != nil {
+			progress(repository.ImportProgress{Artifact: repository.MemoryFileName, Step: repository.StepCopy, DoneBytes: done, TotalBytes: size})
+		}
+	}
+}
+
+// storeChunk fills c for data and uploads the chunk unless it is all
+// zeros or the bucket holds it already (uploaded by this or any snapshot).
+func (r *Repo) storeChunk(ctx context.Context, data []byte, c *chunkmap.Chunk) error {
+	if chunkmap.IsZero(data) {
+		*c = chunkmap.Chunk{Zero: true}
+		return nil
+	}
+	c.Digest = chunkmap.Sum(data)
+	key := r.keys.chunk(c.Digest)
+	info, err := r.core.StatObject(ctx, r.bucket, key, minio.StatObjectOptions{})
+	switch {
+	case err == nil && time.Since(info.LastModified) < r.chunkGrace/2:
+		c.StoredBytes = info.Size
+		r.chunksSkipped.Add(1)
+		return nil
+	case err != nil && !isNotFound(err):
+		return ctxErr(ctx, fmt.Errorf("stat %s: %w", key, err))
+	}
+	stored := chunkmap.Compress(data)
+	c.StoredBytes = int64(len(stored))
+	if _, err := r.core.PutObject(ctx, r.bucket, key, bytes.NewReader(stored), int64(len(stored)), "", sha256Hex(stored),
+		minio.PutObjectOptions{ContentType: "application/zstd"}); err != nil {
+		return ctxErr(ctx, r.integrityOr(repository.MemoryFileName, fmt.Errorf("upload %s: %w", key, err)))
+	}
+	return nil
+}
+
+// fetchChunk returns chunk c's length bytes: zeros without a request for a
+// zero chunk, else its object decoded and checked against its digest. A
+// missing object is ErrNotFound; a corrupt or truncated one ErrIntegrity.
+func (r *Repo) fetchChunk(ctx context.Context, c chunkmap.Chunk, length int64) ([]byte, error) {
+	if c.Zero {
+		return make([]byte, length), nil
+	}
+	key := r.keys.chunk(c.Digest)
+	body, _, _, err := r.core.GetObject(ctx, r.bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		if isNotFound(err) {
+			return nil, fmt.Errorf("chunk %s: %w: %w", key, repository.ErrNotFound, err)
+		}
+		return nil, ctxErr(ctx, fmt.Errorf("get %s: %w", key, err))
+	}
+	defer body.Close()
+	stored, err := io.ReadAll(io.LimitReader(body, 2*chunkmap.MaxChunkBytes+1))
+	if err != nil {
+		return nil, ctxErr(ctx, fmt.Errorf("get %s: %w", key, err))
+	}
+	data, err := chunkmap.Decompress(stored, int(length), c.Digest)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", repository.ErrIntegrity, key, err)
+	}
+	return data, nil
+}
+
+// chunkedFetch is the chunk cache's FetchFunc of chunked memory: bytes
+// [off, off+length) assembled from the chunks they span, fetched up to
+// chunkFetchConcurrency at once and streamed in order, so the cache
+// resolves the first block of a run as soon as its chunk is in.
+func (r *Repo) chunkedFetch(m chunkmap.Map) func(ctx context.Context, off, length int64) (io.ReadCloser, error) {
+	return func(ctx context.Context, off, length int64) (io.ReadCloser, error) {
+		if off < 0 || length <= 0 || off+length > m.Size {
+			return nil, fmt.Errorf("fetch [%d, +%d) of chunked memory of %d bytes: out of range", off, length, m.Size)
+		}
+		pr, pw := io.Pipe()
+		go r.streamChunks(ctx, m, off, length, pw)
+		return pr, nil
+	}
+}
+
+type chunkResult struct {
+	data []byte
+	err  error
+}
+
+func (r *Repo) streamChunks(ctx context.Context, m chunkmap.Map, off, length int64, pw *io.PipeWriter) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	first, last := off/m.ChunkBytes, (off+length-1)/m.ChunkBytes
+	results := make([]chan chunkResult, last-first+1)
+	sem := make(chan struct{}, chunkFetchConcurrency)
+	for i := range results {
+		results[i] = make(chan chunkResult, 1)
+		idx := int(first) + i
+		go func() {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				results[i] <- chunkResult{err: ctx.Err()}
+				return
+			}
+			defer func() { <-sem }()
+			data, err := r.fetchChunk(ctx, m.Chunks[idx], m.Length(idx))
+			results[i] <- chunkResult{data, err}
+		}()
+	}
+	for i, ch := range results {
+		res := <-ch
+		if res.err != nil {
+			pw.CloseWithError(res.err)
+			return
+		}
+		start := (first + int64(i)) * m.ChunkBytes
+		lo, hi := max(off, start)-start, min(off+length, start+int64(len(res.data)))-start
+		if _, err := pw.Write(res.data[lo:hi]); err != nil {
+			return // the reader went away; cancel stops the other GETs
+		}
+	}
+	pw.Close()
+}
+
+// confirmChunks runs after the chunk map is stored (from then on every
+// collection that lists maps keeps the chunks) and before the record: it
+// checks that every chunk the map names is still in the bucket and
+// uploads again, from the memory file, any that a collection racing this
+// publish removed in the meantime.
+func (r *Repo) confirmChunks(ctx context.Context, path string, m chunkmap.Map) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("%w: memory file: %w", repository.ErrInvalidRequest, err)
+	}
+	defer f.Close()
+	seen := map[chunkmap.Digest]bool{}
+	for i, c := range m.Chunks {
+		if c.Zero || seen[c.Digest] {
+			continue
+		}
+		seen[c.Digest] = true
+		key := r.keys.chunk(c.Digest)
+		_, err := r.core.StatObject(ctx, r.bucket, key, minio.StatObjectOptions{})
+		if err == nil {
+			continue
+		}
+		if !isNotFound(err) {
+			return ctxErr(ctx, fmt.Errorf("stat %s: %w", key, err))
+		}
+		data := make([]byte, m.Length(i))
+		if _, err := f.ReadAt(data, int64(i)*m.ChunkBytes); err != nil {
+			return fmt.Errorf("read %s: %w", path, err)
+		}
+		if chunkmap.Sum(data) != c.Digest {
+			return sizeChangedError(m.Size, m.Size) // the file changed under the publish
+		}
+		stored := chunkmap.Compress(data)
+		if _, err := r.core.PutObject(ctx, r.bucket, key, bytes.NewReader(stored), int64(len(stored)), "", sha256Hex(stored),
+			minio.PutObjectOptions{ContentType: "application/zstd"}); err != nil {
+			return ctxErr(ctx, fmt.Errorf("upload %s: %w", key, err))
+		}
+	}
+	return nil
+}

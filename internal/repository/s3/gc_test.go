@@ -1,0 +1,172 @@
+package s3
+
+import (
+	"context"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"warmstart/internal/chunkmap"
+	"warmstart/internal/repository"
+	"warmstart/internal/repository/repotest"
+)
+
+// sharingInputs writes a memory file equal to in's but for its last three
+// chunks, so the two share five chunks (one of them zero).
+func sharingInputs(t *testing.T, in repotest.Inputs, seed uint64) repotest.Inputs {
+	t.Helper()
+	other := chunkyInputs(t, seed)
+	a, err := os.ReadFile(in.MemoryPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(other.MemoryPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(b[:5*testChunkBytes], a[:5*testChunkBytes])
+	if err := os.WriteFile(other.MemoryPath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other.MemorySHA256 = repotest.SHA256Hex(b)
+	return other
+}
+
+func keysOfMemory(t *testing.T, r *Repo, path string) map[string]bool {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for off := 0; off < len(data); off += testChunkBytes {
+		if c := data[off : off+testChunkBytes]; !chunkmap.IsZero(c) {
+			out[r.keys.chunk(chunkmap.Sum(c))] = true
+		}
+	}
+	return out
+}
+
+func readsBack(t *testing.T, prefix string, id, want string) {
+	t.Helper()
+	node := chunkyRepo(t, prefix)
+	res, err := node.Resolve(bg(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := repotest.ResolvedMemorySHA256(t, res); got != want {
+		t.Fatalf("%s reads back as %s, want %s", id, got, want)
+	}
+}
+
+// TestGarbageCollection deletes one of two snapshots that share chunks:
+// within the grace nothing goes (a restore of the deleted one may still
+// run somewhere); after it, exactly the chunks only the deleted one held
+// go, with its tombstone, and the other still reads right.
+func TestGarbageCollection(t *testing.T) {
+	r := chunkyRepo(t, "")
+	inA := chunkyInputs(t, 11)
+	inB := sharingInputs(t, inA, 12)
+	a, _ := repotest.PublishInputs(t, r, inA, "")
+	b, _ := repotest.PublishInputs(t, r, inB, "")
+	if err := r.Delete(bg(), a.ID); err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.CollectGarbage(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Removed != 0 || st.Chunks != 9 {
+		t.Fatalf("within the grace: %+v, want 9 chunks, none removed", st)
+	}
+	readsBack(t, r.keys.prefix, b.ID, inB.MemorySHA256)
+
+	r.chunkGrace = time.Nanosecond
+	st, err = r.CollectGarbage(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	onlyA := keysOfMemory(t, r, inA.MemoryPath)
+	for k := range keysOfMemory(t, r, inB.MemoryPath) {
+		delete(onlyA, k)
+	}
+	if st.Removed != len(onlyA) || st.Tombstones != 1 || st.Live != 6 {
+		t.Fatalf("after the grace: %+v, want %d removed, 6 live, 1 tombstone", st, len(onlyA))
+	}
+	left := strings.Join(keysUnder(t, r), " ")
+	for k := range onlyA {
+		if strings.Contains(left, strings.TrimPrefix(k, r.keys.prefix)) {
+			t.Fatalf("chunk %s of the deleted snapshot is left", k)
+		}
+	}
+	readsBack(t, r.keys.prefix, b.ID, inB.MemorySHA256)
+}
+
+// TestDeleteOnOneNodeWhileAnotherReads: node B resolves a snapshot, node A
+// deletes it and collects garbage; B still reads every byte right, from
+// chunks the tombstone keeps.
+func TestDeleteOnOneNodeWhileAnotherReads(t *testing.T) {
+	nodeA := chunkyRepo(t, "")
+	in := chunkyInputs(t, 13)
+	rec, _ := repotest.PublishInputs(t, nodeA, in, "")
+	nodeB := chunkyRepo(t, nodeA.keys.prefix)
+	res, err := nodeB.Resolve(bg(), rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nodeA.Delete(bg(), rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nodeA.CollectGarbage(bg()); err != nil {
+		t.Fatal(err)
+	}
+	if got := repotest.ResolvedMemorySHA256(t, res); got != in.MemorySHA256 {
+		t.Fatalf("node B read %s after the delete on A, want %s", got, in.MemorySHA256)
+	}
+}
+
+// TestCollectWhileAnotherNodePublishes: node A collects garbage in a loop
+// while node B publishes a snapshot sharing chunks with one A deleted
+// after its grace had passed. B's publish finds those chunks old and
+// uploads them again, its new chunks are young: nothing of B's is lost.
+func TestCollectWhileAnotherNodePublishes(t *testing.T) {
+	const grace = 2 * time.Second
+	nodeA := chunkyRepo(t, "")
+	nodeA.chunkGrace = grace
+	inX := chunkyInputs(t, 14)
+	x, _ := repotest.PublishInputs(t, nodeA, inX, "")
+	if err := nodeA.Delete(bg(), x.ID); err != nil {
+		t.Fatal(err)
+	}
+	// The grace is what is tested: X's chunks and tombstone must age.
+	time.Sleep(grace + time.Second)
+	nodeB := chunkyRepo(t, nodeA.keys.prefix)
+	nodeB.chunkGrace = grace
+	inY := sharingInputs(t, inX, 15)
+	ctx, cancel := context.WithCancel(bg())
+	var wg sync.WaitGroup
+	var collectErr error
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			if _, err := nodeA.CollectGarbage(ctx); err != nil && ctx.Err() == nil {
+				collectErr = err
+				return
+			}
+		}
+	})
+	y, _ := repotest.PublishInputs(t, nodeB, inY, "")
+	cancel()
+	wg.Wait()
+	if collectErr != nil {
+		t.Fatal(collectErr)
+	}
+	if _, err := nodeA.CollectGarbage(bg()); err != nil {
+		t.Fatal(err)
+	}
+	readsBack(t, nodeA.keys.prefix, y.ID, inY.MemorySHA256)
+	if _, err := nodeA.Get(bg(), x.ID); err == nil || !strings.Contains(err.Error(), repository.ErrNotFound.Error()) {
+		t.Fatalf("deleted snapshot: %v", err)
+	}
+}

@@ -1,0 +1,248 @@
+package s3
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+
+	"github.com/minio/minio-go/v7"
+
+	"warmstart/internal/chunkcache"
+	"warmstart/internal/chunkmap"
+	"warmstart/internal/manifest"
+	"warmstart/internal/repository"
+)
+
+// The startup pack. A startup set is scattered at page granularity over
+// the whole memory (the reference's 40 MiB touch every 1 MiB chunk), so
+// fetching it as chunks fetches everything. Attaching a manifest therefore
+// also writes the manifest's pages, range after range in first-touch
+// order, as one object of independently compressed frames: a cold node
+// streams exactly the startup set, in the order the guest wants it, with a
+// handful of large ranged GETs (one per prefetch run of frames), and reads
+// every other page from the chunks. The pack's keys carry the manifest's
+// digest, so packs of different manifests never overwrite each other, and
+// the record names the pack only after both its objects are stored.
+
+// maxPackLogicalBytes bounds the startup set a pack is built for: the
+// attach holds it in memory. Larger sets are prefetched from the chunks.
+const maxPackLogicalBytes = 1 << 30
+
+func packKeys(k keys, id, manifestSHA256 string) (obj, index string) {
+	return k.artifact(id, manifestSHA256[:16]+"-"+packName), k.artifact(id, manifestSHA256[:16]+"-"+packIndexName)
+}
+
+// buildPack reads the startup set of the manifest data from rec's memory
+// (through this node's chunk cache, which the recording restore filled),
+// stores the pack and its index and returns their descriptor.
+func (r *Repo) buildPack(ctx context.Context, rec repository.Record, data []byte) (*repository.StartupPackDescriptor, error) {
+	m, err := manifest.Decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("startup pack: %w", err)
+	}
+	total := m.TotalBytes()
+	if total <= 0 || total > maxPackLogicalBytes {
+		return nil, fmt.Errorf("startup pack: a startup set of %d bytes is outside 1..%d", total, maxPackLogicalBytes)
+	}
+	src, err := r.memoryOf(ctx, rec)
+	if err != nil {
+		return nil, fmt.Errorf("startup pack: %w", err)
+	}
+	rd, err := src.OpenMemory()
+	if err != nil {
+		return nil, fmt.Errorf("startup pack: %w", err)
+	}
+	defer rd.Close()
+	logical := make([]byte, 0, total)
+	for _, rg := range m.Ranges {
+		n := len(logical)
+		logical = logical[:n+int(rg.Length)]
+		if _, err := rd.ReadAt(logical[n:], rg.Offset); err != nil {
+			return nil, fmt.Errorf("startup pack: read [%d, +%d): %w", rg.Offset, rg.Length, err)
+		}
+	}
+	msum := chunkmap.Sum(data)
+	obj, idx := chunkmap.BuildPack(msum, logical, chunkmap.DefaultFrameBytes)
+	index := idx.Encode()
+	objKey, indexKey := packKeys(r.keys, rec.ID, msum.String())
+	if _, err := r.core.PutObject(ctx, r.bucket, objKey, bytes.NewReader(obj), int64(len(obj)), "", sha256Hex(obj),
+		minio.PutObjectOptions{ContentType: "application/octet-stream"}); err != nil {
+		return nil, ctxErr(ctx, fmt.Errorf("upload %s: %w", objKey, err))
+	}
+	if _, err := r.putSmall(ctx, indexKey, index, putCondition{}); err != nil {
+		return nil, err
+	}
+	return &repository.StartupPackDescriptor{ManifestSHA256: msum.String(), IndexSHA256: sha256Hex(index),
+		IndexSize: int64(len(index)), StoredBytes: int64(len(obj)), LogicalBytes: total}, nil
+}
+
+// packSource is a startup pack ready to be read through the chunk cache.
+type packSource struct {
+	obj   chunkcache.Object
+	spans []packSpan // by memory offset
+}
+
+// packSpan maps memory [memOff, memOff+length) to pack [packOff, ...).
+type packSpan struct {
+	memOff, length, packOff int64
+}
+
+func (s packSpan) end() int64 { return s.memOff + s.length }
+
+// loadPack fetches and checks rec's pack index and maps the manifest at
+// manifestPath onto the pack. Any mismatch means no pack.
+func (r *Repo) loadPack(ctx context.Context, rec repository.Record, manifestPath string) (*packSource, error) {
+	d := rec.StartupPack
+	mdata, err := os.ReadFile(manifestPath)
+	if err != nil {
+		return nil, err
+	}
+	if sha256Hex(mdata) != d.ManifestSHA256 {
+		return nil, fmt.Errorf("startup pack of %s: built from another manifest", rec.ID)
+	}
+	m, err := manifest.Decode(mdata)
+	if err != nil {
+		return nil, err
+	}
+	objKey, indexKey := packKeys(r.keys, rec.ID, d.ManifestSHA256)
+	p, err := r.fetchLocal(ctx, indexKey, d.IndexSHA256, d.IndexSize)
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(p)
+	if err != nil || sha256Hex(data) != d.IndexSHA256 {
+		return nil, fmt.Errorf("startup pack index of %s: missing or changed", rec.ID)
+	}
+	idx, err := chunkmap.DecodePack(data)
+	if err != nil {
+		return nil, err
+	}
+	if hex.EncodeToString(idx.ManifestSHA256[:]) != d.ManifestSHA256 || idx.LogicalBytes != m.TotalBytes() || idx.StoredBytes() != d.StoredBytes {
+		return nil, fmt.Errorf("startup pack index of %s: does not describe its pack", rec.ID)
+	}
+	ps := &packSource{obj: chunkcache.Object{ID: "pack-" + d.IndexSHA256, Size: idx.LogicalBytes, Fetch: r.packFetch(objKey, idx)}}
+	var packOff int64
+	for _, rg := range m.Ranges {
+		ps.spans = append(ps.spans, packSpan{memOff: rg.Offset, length: rg.Length, packOff: packOff})
+		packOff += rg.Length
+	}
+	sort.Slice(ps.spans, func(i, j int) bool { return ps.spans[i].memOff < ps.spans[j].memOff })
+	return ps, nil
+}
+
+// packFetch is the chunk cache's FetchFunc of a pack: the frames that
+// span [off, off+length) with one ranged GET, each decoded and checked
+// against its digest as it arrives.
+func (r *Repo) packFetch(key string, idx chunkmap.PackIndex) chunkcache.FetchFunc {
+	return func(ctx context.Context, off, length int64) (io.ReadCloser, error) {
+		if off < 0 || length <= 0 || off+length > idx.LogicalBytes {
+			return nil, fmt.Errorf("fetch [%d, +%d) of a %d-byte startup pack: out of range", off, length, idx.LogicalBytes)
+		}
+		first, last := int(off/idx.FrameBytes), int((off+length-1)/idx.FrameBytes)
+		lo, hi := idx.Frames[first].Offset, idx.Frames[last].Offset+idx.Frames[last].StoredBytes
+		body, err := r.rangedGet(ctx, key, "", lo, hi-lo, "startup pack")
+		if err != nil {
+			return nil, err
+		}
+		pr, pw := io.Pipe()
+		go func() {
+			defer body.Close()
+			for i := first; i <= last; i++ {
+				f := idx.Frames[i]
+				stored := make([]byte, f.StoredBytes)
+				if _, err := io.ReadFull(body, stored); err != nil {
+					pw.CloseWithError(fmt.Errorf("get %s frame %d: %w", key, i, err))
+					return
+				}
+				data, err := chunkmap.Decompress(stored, int(idx.FrameLength(i)), f.Digest)
+				if err != nil {
+					pw.CloseWithError(fmt.Errorf("%w: %s frame %d: %w", repository.ErrIntegrity, key, i, err))
+					return
+				}
+				start := int64(i) * idx.FrameBytes
+				a, b := max(off, start)-start, min(off+length, start+int64(len(data)))-start
+				if _, err := pw.Write(data[a:b]); err != nil {
+					return
+				}
+			}
+			pw.Close()
+		}()
+		return pr, nil
+	}
+}
+
+// packedReader reads memory with the startup set taken from the pack and
+// every other byte from the memory object. A pack read that fails (a
+// corrupt frame, a pack deleted) falls back to the memory object, which
+// holds the same bytes.
+type packedReader struct {
+	cache     *chunkcache.Cache
+	mem, pack *chunkcache.Reader
+	spans     []packSpan
+}
+
+// memCached reports whether every block of [off, end) of the memory is in
+// the node cache: then one read of the memory serves the whole request,
+// where reading the startup set's pages from the pack would cost a read
+// per range.
+func (p *packedReader) memCached(off, end int64) bool {
+	block, id := p.cache.BlockBytes(), p.mem.Object().ID
+	for idx := off / block; idx <= (end-1)/block; idx++ {
+		if !p.cache.Cached(id, idx) {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *packedReader) Size() int64 { return p.mem.Size() }
+
+func (p *packedReader) Close() error {
+	p.pack.Close()
+	return p.mem.Close()
+}
+
+// ReadAt implements repository.MemoryReader.
+func (p *packedReader) ReadAt(buf []byte, off int64) (int, error) {
+	size := p.mem.Size()
+	if off < 0 || off >= size {
+		return p.mem.ReadAt(buf, off) // its error (negative offset, EOF)
+	}
+	want := min(int64(len(buf)), size-off)
+	pos, end := off, off+want
+	if p.memCached(pos, end) {
+		return p.mem.ReadAt(buf, off)
+	}
+	i := sort.Search(len(p.spans), func(i int) bool { return p.spans[i].end() > pos })
+	for pos < end {
+		next := end
+		if i < len(p.spans) {
+			next = min(end, p.spans[i].memOff)
+		}
+		if pos < next { // a gap: not in the startup set
+			if _, err := p.mem.ReadAt(buf[pos-off:next-off], pos); err != nil {
+				return 0, err
+			}
+			pos = next
+			continue
+		}
+		s := p.spans[i]
+		stop := min(end, s.end())
+		part := buf[pos-off : stop-off]
+		if _, err := p.pack.ReadAt(part, s.packOff+pos-s.memOff); err != nil {
+			if _, err := p.mem.ReadAt(part, pos); err != nil {
+				return 0, err
+			}
+		}
+		pos = stop
+		i++
+	}
+	if want < int64(len(buf)) {
+		return int(want), io.EOF
+	}
+	return int(want), nil
+}
