@@ -3,20 +3,17 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/daemon"
+	"warmstart/internal/report"
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
-	"warmstart/internal/startupset"
 )
 
 // daemonSocket is the --daemon flag: verbs that support it run on that
@@ -56,15 +53,9 @@ seed's order (stop the VM, wait for prefetch reads, release the device).`,
 				return daemonError("restores list", err)
 			}
 			if listJSON {
-				return writeJSON(cmd.OutOrStdout(), infos)
+				return report.JSON(cmd.OutOrStdout(), infos)
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSNAPSHOT\tDEVICE\tSTARTED\tREADY\tPREFETCH\tSTATE")
-			for _, in := range infos {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f ms\t%s\t%s\n", in.ID, in.Snapshot, in.Device,
-					in.StartedAt.UTC().Format(time.RFC3339), float64(in.Timings.Ready)/1e6, in.Prefetch.State, restoreState(in))
-			}
-			return tw.Flush()
+			return report.Restores(cmd.OutOrStdout(), infos)
 		},
 	}
 	listCmd.Flags().BoolVar(&listJSON, "json", false, "print JSON")
@@ -82,21 +73,13 @@ seed's order (stop the VM, wait for prefetch reads, release the device).`,
 			if err != nil {
 				return daemonError("restores stop", err)
 			}
-			printStopped(cmd.OutOrStdout(), rep.StopReport)
+			report.Stopped(cmd.OutOrStdout(), rep.StopReport)
 			return nil
 		},
 	}
 	addDaemonFlag(restoresCmd)
 	restoresCmd.AddCommand(listCmd, stopCmd)
 	rootCmd.AddCommand(restoresCmd)
-}
-
-// restoreState is a restore's state for people: running, or exited and how.
-func restoreState(in daemon.RestoreInfo) string {
-	if in.Exit != nil {
-		return in.State + ": " + in.Exit.String()
-	}
-	return in.State
 }
 
 // daemonClient returns a client for --daemon, or a usage error without it.
@@ -213,18 +196,18 @@ func daemonSnapshotShow(cmd *cobra.Command, ref string, asJSON bool) error {
 	var (
 		res    repository.Resolved
 		resErr error
-		files  *snapshotFiles
+		files  *report.SnapshotFiles
 	)
 	if info.Files != nil {
 		res = repository.Resolved{Record: info.Record, VMStatePath: info.Files.VMState, MemoryPath: info.Files.Memory, ManifestPath: info.Files.Manifest}
-		files = &snapshotFiles{VMState: info.Files.VMState, Memory: info.Files.Memory, Manifest: info.Files.Manifest}
+		files = &report.SnapshotFiles{VMState: info.Files.VMState, Memory: info.Files.Memory, Manifest: info.Files.Manifest}
 	} else {
 		resErr = errors.New(info.FilesError)
 	}
 	if asJSON {
-		return writeJSON(cmd.OutOrStdout(), snapshotShowReport{Record: info.Record, Files: files})
+		return report.JSON(cmd.OutOrStdout(), report.SnapshotShow{Record: info.Record, Files: files})
 	}
-	return writeSnapshotText(cmd.OutOrStdout(), info.Record, res, resErr)
+	return report.SnapshotText(cmd.OutOrStdout(), info.Record, res, resErr)
 }
 
 func daemonSnapshotDelete(cmd *cobra.Command, ref string) error {
@@ -309,36 +292,10 @@ func daemonRestore(cmd *cobra.Command, ref string, mode restore.Mode, device, po
 		return daemonError("restore "+ref+": stop", err)
 	}
 	if !asJSON {
-		printStopped(out, rep.StopReport)
+		report.Stopped(out, rep.StopReport)
 	}
 	if rep.Exit != nil {
 		return fmt.Errorf("restore %s: the VM exited after ready: %v", in.ID, rep.Exit)
 	}
 	return nil
-}
-
-func printRestoreInfo(out io.Writer, in daemon.RestoreInfo) {
-	ms := func(d time.Duration) string { return fmt.Sprintf("%8.2f ms", float64(d)/1e6) }
-	fmt.Fprintf(out, "restore %s of snapshot %s on %s device, generation %d\n", in.ID, in.Snapshot, in.Device, in.Generation)
-	fmt.Fprintf(out, "  device acquired     %s\n", ms(in.Timings.DeviceAcquired))
-	fmt.Fprintf(out, "  manifest validated  %s\n", ms(in.Timings.ManifestValidated))
-	fmt.Fprintf(out, "  VM started          %s\n", ms(in.Timings.VMStarted))
-	fmt.Fprintf(out, "  ready               %s\n", ms(in.Timings.Ready))
-	fmt.Fprintf(out, "  prefetch            %s", in.Prefetch.State)
-	if in.Prefetch.Reason != "" {
-		fmt.Fprintf(out, " (%s)", in.Prefetch.Reason)
-	}
-	if in.Prefetch.PlannedBytes > 0 {
-		fmt.Fprintf(out, ", %.1f MiB planned, policy %s", float64(in.Prefetch.PlannedBytes)/(1<<20), in.Policy)
-	}
-	fmt.Fprintf(out, "\n  device read         %.1f MiB in %d requests\n", float64(in.DeviceBytes.BytesRead)/(1<<20), in.DeviceBytes.ReadRequests)
-	fmt.Fprintf(out, "  %s\n", startupset.Line(in.StartupSet))
-}
-
-func printStopped(out io.Writer, rep restore.StopReport) {
-	if rep.Exit != nil {
-		fmt.Fprintf(out, "  the VM had exited after ready: %v\n", rep.Exit)
-	}
-	fmt.Fprintf(out, "  stopped: prefetch drained in %v, device release acknowledged in %v\n",
-		rep.PrefetchDrain.Round(time.Microsecond), rep.ReleaseAck.Round(time.Microsecond))
 }

@@ -13,6 +13,7 @@ import (
 	"warmstart/internal/chart"
 	"warmstart/internal/daemon"
 	"warmstart/internal/node"
+	"warmstart/internal/report"
 	"warmstart/internal/restore"
 )
 
@@ -133,7 +134,7 @@ func restoreInProcess(cmd *cobra.Command, ref string, m restore.Mode, f *restore
 		return err
 	}
 	if !f.asJSON {
-		printStopped(cmd.OutOrStdout(), rep)
+		report.Stopped(cmd.OutOrStdout(), rep)
 	}
 	if rep.Exit != nil {
 		// Everything is released; the VM's end is still a failure.
@@ -154,9 +155,9 @@ func reportRestore(cmd *cobra.Command, inst *restore.Instance, in daemon.Restore
 // printRestore prints a ready restore, as JSON or for people.
 func printRestore(cmd *cobra.Command, in daemon.RestoreInfo, asJSON bool) error {
 	if asJSON {
-		return writeJSON(cmd.OutOrStdout(), in)
+		return report.JSON(cmd.OutOrStdout(), in)
 	}
-	printRestoreInfo(cmd.OutOrStdout(), in)
+	report.Restore(cmd.OutOrStdout(), in)
 	return nil
 }
 

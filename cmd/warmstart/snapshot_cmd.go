@@ -2,23 +2,16 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/layout"
+	"warmstart/internal/report"
 	"warmstart/internal/repository"
 )
-
-// importProgressSteps is how many progress lines import prints per artifact
-// and step (one per quarter).
-const importProgressSteps = 4
 
 var snapshotCmd = &cobra.Command{
 	Use:   "snapshot",
@@ -115,7 +108,7 @@ func runSnapshotImport(cmd *cobra.Command, _ []string) error {
 		Layout:      lay,
 		Alias:       f.alias,
 		Link:        f.link,
-		Progress:    progressPrinter(cmd.ErrOrStderr()),
+		Progress:    report.ImportProgress(cmd.ErrOrStderr()),
 	})
 	if err != nil {
 		return fmt.Errorf("snapshot import: %w", err)
@@ -162,7 +155,7 @@ func importAndRecord(cmd *cobra.Command, f snapshotImportOptions, lay layout.Lay
 	}
 	rec, err := n.Repo.Publish(ctx, lease, repository.PublishRequest{
 		VMStatePath: f.vmState, MemoryPath: f.memory, Layout: lay, Alias: f.alias, Link: f.link,
-		Progress: progressPrinter(cmd.ErrOrStderr()),
+		Progress: report.ImportProgress(cmd.ErrOrStderr()),
 	})
 	if err != nil {
 		lease.End()
@@ -179,28 +172,6 @@ func importAndRecord(cmd *cobra.Command, f snapshotImportOptions, lay layout.Lay
 	fmt.Fprintf(progress, "attached startup manifest to %s: sha256 %s, %d ranges, %.1f MiB, ready after %v\n",
 		rec.ID, res.Descriptor.SHA256, res.Ranges, float64(res.Bytes)/(1<<20), res.ReadyAfter)
 	return nil
-}
-
-// progressPrinter reports each artifact's import steps on w, a line per
-// quarter done.
-func progressPrinter(w io.Writer) func(repository.ImportProgress) {
-	type key struct{ artifact, step string }
-	printed := map[key]int{}
-	return func(p repository.ImportProgress) {
-		quarter := importProgressSteps
-		if p.TotalBytes > 0 {
-			quarter = int(p.DoneBytes * importProgressSteps / p.TotalBytes)
-		}
-		k := key{p.Artifact, p.Step}
-		if last, seen := printed[k]; seen && quarter <= last {
-			return
-		}
-		printed[k] = quarter
-		if quarter == 0 {
-			return
-		}
-		fmt.Fprintf(w, "%s: %s %s of %s\n", p.Artifact, p.Step, sizeString(p.DoneBytes), sizeString(p.TotalBytes))
-	}
 }
 
 var snapshotListFlags struct {
@@ -268,52 +239,14 @@ argument that parses as a UUID is taken as an id, anything else as an alias.`,
 		// added when the artifacts check out.
 		res, resErr := repo.Resolve(cmd.Context(), rec.ID)
 		if snapshotShowJSON {
-			out := snapshotShowReport{Record: rec}
+			out := report.SnapshotShow{Record: rec}
 			if resErr == nil {
-				out.Files = &snapshotFiles{VMState: res.VMStatePath, Memory: res.MemoryPath, Manifest: res.ManifestPath}
+				out.Files = &report.SnapshotFiles{VMState: res.VMStatePath, Memory: res.MemoryPath, Manifest: res.ManifestPath}
 			}
-			return writeJSON(cmd.OutOrStdout(), out)
+			return report.JSON(cmd.OutOrStdout(), out)
 		}
-		return writeSnapshotText(cmd.OutOrStdout(), rec, res, resErr)
+		return report.SnapshotText(cmd.OutOrStdout(), rec, res, resErr)
 	},
-}
-
-// snapshotShowReport is show's JSON output: the record's fields plus where
-// its files are.
-type snapshotShowReport struct {
-	repository.Record
-	Files *snapshotFiles `json:"files,omitempty"`
-}
-
-type snapshotFiles struct {
-	VMState  string `json:"vm_state"`
-	Memory   string `json:"memory"`
-	Manifest string `json:"manifest,omitempty"`
-}
-
-func writeSnapshotText(w io.Writer, rec repository.Record, res repository.Resolved, resErr error) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "id:\t%s\n", rec.ID)
-	fmt.Fprintf(tw, "alias:\t%s\n", orDash(rec.Alias))
-	fmt.Fprintf(tw, "created:\t%s\n", rec.CreatedAt.UTC().Format(time.RFC3339Nano))
-	fmt.Fprintf(tw, "vm state:\t%d bytes, sha256 %s\n", rec.VMStateSize, rec.VMStateSHA256)
-	fmt.Fprintf(tw, "memory:\t%d bytes (%s), sha256 %s\n", rec.MemorySize, sizeString(rec.MemorySize), rec.MemorySHA256)
-	fmt.Fprintf(tw, "layout:\t%s (offset:size:page size; %s of the file mapped)\n", rec.Layout, sizeString(rec.Layout.MappedSize()))
-	if m := rec.Manifest; m != nil {
-		fmt.Fprintf(tw, "manifest:\tsha256 %s, %d bytes\n", m.SHA256, m.Size)
-	} else {
-		fmt.Fprintf(tw, "manifest:\tnone\n")
-	}
-	if resErr != nil {
-		fmt.Fprintf(tw, "files:\tunavailable: %v\n", resErr)
-	} else {
-		fmt.Fprintf(tw, "vm state file:\t%s\n", res.VMStatePath)
-		fmt.Fprintf(tw, "memory file:\t%s\n", res.MemoryPath)
-		if res.ManifestPath != "" {
-			fmt.Fprintf(tw, "manifest file:\t%s\n", res.ManifestPath)
-		}
-	}
-	return tw.Flush()
 }
 
 var snapshotDeleteCmd = &cobra.Command{
@@ -376,33 +309,6 @@ func refError(verb, ref string, err error) error {
 		return fmt.Errorf("%s %s: interrupted: %w", verb, ref, err)
 	}
 	return fmt.Errorf("%s %s: %w", verb, ref, err)
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-// sizeString renders a byte count for people: "3000 B", "8.0 MiB".
-func sizeString(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	value, exp := float64(n)/unit, 0
-	for value >= unit && exp < 4 {
-		value /= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", value, "KMGTP"[exp])
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 func init() {

@@ -3,11 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/daemon"
+	"warmstart/internal/report"
 	"warmstart/internal/repository"
 	"warmstart/internal/snapcheck"
 )
@@ -66,66 +66,19 @@ func runSnapshotVerify(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return fmt.Errorf("snapshot verify: %w", err)
 	}
-	opts := snapcheck.Options{AddDigests: f.addDigests, Progress: verifyProgress(cmd.ErrOrStderr())}
+	opts := snapcheck.Options{AddDigests: f.addDigests, Progress: report.VerifyProgress(cmd.ErrOrStderr())}
 	if f.all {
 		reports, err := snapcheck.VerifyAll(cmd.Context(), repo, opts)
 		if err != nil {
 			return fmt.Errorf("snapshot verify --all: %w", err)
 		}
-		return printVerifyReports(cmd.OutOrStdout(), reports, f)
+		return report.VerifyReports(cmd.OutOrStdout(), reports, f.json, f.all)
 	}
 	rep, err := snapcheck.Verify(cmd.Context(), repo, args[0], opts)
 	if err != nil {
 		return refError("snapshot verify", args[0], err)
 	}
-	return printVerifyReports(cmd.OutOrStdout(), []snapcheck.Report{rep}, f)
-}
-
-// verifyProgress prints import-style progress lines for each snapshot's
-// reads, under a line naming the snapshot.
-func verifyProgress(w io.Writer) func(snapcheck.Progress) {
-	var current string
-	var printer func(repository.ImportProgress)
-	return func(p snapcheck.Progress) {
-		if p.SnapshotID != current {
-			current, printer = p.SnapshotID, progressPrinter(w)
-			fmt.Fprintf(w, "verifying %s\n", current)
-		}
-		printer(p.ImportProgress)
-	}
-}
-
-// printVerifyReports prints the reports and fails, so the exit status is
-// 1, when any found a problem.
-func printVerifyReports(w io.Writer, reports []snapcheck.Report, f snapshotVerifyOptions) error {
-	var err error
-	switch {
-	case f.json && f.all:
-		err = writeJSON(w, reports)
-	case f.json:
-		err = writeJSON(w, reports[0])
-	case len(reports) == 0:
-		_, err = fmt.Fprintln(w, "no snapshots to verify")
-	}
-	for i := 0; err == nil && !f.json && i < len(reports); i++ {
-		err = snapcheck.WriteText(w, reports[i])
-	}
-	if err != nil {
-		return err
-	}
-	bad := 0
-	for _, r := range reports {
-		if !r.OK {
-			bad++
-		}
-	}
-	switch {
-	case bad > 0 && !f.all:
-		return fmt.Errorf("snapshot verify %s: problems found", orDash(reports[0].ID))
-	case bad > 0:
-		return fmt.Errorf("snapshot verify --all: %d of %d snapshots have problems", bad, len(reports))
-	}
-	return nil
+	return report.VerifyReports(cmd.OutOrStdout(), []snapcheck.Report{rep}, f.json, f.all)
 }
 
 // daemonSnapshotVerify runs the verification on the daemon; --all lists
@@ -142,7 +95,7 @@ func daemonSnapshotVerify(cmd *cobra.Command, args []string, f snapshotVerifyOpt
 		if err != nil {
 			return daemonError("snapshot verify "+args[0], err)
 		}
-		return printVerifyReports(cmd.OutOrStdout(), []snapcheck.Report{rep}, f)
+		return report.VerifyReports(cmd.OutOrStdout(), []snapcheck.Report{rep}, f.json, f.all)
 	}
 	recs, err := c.Snapshots(ctx, repository.Filter{})
 	if err != nil {
@@ -160,7 +113,7 @@ func daemonSnapshotVerify(cmd *cobra.Command, args []string, f snapshotVerifyOpt
 		}
 		reports = append(reports, rep)
 	}
-	return printVerifyReports(cmd.OutOrStdout(), reports, f)
+	return report.VerifyReports(cmd.OutOrStdout(), reports, f.json, f.all)
 }
 
 func init() {
