@@ -7,6 +7,10 @@ import (
 	"os/signal"
 	"syscall"
 
+	"warmstart/internal/daemon"
+	"warmstart/internal/remote"
+	"warmstart/internal/report"
+
 	"github.com/spf13/cobra"
 )
 
@@ -23,7 +27,9 @@ does in the background when [snapshot.memory_startup_pack] enabled is on.`,
 		Args: argsAsUsageError(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if daemonSocket != "" {
-				return daemonRecordManifest(cmd, args[0])
+				return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o remote.Output) error {
+					return remote.RecordManifest(ctx, c, o, args[0])
+				}, "vmm", "trace")
 			}
 			s, err := openSystem(cmd, &vf)
 			if err != nil {
@@ -46,8 +52,7 @@ does in the background when [snapshot.memory_startup_pack] enabled is on.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "attached startup manifest to %s: sha256 %s, %d bytes encoded, %d ranges, %.1f MiB, %d touches, ready after %v\n",
-				res.SnapshotID, res.Descriptor.SHA256, res.Descriptor.Size, res.Ranges, float64(res.Bytes)/(1<<20), res.Touches, res.ReadyAfter)
+			report.Recorded(cmd.OutOrStdout(), res)
 			return nil
 		},
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -13,6 +14,7 @@ import (
 	"warmstart/internal/chart"
 	"warmstart/internal/daemon"
 	"warmstart/internal/node"
+	"warmstart/internal/remote"
 	"warmstart/internal/report"
 	"warmstart/internal/restore"
 )
@@ -61,7 +63,7 @@ ready and state.`,
 				return err
 			}
 			if daemonSocket != "" {
-				return daemonRestore(cmd, args[0], m, f.device, f.policy, f.ioEngine, f.hold, f.asJSON)
+				return f.onDaemon(cmd, args[0], m)
 			}
 			return restoreInProcess(cmd, args[0], m, &f)
 		},
@@ -146,19 +148,10 @@ func restoreInProcess(cmd *cobra.Command, ref string, m restore.Mode, f *restore
 // reportRestore prints a ready restore, as JSON or for people, and draws
 // its timeline when --plot asks.
 func reportRestore(cmd *cobra.Command, inst *restore.Instance, in daemon.RestoreInfo, f *restoreFlags) error {
-	if err := printRestore(cmd, in, f.asJSON); err != nil || f.plotPath == "" {
+	if err := report.RestoreResult(cmd.OutOrStdout(), in, f.asJSON); err != nil || f.plotPath == "" {
 		return err
 	}
 	return chart.Timeline(f.plotPath, inst.Timings, inst.Events, inst.StartupSet)
-}
-
-// printRestore prints a ready restore, as JSON or for people.
-func printRestore(cmd *cobra.Command, in daemon.RestoreInfo, asJSON bool) error {
-	if asJSON {
-		return report.JSON(cmd.OutOrStdout(), in)
-	}
-	report.Restore(cmd.OutOrStdout(), in)
-	return nil
 }
 
 func orDefault(s, def string) string {
@@ -176,4 +169,22 @@ func holdUntilStopOrExit(ctx context.Context, inst *restore.Instance) {
 	case <-ctx.Done():
 	case <-inst.Exited():
 	}
+}
+
+// onDaemon restores on the daemon. The daemon keeps no timeline, so --plot
+// is refused here.
+func (f *restoreFlags) onDaemon(cmd *cobra.Command, ref string, m restore.Mode) error {
+	if cmd.Flags().Changed("plot") {
+		if err := localOnly(cmd, "vmm", "trace", storeFlag); err != nil {
+			return err
+		}
+		return usageError{errors.New("--plot draws the timeline of an in-process restore; the daemon keeps none")}
+	}
+	req := daemon.RestoreRequest{Snapshot: ref, Device: f.device, Prefetch: string(m), Policy: f.policy}
+	if cmd.Flags().Changed("io-engine") {
+		req.IOEngine = &f.ioEngine
+	}
+	return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o remote.Output) error {
+		return remote.Restore(ctx, c, o, req, daemonSocket, f.hold, f.asJSON)
+	}, "vmm", "trace", storeFlag)
 }

@@ -8,7 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"warmstart/internal/daemon"
 	"warmstart/internal/layout"
+	"warmstart/internal/remote"
 	"warmstart/internal/report"
 	"warmstart/internal/repository"
 )
@@ -79,7 +81,9 @@ func runSnapshotImport(cmd *cobra.Command, _ []string) error {
 		}
 	}
 	if daemonSocket != "" {
-		return daemonSnapshotImport(cmd, f)
+		return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o remote.Output) error {
+			return remote.Import(ctx, c, o, daemon.ImportRequest{VMState: f.vmState, Memory: f.memory, Alias: f.alias, Layout: f.layout, Link: f.link})
+		}, storeFlag)
 	}
 	lay, err := importLayout(f)
 	if err != nil {
@@ -198,7 +202,13 @@ store: writers move such entries to catalog/quarantine/.`,
 			return usageError{fmt.Errorf("snapshot list: --alias-prefix: %w", err)}
 		}
 		if daemonSocket != "" {
-			return daemonSnapshotList(cmd, f, snapshotListFlags.json)
+			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, _ remote.Output) error {
+				rows, err := c.Catalog(ctx, f)
+				if err != nil {
+					return fmt.Errorf("snapshot list: %w", err)
+				}
+				return printCatalog(cmd, rows, snapshotListFlags.json)
+			}, storeFlag)
 		}
 		repo, err := openReadOnlyRepository(cmd)
 		if err != nil {
@@ -225,7 +235,9 @@ argument that parses as a UUID is taken as an id, anything else as an alias.`,
 	RunE: func(cmd *cobra.Command, args []string) error {
 		ref := args[0]
 		if daemonSocket != "" {
-			return daemonSnapshotShow(cmd, ref, snapshotShowJSON)
+			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o remote.Output) error {
+				return remote.Show(ctx, c, o, ref, snapshotShowJSON)
+			}, storeFlag)
 		}
 		repo, err := openReadOnlyRepository(cmd)
 		if err != nil {
@@ -259,7 +271,9 @@ delete that was interrupted is finished by running it again.`,
 	RunE: func(cmd *cobra.Command, args []string) error {
 		ref := args[0]
 		if daemonSocket != "" {
-			return daemonSnapshotDelete(cmd, ref)
+			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o remote.Output) error {
+				return remote.Delete(ctx, c, o, ref)
+			}, storeFlag)
 		}
 		repo, err := openRepository(cmd)
 		if err != nil {
@@ -274,11 +288,9 @@ delete that was interrupted is finished by running it again.`,
 			if err := repo.Delete(cmd.Context(), ref); err != nil {
 				return refError("snapshot delete", ref, err)
 			}
-			_, err = fmt.Fprintf(out, "snapshot %s does not exist; nothing to delete\n", ref)
-			return err
+			return report.NothingToDelete(out, ref)
 		case errors.Is(err, repository.ErrNotFound):
-			_, err = fmt.Fprintf(out, "no snapshot has alias %s; nothing to delete\n", ref)
-			return err
+			return report.NothingToDelete(out, ref)
 		case errors.Is(err, repository.ErrIntegrity) && repository.RefIsID(ref):
 			// A record that cannot be read can still be deleted.
 			rec = repository.Record{ID: ref}
@@ -288,12 +300,7 @@ delete that was interrupted is finished by running it again.`,
 		if err := repo.Delete(cmd.Context(), rec.ID); err != nil {
 			return refError("snapshot delete", ref, err)
 		}
-		if rec.Alias != "" {
-			_, err = fmt.Fprintf(out, "deleted snapshot %s (alias %s)\n", rec.ID, rec.Alias)
-		} else {
-			_, err = fmt.Fprintf(out, "deleted snapshot %s\n", rec.ID)
-		}
-		return err
+		return report.Deleted(out, rec.ID, rec.Alias)
 	},
 }
 

@@ -1,14 +1,16 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/daemon"
+	"warmstart/internal/remote"
 	"warmstart/internal/report"
-	"warmstart/internal/repository"
 	"warmstart/internal/snapcheck"
 )
 
@@ -56,7 +58,10 @@ func runSnapshotVerify(cmd *cobra.Command, args []string) error {
 		return usageError{errors.New("snapshot verify: give one ID or ALIAS, or --all")}
 	}
 	if daemonSocket != "" {
-		return daemonSnapshotVerify(cmd, args, f)
+		ref := strings.Join(args, "") // empty with --all
+		return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o remote.Output) error {
+			return remote.Verify(ctx, c, o, ref, f.all, f.json, daemon.VerifyRequest{AddDigests: f.addDigests})
+		}, storeFlag)
 	}
 	open := openReadOnlyRepository
 	if f.addDigests {
@@ -79,41 +84,6 @@ func runSnapshotVerify(cmd *cobra.Command, args []string) error {
 		return refError("snapshot verify", args[0], err)
 	}
 	return report.VerifyReports(cmd.OutOrStdout(), []snapcheck.Report{rep}, f.json, f.all)
-}
-
-// daemonSnapshotVerify runs the verification on the daemon; --all lists
-// the daemon's snapshots and verifies each.
-func daemonSnapshotVerify(cmd *cobra.Command, args []string, f snapshotVerifyOptions) error {
-	c, err := storeDaemonClient(cmd)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ctx, req := cmd.Context(), daemon.VerifyRequest{AddDigests: f.addDigests}
-	if !f.all {
-		rep, err := c.VerifySnapshot(ctx, args[0], req)
-		if err != nil {
-			return daemonError("snapshot verify "+args[0], err)
-		}
-		return report.VerifyReports(cmd.OutOrStdout(), []snapcheck.Report{rep}, f.json, f.all)
-	}
-	recs, err := c.Snapshots(ctx, repository.Filter{})
-	if err != nil {
-		return daemonError("snapshot verify --all", err)
-	}
-	reports := make([]snapcheck.Report, 0, len(recs))
-	for _, rec := range recs {
-		fmt.Fprintf(cmd.ErrOrStderr(), "verifying %s on the daemon\n", rec.ID)
-		rep, err := c.VerifySnapshot(ctx, rec.ID, req)
-		if errors.Is(err, repository.ErrNotFound) {
-			continue // deleted since the listing
-		}
-		if err != nil {
-			return daemonError("snapshot verify "+rec.ID, err)
-		}
-		reports = append(reports, rep)
-	}
-	return report.VerifyReports(cmd.OutOrStdout(), reports, f.json, f.all)
 }
 
 func init() {

@@ -8,6 +8,7 @@ import (
 
 	"warmstart/internal/layout"
 	"warmstart/internal/manifest"
+	"warmstart/internal/recorder"
 )
 
 // manifestInspectRanges is how many ranges inspect lists without --verbose.
@@ -82,3 +83,10 @@ func ManifestText(w io.Writer, path string, data []byte, m *manifest.Manifest, v
 }
 
 func mibString(n int64) string { return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20)) }
+
+// Recorded reports a startup manifest recorded and attached.
+func Recorded(w io.Writer, res recorder.Result) error {
+	_, err := fmt.Fprintf(w, "attached startup manifest to %s: sha256 %s, %d bytes encoded, %d ranges, %.1f MiB, %d touches, ready after %v\n",
+		res.SnapshotID, res.Descriptor.SHA256, res.Descriptor.Size, res.Ranges, float64(res.Bytes)/(1<<20), res.Touches, res.ReadyAfter)
+	return err
+}

@@ -60,3 +60,12 @@ func Restores(w io.Writer, infos []daemon.RestoreInfo) error {
 	}
 	return tw.Flush()
 }
+
+// RestoreResult prints a ready restore, as JSON or for people.
+func RestoreResult(w io.Writer, in daemon.RestoreInfo, asJSON bool) error {
+	if asJSON {
+		return JSON(w, in)
+	}
+	Restore(w, in)
+	return nil
+}

@@ -121,3 +121,26 @@ func VerifyReports(w io.Writer, reports []snapcheck.Report, asJSON, all bool) er
 	}
 	return nil
 }
+
+// Deleted reports a deleted snapshot.
+func Deleted(w io.Writer, id, alias string) error {
+	var err error
+	if alias != "" {
+		_, err = fmt.Fprintf(w, "deleted snapshot %s (alias %s)\n", id, alias)
+	} else {
+		_, err = fmt.Fprintf(w, "deleted snapshot %s\n", id)
+	}
+	return err
+}
+
+// NothingToDelete reports a delete of a snapshot that does not exist, by
+// id or by alias.
+func NothingToDelete(w io.Writer, ref string) error {
+	var err error
+	if repository.RefIsID(ref) {
+		_, err = fmt.Fprintf(w, "snapshot %s does not exist; nothing to delete\n", ref)
+	} else {
+		_, err = fmt.Fprintf(w, "no snapshot has alias %s; nothing to delete\n", ref)
+	}
+	return err
+}
