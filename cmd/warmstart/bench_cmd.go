@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +15,6 @@ import (
 	"warmstart/internal/config"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/layout"
-	"warmstart/internal/node"
 	"warmstart/internal/restore"
 	"warmstart/internal/vmm/qemu"
 )
@@ -91,7 +89,7 @@ within blocks.`,
 			f.o.Kill = in.Force.Done()
 			rep, err := runBench(in.Work, cmd, &f.vf, f.o, snapshot, size, f.agent, cmd.ErrOrStderr())
 			if err == nil {
-				err = writeBenchReport(rep, cmd.OutOrStdout(), cmd.ErrOrStderr(), f.jsonPath)
+				err = rep.Write(cmd.OutOrStdout(), cmd.ErrOrStderr(), f.jsonPath)
 			}
 			if err == nil && f.plotPath != "" {
 				err = chart.Bench(f.plotPath, rep)
@@ -137,8 +135,8 @@ func (f *benchFlags) check(snapshot string) (int64, error) {
 	if err := checkIOEngineFlag(f.o.IOEngine); err != nil {
 		return 0, err
 	}
-	if err := checkPolicies(f.o.Policies); err != nil {
-		return 0, err
+	if err := bench.CheckPolicies(f.o.Policies); err != nil {
+		return 0, usageError{fmt.Errorf("--policies: %w", err)}
 	}
 	size, err := layout.ParseSize(f.memSize)
 	if err != nil {
@@ -154,34 +152,6 @@ func (f *benchFlags) check(snapshot string) (int64, error) {
 		return 0, usageError{fmt.Errorf("--repository %q: want posix_fs or s3", f.s3f.repository)}
 	}
 	return size, nil
-}
-
-// checkPolicies checks the --policies entries.
-func checkPolicies(policies []string) error {
-	if len(policies) == 0 {
-		return usageError{fmt.Errorf("--policies: name at least one of %s", strings.Join(restore.PolicyNames(), ", "))}
-	}
-	for _, p := range policies {
-		if err := bench.CheckColumn(p); err != nil {
-			return usageError{fmt.Errorf("--policies: %w", err)}
-		}
-	}
-	return nil
-}
-
-// writeBenchReport prints the table, and writes the raw trials and the
-// summary to jsonPath when it is set.
-func writeBenchReport(rep *bench.Report, out, progress io.Writer, jsonPath string) error {
-	rep.WriteTable(out)
-	if jsonPath == "" {
-		return nil
-	}
-	data, _ := json.MarshalIndent(rep, "", "  ")
-	if err := os.WriteFile(jsonPath, append(data, '\n'), 0o644); err != nil {
-		return fmt.Errorf("--json: %w", err)
-	}
-	fmt.Fprintf(progress, "wrote raw trials and summary to %s\n", jsonPath)
-	return nil
 }
 
 func splitList(s string) []string {
@@ -210,27 +180,18 @@ func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Opt
 		if err != nil {
 			return nil, err
 		}
-		d, err := node.NewQEMU(ctx, cfg)
-		if err != nil {
+		if err := bench.UseGuest(ctx, &o, cfg, agent); err != nil {
 			return nil, err
 		}
-		src, ready, err := bench.PrepareGuest(ctx, d, work, node.InitramfsCache(cfg), agent, progress)
-		if err != nil {
-			return nil, err
-		}
-		o.Source, o.ExpectedToken, o.ExpectedDigest = src, ready["token"], ready["digest"]
-		o.VMM, o.QEMU = config.DriverQEMU, d.Options()
 	case snapshot == "":
 		// The reference snapshot is the replay VMM's unless --vmm says
 		// otherwise; [vmm] driver applies to a named snapshot.
 		if vf.kind != "" && vf.kind != config.DriverReplay {
 			return nil, usageError{fmt.Errorf("the reference snapshot needs --vmm replay or qemu; name a snapshot for --vmm %s", vf.kind)}
 		}
-		src, tracePath, err := bench.PrepareReference(ctx, work, o.Device, memBytes, o.Seed, progress)
-		if err != nil {
+		if err := bench.UseReference(ctx, &o, memBytes); err != nil {
 			return nil, err
 		}
-		o.Source, o.TracePath = src, tracePath
 	default:
 		s, err := openSystem(cmd, vf)
 		if err != nil {
