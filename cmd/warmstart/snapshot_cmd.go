@@ -10,6 +10,7 @@ import (
 
 	"warmstart/internal/daemon"
 	"warmstart/internal/layout"
+	"warmstart/internal/node"
 	"warmstart/internal/remote"
 	"warmstart/internal/report"
 	"warmstart/internal/repository"
@@ -100,24 +101,8 @@ func runSnapshotImport(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return fmt.Errorf("snapshot import: %w", err)
 	}
-	ctx := cmd.Context()
-	lease, err := repo.BeginCapture(ctx)
+	rec, err := node.Import(cmd.Context(), repo, f.publishRequest(cmd, lay))
 	if err != nil {
-		return fmt.Errorf("snapshot import: %w", err)
-	}
-	defer lease.End()
-	rec, err := repo.Publish(ctx, lease, repository.PublishRequest{
-		VMStatePath: f.vmState,
-		MemoryPath:  f.memory,
-		Layout:      lay,
-		Alias:       f.alias,
-		Link:        f.link,
-		Progress:    report.ImportProgress(cmd.ErrOrStderr()),
-	})
-	if err != nil {
-		return fmt.Errorf("snapshot import: %w", err)
-	}
-	if err := lease.End(); err != nil {
 		return fmt.Errorf("snapshot import: %w", err)
 	}
 	_, err = fmt.Fprintln(cmd.OutOrStdout(), rec.ID)
@@ -144,6 +129,15 @@ func importLayout(f snapshotImportOptions) (layout.Layout, error) {
 	return lay, nil
 }
 
+// publishRequest is what the flags ask to publish, with progress on
+// standard error.
+func (f snapshotImportOptions) publishRequest(cmd *cobra.Command, lay layout.Layout) repository.PublishRequest {
+	return repository.PublishRequest{
+		VMStatePath: f.vmState, MemoryPath: f.memory, Layout: lay, Alias: f.alias, Link: f.link,
+		Progress: report.ImportProgress(cmd.ErrOrStderr()),
+	}
+}
+
 // importAndRecord publishes the snapshot and records its startup manifest,
 // holding the capture lease from publish to attach, and waits for it.
 func importAndRecord(cmd *cobra.Command, f snapshotImportOptions, lay layout.Layout) error {
@@ -152,23 +146,14 @@ func importAndRecord(cmd *cobra.Command, f snapshotImportOptions, lay layout.Lay
 		return fmt.Errorf("snapshot import: %w", err)
 	}
 	defer n.Close()
-	ctx := cmd.Context()
-	lease, err := n.Repo.BeginCapture(ctx)
+	rec, job, err := n.ImportAndRecord(cmd.Context(), f.publishRequest(cmd, lay))
 	if err != nil {
-		return fmt.Errorf("snapshot import: %w", err)
-	}
-	rec, err := n.Repo.Publish(ctx, lease, repository.PublishRequest{
-		VMStatePath: f.vmState, MemoryPath: f.memory, Layout: lay, Alias: f.alias, Link: f.link,
-		Progress: report.ImportProgress(cmd.ErrOrStderr()),
-	})
-	if err != nil {
-		lease.End()
 		return fmt.Errorf("snapshot import: %w", err)
 	}
 	fmt.Fprintln(cmd.OutOrStdout(), rec.ID)
 	progress := cmd.ErrOrStderr()
 	fmt.Fprintf(progress, "recording the startup manifest of %s on the %s device; waiting for it\n", rec.ID, n.Config.Memory.Device)
-	res, err := n.Recorder.Start(ctx, lease).Result()
+	res, err := job.Result()
 	if err != nil {
 		// The snapshot is published and restores with on-demand reads.
 		return fmt.Errorf("snapshot %s published, but its startup manifest was not: %w", rec.ID, err)
