@@ -1,6 +1,10 @@
 // Command warmstart keeps microVM snapshots in a repository, serves their
 // memory through a memory device, records the startup manifest of each
 // snapshot and prefetches it on restore. Every verb has --help.
+//
+// A verb parses its flags, calls one function of an internal package and
+// prints through package report; with --daemon it runs through package
+// remote instead, printing the same thing.
 package main
 
 import (
