@@ -82,7 +82,8 @@ within blocks.`,
 			}
 			if f.s3f.repository == "s3" {
 				// The companion command watches for signals itself.
-				return runS3Bench(f.s3f, f.o.Blocks, f.o.Seed, size, f.o.Policies[0], f.jsonPath)
+				return bench.ExecS3(bench.S3Options{Blocks: f.o.Blocks, Seed: f.o.Seed, MemBytes: size, Policy: f.o.Policies[0],
+					JSONPath: f.jsonPath, LatencyMs: f.s3f.latencyMs, BandwidthMbit: f.s3f.bandwidthMbit})
 			}
 			// From here on a signal stops the run, which then cleans up.
 			in := interrupt.Notify(cmd.ErrOrStderr())
