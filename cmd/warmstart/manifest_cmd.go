@@ -11,6 +11,7 @@ import (
 	"warmstart/internal/chart"
 	"warmstart/internal/manifest"
 	"warmstart/internal/report"
+	"warmstart/internal/repository"
 )
 
 var manifestCmd = &cobra.Command{
@@ -73,7 +74,7 @@ error naming the file and the rule it breaks.`,
 
 // loadManifest reads the manifest ref names: a file, or when no file of
 // that name exists, the manifest attached to the snapshot with that id or
-// alias, verified against its record.
+// alias (repository.ReadManifest).
 func loadManifest(cmd *cobra.Command, ref string) (string, []byte, *manifest.Manifest, error) {
 	if _, err := os.Lstat(ref); err == nil || strings.ContainsRune(ref, '/') {
 		data, err := manifest.ReadFile(ref)
@@ -93,26 +94,7 @@ func loadManifest(cmd *cobra.Command, ref string) (string, []byte, *manifest.Man
 	if c, ok := repo.(io.Closer); ok {
 		defer c.Close()
 	}
-	rec, err := repo.Lookup(cmd.Context(), ref)
-	if err != nil {
-		return "", nil, nil, fmt.Errorf("manifest of %s: no such file, and %w", ref, err)
-	}
-	if rec.Manifest == nil {
-		return "", nil, nil, fmt.Errorf("snapshot %s has no startup manifest", ref)
-	}
-	res, err := repo.Resolve(cmd.Context(), rec.ID)
-	if err != nil {
-		return "", nil, nil, fmt.Errorf("manifest of %s: %w", ref, err)
-	}
-	data, err := manifest.ReadFile(res.ManifestPath)
-	if err != nil {
-		return "", nil, nil, fmt.Errorf("manifest of %s: %w", ref, err)
-	}
-	m, err := manifest.Verify(data, manifest.Descriptor{SHA256: rec.Manifest.SHA256, Size: rec.Manifest.Size}, rec.Layout)
-	if err != nil {
-		return "", nil, nil, fmt.Errorf("manifest of %s: %w", ref, err)
-	}
-	return res.ManifestPath, data, m, nil
+	return repository.ReadManifest(cmd.Context(), repo, ref)
 }
 
 func init() {
