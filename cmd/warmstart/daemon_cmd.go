@@ -10,6 +10,7 @@ import (
 
 	"warmstart/internal/daemon"
 	"warmstart/internal/remote"
+	"warmstart/internal/report"
 )
 
 // daemonSocket is the --daemon flag: verbs that support it run on that
@@ -38,7 +39,7 @@ seed's order (stop the VM, wait for prefetch reads, release the device).`,
 		Short: "List the restores the daemon holds, oldest first",
 		Args:  argsAsUsageError(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o remote.Output) error {
+			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
 				return remote.Restores(ctx, c, o, listJSON)
 			})
 		},
@@ -49,7 +50,7 @@ seed's order (stop the VM, wait for prefetch reads, release the device).`,
 		Short: "Stop a restore the daemon holds",
 		Args:  argsAsUsageError(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o remote.Output) error {
+			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
 				return remote.StopRestore(ctx, c, o, args[0])
 			})
 		},
@@ -62,7 +63,7 @@ seed's order (stop the VM, wait for prefetch reads, release the device).`,
 // onDaemon runs a verb on the daemon --daemon names. It first refuses the
 // flags that configure the in-process system (localFlags), which a daemon
 // takes from its own configuration.
-func onDaemon(cmd *cobra.Command, run func(context.Context, *daemon.Client, remote.Output) error, localFlags ...string) error {
+func onDaemon(cmd *cobra.Command, run func(context.Context, *daemon.Client, report.Output) error, localFlags ...string) error {
 	if err := localOnly(cmd, localFlags...); err != nil {
 		return err
 	}
@@ -71,7 +72,7 @@ func onDaemon(cmd *cobra.Command, run func(context.Context, *daemon.Client, remo
 		return err
 	}
 	defer c.Close()
-	return refusedAsUsage(run(cmd.Context(), c, remote.Output{Out: cmd.OutOrStdout(), Err: cmd.ErrOrStderr()}))
+	return refusedAsUsage(run(cmd.Context(), c, cmdOutput(cmd)))
 }
 
 // daemonClient returns a client for --daemon, or a usage error without it.

@@ -27,7 +27,7 @@ does in the background when [snapshot.memory_startup_pack] enabled is on.`,
 		Args: argsAsUsageError(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if daemonSocket != "" {
-				return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o remote.Output) error {
+				return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
 					return remote.RecordManifest(ctx, c, o, args[0])
 				}, "vmm", "trace")
 			}

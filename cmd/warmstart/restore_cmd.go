@@ -184,7 +184,7 @@ func (f *restoreFlags) onDaemon(cmd *cobra.Command, ref string, m restore.Mode) 
 	if cmd.Flags().Changed("io-engine") {
 		req.IOEngine = &f.ioEngine
 	}
-	return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o remote.Output) error {
+	return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
 		return remote.Restore(ctx, c, o, req, daemonSocket, f.hold, f.asJSON)
 	}, "vmm", "trace", storeFlag)
 }

@@ -10,6 +10,7 @@ import (
 
 	"warmstart/internal/daemon"
 	"warmstart/internal/layout"
+	"warmstart/internal/local"
 	"warmstart/internal/node"
 	"warmstart/internal/remote"
 	"warmstart/internal/report"
@@ -82,7 +83,7 @@ func runSnapshotImport(cmd *cobra.Command, _ []string) error {
 		}
 	}
 	if daemonSocket != "" {
-		return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o remote.Output) error {
+		return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
 			return remote.Import(ctx, c, o, daemon.ImportRequest{VMState: f.vmState, Memory: f.memory, Alias: f.alias, Layout: f.layout, Link: f.link})
 		}, storeFlag)
 	}
@@ -187,7 +188,7 @@ store: writers move such entries to catalog/quarantine/.`,
 			return usageError{fmt.Errorf("snapshot list: --alias-prefix: %w", err)}
 		}
 		if daemonSocket != "" {
-			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, _ remote.Output) error {
+			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, _ report.Output) error {
 				rows, err := c.Catalog(ctx, f)
 				if err != nil {
 					return fmt.Errorf("snapshot list: %w", err)
@@ -220,7 +221,7 @@ argument that parses as a UUID is taken as an id, anything else as an alias.`,
 	RunE: func(cmd *cobra.Command, args []string) error {
 		ref := args[0]
 		if daemonSocket != "" {
-			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o remote.Output) error {
+			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
 				return remote.Show(ctx, c, o, ref, snapshotShowJSON)
 			}, storeFlag)
 		}
@@ -228,21 +229,7 @@ argument that parses as a UUID is taken as an id, anything else as an alias.`,
 		if err != nil {
 			return fmt.Errorf("snapshot show: %w", err)
 		}
-		rec, err := repo.Lookup(cmd.Context(), ref)
-		if err != nil {
-			return refError("snapshot show", ref, err)
-		}
-		// The record alone is what show promises; file locations are
-		// added when the artifacts check out.
-		res, resErr := repo.Resolve(cmd.Context(), rec.ID)
-		if snapshotShowJSON {
-			out := report.SnapshotShow{Record: rec}
-			if resErr == nil {
-				out.Files = &report.SnapshotFiles{VMState: res.VMStatePath, Memory: res.MemoryPath, Manifest: res.ManifestPath}
-			}
-			return report.JSON(cmd.OutOrStdout(), out)
-		}
-		return report.SnapshotText(cmd.OutOrStdout(), rec, res, resErr)
+		return invalidAsUsage(local.Show(cmd.Context(), repo, cmdOutput(cmd), ref, snapshotShowJSON))
 	},
 }
 
@@ -256,7 +243,7 @@ delete that was interrupted is finished by running it again.`,
 	RunE: func(cmd *cobra.Command, args []string) error {
 		ref := args[0]
 		if daemonSocket != "" {
-			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o remote.Output) error {
+			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
 				return remote.Delete(ctx, c, o, ref)
 			}, storeFlag)
 		}
@@ -264,43 +251,27 @@ delete that was interrupted is finished by running it again.`,
 		if err != nil {
 			return fmt.Errorf("snapshot delete: %w", err)
 		}
-		out := cmd.OutOrStdout()
-		rec, err := repo.Lookup(cmd.Context(), ref)
-		switch {
-		case errors.Is(err, repository.ErrNotFound) && repository.RefIsID(ref):
-			// Nothing visible, but a crashed publish or delete of this id
-			// may have left files that Delete reclaims.
-			if err := repo.Delete(cmd.Context(), ref); err != nil {
-				return refError("snapshot delete", ref, err)
-			}
-			return report.NothingToDelete(out, ref)
-		case errors.Is(err, repository.ErrNotFound):
-			return report.NothingToDelete(out, ref)
-		case errors.Is(err, repository.ErrIntegrity) && repository.RefIsID(ref):
-			// A record that cannot be read can still be deleted.
-			rec = repository.Record{ID: ref}
-		case err != nil:
-			return refError("snapshot delete", ref, err)
-		}
-		if err := repo.Delete(cmd.Context(), rec.ID); err != nil {
-			return refError("snapshot delete", ref, err)
-		}
-		return report.Deleted(out, rec.ID, rec.Alias)
+		return invalidAsUsage(local.Delete(cmd.Context(), repo, cmdOutput(cmd), ref))
 	},
 }
 
-// refError names the snapshot a verb failed on. Not-found needs no more
-// than that; a malformed id or alias is a usage error.
+// refError names the snapshot a verb failed on (local.RefError); a
+// malformed id or alias is a usage error.
 func refError(verb, ref string, err error) error {
-	switch {
-	case errors.Is(err, repository.ErrNotFound):
-		return fmt.Errorf("%s %s: %w", verb, ref, repository.ErrNotFound)
-	case errors.Is(err, repository.ErrInvalidRequest):
-		return usageError{fmt.Errorf("%s %q: %w", verb, ref, err)}
-	case errors.Is(err, context.Canceled):
-		return fmt.Errorf("%s %s: interrupted: %w", verb, ref, err)
+	return invalidAsUsage(local.RefError(verb, ref, err))
+}
+
+// invalidAsUsage makes a malformed id or alias a usage error.
+func invalidAsUsage(err error) error {
+	if errors.Is(err, repository.ErrInvalidRequest) {
+		return usageError{err}
 	}
-	return fmt.Errorf("%s %s: %w", verb, ref, err)
+	return err
+}
+
+// cmdOutput is where cmd prints.
+func cmdOutput(cmd *cobra.Command) report.Output {
+	return report.Output{Out: cmd.OutOrStdout(), Err: cmd.ErrOrStderr()}
 }
 
 func init() {

@@ -59,7 +59,7 @@ func runSnapshotVerify(cmd *cobra.Command, args []string) error {
 	}
 	if daemonSocket != "" {
 		ref := strings.Join(args, "") // empty with --all
-		return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o remote.Output) error {
+		return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
 			return remote.Verify(ctx, c, o, ref, f.all, f.json, daemon.VerifyRequest{AddDigests: f.addDigests})
 		}, storeFlag)
 	}

@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,9 +19,6 @@ import (
 	"warmstart/internal/repository"
 	"warmstart/internal/snapcheck"
 )
-
-// Output is where a verb prints: results on Out, progress and notes on Err.
-type Output struct{ Out, Err io.Writer }
 
 // Dial returns a client for the daemon at socket: a Unix socket, or
 // http(s)://host:port, which needs the API token (see Token).
@@ -57,7 +53,7 @@ func Token(loadConfig func() (*config.Config, error)) (string, error) {
 
 // Import publishes a snapshot on the daemon and prints its id. The daemon
 // opens the files itself, so they are named absolutely.
-func Import(ctx context.Context, c *daemon.Client, o Output, req daemon.ImportRequest) error {
+func Import(ctx context.Context, c *daemon.Client, o report.Output, req daemon.ImportRequest) error {
 	var err error
 	if req.VMState, err = filepath.Abs(req.VMState); err != nil {
 		return err
@@ -77,7 +73,7 @@ func Import(ctx context.Context, c *daemon.Client, o Output, req daemon.ImportRe
 }
 
 // Show prints a snapshot's record and files as the daemon reports them.
-func Show(ctx context.Context, c *daemon.Client, o Output, ref string, asJSON bool) error {
+func Show(ctx context.Context, c *daemon.Client, o report.Output, ref string, asJSON bool) error {
 	info, err := c.Snapshot(ctx, ref)
 	if err != nil {
 		return fmt.Errorf("snapshot show %s: %w", ref, err)
@@ -101,7 +97,7 @@ func Show(ctx context.Context, c *daemon.Client, o Output, ref string, asJSON bo
 
 // Delete deletes a snapshot on the daemon; one that does not exist is
 // reported, not an error.
-func Delete(ctx context.Context, c *daemon.Client, o Output, ref string) error {
+func Delete(ctx context.Context, c *daemon.Client, o report.Output, ref string) error {
 	del, err := c.DeleteSnapshot(ctx, ref)
 	switch {
 	case errors.Is(err, repository.ErrNotFound):
@@ -114,7 +110,7 @@ func Delete(ctx context.Context, c *daemon.Client, o Output, ref string) error {
 
 // RecordManifest records a snapshot's startup manifest on the daemon and
 // waits for it.
-func RecordManifest(ctx context.Context, c *daemon.Client, o Output, ref string) error {
+func RecordManifest(ctx context.Context, c *daemon.Client, o report.Output, ref string) error {
 	fmt.Fprintf(o.Err, "recording %s on the daemon...\n", ref)
 	res, err := c.RecordManifest(ctx, ref)
 	if err != nil {
@@ -125,7 +121,7 @@ func RecordManifest(ctx context.Context, c *daemon.Client, o Output, ref string)
 
 // Verify verifies one snapshot on the daemon, or with all every snapshot
 // it lists, and prints the reports; it fails when any found a problem.
-func Verify(ctx context.Context, c *daemon.Client, o Output, ref string, all, asJSON bool, req daemon.VerifyRequest) error {
+func Verify(ctx context.Context, c *daemon.Client, o report.Output, ref string, all, asJSON bool, req daemon.VerifyRequest) error {
 	if !all {
 		rep, err := c.VerifySnapshot(ctx, ref, req)
 		if err != nil {

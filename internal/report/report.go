@@ -12,6 +12,9 @@ import (
 	"warmstart/internal/repository"
 )
 
+// Output is where a verb prints: results on Out, progress and notes on Err.
+type Output struct{ Out, Err io.Writer }
+
 // importProgressSteps is how many progress lines import prints per artifact
 // and step (one per quarter).
 const importProgressSteps = 4
