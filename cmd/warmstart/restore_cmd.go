@@ -3,16 +3,14 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/chart"
 	"warmstart/internal/daemon"
+	"warmstart/internal/local"
 	"warmstart/internal/node"
 	"warmstart/internal/remote"
 	"warmstart/internal/report"
@@ -112,46 +110,7 @@ func restoreInProcess(cmd *cobra.Command, ref string, m restore.Mode, f *restore
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	src, err := n.Resolve(ctx, ref)
-	if err != nil {
-		return err
-	}
-	started := time.Now()
-	inst, err := n.Restorer.Restore(ctx, src, opts)
-	if err != nil {
-		return err
-	}
-	if err := reportRestore(cmd, inst, daemon.NewRestoreInfo(inst, src.SnapshotID, opts, started), f); err != nil {
-		inst.Stop(context.Background())
-		return err
-	}
-	if f.hold {
-		fmt.Fprintln(cmd.ErrOrStderr(), "holding the VM; Ctrl-C stops it")
-		holdUntilStopOrExit(ctx, inst)
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	rep, err := inst.StopReported(sctx)
-	if err != nil {
-		return err
-	}
-	if !f.asJSON {
-		report.Stopped(cmd.OutOrStdout(), rep)
-	}
-	if rep.Exit != nil {
-		// Everything is released; the VM's end is still a failure.
-		return fmt.Errorf("restore %s: the VM exited after ready: %v", src.SnapshotID, rep.Exit)
-	}
-	return nil
-}
-
-// reportRestore prints a ready restore, as JSON or for people, and draws
-// its timeline when --plot asks.
-func reportRestore(cmd *cobra.Command, inst *restore.Instance, in daemon.RestoreInfo, f *restoreFlags) error {
-	if err := report.RestoreResult(cmd.OutOrStdout(), in, f.asJSON); err != nil || f.plotPath == "" {
-		return err
-	}
-	return chart.Timeline(f.plotPath, inst.Timings, inst.Events, inst.StartupSet)
+	return local.Restore(ctx, n, cmdOutput(cmd), local.RestoreRequest{Ref: ref, Options: opts, Hold: f.hold, JSON: f.asJSON, Plot: f.plotPath})
 }
 
 func orDefault(s, def string) string {
@@ -159,16 +118,6 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
-}
-
-// holdUntilStopOrExit returns when ctx ends (Ctrl-C, SIGTERM) or the VM's
-// process exits on its own: a held VM that is gone holds nothing worth
-// waiting for.
-func holdUntilStopOrExit(ctx context.Context, inst *restore.Instance) {
-	select {
-	case <-ctx.Done():
-	case <-inst.Exited():
-	}
 }
 
 // onDaemon restores on the daemon. The daemon keeps no timeline, so --plot
