@@ -8,8 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/interrupt"
-	"warmstart/internal/recorder"
-	"warmstart/internal/report"
+	"warmstart/internal/local"
 	"warmstart/internal/repository"
 )
 
@@ -99,29 +98,5 @@ func runCapture(ctx context.Context, cmd *cobra.Command, f *captureFlags) error 
 		return err
 	}
 	defer n.Close()
-	progress := cmd.ErrOrStderr()
-	out, job, err := n.Capture(ctx, f.alias, f.agent, progress)
-	if err != nil {
-		return err
-	}
-	var rec *recorder.Result
-	var recErr error
-	if job != nil {
-		fmt.Fprintln(progress, "recording the startup manifest in the background; waiting for it")
-		r, err := job.Result()
-		rec, recErr = &r, err
-	}
-	if f.asJSON {
-		err = report.CaptureJSON(cmd.OutOrStdout(), out, rec, recErr)
-	} else {
-		report.CaptureText(cmd.OutOrStdout(), f.vf.kind, out, rec, recErr)
-	}
-	if err != nil {
-		return err
-	}
-	if recErr != nil {
-		// The snapshot is published and restores with on-demand reads.
-		return fmt.Errorf("snapshot %s published, but its startup manifest was not: %w", out.Record.ID, recErr)
-	}
-	return nil
+	return local.Capture(ctx, n, cmdOutput(cmd), f.alias, f.agent, f.vf.kind, f.asJSON)
 }

@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"warmstart/internal/daemon"
+	"warmstart/internal/local"
 	"warmstart/internal/remote"
 	"warmstart/internal/report"
 
@@ -38,22 +38,7 @@ does in the background when [snapshot.memory_startup_pack] enabled is on.`,
 			defer s.Close()
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			rec, err := s.Repo.Lookup(ctx, args[0])
-			if err != nil {
-				return fmt.Errorf("record-manifest %s: %w", args[0], err)
-			}
-			lease, err := s.Repo.LeaseExisting(ctx, rec.ID)
-			if err != nil {
-				return fmt.Errorf("record-manifest %s: %w", args[0], err)
-			}
-			defer lease.End()
-			fmt.Fprintf(cmd.ErrOrStderr(), "recording %s on the %s device...\n", rec.ID, s.Config.Memory.Device)
-			res, err := s.Recorder.Record(ctx, lease)
-			if err != nil {
-				return err
-			}
-			report.Recorded(cmd.OutOrStdout(), res)
-			return nil
+			return local.RecordManifest(ctx, s, cmdOutput(cmd), args[0])
 		},
 	}
 	vf.register(cmd)

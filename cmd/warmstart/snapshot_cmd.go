@@ -147,21 +147,7 @@ func importAndRecord(cmd *cobra.Command, f snapshotImportOptions, lay layout.Lay
 		return fmt.Errorf("snapshot import: %w", err)
 	}
 	defer n.Close()
-	rec, job, err := n.ImportAndRecord(cmd.Context(), f.publishRequest(cmd, lay))
-	if err != nil {
-		return fmt.Errorf("snapshot import: %w", err)
-	}
-	fmt.Fprintln(cmd.OutOrStdout(), rec.ID)
-	progress := cmd.ErrOrStderr()
-	fmt.Fprintf(progress, "recording the startup manifest of %s on the %s device; waiting for it\n", rec.ID, n.Config.Memory.Device)
-	res, err := job.Result()
-	if err != nil {
-		// The snapshot is published and restores with on-demand reads.
-		return fmt.Errorf("snapshot %s published, but its startup manifest was not: %w", rec.ID, err)
-	}
-	fmt.Fprintf(progress, "attached startup manifest to %s: sha256 %s, %d ranges, %.1f MiB, ready after %v\n",
-		rec.ID, res.Descriptor.SHA256, res.Ranges, float64(res.Bytes)/(1<<20), res.ReadyAfter)
-	return nil
+	return local.ImportAndRecord(cmd.Context(), n, cmdOutput(cmd), f.publishRequest(cmd, lay))
 }
 
 var snapshotListFlags struct {

@@ -9,9 +9,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/daemon"
+	"warmstart/internal/local"
 	"warmstart/internal/remote"
 	"warmstart/internal/report"
-	"warmstart/internal/snapcheck"
 )
 
 // snapshotVerifyOptions are the flags of snapshot verify.
@@ -71,19 +71,7 @@ func runSnapshotVerify(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return fmt.Errorf("snapshot verify: %w", err)
 	}
-	opts := snapcheck.Options{AddDigests: f.addDigests, Progress: report.VerifyProgress(cmd.ErrOrStderr())}
-	if f.all {
-		reports, err := snapcheck.VerifyAll(cmd.Context(), repo, opts)
-		if err != nil {
-			return fmt.Errorf("snapshot verify --all: %w", err)
-		}
-		return report.VerifyReports(cmd.OutOrStdout(), reports, f.json, f.all)
-	}
-	rep, err := snapcheck.Verify(cmd.Context(), repo, args[0], opts)
-	if err != nil {
-		return refError("snapshot verify", args[0], err)
-	}
-	return report.VerifyReports(cmd.OutOrStdout(), []snapcheck.Report{rep}, f.json, f.all)
+	return invalidAsUsage(local.Verify(cmd.Context(), repo, cmdOutput(cmd), strings.Join(args, ""), f.all, f.json, f.addDigests))
 }
 
 func init() {
