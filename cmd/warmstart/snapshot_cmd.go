@@ -150,6 +150,10 @@ func importAndRecord(cmd *cobra.Command, f snapshotImportOptions, lay layout.Lay
 	return local.ImportAndRecord(cmd.Context(), n, cmdOutput(cmd), f.publishRequest(cmd, lay))
 }
 
+// snapshotListCheck is `snapshot list --check`: exit 1 when the catalog
+// holds damaged entries.
+var snapshotListCheck bool
+
 var snapshotListFlags struct {
 	json        bool
 	aliasPrefix string
@@ -179,7 +183,7 @@ store: writers move such entries to catalog/quarantine/.`,
 				if err != nil {
 					return fmt.Errorf("snapshot list: %w", err)
 				}
-				return printCatalog(cmd, rows, snapshotListFlags.json)
+				return report.Catalog(cmdOutput(cmd), rows, snapshotListFlags.json, snapshotListCheck)
 			}, storeFlag)
 		}
 		repo, err := openReadOnlyRepository(cmd)
@@ -190,7 +194,7 @@ store: writers move such entries to catalog/quarantine/.`,
 		if err != nil {
 			return fmt.Errorf("snapshot list: %w", err)
 		}
-		return printCatalog(cmd, rows, snapshotListFlags.json)
+		return report.Catalog(cmdOutput(cmd), rows, snapshotListFlags.json, snapshotListCheck)
 	},
 }
 

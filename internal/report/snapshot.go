@@ -144,3 +144,30 @@ func NothingToDelete(w io.Writer, ref string) error {
 	}
 	return err
 }
+
+// Catalog writes the rows of `snapshot list` (a table, or JSON with
+// --json), warns on stderr about every damaged catalog entry, and with
+// --check fails when there is any. Damaged entries are rows too, so a
+// record that does not decode is never silently left out.
+func Catalog(o Output, rows []repository.Entry, asJSON, check bool) error {
+	var damaged int
+	for _, row := range rows {
+		if row.Corrupt != nil {
+			damaged++
+			fmt.Fprintf(o.Err, "warmstart: warning: %s\n", row.Corrupt)
+		}
+	}
+	var err error
+	if asJSON {
+		if rows == nil {
+			rows = []repository.Entry{}
+		}
+		err = JSON(o.Out, rows)
+	} else {
+		err = CatalogTable(o.Out, rows)
+	}
+	if err == nil && check && damaged > 0 {
+		err = fmt.Errorf("snapshot list --check: %d damaged catalog entries (see the README, \"Damaged catalog entries\")", damaged)
+	}
+	return err
+}
