@@ -9,8 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/daemon"
-	"warmstart/internal/logging"
-	"warmstart/internal/node"
 )
 
 func init() {
@@ -56,23 +54,9 @@ FUSE, remove the socket.`,
 			if err != nil {
 				return err
 			}
-			vm, err := node.NewVMM(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			log, err := logging.New(cmd.ErrOrStderr(), cfg.Log)
-			if err != nil {
-				return err
-			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return daemon.Run(ctx, daemon.Options{
-				Config:     cfg,
-				Repository: repo,
-				VMM:        vm,
-				Log:        log,
-				Listen:     listen,
-			})
+			return daemon.Serve(ctx, cfg, repo, listen, cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "", "serve the API on this TCP address (host:port) instead of [daemon] socket")
