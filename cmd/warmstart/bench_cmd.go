@@ -16,6 +16,7 @@ import (
 	"warmstart/internal/interrupt"
 	"warmstart/internal/layout"
 	"warmstart/internal/restore"
+	"warmstart/internal/usage"
 	"warmstart/internal/vmm/qemu"
 )
 
@@ -66,7 +67,7 @@ A --policies entry ending in +noverify (warmstart+noverify, off+noverify)
 restores without checking memory against the snapshot's digest table; next
 to the same entry without it, it measures what verification costs, paired
 within blocks.`,
-		Args: argsAsUsageError(cobra.MaximumNArgs(1)),
+		Args: usage.Args(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var snapshot string
 			if len(args) == 1 {
@@ -128,29 +129,29 @@ func (f *benchFlags) check(snapshot string) (int64, error) {
 	f.o.Policies = splitList(f.policies)
 	f.o.Hot = !f.noHot
 	if f.o.Blocks < 1 || f.o.ReserveBlocks < 0 {
-		return 0, usageError{fmt.Errorf("--blocks %d, --reserve-blocks %d: want at least 1 and 0", f.o.Blocks, f.o.ReserveBlocks)}
+		return 0, usageError{Err: fmt.Errorf("--blocks %d, --reserve-blocks %d: want at least 1 and 0", f.o.Blocks, f.o.ReserveBlocks)}
 	}
 	if !config.ValidDevice(f.o.Device) {
-		return 0, usageError{fmt.Errorf("--device %q: want file or uffd", f.o.Device)}
+		return 0, usageError{Err: fmt.Errorf("--device %q: want file or uffd", f.o.Device)}
 	}
 	if err := checkIOEngineFlag(f.o.IOEngine); err != nil {
 		return 0, err
 	}
 	if err := bench.CheckPolicies(f.o.Policies); err != nil {
-		return 0, usageError{fmt.Errorf("--policies: %w", err)}
+		return 0, usageError{Err: fmt.Errorf("--policies: %w", err)}
 	}
 	size, err := layout.ParseSize(f.memSize)
 	if err != nil {
-		return 0, usageError{fmt.Errorf("--memory-size: %w", err)}
+		return 0, usageError{Err: fmt.Errorf("--memory-size: %w", err)}
 	}
 	switch f.s3f.repository {
 	case "posix_fs":
 	case "s3":
 		if snapshot != "" || len(f.o.Policies) != 1 {
-			return 0, usageError{fmt.Errorf("--repository s3 benchmarks the reference snapshot with one --policies entry")}
+			return 0, usageError{Err: fmt.Errorf("--repository s3 benchmarks the reference snapshot with one --policies entry")}
 		}
 	default:
-		return 0, usageError{fmt.Errorf("--repository %q: want posix_fs or s3", f.s3f.repository)}
+		return 0, usageError{Err: fmt.Errorf("--repository %q: want posix_fs or s3", f.s3f.repository)}
 	}
 	return size, nil
 }
@@ -188,7 +189,7 @@ func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Opt
 		// The reference snapshot is the replay VMM's unless --vmm says
 		// otherwise; [vmm] driver applies to a named snapshot.
 		if vf.kind != "" && vf.kind != config.DriverReplay {
-			return nil, usageError{fmt.Errorf("the reference snapshot needs --vmm replay or qemu; name a snapshot for --vmm %s", vf.kind)}
+			return nil, usageError{Err: fmt.Errorf("the reference snapshot needs --vmm replay or qemu; name a snapshot for --vmm %s", vf.kind)}
 		}
 		if err := bench.UseReference(ctx, &o, memBytes); err != nil {
 			return nil, err
@@ -216,10 +217,10 @@ func checkPlotFlag(path string, s3 bool) error {
 	case path == "":
 		return nil
 	case s3:
-		return usageError{errors.New("--plot: not available with --repository s3")}
+		return usageError{Err: errors.New("--plot: not available with --repository s3")}
 	}
 	if err := chart.CheckPath(path); err != nil {
-		return usageError{fmt.Errorf("--plot: %w", err)}
+		return usageError{Err: fmt.Errorf("--plot: %w", err)}
 	}
 	return nil
 }

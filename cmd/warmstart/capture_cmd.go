@@ -10,6 +10,7 @@ import (
 	"warmstart/internal/interrupt"
 	"warmstart/internal/local"
 	"warmstart/internal/repository"
+	"warmstart/internal/usage"
 )
 
 // captureFlags are capture's flags.
@@ -51,7 +52,7 @@ For QEMU the agent is built from the module source with the go tool unless
 accelerator, memory size and vCPU count it was captured with: restore it
 with the same [qemu] configuration (the accelerator used is printed; the
 record does not keep it).`,
-		Args: argsAsUsageError(cobra.NoArgs),
+		Args: usage.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			if err := f.check(); err != nil {
 				return err
@@ -77,14 +78,14 @@ func (f *captureFlags) check() error {
 	case "qemu":
 	case "firecracker":
 		if f.agent != "" {
-			return usageError{errors.New("--agent: a Firecracker guest's agent comes with its [firecracker] rootfs")}
+			return usageError{Err: errors.New("--agent: a Firecracker guest's agent comes with its [firecracker] rootfs")}
 		}
 	default:
-		return usageError{fmt.Errorf("--vmm %q: only qemu and firecracker boot and capture a guest", f.vf.kind)}
+		return usageError{Err: fmt.Errorf("--vmm %q: only qemu and firecracker boot and capture a guest", f.vf.kind)}
 	}
 	if f.alias != "" {
 		if err := repository.ValidateAlias(f.alias); err != nil {
-			return usageError{fmt.Errorf("capture: --alias: %w", err)}
+			return usageError{Err: fmt.Errorf("capture: --alias: %w", err)}
 		}
 	}
 	return nil

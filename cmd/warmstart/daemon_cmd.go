@@ -11,6 +11,7 @@ import (
 	"warmstart/internal/daemon"
 	"warmstart/internal/remote"
 	"warmstart/internal/report"
+	"warmstart/internal/usage"
 )
 
 // daemonSocket is the --daemon flag: verbs that support it run on that
@@ -37,7 +38,7 @@ seed's order (stop the VM, wait for prefetch reads, release the device).`,
 	listCmd := &cobra.Command{
 		Use:   "list [--json]",
 		Short: "List the restores the daemon holds, oldest first",
-		Args:  argsAsUsageError(cobra.NoArgs),
+		Args:  usage.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
 				return remote.Restores(ctx, c, o, listJSON)
@@ -48,7 +49,7 @@ seed's order (stop the VM, wait for prefetch reads, release the device).`,
 	stopCmd := &cobra.Command{
 		Use:   "stop ID",
 		Short: "Stop a restore the daemon holds",
-		Args:  argsAsUsageError(cobra.ExactArgs(1)),
+		Args:  usage.Args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
 				return remote.StopRestore(ctx, c, o, args[0])
@@ -78,7 +79,7 @@ func onDaemon(cmd *cobra.Command, run func(context.Context, *daemon.Client, repo
 // daemonClient returns a client for --daemon, or a usage error without it.
 func daemonClient(cmd *cobra.Command) (*daemon.Client, error) {
 	if daemonSocket == "" {
-		return nil, usageError{fmt.Errorf("%s needs --daemon SOCKET", cmd.CommandPath())}
+		return nil, usageError{Err: fmt.Errorf("%s needs --daemon SOCKET", cmd.CommandPath())}
 	}
 	c, err := remote.Dial(daemonSocket, loadConfig)
 	if err != nil {
@@ -92,7 +93,7 @@ func daemonClient(cmd *cobra.Command) (*daemon.Client, error) {
 func localOnly(cmd *cobra.Command, flags ...string) error {
 	for _, name := range flags {
 		if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
-			return usageError{fmt.Errorf("--%s configures the in-process system; the daemon uses its own configuration", name)}
+			return usageError{Err: fmt.Errorf("--%s configures the in-process system; the daemon uses its own configuration", name)}
 		}
 	}
 	return nil
@@ -103,7 +104,7 @@ func localOnly(cmd *cobra.Command, flags ...string) error {
 func refusedAsUsage(err error) error {
 	var ae *daemon.APIError
 	if errors.As(err, &ae) && ae.StatusCode == http.StatusBadRequest {
-		return usageError{err}
+		return usageError{Err: err}
 	}
 	return err
 }

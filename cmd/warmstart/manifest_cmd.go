@@ -12,6 +12,7 @@ import (
 	"warmstart/internal/manifest"
 	"warmstart/internal/report"
 	"warmstart/internal/repository"
+	"warmstart/internal/usage"
 )
 
 var manifestCmd = &cobra.Command{
@@ -48,11 +49,11 @@ against first-touch rank.
 A file that is not a valid manifest (truncated, bad magic number, unknown
 version, overlapping, unaligned or out-of-layout ranges, over 16 MiB) is an
 error naming the file and the rule it breaks.`,
-	Args: argsAsUsageError(cobra.ExactArgs(1)),
+	Args: usage.Args(cobra.ExactArgs(1)),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		if manifestPlot != "" {
 			if err := chart.CheckPath(manifestPlot); err != nil {
-				return usageError{fmt.Errorf("--plot: %w", err)}
+				return usageError{Err: fmt.Errorf("--plot: %w", err)}
 			}
 		}
 		path, data, m, err := loadManifest(cmd, args[0])

@@ -10,6 +10,7 @@ import (
 	"warmstart/internal/local"
 	"warmstart/internal/remote"
 	"warmstart/internal/report"
+	"warmstart/internal/usage"
 
 	"github.com/spf13/cobra"
 )
@@ -24,7 +25,7 @@ the memory it touches until the guest agent is ready, build the startup
 manifest (first-touch order, adjacent pages coalesced) and attach it to the
 snapshot atomically, replacing any manifest it had. This is what a publish
 does in the background when [snapshot.memory_startup_pack] enabled is on.`,
-		Args: argsAsUsageError(cobra.ExactArgs(1)),
+		Args: usage.Args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if daemonSocket != "" {
 				return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {

@@ -33,7 +33,7 @@ touches them again (Uffd only).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			err := replay.RunFlags(f, cmd.OutOrStdout(), os.Stdin)
 			if fe := (*replay.FlagError)(nil); errors.As(err, &fe) {
-				return usageError{err}
+				return usageError{Err: err}
 			}
 			return err
 		},

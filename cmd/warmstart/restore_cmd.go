@@ -15,6 +15,7 @@ import (
 	"warmstart/internal/remote"
 	"warmstart/internal/report"
 	"warmstart/internal/restore"
+	"warmstart/internal/usage"
 )
 
 // restoreFlags are restore's flags.
@@ -48,11 +49,11 @@ on prefetches whenever a valid manifest is attached; off never does.
 snapshot, device, io_engine, policy, generation, started_at, the phase
 timings (integer nanoseconds, keys ending in _ns), prefetch, device_bytes,
 ready and state.`,
-		Args: argsAsUsageError(cobra.ExactArgs(1)),
+		Args: usage.Args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, err := restore.ParseMode(f.mode)
 			if err != nil {
-				return usageError{err}
+				return usageError{Err: err}
 			}
 			if err := checkRestoreFlags(f.device, f.ioEngine, f.policy); err != nil {
 				return err
@@ -86,7 +87,7 @@ func (f *restoreFlags) restoreOptions(cmd *cobra.Command, n *node.Node, m restor
 	cfg := n.Config
 	p, err := restore.LookupPolicy(orDefault(f.policy, cfg.Prefetch.Policy))
 	if err != nil {
-		return restore.Options{}, usageError{err}
+		return restore.Options{}, usageError{Err: err}
 	}
 	o := restore.Options{Device: orDefault(f.device, cfg.Memory.Device), IOEngine: cfg.Memory.IOEngine, Prefetch: m, Policy: p}
 	if cmd.Flags().Changed("io-engine") {
@@ -127,7 +128,7 @@ func (f *restoreFlags) onDaemon(cmd *cobra.Command, ref string, m restore.Mode) 
 		if err := localOnly(cmd, "vmm", "trace", storeFlag); err != nil {
 			return err
 		}
-		return usageError{errors.New("--plot draws the timeline of an in-process restore; the daemon keeps none")}
+		return usageError{Err: errors.New("--plot draws the timeline of an in-process restore; the daemon keeps none")}
 	}
 	req := daemon.RestoreRequest{Snapshot: ref, Device: f.device, Prefetch: string(m), Policy: f.policy}
 	if cmd.Flags().Changed("io-engine") {

@@ -48,7 +48,7 @@ func (f *vmmFlags) vmmConfig(cfg *config.Config) (*config.Config, error) {
 	switch f.kind {
 	case config.DriverReplay:
 		if f.trace == "" {
-			return nil, usageError{fmt.Errorf("--vmm replay needs --trace FILE (warmstart synth writes one)")}
+			return nil, usageError{Err: fmt.Errorf("--vmm replay needs --trace FILE (warmstart synth writes one)")}
 		}
 		if _, err := os.Stat(f.trace); err != nil {
 			return nil, fmt.Errorf("--trace: %w", err)
@@ -61,7 +61,7 @@ func (f *vmmFlags) vmmConfig(cfg *config.Config) (*config.Config, error) {
 			return nil, fmt.Errorf("--vmm firecracker: [envd] address is empty; set it to the guest agent's health endpoint (vsock:PORT, unix:PATH or http://HOST:PORT/health)")
 		}
 	default:
-		return nil, usageError{fmt.Errorf("--vmm %q: want replay, qemu or firecracker", f.kind)}
+		return nil, usageError{Err: fmt.Errorf("--vmm %q: want replay, qemu or firecracker", f.kind)}
 	}
 	return &c, nil
 }

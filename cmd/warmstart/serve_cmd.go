@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/daemon"
+	"warmstart/internal/usage"
 )
 
 func init() {
@@ -44,7 +45,7 @@ cleaned up; a daemon still answering on the socket is an error. SIGTERM or
 SIGINT shuts down in order: stop accepting requests, stop the restores
 (stop the VM, wait for prefetch reads), release the memory devices, unmount
 FUSE, remove the socket.`,
-		Args: argsAsUsageError(cobra.NoArgs),
+		Args: usage.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig()
 			if err != nil {

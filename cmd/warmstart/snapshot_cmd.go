@@ -15,6 +15,7 @@ import (
 	"warmstart/internal/remote"
 	"warmstart/internal/report"
 	"warmstart/internal/repository"
+	"warmstart/internal/usage"
 )
 
 var snapshotCmd = &cobra.Command{
@@ -68,18 +69,18 @@ With [snapshot.memory_startup_pack] enabled = true the startup manifest is
 then recorded, as a daemon does after an import, holding the capture lease;
 this command waits for it (progress on standard error) with the VMM that
 [vmm] driver, [replay] trace, --vmm and --trace name.`,
-	Args: argsAsUsageError(cobra.NoArgs),
+	Args: usage.Args(cobra.NoArgs),
 	RunE: runSnapshotImport,
 }
 
 func runSnapshotImport(cmd *cobra.Command, _ []string) error {
 	f := snapshotImportFlags
 	if f.vmState == "" || f.memory == "" {
-		return usageError{errors.New("snapshot import: --vm-state and --memory are required")}
+		return usageError{Err: errors.New("snapshot import: --vm-state and --memory are required")}
 	}
 	if f.alias != "" {
 		if err := repository.ValidateAlias(f.alias); err != nil {
-			return usageError{fmt.Errorf("snapshot import: --alias: %w", err)}
+			return usageError{Err: fmt.Errorf("snapshot import: --alias: %w", err)}
 		}
 	}
 	if daemonSocket != "" {
@@ -125,7 +126,7 @@ func importLayout(f snapshotImportOptions) (layout.Layout, error) {
 	case err != nil && f.layout == "":
 		return lay, fmt.Errorf("snapshot import: memory file %s: %w", f.memory, err)
 	case err != nil:
-		return lay, usageError{fmt.Errorf("snapshot import: --layout %q for memory file %s (%d bytes): %w", f.layout, f.memory, mem.Size(), err)}
+		return lay, usageError{Err: fmt.Errorf("snapshot import: --layout %q for memory file %s (%d bytes): %w", f.layout, f.memory, mem.Size(), err)}
 	}
 	return lay, nil
 }
@@ -171,11 +172,11 @@ A catalog entry that does not decode (a record or an alias binding) is a row
 marked CORRUPT (in JSON: {"id" or "alias", "corrupt": {...}}) and a warning
 on stderr; with --check the command then exits 1. Listing never changes the
 store: writers move such entries to catalog/quarantine/.`,
-	Args: argsAsUsageError(cobra.NoArgs),
+	Args: usage.Args(cobra.NoArgs),
 	RunE: func(cmd *cobra.Command, _ []string) error {
 		f := repository.Filter{AliasPrefix: snapshotListFlags.aliasPrefix}
 		if err := repository.ValidateFilter(f); err != nil {
-			return usageError{fmt.Errorf("snapshot list: --alias-prefix: %w", err)}
+			return usageError{Err: fmt.Errorf("snapshot list: --alias-prefix: %w", err)}
 		}
 		if daemonSocket != "" {
 			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, _ report.Output) error {
@@ -207,7 +208,7 @@ var snapshotShowCmd = &cobra.Command{
 digests of its files, its memory layout, the descriptor (SHA-256, size) of
 its startup manifest when one is attached, and where its files are. An
 argument that parses as a UUID is taken as an id, anything else as an alias.`,
-	Args: argsAsUsageError(cobra.ExactArgs(1)),
+	Args: usage.Args(cobra.ExactArgs(1)),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		ref := args[0]
 		if daemonSocket != "" {
@@ -229,7 +230,7 @@ var snapshotDeleteCmd = &cobra.Command{
 	Long: `Delete the snapshot with that id or alias: its record, its alias binding and
 its files. Deleting a snapshot that does not exist succeeds and says so; a
 delete that was interrupted is finished by running it again.`,
-	Args: argsAsUsageError(cobra.ExactArgs(1)),
+	Args: usage.Args(cobra.ExactArgs(1)),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		ref := args[0]
 		if daemonSocket != "" {
@@ -254,7 +255,7 @@ func refError(verb, ref string, err error) error {
 // invalidAsUsage makes a malformed id or alias a usage error.
 func invalidAsUsage(err error) error {
 	if errors.Is(err, repository.ErrInvalidRequest) {
-		return usageError{err}
+		return usageError{Err: err}
 	}
 	return err
 }

@@ -12,6 +12,7 @@ import (
 	"warmstart/internal/local"
 	"warmstart/internal/remote"
 	"warmstart/internal/report"
+	"warmstart/internal/usage"
 )
 
 // snapshotVerifyOptions are the flags of snapshot verify.
@@ -48,14 +49,14 @@ keys; "ok" says whether problems were found.
 
 Exit status: 0 when no problem was found, 1 when one was (or the
 verification itself failed), 2 for a usage error.`,
-	Args: argsAsUsageError(cobra.MaximumNArgs(1)),
+	Args: usage.Args(cobra.MaximumNArgs(1)),
 	RunE: runSnapshotVerify,
 }
 
 func runSnapshotVerify(cmd *cobra.Command, args []string) error {
 	f := snapshotVerifyFlags
 	if f.all == (len(args) == 1) {
-		return usageError{errors.New("snapshot verify: give one ID or ALIAS, or --all")}
+		return usageError{Err: errors.New("snapshot verify: give one ID or ALIAS, or --all")}
 	}
 	if daemonSocket != "" {
 		ref := strings.Join(args, "") // empty with --all

@@ -5,6 +5,7 @@ import (
 	"runtime/debug"
 
 	"warmstart/internal/report"
+	"warmstart/internal/usage"
 
 	"github.com/spf13/cobra"
 )
@@ -13,7 +14,7 @@ func init() {
 	rootCmd.AddCommand(&cobra.Command{
 		Use:   "version",
 		Short: "Print the module version, VCS revision and Go version of this binary (as --version does)",
-		Args:  argsAsUsageError(cobra.NoArgs),
+		Args:  usage.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_, err := fmt.Fprint(cmd.OutOrStdout(), buildVersion())
 			return err
