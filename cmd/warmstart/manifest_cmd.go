@@ -2,15 +2,11 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/chart"
-	"warmstart/internal/manifest"
-	"warmstart/internal/report"
+	"warmstart/internal/local"
 	"warmstart/internal/repository"
 	"warmstart/internal/usage"
 )
@@ -56,46 +52,11 @@ error naming the file and the rule it breaks.`,
 				return usageError{Err: fmt.Errorf("--plot: %w", err)}
 			}
 		}
-		path, data, m, err := loadManifest(cmd, args[0])
-		if err != nil {
-			return err
-		}
-		if manifestPlot != "" {
-			if err := chart.Manifest(manifestPlot, m); err != nil {
-				return err
-			}
-		}
-		out := cmd.OutOrStdout()
-		if manifestInspectJSON {
-			return report.ManifestJSON(out, path, data, m)
-		}
-		return report.ManifestText(out, path, data, m, manifestInspectVerbose)
+		req := local.InspectRequest{Ref: args[0], JSON: manifestInspectJSON, Verbose: manifestInspectVerbose, Plot: manifestPlot}
+		return local.InspectManifest(cmd.Context(), cmdOutput(cmd), req, func() (repository.Repository, error) {
+			return openReadOnlyRepository(cmd)
+		})
 	},
-}
-
-// loadManifest reads the manifest ref names: a file, or when no file of
-// that name exists, the manifest attached to the snapshot with that id or
-// alias (repository.ReadManifest).
-func loadManifest(cmd *cobra.Command, ref string) (string, []byte, *manifest.Manifest, error) {
-	if _, err := os.Lstat(ref); err == nil || strings.ContainsRune(ref, '/') {
-		data, err := manifest.ReadFile(ref)
-		if err != nil {
-			return "", nil, nil, fmt.Errorf("manifest inspect: %w", err)
-		}
-		m, err := manifest.Decode(data)
-		if err != nil {
-			return "", nil, nil, fmt.Errorf("manifest %s: %w", ref, err)
-		}
-		return ref, data, m, nil
-	}
-	repo, err := openReadOnlyRepository(cmd)
-	if err != nil {
-		return "", nil, nil, err
-	}
-	if c, ok := repo.(io.Closer); ok {
-		defer c.Close()
-	}
-	return repository.ReadManifest(cmd.Context(), repo, ref)
 }
 
 func init() {
