@@ -179,23 +179,15 @@ store: writers move such entries to catalog/quarantine/.`,
 			return usageError{Err: fmt.Errorf("snapshot list: --alias-prefix: %w", err)}
 		}
 		if daemonSocket != "" {
-			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, _ report.Output) error {
-				rows, err := c.Catalog(ctx, f)
-				if err != nil {
-					return fmt.Errorf("snapshot list: %w", err)
-				}
-				return report.Catalog(cmdOutput(cmd), rows, snapshotListFlags.json, snapshotListCheck)
+			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
+				return remote.List(ctx, c, o, f, snapshotListFlags.json, snapshotListCheck)
 			}, storeFlag)
 		}
 		repo, err := openReadOnlyRepository(cmd)
 		if err != nil {
 			return fmt.Errorf("snapshot list: %w", err)
 		}
-		rows, _, err := repository.Listing(cmd.Context(), repo, f)
-		if err != nil {
-			return fmt.Errorf("snapshot list: %w", err)
-		}
-		return report.Catalog(cmdOutput(cmd), rows, snapshotListFlags.json, snapshotListCheck)
+		return local.List(cmd.Context(), repo, cmdOutput(cmd), f, snapshotListFlags.json, snapshotListCheck)
 	},
 }
 

@@ -75,3 +75,12 @@ func Delete(ctx context.Context, repo repository.Repository, o report.Output, re
 	}
 	return report.Deleted(o.Out, rec.ID, rec.Alias)
 }
+
+// List prints the catalog filter f selects (see report.Catalog).
+func List(ctx context.Context, repo repository.Repository, o report.Output, f repository.Filter, asJSON, check bool) error {
+	rows, _, err := repository.Listing(ctx, repo, f)
+	if err != nil {
+		return fmt.Errorf("snapshot list: %w", err)
+	}
+	return report.Catalog(o, rows, asJSON, check)
+}

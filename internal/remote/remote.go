@@ -147,3 +147,12 @@ func Verify(ctx context.Context, c *daemon.Client, o report.Output, ref string, 
 	}
 	return report.VerifyReports(o.Out, reports, asJSON, all)
 }
+
+// List prints the daemon's catalog filter f selects (see report.Catalog).
+func List(ctx context.Context, c *daemon.Client, o report.Output, f repository.Filter, asJSON, check bool) error {
+	rows, err := c.Catalog(ctx, f)
+	if err != nil {
+		return fmt.Errorf("snapshot list: %w", err)
+	}
+	return report.Catalog(o, rows, asJSON, check)
+}
