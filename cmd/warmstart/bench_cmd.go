@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -15,9 +14,9 @@ import (
 	"warmstart/internal/config"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/layout"
+	"warmstart/internal/node"
 	"warmstart/internal/restore"
 	"warmstart/internal/usage"
-	"warmstart/internal/vmm/qemu"
 )
 
 // benchFlags are bench's flags.
@@ -168,47 +167,17 @@ func splitList(s string) []string {
 
 // runBench runs the protocol on snapshot, or on a freshly prepared
 // reference snapshot when snapshot is empty.
-func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Options, snapshot string, memBytes int64, agent string, progress io.Writer) (_ *bench.Report, err error) {
+func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Options, snapshot string, memBytes int64, agent string, progress io.Writer) (*bench.Report, error) {
 	o.Progress = progress
-	work, err := os.MkdirTemp("", "warmstart-bench-")
-	if err != nil {
-		return nil, err
+	// The reference snapshot is the replay VMM's unless --vmm says
+	// otherwise; [vmm] driver applies to a named snapshot.
+	if snapshot == "" && vf.kind != "" && vf.kind != config.DriverReplay && vf.kind != "qemu" {
+		return nil, usageError{Err: fmt.Errorf("the reference snapshot needs --vmm replay or qemu; name a snapshot for --vmm %s", vf.kind)}
 	}
-	defer func() { err = errors.Join(err, interrupt.RemoveWorkDir(work)) }()
-	o.WorkDir = work
-	switch {
-	case snapshot == "" && vf.kind == "qemu":
-		cfg, err := loadConfig()
-		if err != nil {
-			return nil, err
-		}
-		if err := bench.UseGuest(ctx, &o, cfg, agent); err != nil {
-			return nil, err
-		}
-	case snapshot == "":
-		// The reference snapshot is the replay VMM's unless --vmm says
-		// otherwise; [vmm] driver applies to a named snapshot.
-		if vf.kind != "" && vf.kind != config.DriverReplay {
-			return nil, usageError{Err: fmt.Errorf("the reference snapshot needs --vmm replay or qemu; name a snapshot for --vmm %s", vf.kind)}
-		}
-		if err := bench.UseReference(ctx, &o, memBytes); err != nil {
-			return nil, err
-		}
-	default:
-		s, err := openSystem(cmd, vf)
-		if err != nil {
-			return nil, err
-		}
-		defer s.Close()
-		if o.Source, err = s.Resolve(ctx, snapshot); err != nil {
-			return nil, err
-		}
-		o.TracePath = vf.trace
-		if d, ok := s.Restorer.VMM.(*qemu.Driver); ok {
-			o.VMM, o.QEMU = config.DriverQEMU, d.Options()
-		}
-	}
-	return bench.Run(ctx, o)
+	return bench.RunOn(ctx, o, bench.Target{
+		Snapshot: snapshot, Open: func() (*node.Node, error) { return openSystem(cmd, vf) },
+		Guest: vf.kind == "qemu", Config: loadConfig, Agent: agent, MemBytes: memBytes,
+	})
 }
 
 // checkPlotFlag refuses a --plot the verb cannot draw, before any work.
