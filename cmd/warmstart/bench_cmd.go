@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -18,7 +16,7 @@ import (
 	"warmstart/internal/layout"
 	"warmstart/internal/node"
 	"warmstart/internal/restore"
-	"warmstart/internal/vmm/qemu"
+	"warmstart/internal/usage"
 )
 
 // benchFlags are bench's flags.
@@ -68,7 +66,7 @@ A --policies entry ending in +noverify (warmstart+noverify, off+noverify)
 restores without checking memory against the snapshot's digest table; next
 to the same entry without it, it measures what verification costs, paired
 within blocks.`,
-		Args: argsAsUsageError(cobra.MaximumNArgs(1)),
+		Args: usage.Args(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var snapshot string
 			if len(args) == 1 {
@@ -84,14 +82,16 @@ within blocks.`,
 			}
 			if f.s3f.repository == "s3" {
 				// The companion command watches for signals itself.
-				return runS3Bench(f.s3f, f.o.Blocks, f.o.Seed, size, f.o.Policies[0], f.jsonPath)
+				return bench.ExecS3(bench.S3Options{Blocks: f.o.Blocks, Seed: f.o.Seed, MemBytes: size, Policy: f.o.Policies[0],
+					JSONPath: f.jsonPath, LatencyMs: f.s3f.latencyMs, BandwidthMbit: f.s3f.bandwidthMbit,
+					LinkMbit: f.s3f.linkMbit})
 			}
 			// From here on a signal stops the run, which then cleans up.
 			in := interrupt.Notify(cmd.ErrOrStderr())
 			f.o.Kill = in.Force.Done()
 			rep, err := runBench(in.Work, cmd, &f.vf, f.o, snapshot, size, f.agent, cmd.ErrOrStderr())
 			if err == nil {
-				err = writeBenchReport(rep, cmd.OutOrStdout(), cmd.ErrOrStderr(), f.jsonPath)
+				err = rep.Write(cmd.OutOrStdout(), cmd.ErrOrStderr(), f.jsonPath)
 			}
 			if err == nil && f.plotPath != "" {
 				err = chart.Bench(f.plotPath, rep)
@@ -130,59 +130,31 @@ func (f *benchFlags) check(snapshot string) (int64, error) {
 	f.o.Policies = splitList(f.policies)
 	f.o.Hot = !f.noHot
 	if f.o.Blocks < 1 || f.o.ReserveBlocks < 0 {
-		return 0, usageError{fmt.Errorf("--blocks %d, --reserve-blocks %d: want at least 1 and 0", f.o.Blocks, f.o.ReserveBlocks)}
+		return 0, usageError{Err: fmt.Errorf("--blocks %d, --reserve-blocks %d: want at least 1 and 0", f.o.Blocks, f.o.ReserveBlocks)}
 	}
 	if !config.ValidDevice(f.o.Device) {
-		return 0, usageError{fmt.Errorf("--device %q: want file or uffd", f.o.Device)}
+		return 0, usageError{Err: fmt.Errorf("--device %q: want file or uffd", f.o.Device)}
 	}
 	if err := checkIOEngineFlag(f.o.IOEngine); err != nil {
 		return 0, err
 	}
-	if err := checkPolicies(f.o.Policies); err != nil {
-		return 0, err
+	if err := bench.CheckPolicies(f.o.Policies); err != nil {
+		return 0, usageError{Err: fmt.Errorf("--policies: %w", err)}
 	}
 	size, err := layout.ParseSize(f.memSize)
 	if err != nil {
-		return 0, usageError{fmt.Errorf("--memory-size: %w", err)}
+		return 0, usageError{Err: fmt.Errorf("--memory-size: %w", err)}
 	}
 	switch f.s3f.repository {
 	case "posix_fs":
 	case "s3":
 		if snapshot != "" || len(f.o.Policies) != 1 {
-			return 0, usageError{fmt.Errorf("--repository s3 benchmarks the reference snapshot with one --policies entry")}
+			return 0, usageError{Err: fmt.Errorf("--repository s3 benchmarks the reference snapshot with one --policies entry")}
 		}
 	default:
-		return 0, usageError{fmt.Errorf("--repository %q: want posix_fs or s3", f.s3f.repository)}
+		return 0, usageError{Err: fmt.Errorf("--repository %q: want posix_fs or s3", f.s3f.repository)}
 	}
 	return size, nil
-}
-
-// checkPolicies checks the --policies entries.
-func checkPolicies(policies []string) error {
-	if len(policies) == 0 {
-		return usageError{fmt.Errorf("--policies: name at least one of %s", strings.Join(restore.PolicyNames(), ", "))}
-	}
-	for _, p := range policies {
-		if err := bench.CheckColumn(p); err != nil {
-			return usageError{fmt.Errorf("--policies: %w", err)}
-		}
-	}
-	return nil
-}
-
-// writeBenchReport prints the table, and writes the raw trials and the
-// summary to jsonPath when it is set.
-func writeBenchReport(rep *bench.Report, out, progress io.Writer, jsonPath string) error {
-	rep.WriteTable(out)
-	if jsonPath == "" {
-		return nil
-	}
-	data, _ := json.MarshalIndent(rep, "", "  ")
-	if err := os.WriteFile(jsonPath, append(data, '\n'), 0o644); err != nil {
-		return fmt.Errorf("--json: %w", err)
-	}
-	fmt.Fprintf(progress, "wrote raw trials and summary to %s\n", jsonPath)
-	return nil
 }
 
 func splitList(s string) []string {
@@ -197,56 +169,17 @@ func splitList(s string) []string {
 
 // runBench runs the protocol on snapshot, or on a freshly prepared
 // reference snapshot when snapshot is empty.
-func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Options, snapshot string, memBytes int64, agent string, progress io.Writer) (_ *bench.Report, err error) {
+func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Options, snapshot string, memBytes int64, agent string, progress io.Writer) (*bench.Report, error) {
 	o.Progress = progress
-	work, err := os.MkdirTemp("", "warmstart-bench-")
-	if err != nil {
-		return nil, err
+	// The reference snapshot is the replay VMM's unless --vmm says
+	// otherwise; [vmm] driver applies to a named snapshot.
+	if snapshot == "" && vf.kind != "" && vf.kind != config.DriverReplay && vf.kind != "qemu" {
+		return nil, usageError{Err: fmt.Errorf("the reference snapshot needs --vmm replay or qemu; name a snapshot for --vmm %s", vf.kind)}
 	}
-	defer func() { err = errors.Join(err, interrupt.RemoveWorkDir(work)) }()
-	o.WorkDir = work
-	switch {
-	case snapshot == "" && vf.kind == "qemu":
-		cfg, err := loadConfig()
-		if err != nil {
-			return nil, err
-		}
-		d, err := node.NewQEMU(ctx, cfg)
-		if err != nil {
-			return nil, err
-		}
-		src, ready, err := bench.PrepareGuest(ctx, d, work, node.InitramfsCache(cfg), agent, progress)
-		if err != nil {
-			return nil, err
-		}
-		o.Source, o.ExpectedToken, o.ExpectedDigest = src, ready["token"], ready["digest"]
-		o.VMM, o.QEMU = config.DriverQEMU, d.Options()
-	case snapshot == "":
-		// The reference snapshot is the replay VMM's unless --vmm says
-		// otherwise; [vmm] driver applies to a named snapshot.
-		if vf.kind != "" && vf.kind != config.DriverReplay {
-			return nil, usageError{fmt.Errorf("the reference snapshot needs --vmm replay or qemu; name a snapshot for --vmm %s", vf.kind)}
-		}
-		src, tracePath, err := bench.PrepareReference(ctx, work, o.Device, memBytes, o.Seed, progress)
-		if err != nil {
-			return nil, err
-		}
-		o.Source, o.TracePath = src, tracePath
-	default:
-		s, err := openSystem(cmd, vf)
-		if err != nil {
-			return nil, err
-		}
-		defer s.Close()
-		if o.Source, err = s.Resolve(ctx, snapshot); err != nil {
-			return nil, err
-		}
-		o.TracePath = vf.trace
-		if d, ok := s.Restorer.VMM.(*qemu.Driver); ok {
-			o.VMM, o.QEMU = config.DriverQEMU, d.Options()
-		}
-	}
-	return bench.Run(ctx, o)
+	return bench.RunOn(ctx, o, bench.Target{
+		Snapshot: snapshot, Open: func() (*node.Node, error) { return openSystem(cmd, vf) },
+		Guest: vf.kind == "qemu", Config: loadConfig, Agent: agent, MemBytes: memBytes,
+	})
 }
 
 // checkPlotFlag refuses a --plot the verb cannot draw, before any work.
@@ -255,10 +188,10 @@ func checkPlotFlag(path string, s3 bool) error {
 	case path == "":
 		return nil
 	case s3:
-		return usageError{errors.New("--plot: not available with --repository s3")}
+		return usageError{Err: errors.New("--plot: not available with --repository s3")}
 	}
 	if err := chart.CheckPath(path); err != nil {
-		return usageError{fmt.Errorf("--plot: %w", err)}
+		return usageError{Err: fmt.Errorf("--plot: %w", err)}
 	}
 	return nil
 }

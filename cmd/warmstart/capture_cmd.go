@@ -4,16 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/capture"
 	"warmstart/internal/interrupt"
-	"warmstart/internal/recorder"
+	"warmstart/internal/local"
 	"warmstart/internal/repository"
+	"warmstart/internal/usage"
 )
 
 // captureFlags are capture's flags.
@@ -55,7 +52,7 @@ For QEMU the agent is built from the module source with the go tool unless
 accelerator, memory size and vCPU count it was captured with: restore it
 with the same [qemu] configuration (the accelerator used is printed; the
 record does not keep it).`,
-		Args: argsAsUsageError(cobra.NoArgs),
+		Args: usage.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			if err := f.check(); err != nil {
 				return err
@@ -81,14 +78,14 @@ func (f *captureFlags) check() error {
 	case "qemu":
 	case "firecracker":
 		if f.agent != "" {
-			return usageError{errors.New("--agent: a Firecracker guest's agent comes with its [firecracker] rootfs")}
+			return usageError{Err: errors.New("--agent: a Firecracker guest's agent comes with its [firecracker] rootfs")}
 		}
 	default:
-		return usageError{fmt.Errorf("--vmm %q: only qemu and firecracker boot and capture a guest", f.vf.kind)}
+		return usageError{Err: fmt.Errorf("--vmm %q: only qemu and firecracker boot and capture a guest", f.vf.kind)}
 	}
 	if f.alias != "" {
 		if err := repository.ValidateAlias(f.alias); err != nil {
-			return usageError{fmt.Errorf("capture: --alias: %w", err)}
+			return usageError{Err: fmt.Errorf("capture: --alias: %w", err)}
 		}
 	}
 	return nil
@@ -102,64 +99,5 @@ func runCapture(ctx context.Context, cmd *cobra.Command, f *captureFlags) error 
 		return err
 	}
 	defer n.Close()
-	progress := cmd.ErrOrStderr()
-	out, job, err := n.Capture(ctx, f.alias, f.agent, progress)
-	if err != nil {
-		return err
-	}
-	var rec *recorder.Result
-	var recErr error
-	if job != nil {
-		fmt.Fprintln(progress, "recording the startup manifest in the background; waiting for it")
-		r, err := job.Result()
-		rec, recErr = &r, err
-	}
-	if f.asJSON {
-		err = writeCaptureJSON(cmd.OutOrStdout(), out, rec, recErr)
-	} else {
-		writeCaptureText(cmd.OutOrStdout(), f.vf.kind, out, rec, recErr)
-	}
-	if err != nil {
-		return err
-	}
-	if recErr != nil {
-		// The snapshot is published and restores with on-demand reads.
-		return fmt.Errorf("snapshot %s published, but its startup manifest was not: %w", out.Record.ID, recErr)
-	}
-	return nil
-}
-
-func writeCaptureJSON(w io.Writer, out capture.Snapshot, rec *recorder.Result, recErr error) error {
-	doc := map[string]any{
-		"id": out.Record.ID, "alias": out.Record.Alias, "accel": out.Accel, "token": out.Token,
-		"boot_ns": out.Boot, "capture_ns": out.Capture, "record": out.Record, "ready": out.Ready.Detail,
-	}
-	if rec != nil {
-		doc["manifest"] = rec
-	}
-	if recErr != nil {
-		doc["manifest_error"] = recErr.Error()
-	}
-	return writeJSON(w, doc)
-}
-
-func writeCaptureText(w io.Writer, kind string, out capture.Snapshot, rec *recorder.Result, recErr error) {
-	fmt.Fprintln(w, out.Record.ID)
-	fmt.Fprintf(w, "  alias               %s\n", orDash(out.Record.Alias))
-	if kind == "qemu" {
-		fmt.Fprintf(w, "  accelerator         %s (restore with the same [qemu] accel, memory_mib and vcpus)\n", out.Accel)
-		fmt.Fprintf(w, "  agent token         %s\n", out.Token)
-	} else {
-		fmt.Fprintf(w, "  agent answered      %q\n", strings.TrimSpace(out.Ready.Detail["agent_answer"]))
-	}
-	fmt.Fprintf(w, "  boot to agent       %v\n", out.Boot.Round(time.Millisecond))
-	fmt.Fprintf(w, "  capture             %v\n", out.Capture.Round(time.Millisecond))
-	fmt.Fprintf(w, "  memory              %d bytes, sha256 %s\n", out.Record.MemorySize, out.Record.MemorySHA256)
-	switch {
-	case rec == nil:
-		fmt.Fprintln(w, "  startup manifest    not recorded ([snapshot.memory_startup_pack] enabled is off)")
-	case recErr == nil:
-		fmt.Fprintf(w, "  startup manifest    attached: sha256 %s, %d ranges, %.1f MiB from %d touches, recorder ready after %v\n",
-			rec.Descriptor.SHA256, rec.Ranges, float64(rec.Bytes)/(1<<20), rec.Touches, rec.ReadyAfter.Round(time.Millisecond))
-	}
+	return local.Capture(ctx, n, cmdOutput(cmd), f.alias, f.agent, f.vf.kind, f.asJSON)
 }

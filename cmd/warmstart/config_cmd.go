@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/config"
+	"warmstart/internal/usage"
 )
 
 var configCmd = &cobra.Command{
@@ -25,7 +26,7 @@ value under a comment saying what it does and which values it accepts.
 It is the configuration reference, and a starting point for a file:
 
   warmstart config defaults > /etc/warmstart/warmstart.toml`,
-	Args: argsAsUsageError(cobra.NoArgs),
+	Args: usage.Args(cobra.NoArgs),
 	RunE: func(cmd *cobra.Command, _ []string) error {
 		_, err := fmt.Fprint(cmd.OutOrStdout(), config.DefaultTOML())
 		return err
@@ -43,7 +44,7 @@ and the key, e.g.
   warmstart: config /etc/w.toml: key memory.io_engine: 3 out of range 0..2
 
 and exit with status 1.`,
-	Args: argsAsUsageError(cobra.NoArgs),
+	Args: usage.Args(cobra.NoArgs),
 	RunE: func(cmd *cobra.Command, _ []string) error {
 		if _, err := loadConfig(); err != nil {
 			return err
@@ -51,17 +52,6 @@ and exit with status 1.`,
 		_, err := fmt.Fprintln(cmd.OutOrStdout(), "ok")
 		return err
 	},
-}
-
-// argsAsUsageError marks a wrong argument count as a usage error, so the
-// verb exits 2 as it does for a bad flag.
-func argsAsUsageError(check cobra.PositionalArgs) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if err := check(cmd, args); err != nil {
-			return usageError{fmt.Errorf("%s: %w", cmd.CommandPath(), err)}
-		}
-		return nil
-	}
 }
 
 func init() {

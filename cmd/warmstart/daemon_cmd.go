@@ -1,22 +1,17 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
-	"path/filepath"
-	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/daemon"
-	"warmstart/internal/repository"
-	"warmstart/internal/restore"
-	"warmstart/internal/startupset"
+	"warmstart/internal/remote"
+	"warmstart/internal/report"
+	"warmstart/internal/usage"
 )
 
 // daemonSocket is the --daemon flag: verbs that support it run on that
@@ -32,7 +27,6 @@ func addDaemonFlag(cmd *cobra.Command) {
 }
 
 func init() {
-
 	restoresCmd := &cobra.Command{
 		Use:   "restores",
 		Short: "List or stop the restores a daemon holds (needs --daemon)",
@@ -44,46 +38,22 @@ seed's order (stop the VM, wait for prefetch reads, release the device).`,
 	listCmd := &cobra.Command{
 		Use:   "list [--json]",
 		Short: "List the restores the daemon holds, oldest first",
-		Args:  argsAsUsageError(cobra.NoArgs),
+		Args:  usage.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := daemonClient(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			infos, err := c.Restores(cmd.Context())
-			if err != nil {
-				return daemonError("restores list", err)
-			}
-			if listJSON {
-				return writeJSON(cmd.OutOrStdout(), infos)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSNAPSHOT\tDEVICE\tSTARTED\tREADY\tPREFETCH\tSTATE")
-			for _, in := range infos {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f ms\t%s\t%s\n", in.ID, in.Snapshot, in.Device,
-					in.StartedAt.UTC().Format(time.RFC3339), float64(in.Timings.Ready)/1e6, in.Prefetch.State, restoreState(in))
-			}
-			return tw.Flush()
+			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
+				return remote.Restores(ctx, c, o, listJSON)
+			})
 		},
 	}
 	listCmd.Flags().BoolVar(&listJSON, "json", false, "print JSON")
 	stopCmd := &cobra.Command{
 		Use:   "stop ID",
 		Short: "Stop a restore the daemon holds",
-		Args:  argsAsUsageError(cobra.ExactArgs(1)),
+		Args:  usage.Args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := daemonClient(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			rep, err := c.StopRestore(cmd.Context(), args[0])
-			if err != nil {
-				return daemonError("restores stop", err)
-			}
-			printStopped(cmd.OutOrStdout(), rep.StopReport)
-			return nil
+			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
+				return remote.StopRestore(ctx, c, o, args[0])
+			})
 		},
 	}
 	addDaemonFlag(restoresCmd)
@@ -91,54 +61,31 @@ seed's order (stop the VM, wait for prefetch reads, release the device).`,
 	rootCmd.AddCommand(restoresCmd)
 }
 
-// restoreState is a restore's state for people: running, or exited and how.
-func restoreState(in daemon.RestoreInfo) string {
-	if in.Exit != nil {
-		return in.State + ": " + in.Exit.String()
+// onDaemon runs a verb on the daemon --daemon names. It first refuses the
+// flags that configure the in-process system (localFlags), which a daemon
+// takes from its own configuration.
+func onDaemon(cmd *cobra.Command, run func(context.Context, *daemon.Client, report.Output) error, localFlags ...string) error {
+	if err := localOnly(cmd, localFlags...); err != nil {
+		return err
 	}
-	return in.State
+	c, err := daemonClient(cmd)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return refusedAsUsage(run(cmd.Context(), c, cmdOutput(cmd)))
 }
 
 // daemonClient returns a client for --daemon, or a usage error without it.
 func daemonClient(cmd *cobra.Command) (*daemon.Client, error) {
 	if daemonSocket == "" {
-		return nil, usageError{fmt.Errorf("%s needs --daemon SOCKET", cmd.CommandPath())}
+		return nil, usageError{Err: fmt.Errorf("%s needs --daemon SOCKET", cmd.CommandPath())}
 	}
-	c := daemon.NewClient(daemonSocket)
-	if !strings.HasPrefix(daemonSocket, "http://") && !strings.HasPrefix(daemonSocket, "https://") {
-		return c, nil // the socket is mode 0600: reaching it is authentication
-	}
-	token, err := daemonToken()
+	c, err := remote.Dial(daemonSocket, loadConfig)
 	if err != nil {
 		return nil, fmt.Errorf("%s --daemon %s: %w", cmd.CommandPath(), daemonSocket, err)
 	}
-	return c.WithToken(token), nil
-}
-
-// daemonToken is the bearer token for a daemon serving TCP: WARMSTART_TOKEN,
-// else the token file the configuration names ([daemon] token_file).
-func daemonToken() (string, error) {
-	if t := strings.TrimSpace(os.Getenv("WARMSTART_TOKEN")); t != "" {
-		return t, nil
-	}
-	cfg, err := loadConfig()
-	if err != nil {
-		return "", err
-	}
-	token, err := daemon.ReadToken(cfg.DaemonTokenFile())
-	if err != nil {
-		return "", fmt.Errorf("no API token: set WARMSTART_TOKEN or make %s readable: %w", cfg.DaemonTokenFile(), err)
-	}
-	return token, nil
-}
-
-// storeDaemonClient is daemonClient for the verbs that reach the
-// repository: their --store configures the in-process system only.
-func storeDaemonClient(cmd *cobra.Command) (*daemon.Client, error) {
-	if err := localOnly(cmd, storeFlag); err != nil {
-		return nil, err
-	}
-	return daemonClient(cmd)
+	return c, nil
 }
 
 // localOnly refuses flags that configure the in-process system, which a
@@ -146,199 +93,18 @@ func storeDaemonClient(cmd *cobra.Command) (*daemon.Client, error) {
 func localOnly(cmd *cobra.Command, flags ...string) error {
 	for _, name := range flags {
 		if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
-			return usageError{fmt.Errorf("--%s configures the in-process system; the daemon uses its own configuration", name)}
+			return usageError{Err: fmt.Errorf("--%s configures the in-process system; the daemon uses its own configuration", name)}
 		}
 	}
 	return nil
 }
 
-// daemonError names the verb; a request the daemon refused as malformed
-// is a usage error, as it is in process.
-func daemonError(verb string, err error) error {
+// refusedAsUsage makes a request the daemon refused as malformed a usage
+// error, as it is in process.
+func refusedAsUsage(err error) error {
 	var ae *daemon.APIError
 	if errors.As(err, &ae) && ae.StatusCode == http.StatusBadRequest {
-		return usageError{fmt.Errorf("%s: %w", verb, err)}
-	}
-	return fmt.Errorf("%s: %w", verb, err)
-}
-
-func daemonSnapshotImport(cmd *cobra.Command, f snapshotImportOptions) error {
-	c, err := storeDaemonClient(cmd)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	// The daemon opens the files itself, so they are named absolutely.
-	req := daemon.ImportRequest{Alias: f.alias, Layout: f.layout, Link: f.link}
-	if req.VMState, err = filepath.Abs(f.vmState); err != nil {
-		return err
-	}
-	if req.Memory, err = filepath.Abs(f.memory); err != nil {
-		return err
-	}
-	rec, err := c.Import(cmd.Context(), req)
-	if err != nil {
-		return daemonError("snapshot import", err)
-	}
-	if rec.Recording {
-		fmt.Fprintf(cmd.ErrOrStderr(), "the daemon is recording the startup manifest of %s in the background\n", rec.ID)
-	}
-	_, err = fmt.Fprintln(cmd.OutOrStdout(), rec.ID)
-	return err
-}
-
-func daemonSnapshotList(cmd *cobra.Command, f repository.Filter, asJSON bool) error {
-	c, err := storeDaemonClient(cmd)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	rows, err := c.Catalog(cmd.Context(), f)
-	if err != nil {
-		return daemonError("snapshot list", err)
-	}
-	return printCatalog(cmd, rows, asJSON)
-}
-
-func daemonSnapshotShow(cmd *cobra.Command, ref string, asJSON bool) error {
-	c, err := storeDaemonClient(cmd)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	info, err := c.Snapshot(cmd.Context(), ref)
-	if err != nil {
-		return daemonError("snapshot show "+ref, err)
-	}
-	var (
-		res    repository.Resolved
-		resErr error
-		files  *snapshotFiles
-	)
-	if info.Files != nil {
-		res = repository.Resolved{Record: info.Record, VMStatePath: info.Files.VMState, MemoryPath: info.Files.Memory, ManifestPath: info.Files.Manifest}
-		files = &snapshotFiles{VMState: info.Files.VMState, Memory: info.Files.Memory, Manifest: info.Files.Manifest}
-	} else {
-		resErr = errors.New(info.FilesError)
-	}
-	if asJSON {
-		return writeJSON(cmd.OutOrStdout(), snapshotShowReport{Record: info.Record, Files: files})
-	}
-	return writeSnapshotText(cmd.OutOrStdout(), info.Record, res, resErr)
-}
-
-func daemonSnapshotDelete(cmd *cobra.Command, ref string) error {
-	c, err := storeDaemonClient(cmd)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	out := cmd.OutOrStdout()
-	del, err := c.DeleteSnapshot(cmd.Context(), ref)
-	switch {
-	case errors.Is(err, repository.ErrNotFound) && repository.RefIsID(ref):
-		_, err = fmt.Fprintf(out, "snapshot %s does not exist; nothing to delete\n", ref)
-		return err
-	case errors.Is(err, repository.ErrNotFound):
-		_, err = fmt.Fprintf(out, "no snapshot has alias %s; nothing to delete\n", ref)
-		return err
-	case err != nil:
-		return daemonError("snapshot delete "+ref, err)
-	}
-	if del.Alias != "" {
-		_, err = fmt.Fprintf(out, "deleted snapshot %s (alias %s)\n", del.ID, del.Alias)
-	} else {
-		_, err = fmt.Fprintf(out, "deleted snapshot %s\n", del.ID)
+		return usageError{Err: err}
 	}
 	return err
-}
-
-func daemonRecordManifest(cmd *cobra.Command, ref string) error {
-	if err := localOnly(cmd, "vmm", "trace"); err != nil {
-		return err
-	}
-	c, err := daemonClient(cmd)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	fmt.Fprintf(cmd.ErrOrStderr(), "recording %s on the daemon...\n", ref)
-	res, err := c.RecordManifest(cmd.Context(), ref)
-	if err != nil {
-		return daemonError("record-manifest "+ref, err)
-	}
-	_, err = fmt.Fprintf(cmd.OutOrStdout(), "attached startup manifest to %s: sha256 %s, %d bytes encoded, %d ranges, %.1f MiB, %d touches, ready after %v\n",
-		res.SnapshotID, res.Descriptor.SHA256, res.Descriptor.Size, res.Ranges, float64(res.Bytes)/(1<<20), res.Touches, res.ReadyAfter)
-	return err
-}
-
-// daemonRestore restores on the daemon and prints what restore prints in
-// process. With hold the daemon keeps the VM and the verb exits; without,
-// the verb stops it after printing.
-func daemonRestore(cmd *cobra.Command, ref string, mode restore.Mode, device, policy string, ioEngine int, hold, asJSON bool) error {
-	if err := localOnly(cmd, "vmm", "trace", storeFlag); err != nil {
-		return err
-	}
-	if cmd.Flags().Changed("plot") {
-		return usageError{errors.New("--plot draws the timeline of an in-process restore; the daemon keeps none")}
-	}
-	c, err := daemonClient(cmd)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	req := daemon.RestoreRequest{Snapshot: ref, Device: device, Prefetch: string(mode), Policy: policy}
-	if cmd.Flags().Changed("io-engine") {
-		req.IOEngine = &ioEngine
-	}
-	ctx := cmd.Context()
-	in, err := c.Restore(ctx, req)
-	if err != nil {
-		return daemonError("restore "+ref, err)
-	}
-	out := cmd.OutOrStdout()
-	if err := printRestore(cmd, in, asJSON); err != nil {
-		return err
-	}
-	if hold {
-		fmt.Fprintf(cmd.ErrOrStderr(), "the daemon holds restore %s; stop it with: warmstart --daemon %s restores stop %s\n", in.ID, daemonSocket, in.ID)
-		return nil
-	}
-	rep, err := c.StopRestore(ctx, in.ID)
-	if err != nil {
-		return daemonError("restore "+ref+": stop", err)
-	}
-	if !asJSON {
-		printStopped(out, rep.StopReport)
-	}
-	if rep.Exit != nil {
-		return fmt.Errorf("restore %s: the VM exited after ready: %v", in.ID, rep.Exit)
-	}
-	return nil
-}
-
-func printRestoreInfo(out io.Writer, in daemon.RestoreInfo) {
-	ms := func(d time.Duration) string { return fmt.Sprintf("%8.2f ms", float64(d)/1e6) }
-	fmt.Fprintf(out, "restore %s of snapshot %s on %s device, generation %d\n", in.ID, in.Snapshot, in.Device, in.Generation)
-	fmt.Fprintf(out, "  device acquired     %s\n", ms(in.Timings.DeviceAcquired))
-	fmt.Fprintf(out, "  manifest validated  %s\n", ms(in.Timings.ManifestValidated))
-	fmt.Fprintf(out, "  VM started          %s\n", ms(in.Timings.VMStarted))
-	fmt.Fprintf(out, "  ready               %s\n", ms(in.Timings.Ready))
-	fmt.Fprintf(out, "  prefetch            %s", in.Prefetch.State)
-	if in.Prefetch.Reason != "" {
-		fmt.Fprintf(out, " (%s)", in.Prefetch.Reason)
-	}
-	if in.Prefetch.PlannedBytes > 0 {
-		fmt.Fprintf(out, ", %.1f MiB planned, policy %s", float64(in.Prefetch.PlannedBytes)/(1<<20), in.Policy)
-	}
-	fmt.Fprintf(out, "\n  device read         %.1f MiB in %d requests\n", float64(in.DeviceBytes.BytesRead)/(1<<20), in.DeviceBytes.ReadRequests)
-	fmt.Fprintf(out, "  %s\n", startupset.Line(in.StartupSet))
-}
-
-func printStopped(out io.Writer, rep restore.StopReport) {
-	if rep.Exit != nil {
-		fmt.Fprintf(out, "  the VM had exited after ready: %v\n", rep.Exit)
-	}
-	fmt.Fprintf(out, "  stopped: prefetch drained in %v, device release acknowledged in %v\n",
-		rep.PrefetchDrain.Round(time.Microsecond), rep.ReleaseAck.Round(time.Microsecond))
 }

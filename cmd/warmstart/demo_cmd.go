@@ -5,6 +5,7 @@ import (
 
 	"warmstart/internal/demo"
 	"warmstart/internal/interrupt"
+	"warmstart/internal/usage"
 )
 
 func init() {
@@ -16,7 +17,7 @@ func init() {
 repository, record its startup manifest in the background and show it
 attached, restore it cold with prefetch off and then on, run a short
 benchmark, print the table, and remove everything. Needs root (FUSE).`,
-		Args: argsAsUsageError(cobra.NoArgs),
+		Args: usage.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			in := interrupt.Notify(cmd.ErrOrStderr())
 			return in.Result(demo.Run(in.Work, in.Force, cmd.OutOrStdout(), blocks))

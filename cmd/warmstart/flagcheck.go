@@ -16,14 +16,14 @@ import (
 // Empty device and policy mean the configured defaults.
 func checkRestoreFlags(device string, ioEngine int, policy string) error {
 	if device != "" && !config.ValidDevice(device) {
-		return usageError{fmt.Errorf("--device %q: want file or uffd", device)}
+		return usageError{Err: fmt.Errorf("--device %q: want file or uffd", device)}
 	}
 	if err := checkIOEngineFlag(ioEngine); err != nil {
 		return err
 	}
 	if policy != "" {
 		if _, err := restore.LookupPolicy(policy); err != nil {
-			return usageError{fmt.Errorf("--policy: %w", err)}
+			return usageError{Err: fmt.Errorf("--policy: %w", err)}
 		}
 	}
 	return nil
@@ -33,7 +33,7 @@ func checkRestoreFlags(device string, ioEngine int, policy string) error {
 // engines 0 and 1 (buffered) and 2 (direct I/O).
 func checkIOEngineFlag(n int) error {
 	if !config.ValidIOEngine(n) {
-		return usageError{fmt.Errorf("--io-engine %d: want 0 or 1 (buffered) or 2 (direct I/O)", n)}
+		return usageError{Err: fmt.Errorf("--io-engine %d: want 0 or 1 (buffered) or 2 (direct I/O)", n)}
 	}
 	return nil
 }

@@ -58,4 +58,9 @@ func TestSnapshotImportRecordsWhenEnabled(t *testing.T) {
 	if rec.Manifest == nil {
 		t.Error("the imported snapshot has no startup manifest when import returns")
 	}
+	// Had this process died before the attach, a daemon would resume the
+	// recording: the record must say one was asked for.
+	if !rec.ManifestRequested {
+		t.Error("the record of an import that records its manifest lacks manifest_requested")
+	}
 }

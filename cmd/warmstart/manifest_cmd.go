@@ -1,22 +1,15 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
-	"os"
-	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/chart"
-	"warmstart/internal/layout"
-	"warmstart/internal/manifest"
+	"warmstart/internal/local"
+	"warmstart/internal/repository"
+	"warmstart/internal/usage"
 )
-
-// manifestInspectRanges is how many ranges inspect lists without --verbose.
-const manifestInspectRanges = 20
 
 var manifestCmd = &cobra.Command{
 	Use:   "manifest",
@@ -52,140 +45,19 @@ against first-touch rank.
 A file that is not a valid manifest (truncated, bad magic number, unknown
 version, overlapping, unaligned or out-of-layout ranges, over 16 MiB) is an
 error naming the file and the rule it breaks.`,
-	Args: argsAsUsageError(cobra.ExactArgs(1)),
+	Args: usage.Args(cobra.ExactArgs(1)),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		if manifestPlot != "" {
 			if err := chart.CheckPath(manifestPlot); err != nil {
-				return usageError{fmt.Errorf("--plot: %w", err)}
+				return usageError{Err: fmt.Errorf("--plot: %w", err)}
 			}
 		}
-		path, data, m, err := loadManifest(cmd, args[0])
-		if err != nil {
-			return err
-		}
-		if manifestPlot != "" {
-			if err := chart.Manifest(manifestPlot, m); err != nil {
-				return err
-			}
-		}
-		out := cmd.OutOrStdout()
-		if manifestInspectJSON {
-			return writeManifestJSON(out, path, data, m)
-		}
-		return writeManifestText(out, path, data, m, manifestInspectVerbose)
+		req := local.InspectRequest{Ref: args[0], JSON: manifestInspectJSON, Verbose: manifestInspectVerbose, Plot: manifestPlot}
+		return local.InspectManifest(cmd.Context(), cmdOutput(cmd), req, func() (repository.Repository, error) {
+			return openReadOnlyRepository(cmd)
+		})
 	},
 }
-
-// manifestReport is inspect's JSON output.
-type manifestReport struct {
-	File       string           `json:"file"`
-	Version    int              `json:"version"`
-	Size       int64            `json:"size"`
-	SHA256     string           `json:"sha256"`
-	Layout     layout.Layout    `json:"layout"`
-	RangeCount int              `json:"range_count"`
-	TotalBytes int64            `json:"total_bytes"`
-	Ranges     []manifest.Range `json:"ranges"`
-}
-
-func writeManifestJSON(w io.Writer, path string, data []byte, m *manifest.Manifest) error {
-	d := manifest.Describe(data)
-	ranges := m.Ranges
-	if ranges == nil {
-		ranges = []manifest.Range{}
-	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(manifestReport{
-		File: path, Version: manifest.Version, Size: d.Size, SHA256: d.SHA256, Layout: m.Layout,
-		RangeCount: len(m.Ranges), TotalBytes: m.TotalBytes(), Ranges: ranges,
-	})
-}
-
-func writeManifestText(w io.Writer, path string, data []byte, m *manifest.Manifest, verbose bool) error {
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	d := manifest.Describe(data)
-	fmt.Fprintf(tw, "file\t%s\n", path)
-	fmt.Fprintf(tw, "version\t%d\n", manifest.Version)
-	fmt.Fprintf(tw, "size\t%d bytes\n", d.Size)
-	fmt.Fprintf(tw, "sha256\t%s\n", d.SHA256)
-	fmt.Fprintf(tw, "memory file\t%d bytes (%s)\n", m.Layout.FileSize, mibString(m.Layout.FileSize))
-	for i, r := range m.Layout.Regions {
-		fmt.Fprintf(tw, "region %d\toffset %d, size %d (%s), page size %d\n", i, r.Offset, r.Size, mibString(r.Size), r.PageSize)
-	}
-	fmt.Fprintf(tw, "ranges\t%d\n", len(m.Ranges))
-	fmt.Fprintf(tw, "total\t%d bytes (%s)\n", m.TotalBytes(), mibString(m.TotalBytes()))
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if len(m.Ranges) == 0 {
-		return nil
-	}
-	shown := m.Ranges
-	if !verbose && len(shown) > manifestInspectRanges {
-		shown = shown[:manifestInspectRanges]
-	}
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "#\toffset\tlength\tend\t")
-	for i, r := range shown {
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t\n", i, r.Offset, r.Length, r.End())
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if more := len(m.Ranges) - len(shown); more > 0 {
-		_, err := fmt.Fprintf(w, "… %d more (--verbose lists all)\n", more)
-		return err
-	}
-	return nil
-}
-
-// loadManifest reads the manifest ref names: a file, or when no file of
-// that name exists, the manifest attached to the snapshot with that id or
-// alias, verified against its record.
-func loadManifest(cmd *cobra.Command, ref string) (string, []byte, *manifest.Manifest, error) {
-	if _, err := os.Lstat(ref); err == nil || strings.ContainsRune(ref, '/') {
-		data, err := manifest.ReadFile(ref)
-		if err != nil {
-			return "", nil, nil, fmt.Errorf("manifest inspect: %w", err)
-		}
-		m, err := manifest.Decode(data)
-		if err != nil {
-			return "", nil, nil, fmt.Errorf("manifest %s: %w", ref, err)
-		}
-		return ref, data, m, nil
-	}
-	repo, err := openReadOnlyRepository(cmd)
-	if err != nil {
-		return "", nil, nil, err
-	}
-	if c, ok := repo.(io.Closer); ok {
-		defer c.Close()
-	}
-	rec, err := repo.Lookup(cmd.Context(), ref)
-	if err != nil {
-		return "", nil, nil, fmt.Errorf("manifest of %s: no such file, and %w", ref, err)
-	}
-	if rec.Manifest == nil {
-		return "", nil, nil, fmt.Errorf("snapshot %s has no startup manifest", ref)
-	}
-	res, err := repo.Resolve(cmd.Context(), rec.ID)
-	if err != nil {
-		return "", nil, nil, fmt.Errorf("manifest of %s: %w", ref, err)
-	}
-	data, err := manifest.ReadFile(res.ManifestPath)
-	if err != nil {
-		return "", nil, nil, fmt.Errorf("manifest of %s: %w", ref, err)
-	}
-	m, err := manifest.Verify(data, manifest.Descriptor{SHA256: rec.Manifest.SHA256, Size: rec.Manifest.Size}, rec.Layout)
-	if err != nil {
-		return "", nil, nil, fmt.Errorf("manifest of %s: %w", ref, err)
-	}
-	return res.ManifestPath, data, m, nil
-}
-
-func mibString(n int64) string { return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20)) }
 
 func init() {
 	manifestInspectCmd.Flags().BoolVar(&manifestInspectJSON, "json", false, "print the manifest as JSON, every range included")

@@ -2,10 +2,15 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"warmstart/internal/daemon"
+	"warmstart/internal/local"
+	"warmstart/internal/remote"
+	"warmstart/internal/report"
+	"warmstart/internal/usage"
 
 	"github.com/spf13/cobra"
 )
@@ -20,10 +25,12 @@ the memory it touches until the guest agent is ready, build the startup
 manifest (first-touch order, adjacent pages coalesced) and attach it to the
 snapshot atomically, replacing any manifest it had. This is what a publish
 does in the background when [snapshot.memory_startup_pack] enabled is on.`,
-		Args: argsAsUsageError(cobra.ExactArgs(1)),
+		Args: usage.Args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if daemonSocket != "" {
-				return daemonRecordManifest(cmd, args[0])
+				return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
+					return remote.RecordManifest(ctx, c, o, args[0])
+				}, "vmm", "trace")
 			}
 			s, err := openSystem(cmd, &vf)
 			if err != nil {
@@ -32,23 +39,7 @@ does in the background when [snapshot.memory_startup_pack] enabled is on.`,
 			defer s.Close()
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			rec, err := s.Repo.Lookup(ctx, args[0])
-			if err != nil {
-				return fmt.Errorf("record-manifest %s: %w", args[0], err)
-			}
-			lease, err := s.Repo.LeaseExisting(ctx, rec.ID)
-			if err != nil {
-				return fmt.Errorf("record-manifest %s: %w", args[0], err)
-			}
-			defer lease.End()
-			fmt.Fprintf(cmd.ErrOrStderr(), "recording %s on the %s device...\n", rec.ID, s.Config.Memory.Device)
-			res, err := s.Recorder.Record(ctx, lease)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "attached startup manifest to %s: sha256 %s, %d bytes encoded, %d ranges, %.1f MiB, %d touches, ready after %v\n",
-				res.SnapshotID, res.Descriptor.SHA256, res.Descriptor.Size, res.Ranges, float64(res.Bytes)/(1<<20), res.Touches, res.ReadyAfter)
-			return nil
+			return local.RecordManifest(ctx, s, cmdOutput(cmd), args[0])
 		},
 	}
 	vf.register(cmd)

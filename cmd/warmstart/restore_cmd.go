@@ -2,18 +2,20 @@ package main
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/chart"
 	"warmstart/internal/daemon"
+	"warmstart/internal/local"
 	"warmstart/internal/node"
+	"warmstart/internal/remote"
+	"warmstart/internal/report"
 	"warmstart/internal/restore"
+	"warmstart/internal/usage"
 )
 
 // restoreFlags are restore's flags.
@@ -47,11 +49,11 @@ on prefetches whenever a valid manifest is attached; off never does.
 snapshot, device, io_engine, policy, generation, started_at, the phase
 timings (integer nanoseconds, keys ending in _ns), prefetch, device_bytes,
 ready and state.`,
-		Args: argsAsUsageError(cobra.ExactArgs(1)),
+		Args: usage.Args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, err := restore.ParseMode(f.mode)
 			if err != nil {
-				return usageError{err}
+				return usageError{Err: err}
 			}
 			if err := checkRestoreFlags(f.device, f.ioEngine, f.policy); err != nil {
 				return err
@@ -60,7 +62,7 @@ ready and state.`,
 				return err
 			}
 			if daemonSocket != "" {
-				return daemonRestore(cmd, args[0], m, f.device, f.policy, f.ioEngine, f.hold, f.asJSON)
+				return f.onDaemon(cmd, args[0], m)
 			}
 			return restoreInProcess(cmd, args[0], m, &f)
 		},
@@ -85,7 +87,7 @@ func (f *restoreFlags) restoreOptions(cmd *cobra.Command, n *node.Node, m restor
 	cfg := n.Config
 	p, err := restore.LookupPolicy(orDefault(f.policy, cfg.Prefetch.Policy))
 	if err != nil {
-		return restore.Options{}, usageError{err}
+		return restore.Options{}, usageError{Err: err}
 	}
 	o := restore.Options{Device: orDefault(f.device, cfg.Memory.Device), IOEngine: cfg.Memory.IOEngine, Prefetch: m, Policy: p}
 	if cmd.Flags().Changed("io-engine") {
@@ -109,55 +111,7 @@ func restoreInProcess(cmd *cobra.Command, ref string, m restore.Mode, f *restore
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	src, err := n.Resolve(ctx, ref)
-	if err != nil {
-		return err
-	}
-	started := time.Now()
-	inst, err := n.Restorer.Restore(ctx, src, opts)
-	if err != nil {
-		return err
-	}
-	if err := reportRestore(cmd, inst, daemon.NewRestoreInfo(inst, src.SnapshotID, opts, started), f); err != nil {
-		inst.Stop(context.Background())
-		return err
-	}
-	if f.hold {
-		fmt.Fprintln(cmd.ErrOrStderr(), "holding the VM; Ctrl-C stops it")
-		holdUntilStopOrExit(ctx, inst)
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	rep, err := inst.StopReported(sctx)
-	if err != nil {
-		return err
-	}
-	if !f.asJSON {
-		printStopped(cmd.OutOrStdout(), rep)
-	}
-	if rep.Exit != nil {
-		// Everything is released; the VM's end is still a failure.
-		return fmt.Errorf("restore %s: the VM exited after ready: %v", src.SnapshotID, rep.Exit)
-	}
-	return nil
-}
-
-// reportRestore prints a ready restore, as JSON or for people, and draws
-// its timeline when --plot asks.
-func reportRestore(cmd *cobra.Command, inst *restore.Instance, in daemon.RestoreInfo, f *restoreFlags) error {
-	if err := printRestore(cmd, in, f.asJSON); err != nil || f.plotPath == "" {
-		return err
-	}
-	return chart.Timeline(f.plotPath, inst.Timings, inst.Events, inst.StartupSet)
-}
-
-// printRestore prints a ready restore, as JSON or for people.
-func printRestore(cmd *cobra.Command, in daemon.RestoreInfo, asJSON bool) error {
-	if asJSON {
-		return writeJSON(cmd.OutOrStdout(), in)
-	}
-	printRestoreInfo(cmd.OutOrStdout(), in)
-	return nil
+	return local.Restore(ctx, n, cmdOutput(cmd), local.RestoreRequest{Ref: ref, Options: opts, Hold: f.hold, JSON: f.asJSON, Plot: f.plotPath})
 }
 
 func orDefault(s, def string) string {
@@ -167,12 +121,20 @@ func orDefault(s, def string) string {
 	return s
 }
 
-// holdUntilStopOrExit returns when ctx ends (Ctrl-C, SIGTERM) or the VM's
-// process exits on its own: a held VM that is gone holds nothing worth
-// waiting for.
-func holdUntilStopOrExit(ctx context.Context, inst *restore.Instance) {
-	select {
-	case <-ctx.Done():
-	case <-inst.Exited():
+// onDaemon restores on the daemon. The daemon keeps no timeline, so --plot
+// is refused here.
+func (f *restoreFlags) onDaemon(cmd *cobra.Command, ref string, m restore.Mode) error {
+	if cmd.Flags().Changed("plot") {
+		if err := localOnly(cmd, "vmm", "trace", storeFlag); err != nil {
+			return err
+		}
+		return usageError{Err: errors.New("--plot draws the timeline of an in-process restore; the daemon keeps none")}
 	}
+	req := daemon.RestoreRequest{Snapshot: ref, Device: f.device, Prefetch: string(m), Policy: f.policy}
+	if cmd.Flags().Changed("io-engine") {
+		req.IOEngine = &f.ioEngine
+	}
+	return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
+		return remote.Restore(ctx, c, o, req, daemonSocket, f.hold, f.asJSON)
+	}, "vmm", "trace", storeFlag)
 }

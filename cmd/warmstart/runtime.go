@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/config"
-	"warmstart/internal/logging"
 	"warmstart/internal/node"
 )
 
@@ -49,7 +48,7 @@ func (f *vmmFlags) vmmConfig(cfg *config.Config) (*config.Config, error) {
 	switch f.kind {
 	case config.DriverReplay:
 		if f.trace == "" {
-			return nil, usageError{fmt.Errorf("--vmm replay needs --trace FILE (warmstart synth writes one)")}
+			return nil, usageError{Err: fmt.Errorf("--vmm replay needs --trace FILE (warmstart synth writes one)")}
 		}
 		if _, err := os.Stat(f.trace); err != nil {
 			return nil, fmt.Errorf("--trace: %w", err)
@@ -62,7 +61,7 @@ func (f *vmmFlags) vmmConfig(cfg *config.Config) (*config.Config, error) {
 			return nil, fmt.Errorf("--vmm firecracker: [envd] address is empty; set it to the guest agent's health endpoint (vsock:PORT, unix:PATH or http://HOST:PORT/health)")
 		}
 	default:
-		return nil, usageError{fmt.Errorf("--vmm %q: want replay, qemu or firecracker", f.kind)}
+		return nil, usageError{Err: fmt.Errorf("--vmm %q: want replay, qemu or firecracker", f.kind)}
 	}
 	return &c, nil
 }
@@ -79,28 +78,9 @@ func openSystem(cmd *cobra.Command, vf *vmmFlags) (*node.Node, error) {
 	if cfg, err = vf.vmmConfig(cfg); err != nil {
 		return nil, err
 	}
-	log, err := logging.New(os.Stderr, cfg.Log)
-	if err != nil {
-		return nil, err
-	}
 	repo, err := openRepositoryAs(cmd, vf.readOnly)
 	if err != nil {
 		return nil, err
 	}
-	vm, err := node.NewVMM(cmd.Context(), cfg)
-	if err != nil {
-		return nil, err
-	}
-	run, err := node.CLIRuntimeDir(cfg.Runtime.Dir, log)
-	if err != nil {
-		return nil, err
-	}
-	n, err := node.Open(cmd.Context(), node.Options{
-		Config: cfg, Repository: repo, VMM: vm, RuntimeDir: run, RemoveRuntimeDir: true, Log: log,
-	})
-	if err != nil {
-		os.RemoveAll(run)
-		return nil, err
-	}
-	return n, nil
+	return node.OpenCLI(cmd.Context(), cfg, repo, os.Stderr)
 }

@@ -9,8 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/daemon"
-	"warmstart/internal/logging"
-	"warmstart/internal/node"
+	"warmstart/internal/usage"
 )
 
 func init() {
@@ -46,7 +45,7 @@ cleaned up; a daemon still answering on the socket is an error. SIGTERM or
 SIGINT shuts down in order: stop accepting requests, stop the restores
 (stop the VM, wait for prefetch reads), release the memory devices, unmount
 FUSE, remove the socket.`,
-		Args: argsAsUsageError(cobra.NoArgs),
+		Args: usage.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig()
 			if err != nil {
@@ -56,23 +55,9 @@ FUSE, remove the socket.`,
 			if err != nil {
 				return err
 			}
-			vm, err := node.NewVMM(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			log, err := logging.New(cmd.ErrOrStderr(), cfg.Log)
-			if err != nil {
-				return err
-			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return daemon.Run(ctx, daemon.Options{
-				Config:     cfg,
-				Repository: repo,
-				VMM:        vm,
-				Log:        log,
-				Listen:     listen,
-			})
+			return daemon.Serve(ctx, cfg, repo, listen, cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "", "serve the API on this TCP address (host:port) instead of [daemon] socket")

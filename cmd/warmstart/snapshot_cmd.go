@@ -2,23 +2,21 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
+	"warmstart/internal/daemon"
 	"warmstart/internal/layout"
+	"warmstart/internal/local"
+	"warmstart/internal/node"
+	"warmstart/internal/remote"
+	"warmstart/internal/report"
 	"warmstart/internal/repository"
+	"warmstart/internal/usage"
 )
-
-// importProgressSteps is how many progress lines import prints per artifact
-// and step (one per quarter).
-const importProgressSteps = 4
 
 var snapshotCmd = &cobra.Command{
 	Use:   "snapshot",
@@ -71,22 +69,24 @@ With [snapshot.memory_startup_pack] enabled = true the startup manifest is
 then recorded, as a daemon does after an import, holding the capture lease;
 this command waits for it (progress on standard error) with the VMM that
 [vmm] driver, [replay] trace, --vmm and --trace name.`,
-	Args: argsAsUsageError(cobra.NoArgs),
+	Args: usage.Args(cobra.NoArgs),
 	RunE: runSnapshotImport,
 }
 
 func runSnapshotImport(cmd *cobra.Command, _ []string) error {
 	f := snapshotImportFlags
 	if f.vmState == "" || f.memory == "" {
-		return usageError{errors.New("snapshot import: --vm-state and --memory are required")}
+		return usageError{Err: errors.New("snapshot import: --vm-state and --memory are required")}
 	}
 	if f.alias != "" {
 		if err := repository.ValidateAlias(f.alias); err != nil {
-			return usageError{fmt.Errorf("snapshot import: --alias: %w", err)}
+			return usageError{Err: fmt.Errorf("snapshot import: --alias: %w", err)}
 		}
 	}
 	if daemonSocket != "" {
-		return daemonSnapshotImport(cmd, f)
+		return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
+			return remote.Import(ctx, c, o, daemon.ImportRequest{VMState: f.vmState, Memory: f.memory, Alias: f.alias, Layout: f.layout, Link: f.link})
+		}, storeFlag)
 	}
 	lay, err := importLayout(f)
 	if err != nil {
@@ -103,24 +103,8 @@ func runSnapshotImport(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return fmt.Errorf("snapshot import: %w", err)
 	}
-	ctx := cmd.Context()
-	lease, err := repo.BeginCapture(ctx)
+	rec, err := node.Import(cmd.Context(), repo, f.publishRequest(cmd, lay))
 	if err != nil {
-		return fmt.Errorf("snapshot import: %w", err)
-	}
-	defer lease.End()
-	rec, err := repo.Publish(ctx, lease, repository.PublishRequest{
-		VMStatePath: f.vmState,
-		MemoryPath:  f.memory,
-		Layout:      lay,
-		Alias:       f.alias,
-		Link:        f.link,
-		Progress:    progressPrinter(cmd.ErrOrStderr()),
-	})
-	if err != nil {
-		return fmt.Errorf("snapshot import: %w", err)
-	}
-	if err := lease.End(); err != nil {
 		return fmt.Errorf("snapshot import: %w", err)
 	}
 	_, err = fmt.Fprintln(cmd.OutOrStdout(), rec.ID)
@@ -142,9 +126,18 @@ func importLayout(f snapshotImportOptions) (layout.Layout, error) {
 	case err != nil && f.layout == "":
 		return lay, fmt.Errorf("snapshot import: memory file %s: %w", f.memory, err)
 	case err != nil:
-		return lay, usageError{fmt.Errorf("snapshot import: --layout %q for memory file %s (%d bytes): %w", f.layout, f.memory, mem.Size(), err)}
+		return lay, usageError{Err: fmt.Errorf("snapshot import: --layout %q for memory file %s (%d bytes): %w", f.layout, f.memory, mem.Size(), err)}
 	}
 	return lay, nil
+}
+
+// publishRequest is what the flags ask to publish, with progress on
+// standard error.
+func (f snapshotImportOptions) publishRequest(cmd *cobra.Command, lay layout.Layout) repository.PublishRequest {
+	return repository.PublishRequest{
+		VMStatePath: f.vmState, MemoryPath: f.memory, Layout: lay, Alias: f.alias, Link: f.link,
+		Progress: report.ImportProgress(cmd.ErrOrStderr()),
+	}
 }
 
 // importAndRecord publishes the snapshot and records its startup manifest,
@@ -155,53 +148,12 @@ func importAndRecord(cmd *cobra.Command, f snapshotImportOptions, lay layout.Lay
 		return fmt.Errorf("snapshot import: %w", err)
 	}
 	defer n.Close()
-	ctx := cmd.Context()
-	lease, err := n.Repo.BeginCapture(ctx)
-	if err != nil {
-		return fmt.Errorf("snapshot import: %w", err)
-	}
-	rec, err := n.Repo.Publish(ctx, lease, repository.PublishRequest{
-		VMStatePath: f.vmState, MemoryPath: f.memory, Layout: lay, Alias: f.alias, Link: f.link,
-		Progress: progressPrinter(cmd.ErrOrStderr()),
-	})
-	if err != nil {
-		lease.End()
-		return fmt.Errorf("snapshot import: %w", err)
-	}
-	fmt.Fprintln(cmd.OutOrStdout(), rec.ID)
-	progress := cmd.ErrOrStderr()
-	fmt.Fprintf(progress, "recording the startup manifest of %s on the %s device; waiting for it\n", rec.ID, n.Config.Memory.Device)
-	res, err := n.Recorder.Start(ctx, lease).Result()
-	if err != nil {
-		// The snapshot is published and restores with on-demand reads.
-		return fmt.Errorf("snapshot %s published, but its startup manifest was not: %w", rec.ID, err)
-	}
-	fmt.Fprintf(progress, "attached startup manifest to %s: sha256 %s, %d ranges, %.1f MiB, ready after %v\n",
-		rec.ID, res.Descriptor.SHA256, res.Ranges, float64(res.Bytes)/(1<<20), res.ReadyAfter)
-	return nil
+	return local.ImportAndRecord(cmd.Context(), n, cmdOutput(cmd), f.publishRequest(cmd, lay))
 }
 
-// progressPrinter reports each artifact's import steps on w, a line per
-// quarter done.
-func progressPrinter(w io.Writer) func(repository.ImportProgress) {
-	type key struct{ artifact, step string }
-	printed := map[key]int{}
-	return func(p repository.ImportProgress) {
-		quarter := importProgressSteps
-		if p.TotalBytes > 0 {
-			quarter = int(p.DoneBytes * importProgressSteps / p.TotalBytes)
-		}
-		k := key{p.Artifact, p.Step}
-		if last, seen := printed[k]; seen && quarter <= last {
-			return
-		}
-		printed[k] = quarter
-		if quarter == 0 {
-			return
-		}
-		fmt.Fprintf(w, "%s: %s %s of %s\n", p.Artifact, p.Step, sizeString(p.DoneBytes), sizeString(p.TotalBytes))
-	}
-}
+// snapshotListCheck is `snapshot list --check`: exit 1 when the catalog
+// holds damaged entries.
+var snapshotListCheck bool
 
 var snapshotListFlags struct {
 	json        bool
@@ -220,24 +172,22 @@ A catalog entry that does not decode (a record or an alias binding) is a row
 marked CORRUPT (in JSON: {"id" or "alias", "corrupt": {...}}) and a warning
 on stderr; with --check the command then exits 1. Listing never changes the
 store: writers move such entries to catalog/quarantine/.`,
-	Args: argsAsUsageError(cobra.NoArgs),
+	Args: usage.Args(cobra.NoArgs),
 	RunE: func(cmd *cobra.Command, _ []string) error {
 		f := repository.Filter{AliasPrefix: snapshotListFlags.aliasPrefix}
 		if err := repository.ValidateFilter(f); err != nil {
-			return usageError{fmt.Errorf("snapshot list: --alias-prefix: %w", err)}
+			return usageError{Err: fmt.Errorf("snapshot list: --alias-prefix: %w", err)}
 		}
 		if daemonSocket != "" {
-			return daemonSnapshotList(cmd, f, snapshotListFlags.json)
+			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
+				return remote.List(ctx, c, o, f, snapshotListFlags.json, snapshotListCheck)
+			}, storeFlag)
 		}
 		repo, err := openReadOnlyRepository(cmd)
 		if err != nil {
 			return fmt.Errorf("snapshot list: %w", err)
 		}
-		rows, _, err := repository.Listing(cmd.Context(), repo, f)
-		if err != nil {
-			return fmt.Errorf("snapshot list: %w", err)
-		}
-		return printCatalog(cmd, rows, snapshotListFlags.json)
+		return local.List(cmd.Context(), repo, cmdOutput(cmd), f, snapshotListFlags.json, snapshotListCheck)
 	},
 }
 
@@ -250,70 +200,20 @@ var snapshotShowCmd = &cobra.Command{
 digests of its files, its memory layout, the descriptor (SHA-256, size) of
 its startup manifest when one is attached, and where its files are. An
 argument that parses as a UUID is taken as an id, anything else as an alias.`,
-	Args: argsAsUsageError(cobra.ExactArgs(1)),
+	Args: usage.Args(cobra.ExactArgs(1)),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		ref := args[0]
 		if daemonSocket != "" {
-			return daemonSnapshotShow(cmd, ref, snapshotShowJSON)
+			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
+				return remote.Show(ctx, c, o, ref, snapshotShowJSON)
+			}, storeFlag)
 		}
 		repo, err := openReadOnlyRepository(cmd)
 		if err != nil {
 			return fmt.Errorf("snapshot show: %w", err)
 		}
-		rec, err := repo.Lookup(cmd.Context(), ref)
-		if err != nil {
-			return refError("snapshot show", ref, err)
-		}
-		// The record alone is what show promises; file locations are
-		// added when the artifacts check out.
-		res, resErr := repo.Resolve(cmd.Context(), rec.ID)
-		if snapshotShowJSON {
-			out := snapshotShowReport{Record: rec}
-			if resErr == nil {
-				out.Files = &snapshotFiles{VMState: res.VMStatePath, Memory: res.MemoryPath, Manifest: res.ManifestPath}
-			}
-			return writeJSON(cmd.OutOrStdout(), out)
-		}
-		return writeSnapshotText(cmd.OutOrStdout(), rec, res, resErr)
+		return invalidAsUsage(local.Show(cmd.Context(), repo, cmdOutput(cmd), ref, snapshotShowJSON))
 	},
-}
-
-// snapshotShowReport is show's JSON output: the record's fields plus where
-// its files are.
-type snapshotShowReport struct {
-	repository.Record
-	Files *snapshotFiles `json:"files,omitempty"`
-}
-
-type snapshotFiles struct {
-	VMState  string `json:"vm_state"`
-	Memory   string `json:"memory"`
-	Manifest string `json:"manifest,omitempty"`
-}
-
-func writeSnapshotText(w io.Writer, rec repository.Record, res repository.Resolved, resErr error) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "id:\t%s\n", rec.ID)
-	fmt.Fprintf(tw, "alias:\t%s\n", orDash(rec.Alias))
-	fmt.Fprintf(tw, "created:\t%s\n", rec.CreatedAt.UTC().Format(time.RFC3339Nano))
-	fmt.Fprintf(tw, "vm state:\t%d bytes, sha256 %s\n", rec.VMStateSize, rec.VMStateSHA256)
-	fmt.Fprintf(tw, "memory:\t%d bytes (%s), sha256 %s\n", rec.MemorySize, sizeString(rec.MemorySize), rec.MemorySHA256)
-	fmt.Fprintf(tw, "layout:\t%s (offset:size:page size; %s of the file mapped)\n", rec.Layout, sizeString(rec.Layout.MappedSize()))
-	if m := rec.Manifest; m != nil {
-		fmt.Fprintf(tw, "manifest:\tsha256 %s, %d bytes\n", m.SHA256, m.Size)
-	} else {
-		fmt.Fprintf(tw, "manifest:\tnone\n")
-	}
-	if resErr != nil {
-		fmt.Fprintf(tw, "files:\tunavailable: %v\n", resErr)
-	} else {
-		fmt.Fprintf(tw, "vm state file:\t%s\n", res.VMStatePath)
-		fmt.Fprintf(tw, "memory file:\t%s\n", res.MemoryPath)
-		if res.ManifestPath != "" {
-			fmt.Fprintf(tw, "manifest file:\t%s\n", res.ManifestPath)
-		}
-	}
-	return tw.Flush()
 }
 
 var snapshotDeleteCmd = &cobra.Command{
@@ -322,87 +222,39 @@ var snapshotDeleteCmd = &cobra.Command{
 	Long: `Delete the snapshot with that id or alias: its record, its alias binding and
 its files. Deleting a snapshot that does not exist succeeds and says so; a
 delete that was interrupted is finished by running it again.`,
-	Args: argsAsUsageError(cobra.ExactArgs(1)),
+	Args: usage.Args(cobra.ExactArgs(1)),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		ref := args[0]
 		if daemonSocket != "" {
-			return daemonSnapshotDelete(cmd, ref)
+			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
+				return remote.Delete(ctx, c, o, ref)
+			}, storeFlag)
 		}
 		repo, err := openRepository(cmd)
 		if err != nil {
 			return fmt.Errorf("snapshot delete: %w", err)
 		}
-		out := cmd.OutOrStdout()
-		rec, err := repo.Lookup(cmd.Context(), ref)
-		switch {
-		case errors.Is(err, repository.ErrNotFound) && repository.RefIsID(ref):
-			// Nothing visible, but a crashed publish or delete of this id
-			// may have left files that Delete reclaims.
-			if err := repo.Delete(cmd.Context(), ref); err != nil {
-				return refError("snapshot delete", ref, err)
-			}
-			_, err = fmt.Fprintf(out, "snapshot %s does not exist; nothing to delete\n", ref)
-			return err
-		case errors.Is(err, repository.ErrNotFound):
-			_, err = fmt.Fprintf(out, "no snapshot has alias %s; nothing to delete\n", ref)
-			return err
-		case errors.Is(err, repository.ErrIntegrity) && repository.RefIsID(ref):
-			// A record that cannot be read can still be deleted.
-			rec = repository.Record{ID: ref}
-		case err != nil:
-			return refError("snapshot delete", ref, err)
-		}
-		if err := repo.Delete(cmd.Context(), rec.ID); err != nil {
-			return refError("snapshot delete", ref, err)
-		}
-		if rec.Alias != "" {
-			_, err = fmt.Fprintf(out, "deleted snapshot %s (alias %s)\n", rec.ID, rec.Alias)
-		} else {
-			_, err = fmt.Fprintf(out, "deleted snapshot %s\n", rec.ID)
-		}
-		return err
+		return invalidAsUsage(local.Delete(cmd.Context(), repo, cmdOutput(cmd), ref))
 	},
 }
 
-// refError names the snapshot a verb failed on. Not-found needs no more
-// than that; a malformed id or alias is a usage error.
+// refError names the snapshot a verb failed on (local.RefError); a
+// malformed id or alias is a usage error.
 func refError(verb, ref string, err error) error {
-	switch {
-	case errors.Is(err, repository.ErrNotFound):
-		return fmt.Errorf("%s %s: %w", verb, ref, repository.ErrNotFound)
-	case errors.Is(err, repository.ErrInvalidRequest):
-		return usageError{fmt.Errorf("%s %q: %w", verb, ref, err)}
-	case errors.Is(err, context.Canceled):
-		return fmt.Errorf("%s %s: interrupted: %w", verb, ref, err)
-	}
-	return fmt.Errorf("%s %s: %w", verb, ref, err)
+	return invalidAsUsage(local.RefError(verb, ref, err))
 }
 
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+// invalidAsUsage makes a malformed id or alias a usage error.
+func invalidAsUsage(err error) error {
+	if errors.Is(err, repository.ErrInvalidRequest) {
+		return usageError{Err: err}
+	}
+	return err
 }
 
-// sizeString renders a byte count for people: "3000 B", "8.0 MiB".
-func sizeString(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	value, exp := float64(n)/unit, 0
-	for value >= unit && exp < 4 {
-		value /= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", value, "KMGTP"[exp])
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
+// cmdOutput is where cmd prints.
+func cmdOutput(cmd *cobra.Command) report.Output {
+	return report.Output{Out: cmd.OutOrStdout(), Err: cmd.ErrOrStderr()}
 }
 
 func init() {

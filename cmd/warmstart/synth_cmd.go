@@ -26,14 +26,14 @@ The output is fully determined by the memory size and the seed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
-				return usageError{fmt.Errorf("synth: --out is required")}
+				return usageError{Err: fmt.Errorf("synth: --out is required")}
 			}
 			size, err := layout.ParseSize(memorySize)
 			if err != nil {
-				return usageError{fmt.Errorf("synth: --memory-size: %w", err)}
+				return usageError{Err: fmt.Errorf("synth: --memory-size: %w", err)}
 			}
 			if size < synth.MinMemoryBytes || size > synth.MaxMemoryBytes {
-				return usageError{fmt.Errorf("synth: --memory-size %s: want %d MiB to %d GiB", memorySize, synth.MinMemoryBytes>>20, synth.MaxMemoryBytes>>30)}
+				return usageError{Err: fmt.Errorf("synth: --memory-size %s: want %d MiB to %d GiB", memorySize, synth.MinMemoryBytes>>20, synth.MaxMemoryBytes>>30)}
 			}
 			p, err := synth.Generate(synth.Options{MemoryBytes: size, Seed: seed, Dir: out, Progress: cmd.OutOrStdout()})
 			if err != nil {

@@ -1,15 +1,18 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/daemon"
-	"warmstart/internal/repository"
-	"warmstart/internal/snapcheck"
+	"warmstart/internal/local"
+	"warmstart/internal/remote"
+	"warmstart/internal/report"
+	"warmstart/internal/usage"
 )
 
 // snapshotVerifyOptions are the flags of snapshot verify.
@@ -46,17 +49,20 @@ keys; "ok" says whether problems were found.
 
 Exit status: 0 when no problem was found, 1 when one was (or the
 verification itself failed), 2 for a usage error.`,
-	Args: argsAsUsageError(cobra.MaximumNArgs(1)),
+	Args: usage.Args(cobra.MaximumNArgs(1)),
 	RunE: runSnapshotVerify,
 }
 
 func runSnapshotVerify(cmd *cobra.Command, args []string) error {
 	f := snapshotVerifyFlags
 	if f.all == (len(args) == 1) {
-		return usageError{errors.New("snapshot verify: give one ID or ALIAS, or --all")}
+		return usageError{Err: errors.New("snapshot verify: give one ID or ALIAS, or --all")}
 	}
 	if daemonSocket != "" {
-		return daemonSnapshotVerify(cmd, args, f)
+		ref := strings.Join(args, "") // empty with --all
+		return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
+			return remote.Verify(ctx, c, o, ref, f.all, f.json, daemon.VerifyRequest{AddDigests: f.addDigests})
+		}, storeFlag)
 	}
 	open := openReadOnlyRepository
 	if f.addDigests {
@@ -66,101 +72,7 @@ func runSnapshotVerify(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return fmt.Errorf("snapshot verify: %w", err)
 	}
-	opts := snapcheck.Options{AddDigests: f.addDigests, Progress: verifyProgress(cmd.ErrOrStderr())}
-	if f.all {
-		reports, err := snapcheck.VerifyAll(cmd.Context(), repo, opts)
-		if err != nil {
-			return fmt.Errorf("snapshot verify --all: %w", err)
-		}
-		return printVerifyReports(cmd.OutOrStdout(), reports, f)
-	}
-	rep, err := snapcheck.Verify(cmd.Context(), repo, args[0], opts)
-	if err != nil {
-		return refError("snapshot verify", args[0], err)
-	}
-	return printVerifyReports(cmd.OutOrStdout(), []snapcheck.Report{rep}, f)
-}
-
-// verifyProgress prints import-style progress lines for each snapshot's
-// reads, under a line naming the snapshot.
-func verifyProgress(w io.Writer) func(snapcheck.Progress) {
-	var current string
-	var printer func(repository.ImportProgress)
-	return func(p snapcheck.Progress) {
-		if p.SnapshotID != current {
-			current, printer = p.SnapshotID, progressPrinter(w)
-			fmt.Fprintf(w, "verifying %s\n", current)
-		}
-		printer(p.ImportProgress)
-	}
-}
-
-// printVerifyReports prints the reports and fails, so the exit status is
-// 1, when any found a problem.
-func printVerifyReports(w io.Writer, reports []snapcheck.Report, f snapshotVerifyOptions) error {
-	var err error
-	switch {
-	case f.json && f.all:
-		err = writeJSON(w, reports)
-	case f.json:
-		err = writeJSON(w, reports[0])
-	case len(reports) == 0:
-		_, err = fmt.Fprintln(w, "no snapshots to verify")
-	}
-	for i := 0; err == nil && !f.json && i < len(reports); i++ {
-		err = snapcheck.WriteText(w, reports[i])
-	}
-	if err != nil {
-		return err
-	}
-	bad := 0
-	for _, r := range reports {
-		if !r.OK {
-			bad++
-		}
-	}
-	switch {
-	case bad > 0 && !f.all:
-		return fmt.Errorf("snapshot verify %s: problems found", orDash(reports[0].ID))
-	case bad > 0:
-		return fmt.Errorf("snapshot verify --all: %d of %d snapshots have problems", bad, len(reports))
-	}
-	return nil
-}
-
-// daemonSnapshotVerify runs the verification on the daemon; --all lists
-// the daemon's snapshots and verifies each.
-func daemonSnapshotVerify(cmd *cobra.Command, args []string, f snapshotVerifyOptions) error {
-	c, err := storeDaemonClient(cmd)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ctx, req := cmd.Context(), daemon.VerifyRequest{AddDigests: f.addDigests}
-	if !f.all {
-		rep, err := c.VerifySnapshot(ctx, args[0], req)
-		if err != nil {
-			return daemonError("snapshot verify "+args[0], err)
-		}
-		return printVerifyReports(cmd.OutOrStdout(), []snapcheck.Report{rep}, f)
-	}
-	recs, err := c.Snapshots(ctx, repository.Filter{})
-	if err != nil {
-		return daemonError("snapshot verify --all", err)
-	}
-	reports := make([]snapcheck.Report, 0, len(recs))
-	for _, rec := range recs {
-		fmt.Fprintf(cmd.ErrOrStderr(), "verifying %s on the daemon\n", rec.ID)
-		rep, err := c.VerifySnapshot(ctx, rec.ID, req)
-		if errors.Is(err, repository.ErrNotFound) {
-			continue // deleted since the listing
-		}
-		if err != nil {
-			return daemonError("snapshot verify "+rec.ID, err)
-		}
-		reports = append(reports, rep)
-	}
-	return printVerifyReports(cmd.OutOrStdout(), reports, f)
+	return invalidAsUsage(local.Verify(cmd.Context(), repo, cmdOutput(cmd), strings.Join(args, ""), f.all, f.json, f.addDigests))
 }
 
 func init() {

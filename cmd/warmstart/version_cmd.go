@@ -2,9 +2,10 @@ package main
 
 import (
 	"fmt"
-	"runtime"
 	"runtime/debug"
-	"strings"
+
+	"warmstart/internal/report"
+	"warmstart/internal/usage"
 
 	"github.com/spf13/cobra"
 )
@@ -13,7 +14,7 @@ func init() {
 	rootCmd.AddCommand(&cobra.Command{
 		Use:   "version",
 		Short: "Print the module version, VCS revision and Go version of this binary (as --version does)",
-		Args:  argsAsUsageError(cobra.NoArgs),
+		Args:  usage.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_, err := fmt.Fprint(cmd.OutOrStdout(), buildVersion())
 			return err
@@ -25,42 +26,5 @@ func init() {
 // into it.
 func buildVersion() string {
 	bi, _ := debug.ReadBuildInfo()
-	return formatVersion(bi)
-}
-
-// formatVersion renders the main module's version, the VCS revision the
-// binary was built from (with its commit time, and whether the work tree
-// had uncommitted changes) and the Go toolchain. A binary built with
-// -buildvcs=false, or by go run or go test, carries no revision: it says so
-// rather than print an empty one.
-func formatVersion(bi *debug.BuildInfo) string {
-	version, goVersion := "(unknown)", runtime.Version()
-	settings := map[string]string{}
-	if bi != nil {
-		if bi.Main.Version != "" {
-			version = bi.Main.Version
-		}
-		if bi.GoVersion != "" {
-			goVersion = bi.GoVersion
-		}
-		for _, s := range bi.Settings {
-			settings[s.Key] = s.Value
-		}
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "warmstart %s\n", version)
-	if rev := settings["vcs.revision"]; rev != "" {
-		fmt.Fprintf(&b, "revision %s", rev)
-		if t := settings["vcs.time"]; t != "" {
-			fmt.Fprintf(&b, ", committed %s", t)
-		}
-		if settings["vcs.modified"] == "true" {
-			b.WriteString(", with uncommitted changes")
-		}
-		b.WriteString("\n")
-	} else {
-		b.WriteString("revision unknown (built without VCS information)\n")
-	}
-	fmt.Fprintf(&b, "%s %s/%s\n", goVersion, runtime.GOOS, runtime.GOARCH)
-	return b.String()
+	return report.Version(bi)
 }

@@ -344,53 +344,16 @@ func (d *Daemon) importSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &req); err != nil {
 		return err
 	}
-	if _, err := localFile("vm_state", req.VMState); err != nil {
-		return err
-	}
-	mem, err := localFile("memory", req.Memory)
+	lay, err := d.checkImport(&req)
 	if err != nil {
 		return err
-	}
-	if req.VMState, err = d.importable("vm_state", req.VMState); err != nil {
-		return err
-	}
-	if req.Memory, err = d.importable("memory", req.Memory); err != nil {
-		return err
-	}
-	if req.Alias != "" {
-		if err := repository.ValidateAlias(req.Alias); err != nil {
-			return statusError(http.StatusBadRequest, "alias", err)
-		}
-	}
-	lay, err := layout.Parse(req.Layout, mem.Size())
-	if err != nil {
-		field := "layout"
-		if req.Layout == "" {
-			field = "memory"
-		}
-		return badRequest(field, "layout of memory file %s (%d bytes): %v", req.Memory, mem.Size(), err)
 	}
 	if err := d.checkOpen(); err != nil {
 		return err
 	}
-	ctx := r.Context()
-	lease, err := d.repo.BeginCapture(ctx)
+	lease, rec, err := d.publishImport(r.Context(), req, lay)
 	if err != nil {
-		return fmt.Errorf("import: %w", err)
-	}
-	rec, err := d.repo.Publish(ctx, lease, repository.PublishRequest{
-		VMStatePath: req.VMState, MemoryPath: req.Memory, Layout: lay, Alias: req.Alias, Link: req.Link,
-		RecordManifest: d.cfg.Snapshot.MemoryStartupPack.Enabled,
-	})
-	if err != nil {
-		lease.End()
-		if errors.Is(err, repository.ErrAliasConflict) {
-			return statusError(http.StatusConflict, "alias", err)
-		}
-		if errors.Is(err, repository.ErrInvalidRequest) {
-			return statusError(http.StatusBadRequest, "", err)
-		}
-		return fmt.Errorf("import: %w", err)
+		return err
 	}
 	d.log.Info("snapshot published", "snapshot", rec.ID, "alias", rec.Alias, "memory_bytes", rec.MemorySize)
 	resp := ImportResponse{Record: rec}
@@ -401,6 +364,64 @@ func (d *Daemon) importSnapshot(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusCreated, resp)
 	return nil
+}
+
+// checkImport validates an import request field by field, rewriting its
+// paths to the importable ones, and returns the memory layout it names, so
+// that a bad request is refused before any capture lease is taken.
+func (d *Daemon) checkImport(req *ImportRequest) (layout.Layout, error) {
+	if _, err := localFile("vm_state", req.VMState); err != nil {
+		return layout.Layout{}, err
+	}
+	mem, err := localFile("memory", req.Memory)
+	if err != nil {
+		return layout.Layout{}, err
+	}
+	if req.VMState, err = d.importable("vm_state", req.VMState); err != nil {
+		return layout.Layout{}, err
+	}
+	if req.Memory, err = d.importable("memory", req.Memory); err != nil {
+		return layout.Layout{}, err
+	}
+	if req.Alias != "" {
+		if err := repository.ValidateAlias(req.Alias); err != nil {
+			return layout.Layout{}, statusError(http.StatusBadRequest, "alias", err)
+		}
+	}
+	lay, err := layout.Parse(req.Layout, mem.Size())
+	if err != nil {
+		field := "layout"
+		if req.Layout == "" {
+			field = "memory"
+		}
+		return layout.Layout{}, badRequest(field, "layout of memory file %s (%d bytes): %v", req.Memory, mem.Size(), err)
+	}
+	return lay, nil
+}
+
+// publishImport publishes a checked import under a fresh capture lease and
+// returns the lease still held (the caller ends it or hands it to the
+// recorder); on failure the lease is ended and the error carries its status.
+func (d *Daemon) publishImport(ctx context.Context, req ImportRequest, lay layout.Layout) (repository.Lease, repository.Record, error) {
+	lease, err := d.repo.BeginCapture(ctx)
+	if err != nil {
+		return nil, repository.Record{}, fmt.Errorf("import: %w", err)
+	}
+	rec, err := d.repo.Publish(ctx, lease, repository.PublishRequest{
+		VMStatePath: req.VMState, MemoryPath: req.Memory, Layout: lay, Alias: req.Alias, Link: req.Link,
+		RecordManifest: d.cfg.Snapshot.MemoryStartupPack.Enabled,
+	})
+	if err == nil {
+		return lease, rec, nil
+	}
+	lease.End()
+	if errors.Is(err, repository.ErrAliasConflict) {
+		return nil, repository.Record{}, statusError(http.StatusConflict, "alias", err)
+	}
+	if errors.Is(err, repository.ErrInvalidRequest) {
+		return nil, repository.Record{}, statusError(http.StatusBadRequest, "", err)
+	}
+	return nil, repository.Record{}, fmt.Errorf("import: %w", err)
 }
 
 // startRecording records the manifest of the leased snapshot in the

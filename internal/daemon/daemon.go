@@ -69,6 +69,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net"
@@ -82,6 +83,7 @@ import (
 
 	"warmstart/internal/config"
 	"warmstart/internal/daemon/metrics"
+	"warmstart/internal/logging"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/node"
 	"warmstart/internal/prefetch"
@@ -466,6 +468,21 @@ func (d *Daemon) Serve() error {
 		return fmt.Errorf("daemon: serve: %w", err)
 	}
 	return nil
+}
+
+// Serve runs the daemon of `warmstart serve` until ctx is done: on repo,
+// with the VMM cfg names, logging on logOut, serving listen (see
+// Options.Listen).
+func Serve(ctx context.Context, cfg *config.Config, repo repository.Repository, listen string, logOut io.Writer) error {
+	vm, err := node.NewVMM(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	log, err := logging.New(logOut, cfg.Log)
+	if err != nil {
+		return err
+	}
+	return Run(ctx, Options{Config: cfg, Repository: repo, VMM: vm, Log: log, Listen: listen})
 }
 
 // Run serves until ctx is done (cmd/warmstart cancels it on SIGTERM and

@@ -1,8 +1,10 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -11,7 +13,10 @@ import (
 	"strings"
 	"syscall"
 
+	"warmstart/internal/config"
+	"warmstart/internal/logging"
 	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/repository"
 )
 
 // CLIDirPrefix and the process id name a CLI process's runtime directory.
@@ -75,4 +80,29 @@ func sweepCLIDir(dir string, log *slog.Logger) {
 func processExists(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// OpenCLI assembles the node an in-process CLI verb works with: the VMM
+// cfg names, logs on logOut, and FUSE mounts in a runtime directory
+// private to this process (see CLIRuntimeDir), so verbs run side by side;
+// Close removes that directory.
+func OpenCLI(ctx context.Context, cfg *config.Config, repo repository.Repository, logOut io.Writer) (*Node, error) {
+	log, err := logging.New(logOut, cfg.Log)
+	if err != nil {
+		return nil, err
+	}
+	vm, err := NewVMM(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	run, err := CLIRuntimeDir(cfg.Runtime.Dir, log)
+	if err != nil {
+		return nil, err
+	}
+	n, err := Open(ctx, Options{Config: cfg, Repository: repo, VMM: vm, RuntimeDir: run, RemoveRuntimeDir: true, Log: log})
+	if err != nil {
+		os.RemoveAll(run)
+		return nil, err
+	}
+	return n, nil
 }

@@ -3,7 +3,9 @@
 // restorer, the recorder's tracing restorer and the recorder, the VMM
 // driver and the metrics hook. The daemon, every CLI verb, the benchmark,
 // the demo and the S3 benchmark get their parts here and nowhere else, so
-// the wiring exists once and cannot drift between them.
+// the wiring exists once and cannot drift between them. The operations
+// that need several of those parts at once (Capture, ImportAndRecord) live
+// here too.
 package node
 
 import (

@@ -1,0 +1,86 @@
+// Package local runs the CLI's verbs in this process, on a repository or a
+// node the caller opened, and prints through package report: the
+// in-process twin of package remote, so both read alike. Errors name the
+// verb and the snapshot; a malformed id or alias keeps
+// repository.ErrInvalidRequest in the chain, so the caller can report it as
+// a usage error.
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"warmstart/internal/report"
+	"warmstart/internal/repository"
+)
+
+// RefError names the snapshot a verb failed on. Not-found needs no more
+// than that.
+func RefError(verb, ref string, err error) error {
+	switch {
+	case errors.Is(err, repository.ErrNotFound):
+		return fmt.Errorf("%s %s: %w", verb, ref, repository.ErrNotFound)
+	case errors.Is(err, repository.ErrInvalidRequest):
+		return fmt.Errorf("%s %q: %w", verb, ref, err)
+	case errors.Is(err, context.Canceled):
+		return fmt.Errorf("%s %s: interrupted: %w", verb, ref, err)
+	}
+	return fmt.Errorf("%s %s: %w", verb, ref, err)
+}
+
+// Show prints the record of the snapshot ref names and, when its artifacts
+// check out, where its files are.
+func Show(ctx context.Context, repo repository.Repository, o report.Output, ref string, asJSON bool) error {
+	rec, err := repo.Lookup(ctx, ref)
+	if err != nil {
+		return RefError("snapshot show", ref, err)
+	}
+	// The record alone is what show promises; file locations are
+	// added when the artifacts check out.
+	res, resErr := repo.Resolve(ctx, rec.ID)
+	if asJSON {
+		out := report.SnapshotShow{Record: rec}
+		if resErr == nil {
+			out.Files = &report.SnapshotFiles{VMState: res.VMStatePath, Memory: res.MemoryPath, Manifest: res.ManifestPath}
+		}
+		return report.JSON(o.Out, out)
+	}
+	return report.SnapshotText(o.Out, rec, res, resErr)
+}
+
+// Delete deletes the snapshot ref names; one that does not exist is
+// reported, not an error, after reclaiming what a crashed publish or
+// delete of that id left.
+func Delete(ctx context.Context, repo repository.Repository, o report.Output, ref string) error {
+	rec, err := repo.Lookup(ctx, ref)
+	switch {
+	case errors.Is(err, repository.ErrNotFound) && repository.RefIsID(ref):
+		// Nothing visible, but a crashed publish or delete of this id
+		// may have left files that Delete reclaims.
+		if err := repo.Delete(ctx, ref); err != nil {
+			return RefError("snapshot delete", ref, err)
+		}
+		return report.NothingToDelete(o.Out, ref)
+	case errors.Is(err, repository.ErrNotFound):
+		return report.NothingToDelete(o.Out, ref)
+	case errors.Is(err, repository.ErrIntegrity) && repository.RefIsID(ref):
+		// A record that cannot be read can still be deleted.
+		rec = repository.Record{ID: ref}
+	case err != nil:
+		return RefError("snapshot delete", ref, err)
+	}
+	if err := repo.Delete(ctx, rec.ID); err != nil {
+		return RefError("snapshot delete", ref, err)
+	}
+	return report.Deleted(o.Out, rec.ID, rec.Alias)
+}
+
+// List prints the catalog filter f selects (see report.Catalog).
+func List(ctx context.Context, repo repository.Repository, o report.Output, f repository.Filter, asJSON, check bool) error {
+	rows, _, err := repository.Listing(ctx, repo, f)
+	if err != nil {
+		return fmt.Errorf("snapshot list: %w", err)
+	}
+	return report.Catalog(o, rows, asJSON, check)
+}

@@ -1,0 +1,67 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"warmstart/internal/chart"
+	"warmstart/internal/manifest"
+	"warmstart/internal/report"
+	"warmstart/internal/repository"
+)
+
+// InspectRequest is what `manifest inspect` shows.
+type InspectRequest struct {
+	// Ref is a manifest file or, when no such file exists, a snapshot id
+	// or alias.
+	Ref           string
+	JSON, Verbose bool
+	// Plot, when set, is where the memory map is drawn.
+	Plot string
+}
+
+// InspectManifest prints the manifest req.Ref names, and draws its map when
+// asked. openRepo opens the repository read-only, only for a snapshot ref.
+func InspectManifest(ctx context.Context, o report.Output, req InspectRequest, openRepo func() (repository.Repository, error)) error {
+	path, data, m, err := loadManifest(ctx, req.Ref, openRepo)
+	if err != nil {
+		return err
+	}
+	if req.Plot != "" {
+		if err := chart.Manifest(req.Plot, m); err != nil {
+			return err
+		}
+	}
+	if req.JSON {
+		return report.ManifestJSON(o.Out, path, data, m)
+	}
+	return report.ManifestText(o.Out, path, data, m, req.Verbose)
+}
+
+// loadManifest reads the manifest ref names: a file, or when no file of
+// that name exists, the manifest attached to the snapshot with that id or
+// alias (repository.ReadManifest).
+func loadManifest(ctx context.Context, ref string, openRepo func() (repository.Repository, error)) (string, []byte, *manifest.Manifest, error) {
+	if _, err := os.Lstat(ref); err == nil || strings.ContainsRune(ref, '/') {
+		data, err := manifest.ReadFile(ref)
+		if err != nil {
+			return "", nil, nil, fmt.Errorf("manifest inspect: %w", err)
+		}
+		m, err := manifest.Decode(data)
+		if err != nil {
+			return "", nil, nil, fmt.Errorf("manifest %s: %w", ref, err)
+		}
+		return ref, data, m, nil
+	}
+	repo, err := openRepo()
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if c, ok := repo.(io.Closer); ok {
+		defer c.Close()
+	}
+	return repository.ReadManifest(ctx, repo, ref)
+}

@@ -1,0 +1,101 @@
+package local
+
+import (
+	"context"
+	"fmt"
+
+	"warmstart/internal/node"
+	"warmstart/internal/recorder"
+	"warmstart/internal/report"
+	"warmstart/internal/repository"
+	"warmstart/internal/snapcheck"
+)
+
+// RecordManifest records the startup manifest of the snapshot ref names
+// now, holding a lease on it, and attaches it.
+func RecordManifest(ctx context.Context, n *node.Node, o report.Output, ref string) error {
+	rec, err := n.Repo.Lookup(ctx, ref)
+	if err != nil {
+		return fmt.Errorf("record-manifest %s: %w", ref, err)
+	}
+	lease, err := n.Repo.LeaseExisting(ctx, rec.ID)
+	if err != nil {
+		return fmt.Errorf("record-manifest %s: %w", ref, err)
+	}
+	defer lease.End()
+	fmt.Fprintf(o.Err, "recording %s on the %s device...\n", rec.ID, n.Config.Memory.Device)
+	res, err := n.Recorder.Record(ctx, lease)
+	if err != nil {
+		return err
+	}
+	report.Recorded(o.Out, res)
+	return nil
+}
+
+// ImportAndRecord publishes a snapshot, prints its id, and records its
+// startup manifest under the held capture lease, waiting for it (progress
+// on o.Err).
+func ImportAndRecord(ctx context.Context, n *node.Node, o report.Output, req repository.PublishRequest) error {
+	rec, job, err := n.ImportAndRecord(ctx, req)
+	if err != nil {
+		return fmt.Errorf("snapshot import: %w", err)
+	}
+	fmt.Fprintln(o.Out, rec.ID)
+	fmt.Fprintf(o.Err, "recording the startup manifest of %s on the %s device; waiting for it\n", rec.ID, n.Config.Memory.Device)
+	res, err := job.Result()
+	if err != nil {
+		// The snapshot is published and restores with on-demand reads.
+		return fmt.Errorf("snapshot %s published, but its startup manifest was not: %w", rec.ID, err)
+	}
+	fmt.Fprintf(o.Err, "attached startup manifest to %s: sha256 %s, %d ranges, %.1f MiB, ready after %v\n",
+		rec.ID, res.Descriptor.SHA256, res.Ranges, float64(res.Bytes)/(1<<20), res.ReadyAfter)
+	return nil
+}
+
+// Capture boots, captures and publishes a guest on the node's VMM (kind
+// names it), waits for its manifest's recording when there is one, and
+// prints the result.
+func Capture(ctx context.Context, n *node.Node, o report.Output, alias, agent, kind string, asJSON bool) error {
+	out, job, err := n.Capture(ctx, alias, agent, o.Err)
+	if err != nil {
+		return err
+	}
+	var rec *recorder.Result
+	var recErr error
+	if job != nil {
+		fmt.Fprintln(o.Err, "recording the startup manifest in the background; waiting for it")
+		r, err := job.Result()
+		rec, recErr = &r, err
+	}
+	if asJSON {
+		err = report.CaptureJSON(o.Out, out, rec, recErr)
+	} else {
+		report.CaptureText(o.Out, kind, out, rec, recErr)
+	}
+	if err != nil {
+		return err
+	}
+	if recErr != nil {
+		// The snapshot is published and restores with on-demand reads.
+		return fmt.Errorf("snapshot %s published, but its startup manifest was not: %w", out.Record.ID, recErr)
+	}
+	return nil
+}
+
+// Verify verifies the snapshot ref names, or with all every snapshot, and
+// prints the reports; it fails when any found a problem.
+func Verify(ctx context.Context, repo repository.Repository, o report.Output, ref string, all, asJSON, addDigests bool) error {
+	opts := snapcheck.Options{AddDigests: addDigests, Progress: report.VerifyProgress(o.Err)}
+	if all {
+		reports, err := snapcheck.VerifyAll(ctx, repo, opts)
+		if err != nil {
+			return fmt.Errorf("snapshot verify --all: %w", err)
+		}
+		return report.VerifyReports(o.Out, reports, asJSON, all)
+	}
+	rep, err := snapcheck.Verify(ctx, repo, ref, opts)
+	if err != nil {
+		return RefError("snapshot verify", ref, err)
+	}
+	return report.VerifyReports(o.Out, []snapcheck.Report{rep}, asJSON, all)
+}

@@ -1,0 +1,92 @@
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"warmstart/internal/layout"
+	"warmstart/internal/manifest"
+	"warmstart/internal/recorder"
+)
+
+// manifestInspectRanges is how many ranges inspect lists without --verbose.
+const manifestInspectRanges = 20
+
+// manifestReport is inspect's JSON output.
+type manifestReport struct {
+	File       string           `json:"file"`
+	Version    int              `json:"version"`
+	Size       int64            `json:"size"`
+	SHA256     string           `json:"sha256"`
+	Layout     layout.Layout    `json:"layout"`
+	RangeCount int              `json:"range_count"`
+	TotalBytes int64            `json:"total_bytes"`
+	Ranges     []manifest.Range `json:"ranges"`
+}
+
+// ManifestJSON prints `manifest inspect --json`.
+func ManifestJSON(w io.Writer, path string, data []byte, m *manifest.Manifest) error {
+	d := manifest.Describe(data)
+	ranges := m.Ranges
+	if ranges == nil {
+		ranges = []manifest.Range{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(manifestReport{
+		File: path, Version: manifest.Version, Size: d.Size, SHA256: d.SHA256, Layout: m.Layout,
+		RangeCount: len(m.Ranges), TotalBytes: m.TotalBytes(), Ranges: ranges,
+	})
+}
+
+// ManifestText prints `manifest inspect` for people: the header, then the
+// first ranges (all of them when verbose).
+func ManifestText(w io.Writer, path string, data []byte, m *manifest.Manifest, verbose bool) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	d := manifest.Describe(data)
+	fmt.Fprintf(tw, "file\t%s\n", path)
+	fmt.Fprintf(tw, "version\t%d\n", manifest.Version)
+	fmt.Fprintf(tw, "size\t%d bytes\n", d.Size)
+	fmt.Fprintf(tw, "sha256\t%s\n", d.SHA256)
+	fmt.Fprintf(tw, "memory file\t%d bytes (%s)\n", m.Layout.FileSize, mibString(m.Layout.FileSize))
+	for i, r := range m.Layout.Regions {
+		fmt.Fprintf(tw, "region %d\toffset %d, size %d (%s), page size %d\n", i, r.Offset, r.Size, mibString(r.Size), r.PageSize)
+	}
+	fmt.Fprintf(tw, "ranges\t%d\n", len(m.Ranges))
+	fmt.Fprintf(tw, "total\t%d bytes (%s)\n", m.TotalBytes(), mibString(m.TotalBytes()))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(m.Ranges) == 0 {
+		return nil
+	}
+	shown := m.Ranges
+	if !verbose && len(shown) > manifestInspectRanges {
+		shown = shown[:manifestInspectRanges]
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "#\toffset\tlength\tend\t")
+	for i, r := range shown {
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t\n", i, r.Offset, r.Length, r.End())
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if more := len(m.Ranges) - len(shown); more > 0 {
+		_, err := fmt.Fprintf(w, "… %d more (--verbose lists all)\n", more)
+		return err
+	}
+	return nil
+}
+
+func mibString(n int64) string { return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20)) }
+
+// Recorded reports a startup manifest recorded and attached.
+func Recorded(w io.Writer, res recorder.Result) error {
+	_, err := fmt.Fprintf(w, "attached startup manifest to %s: sha256 %s, %d bytes encoded, %d ranges, %.1f MiB, %d touches, ready after %v\n",
+		res.SnapshotID, res.Descriptor.SHA256, res.Descriptor.Size, res.Ranges, float64(res.Bytes)/(1<<20), res.Touches, res.ReadyAfter)
+	return err
+}

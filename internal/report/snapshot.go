@@ -1,0 +1,173 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"warmstart/internal/repository"
+	"warmstart/internal/snapcheck"
+)
+
+// SnapshotShow is show's JSON output: the record's fields plus where
+// its files are.
+type SnapshotShow struct {
+	repository.Record
+	Files *SnapshotFiles `json:"files,omitempty"`
+}
+
+// SnapshotFiles is where a snapshot's files are.
+type SnapshotFiles struct {
+	VMState  string `json:"vm_state"`
+	Memory   string `json:"memory"`
+	Manifest string `json:"manifest,omitempty"`
+}
+
+// SnapshotText prints a snapshot's record for people, with its file
+// locations or why they are unavailable.
+func SnapshotText(w io.Writer, rec repository.Record, res repository.Resolved, resErr error) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "id:\t%s\n", rec.ID)
+	fmt.Fprintf(tw, "alias:\t%s\n", OrDash(rec.Alias))
+	fmt.Fprintf(tw, "created:\t%s\n", rec.CreatedAt.UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(tw, "vm state:\t%d bytes, sha256 %s\n", rec.VMStateSize, rec.VMStateSHA256)
+	fmt.Fprintf(tw, "memory:\t%d bytes (%s), sha256 %s\n", rec.MemorySize, Size(rec.MemorySize), rec.MemorySHA256)
+	fmt.Fprintf(tw, "layout:\t%s (offset:size:page size; %s of the file mapped)\n", rec.Layout, Size(rec.Layout.MappedSize()))
+	if m := rec.Manifest; m != nil {
+		fmt.Fprintf(tw, "manifest:\tsha256 %s, %d bytes\n", m.SHA256, m.Size)
+	} else {
+		fmt.Fprintf(tw, "manifest:\tnone\n")
+	}
+	if resErr != nil {
+		fmt.Fprintf(tw, "files:\tunavailable: %v\n", resErr)
+	} else {
+		fmt.Fprintf(tw, "vm state file:\t%s\n", res.VMStatePath)
+		fmt.Fprintf(tw, "memory file:\t%s\n", res.MemoryPath)
+		if res.ManifestPath != "" {
+			fmt.Fprintf(tw, "manifest file:\t%s\n", res.ManifestPath)
+		}
+	}
+	return tw.Flush()
+}
+
+// CatalogTable prints the rows of `snapshot list` as a table; a damaged
+// entry is a row marked CORRUPT.
+func CatalogTable(w io.Writer, rows []repository.Entry) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tALIAS\tCREATED\tMEMORY\tMANIFEST")
+	for _, row := range rows {
+		r := row.Record
+		if row.Corrupt != nil {
+			state := "CORRUPT"
+			if row.Corrupt.Quarantined {
+				state = "CORRUPT (quarantined)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\n", OrDash(r.ID), OrDash(r.Alias), state)
+			continue
+		}
+		manifest := "no"
+		if r.Manifest != nil {
+			manifest = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, OrDash(r.Alias), r.CreatedAt.UTC().Format(time.RFC3339), Size(r.MemorySize), manifest)
+	}
+	return tw.Flush()
+}
+
+// VerifyProgress prints import-style progress lines for each snapshot's
+// reads, under a line naming the snapshot.
+func VerifyProgress(w io.Writer) func(snapcheck.Progress) {
+	var current string
+	var printer func(repository.ImportProgress)
+	return func(p snapcheck.Progress) {
+		if p.SnapshotID != current {
+			current, printer = p.SnapshotID, ImportProgress(w)
+			fmt.Fprintf(w, "verifying %s\n", current)
+		}
+		printer(p.ImportProgress)
+	}
+}
+
+// VerifyReports prints the reports and fails, so the exit status is
+// 1, when any found a problem.
+func VerifyReports(w io.Writer, reports []snapcheck.Report, asJSON, all bool) error {
+	var err error
+	switch {
+	case asJSON && all:
+		err = JSON(w, reports)
+	case asJSON:
+		err = JSON(w, reports[0])
+	case len(reports) == 0:
+		_, err = fmt.Fprintln(w, "no snapshots to verify")
+	}
+	for i := 0; err == nil && !asJSON && i < len(reports); i++ {
+		err = snapcheck.WriteText(w, reports[i])
+	}
+	if err != nil {
+		return err
+	}
+	bad := 0
+	for _, r := range reports {
+		if !r.OK {
+			bad++
+		}
+	}
+	switch {
+	case bad > 0 && !all:
+		return fmt.Errorf("snapshot verify %s: problems found", OrDash(reports[0].ID))
+	case bad > 0:
+		return fmt.Errorf("snapshot verify --all: %d of %d snapshots have problems", bad, len(reports))
+	}
+	return nil
+}
+
+// Deleted reports a deleted snapshot.
+func Deleted(w io.Writer, id, alias string) error {
+	var err error
+	if alias != "" {
+		_, err = fmt.Fprintf(w, "deleted snapshot %s (alias %s)\n", id, alias)
+	} else {
+		_, err = fmt.Fprintf(w, "deleted snapshot %s\n", id)
+	}
+	return err
+}
+
+// NothingToDelete reports a delete of a snapshot that does not exist, by
+// id or by alias.
+func NothingToDelete(w io.Writer, ref string) error {
+	var err error
+	if repository.RefIsID(ref) {
+		_, err = fmt.Fprintf(w, "snapshot %s does not exist; nothing to delete\n", ref)
+	} else {
+		_, err = fmt.Fprintf(w, "no snapshot has alias %s; nothing to delete\n", ref)
+	}
+	return err
+}
+
+// Catalog writes the rows of `snapshot list` (a table, or JSON with
+// --json), warns on stderr about every damaged catalog entry, and with
+// --check fails when there is any. Damaged entries are rows too, so a
+// record that does not decode is never silently left out.
+func Catalog(o Output, rows []repository.Entry, asJSON, check bool) error {
+	var damaged int
+	for _, row := range rows {
+		if row.Corrupt != nil {
+			damaged++
+			fmt.Fprintf(o.Err, "warmstart: warning: %s\n", row.Corrupt)
+		}
+	}
+	var err error
+	if asJSON {
+		if rows == nil {
+			rows = []repository.Entry{}
+		}
+		err = JSON(o.Out, rows)
+	} else {
+		err = CatalogTable(o.Out, rows)
+	}
+	if err == nil && check && damaged > 0 {
+		err = fmt.Errorf("snapshot list --check: %d damaged catalog entries (see the README, \"Damaged catalog entries\")", damaged)
+	}
+	return err
+}
