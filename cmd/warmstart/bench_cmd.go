@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -13,7 +11,6 @@ import (
 	"warmstart/internal/chart"
 	"warmstart/internal/config"
 	"warmstart/internal/interrupt"
-	"warmstart/internal/layout"
 	"warmstart/internal/node"
 	"warmstart/internal/restore"
 	"warmstart/internal/usage"
@@ -22,12 +19,8 @@ import (
 // benchFlags are bench's flags.
 type benchFlags struct {
 	vf       vmmFlags
-	o        bench.Options
-	policies string
+	b        bench.Flags
 	jsonPath string
-	plotPath string
-	memSize  string
-	noHot    bool
 	s3f      s3BenchFlags
 	agent    string
 }
@@ -73,28 +66,28 @@ within blocks.`,
 				snapshot = args[0]
 			}
 			// Bad flags are refused before any snapshot is synthesized or booted.
-			size, err := f.check(snapshot)
+			size, err := f.b.Check(snapshot)
 			if err != nil {
+				return usageError{Err: err}
+			}
+			if err := checkPlotFlag(f.b.Plot); err != nil {
 				return err
 			}
-			if err := checkPlotFlag(f.plotPath, f.s3f.repository == "s3"); err != nil {
-				return err
-			}
-			if f.s3f.repository == "s3" {
+			if f.b.Repository == "s3" {
 				// The companion command watches for signals itself.
-				return bench.ExecS3(bench.S3Options{Blocks: f.o.Blocks, Seed: f.o.Seed, MemBytes: size, Policy: f.o.Policies[0],
+				return bench.ExecS3(bench.S3Options{Blocks: f.b.Blocks, Seed: f.b.Seed, MemBytes: size, Policy: f.b.Policies[0],
 					JSONPath: f.jsonPath, LatencyMs: f.s3f.latencyMs, BandwidthMbit: f.s3f.bandwidthMbit,
 					LinkMbit: f.s3f.linkMbit})
 			}
 			// From here on a signal stops the run, which then cleans up.
 			in := interrupt.Notify(cmd.ErrOrStderr())
-			f.o.Kill = in.Force.Done()
-			rep, err := runBench(in.Work, cmd, &f.vf, f.o, snapshot, size, f.agent, cmd.ErrOrStderr())
+			f.b.Kill = in.Force.Done()
+			rep, err := runBench(in.Work, cmd, &f.vf, f.b.Options, snapshot, size, f.agent)
 			if err == nil {
 				err = rep.Write(cmd.OutOrStdout(), cmd.ErrOrStderr(), f.jsonPath)
 			}
-			if err == nil && f.plotPath != "" {
-				err = chart.Bench(f.plotPath, rep)
+			if err == nil && f.b.Plot != "" {
+				err = chart.Bench(f.b.Plot, rep)
 			}
 			return in.Result(err)
 		},
@@ -106,75 +99,30 @@ within blocks.`,
 func (f *benchFlags) register(cmd *cobra.Command) {
 	f.vf.register(cmd)
 	fl := cmd.Flags()
-	fl.StringVar(&f.s3f.repository, "repository", "posix_fs", "posix_fs, or s3: a MinIO on loopback behind a Toxiproxy link (runs the warmstart-s3bench command, built from ./cmd/warmstart-s3bench; needs the minio binary, see .ci/minio.sh)")
+	fl.StringVar(&f.b.Repository, "repository", "posix_fs", "posix_fs, or s3: a MinIO on loopback behind a Toxiproxy link (runs the warmstart-s3bench command, built from ./cmd/warmstart-s3bench; needs the minio binary, see .ci/minio.sh)")
 	fl.IntVar(&f.s3f.latencyMs, "s3-latency-ms", 5, "--repository s3: latency added to every object-store response")
 	fl.Int64Var(&f.s3f.bandwidthMbit, "s3-bandwidth-mbit", 1000, "--repository s3: bandwidth of each object-store connection")
 	fl.Int64Var(&f.s3f.linkMbit, "s3-link-mbit", 1000, "--repository s3: bandwidth of the node's link, all object-store connections together")
-	fl.IntVar(&f.o.Blocks, "blocks", 8, "formal blocks of the protocol")
-	fl.IntVar(&f.o.ReserveBlocks, "reserve-blocks", 2, "reserve blocks that replace trials missing admission")
-	fl.StringVar(&f.o.Device, "device", config.DeviceFile, "memory device: file (FUSE) or uffd")
-	fl.IntVar(&f.o.IOEngine, "io-engine", 0, "I/O engine of the file device (0 or 1; 2 skips prefetch by design)")
-	fl.Uint64Var(&f.o.Seed, "seed", 1, "seed of the frozen random order (and of the reference snapshot)")
-	fl.StringVar(&f.policies, "policies", "seed,warmstart", "prefetch policies to compare: "+strings.Join(restore.PolicyNames(), ","))
+	fl.IntVar(&f.b.Blocks, "blocks", 8, "formal blocks of the protocol")
+	fl.IntVar(&f.b.ReserveBlocks, "reserve-blocks", 2, "reserve blocks that replace trials missing admission")
+	fl.StringVar(&f.b.Device, "device", config.DeviceFile, "memory device: file (FUSE) or uffd")
+	fl.IntVar(&f.b.IOEngine, "io-engine", 0, "I/O engine of the file device (0 or 1; 2 skips prefetch by design)")
+	fl.Uint64Var(&f.b.Seed, "seed", 1, "seed of the frozen random order (and of the reference snapshot)")
+	fl.StringVar(&f.b.PolicyList, "policies", "seed,warmstart", "prefetch policies to compare: "+strings.Join(restore.PolicyNames(), ","))
 	fl.StringVar(&f.jsonPath, "json", "", "write all raw trials and the summary to this file")
-	fl.StringVar(&f.plotPath, "plot", "", "draw every trial's time to ready and bytes read per cache state and policy to FILE.svg or FILE.png")
-	fl.StringVar(&f.memSize, "memory-size", "128MiB", "guest memory of the reference snapshot")
-	fl.BoolVar(&f.noHot, "no-hot", false, "leave out the hot control")
+	fl.StringVar(&f.b.Plot, "plot", "", "draw every trial's time to ready and bytes read per cache state and policy to FILE.svg or FILE.png")
+	fl.StringVar(&f.b.MemorySize, "memory-size", "128MiB", "guest memory of the reference snapshot")
+	fl.BoolVar(&f.b.NoHot, "no-hot", false, "leave out the hot control")
 	fl.StringVar(&f.agent, "agent", "", "--vmm qemu without SNAPSHOT: prebuilt warmstart-agent binary (default: build it from the module source)")
 	fl.String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
 }
 
-// check completes the options from the flags and refuses values no run
-// can use; it returns the reference snapshot's memory size.
-func (f *benchFlags) check(snapshot string) (int64, error) {
-	f.o.Policies = splitList(f.policies)
-	f.o.Hot = !f.noHot
-	if f.o.Blocks < 1 || f.o.ReserveBlocks < 0 {
-		return 0, usageError{Err: fmt.Errorf("--blocks %d, --reserve-blocks %d: want at least 1 and 0", f.o.Blocks, f.o.ReserveBlocks)}
-	}
-	if !config.ValidDevice(f.o.Device) {
-		return 0, usageError{Err: fmt.Errorf("--device %q: want file or uffd", f.o.Device)}
-	}
-	if err := checkIOEngineFlag(f.o.IOEngine); err != nil {
-		return 0, err
-	}
-	if err := bench.CheckPolicies(f.o.Policies); err != nil {
-		return 0, usageError{Err: fmt.Errorf("--policies: %w", err)}
-	}
-	size, err := layout.ParseSize(f.memSize)
-	if err != nil {
-		return 0, usageError{Err: fmt.Errorf("--memory-size: %w", err)}
-	}
-	switch f.s3f.repository {
-	case "posix_fs":
-	case "s3":
-		if snapshot != "" || len(f.o.Policies) != 1 {
-			return 0, usageError{Err: fmt.Errorf("--repository s3 benchmarks the reference snapshot with one --policies entry")}
-		}
-	default:
-		return 0, usageError{Err: fmt.Errorf("--repository %q: want posix_fs or s3", f.s3f.repository)}
-	}
-	return size, nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 // runBench runs the protocol on snapshot, or on a freshly prepared
 // reference snapshot when snapshot is empty.
-func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Options, snapshot string, memBytes int64, agent string, progress io.Writer) (*bench.Report, error) {
-	o.Progress = progress
-	// The reference snapshot is the replay VMM's unless --vmm says
-	// otherwise; [vmm] driver applies to a named snapshot.
-	if snapshot == "" && vf.kind != "" && vf.kind != config.DriverReplay && vf.kind != "qemu" {
-		return nil, usageError{Err: fmt.Errorf("the reference snapshot needs --vmm replay or qemu; name a snapshot for --vmm %s", vf.kind)}
+func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Options, snapshot string, memBytes int64, agent string) (*bench.Report, error) {
+	o.Progress = cmd.ErrOrStderr()
+	if err := bench.CheckReferenceVMM(snapshot, vf.kind); err != nil {
+		return nil, usageError{Err: err}
 	}
 	return bench.RunOn(ctx, o, bench.Target{
 		Snapshot: snapshot, Open: func() (*node.Node, error) { return openSystem(cmd, vf) },
@@ -183,12 +131,9 @@ func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Opt
 }
 
 // checkPlotFlag refuses a --plot the verb cannot draw, before any work.
-func checkPlotFlag(path string, s3 bool) error {
-	switch {
-	case path == "":
+func checkPlotFlag(path string) error {
+	if path == "" {
 		return nil
-	case s3:
-		return usageError{Err: errors.New("--plot: not available with --repository s3")}
 	}
 	if err := chart.CheckPath(path); err != nil {
 		return usageError{Err: fmt.Errorf("--plot: %w", err)}

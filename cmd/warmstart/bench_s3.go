@@ -4,7 +4,6 @@ import "warmstart/internal/bench"
 
 // s3BenchFlags are the bench flags of --repository s3.
 type s3BenchFlags struct {
-	repository    string
 	latencyMs     int
 	bandwidthMbit int64
 	linkMbit      int64

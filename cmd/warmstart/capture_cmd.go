@@ -2,14 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/interrupt"
 	"warmstart/internal/local"
-	"warmstart/internal/repository"
 	"warmstart/internal/usage"
 )
 
@@ -54,8 +51,8 @@ with the same [qemu] configuration (the accelerator used is printed; the
 record does not keep it).`,
 		Args: usage.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
-			if err := f.check(); err != nil {
-				return err
+			if err := local.CheckCapture(f.vf.kind, f.agent, f.alias); err != nil {
+				return usageError{Err: err}
 			}
 			// A signal stops the capture; the deferred cleanup runs before
 			// the verb ends with the signal's exit status.
@@ -70,25 +67,6 @@ record does not keep it).`,
 	fl.BoolVar(&f.asJSON, "json", false, "print the result as JSON")
 	fl.String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
 	return cmd
-}
-
-// check refuses flag values no capture can use, before anything starts.
-func (f *captureFlags) check() error {
-	switch f.vf.kind {
-	case "qemu":
-	case "firecracker":
-		if f.agent != "" {
-			return usageError{Err: errors.New("--agent: a Firecracker guest's agent comes with its [firecracker] rootfs")}
-		}
-	default:
-		return usageError{Err: fmt.Errorf("--vmm %q: only qemu and firecracker boot and capture a guest", f.vf.kind)}
-	}
-	if f.alias != "" {
-		if err := repository.ValidateAlias(f.alias); err != nil {
-			return usageError{Err: fmt.Errorf("capture: --alias: %w", err)}
-		}
-	}
-	return nil
 }
 
 // runCapture boots, captures and publishes a guest, waits for its

@@ -157,7 +157,7 @@ func (fc dyingFirecracker) checkNothingLeft(t *testing.T) {
 
 // buildVMM is the driver the CLI builds for vf over cfg.
 func buildVMM(vf vmmFlags, cfg *config.Config) (vmm.VMM, error) {
-	c, err := vf.vmmConfig(cfg)
+	c, err := node.WithVMM(cfg, vf.kind, vf.trace)
 	if err != nil {
 		return nil, err
 	}

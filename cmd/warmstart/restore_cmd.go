@@ -11,7 +11,6 @@ import (
 
 	"warmstart/internal/daemon"
 	"warmstart/internal/local"
-	"warmstart/internal/node"
 	"warmstart/internal/remote"
 	"warmstart/internal/report"
 	"warmstart/internal/restore"
@@ -55,10 +54,10 @@ ready and state.`,
 			if err != nil {
 				return usageError{Err: err}
 			}
-			if err := checkRestoreFlags(f.device, f.ioEngine, f.policy); err != nil {
-				return err
+			if err := restore.CheckFlags(f.device, f.ioEngine, f.policy); err != nil {
+				return usageError{Err: err}
 			}
-			if err := checkPlotFlag(f.plotPath, false); err != nil {
+			if err := checkPlotFlag(f.plotPath); err != nil {
 				return err
 			}
 			if daemonSocket != "" {
@@ -81,19 +80,12 @@ ready and state.`,
 	return cmd
 }
 
-// restoreOptions fills what the flags leave out from the node's
-// configuration.
-func (f *restoreFlags) restoreOptions(cmd *cobra.Command, n *node.Node, m restore.Mode) (restore.Options, error) {
-	cfg := n.Config
-	p, err := restore.LookupPolicy(orDefault(f.policy, cfg.Prefetch.Policy))
-	if err != nil {
-		return restore.Options{}, usageError{Err: err}
-	}
-	o := restore.Options{Device: orDefault(f.device, cfg.Memory.Device), IOEngine: cfg.Memory.IOEngine, Prefetch: m, Policy: p}
+// ioEngineFlag is --io-engine when given, nil for the configured engine.
+func (f *restoreFlags) ioEngineFlag(cmd *cobra.Command) *int {
 	if cmd.Flags().Changed("io-engine") {
-		o.IOEngine = f.ioEngine
+		return &f.ioEngine
 	}
-	return o, nil
+	return nil
 }
 
 // restoreInProcess restores in this process, prints the restore as the
@@ -105,20 +97,13 @@ func restoreInProcess(cmd *cobra.Command, ref string, m restore.Mode, f *restore
 		return err
 	}
 	defer n.Close()
-	opts, err := f.restoreOptions(cmd, n, m)
+	opts, err := restore.OptionsFor(n.Config, restore.Choice{Device: f.device, Prefetch: string(m), Policy: f.policy, IOEngine: f.ioEngineFlag(cmd)})
 	if err != nil {
-		return err
+		return usageError{Err: err}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return local.Restore(ctx, n, cmdOutput(cmd), local.RestoreRequest{Ref: ref, Options: opts, Hold: f.hold, JSON: f.asJSON, Plot: f.plotPath})
-}
-
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // onDaemon restores on the daemon. The daemon keeps no timeline, so --plot
@@ -130,10 +115,7 @@ func (f *restoreFlags) onDaemon(cmd *cobra.Command, ref string, m restore.Mode) 
 		}
 		return usageError{Err: errors.New("--plot draws the timeline of an in-process restore; the daemon keeps none")}
 	}
-	req := daemon.RestoreRequest{Snapshot: ref, Device: f.device, Prefetch: string(m), Policy: f.policy}
-	if cmd.Flags().Changed("io-engine") {
-		req.IOEngine = &f.ioEngine
-	}
+	req := daemon.RestoreRequest{Snapshot: ref, Device: f.device, Prefetch: string(m), Policy: f.policy, IOEngine: f.ioEngineFlag(cmd)}
 	return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
 		return remote.Restore(ctx, c, o, req, daemonSocket, f.hold, f.asJSON)
 	}, "vmm", "trace", storeFlag)

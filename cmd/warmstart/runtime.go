@@ -1,7 +1,7 @@
 package main
 
 import (
-	"fmt"
+	"errors"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -40,32 +40,6 @@ func (f *vmmFlags) fromConfig(cmd *cobra.Command, cfg *config.Config) {
 	}
 }
 
-// vmmConfig is cfg with [vmm] driver and [replay] trace taken from the
-// flags, checked here so that a bad flag is named as one.
-func (f *vmmFlags) vmmConfig(cfg *config.Config) (*config.Config, error) {
-	c := *cfg
-	c.VMM.Driver, c.Replay.Trace = f.kind, f.trace
-	switch f.kind {
-	case config.DriverReplay:
-		if f.trace == "" {
-			return nil, usageError{Err: fmt.Errorf("--vmm replay needs --trace FILE (warmstart synth writes one)")}
-		}
-		if _, err := os.Stat(f.trace); err != nil {
-			return nil, fmt.Errorf("--trace: %w", err)
-		}
-	case config.DriverQEMU:
-	case config.DriverFirecracker:
-		// Ready is the guest agent answering: refused here rather than
-		// after the first VM has started.
-		if cfg.Envd.Address == "" {
-			return nil, fmt.Errorf("--vmm firecracker: [envd] address is empty; set it to the guest agent's health endpoint (vsock:PORT, unix:PATH or http://HOST:PORT/health)")
-		}
-	default:
-		return nil, usageError{Err: fmt.Errorf("--vmm %q: want replay, qemu or firecracker", f.kind)}
-	}
-	return &c, nil
-}
-
 // openSystem assembles the node an in-process verb restores with, from
 // --config and the VMM flags. Its FUSE mounts live in a runtime directory
 // private to this process, so verbs run side by side; Close removes it.
@@ -75,7 +49,10 @@ func openSystem(cmd *cobra.Command, vf *vmmFlags) (*node.Node, error) {
 		return nil, err
 	}
 	vf.fromConfig(cmd, cfg)
-	if cfg, err = vf.vmmConfig(cfg); err != nil {
+	if cfg, err = node.WithVMM(cfg, vf.kind, vf.trace); err != nil {
+		if fe := (*node.FlagError)(nil); errors.As(err, &fe) {
+			return nil, usageError{Err: err}
+		}
 		return nil, err
 	}
 	repo, err := openRepositoryAs(cmd, vf.readOnly)

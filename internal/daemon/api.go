@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -571,26 +570,11 @@ func (d *Daemon) restoreOptions(req *RestoreRequest) (restore.Options, error) {
 	if err := checkRef("snapshot", req.Snapshot); err != nil {
 		return restore.Options{}, err
 	}
-	req.Device = cmp.Or(req.Device, d.cfg.Memory.Device)
-	if !config.ValidDevice(req.Device) {
-		return restore.Options{}, badRequest("device", "unknown memory device %q (want %s or %s)", req.Device, config.DeviceFile, config.DeviceUffd)
+	opts, err := restore.OptionsFor(d.cfg, restore.Choice{Device: req.Device, Prefetch: req.Prefetch, Policy: req.Policy, IOEngine: req.IOEngine})
+	if fe := (*restore.FieldError)(nil); errors.As(err, &fe) {
+		return restore.Options{}, statusError(http.StatusBadRequest, fe.Field, fe.Err)
 	}
-	mode, err := restore.ParseMode(cmp.Or(req.Prefetch, string(restore.ModeAuto)))
-	if err != nil {
-		return restore.Options{}, statusError(http.StatusBadRequest, "prefetch", err)
-	}
-	policy, err := restore.LookupPolicy(cmp.Or(req.Policy, d.cfg.Prefetch.Policy))
-	if err != nil {
-		return restore.Options{}, statusError(http.StatusBadRequest, "policy", err)
-	}
-	ioEngine := d.cfg.Memory.IOEngine
-	if req.IOEngine != nil {
-		ioEngine = *req.IOEngine
-	}
-	if !config.ValidIOEngine(ioEngine) {
-		return restore.Options{}, badRequest("io_engine", "io_engine %d: want 0, 1 or 2", ioEngine)
-	}
-	return restore.Options{Device: req.Device, IOEngine: ioEngine, Prefetch: mode, Policy: policy}, nil
+	return opts, err
 }
 
 // countDevice takes the daemon's reference to a file device generation,

@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"warmstart/internal/node"
@@ -49,6 +50,27 @@ func ImportAndRecord(ctx context.Context, n *node.Node, o report.Output, req rep
 	}
 	fmt.Fprintf(o.Err, "attached startup manifest to %s: sha256 %s, %d ranges, %.1f MiB, ready after %v\n",
 		rec.ID, res.Descriptor.SHA256, res.Ranges, float64(res.Bytes)/(1<<20), res.ReadyAfter)
+	return nil
+}
+
+// CheckCapture refuses capture flags no capture can use, before anything
+// starts; its errors name the flag, and the CLI reports them as usage
+// errors.
+func CheckCapture(kind, agent, alias string) error {
+	switch kind {
+	case "qemu":
+	case "firecracker":
+		if agent != "" {
+			return errors.New("--agent: a Firecracker guest's agent comes with its [firecracker] rootfs")
+		}
+	default:
+		return fmt.Errorf("--vmm %q: only qemu and firecracker boot and capture a guest", kind)
+	}
+	if alias != "" {
+		if err := repository.ValidateAlias(alias); err != nil {
+			return fmt.Errorf("capture: --alias: %w", err)
+		}
+	}
 	return nil
 }
 

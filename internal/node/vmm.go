@@ -65,3 +65,37 @@ func NewQEMU(ctx context.Context, cfg *config.Config) (*qemu.Driver, error) {
 	opts.Accel = accel
 	return qemu.New(opts)
 }
+
+// FlagError marks an error in how a verb's --vmm or --trace was given,
+// which the CLI reports as a usage error (exit 2); a trace file that
+// cannot be read or a configuration the driver cannot use is no FlagError.
+type FlagError struct{ Err error }
+
+func (e *FlagError) Error() string { return e.Err.Error() }
+func (e *FlagError) Unwrap() error { return e.Err }
+
+// WithVMM is cfg with [vmm] driver and [replay] trace taken from a verb's
+// --vmm and --trace, checked here so that a bad flag is named as one.
+func WithVMM(cfg *config.Config, driver, trace string) (*config.Config, error) {
+	c := *cfg
+	c.VMM.Driver, c.Replay.Trace = driver, trace
+	switch driver {
+	case config.DriverReplay:
+		if trace == "" {
+			return nil, &FlagError{fmt.Errorf("--vmm replay needs --trace FILE (warmstart synth writes one)")}
+		}
+		if _, err := os.Stat(trace); err != nil {
+			return nil, fmt.Errorf("--trace: %w", err)
+		}
+	case config.DriverQEMU:
+	case config.DriverFirecracker:
+		// Ready is the guest agent answering: refused here rather than
+		// after the first VM has started.
+		if cfg.Envd.Address == "" {
+			return nil, fmt.Errorf("--vmm firecracker: [envd] address is empty; set it to the guest agent's health endpoint (vsock:PORT, unix:PATH or http://HOST:PORT/health)")
+		}
+	default:
+		return nil, &FlagError{fmt.Errorf("--vmm %q: want replay, qemu or firecracker", driver)}
+	}
+	return &c, nil
+}

@@ -1,0 +1,88 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"warmstart/internal/config"
+	"warmstart/internal/layout"
+	"warmstart/internal/restore"
+)
+
+// Flags are the bench verb's settings as given: Options plus the values
+// that still need parsing or checking against each other. Check turns
+// them into a run's options; its errors name the flag, and the CLI
+// reports them as usage errors.
+type Flags struct {
+	Options
+	PolicyList string
+	MemorySize string
+	NoHot      bool
+	// Repository is posix_fs or s3 (the companion command's MinIO).
+	Repository string
+	Plot       string
+}
+
+// Check completes f.Options and refuses values no run can use, before
+// any snapshot is synthesized or booted; it returns the reference
+// snapshot's memory size. snapshot is the named snapshot, empty for the
+// reference one.
+func (f *Flags) Check(snapshot string) (int64, error) {
+	f.Policies = splitList(f.PolicyList)
+	f.Hot = !f.NoHot
+	if f.Blocks < 1 || f.ReserveBlocks < 0 {
+		return 0, fmt.Errorf("--blocks %d, --reserve-blocks %d: want at least 1 and 0", f.Blocks, f.ReserveBlocks)
+	}
+	if !config.ValidDevice(f.Device) {
+		return 0, fmt.Errorf("--device %q: want file or uffd", f.Device)
+	}
+	if err := restore.CheckIOEngineFlag(f.IOEngine); err != nil {
+		return 0, err
+	}
+	if err := CheckPolicies(f.Policies); err != nil {
+		return 0, fmt.Errorf("--policies: %w", err)
+	}
+	size, err := layout.ParseSize(f.MemorySize)
+	if err != nil {
+		return 0, fmt.Errorf("--memory-size: %w", err)
+	}
+	return size, f.checkRepository(snapshot)
+}
+
+// checkRepository refuses what the S3 companion cannot run.
+func (f *Flags) checkRepository(snapshot string) error {
+	switch f.Repository {
+	case "posix_fs":
+		return nil
+	case "s3":
+		if snapshot != "" || len(f.Policies) != 1 {
+			return errors.New("--repository s3 benchmarks the reference snapshot with one --policies entry")
+		}
+		if f.Plot != "" {
+			return errors.New("--plot: not available with --repository s3")
+		}
+		return nil
+	}
+	return fmt.Errorf("--repository %q: want posix_fs or s3", f.Repository)
+}
+
+// CheckReferenceVMM refuses a --vmm the reference snapshot cannot be
+// prepared for: it is the replay VMM's unless --vmm says otherwise, and
+// [vmm] driver applies to a named snapshot only.
+func CheckReferenceVMM(snapshot, vmm string) error {
+	if snapshot == "" && vmm != "" && vmm != config.DriverReplay && vmm != config.DriverQEMU {
+		return fmt.Errorf("the reference snapshot needs --vmm replay or qemu; name a snapshot for --vmm %s", vmm)
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

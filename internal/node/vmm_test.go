@@ -1,0 +1,38 @@
+package node_test
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"warmstart/internal/config"
+	"warmstart/internal/node"
+)
+
+// TestWithVMMMarksOnlyFlagMistakes: a missing --trace or an unknown --vmm
+// is a *FlagError; a trace that does not exist and a Firecracker without
+// [envd] address are not, because the flags were spelled right.
+func TestWithVMMMarksOnlyFlagMistakes(t *testing.T) {
+	cfg := config.Default()
+	cfg.Envd.Address = ""
+	missing := filepath.Join(t.TempDir(), "no-trace")
+	for _, tc := range []struct {
+		driver, trace string
+		flagError     bool
+	}{
+		{config.DriverReplay, "", true},
+		{"bochs", "", true},
+		{config.DriverReplay, missing, false},
+		{config.DriverFirecracker, "", false},
+	} {
+		_, err := node.WithVMM(cfg, tc.driver, tc.trace)
+		fe := (*node.FlagError)(nil)
+		if err == nil || errors.As(err, &fe) != tc.flagError {
+			t.Errorf("%s %q: got %v, want flag error %v", tc.driver, tc.trace, err, tc.flagError)
+		}
+	}
+	c, err := node.WithVMM(cfg, config.DriverQEMU, "t")
+	if err != nil || c.VMM.Driver != config.DriverQEMU || c.Replay.Trace != "t" || c == cfg {
+		t.Fatalf("qemu: %+v, %v", c, err)
+	}
+}
