@@ -44,8 +44,9 @@ func (d *Daemon) holdDevice(key, lowerPath string, ioEngine int, gen uint64) err
 
 // releaseDevice is called once a restore on gen has stopped and left
 // d.restores. When no listed restore runs on gen any more it releases the
-// daemon's reference, waits for the acknowledgement, and forgets the
-// generation's prefetch tasks: no later restore can join them. It returns
+// daemon's reference, waits for the acknowledgement and, when that was the
+// generation's last reference, forgets its prefetch tasks: no later
+// restore can join them. It returns
 // how long the acknowledgement took.
 func (d *Daemon) releaseDevice(ctx context.Context, gen uint64) (time.Duration, error) {
 	dev := d.takeUnusedDevice(gen)
@@ -59,8 +60,12 @@ func (d *Daemon) releaseDevice(ctx context.Context, gen uint64) (time.Duration, 
 		return time.Since(t), fmt.Errorf("release memory device generation %d: %w", gen, ctx.Err())
 	}
 	took := time.Since(t)
-	d.releasedBytes.Add(dev.Counters().BytesRead)
-	d.engine.Forget(config.DeviceFile, gen)
+	// A restore that has not reached the listing yet may still hold the
+	// generation: only the last release ends it, its bytes and its tasks.
+	if dev.ReleasedLast() {
+		d.releasedBytes.Add(dev.Counters().BytesRead)
+		d.engine.Forget(config.DeviceFile, gen)
+	}
 	d.log.Info("device released", "generation", gen, "release_ack", took)
 	return took, nil
 }

@@ -64,15 +64,18 @@ func (inst *Instance) noteExit(ex vmm.ExitReporter) {
 	}
 	st := ex.ProcessExit()
 	w.status = &st
+	// The observer hears of the exit before the lock is let go, so a Stop
+	// that finds the exit recorded returns only after the observer knows
+	// (observers count; they do not block).
+	if o, ok := inst.r.Observe.(ExitObserver); ok {
+		o.VMExited(st)
+	}
 	close(w.exited)
 	w.mu.Unlock()
 
 	if inst.r.Log != nil {
 		inst.r.Log.Warn("VM exited after ready; its restore holds the memory device until it is stopped",
 			"restore", inst.ID, "exit", st.String(), "detail", ex.ExitStatus())
-	}
-	if o, ok := inst.r.Observe.(ExitObserver); ok {
-		o.VMExited(st)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"warmstart/internal/chunkmap"
 	"warmstart/internal/miniotest"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/s3"
@@ -98,20 +99,13 @@ func TestS3(t *testing.T) {
 		wantArtifact(t, r, repository.DigestsFileName, StatusOK)
 	})
 	t.Run("flipped byte in a memory chunk", func(t *testing.T) {
-		publish(t, w.repo(t), "flipped")
+		rec, _ := publish(t, w.repo(t), "flipped")
 		// Memory is stored as compressed chunks (package s3): a flipped
 		// byte in a chunk object fails that chunk's digest check, so the
-		// chunk is unreadable as a whole and the read says why.
-		var key string
-		for obj := range w.client.ListObjects(bg(), s3Bucket, minio.ListObjectsOptions{Prefix: w.key("chunks/"), Recursive: true}) {
-			if obj.Err != nil {
-				t.Fatal(obj.Err)
-			}
-			key = obj.Key
-		}
-		if key == "" {
-			t.Fatal("no chunk object")
-		}
+		// chunk is unreadable as a whole and the read says why. The chunk
+		// must be one this snapshot's map names: the bucket also holds
+		// the chunks of the other subtests' snapshots.
+		key := w.key("chunks/" + firstStoredChunk(t, w, rec).String() + ".zst")
 		chunk := w.get(t, key)
 		chunk[len(chunk)/2] ^= 0x01
 		w.put(t, key, chunk)
@@ -171,4 +165,21 @@ func (w *s3World) stripDigests(t *testing.T, id string) {
 	if err := w.client.RemoveObject(bg(), s3Bucket, table, minio.RemoveObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// firstStoredChunk returns the digest of the first chunk rec's chunk map
+// names that is stored (not all zero).
+func firstStoredChunk(t *testing.T, w *s3World, rec repository.Record) chunkmap.Digest {
+	t.Helper()
+	m, err := chunkmap.Decode(w.get(t, w.key("artifacts/"+rec.ID+"/memory.chunks")), rec.MemorySize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range m.Chunks {
+		if !c.Zero {
+			return c.Digest
+		}
+	}
+	t.Fatal("the snapshot's chunk map names no stored chunk")
+	return chunkmap.Digest{}
 }

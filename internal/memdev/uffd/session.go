@@ -427,6 +427,7 @@ func (s *Session) serveFault(f fault, pageBuf, zeroBuf []byte) error {
 	ps := r.PageSize
 	page := f.addr &^ (ps - 1)
 	idx := r.pageIndex(page)
+	logical := int64(r.Offset + page - r.BaseHostVirtAddr)
 	var err error
 	switch {
 	case s.removed.test(idx):
@@ -451,7 +452,6 @@ func (s *Session) serveFault(f fault, pageBuf, zeroBuf []byte) error {
 		// and copies it instead of being woken in a loop.
 		err = unix.EEXIST
 	default:
-		logical := int64(r.Offset + page - r.BaseHostVirtAddr)
 		buf := pageBuf[:ps]
 		began := time.Now()
 		s.counters.Begin(int(ps))
@@ -479,6 +479,13 @@ func (s *Session) serveFault(f fault, pageBuf, zeroBuf []byte) error {
 		return nil
 	case unix.EEXIST:
 		s.stats.existWakes.Add(1)
+		// The guest asked for a page an install placed (or is placing)
+		// while it waited: a demand request all the same, which the
+		// install's own report, sent once its run is done, may follow
+		// only after ready.
+		if o := s.h.opts.Observer; o != nil {
+			o.Served(memdev.Demand, logical, int(ps), 0)
+		}
 		if werr := wake(s.uffd, uintptr(page), ps); werr != nil {
 			return fmt.Errorf("UFFDIO_WAKE at %#x: %w", page, werr)
 		}

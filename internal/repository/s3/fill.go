@@ -44,6 +44,7 @@ type filler struct {
 	fills sync.WaitGroup // the fills running
 
 	mu      sync.Mutex
+	closed  bool            // set by close: no goroutine starts after it
 	running map[string]bool // object ids being filled
 	streams int             // startup sets streaming now
 	quiet   chan struct{}   // closed while streams == 0
@@ -69,6 +70,10 @@ func (f *filler) wait() { f.fills.Wait() }
 
 // close stops every fill and waits for its fetches.
 func (f *filler) close() {
+	// Under mu, so that no start or streaming adds to wg once Wait began.
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
 	f.stop()
 	f.wg.Wait()
 }
@@ -76,11 +81,14 @@ func (f *filler) close() {
 // streaming counts w as a streaming startup set until it ends.
 func (f *filler) streaming(w *chunkcache.Warming) {
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return
+	}
 	if f.streams == 0 {
 		f.quiet = make(chan struct{})
 	}
 	f.streams++
-	f.mu.Unlock()
 	f.wg.Go(func() {
 		select {
 		case <-w.Done():
@@ -100,13 +108,12 @@ func (f *filler) start(obj chunkcache.Object) {
 		return
 	}
 	f.mu.Lock()
-	if f.running[obj.ID] {
-		f.mu.Unlock()
+	defer f.mu.Unlock()
+	if f.closed || f.running[obj.ID] {
 		return
 	}
 	f.running[obj.ID] = true
 	f.fills.Add(1)
-	f.mu.Unlock()
 	f.wg.Go(func() {
 		defer f.fills.Done()
 		defer func() {

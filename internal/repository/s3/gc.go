@@ -104,17 +104,22 @@ func (r *Repo) chunkExpired(ctx context.Context, o minio.ObjectInfo) bool {
 }
 
 // markChunks returns the keys of every chunk a chunk map in the bucket or
-// a young tombstone names, and the tombstones whose grace has passed.
+// a young tombstone names, and the tombstones whose grace has passed. The
+// tombstones are listed only after every map was read: a delete writes its
+// tombstone before it removes the map, so a map that vanished while it was
+// being read has its tombstone in that later listing.
 func (r *Repo) markChunks(ctx context.Context) (map[string]bool, []string, error) {
 	live := map[string]bool{}
 	arts, err := r.list(ctx, r.keys.prefix+artifactsDir)
 	if err != nil {
 		return nil, nil, err
 	}
-	var maps []string
 	for _, o := range arts {
-		if strings.HasSuffix(o.Key, "/"+chunkMapName) {
-			maps = append(maps, o.Key)
+		if !strings.HasSuffix(o.Key, "/"+chunkMapName) {
+			continue
+		}
+		if err := r.markMap(ctx, o.Key, live); err != nil {
+			return nil, nil, err
 		}
 	}
 	tombs, err := r.list(ctx, r.keys.tombstonesPrefix())
@@ -127,10 +132,7 @@ func (r *Repo) markChunks(ctx context.Context) (map[string]bool, []string, error
 			old = append(old, o.Key)
 			continue
 		}
-		maps = append(maps, o.Key)
-	}
-	for _, key := range maps {
-		if err := r.markMap(ctx, key, live); err != nil {
+		if err := r.markMap(ctx, o.Key, live); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -138,8 +140,8 @@ func (r *Repo) markChunks(ctx context.Context) (map[string]bool, []string, error
 }
 
 // markMap marks the chunks the map at key names. A map that vanished
-// meanwhile (a delete, whose tombstone was listed or is younger than the
-// listing) marks nothing; one that does not decode fails the collection,
+// meanwhile (a delete, whose tombstone markChunks lists afterwards) marks
+// nothing; one that does not decode fails the collection,
 // since its chunks cannot be told apart.
 func (r *Repo) markMap(ctx context.Context, key string, live map[string]bool) error {
 	body, _, _, err := r.core.GetObject(ctx, r.bucket, key, minio.GetObjectOptions{})
