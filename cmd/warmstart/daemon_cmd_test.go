@@ -110,14 +110,8 @@ func startVerbDaemon(t *testing.T) (string, synth.Paths, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := config.Default()
-	cfg.Backend.PosixFS.SnapshotStore = filepath.Join(dir, "store")
-	cfg.Memory.FUSEMount = filepath.Join(dir, "mnt")
-	cfg.Runtime.Dir = filepath.Join(dir, "run")
-	cfg.Daemon.Socket = filepath.Join(dir, "d.sock")
-	cfg.Daemon.ImportDirs = []string{dir}
+	cfg := replayDaemonConfig(dir, ref.Trace)
 	cfg.Snapshot.MemoryStartupPack.ConsumeEnabled = true
-	cfg.VMM.Driver, cfg.Replay.Trace = config.DriverReplay, ref.Trace
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -317,4 +311,18 @@ func serveDaemon(t *testing.T, cfg *config.Config, listen string) *daemon.Daemon
 		}
 	})
 	return d
+}
+
+// replayDaemonConfig is the configuration of a replay daemon whose store,
+// mount, runtime directory and socket all lie in dir and which may import
+// from dir.
+func replayDaemonConfig(dir, trace string) *config.Config {
+	cfg := config.Default()
+	cfg.Backend.PosixFS.SnapshotStore = filepath.Join(dir, "store")
+	cfg.Memory.FUSEMount = filepath.Join(dir, "mnt")
+	cfg.Runtime.Dir = filepath.Join(dir, "run")
+	cfg.Daemon.Socket = filepath.Join(dir, "d.sock")
+	cfg.Daemon.ImportDirs = []string{dir}
+	cfg.VMM.Driver, cfg.Replay.Trace = config.DriverReplay, trace
+	return cfg
 }

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"warmstart/internal/config"
 	"warmstart/internal/synth"
 )
 
@@ -32,13 +31,7 @@ func TestRestoreJSONOneSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := config.Default()
-	cfg.Backend.PosixFS.SnapshotStore = filepath.Join(dir, "store")
-	cfg.Memory.FUSEMount = filepath.Join(dir, "mnt")
-	cfg.Runtime.Dir = filepath.Join(dir, "run")
-	cfg.Daemon.Socket = filepath.Join(dir, "d.sock")
-	cfg.Daemon.ImportDirs = []string{dir}
-	cfg.VMM.Driver, cfg.Replay.Trace = config.DriverReplay, ref.Trace
+	cfg := replayDaemonConfig(dir, ref.Trace)
 	serveDaemon(t, cfg, "")
 	sock := cfg.Daemon.Socket
 	if _, _, err := runVerb(t, "--daemon", sock, "snapshot", "import", "--vm-state", ref.VMState, "--memory", ref.Memory,
