@@ -187,6 +187,8 @@ type Cache struct {
 
 	persistQ  chan *entry
 	persistWG sync.WaitGroup
+	// lock is held from Open to Close (lock.go).
+	lock *dirLock
 
 	stats   counters
 	onFetch fetchObserver
@@ -208,7 +210,11 @@ type entry struct {
 	data     []byte
 	onDisk   bool
 	verified bool
-	elem     *list.Element
+	// foreign marks a block found at Open while another process had the
+	// directory open: that process may be serving it, so evicting it
+	// here only drops it from this index and leaves the file.
+	foreign bool
+	elem    *list.Element
 }
 
 // failure is a block's recent failed fetch.
@@ -225,9 +231,10 @@ type flight struct {
 }
 
 // Open opens (creating if needed) the cache in o.Dir. Blocks already there
-// are indexed, oldest first in the LRU, and checked on first use;
-// temporary files of interrupted writes are removed. If the blocks exceed
-// MaxBytes, the oldest are evicted at once.
+// are indexed, oldest first in the LRU, and checked on first use. When no
+// other process has the directory open (lock.go), temporary files of
+// interrupted writes are removed and, if the blocks exceed MaxBytes, the
+// oldest are evicted at once; otherwise nothing is removed.
 func Open(o Options) (*Cache, error) {
 	if o.Dir == "" {
 		return nil, errors.New("open chunk cache: no directory given")
@@ -270,23 +277,11 @@ func Open(o Options) (*Cache, error) {
 	if err := os.MkdirAll(c.chunksDir(), 0o755); err != nil {
 		return nil, fmt.Errorf("open chunk cache %s: %w", dir, err)
 	}
-	found, err := c.scan()
+	lock, err := lockDir(dir, c.index)
 	if err != nil {
 		return nil, fmt.Errorf("open chunk cache %s: %w", dir, err)
 	}
-	c.mu.Lock()
-	for _, e := range found {
-		c.entries[e.key] = e
-		e.elem = c.lru.PushFront(e)
-		c.usedBytes += e.length
-	}
-	var victims []string
-	if c.usedBytes > c.maxBytes {
-		victims = c.evictLocked(0)
-	}
-	c.notePeakLocked()
-	c.mu.Unlock()
-	c.removeFiles(victims)
+	c.lock = lock
 	for range persistWorkers {
 		c.persistWG.Go(c.persistLoop)
 	}
@@ -316,6 +311,9 @@ func (c *Cache) Close() error {
 	c.ops.Wait()
 	close(c.persistQ)
 	c.persistWG.Wait()
+	if err := c.lock.release(); err != nil {
+		return fmt.Errorf("close chunk cache %s: %w", c.dir, err)
+	}
 	return nil
 }
 
@@ -366,7 +364,7 @@ func (c *Cache) removeLocked(e *entry) string {
 	delete(c.entries, e.key)
 	c.lru.Remove(e.elem)
 	c.usedBytes -= e.length
-	if e.onDisk {
+	if e.onDisk && !e.foreign {
 		return c.chunkPath(e)
 	}
 	return ""

@@ -73,11 +73,41 @@ func parseChunkName(name string) (blockBytes, index, length int64, crc uint32, o
 	return nums[0], nums[1], nums[2], uint32(sum), nums[0] > 0 && nums[2] > 0
 }
 
-// scan indexes the blocks on disk, oldest first. It removes temporary
-// files, blocks of another block size, and blocks whose size differs from
-// the length in their name (a torn write); contents are checked later, on
-// first use.
-func (c *Cache) scan() ([]*entry, error) {
+// index scans the blocks on disk into the index. alone says whether this
+// is the only process with the directory open: only then is anything
+// removed (see lock.go).
+func (c *Cache) index(alone bool) error {
+	found, err := c.scan(alone)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	for _, e := range found {
+		e.foreign = !alone
+		c.entries[e.key] = e
+		e.elem = c.lru.PushFront(e)
+		c.usedBytes += e.length
+	}
+	var victims []string
+	if c.usedBytes > c.maxBytes {
+		victims = c.evictLocked(0)
+	}
+	c.notePeakLocked()
+	c.mu.Unlock()
+	c.removeFiles(victims)
+	return nil
+}
+
+// scan finds the blocks on disk, oldest first. When alone, it removes
+// temporary files, blocks of another block size, and blocks whose size
+// differs from the length in their name (a torn write); otherwise it
+// skips them, since another process may be writing them. Contents are
+// checked later, on first use.
+func (c *Cache) scan(alone bool) ([]*entry, error) {
+	discard := c.discard
+	if !alone {
+		discard = func(string, string) {}
+	}
 	objects, err := os.ReadDir(c.chunksDir())
 	if err != nil {
 		return nil, err
@@ -99,7 +129,7 @@ func (c *Cache) scan() ([]*entry, error) {
 		for _, f := range files {
 			path := filepath.Join(dir, f.Name())
 			if strings.HasPrefix(f.Name(), tempPrefix) {
-				c.discard(path, "interrupted write")
+				discard(path, "interrupted write")
 				continue
 			}
 			bs, idx, length, crc, ok := parseChunkName(f.Name())
@@ -107,7 +137,7 @@ func (c *Cache) scan() ([]*entry, error) {
 				continue
 			}
 			if bs != c.blockBytes || length > bs {
-				c.discard(path, "other block size")
+				discard(path, "other block size")
 				continue
 			}
 			fi, err := f.Info()
@@ -116,7 +146,7 @@ func (c *Cache) scan() ([]*entry, error) {
 			}
 			if fi.Size() != length {
 				c.stats.corrupt.Add(1)
-				c.discard(path, fmt.Sprintf("size %d, name says %d", fi.Size(), length))
+				discard(path, fmt.Sprintf("size %d, name says %d", fi.Size(), length))
 				continue
 			}
 			e := &entry{key: blockKey{od.Name(), idx}, length: length, crc: crc, onDisk: true}
@@ -130,7 +160,7 @@ func (c *Cache) scan() ([]*entry, error) {
 		if seen[f.e.key] {
 			// Two files for one block (a crash between writing a
 			// refetched copy and removing the old one): keep one.
-			c.discard(c.chunkPath(f.e), "duplicate")
+			discard(c.chunkPath(f.e), "duplicate")
 			continue
 		}
 		seen[f.e.key] = true
