@@ -151,11 +151,36 @@ func (r *Repo) checkAliasFree(ctx context.Context, alias, id string) error {
 // loop: every decision is one conditional PUT. A damaged or quarantined
 // binding keeps the alias taken (DamagedAliasError): its holder is
 // unknown, and taking it over could give the alias to a second snapshot.
+//
+// The quarantine is checked again once the binding is made: a Sweep (on
+// any node) moves a damaged binding aside by copying it to the quarantine
+// and then removing it, so a create that found the place empty may have
+// followed that removal, after the check before it. The copy precedes the
+// removal, so the check after the create always sees it; the binding is
+// then given up again.
 func (r *Repo) bindAlias(ctx context.Context, alias, id string) error {
+	if err := r.claimAlias(ctx, alias, id); err != nil {
+		return err
+	}
+	q, err := r.exists(ctx, r.keys.quarantinedAlias(alias))
+	if err == nil && !q {
+		return nil
+	}
+	if rerr := r.releaseAlias(ctx, alias, id); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	return errors.Join(err, takenErr(alias, q))
+}
+
+// claimAlias is bindAlias without the check after the create.
+func (r *Repo) claimAlias(ctx context.Context, alias, id string) error {
 	key := r.keys.alias(alias)
 	data := encodeBinding(alias, id)
 	if q, err := r.exists(ctx, r.keys.quarantinedAlias(alias)); err != nil || q {
 		return errors.Join(err, takenErr(alias, q))
+	}
+	if r.beforeAliasCreate != nil {
+		r.beforeAliasCreate()
 	}
 	_, err := r.putSmall(ctx, key, data, putCondition{ifNoneMatch: true})
 	if !errors.Is(err, errPrecondition) {
@@ -259,7 +284,8 @@ func (r *Repo) resolveAlias(ctx context.Context, alias string) (repository.Recor
 	if err != nil {
 		return repository.Record{}, err // ErrIntegrity for a damaged binding
 	}
-	if !found {
+	if !found || b.ID == "" {
+		// A released binding may sit beside a quarantined one (see bindAlias).
 		if q, err := r.exists(ctx, r.keys.quarantinedAlias(alias)); err != nil || q {
 			return repository.Record{}, errors.Join(err, fmt.Errorf("alias %s: %w: its binding did not decode and is in quarantine", alias, repository.ErrIntegrity))
 		}

@@ -192,6 +192,9 @@ type Repo struct {
 	// beforeRecord, when a test sets it, runs between binding the alias
 	// and writing the record of a publish.
 	beforeRecord func()
+	// beforeAliasCreate, when a test sets it, runs between bindAlias's
+	// check of the quarantine and its exclusive create.
+	beforeAliasCreate func()
 }
 
 var _ repository.Repository = (*Repo)(nil)
