@@ -22,6 +22,7 @@ import (
 //	artifacts/<id>/startup-pack.idx    its frame index
 //	chunks/<sha256>.zst                one zstd-compressed chunk, named by the
 //	                                   SHA-256 of its bytes, shared by snapshots
+//	leases/<id>/<holder>.json          a live capture lease on id (lease.go)
 //
 // Memory is chunked and compressed since guests are ~45 % zero pages and
 // captures of one guest share most chunks; a chunk is one GET of one cache
@@ -31,6 +32,7 @@ const (
 	aliasesDir   = "catalog/aliases/"
 	artifactsDir = "artifacts/"
 	chunksDir    = "chunks/"
+	leasesDir    = "leases/"
 	chunkSuffix  = ".zst"
 	jsonSuffix   = ".json"
 )
@@ -71,6 +73,8 @@ func (k keys) alias(alias string) string        { return k.prefix + aliasesDir +
 func (k keys) artifactsPrefix(id string) string { return k.prefix + artifactsDir + id + "/" }
 func (k keys) artifact(id, name string) string  { return k.artifactsPrefix(id) + name }
 func (k keys) chunksPrefix() string             { return k.prefix + chunksDir }
+func (k keys) leasesOf(id string) string        { return k.prefix + leasesDir + id + "/" }
+func (k keys) lease(id, holder string) string   { return k.leasesOf(id) + holder + jsonSuffix }
 func (k keys) chunk(d chunkmap.Digest) string {
 	return k.prefix + chunksDir + d.String() + chunkSuffix
 }

@@ -2,34 +2,104 @@ package s3
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"sync"
+	"time"
 
 	"warmstart/internal/repository"
 )
 
-// Leases live in the process that took them. An object store offers no
-// lock that dies with its holder, so leases cannot be seen across nodes:
+// A lease is seen by every node through a lease object,
+// leases/<id>/<holder>.json, one per lease (<holder> is a fresh UUIDv7),
+// written when the lease is taken, written again every LeaseTTL/4 while
+// it is held, and removed when it ends. The daemon's resume of
+// interrupted manifest recordings asks LeaseHeld before it records, so a
+// recording running on another node is not started a second time. An
+// object store has no lock that dies with its holder; a lease object
+// instead counts as held only until LeaseTTL after its last write
+// (the store's Last-Modified), so a crashed holder's lease expires by
+// itself. One object per holder, rather than one per snapshot, keeps
+// "several leases on one snapshot" true without a shared count to
+// update conditionally; Sweep removes expired ones.
 //
-//   - Within a process, End waits for operations under the lease, Delete
-//     and the attaches of one snapshot are serialised, and Delete leaves
-//     the artifacts of an unpublished snapshot alone while a lease on it
-//     is live.
-//   - Across processes and nodes, what keeps the catalog right is the
-//     conditional writes alone: an attach never recreates a deleted record
-//     (If-Match), and of two alias binders one wins (If-None-Match). What
-//     a lease cannot do across nodes is tell a crashed publisher from a
-//     slow one; so the artifacts of a snapshot that has no record are
-//     reclaimed only once its id (a UUIDv7, which carries its creation
-//     time) is older than PublishGrace (see Sweep and Delete).
-//
-// A lease is a repository.HeldLease; the repository counts the live ones
-// per id, for Delete and Sweep to consult.
-func (r *Repo) newLease(id string) *repository.HeldLease {
+// Within the process, End waits for operations under the lease, Delete
+// and the attaches of one snapshot are serialised, and Delete leaves the
+// artifacts of an unpublished snapshot alone while a lease on it is live
+// here. Across nodes, what keeps the catalog right is the conditional
+// writes alone: an attach never recreates a deleted record (If-Match), and
+// of two alias binders one wins (If-None-Match). A lease object cannot
+// tell a crashed publisher from a slow one whose renewals fail, so the
+// artifacts of a snapshot that has no record are reclaimed only once its
+// id (a UUIDv7, which carries its creation time) is older than
+// PublishGrace (see Sweep and Delete).
+
+// LeaseTTL is how long after its last write a lease object counts as
+// held. It is compared with the store's Last-Modified on the reader's
+// clock, so it also absorbs clock skew between nodes and store.
+const LeaseTTL = 2 * time.Minute
+
+// leaseFormat is the version of the lease object encoding.
+const leaseFormat = 1
+
+// leaseObject is the content of a lease object; readers need only its
+// presence and age, the content says whose it is to an operator.
+type leaseObject struct {
+	Format int    `json:"format"`
+	ID     string `json:"id"`
+	Holder string `json:"holder"`
+	Host   string `json:"host,omitempty"`
+}
+
+// newLease takes a lease on id: in this process, and by its lease
+// object for every node.
+func (r *Repo) newLease(ctx context.Context, id string) (*repository.HeldLease, error) {
+	holder, err := repository.NewID()
+	if err != nil {
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	data, err := json.Marshal(leaseObject{Format: leaseFormat, ID: id, Holder: holder, Host: host})
+	if err != nil {
+		return nil, err
+	}
+	key := r.keys.lease(id, holder)
+	if _, err := r.putSmall(ctx, key, data, putCondition{ifNoneMatch: true}); err != nil {
+		return nil, fmt.Errorf("write lease %s: %w", id, err)
+	}
+	stop, renewed := make(chan struct{}), make(chan struct{})
+	go r.renewLease(key, data, stop, renewed)
 	r.leaseMu.Lock()
 	r.liveLeases[id]++
 	r.leaseMu.Unlock()
-	return repository.NewHeldLease(r, id, func() { r.leaseEnded(id) })
+	return repository.NewHeldLease(r, id, func() {
+		close(stop)
+		<-renewed
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		_ = r.remove(ctx, key) // left behind, it expires
+		r.leaseEnded(id)
+	}), nil
+}
+
+// renewLease writes the lease object again every leaseTTL/4 until stop
+// closes. A failed write is not fatal: three more get their chance before
+// the lease would expire.
+func (r *Repo) renewLease(key string, data []byte, stop <-chan struct{}, renewed chan<- struct{}) {
+	defer close(renewed)
+	tick := time.NewTicker(r.leaseTTL / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+			ctx, cancel := context.WithTimeout(context.Background(), r.leaseTTL/4)
+			_, _ = r.putSmall(ctx, key, data, putCondition{})
+			cancel()
+		}
+	}
 }
 
 func (r *Repo) leaseEnded(id string) {
@@ -45,6 +115,38 @@ func (r *Repo) leaseLive(id string) bool {
 	r.leaseMu.Lock()
 	defer r.leaseMu.Unlock()
 	return r.liveLeases[id] > 0
+}
+
+// leaseObjectsLive reports whether any node holds a lease on id: a lease
+// object under it written less than leaseTTL ago.
+func (r *Repo) leaseObjectsLive(ctx context.Context, id string) (bool, error) {
+	objs, err := r.list(ctx, r.keys.leasesOf(id))
+	if err != nil {
+		return false, err
+	}
+	for _, o := range objs {
+		if time.Since(o.LastModified) < r.leaseTTL {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// sweepLeases removes lease objects that have expired: their holders
+// crashed (a live holder rewrites its object long before).
+func (r *Repo) sweepLeases(ctx context.Context) error {
+	objs, err := r.list(ctx, r.keys.prefix+leasesDir)
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if time.Since(o.LastModified) >= 2*r.leaseTTL {
+			if err := r.remove(ctx, o.Key); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // idLocks serialises changes to one snapshot within the process.
@@ -82,11 +184,18 @@ func (k *idLocks) lock(id string) func() {
 	}
 }
 
-// LeaseHeld implements repository.Repository. Leases live in the process
-// that holds them (see above), so only this process's leases are seen.
-func (r *Repo) LeaseHeld(_ context.Context, id string) (bool, error) {
+// LeaseHeld implements repository.Repository: a lease held by this
+// process, or a live lease object of any node (see above).
+func (r *Repo) LeaseHeld(ctx context.Context, id string) (bool, error) {
 	if err := repository.ValidateID(id); err != nil {
 		return false, fmt.Errorf("lease held: %w", err)
 	}
-	return r.leaseLive(id), nil
+	if r.leaseLive(id) {
+		return true, nil
+	}
+	held, err := r.leaseObjectsLive(ctx, id)
+	if err != nil {
+		return false, fmt.Errorf("lease held %s: %w", id, err)
+	}
+	return held, nil
 }

@@ -189,6 +189,8 @@ type Repo struct {
 	aliasGrace time.Duration
 	// chunkGrace is ChunkGrace; tests shorten it.
 	chunkGrace time.Duration
+	// leaseTTL is LeaseTTL; tests shorten it.
+	leaseTTL time.Duration
 	// beforeRecord, when a test sets it, runs between binding the alias
 	// and writing the record of a publish.
 	beforeRecord func()
@@ -219,7 +221,7 @@ func Open(ctx context.Context, o Options) (*Repo, error) {
 	r := &Repo{
 		core: core, counter: counter, bucket: o.Bucket, keys: keys{prefix},
 		filesDir: filepath.Join(o.CacheDir, "files"), warm: o.Warm, chunkBytes: o.ChunkBytes,
-		liveLeases: make(map[string]int), aliasGrace: AliasBindGrace, chunkGrace: ChunkGrace,
+		liveLeases: make(map[string]int), aliasGrace: AliasBindGrace, chunkGrace: ChunkGrace, leaseTTL: LeaseTTL,
 		readOnly: o.ReadOnly, opts: o,
 	}
 	if r.chunkBytes == 0 {
@@ -319,7 +321,11 @@ func (r *Repo) BeginCapture(ctx context.Context) (repository.Lease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("begin capture: %w", err)
 	}
-	return r.newLease(id), nil
+	lease, err := r.newLease(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("begin capture: %w", err)
+	}
+	return lease, nil
 }
 
 // LeaseExisting implements repository.Repository.
@@ -333,7 +339,11 @@ func (r *Repo) LeaseExisting(ctx context.Context, id string) (repository.Lease, 
 	if _, _, err := r.getRecord(ctx, id); err != nil {
 		return nil, fmt.Errorf("lease: %w", err)
 	}
-	return r.newLease(id), nil
+	lease, err := r.newLease(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	return lease, nil
 }
 
 // Publish implements repository.Repository.
@@ -667,6 +677,9 @@ func (r *Repo) Sweep(ctx context.Context) error {
 	}
 	if err := r.quarantineDamaged(ctx); err != nil {
 		return fmt.Errorf("sweep: %w", err)
+	}
+	if err := r.sweepLeases(ctx); err != nil {
+		return fmt.Errorf("sweep leases: %w", err)
 	}
 	objs, err := r.list(ctx, r.keys.prefix+artifactsDir)
 	if err != nil {
