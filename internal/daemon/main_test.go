@@ -29,7 +29,9 @@ import (
 	"warmstart/internal/daemon"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/node"
+	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
+	"warmstart/internal/repository/s3"
 	"warmstart/internal/role"
 	"warmstart/internal/synth"
 	"warmstart/internal/trace"
@@ -50,6 +52,13 @@ const (
 	// for good once it has begun (and logged msgRecordingStarted), so a
 	// test can kill the daemon mid-recording.
 	childStallRecordingEnv = "WARMSTART_DAEMON_TEST_STALL_RECORDING"
+	// childHoldFIFOEnv, with childHoldEnv, names a FIFO: the held reads
+	// go on once the test has opened it for writing and closed it, not
+	// when a restore is being stopped.
+	childHoldFIFOEnv = "WARMSTART_DAEMON_TEST_HOLD_FIFO"
+	// childChunkGraceEnv, when set, is the S3 repository's chunk grace
+	// (a Go duration), so a test can collect garbage without waiting hours.
+	childChunkGraceEnv = "WARMSTART_DAEMON_TEST_CHUNK_GRACE"
 )
 
 // msgRecordingStarted is what the recorder logs as a recording begins.
@@ -394,7 +403,7 @@ func runChild() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	repo, err := posixfs.Open(cfg.Backend.PosixFS.SnapshotStore, posixfs.Options{})
+	repo, err := childRepository(cfg, os.Getenv(childChunkGraceEnv))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -427,12 +436,17 @@ func runChild() int {
 			return 1
 		}
 		var holdingOnce, releasedOnce sync.Once
+		wait := func() { <-release }
+		if fifo := os.Getenv(childHoldFIFOEnv); fifo != "" {
+			var opened sync.Once
+			wait = func() { opened.Do(func() { waitForWriter(fifo) }) }
+		}
 		fuseOpts.ReadHook = func(_ uint64, off int64, n int) {
 			if off+int64(n) <= holdFrom {
 				return
 			}
 			holdingOnce.Do(func() { log.Info(msgHolding, "offset", off, "bytes", n) })
-			<-release
+			wait()
 			releasedOnce.Do(func() { log.Info(msgReleased, "offset", off) })
 		}
 	}
@@ -443,6 +457,41 @@ func runChild() int {
 		return 1
 	}
 	return 0
+}
+
+// childRepository opens the repository cfg names; an S3 one with the chunk
+// grace given (empty: the default).
+func childRepository(cfg *config.Config, grace string) (repository.Repository, error) {
+	if cfg.Snapshot.RepositoryBackend != config.BackendS3 {
+		repo, err := posixfs.Open(cfg.Backend.PosixFS.SnapshotStore, posixfs.Options{})
+		if err != nil {
+			return nil, err
+		}
+		return repo, nil
+	}
+	o := s3.OptionsFromConfig(cfg.Backend.S3)
+	if grace != "" {
+		d, err := time.ParseDuration(grace)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", childChunkGraceEnv, err)
+		}
+		o.ChunkGrace = d
+	}
+	repo, err := s3.Open(context.Background(), o)
+	if err != nil {
+		return nil, err
+	}
+	return repo, nil
+}
+
+// waitForWriter blocks until a writer has opened the FIFO and closed it.
+func waitForWriter(fifo string) {
+	f, err := os.Open(fifo) // blocks until the writer opens it
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	io.Copy(io.Discard, f) // EOF once the writer closes it
 }
 
 // gateHandler tells on about every message once it is logged.

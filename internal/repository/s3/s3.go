@@ -137,6 +137,10 @@ type Options struct {
 	// Fill bounds the background fill of a restored snapshot's remaining
 	// chunks; see FillOptions.
 	Fill FillOptions
+	// ChunkGrace replaces ChunkGrace when positive. Every node on one
+	// bucket must use the same grace: a publish's reuse of chunks is safe
+	// against a collection only under the collector's grace.
+	ChunkGrace time.Duration
 }
 
 // OptionsFromConfig maps [backend.s3] to Options.
@@ -226,6 +230,9 @@ func Open(ctx context.Context, o Options) (*Repo, error) {
 	}
 	if r.chunkBytes == 0 {
 		r.chunkBytes = chunkmap.DefaultChunkBytes
+	}
+	if o.ChunkGrace > 0 {
+		r.chunkGrace = o.ChunkGrace
 	}
 	if r.chunkBytes < 4096 || r.chunkBytes > chunkmap.MaxChunkBytes || r.chunkBytes%4096 != 0 {
 		return nil, fmt.Errorf("open s3 repository: %w: chunk size %d is not a multiple of 4096 up to %d",

@@ -1,0 +1,287 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"warmstart/internal/config"
+	"warmstart/internal/daemon"
+	"warmstart/internal/miniotest"
+)
+
+// Several nodes, one bucket: each test runs two daemons, each a child
+// process with its own runtime directory, node cache, socket and FUSE
+// mount, on one real MinIO bucket the test creates (its server and data
+// go with the test).
+
+const clusterBucket = "nodes"
+
+// cluster is the reference snapshot and the MinIO bucket the nodes share.
+type cluster struct {
+	f   *fixture
+	srv *miniotest.Server
+}
+
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	srv := miniotest.Start(t)
+	if err := srv.MakeBucket(context.Background(), clusterBucket); err != nil {
+		t.Fatal(err)
+	}
+	return &cluster{f: newFixture(t, fixtureOptions{}), srv: srv}
+}
+
+// s3Node is one daemon of the cluster.
+type s3Node struct {
+	name    string
+	cfgPath string
+	cfg     *config.Config
+	child   *child
+	client  *daemon.Client
+}
+
+// nodeConfig writes the configuration of node name: the bucket reached
+// at endpoint (the server's, or a proxy's in front of it).
+func (c *cluster) nodeConfig(t *testing.T, name, endpoint string) (string, *config.Config) {
+	t.Helper()
+	dir := filepath.Join(c.f.dir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	text := fmt.Sprintf(`
+[snapshot]
+repository_backend = "s3"
+[snapshot.memory_startup_pack]
+consume_enabled = true
+[backend.s3]
+endpoint = "http://%s"
+bucket = %q
+region = "us-east-1"
+addressing_style = "path"
+access_key_id = %q
+secret_access_key = %q
+cache_dir = %q
+cache_max_size_gb = 1
+[memory]
+fuse_mount = %q
+[runtime]
+dir = %q
+[daemon]
+socket = %q
+import_dirs = [%q]
+[vmm]
+driver = "replay"
+[replay]
+trace = %q
+`, endpoint, clusterBucket, miniotest.AccessKey, miniotest.SecretKey, filepath.Join(dir, "cache"),
+		filepath.Join(dir, "mnt"), filepath.Join(dir, "run"), filepath.Join(dir, "d.sock"), c.f.dir, c.f.ref.Trace)
+	path := filepath.Join(dir, "warmstart.toml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, cfg
+}
+
+// start runs node name's daemon as a child process, reaching the bucket at
+// endpoint; extra is added to its environment. The daemon is stopped with
+// SIGTERM (and must exit cleanly) when the test ends, unless stopped before.
+func (c *cluster) start(t *testing.T, name, endpoint string, extra ...string) *s3Node {
+	t.Helper()
+	n := &s3Node{name: name}
+	n.cfgPath, n.cfg = c.nodeConfig(t, name, endpoint)
+	n.child = startChild(t, n.cfgPath, extra...)
+	n.client = daemon.NewClient(n.cfg.Daemon.Socket)
+	t.Cleanup(func() { n.stop(t) })
+	return n
+}
+
+// stop shuts the daemon down with SIGTERM; it must leave no mount behind.
+func (n *s3Node) stop(t *testing.T) {
+	t.Helper()
+	select {
+	case <-n.child.exited:
+		return
+	default:
+	}
+	n.client.Close()
+	if err := syscall.Kill(n.child.pid, syscall.SIGTERM); err != nil {
+		t.Errorf("stop %s: %v", n.name, err)
+	}
+	<-n.child.exited
+	if n.child.err != nil {
+		t.Errorf("daemon %s exited with %v", n.name, n.child.err)
+	}
+	if mounted(t, n.cfg.Memory.FUSEMount) {
+		t.Errorf("daemon %s left its mount %s", n.name, n.cfg.Memory.FUSEMount)
+	}
+}
+
+// restoreChecked restores ref on n and checks the guest read the
+// reference's bytes; it returns the restore's id.
+func (c *cluster) restoreChecked(t *testing.T, n *s3Node, ref string) string {
+	t.Helper()
+	in, err := n.client.Restore(context.Background(), daemon.RestoreRequest{Snapshot: ref, Device: "file", Prefetch: "off"})
+	if err != nil {
+		t.Fatalf("restore %s on %s: %v", ref, n.name, err)
+	}
+	if got := in.Ready["sha256"]; got != c.f.expected {
+		t.Fatalf("restore %s on %s: the guest read sha256 %s, want %s", ref, n.name, got, c.f.expected)
+	}
+	return in.ID
+}
+
+// wantGone checks ref is not in n's catalog.
+func wantGone(t *testing.T, n *s3Node, ref string) {
+	t.Helper()
+	_, err := n.client.Snapshot(context.Background(), ref)
+	var apiErr *daemon.APIError
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusNotFound {
+		t.Fatalf("snapshot %s on %s: %v; want 404", ref, n.name, err)
+	}
+}
+
+// A snapshot imported on A restores on B, whose node cache has never seen
+// it, and the guest there reads exactly the published bytes.
+func TestMultiNodePublishOnARestoreOnB(t *testing.T) {
+	c := newCluster(t)
+	a := c.start(t, "a", c.srv.Endpoint)
+	b := c.start(t, "b", c.srv.Endpoint)
+	ctx := context.Background()
+	imp, err := a.client.Import(ctx, c.f.importRequest("ref"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := c.restoreChecked(t, b, "ref")
+	if info, err := b.client.Snapshot(ctx, "ref"); err != nil || info.ID != imp.ID {
+		t.Fatalf("ref on B: %+v, %v; want %s", info, err, imp.ID)
+	}
+	if _, err := b.client.StopRestore(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A and B publish one alias at the same moment: exactly one wins, the
+// other gets the alias conflict (409), and the alias names the winner on
+// both nodes.
+func TestMultiNodeSameAliasAtOnce(t *testing.T) {
+	c := newCluster(t)
+	nodes := []*s3Node{c.start(t, "a", c.srv.Endpoint), c.start(t, "b", c.srv.Endpoint)}
+	go1 := make(chan struct{})
+	type result struct {
+		imp daemon.ImportResponse
+		err error
+	}
+	results := make(chan result, len(nodes))
+	for _, n := range nodes {
+		go func() {
+			<-go1
+			imp, err := n.client.Import(context.Background(), c.f.importRequest("web"))
+			results <- result{imp, err}
+		}()
+	}
+	close(go1)
+	var winners []string
+	conflicts := 0
+	for range nodes {
+		r := <-results
+		var apiErr *daemon.APIError
+		switch {
+		case r.err == nil:
+			winners = append(winners, r.imp.ID)
+		case errors.As(r.err, &apiErr) && apiErr.StatusCode == http.StatusConflict:
+			conflicts++
+		default:
+			t.Errorf("import: %v; want success or the alias conflict (409)", r.err)
+		}
+	}
+	if len(winners) != 1 || conflicts != 1 {
+		t.Fatalf("%d imports won (%v) and %d got the conflict; want one of each", len(winners), winners, conflicts)
+	}
+	for _, n := range nodes {
+		if info, err := n.client.Snapshot(context.Background(), "web"); err != nil || info.ID != winners[0] {
+			t.Errorf("web on %s: %+v, %v; want %s", n.name, info, err, winners[0])
+		}
+	}
+}
+
+// A deletes a snapshot while B restores it on its file device with a cold
+// node cache and no prefetch: B's first device read is held until the
+// delete has happened, so every byte B's guest reads comes from the bucket
+// after the delete. B still reaches ready with the published bytes and
+// stops cleanly; afterwards the snapshot is gone on both.
+func TestMultiNodeDeleteWhileRestoring(t *testing.T) {
+	c := newCluster(t)
+	a := c.start(t, "a", c.srv.Endpoint)
+	fifo := filepath.Join(c.f.dir, "release-b")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := c.start(t, "b", c.srv.Endpoint, childHoldEnv+"=0", childHoldFIFOEnv+"="+fifo)
+	ctx := context.Background()
+	imp, err := a.client.Import(ctx, c.f.importRequest("ref"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored := make(chan string, 1)
+	go func() {
+		defer close(restored)
+		in, err := b.client.Restore(ctx, daemon.RestoreRequest{Snapshot: imp.ID, Device: "file", Prefetch: "off"})
+		if err != nil {
+			t.Errorf("restore on B: %v", err)
+			return
+		}
+		if got := in.Ready["sha256"]; got != c.f.expected {
+			t.Errorf("restore on B after the delete: the guest read sha256 %s, want %s", got, c.f.expected)
+		}
+		restored <- in.ID
+	}()
+	b.child.wait(t, msgHolding)
+	if _, err := a.client.DeleteSnapshot(ctx, imp.ID); err != nil {
+		t.Fatal(err)
+	}
+	wantGone(t, a, imp.ID)
+	fetchedBefore := value(metricsOf(t, b.client), "warmstart_chunk_cache_fetched_bytes_total", nil)
+	release(t, fifo)
+	id, ok := <-restored
+	if !ok {
+		t.FailNow()
+	}
+	b.child.wait(t, msgReleased)
+	if after := value(metricsOf(t, b.client), "warmstart_chunk_cache_fetched_bytes_total", nil); after <= fetchedBefore {
+		t.Errorf("B fetched %v bytes from the bucket after the delete; want its guest's reads served from there", after-fetchedBefore)
+	}
+	stop, err := b.client.StopRestore(ctx, id)
+	if err != nil {
+		t.Fatalf("stop the restore on B: %v", err)
+	}
+	if stop.Exit != nil {
+		t.Errorf("B's VM had exited before the stop: %+v", stop.Exit)
+	}
+	wantGone(t, a, imp.ID)
+	wantGone(t, b, imp.ID)
+	wantGone(t, b, "ref")
+}
+
+// release lets a child's held reads go on (see childHoldFIFOEnv).
+func release(t *testing.T, fifo string) {
+	t.Helper()
+	f, err := os.OpenFile(fifo, os.O_WRONLY, 0) // the child is waiting on the other end
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
