@@ -9,12 +9,15 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"warmstart/internal/config"
 	"warmstart/internal/daemon"
 	"warmstart/internal/miniotest"
+	"warmstart/internal/repository/repotest"
+	"warmstart/internal/repository/s3"
 )
 
 // Several nodes, one bucket: each test runs two daemons, each a child
@@ -284,4 +287,136 @@ func release(t *testing.T, fifo string) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// gcGrace is the chunk grace of the garbage collection test's nodes: long
+// enough for a publish's uploads, short enough to wait out.
+const gcGrace = 2 * time.Second
+
+// A deleted a snapshot whose grace has passed and collects garbage, again
+// and again, while B (slowed by 20 ms on every response) publishes a
+// snapshot that shares all but one of its chunks. Nothing of B's is lost:
+// its snapshot reads back whole, byte for byte, through a third, fresh
+// node cache, after one more collection; the deleted snapshot's own chunk
+// is collected.
+func TestMultiNodeGCWhilePublishing(t *testing.T) {
+	c := newCluster(t)
+	grace := childChunkGraceEnv + "=" + gcGrace.String()
+	a := c.start(t, "a", c.srv.Endpoint, grace)
+	proxy, err := miniotest.NewProxy(c.srv.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	if err := proxy.Latency(20); err != nil {
+		t.Fatal(err)
+	}
+	b := c.start(t, "b", proxy.Addr, grace)
+	ctx := context.Background()
+	old, err := a.client.Import(ctx, c.f.importRequest("old"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.client.DeleteSnapshot(ctx, old.ID); err != nil {
+		t.Fatal(err)
+	}
+	// What is waited for here is the grace itself, not another goroutine:
+	// the deleted snapshot's chunks and tombstone must be past it (the
+	// store's clock has a resolution of a second).
+	time.Sleep(gcGrace + time.Second)
+
+	gc := c.openNodeRepository(t, a.cfg, false)
+	req := c.f.importRequest("new")
+	req.Memory = writeOneChunkChanged(t, c.f.ref.Memory, filepath.Join(c.f.dir, "new-memory.bin"))
+	published := make(chan daemon.ImportResponse, 1)
+	go func() {
+		defer close(published)
+		imp, err := b.client.Import(ctx, req)
+		if err != nil {
+			t.Errorf("import on B: %v", err)
+			return
+		}
+		published <- imp
+	}()
+	var removed, runs int
+	collect := func() {
+		st := collectGarbage(t, gc)
+		removed += st.Removed
+		runs++
+	}
+	var imp daemon.ImportResponse
+	for done := false; !done; {
+		collect()
+		select {
+		case got, ok := <-published:
+			if !ok {
+				t.FailNow()
+			}
+			imp, done = got, true
+		default:
+		}
+	}
+	collect()
+	t.Logf("%d collections, %d chunks removed", runs, removed)
+	if removed == 0 {
+		t.Error("no collection removed the deleted snapshot's own chunk")
+	}
+	third := c.openNodeRepository(t, b.cfg, true)
+	res, err := third.Resolve(ctx, imp.ID)
+	if err != nil {
+		t.Fatalf("resolve B's snapshot on a fresh cache: %v", err)
+	}
+	if got, want := repotest.ResolvedMemorySHA256(t, res), repotest.FileSHA256(t, req.Memory); got != want {
+		t.Fatalf("B's snapshot read through a fresh cache: sha256 %s, want %s", got, want)
+	}
+}
+
+// openNodeRepository opens the bucket as a node with cfg does, with the
+// test's chunk grace; read-only ones get a fresh node cache of their own.
+func (c *cluster) openNodeRepository(t *testing.T, cfg *config.Config, readOnly bool) *s3.Repo {
+	t.Helper()
+	o := s3.OptionsFromConfig(cfg.Backend.S3)
+	o.ChunkGrace, o.ReadOnly = gcGrace, readOnly
+	if readOnly {
+		o.CacheDir = t.TempDir()
+	}
+	r, err := s3.Open(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// collectGarbage is `warmstart snapshot gc` on r's node.
+func collectGarbage(t *testing.T, r *s3.Repo) s3.GCStats {
+	t.Helper()
+	if err := r.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.CollectGarbage(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// writeOneChunkChanged copies memory to path with one byte of its first
+// non-zero page changed, so the copy shares every chunk but one.
+func writeOneChunkChanged(t *testing.T, memory, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(memory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range data {
+		if v != 0 {
+			data[i] ^= 0xff
+			break
+		}
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
