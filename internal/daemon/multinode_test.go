@@ -31,6 +31,9 @@ const clusterBucket = "nodes"
 type cluster struct {
 	f   *fixture
 	srv *miniotest.Server
+	// recordOnPublish is [snapshot.memory_startup_pack] enabled of the
+	// nodes started from then on.
+	recordOnPublish bool
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -63,6 +66,7 @@ func (c *cluster) nodeConfig(t *testing.T, name, endpoint string) (string, *conf
 [snapshot]
 repository_backend = "s3"
 [snapshot.memory_startup_pack]
+enabled = %t
 consume_enabled = true
 [backend.s3]
 endpoint = "http://%s"
@@ -84,7 +88,7 @@ import_dirs = [%q]
 driver = "replay"
 [replay]
 trace = %q
-`, endpoint, clusterBucket, miniotest.AccessKey, miniotest.SecretKey, filepath.Join(dir, "cache"),
+`, c.recordOnPublish, endpoint, clusterBucket, miniotest.AccessKey, miniotest.SecretKey, filepath.Join(dir, "cache"),
 		filepath.Join(dir, "mnt"), filepath.Join(dir, "run"), filepath.Join(dir, "d.sock"), c.f.dir, c.f.ref.Trace)
 	path := filepath.Join(dir, "warmstart.toml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
@@ -419,4 +423,33 @@ func writeOneChunkChanged(t *testing.T, memory, path string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// A records a snapshot's manifest (held mid-recording) when B starts: B's
+// resume of interrupted recordings sees A's lease through the bucket and
+// leaves the recording to A instead of starting a second one.
+func TestMultiNodeResumeLeavesAnotherNodesRecording(t *testing.T) {
+	c := newCluster(t)
+	c.recordOnPublish = true
+	a := c.start(t, "a", c.srv.Endpoint, childStallRecordingEnv+"=1")
+	imp, err := a.client.Import(context.Background(), c.f.importRequest("ref"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !imp.Recording {
+		t.Fatalf("import = %+v; want a background recording", imp)
+	}
+	a.child.wait(t, msgRecordingStarted)
+	defer func() { // its recording never ends: only a kill stops it
+		syscall.Kill(a.child.pid, syscall.SIGKILL)
+		<-a.child.exited
+	}()
+
+	b := c.start(t, "b", c.srv.Endpoint) // resumes before it is ready
+	for _, m := range b.child.messages() {
+		if m["msg"] == "resuming interrupted manifest recording" {
+			t.Fatalf("B started a second recording of %s while A records it: %v", imp.ID, m)
+		}
+	}
+	b.child.wait(t, "manifest recording in progress elsewhere")
 }
