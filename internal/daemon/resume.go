@@ -13,7 +13,9 @@ import (
 // [snapshot.memory_startup_pack] enabled was true) that has no manifest and
 // no recording in progress (no capture lease held). Such a recording died
 // with its process, a kill -9 or a crash after the publish, and nothing
-// else would ever finish it. Each one is logged.
+// else would ever finish it. Each one is logged. The snapshot is claimed
+// (repository.ClaimLease), so a recording another daemon runs, or resumes
+// at the same moment, is left to it.
 func (d *Daemon) resumeRecordings(ctx context.Context) {
 	without := false
 	recs, err := d.repo.List(ctx, repository.Filter{HasManifest: &without})
@@ -25,18 +27,13 @@ func (d *Daemon) resumeRecordings(ctx context.Context) {
 		if !rec.ManifestRequested {
 			continue
 		}
-		held, err := d.repo.LeaseHeld(ctx, rec.ID)
+		lease, claimed, err := d.repo.ClaimLease(ctx, rec.ID)
 		switch {
 		case err != nil:
 			d.log.Error("resume manifest recording", "snapshot", rec.ID, "err", err)
 			continue
-		case held:
+		case !claimed:
 			d.log.Info("manifest recording in progress elsewhere", "snapshot", rec.ID)
-			continue
-		}
-		lease, err := d.repo.LeaseExisting(ctx, rec.ID)
-		if err != nil {
-			d.log.Error("resume manifest recording", "snapshot", rec.ID, "err", err)
 			continue
 		}
 		d.log.Info("resuming interrupted manifest recording", "snapshot", rec.ID, "alias", rec.Alias)

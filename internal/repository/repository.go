@@ -270,6 +270,15 @@ type Repository interface {
 	// exists for id. Several leases may be held on one snapshot at once.
 	LeaseExisting(ctx context.Context, id string) (Lease, error)
 
+	// ClaimLease takes a lease on a published snapshot only if no other
+	// lease on it is held, by this or (where the backend can tell) another
+	// process, and of several claims racing for one snapshot at most one
+	// succeeds. It returns ok false, and no lease, when the snapshot is
+	// taken. The daemon claims a snapshot before it resumes an interrupted
+	// recording, so two daemons starting at once do not both record it.
+	// It fails with ErrNotFound if no record exists for id.
+	ClaimLease(ctx context.Context, id string) (lease Lease, ok bool, err error)
+
 	// Get returns the record of id, or ErrNotFound. A record that cannot be
 	// decoded is reported as ErrIntegrity.
 	Get(ctx context.Context, id string) (Record, error)

@@ -51,6 +51,11 @@ func (r *timedRepository) LeaseExisting(ctx context.Context, id string) (l repos
 	return r.inner.LeaseExisting(ctx, id)
 }
 
+func (r *timedRepository) ClaimLease(ctx context.Context, id string) (l repository.Lease, ok bool, err error) {
+	defer r.timed("claim_lease")(&err)
+	return r.inner.ClaimLease(ctx, id)
+}
+
 func (r *timedRepository) Get(ctx context.Context, id string) (rec repository.Record, err error) {
 	defer r.timed("get")(&err)
 	return r.inner.Get(ctx, id)

@@ -46,3 +46,33 @@ func (r *Repo) LeaseHeld(_ context.Context, id string) (bool, error) {
 	}
 	return live, nil
 }
+
+// ClaimLease implements repository.Repository. Claims of one snapshot are
+// serialised by its record lock: under it, a claim takes the lease only
+// when no process holds one (the exclusive probe of LeaseHeld succeeds).
+func (r *Repo) ClaimLease(ctx context.Context, id string) (repository.Lease, bool, error) {
+	if err := r.writable(); err != nil {
+		return nil, false, fmt.Errorf("claim lease: %w", err)
+	}
+	if err := repository.ValidateID(id); err != nil {
+		return nil, false, fmt.Errorf("claim lease: %w", err)
+	}
+	rl, err := acquireLock(ctx, r.paths.recordLockPath(id), lockExclusive)
+	if err != nil {
+		return nil, false, fmt.Errorf("claim lease %s: %w", id, err)
+	}
+	defer rl.release()
+	live, probe, err := r.leaseLive(id)
+	probe.release()
+	if err != nil {
+		return nil, false, fmt.Errorf("claim lease %s: %w", id, err)
+	}
+	if live {
+		return nil, false, nil
+	}
+	lease, err := r.LeaseExisting(ctx, id)
+	if err != nil {
+		return nil, false, fmt.Errorf("claim lease: %w", err)
+	}
+	return lease, true, nil
+}

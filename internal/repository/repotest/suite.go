@@ -54,6 +54,7 @@ func Run(t *testing.T, open func(t *testing.T) repository.Repository) {
 		{"AttachDigestsRefused", testAttachDigestsRefused},
 		{"LeaseExisting", testLeaseExisting},
 		{"LeaseHeldAndManifestRequested", testLeaseHeld},
+		{"ClaimLease", testClaimLease},
 		{"EndWaitsForAttach", testEndWaitsForAttach},
 		{"AttachRacingDelete", testAttachRacingDelete},
 	}

@@ -23,6 +23,7 @@ import (
 //	chunks/<sha256>.zst                one zstd-compressed chunk, named by the
 //	                                   SHA-256 of its bytes, shared by snapshots
 //	leases/<id>/<holder>.json          a live capture lease on id (lease.go)
+//	leases/<id>/claim.json             the one claim on id (ClaimLease)
 //
 // Memory is chunked and compressed since guests are ~45 % zero pages and
 // captures of one guest share most chunks; a chunk is one GET of one cache
@@ -75,6 +76,7 @@ func (k keys) artifact(id, name string) string  { return k.artifactsPrefix(id) +
 func (k keys) chunksPrefix() string             { return k.prefix + chunksDir }
 func (k keys) leasesOf(id string) string        { return k.prefix + leasesDir + id + "/" }
 func (k keys) lease(id, holder string) string   { return k.leasesOf(id) + holder + jsonSuffix }
+func (k keys) claim(id string) string           { return k.leasesOf(id) + "claim" + jsonSuffix }
 func (k keys) chunk(d chunkmap.Digest) string {
 	return k.prefix + chunksDir + d.String() + chunkSuffix
 }

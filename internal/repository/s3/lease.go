@@ -3,10 +3,13 @@ package s3
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
 	"time"
+
+	"github.com/minio/minio-go/v7"
 
 	"warmstart/internal/repository"
 )
@@ -15,8 +18,9 @@ import (
 // leases/<id>/<holder>.json, one per lease (<holder> is a fresh UUIDv7),
 // written when the lease is taken, written again every LeaseTTL/4 while
 // it is held, and removed when it ends. The daemon's resume of
-// interrupted manifest recordings asks LeaseHeld before it records, so a
-// recording running on another node is not started a second time. An
+// interrupted manifest recordings claims a snapshot (ClaimLease: no live
+// lease object, and the one claim object created) before it records, so a
+// recording running or resumed on another node is not started again. An
 // object store has no lock that dies with its holder; a lease object
 // instead counts as held only until LeaseTTL after its last write
 // (the store's Last-Modified), so a crashed holder's lease expires by
@@ -59,17 +63,23 @@ func (r *Repo) newLease(ctx context.Context, id string) (*repository.HeldLease, 
 	if err != nil {
 		return nil, err
 	}
+	return r.newLeaseAs(ctx, id, holder, r.keys.lease(id, holder), putCondition{ifNoneMatch: true})
+}
+
+// newLeaseAs is newLease with the lease object under key, written under
+// cond.
+func (r *Repo) newLeaseAs(ctx context.Context, id, holder, key string, cond putCondition) (*repository.HeldLease, error) {
 	host, _ := os.Hostname()
 	data, err := json.Marshal(leaseObject{Format: leaseFormat, ID: id, Holder: holder, Host: host})
 	if err != nil {
 		return nil, err
 	}
-	key := r.keys.lease(id, holder)
-	if _, err := r.putSmall(ctx, key, data, putCondition{ifNoneMatch: true}); err != nil {
+	etag, err := r.putSmall(ctx, key, data, cond)
+	if err != nil {
 		return nil, fmt.Errorf("write lease %s: %w", id, err)
 	}
 	stop, renewed := make(chan struct{}), make(chan struct{})
-	go r.renewLease(key, data, stop, renewed)
+	go r.renewLease(key, data, etag, stop, renewed)
 	r.leaseMu.Lock()
 	r.liveLeases[id]++
 	r.leaseMu.Unlock()
@@ -78,15 +88,17 @@ func (r *Repo) newLease(ctx context.Context, id string) (*repository.HeldLease, 
 		<-renewed
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
-		_ = r.remove(ctx, key) // left behind, it expires
+		_ = r.removeLeaseObject(ctx, key, holder) // left behind, it expires
 		r.leaseEnded(id)
 	}), nil
 }
 
 // renewLease writes the lease object again every leaseTTL/4 until stop
-// closes. A failed write is not fatal: three more get their chance before
-// the lease would expire.
-func (r *Repo) renewLease(key string, data []byte, stop <-chan struct{}, renewed chan<- struct{}) {
+// closes, each time only if it is still the version last written (If-Match):
+// a holder whose renewals failed for longer than the TTL may have lost a
+// claim to another node, and must not overwrite it. A failed write is not
+// fatal: three more get their chance before the lease would expire.
+func (r *Repo) renewLease(key string, data []byte, etag string, stop <-chan struct{}, renewed chan<- struct{}) {
 	defer close(renewed)
 	tick := time.NewTicker(r.leaseTTL / 4)
 	defer tick.Stop()
@@ -96,10 +108,30 @@ func (r *Repo) renewLease(key string, data []byte, stop <-chan struct{}, renewed
 			return
 		case <-tick.C:
 			ctx, cancel := context.WithTimeout(context.Background(), r.leaseTTL/4)
-			_, _ = r.putSmall(ctx, key, data, putCondition{})
+			next, err := r.putSmall(ctx, key, data, putCondition{ifMatch: etag})
 			cancel()
+			switch {
+			case err == nil:
+				etag = next
+			case errors.Is(err, errPrecondition) || errors.Is(err, errGone):
+				return // taken over: the lease has expired for every other node
+			}
 		}
 	}
+}
+
+// removeLeaseObject removes the lease object under key if it is still
+// holder's (a claim's key is shared by every claimer of one snapshot).
+func (r *Repo) removeLeaseObject(ctx context.Context, key, holder string) error {
+	data, _, found, err := r.getSmall(ctx, key)
+	if err != nil || !found {
+		return err
+	}
+	var lo leaseObject
+	if json.Unmarshal(data, &lo) == nil && lo.Holder != holder {
+		return nil
+	}
+	return r.remove(ctx, key)
 }
 
 func (r *Repo) leaseEnded(id string) {
@@ -198,4 +230,60 @@ func (r *Repo) LeaseHeld(ctx context.Context, id string) (bool, error) {
 		return false, fmt.Errorf("lease held %s: %w", id, err)
 	}
 	return held, nil
+}
+
+// ClaimLease implements repository.Repository. A claim is the one claim
+// object of a snapshot, leases/<id>/claim.json, created with If-None-Match:
+// of claimers racing on any nodes the store lets exactly one create it. A
+// claim object that has expired (its holder crashed) is taken over with
+// If-Match on its ETag, so again one taker wins. Plain leases (a recording
+// under way) are checked first: while one is live, nothing is claimed.
+func (r *Repo) ClaimLease(ctx context.Context, id string) (repository.Lease, bool, error) {
+	if err := repository.ValidateID(id); err != nil {
+		return nil, false, fmt.Errorf("claim lease: %w", err)
+	}
+	if err := r.writable(); err != nil {
+		return nil, false, fmt.Errorf("claim lease: %w", err)
+	}
+	if _, _, err := r.getRecord(ctx, id); err != nil {
+		return nil, false, fmt.Errorf("claim lease: %w", err)
+	}
+	if held, err := r.LeaseHeld(ctx, id); err != nil || held {
+		return nil, false, err
+	}
+	holder, err := repository.NewID()
+	if err != nil {
+		return nil, false, fmt.Errorf("claim lease %s: %w", id, err)
+	}
+	key := r.keys.claim(id)
+	lease, err := r.newLeaseAs(ctx, id, holder, key, putCondition{ifNoneMatch: true})
+	if errors.Is(err, errPrecondition) {
+		lease, err = r.takeOverClaim(ctx, id, holder, key)
+	}
+	if errors.Is(err, errPrecondition) || errors.Is(err, errGone) {
+		return nil, false, nil // another claimer won
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("claim lease: %w", err)
+	}
+	if lease == nil {
+		return nil, false, nil // a live claim of another node
+	}
+	return lease, true, nil
+}
+
+// takeOverClaim takes over the claim object under key if it has expired;
+// it returns no lease and no error while the claim is live.
+func (r *Repo) takeOverClaim(ctx context.Context, id, holder, key string) (*repository.HeldLease, error) {
+	info, err := r.core.StatObject(ctx, r.bucket, key, minio.StatObjectOptions{})
+	if isNotFound(err) {
+		return nil, errGone // ended meanwhile: try again at the next start
+	}
+	if err != nil {
+		return nil, ctxErr(ctx, fmt.Errorf("stat %s: %w", key, err))
+	}
+	if time.Since(info.LastModified) < r.leaseTTL {
+		return nil, nil
+	}
+	return r.newLeaseAs(ctx, id, holder, key, putCondition{ifMatch: info.ETag})
 }

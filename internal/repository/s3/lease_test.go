@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
 )
 
@@ -95,4 +96,57 @@ func waitUntil(t *testing.T, bound time.Duration, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Claims on two nodes race for one snapshot: exactly one stands. A claim
+// whose holder crashed (its object left, no longer written) is taken over
+// once it has expired, and only then.
+func TestClaimAcrossNodes(t *testing.T) {
+	t.Parallel()
+	a, b := twoNodes(t)
+	rec, capture := repotest.Publish(t, a, "web")
+	capture.End()
+	start := make(chan struct{})
+	stood := make(chan repository.Lease, 4)
+	for _, n := range []*Repo{a, a, b, b} {
+		go func() {
+			<-start
+			lz, ok, err := n.ClaimLease(bg(), rec.ID)
+			if err != nil {
+				t.Errorf("ClaimLease: %v", err)
+			}
+			if !ok {
+				lz = nil
+			}
+			stood <- lz
+		}()
+	}
+	close(start)
+	var won []repository.Lease
+	for range 4 {
+		if lz := <-stood; lz != nil {
+			won = append(won, lz)
+		}
+	}
+	if len(won) != 1 {
+		t.Fatalf("%d claims on two nodes stood; want exactly one", len(won))
+	}
+	won[0].End()
+
+	// A crashed claimer's object, as a killed daemon leaves it.
+	b.leaseTTL = time.Second
+	data, _ := json.Marshal(leaseObject{Format: leaseFormat, ID: rec.ID, Holder: "crashed"})
+	if _, err := a.putSmall(bg(), a.keys.claim(rec.ID), data, putCondition{}); err != nil {
+		t.Fatal(err)
+	}
+	written := time.Now()
+	if _, ok, err := b.ClaimLease(bg(), rec.ID); err != nil || ok {
+		t.Fatalf("ClaimLease beside a live claim = %v, %v; want not claimed", ok, err)
+	}
+	waitUntil(t, 10*time.Second, func() bool { return time.Since(written) > 2*b.leaseTTL })
+	lz, ok, err := b.ClaimLease(bg(), rec.ID)
+	if err != nil || !ok {
+		t.Fatalf("ClaimLease over an expired claim = %v, %v; want it taken over", ok, err)
+	}
+	lz.End()
 }

@@ -153,6 +153,7 @@ func TestObjectLayout(t *testing.T) {
 	if _, err := r.AttachManifest(bg(), lease, []byte("manifest")); err != nil {
 		t.Fatal(err)
 	}
+	lease.End() // its lease object goes with it
 	// One 64 KiB chunk of random bytes; the stand-in manifest is no
 	// manifest, so no startup pack is built for it.
 	want := []string{
@@ -229,6 +230,7 @@ func TestFailedPublishLeavesNothing(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("publish: %v, want context.Canceled", err)
 	}
+	lease.End() // its lease object goes with it
 	for _, k := range snapshotKeys(t, r) {
 		if !strings.HasPrefix(k, "catalog/aliases/") {
 			t.Errorf("failed publish left %s", k)
@@ -335,7 +337,8 @@ func TestEnvironmentCredentials(t *testing.T) {
 // ErrIntegrity, List leaves it out, Delete removes it.
 func TestCorruptRecord(t *testing.T) {
 	r := openRepo(t)
-	rec, _ := repotest.Publish(t, r, "")
+	rec, lease := repotest.Publish(t, r, "")
+	lease.End()
 	if _, err := r.putSmall(bg(), r.keys.record(rec.ID), []byte("{not json"), putCondition{}); err != nil {
 		t.Fatal(err)
 	}
