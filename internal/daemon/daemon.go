@@ -100,6 +100,10 @@ const (
 	// ordered shutdown completes within about 10 s whatever clients do.
 	DefaultShutdownGrace = 5 * time.Second
 	DefaultStopTimeout   = time.Minute
+	// DefaultResumeRetry: a recording whose holder crashed stays claimed
+	// until its lease expires (an S3 lease after s3.LeaseTTL, 2 min), so
+	// the resume looks again this often rather than only at start.
+	DefaultResumeRetry = time.Minute
 	// readHeaderTimeout bounds a client that opens a connection and sends
 	// nothing.
 	readHeaderTimeout = 10 * time.Second
@@ -144,6 +148,10 @@ type Options struct {
 	ShutdownGrace time.Duration
 	// StopTimeout bounds the stop of one restore.
 	StopTimeout time.Duration
+	// ResumeRetry is how often the resume of interrupted recordings looks
+	// again at snapshots another holder had claimed; zero means
+	// DefaultResumeRetry.
+	ResumeRetry time.Duration
 }
 
 // Daemon is a running warmstart daemon.
@@ -173,6 +181,8 @@ type Daemon struct {
 	// recCtx bounds background recordings.
 	recCtx    context.Context
 	recCancel context.CancelFunc
+	// retryEvery is Options.ResumeRetry.
+	retryEvery time.Duration
 
 	mu         sync.Mutex
 	closing    bool
@@ -244,6 +254,7 @@ func newDaemon(opts Options) *Daemon {
 		requests:   newInflight(),
 		grace:      cmp.Or(opts.ShutdownGrace, DefaultShutdownGrace),
 		stopWithin: cmp.Or(opts.StopTimeout, DefaultStopTimeout),
+		retryEvery: cmp.Or(opts.ResumeRetry, DefaultResumeRetry),
 		restores:   map[string]*running{},
 		recordings: map[*recorder.Job]string{},
 		devices:    map[uint64]*fusedev.Device{},

@@ -59,6 +59,10 @@ const (
 	// childChunkGraceEnv, when set, is the S3 repository's chunk grace
 	// (a Go duration), so a test can collect garbage without waiting hours.
 	childChunkGraceEnv = "WARMSTART_DAEMON_TEST_CHUNK_GRACE"
+	// childLeaseTTLEnv, when set, is the S3 repository's lease TTL (a Go
+	// duration); the daemon then looks again at recordings left to other
+	// holders every half of it.
+	childLeaseTTLEnv = "WARMSTART_DAEMON_TEST_LEASE_TTL"
 )
 
 // msgRecordingStarted is what the recorder logs as a recording begins.
@@ -403,7 +407,12 @@ func runChild() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	repo, err := childRepository(cfg, os.Getenv(childChunkGraceEnv))
+	leaseTTL, err := envDuration(childLeaseTTLEnv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	repo, err := childRepository(cfg, leaseTTL)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -452,16 +461,18 @@ func runChild() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	if err := daemon.Run(ctx, daemon.Options{Config: cfg, Repository: repo, VMM: vm, Log: log, FUSE: fuseOpts}); err != nil {
+	opts := daemon.Options{Config: cfg, Repository: repo, VMM: vm, Log: log, FUSE: fuseOpts, ResumeRetry: leaseTTL / 2}
+	if err := daemon.Run(ctx, opts); err != nil {
 		log.Error("daemon failed", "err", err)
 		return 1
 	}
 	return 0
 }
 
-// childRepository opens the repository cfg names; an S3 one with the chunk
-// grace given (empty: the default).
-func childRepository(cfg *config.Config, grace string) (repository.Repository, error) {
+// childRepository opens the repository cfg names; an S3 one with the
+// chunk grace of childChunkGraceEnv and the lease TTL given (zero: the
+// defaults).
+func childRepository(cfg *config.Config, leaseTTL time.Duration) (repository.Repository, error) {
 	if cfg.Snapshot.RepositoryBackend != config.BackendS3 {
 		repo, err := posixfs.Open(cfg.Backend.PosixFS.SnapshotStore, posixfs.Options{})
 		if err != nil {
@@ -470,18 +481,29 @@ func childRepository(cfg *config.Config, grace string) (repository.Repository, e
 		return repo, nil
 	}
 	o := s3.OptionsFromConfig(cfg.Backend.S3)
-	if grace != "" {
-		d, err := time.ParseDuration(grace)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", childChunkGraceEnv, err)
-		}
-		o.ChunkGrace = d
+	grace, err := envDuration(childChunkGraceEnv)
+	if err != nil {
+		return nil, err
 	}
+	o.ChunkGrace, o.LeaseTTL = grace, leaseTTL
 	repo, err := s3.Open(context.Background(), o)
 	if err != nil {
 		return nil, err
 	}
 	return repo, nil
+}
+
+// envDuration reads a Go duration from the environment; unset is zero.
+func envDuration(name string) (time.Duration, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	return d, nil
 }
 
 // waitForWriter blocks until a writer has opened the FIFO and closed it.

@@ -453,3 +453,36 @@ func TestMultiNodeResumeLeavesAnotherNodesRecording(t *testing.T) {
 	}
 	b.child.wait(t, "manifest recording in progress elsewhere")
 }
+
+// A is killed in the middle of a recording; B, started at once, finds A's
+// lease still live (an S3 lease outlives its crashed holder until it
+// expires) and leaves the recording, then looks again, claims it once
+// A's lease has expired, and attaches the manifest.
+func TestMultiNodeResumeAfterCrashedHolderExpires(t *testing.T) {
+	c := newCluster(t)
+	c.recordOnPublish = true
+	ttl := childLeaseTTLEnv + "=10s" // long enough for B to start while it is live
+	a := c.start(t, "a", c.srv.Endpoint, childStallRecordingEnv+"=1", ttl)
+	imp, err := a.client.Import(context.Background(), c.f.importRequest("ref"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.child.wait(t, msgRecordingStarted)
+	if err := syscall.Kill(a.child.pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-a.child.exited
+
+	b := c.start(t, "b", c.srv.Endpoint, ttl)
+	// A daemon that never looks again would never log it: kill it after a
+	// bound so the wait below fails instead of hanging.
+	bound := time.AfterFunc(2*time.Minute, func() { syscall.Kill(b.child.pid, syscall.SIGKILL) })
+	defer bound.Stop()
+	b.child.wait(t, "manifest recording in progress elsewhere")
+	b.child.wait(t, "resuming interrupted manifest recording")
+	b.child.wait(t, "startup manifest attached")
+	info, err := b.client.Snapshot(context.Background(), imp.ID)
+	if err != nil || info.Manifest == nil {
+		t.Fatalf("after the resume on B: %+v, %v; want the manifest attached", info, err)
+	}
+}

@@ -141,6 +141,8 @@ type Options struct {
 	// bucket must use the same grace: a publish's reuse of chunks is safe
 	// against a collection only under the collector's grace.
 	ChunkGrace time.Duration
+	// LeaseTTL replaces LeaseTTL when positive (see lease.go).
+	LeaseTTL time.Duration
 }
 
 // OptionsFromConfig maps [backend.s3] to Options.
@@ -233,6 +235,9 @@ func Open(ctx context.Context, o Options) (*Repo, error) {
 	}
 	if o.ChunkGrace > 0 {
 		r.chunkGrace = o.ChunkGrace
+	}
+	if o.LeaseTTL > 0 {
+		r.leaseTTL = o.LeaseTTL
 	}
 	if r.chunkBytes < 4096 || r.chunkBytes > chunkmap.MaxChunkBytes || r.chunkBytes%4096 != 0 {
 		return nil, fmt.Errorf("open s3 repository: %w: chunk size %d is not a multiple of 4096 up to %d",
