@@ -25,8 +25,8 @@
 // If-Match on the ETag it read, so it can never recreate a record a
 // concurrent Delete removed.
 // Delete removes the alias, then the record, then the artifacts; a failed
-// publish removes what it wrote. Leases are in-process (lease.go says what
-// that means across nodes).
+// publish removes what it wrote. Leases are seen by every node through
+// lease objects that expire unless renewed (lease.go).
 //
 // # Storing memory
 //
@@ -128,8 +128,10 @@ type Options struct {
 	// show, restore, verify): nothing is written to the bucket, nothing is
 	// swept, and nothing is created at Open. The node-local caches are
 	// opened (and created) only when a snapshot is first resolved, since
-	// reading memory goes through them. Operations that change the
-	// repository fail with ErrInvalidRequest.
+	// reading memory goes through them; a daemon may have the same cache
+	// directory open, and the chunk cache then removes none of its files
+	// (chunkcache's lock.go). Operations that change the repository fail
+	// with ErrInvalidRequest.
 	ReadOnly bool
 	// ChunkBytes is the chunk size publish cuts memory into; zero means
 	// chunkmap.DefaultChunkBytes.
