@@ -77,7 +77,11 @@ func parseChunkName(name string) (blockBytes, index, length int64, crc uint32, o
 // is the only process with the directory open: only then is anything
 // removed (see lock.go).
 func (c *Cache) index(alone bool) error {
-	found, err := c.scan(alone)
+	discard := c.discard
+	if !alone {
+		discard = func(string, string) {} // another process may be writing them
+	}
+	found, err := c.scan(discard)
 	if err != nil {
 		return err
 	}
@@ -98,16 +102,11 @@ func (c *Cache) index(alone bool) error {
 	return nil
 }
 
-// scan finds the blocks on disk, oldest first. When alone, it removes
-// temporary files, blocks of another block size, and blocks whose size
-// differs from the length in their name (a torn write); otherwise it
-// skips them, since another process may be writing them. Contents are
-// checked later, on first use.
-func (c *Cache) scan(alone bool) ([]*entry, error) {
-	discard := c.discard
-	if !alone {
-		discard = func(string, string) {}
-	}
+// scan finds the blocks on disk, oldest first. It hands temporary files,
+// blocks of another block size, and blocks whose size differs from the
+// length in their name (a torn write) to discard. Contents are checked
+// later, on first use.
+func (c *Cache) scan(discard func(path, why string)) ([]*entry, error) {
 	objects, err := os.ReadDir(c.chunksDir())
 	if err != nil {
 		return nil, err

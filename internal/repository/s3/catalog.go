@@ -176,11 +176,8 @@ func (r *Repo) bindAlias(ctx context.Context, alias, id string) error {
 func (r *Repo) claimAlias(ctx context.Context, alias, id string) error {
 	key := r.keys.alias(alias)
 	data := encodeBinding(alias, id)
-	if q, err := r.exists(ctx, r.keys.quarantinedAlias(alias)); err != nil || q {
-		return errors.Join(err, takenErr(alias, q))
-	}
-	if r.beforeAliasCreate != nil {
-		r.beforeAliasCreate()
+	if err := r.notQuarantined(ctx, alias); err != nil {
+		return err
 	}
 	_, err := r.putSmall(ctx, key, data, putCondition{ifNoneMatch: true})
 	if !errors.Is(err, errPrecondition) {
@@ -219,6 +216,19 @@ func (r *Repo) claimAlias(ctx context.Context, alias, id string) error {
 	// it over, if nobody else does first.
 	if _, err := r.putSmall(ctx, key, data, putCondition{ifMatch: etag}); err != nil {
 		return r.conflictOr(ctx, alias, fmt.Errorf("take over alias %s: %w", alias, err))
+	}
+	return nil
+}
+
+// notQuarantined fails with DamagedAliasError while a binding of alias is
+// in the quarantine.
+func (r *Repo) notQuarantined(ctx context.Context, alias string) error {
+	q, err := r.exists(ctx, r.keys.quarantinedAlias(alias))
+	if err != nil || q {
+		return errors.Join(err, takenErr(alias, q))
+	}
+	if r.beforeAliasCreate != nil {
+		r.beforeAliasCreate()
 	}
 	return nil
 }
