@@ -185,7 +185,7 @@ func TestMultiNodePublishOnARestoreOnB(t *testing.T) {
 func TestMultiNodeSameAliasAtOnce(t *testing.T) {
 	c := newCluster(t)
 	nodes := []*s3Node{c.start(t, "a", c.srv.Endpoint), c.start(t, "b", c.srv.Endpoint)}
-	go1 := make(chan struct{})
+	start := make(chan struct{})
 	type result struct {
 		imp daemon.ImportResponse
 		err error
@@ -193,12 +193,12 @@ func TestMultiNodeSameAliasAtOnce(t *testing.T) {
 	results := make(chan result, len(nodes))
 	for _, n := range nodes {
 		go func() {
-			<-go1
+			<-start
 			imp, err := n.client.Import(context.Background(), c.f.importRequest("web"))
 			results <- result{imp, err}
 		}()
 	}
-	close(go1)
+	close(start)
 	var winners []string
 	conflicts := 0
 	for range nodes {
