@@ -141,7 +141,13 @@ type Model struct {
 	Trace  []trace.Entry
 	seed   uint64
 	zero   []bool // per page
+	// region is, per page, the index in regions of the region it belongs
+	// to, or freeRegion: what a drifting variant draws its pages from.
+	region []int8
 }
+
+// freeRegion marks a page no region of the model holds.
+const freeRegion = -1
 
 // Stats summarises a model.
 type Stats struct {
@@ -216,9 +222,10 @@ func NewModel(memoryBytes int64, seed uint64) (*Model, error) {
 			memoryBytes, trace.PageBytes, int64(MinMemoryBytes), int64(MaxMemoryBytes))
 	}
 	n := int(memoryBytes / trace.PageBytes)
-	m := &Model{Layout: layout.Single(memoryBytes), seed: seed, zero: make([]bool, n)}
+	m := &Model{Layout: layout.Single(memoryBytes), seed: seed, zero: make([]bool, n), region: make([]int8, n)}
 	for i := range m.zero {
 		m.zero[i] = true // free memory; regions below overwrite their pages
+		m.region[i] = freeRegion
 	}
 	r := rand.New(rand.NewPCG(seed, modelSalt))
 	used := make([]bool, n)
@@ -269,6 +276,7 @@ func NewModel(memoryBytes int64, seed uint64) (*Model, error) {
 			for p := c[0]; p < c[0]+c[1]; p++ {
 				used[p] = true
 				m.zero[p] = r.Float64() >= reg.nonZero
+				m.region[p] = int8(i)
 			}
 		}
 		streams = append(streams, touchedStreams(r, reg, clusters)...)
