@@ -114,19 +114,8 @@ func TestVariantsDrawFromFinitePaths(t *testing.T) {
 			}
 		}
 	}
-	for name, counts := range map[string]map[int64]int{"added": added, "dropped": dropped} {
-		total := 0
-		for _, n := range counts {
-			total += n
-		}
-		recur := float64(total) / float64(len(counts)*variants)
-		if recur < 0.35 || recur > 0.65 {
-			t.Errorf("a page %s by one variant is %s by %.2f of variants, want about 1/2", name, name, recur)
-		}
-		if limit := poolOverTarget*d.target + d.target/5; len(counts) > limit {
-			t.Errorf("%d distinct pages %s over %d variants, want at most the pool's ~%d", len(counts), name, variants, limit)
-		}
-	}
+	checkRecurrence(t, "added", added, variants, d.target)
+	checkRecurrence(t, "dropped", dropped, variants, d.target)
 	runs, pages := 0, 0
 	for off := range added {
 		p := int(off / trace.PageBytes)
@@ -140,6 +129,23 @@ func TestVariantsDrawFromFinitePaths(t *testing.T) {
 	}
 	if mean := float64(pages) / float64(runs); mean < 2 {
 		t.Errorf("added pages come in runs of %.1f on average, want runs like the model's (>= 2)", mean)
+	}
+}
+
+// checkRecurrence checks that a page counted by one variant is counted by
+// about half of them, and that few distinct pages are counted at all.
+func checkRecurrence(t *testing.T, name string, counts map[int64]int, variants, target int) {
+	t.Helper()
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	recur := float64(total) / float64(len(counts)*variants)
+	if recur < 0.35 || recur > 0.65 {
+		t.Errorf("a page %s by one variant is %s by %.2f of variants, want about 1/2", name, name, recur)
+	}
+	if limit := poolOverTarget*target + target/5; len(counts) > limit {
+		t.Errorf("%d distinct pages %s over %d variants, want at most the pool's ~%d", len(counts), name, variants, limit)
 	}
 }
 
