@@ -415,7 +415,7 @@ func writeVariants(m *Model, o VariantOptions) ([]string, error) {
 		return paths, fmt.Errorf("synth: %w", err)
 	}
 	if o.Progress != nil && o.Count > 0 {
-		fmt.Fprintf(o.Progress, "synth: %d variants of %s at drift %.2f: each drops %d of its %d pages and adds %d (variant 1: %.3f of pages differ, rank correlation %.3f)\n",
+		fmt.Fprintf(o.Progress, "synth: %d variants of %s at drift %.2f: each drops %d of its %d pages and adds %d (variant 1: %.3f of pages differ, rank correlation %.4f)\n",
 			o.Count, TraceFile, o.Fraction, first.Dropped, first.BasePages, first.Added, first.Fraction, first.RankCorrelation)
 	}
 	return paths, nil
