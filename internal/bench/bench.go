@@ -194,7 +194,9 @@ func (o *Options) validateDrift() error {
 }
 
 // VariantCount is how many drifting variants a run plays: one per
-// condition of every formal and reserve block.
+// condition of every formal and reserve block. Variants numbered above it
+// are left for restores outside the protocol's trials (restores that
+// teach a manifest, say), so they never replay a timed trial's start-up.
 func (o Options) VariantCount() int {
 	return (o.Blocks + o.ReserveBlocks) * len(o.Conditions())
 }
