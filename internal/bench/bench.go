@@ -268,7 +268,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	printOrders(o.Progress, rep.Orders[:o.Blocks])
 	if o.VMM == config.DriverQEMU && o.ExpectedToken == "" {
-		spec, _ := b.spec(-1, false, Condition{CacheWarm, PrefetchOff})
+		spec, err := b.spec(-1, false, Condition{CacheWarm, PrefetchOff})
+		if err != nil {
+			return rep, err
+		}
 		if err := rep.runPilot(ctx, launch, spec, o.Progress); err != nil {
 			return rep, err
 		}
@@ -302,6 +305,9 @@ type runner struct {
 func (b *runner) spec(block int, reserve bool, c Condition) (TrialSpec, error) {
 	o := b.o
 	path, variant := o.TrialTrace(block, c)
+	if o.Drift > 0 && block >= 0 && variant == 0 {
+		return TrialSpec{}, fmt.Errorf("bench: --drift %v: no variant of the trace for block %d %s", o.Drift, block+1, c)
+	}
 	want, err := b.expectedHash(path)
 	if err != nil {
 		return TrialSpec{}, err
