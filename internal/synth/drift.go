@@ -132,10 +132,12 @@ func NewDrift(m *Model, fraction float64) (*Drift, error) {
 	r := rand.New(rand.NewPCG(m.seed, poolSalt))
 	base := d.runsOf(r, func(p int) bool { return d.rank[p] >= 0 })
 	spare := d.runsOf(r, func(p int) bool { return d.rank[p] < 0 && m.region[p] != freeRegion })
-	free := d.runsOf(r, func(p int) bool { return d.rank[p] < 0 && m.region[p] == freeRegion })
 	d.droppable = prefix(base, want)
 	d.optional = prefix(spare, want)
 	if n := pagesIn(d.optional); n < want {
+		// Drawn last, and only when needed: free memory is most of a
+		// large guest.
+		free := d.runsOf(r, func(p int) bool { return d.rank[p] < 0 && m.region[p] == freeRegion })
 		d.optional = append(d.optional, prefix(free, want-n)...)
 	}
 	return d, nil
