@@ -58,7 +58,15 @@ SNAPSHOT they are learned by one excluded pilot trial.
 A --policies entry ending in +noverify (warmstart+noverify, off+noverify)
 restores without checking memory against the snapshot's digest table; next
 to the same entry without it, it measures what verification costs, paired
-within blocks.`,
+within blocks.
+
+--drift F (reference snapshot, replay VMM) makes the guest's start-up drift
+as a real guest's does: every trial of every condition plays its own
+variant of the trace (warmstart synth --variants), which differs from the
+base by a fraction F of touched pages and in a locally perturbed order,
+while the manifest stays the one recorded from the base. Every run reports,
+per condition, the startup-set outcomes of the timed restores: pages in
+time, late, unused and missed.`,
 		Args: usage.Args(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var snapshot string
@@ -113,6 +121,7 @@ func (f *benchFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.b.Plot, "plot", "", "draw every trial's time to ready and bytes read per cache state and policy to FILE.svg or FILE.png")
 	fl.StringVar(&f.b.MemorySize, "memory-size", "128MiB", "guest memory of the reference snapshot")
 	fl.BoolVar(&f.b.NoHot, "no-hot", false, "leave out the hot control")
+	fl.Float64Var(&f.b.Drift, "drift", 0, "reference snapshot: every trial plays its own variant of the trace that differs from the base by this fraction of touched pages (0 to 1; 0: the base trace)")
 	fl.StringVar(&f.agent, "agent", "", "--vmm qemu without SNAPSHOT: prebuilt warmstart-agent binary (default: build it from the module source)")
 	fl.String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
 }
@@ -121,7 +130,7 @@ func (f *benchFlags) register(cmd *cobra.Command) {
 // reference snapshot when snapshot is empty.
 func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Options, snapshot string, memBytes int64, agent string) (*bench.Report, error) {
 	o.Progress = cmd.ErrOrStderr()
-	if err := bench.CheckReferenceVMM(snapshot, vf.kind); err != nil {
+	if err := bench.CheckReferenceVMM(snapshot, vf.kind, o.Drift); err != nil {
 		return nil, usageError{Err: err}
 	}
 	return bench.RunOn(ctx, o, bench.Target{

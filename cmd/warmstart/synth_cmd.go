@@ -14,15 +14,24 @@ func init() {
 		memorySize string
 		out        string
 		seed       uint64
+		variants   int
+		drift      float64
 	)
 	cmd := &cobra.Command{
-		Use:   "synth --out DIR [--memory-size 128MiB] [--seed N]",
+		Use:   "synth --out DIR [--memory-size 128MiB] [--seed N] [--variants K --drift F]",
 		Short: "Write the reference snapshot: memory file, vm state placeholder, layout and startup trace",
 		Long: `Write a synthetic snapshot shaped like a Linux guest resuming to its agent:
 DIR/memory.bin (guest memory), DIR/vm_state.bin (a placeholder), DIR/layout
 (the memory layout as one "offset:size:pagesize" line, usable as --layout)
 and DIR/startup.trace (the pages the guest touches until ready, in order).
-The output is fully determined by the memory size and the seed.`,
+The output is fully determined by the memory size and the seed.
+
+--variants K --drift F also writes K start-up traces that drift from the
+base one as a real guest's start-ups do, DIR/startup.variant-001.trace and
+on: each drops a fraction F of the touched pages and touches as many others
+in the same regions (runs drawn, per seed, from a finite set of alternative
+paths, so pages recur across variants), in a locally perturbed order.
+Variant k is determined by the memory size, the seed, F and k.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
@@ -35,7 +44,11 @@ The output is fully determined by the memory size and the seed.`,
 			if size < synth.MinMemoryBytes || size > synth.MaxMemoryBytes {
 				return usageError{Err: fmt.Errorf("synth: --memory-size %s: want %d MiB to %d GiB", memorySize, synth.MinMemoryBytes>>20, synth.MaxMemoryBytes>>30)}
 			}
-			p, err := synth.Generate(synth.Options{MemoryBytes: size, Seed: seed, Dir: out, Progress: cmd.OutOrStdout()})
+			if err := synth.CheckVariants(variants, drift); err != nil {
+				return usageError{Err: fmt.Errorf("synth: --variants %d --drift %v: %w", variants, drift, err)}
+			}
+			p, err := synth.Generate(synth.Options{MemoryBytes: size, Seed: seed, Dir: out, Progress: cmd.OutOrStdout(),
+				Variants: variants, Drift: drift})
 			if err != nil {
 				return err
 			}
@@ -46,5 +59,7 @@ The output is fully determined by the memory size and the seed.`,
 	cmd.Flags().StringVar(&memorySize, "memory-size", "128MiB", "guest memory size (a multiple of 4 KiB)")
 	cmd.Flags().StringVar(&out, "out", "", "output directory (created if missing)")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed selecting one of the reference snapshots")
+	cmd.Flags().IntVar(&variants, "variants", 0, fmt.Sprintf("also write this many drifting start-up traces, startup.variant-NNN.trace (at most %d; needs --drift)", synth.MaxVariants))
+	cmd.Flags().Float64Var(&drift, "drift", 0, "fraction of touched pages each variant drops and replaces, from 0 to 1 (needs --variants)")
 	rootCmd.AddCommand(cmd)
 }

@@ -32,6 +32,7 @@ import (
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/restore"
 	"warmstart/internal/role"
+	"warmstart/internal/synth"
 	"warmstart/internal/trace"
 	"warmstart/internal/vmm/qemu"
 	"warmstart/internal/vmm/replay"
@@ -74,6 +75,15 @@ type Options struct {
 	// cleanly after ctx ends. What a killed trial leaves mounted is
 	// detached, and its directory removed, all the same.
 	Kill <-chan struct{}
+	// Drift, above 0, makes every trial play its own drifting variant of
+	// the reference trace (synth.Drift) against the base's manifest;
+	// Variants are their paths, variant 1 first (UseReference writes
+	// VariantCount of them). 0 plays TracePath in every trial.
+	Drift    float64
+	Variants []string
+	// OnTrial, when set, is handed every trial's result as it ends, with
+	// the device events of its timed restore, which the report drops.
+	OnTrial func(TrialResult)
 }
 
 // trialStopGrace bounds the clean stop of an interrupted trial: its
@@ -104,6 +114,7 @@ type ReportOptions struct {
 	Blocks   int      `json:"blocks"`
 	Seed     uint64   `json:"seed"`
 	Policies []string `json:"policies"`
+	Drift    float64  `json:"drift,omitempty"`
 }
 
 // Conditions returns the conditions of one block.
@@ -162,7 +173,52 @@ func (o *Options) Validate() error {
 	if o.Source.Manifest == nil {
 		return fmt.Errorf("bench: snapshot %s has no startup manifest; record one first (warmstart snapshot record-manifest)", o.Source.SnapshotID)
 	}
+	return o.validateDrift()
+}
+
+// validateDrift checks that a drifting run has a variant for every trial
+// and a VMM that plays traces.
+func (o *Options) validateDrift() error {
+	if err := synth.CheckDrift(o.Drift); err != nil {
+		return fmt.Errorf("bench: --drift: %w", err)
+	}
+	switch {
+	case o.Drift == 0:
+		return nil
+	case o.VMM != "" && o.VMM != config.DriverReplay:
+		return fmt.Errorf("bench: --drift: the %s VMM drifts by itself; only the replay VMM plays drifting variants", o.VMM)
+	case len(o.Variants) < o.VariantCount():
+		return fmt.Errorf("bench: --drift %v: %d variants of the trace for %d trials", o.Drift, len(o.Variants), o.VariantCount())
+	}
 	return nil
+}
+
+// VariantCount is how many drifting variants a run plays: one per
+// condition of every formal and reserve block. Variants numbered above it
+// are left for restores outside the protocol's trials (restores that
+// teach a manifest, say), so they never replay a timed trial's start-up.
+func (o Options) VariantCount() int {
+	return (o.Blocks + o.ReserveBlocks) * len(o.Conditions())
+}
+
+// TrialTrace picks the startup trace the trial of condition c in block
+// plays, and its variant number (0: the base trace). It is the one place
+// that decides it. Without drift every trial plays TracePath. With drift
+// every trial of every condition plays its own variant, numbered by block
+// and the condition's place in Conditions (not the block's shuffled
+// order), so a run is reproducible and a reserve trial plays another
+// variant than the trial it replaces. The pilot (block -1) plays the base.
+func (o Options) TrialTrace(block int, c Condition) (string, int) {
+	conds := o.Conditions()
+	i := slices.Index(conds, c)
+	if o.Drift == 0 || block < 0 || i < 0 {
+		return o.TracePath, 0
+	}
+	k := block*len(conds) + i + 1
+	if k > len(o.Variants) {
+		return o.TracePath, 0
+	}
+	return o.Variants[k-1], k
 }
 
 // runPilot learns the token the captured agent drew, which the record does
@@ -191,65 +247,107 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.VMM == "" {
 		o.VMM = config.DriverReplay
 	}
-	want, err := expectedHash(o)
-	if err != nil {
-		return nil, err
-	}
 	launch := trialLauncher{exe: o.Exe, workRoot: o.WorkDir, grace: trialStopGrace, kill: o.Kill}
 	if launch.exe == "" {
+		var err error
 		if launch.exe, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
 	}
 	rep := &Report{
 		Options: ReportOptions{Snapshot: o.Source.SnapshotID, VMM: o.VMM, Device: o.Device, IOEngine: o.IOEngine,
-			Blocks: o.Blocks, Seed: o.Seed, Policies: o.Policies},
+			Blocks: o.Blocks, Seed: o.Seed, Policies: o.Policies, Drift: o.Drift},
 		Orders:  o.Orders(),
 		Started: time.Now(),
 	}
-	printOrders(o.Progress, rep.Orders[:o.Blocks])
-	newSpec := func(block int, reserveTrial bool, c Condition) TrialSpec {
-		return TrialSpec{Block: block, Reserve: reserveTrial, Condition: c, Device: o.Device, IOEngine: o.IOEngine,
-			Source: o.Source, VMM: o.VMM, QEMU: o.QEMU, TracePath: o.TracePath, ExpectedSHA256: want, ExpectedToken: o.ExpectedToken,
-			ExpectedDigest: o.ExpectedDigest}
+	b := &runner{o: o, rep: rep, launch: launch, hashes: map[string]string{}, total: o.Blocks * len(o.Conditions())}
+	// The base trace's hash first: a trace that cannot be read fails the
+	// run before any trial.
+	if _, err := b.expectedHash(o.TracePath); err != nil {
+		return nil, err
 	}
+	printOrders(o.Progress, rep.Orders[:o.Blocks])
 	if o.VMM == config.DriverQEMU && o.ExpectedToken == "" {
-		if err := rep.runPilot(ctx, launch, newSpec(-1, false, Condition{CacheWarm, PrefetchOff}), o.Progress); err != nil {
+		spec, err := b.spec(-1, false, Condition{CacheWarm, PrefetchOff})
+		if err != nil {
 			return rep, err
 		}
-		o.ExpectedToken, o.ExpectedDigest = rep.Pilot.Token, rep.Pilot.Digest
+		if err := rep.runPilot(ctx, launch, spec, o.Progress); err != nil {
+			return rep, err
+		}
+		b.o.ExpectedToken, b.o.ExpectedDigest = rep.Pilot.Token, rep.Pilot.Digest
 	}
-
-	total := o.Blocks * len(o.Conditions())
-	done := 0
-	runOne := func(block int, reserveTrial bool, c Condition) (TrialResult, error) {
-		if err := ctx.Err(); err != nil {
-			return TrialResult{}, fmt.Errorf("bench: interrupted before block %d %s: %w", block+1, c, err)
-		}
-		done++
-		eta := etaSuffix(time.Since(rep.Started), done, total)
-		if reserveTrial {
-			total++
-			fmt.Fprintf(o.Progress, "reserve block %d trial %d/%d %s%s\n", block+1, done, total, c, eta)
-		} else {
-			fmt.Fprintf(o.Progress, "block %d/%d trial %d/%d %s%s\n", block+1, o.Blocks, done, total, c, eta)
-		}
-		res, err := launch.run(ctx, newSpec(block, reserveTrial, c))
-		if err != nil {
-			return res, err
-		}
-		if leak := checkLeaks(res); leak != "" {
-			rep.Leaks = append(rep.Leaks, leak)
-		}
-		return res, nil
-	}
-	rep.Trials, rep.Replaced, err = runBlocks(rep.Orders, o.Blocks, runOne, o.Progress)
+	var err error
+	rep.Trials, rep.Replaced, err = runBlocks(rep.Orders, o.Blocks, func(block int, reserve bool, c Condition) (TrialResult, error) {
+		return b.runOne(ctx, block, reserve, c)
+	}, o.Progress)
 	if err != nil {
 		return rep, err
 	}
 	rep.Elapsed = time.Since(rep.Started)
 	rep.Summary = summarize(o, rep.Trials)
 	return rep, nil
+}
+
+// runner is one Run in progress: what every trial's spec and progress
+// line needs.
+type runner struct {
+	o      Options
+	rep    *Report
+	launch trialLauncher
+	// hashes are the replay VMM's expected hashes by trace path.
+	hashes      map[string]string
+	done, total int
+}
+
+// spec is the spec of the trial of c in block (a reserve block when
+// reserve), playing the trace TrialTrace picks.
+func (b *runner) spec(block int, reserve bool, c Condition) (TrialSpec, error) {
+	o := b.o
+	path, variant := o.TrialTrace(block, c)
+	if o.Drift > 0 && block >= 0 && variant == 0 {
+		return TrialSpec{}, fmt.Errorf("bench: --drift %v: no variant of the trace for block %d %s", o.Drift, block+1, c)
+	}
+	want, err := b.expectedHash(path)
+	if err != nil {
+		return TrialSpec{}, err
+	}
+	return TrialSpec{Block: block, Reserve: reserve, Condition: c, Device: o.Device, IOEngine: o.IOEngine,
+		Source: o.Source, VMM: o.VMM, QEMU: o.QEMU, TracePath: path, Variant: variant, ExpectedSHA256: want,
+		ExpectedToken: o.ExpectedToken, ExpectedDigest: o.ExpectedDigest}, nil
+}
+
+// runOne runs one trial, says so on progress, notes leaks and hands the
+// result to OnTrial; the report keeps it without its device events.
+func (b *runner) runOne(ctx context.Context, block int, reserve bool, c Condition) (TrialResult, error) {
+	o := b.o
+	if err := ctx.Err(); err != nil {
+		return TrialResult{}, fmt.Errorf("bench: interrupted before block %d %s: %w", block+1, c, err)
+	}
+	b.done++
+	eta := etaSuffix(time.Since(b.rep.Started), b.done, b.total)
+	if reserve {
+		b.total++
+		fmt.Fprintf(o.Progress, "reserve block %d trial %d/%d %s%s\n", block+1, b.done, b.total, c, eta)
+	} else {
+		fmt.Fprintf(o.Progress, "block %d/%d trial %d/%d %s%s\n", block+1, o.Blocks, b.done, b.total, c, eta)
+	}
+	spec, err := b.spec(block, reserve, c)
+	if err != nil {
+		return TrialResult{}, err
+	}
+	res, err := b.launch.run(ctx, spec)
+	if err != nil {
+		return res, err
+	}
+	if leak := checkLeaks(res); leak != "" {
+		b.rep.Leaks = append(b.rep.Leaks, leak)
+	}
+	if o.OnTrial != nil {
+		o.OnTrial(res)
+	}
+	res.Events = nil
+	return res, nil
 }
 
 // etaSuffix estimates the time left before trial done of total starts,
@@ -263,20 +361,25 @@ func etaSuffix(elapsed time.Duration, done, total int) string {
 	return fmt.Sprintf(", ETA %s", (per * time.Duration(total-done+1)).Round(time.Second))
 }
 
-// expectedHash is the hash a correct restore's replay VMM reports over the
-// bytes it reads; a real guest is checked otherwise, and has none.
-func expectedHash(o Options) (string, error) {
-	if o.VMM != config.DriverReplay {
+// expectedHash is the hash a correct restore's replay VMM reports over
+// the bytes it reads playing the trace at path, computed once per trace;
+// a real guest is checked otherwise, and has none.
+func (b *runner) expectedHash(path string) (string, error) {
+	if b.o.VMM != config.DriverReplay {
 		return "", nil
 	}
-	entries, err := trace.ReadFile(o.TracePath)
+	if want, ok := b.hashes[path]; ok {
+		return want, nil
+	}
+	entries, err := trace.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("bench: %w", err)
 	}
-	want, err := replay.ExpectedHash(o.Source.MemoryPath, entries, nil)
+	want, err := replay.ExpectedHash(b.o.Source.MemoryPath, entries, nil)
 	if err != nil {
 		return "", fmt.Errorf("bench: expected hash: %w", err)
 	}
+	b.hashes[path] = want
 	return want, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"warmstart/internal/config"
 	"warmstart/internal/layout"
 	"warmstart/internal/restore"
+	"warmstart/internal/synth"
 )
 
 // Flags are the bench verb's settings as given: Options plus the values
@@ -47,7 +48,28 @@ func (f *Flags) Check(snapshot string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("--memory-size: %w", err)
 	}
+	if err := f.checkDrift(snapshot); err != nil {
+		return 0, err
+	}
 	return size, f.checkRepository(snapshot)
+}
+
+// checkDrift refuses a --drift no run can play: only the reference
+// snapshot has drifting variants, one per trial.
+func (f *Flags) checkDrift(snapshot string) error {
+	if err := synth.CheckDrift(f.Drift); err != nil {
+		return fmt.Errorf("--drift: %w", err)
+	}
+	switch {
+	case f.Drift == 0:
+		return nil
+	case snapshot != "" || f.Repository != "posix_fs":
+		return fmt.Errorf("--drift %v: only the reference snapshot (no SNAPSHOT, --repository posix_fs) has drifting variants", f.Drift)
+	case f.VariantCount() > synth.MaxVariants:
+		return fmt.Errorf("--drift %v: every trial plays its own variant, and (--blocks %d + --reserve-blocks %d) × %d conditions is more than %d",
+			f.Drift, f.Blocks, f.ReserveBlocks, len(f.Conditions()), synth.MaxVariants)
+	}
+	return nil
 }
 
 // checkRepository refuses what the S3 companion cannot run.
@@ -69,10 +91,14 @@ func (f *Flags) checkRepository(snapshot string) error {
 
 // CheckReferenceVMM refuses a --vmm the reference snapshot cannot be
 // prepared for: it is the replay VMM's unless --vmm says otherwise, and
-// [vmm] driver applies to a named snapshot only.
-func CheckReferenceVMM(snapshot, vmm string) error {
+// [vmm] driver applies to a named snapshot only. Only the replay VMM
+// plays drifting variants (drift above 0); a real guest drifts by itself.
+func CheckReferenceVMM(snapshot, vmm string, drift float64) error {
 	if snapshot == "" && vmm != "" && vmm != config.DriverReplay && vmm != config.DriverQEMU {
 		return fmt.Errorf("the reference snapshot needs --vmm replay or qemu; name a snapshot for --vmm %s", vmm)
+	}
+	if drift > 0 && vmm != "" && vmm != config.DriverReplay {
+		return fmt.Errorf("--drift %v: only the replay VMM plays drifting variants; the %s guest drifts by itself", drift, vmm)
 	}
 	return nil
 }

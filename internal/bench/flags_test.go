@@ -40,10 +40,10 @@ func TestFlagsCheckNamesTheFlag(t *testing.T) {
 			t.Errorf("%s: got %v", want, err)
 		}
 	}
-	if err := CheckReferenceVMM("", config.DriverFirecracker); err == nil || !strings.Contains(err.Error(), "--vmm firecracker") {
+	if err := CheckReferenceVMM("", config.DriverFirecracker, 0); err == nil || !strings.Contains(err.Error(), "--vmm firecracker") {
 		t.Errorf("reference snapshot under firecracker: %v", err)
 	}
-	if err := CheckReferenceVMM("snap", config.DriverFirecracker); err != nil {
+	if err := CheckReferenceVMM("snap", config.DriverFirecracker, 0); err != nil {
 		t.Errorf("named snapshot under firecracker: %v", err)
 	}
 }

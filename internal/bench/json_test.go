@@ -6,7 +6,9 @@ import (
 	"testing"
 
 	"warmstart/internal/layout"
+	"warmstart/internal/memdev"
 	"warmstart/internal/restore"
+	"warmstart/internal/startupset"
 	"warmstart/internal/vmm/qemu"
 )
 
@@ -19,8 +21,9 @@ func TestReportJSONIsSnakeCase(t *testing.T) {
 		Source: restore.Source{SnapshotID: "s", VMStatePath: "v", MemoryPath: "m",
 			Layout: layout.Layout{Regions: []layout.Region{{Size: 4096}}}},
 		QEMU: qemu.Options{Binary: "qemu"},
-	}}
-	rep := Report{Trials: []TrialResult{trial}, Pilot: &trial, Summary: summarize(Options{Blocks: 1}, []TrialResult{trial})}
+	}, Events: []startupset.Event{{Kind: memdev.Demand, Offset: 4096, Length: 4096}}}
+	rep := Report{Options: ReportOptions{Drift: 0.2}, Trials: []TrialResult{trial}, Pilot: &trial,
+		Summary: summarize(Options{Blocks: 1}, []TrialResult{trial})}
 	data, err := json.Marshal(rep)
 	if err != nil {
 		t.Fatal(err)

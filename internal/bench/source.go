@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"warmstart/internal/config"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/node"
 	"warmstart/internal/restore"
+	"warmstart/internal/synth"
 	"warmstart/internal/vmm/qemu"
 )
 
@@ -41,7 +43,14 @@ func UseReference(ctx context.Context, o *Options, memBytes int64) error {
 		return err
 	}
 	o.Source, o.TracePath = src, tracePath
-	return nil
+	if o.Drift == 0 {
+		return nil
+	}
+	// The manifest stays the one recorded from the base trace: what a
+	// snapshot keeps while its guest's start-up drifts.
+	o.Variants, err = synth.WriteVariants(synth.VariantOptions{MemoryBytes: memBytes, Seed: o.Seed,
+		Dir: filepath.Dir(tracePath), Count: o.VariantCount(), Fraction: o.Drift, Progress: o.Progress})
+	return err
 }
 
 // CheckPolicies checks the policy columns a run compares.

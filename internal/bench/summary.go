@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"warmstart/internal/config"
+	"warmstart/internal/startupset"
 )
 
 // Cell is one condition's results.
@@ -17,6 +18,41 @@ type Cell struct {
 	DeviceMiB float64 `json:"device_mib"`
 	// Ratio is the mean over the same cache state's prefetch-off mean.
 	Ratio float64 `json:"ratio_to_off,omitempty"`
+	// StartupSet is the mean of the admitted trials' startup-set outcomes.
+	StartupSet StartupSetMeans `json:"startup_set"`
+}
+
+// StartupSetMeans are the means, over a condition's admitted trials, of
+// their timed restores' startup-set accounting (startupset.Report).
+type StartupSetMeans struct {
+	InTimePages float64 `json:"in_time_pages"`
+	LatePages   float64 `json:"late_pages"`
+	UnusedPages float64 `json:"unused_pages"`
+	// MissedPages were requested outside the startup set; MissedPercent
+	// is their share of the startup set's pages, in percent.
+	MissedPages   float64 `json:"missed_pages"`
+	MissedPercent float64 `json:"missed_percent"`
+}
+
+// meanStartupSet averages the trials' startup-set reports.
+func meanStartupSet(reps []startupset.Report) StartupSetMeans {
+	var m StartupSetMeans
+	if len(reps) == 0 {
+		return m
+	}
+	for _, r := range reps {
+		m.InTimePages += float64(r.InTimePages)
+		m.LatePages += float64(r.LatePages)
+		m.UnusedPages += float64(r.UnusedPages)
+		m.MissedPages += float64(r.MissedPages)
+		if r.StartupSetPages > 0 {
+			m.MissedPercent += 100 * float64(r.MissedPages) / float64(r.StartupSetPages)
+		}
+	}
+	n := float64(len(reps))
+	m.InTimePages, m.LatePages, m.UnusedPages = m.InTimePages/n, m.LatePages/n, m.UnusedPages/n
+	m.MissedPages, m.MissedPercent = m.MissedPages/n, m.MissedPercent/n
+	return m
 }
 
 // Pair is a paired comparison within blocks.
@@ -40,9 +76,10 @@ type Summary struct {
 
 func summarize(o Options, trials []TrialResult) Summary {
 	s := Summary{FasterEveryPair: map[string]bool{}, AllHashesOK: true}
-	byBlock, mib := s.tally(o.Blocks, trials)
+	byBlock, mib, sets := s.tally(o.Blocks, trials)
 	for _, c := range o.Conditions() {
-		cell := Cell{Condition: c, Sample: Summarize(byBlock.values(c)), DeviceMiB: Summarize(mib[c]).Mean}
+		cell := Cell{Condition: c, Sample: Summarize(byBlock.values(c)), DeviceMiB: Summarize(mib[c]).Mean,
+			StartupSet: meanStartupSet(sets[c])}
 		if off := Summarize(byBlock.values(Condition{c.Cache, PrefetchOff})); off.Mean > 0 && c.Cache != CacheHot {
 			cell.Ratio = cell.Sample.Mean / off.Mean
 		}
@@ -68,10 +105,12 @@ func summarize(o Options, trials []TrialResult) Summary {
 }
 
 // tally counts the admitted trials into s and returns their times by
-// condition and block, and their device MiB by condition.
-func (s *Summary) tally(blocks int, trials []TrialResult) (blockTimes, map[Condition][]float64) {
+// condition and block, and their device MiB and startup-set reports by
+// condition.
+func (s *Summary) tally(blocks int, trials []TrialResult) (blockTimes, map[Condition][]float64, map[Condition][]startupset.Report) {
 	byBlock := blockTimes{blocks: blocks, ms: map[Condition]map[int]float64{}}
 	mib := map[Condition][]float64{}
+	sets := map[Condition][]startupset.Report{}
 	for _, t := range trials {
 		if !t.Admitted {
 			continue
@@ -85,8 +124,9 @@ func (s *Summary) tally(blocks int, trials []TrialResult) (blockTimes, map[Condi
 		}
 		byBlock.ms[c][t.Spec.Block] = t.ReadyMs
 		mib[c] = append(mib[c], float64(t.DeviceBytes.BytesRead)/(1<<20))
+		sets[c] = append(sets[c], t.StartupSet)
 	}
-	return byBlock, mib
+	return byBlock, mib, sets
 }
 
 // blockTimes are admitted times to ready (ms) by condition and block.
@@ -123,8 +163,12 @@ func (b blockTimes) diff(x, y Condition) Interval {
 // prefetch policy plus the prefetch-off baseline.
 func (r *Report) WriteTable(w io.Writer) {
 	o := r.Options
-	fmt.Fprintf(w, "snapshot %s, vmm %s, device %s, io_engine %d, %d blocks, seed %d, %d admitted trials, %s\n",
-		o.Snapshot, o.VMM, o.Device, o.IOEngine, o.Blocks, o.Seed, r.Summary.Admitted, r.Elapsed.Round(time.Second))
+	drift := ""
+	if o.Drift > 0 {
+		drift = fmt.Sprintf(", drift %.2f (every trial plays its own variant of the trace)", o.Drift)
+	}
+	fmt.Fprintf(w, "snapshot %s, vmm %s, device %s, io_engine %d, %d blocks, seed %d%s, %d admitted trials, %s\n",
+		o.Snapshot, o.VMM, o.Device, o.IOEngine, o.Blocks, o.Seed, drift, r.Summary.Admitted, r.Elapsed.Round(time.Second))
 	r.writeSection(w, "time to ready, mean / median (ms)", func(c *Cell) string {
 		return fmt.Sprintf("%.1f / %.1f", c.Sample.Mean, c.Sample.Median)
 	})
@@ -136,6 +180,13 @@ func (r *Report) WriteTable(w io.Writer) {
 	})
 	r.writeSection(w, "device bytes read, acquisition to ready (MiB, mean)", func(c *Cell) string {
 		return fmt.Sprintf("%.1f", c.DeviceMiB)
+	})
+	r.writeSection(w, "startup-set pages in time / late / unused by ready (mean)", func(c *Cell) string {
+		m := c.StartupSet
+		return fmt.Sprintf("%.0f / %.0f / %.0f", m.InTimePages, m.LatePages, m.UnusedPages)
+	})
+	r.writeSection(w, "pages missed: requested outside the startup set by ready (mean, % of the set)", func(c *Cell) string {
+		return fmt.Sprintf("%.0f (%.1f%%)", c.StartupSet.MissedPages, c.StartupSet.MissedPercent)
 	})
 	writePairs(w, r.Summary.Pairs)
 	fmt.Fprintln(w)

@@ -18,6 +18,7 @@ import (
 	"warmstart/internal/pagecache"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/restore"
+	"warmstart/internal/startupset"
 	"warmstart/internal/vmm"
 	"warmstart/internal/vmm/qemu"
 	"warmstart/internal/vmm/replay"
@@ -56,6 +57,9 @@ type TrialSpec struct {
 	// auto), so that no trial spends its time probing the host.
 	QEMU      qemu.Options `json:"qemu"`
 	TracePath string       `json:"trace_path"`
+	// Variant is the drifting variant of the reference trace TracePath
+	// is (synth.VariantPath); 0 for the base trace.
+	Variant int `json:"variant,omitempty"`
 	// ExpectedSHA256 is the hash a correct restore's replay VMM reports.
 	ExpectedSHA256 string `json:"expected_sha256"`
 	// ExpectedToken is the token a correct restore's real guest answers
@@ -89,6 +93,13 @@ type TrialResult struct {
 	// Digest is the agent's digest of its heap and files.
 	Digest string             `json:"digest,omitempty"`
 	Stop   restore.StopReport `json:"stop"`
+	// StartupSet is the timed restore's startup-set accounting: in time,
+	// late, unused and missed pages against the snapshot's manifest.
+	StartupSet startupset.Report `json:"startup_set"`
+	// Events are what the timed restore's memory device served until
+	// ready, for a parent that learns from them (Options.OnTrial); the
+	// report keeps none, so --json stays the size of its numbers.
+	Events []startupset.Event `json:"events,omitempty"`
 	// ReplayPIDs are the VMM processes the trial started, for the leak check.
 	ReplayPIDs []int  `json:"replay_pids"`
 	Err        string `json:"error,omitempty"`
@@ -302,6 +313,7 @@ func (t *trial) timed(src restore.Source) (*restore.Instance, error) {
 	t.res.ReadyMs = float64(inst.Timings.Ready) / float64(time.Millisecond)
 	t.track(inst)
 	t.res.Timings, t.res.Prefetch, t.res.DeviceBytes = inst.Timings, inst.Prefetch, inst.DeviceBytes
+	t.res.StartupSet, t.res.Events = inst.StartupSet, inst.Events
 	t.res.Token, t.res.Digest = inst.Ready.Detail["token"], inst.Ready.Detail["digest"]
 	t.res.HashOK = inst.Ready.Detail["sha256"] == t.spec.ExpectedSHA256
 	t.res.Stop, err = inst.StopReported(t.stopCtx)

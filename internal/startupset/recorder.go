@@ -15,14 +15,14 @@ import (
 
 // Event is one range a memory device served during a restore.
 type Event struct {
-	Kind   memdev.Kind
-	Offset int64
-	Length int
+	Kind   memdev.Kind `json:"kind"`
+	Offset int64       `json:"offset"`
+	Length int         `json:"length"`
 	// At is when the range was in the guest's reach, from the start of
 	// the restore; Took is how long serving it took, so At-Took is when
 	// the request arrived (for a fault: when the guest touched the page).
-	At   time.Duration
-	Took time.Duration
+	At   time.Duration `json:"at_ns"`
+	Took time.Duration `json:"took_ns"`
 }
 
 // Arrived is when the request for the event's range reached the device.

@@ -35,6 +35,10 @@ type Options struct {
 	Dir string
 	// Progress, when set, receives one line per step.
 	Progress io.Writer
+	// Variants, when above 0, also writes that many drifting variants of
+	// the trace at Drift, named by VariantPath (see Drift).
+	Variants int
+	Drift    float64
 }
 
 // Paths names the files of a generated reference snapshot.
@@ -68,6 +72,9 @@ func Generate(opts Options) (Paths, error) {
 	}
 	if opts.Dir == "" {
 		return Paths{}, fmt.Errorf("synth: no output directory")
+	}
+	if err := CheckVariants(opts.Variants, opts.Drift); err != nil {
+		return Paths{}, fmt.Errorf("synth: %w", err)
 	}
 	progress := opts.Progress
 	if progress == nil {
@@ -106,6 +113,12 @@ func Generate(opts Options) (Paths, error) {
 	}
 	if err := syncDir(opts.Dir); err != nil {
 		return Paths{}, fmt.Errorf("synth: %w", err)
+	}
+	if opts.Variants > 0 {
+		vo := VariantOptions{Dir: opts.Dir, Count: opts.Variants, Fraction: opts.Drift, Progress: progress}
+		if _, err := writeVariants(m, vo); err != nil {
+			return Paths{}, err
+		}
 	}
 	s := m.Stats()
 	pageMiB := func(pages int) float64 { return float64(pages) * trace.PageBytes / (1 << 20) }

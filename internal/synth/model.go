@@ -141,7 +141,13 @@ type Model struct {
 	Trace  []trace.Entry
 	seed   uint64
 	zero   []bool // per page
+	// region is, per page, the index in regions of the region it belongs
+	// to, or freeRegion: what a drifting variant draws its pages from.
+	region []int8
 }
+
+// freeRegion marks a page no region of the model holds.
+const freeRegion = -1
 
 // Stats summarises a model.
 type Stats struct {
@@ -216,9 +222,10 @@ func NewModel(memoryBytes int64, seed uint64) (*Model, error) {
 			memoryBytes, trace.PageBytes, int64(MinMemoryBytes), int64(MaxMemoryBytes))
 	}
 	n := int(memoryBytes / trace.PageBytes)
-	m := &Model{Layout: layout.Single(memoryBytes), seed: seed, zero: make([]bool, n)}
+	m := &Model{Layout: layout.Single(memoryBytes), seed: seed, zero: make([]bool, n), region: make([]int8, n)}
 	for i := range m.zero {
 		m.zero[i] = true // free memory; regions below overwrite their pages
+		m.region[i] = freeRegion
 	}
 	r := rand.New(rand.NewPCG(seed, modelSalt))
 	used := make([]bool, n)
@@ -227,54 +234,64 @@ func NewModel(memoryBytes int64, seed uint64) (*Model, error) {
 	var streams []*stream
 	for i := range regions {
 		reg := &regions[i]
-		var clusters [][2]int // [start, length) in pages
-		switch {
-		case reg.fixedAt >= 0:
-			start := int(math.Round(reg.fixedAt / referenceMiB * float64(n)))
-			length := min(pagesOf(reg.sizeMiB), n-start)
-			clusters = append(clusters, [2]int{start, length})
-		case reg.singles:
-			for range pagesOf(reg.sizeMiB) {
-				p, err := place(r, used, 1, 1)
-				if err != nil {
-					return nil, fmt.Errorf("place %s: %w", reg.name, err)
-				}
-				clusters = append(clusters, [2]int{p, 1})
-			}
-		case reg.chunkMax > 0:
-			for left := pagesOf(reg.sizeMiB); left > 0; {
-				length := min(left, scaledChunk(r, reg, n))
-				p, err := place(r, used, length, 1)
-				if err != nil {
-					return nil, fmt.Errorf("place %s: %w", reg.name, err)
-				}
-				clusters = append(clusters, [2]int{p, length})
-				left -= length
-			}
-		default:
-			total, shares := pagesOf(reg.sizeMiB), 0.0
-			for _, share := range reg.clusters {
-				shares += share
-			}
-			for _, share := range reg.clusters {
-				length := max(1, int(math.Round(share/shares*float64(total))))
-				p, err := place(r, used, length, 16)
-				if err != nil {
-					return nil, fmt.Errorf("place %s: %w", reg.name, err)
-				}
-				clusters = append(clusters, [2]int{p, length})
-			}
+		clusters, err := placeRegion(r, used, reg, pagesOf)
+		if err != nil {
+			return nil, fmt.Errorf("place %s: %w", reg.name, err)
 		}
 		for _, c := range clusters {
 			for p := c[0]; p < c[0]+c[1]; p++ {
 				used[p] = true
 				m.zero[p] = r.Float64() >= reg.nonZero
+				m.region[p] = int8(i)
 			}
 		}
 		streams = append(streams, touchedStreams(r, reg, clusters)...)
 	}
 	m.Trace = interleave(r, streams)
 	return m, nil
+}
+
+// placeRegion places a region's clusters ([start, length) in pages): at
+// its fixed place, or at random in the pages used leaves free, page by
+// page, chunk by chunk or cluster by cluster.
+func placeRegion(r *rand.Rand, used []bool, reg *region, pagesOf func(mib float64) int) ([][2]int, error) {
+	n := len(used)
+	var clusters [][2]int
+	add := func(length, align int) error {
+		p, err := place(r, used, length, align)
+		clusters = append(clusters, [2]int{p, length})
+		return err
+	}
+	switch {
+	case reg.fixedAt >= 0:
+		start := int(math.Round(reg.fixedAt / referenceMiB * float64(n)))
+		clusters = append(clusters, [2]int{start, min(pagesOf(reg.sizeMiB), n-start)})
+	case reg.singles:
+		for range pagesOf(reg.sizeMiB) {
+			if err := add(1, 1); err != nil {
+				return nil, err
+			}
+		}
+	case reg.chunkMax > 0:
+		for left := pagesOf(reg.sizeMiB); left > 0; {
+			length := min(left, scaledChunk(r, reg, n))
+			if err := add(length, 1); err != nil {
+				return nil, err
+			}
+			left -= length
+		}
+	default:
+		total, shares := pagesOf(reg.sizeMiB), 0.0
+		for _, share := range reg.clusters {
+			shares += share
+		}
+		for _, share := range reg.clusters {
+			if err := add(max(1, int(math.Round(share/shares*float64(total)))), 16); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return clusters, nil
 }
 
 // scaledChunk draws a chunk length between the region's bounds, scaled so a

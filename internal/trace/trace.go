@@ -19,11 +19,13 @@ package trace
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -258,4 +260,77 @@ func Summarize(entries []Entry) Stats {
 	}
 	s.Pages = len(seen)
 	return s
+}
+
+// Difference is how one trace's touched pages differ from a base trace's.
+type Difference struct {
+	// BasePages and Pages are the distinct pages each trace touches.
+	BasePages, Pages int
+	// Dropped pages are touched by the base only, Added by the other only.
+	Dropped, Added int
+	// Fraction is half the symmetric difference over the base's pages:
+	// for a trace that swaps some of the base's pages for others, the
+	// share of the base's pages swapped.
+	Fraction float64
+	// RankCorrelation is Spearman's correlation of the first-touch ranks
+	// of the pages both traces touch (1: same order; 0 with fewer than
+	// two shared pages).
+	RankCorrelation float64
+}
+
+// Compare measures how entries differ from base: which pages they touch,
+// and in which order they first touch those both touch.
+func Compare(base, entries []Entry) Difference {
+	baseRank, rank := firstTouches(base), firstTouches(entries)
+	d := Difference{BasePages: len(baseRank), Pages: len(rank)}
+	var shared []int64 // in the base's order
+	for i, e := range base {
+		if baseRank[e.Offset] != i {
+			continue // not the page's first touch
+		}
+		if _, ok := rank[e.Offset]; ok {
+			shared = append(shared, e.Offset)
+		} else {
+			d.Dropped++
+		}
+	}
+	d.Added = d.Pages - len(shared)
+	if d.BasePages > 0 {
+		d.Fraction = float64(d.Dropped+d.Added) / float64(2*d.BasePages)
+	}
+	d.RankCorrelation = spearman(shared, rank)
+	return d
+}
+
+// firstTouches maps each page to the index of its first touch.
+func firstTouches(entries []Entry) map[int64]int {
+	m := make(map[int64]int, len(entries))
+	for i, e := range entries {
+		if _, ok := m[e.Offset]; !ok {
+			m[e.Offset] = i
+		}
+	}
+	return m
+}
+
+// spearman is the rank correlation of shared, listed in the base's order,
+// with their order in rank.
+func spearman(shared []int64, rank map[int64]int) float64 {
+	n := len(shared)
+	if n < 2 {
+		return 0
+	}
+	byOther := slices.Clone(shared)
+	slices.SortFunc(byOther, func(a, b int64) int { return cmp.Compare(rank[a], rank[b]) })
+	other := make(map[int64]int, n)
+	for i, off := range byOther {
+		other[off] = i
+	}
+	var sum float64
+	for i, off := range shared {
+		d := float64(i - other[off])
+		sum += d * d
+	}
+	nf := float64(n)
+	return 1 - 6*sum/(nf*(nf*nf-1))
 }

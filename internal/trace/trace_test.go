@@ -143,3 +143,39 @@ func TestSummarize(t *testing.T) {
 		t.Fatalf("got %+v, want %+v", s, want)
 	}
 }
+
+func pagesAt(pages ...int64) []Entry {
+	out := make([]Entry, len(pages))
+	for i, p := range pages {
+		out[i] = Entry{Offset: p * PageBytes}
+	}
+	return out
+}
+
+func TestCompare(t *testing.T) {
+	base := pagesAt(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+	for _, c := range []struct {
+		name    string
+		entries []Entry
+		want    Difference
+	}{
+		{"same", pagesAt(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), Difference{BasePages: 10, Pages: 10, RankCorrelation: 1}},
+		// Touching a page again changes nothing.
+		{"again", pagesAt(1, 2, 3, 1, 4, 5, 6, 7, 8, 9, 10, 2), Difference{BasePages: 10, Pages: 10, RankCorrelation: 1}},
+		{"reversed", pagesAt(10, 9, 8, 7, 6, 5, 4, 3, 2, 1), Difference{BasePages: 10, Pages: 10, RankCorrelation: -1}},
+		// Two of ten replaced: a fifth of the pages differ.
+		{"replaced", pagesAt(1, 2, 11, 4, 5, 6, 7, 12, 9, 10), Difference{BasePages: 10, Pages: 10, Dropped: 2, Added: 2, Fraction: 0.2, RankCorrelation: 1}},
+		{"dropped", pagesAt(1, 2, 3, 4, 5, 6, 7, 8), Difference{BasePages: 10, Pages: 8, Dropped: 2, Fraction: 0.1, RankCorrelation: 1}},
+		{"disjoint", pagesAt(20, 21), Difference{BasePages: 10, Pages: 2, Dropped: 10, Added: 2, Fraction: 0.6}},
+	} {
+		got := Compare(base, c.entries)
+		if got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+	}
+	// One neighbouring swap among ten: 1 - 6*2/(10*99).
+	got := Compare(base, pagesAt(1, 2, 4, 3, 5, 6, 7, 8, 9, 10)).RankCorrelation
+	if want := 1 - 12.0/990; got < want-1e-12 || got > want+1e-12 {
+		t.Errorf("one swap: rank correlation %v, want %v", got, want)
+	}
+}

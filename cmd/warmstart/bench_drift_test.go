@@ -1,0 +1,83 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestBenchRefusesBadDriftUpFront: a --drift no run can play is a usage
+// error before anything is synthesized, booted or started.
+func TestBenchRefusesBadDriftUpFront(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--drift", "1.5"}, "--drift: drift 1.5"},
+		{[]string{"--drift", "0.2", "web"}, "only the reference snapshot"},
+		{[]string{"--drift", "0.2", "--vmm", "qemu"}, "only the replay VMM plays drifting variants"},
+		{[]string{"--drift", "0.2", "--blocks", "500"}, "every trial plays its own variant"},
+	} {
+		r := runCLI(t, append([]string{"bench", "--memory-size", "8MiB", "--policies", "seed"}, c.args...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, c.want) || r.stdout != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, r.code, r.stdout, r.stderr, c.want)
+		}
+	}
+}
+
+// TestBenchDriftReportsTheStartupSet: bench --drift prints the startup-set
+// outcomes per policy and writes them, and each trial's variant, to --json.
+func TestBenchDriftReportsTheStartupSet(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "bench.json")
+	r := runCLI(t, "bench", "--drift", "0.2", "--blocks", "1", "--reserve-blocks", "1", "--no-hot", "--device", "uffd",
+		"--memory-size", "8MiB", "--policies", "warmstart", "--json", out)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	for _, want := range []string{"drift 0.20", "startup-set pages in time / late / unused", "pages missed"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Options struct {
+			Drift float64 `json:"drift"`
+		} `json:"options"`
+		Trials []struct {
+			Spec struct {
+				Variant int `json:"variant"`
+			} `json:"spec"`
+			StartupSet struct {
+				StartupSetPages int64 `json:"startup_set_pages"`
+			} `json:"startup_set"`
+			Events []any `json:"events"`
+		} `json:"trials"`
+		Summary struct {
+			Cells []struct {
+				StartupSet map[string]float64 `json:"startup_set"`
+			} `json:"cells"`
+		} `json:"summary"`
+	}
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Options.Drift != 0.2 || len(rep.Trials) < 4 || len(rep.Summary.Cells) != 4 {
+		t.Fatalf("drift %v, %d trials, %d cells", rep.Options.Drift, len(rep.Trials), len(rep.Summary.Cells))
+	}
+	for _, tr := range rep.Trials {
+		if tr.Spec.Variant < 1 || tr.StartupSet.StartupSetPages == 0 || tr.Events != nil {
+			t.Errorf("trial: variant %d, startup set of %d pages, %d events", tr.Spec.Variant, tr.StartupSet.StartupSetPages, len(tr.Events))
+		}
+	}
+	for _, key := range []string{"in_time_pages", "late_pages", "unused_pages", "missed_pages", "missed_percent"} {
+		if _, ok := rep.Summary.Cells[0].StartupSet[key]; !ok {
+			t.Errorf("cell startup_set lacks %s", key)
+		}
+	}
+}
