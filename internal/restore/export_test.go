@@ -3,6 +3,7 @@ package restore
 import (
 	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/prefetch"
+	"warmstart/internal/residency"
 )
 
 // PrefetchSubscription is the instance's hold on its prefetch task; nil
@@ -12,3 +13,9 @@ func PrefetchSubscription(inst *Instance) *prefetch.Subscription { return inst.s
 // SetSessionHook makes r call f with each uffd session as soon as it is
 // accepted.
 func SetSessionHook(r *Restorer, f func(*uffd.Session)) { r.sessionHook = f }
+
+// TouchedAtReady reads which pages of the memory file the instance's VMM
+// has mapped now (nil when that cannot be known).
+func TouchedAtReady(inst *Instance, memoryBytes int64) *residency.Pages {
+	return inst.touchedAtReady(memoryBytes)
+}

@@ -51,6 +51,14 @@ type Resumer interface {
 	Resume() error
 }
 
+// Process is implemented by instances that run as one host process: the
+// process that maps guest memory. A restore on the file device reads that
+// process's page tables at ready to learn which prefetched pages the guest
+// used (package residency); the device itself cannot see those touches.
+type Process interface {
+	PID() int
+}
+
 // Exiter is implemented by instances whose driver reaps the VMM process.
 // A restore on the Uffd backend waits for the VMM to connect to the
 // page-fault handler; Exited lets it stop waiting as soon as the VMM is
