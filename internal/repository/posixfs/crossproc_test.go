@@ -38,7 +38,7 @@ func childMain(role string) int {
 	return repotest.ChildMain(role, open, map[string]repotest.Role{
 		"attach-digests":    childAttachDigests,
 		"attach-refinement": childAttachRefinement,
-		"hold-record-lock": childHoldRecordLock,
+		"hold-record-lock":  childHoldRecordLock,
 	})
 }
 
