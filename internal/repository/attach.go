@@ -26,6 +26,8 @@ type Attachment struct {
 	manifest   *ManifestDescriptor
 	digests    *DigestsDescriptor
 	refinement *RefinementDescriptor
+	// previous is the refinement file a refinement replaces ("" none).
+	previous string
 }
 
 // ManifestAttachment is data as a startup manifest. data must be
@@ -73,18 +75,32 @@ func (a Attachment) RefinementDescriptor() RefinementDescriptor {
 
 // Check validates the bytes against the record they are attached to, read
 // under the record lock: a digest table must decode as the table of a
-// file of rec.MemorySize bytes, and a refinement must have grown from the
-// record's manifest (a new recording since makes it stale)
-// (ErrInvalidRequest otherwise).
+// file of rec.MemorySize bytes (ErrInvalidRequest otherwise); a
+// refinement must have grown from the record's manifest and replace the
+// refinement the record describes (ErrStale otherwise).
 func (a Attachment) Check(rec Record) error {
-	if a.refinement != nil && (rec.Manifest == nil || rec.Manifest.SHA256 != a.refinement.BaseSHA256) {
-		return fmt.Errorf("%w: refinement grew from manifest %s, which is no longer the snapshot's", ErrInvalidRequest, a.refinement.BaseSHA256)
+	if a.refinement != nil {
+		return a.checkRefinement(rec)
 	}
 	if a.digests == nil {
 		return nil
 	}
 	if _, err := integrity.Decode(a.Data, rec.MemorySize); err != nil {
 		return fmt.Errorf("%w: digest table: %w", ErrInvalidRequest, err)
+	}
+	return nil
+}
+
+func (a Attachment) checkRefinement(rec Record) error {
+	if rec.Manifest == nil || rec.Manifest.SHA256 != a.refinement.BaseSHA256 {
+		return fmt.Errorf("%w: refinement grew from manifest %s, which is no longer the snapshot's", ErrStale, a.refinement.BaseSHA256)
+	}
+	current := ""
+	if rec.Refinement != nil {
+		current = rec.Refinement.SHA256
+	}
+	if current != a.previous {
+		return fmt.Errorf("%w: refinement learned on top of %q, the snapshot has %q", ErrStale, a.previous, current)
 	}
 	return nil
 }

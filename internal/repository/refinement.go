@@ -61,8 +61,14 @@ type RefinementDescriptor struct {
 // Refinement is what AttachRefinement stores.
 type Refinement struct {
 	// BaseSHA256 is the digest of the recorded manifest it grew from; the
-	// attach is refused when the record's manifest is another.
+	// attach is refused (ErrStale) when the record's manifest is another.
 	BaseSHA256 string
+	// PreviousSHA256 is the refinement file it was learned on top of, ""
+	// when it grew from the recorded manifest alone. The attach is
+	// refused (ErrStale) when the record describes another by then: two
+	// learners (processes) that read the same refinement cannot both
+	// replace it, so neither restore's lesson is lost silently.
+	PreviousSHA256 string
 	Restores   uint64
 	Pages      int64
 	// Manifest is the encoded refined manifest, State the encoded state.
@@ -100,7 +106,7 @@ func RefinementAttachment(r Refinement) (Attachment, error) {
 	d := RefinementDescriptor{SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data)),
 		ManifestSHA256: hex.EncodeToString(msum[:]), ManifestSize: int64(len(r.Manifest)),
 		BaseSHA256: strings.ToLower(r.BaseSHA256), Restores: r.Restores, Pages: r.Pages}
-	return Attachment{Name: RefinementFileName(d.SHA256), Data: data, refinement: &d}, nil
+	return Attachment{Name: RefinementFileName(d.SHA256), Data: data, refinement: &d, previous: r.PreviousSHA256}, nil
 }
 
 // ReadRefinedManifest reads only the refined manifest out of the

@@ -358,9 +358,10 @@ type Repository interface {
 	// record with the old refinement and its file or with the new ones:
 	// the file is named by its SHA-256 (RefinementFileName), and the old
 	// one is removed only after the new record is durable. It is refused
-	// with ErrInvalidRequest when r.BaseSHA256 is not the record's
-	// manifest (a new recording since) or r's parts are empty or too
-	// large. The recorded manifest is left as it is; AttachManifest with
-	// other bytes clears the refinement.
+	// with ErrInvalidRequest when r's parts are empty or too large, and with ErrStale when r.BaseSHA256 is not the record's
+	// manifest (a new recording since) or r.PreviousSHA256 not its
+	// refinement (another learner was first). The recorded manifest is
+	// left as it is; AttachManifest with other bytes clears the
+	// refinement.
 	AttachRefinement(ctx context.Context, lease Lease, r Refinement) (RefinementDescriptor, error)
 }

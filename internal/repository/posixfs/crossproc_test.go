@@ -77,12 +77,13 @@ func childAttachRefinement(ctx context.Context, repo repository.Repository) int 
 	}
 	defer lease.End()
 	rec, err := repo.Get(ctx, id)
-	if err != nil || rec.Manifest == nil {
-		return repotest.Report(fmt.Errorf("snapshot %s has no manifest: %w", id, err))
+	if err != nil || rec.Manifest == nil || rec.Refinement == nil {
+		return repotest.Report(fmt.Errorf("snapshot %s has no manifest and refinement: %w", id, err))
 	}
 	parts := make([]byte, 500)
 	_, _ = rand.Read(parts)
-	ref := repository.Refinement{BaseSHA256: rec.Manifest.SHA256, Restores: 7, Manifest: parts[:200], State: parts[200:]}
+	ref := repository.Refinement{BaseSHA256: rec.Manifest.SHA256, PreviousSHA256: rec.Refinement.SHA256, Restores: 7,
+		Manifest: parts[:200], State: parts[200:]}
 	a, err := repository.RefinementAttachment(ref)
 	if err != nil {
 		return repotest.Report(err)

@@ -60,7 +60,12 @@ func testAttachRefinement(t *testing.T, repo repository.Repository) {
 	CheckRefinement(t, repo, rec.ID, first)
 	checkAttached(t, repo, rec.ID, base)
 
+	// Learned on top of nothing while the record has the first: stale.
 	second := RefinementOf(t, base, 2)
+	_, err = repo.AttachRefinement(bg(), lease, second)
+	wantErr(t, "refinement on top of an older one", err, repository.ErrStale)
+	CheckRefinement(t, repo, rec.ID, first)
+	second.PreviousSHA256 = d.SHA256
 	if _, err := repo.AttachRefinement(bg(), lease, second); err != nil {
 		t.Fatal(err)
 	}
@@ -84,15 +89,16 @@ func testAttachRefinement(t *testing.T, repo repository.Repository) {
 	if res.Record.Refinement != nil || res.RefinementPath != "" {
 		t.Fatalf("a new recording kept the refinement %+v at %q", res.Record.Refinement, res.RefinementPath)
 	}
+	second.PreviousSHA256 = ""
 	_, err = repo.AttachRefinement(bg(), lease, second)
-	wantErr(t, "refinement of the old recording", err, repository.ErrInvalidRequest)
+	wantErr(t, "refinement of the old recording", err, repository.ErrStale)
 }
 
 func testAttachRefinementRefused(t *testing.T, repo repository.Repository) {
 	t.Run("no recorded manifest", func(t *testing.T) {
 		rec, lease := Publish(t, repo, "")
 		_, err := repo.AttachRefinement(bg(), lease, RefinementOf(t, []byte("none"), 1))
-		wantErr(t, "refinement without a manifest", err, repository.ErrInvalidRequest)
+		wantErr(t, "refinement without a manifest", err, repository.ErrStale)
 		if got, err := repo.Get(bg(), rec.ID); err != nil || got.Refinement != nil {
 			t.Fatalf("refused attach changed the record: %+v, %v", got.Refinement, err)
 		}
