@@ -69,8 +69,8 @@ type Refinement struct {
 	// learners (processes) that read the same refinement cannot both
 	// replace it, so neither restore's lesson is lost silently.
 	PreviousSHA256 string
-	Restores   uint64
-	Pages      int64
+	Restores       uint64
+	Pages          int64
 	// Manifest is the encoded refined manifest, State the encoded state.
 	Manifest []byte
 	State    []byte
