@@ -67,13 +67,15 @@ func (o Observation) Counts() (late, missed int) {
 // A demand request is a touch on the uffd device (one page per fault). On
 // the file device it is the kernel's readaround window around the fault
 // (128 KiB by default), so the window's pages are not all needed: with
-// touched, only the pages it says were touched count; without it, one page
-// stands for the window: its middle page, which is the faulting page of a
-// synchronous mmap readaround (the kernel centres the window on the fault)
-// and the page itself for a one-page request. A window cut short (at the
-// start of the file, or by pages already cached) or an asynchronous
-// readahead then names a neighbour: such a page is learned as needed, and
-// later restores keep it while the device cannot say it went untouched.
+// touched, only the pages it says were touched count; without it, a window
+// holding plan pages counts those (the guest most likely faulted one of
+// them, late, and the rest came around it, as the accounting counts them),
+// and any other window one page: its middle page, which is the faulting
+// page of a synchronous mmap readaround (the kernel centres the window on
+// the fault). A window cut short (at the start of the file, or by pages
+// already cached) or an asynchronous readahead then names a neighbour:
+// such a page is learned as needed, and later restores keep it while the
+// device cannot say it went untouched.
 func FromEvents(plan []manifest.Range, events []startupset.Event, ready time.Duration, touched Touched) Observation {
 	obs := Observation{Plan: planPages(plan)}
 	index := make(map[int64]int, len(obs.Plan))
@@ -96,7 +98,7 @@ func FromEvents(plan []manifest.Range, events []startupset.Event, ready time.Dur
 		for p := e.Offset / PageBytes; p*PageBytes < e.Offset+int64(e.Length); p++ {
 			windowed[p] = true
 		}
-		for _, p := range neededPages(e, touched) {
+		for _, p := range neededPages(e, touched, index) {
 			if demanded[p] {
 				continue
 			}
@@ -134,7 +136,7 @@ func noteReached(reached map[int64]time.Duration, e startupset.Event) {
 
 // neededPages are the pages of demand request e the guest needed (see
 // FromEvents for the precision).
-func neededPages(e startupset.Event, touched Touched) []int64 {
+func neededPages(e startupset.Event, touched Touched, index map[int64]int) []int64 {
 	first := e.Offset / PageBytes
 	n := (int64(e.Length) + PageBytes - 1) / PageBytes
 	if n <= 0 {
@@ -142,7 +144,10 @@ func neededPages(e startupset.Event, touched Touched) []int64 {
 	}
 	middle := first + n/2
 	if touched == nil {
-		return []int64{middle}
+		if n == 1 {
+			return []int64{first}
+		}
+		return windowGuess(first, n, middle, index)
 	}
 	var pages []int64
 	for p := first; p < first+n; p++ {
@@ -152,6 +157,23 @@ func neededPages(e startupset.Event, touched Touched) []int64 {
 		}
 	}
 	return pages
+}
+
+// windowGuess names the needed pages of a readaround window the device
+// cannot see into: the plan pages in it when it holds any (the guest most
+// likely faulted one of them, late, and the rest came around it, as the
+// accounting counts them), else its middle page.
+func windowGuess(first, n, middle int64, index map[int64]int) []int64 {
+	var plan []int64
+	for p := first; p < first+n; p++ {
+		if _, ok := index[p]; ok {
+			plan = append(plan, p)
+		}
+	}
+	if len(plan) > 0 {
+		return plan
+	}
+	return []int64{middle}
 }
 
 // frontier turns per-page reach times into the prefetch frontier: the

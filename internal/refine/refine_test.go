@@ -227,6 +227,11 @@ func TestReadaroundWindowCountsWhatTheDeviceCanTell(t *testing.T) {
 	if len(obs.Demands) != 1 || obs.Demands[0].Page != 80 {
 		t.Fatalf("without touched: %+v, want the middle page 80", obs.Demands)
 	}
+	// A window around a late plan page: the plan pages in it, no guess.
+	obs = FromEvents([]manifest.Range{{Offset: 79 * PageBytes, Length: 2 * PageBytes}}, []startupset.Event{window}, 5*ms, nil)
+	if len(obs.Demands) != 2 || obs.Demands[0].Page != 79 || obs.Demands[1].Page != 80 || obs.Demands[0].PlanIndex != 0 {
+		t.Fatalf("window over plan pages: %+v, want pages 79 and 80, late", obs.Demands)
+	}
 	touched := func(p int64) (bool, bool) { return p == 70 || p == 71, true }
 	obs = FromEvents(nil, []startupset.Event{window}, 5*ms, touched)
 	if len(obs.Demands) != 2 || obs.Demands[0].Page != 70 || obs.Demands[1].Page != 71 {
