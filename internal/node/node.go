@@ -1,9 +1,10 @@
 // Package node assembles the parts of a warmstart node from a
 // configuration: the FUSE memory device mount, the prefetch engine, the
 // restorer, the recorder's tracing restorer and the recorder, the learner
-// of refined manifests, the VMM driver and the metrics hook. The daemon, every CLI verb, the benchmark,
-// the demo and the S3 benchmark get their parts here and nowhere else, so
-// the wiring exists once and cannot drift between them. The operations
+// of refined manifests, the VMM driver and the metrics hook. The daemon,
+// every CLI verb, the benchmark, the demo and the S3 benchmark get their
+// parts here and nowhere else, so the wiring exists once and cannot drift
+// between them. The operations
 // that need several of those parts at once (Capture, ImportAndRecord) live
 // here too.
 package node
