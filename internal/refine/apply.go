@@ -83,8 +83,14 @@ func (s *State) Apply(obs Observation, opt Options) Result {
 	for i, p := range s.Pages {
 		at[p.Page] = i
 	}
+	// Missed pages are placed by the ranks the restore prefetched in, not
+	// by those moveLate is about to give.
+	before := make([]float64, len(s.Pages))
+	for i, p := range s.Pages {
+		before[i] = p.Rank
+	}
 	res.Moved = s.moveLate(obs, at, opt)
-	res.Added = s.addMissed(obs, at)
+	res.Added = s.addMissed(obs, at, before)
 	s.markUse(obs, at)
 	res.AgedOut = s.ageOut(opt.AgeOut)
 	slices.SortStableFunc(s.Pages, byRank)
@@ -142,23 +148,24 @@ func stepToward(distance float64, opt Options) float64 {
 // just after the last plan page it had demanded, or just before the first
 // plan page prefetch had not brought in yet, whichever is earlier, so that
 // next time the page comes in before it is needed.
-func (s *State) addMissed(obs Observation, at map[int64]int) int {
+func (s *State) addMissed(obs Observation, at map[int64]int, before []float64) int {
+	rankOf := func(page int64, otherwise float64) float64 {
+		if j, ok := at[page]; ok && j < len(before) {
+			return before[j]
+		}
+		return otherwise
+	}
 	rankOfPlan := func(i int) float64 {
 		if i >= len(obs.Plan) {
-			return float64(len(s.Pages))
+			return float64(len(before))
 		}
-		if j, ok := at[obs.Plan[i]]; ok {
-			return s.Pages[j].Rank
-		}
-		return float64(i)
+		return rankOf(obs.Plan[i], float64(i))
 	}
 	added := 0
 	last := math.Inf(1)
 	for _, d := range obs.Demands {
 		if d.PlanIndex >= 0 {
-			if j, ok := at[d.Page]; ok {
-				last = s.Pages[j].Rank
-			}
+			last = rankOf(d.Page, last)
 			continue
 		}
 		pos := min(rankOfPlan(obs.frontierAt(d.At))-0.5, last+0.5)
