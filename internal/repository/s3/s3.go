@@ -192,6 +192,9 @@ type Repo struct {
 	// beforeRecord, when a test sets it, runs between binding the alias
 	// and writing the record of a publish.
 	beforeRecord func()
+	// beforeAttachRecord, when a test sets it, runs between uploading an
+	// attachment's object and writing the record that describes it.
+	beforeAttachRecord func()
 }
 
 var _ repository.Repository = (*Repo)(nil)
@@ -513,6 +516,9 @@ func (r *Repo) attachOnce(ctx context.Context, rec repository.Record, etag strin
 		if pack, err := r.buildPack(ctx, rec, a.Data); err == nil {
 			next.StartupPack = pack
 		}
+	}
+	if r.beforeAttachRecord != nil {
+		r.beforeAttachRecord()
 	}
 	_, err = r.putRecord(ctx, next, putCondition{ifMatch: etag})
 	switch {
