@@ -84,6 +84,9 @@ type StartupPackConfig struct {
 	Enabled bool `toml:"enabled"`
 	// ConsumeEnabled prefetches a snapshot's manifest on restore.
 	ConsumeEnabled bool `toml:"consume_enabled"`
+	// Refine learns from every restore that prefetched (package refine)
+	// and has later restores prefetch the learned manifest.
+	Refine bool `toml:"refine"`
 }
 
 // BackendConfig is the [backend] table, one subtable per repository backend.
@@ -245,7 +248,7 @@ type EnvdConfig struct {
 // Default returns the built-in configuration. It is what DefaultTOML spells out.
 func Default() *Config {
 	return &Config{
-		Snapshot: SnapshotConfig{RepositoryBackend: BackendPosixFS},
+		Snapshot: SnapshotConfig{RepositoryBackend: BackendPosixFS, MemoryStartupPack: StartupPackConfig{Refine: true}},
 		Backend: BackendConfig{
 			PosixFS: PosixFSConfig{SnapshotStore: "/var/lib/warmstart/snapshots"},
 			S3: S3Config{

@@ -80,6 +80,7 @@ func TestPartialFileKeepsDefaults(t *testing.T) {
 [snapshot.memory_startup_pack]
 enabled = true
 consume_enabled = true
+refine = false
 [memory]
 io_engine = 2
 [envd]
@@ -89,7 +90,7 @@ poll_interval = "1ms"
 		t.Fatal(err)
 	}
 	want := Default()
-	want.Snapshot.MemoryStartupPack = StartupPackConfig{Enabled: true, ConsumeEnabled: true}
+	want.Snapshot.MemoryStartupPack = StartupPackConfig{Enabled: true, ConsumeEnabled: true, Refine: false}
 	want.Memory.IOEngine = IOEngineDirect
 	want.Envd.PollInterval = time.Millisecond
 	if !reflect.DeepEqual(cfg, want) {
@@ -122,6 +123,7 @@ func TestParseErrors(t *testing.T) {
 		{"integer for duration", "[envd]\ntimeout = 30", "envd.timeout", ErrWrongType, `want string holding a duration such as "5s"`},
 		{"bad duration", "[firecracker]\nstop_timeout = \"5 parsecs\"", "firecracker.stop_timeout", ErrInvalidValue, "5 parsecs"},
 		{"wrong type after a valid key", "[memory]\ndevice = \"uffd\"\nfuse_mount = false", "memory.fuse_mount", ErrWrongType, ""},
+		{"refine not a bool", "[snapshot.memory_startup_pack]\nrefine = \"yes\"", "snapshot.memory_startup_pack.refine", ErrWrongType, ""},
 		{"first error in file order", "[memory]\nio_engine = \"x\"\nbogus = 1", "memory.io_engine", ErrWrongType, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

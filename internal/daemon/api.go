@@ -556,8 +556,9 @@ func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
 	if err := d.register(ctx, run, res.MemoryPath); err != nil {
 		return err
 	}
+	d.node.Learn(rec.ID, inst)
 	d.log.Info("restore ready", "restore", inst.ID, "snapshot", rec.ID, "device", opts.Device, "generation", inst.Generation,
-		"ready", inst.Timings.Ready, "prefetch", inst.Prefetch.State, "reason", inst.Prefetch.Reason,
+		"ready", inst.Timings.Ready, "prefetch", inst.Prefetch.State, "reason", inst.Prefetch.Reason, "manifest", inst.Prefetch.Manifest,
 		"phases", inst.Timings, "startup_set", inst.StartupSet, "outcome", startupset.Line(inst.StartupSet))
 	writeJSON(w, http.StatusCreated, run.current())
 	return nil

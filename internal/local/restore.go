@@ -36,6 +36,7 @@ func Restore(ctx context.Context, n *node.Node, o report.Output, req RestoreRequ
 	if err != nil {
 		return err
 	}
+	n.Learn(src.SnapshotID, inst)
 	if err := printRestore(o, inst, daemon.NewRestoreInfo(inst, src.SnapshotID, req.Options, started), req); err != nil {
 		inst.Stop(context.Background())
 		return err

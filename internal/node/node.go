@@ -1,9 +1,10 @@
 // Package node assembles the parts of a warmstart node from a
 // configuration: the FUSE memory device mount, the prefetch engine, the
-// restorer, the recorder's tracing restorer and the recorder, the VMM
-// driver and the metrics hook. The daemon, every CLI verb, the benchmark,
-// the demo and the S3 benchmark get their parts here and nowhere else, so
-// the wiring exists once and cannot drift between them. The operations
+// restorer, the recorder's tracing restorer and the recorder, the learner
+// of refined manifests, the VMM driver and the metrics hook. The daemon,
+// every CLI verb, the benchmark, the demo and the S3 benchmark get their
+// parts here and nowhere else, so the wiring exists once and cannot drift
+// between them. The operations
 // that need several of those parts at once (Capture, ImportAndRecord) live
 // here too.
 package node
@@ -18,9 +19,11 @@ import (
 	"time"
 
 	"warmstart/internal/config"
+	"warmstart/internal/learner"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/recorder"
+	"warmstart/internal/refine"
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
 	"warmstart/internal/vmm"
@@ -76,6 +79,9 @@ type Node struct {
 	Restorer *restore.Restorer
 	// Recorder records startup manifests through its own tracing mount.
 	Recorder *recorder.Recorder
+	// Learner refines startup manifests from restores (Learn); nil when
+	// [snapshot.memory_startup_pack] refine is off.
+	Learner *learner.Learner
 	// Metrics is what Options.Metrics returned, or nil.
 	Metrics Metrics
 
@@ -112,7 +118,29 @@ func Open(ctx context.Context, o Options) (_ *Node, err error) {
 	if err := n.mount(o); err != nil {
 		return nil, err
 	}
+	if o.Config.Snapshot.MemoryStartupPack.Refine {
+		n.Learner = learner.New(n.Repo, o.Log, refine.Options{})
+		// Closed first: it stops taking lessons before anything else goes.
+		n.closers = append(n.closers, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), LearnerCloseTimeout)
+			defer cancel()
+			return n.Learner.Close(ctx)
+		})
+	}
 	return n, nil
+}
+
+// LearnerCloseTimeout bounds how long Close applies the observations
+// still queued: a stopping node does not wait on learning for long.
+const LearnerCloseTimeout = 10 * time.Second
+
+// Learn hands a ready restore's observation to the learner, in the
+// background: nothing when refine is off or the restore did not prefetch.
+func (n *Node) Learn(snapshotID string, inst *restore.Instance) {
+	if n.Learner == nil || inst.Observation == nil {
+		return
+	}
+	n.Learner.Submit(learner.Observed{SnapshotID: snapshotID, Observation: *inst.Observation})
 }
 
 // mount mounts the serving device and the tracing device and builds the
@@ -133,6 +161,7 @@ func (n *Node) mount(o Options) error {
 		Engine:         n.Engine,
 		VMM:            n.VMM,
 		ConsumeEnabled: cfg.Snapshot.MemoryStartupPack.ConsumeEnabled,
+		Refine:         cfg.Snapshot.MemoryStartupPack.Refine,
 		RuntimeDir:     o.RuntimeDir,
 		Log:            log,
 		ConnectTimeout: cfg.Memory.UffdConnectTimeout,

@@ -35,6 +35,12 @@ func Restore(out io.Writer, in daemon.RestoreInfo) {
 	if in.Prefetch.PlannedBytes > 0 {
 		fmt.Fprintf(out, ", %.1f MiB planned, policy %s", float64(in.Prefetch.PlannedBytes)/(1<<20), in.Policy)
 	}
+	if in.Prefetch.Manifest != "" {
+		fmt.Fprintf(out, ", %s manifest", in.Prefetch.Manifest)
+	}
+	if in.Prefetch.Fallback != "" {
+		fmt.Fprintf(out, " (%s)", in.Prefetch.Fallback)
+	}
 	fmt.Fprintf(out, "\n  device read         %.1f MiB in %d requests\n", float64(in.DeviceBytes.BytesRead)/(1<<20), in.DeviceBytes.ReadRequests)
 	fmt.Fprintf(out, "  %s\n", startupset.Line(in.StartupSet))
 }

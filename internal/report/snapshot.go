@@ -39,6 +39,9 @@ func SnapshotText(w io.Writer, rec repository.Record, res repository.Resolved, r
 	} else {
 		fmt.Fprintf(tw, "manifest:\tnone\n")
 	}
+	if d := rec.Refinement; d != nil {
+		fmt.Fprintf(tw, "refined manifest:\tsha256 %s, %d pages, learned from %d restores\n", d.ManifestSHA256, d.Pages, d.Restores)
+	}
 	if resErr != nil {
 		fmt.Fprintf(tw, "files:\tunavailable: %v\n", resErr)
 	} else {

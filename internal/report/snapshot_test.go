@@ -3,6 +3,8 @@ package report
 import (
 	"strings"
 	"testing"
+
+	"warmstart/internal/repository"
 )
 
 // TestDeleteLines: both delete paths (in process and on a daemon) print
@@ -26,5 +28,19 @@ func TestDeleteLines(t *testing.T) {
 	}
 	if got := Size(3000); got != "2.9 KiB" {
 		t.Errorf("Size(3000) = %q", got)
+	}
+}
+
+// TestSnapshotTextShowsTheRefinement: snapshot show says what was learned.
+func TestSnapshotTextShowsTheRefinement(t *testing.T) {
+	rec := repository.Record{ID: "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b",
+		Manifest:   &repository.ManifestDescriptor{SHA256: "aa", Size: 100},
+		Refinement: &repository.RefinementDescriptor{ManifestSHA256: "bb", Pages: 1404, Restores: 3}}
+	var b strings.Builder
+	if err := SnapshotText(&b, rec, repository.Resolved{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if want := "refined manifest:  sha256 bb, 1404 pages, learned from 3 restores"; !strings.Contains(b.String(), want) {
+		t.Fatalf("snapshot show:\n%s\nlacks %q", b.String(), want)
 	}
 }

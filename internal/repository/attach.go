@@ -9,12 +9,13 @@ import (
 )
 
 // Attachment is an artifact added to a published snapshot after publish,
-// as a backend stores it: the startup manifest (AttachManifest) or the
-// memory file's digest table (AttachDigests). Both are attached the same
-// way, under the same guarantees, so backends run one code path for both
-// and ask the Attachment what differs: the file name, how the bytes are
-// validated against the record, and which descriptor of the record
-// describes them.
+// as a backend stores it: the startup manifest (AttachManifest), the
+// memory file's digest table (AttachDigests) or the learned manifest
+// (AttachRefinement). All are attached the same way, under the same
+// guarantees, so backends run one code path for them and ask the
+// Attachment what differs: the file name, how the bytes are validated
+// against the record, which descriptor of the record describes them, and
+// which file the new record no longer names.
 type Attachment struct {
 	// Name is the artifact's file name (ManifestFileName or
 	// DigestsFileName).
@@ -22,8 +23,11 @@ type Attachment struct {
 	// Data is what is stored.
 	Data []byte
 
-	manifest *ManifestDescriptor
-	digests  *DigestsDescriptor
+	manifest   *ManifestDescriptor
+	digests    *DigestsDescriptor
+	refinement *RefinementDescriptor
+	// previous is the refinement file a refinement replaces ("" none).
+	previous string
 }
 
 // ManifestAttachment is data as a startup manifest. data must be
@@ -61,10 +65,23 @@ func (a Attachment) DigestsDescriptor() DigestsDescriptor {
 	return *a.digests
 }
 
+// RefinementDescriptor is the descriptor of a refinement attachment.
+func (a Attachment) RefinementDescriptor() RefinementDescriptor {
+	if a.refinement == nil {
+		return RefinementDescriptor{}
+	}
+	return *a.refinement
+}
+
 // Check validates the bytes against the record they are attached to, read
 // under the record lock: a digest table must decode as the table of a
-// file of rec.MemorySize bytes (ErrInvalidRequest otherwise).
+// file of rec.MemorySize bytes (ErrInvalidRequest otherwise); a
+// refinement must have grown from the record's manifest and replace the
+// refinement the record describes (ErrStale otherwise).
 func (a Attachment) Check(rec Record) error {
+	if a.refinement != nil {
+		return a.checkRefinement(rec)
+	}
 	if a.digests == nil {
 		return nil
 	}
@@ -74,10 +91,28 @@ func (a Attachment) Check(rec Record) error {
 	return nil
 }
 
+func (a Attachment) checkRefinement(rec Record) error {
+	if rec.Manifest == nil || rec.Manifest.SHA256 != a.refinement.BaseSHA256 {
+		return fmt.Errorf("%w: refinement grew from manifest %s, which is no longer the snapshot's", ErrStale, a.refinement.BaseSHA256)
+	}
+	current := ""
+	if rec.Refinement != nil {
+		current = rec.Refinement.SHA256
+	}
+	if current != a.previous {
+		return fmt.Errorf("%w: refinement learned on top of %q, the snapshot has %q", ErrStale, a.previous, current)
+	}
+	return nil
+}
+
 // DescribedBy reports whether rec has a descriptor of this artifact, and
 // whether it is the descriptor of these bytes. A backend drops a
 // descriptor of other bytes (Cleared) before it replaces the stored file,
 // so that a crash in between never pairs a descriptor with other bytes.
+//
+// A refinement is never described before it is stored: its file is named
+// by its SHA-256, so storing it leaves the described one alone, and the
+// record switches from the old pair to the new one in one write.
 func (a Attachment) DescribedBy(rec Record) (has, same bool) {
 	switch {
 	case a.manifest != nil && rec.Manifest != nil:
@@ -91,9 +126,11 @@ func (a Attachment) DescribedBy(rec Record) (has, same bool) {
 // Cleared returns rec without a descriptor of this artifact.
 func (a Attachment) Cleared(rec Record) Record {
 	if a.manifest != nil {
-		// A startup pack is built from one manifest: it goes with it.
+		// A startup pack is built from one manifest, and a refinement grew
+		// from it: they go with it.
 		rec.Manifest = nil
 		rec.StartupPack = nil
+		rec.Refinement = nil
 	}
 	if a.digests != nil {
 		rec.MemoryDigests = nil
@@ -109,10 +146,32 @@ func (a Attachment) Attached(rec Record) Record {
 		if rec.StartupPack != nil && rec.StartupPack.ManifestSHA256 != d.SHA256 {
 			rec.StartupPack = nil
 		}
+		if rec.Refinement != nil && rec.Refinement.BaseSHA256 != d.SHA256 {
+			rec.Refinement = nil
+		}
+	}
+	if a.refinement != nil {
+		d := *a.refinement
+		rec.Refinement = &d
 	}
 	if a.digests != nil {
 		d := *a.digests
 		rec.MemoryDigests = &d
 	}
 	return rec
+}
+
+// Superseded is the file of before that the record after this attach no
+// longer names (a replaced or cleared refinement), "" when none. Backends
+// remove it once the new record is durable; until then it is what the
+// record describes.
+func (a Attachment) Superseded(before Record) string {
+	old := before.Refinement
+	if old == nil {
+		return ""
+	}
+	if now := a.Attached(before).Refinement; now != nil && now.SHA256 == old.SHA256 {
+		return ""
+	}
+	return RefinementFileName(old.SHA256)
 }

@@ -19,6 +19,9 @@ var (
 	ErrInvalidRequest = errors.New("invalid request")
 	// ErrLeaseEnded: the capture lease was ended before the operation.
 	ErrLeaseEnded = errors.New("capture lease ended")
+	// ErrStale: the record changed since the caller read what it built
+	// on (AttachRefinement); read again and redo.
+	ErrStale = errors.New("record changed since it was read")
 )
 
 // AliasConflictError reports which snapshot holds the alias. It matches

@@ -117,6 +117,13 @@ func AttachDigestsUnderLease(issuer any, lz Lease, data []byte, attach Attacher)
 	return a.DigestsDescriptor(), err
 }
 
+// AttachRefinementUnderLease is AttachRefinement for a backend that
+// issues HeldLeases.
+func AttachRefinementUnderLease(issuer any, lz Lease, r Refinement, attach Attacher) (RefinementDescriptor, error) {
+	a, err := attachUnderLease(issuer, lz, "attach refinement", func() (Attachment, error) { return RefinementAttachment(r) }, attach)
+	return a.RefinementDescriptor(), err
+}
+
 // attachUnderLease makes the attachment (refusing bad data before the
 // lease is used) and attaches it under the lease; what names the
 // operation in errors.

@@ -42,8 +42,9 @@ const MaxManifestBytes = 16 << 20
 const RecordFormatVersion = 2
 
 // Record is the catalog entry of one published snapshot. It is immutable
-// except for Manifest, which AttachManifest sets, and MemoryDigests, which
-// AttachDigests sets.
+// except for Manifest, which AttachManifest sets, MemoryDigests, which
+// AttachDigests sets, and Refinement, which AttachRefinement sets and
+// AttachManifest clears.
 type Record struct {
 	// Format is the version of this encoding (RecordFormatVersion).
 	Format int `json:"format"`
@@ -84,6 +85,9 @@ type Record struct {
 	// StartupPack describes the startup pack built when Manifest was
 	// attached (backends that keep memory remotely); nil when none.
 	StartupPack *StartupPackDescriptor `json:"startup_pack,omitempty"`
+	// Refinement describes the learned manifest grown from Manifest by
+	// restores (AttachRefinement); nil when none.
+	Refinement *RefinementDescriptor `json:"refinement,omitempty"`
 }
 
 // ManifestDescriptor identifies the bytes of an attached startup manifest.
@@ -211,6 +215,11 @@ type Resolved struct {
 	// Record.Manifest) and layout before using it, and fall back to
 	// on-demand reads when any check fails.
 	ManifestPath string
+	// RefinementPath is the local refinement file, "" when
+	// Record.Refinement is nil. The consumer checks what it reads against
+	// Record.Refinement (ReadRefinedManifest, ReadRefinement) and falls
+	// back to the recorded manifest when a check fails.
+	RefinementPath string
 	// Memory, when not nil, serves the memory file instead of a local
 	// file: remote backends (s3) read it on demand through a node-local
 	// cache, and MemoryPath is "".
@@ -349,4 +358,19 @@ type Repository interface {
 	// `snapshot verify --add-digests` computes it from a memory file whose
 	// SHA-256 it has just checked against the record.
 	AttachDigests(ctx context.Context, lease Lease, data []byte) (DigestsDescriptor, error)
+
+	// AttachRefinement stores r as the learned manifest of the lease's
+	// snapshot and records its descriptor, with AttachManifest's
+	// guarantees (durably, under the record lock, never recreating a
+	// deleted snapshot: ErrNotFound, changing nothing; ErrLeaseEnded once
+	// the lease has ended), except that a crash at any point leaves the
+	// record with the old refinement and its file or with the new ones:
+	// the file is named by its SHA-256 (RefinementFileName), and the old
+	// one is removed only after the new record is durable. It is refused
+	// with ErrInvalidRequest when r's parts are empty or too large, and with ErrStale when r.BaseSHA256 is not the record's
+	// manifest (a new recording since) or r.PreviousSHA256 not its
+	// refinement (another learner was first). The recorded manifest is
+	// left as it is; AttachManifest with other bytes clears the
+	// refinement.
+	AttachRefinement(ctx context.Context, lease Lease, r Refinement) (RefinementDescriptor, error)
 }

@@ -2,6 +2,7 @@ package restore
 
 import (
 	"warmstart/internal/manifest"
+	"warmstart/internal/refine"
 	"warmstart/internal/startupset"
 )
 
@@ -68,6 +69,10 @@ func (inst *Instance) account(src Source, m *manifest.Manifest, opts Options) {
 	}
 	inst.StartupSet = startupset.Account(in)
 	inst.Events = in.Events
+	if inst.sub != nil {
+		obs := refine.FromEvents(m.Ranges, in.Events, in.Ready, opts.Touched)
+		inst.Observation = &obs
+	}
 	inst.PrefetchLabel = inst.prefetchLabel(opts)
 	if o, ok := inst.r.Observe.(ReadyObserver); ok {
 		o.RestoreReady(ReadyOutcome{Device: opts.Device, Prefetch: inst.PrefetchLabel, Policy: opts.Policy.Name,

@@ -25,6 +25,7 @@ import (
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/prefetch"
+	"warmstart/internal/refine"
 	"warmstart/internal/repository"
 	"warmstart/internal/startupset"
 	"warmstart/internal/vmm"
@@ -72,6 +73,10 @@ type Source struct {
 	// memory device checks every block against it (see verify.go).
 	Digests     *repository.DigestsDescriptor `json:"digests,omitempty"`
 	DigestsPath string                        `json:"digests_path,omitempty"`
+	// Refinement and RefinementPath are the learned manifest (refined.go);
+	// nil and "" when the snapshot has none.
+	Refinement     *repository.RefinementDescriptor `json:"refinement,omitempty"`
+	RefinementPath string                           `json:"refinement_path,omitempty"`
 }
 
 // SourceOf adapts a resolved repository record.
@@ -88,6 +93,9 @@ func SourceOf(r repository.Resolved) Source {
 		VMStateSHA256: r.Record.VMStateSHA256,
 		Digests:       r.Record.MemoryDigests,
 		DigestsPath:   r.DigestsPath,
+
+		Refinement:     r.Record.Refinement,
+		RefinementPath: r.RefinementPath,
 	}
 	if d := r.Record.Manifest; d != nil {
 		s.Manifest = &manifest.Descriptor{SHA256: d.SHA256, Size: d.Size}
@@ -107,6 +115,10 @@ type Options struct {
 	// when empty. The recorder uses a private key so that no other VM's
 	// cached pages hide touches from its trace.
 	DeviceKey string
+	// Touched, when set, says which pages brought into the guest's reach
+	// it touched (a device-specific probe); the restore's Observation
+	// then counts exactly those. Nil: the device's own view (refine).
+	Touched refine.Touched `json:"-"`
 }
 
 // Restorer restores snapshots. One per process (the daemon) or per trial.
@@ -118,6 +130,9 @@ type Restorer struct {
 	VMM    vmm.VMM
 	// ConsumeEnabled is [snapshot.memory_startup_pack] consume_enabled.
 	ConsumeEnabled bool
+	// Refine is [snapshot.memory_startup_pack] refine: prefetch the
+	// snapshot's learned manifest when it has one (refined.go).
+	Refine bool
 	// RuntimeDir holds a private directory per restore.
 	RuntimeDir string
 	Log        *slog.Logger
@@ -170,6 +185,12 @@ type PrefetchReport struct {
 	Reason string `json:"reason,omitempty"`
 	// PlannedBytes is the manifest's total.
 	PlannedBytes int64 `json:"planned_bytes"`
+	// Manifest is which manifest was prefetched: ManifestRecorded or
+	// ManifestRefined; empty when none was.
+	Manifest string `json:"manifest,omitempty"`
+	// Fallback says why the refined manifest was not used although the
+	// snapshot has one and refine is on.
+	Fallback string `json:"fallback,omitempty"`
 	// Task is the shared task's key, when one ran.
 	Generation uint64 `json:"generation,omitempty"`
 	Digest     string `json:"digest,omitempty"`
@@ -198,6 +219,9 @@ type Instance struct {
 	// Events are what the memory device served until ready, timed from
 	// the start of the restore (the timeline).
 	Events []startupset.Event
+	// Observation is what the restore saw of the manifest it prefetched,
+	// for learning (package refine); nil when it did not prefetch.
+	Observation *refine.Observation
 
 	// rec records what the device serves until ready; stopObserving
 	// unregisters it from a shared file device.
@@ -533,11 +557,15 @@ func (r *Restorer) planPrefetch(src Source, opts Options, rep *PrefetchReport) (
 		r.skip(rep, src.SnapshotID, "io_engine 2 (direct I/O): prefetch not validated for this engine")
 		return nil, ""
 	}
+	if m, digest := r.refinedManifest(src, rep); m != nil {
+		return m, digest
+	}
 	data, err := manifest.ReadFile(src.ManifestPath)
 	if err == nil {
 		var m *manifest.Manifest
 		m, err = manifest.Verify(data, *src.Manifest, src.Layout)
 		if err == nil {
+			rep.Manifest = ManifestRecorded
 			return m, src.Manifest.SHA256
 		}
 	}

@@ -148,6 +148,9 @@ func newReport(rec repository.Record) Report {
 		a := r.artifact(repository.ManifestFileName)
 		a.Size, a.SHA256 = m.Size, m.SHA256
 	}
+	if d := rec.Refinement; d != nil {
+		r.Artifacts = append(r.Artifacts, Artifact{Name: repository.RefinementFileName(d.SHA256), Size: d.Size, SHA256: d.SHA256})
+	}
 	for i := range r.Artifacts {
 		r.Artifacts[i].Status = StatusNotChecked
 	}

@@ -136,6 +136,7 @@ func (c *checker) run() error {
 	}
 	stored := c.digests()
 	c.manifest()
+	c.refinement()
 	fresh, err := c.memory(stored)
 	if err != nil {
 		return err

@@ -101,7 +101,8 @@ func New(engine *prefetch.Engine, active func() int, deviceBytes func() uint64) 
 		}, []string{"state"}),
 		manifestRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricManifestRejected,
-			Help: "Startup manifests that failed validation on restore (the restore then reads on demand), by reason.",
+			Help: "Startup manifests that failed validation on restore, by reason: a refined one falls back to the recorded one, " +
+				"a recorded one to on-demand reads.",
 		}, []string{"reason"}),
 		integrity: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: metricIntegrity,

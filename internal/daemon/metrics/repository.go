@@ -105,3 +105,8 @@ func (r *timedRepository) AttachDigests(ctx context.Context, lease repository.Le
 	defer r.timed("attach_digests")(&err)
 	return r.inner.AttachDigests(ctx, lease, data)
 }
+
+func (r *timedRepository) AttachRefinement(ctx context.Context, lease repository.Lease, ref repository.Refinement) (d repository.RefinementDescriptor, err error) {
+	defer r.timed("attach_refinement")(&err)
+	return r.inner.AttachRefinement(ctx, lease, ref)
+}

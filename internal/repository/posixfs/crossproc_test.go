@@ -36,8 +36,9 @@ func childMain(role string) int {
 		return repo, func() {}, nil
 	}
 	return repotest.ChildMain(role, open, map[string]repotest.Role{
-		"attach-digests":   childAttachDigests,
-		"hold-record-lock": childHoldRecordLock,
+		"attach-digests":    childAttachDigests,
+		"attach-refinement": childAttachRefinement,
+		"hold-record-lock":  childHoldRecordLock,
 	})
 }
 
@@ -63,6 +64,33 @@ func childAttachDigests(ctx context.Context, repo repository.Repository) int {
 	fmt.Printf("ready %s\n", repotest.SHA256Hex(table))
 	repotest.WaitBarrier()
 	_, err = repo.AttachDigests(ctx, lease, table)
+	return repotest.Report(err)
+}
+
+// childAttachRefinement attaches a refinement of random parts grown from
+// the snapshot's manifest, after saying its file's SHA-256.
+func childAttachRefinement(ctx context.Context, repo repository.Repository) int {
+	id := os.Getenv(repotest.ChildIDEnv)
+	lease, err := repo.LeaseExisting(ctx, id)
+	if err != nil {
+		return repotest.Report(err)
+	}
+	defer lease.End()
+	rec, err := repo.Get(ctx, id)
+	if err != nil || rec.Manifest == nil || rec.Refinement == nil {
+		return repotest.Report(fmt.Errorf("snapshot %s has no manifest and refinement: %w", id, err))
+	}
+	parts := make([]byte, 500)
+	_, _ = rand.Read(parts)
+	ref := repository.Refinement{BaseSHA256: rec.Manifest.SHA256, PreviousSHA256: rec.Refinement.SHA256, Restores: 7,
+		Manifest: parts[:200], State: parts[200:]}
+	a, err := repository.RefinementAttachment(ref)
+	if err != nil {
+		return repotest.Report(err)
+	}
+	fmt.Printf("ready %s\n", a.RefinementDescriptor().SHA256)
+	repotest.WaitBarrier()
+	_, err = repo.AttachRefinement(ctx, lease, ref)
 	return repotest.Report(err)
 }
 
@@ -173,6 +201,10 @@ func TestCrashAtEveryFaultPoint(t *testing.T) {
 					t.Fatal(err)
 				}
 				env[repotest.ChildIDEnv] = before.ID
+			case strings.HasPrefix(point, "attach-refinement."):
+				role = "attach-refinement"
+				before = publishRefined(t, r)
+				env[repotest.ChildIDEnv] = before.ID
 			case strings.HasPrefix(point, "delete."):
 				role = "delete"
 				var lease repository.Lease
@@ -231,6 +263,19 @@ func TestCrashAtEveryFaultPoint(t *testing.T) {
 					t.Fatalf("after %s the record has %+v, want the child's table %s", point, rec.MemoryDigests, childSays)
 				case point != FaultDigestsAfterRecord && rec.MemoryDigests != nil:
 					t.Fatalf("after %s the record still has a descriptor %+v", point, rec.MemoryDigests)
+				}
+			case "attach-refinement":
+				rec, err := reader.Get(bg(), before.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// The old pair until the new record lands, then the new.
+				want := before.Refinement.SHA256
+				if point == FaultRefineAfterRecord {
+					want = childSays
+				}
+				if rec.Refinement == nil || rec.Refinement.SHA256 != want || *rec.Manifest != *before.Manifest {
+					t.Fatalf("after %s the record has %+v, want refinement %s", point, rec.Refinement, want)
 				}
 			case "delete":
 				if _, err := reader.Get(bg(), before.ID); !errors.Is(err, repository.ErrNotFound) {
@@ -308,6 +353,9 @@ func checkConsistent(t *testing.T, r *Repo) {
 		if rec.Manifest != nil && repotest.FileSHA256(t, res.ManifestPath) != rec.Manifest.SHA256 {
 			t.Fatalf("snapshot %s: manifest does not match its descriptor", rec.ID)
 		}
+		if rec.Refinement != nil && repotest.FileSHA256(t, res.RefinementPath) != rec.Refinement.SHA256 {
+			t.Fatalf("snapshot %s: refinement does not match its descriptor", rec.ID)
+		}
 		if rec.MemoryDigests != nil && repotest.FileSHA256(t, res.DigestsPath) != rec.MemoryDigests.SHA256 {
 			t.Fatalf("snapshot %s: digest table does not match its descriptor", rec.ID)
 		}
@@ -330,6 +378,11 @@ func checkSwept(t *testing.T, r *Repo) {
 			t.Errorf("temporary file left: %s", rel)
 		case strings.HasSuffix(name, lockSuffix):
 			t.Errorf("lock file left: %s", rel)
+		case repository.IsRefinementFile(name):
+			rec, err := r.Get(bg(), filepath.Base(filepath.Dir(rel)))
+			if err != nil || rec.Refinement == nil || name != repository.RefinementFileName(rec.Refinement.SHA256) {
+				t.Errorf("refinement file no record names left: %s", rel)
+			}
 		case strings.HasPrefix(rel, snapshotsDirName+"/") && strings.Count(rel, "/") == 2 && strings.HasSuffix(rel, "/"):
 			if ok, _ := r.recordExists(name); !ok {
 				t.Errorf("directory of an unpublished snapshot left: %s", rel)
@@ -340,4 +393,23 @@ func checkSwept(t *testing.T, r *Repo) {
 			}
 		}
 	}
+}
+
+// publishRefined publishes a snapshot with a manifest and a first
+// refinement, so that a second one replaces it at every fault point.
+func publishRefined(t *testing.T, r *Repo) repository.Record {
+	t.Helper()
+	rec, lease := repotest.Publish(t, r, "crash")
+	defer lease.End()
+	base := []byte("recorded manifest")
+	m, err := r.AttachManifest(bg(), lease, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := r.AttachRefinement(bg(), lease, repotest.RefinementOf(t, base, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Manifest, rec.Refinement = &m, &d
+	return rec
 }

@@ -27,6 +27,10 @@ const (
 	FaultDigestsAfterTable        = "attach-digests.after-table"
 	FaultDigestsAfterRecordTemp   = "attach-digests.after-record-temp"
 	FaultDigestsAfterRecord       = "attach-digests.after-record"
+	FaultRefineAfterFileTemp      = "attach-refinement.after-file-temp"
+	FaultRefineAfterFile          = "attach-refinement.after-file"
+	FaultRefineAfterRecordTemp    = "attach-refinement.after-record-temp"
+	FaultRefineAfterRecord        = "attach-refinement.after-record"
 	FaultDeleteAfterRecord        = "delete.after-record"
 	FaultDeleteAfterAlias         = "delete.after-alias"
 	FaultDeleteAfterArtifactsGone = "delete.after-artifacts"
@@ -41,6 +45,7 @@ var FaultPoints = []string{
 	FaultAttachAfterRecordTemp, FaultAttachAfterRecord,
 	FaultDigestsAfterClear, FaultDigestsAfterTableTemp, FaultDigestsAfterTable,
 	FaultDigestsAfterRecordTemp, FaultDigestsAfterRecord,
+	FaultRefineAfterFileTemp, FaultRefineAfterFile, FaultRefineAfterRecordTemp, FaultRefineAfterRecord,
 	FaultDeleteAfterRecord, FaultDeleteAfterAlias, FaultDeleteAfterArtifactsGone,
 }
 

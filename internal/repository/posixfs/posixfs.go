@@ -261,6 +261,11 @@ func (r *Repo) AttachDigests(ctx context.Context, lz repository.Lease, data []by
 	return repository.AttachDigestsUnderLease(r, lz, data, r.attacher(ctx))
 }
 
+// AttachRefinement implements repository.Repository.
+func (r *Repo) AttachRefinement(ctx context.Context, lz repository.Lease, ref repository.Refinement) (repository.RefinementDescriptor, error) {
+	return repository.AttachRefinementUnderLease(r, lz, ref, r.attacher(ctx))
+}
+
 func (r *Repo) attacher(ctx context.Context) repository.Attacher {
 	return func(id string, a repository.Attachment) error { return r.attach(ctx, id, a) }
 }
@@ -269,6 +274,9 @@ func (r *Repo) attacher(ctx context.Context) repository.Attacher {
 type attachFaults struct{ clear, fileTemp, file, recordTemp, record string }
 
 func faultsOf(a repository.Attachment) attachFaults {
+	if repository.IsRefinementFile(a.Name) {
+		return attachFaults{"", FaultRefineAfterFileTemp, FaultRefineAfterFile, FaultRefineAfterRecordTemp, FaultRefineAfterRecord}
+	}
 	if a.Name == repository.DigestsFileName {
 		return attachFaults{FaultDigestsAfterClear, FaultDigestsAfterTableTemp, FaultDigestsAfterTable,
 			FaultDigestsAfterRecordTemp, FaultDigestsAfterRecord}
@@ -313,7 +321,15 @@ func (r *Repo) attach(ctx context.Context, id string, a repository.Attachment) e
 	if err != nil {
 		return err
 	}
-	return r.writeRecord(a.Attached(rec), faultPoints{afterTemp: fp.recordTemp, afterRename: fp.record})
+	if err := r.writeRecord(a.Attached(rec), faultPoints{afterTemp: fp.recordTemp, afterRename: fp.record}); err != nil {
+		return err
+	}
+	if old := a.Superseded(rec); old != "" && old != a.Name {
+		// Best effort: a file left here is named by no record, and Delete
+		// removes the snapshot's directory whole.
+		_, _ = removeDurable(r.paths.snapshotDir(id), old)
+	}
+	return nil
 }
 
 // Resolve implements repository.Repository.
@@ -338,6 +354,9 @@ func (r *Repo) Resolve(ctx context.Context, id string) (repository.Resolved, err
 	}
 	if rec.MemoryDigests != nil {
 		res.DigestsPath = r.paths.artifactPath(id, repository.DigestsFileName)
+	}
+	if d := rec.Refinement; d != nil {
+		res.RefinementPath = r.paths.artifactPath(id, repository.RefinementFileName(d.SHA256))
 	}
 	return res, nil
 }

@@ -143,7 +143,7 @@ func (r *Repo) sweepSnapshots(context.Context) error {
 			if !exists {
 				return r.reclaimUnpublished(id)
 			}
-			return r.removeTempFiles(r.paths.snapshotDir(id))
+			return errors.Join(r.removeTempFiles(r.paths.snapshotDir(id)), r.removeStaleRefinements(id))
 		}))
 	}
 	return errors.Join(errs...)
@@ -158,6 +158,31 @@ func (r *Repo) removeTempFiles(dir string) error {
 	for _, e := range entries {
 		if _, ok := tempTarget(e.Name()); ok {
 			errs = append(errs, removeIfPresent(filepath.Join(dir, e.Name())))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeStaleRefinements removes the refinement files id's record does
+// not name: left by an attach that crashed before its record, or whose
+// removal of the one it replaced failed.
+func (r *Repo) removeStaleRefinements(id string) error {
+	rec, err := r.readRecord(id)
+	if err != nil {
+		// A damaged record is quarantined elsewhere; its files stay.
+		return nil
+	}
+	dir := r.paths.snapshotDir(id)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		if repository.IsRefinementFile(name) && (rec.Refinement == nil || name != repository.RefinementFileName(rec.Refinement.SHA256)) {
+			_, err := removeDurable(dir, name)
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)

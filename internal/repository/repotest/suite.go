@@ -52,6 +52,8 @@ func Run(t *testing.T, open func(t *testing.T) repository.Repository) {
 		{"AttachRefused", testAttachRefused},
 		{"AttachDigests", testAttachDigests},
 		{"AttachDigestsRefused", testAttachDigestsRefused},
+		{"AttachRefinement", testAttachRefinement},
+		{"AttachRefinementRefused", testAttachRefinementRefused},
 		{"LeaseExisting", testLeaseExisting},
 		{"LeaseHeldAndManifestRequested", testLeaseHeld},
 		{"ClaimLease", testClaimLease},

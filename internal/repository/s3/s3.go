@@ -205,6 +205,9 @@ type Repo struct {
 	// beforeAliasCreate, when a test sets it, runs between bindAlias's
 	// check of the quarantine and its exclusive create.
 	beforeAliasCreate func()
+	// beforeAttachRecord, when a test sets it, runs between uploading an
+	// attachment's object and writing the record that describes it.
+	beforeAttachRecord func()
 }
 
 var _ repository.Repository = (*Repo)(nil)
@@ -475,6 +478,11 @@ func (r *Repo) AttachDigests(ctx context.Context, lz repository.Lease, data []by
 	return repository.AttachDigestsUnderLease(r, lz, data, r.attacher(ctx))
 }
 
+// AttachRefinement implements repository.Repository.
+func (r *Repo) AttachRefinement(ctx context.Context, lz repository.Lease, ref repository.Refinement) (repository.RefinementDescriptor, error) {
+	return repository.AttachRefinementUnderLease(r, lz, ref, r.attacher(ctx))
+}
+
 func (r *Repo) attacher(ctx context.Context) repository.Attacher {
 	return func(id string, a repository.Attachment) error { return r.attach(ctx, id, a) }
 }
@@ -536,6 +544,9 @@ func (r *Repo) attachOnce(ctx context.Context, rec repository.Record, etag strin
 			next.StartupPack = pack
 		}
 	}
+	if r.beforeAttachRecord != nil {
+		r.beforeAttachRecord()
+	}
 	_, err = r.putRecord(ctx, next, putCondition{ifMatch: etag})
 	switch {
 	case errors.Is(err, errPrecondition):
@@ -547,8 +558,15 @@ func (r *Repo) attachOnce(ctx context.Context, rec repository.Record, etag strin
 		defer cancel()
 		_ = r.remove(cctx, key)
 		return false, fmt.Errorf("snapshot %s: %w", id, repository.ErrNotFound)
+	case err != nil:
+		return false, err
 	}
-	return false, err
+	if old := a.Superseded(rec); old != "" && old != a.Name {
+		// Best effort: an object left here is named by no record, and
+		// Delete removes every artifact of the snapshot.
+		_ = r.remove(ctx, r.keys.artifact(id, old))
+	}
+	return false, nil
 }
 
 // Get implements repository.Repository.
@@ -787,6 +805,18 @@ func (r *Repo) resolve(ctx context.Context, rec repository.Record) (repository.R
 			// The consumer finds the file missing and restores with
 			// on-demand reads, as for any manifest it cannot use.
 			res.ManifestPath = filepath.Join(r.filesDir, m.SHA256)
+		default:
+			return repository.Resolved{}, err
+		}
+	}
+	if d := rec.Refinement; d != nil {
+		p, err := r.fetchLocal(ctx, r.keys.artifact(id, repository.RefinementFileName(d.SHA256)), d.SHA256, d.Size)
+		switch {
+		case err == nil:
+			res.RefinementPath = p
+		case errors.Is(err, os.ErrNotExist), errors.Is(err, repository.ErrIntegrity):
+			// The restore finds it missing and uses the recorded manifest.
+			res.RefinementPath = filepath.Join(r.filesDir, d.SHA256)
 		default:
 			return repository.Resolved{}, err
 		}

@@ -1,0 +1,259 @@
+package refine
+
+import (
+	"slices"
+	"time"
+
+	"warmstart/internal/manifest"
+	"warmstart/internal/memdev"
+	"warmstart/internal/startupset"
+)
+
+// Touched says whether the guest touched a page that was brought into its
+// reach (prefetched or resident), when the device can tell (known). A nil
+// Touched means the device cannot tell for any page.
+type Touched func(page int64) (touched, known bool)
+
+// Demand is one page the guest needed on demand by ready.
+type Demand struct {
+	Page int64
+	// At is when the request arrived, from the start of the restore.
+	At time.Duration
+	// PlanIndex is the page's position in the plan; -1 when the page was
+	// outside it (missed).
+	PlanIndex int
+}
+
+// Step is a point of the prefetch frontier: from At on, every plan page
+// before Index was in the guest's reach.
+type Step struct {
+	At    time.Duration
+	Index int
+}
+
+// Observation is what one restore with prefetch saw of its plan, at ready.
+type Observation struct {
+	// Plan is the plan's pages in prefetch order (the manifest's order).
+	Plan []int64
+	// Demands are the pages the guest needed on demand by ready, each
+	// once (its first request), in arrival order: late pages (in the plan)
+	// and missed ones.
+	Demands []Demand
+	// Frontier is how far prefetch had come over time, ascending.
+	Frontier []Step
+	// Untouched are plan pages the restore showed the guest did not touch
+	// by ready: neither brought in nor requested, or brought in and known
+	// untouched.
+	Untouched []int64
+	// Used are plan pages brought in and known touched.
+	Used []int64
+}
+
+// Counts returns how many demands were late (in the plan) and missed.
+func (o Observation) Counts() (late, missed int) {
+	for _, d := range o.Demands {
+		if d.PlanIndex < 0 {
+			missed++
+		} else {
+			late++
+		}
+	}
+	return late, missed
+}
+
+// FromEvents builds the observation of one restore from what its memory
+// device served until ready. plan is the manifest the restore prefetched.
+//
+// A demand request is a touch on the uffd device (one page per fault). On
+// the file device it is the kernel's readaround window around the fault
+// (128 KiB by default), so the window's pages are not all needed: with
+// touched, only the pages it says were touched count; without it, a window
+// holding plan pages counts those (the guest most likely faulted one of
+// them, late, and the rest came around it, as the accounting counts them),
+// and any other window one page: its middle page, which is the faulting
+// page of a synchronous mmap readaround (the kernel centres the window on
+// the fault). A window cut short (at the start of the file, or by pages
+// already cached) or an asynchronous readahead then names a neighbour:
+// such a page is learned as needed, and later restores keep it while the
+// device cannot say it went untouched.
+func FromEvents(plan []manifest.Range, events []startupset.Event, ready time.Duration, touched Touched) Observation {
+	obs := Observation{Plan: planPages(plan)}
+	index := make(map[int64]int, len(obs.Plan))
+	for i, p := range obs.Plan {
+		if _, dup := index[p]; !dup {
+			index[p] = i
+		}
+	}
+	reached := make(map[int64]time.Duration, len(obs.Plan))
+	// windowed pages were read on demand; demanded ones were needed.
+	windowed, demanded := map[int64]bool{}, map[int64]bool{}
+	for _, e := range events {
+		if !e.ByReady(ready) {
+			continue
+		}
+		if e.Kind != memdev.Demand {
+			noteReached(reached, e)
+			continue
+		}
+		for p := e.Offset / PageBytes; p*PageBytes < e.Offset+int64(e.Length); p++ {
+			windowed[p] = true
+		}
+		for _, p := range neededPages(e, touched, index) {
+			if demanded[p] {
+				continue
+			}
+			demanded[p] = true
+			i, ok := index[p]
+			if !ok {
+				i = -1
+			}
+			obs.Demands = append(obs.Demands, Demand{Page: p, At: e.Arrived(), PlanIndex: i})
+		}
+	}
+	slices.SortStableFunc(obs.Demands, func(a, b Demand) int { return cmpDuration(a.At, b.At) })
+	obs.Frontier = frontier(obs.Plan, reached)
+	obs.Untouched, obs.Used = untouched(obs.Plan, reached, windowed, demanded, touched)
+	return obs
+}
+
+func planPages(plan []manifest.Range) []int64 {
+	var pages []int64
+	for _, r := range plan {
+		for p := r.Offset / PageBytes; p*PageBytes < r.End(); p++ {
+			pages = append(pages, p)
+		}
+	}
+	return pages
+}
+
+func noteReached(reached map[int64]time.Duration, e startupset.Event) {
+	for p := e.Offset / PageBytes; p*PageBytes < e.Offset+int64(e.Length); p++ {
+		if old, ok := reached[p]; !ok || e.At < old {
+			reached[p] = e.At
+		}
+	}
+}
+
+// neededPages are the pages of demand request e the guest needed (see
+// FromEvents for the precision).
+func neededPages(e startupset.Event, touched Touched, index map[int64]int) []int64 {
+	first := e.Offset / PageBytes
+	n := (int64(e.Length) + PageBytes - 1) / PageBytes
+	if n <= 0 {
+		return nil
+	}
+	middle := first + n/2
+	if touched == nil {
+		if n == 1 {
+			return []int64{first}
+		}
+		return windowGuess(first, n, middle, index)
+	}
+	var pages []int64
+	for p := first; p < first+n; p++ {
+		t, known := touched(p)
+		if (known && t) || (!known && p == middle) {
+			pages = append(pages, p)
+		}
+	}
+	return pages
+}
+
+// windowGuess names the needed pages of a readaround window the device
+// cannot see into: the plan pages in it when it holds any (the guest most
+// likely faulted one of them, late, and the rest came around it, as the
+// accounting counts them), else its middle page.
+func windowGuess(first, n, middle int64, index map[int64]int) []int64 {
+	var plan []int64
+	for p := first; p < first+n; p++ {
+		if _, ok := index[p]; ok {
+			plan = append(plan, p)
+		}
+	}
+	if len(plan) > 0 {
+		return plan
+	}
+	return []int64{middle}
+}
+
+// frontier turns per-page reach times into the prefetch frontier: the
+// first plan index not yet reached, as it advanced over time.
+func frontier(plan []int64, reached map[int64]time.Duration) []Step {
+	type arrival struct {
+		at    time.Duration
+		index int
+	}
+	var arrivals []arrival
+	for i, p := range plan {
+		if at, ok := reached[p]; ok {
+			arrivals = append(arrivals, arrival{at, i})
+		}
+	}
+	slices.SortStableFunc(arrivals, func(a, b arrival) int { return cmpDuration(a.at, b.at) })
+	in := make([]bool, len(plan))
+	var steps []Step
+	next := 0
+	for _, a := range arrivals {
+		in[a.index] = true
+		moved := false
+		for next < len(plan) && in[next] {
+			next++
+			moved = true
+		}
+		if moved {
+			steps = append(steps, Step{At: a.at, Index: next})
+		}
+	}
+	return steps
+}
+
+// untouched picks, from the plan pages not demanded, those the guest
+// certainly did not touch (never in its reach, or known untouched) and
+// those it certainly did (known touched). A page read in a demand window
+// the device cannot tell about is neither.
+func untouched(plan []int64, reached map[int64]time.Duration, windowed, demanded map[int64]bool, touched Touched) (no, yes []int64) {
+	for _, p := range plan {
+		if demanded[p] {
+			continue
+		}
+		_, in := reached[p]
+		if !in && !windowed[p] {
+			no = append(no, p)
+			continue
+		}
+		if touched == nil {
+			continue
+		}
+		switch t, known := touched(p); {
+		case known && t:
+			yes = append(yes, p)
+		case known:
+			no = append(no, p)
+		}
+	}
+	return no, yes
+}
+
+// frontierAt is the frontier index at time t.
+func (o Observation) frontierAt(t time.Duration) int {
+	i, _ := slices.BinarySearchFunc(o.Frontier, t, func(s Step, t time.Duration) int {
+		if s.At <= t {
+			return -1
+		}
+		return 1
+	})
+	if i == 0 {
+		return 0
+	}
+	return o.Frontier[i-1].Index
+}
+
+func cmpDuration(a, b time.Duration) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
