@@ -1,6 +1,7 @@
 package restore
 
 import (
+	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/prefetch"
 )
@@ -12,3 +13,10 @@ func PrefetchSubscription(inst *Instance) *prefetch.Subscription { return inst.s
 // SetSessionHook makes r call f with each uffd session as soon as it is
 // accepted.
 func SetSessionHook(r *Restorer, f func(*uffd.Session)) { r.sessionHook = f }
+
+// SetTargetHook makes r wrap each prefetch target with f.
+func SetTargetHook(r *Restorer, f func(prefetch.Target) prefetch.Target) { r.targetHook = f }
+
+// SetDeviceHook makes r tell o of every range each restore's memory device
+// serves, after the restore's own observer.
+func SetDeviceHook(r *Restorer, o memdev.Observer) { r.deviceHook = o }
