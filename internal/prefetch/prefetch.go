@@ -220,8 +220,9 @@ type Stats struct {
 	MaxReadersInFlight int64
 	// Jumps counts Follow calls that moved a task's cursor.
 	Jumps uint64
-	// DeferredReads counts reads a cursor jumped over that were then
-	// started after the end of their plan.
+	// DeferredReads counts reads started by the pass after the end of a
+	// plan: the reads a cursor jumped over (and, seldom, one a reader had
+	// drawn from the cursor but not yet claimed when that pass took it).
 	DeferredReads uint64
 }
 

@@ -142,9 +142,6 @@ func (t *task) readLoop(sched *schedule) error {
 			return nil
 		}
 		r := sched.reads[i]
-		if deferred {
-			t.e.deferredReads.Add(1)
-		}
 		select {
 		case slots <- struct{}{}:
 		case <-t.ctx.Done():
@@ -162,6 +159,9 @@ func (t *task) readLoop(sched *schedule) error {
 			buf = make([]byte, t.bufferBytes)
 		}
 		t.e.readerStarted()
+		if deferred {
+			t.e.deferredReads.Add(1)
+		}
 		err := t.target.Fetch(t.ctx, r.off, buf[:r.n])
 		t.e.readerReturned(r.n, err)
 		<-slots
