@@ -207,3 +207,23 @@ func checkEveryRangeOnce(t *testing.T, readers int, seed uint64) {
 		t.Errorf("fetched %d bytes; want %d", s.BytesFetched(), n*testBufferBytes)
 	}
 }
+
+// A task shared by two consumers follows whichever guest faults ahead of
+// its cursor; a fault behind it, from the guest that lags, changes nothing.
+func TestFollowSharedTaskFollowsEitherGuest(t *testing.T) {
+	p := newProbe(t, 1<<20)
+	plan := pages(0, 10)
+	e, a := followTask(t, p, plan, true)
+	b := e.Join(key(1), p, plan, TaskOptions{Follow: true})
+	if a.Done() != b.Done() {
+		t.Fatal("the second Join did not share the task")
+	}
+	b.Follow(plan[3].Offset, testBufferBytes)
+	a.Follow(plan[6].Offset, testBufferBytes)
+	b.Follow(plan[4].Offset, testBufferBytes) // behind the cursor now
+	close(p.gate.release)
+	expectCompleted(t, b, p, plan, offsetsOf(plan, 0, 6, 7, 8, 9, 1, 2, 3, 4, 5))
+	if st := e.Stats(); st.Jumps != 2 || st.TasksStarted != 1 {
+		t.Errorf("jumps %d, tasks %d; want 2 jumps of one task", st.Jumps, st.TasksStarted)
+	}
+}
