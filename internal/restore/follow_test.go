@@ -323,7 +323,7 @@ func TestFollowMakesFewerLatePages(t *testing.T) {
 			if rank := rankOfPage(c.m, int64(p.BufferBytes), c.middle); rank <= budget+p.Readers {
 				t.Fatalf("the guest's half-way page is in read %d: too early for %d reads to be all behind it", rank, budget)
 			}
-			entries := pauseAfter(c.entries, c.middle, 100*time.Millisecond)
+			entries := pauseAfter(c.entries, c.middle, 250*time.Millisecond)
 			late := map[bool]startupset.Report{}
 			for _, follow := range []bool{false, true} {
 				h := newHeldTarget()
