@@ -44,6 +44,17 @@
 // With more than one reader per task (a policy for benchmarking, not the
 // seed's), readers take the next read from a shared cursor, so reads still
 // start in manifest order.
+//
+// Following the guest (TaskOptions.Follow, not the seed's): the consumer
+// tells the task of every demand request its guest makes
+// (Subscription.Follow). When the guest asks for memory of a read the task
+// has not claimed yet, ahead of the cursor, the cursor moves to that read:
+// it is claimed next (its other pages are still needed soon), then the
+// ones after it. The reads jumped over are work the guest has already
+// passed; they are read after the end of the plan, in plan order, unless
+// the task ends first. A request behind the cursor, for memory already
+// read, or outside the plan changes nothing. A shared task follows
+// whichever of its guests faults ahead of it (see Subscription.Follow).
 package prefetch
 
 import (
@@ -153,6 +164,9 @@ type Options struct {
 type TaskOptions struct {
 	Readers     int
 	BufferBytes int
+	// Follow moves the task's cursor to where its guests fault (see the
+	// package doc); without it Subscription.Follow does nothing.
+	Follow bool
 }
 
 // State is where a task is in its life.
@@ -204,6 +218,12 @@ type Stats struct {
 	ReadersInFlight int64
 	// MaxReadersInFlight is the highest ReadersInFlight has been.
 	MaxReadersInFlight int64
+	// Jumps counts Follow calls that moved a task's cursor.
+	Jumps uint64
+	// DeferredReads counts reads started by the pass after the end of a
+	// plan: the reads a cursor jumped over (and, seldom, one a reader had
+	// drawn from the cursor but not yet claimed when that pass took it).
+	DeferredReads uint64
 }
 
 // Engine runs prefetch tasks and shares them by Key. Use one per process:
@@ -222,6 +242,7 @@ type Engine struct {
 	tasksStarted, tasksCompleted, tasksCancelled, tasksFailed atomic.Uint64
 	fetches, bytesFetched                                     atomic.Uint64
 	readersInFlight, maxReadersInFlight                       atomic.Int64
+	jumps, deferredReads                                      atomic.Uint64
 }
 
 // NewEngine returns an Engine with opts, defaults filled in.
@@ -288,6 +309,8 @@ func (e *Engine) Stats() Stats {
 		BytesFetched:       e.bytesFetched.Load(),
 		ReadersInFlight:    e.readersInFlight.Load(),
 		MaxReadersInFlight: e.maxReadersInFlight.Load(),
+		Jumps:              e.jumps.Load(),
+		DeferredReads:      e.deferredReads.Load(),
 	}
 }
 
@@ -344,6 +367,24 @@ func (s *Subscription) Err() error {
 
 // BytesFetched is how many bytes the task has brought in so far.
 func (s *Subscription) BytesFetched() int64 { return s.t.bytesFetched.Load() }
+
+// Follow tells the task that a guest asked its device for logical memory
+// [off, off+n) on demand: a page fault, or on a file device the fault and
+// the kernel's readaround around it. A task that follows the guest moves
+// its cursor to the earliest-ranked unclaimed read, ahead of the cursor,
+// overlapping that memory (the package doc says what then happens). It
+// does nothing for a task that does not follow, or that has ended. It
+// never blocks and does no I/O, so a device may call it while serving the
+// fault.
+//
+// Every consumer of a shared task may call it, and the task follows
+// whichever guest faults ahead of its cursor. That is right because a task
+// is shared only where its device's cache is: a file device generation's
+// page cache, which every VM on it maps. A page one guest faulted is then
+// in every guest's reach, so a guest behind the leader finds what the
+// leader passed already in memory, and the reads worth doing are the ones
+// ahead of the guest furthest on. (On a uffd device a task serves one VM.)
+func (s *Subscription) Follow(off int64, n int) { s.t.follow(off, n) }
 
 // Wait blocks until the task ends or ctx is done, and returns ctx's error
 // in the latter case. The outcome is in State and Err.

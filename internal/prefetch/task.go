@@ -23,10 +23,13 @@ type task struct {
 	// Set before the task starts, read by its readers, and dropped when it
 	// ends so that an ended task holds no reference to the device.
 	target      Target
-	reads       []read
 	readers     int
 	bufferBytes int
 	planErr     error
+	planReads   int
+	// sched orders the plan's reads; it is dropped when the task ends,
+	// so that a retained task holds no plan and a late Follow is a no-op.
+	sched atomic.Pointer[schedule]
 
 	// ctx is cancelled when the last consumer leaves or a read fails; no
 	// read starts after that.
@@ -34,7 +37,6 @@ type task struct {
 	cancel context.CancelCauseFunc
 	done   chan struct{}
 
-	next         atomic.Int64 // index of the next read to claim
 	readsDone    atomic.Int64
 	bytesFetched atomic.Int64
 
@@ -52,13 +54,19 @@ func (e *Engine) newTask(key Key, target Target, ranges []Range, opts TaskOption
 		t.planErr = ErrNoTarget
 		return t
 	}
-	t.reads, t.planErr = plan(ranges, bufferBytes)
+	reads, err := plan(ranges, bufferBytes)
+	if err != nil {
+		t.planErr = err
+		return t
+	}
 	// A buffer larger than the largest read, or more readers than reads or
 	// than may read at once, would only hold memory.
-	for _, r := range t.reads {
+	for _, r := range reads {
 		t.bufferBytes = max(t.bufferBytes, r.n)
 	}
-	t.readers = min(positiveOr(opts.Readers, e.readersPerTask), len(t.reads), e.maxReaders)
+	t.planReads = len(reads)
+	t.readers = min(positiveOr(opts.Readers, e.readersPerTask), len(reads), e.maxReaders)
+	t.sched.Store(newSchedule(reads, opts.Follow))
 	return t
 }
 
@@ -105,9 +113,10 @@ func (t *task) run() {
 		failure  error
 		readers  sync.WaitGroup
 	)
+	sched := t.sched.Load()
 	for range t.readers {
 		readers.Go(func() {
-			if err := t.readLoop(); err != nil {
+			if err := t.readLoop(sched); err != nil {
 				failOnce.Do(func() {
 					failure = err
 					t.cancel(err) // the other readers stop before their next read
@@ -119,20 +128,20 @@ func (t *task) run() {
 	t.finish(failure)
 }
 
-// readLoop claims reads in manifest order until none is left, the task is
-// cancelled, or a read fails.
-func (t *task) readLoop() error {
+// readLoop claims reads in the schedule's order until none is left, the
+// task is cancelled, or a read fails.
+func (t *task) readLoop(sched *schedule) error {
 	var (
 		buf     []byte
 		started bool
 		slots   = t.e.slots
 	)
 	for {
-		i := t.next.Add(1) - 1
-		if i >= int64(len(t.reads)) {
+		i, deferred, ok := sched.claim()
+		if !ok {
 			return nil
 		}
-		r := t.reads[i]
+		r := sched.reads[i]
 		select {
 		case slots <- struct{}{}:
 		case <-t.ctx.Done():
@@ -150,6 +159,9 @@ func (t *task) readLoop() error {
 			buf = make([]byte, t.bufferBytes)
 		}
 		t.e.readerStarted()
+		if deferred {
+			t.e.deferredReads.Add(1)
+		}
 		err := t.target.Fetch(t.ctx, r.off, buf[:r.n])
 		t.e.readerReturned(r.n, err)
 		<-slots
@@ -182,13 +194,14 @@ func (t *task) finish(failure error) {
 		t.state, t.err = Failed, fmt.Errorf("prefetch %s: %w", t.key, t.planErr)
 	case failure != nil:
 		t.state, t.err = Failed, failure
-	case t.readsDone.Load() == int64(len(t.reads)):
+	case t.readsDone.Load() == int64(t.planReads):
 		t.state, t.err = Completed, nil
 	default:
 		t.state, t.err = Cancelled, ErrCancelled
 	}
 	state := t.state
-	t.target, t.reads = nil, nil
+	t.target = nil
+	t.sched.Store(nil)
 	e.mu.Unlock()
 	t.cancel(nil)
 
@@ -201,4 +214,12 @@ func (t *task) finish(failure error) {
 		e.tasksFailed.Add(1)
 	}
 	close(t.done)
+}
+
+// follow moves the task's cursor to the guest's position in the plan, if
+// the task follows the guest and is still reading.
+func (t *task) follow(off int64, n int) {
+	if sched := t.sched.Load(); sched != nil && sched.followTo(off, int64(n)) {
+		t.e.jumps.Add(1)
+	}
 }

@@ -47,6 +47,7 @@ func (inst *Instance) prefetchLabel(opts Options) string {
 // did not, the attached manifest is read again, outside the timed path,
 // so that a restore without prefetch still says what it would have needed.
 func (inst *Instance) account(src Source, m *manifest.Manifest, opts Options) {
+	inst.observer.stopFollowing()
 	inst.rec.Stop()
 	if inst.stopObserving != nil {
 		inst.stopObserving()

@@ -1,6 +1,7 @@
 package restore
 
 import (
+	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/residency"
@@ -19,3 +20,10 @@ func SetSessionHook(r *Restorer, f func(*uffd.Session)) { r.sessionHook = f }
 func TouchedAtReady(inst *Instance, memoryBytes int64) *residency.Pages {
 	return inst.touchedAtReady(memoryBytes)
 }
+
+// SetTargetHook makes r wrap each prefetch target with f.
+func SetTargetHook(r *Restorer, f func(prefetch.Target) prefetch.Target) { r.targetHook = f }
+
+// SetDeviceHook makes r tell o of every range each restore's memory device
+// serves, after the restore's own observer.
+func SetDeviceHook(r *Restorer, o memdev.Observer) { r.deviceHook = o }

@@ -36,6 +36,11 @@ type Policy struct {
 	// (POSIX_FADV_WILLNEED on the lower file), so storage reads every range
 	// concurrently while the readers bring them in in first-touch order.
 	Hint bool `json:"hint"`
+	// Follow moves the task's cursor to where the guest faults, ahead of
+	// prefetch, and reads what the guest has passed only after the rest
+	// (prefetch.TaskOptions.Follow). It takes effect only while the guest
+	// runs alongside the prefetch, so never with BeforeStart.
+	Follow bool `json:"follow"`
 }
 
 // Policies known by name.
@@ -54,8 +59,9 @@ var policies = map[string]Policy{
 	// per run, where a buffered read through the device file costs a FUSE
 	// round trip per readahead window), the whole plan is hinted to storage
 	// up front, and two readers (one per core here) fill in first-touch
-	// order concurrently with the restore.
-	config.PolicyWarmstart: {Name: config.PolicyWarmstart, Readers: 2, BufferBytes: 1 << 20, MaxReaders: config.DefaultPrefetchMaxReaders, Fill: true, Hint: true},
+	// order concurrently with the restore, following the guest: a fault
+	// ahead of them moves them to it.
+	config.PolicyWarmstart: {Name: config.PolicyWarmstart, Readers: 2, BufferBytes: 1 << 20, MaxReaders: config.DefaultPrefetchMaxReaders, Fill: true, Hint: true, Follow: true},
 }
 
 // DefaultPolicy is the policy a restore uses unless told otherwise.
@@ -96,5 +102,5 @@ func (p Policy) Plan(m *manifest.Manifest) []prefetch.Range {
 
 // TaskOptions is the engine's view of the policy.
 func (p Policy) TaskOptions() prefetch.TaskOptions {
-	return prefetch.TaskOptions{Readers: p.Readers, BufferBytes: p.BufferBytes}
+	return prefetch.TaskOptions{Readers: p.Readers, BufferBytes: p.BufferBytes, Follow: p.Follow && !p.BeforeStart}
 }

@@ -41,6 +41,16 @@ func TestPolicies(t *testing.T) {
 	if p, _ := LookupPolicy("reap"); !p.BeforeStart {
 		t.Error("reap must finish before the guest runs")
 	}
+	// Only warmstart follows the guest: seed and e2b reproduce designs that
+	// read in plan order, and a paused guest has nothing to follow.
+	for name, follow := range map[string]bool{"seed": false, "e2b": false, "reap": false, "warmstart": true} {
+		if p, _ := LookupPolicy(name); p.TaskOptions().Follow != follow {
+			t.Errorf("%s task follows the guest: %v, want %v", name, p.TaskOptions().Follow, follow)
+		}
+	}
+	if o := (Policy{Follow: true, BeforeStart: true}).TaskOptions(); o.Follow {
+		t.Error("a task that ends before the guest runs was told to follow it")
+	}
 	if _, err := LookupPolicy("fastest"); err == nil {
 		t.Error("an unknown policy was accepted")
 	}

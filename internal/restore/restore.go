@@ -152,6 +152,10 @@ type Restorer struct {
 	// sessionHook, set by tests, is called with each uffd session as soon
 	// as it is accepted.
 	sessionHook func(*uffd.Session)
+	// targetHook, set by tests, wraps each prefetch target (to hold reads);
+	// deviceHook, set by tests, observes what each restore's device serves.
+	targetHook func(prefetch.Target) prefetch.Target
+	deviceHook memdev.Observer
 }
 
 // Observer receives restore events; every method may be called concurrently.
@@ -223,9 +227,11 @@ type Instance struct {
 	// for learning (package refine); nil when it did not prefetch.
 	Observation *refine.Observation
 
-	// rec records what the device serves until ready; stopObserving
-	// unregisters it from a shared file device.
+	// rec records what the device serves until ready; observer is the
+	// device's observer (rec, and the prefetch task following the guest);
+	// stopObserving unregisters it from a shared file device.
 	rec           *startupset.Recorder
+	observer      *deviceObserver
 	stopObserving func()
 
 	r      *Restorer
@@ -292,6 +298,7 @@ func (r *Restorer) newInstance(src Source) (*Instance, error) {
 // run is the restore sequence; its timings are measured from t0.
 func (inst *Instance) run(ctx context.Context, t0 time.Time, src Source, opts Options) error {
 	inst.rec = startupset.NewRecorder(t0)
+	inst.observer = newDeviceObserver(inst.rec, inst.r.deviceHook)
 	// 1. Acquire the memory device, checked against the digest table.
 	if err := inst.acquire(src, opts); err != nil {
 		return err
@@ -341,9 +348,9 @@ func (inst *Instance) acquire(src Source, opts Options) error {
 			return err
 		}
 		inst.device = d
-		inst.stopObserving = d.dev.Observe(inst.rec)
+		inst.stopObserving = d.dev.Observe(inst.observer)
 	case config.DeviceUffd:
-		d, err := r.listenUffd(src, opts, inst.runDir, digests, inst.rec)
+		d, err := r.listenUffd(src, opts, inst.runDir, digests, inst.observer)
 		if err != nil {
 			return err
 		}
@@ -423,8 +430,12 @@ func (inst *Instance) startPrefetch(ctx context.Context, src Source, p Policy, p
 		inst.r.skip(&inst.Prefetch, src.SnapshotID, err.Error())
 		return nil
 	}
+	if inst.r.targetHook != nil {
+		target = inst.r.targetHook(target)
+	}
 	key := prefetch.Key{Device: inst.device.kind(), Generation: inst.Generation, Digest: pp.digest}
 	inst.sub = inst.r.Engine.Join(key, target, plan, p.TaskOptions())
+	inst.observer.startFollowing(inst.sub)
 	// When Join found a running task, target is unused and onEnd frees it
 	// with that task.
 	inst.watchPrefetch(onEnd)

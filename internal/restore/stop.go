@@ -74,6 +74,9 @@ func (inst *Instance) stop(ctx context.Context, rep *StopReport) error {
 		rep = new(StopReport)
 	}
 	inst.beginStop()
+	if inst.observer != nil {
+		inst.observer.stopFollowing()
+	}
 	if st, ok := inst.Exit(); ok {
 		rep.Exit = &st
 	}
