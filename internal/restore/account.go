@@ -71,7 +71,7 @@ func (inst *Instance) account(src Source, m *manifest.Manifest, opts Options) {
 	inst.StartupSet = startupset.Account(in)
 	inst.Events = in.Events
 	if inst.sub != nil {
-		obs := refine.FromEvents(m.Ranges, in.Events, in.Ready, opts.Touched)
+		obs := refine.FromEvents(m.Ranges, in.Events, in.Ready, inst.touched(opts, src))
 		inst.Observation = &obs
 	}
 	inst.PrefetchLabel = inst.prefetchLabel(opts)

@@ -117,7 +117,9 @@ type Options struct {
 	DeviceKey string
 	// Touched, when set, says which pages brought into the guest's reach
 	// it touched (a device-specific probe); the restore's Observation
-	// then counts exactly those. Nil: the device's own view (refine).
+	// then counts exactly those. Nil: on the file device, the VMM
+	// process's page tables at ready (package residency); elsewhere the
+	// device's own view (refine).
 	Touched refine.Touched `json:"-"`
 }
 

@@ -3,9 +3,23 @@ package restore
 import (
 	"log/slog"
 
+	"warmstart/internal/refine"
 	"warmstart/internal/residency"
 	"warmstart/internal/vmm"
 )
+
+// touched is the restore's probe of which pages brought into the guest's
+// reach it used: the caller's (Options.Touched), else, on the file device,
+// the VMM's page tables at ready (touchedAtReady), else none.
+func (inst *Instance) touched(opts Options, src Source) refine.Touched {
+	if opts.Touched != nil {
+		return opts.Touched
+	}
+	if pages := inst.touchedAtReady(src.Layout.FileSize); pages != nil {
+		return pages.Touched
+	}
+	return nil
+}
 
 // touchedAtReady reads which pages of the memory file the VMM process had
 // mapped at ready: on the file device, the guest's touches of pages that

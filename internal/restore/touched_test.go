@@ -63,4 +63,25 @@ func TestTouchedAtReadySeesPrefetchedPagesTheGuestUsed(t *testing.T) {
 			t.Errorf("page %d was prefetched but never touched, yet reported touched", p)
 		}
 	}
+	// The restore's own observation, for learning, uses the same probe:
+	// the far pages are untouched (so they can age out) although prefetch
+	// brought them in.
+	obs := inst.Observation
+	if obs == nil {
+		t.Fatal("a prefetching restore has no observation")
+	}
+	untouched := map[int64]bool{}
+	for _, p := range obs.Untouched {
+		untouched[p] = true
+	}
+	for p := range far {
+		if !untouched[p] {
+			t.Errorf("page %d: prefetched, never touched, not in the observation's untouched pages", p)
+		}
+	}
+	for p := range touched {
+		if untouched[p] {
+			t.Fatalf("page %d was touched but is in the observation's untouched pages", p)
+		}
+	}
 }
