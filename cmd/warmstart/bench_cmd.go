@@ -66,7 +66,14 @@ variant of the trace (warmstart synth --variants), which differs from the
 base by a fraction F of touched pages and in a locally perturbed order,
 while the manifest stays the one recorded from the base. Every run reports,
 per condition, the startup-set outcomes of the timed restores: pages in
-time, late, unused and missed.`,
+time, late, unused and missed.
+
+A --policies entry ending in +learned (warmstart+learned) prefetches the
+manifest that --learn N learning restores (default 3; file-cold, that
+policy, each on its own variant of the trace with --drift) refined from the
+recorded one, as a node's learner refines it from the restores it serves;
+next to the same policy without it, it measures what learning buys, paired
+within blocks.`,
 		Args: usage.Args(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var snapshot string
@@ -122,6 +129,7 @@ func (f *benchFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.b.MemorySize, "memory-size", "128MiB", "guest memory of the reference snapshot")
 	fl.BoolVar(&f.b.NoHot, "no-hot", false, "leave out the hot control")
 	fl.Float64Var(&f.b.Drift, "drift", 0, "reference snapshot: every trial plays its own variant of the trace that differs from the base by this fraction of touched pages (0 to 1; 0: the base trace)")
+	fl.IntVar(&f.b.Learn, "learn", bench.DefaultLearn, "learning restores of each +learned column before the formal blocks")
 	fl.StringVar(&f.agent, "agent", "", "--vmm qemu without SNAPSHOT: prebuilt warmstart-agent binary (default: build it from the module source)")
 	fl.String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
 }

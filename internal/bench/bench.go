@@ -81,6 +81,9 @@ type Options struct {
 	// VariantCount of them). 0 plays TracePath in every trial.
 	Drift    float64
 	Variants []string
+	// Learn is the number of learning restores each learned column
+	// (LearnedSuffix) gets before the formal blocks.
+	Learn int
 	// OnTrial, when set, is handed every trial's result as it ends, with
 	// the device events of its timed restore, which the report drops.
 	OnTrial func(TrialResult)
@@ -99,6 +102,8 @@ type Report struct {
 	Pilot    *TrialResult  `json:"pilot,omitempty"`
 	Trials   []TrialResult `json:"trials"`
 	Replaced []string      `json:"replaced,omitempty"`
+	// Learning is what the learning restores of each learned column did.
+	Learning []LearnReport `json:"learning,omitempty"`
 	Summary  Summary       `json:"summary"`
 	Leaks    []string      `json:"leaks,omitempty"`
 	Started  time.Time     `json:"started"`
@@ -115,6 +120,7 @@ type ReportOptions struct {
 	Seed     uint64   `json:"seed"`
 	Policies []string `json:"policies"`
 	Drift    float64  `json:"drift,omitempty"`
+	Learn    int      `json:"learn,omitempty"`
 }
 
 // Conditions returns the conditions of one block.
@@ -173,6 +179,9 @@ func (o *Options) Validate() error {
 	if o.Source.Manifest == nil {
 		return fmt.Errorf("bench: snapshot %s has no startup manifest; record one first (warmstart snapshot record-manifest)", o.Source.SnapshotID)
 	}
+	if err := o.validateLearn(); err != nil {
+		return err
+	}
 	return o.validateDrift()
 }
 
@@ -187,8 +196,9 @@ func (o *Options) validateDrift() error {
 		return nil
 	case o.VMM != "" && o.VMM != config.DriverReplay:
 		return fmt.Errorf("bench: --drift: the %s VMM drifts by itself; only the replay VMM plays drifting variants", o.VMM)
-	case len(o.Variants) < o.VariantCount():
-		return fmt.Errorf("bench: --drift %v: %d variants of the trace for %d trials", o.Drift, len(o.Variants), o.VariantCount())
+	case len(o.Variants) < o.VariantCount()+o.LearnVariants():
+		return fmt.Errorf("bench: --drift %v: %d variants of the trace for %d trials and %d learning restores",
+			o.Drift, len(o.Variants), o.VariantCount(), o.LearnVariants())
 	}
 	return nil
 }
@@ -256,11 +266,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep := &Report{
 		Options: ReportOptions{Snapshot: o.Source.SnapshotID, VMM: o.VMM, Device: o.Device, IOEngine: o.IOEngine,
-			Blocks: o.Blocks, Seed: o.Seed, Policies: o.Policies, Drift: o.Drift},
+			Blocks: o.Blocks, Seed: o.Seed, Policies: o.Policies, Drift: o.Drift, Learn: o.learnRestores()},
 		Orders:  o.Orders(),
 		Started: time.Now(),
 	}
-	b := &runner{o: o, rep: rep, launch: launch, hashes: map[string]string{}, total: o.Blocks * len(o.Conditions())}
+	b := &runner{o: o, rep: rep, launch: launch, hashes: map[string]string{}, sources: map[string]restore.Source{}, total: o.Blocks * len(o.Conditions())}
 	// The base trace's hash first: a trace that cannot be read fails the
 	// run before any trial.
 	if _, err := b.expectedHash(o.TracePath); err != nil {
@@ -276,6 +286,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return rep, err
 		}
 		b.o.ExpectedToken, b.o.ExpectedDigest = rep.Pilot.Token, rep.Pilot.Digest
+	}
+	if err := b.learnColumns(ctx); err != nil {
+		return rep, err
 	}
 	var err error
 	rep.Trials, rep.Replaced, err = runBlocks(rep.Orders, o.Blocks, func(block int, reserve bool, c Condition) (TrialResult, error) {
@@ -296,7 +309,9 @@ type runner struct {
 	rep    *Report
 	launch trialLauncher
 	// hashes are the replay VMM's expected hashes by trace path.
-	hashes      map[string]string
+	hashes map[string]string
+	// sources are the learned columns' sources (learnColumns).
+	sources     map[string]restore.Source
 	done, total int
 }
 
@@ -312,8 +327,12 @@ func (b *runner) spec(block int, reserve bool, c Condition) (TrialSpec, error) {
 	if err != nil {
 		return TrialSpec{}, err
 	}
+	src, ok := b.sources[c.Prefetch]
+	if !ok {
+		src = o.Source
+	}
 	return TrialSpec{Block: block, Reserve: reserve, Condition: c, Device: o.Device, IOEngine: o.IOEngine,
-		Source: o.Source, VMM: o.VMM, QEMU: o.QEMU, TracePath: path, Variant: variant, ExpectedSHA256: want,
+		Source: src, VMM: o.VMM, QEMU: o.QEMU, TracePath: path, Variant: variant, ExpectedSHA256: want,
 		ExpectedToken: o.ExpectedToken, ExpectedDigest: o.ExpectedDigest}, nil
 }
 
@@ -346,7 +365,7 @@ func (b *runner) runOne(ctx context.Context, block int, reserve bool, c Conditio
 	if o.OnTrial != nil {
 		o.OnTrial(res)
 	}
-	res.Events = nil
+	res.Events, res.Observation = nil, nil
 	return res, nil
 }
 

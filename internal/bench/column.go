@@ -16,7 +16,8 @@ const UnverifiedSuffix = "+noverify"
 // splitColumn returns a column's prefetch setting ("off" or a policy) and
 // whether its restores skip verification.
 func splitColumn(name string) (prefetch string, unverified bool) {
-	base, cut := strings.CutSuffix(name, UnverifiedSuffix)
+	base, _ := cutLearned(name)
+	base, cut := strings.CutSuffix(base, UnverifiedSuffix)
 	return base, cut
 }
 
@@ -24,6 +25,9 @@ func splitColumn(name string) (prefetch string, unverified bool) {
 func CheckColumn(name string) error {
 	base, unverified := splitColumn(name)
 	if base == PrefetchOff {
+		if learned(name) {
+			return fmt.Errorf("column %q: without prefetch there is no manifest to learn", name)
+		}
 		if !unverified {
 			return fmt.Errorf("column %q: prefetch off is always measured; name a policy", name)
 		}
@@ -61,6 +65,21 @@ func verificationPairs(columns []string, diff func(a, b Condition) Interval) []P
 			pairs = append(pairs, Pair{base, "file-" + cache + ": verified minus unverified",
 				diff(Condition{cache, base}, Condition{cache, col})})
 		}
+	}
+	return pairs
+}
+
+// learnedPairs compares every learned column with the same policy
+// prefetching the recorded manifest, block by block, file-cold.
+func learnedPairs(columns []string, diff func(a, b Condition) Interval) []Pair {
+	var pairs []Pair
+	for _, col := range columns {
+		base, ok := cutLearned(col)
+		if !ok || !contains(columns, base) {
+			continue
+		}
+		pairs = append(pairs, Pair{base, "file-cold: learned minus recorded manifest",
+			diff(Condition{CacheCold, col}, Condition{CacheCold, base})})
 	}
 	return pairs
 }

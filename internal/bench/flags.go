@@ -48,6 +48,9 @@ func (f *Flags) Check(snapshot string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("--memory-size: %w", err)
 	}
+	if err := f.validateLearn(); err != nil {
+		return 0, errors.New(strings.TrimPrefix(err.Error(), "bench: "))
+	}
 	if err := f.checkDrift(snapshot); err != nil {
 		return 0, err
 	}
@@ -65,9 +68,9 @@ func (f *Flags) checkDrift(snapshot string) error {
 		return nil
 	case snapshot != "" || f.Repository != "posix_fs":
 		return fmt.Errorf("--drift %v: only the reference snapshot (no SNAPSHOT, --repository posix_fs) has drifting variants", f.Drift)
-	case f.VariantCount() > synth.MaxVariants:
-		return fmt.Errorf("--drift %v: every trial plays its own variant, and (--blocks %d + --reserve-blocks %d) × %d conditions is more than %d",
-			f.Drift, f.Blocks, f.ReserveBlocks, len(f.Conditions()), synth.MaxVariants)
+	case f.VariantCount()+f.LearnVariants() > synth.MaxVariants:
+		return fmt.Errorf("--drift %v: every trial and learning restore plays its own variant, and (--blocks %d + --reserve-blocks %d) × %d conditions + %d learning restores is more than %d",
+			f.Drift, f.Blocks, f.ReserveBlocks, len(f.Conditions()), f.LearnVariants(), synth.MaxVariants)
 	}
 	return nil
 }

@@ -49,7 +49,7 @@ func UseReference(ctx context.Context, o *Options, memBytes int64) error {
 	// The manifest stays the one recorded from the base trace: what a
 	// snapshot keeps while its guest's start-up drifts.
 	o.Variants, err = synth.WriteVariants(synth.VariantOptions{MemoryBytes: memBytes, Seed: o.Seed,
-		Dir: filepath.Dir(tracePath), Count: o.VariantCount(), Fraction: o.Drift, Progress: o.Progress})
+		Dir: filepath.Dir(tracePath), Count: o.VariantCount() + o.LearnVariants(), Fraction: o.Drift, Progress: o.Progress})
 	return err
 }
 

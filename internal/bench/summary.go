@@ -101,6 +101,7 @@ func summarize(o Options, trials []TrialResult) Summary {
 	}
 	s.Pairs = append(s.Pairs, Pair{"", "prefetch off: file-cold minus file-warm", byBlock.diff(off(CacheCold), off(CacheWarm))})
 	s.Pairs = append(s.Pairs, verificationPairs(o.Policies, byBlock.diff)...)
+	s.Pairs = append(s.Pairs, learnedPairs(o.Policies, byBlock.diff)...)
 	return s
 }
 
@@ -189,6 +190,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		return fmt.Sprintf("%.0f (%.1f%%)", c.StartupSet.MissedPages, c.StartupSet.MissedPercent)
 	})
 	writePairs(w, r.Summary.Pairs)
+	writeLearning(w, r.Learning)
 	fmt.Fprintln(w)
 	r.writeVerdicts(w)
 }

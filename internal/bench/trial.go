@@ -17,6 +17,7 @@ import (
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/pagecache"
 	"warmstart/internal/prefetch"
+	"warmstart/internal/refine"
 	"warmstart/internal/restore"
 	"warmstart/internal/startupset"
 	"warmstart/internal/vmm"
@@ -100,6 +101,10 @@ type TrialResult struct {
 	// ready, for a parent that learns from them (Options.OnTrial); the
 	// report keeps none, so --json stays the size of its numbers.
 	Events []startupset.Event `json:"events,omitempty"`
+	// Observation is what the timed restore saw of the manifest it
+	// prefetched (refine), for a learning restore; nil without prefetch.
+	// Like Events, the parent drops it before the report.
+	Observation *refine.Observation `json:"observation,omitempty"`
 	// ReplayPIDs are the VMM processes the trial started, for the leak check.
 	ReplayPIDs []int  `json:"replay_pids"`
 	Err        string `json:"error,omitempty"`
@@ -313,7 +318,7 @@ func (t *trial) timed(src restore.Source) (*restore.Instance, error) {
 	t.res.ReadyMs = float64(inst.Timings.Ready) / float64(time.Millisecond)
 	t.track(inst)
 	t.res.Timings, t.res.Prefetch, t.res.DeviceBytes = inst.Timings, inst.Prefetch, inst.DeviceBytes
-	t.res.StartupSet, t.res.Events = inst.StartupSet, inst.Events
+	t.res.StartupSet, t.res.Events, t.res.Observation = inst.StartupSet, inst.Events, inst.Observation
 	t.res.Token, t.res.Digest = inst.Ready.Detail["token"], inst.Ready.Detail["digest"]
 	t.res.HashOK = inst.Ready.Detail["sha256"] == t.spec.ExpectedSHA256
 	t.res.Stop, err = inst.StopReported(t.stopCtx)
