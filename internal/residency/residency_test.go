@@ -118,3 +118,34 @@ func TestParseMapsLine(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkOf128MiB reads the residency of a 128 MiB private mapping,
+// the reference guest's size.
+func BenchmarkOf128MiB(b *testing.B) {
+	const size = 128 << 20
+	path := filepath.Join(b.TempDir(), "memory.bin")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.Truncate(path, size); err != nil {
+		b.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	for i := 0; i < size; i += 64 * PageBytes {
+		mem[i] = 1
+	}
+	for b.Loop() {
+		if _, err := Of(os.Getpid(), path, size); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
