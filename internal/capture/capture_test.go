@@ -107,13 +107,13 @@ type gatedRepo struct {
 	open chan struct{}
 }
 
-func (g *gatedRepo) AttachManifest(ctx context.Context, lease repository.Lease, data []byte) (repository.ManifestDescriptor, error) {
+func (g *gatedRepo) AttachManifest(ctx context.Context, lease repository.Lease, data []byte, rec *repository.Recording) (repository.ManifestDescriptor, error) {
 	select {
 	case <-g.open:
 	case <-ctx.Done():
 		return repository.ManifestDescriptor{}, ctx.Err()
 	}
-	return g.Repository.AttachManifest(ctx, lease, data)
+	return g.Repository.AttachManifest(ctx, lease, data, rec)
 }
 
 // captured boots, captures and publishes the shared guest on first use and

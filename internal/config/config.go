@@ -84,6 +84,9 @@ type StartupPackConfig struct {
 	Enabled bool `toml:"enabled"`
 	// ConsumeEnabled prefetches a snapshot's manifest on restore.
 	ConsumeEnabled bool `toml:"consume_enabled"`
+	// Recordings is how many traced restores a background recording
+	// makes (1 or 2); with 2 the manifest keeps the pages both touched.
+	Recordings int64 `toml:"recordings"`
 }
 
 // BackendConfig is the [backend] table, one subtable per repository backend.
@@ -245,7 +248,10 @@ type EnvdConfig struct {
 // Default returns the built-in configuration. It is what DefaultTOML spells out.
 func Default() *Config {
 	return &Config{
-		Snapshot: SnapshotConfig{RepositoryBackend: BackendPosixFS},
+		Snapshot: SnapshotConfig{
+			RepositoryBackend: BackendPosixFS,
+			MemoryStartupPack: StartupPackConfig{Recordings: DefaultRecordings},
+		},
 		Backend: BackendConfig{
 			PosixFS: PosixFSConfig{SnapshotStore: "/var/lib/warmstart/snapshots"},
 			S3: S3Config{

@@ -156,7 +156,7 @@ func TestCrashAtEveryFaultPoint(t *testing.T) {
 				var lease repository.Lease
 				before, lease = repotest.Publish(t, r, "crash")
 				// An earlier manifest, so replacing it passes every point.
-				desc, err := r.AttachManifest(bg(), lease, []byte("first manifest"))
+				desc, err := r.AttachManifest(bg(), lease, []byte("first manifest"), nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -256,7 +256,7 @@ func TestCrashAtEveryFaultPoint(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := r.AttachManifest(ctx, lease, []byte("after the crash")); err != nil {
+				if _, err := r.AttachManifest(ctx, lease, []byte("after the crash"), nil); err != nil {
 					t.Fatalf("attach after a crash at %s: %v", point, err)
 				}
 				_ = lease.End()
