@@ -89,7 +89,7 @@ func TestTwoRunsKeepTheCommonPages(t *testing.T) {
 				t.Errorf("identical runs: overlap %v, rank correlation %v; want 1 and at least %v", a.Overlap, rho, wantRho)
 			}
 			m, stored := e.attachedManifest(t, id)
-			got := stored.Recording
+			got := stored.ManifestRecording
 			if got == nil || got.Runs != 2 || got.Overlap == nil || *got.Overlap != a.Overlap ||
 				got.RankCorrelation == nil || *got.RankCorrelation != *a.RankCorrelation {
 				t.Errorf("record's recording %+v, the result's %+v", got, res.Recording)
@@ -135,8 +135,8 @@ func TestSecondRunFailureKeepsTheFirstRun(t *testing.T) {
 				t.Errorf("result %+v: want one run, no comparison, and the second run's error as the fallback", res)
 			}
 			_, stored := e.attachedManifest(t, id)
-			if stored.Recording == nil || stored.Recording.Runs != 1 || stored.Recording.Overlap != nil {
-				t.Errorf("record's recording %+v, want one run and no overlap", stored.Recording)
+			if stored.ManifestRecording == nil || stored.ManifestRecording.Runs != 1 || stored.ManifestRecording.Overlap != nil {
+				t.Errorf("record's recording %+v, want one run and no overlap", stored.ManifestRecording)
 			}
 			if device == config.DeviceUffd && res.Descriptor != one.Descriptor {
 				t.Errorf("manifest %+v, the first run alone records %+v", res.Descriptor, one.Descriptor)

@@ -102,7 +102,7 @@ func (a Attachment) Cleared(rec Record) Record {
 		// describes one: they go with it.
 		rec.Manifest = nil
 		rec.StartupPack = nil
-		rec.Recording = nil
+		rec.ManifestRecording = nil
 	}
 	if a.digests != nil {
 		rec.MemoryDigests = nil
@@ -115,7 +115,7 @@ func (a Attachment) Attached(rec Record) Record {
 	if a.manifest != nil {
 		d := *a.manifest
 		rec.Manifest = &d
-		rec.Recording = a.recording
+		rec.ManifestRecording = a.recording
 		if rec.StartupPack != nil && rec.StartupPack.ManifestSHA256 != d.SHA256 {
 			rec.StartupPack = nil
 		}

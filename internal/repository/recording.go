@@ -7,7 +7,8 @@ import (
 
 // Recording says how the attached startup manifest was recorded: from how
 // many traced restores, and how much two of them agreed. It lives in the
-// record next to the manifest's descriptor because it describes those
+// record (manifest_recording: "recording" already says, in an import's
+// answer, that a recording runs) next to the manifest's descriptor because it describes those
 // bytes: it is written with the descriptor, under the same record lock,
 // and dropped with it, so it never speaks of another manifest; and
 // `snapshot show` (which reads only the record) can tell an operator that

@@ -712,7 +712,7 @@ func testAttach(t *testing.T, repo repository.Repository) {
 		t.Fatal(err)
 	}
 	checkAttached(t, repo, rec.ID, data2)
-	if got := mustGet(t, repo, rec.ID).Recording; got == nil || got.Runs != 2 || *got.Overlap != overlap || *got.RankCorrelation != rho {
+	if got := mustGet(t, repo, rec.ID).ManifestRecording; got == nil || got.Runs != 2 || *got.Overlap != overlap || *got.RankCorrelation != rho {
 		t.Fatalf("recording in the record %+v, attached %+v", got, recording)
 	}
 	bad := &repository.Recording{Runs: 3}
@@ -722,7 +722,7 @@ func testAttach(t *testing.T, repo repository.Repository) {
 	if _, err := repo.AttachManifest(bg(), lease, data, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := mustGet(t, repo, rec.ID).Recording; got != nil {
+	if got := mustGet(t, repo, rec.ID).ManifestRecording; got != nil {
 		t.Fatalf("a manifest attached without a recording kept the old one: %+v", got)
 	}
 	// The rest of the record is untouched.
