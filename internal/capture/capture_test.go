@@ -260,7 +260,7 @@ func TestQEMUGuestDrift(t *testing.T) {
 		t.Fatalf("no rank correlation over %d common pages", a.Common)
 	}
 	rho := *a.RankCorrelation
-	t.Logf("two restores of one QEMU snapshot: %d and %d pages touched (%.1f and %.1f MiB), %d in common; overlap %.3f (%.3f of the first run, %.3f of the second); Spearman rank correlation %.3f",
+	t.Logf("two restores of one QEMU snapshot: %d and %d pages touched (%.1f and %.1f MiB), %d in common; overlap %.5f (%.5f of the first run, %.5f of the second); Spearman rank correlation %.6f",
 		a.PagesFirst, a.PagesSecond, float64(a.PagesFirst)/256, float64(a.PagesSecond)/256, a.Common,
 		a.Overlap, a.CoverFirst, a.CoverSecond, rho)
 	if a.Overlap <= 0 || a.Overlap > 1 {
