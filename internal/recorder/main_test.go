@@ -298,13 +298,22 @@ func (h *hookedRepo) takeViolations() []error {
 }
 
 // gatedVMM is the replay VMM with a hook run before each VMM starts; the
-// hook's error fails that start.
+// hook's error fails that start. With traces set, the nth start from then
+// on plays traces[n] (the VMM's own trace past the list's end).
 type gatedVMM struct {
 	replay.VMM
 
 	mu          sync.Mutex
 	beforeStart func()
 	startErr    func() error
+	traces      []string
+	starts      int
+}
+
+func (v *gatedVMM) setTraces(paths ...string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.traces, v.starts = paths, 0
 }
 
 func (v *gatedVMM) setStartErr(f func() error) {
@@ -322,6 +331,11 @@ func (v *gatedVMM) setBeforeStart(f func()) {
 func (v *gatedVMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.Instance, error) {
 	v.mu.Lock()
 	before, startErr := v.beforeStart, v.startErr
+	played := v.VMM
+	if v.starts < len(v.traces) {
+		played.TracePath = v.traces[v.starts]
+	}
+	v.starts++
 	v.mu.Unlock()
 	if before != nil {
 		before()
@@ -331,7 +345,7 @@ func (v *gatedVMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.Insta
 			return nil, err
 		}
 	}
-	return v.VMM.Restore(ctx, spec)
+	return played.Restore(ctx, spec)
 }
 
 func waitFor[T any](t *testing.T, ch <-chan T, what string) T {

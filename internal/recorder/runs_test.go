@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"warmstart/internal/manifest"
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
+	"warmstart/internal/trace"
 )
 
 // attachedManifest is the manifest the record of id names, verified.
@@ -166,4 +168,86 @@ func TestSecondRunOfADeletedSnapshotIsDiscarded(t *testing.T) {
 		t.Fatalf("recording of a snapshot deleted before its second run: %v, want ErrDiscarded", err)
 	}
 	e.checkGone(t, id)
+}
+
+// distinctPages is the trace's pages in first-touch order, one read each.
+func distinctPages(entries []trace.Entry) []trace.Entry {
+	seen := map[int64]bool{}
+	var out []trace.Entry
+	for _, e := range entries {
+		if !seen[e.Offset] {
+			seen[e.Offset] = true
+			out = append(out, trace.Entry{Offset: e.Offset})
+		}
+	}
+	return out
+}
+
+// TestRunsThatDisagree plays another trace on the second run (uffd: each
+// fault is one page, so the traces are exactly what the runs touch):
+// the reverse order of the same pages gives overlap 1 and rank correlation
+// -1, and every mean rank ties, so the manifest keeps the first run's
+// order; pages the first run never touched give no common page, and the
+// first run's manifest is attached with the reason.
+func TestRunsThatDisagree(t *testing.T) {
+	e := newEnv(t)
+	pages := distinctPages(e.ref.entries)
+	reversed := slices.Clone(pages)
+	slices.Reverse(reversed)
+	touched := map[int64]bool{}
+	for _, p := range pages {
+		touched[p.Offset] = true
+	}
+	var elsewhere []trace.Entry
+	for off := int64(0); off < memoryBytes && len(elsewhere) < 64; off += trace.PageBytes {
+		if !touched[off] {
+			elsewhere = append(elsewhere, trace.Entry{Offset: off})
+		}
+	}
+	dir := t.TempDir()
+	paths := map[string]string{"reversed": filepath.Join(dir, "reversed.trace"), "elsewhere": filepath.Join(dir, "elsewhere.trace")}
+	for name, entries := range map[string][]trace.Entry{"reversed": reversed, "elsewhere": elsewhere} {
+		if err := trace.WriteFile(paths[name], entries); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	id, lease := e.publish(t)
+	defer lease.End()
+	one, err := e.recorder(config.DeviceUffd).Record(ctx, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := e.recorder(config.DeviceUffd)
+	rec.Recordings = 2
+
+	e.vm.setTraces(e.ref.paths.Trace, paths["reversed"])
+	res, err := rec.Record(ctx, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := res.Agreement
+	if a == nil || a.Overlap != 1 || a.RankCorrelation == nil || *a.RankCorrelation != -1 || res.Recording.Runs != 2 {
+		t.Fatalf("reversed second run: result %+v, agreement %+v; want overlap 1, rank correlation -1, two runs", res, a)
+	}
+	if res.Descriptor != one.Descriptor {
+		t.Errorf("with every mean rank tied the manifest is %+v, want the first run's order %+v", res.Descriptor, one.Descriptor)
+	}
+
+	e.vm.setTraces(e.ref.paths.Trace, paths["elsewhere"])
+	defer e.vm.setTraces()
+	res, err = rec.Record(ctx, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Recording.Runs != 1 || res.Agreement == nil || res.Agreement.Common != 0 || !strings.Contains(res.Fallback, "no page in common") {
+		t.Fatalf("disjoint second run: result %+v; want one run kept and the reason", res)
+	}
+	if res.Descriptor != one.Descriptor {
+		t.Errorf("disjoint runs attached %+v, want the first run's manifest %+v", res.Descriptor, one.Descriptor)
+	}
+	_, stored := e.attachedManifest(t, id)
+	if r := stored.ManifestRecording; r == nil || r.Runs != 1 || r.Overlap == nil || *r.Overlap != 0 || r.RankCorrelation != nil {
+		t.Errorf("record's recording %+v, want one run, overlap 0, no correlation", r)
+	}
 }
