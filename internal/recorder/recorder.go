@@ -277,14 +277,15 @@ func (r *Recorder) Start(ctx context.Context, lease repository.Lease) *Job {
 			r.Log.Error("startup manifest recording failed", "snapshot", lease.SnapshotID(), "err", err)
 		default:
 			r.Log.Info("startup manifest attached", "snapshot", res.SnapshotID, "sha256", res.Descriptor.SHA256,
-				"ranges", res.Ranges, "bytes", res.Bytes, recordingAttrs(res))
+				"ranges", res.Ranges, "bytes", res.Bytes, res.RecordingAttr())
 		}
 	}()
 	return j
 }
 
-// recordingAttrs is the log group saying how the manifest was recorded.
-func recordingAttrs(res Result) slog.Attr {
+// RecordingAttr is the log group saying how the manifest was recorded:
+// its runs, how they agreed, and why the first run's manifest was kept.
+func (res Result) RecordingAttr() slog.Attr {
 	attrs := []any{"runs", res.Recording.Runs}
 	if a := res.Agreement; a != nil {
 		attrs = append(attrs, "overlap", a.Overlap, "cover_first", a.CoverFirst, "cover_second", a.CoverSecond)
