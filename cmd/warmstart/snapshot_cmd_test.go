@@ -97,7 +97,7 @@ func attachManifestBytes(t *testing.T, store, id string) repository.ManifestDesc
 	if err != nil {
 		t.Fatal(err)
 	}
-	desc, err := repo.AttachManifest(context.Background(), lease, []byte("manifest bytes"))
+	desc, err := repo.AttachManifest(context.Background(), lease, []byte("manifest bytes"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

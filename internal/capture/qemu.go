@@ -82,6 +82,25 @@ type qemuGuest struct {
 	layout  layout.Layout
 }
 
+var _ Checkpointer = (*qemuGuest)(nil)
+
+// Checkpoint writes the device state and a copy of the guest's memory
+// file, and lets the guest run on.
+func (g *qemuGuest) Checkpoint(ctx context.Context, vmStatePath, memPath string) (layout.Layout, error) {
+	if err := g.m.Checkpoint(ctx, vmStatePath, memPath); err != nil {
+		return layout.Layout{}, err
+	}
+	return g.layout, nil
+}
+
+// Ping has the agent answer one more ping.
+func (g *qemuGuest) Ping(ctx context.Context) (vmm.ReadyInfo, error) { return g.m.WaitReady(ctx) }
+
+// Stop stops the guest and waits for QEMU to exit.
+func (g *qemuGuest) Stop(ctx context.Context) error {
+	return errors.Join(g.m.RequestStop(), g.m.Wait(ctx))
+}
+
 // Capture writes the device state; the memory is already in the file the
 // guest booted with, laid out as the driver maps it. QEMU quits after a
 // capture, and is killed by a failed one.

@@ -123,6 +123,26 @@ func (m Map) Length(i int) int64 {
 	return min(m.ChunkBytes, m.Size-int64(i)*m.ChunkBytes)
 }
 
+// StoredBytesBeyond is the compressed size of the distinct chunk objects
+// m references that base does not: what storing m adds to a bucket that
+// holds base already (a second capture of one guest after its first).
+func (m Map) StoredBytesBeyond(base Map) int64 {
+	held := map[Digest]bool{}
+	for _, c := range base.Chunks {
+		if !c.Zero {
+			held[c.Digest] = true
+		}
+	}
+	var n int64
+	for _, c := range m.Chunks {
+		if !c.Zero && !held[c.Digest] {
+			held[c.Digest] = true
+			n += c.StoredBytes
+		}
+	}
+	return n
+}
+
 // StoredBytes is the compressed size of the distinct chunk objects the map
 // references.
 func (m Map) StoredBytes() int64 {

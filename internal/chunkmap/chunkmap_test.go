@@ -114,3 +114,21 @@ func TestIsZero(t *testing.T) {
 		t.Fatal("a late non-zero byte missed")
 	}
 }
+
+// TestStoredBytesBeyond: what a second map adds is its distinct non-zero
+// chunks the first lacks, each counted once.
+func TestStoredBytesBeyond(t *testing.T) {
+	a, b, c, d := Sum([]byte("a")), Sum([]byte("b")), Sum([]byte("c")), Sum([]byte("d"))
+	base := Map{ChunkBytes: 4096, Size: 4 * 4096, Chunks: []Chunk{{Digest: a, StoredBytes: 10}, {Zero: true}, {Digest: b, StoredBytes: 20}, {Digest: a, StoredBytes: 10}}}
+	next := Map{ChunkBytes: 4096, Size: 5 * 4096, Chunks: []Chunk{
+		{Digest: a, StoredBytes: 10}, {Digest: c, StoredBytes: 30}, {Zero: true}, {Digest: c, StoredBytes: 30}, {Digest: d, StoredBytes: 40}}}
+	if got := next.StoredBytesBeyond(base); got != 70 {
+		t.Errorf("next beyond base: %d bytes, want 70 (c once, d)", got)
+	}
+	if got := base.StoredBytesBeyond(base); got != 0 {
+		t.Errorf("a map beyond itself: %d bytes, want 0", got)
+	}
+	if got, want := next.StoredBytesBeyond(Map{}), next.StoredBytes(); got != want {
+		t.Errorf("beyond an empty map: %d bytes, want all %d", got, want)
+	}
+}

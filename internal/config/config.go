@@ -87,6 +87,9 @@ type StartupPackConfig struct {
 	// Refine learns from every restore that prefetched (package refine)
 	// and has later restores prefetch the learned manifest.
 	Refine bool `toml:"refine"`
+	// Recordings is how many traced restores a background recording
+	// makes (1 or 2); with 2 the manifest keeps the pages both touched.
+	Recordings int64 `toml:"recordings"`
 }
 
 // BackendConfig is the [backend] table, one subtable per repository backend.
@@ -248,7 +251,10 @@ type EnvdConfig struct {
 // Default returns the built-in configuration. It is what DefaultTOML spells out.
 func Default() *Config {
 	return &Config{
-		Snapshot: SnapshotConfig{RepositoryBackend: BackendPosixFS, MemoryStartupPack: StartupPackConfig{Refine: true}},
+		Snapshot: SnapshotConfig{
+			RepositoryBackend: BackendPosixFS,
+			MemoryStartupPack: StartupPackConfig{Refine: true, Recordings: DefaultRecordings},
+		},
 		Backend: BackendConfig{
 			PosixFS: PosixFSConfig{SnapshotStore: "/var/lib/warmstart/snapshots"},
 			S3: S3Config{

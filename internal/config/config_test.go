@@ -90,7 +90,7 @@ poll_interval = "1ms"
 		t.Fatal(err)
 	}
 	want := Default()
-	want.Snapshot.MemoryStartupPack = StartupPackConfig{Enabled: true, ConsumeEnabled: true, Refine: false}
+	want.Snapshot.MemoryStartupPack = StartupPackConfig{Enabled: true, ConsumeEnabled: true, Refine: false, Recordings: DefaultRecordings}
 	want.Memory.IOEngine = IOEngineDirect
 	want.Envd.PollInterval = time.Millisecond
 	if !reflect.DeepEqual(cfg, want) {
@@ -144,6 +144,8 @@ func TestValidateErrors(t *testing.T) {
 		{"[backend.s3]\naddressing_style = \"dns\"", "backend.s3.addressing_style", `"dns" is not one of "auto", "path", "virtual"`},
 		{"[backend.s3]\naccess_key_id = \"AKIA\"", "backend.s3.secret_access_key", "set together"},
 		{"[backend.s3]\ncache_dir = \"\"", "backend.s3.cache_dir", "must not be empty"},
+		{"[snapshot.memory_startup_pack]\nrecordings = 0", "snapshot.memory_startup_pack.recordings", "0 out of range 1..2"},
+		{"[snapshot.memory_startup_pack]\nrecordings = 3", "snapshot.memory_startup_pack.recordings", "3 out of range 1..2"},
 		{"[backend.s3]\ncache_max_size_gb = 0", "backend.s3.cache_max_size_gb", "0 out of range 1..1048576"},
 		{"[backend.s3]\nchunk_size_mib = 0", "backend.s3.chunk_size_mib", "0 out of range 1..64"},
 		{"[backend.s3]\nchunk_size_mib = 128", "backend.s3.chunk_size_mib", "128 out of range 1..64"},

@@ -12,6 +12,13 @@ import (
 
 // Bounds of the numeric keys.
 const (
+	// A background recording restores the snapshot once or twice; a
+	// third run would cost another restore for little: two runs already
+	// tell the pages a start-up always touches from those it touched once.
+	MinRecordings     = 1
+	MaxRecordings     = 2
+	DefaultRecordings = 2
+
 	MinChunkSizeMiB = 1
 	MaxChunkSizeMiB = 64
 
@@ -35,6 +42,9 @@ func (c *Config) Validate() error {
 	for _, check := range []func() error{
 		func() error {
 			return oneOf("snapshot.repository_backend", c.Snapshot.RepositoryBackend, BackendPosixFS, BackendS3)
+		},
+		func() error {
+			return inRange("snapshot.memory_startup_pack.recordings", c.Snapshot.MemoryStartupPack.Recordings, MinRecordings, MaxRecordings)
 		},
 		func() error {
 			if c.Snapshot.RepositoryBackend == BackendPosixFS {

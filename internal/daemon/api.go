@@ -509,7 +509,8 @@ func (d *Daemon) snapshotAction(w http.ResponseWriter, r *http.Request) error {
 	case err != nil:
 		return err
 	}
-	d.log.Info("startup manifest attached", "snapshot", res.SnapshotID, "sha256", res.Descriptor.SHA256, "ranges", res.Ranges, "bytes", res.Bytes)
+	d.log.Info("startup manifest attached", "snapshot", res.SnapshotID, "sha256", res.Descriptor.SHA256, "ranges", res.Ranges, "bytes", res.Bytes,
+		res.RecordingAttr())
 	writeJSON(w, http.StatusOK, res)
 	return nil
 }

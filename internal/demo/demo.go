@@ -19,6 +19,7 @@ import (
 	"warmstart/internal/node"
 	"warmstart/internal/pagecache"
 	"warmstart/internal/reference"
+	"warmstart/internal/report"
 	"warmstart/internal/restore"
 	"warmstart/internal/synth"
 )
@@ -63,8 +64,9 @@ func Run(ctx, stopCtx context.Context, out io.Writer, blocks int) (err error) {
 	if err != nil {
 		return err
 	}
-	step("3/6 startup manifest attached: sha256 %s, %d bytes; %d ranges covering %.1f MiB (recorder's restore was ready after %v)",
-		got.Manifest.SHA256[:16], got.Manifest.Size, res.Ranges, float64(res.Bytes)/(1<<20), res.ReadyAfter.Round(time.Millisecond))
+	step("3/6 startup manifest attached: sha256 %s, %d bytes; %d ranges covering %.1f MiB (recorder's restore was ready after %v); %s",
+		got.Manifest.SHA256[:16], got.Manifest.Size, res.Ranges, float64(res.Bytes)/(1<<20), res.ReadyAfter.Round(time.Millisecond),
+		report.RecordingLine(res.Recording, res.Fallback))
 
 	resolved, err := repo.Resolve(ctx, snap.ID)
 	if err != nil {

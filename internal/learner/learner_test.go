@@ -39,7 +39,7 @@ func published(t *testing.T) (*posixfs.Repo, repository.Record, *manifest.Manife
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := repo.AttachManifest(context.Background(), lease, data); err != nil {
+	if _, err := repo.AttachManifest(context.Background(), lease, data, nil); err != nil {
 		t.Fatal(err)
 	}
 	return repo, rec, m

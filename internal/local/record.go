@@ -48,8 +48,8 @@ func ImportAndRecord(ctx context.Context, n *node.Node, o report.Output, req rep
 		// The snapshot is published and restores with on-demand reads.
 		return fmt.Errorf("snapshot %s published, but its startup manifest was not: %w", rec.ID, err)
 	}
-	fmt.Fprintf(o.Err, "attached startup manifest to %s: sha256 %s, %d ranges, %.1f MiB, ready after %v\n",
-		rec.ID, res.Descriptor.SHA256, res.Ranges, float64(res.Bytes)/(1<<20), res.ReadyAfter)
+	fmt.Fprintf(o.Err, "attached startup manifest to %s: sha256 %s, %d ranges, %.1f MiB, ready after %v; %s\n",
+		rec.ID, res.Descriptor.SHA256, res.Ranges, float64(res.Bytes)/(1<<20), res.ReadyAfter, report.RecordingLine(res.Recording, res.Fallback))
 	return nil
 }
 

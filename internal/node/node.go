@@ -185,13 +185,16 @@ func (n *Node) mount(o Options) error {
 		IOEngine: cfg.Memory.IOEngine,
 		Log:      log,
 		Timeout:  RecordTimeout(cfg),
+		// Each run restores the snapshot once more, within its own
+		// Timeout, under the same capture lease.
+		Recordings: int(cfg.Snapshot.MemoryStartupPack.Recordings),
 	}
 	return nil
 }
 
-// RecordTimeout bounds one recording: twice the time a guest agent gets
-// to answer, so a guest that never becomes ready does not hold the
-// snapshot's capture lease forever.
+// RecordTimeout bounds each traced restore of a recording: twice the time
+// a guest agent gets to answer, so a guest that never becomes ready does
+// not hold the snapshot's capture lease forever.
 func RecordTimeout(cfg *config.Config) time.Duration { return 2 * cfg.Envd.Timeout }
 
 // NewEngine is the prefetch engine [prefetch] configures.

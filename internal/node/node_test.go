@@ -19,7 +19,8 @@ import (
 // TestOpenWiresOnce assembles a node with a metrics hook and checks the
 // wiring every caller relies on: the serving restorer reports, the
 // recorder's tracing restorer does not (whatever the order of assembly),
-// the repository is timed, the recorder's timeout is twice the agent's,
+// the repository is timed, the recorder's timeout is twice the agent's
+// and its runs are the configuration's,
 // and Close unmounts both devices and removes the directory it owns.
 func TestOpenWiresOnce(t *testing.T) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
@@ -33,6 +34,7 @@ func TestOpenWiresOnce(t *testing.T) {
 	cfg := config.Default()
 	cfg.Envd.Timeout = 7 * time.Second
 	cfg.Memory.Device = config.DeviceUffd
+	cfg.Snapshot.MemoryStartupPack.Recordings = 1
 	run := filepath.Join(dir, "run")
 	var set *metrics.Set
 	n, err := node.Open(context.Background(), node.Options{
@@ -59,8 +61,9 @@ func TestOpenWiresOnce(t *testing.T) {
 	if n.Repo == repo || n.Recorder.Repo != n.Repo {
 		t.Error("the repository is not the timed one everywhere")
 	}
-	if n.Recorder.Timeout != 14*time.Second || n.Recorder.Device != config.DeviceUffd {
-		t.Errorf("recorder timeout %v on %q, want 14s (2 × [envd] timeout) on uffd", n.Recorder.Timeout, n.Recorder.Device)
+	if n.Recorder.Timeout != 14*time.Second || n.Recorder.Device != config.DeviceUffd || n.Recorder.Recordings != 1 {
+		t.Errorf("recorder timeout %v on %q, %d runs; want 14s (2 × [envd] timeout) per run on uffd, 1 run ([snapshot.memory_startup_pack] recordings)",
+			n.Recorder.Timeout, n.Recorder.Device, n.Recorder.Recordings)
 	}
 	if got := mountsUnder(t, run); len(got) != 2 {
 		t.Fatalf("mounted under the runtime directory: %v, want the device and the tracing mount", got)

@@ -240,11 +240,11 @@ func (h *hookedRepo) Resolve(ctx context.Context, id string) (repository.Resolve
 	return r, err
 }
 
-func (h *hookedRepo) AttachManifest(ctx context.Context, lease repository.Lease, data []byte) (repository.ManifestDescriptor, error) {
+func (h *hookedRepo) AttachManifest(ctx context.Context, lease repository.Lease, data []byte, rec *repository.Recording) (repository.ManifestDescriptor, error) {
 	if _, before := h.hooks(); before != nil {
 		before(lease.SnapshotID())
 	}
-	desc, err := h.Repository.AttachManifest(ctx, lease, data)
+	desc, err := h.Repository.AttachManifest(ctx, lease, data, rec)
 	if err == nil {
 		if verr := h.verify(lease.SnapshotID(), desc, data); verr != nil {
 			h.mu.Lock()
@@ -297,12 +297,29 @@ func (h *hookedRepo) takeViolations() []error {
 	return v
 }
 
-// gatedVMM is the replay VMM with a hook run before each VMM starts.
+// gatedVMM is the replay VMM with a hook run before each VMM starts; the
+// hook's error fails that start. With traces set, the nth start from then
+// on plays traces[n] (the VMM's own trace past the list's end).
 type gatedVMM struct {
 	replay.VMM
 
 	mu          sync.Mutex
 	beforeStart func()
+	startErr    func() error
+	traces      []string
+	starts      int
+}
+
+func (v *gatedVMM) setTraces(paths ...string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.traces, v.starts = paths, 0
+}
+
+func (v *gatedVMM) setStartErr(f func() error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.startErr = f
 }
 
 func (v *gatedVMM) setBeforeStart(f func()) {
@@ -313,12 +330,22 @@ func (v *gatedVMM) setBeforeStart(f func()) {
 
 func (v *gatedVMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.Instance, error) {
 	v.mu.Lock()
-	before := v.beforeStart
+	before, startErr := v.beforeStart, v.startErr
+	played := v.VMM
+	if v.starts < len(v.traces) {
+		played.TracePath = v.traces[v.starts]
+	}
+	v.starts++
 	v.mu.Unlock()
 	if before != nil {
 		before()
 	}
-	return v.VMM.Restore(ctx, spec)
+	if startErr != nil {
+		if err := startErr(); err != nil {
+			return nil, err
+		}
+	}
+	return played.Restore(ctx, spec)
 }
 
 func waitFor[T any](t *testing.T, ch <-chan T, what string) T {

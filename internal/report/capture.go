@@ -45,5 +45,6 @@ func CaptureText(w io.Writer, kind string, out capture.Snapshot, rec *recorder.R
 	case recErr == nil:
 		fmt.Fprintf(w, "  startup manifest    attached: sha256 %s, %d ranges, %.1f MiB from %d touches, recorder ready after %v\n",
 			rec.Descriptor.SHA256, rec.Ranges, float64(rec.Bytes)/(1<<20), rec.Touches, rec.ReadyAfter.Round(time.Millisecond))
+		fmt.Fprintf(w, "  recorded from       %s\n", RecordingLine(rec.Recording, rec.Fallback))
 	}
 }

@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"warmstart/internal/layout"
 	"warmstart/internal/manifest"
 	"warmstart/internal/recorder"
+	"warmstart/internal/repository"
 )
 
 // manifestInspectRanges is how many ranges inspect lists without --verbose.
@@ -84,9 +86,32 @@ func ManifestText(w io.Writer, path string, data []byte, m *manifest.Manifest, v
 
 func mibString(n int64) string { return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20)) }
 
-// Recorded reports a startup manifest recorded and attached.
+// Recorded reports a startup manifest recorded and attached, and how its
+// runs agreed.
 func Recorded(w io.Writer, res recorder.Result) error {
-	_, err := fmt.Fprintf(w, "attached startup manifest to %s: sha256 %s, %d bytes encoded, %d ranges, %.1f MiB, %d touches, ready after %v\n",
-		res.SnapshotID, res.Descriptor.SHA256, res.Descriptor.Size, res.Ranges, float64(res.Bytes)/(1<<20), res.Touches, res.ReadyAfter)
+	_, err := fmt.Fprintf(w, "attached startup manifest to %s: sha256 %s, %d bytes encoded, %d ranges, %.1f MiB, %d touches, ready after %v\n  %s\n",
+		res.SnapshotID, res.Descriptor.SHA256, res.Descriptor.Size, res.Ranges, float64(res.Bytes)/(1<<20), res.Touches, res.ReadyAfter,
+		RecordingLine(res.Recording, res.Fallback))
 	return err
+}
+
+// RecordingLine says how a manifest was recorded: from one run, or from
+// the pages two runs both touched and how much they agreed.
+func RecordingLine(r repository.Recording, fallback string) string {
+	var b strings.Builder
+	if r.Runs >= 2 {
+		b.WriteString("pages both of 2 recording runs touched")
+	} else {
+		b.WriteString("pages of 1 recording run")
+	}
+	if r.Overlap != nil {
+		fmt.Fprintf(&b, "; runs overlap %.3f", *r.Overlap)
+	}
+	if r.RankCorrelation != nil {
+		fmt.Fprintf(&b, ", rank correlation %.3f", *r.RankCorrelation)
+	}
+	if fallback != "" {
+		fmt.Fprintf(&b, " (%s)", fallback)
+	}
+	return b.String()
 }

@@ -36,6 +36,9 @@ func SnapshotText(w io.Writer, rec repository.Record, res repository.Resolved, r
 	fmt.Fprintf(tw, "layout:\t%s (offset:size:page size; %s of the file mapped)\n", rec.Layout, Size(rec.Layout.MappedSize()))
 	if m := rec.Manifest; m != nil {
 		fmt.Fprintf(tw, "manifest:\tsha256 %s, %d bytes\n", m.SHA256, m.Size)
+		if r := rec.ManifestRecording; r != nil {
+			fmt.Fprintf(tw, "recorded from:\t%s\n", RecordingLine(*r, ""))
+		}
 	} else {
 		fmt.Fprintf(tw, "manifest:\tnone\n")
 	}

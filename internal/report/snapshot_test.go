@@ -1,6 +1,7 @@
 package report
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -42,5 +43,37 @@ func TestSnapshotTextShowsTheRefinement(t *testing.T) {
 	}
 	if want := "refined manifest:  sha256 bb, 1404 pages, learned from 3 restores"; !strings.Contains(b.String(), want) {
 		t.Fatalf("snapshot show:\n%s\nlacks %q", b.String(), want)
+	}
+}
+
+// TestRecordingLine: how a manifest was recorded reads the same in
+// `snapshot show` and after a recording.
+func TestRecordingLine(t *testing.T) {
+	overlap, rho := 0.8125, -0.5
+	for _, tc := range []struct {
+		name     string
+		rec      repository.Recording
+		fallback string
+		want     string
+	}{
+		{"one run", repository.Recording{Runs: 1}, "", "pages of 1 recording run"},
+		{"two runs", repository.Recording{Runs: 2, Overlap: &overlap, RankCorrelation: &rho}, "",
+			"pages both of 2 recording runs touched; runs overlap 0.812, rank correlation -0.500"},
+		{"disjoint runs", repository.Recording{Runs: 1, Overlap: new(float64)}, "the two runs touched no page in common",
+			"pages of 1 recording run; runs overlap 0.000 (the two runs touched no page in common)"},
+	} {
+		if got := RecordingLine(tc.rec, tc.fallback); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	id := "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
+	rec := repository.Record{ID: id, Manifest: &repository.ManifestDescriptor{SHA256: "ab", Size: 10},
+		ManifestRecording: &repository.Recording{Runs: 2, Overlap: &overlap, RankCorrelation: &rho}}
+	var b strings.Builder
+	if err := SnapshotText(&b, rec, repository.Resolved{}, errors.New("not resolved")); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "recorded from:  pages both of 2 recording runs touched; runs overlap 0.812") {
+		t.Errorf("snapshot show does not say how the manifest was recorded:\n%s", b.String())
 	}
 }

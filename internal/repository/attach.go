@@ -24,22 +24,29 @@ type Attachment struct {
 	Data []byte
 
 	manifest   *ManifestDescriptor
+	recording  *Recording
 	digests    *DigestsDescriptor
 	refinement *RefinementDescriptor
 	// previous is the refinement file a refinement replaces ("" none).
 	previous string
 }
 
-// ManifestAttachment is data as a startup manifest. data must be
-// 1..MaxManifestBytes long (ErrInvalidRequest); its format is the
-// caller's to validate.
-func ManifestAttachment(data []byte) (Attachment, error) {
+// ManifestAttachment is data as a startup manifest, recorded as rec says
+// (nil: not said). data must be 1..MaxManifestBytes long and rec valid
+// (ErrInvalidRequest); data's format is the caller's to validate.
+func ManifestAttachment(data []byte, rec *Recording) (Attachment, error) {
 	if len(data) == 0 || len(data) > MaxManifestBytes {
 		return Attachment{}, fmt.Errorf("%w: manifest of %d bytes is outside 1..%d", ErrInvalidRequest, len(data), MaxManifestBytes)
 	}
+	if rec != nil {
+		if err := rec.Validate(); err != nil {
+			return Attachment{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		}
+		rec = &Recording{Runs: rec.Runs, Overlap: rec.Overlap, RankCorrelation: rec.RankCorrelation}
+	}
 	sum := sha256.Sum256(data)
 	d := ManifestDescriptor{SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))}
-	return Attachment{Name: ManifestFileName, Data: data, manifest: &d}, nil
+	return Attachment{Name: ManifestFileName, Data: data, manifest: &d, recording: rec}, nil
 }
 
 // DigestsAttachment is data as an encoded digest table of the memory
@@ -126,10 +133,11 @@ func (a Attachment) DescribedBy(rec Record) (has, same bool) {
 // Cleared returns rec without a descriptor of this artifact.
 func (a Attachment) Cleared(rec Record) Record {
 	if a.manifest != nil {
-		// A startup pack is built from one manifest, and a refinement grew
-		// from it: they go with it.
+		// A startup pack is built from one manifest, a recording describes
+		// one, and a refinement grew from it: they go with it.
 		rec.Manifest = nil
 		rec.StartupPack = nil
+		rec.ManifestRecording = nil
 		rec.Refinement = nil
 	}
 	if a.digests != nil {
@@ -143,6 +151,7 @@ func (a Attachment) Attached(rec Record) Record {
 	if a.manifest != nil {
 		d := *a.manifest
 		rec.Manifest = &d
+		rec.ManifestRecording = a.recording
 		if rec.StartupPack != nil && rec.StartupPack.ManifestSHA256 != d.SHA256 {
 			rec.StartupPack = nil
 		}

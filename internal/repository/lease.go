@@ -102,10 +102,10 @@ func PublishUnderLease(issuer any, lz Lease, publish func(id string) (Record, er
 type Attacher func(id string, a Attachment) error
 
 // AttachManifestUnderLease is AttachManifest for a backend that issues
-// HeldLeases: attach runs with data as a manifest attachment while the
-// lease is held.
-func AttachManifestUnderLease(issuer any, lz Lease, data []byte, attach Attacher) (ManifestDescriptor, error) {
-	a, err := attachUnderLease(issuer, lz, "attach manifest", func() (Attachment, error) { return ManifestAttachment(data) }, attach)
+// HeldLeases: attach runs with data (recorded as rec says) as a manifest
+// attachment while the lease is held.
+func AttachManifestUnderLease(issuer any, lz Lease, data []byte, rec *Recording, attach Attacher) (ManifestDescriptor, error) {
+	a, err := attachUnderLease(issuer, lz, "attach manifest", func() (Attachment, error) { return ManifestAttachment(data, rec) }, attach)
 	return a.ManifestDescriptor(), err
 }
 

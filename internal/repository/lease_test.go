@@ -89,7 +89,7 @@ func TestUnderLeaseErrors(t *testing.T) {
 	}
 	attached := false
 	attach := func(id string, a Attachment) error { attached = true; return cause }
-	_, err = AttachManifestUnderLease(iss, l, nil, attach)
+	_, err = AttachManifestUnderLease(iss, l, nil, nil, attach)
 	if !errors.Is(err, ErrInvalidRequest) || attached {
 		t.Errorf("attach of an empty manifest: %v (attached %v)", err, attached)
 	}
@@ -97,7 +97,7 @@ func TestUnderLeaseErrors(t *testing.T) {
 	if !errors.Is(err, cause) || err.Error() != "attach digest table id: disk on fire" {
 		t.Errorf("attach digests: %v", err)
 	}
-	_, err = AttachManifestUnderLease(&issuer{}, l, []byte("m"), attach)
+	_, err = AttachManifestUnderLease(&issuer{}, l, []byte("m"), nil, attach)
 	if !errors.Is(err, ErrInvalidRequest) || err.Error() != "attach manifest: invalid request: the lease was not issued by this repository" {
 		t.Errorf("attach under a foreign lease: %v", err)
 	}

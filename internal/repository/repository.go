@@ -71,6 +71,9 @@ type Record struct {
 	// Manifest describes the attached startup manifest; nil when none is
 	// attached.
 	Manifest *ManifestDescriptor `json:"manifest,omitempty"`
+	// ManifestRecording says how the attached manifest was recorded; nil
+	// when its attacher did not say (and always when Manifest is nil).
+	ManifestRecording *Recording `json:"manifest_recording,omitempty"`
 	// ManifestRequested is set when the publisher records the manifest in
 	// the background ([snapshot.memory_startup_pack] enabled). With
 	// Manifest nil and no capture lease held, that recording was
@@ -342,8 +345,10 @@ type Repository interface {
 	// point leaves the record either with no descriptor or with a
 	// descriptor that matches the stored manifest. Attaching again replaces
 	// the manifest. data must be 1..MaxManifestBytes long
-	// (ErrInvalidRequest); its format is the caller's to validate.
-	AttachManifest(ctx context.Context, lease Lease, data []byte) (ManifestDescriptor, error)
+	// (ErrInvalidRequest); its format is the caller's to validate. rec,
+	// when not nil, goes into the record with the descriptor (ManifestRecording)
+	// and must be valid (ErrInvalidRequest).
+	AttachManifest(ctx context.Context, lease Lease, data []byte, rec *Recording) (ManifestDescriptor, error)
 
 	// AttachDigests stores data as the digest table of the lease's
 	// snapshot's memory file (DigestsFileName) and records its descriptor

@@ -102,6 +102,10 @@ func (r Record) Validate() error {
 		return fmt.Errorf("%w: record digest table descriptor: %v", ErrIntegrity, r.MemoryDigests.Validate(r.MemorySize))
 	case r.Manifest != nil && (r.Manifest.Size <= 0 || r.Manifest.Size > MaxManifestBytes || !isSHA256Hex(r.Manifest.SHA256)):
 		return fmt.Errorf("%w: record manifest descriptor is malformed", ErrIntegrity)
+	case r.ManifestRecording != nil && r.Manifest == nil:
+		return fmt.Errorf("%w: record has a manifest recording but no manifest", ErrIntegrity)
+	case r.ManifestRecording != nil && r.ManifestRecording.Validate() != nil:
+		return fmt.Errorf("%w: record manifest %v", ErrIntegrity, r.ManifestRecording.Validate())
 	}
 	return r.validateStorage()
 }

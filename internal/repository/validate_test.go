@@ -2,6 +2,7 @@ package repository
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -85,6 +86,11 @@ func TestRecordValidate(t *testing.T) {
 	if err := chunked.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	recorded := good
+	recorded.ManifestRecording = &Recording{Runs: 2, Overlap: ptr(0.5), RankCorrelation: ptr(-1.0)}
+	if err := recorded.Validate(); err != nil {
+		t.Fatalf("a record with a two-run recording: %v", err)
+	}
 	old := good
 	old.Format, old.MemoryFormat = 1, ""
 	if err := old.Validate(); err != nil {
@@ -105,6 +111,11 @@ func TestRecordValidate(t *testing.T) {
 		"map for raw memory": func(r *Record) {
 			r.MemoryChunks = &ChunkMapDescriptor{SHA256: sum, Size: 1, ChunkBytes: 4096}
 		},
+		"recording without manifest": func(r *Record) { r.Manifest, r.ManifestRecording = nil, &Recording{Runs: 1} },
+		"recording of three runs":    func(r *Record) { r.ManifestRecording = &Recording{Runs: 3} },
+		"recording overlap above 1":  func(r *Record) { r.ManifestRecording = &Recording{Runs: 2, Overlap: ptr(1.5)} },
+		"recording overlap NaN":      func(r *Record) { r.ManifestRecording = &Recording{Runs: 2, Overlap: ptr(math.NaN())} },
+		"recording correlation < -1": func(r *Record) { r.ManifestRecording = &Recording{Runs: 2, RankCorrelation: ptr(-1.01)} },
 		"pack of another manifest": func(r *Record) {
 			r.StartupPack = &StartupPackDescriptor{ManifestSHA256: strings.Repeat("cd", 32), IndexSHA256: sum, IndexSize: 1, StoredBytes: 1, LogicalBytes: 1}
 		},
@@ -131,3 +142,5 @@ func TestTypedErrors(t *testing.T) {
 		t.Fatalf("IntegrityError matches wrongly: %v", err)
 	}
 }
+
+func ptr(v float64) *float64 { return &v }

@@ -222,7 +222,7 @@ func otherSnapshot(t *testing.T, e *env) otherFiles {
 	must(t, err)
 	// A manifest of the same size and layout as the reference's, with
 	// other ranges: the reference's ranges shifted by one page.
-	_, err = e.repo.AttachManifest(context.Background(), lease, shiftedManifest(t, e))
+	_, err = e.repo.AttachManifest(context.Background(), lease, shiftedManifest(t, e), nil)
 	must(t, err)
 	res, err := e.repo.Resolve(context.Background(), rec.ID)
 	must(t, err)

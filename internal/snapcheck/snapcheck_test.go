@@ -60,7 +60,7 @@ func publish(t *testing.T, repo repository.Repository, alias string) (repository
 	if err != nil {
 		t.Fatal(err)
 	}
-	desc, err := repo.AttachManifest(bg(), lease, data)
+	desc, err := repo.AttachManifest(bg(), lease, data, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

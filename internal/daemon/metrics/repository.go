@@ -96,9 +96,9 @@ func (r *timedRepository) Delete(ctx context.Context, id string) (err error) {
 	return r.inner.Delete(ctx, id)
 }
 
-func (r *timedRepository) AttachManifest(ctx context.Context, lease repository.Lease, data []byte) (d repository.ManifestDescriptor, err error) {
+func (r *timedRepository) AttachManifest(ctx context.Context, lease repository.Lease, data []byte, rec *repository.Recording) (d repository.ManifestDescriptor, err error) {
 	defer r.timed("attach_manifest")(&err)
-	return r.inner.AttachManifest(ctx, lease, data)
+	return r.inner.AttachManifest(ctx, lease, data, rec)
 }
 
 func (r *timedRepository) AttachDigests(ctx context.Context, lease repository.Lease, data []byte) (d repository.DigestsDescriptor, err error) {

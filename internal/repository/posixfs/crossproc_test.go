@@ -184,7 +184,7 @@ func TestCrashAtEveryFaultPoint(t *testing.T) {
 				var lease repository.Lease
 				before, lease = repotest.Publish(t, r, "crash")
 				// An earlier manifest, so replacing it passes every point.
-				desc, err := r.AttachManifest(bg(), lease, []byte("first manifest"))
+				desc, err := r.AttachManifest(bg(), lease, []byte("first manifest"), nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -301,7 +301,7 @@ func TestCrashAtEveryFaultPoint(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := r.AttachManifest(ctx, lease, []byte("after the crash")); err != nil {
+				if _, err := r.AttachManifest(ctx, lease, []byte("after the crash"), nil); err != nil {
 					t.Fatalf("attach after a crash at %s: %v", point, err)
 				}
 				_ = lease.End()
@@ -402,7 +402,7 @@ func publishRefined(t *testing.T, r *Repo) repository.Record {
 	rec, lease := repotest.Publish(t, r, "crash")
 	defer lease.End()
 	base := []byte("recorded manifest")
-	m, err := r.AttachManifest(bg(), lease, base)
+	m, err := r.AttachManifest(bg(), lease, base, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func TestFaultPointEnvArmsNothingOutsideTheCrashTests(t *testing.T) {
 				t.Fatal("Open armed a fault hook from the environment")
 			}
 			rec, lease := repotest.Publish(t, r, "armed")
-			if _, err := r.AttachManifest(bg(), lease, []byte("manifest")); err != nil {
+			if _, err := r.AttachManifest(bg(), lease, []byte("manifest"), nil); err != nil {
 				t.Fatal(err)
 			}
 			if err := lease.End(); err != nil {

@@ -70,7 +70,7 @@ func storeFiles(t *testing.T, root string) []string {
 func TestOnDiskLayout(t *testing.T) {
 	r := openTemp(t, Options{})
 	rec, lease := repotest.Publish(t, r, "web")
-	if _, err := r.AttachManifest(bg(), lease, []byte("manifest")); err != nil {
+	if _, err := r.AttachManifest(bg(), lease, []byte("manifest"), nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := lease.End(); err != nil {
@@ -166,7 +166,7 @@ func TestWriteToSourceAfterImportLeavesSnapshotUnchanged(t *testing.T) {
 func TestArtifactsReadOnlyAndStorePrivate(t *testing.T) {
 	r := openTemp(t, Options{})
 	rec, lease := repotest.Publish(t, r, "")
-	if _, err := r.AttachManifest(bg(), lease, []byte("manifest")); err != nil {
+	if _, err := r.AttachManifest(bg(), lease, []byte("manifest"), nil); err != nil {
 		t.Fatal(err)
 	}
 	lease.End()
@@ -478,7 +478,7 @@ func raceAttachDelete(r *Repo, in repotest.Inputs, alias string, data []byte) (s
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		<-start
-		_, attachErr = r.AttachManifest(bg(), lease, data)
+		_, attachErr = r.AttachManifest(bg(), lease, data, nil)
 	})
 	wg.Go(func() {
 		<-start

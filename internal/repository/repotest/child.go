@@ -136,7 +136,7 @@ func childAttach(ctx context.Context, repo repository.Repository) int {
 	_, _ = rand.Read(data)
 	fmt.Printf("ready %s\n", SHA256Hex(data))
 	WaitBarrier()
-	_, err = repo.AttachManifest(ctx, lease, data)
+	_, err = repo.AttachManifest(ctx, lease, data, nil)
 	return Report(err)
 }
 

@@ -48,7 +48,7 @@ func testAttachDigests(t *testing.T, repo repository.Repository) {
 	in := NewInputs(t, SmallMemoryBytes)
 	rec, lease := PublishInputs(t, repo, in, "digests")
 	manifest := ManifestBytes(t, 64)
-	if _, err := repo.AttachManifest(bg(), lease, manifest); err != nil {
+	if _, err := repo.AttachManifest(bg(), lease, manifest, nil); err != nil {
 		t.Fatal(err)
 	}
 	table := DigestTable(t, in.MemoryPath)

@@ -46,7 +46,7 @@ func CheckRefinement(t testing.TB, repo repository.Repository, id string, want r
 func testAttachRefinement(t *testing.T, repo repository.Repository) {
 	rec, lease := Publish(t, repo, "refined")
 	base := ManifestBytes(t, 64)
-	if _, err := repo.AttachManifest(bg(), lease, base); err != nil {
+	if _, err := repo.AttachManifest(bg(), lease, base, nil); err != nil {
 		t.Fatal(err)
 	}
 	first := RefinementOf(t, base, 1)
@@ -73,13 +73,13 @@ func testAttachRefinement(t *testing.T, repo repository.Repository) {
 	checkAttached(t, repo, rec.ID, base)
 
 	// The same recording again: the refinement grew from it and stays.
-	if _, err := repo.AttachManifest(bg(), lease, base); err != nil {
+	if _, err := repo.AttachManifest(bg(), lease, base, nil); err != nil {
 		t.Fatal(err)
 	}
 	CheckRefinement(t, repo, rec.ID, second)
 
 	// A new recording starts over: the refinement grew from another base.
-	if _, err := repo.AttachManifest(bg(), lease, ManifestBytes(t, 65)); err != nil {
+	if _, err := repo.AttachManifest(bg(), lease, ManifestBytes(t, 65), nil); err != nil {
 		t.Fatal(err)
 	}
 	res, err := repo.Resolve(bg(), rec.ID)
@@ -113,7 +113,7 @@ func testAttachRefinementRefused(t *testing.T, repo repository.Repository) {
 	t.Run("lease ended", func(t *testing.T) {
 		_, lease := Publish(t, repo, "")
 		base := ManifestBytes(t, 64)
-		if _, err := repo.AttachManifest(bg(), lease, base); err != nil {
+		if _, err := repo.AttachManifest(bg(), lease, base, nil); err != nil {
 			t.Fatal(err)
 		}
 		if err := lease.End(); err != nil {
@@ -125,7 +125,7 @@ func testAttachRefinementRefused(t *testing.T, repo repository.Repository) {
 	t.Run("deleted", func(t *testing.T) {
 		rec, lease := Publish(t, repo, "refine-deleted")
 		base := ManifestBytes(t, 64)
-		if _, err := repo.AttachManifest(bg(), lease, base); err != nil {
+		if _, err := repo.AttachManifest(bg(), lease, base, nil); err != nil {
 			t.Fatal(err)
 		}
 		if err := repo.Delete(bg(), rec.ID); err != nil {

@@ -396,9 +396,9 @@ func testForeignLease(t *testing.T, repo repository.Repository) {
 	stranger := strangerLease{id: rec.ID}
 	_, err := repo.Publish(bg(), stranger, NewInputs(t, SmallMemoryBytes).Request(""))
 	wantErr(t, "Publish with a foreign lease", err, repository.ErrInvalidRequest)
-	_, err = repo.AttachManifest(bg(), stranger, []byte("m"))
+	_, err = repo.AttachManifest(bg(), stranger, []byte("m"), nil)
 	wantErr(t, "AttachManifest with a foreign lease", err, repository.ErrInvalidRequest)
-	_, err = repo.AttachManifest(bg(), nil, []byte("m"))
+	_, err = repo.AttachManifest(bg(), nil, []byte("m"), nil)
 	wantErr(t, "AttachManifest with a nil lease", err, repository.ErrInvalidRequest)
 }
 
@@ -667,7 +667,7 @@ func testListFilter(t *testing.T, repo repository.Repository) {
 	web2, _ := Publish(t, repo, "web-2")
 	db1, _ := Publish(t, repo, "db-1")
 	none, _ := Publish(t, repo, "")
-	if _, err := repo.AttachManifest(bg(), web1Lease, ManifestBytes(t, 100)); err != nil {
+	if _, err := repo.AttachManifest(bg(), web1Lease, ManifestBytes(t, 100), nil); err != nil {
 		t.Fatal(err)
 	}
 	yes, no := true, false
@@ -697,7 +697,7 @@ func testListFilter(t *testing.T, repo repository.Repository) {
 func testAttach(t *testing.T, repo repository.Repository) {
 	rec, lease := Publish(t, repo, "m")
 	data := ManifestBytes(t, 12345)
-	desc, err := repo.AttachManifest(bg(), lease, data)
+	desc, err := repo.AttachManifest(bg(), lease, data, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -706,12 +706,28 @@ func testAttach(t *testing.T, repo repository.Repository) {
 	}
 	checkAttached(t, repo, rec.ID, data)
 
-	// Attaching again replaces the manifest.
+	// Attaching again replaces the manifest, and the recording comes and
+	// goes with the manifest it describes.
+	overlap, rho := 0.75, -0.25
+	recording := &repository.Recording{Runs: 2, Overlap: &overlap, RankCorrelation: &rho}
 	data2 := ManifestBytes(t, 777)
-	if _, err := repo.AttachManifest(bg(), lease, data2); err != nil {
+	if _, err := repo.AttachManifest(bg(), lease, data2, recording); err != nil {
 		t.Fatal(err)
 	}
 	checkAttached(t, repo, rec.ID, data2)
+	if got := mustGet(t, repo, rec.ID).ManifestRecording; got == nil || got.Runs != 2 || *got.Overlap != overlap || *got.RankCorrelation != rho {
+		t.Fatalf("recording in the record %+v, attached %+v", got, recording)
+	}
+	bad := &repository.Recording{Runs: 3}
+	_, err = repo.AttachManifest(bg(), lease, ManifestBytes(t, 5), bad)
+	wantErr(t, "attach with a recording of three runs", err, repository.ErrInvalidRequest)
+	checkAttached(t, repo, rec.ID, data2)
+	if _, err := repo.AttachManifest(bg(), lease, data, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, repo, rec.ID).ManifestRecording; got != nil {
+		t.Fatalf("a manifest attached without a recording kept the old one: %+v", got)
+	}
 	// The rest of the record is untouched.
 	got, err := repo.Get(bg(), rec.ID)
 	if err != nil {
@@ -746,9 +762,9 @@ func checkAttached(t *testing.T, repo repository.Repository, id string, data []b
 func testAttachRefused(t *testing.T, repo repository.Repository) {
 	t.Run("bad sizes", func(t *testing.T) {
 		_, lease := Publish(t, repo, "")
-		_, err := repo.AttachManifest(bg(), lease, nil)
+		_, err := repo.AttachManifest(bg(), lease, nil, nil)
 		wantErr(t, "empty manifest", err, repository.ErrInvalidRequest)
-		_, err = repo.AttachManifest(bg(), lease, make([]byte, repository.MaxManifestBytes+1))
+		_, err = repo.AttachManifest(bg(), lease, make([]byte, repository.MaxManifestBytes+1), nil)
 		wantErr(t, "oversize manifest", err, repository.ErrInvalidRequest)
 	})
 	t.Run("lease ended", func(t *testing.T) {
@@ -756,7 +772,7 @@ func testAttachRefused(t *testing.T, repo repository.Repository) {
 		if err := lease.End(); err != nil {
 			t.Fatal(err)
 		}
-		_, err := repo.AttachManifest(bg(), lease, ManifestBytes(t, 10))
+		_, err := repo.AttachManifest(bg(), lease, ManifestBytes(t, 10), nil)
 		wantErr(t, "attach after End", err, repository.ErrLeaseEnded)
 		got, err := repo.Get(bg(), rec.ID)
 		if err != nil || got.Manifest != nil {
@@ -768,7 +784,7 @@ func testAttachRefused(t *testing.T, repo repository.Repository) {
 		if err := repo.Delete(bg(), rec.ID); err != nil {
 			t.Fatal(err)
 		}
-		_, err := repo.AttachManifest(bg(), lease, ManifestBytes(t, 10))
+		_, err := repo.AttachManifest(bg(), lease, ManifestBytes(t, 10), nil)
 		wantErr(t, "attach after Delete", err, repository.ErrNotFound)
 		_, err = repo.Get(bg(), rec.ID)
 		wantErr(t, "Get after refused attach", err, repository.ErrNotFound)
@@ -782,7 +798,7 @@ func testAttachRefused(t *testing.T, repo repository.Repository) {
 			t.Fatal(err)
 		}
 		defer lease.End()
-		_, err = repo.AttachManifest(bg(), lease, ManifestBytes(t, 10))
+		_, err = repo.AttachManifest(bg(), lease, ManifestBytes(t, 10), nil)
 		wantErr(t, "attach before Publish", err, repository.ErrNotFound)
 		_, err = repo.Get(bg(), lease.SnapshotID())
 		wantErr(t, "Get after attach before Publish", err, repository.ErrNotFound)
@@ -808,14 +824,14 @@ func testLeaseExisting(t *testing.T, repo repository.Repository) {
 		t.Fatalf("lease on %s, want %s", a.SnapshotID(), rec.ID)
 	}
 	data := ManifestBytes(t, 99)
-	if _, err := repo.AttachManifest(bg(), a, data); err != nil {
+	if _, err := repo.AttachManifest(bg(), a, data, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.End(); err != nil {
 		t.Fatal(err)
 	}
 	data2 := ManifestBytes(t, 98)
-	if _, err := repo.AttachManifest(bg(), b, data2); err != nil {
+	if _, err := repo.AttachManifest(bg(), b, data2, nil); err != nil {
 		t.Fatalf("attach under the other lease after the first ended: %v", err)
 	}
 	checkAttached(t, repo, rec.ID, data2)
@@ -835,7 +851,7 @@ func testEndWaitsForAttach(t *testing.T, repo repository.Repository) {
 		for i := 0; ; i++ {
 			// Every attach writes different bytes, so any attach landing
 			// after End would show.
-			_, err := repo.AttachManifest(bg(), lease, []byte(fmt.Sprintf("manifest %d", i)))
+			_, err := repo.AttachManifest(bg(), lease, []byte(fmt.Sprintf("manifest %d", i)), nil)
 			if err != nil {
 				finished <- err
 				return
@@ -894,7 +910,7 @@ func testAttachRacingDelete(t *testing.T, repo repository.Repository) {
 		wg.Go(func() {
 			<-start
 			var desc repository.ManifestDescriptor
-			desc, attachErr = repo.AttachManifest(bg(), lease, data)
+			desc, attachErr = repo.AttachManifest(bg(), lease, data, nil)
 			if attachErr != nil {
 				return
 			}
@@ -943,4 +959,14 @@ func testAttachRacingDelete(t *testing.T, repo repository.Repository) {
 		t.Fatalf("records left after every delete: %v", ids(recs))
 	}
 	t.Logf("attach before delete %d times, delete before attach %d times", attachWon, deleteWon)
+}
+
+// mustGet returns id's record.
+func mustGet(t *testing.T, repo repository.Repository, id string) repository.Record {
+	t.Helper()
+	rec, err := repo.Get(bg(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
 }

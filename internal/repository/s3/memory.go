@@ -41,28 +41,42 @@ func (r *Repo) memoryOf(ctx context.Context, rec repository.Record) (*memorySour
 // chunkedMemory loads the chunk map (checked against the record) into the
 // node's file cache and serves the memory from the chunks it names.
 func (r *Repo) chunkedMemory(ctx context.Context, rec repository.Record) (*memorySource, error) {
-	d := rec.MemoryChunks
-	p, err := r.fetchLocal(ctx, r.keys.artifact(rec.ID, chunkMapName), d.SHA256, d.Size)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, r.goneOr(ctx, rec.ID, &repository.IntegrityError{Artifact: chunkMapName,
-			Want: fmt.Sprintf("%d bytes", d.Size), Got: "no object"})
-	}
+	m, err := r.ChunkMap(ctx, rec)
 	if err != nil {
 		return nil, err
 	}
+	obj := chunkcache.Object{ID: rec.MemorySHA256, Size: rec.MemorySize, Fetch: r.chunkedFetch(m)}
+	return &memorySource{r: r, obj: obj}, nil
+}
+
+// ChunkMap is the chunk map of rec's memory (a MemoryFormatChunks
+// record), read through the node's file cache and checked against the
+// record: which chunk objects the snapshot's memory is made of.
+func (r *Repo) ChunkMap(ctx context.Context, rec repository.Record) (chunkmap.Map, error) {
+	d := rec.MemoryChunks
+	if d == nil {
+		return chunkmap.Map{}, fmt.Errorf("snapshot %s: %w: memory is not stored as chunks", rec.ID, repository.ErrInvalidRequest)
+	}
+	p, err := r.fetchLocal(ctx, r.keys.artifact(rec.ID, chunkMapName), d.SHA256, d.Size)
+	if errors.Is(err, os.ErrNotExist) {
+		return chunkmap.Map{}, r.goneOr(ctx, rec.ID, &repository.IntegrityError{Artifact: chunkMapName,
+			Want: fmt.Sprintf("%d bytes", d.Size), Got: "no object"})
+	}
+	if err != nil {
+		return chunkmap.Map{}, err
+	}
 	data, err := os.ReadFile(p)
 	if err != nil {
-		return nil, fmt.Errorf("read chunk map: %w", err)
+		return chunkmap.Map{}, fmt.Errorf("read chunk map: %w", err)
 	}
 	if got := sha256Hex(data); got != d.SHA256 {
-		return nil, &repository.IntegrityError{Artifact: chunkMapName, Want: d.SHA256, Got: got}
+		return chunkmap.Map{}, &repository.IntegrityError{Artifact: chunkMapName, Want: d.SHA256, Got: got}
 	}
 	m, err := chunkmap.Decode(data, rec.MemorySize)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", repository.ErrIntegrity, err)
+		return chunkmap.Map{}, fmt.Errorf("%w: %w", repository.ErrIntegrity, err)
 	}
-	obj := chunkcache.Object{ID: rec.MemorySHA256, Size: rec.MemorySize, Fetch: r.chunkedFetch(m)}
-	return &memorySource{r: r, obj: obj}, nil
+	return m, nil
 }
 
 // goneOr reports ErrNotFound when id's record is gone (deleted while it

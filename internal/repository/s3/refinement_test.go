@@ -16,7 +16,7 @@ func TestRefinementSwitchesInOneRecordWrite(t *testing.T) {
 	rec, lease := repotest.Publish(t, r, "")
 	defer lease.End()
 	base := repotest.ManifestBytes(t, 64)
-	if _, err := r.AttachManifest(bg(), lease, base); err != nil {
+	if _, err := r.AttachManifest(bg(), lease, base, nil); err != nil {
 		t.Fatal(err)
 	}
 	first := repotest.RefinementOf(t, base, 1)

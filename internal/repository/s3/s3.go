@@ -469,8 +469,8 @@ func (r *Repo) commitRecord(ctx context.Context, rec repository.Record) error {
 }
 
 // AttachManifest implements repository.Repository.
-func (r *Repo) AttachManifest(ctx context.Context, lz repository.Lease, data []byte) (repository.ManifestDescriptor, error) {
-	return repository.AttachManifestUnderLease(r, lz, data, r.attacher(ctx))
+func (r *Repo) AttachManifest(ctx context.Context, lz repository.Lease, data []byte, rec *repository.Recording) (repository.ManifestDescriptor, error) {
+	return repository.AttachManifestUnderLease(r, lz, data, rec, r.attacher(ctx))
 }
 
 // AttachDigests implements repository.Repository.

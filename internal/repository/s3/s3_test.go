@@ -150,7 +150,7 @@ func keysUnder(t *testing.T, r *Repo) []string {
 func TestObjectLayout(t *testing.T) {
 	r := openRepo(t)
 	rec, lease := repotest.Publish(t, r, "web")
-	if _, err := r.AttachManifest(bg(), lease, []byte("manifest")); err != nil {
+	if _, err := r.AttachManifest(bg(), lease, []byte("manifest"), nil); err != nil {
 		t.Fatal(err)
 	}
 	lease.End() // its lease object goes with it

@@ -46,13 +46,13 @@ type gatedRepo struct {
 	open chan struct{}
 }
 
-func (g *gatedRepo) AttachManifest(ctx context.Context, lease repository.Lease, data []byte) (repository.ManifestDescriptor, error) {
+func (g *gatedRepo) AttachManifest(ctx context.Context, lease repository.Lease, data []byte, rec *repository.Recording) (repository.ManifestDescriptor, error) {
 	select {
 	case <-g.open:
 	case <-ctx.Done():
 		return repository.ManifestDescriptor{}, ctx.Err()
 	}
-	return g.Repository.AttachManifest(ctx, lease, data)
+	return g.Repository.AttachManifest(ctx, lease, data, rec)
 }
 
 // requireFUSE skips where no FUSE device exists.

@@ -62,7 +62,7 @@ func (d *Driver) Boot(ctx context.Context, spec BootSpec) (*Machine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("boot: %w", err)
 	}
-	m.capturable = true
+	m.capturable, m.memPath = true, memPath
 	m.resumed = m.started
 	if _, err := m.WaitReady(ctx); err != nil {
 		m.kill()
@@ -99,6 +99,47 @@ func (m *Machine) Capture(ctx context.Context, vmStatePath string) (err error) {
 			err = m.withLog(fmt.Errorf("capture: %w", err))
 		}
 	}()
+	if err := m.pauseAndSave(ctx, vmStatePath); err != nil {
+		return err
+	}
+	return m.stop(ctx)
+}
+
+// Checkpoint captures the guest and lets it run on, as a fleet snapshots
+// a sandbox that keeps serving: it pauses the guest, writes its device
+// state to vmStatePath and a copy of its memory file to memCopyPath (both
+// fsynced; the copy is sparse, all-zero pages are holes), and continues
+// it. The copy is taken while the guest is paused, so it is the memory
+// the device state was saved with; the live file goes on changing. On
+// error the machine is killed.
+func (m *Machine) Checkpoint(ctx context.Context, vmStatePath, memCopyPath string) (err error) {
+	if !m.capturable {
+		return ErrNotCapturable
+	}
+	defer func() {
+		if err != nil {
+			m.kill()
+			err = m.withLog(fmt.Errorf("checkpoint: %w", err))
+		}
+	}()
+	if err := m.pauseAndSave(ctx, vmStatePath); err != nil {
+		return err
+	}
+	if err := copySparse(m.memPath, memCopyPath); err != nil {
+		return err
+	}
+	// A completed outgoing migration leaves QEMU in postmigrate, from
+	// which cont runs the guest again.
+	if err := m.mon.execute(ctx, "cont", nil, nil); err != nil {
+		return err
+	}
+	m.resumed = time.Now()
+	return nil
+}
+
+// pauseAndSave quiesces the agent, pauses the guest and writes its device
+// state (not its RAM, which is in the memory file) to vmStatePath.
+func (m *Machine) pauseAndSave(ctx context.Context, vmStatePath string) error {
 	path, err := filepath.Abs(vmStatePath)
 	if err != nil {
 		return err
@@ -122,10 +163,7 @@ func (m *Machine) Capture(ctx context.Context, vmStatePath string) (err error) {
 	if err := m.waitMigration(ctx); err != nil {
 		return err
 	}
-	if err := syncFile(path); err != nil {
-		return err
-	}
-	return m.stop(ctx)
+	return syncFile(path)
 }
 
 // waitMigration polls query-migrate until the outgoing migration completes.

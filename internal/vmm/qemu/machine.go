@@ -48,6 +48,8 @@ type Machine struct {
 	mon        *monitor
 	agent      *agentConn
 	capturable bool
+	// memPath is a booted guest's memory file, its RAM from boot.
+	memPath string
 
 	// resumed is when the guest last started running; only agent answers
 	// to pings sent after it count as ready.
