@@ -160,7 +160,7 @@ func (c *Cache) fetchGroups(ctx context.Context, obj *Object, first int64, slots
 			j++
 		}
 		start := first + int64(i)
-		wg.Go(func() { c.fetchRun(ctx, obj, start, group, false) })
+		wg.Go(func() { c.fetchRun(ctx, obj, start, group, nil) })
 		i = j
 	}
 	wg.Wait()
@@ -205,7 +205,7 @@ func (c *Cache) lookupAndFetch(ctx context.Context, obj *Object, idx int64) slot
 	s := c.lookupLocked(obj.ID, idx)
 	c.mu.Unlock()
 	if s.fl != nil && !s.joined {
-		c.fetchRun(ctx, obj, idx, []*flight{s.fl}, false)
+		c.fetchRun(ctx, obj, idx, []*flight{s.fl}, nil)
 	}
 	return s
 }
@@ -296,8 +296,8 @@ func (c *Cache) forget(object string, idx int64, path string) {
 // fetchRun fetches blocks first .. first+len(flights)-1 of obj with one
 // ranged GET and resolves their flights in order, as each block arrives,
 // so a reader waiting on an early block of a long run is not held up by
-// the rest.
-func (c *Cache) fetchRun(ctx context.Context, obj *Object, first int64, flights []*flight, prefetch bool) error {
+// the rest. w is the warming that fetches the run, nil for a demand read.
+func (c *Cache) fetchRun(ctx context.Context, obj *Object, first int64, flights []*flight, w *Warming) error {
 	off := first * c.blockBytes
 	end := min(obj.Size, (first+int64(len(flights)))*c.blockBytes)
 	c.stats.fetches.Add(1)
@@ -324,8 +324,9 @@ func (c *Cache) fetchRun(ctx context.Context, obj *Object, first int64, flights 
 			return err
 		}
 		c.stats.fetchedBytes.Add(uint64(len(buf)))
-		if prefetch {
+		if w != nil {
 			c.stats.prefetchedBlocks.Add(1)
+			w.noteBlock()
 		}
 		c.complete(blockKey{obj.ID, idx}, f, buf)
 	}

@@ -490,3 +490,27 @@ func readObject(t *testing.T, r *Repo, key string) []byte {
 	}
 	return data
 }
+
+// TestStartupStreamStartsFirst: on a cold node, a restore with prefetch
+// starts streaming the startup pack before it acquires the memory device
+// (the wire is a cold node's floor, so it starts first), the stream
+// delivers blocks before ready, and the guest reads exactly the memory
+// file. Without prefetch nothing streams.
+func TestStartupStreamStartsFirst(t *testing.T) {
+	w := newWorld(t, server.Endpoint)
+	snap := w.publish(t, w.repo(t, 0), 11)
+
+	inst := w.restoreOK(t, w.repo(t, 0), snap, restore.ModeOn)
+	tm := inst.Timings
+	if tm.StreamStarted <= 0 || tm.StreamStarted > tm.DeviceAcquired {
+		t.Fatalf("stream started at %v, device acquired at %v: want the stream first", tm.StreamStarted, tm.DeviceAcquired)
+	}
+	if tm.StreamFirstBlock <= 0 || tm.StreamFirstBlock > tm.Ready {
+		t.Fatalf("first streamed block at %v, ready at %v: want a block before ready", tm.StreamFirstBlock, tm.Ready)
+	}
+
+	off := w.restoreOK(t, w.repo(t, 0), snap, restore.ModeOff)
+	if off.Timings.StreamStarted != 0 || off.Timings.StreamFirstBlock != 0 {
+		t.Fatalf("prefetch off streamed: %+v", off.Timings)
+	}
+}
