@@ -191,7 +191,7 @@ func (w *Warming) fetch(run Run) error {
 			w.skippedBlocks.Add(1)
 			continue
 		}
-		f := &flight{done: make(chan struct{})}
+		f := newFlight()
 		c.flights[key] = f
 		if n := len(groups); n > 0 && groups[n-1].first+int64(len(groups[n-1].flights)) == idx {
 			groups[n-1].flights = append(groups[n-1].flights, f)
