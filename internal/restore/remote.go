@@ -76,7 +76,8 @@ func checkDevice(src Source, device string) error {
 // a stream started.
 func (inst *Instance) streamStartup(src Source, opts Options) bool {
 	w, ok := src.Memory.(CacheWarmer)
-	if !ok || opts.Prefetch == ModeOff || (opts.Prefetch == ModeAuto && !inst.r.ConsumeEnabled) || src.Manifest == nil {
+	if !ok || opts.Prefetch == ModeOff || (opts.Prefetch == ModeAuto && !inst.r.ConsumeEnabled) || src.Manifest == nil ||
+		checkDevice(src, opts.Device) != nil {
 		return false
 	}
 	warm, err := w.StreamStartup()
