@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"warmstart/internal/interrupt"
 	"warmstart/internal/layout"
@@ -94,6 +95,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		memSize string
 		mbit    int64
 		link    int64
+		conds   string
+		runKiB  int64
 	)
 	fs := flag.NewFlagSet("warmstart-s3bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -105,6 +108,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Int64Var(&mbit, "s3-bandwidth-mbit", s3bench.DefaultBandwidthBits/1_000_000, "bandwidth of each object-store connection")
 	fs.Int64Var(&link, "s3-link-mbit", s3bench.DefaultLinkBits/1_000_000, "bandwidth of the node's link: all object-store connections together")
 	fs.StringVar(&c.jsonPath, "json", "", "write all raw trials and the summary to this file")
+	fs.StringVar(&conds, "conditions", "", "comma-separated conditions each block runs (cold-off,cold-on,warm-off,warm-on; default all)")
+	fs.IntVar(&c.opts.Warm.Concurrency, "warm-runs", 0, "cache prefetch GETs in flight (default: the repository's)")
+	fs.Int64Var(&runKiB, "warm-run-kib", 0, "cache prefetch bytes per GET, KiB (default: the repository's)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -124,6 +130,20 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	c.opts.BandwidthBits = mbit * 1_000_000
 	c.opts.LinkBits = link * 1_000_000
+	if c.opts.Warm.Concurrency < 0 || runKiB < 0 {
+		return config{}, fmt.Errorf("--warm-runs %d and --warm-run-kib %d: want 0 (the default) or more", c.opts.Warm.Concurrency, runKiB)
+	}
+	c.opts.Warm.RunCapBytes = runKiB << 10
+	if conds == "" {
+		return c, nil
+	}
+	for _, name := range strings.Split(conds, ",") {
+		cond, err := s3bench.ParseCondition(name)
+		if err != nil {
+			return config{}, fmt.Errorf("--conditions: %w", err)
+		}
+		c.opts.Conditions = append(c.opts.Conditions, cond)
+	}
 	return c, nil
 }
 

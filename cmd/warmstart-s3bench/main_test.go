@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -32,11 +34,26 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--memory-size", "lots"}, "--memory-size: bad size"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 		{[]string{"--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
+		{[]string{"--conditions", "cold-on,lukewarm-on"}, `--conditions: condition "lukewarm-on"`},
+		{[]string{"--warm-runs", "-1"}, "--warm-runs -1 and --warm-run-kib 0: want 0 (the default) or more"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(c.args, &stdout, &stderr); code != exitUsage || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("%q: exit %d, stderr %q; want exit %d and %q", c.args, code, stderr.String(), exitUsage, c.want)
 		}
+	}
+}
+
+// TestConditionsFlag: --conditions picks the conditions each block runs,
+// and the warm flags reach the cache prefetch.
+func TestConditionsFlag(t *testing.T) {
+	c, err := parseFlags([]string{"--conditions", "cold-on,warm-on", "--warm-runs", "6", "--warm-run-kib", "2048"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []s3bench.Condition{{Cache: s3bench.CacheCold, Prefetch: s3bench.PrefetchOn}, {Cache: s3bench.CacheWarm, Prefetch: s3bench.PrefetchOn}}
+	if !reflect.DeepEqual(c.opts.Conditions, want) || c.opts.Warm.Concurrency != 6 || c.opts.Warm.RunCapBytes != 2<<20 {
+		t.Fatalf("conditions %v, warm %+v", c.opts.Conditions, c.opts.Warm)
 	}
 }
 

@@ -223,13 +223,6 @@ type failure struct {
 	until time.Time
 }
 
-// flight is a fetch in progress of one block.
-type flight struct {
-	done chan struct{}
-	data []byte // set before done closes, on success
-	err  error  // set before done closes, on failure
-}
-
 // Open opens (creating if needed) the cache in o.Dir. Blocks already there
 // are indexed, oldest first in the LRU, and checked on first use. When no
 // other process has the directory open (lock.go), temporary files of

@@ -160,7 +160,7 @@ func (c *Cache) fetchGroups(ctx context.Context, obj *Object, first int64, slots
 			j++
 		}
 		start := first + int64(i)
-		wg.Go(func() { c.fetchRun(ctx, obj, start, group, false) })
+		wg.Go(func() { c.fetchRun(ctx, obj, start, group, nil) })
 		i = j
 	}
 	wg.Wait()
@@ -193,7 +193,7 @@ func (c *Cache) lookupLocked(object string, idx int64) slot {
 		}
 		delete(c.failures, key)
 	}
-	f := &flight{done: make(chan struct{})}
+	f := newFlight()
 	c.flights[key] = f
 	c.stats.misses.Add(1)
 	return slot{fl: f}
@@ -205,7 +205,7 @@ func (c *Cache) lookupAndFetch(ctx context.Context, obj *Object, idx int64) slot
 	s := c.lookupLocked(obj.ID, idx)
 	c.mu.Unlock()
 	if s.fl != nil && !s.joined {
-		c.fetchRun(ctx, obj, idx, []*flight{s.fl}, false)
+		c.fetchRun(ctx, obj, idx, []*flight{s.fl}, nil)
 	}
 	return s
 }
@@ -254,15 +254,11 @@ func (c *Cache) copyFrom(ctx context.Context, obj *Object, idx int64, s slot, pa
 		}
 		return false, err
 	default:
-		select {
-		case <-s.fl.done:
-		case <-ctx.Done():
-			return false, ctx.Err()
+		data, err := s.fl.wait(ctx, inBlock+int64(len(part)))
+		if err != nil {
+			return s.joined && ctx.Err() == nil, err
 		}
-		if s.fl.err != nil {
-			return s.joined, s.fl.err
-		}
-		copy(part, s.fl.data[inBlock:])
+		copy(part, data[inBlock:])
 		return false, nil
 	}
 }
@@ -273,9 +269,12 @@ func (c *Cache) dropBroken(e *entry, why error) {
 		return // an I/O error says nothing about the bytes; keep the file
 	}
 	c.mu.Lock()
+	// Concurrent reads of one unchecked block each find it broken; the
+	// one that removes it counts it.
+	first := c.entries[e.key] == e
 	path := c.removeLocked(e)
 	c.mu.Unlock()
-	if errors.Is(why, errCorrupt) {
+	if errors.Is(why, errCorrupt) && first {
 		c.stats.corrupt.Add(1)
 		c.log.Warn("chunk cache: discarding corrupt block", "err", why)
 	}
@@ -296,8 +295,8 @@ func (c *Cache) forget(object string, idx int64, path string) {
 // fetchRun fetches blocks first .. first+len(flights)-1 of obj with one
 // ranged GET and resolves their flights in order, as each block arrives,
 // so a reader waiting on an early block of a long run is not held up by
-// the rest.
-func (c *Cache) fetchRun(ctx context.Context, obj *Object, first int64, flights []*flight, prefetch bool) error {
+// the rest. w is the warming that fetches the run, nil for a demand read.
+func (c *Cache) fetchRun(ctx context.Context, obj *Object, first int64, flights []*flight, w *Warming) error {
 	off := first * c.blockBytes
 	end := min(obj.Size, (first+int64(len(flights)))*c.blockBytes)
 	c.stats.fetches.Add(1)
@@ -314,7 +313,7 @@ func (c *Cache) fetchRun(ctx context.Context, obj *Object, first int64, flights 
 	for i, f := range flights {
 		idx := first + int64(i)
 		buf := make([]byte, c.blockLength(obj.Size, idx))
-		if _, err := io.ReadFull(body, buf); err != nil {
+		if err := f.receive(body, buf); err != nil {
 			c.stats.fetchErrors.Add(1)
 			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 				err = ErrShortFetch
@@ -324,8 +323,9 @@ func (c *Cache) fetchRun(ctx context.Context, obj *Object, first int64, flights 
 			return err
 		}
 		c.stats.fetchedBytes.Add(uint64(len(buf)))
-		if prefetch {
+		if w != nil {
 			c.stats.prefetchedBlocks.Add(1)
+			w.noteBlock()
 		}
 		c.complete(blockKey{obj.ID, idx}, f, buf)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // DefaultWarmConcurrency bounds the prefetch GETs one warming has in
@@ -39,6 +40,10 @@ type Warming struct {
 	next   atomic.Int64
 
 	gets, fetchedBlocks, skippedBlocks atomic.Int64
+	// firstBlockNanos and endedNanos are Unix times (0 until then): when
+	// the first fetched block arrived and when the warming ended, so a
+	// restore can say where its time went.
+	firstBlockNanos, endedNanos atomic.Int64
 
 	mu  sync.Mutex
 	err error
@@ -82,6 +87,7 @@ func (c *Cache) Warm(obj Object, ranges []Range, o WarmOptions) (*Warming, error
 		defer c.ops.Done()
 		defer c.unpin(obj.ID)
 		defer close(w.done)
+		defer func() { w.endedNanos.Store(time.Now().UnixNano()) }()
 		defer w.cancel()
 		var wg sync.WaitGroup
 		for range workers {
@@ -105,6 +111,24 @@ func (w *Warming) Done() <-chan struct{} { return w.done }
 func (w *Warming) Stop() {
 	w.cancel()
 	<-w.done
+}
+
+// Arrival says when the warming's first fetched block arrived and when the
+// warming ended; each is zero until it happened.
+func (w *Warming) Arrival() (firstBlock, ended time.Time) {
+	return unixNanos(w.firstBlockNanos.Load()), unixNanos(w.endedNanos.Load())
+}
+
+func unixNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+// noteBlock records that one of the warming's blocks arrived.
+func (w *Warming) noteBlock() {
+	w.firstBlockNanos.CompareAndSwap(0, time.Now().UnixNano())
 }
 
 // Err is the first fetch error, nil if none (Stop is not an error).
@@ -167,7 +191,7 @@ func (w *Warming) fetch(run Run) error {
 			w.skippedBlocks.Add(1)
 			continue
 		}
-		f := &flight{done: make(chan struct{})}
+		f := newFlight()
 		c.flights[key] = f
 		if n := len(groups); n > 0 && groups[n-1].first+int64(len(groups[n-1].flights)) == idx {
 			groups[n-1].flights = append(groups[n-1].flights, f)
@@ -185,7 +209,7 @@ func (w *Warming) fetch(run Run) error {
 			return err
 		}
 		w.gets.Add(1)
-		if err := c.fetchRun(w.ctx, &w.obj, g.first, g.flights, true); err != nil {
+		if err := c.fetchRun(w.ctx, &w.obj, g.first, g.flights, w); err != nil {
 			for _, rest := range groups[i+1:] {
 				c.failFlights(w.obj.ID, rest.first, rest.flights, err)
 			}

@@ -176,3 +176,24 @@ func TestWarmFailureEndsIt(t *testing.T) {
 		t.Fatalf("failed warming cached %d blocks", s.Blocks)
 	}
 }
+
+// TestWarmArrival: a warming says when its first block arrived and when it
+// ended, and not before.
+func TestWarmArrival(t *testing.T) {
+	o := newOrigin(t, 4*testBlock)
+	o.gate = make(chan struct{})
+	c := openCache(t, t.TempDir(), 64<<20)
+	w, err := c.Warm(o.object("obj"), []Range{{0, 4 * testBlock}}, WarmOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, ended := w.Arrival(); !first.IsZero() || !ended.IsZero() {
+		t.Fatalf("before any block: first %v, ended %v", first, ended)
+	}
+	close(o.gate)
+	<-w.Done()
+	first, ended := w.Arrival()
+	if first.IsZero() || ended.IsZero() || ended.Before(first) {
+		t.Fatalf("after the warming: first block %v, ended %v", first, ended)
+	}
+}

@@ -1,5 +1,7 @@
 package repository
 
+import "time"
+
 // MemorySource is the memory file of a snapshot whose backend keeps it
 // remotely and serves it through a node-local cache instead of as a local
 // file (Resolved.MemoryPath is then ""). A memory device opens one
@@ -23,4 +25,15 @@ type MemoryReader interface {
 	ReadAt(p []byte, off int64) (int, error)
 	Size() int64
 	Close() error
+}
+
+// CacheWarm is one prefetch of remote memory into a node-local cache, in
+// progress (a memory source's startup stream or range warming).
+type CacheWarm interface {
+	// Stop cancels what has not been fetched and waits for the fetches in
+	// progress.
+	Stop()
+	// Arrival says when its first block arrived and when it ended; each
+	// is zero until it happened.
+	Arrival() (firstBlock, ended time.Time)
 }

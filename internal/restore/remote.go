@@ -3,10 +3,12 @@ package restore
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"warmstart/internal/config"
 	"warmstart/internal/manifest"
 	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/repository"
 )
 
 // Snapshots whose memory stays in a remote store (the S3 repository) come
@@ -15,15 +17,20 @@ import (
 // local file and refuses them.
 
 // CacheWarmer is a memory source with a node-local cache below the memory
-// device (the S3 repository's chunk cache). When a restore prefetches, it
-// hands the source the manifest's ranges in first-touch order before the
-// device prefetch starts: the source's executor fetches them into its cache
-// with its own bounded concurrency, and the device prefetch's and the
-// guest's reads then hit that cache or wait on its fetches in flight.
+// device (the S3 repository's chunk cache). When a restore prefetches, the
+// source's executor fetches the startup set into that cache with its own
+// bounded concurrency, and the device prefetch's and the guest's reads
+// then hit that cache or wait on its fetches in flight.
 type CacheWarmer interface {
-	// WarmCache starts the fetches and returns at once; stop cancels what
-	// has not been fetched and waits for the fetches in progress.
-	WarmCache(ranges []manifest.Range) (stop func(), err error)
+	// StreamStartup starts streaming the startup set when the source keeps
+	// it packed in a form that checks itself (the S3 startup pack: frames
+	// named by their digests), so the stream needs nothing of the restore
+	// and can begin before the device is acquired and the manifest
+	// validated. It returns nil, nil when the source keeps no such pack.
+	StreamStartup() (repository.CacheWarm, error)
+	// WarmCache starts fetching the manifest's ranges, in first-touch
+	// order, and returns at once.
+	WarmCache(ranges []manifest.Range) (repository.CacheWarm, error)
 }
 
 // ReadyNotifier is a memory source that wants to know when a restore of
@@ -60,27 +67,77 @@ func checkDevice(src Source, device string) error {
 	return nil
 }
 
+// streamStartup starts streaming the source's startup pack at the very
+// start of a restore that may prefetch. A cold node's floor is the wire
+// time of the startup set, so the wire starts before the device is
+// acquired, the manifest validated and the VMM started; the frames check
+// themselves against their digests, so nothing of that is needed first.
+// If the restore then does not prefetch, run stops it. It reports whether
+// a stream started.
+func (inst *Instance) streamStartup(src Source, opts Options) bool {
+	w, ok := src.Memory.(CacheWarmer)
+	if !ok || opts.Prefetch == ModeOff || (opts.Prefetch == ModeAuto && !inst.r.ConsumeEnabled) || src.Manifest == nil ||
+		checkDevice(src, opts.Device) != nil {
+		return false
+	}
+	warm, err := w.StreamStartup()
+	if err != nil {
+		inst.logWarmFailure(src, err)
+		return false
+	}
+	if warm == nil {
+		return false
+	}
+	inst.setWarm(warm)
+	return true
+}
+
 // startCacheWarm starts warming the memory source's cache with m's ranges
-// when the source has one. A failure to start only means the device
-// prefetch and the guest fetch on demand.
+// when the source has a cache and is not streaming its startup set yet. A
+// failure to start only means the device prefetch and the guest fetch on
+// demand.
 func (inst *Instance) startCacheWarm(src Source, m *manifest.Manifest) {
 	w, ok := src.Memory.(CacheWarmer)
-	if !ok {
+	if !ok || inst.warm != nil {
 		return
 	}
-	stop, err := w.WarmCache(m.Ranges)
+	warm, err := w.WarmCache(m.Ranges)
 	if err != nil {
-		if inst.r.Log != nil {
-			inst.r.Log.Warn("cache prefetch not started", "snapshot", src.SnapshotID, "err", err)
-		}
+		inst.logWarmFailure(src, err)
 		return
 	}
-	inst.warmStop = sync.OnceFunc(stop)
+	inst.setWarm(warm)
+}
+
+func (inst *Instance) setWarm(w repository.CacheWarm) {
+	inst.warm = w
+	inst.warmStop = sync.OnceFunc(w.Stop)
+}
+
+func (inst *Instance) logWarmFailure(src Source, err error) {
+	if inst.r.Log != nil {
+		inst.r.Log.Warn("cache prefetch not started", "snapshot", src.SnapshotID, "err", err)
+	}
 }
 
 // stopCacheWarm cancels the cache prefetch and waits for its fetches.
 func (inst *Instance) stopCacheWarm() {
 	if inst.warmStop != nil {
 		inst.warmStop()
+	}
+}
+
+// noteStreamArrival records, at ready, when the cache prefetch's first
+// block arrived and when it ended, if it did by then.
+func (inst *Instance) noteStreamArrival(t0 time.Time) {
+	if inst.warm == nil {
+		return
+	}
+	first, ended := inst.warm.Arrival()
+	if !first.IsZero() {
+		inst.Timings.StreamFirstBlock = first.Sub(t0)
+	}
+	if !ended.IsZero() {
+		inst.Timings.StreamEnded = ended.Sub(t0)
 	}
 }

@@ -174,6 +174,14 @@ type Timings struct {
 	ManifestValidated time.Duration `json:"manifest_validated_ns"`
 	VMStarted         time.Duration `json:"vm_started_ns"`
 	Ready             time.Duration `json:"ready_ns"`
+	// StreamStarted, StreamFirstBlock and StreamEnded are when a remote
+	// memory source's startup stream (its startup pack streaming into the
+	// node cache) was started, delivered its first block and ended; zero
+	// when there was none or it had not by ready. They say where a cold
+	// node's time goes.
+	StreamStarted    time.Duration `json:"stream_started_ns,omitempty"`
+	StreamFirstBlock time.Duration `json:"stream_first_block_ns,omitempty"`
+	StreamEnded      time.Duration `json:"stream_ended_ns,omitempty"`
 }
 
 // LogValue makes the timings one group of durations in a structured log line.
@@ -245,7 +253,9 @@ type Instance struct {
 	// prefetchEndedCh closes.
 	prefetchEnded   time.Time
 	prefetchEndedCh chan struct{}
-	// warmStop stops the remote memory cache's prefetch (remote.go).
+	// warm is the remote memory cache's prefetch, warmStop stops it
+	// once (remote.go).
+	warm     repository.CacheWarm
 	warmStop func()
 	// exit tracks the VM's process exiting on its own after ready (exit.go).
 	exit     exitWatch
@@ -301,6 +311,11 @@ func (r *Restorer) newInstance(src Source) (*Instance, error) {
 func (inst *Instance) run(ctx context.Context, t0 time.Time, src Source, opts Options) error {
 	inst.rec = startupset.NewRecorder(t0)
 	inst.observer = newDeviceObserver(inst.rec, inst.r.deviceHook)
+	// 0. Start the wire first: a remote source's startup pack streams
+	// into the node cache while the rest of the sequence runs.
+	if inst.streamStartup(src, opts) {
+		inst.Timings.StreamStarted = time.Since(t0)
+	}
 	// 1. Acquire the memory device, checked against the digest table.
 	if err := inst.acquire(src, opts); err != nil {
 		return err
@@ -311,6 +326,9 @@ func (inst *Instance) run(ctx context.Context, t0 time.Time, src Source, opts Op
 	// 2. Validate the manifest; any failure means on-demand reads.
 	m, digest := inst.r.planPrefetch(src, opts, &inst.Prefetch)
 	inst.Timings.ManifestValidated = time.Since(t0)
+	if m == nil {
+		inst.stopCacheWarm() // a stream started in step 0 that nothing will use
+	}
 
 	// 3. Prefetch concurrently with the VMM loading the snapshot.
 	if err := inst.startVM(ctx, src, opts, prefetchPlan{m, digest}); err != nil {
@@ -324,6 +342,7 @@ func (inst *Instance) run(ctx context.Context, t0 time.Time, src Source, opts Op
 		return err
 	}
 	noteReady(src)
+	inst.noteStreamArrival(t0)
 	inst.DeviceBytes = inst.device.counters().Sub(base)
 	inst.reportPrefetch(t0)
 	if opts.Trace {

@@ -29,19 +29,23 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
+	"time"
 
 	"warmstart/internal/bench"
 	"warmstart/internal/chunkcache"
 	"warmstart/internal/config"
+	"warmstart/internal/memdev"
 	"warmstart/internal/miniotest"
 	"warmstart/internal/node"
 	"warmstart/internal/reference"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/s3"
 	"warmstart/internal/restore"
+	"warmstart/internal/startupset"
 	"warmstart/internal/synth"
 	"warmstart/internal/trace"
 	"warmstart/internal/vmm/replay"
@@ -88,8 +92,12 @@ type Options struct {
 	BlockBytes int64
 	Warm       chunkcache.WarmOptions
 	// Policy is the device prefetch policy of prefetch-on trials.
-	Policy   string
-	Progress io.Writer `json:"-"`
+	Policy string
+	// Conditions are the conditions each block runs; all four when empty.
+	// Tuning the cold path needs only the prefetch-on pair, and the cold
+	// prefetch-off trial takes most of a block's time.
+	Conditions []Condition
+	Progress   io.Writer `json:"-"`
 }
 
 func (o *Options) fill() error {
@@ -126,7 +134,20 @@ func (o *Options) fill() error {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
+	if len(o.Conditions) == 0 {
+		o.Conditions = Conditions
+	}
 	return nil
+}
+
+// ParseCondition reads a condition written as cache-prefetch ("cold-on").
+func ParseCondition(s string) (Condition, error) {
+	for _, c := range Conditions {
+		if s == c.Cache+"-"+c.Prefetch {
+			return c, nil
+		}
+	}
+	return Condition{}, fmt.Errorf("condition %q: want cold-off, cold-on, warm-off or warm-on", s)
 }
 
 // Condition is one cell: a node cache state and prefetch off or on.
@@ -156,7 +177,12 @@ type Trial struct {
 	Bytes        uint64                 `json:"bytes"`
 	HashOK       bool                   `json:"hash_ok"`
 	Prefetch     restore.PrefetchReport `json:"prefetch"`
-	Cache        chunkcache.Stats       `json:"cache"`
+	// Timings are the restore's phases, the startup stream's among them.
+	Timings restore.Timings `json:"timings"`
+	// DemandStallMs is how long, until ready, at least one guest request
+	// was waiting on the memory device: the guest's wait on memory.
+	DemandStallMs float64          `json:"demand_stall_ms"`
+	Cache         chunkcache.Stats `json:"cache"`
 }
 
 // Summary describes one condition over the blocks.
@@ -169,7 +195,79 @@ type Summary struct {
 	// trials of what was fetched until ready.
 	GetsBeforeReady         float64 `json:"gets_before_ready"`
 	FetchedBytesBeforeReady float64 `json:"fetched_bytes_before_ready"`
+	// Phases are the mean restore phases, in ms from the restore call:
+	// where a cold node's time goes.
+	Phases Phases `json:"phases_ms"`
 }
+
+// Phases are mean times from the restore call, in milliseconds. A stream
+// phase is averaged over the trials that saw it (0 when none did).
+type Phases struct {
+	DeviceAcquired    float64 `json:"device_acquired"`
+	ManifestValidated float64 `json:"manifest_validated"`
+	StreamFirstBlock  float64 `json:"stream_first_block"`
+	VMStarted         float64 `json:"vm_started"`
+	StreamEnded       float64 `json:"stream_ended"`
+	Ready             float64 `json:"ready"`
+	// DemandStall is the mean Trial.DemandStallMs.
+	DemandStall float64 `json:"demand_stall"`
+}
+
+// meanPhases averages the phases of ts.
+func meanPhases(ts []Trial) Phases {
+	var p Phases
+	var firsts, ends float64
+	for _, t := range ts {
+		tm := t.Timings
+		p.DeviceAcquired += ms(tm.DeviceAcquired)
+		p.ManifestValidated += ms(tm.ManifestValidated)
+		p.VMStarted += ms(tm.VMStarted)
+		p.Ready += ms(tm.Ready)
+		p.DemandStall += t.DemandStallMs
+		if tm.StreamFirstBlock > 0 {
+			p.StreamFirstBlock += ms(tm.StreamFirstBlock)
+			firsts++
+		}
+		if tm.StreamEnded > 0 {
+			p.StreamEnded += ms(tm.StreamEnded)
+			ends++
+		}
+	}
+	if n := float64(len(ts)); n > 0 {
+		p.DeviceAcquired, p.ManifestValidated, p.VMStarted, p.Ready = p.DeviceAcquired/n, p.ManifestValidated/n, p.VMStarted/n, p.Ready/n
+		p.DemandStall /= n
+	}
+	if firsts > 0 {
+		p.StreamFirstBlock /= firsts
+	}
+	if ends > 0 {
+		p.StreamEnded /= ends
+	}
+	return p
+}
+
+// demandStall is the length of the union of the demand requests' waits
+// that arrived by ready.
+func demandStall(events []startupset.Event, ready time.Duration) time.Duration {
+	var spans [][2]time.Duration
+	for _, e := range events {
+		if e.Kind == memdev.Demand && e.ByReady(ready) {
+			spans = append(spans, [2]time.Duration{e.Arrived(), e.At})
+		}
+	}
+	sort.Slice(spans, func(i, j int) bool { return spans[i][0] < spans[j][0] })
+	var total, end time.Duration
+	for _, s := range spans {
+		if s[1] <= end {
+			continue
+		}
+		total += s[1] - max(s[0], end)
+		end = s[1]
+	}
+	return total
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // Report is a whole run.
 type Report struct {
@@ -217,7 +315,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	rep := &Report{Options: o, Storage: h.storage}
 	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
 	for b := range o.Blocks {
-		order := append([]Condition(nil), Conditions...)
+		order := append([]Condition(nil), o.Conditions...)
 		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		for _, c := range order {
 			if err := ctx.Err(); err != nil {
@@ -400,9 +498,11 @@ func (h *harness) trial(ctx context.Context, block int, c Condition) (Trial, err
 		ReadyMs:     float64(inst.Timings.Ready.Microseconds()) / 1000,
 		GetsToReady: toReady.Gets, BytesToReady: toReady.GetBytes,
 		Gets: all.Gets, Bytes: all.GetBytes,
-		HashOK:   inst.Ready.Detail["sha256"] == h.expected,
-		Prefetch: inst.Prefetch,
-		Cache:    cs,
+		HashOK:        inst.Ready.Detail["sha256"] == h.expected,
+		Prefetch:      inst.Prefetch,
+		Timings:       inst.Timings,
+		DemandStallMs: ms(demandStall(inst.Events, inst.Timings.Ready)),
+		Cache:         cs,
 	}, nil
 }
 
@@ -453,7 +553,7 @@ func (r *Report) summarize() {
 	for _, t := range r.Trials {
 		byCond[t.Condition] = append(byCond[t.Condition], t)
 	}
-	for _, c := range Conditions {
+	for _, c := range r.Options.Conditions {
 		ts := byCond[c]
 		var ready []float64
 		var gets, bytes, getsReady, bytesReady float64
@@ -464,7 +564,7 @@ func (r *Report) summarize() {
 			getsReady += float64(t.GetsToReady)
 			bytesReady += float64(t.BytesToReady)
 		}
-		s := Summary{Condition: c, Ready: bench.Summarize(ready)}
+		s := Summary{Condition: c, Ready: bench.Summarize(ready), Phases: meanPhases(ts)}
 		if n := float64(len(ts)); n > 0 {
 			s.MeanGets, s.MeanMiB = gets/n, bytes/n/(1<<20)
 			s.GetsBeforeReady, s.FetchedBytesBeforeReady = getsReady/n, bytesReady/n
@@ -505,6 +605,7 @@ func (r *Report) WriteTable(w io.Writer) {
 			s.Ready.Mean, s.Ready.Median, s.Ready.Min, s.Ready.Max, s.GetsBeforeReady, s.FetchedBytesBeforeReady/(1<<20), s.MeanGets, s.MeanMiB)
 	}
 	tw.Flush()
+	r.writePhases(w)
 	fmt.Fprintf(w, "stored: %.1f MiB of %.1f MiB raw (%.2fx); startup set stored %.1f MiB\n",
 		mib(uint64(r.StoredBytes)), mib(uint64(r.RawBytes)), float64(r.StoredBytes)/float64(max(1, r.RawBytes)), mib(uint64(r.StartupSetStoredBytes)))
 	fmt.Fprintf(w, "cold cache: prefetch on / off = %.2fx of the mean time to ready; paired on-off %.1f ms [%.1f, %.1f]\n",
@@ -518,6 +619,19 @@ func (r *Report) WriteTable(w io.Writer) {
 	if bad > 0 {
 		fmt.Fprintf(w, "WARNING: %d trials read wrong bytes\n", bad)
 	}
+}
+
+// writePhases prints where each condition's time went, mean ms from the
+// restore call.
+func (r *Report) writePhases(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "phases (mean ms)\tdevice\tmanifest\tstream 1st block\tVM started\tstream ended\tready\tguest waits\t")
+	for _, s := range r.Summary {
+		p := s.Phases
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", s.Condition,
+			p.DeviceAcquired, p.ManifestValidated, p.StreamFirstBlock, p.VMStarted, p.StreamEnded, p.Ready, p.DemandStall)
+	}
+	tw.Flush()
 }
 
 // JSON returns the report as indented JSON.

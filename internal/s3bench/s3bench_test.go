@@ -6,10 +6,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"warmstart/internal/chunkcache"
+	"warmstart/internal/memdev"
 	"warmstart/internal/miniotest"
 	"warmstart/internal/role"
+	"warmstart/internal/startupset"
 	"warmstart/internal/vmm/replay"
 )
 
@@ -56,6 +59,32 @@ func TestSmallRun(t *testing.T) {
 		if tr.Condition.Prefetch == PrefetchOn && tr.Prefetch.State == "skipped" {
 			t.Errorf("%s: prefetch skipped: %s", tr.Condition, tr.Prefetch.Reason)
 		}
+		if tr.Condition == (Condition{CacheCold, PrefetchOn}) && tr.Timings.StreamFirstBlock <= 0 {
+			t.Errorf("%s: no streamed block before ready: %+v", tr.Condition, tr.Timings)
+		}
+	}
+	if !strings.Contains(out.String(), "phases (mean ms)") {
+		t.Error("no phases table")
+	}
+}
+
+// TestDemandStall: the guest's wait is the union of its requests' waits,
+// overlapping requests counted once, those after ready left out.
+func TestDemandStall(t *testing.T) {
+	ms := time.Millisecond
+	ev := func(kind memdev.Kind, arrived, at time.Duration) startupset.Event {
+		return startupset.Event{Kind: kind, At: at, Took: at - arrived}
+	}
+	events := []startupset.Event{
+		ev(memdev.Demand, 10*ms, 30*ms),
+		ev(memdev.Demand, 20*ms, 40*ms),   // overlaps the first: 10 ms more
+		ev(memdev.Prefetch, 0, 100*ms),    // not the guest's
+		ev(memdev.Demand, 50*ms, 55*ms),   // 5 ms
+		ev(memdev.Demand, 52*ms, 54*ms),   // inside the last one
+		ev(memdev.Demand, 200*ms, 210*ms), // after ready
+	}
+	if got := demandStall(events, 100*ms); got != 35*ms {
+		t.Fatalf("stall %v, want 35ms", got)
 	}
 }
 

@@ -161,33 +161,41 @@ func (m *memorySource) OpenMemory() (repository.MemoryReader, error) {
 	return &packedReader{cache: m.r.cache, mem: rd, pack: prd, spans: m.pack.spans}, nil
 }
 
-// WarmCache starts fetching the startup set into the chunk cache and
-// returns the function that stops it (cancelling what has not been
-// fetched) and waits for its GETs to end. With a startup pack it streams
-// the pack, front to back, in few large ranged GETs: exactly the startup
-// set, in first-touch order. Without one it fetches the blocks the
-// manifest's ranges touch, in first-touch order. Either way the warming
-// counts as a streaming startup set, which the background fill of any
-// snapshot on this node waits for.
-func (m *memorySource) WarmCache(ranges []manifest.Range) (stop func(), err error) {
+// StreamStartup implements repository.CacheWarmer: with a startup pack, it
+// streams the pack into the chunk cache, front to back, in few large
+// ranged GETs: exactly the startup set, in first-touch order. Every frame
+// is checked against its digest before the cache keeps any byte of it, so
+// the stream needs no manifest. Without a pack it returns nil, nil.
+func (m *memorySource) StreamStartup() (repository.CacheWarm, error) {
+	if m.pack == nil {
+		return nil, nil
+	}
+	whole := []chunkcache.Range{{Offset: 0, Length: m.pack.obj.Size}}
+	return m.warm(m.pack.obj, whole, packWarmOptions(m.r.warm))
+}
+
+// WarmCache implements repository.CacheWarmer: the pack when there is one,
+// else the blocks the manifest's ranges touch, in first-touch order.
+func (m *memorySource) WarmCache(ranges []manifest.Range) (repository.CacheWarm, error) {
 	if m.pack != nil {
-		w, err := m.r.cache.Warm(m.pack.obj, []chunkcache.Range{{Offset: 0, Length: m.pack.obj.Size}}, packWarmOptions(m.r.warm))
-		if err != nil {
-			return nil, err
-		}
-		m.r.fill.streaming(w)
-		return w.Stop, nil
+		return m.StreamStartup()
 	}
 	rs := make([]chunkcache.Range, len(ranges))
 	for i, r := range ranges {
 		rs[i] = chunkcache.Range{Offset: r.Offset, Length: r.Length}
 	}
-	w, err := m.r.cache.Warm(m.obj, rs, m.r.warm)
+	return m.warm(m.obj, rs, m.r.warm)
+}
+
+// warm starts a warming that counts as a streaming startup set, which the
+// background fill of any snapshot on this node waits for.
+func (m *memorySource) warm(obj chunkcache.Object, rs []chunkcache.Range, o chunkcache.WarmOptions) (repository.CacheWarm, error) {
+	w, err := m.r.cache.Warm(obj, rs, o)
 	if err != nil {
 		return nil, err
 	}
 	m.r.fill.streaming(w)
-	return w.Stop, nil
+	return w, nil
 }
 
 // packWarmOptions: the pack is read front to back, and the guest wants its

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"sync"
 
 	"github.com/minio/minio-go/v7"
 
@@ -206,43 +207,108 @@ func (p *packedReader) Close() error {
 	return p.mem.Close()
 }
 
-// ReadAt implements repository.MemoryReader.
-func (p *packedReader) ReadAt(buf []byte, off int64) (int, error) {
-	size := p.mem.Size()
-	if off < 0 || off >= size {
-		return p.mem.ReadAt(buf, off) // its error (negative offset, EOF)
-	}
-	want := min(int64(len(buf)), size-off)
-	pos, end := off, off+want
-	if p.memCached(pos, end) {
-		return p.mem.ReadAt(buf, off)
-	}
+// piece is part of a read: memory [memOff, memOff+length), taken from the
+// pack at packOff when fromPack, else from the memory's chunks (a gap: not
+// in the startup set).
+type piece struct {
+	memOff, length, packOff int64
+	fromPack                bool
+}
+
+// pieces cuts memory [off, end) into runs from the pack and gaps.
+func (p *packedReader) pieces(off, end int64) []piece {
+	var out []piece
+	pos := off
 	i := sort.Search(len(p.spans), func(i int) bool { return p.spans[i].end() > pos })
 	for pos < end {
 		next := end
 		if i < len(p.spans) {
 			next = min(end, p.spans[i].memOff)
 		}
-		if pos < next { // a gap: not in the startup set
-			if _, err := p.mem.ReadAt(buf[pos-off:next-off], pos); err != nil {
-				return 0, err
-			}
+		if pos < next {
+			out = append(out, piece{memOff: pos, length: next - pos})
 			pos = next
 			continue
 		}
 		s := p.spans[i]
 		stop := min(end, s.end())
-		part := buf[pos-off : stop-off]
-		if _, err := p.pack.ReadAt(part, s.packOff+pos-s.memOff); err != nil {
-			if _, err := p.mem.ReadAt(part, pos); err != nil {
+		out = append(out, piece{memOff: pos, length: stop - pos, packOff: s.packOff + pos - s.memOff, fromPack: true})
+		pos = stop
+		i++
+	}
+	return out
+}
+
+// ReadAt implements repository.MemoryReader.
+//
+// Demand jumps the stream: a guest read (a fault's readaround window) may
+// cover pages outside the startup set whose chunk is not cached. Their
+// fetches start first, all at once, and the read then takes its startup
+// pages from the pack, which keeps streaming meanwhile; so the read waits
+// for the longer of the two, not for one after the other.
+func (p *packedReader) ReadAt(buf []byte, off int64) (int, error) {
+	size := p.mem.Size()
+	if off < 0 || off >= size {
+		return p.mem.ReadAt(buf, off) // its error (negative offset, EOF)
+	}
+	want := min(int64(len(buf)), size-off)
+	if p.memCached(off, off+want) {
+		return p.mem.ReadAt(buf, off)
+	}
+	pieces := p.pieces(off, off+want)
+	if err := p.readGaps(buf, off, pieces); err != nil {
+		return 0, err
+	}
+	for _, pc := range pieces {
+		if !pc.fromPack {
+			continue
+		}
+		part := buf[pc.memOff-off : pc.memOff-off+pc.length]
+		if _, err := p.pack.ReadAt(part, pc.packOff); err != nil {
+			if _, err := p.mem.ReadAt(part, pc.memOff); err != nil {
 				return 0, err
 			}
 		}
-		pos = stop
-		i++
 	}
 	if want < int64(len(buf)) {
 		return int(want), io.EOF
 	}
 	return int(want), nil
+}
+
+// readGaps reads the gap pieces into buf (which holds memory from off):
+// concurrently when any of them has to be fetched, so a read whose gaps
+// span two chunks waits for one round trip, not two. The pieces are
+// disjoint, so the reads write disjoint parts of buf.
+func (p *packedReader) readGaps(buf []byte, off int64, pieces []piece) error {
+	var gaps []piece
+	for _, pc := range pieces {
+		if !pc.fromPack {
+			gaps = append(gaps, pc)
+		}
+	}
+	read := func(pc piece) error {
+		_, err := p.mem.ReadAt(buf[pc.memOff-off:pc.memOff-off+pc.length], pc.memOff)
+		return err
+	}
+	if len(gaps) == 1 || (len(gaps) > 1 && p.memCached(gaps[0].memOff, gaps[len(gaps)-1].memOff+gaps[len(gaps)-1].length)) {
+		for _, pc := range gaps {
+			if err := read(pc); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	errs := make([]error, len(gaps))
+	var wg sync.WaitGroup
+	for i, pc := range gaps {
+		wg.Go(func() { errs[i] = read(pc) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

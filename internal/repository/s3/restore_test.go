@@ -490,3 +490,67 @@ func readObject(t *testing.T, r *Repo, key string) []byte {
 	}
 	return data
 }
+
+// TestStartupStreamStartsFirst: on a cold node, a restore with prefetch
+// starts streaming the startup pack before it acquires the memory device
+// (the wire is a cold node's floor, so it starts first), the stream
+// delivers blocks before ready, and the guest reads exactly the memory
+// file. Without prefetch nothing streams.
+func TestStartupStreamStartsFirst(t *testing.T) {
+	w := newWorld(t, server.Endpoint)
+	snap := w.publish(t, w.repo(t, 0), 11)
+
+	inst := w.restoreOK(t, w.repo(t, 0), snap, restore.ModeOn)
+	tm := inst.Timings
+	if tm.StreamStarted <= 0 || tm.StreamStarted > tm.DeviceAcquired {
+		t.Fatalf("stream started at %v, device acquired at %v: want the stream first", tm.StreamStarted, tm.DeviceAcquired)
+	}
+	if tm.StreamFirstBlock <= 0 || tm.StreamFirstBlock > tm.Ready {
+		t.Fatalf("first streamed block at %v, ready at %v: want a block before ready", tm.StreamFirstBlock, tm.Ready)
+	}
+
+	off := w.restoreOK(t, w.repo(t, 0), snap, restore.ModeOff)
+	if off.Timings.StreamStarted != 0 || off.Timings.StreamFirstBlock != 0 {
+		t.Fatalf("prefetch off streamed: %+v", off.Timings)
+	}
+}
+
+// TestCorruptPackFrameIsNeverServed flips a byte in every frame of the
+// startup pack: the stream checks each frame before any of its bytes reach
+// a reader, so a cold restore with prefetch streams nothing usable, reads
+// the startup set from the chunks and the guest reads exactly the memory.
+func TestCorruptPackFrameIsNeverServed(t *testing.T) {
+	w := newWorld(t, server.Endpoint)
+	publisher := w.repo(t, 0)
+	snap := w.publish(t, publisher, 9)
+	rec, err := publisher.Get(bg(), snap.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.StartupPack == nil {
+		t.Fatal("no startup pack was built")
+	}
+	packKey, indexKey := packKeys(publisher.keys, snap.id, rec.StartupPack.ManifestSHA256)
+	idx, err := chunkmap.DecodePack(readObject(t, publisher, indexKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(idx.Frames) < 2 {
+		t.Fatalf("pack of %d frames: too few to stream", len(idx.Frames))
+	}
+	rewriteObject(t, publisher, packKey, func(data []byte) []byte {
+		for _, f := range idx.Frames {
+			data[f.Offset+f.StoredBytes/2] ^= 0x5a
+		}
+		return data
+	})
+	repo := w.repo(t, 0)
+	inst := w.restoreOK(t, repo, snap, restore.ModeOn)
+	if err := inst.Stop(bg()); err != nil {
+		t.Fatal(err)
+	}
+	if tm := inst.Timings; tm.StreamStarted <= 0 || tm.StreamFirstBlock != 0 {
+		t.Fatalf("stream of a pack whose every frame is corrupt: started %v, first block %v; want started, no block",
+			tm.StreamStarted, tm.StreamFirstBlock)
+	}
+}
