@@ -122,6 +122,10 @@ type Session struct {
 	closed  bool
 	removed pageBits // pages the guest discarded: faults get zeros
 	present pageBits // pages this session installed and the guest kept
+	// demanded marks pages a fault of this session copied in: a thread
+	// interrupted by a signal before its wake faults on the page again,
+	// and that repeat is the same demand request, not another one.
+	demanded pageBits
 
 	drainMu sync.Mutex
 	drained chan struct{} // closed and replaced after each event drain
@@ -162,6 +166,7 @@ func newSession(h *Handler, mappings []Mapping, uffd, pidfd int) (*Session, erro
 	sort.Slice(s.byOffset, func(i, j int) bool { return s.byOffset[i].Offset < s.byOffset[j].Offset })
 	s.removed = newPageBits(pages)
 	s.present = newPageBits(pages)
+	s.demanded = newPageBits(pages)
 	s.trace.pages = pages
 	if h.opts.Trace {
 		s.trace.start()
@@ -363,6 +368,7 @@ func (s *Session) markRemoved(start, end uint64) {
 			i := r.pageIndex(a)
 			s.removed.set(i)
 			s.present.clear(i)
+			s.demanded.clear(i)
 		}
 		s.stats.removedBytes.Add(hi - lo)
 	}
@@ -469,6 +475,7 @@ func (s *Session) serveFault(f fault, pageBuf, zeroBuf []byte) error {
 		runtime.KeepAlive(buf)
 		if err == nil {
 			s.present.set(idx)
+			s.demanded.set(idx)
 			if o := s.h.opts.Observer; o != nil {
 				o.Served(memdev.Demand, logical, int(ps), time.Since(began))
 			}
@@ -482,8 +489,9 @@ func (s *Session) serveFault(f fault, pageBuf, zeroBuf []byte) error {
 		// The guest asked for a page an install placed (or is placing)
 		// while it waited: a demand request all the same, which the
 		// install's own report, sent once its run is done, may follow
-		// only after ready.
-		if o := s.h.opts.Observer; o != nil {
+		// only after ready. A repeat of a fault this session already
+		// served is not a request of its own.
+		if o := s.h.opts.Observer; o != nil && !s.demanded.test(idx) {
 			o.Served(memdev.Demand, logical, int(ps), 0)
 		}
 		if werr := wake(s.uffd, uintptr(page), ps); werr != nil {
