@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -485,4 +486,71 @@ func TestMultiNodeResumeAfterCrashedHolderExpires(t *testing.T) {
 	if err != nil || info.Manifest == nil {
 		t.Fatalf("after the resume on B: %+v, %v; want the manifest attached", info, err)
 	}
+}
+
+// A read-only verb (restore, verify) opening the node cache directory a
+// running daemon has open removes none of the daemon's files: not a block
+// it is writing, not the blocks it serves from.
+func TestReadOnlyVerbBesideDaemonKeepsItsFiles(t *testing.T) {
+	c := newCluster(t)
+	a := c.start(t, "a", c.srv.Endpoint)
+	ctx := context.Background()
+	imp, err := a.client.Import(ctx, c.f.importRequest("ref"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := c.restoreChecked(t, a, "ref") // fills A's node cache
+	if _, err := a.client.StopRestore(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	chunks := filepath.Join(a.cfg.Backend.S3.CacheDir, "chunks")
+	objects, err := os.ReadDir(chunks)
+	if err != nil || len(objects) == 0 {
+		t.Fatalf("A's node cache holds no blocks: %v", err)
+	}
+	// A block the daemon is writing, before its rename.
+	inflight := filepath.Join(chunks, objects[0].Name(), ".tmp-inflight")
+	if err := os.WriteFile(inflight, []byte("partial"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := filesUnder(t, chunks)
+
+	o := s3.OptionsFromConfig(a.cfg.Backend.S3)
+	o.ReadOnly, o.CacheMaxBytes = true, 4096 // it evicts whatever it found
+	verb, err := s3.Open(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := verb.Resolve(ctx, imp.ID)
+	if err != nil {
+		verb.Close()
+		t.Fatal(err)
+	}
+	got := repotest.ResolvedMemorySHA256(t, res)
+	verb.Close()
+	if want := repotest.FileSHA256(t, c.f.ref.Memory); got != want {
+		t.Fatalf("memory read by the verb: sha256 %s, want %s", got, want)
+	}
+	after := filesUnder(t, chunks)
+	for _, f := range before {
+		if !slices.Contains(after, f) {
+			t.Errorf("the read-only verb removed the daemon's %s", f)
+		}
+	}
+}
+
+// filesUnder lists the files below dir.
+func filesUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			out = append(out, path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
