@@ -69,8 +69,8 @@ func (f *Flags) checkDrift(snapshot string) error {
 	case snapshot != "" || f.Repository != "posix_fs":
 		return fmt.Errorf("--drift %v: only the reference snapshot (no SNAPSHOT, --repository posix_fs) has drifting variants", f.Drift)
 	case f.VariantCount()+f.LearnVariants() > synth.MaxVariants:
-		return fmt.Errorf("--drift %v: every trial and learning restore plays its own variant, and (--blocks %d + --reserve-blocks %d) × %d conditions + %d learning restores is more than %d",
-			f.Drift, f.Blocks, f.ReserveBlocks, len(f.Conditions()), f.LearnVariants(), synth.MaxVariants)
+		return fmt.Errorf("--drift %v: every trial plays its own variant, and (--blocks %d + --reserve-blocks %d) × %d conditions%s is more than %d",
+			f.Drift, f.Blocks, f.ReserveBlocks, len(f.Conditions()), learningVariants(f.LearnVariants()), synth.MaxVariants)
 	}
 	return nil
 }
@@ -114,4 +114,12 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// learningVariants names the variants learning restores add, if any.
+func learningVariants(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" + %d learning restores", n)
 }
