@@ -554,3 +554,25 @@ func TestCorruptPackFrameIsNeverServed(t *testing.T) {
 			tm.StreamStarted, tm.StreamFirstBlock)
 	}
 }
+
+// TestRefusedRestoreStreamsNothing: a restore its device refuses (uffd
+// cannot serve remote memory) fails without fetching any of the pack.
+func TestRefusedRestoreStreamsNothing(t *testing.T) {
+	w := newWorld(t, server.Endpoint)
+	snap := w.publish(t, w.repo(t, 0), 13)
+	repo := w.repo(t, 0)
+	res, err := repo.Resolve(bg(), snap.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.restorer.VMM = &replay.VMM{TracePath: snap.paths.Trace}
+	before := repo.RequestStats()
+	inst, err := w.restorer.Restore(bg(), restore.SourceOf(res), restore.Options{Device: config.DeviceUffd, Prefetch: restore.ModeOn})
+	if err == nil {
+		inst.Stop(bg())
+		t.Fatal("a uffd restore of remote memory succeeded")
+	}
+	if gets := repo.RequestStats().Sub(before).Gets; gets != 0 {
+		t.Fatalf("the refused restore sent %d GETs", gets)
+	}
+}
