@@ -145,17 +145,7 @@ func (m Map) StoredBytesBeyond(base Map) int64 {
 
 // StoredBytes is the compressed size of the distinct chunk objects the map
 // references.
-func (m Map) StoredBytes() int64 {
-	seen := map[Digest]bool{}
-	var n int64
-	for _, c := range m.Chunks {
-		if !c.Zero && !seen[c.Digest] {
-			seen[c.Digest] = true
-			n += c.StoredBytes
-		}
-	}
-	return n
-}
+func (m Map) StoredBytes() int64 { return m.StoredBytesBeyond(Map{}) }
 
 const (
 	mapMagic       = "WSCHMAP1"

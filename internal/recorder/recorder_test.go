@@ -24,14 +24,7 @@ import (
 // manifest covers every touched page and starts where the guest did.
 func TestRecordedManifestIsTraceCoalesced(t *testing.T) {
 	e := newEnv(t)
-	offsets := make([]int64, len(e.ref.entries))
-	for i, en := range e.ref.entries {
-		offsets[i] = en.Offset
-	}
-	want, err := manifest.Build(e.ref.layout, offsets)
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := traceManifest(t, e)
 	wantData, err := manifest.Encode(want)
 	if err != nil {
 		t.Fatal(err)
@@ -89,13 +82,13 @@ func TestRecordedManifestIsTraceCoalesced(t *testing.T) {
 					covered[p] = true
 				}
 			}
-			for _, off := range offsets {
-				if !covered[off] {
-					t.Fatalf("touched page %d is not in the manifest", off)
+			for _, en := range e.ref.entries {
+				if !covered[en.Offset] {
+					t.Fatalf("touched page %d is not in the manifest", en.Offset)
 				}
 			}
-			if r := got.Ranges[0]; offsets[0] < r.Offset || offsets[0] >= r.End() {
-				t.Errorf("first range [%d, %d) does not hold the first touch %d", r.Offset, r.End(), offsets[0])
+			if r, first := got.Ranges[0], e.ref.entries[0].Offset; first < r.Offset || first >= r.End() {
+				t.Errorf("first range [%d, %d) does not hold the first touch %d", r.Offset, r.End(), first)
 			}
 		})
 	}
@@ -267,4 +260,20 @@ func TestPublicationRacingDeletion(t *testing.T) {
 		}
 	}
 	t.Logf("outcomes: %v", counts)
+}
+
+// traceManifest is the manifest of the reference trace's distinct pages in
+// first-touch order, adjacent pages coalesced: what a recording on the
+// uffd device (one fault, one page) must attach.
+func traceManifest(t *testing.T, e *env) *manifest.Manifest {
+	t.Helper()
+	offsets := make([]int64, len(e.ref.entries))
+	for i, en := range e.ref.entries {
+		offsets[i] = en.Offset
+	}
+	m, err := manifest.Build(e.ref.layout, offsets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

@@ -47,14 +47,7 @@ func (e *env) attachedManifest(t *testing.T, id string) (*manifest.Manifest, rep
 // second run on the first one's page cache would trace nothing.
 func TestTwoRunsKeepTheCommonPages(t *testing.T) {
 	e := newEnv(t)
-	offsets := make([]int64, len(e.ref.entries))
-	for i, en := range e.ref.entries {
-		offsets[i] = en.Offset
-	}
-	want, err := manifest.Build(e.ref.layout, offsets)
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := traceManifest(t, e)
 	for _, device := range devices {
 		t.Run(device, func(t *testing.T) {
 			var starts atomic.Int32
