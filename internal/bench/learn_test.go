@@ -34,18 +34,7 @@ func TestLearnedColumnLearnsFromItsOwnRestores(t *testing.T) {
 		t.Fatalf("learning report %+v, want %d restores of one column", rep.Learning, o.Learn)
 	}
 	learning := rep.Learning[0]
-	trialVariants := map[int]bool{}
-	for _, res := range ended {
-		trialVariants[res.Spec.Variant] = true
-		if res.Spec.Condition.Prefetch == o.Policies[1] && res.Spec.Source.Manifest.SHA256 != learning.Digest {
-			t.Errorf("%s prefetched %s, not the learned manifest %s", res.Spec.Condition, res.Spec.Source.Manifest.SHA256, learning.Digest)
-		}
-	}
-	for i, step := range learning.Restores {
-		if step.Variant <= o.VariantCount() || trialVariants[step.Variant] {
-			t.Errorf("learning restore %d played variant %d, which a trial plays or may play", i+1, step.Variant)
-		}
-	}
+	checkLearningVariants(t, o, ended, learning)
 	if first := learning.Restores[0]; first.Missed == 0 || first.Added == 0 {
 		t.Fatalf("the first learning restore missed %d and added %d pages under drift", first.Missed, first.Added)
 	}
@@ -58,6 +47,24 @@ func TestLearnedColumnLearnsFromItsOwnRestores(t *testing.T) {
 	rep.WriteTable(&table)
 	if !strings.Contains(table.String(), "learned minus recorded manifest") || !strings.Contains(table.String(), "learning restores missed") {
 		t.Errorf("the table does not compare the learned column:\n%s", table.String())
+	}
+}
+
+// checkLearningVariants: the learned column's trials prefetched the
+// learned manifest, and no learning restore played a trial's variant.
+func checkLearningVariants(t *testing.T, o Options, ended []TrialResult, learning LearnReport) {
+	t.Helper()
+	trialVariants := map[int]bool{}
+	for _, res := range ended {
+		trialVariants[res.Spec.Variant] = true
+		if res.Spec.Condition.Prefetch == learning.Column && res.Spec.Source.Manifest.SHA256 != learning.Digest {
+			t.Errorf("%s prefetched %s, not the learned manifest %s", res.Spec.Condition, res.Spec.Source.Manifest.SHA256, learning.Digest)
+		}
+	}
+	for i, step := range learning.Restores {
+		if step.Variant <= o.VariantCount() || trialVariants[step.Variant] {
+			t.Errorf("learning restore %d played variant %d, which a trial plays or may play", i+1, step.Variant)
+		}
 	}
 }
 

@@ -99,19 +99,7 @@ func TestRestoresRefineTheManifest(t *testing.T) {
 		t.Fatalf("drifted restore: manifest %q, %d pages missed; want the recorded one and %d missed",
 			first.Prefetch.Manifest, first.StartupSet.MissedPages, len(extra))
 	}
-	select {
-	case <-refined:
-	case <-time.After(time.Minute):
-		t.Fatal("no refinement logged after a prefetching restore")
-	}
-	line := r.log.attrsOf("startup manifest refined")
-	if line["added"] != strconv.Itoa(len(extra)) || line["digest_before"] != recorded {
-		t.Fatalf("refinement line %v: want %d pages added to %s", line, len(extra), recorded)
-	}
-	info, err := r.client.Snapshot(ctx, imp.ID)
-	if err != nil || info.Refinement == nil || info.Refinement.Restores != 1 {
-		t.Fatalf("snapshot after learning: %+v, %v", info.Refinement, err)
-	}
+	info := waitRefined(t, r, refined, imp.ID, len(extra), recorded)
 
 	second := restoreAndStop(t, r, imp.ID)
 	if p := second.Prefetch; p.Manifest != restore.ManifestRefined || p.Digest != info.Refinement.ManifestSHA256 {
@@ -120,6 +108,27 @@ func TestRestoresRefineTheManifest(t *testing.T) {
 	if second.StartupSet.MissedPages != 0 || second.Ready["sha256"] == "" {
 		t.Fatalf("next restore still missed %d pages", second.StartupSet.MissedPages)
 	}
+}
+
+// waitRefined waits for the daemon's refinement line after the restore
+// that missed added pages of the manifest with digest recorded, checks it,
+// and returns the snapshot as it then is.
+func waitRefined(t *testing.T, r *running, refined <-chan struct{}, id string, added int, recorded string) daemon.SnapshotInfo {
+	t.Helper()
+	select {
+	case <-refined:
+	case <-time.After(time.Minute):
+		t.Fatal("no refinement logged after a prefetching restore")
+	}
+	line := r.log.attrsOf("startup manifest refined")
+	if line["added"] != strconv.Itoa(added) || line["digest_before"] != recorded {
+		t.Fatalf("refinement line %v: want %d pages added to %s", line, added, recorded)
+	}
+	info, err := r.client.Snapshot(context.Background(), id)
+	if err != nil || info.Refinement == nil || info.Refinement.Restores != 1 {
+		t.Fatalf("snapshot after learning: %+v, %v", info.Refinement, err)
+	}
+	return info
 }
 
 // restoreAndStop restores id on the uffd device (a fault is one page

@@ -80,30 +80,57 @@ func (inst *Instance) stop(ctx context.Context, rep *StopReport) error {
 	if st, ok := inst.Exit(); ok {
 		rep.Exit = &st
 	}
+	// The seed's order: stop the VM, wait for the prefetch reads, wait for
+	// the VMM to exit, then release the device.
+	errs := inst.requestVMStop()
+	errs = append(errs, inst.drainPrefetch(ctx, rep)...)
+	if inst.vm != nil {
+		if err := inst.waitError(inst.vm.Wait(ctx)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, inst.releaseDevice(ctx, rep)...)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("stop restore %s: %w", inst.ID, err)
+	}
+	return nil
+}
+
+// requestVMStop asks the VM to stop, then stops the remote memory cache's
+// prefetch: its GETs are cancelled at once, and device reads waiting on
+// them fetch for themselves.
+func (inst *Instance) requestVMStop() []error {
 	var errs []error
 	if inst.vm != nil {
 		if err := inst.vm.RequestStop(); err != nil {
 			errs = append(errs, fmt.Errorf("request VM stop: %w", err))
 		}
 	}
-	// The remote memory cache's prefetch goes first: its GETs are cancelled
-	// at once, and device reads waiting on them fetch for themselves.
 	inst.stopCacheWarm()
-	if inst.sub != nil {
-		t := time.Now()
-		if err := inst.sub.LeaveWait(ctx); err != nil {
-			errs = append(errs, err)
-		}
-		rep.PrefetchDrain = time.Since(t)
-		if inst.r.Observe != nil {
-			inst.r.Observe.PrefetchEnded(inst.sub.State())
-		}
+	return errs
+}
+
+// drainPrefetch leaves the prefetch task and waits for its reads.
+func (inst *Instance) drainPrefetch(ctx context.Context, rep *StopReport) []error {
+	if inst.sub == nil {
+		return nil
 	}
-	if inst.vm != nil {
-		if err := inst.waitError(inst.vm.Wait(ctx)); err != nil {
-			errs = append(errs, err)
-		}
+	var errs []error
+	t := time.Now()
+	if err := inst.sub.LeaveWait(ctx); err != nil {
+		errs = append(errs, err)
 	}
+	rep.PrefetchDrain = time.Since(t)
+	if inst.r.Observe != nil {
+		inst.r.Observe.PrefetchEnded(inst.sub.State())
+	}
+	return errs
+}
+
+// releaseDevice releases the memory device, timing the acknowledgement,
+// and removes the restore's runtime directory.
+func (inst *Instance) releaseDevice(ctx context.Context, rep *StopReport) []error {
+	var errs []error
 	t := time.Now()
 	if inst.device != nil {
 		if err := inst.device.release(ctx, inst.forgetPrefetch); err != nil {
@@ -116,10 +143,7 @@ func (inst *Instance) stop(ctx context.Context, rep *StopReport) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("stop restore %s: %w", inst.ID, err)
-	}
-	return nil
+	return errs
 }
 
 // waitError is the stop's error for what the VMM's Wait returned: nil

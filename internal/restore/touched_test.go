@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"warmstart/internal/config"
+	"warmstart/internal/refine"
 	"warmstart/internal/restore"
 	"warmstart/internal/startupset"
 )
@@ -39,11 +40,10 @@ func TestTouchedAtReadySeesPrefetchedPagesTheGuestUsed(t *testing.T) {
 	}
 	t.Logf("%d touched pages, %d planned far from them", len(touched), len(far))
 	planned := map[int64]bool{}
-	for p := range touched {
-		planned[p] = true
-	}
-	for p := range far {
-		planned[p] = true
+	for _, set := range []map[int64]bool{touched, far} {
+		for p := range set {
+			planned[p] = true
+		}
 	}
 	src := withManifest(t, e, e.source(t), planned)
 	inst := e.restore(t, e.restorer, src, restore.Options{Device: config.DeviceFile, Prefetch: restore.ModeOn, Policy: policy(t, "reap")})
@@ -63,10 +63,14 @@ func TestTouchedAtReadySeesPrefetchedPagesTheGuestUsed(t *testing.T) {
 			t.Errorf("page %d was prefetched but never touched, yet reported touched", p)
 		}
 	}
-	// The restore's own observation, for learning, uses the same probe:
-	// the far pages are untouched (so they can age out) although prefetch
-	// brought them in.
-	obs := inst.Observation
+	checkObservedUntouched(t, inst.Observation, touched, far)
+}
+
+// checkObservedUntouched: the restore's own observation, for learning,
+// uses the same probe: the far pages are untouched (so they can age out)
+// although prefetch brought them in, and no touched page is.
+func checkObservedUntouched(t *testing.T, obs *refine.Observation, touched, far map[int64]bool) {
+	t.Helper()
 	if obs == nil {
 		t.Fatal("a prefetching restore has no observation")
 	}
