@@ -35,8 +35,10 @@ import (
 //     before removing it. A re-upload landing between that check and the
 //     DELETE (the store has no conditional DELETE) is caught by the
 //     publish itself: once its chunk map is stored, so that collections
-//     starting from then on keep its chunks, it checks every chunk is
-//     there and uploads again any that went, before its record.
+//     starting from then on keep its chunks, it waits for every
+//     collection that may have started before (their markers,
+//     collecting.go), then checks every chunk is there and uploads again
+//     any that went, before its record.
 
 const tombstonesDir = "gc/deleted/"
 
@@ -53,12 +55,24 @@ type GCStats struct {
 	RemovedBytes   int64
 	// Tombstones removed because their grace had passed.
 	Tombstones int
+	// Stopped says the collection stopped removing chunks when it had run
+	// for half of CollectorTTL; the next one goes on.
+	Stopped bool
 }
 
 // CollectGarbage removes the chunk objects no snapshot needs any more.
 func (r *Repo) CollectGarbage(ctx context.Context) (GCStats, error) {
 	var st GCStats
 	if err := r.writable(); err != nil {
+		return st, fmt.Errorf("collect garbage: %w", err)
+	}
+	end, err := r.beginCollection(ctx)
+	if err != nil {
+		return st, fmt.Errorf("collect garbage: %w", err)
+	}
+	defer end()
+	began := time.Now()
+	if err := r.removeDeadMarkers(ctx); err != nil {
 		return st, fmt.Errorf("collect garbage: %w", err)
 	}
 	candidates, err := r.list(ctx, r.keys.chunksPrefix())
@@ -70,19 +84,8 @@ func (r *Repo) CollectGarbage(ctx context.Context) (GCStats, error) {
 	if err != nil {
 		return st, fmt.Errorf("collect garbage: %w", err)
 	}
-	for _, o := range candidates {
-		switch {
-		case live[o.Key]:
-			st.Live++
-		case !r.chunkExpired(ctx, o):
-			st.Young++
-		default:
-			if err := r.remove(ctx, o.Key); err != nil {
-				return st, fmt.Errorf("collect garbage: %w", err)
-			}
-			st.Removed++
-			st.RemovedBytes += o.Size
-		}
+	if err := r.sweepChunks(ctx, candidates, live, began, &st); err != nil {
+		return st, fmt.Errorf("collect garbage: %w", err)
 	}
 	for _, key := range oldTombs {
 		if err := r.remove(ctx, key); err != nil {
@@ -91,6 +94,35 @@ func (r *Repo) CollectGarbage(ctx context.Context) (GCStats, error) {
 		st.Tombstones++
 	}
 	return st, nil
+}
+
+// sweepChunks removes the unmarked candidates older than the grace, until
+// the collection has run for half of CollectorTTL: past that a publish
+// may stop waiting for its marker (collecting.go), and the next
+// collection takes up the rest.
+func (r *Repo) sweepChunks(ctx context.Context, candidates []minio.ObjectInfo, live map[string]bool, began time.Time, st *GCStats) error {
+	for _, o := range candidates {
+		if time.Since(began) > r.collectorTTL/2 {
+			st.Stopped = true
+			return nil
+		}
+		switch {
+		case live[o.Key]:
+			st.Live++
+		case !r.chunkExpired(ctx, o):
+			st.Young++
+		default:
+			if r.beforeRemoveChunk != nil {
+				r.beforeRemoveChunk(o.Key)
+			}
+			if err := r.remove(ctx, o.Key); err != nil {
+				return err
+			}
+			st.Removed++
+			st.RemovedBytes += o.Size
+		}
+	}
+	return nil
 }
 
 // chunkExpired reports whether chunk object o is older than the grace,

@@ -170,3 +170,53 @@ func TestCollectWhileAnotherNodePublishes(t *testing.T) {
 		t.Fatalf("deleted snapshot: %v", err)
 	}
 }
+
+// TestPublishWaitsForACollectionThatMissedItsMap: a collection has read
+// the chunk maps and checked an old chunk's age; before it removes the
+// chunk, another node publishes a snapshot holding it (uploading it
+// again, storing its map, confirming). The publish must not write its
+// record until that collection has ended, and must then find the chunk
+// gone and upload it again: its snapshot reads back whole.
+func TestPublishWaitsForACollectionThatMissedItsMap(t *testing.T) {
+	const grace = 2 * time.Second
+	nodeA := chunkyRepo(t, "")
+	nodeA.chunkGrace = grace
+	inX := chunkyInputs(t, 16)
+	x, _ := repotest.PublishInputs(t, nodeA, inX, "")
+	if err := nodeA.Delete(bg(), x.ID); err != nil {
+		t.Fatal(err)
+	}
+	// The grace is what is tested: X's chunks and tombstone must age.
+	time.Sleep(grace + time.Second)
+	nodeB := chunkyRepo(t, nodeA.keys.prefix)
+	nodeB.chunkGrace = grace
+	inY := sharingInputs(t, inX, 17)
+	shared := keysOfMemory(t, nodeA, inY.MemoryPath)
+	waiting := make(chan struct{})
+	var waitOnce sync.Once
+	nodeB.awaitingCollection = func() { waitOnce.Do(func() { close(waiting) }) }
+	published := make(chan repository.Record, 1)
+	var raced sync.Once
+	nodeA.beforeRemoveChunk = func(key string) {
+		if !shared[key] {
+			return
+		}
+		raced.Do(func() {
+			go func() {
+				rec, _ := repotest.PublishInputs(t, nodeB, inY, "")
+				published <- rec
+			}()
+			// Without the wait the publish ends here, before the removal.
+			select {
+			case <-waiting:
+			case rec := <-published:
+				published <- rec
+			}
+		})
+	}
+	if _, err := nodeA.CollectGarbage(bg()); err != nil {
+		t.Fatal(err)
+	}
+	y := <-published
+	readsBack(t, nodeA.keys.prefix, y.ID, inY.MemorySHA256)
+}

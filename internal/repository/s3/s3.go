@@ -208,6 +208,14 @@ type Repo struct {
 	// beforeAttachRecord, when a test sets it, runs between uploading an
 	// attachment's object and writing the record that describes it.
 	beforeAttachRecord func()
+	// beforeRemoveChunk, when a test sets it, runs in a collection between
+	// its last age check of a chunk and the chunk's removal;
+	// awaitingCollection each time a publish finds a collection it must
+	// wait for.
+	beforeRemoveChunk  func(key string)
+	awaitingCollection func()
+	// collectorTTL is CollectorTTL; tests shorten it.
+	collectorTTL time.Duration
 }
 
 var _ repository.Repository = (*Repo)(nil)
@@ -232,7 +240,7 @@ func Open(ctx context.Context, o Options) (*Repo, error) {
 	r := &Repo{
 		core: core, counter: counter, bucket: o.Bucket, keys: keys{prefix},
 		filesDir: filepath.Join(o.CacheDir, "files"), warm: o.Warm, chunkBytes: o.ChunkBytes,
-		liveLeases: make(map[string]int), aliasGrace: AliasBindGrace, chunkGrace: ChunkGrace, leaseTTL: LeaseTTL,
+		liveLeases: make(map[string]int), aliasGrace: AliasBindGrace, chunkGrace: ChunkGrace, leaseTTL: LeaseTTL, collectorTTL: CollectorTTL,
 		readOnly: o.ReadOnly, opts: o,
 	}
 	if r.chunkBytes == 0 {
@@ -420,6 +428,9 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	}
 	chunkMap := chunks.Encode()
 	if _, err := r.putSmall(ctx, r.keys.artifact(id, chunkMapName), chunkMap, putCondition{}); err != nil {
+		return repository.Record{}, err
+	}
+	if err := r.awaitCollections(ctx, r.keys.artifact(id, chunkMapName)); err != nil {
 		return repository.Record{}, err
 	}
 	if err := r.confirmChunks(ctx, req.MemoryPath, chunks); err != nil {
