@@ -271,7 +271,9 @@ func TestRestoredGuestMemoryNotHugePageAdvised(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			dir := t.TempDir()
+			// The subtest's name makes t.TempDir too long for the QMP
+			// socket under it (108 bytes) when TMPDIR is long.
+			dir := shortTempDir(t)
 			mem := filepath.Join(dir, "memory.bin")
 			f.copyMemory(t, mem)
 			m, _ := restoreReady(t, d, f, dir, mem)
@@ -302,4 +304,16 @@ func TestRestoredGuestMemoryNotHugePageAdvised(t *testing.T) {
 			}
 		})
 	}
+}
+
+// shortTempDir is a temporary directory with a path short enough for the
+// Unix sockets under it; t.TempDir's holds the test's name.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "wsq-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
