@@ -417,29 +417,14 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	if err != nil {
 		return repository.Record{}, err
 	}
-	table := integrity.NewBuilder(memSize)
-	mem, chunks, err := r.uploadChunked(ctx, req.MemoryPath, memSize, table, req.Progress)
+	mem, err := r.storeMemory(ctx, id, req.MemoryPath, memSize, req.Progress)
 	if err != nil {
 		return repository.Record{}, err
 	}
-	digests := table.Table().Encode()
-	if _, err := r.putSmall(ctx, r.keys.artifact(id, repository.DigestsFileName), digests, putCondition{}); err != nil {
-		return repository.Record{}, err
-	}
-	chunkMap := chunks.Encode()
-	if _, err := r.putSmall(ctx, r.keys.artifact(id, chunkMapName), chunkMap, putCondition{}); err != nil {
-		return repository.Record{}, err
-	}
-	if err := r.awaitCollections(ctx, r.keys.artifact(id, chunkMapName)); err != nil {
-		return repository.Record{}, err
-	}
-	if err := r.confirmChunks(ctx, req.MemoryPath, chunks); err != nil {
-		return repository.Record{}, err
-	}
-	rec := repository.NewRecord(id, req, vm.stored(), mem.stored(), digests)
+	rec := repository.NewRecord(id, req, vm.stored(), mem.uploaded.stored(), mem.digests)
 	rec.MemoryFormat = repository.MemoryFormatChunks
-	rec.MemoryChunks = &repository.ChunkMapDescriptor{SHA256: sha256Hex(chunkMap), Size: int64(len(chunkMap)),
-		ChunkBytes: chunks.ChunkBytes, StoredBytes: chunks.StoredBytes()}
+	rec.MemoryChunks = &repository.ChunkMapDescriptor{SHA256: sha256Hex(mem.chunkMap), Size: int64(len(mem.chunkMap)),
+		ChunkBytes: mem.chunks.ChunkBytes, StoredBytes: mem.chunks.StoredBytes()}
 	if req.Alias != "" {
 		if err := r.bindAlias(ctx, req.Alias, id); err != nil {
 			return repository.Record{}, err
@@ -454,6 +439,41 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	}
 	published = true
 	return rec, nil
+}
+
+// storedMemory is a publish's memory in the bucket: its chunks, their map
+// and the digest table.
+type storedMemory struct {
+	uploaded storedArtifact
+	chunks   chunkmap.Map
+	chunkMap []byte
+	digests  []byte
+}
+
+// storeMemory uploads the memory file's chunks the bucket lacks, then the
+// digest table and the chunk map, then (once every collection that may
+// have missed that map has ended) confirms every chunk is there.
+func (r *Repo) storeMemory(ctx context.Context, id, path string, size int64, progress func(repository.ImportProgress)) (storedMemory, error) {
+	table := integrity.NewBuilder(size)
+	up, chunks, err := r.uploadChunked(ctx, path, size, table, progress)
+	if err != nil {
+		return storedMemory{}, err
+	}
+	mem := storedMemory{uploaded: up, chunks: chunks, chunkMap: chunks.Encode(), digests: table.Table().Encode()}
+	if _, err := r.putSmall(ctx, r.keys.artifact(id, repository.DigestsFileName), mem.digests, putCondition{}); err != nil {
+		return storedMemory{}, err
+	}
+	mapKey := r.keys.artifact(id, chunkMapName)
+	if _, err := r.putSmall(ctx, mapKey, mem.chunkMap, putCondition{}); err != nil {
+		return storedMemory{}, err
+	}
+	if err := r.awaitCollections(ctx, mapKey); err != nil {
+		return storedMemory{}, err
+	}
+	if err := r.confirmChunks(ctx, path, chunks); err != nil {
+		return storedMemory{}, err
+	}
+	return mem, nil
 }
 
 // commitRecord writes the new record, the visibility point. If the answer
