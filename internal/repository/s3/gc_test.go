@@ -127,24 +127,33 @@ func TestDeleteOnOneNodeWhileAnotherReads(t *testing.T) {
 	}
 }
 
-// TestCollectWhileAnotherNodePublishes: node A collects garbage in a loop
-// while node B publishes a snapshot sharing chunks with one A deleted
-// after its grace had passed. B's publish finds those chunks old and
-// uploads them again, its new chunks are young: nothing of B's is lost.
-func TestCollectWhileAnotherNodePublishes(t *testing.T) {
+// twoNodesAfterDelete publishes a snapshot X on node A (seed), deletes it
+// and lets its grace pass, so that its chunks and tombstone are old; it
+// returns A, a node B on the same prefix (both with that grace), X's id
+// and the inputs of a snapshot Y that shares chunks with X.
+func twoNodesAfterDelete(t *testing.T, seed uint64) (nodeA, nodeB *Repo, xID string, inY repotest.Inputs) {
+	t.Helper()
 	const grace = 2 * time.Second
-	nodeA := chunkyRepo(t, "")
+	nodeA = chunkyRepo(t, "")
 	nodeA.chunkGrace = grace
-	inX := chunkyInputs(t, 14)
+	inX := chunkyInputs(t, seed)
 	x, _ := repotest.PublishInputs(t, nodeA, inX, "")
 	if err := nodeA.Delete(bg(), x.ID); err != nil {
 		t.Fatal(err)
 	}
 	// The grace is what is tested: X's chunks and tombstone must age.
 	time.Sleep(grace + time.Second)
-	nodeB := chunkyRepo(t, nodeA.keys.prefix)
+	nodeB = chunkyRepo(t, nodeA.keys.prefix)
 	nodeB.chunkGrace = grace
-	inY := sharingInputs(t, inX, 15)
+	return nodeA, nodeB, x.ID, sharingInputs(t, inX, seed+1)
+}
+
+// TestCollectWhileAnotherNodePublishes: node A collects garbage in a loop
+// while node B publishes a snapshot sharing chunks with one A deleted
+// after its grace had passed. B's publish finds those chunks old and
+// uploads them again, its new chunks are young: nothing of B's is lost.
+func TestCollectWhileAnotherNodePublishes(t *testing.T) {
+	nodeA, nodeB, xID, inY := twoNodesAfterDelete(t, 14)
 	ctx, cancel := context.WithCancel(bg())
 	var wg sync.WaitGroup
 	var collectErr error
@@ -166,7 +175,7 @@ func TestCollectWhileAnotherNodePublishes(t *testing.T) {
 		t.Fatal(err)
 	}
 	readsBack(t, nodeA.keys.prefix, y.ID, inY.MemorySHA256)
-	if _, err := nodeA.Get(bg(), x.ID); err == nil || !strings.Contains(err.Error(), repository.ErrNotFound.Error()) {
+	if _, err := nodeA.Get(bg(), xID); err == nil || !strings.Contains(err.Error(), repository.ErrNotFound.Error()) {
 		t.Fatalf("deleted snapshot: %v", err)
 	}
 }
@@ -178,19 +187,7 @@ func TestCollectWhileAnotherNodePublishes(t *testing.T) {
 // record until that collection has ended, and must then find the chunk
 // gone and upload it again: its snapshot reads back whole.
 func TestPublishWaitsForACollectionThatMissedItsMap(t *testing.T) {
-	const grace = 2 * time.Second
-	nodeA := chunkyRepo(t, "")
-	nodeA.chunkGrace = grace
-	inX := chunkyInputs(t, 16)
-	x, _ := repotest.PublishInputs(t, nodeA, inX, "")
-	if err := nodeA.Delete(bg(), x.ID); err != nil {
-		t.Fatal(err)
-	}
-	// The grace is what is tested: X's chunks and tombstone must age.
-	time.Sleep(grace + time.Second)
-	nodeB := chunkyRepo(t, nodeA.keys.prefix)
-	nodeB.chunkGrace = grace
-	inY := sharingInputs(t, inX, 17)
+	nodeA, nodeB, _, inY := twoNodesAfterDelete(t, 16)
 	shared := keysOfMemory(t, nodeA, inY.MemoryPath)
 	waiting := make(chan struct{})
 	var waitOnce sync.Once
