@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"warmstart/internal/durable"
 	"warmstart/internal/manifest"
 	"warmstart/internal/refine"
 	"warmstart/internal/restore"
@@ -204,7 +205,7 @@ func (b *runner) learnedSource(col string, state refine.State, n int) (restore.S
 		return src, err
 	}
 	path := filepath.Join(dir, fmt.Sprintf("%s-%d.manifest", strings.ReplaceAll(col, "+", "_"), n))
-	if err := writeDurably(path, data); err != nil {
+	if err := durable.WriteBytes(path, 0o600, data); err != nil {
 		return src, err
 	}
 	d := manifest.Describe(data)
@@ -213,35 +214,6 @@ func (b *runner) learnedSource(col string, state refine.State, n int) (restore.S
 	// had learned before.
 	src.Refinement, src.RefinementPath = nil, ""
 	return src, nil
-}
-
-// writeDurably writes data to path through a synced temporary file
-// renamed into place, then syncs the directory.
-func writeDurably(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	dir, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer dir.Close()
-	return dir.Sync()
 }
 
 // writeLearning says, per learned column, what its learning restores

@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+	"warmstart/internal/durable"
 
 	"github.com/cavaliergopher/cpio"
 )
@@ -184,47 +185,8 @@ func Build(ctx context.Context, opts Options) (string, error) {
 	if fi, err := os.Stat(path); err == nil && fi.Size() == int64(buf.Len()) {
 		return path, nil
 	}
-	if err := writeFileDurably(path, buf.Bytes()); err != nil {
+	if err := durable.WriteBytes(path, 0o644, buf.Bytes()); err != nil {
 		return "", fmt.Errorf("build initramfs: %w", err)
 	}
 	return path, nil
-}
-
-// writeFileDurably writes data to path through a temporary file, fsyncs it,
-// renames it into place and fsyncs the directory.
-func writeFileDurably(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op once renamed
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		return fmt.Errorf("chmod %s: %w", tmp, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("sync %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
 }

@@ -24,12 +24,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"warmstart/internal/durable"
 	"warmstart/internal/layout"
 )
 
@@ -183,42 +183,7 @@ func ReadFile(path string) ([]Entry, error) {
 // directory is written, synced and renamed over path, and the directory is
 // synced, so a crash leaves either the old trace or the new one.
 func WriteFile(path string, entries []Entry) error {
-	return writeDurably(path, func(w io.Writer) error { return Write(w, entries) })
-}
-
-func writeDurably(path string, fill func(io.Writer) error) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("create trace: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err := fill(tmp); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("sync trace: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close trace: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("rename trace: %w", err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync trace directory: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync trace directory: %w", err)
-	}
-	return nil
+	return durable.WriteFile(path, 0o600, func(w io.Writer) error { return Write(w, entries) })
 }
 
 // Validate checks that every touched page lies inside one region of l, so

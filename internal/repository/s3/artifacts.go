@@ -14,6 +14,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"warmstart/internal/durable"
 	"warmstart/internal/repository"
 )
 
@@ -206,45 +207,8 @@ func (r *Repo) fetchLocal(ctx context.Context, key, want string, size int64) (st
 	}
 	got := sha256Hex(data)
 	p := filepath.Join(r.filesDir, got)
-	if err := writeFileDurable(r.filesDir, p, data); err != nil {
+	if err := durable.WriteBytes(p, 0o444, data); err != nil {
 		return "", fmt.Errorf("cache %s locally: %w", key, err)
 	}
 	return p, nil
-}
-
-// writeFileDurable writes data to path through a temporary file that is
-// fsynced, renamed, and the rename synced.
-func writeFileDurable(dir, path string, data []byte) (err error) {
-	f, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Chmod(0o444); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
