@@ -113,12 +113,11 @@ func TestChunkedPublishStoresEachChunkOnce(t *testing.T) {
 	}
 }
 
-// TestZeroChunkNeedsNoRequest: a cold node reads a zero chunk without a GET.
-func TestZeroChunkNeedsNoRequest(t *testing.T) {
-	pub := chunkyRepo(t, "")
-	rec, _ := repotest.PublishInputs(t, pub, chunkyInputs(t, 2), "")
-	node := chunkyRepo(t, pub.keys.prefix)
-	res, err := node.Resolve(bg(), rec.ID)
+// openMemory resolves snapshot id on node and opens its memory for
+// reading; the reader is closed when the test ends.
+func openMemory(t *testing.T, node *Repo, id string) repository.MemoryReader {
+	t.Helper()
+	res, err := node.Resolve(bg(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +125,16 @@ func TestZeroChunkNeedsNoRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rd.Close()
+	t.Cleanup(func() { rd.Close() })
+	return rd
+}
+
+// TestZeroChunkNeedsNoRequest: a cold node reads a zero chunk without a GET.
+func TestZeroChunkNeedsNoRequest(t *testing.T) {
+	pub := chunkyRepo(t, "")
+	rec, _ := repotest.PublishInputs(t, pub, chunkyInputs(t, 2), "")
+	node := chunkyRepo(t, pub.keys.prefix)
+	rd := openMemory(t, node, rec.ID)
 	before := node.RequestStats()
 	buf := make([]byte, testChunkBytes)
 	if _, err := rd.ReadAt(buf, 2*testChunkBytes); err != nil {
@@ -160,15 +168,7 @@ func TestCorruptChunkObjectIsNeverServed(t *testing.T) {
 		rewriteObject(t, pub, key, f)
 	}
 	node := chunkyRepo(t, pub.keys.prefix)
-	res, err := node.Resolve(bg(), rec.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd, err := res.Memory.OpenMemory()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rd.Close()
+	rd := openMemory(t, node, rec.ID)
 	buf := make([]byte, testChunkBytes)
 	for idx := range 8 {
 		_, err := rd.ReadAt(buf, int64(idx*testChunkBytes))
