@@ -78,3 +78,33 @@ func Plan(ranges []Range, size, blockBytes, runCapBytes int64) ([]Run, error) {
 	}
 	return runs, nil
 }
+
+// Ramp cuts each of the first workers runs of a plan to a head whose
+// length grows from 1/workers of the run to all of it, and plans the
+// rests right after those heads, in the same order: the GETs that start
+// together then end one after the other, and each worker that ends early
+// goes on with the rest of the run nearest the front.
+//
+// Why: equal runs started at once share the link equally and end
+// together, so every worker then waits out the store's latency at the
+// same moment and the link idles; and the front of the plan, which the
+// guest wants first, arrives at the link's rate divided by the workers.
+// Staggered ends keep some GET streaming while another waits for its
+// first byte, and the front arrives first.
+func Ramp(runs []Run, workers int) []Run {
+	if workers <= 1 || len(runs) == 0 {
+		return runs
+	}
+	n := min(workers, len(runs))
+	heads := make([]Run, 0, n)
+	var rests []Run
+	for i, r := range runs[:n] {
+		head := max(1, r.Count*int64(i+1)/int64(workers))
+		heads = append(heads, Run{First: r.First, Count: head})
+		if head < r.Count {
+			rests = append(rests, Run{First: r.First + head, Count: r.Count - head})
+		}
+	}
+	out := append(heads, rests...)
+	return append(out, runs[n:]...)
+}

@@ -23,6 +23,9 @@ type WarmOptions struct {
 	Concurrency int
 	// RunCapBytes caps one run (one GET).
 	RunCapBytes int64
+	// Ramp staggers the first runs (see Ramp): for a plan read front to
+	// back over a link that every run shares.
+	Ramp bool
 }
 
 // Warming is the executor of one prefetch plan: it fetches the plan's runs
@@ -75,6 +78,9 @@ func (c *Cache) Warm(obj Object, ranges []Range, o WarmOptions) (*Warming, error
 	runs, err := Plan(ranges, obj.Size, c.blockBytes, o.RunCapBytes)
 	if err != nil {
 		return nil, fmt.Errorf("warm %s: %w", obj.ID, err)
+	}
+	if o.Ramp {
+		runs = Ramp(runs, o.Concurrency)
 	}
 	if err := c.begin(); err != nil {
 		return nil, fmt.Errorf("warm %s: %w", obj.ID, err)

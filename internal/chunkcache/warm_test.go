@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -196,4 +197,55 @@ func TestWarmArrival(t *testing.T) {
 	if first.IsZero() || ended.IsZero() || ended.Before(first) {
 		t.Fatalf("after the warming: first block %v, ended %v", first, ended)
 	}
+}
+
+// TestRamp: the first runs are cut to heads that grow to the full run,
+// their rests follow in order, the rest of the plan is untouched, and
+// every block is still planned exactly once.
+func TestRamp(t *testing.T) {
+	runs := func(n, count int64) []Run {
+		var rs []Run
+		for i := range n {
+			rs = append(rs, Run{First: i * count, Count: count})
+		}
+		return rs
+	}
+	cases := []struct {
+		name    string
+		in      []Run
+		workers int
+		want    []Run
+	}{
+		{"four workers over runs of four", runs(6, 4), 4, []Run{
+			{0, 1}, {4, 2}, {8, 3}, {12, 4}, // heads: 1/4 .. 4/4 of a run
+			{1, 3}, {6, 2}, {11, 1}, // their rests, front first
+			{16, 4}, {20, 4}}},
+		{"one worker: nothing to stagger", runs(3, 4), 1, runs(3, 4)},
+		{"runs of one block cannot be cut", runs(3, 1), 3, runs(3, 1)},
+		{"fewer runs than workers", runs(2, 8), 4, []Run{{0, 2}, {8, 4}, {2, 6}, {12, 4}}},
+		{"empty plan", nil, 4, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Ramp(tc.in, tc.workers)
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("Ramp(%v, %d) = %v, want %v", tc.in, tc.workers, got, tc.want)
+			}
+			if blocksOf(got) != blocksOf(tc.in) {
+				t.Errorf("blocks planned %v, want %v", blocksOf(got), blocksOf(tc.in))
+			}
+		})
+	}
+}
+
+// blocksOf is the sorted list of every block a plan fetches, as a string.
+func blocksOf(rs []Run) string {
+	var bs []int64
+	for _, r := range rs {
+		for b := r.First; b < r.First+r.Count; b++ {
+			bs = append(bs, b)
+		}
+	}
+	slices.Sort(bs)
+	return fmt.Sprint(bs)
 }

@@ -155,6 +155,9 @@ func TestValidateErrors(t *testing.T) {
 		{"[memory]\nio_engine = -1", "memory.io_engine", "-1 out of range 0..2"},
 		{"[memory]\nfuse_mount = \"\"", "memory.fuse_mount", "must not be empty"},
 		{"[memory]\nuffd_connect_timeout = \"0s\"", "memory.uffd_connect_timeout", "0s is not a positive duration"},
+		{"[memory]\nreadaround_kib = -4", "memory.readaround_kib", "-4 out of range 4..1024"},
+		{"[memory]\nreadaround_kib = 2048", "memory.readaround_kib", "2048 out of range 4..1024"},
+		{"[memory]\nreadaround_kib = 6", "memory.readaround_kib", "6 is not a whole number of 4 KiB pages"},
 		{"[prefetch]\npolicy = \"greedy\"", "prefetch.policy", `"greedy" is not one of "warmstart", "seed", "reap", "e2b"`},
 		{"[prefetch]\nmax_readers = 0", "prefetch.max_readers", "0 out of range 1..64"},
 		{"[prefetch]\nmax_readers = 65", "prefetch.max_readers", "65 out of range 1..64"},
@@ -349,5 +352,24 @@ func loadWithin(t *testing.T, path, fifo string) error {
 		}
 		t.Fatalf("Load(%s) blocked", path)
 		return nil
+	}
+}
+
+// The readaround window follows the backend unless it is set: one page
+// where memory comes from an object store, the device's own default
+// (0) for a local memory file.
+func TestReadaroundFollowsTheBackend(t *testing.T) {
+	m := Default().Memory
+	if got := m.ReadaroundBytes(BackendPosixFS); got != 0 {
+		t.Errorf("posix_fs: %d bytes, want 0 (the device's default)", got)
+	}
+	if got := m.ReadaroundBytes(BackendS3); got != 4096 {
+		t.Errorf("s3: %d bytes, want 4096", got)
+	}
+	m.ReadaroundKiB = 64
+	for _, b := range []string{BackendPosixFS, BackendS3} {
+		if got := m.ReadaroundBytes(b); got != 64<<10 {
+			t.Errorf("%s with readaround_kib = 64: %d bytes, want %d", b, got, 64<<10)
+		}
 	}
 }

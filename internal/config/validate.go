@@ -96,6 +96,7 @@ func (c *Config) Validate() error {
 		},
 		func() error { return nonEmpty("memory.fuse_mount", c.Memory.FUSEMount) },
 		func() error { return positive("memory.uffd_connect_timeout", c.Memory.UffdConnectTimeout) },
+		func() error { return readaround(c.Memory.ReadaroundKiB) },
 		func() error {
 			return oneOf("prefetch.policy", c.Prefetch.Policy, Policies()...)
 		},
@@ -208,6 +209,22 @@ func tcpAddress(key, v string) error {
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
 		return invalid(key, "%q: port %q is not a number in 0..65535", v, port)
+	}
+	return nil
+}
+
+// readaround accepts 0 (the backend's window) or whole pages up to
+// MaxReadaroundKiB.
+func readaround(kib int64) error {
+	const key = "memory.readaround_kib"
+	if kib == 0 {
+		return nil
+	}
+	if err := inRange(key, kib, 4, MaxReadaroundKiB); err != nil {
+		return err
+	}
+	if kib%4 != 0 {
+		return invalid(key, "%d is not a whole number of 4 KiB pages", kib)
 	}
 	return nil
 }

@@ -151,6 +151,9 @@ func (n *Node) mount(o Options) error {
 		log = slog.New(slog.DiscardHandler)
 	}
 	serving := FUSEOptions(o.FUSE, n.VMM)
+	if serving.ReadAheadBytes == 0 {
+		serving.ReadAheadBytes = cfg.Memory.ReadaroundBytes(cfg.Snapshot.RepositoryBackend)
+	}
 	var err error
 	if n.FUSE, err = fusedev.Mount(orDefault(o.FUSEMount, filepath.Join(o.RuntimeDir, "mem")), serving); err != nil {
 		return fmt.Errorf("node: %w", err)

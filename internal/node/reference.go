@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"path/filepath"
+	"warmstart/internal/repository/s3"
 
 	"warmstart/internal/config"
 	"warmstart/internal/repository"
@@ -43,6 +44,11 @@ func (w Workspace) Open(ctx context.Context) (*Node, error) {
 	}
 	cfg := config.Default()
 	cfg.Memory.Device = w.Device
+	if _, remote := repo.(*s3.Repo); remote {
+		// The device settings that follow from the backend (the
+		// readaround window) follow the repository given.
+		cfg.Snapshot.RepositoryBackend = config.BackendS3
+	}
 	vm := w.VMM
 	if vm == nil {
 		vm = &replay.VMM{TracePath: synth.PathsIn(w.ReferenceDir()).Trace}

@@ -397,23 +397,12 @@ func prepare(ctx context.Context, o Options) (*harness, error) {
 		return h, fmt.Errorf("s3 bench: %w", err)
 	}
 	h.link.SetRate(o.LinkBits)
-	fmt.Fprintf(o.Progress, "link: %d ms added per response, %d Mbit/s per connection, %d Mbit/s in all; block %d KiB, run cap %d KiB, %d concurrent runs\n",
-		o.LatencyMs, o.BandwidthBits/1_000_000, o.LinkBits/1_000_000, o.BlockBytes>>10, runCap(o.Warm)>>10, concurrency(o.Warm))
+	pack := s3.PackWarmOptions(o.Warm)
+	fmt.Fprintf(o.Progress, "link: %d ms added per response, %d Mbit/s per connection, %d Mbit/s in all; "+
+		"cache block %d KiB; startup pack in GETs of up to %d KiB, %d at once; readaround %d KiB\n",
+		o.LatencyMs, o.BandwidthBits/1_000_000, o.LinkBits/1_000_000, o.BlockBytes>>10,
+		pack.RunCapBytes>>10, pack.Concurrency, h.node.FUSE.ReadAheadBytes()>>10)
 	return h, h.measureStorage(ctx, pub)
-}
-
-func runCap(w chunkcache.WarmOptions) int64 {
-	if w.RunCapBytes > 0 {
-		return w.RunCapBytes
-	}
-	return chunkcache.DefaultRunCapBytes
-}
-
-func concurrency(w chunkcache.WarmOptions) int {
-	if w.Concurrency > 0 {
-		return w.Concurrency
-	}
-	return chunkcache.DefaultWarmConcurrency
 }
 
 func (h *harness) close() {

@@ -62,6 +62,12 @@ func TestSmallRun(t *testing.T) {
 		if tr.Condition == (Condition{CacheCold, PrefetchOn}) && tr.Timings.StreamFirstBlock <= 0 {
 			t.Errorf("%s: no streamed block before ready: %+v", tr.Condition, tr.Timings)
 		}
+		// A cold node fetches the startup pack and nothing else before
+		// ready: the guest touches only startup pages, and a fault reads
+		// no neighbour outside the set around them (one-page readaround).
+		if tr.Condition == (Condition{CacheCold, PrefetchOn}) && tr.BytesToReady > uint64(rep.StartupSetStoredBytes) {
+			t.Errorf("%s: %d bytes fetched before ready, more than the %d-byte startup pack", tr.Condition, tr.BytesToReady, rep.StartupSetStoredBytes)
+		}
 	}
 	if !strings.Contains(out.String(), "phases (mean ms)") {
 		t.Error("no phases table")

@@ -171,7 +171,7 @@ func (m *memorySource) StreamStartup() (repository.CacheWarm, error) {
 		return nil, nil
 	}
 	whole := []chunkcache.Range{{Offset: 0, Length: m.pack.obj.Size}}
-	return m.warm(m.pack.obj, whole, packWarmOptions(m.r.warm))
+	return m.warm(m.pack.obj, whole, PackWarmOptions(m.r.warm))
 }
 
 // WarmCache implements repository.CacheWarmer: the pack when there is one,
@@ -198,17 +198,27 @@ func (m *memorySource) warm(obj chunkcache.Object, rs []chunkcache.Range, o chun
 	return w, nil
 }
 
-// packWarmOptions: the pack is read front to back, and the guest wants its
-// front first. All runs at once would share the link evenly and deliver
-// the front at a fraction of it; a few shorter runs keep the link full
-// (several connections) while the front arrives first.
-func packWarmOptions(o chunkcache.WarmOptions) chunkcache.WarmOptions {
+// PackWarmOptions are the options the startup pack streams with, given
+// the repository's (Options.Warm; zero fields take these defaults). The
+// pack is read front to back, and the guest wants its front first: all
+// runs at once would share the link evenly and deliver the front at a
+// fraction of it, so a few shorter runs keep the link full (several
+// connections) while the front arrives first, and their first GETs ramp
+// up (chunkcache.Ramp) so that they do not all wait out the store's
+// latency at once. Measured on the 128 MiB reference (35.2 MiB pack,
+// 20 ms latency, 400 Mbit/s per connection, 1 Gbit/s link, 5 blocks,
+// one-page readaround): 4 runs of 4 MiB 453 ms to ready with the ramp,
+// 453 ms without; 6 of 2 MiB 419 and 435 ms; 8 of 2 MiB 438 and 455 ms;
+// 4 of 8 MiB 473 and 581 ms. The guest's own wait on memory fell from
+// 70-80 ms to 23-29 ms with the ramp.
+func PackWarmOptions(o chunkcache.WarmOptions) chunkcache.WarmOptions {
 	if o.Concurrency <= 0 {
-		o.Concurrency = 4
+		o.Concurrency = 6
 	}
 	if o.RunCapBytes <= 0 {
-		o.RunCapBytes = 4 << 20
+		o.RunCapBytes = 2 << 20
 	}
+	o.Ramp = true
 	return o
 }
 
