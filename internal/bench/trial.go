@@ -224,8 +224,20 @@ func (t *trial) setUp() (func() error, error) {
 	if err != nil {
 		return nil, err
 	}
+	prefetching, err := t.mountPrefetching(srv, mountOpts)
+	if err != nil {
+		srv.Close()
+		return nil, err
+	}
+	unmount := func() error {
+		if prefetching != nil {
+			prefetching.Close()
+		}
+		return srv.Close()
+	}
 	t.r = &restore.Restorer{
-		FUSE: srv,
+		FUSE:         srv,
+		PrefetchFUSE: prefetching,
 		// The engine runs as many readers as the policy was designed for
 		// (config.DefaultPrefetchMaxReaders says why).
 		Engine:     prefetch.NewEngine(prefetch.Options{MaxReaders: max(t.policy.MaxReaders, prefetch.DefaultMaxReaders)}),
@@ -235,7 +247,20 @@ func (t *trial) setUp() (func() error, error) {
 		// verification; the flag is set just before it.
 	}
 	t.base = restore.Options{Device: t.spec.Device, IOEngine: t.spec.IOEngine}
-	return srv.Close, nil
+	return unmount, nil
+}
+
+// mountPrefetching mounts the file device of a trial whose timed restore
+// prefetches with the window a node gives such restores
+// (config.MemoryConfig.PrefetchReadaroundBytes), unless the serving
+// mount's window is that one; nil otherwise.
+func (t *trial) mountPrefetching(serving *fusedev.Server, opts fusedev.Options) (*fusedev.Server, error) {
+	window := config.Default().Memory.PrefetchReadaroundBytes()
+	if t.mode == restore.ModeOff || t.spec.Device != config.DeviceFile || serving.ReadAheadBytes() == window {
+		return nil, nil
+	}
+	opts.ReadAheadBytes = window
+	return fusedev.Mount(filepath.Join(t.spec.WorkDir, "mnt-prefetching"), opts)
 }
 
 // track notes the replay VMM a restore ran, so the parent can check that

@@ -96,7 +96,10 @@ func (c *Config) Validate() error {
 		},
 		func() error { return nonEmpty("memory.fuse_mount", c.Memory.FUSEMount) },
 		func() error { return positive("memory.uffd_connect_timeout", c.Memory.UffdConnectTimeout) },
-		func() error { return readaround(c.Memory.ReadaroundKiB) },
+		func() error { return readaround("memory.readaround_kib", c.Memory.ReadaroundKiB, true) },
+		func() error {
+			return readaround("memory.prefetch_readaround_kib", c.Memory.PrefetchReadaroundKiB, false)
+		},
 		func() error {
 			return oneOf("prefetch.policy", c.Prefetch.Policy, Policies()...)
 		},
@@ -213,11 +216,10 @@ func tcpAddress(key, v string) error {
 	return nil
 }
 
-// readaround accepts 0 (the backend's window) or whole pages up to
-// MaxReadaroundKiB.
-func readaround(kib int64) error {
-	const key = "memory.readaround_kib"
-	if kib == 0 {
+// readaround accepts whole pages up to MaxReadaroundKiB, and 0 (the
+// backend's window) where zero is allowed.
+func readaround(key string, kib int64, zero bool) error {
+	if kib == 0 && zero {
 		return nil
 	}
 	if err := inRange(key, kib, 4, MaxReadaroundKiB); err != nil {

@@ -53,6 +53,10 @@ type Options struct {
 	// TraceMount is where the recorder's tracing device is mounted;
 	// RuntimeDir/trace-mem when empty.
 	TraceMount string
+	// PrefetchMount is where the file device of restores that prefetch is
+	// mounted, when its readaround window differs from the serving
+	// mount's; FUSEMount-prefetching when empty.
+	PrefetchMount string
 	// VMM restores the snapshots; NewVMM builds the configured one when nil.
 	VMM vmm.VMM
 	// FUSE are the serving mount's options (tests hold reads in its
@@ -72,11 +76,14 @@ type Options struct {
 type Node struct {
 	Config *config.Config
 	// Repo is Options.Repository, timed by Metrics when it is set.
-	Repo     repository.Repository
-	VMM      vmm.VMM
-	FUSE     *fusedev.Server
-	Engine   *prefetch.Engine
-	Restorer *restore.Restorer
+	Repo repository.Repository
+	VMM  vmm.VMM
+	FUSE *fusedev.Server
+	// PrefetchFUSE serves the restores that prefetch; nil when FUSE does
+	// (its readaround window is the same).
+	PrefetchFUSE *fusedev.Server
+	Engine       *prefetch.Engine
+	Restorer     *restore.Restorer
 	// Recorder records startup manifests through its own tracing mount.
 	Recorder *recorder.Recorder
 	// Learner refines startup manifests from restores (Learn); nil when
@@ -154,13 +161,18 @@ func (n *Node) mount(o Options) error {
 	if serving.ReadAheadBytes == 0 {
 		serving.ReadAheadBytes = cfg.Memory.ReadaroundBytes(cfg.Snapshot.RepositoryBackend)
 	}
+	servingDir := orDefault(o.FUSEMount, filepath.Join(o.RuntimeDir, "mem"))
 	var err error
-	if n.FUSE, err = fusedev.Mount(orDefault(o.FUSEMount, filepath.Join(o.RuntimeDir, "mem")), serving); err != nil {
+	if n.FUSE, err = fusedev.Mount(servingDir, serving); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
 	n.closers = append(n.closers, n.FUSE.Close)
+	if err := n.mountPrefetching(orDefault(o.PrefetchMount, servingDir+"-prefetching"), serving, cfg.Memory); err != nil {
+		return err
+	}
 	n.Restorer = &restore.Restorer{
 		FUSE:           n.FUSE,
+		PrefetchFUSE:   n.PrefetchFUSE,
 		Engine:         n.Engine,
 		VMM:            n.VMM,
 		ConsumeEnabled: cfg.Snapshot.MemoryStartupPack.ConsumeEnabled,
@@ -203,6 +215,24 @@ func RecordTimeout(cfg *config.Config) time.Duration { return 2 * cfg.Envd.Timeo
 // NewEngine is the prefetch engine [prefetch] configures.
 func NewEngine(cfg *config.Config) *prefetch.Engine {
 	return prefetch.NewEngine(prefetch.Options{MaxReaders: cfg.Prefetch.MaxReaders, BufferBytes: int(cfg.Prefetch.BufferBytes)})
+}
+
+// mountPrefetching mounts the file device of restores that prefetch at
+// dir, with serving's options but the prefetch readaround window, unless
+// the serving mount's window is that one already.
+func (n *Node) mountPrefetching(dir string, serving fusedev.Options, mem config.MemoryConfig) error {
+	window := mem.PrefetchReadaroundBytes()
+	if n.FUSE.ReadAheadBytes() == window {
+		return nil
+	}
+	serving.ReadAheadBytes = window
+	srv, err := fusedev.Mount(dir, serving)
+	if err != nil {
+		return fmt.Errorf("node: prefetching mount: %w", err)
+	}
+	n.PrefetchFUSE = srv
+	n.closers = append(n.closers, srv.Close)
+	return nil
 }
 
 // FUSEOptions are base, with writable opens when vm is QEMU, which opens

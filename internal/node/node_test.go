@@ -65,8 +65,12 @@ func TestOpenWiresOnce(t *testing.T) {
 		t.Errorf("recorder timeout %v on %q, %d runs; want 14s (2 × [envd] timeout) per run on uffd, 1 run ([snapshot.memory_startup_pack] recordings)",
 			n.Recorder.Timeout, n.Recorder.Device, n.Recorder.Recordings)
 	}
-	if got := mountsUnder(t, run); len(got) != 2 {
-		t.Fatalf("mounted under the runtime directory: %v, want the device and the tracing mount", got)
+	if n.Restorer.PrefetchFUSE == nil || n.Restorer.PrefetchFUSE == n.FUSE ||
+		n.PrefetchFUSE.ReadAheadBytes() != cfg.Memory.PrefetchReadaroundBytes() || n.FUSE.ReadAheadBytes() == n.PrefetchFUSE.ReadAheadBytes() {
+		t.Errorf("restores that prefetch are not served by a mount of their own with the prefetch readaround window")
+	}
+	if got := mountsUnder(t, run); len(got) != 3 {
+		t.Fatalf("mounted under the runtime directory: %v, want the device, the prefetching device and the tracing mount", got)
 	}
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
@@ -101,4 +105,27 @@ func mountsUnder(t *testing.T, dir string) []string {
 		}
 	}
 	return out
+}
+
+// On an S3 node the serving mount's window is one page already, so
+// restores that prefetch share it: no second mount.
+func TestS3NodeServesPrefetchingRestoresFromOneMount(t *testing.T) {
+	cfg := config.Default()
+	cfg.Snapshot.RepositoryBackend = config.BackendS3
+	repo, err := posixfs.Open(t.TempDir(), posixfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := filepath.Join(t.TempDir(), "run")
+	n, err := node.Open(context.Background(), node.Options{Config: cfg, Repository: repo, VMM: &replay.VMM{TracePath: "unused"}, RuntimeDir: run})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if n.PrefetchFUSE != nil || n.Restorer.PrefetchFUSE != nil {
+		t.Error("a second mount for restores that prefetch, with the same window as the serving one")
+	}
+	if got := n.FUSE.ReadAheadBytes(); got != config.RemoteReadaroundKiB<<10 {
+		t.Errorf("S3 node's readaround window %d bytes, want one page", got)
+	}
 }

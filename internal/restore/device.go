@@ -61,21 +61,43 @@ type memoryDevice interface {
 // MAP_PRIVATE, shared by the restores of one snapshot.
 type fileDevice struct {
 	dev *fusedev.Device
+	// mount names the FUSE mount serving it (fileMountKind): generations
+	// are numbered per mount, and prefetch tasks are keyed by both.
+	mount string
+}
+
+// Prefetch task keys of file devices on the serving mount and on the
+// prefetching one (Restorer.PrefetchFUSE).
+const (
+	fileMountServing     = config.DeviceFile
+	fileMountPrefetching = config.DeviceFile + "/prefetching"
+)
+
+// fileServer is the mount a restore's file device is attached on: the
+// prefetching mount when there is one and the restore means to prefetch
+// (a manifest that then fails validation leaves it there, reading on
+// demand page by page), else the serving mount.
+func (r *Restorer) fileServer(src Source, opts Options) (*fusedev.Server, string) {
+	if r.PrefetchFUSE != nil && r.meansToPrefetch(src, opts) {
+		return r.PrefetchFUSE, fileMountPrefetching
+	}
+	return r.FUSE, fileMountServing
 }
 
 func (r *Restorer) attachFile(src Source, opts Options, digests *integrity.Table) (*fileDevice, error) {
-	if r.FUSE == nil {
+	srv, mount := r.fileServer(src, opts)
+	if srv == nil {
 		return nil, errors.New("file device: no FUSE server")
 	}
 	key := opts.DeviceKey
 	if key == "" {
 		key = src.SnapshotID
 	}
-	dev, err := r.attachFileDevice(key, src, opts.IOEngine, r.fileVerifier(src, digests))
+	dev, err := attachFileDevice(srv, key, src, opts.IOEngine, r.fileVerifier(src, digests))
 	if err != nil {
 		return nil, fmt.Errorf("attach memory device: %w", integrityIf(err))
 	}
-	d := &fileDevice{dev: dev}
+	d := &fileDevice{dev: dev, mount: mount}
 	if opts.IOEngine == config.IOEngineDirect {
 		if err := fusedev.CheckMappable(dev.Path()); err != nil {
 			d.release(context.Background(), func() {})
@@ -88,7 +110,7 @@ func (r *Restorer) attachFile(src Source, opts Options, digests *integrity.Table
 	return d, nil
 }
 
-func (d *fileDevice) kind() string                                { return config.DeviceFile }
+func (d *fileDevice) kind() string                                { return d.mount }
 func (d *fileDevice) generation() uint64                          { return d.dev.Generation() }
 func (d *fileDevice) servesBeforeVM() bool                        { return true }
 func (d *fileDevice) connect(context.Context, vmm.Instance) error { return nil }

@@ -48,14 +48,14 @@ func noteReady(src Source) {
 	}
 }
 
-// attachFileDevice attaches the file device for src: a generation serving
-// its local memory file, or a reader of its remote memory source.
-func (r *Restorer) attachFileDevice(key string, src Source, ioEngine int, v *fusedev.Verifier) (*fusedev.Device, error) {
+// attachFileDevice attaches the file device for src on srv: a generation
+// serving its local memory file, or a reader of its remote memory source.
+func attachFileDevice(srv *fusedev.Server, key string, src Source, ioEngine int, v *fusedev.Verifier) (*fusedev.Device, error) {
 	if src.Memory == nil {
-		return r.FUSE.AttachVerified(key, src.MemoryPath, ioEngine, v)
+		return srv.AttachVerified(key, src.MemoryPath, ioEngine, v)
 	}
 	open := func() (fusedev.Lower, error) { return src.Memory.OpenMemory() }
-	return r.FUSE.AttachLowerVerified(key, src.Memory.Ref(), open, ioEngine, v)
+	return srv.AttachLowerVerified(key, src.Memory.Ref(), open, ioEngine, v)
 }
 
 // checkDevice refuses device and source pairs that cannot work.
@@ -76,8 +76,7 @@ func checkDevice(src Source, device string) error {
 // a stream started.
 func (inst *Instance) streamStartup(src Source, opts Options) bool {
 	w, ok := src.Memory.(CacheWarmer)
-	if !ok || opts.Prefetch == ModeOff || (opts.Prefetch == ModeAuto && !inst.r.ConsumeEnabled) || src.Manifest == nil ||
-		checkDevice(src, opts.Device) != nil {
+	if !ok || !inst.r.meansToPrefetch(src, opts) || checkDevice(src, opts.Device) != nil {
 		return false
 	}
 	warm, err := w.StreamStartup()

@@ -127,6 +127,11 @@ type Options struct {
 type Restorer struct {
 	// FUSE serves file devices; required for Device "file".
 	FUSE *fusedev.Server
+	// PrefetchFUSE, when set, serves the file devices of restores that
+	// prefetch: a mount whose readaround window is narrower than FUSE's
+	// (config.MemoryConfig.PrefetchReadaroundBytes says why). Nil serves
+	// every restore from FUSE.
+	PrefetchFUSE *fusedev.Server
 	// Engine runs prefetch tasks; shared so tasks are shared.
 	Engine *prefetch.Engine
 	VMM    vmm.VMM
@@ -572,6 +577,17 @@ func waitReady(ctx context.Context, vm vmm.Instance, dev memoryDevice) (vmm.Read
 
 // planPrefetch decides whether this restore prefetches and returns the
 // validated manifest and its digest, or nil with the reason in rep.
+// meansToPrefetch says, before the device is acquired, whether the
+// restore will prefetch if its manifest then validates: what planPrefetch
+// decides without reading the manifest.
+func (r *Restorer) meansToPrefetch(src Source, opts Options) bool {
+	switch {
+	case opts.Prefetch == ModeOff, opts.Prefetch == ModeAuto && !r.ConsumeEnabled, src.Manifest == nil:
+		return false
+	}
+	return opts.Device != config.DeviceFile || opts.IOEngine != config.IOEngineDirect
+}
+
 func (r *Restorer) planPrefetch(src Source, opts Options, rep *PrefetchReport) (*manifest.Manifest, string) {
 	switch {
 	case opts.Prefetch == ModeOff:
