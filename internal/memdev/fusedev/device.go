@@ -13,6 +13,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"warmstart/internal/config"
 	"warmstart/internal/fsx"
@@ -280,6 +281,7 @@ func (g *generation) read(ctx context.Context, dest []byte, off int64) ([]byte, 
 	if hook := g.srv.opts.ReadHook; hook != nil {
 		hook(g.number, off, want)
 	}
+	g.readAroundLower(ctx, off)
 	n, err = g.lower.ReadAt(dest[:want], off)
 	switch {
 	case n == want:
@@ -380,6 +382,31 @@ func (f *fileNode) Write(ctx context.Context, fh fs.FileHandle, data []byte, off
 
 func (f *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	return syscall.EROFS
+}
+
+// lowerReadaroundBytes is how much of a local lower file a demand read on
+// a mount with a narrower readaround window asks storage for around it.
+const lowerReadaroundBytes = DefaultReadAheadBytes
+
+// readAroundLower, for a guest's read on a mount whose readaround window is
+// narrower than lowerReadaroundBytes (the prefetching mount's one page),
+// tells the kernel that the lower file's bytes around off will be read
+// soon (POSIX_FADV_WILLNEED): one storage read then brings in the
+// neighbours a guest missing a page tends to fault next, as the wide
+// window would, while each of its faults still reaches the device as the
+// one page it touched, which is what the accounting and the learned
+// manifest need. It changes no byte anyone reads; lowers that are not
+// local files, and failures, are ignored.
+func (g *generation) readAroundLower(ctx context.Context, off int64) {
+	if g.srv.readAheadBytes >= lowerReadaroundBytes || requestKind(ctx) != memdev.Demand {
+		return
+	}
+	f, ok := g.lower.(interface{ Fd() uintptr })
+	if !ok {
+		return
+	}
+	start := max(0, off-lowerReadaroundBytes/2) &^ (fillPageBytes - 1)
+	_ = unix.Fadvise(int(f.Fd()), start, lowerReadaroundBytes, unix.FADV_WILLNEED)
 }
 
 func (f *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
