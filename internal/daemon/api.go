@@ -588,7 +588,7 @@ func (d *Daemon) countDevice(run *running, memoryPath string) {
 		d.uffdBytes.Add(run.inst.DeviceBytes.BytesRead)
 		return
 	}
-	if err := d.holdDevice(run.info.Snapshot, memoryPath, run.info.IOEngine, run.info.Generation); err != nil {
+	if err := d.holdDevice(run.inst.FileServer(), run.info.Snapshot, memoryPath, run.info.IOEngine, run.info.Generation); err != nil {
 		// Only the byte counts and the separate release step are lost;
 		// the restore itself is fine.
 		d.log.Warn("restore runs without the daemon's device reference", "restore", run.info.ID, "err", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -35,6 +36,14 @@ func TestLifecycle(t *testing.T) {
 	infos := restoreTwiceConcurrently(t, c, f, imp.ID)
 	checkSharedRestoreMetrics(t, c)
 	stopBoth(t, c, infos)
+	// Prefetching restores run on the prefetching mount: the daemon's
+	// reference is taken there, and released once both stopped.
+	if a := r.log.attrsOf("restore runs without the daemon's device reference"); a != nil {
+		t.Errorf("a restore ran without the daemon's device reference: %v", a)
+	}
+	if a := r.log.attrsOf("device released"); a == nil || a["generation"] != strconv.FormatUint(infos[0].Generation, 10) {
+		t.Errorf("device release logged %v, want generation %d", a, infos[0].Generation)
+	}
 	checkMetricsAfterStops(t, c, infos[0].Prefetch.PlannedBytes)
 	deleteTwice(t, c, imp.ID)
 }

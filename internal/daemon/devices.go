@@ -20,17 +20,21 @@ import (
 // (d.restores).
 
 // holdDevice takes the daemon's reference to generation gen of the file
-// device key, unless it holds it already; the restore holds its own
-// reference, so the attach joins its generation rather than creating one.
-// Callers hold d.mu, so no release can decide in between that no restore
-// runs on gen.
-func (d *Daemon) holdDevice(key, lowerPath string, ioEngine int, gen uint64) error {
+// device key on srv, the mount the restore runs on (its serving or its
+// prefetching mount), unless it holds it already; the restore holds its
+// own reference, so the attach joins its generation rather than creating
+// one. Generation numbers are unique across mounts. Callers hold d.mu, so
+// no release can decide in between that no restore runs on gen.
+func (d *Daemon) holdDevice(srv *fusedev.Server, key, lowerPath string, ioEngine int, gen uint64) error {
 	d.devMu.Lock()
 	defer d.devMu.Unlock()
 	if _, ok := d.devices[gen]; ok {
 		return nil
 	}
-	dev, err := d.fuse.Attach(key, lowerPath, ioEngine)
+	if srv == nil {
+		srv = d.fuse
+	}
+	dev, err := srv.Attach(key, lowerPath, ioEngine)
 	if err != nil {
 		return fmt.Errorf("hold memory device %s: %w", key, err)
 	}

@@ -61,31 +61,24 @@ type memoryDevice interface {
 // MAP_PRIVATE, shared by the restores of one snapshot.
 type fileDevice struct {
 	dev *fusedev.Device
-	// mount names the FUSE mount serving it (fileMountKind): generations
-	// are numbered per mount, and prefetch tasks are keyed by both.
-	mount string
+	// srv is the mount serving it (Restorer.FUSE or PrefetchFUSE);
+	// generation numbers are unique across mounts.
+	srv *fusedev.Server
 }
-
-// Prefetch task keys of file devices on the serving mount and on the
-// prefetching one (Restorer.PrefetchFUSE).
-const (
-	fileMountServing     = config.DeviceFile
-	fileMountPrefetching = config.DeviceFile + "/prefetching"
-)
 
 // fileServer is the mount a restore's file device is attached on: the
 // prefetching mount when there is one and the restore means to prefetch
 // (a manifest that then fails validation leaves it there, reading on
 // demand page by page), else the serving mount.
-func (r *Restorer) fileServer(src Source, opts Options) (*fusedev.Server, string) {
+func (r *Restorer) fileServer(src Source, opts Options) *fusedev.Server {
 	if r.PrefetchFUSE != nil && r.meansToPrefetch(src, opts) {
-		return r.PrefetchFUSE, fileMountPrefetching
+		return r.PrefetchFUSE
 	}
-	return r.FUSE, fileMountServing
+	return r.FUSE
 }
 
 func (r *Restorer) attachFile(src Source, opts Options, digests *integrity.Table) (*fileDevice, error) {
-	srv, mount := r.fileServer(src, opts)
+	srv := r.fileServer(src, opts)
 	if srv == nil {
 		return nil, errors.New("file device: no FUSE server")
 	}
@@ -97,7 +90,7 @@ func (r *Restorer) attachFile(src Source, opts Options, digests *integrity.Table
 	if err != nil {
 		return nil, fmt.Errorf("attach memory device: %w", integrityIf(err))
 	}
-	d := &fileDevice{dev: dev, mount: mount}
+	d := &fileDevice{dev: dev, srv: srv}
 	if opts.IOEngine == config.IOEngineDirect {
 		if err := fusedev.CheckMappable(dev.Path()); err != nil {
 			d.release(context.Background(), func() {})
@@ -110,7 +103,7 @@ func (r *Restorer) attachFile(src Source, opts Options, digests *integrity.Table
 	return d, nil
 }
 
-func (d *fileDevice) kind() string                                { return d.mount }
+func (d *fileDevice) kind() string                                { return config.DeviceFile }
 func (d *fileDevice) generation() uint64                          { return d.dev.Generation() }
 func (d *fileDevice) servesBeforeVM() bool                        { return true }
 func (d *fileDevice) connect(context.Context, vmm.Instance) error { return nil }

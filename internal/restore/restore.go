@@ -357,6 +357,17 @@ func (inst *Instance) run(ctx context.Context, t0 time.Time, src Source, opts Op
 	return nil
 }
 
+// FileServer is the FUSE mount serving the restore's file device (the
+// restorer's serving or prefetching mount), nil on the uffd device: where
+// another reference to its generation is taken (fusedev.Server.Attach of
+// the same key joins the generation only on that mount).
+func (inst *Instance) FileServer() *fusedev.Server {
+	if d, ok := inst.device.(*fileDevice); ok {
+		return d.srv
+	}
+	return nil
+}
+
 // acquire checks the VMM state file and attaches the memory device.
 func (inst *Instance) acquire(src Source, opts Options) error {
 	r := inst.r

@@ -174,7 +174,7 @@ func validKey(key string) error {
 // Path is the device file the VMM maps and the prefetcher reads.
 func (d *Device) Path() string { return filepath.Join(d.gen.srv.dir, d.gen.name) }
 
-// Generation is the generation number, unique per Server and increasing.
+// Generation is the generation number, unique in the process and increasing.
 func (d *Device) Generation() uint64 { return d.gen.number }
 
 // Size is the device file's size: the lower file's size at attach.

@@ -167,7 +167,6 @@ type Server struct {
 	mu      sync.Mutex
 	byKey   map[string]*generation
 	byName  map[string]*generation
-	lastGen uint64
 	closed  bool
 
 	closeOnce sync.Once

@@ -2,6 +2,7 @@ package fusedev
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"warmstart/internal/config"
@@ -82,15 +83,22 @@ func (s *Server) AttachLowerVerified(key, ref string, open func() (Lower, error)
 	return s.install(key, lower, lowerRef, size, time.Now(), ioEngine)
 }
 
+// lastGeneration numbers generations across every server of the process,
+// not per server: a node serves restores from more than one mount (the
+// prefetching one beside the serving one), and what is keyed by a
+// generation number (prefetch tasks, the daemon's references) must not
+// mix up two mounts' generations.
+var lastGeneration atomic.Uint64
+
 // newGenerationLocked makes and registers the next generation of key;
 // s.mu is held.
 func (s *Server) newGenerationLocked(key string, lower lowerFile, lowerRef string, size int64, mtime time.Time, ioEngine int) *generation {
-	s.lastGen++
+	number := lastGeneration.Add(1)
 	g := &generation{
 		srv:      s,
 		key:      key,
-		name:     fmt.Sprintf("%s.%d.mem", key, s.lastGen),
-		number:   s.lastGen,
+		name:     fmt.Sprintf("%s.%d.mem", key, number),
+		number:   number,
 		lower:    lower,
 		lowerRef: lowerRef,
 		size:     size,
