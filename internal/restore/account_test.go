@@ -21,6 +21,20 @@ func tracePages(e *env) map[int64]bool {
 	return pages
 }
 
+// withoutEveryFifth is pages less every fifth page number, and how many
+// pages that left out.
+func withoutEveryFifth(pages map[int64]bool) (kept map[int64]bool, dropped int64) {
+	kept = map[int64]bool{}
+	for p := range pages {
+		if p%5 == 0 {
+			dropped++
+			continue
+		}
+		kept[p] = true
+	}
+	return kept, dropped
+}
+
 // withManifest returns src with a manifest of exactly pages attached.
 func withManifest(t *testing.T, e *env, src restore.Source, pages map[int64]bool) restore.Source {
 	t.Helper()
@@ -105,14 +119,7 @@ func (c *accountingCase) traceManifestConcurrent(t *testing.T) {
 // unless a read-ahead brought them in.
 func (c *accountingCase) manifestLacksPages(t *testing.T) {
 	e, device, n, touched := c.e, c.device, c.n, c.touched
-	partial, dropped := map[int64]bool{}, int64(0)
-	for p := range touched {
-		if p%5 == 0 {
-			dropped++
-			continue
-		}
-		partial[p] = true
-	}
+	partial, dropped := withoutEveryFifth(touched)
 	src := withManifest(t, e, e.source(t), partial)
 	inst := e.restoreAccounted(t, src, restore.Options{Device: device, Prefetch: restore.ModeOn, Policy: policy(t, "reap")})
 	// A buffered read through the device file reads ahead past

@@ -32,15 +32,7 @@ func TestPrefetchingRestoreFaultsOnePageAtATime(t *testing.T) {
 	vm := &memPathVMM{VMM: e.vm}
 	r.VMM = vm
 
-	touched := tracePages(e)
-	partial, dropped := map[int64]bool{}, int64(0)
-	for p := range touched {
-		if p%5 == 0 {
-			dropped++
-			continue
-		}
-		partial[p] = true
-	}
+	partial, dropped := withoutEveryFifth(tracePages(e))
 	src := withManifest(t, e, e.source(t), partial)
 
 	inst := e.restore(t, &r, src, restore.Options{Device: config.DeviceFile, Prefetch: restore.ModeOn, Policy: policy(t, "warmstart")})
