@@ -342,6 +342,9 @@ func prepare(ctx context.Context, o Options) (*harness, error) {
 	if h.store, err = miniotest.Launch(filepath.Join(o.WorkDir, "minio")); err != nil {
 		return nil, fmt.Errorf("s3 bench: %w", err)
 	}
+	if err := h.store.YieldCPU(); err != nil {
+		return h, fmt.Errorf("s3 bench: %w", err)
+	}
 	if err := h.store.MakeBucket(ctx, bucket); err != nil {
 		return h, fmt.Errorf("s3 bench: %w", err)
 	}
