@@ -72,7 +72,9 @@ func runSnapshotVerify(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return fmt.Errorf("snapshot verify: %w", err)
 	}
-	return invalidAsUsage(local.Verify(cmd.Context(), repo, cmdOutput(cmd), strings.Join(args, ""), f.all, f.json, f.addDigests))
+	return interruptible(cmd, func(ctx context.Context) error {
+		return invalidAsUsage(local.Verify(ctx, repo, cmdOutput(cmd), strings.Join(args, ""), f.all, f.json, f.addDigests))
+	})
 }
 
 func init() {
