@@ -554,7 +554,7 @@ func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	run := &running{inst: inst, info: NewRestoreInfo(inst, rec.ID, opts, started)}
-	if err := d.register(ctx, run, res.MemoryPath); err != nil {
+	if err := d.register(ctx, run); err != nil {
 		return err
 	}
 	d.node.Learn(rec.ID, inst)
@@ -581,14 +581,14 @@ func (d *Daemon) restoreOptions(req *RestoreRequest) (restore.Options, error) {
 
 // countDevice takes the daemon's reference to a file device generation,
 // or counts what a uffd session read by ready. Callers hold d.mu.
-func (d *Daemon) countDevice(run *running, memoryPath string) {
+func (d *Daemon) countDevice(run *running) {
 	if run.info.Device != config.DeviceFile {
 		// A uffd session is the VM's own device: what it read by ready is
 		// what the daemon learns of it.
 		d.uffdBytes.Add(run.inst.DeviceBytes.BytesRead)
 		return
 	}
-	if err := d.holdDevice(run.info.Snapshot, memoryPath, run.info.IOEngine, run.info.Generation); err != nil {
+	if err := d.holdDevice(run.info.Snapshot, run.info.Generation); err != nil {
 		// Only the byte counts and the separate release step are lost;
 		// the restore itself is fine.
 		d.log.Warn("restore runs without the daemon's device reference", "restore", run.info.ID, "err", err)
@@ -598,14 +598,14 @@ func (d *Daemon) countDevice(run *running, memoryPath string) {
 // register lists a ready restore and takes the daemon's hold on its
 // device, together, unless shutdown has begun: shutdown has then collected
 // the restores it stops, so this one is stopped here.
-func (d *Daemon) register(ctx context.Context, run *running, memoryPath string) error {
+func (d *Daemon) register(ctx context.Context, run *running) error {
 	d.mu.Lock()
 	if d.closing {
 		d.mu.Unlock()
 		d.stopRestore(context.WithoutCancel(ctx), run)
 		return statusError(http.StatusServiceUnavailable, "", ErrShuttingDown)
 	}
-	d.countDevice(run, memoryPath)
+	d.countDevice(run)
 	d.restores[run.info.ID] = run
 	d.mu.Unlock()
 	return nil

@@ -20,23 +20,20 @@ import (
 // (d.restores).
 
 // holdDevice takes the daemon's reference to generation gen of the file
-// device key, unless it holds it already; the restore holds its own
-// reference, so the attach joins its generation rather than creating one.
+// device key, unless it holds it already. The restore holds its own
+// reference, so the daemon joins that generation (fusedev.Server.Hold)
+// whatever its lower: a local memory file or an S3 memory source.
 // Callers hold d.mu, so no release can decide in between that no restore
 // runs on gen.
-func (d *Daemon) holdDevice(key, lowerPath string, ioEngine int, gen uint64) error {
+func (d *Daemon) holdDevice(key string, gen uint64) error {
 	d.devMu.Lock()
 	defer d.devMu.Unlock()
 	if _, ok := d.devices[gen]; ok {
 		return nil
 	}
-	dev, err := d.fuse.Attach(key, lowerPath, ioEngine)
+	dev, err := d.fuse.Hold(key, gen)
 	if err != nil {
 		return fmt.Errorf("hold memory device %s: %w", key, err)
-	}
-	if dev.Generation() != gen {
-		dev.Release()
-		return fmt.Errorf("hold memory device %s: attached generation %d, the restore runs on %d", key, dev.Generation(), gen)
 	}
 	d.devices[gen] = dev
 	return nil
