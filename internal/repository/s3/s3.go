@@ -122,8 +122,12 @@ type Options struct {
 	// Warm tunes the prefetch executor.
 	Warm chunkcache.WarmOptions
 	// Transport, when set, carries the HTTP requests (tests put a fault
-	// injector here); nil means minio-go's default.
+	// injector here); nil means minio-go's default with ResponseTimeout.
 	Transport http.RoundTripper
+	// ResponseTimeout bounds how long one request waits for the store's
+	// response headers once it is sent; zero means DefaultResponseTimeout.
+	// It applies to the default transport only.
+	ResponseTimeout time.Duration
 	// ReadOnly opens the repository for the verbs that only read (list,
 	// show, restore, verify): nothing is written to the bucket, nothing is
 	// swept, and nothing is created at Open. The node-local caches are
