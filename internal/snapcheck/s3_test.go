@@ -123,9 +123,24 @@ func TestS3(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := verify(t, w.repo(t), "no-table", Options{})
-		wantArtifact(t, r, repository.DigestsFileName, StatusBad, KindMissing)
+		a := wantArtifact(t, r, repository.DigestsFileName, StatusBad, KindMissing)
 		if mem := wantArtifact(t, r, repository.MemoryFileName, StatusOK); r.OK || mem.Blocks != nil {
 			t.Fatalf("without its table object: %+v", r)
+		}
+		// The problem names the missing object, not a cache file named
+		// by the digest the record expects.
+		if msg := a.Problems[0].Message; !strings.Contains(msg, repository.DigestsFileName) {
+			t.Errorf("missing table object reported as %q, which does not name %s", msg, repository.DigestsFileName)
+		}
+	})
+	t.Run("table object of another size", func(t *testing.T) {
+		rec, _ := publish(t, w.repo(t), "short-table")
+		table := w.key("artifacts/" + rec.ID + "/" + repository.DigestsFileName)
+		w.put(t, table, w.get(t, table)[:100])
+		r := verify(t, w.repo(t), "short-table", Options{})
+		a := wantArtifact(t, r, repository.DigestsFileName, StatusBad, KindSize)
+		if msg := a.Problems[0].Message; !strings.Contains(msg, "100 bytes") {
+			t.Errorf("a 100-byte table object reported as %q, which does not say its size", msg)
 		}
 	})
 	t.Run("legacy record gets digests", func(t *testing.T) {
