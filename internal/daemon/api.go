@@ -16,6 +16,7 @@ import (
 	"warmstart/internal/fsx"
 	"warmstart/internal/layout"
 	"warmstart/internal/memdev"
+	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
@@ -548,10 +549,7 @@ func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
 	started := time.Now()
 	inst, err := d.restorer.Restore(ctx, restore.SourceOf(res), opts)
 	if err != nil {
-		if d.reqCtx.Err() != nil {
-			return statusError(http.StatusServiceUnavailable, "", fmt.Errorf("%w: %w", ErrShuttingDown, err))
-		}
-		return err
+		return d.restoreFailed(err)
 	}
 	run := &running{inst: inst, info: NewRestoreInfo(inst, rec.ID, opts, started)}
 	if err := d.register(ctx, run); err != nil {
@@ -563,6 +561,23 @@ func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
 		"phases", inst.Timings, "startup_set", inst.StartupSet, "outcome", startupset.Line(inst.StartupSet))
 	writeJSON(w, http.StatusCreated, run.current())
 	return nil
+}
+
+// restoreFailed is the answer to a restore that failed: a request this
+// snapshot cannot take (a device it cannot use, an io_engine other than
+// the one its held device generation serves) is the client's to change,
+// and names the field.
+func (d *Daemon) restoreFailed(err error) error {
+	var fe *restore.FieldError
+	switch {
+	case d.reqCtx.Err() != nil:
+		return statusError(http.StatusServiceUnavailable, "", fmt.Errorf("%w: %w", ErrShuttingDown, err))
+	case errors.As(err, &fe):
+		return statusError(http.StatusBadRequest, fe.Field, err)
+	case errors.Is(err, fusedev.ErrAttachConflict):
+		return statusError(http.StatusConflict, "io_engine", err)
+	}
+	return err
 }
 
 // restoreOptions checks a restore request, fills what it leaves out from

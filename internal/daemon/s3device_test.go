@@ -2,6 +2,8 @@ package daemon_test
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"testing"
 
 	"warmstart/internal/daemon"
@@ -47,6 +49,24 @@ func TestDaemonHoldsTheDeviceOfARemoteRestore(t *testing.T) {
 		t.Errorf("the daemon holds no reference to the remote restore's device: %v",
 			r.log.attrsOf("restore runs without the daemon's device reference"))
 	default:
+	}
+	// What cannot be restored so is bad input naming its field, not a
+	// daemon failure: the uffd device needs a local memory file, and a
+	// held generation serves one io_engine.
+	direct := 2
+	for _, c := range []struct {
+		req    daemon.RestoreRequest
+		status int
+		field  string
+	}{
+		{daemon.RestoreRequest{Snapshot: "remote", Device: "uffd"}, http.StatusBadRequest, "device"},
+		{daemon.RestoreRequest{Snapshot: "remote", Device: "file", IOEngine: &direct}, http.StatusConflict, "io_engine"},
+	} {
+		_, err := r.client.Restore(ctx, c.req)
+		var ae *daemon.APIError
+		if !errors.As(err, &ae) || ae.StatusCode != c.status || ae.Field != c.field {
+			t.Errorf("restore %+v: %v, want HTTP %d naming field %s", c.req, err, c.status, c.field)
+		}
 	}
 	if _, err := r.client.StopRestore(ctx, info.ID); err != nil {
 		t.Fatalf("stop: %v", err)
