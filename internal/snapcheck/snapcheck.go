@@ -94,9 +94,15 @@ func VerifyAll(ctx context.Context, repo repository.Repository, opts Options) ([
 		return reports, fmt.Errorf("verify: damaged catalog entries: %w", err)
 	}
 	for _, d := range damaged {
-		reports = append(reports, unreadableRecord(d.Name, errors.New(d.String())))
+		reports = append(reports, DamagedEntry(d))
 	}
 	return reports, nil
+}
+
+// DamagedEntry is the report of a catalog entry that does not decode (see
+// repository.Damaged): a record problem saying what is wrong and where.
+func DamagedEntry(d repository.Damage) Report {
+	return unreadableRecord(d.Name, errors.New(d.String()))
 }
 
 // unreadableRecord is the report of a snapshot whose record exists but
