@@ -153,6 +153,7 @@ func (c *checker) run() error {
 	stored := c.digests()
 	c.manifest()
 	c.refinement()
+	c.startupPack()
 	fresh, err := c.memory(stored)
 	if err != nil {
 		return err
