@@ -415,6 +415,11 @@ func (d *Daemon) publishImport(ctx context.Context, req ImportRequest, lay layou
 		return lease, rec, nil
 	}
 	lease.End()
+	if d.reqCtx.Err() != nil {
+		// Shutdown cut the copy short: the import may be sent again, to
+		// this daemon once it is back or to another.
+		return nil, repository.Record{}, statusError(http.StatusServiceUnavailable, "", fmt.Errorf("%w: import: %w", ErrShuttingDown, err))
+	}
 	if errors.Is(err, repository.ErrAliasConflict) {
 		return nil, repository.Record{}, statusError(http.StatusConflict, "alias", err)
 	}
