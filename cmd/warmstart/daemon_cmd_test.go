@@ -326,3 +326,17 @@ func replayDaemonConfig(dir, trace string) *config.Config {
 	cfg.VMM.Driver, cfg.Replay.Trace = config.DriverReplay, trace
 	return cfg
 }
+
+// "snapshot verify --all --daemon" reports a damaged catalog entry as a
+// problem, as the in-process verb does, not only the listed snapshots.
+func TestVerifyAllOverDaemonReportsDamage(t *testing.T) {
+	dir, _, sock := startVerbDaemon(t)
+	broken := filepath.Join(dir, "store", "catalog", "aliases", "broken")
+	if err := os.WriteFile(broken, []byte("not an id\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runVerb(t, "--daemon", sock, "snapshot", "verify", "--all")
+	if err == nil || !strings.Contains(out, "corrupt alias broken") {
+		t.Fatalf("verify --all over the daemon with a damaged alias = %q, %v; want the damage reported and a failure", out, err)
+	}
+}

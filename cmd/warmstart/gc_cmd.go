@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 
 	"github.com/spf13/cobra"
@@ -28,7 +29,9 @@ it reclaims crashed publishes whenever it is opened.`,
 		if c, ok := repo.(io.Closer); ok {
 			defer c.Close()
 		}
-		return local.CollectGarbage(cmd.Context(), repo, cmdOutput(cmd))
+		return interruptible(cmd, func(ctx context.Context) error {
+			return local.CollectGarbage(ctx, repo, cmdOutput(cmd))
+		})
 	},
 }
 

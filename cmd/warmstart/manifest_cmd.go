@@ -36,9 +36,9 @@ the memory layout it was recorded against, the number of ranges and the bytes
 they cover, the SHA-256 digest of the file (what a snapshot record's
 descriptor holds) and the ranges in first-touch order: the first 20, or all
 with --verbose. --json prints everything, every range included, as JSON.
-The argument is a manifest file or, when no such file exists, the id or
-alias of a snapshot whose attached manifest is read (checked against the
-record's digest). --plot FILE.svg|.png draws the memory map, each touched
+The argument is a manifest file or, when no such file (or only a directory
+of that name) exists, the id or alias of a snapshot whose attached manifest
+is read (checked against the record's digest). --plot FILE.svg|.png draws the memory map, each touched
 page coloured by its first-touch rank, and the cumulative startup bytes
 against first-touch rank.
 

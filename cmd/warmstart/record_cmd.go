@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"warmstart/internal/daemon"
 	"warmstart/internal/local"
@@ -37,9 +34,9 @@ does in the background when [snapshot.memory_startup_pack] enabled is on.`,
 				return err
 			}
 			defer s.Close()
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return local.RecordManifest(ctx, s, cmdOutput(cmd), args[0])
+			return interruptible(cmd, func(ctx context.Context) error {
+				return local.RecordManifest(ctx, s, cmdOutput(cmd), args[0])
+			})
 		},
 	}
 	vf.register(cmd)

@@ -97,18 +97,20 @@ func runSnapshotImport(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	if cfg.Snapshot.MemoryStartupPack.Enabled {
-		return importAndRecord(cmd, f, lay)
+		return interruptible(cmd, func(ctx context.Context) error { return importAndRecord(ctx, cmd, f, lay) })
 	}
 	repo, err := openRepository(cmd)
 	if err != nil {
 		return fmt.Errorf("snapshot import: %w", err)
 	}
-	rec, err := node.Import(cmd.Context(), repo, f.publishRequest(cmd, lay))
-	if err != nil {
-		return fmt.Errorf("snapshot import: %w", err)
-	}
-	_, err = fmt.Fprintln(cmd.OutOrStdout(), rec.ID)
-	return err
+	return interruptible(cmd, func(ctx context.Context) error {
+		rec, err := node.Import(ctx, repo, f.publishRequest(cmd, lay))
+		if err != nil {
+			return fmt.Errorf("snapshot import: %w", err)
+		}
+		_, err = fmt.Fprintln(cmd.OutOrStdout(), rec.ID)
+		return err
+	})
 }
 
 // importLayout is the memory layout --layout gives for the memory file,
@@ -142,13 +144,13 @@ func (f snapshotImportOptions) publishRequest(cmd *cobra.Command, lay layout.Lay
 
 // importAndRecord publishes the snapshot and records its startup manifest,
 // holding the capture lease from publish to attach, and waits for it.
-func importAndRecord(cmd *cobra.Command, f snapshotImportOptions, lay layout.Layout) error {
+func importAndRecord(ctx context.Context, cmd *cobra.Command, f snapshotImportOptions, lay layout.Layout) error {
 	n, err := openSystem(cmd, &snapshotImportFlags.vmm)
 	if err != nil {
 		return fmt.Errorf("snapshot import: %w", err)
 	}
 	defer n.Close()
-	return local.ImportAndRecord(cmd.Context(), n, cmdOutput(cmd), f.publishRequest(cmd, lay))
+	return local.ImportAndRecord(ctx, n, cmdOutput(cmd), f.publishRequest(cmd, lay))
 }
 
 // snapshotListCheck is `snapshot list --check`: exit 1 when the catalog

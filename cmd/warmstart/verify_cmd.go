@@ -32,6 +32,7 @@ every snapshot) whole and compare it with the snapshot's record:
   memory.bin            SHA-256, and every 4 KiB block against the digest table
   memory.digests        size and SHA-256, and that it decodes
   startup-manifest.bin  size, SHA-256 and memory layout, when one is attached
+  startup pack          on S3, read whole, every frame checked, when one is stored
 
 The memory file is read once, in 1 MiB units, whatever its size; every bad
 block is reported, consecutive ones as one range. A missing, non-regular
@@ -72,7 +73,9 @@ func runSnapshotVerify(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return fmt.Errorf("snapshot verify: %w", err)
 	}
-	return invalidAsUsage(local.Verify(cmd.Context(), repo, cmdOutput(cmd), strings.Join(args, ""), f.all, f.json, f.addDigests))
+	return interruptible(cmd, func(ctx context.Context) error {
+		return invalidAsUsage(local.Verify(ctx, repo, cmdOutput(cmd), strings.Join(args, ""), f.all, f.json, f.addDigests))
+	})
 }
 
 func init() {

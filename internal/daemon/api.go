@@ -16,6 +16,7 @@ import (
 	"warmstart/internal/fsx"
 	"warmstart/internal/layout"
 	"warmstart/internal/memdev"
+	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
@@ -414,6 +415,11 @@ func (d *Daemon) publishImport(ctx context.Context, req ImportRequest, lay layou
 		return lease, rec, nil
 	}
 	lease.End()
+	if d.reqCtx.Err() != nil {
+		// Shutdown cut the copy short: the import may be sent again, to
+		// this daemon once it is back or to another.
+		return nil, repository.Record{}, statusError(http.StatusServiceUnavailable, "", fmt.Errorf("%w: import: %w", ErrShuttingDown, err))
+	}
 	if errors.Is(err, repository.ErrAliasConflict) {
 		return nil, repository.Record{}, statusError(http.StatusConflict, "alias", err)
 	}
@@ -548,13 +554,10 @@ func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
 	started := time.Now()
 	inst, err := d.restorer.Restore(ctx, restore.SourceOf(res), opts)
 	if err != nil {
-		if d.reqCtx.Err() != nil {
-			return statusError(http.StatusServiceUnavailable, "", fmt.Errorf("%w: %w", ErrShuttingDown, err))
-		}
-		return err
+		return d.restoreFailed(err)
 	}
 	run := &running{inst: inst, info: NewRestoreInfo(inst, rec.ID, opts, started)}
-	if err := d.register(ctx, run, res.MemoryPath); err != nil {
+	if err := d.register(ctx, run); err != nil {
 		return err
 	}
 	d.node.Learn(rec.ID, inst)
@@ -563,6 +566,23 @@ func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
 		"phases", inst.Timings, "startup_set", inst.StartupSet, "outcome", startupset.Line(inst.StartupSet))
 	writeJSON(w, http.StatusCreated, run.current())
 	return nil
+}
+
+// restoreFailed is the answer to a restore that failed: a request this
+// snapshot cannot take (a device it cannot use, an io_engine other than
+// the one its held device generation serves) is the client's to change,
+// and names the field.
+func (d *Daemon) restoreFailed(err error) error {
+	var fe *restore.FieldError
+	switch {
+	case d.reqCtx.Err() != nil:
+		return statusError(http.StatusServiceUnavailable, "", fmt.Errorf("%w: %w", ErrShuttingDown, err))
+	case errors.As(err, &fe):
+		return statusError(http.StatusBadRequest, fe.Field, err)
+	case errors.Is(err, fusedev.ErrAttachConflict):
+		return statusError(http.StatusConflict, "io_engine", err)
+	}
+	return err
 }
 
 // restoreOptions checks a restore request, fills what it leaves out from
@@ -581,14 +601,14 @@ func (d *Daemon) restoreOptions(req *RestoreRequest) (restore.Options, error) {
 
 // countDevice takes the daemon's reference to a file device generation,
 // or counts what a uffd session read by ready. Callers hold d.mu.
-func (d *Daemon) countDevice(run *running, memoryPath string) {
+func (d *Daemon) countDevice(run *running) {
 	if run.info.Device != config.DeviceFile {
 		// A uffd session is the VM's own device: what it read by ready is
 		// what the daemon learns of it.
 		d.uffdBytes.Add(run.inst.DeviceBytes.BytesRead)
 		return
 	}
-	if err := d.holdDevice(run.inst.FileServer(), run.info.Snapshot, memoryPath, run.info.IOEngine, run.info.Generation); err != nil {
+	if err := d.holdDevice(run.inst.FileServer(), run.info.Snapshot, run.info.Generation); err != nil {
 		// Only the byte counts and the separate release step are lost;
 		// the restore itself is fine.
 		d.log.Warn("restore runs without the daemon's device reference", "restore", run.info.ID, "err", err)
@@ -598,14 +618,14 @@ func (d *Daemon) countDevice(run *running, memoryPath string) {
 // register lists a ready restore and takes the daemon's hold on its
 // device, together, unless shutdown has begun: shutdown has then collected
 // the restores it stops, so this one is stopped here.
-func (d *Daemon) register(ctx context.Context, run *running, memoryPath string) error {
+func (d *Daemon) register(ctx context.Context, run *running) error {
 	d.mu.Lock()
 	if d.closing {
 		d.mu.Unlock()
 		d.stopRestore(context.WithoutCancel(ctx), run)
 		return statusError(http.StatusServiceUnavailable, "", ErrShuttingDown)
 	}
-	d.countDevice(run, memoryPath)
+	d.countDevice(run)
 	d.restores[run.info.ID] = run
 	d.mu.Unlock()
 	return nil

@@ -117,12 +117,14 @@ func isLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// requireToken answers 401 to a request without the bearer token.
+// requireToken answers 401 to a request without the bearer token. The
+// scheme's name is case-insensitive (RFC 9110, 11.1): clients send
+// "bearer" as well as "Bearer".
 func requireToken(token string, next http.Handler) http.Handler {
-	want := []byte("Bearer " + token)
+	want := []byte(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
+		scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="warmstart"`)
 			writeJSON(w, http.StatusUnauthorized, Error{Error: "missing or wrong bearer token (see [daemon] token_file)"})
 			return

@@ -187,3 +187,38 @@ func TestTricklingClientDoesNotDelayShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The authentication scheme is case-insensitive (RFC 9110, 11.1): a client
+// sending "bearer TOKEN" is let in; another scheme or token is not.
+func TestTokenSchemeIsCaseInsensitive(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	r := startDaemon(t, f, func(o *daemon.Options) { o.Listen = "127.0.0.1:0" })
+	data, err := os.ReadFile(f.cfg.DaemonTokenFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := strings.TrimSpace(string(data))
+	for header, want := range map[string]int{
+		"Bearer " + token:       http.StatusOK,
+		"bearer " + token:       http.StatusOK,
+		"BEARER " + token:       http.StatusOK,
+		"Basic " + token:        http.StatusUnauthorized,
+		"Bearer " + token + "x": http.StatusUnauthorized,
+		"Bearer":                http.StatusUnauthorized,
+		token:                   http.StatusUnauthorized,
+	} {
+		req, err := http.NewRequest(http.MethodGet, r.d.Endpoint()+"/healthz", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", header)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Authorization %q: HTTP %d, want %d", strings.Replace(header, token, "TOKEN", 1), resp.StatusCode, want)
+		}
+	}
+}

@@ -21,11 +21,12 @@ import (
 
 // holdDevice takes the daemon's reference to generation gen of the file
 // device key on srv, the mount the restore runs on (its serving or its
-// prefetching mount), unless it holds it already; the restore holds its
-// own reference, so the attach joins its generation rather than creating
-// one. Generation numbers are unique across mounts. Callers hold d.mu, so
-// no release can decide in between that no restore runs on gen.
-func (d *Daemon) holdDevice(srv *fusedev.Server, key, lowerPath string, ioEngine int, gen uint64) error {
+// prefetching mount), unless it holds it already. The restore holds its
+// own reference, so the daemon joins that generation (fusedev.Server.Hold)
+// whatever its lower: a local memory file or an S3 memory source.
+// Generation numbers are unique across mounts. Callers hold d.mu, so no
+// release can decide in between that no restore runs on gen.
+func (d *Daemon) holdDevice(srv *fusedev.Server, key string, gen uint64) error {
 	d.devMu.Lock()
 	defer d.devMu.Unlock()
 	if _, ok := d.devices[gen]; ok {
@@ -34,13 +35,9 @@ func (d *Daemon) holdDevice(srv *fusedev.Server, key, lowerPath string, ioEngine
 	if srv == nil {
 		srv = d.fuse
 	}
-	dev, err := srv.Attach(key, lowerPath, ioEngine)
+	dev, err := srv.Hold(key, gen)
 	if err != nil {
 		return fmt.Errorf("hold memory device %s: %w", key, err)
-	}
-	if dev.Generation() != gen {
-		dev.Release()
-		return fmt.Errorf("hold memory device %s: attached generation %d, the restore runs on %d", key, dev.Generation(), gen)
 	}
 	d.devices[gen] = dev
 	return nil

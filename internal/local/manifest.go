@@ -41,11 +41,12 @@ func InspectManifest(ctx context.Context, o report.Output, req InspectRequest, o
 	return report.ManifestText(o.Out, path, data, m, req.Verbose)
 }
 
-// loadManifest reads the manifest ref names: a file, or when no file of
-// that name exists, the manifest attached to the snapshot with that id or
-// alias (repository.ReadManifest).
+// loadManifest reads the manifest ref names: a file, or when nothing but
+// a directory of that name exists (a directory is never a manifest, and a
+// snapshot's synth output is often named like its alias), the manifest
+// attached to the snapshot with that id or alias (repository.ReadManifest).
 func loadManifest(ctx context.Context, ref string, openRepo func() (repository.Repository, error)) (string, []byte, *manifest.Manifest, error) {
-	if _, err := os.Lstat(ref); err == nil || strings.ContainsRune(ref, '/') {
+	if fi, err := os.Lstat(ref); (err == nil && !fi.IsDir()) || strings.ContainsRune(ref, '/') {
 		data, err := manifest.ReadFile(ref)
 		if err != nil {
 			return "", nil, nil, fmt.Errorf("manifest inspect: %w", err)

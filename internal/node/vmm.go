@@ -21,7 +21,7 @@ func NewVMM(ctx context.Context, cfg *config.Config) (vmm.VMM, error) {
 		if _, err := os.Stat(cfg.Replay.Trace); err != nil {
 			return nil, fmt.Errorf("replay vmm: [replay] trace: %w", err)
 		}
-		return &replay.VMM{TracePath: cfg.Replay.Trace}, nil
+		return &replay.VMM{TracePath: cfg.Replay.Trace, ReadyTimeout: cfg.Envd.Timeout}, nil
 	case config.DriverFirecracker:
 		d, err := firecracker.New(firecracker.Options{
 			Binary:       cfg.Firecracker.Binary,

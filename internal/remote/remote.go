@@ -129,12 +129,19 @@ func Verify(ctx context.Context, c *daemon.Client, o report.Output, ref string, 
 		}
 		return report.VerifyReports(o.Out, []snapcheck.Report{rep}, asJSON, all)
 	}
-	recs, err := c.Snapshots(ctx, repository.Filter{})
+	// The catalog, not the snapshot list: damaged entries are reported
+	// too, as snapcheck.VerifyAll does in process.
+	rows, err := c.Catalog(ctx, repository.Filter{})
 	if err != nil {
 		return fmt.Errorf("snapshot verify --all: %w", err)
 	}
-	reports := make([]snapcheck.Report, 0, len(recs))
-	for _, rec := range recs {
+	reports := make([]snapcheck.Report, 0, len(rows))
+	var damaged []snapcheck.Report
+	for _, rec := range rows {
+		if rec.Corrupt != nil {
+			damaged = append(damaged, snapcheck.DamagedEntry(*rec.Corrupt))
+			continue
+		}
 		fmt.Fprintf(o.Err, "verifying %s on the daemon\n", rec.ID)
 		rep, err := c.VerifySnapshot(ctx, rec.ID, req)
 		if errors.Is(err, repository.ErrNotFound) {
@@ -145,7 +152,7 @@ func Verify(ctx context.Context, c *daemon.Client, o report.Output, ref string, 
 		}
 		reports = append(reports, rep)
 	}
-	return report.VerifyReports(o.Out, reports, asJSON, all)
+	return report.VerifyReports(o.Out, append(reports, damaged...), asJSON, all)
 }
 
 // List prints the daemon's catalog filter f selects (see report.Catalog).

@@ -131,6 +131,8 @@ func (e *env) checkDamagedRestore(t *testing.T, device string, mode restore.Mode
 			t.Errorf("%s: restore failed: %v", what, err)
 		} else if !strings.Contains(err.Error(), e.id) {
 			t.Errorf("%s: error %q does not name the snapshot", what, err)
+		} else if n := strings.Count(err.Error(), "restore "+e.id); n > 1 {
+			t.Errorf("%s: error %q says which restore failed %d times", what, err, n)
 		}
 		if vms := e.vm.all(); len(vms) > started {
 			checkGone(t, vms[len(vms)-1])

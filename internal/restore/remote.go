@@ -1,7 +1,7 @@
 package restore
 
 import (
-	"fmt"
+	"errors"
 	"sync"
 	"time"
 
@@ -61,8 +61,8 @@ func attachFileDevice(srv *fusedev.Server, key string, src Source, ioEngine int,
 // checkDevice refuses device and source pairs that cannot work.
 func checkDevice(src Source, device string) error {
 	if src.Memory != nil && device == config.DeviceUffd {
-		return fmt.Errorf("restore %s: the uffd device serves a local memory file; "+
-			"snapshots read from a remote repository restore on the file device", src.SnapshotID)
+		return &FieldError{"device", errors.New("the uffd device serves a local memory file; " +
+			"snapshots read from a remote repository restore on the file device")}
 	}
 	return nil
 }

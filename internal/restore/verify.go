@@ -49,7 +49,7 @@ func (r *Restorer) checkVMState(src Source) error {
 	}
 	if err != nil {
 		r.integrityFailed(src.SnapshotID, ArtifactVMState, err)
-		return fmt.Errorf("restore %s: check VM state: %w", src.SnapshotID, err)
+		return fmt.Errorf("check VM state: %w", err)
 	}
 	return nil
 }
@@ -70,7 +70,7 @@ func (r *Restorer) loadDigests(src Source) (*integrity.Table, error) {
 	t, err := readDigests(src)
 	if err != nil {
 		r.integrityFailed(src.SnapshotID, ArtifactDigests, err)
-		return nil, fmt.Errorf("restore %s: digest table: %w", src.SnapshotID, err)
+		return nil, fmt.Errorf("digest table: %w", err)
 	}
 	return t, nil
 }

@@ -151,6 +151,9 @@ func newReport(rec repository.Record) Report {
 	if d := rec.Refinement; d != nil {
 		r.Artifacts = append(r.Artifacts, Artifact{Name: repository.RefinementFileName(d.SHA256), Size: d.Size, SHA256: d.SHA256})
 	}
+	if p := rec.StartupPack; p != nil {
+		r.Artifacts = append(r.Artifacts, Artifact{Name: StartupPackArtifact, Size: p.StoredBytes})
+	}
 	for i := range r.Artifacts {
 		r.Artifacts[i].Status = StatusNotChecked
 	}

@@ -97,6 +97,37 @@ func TestS3(t *testing.T) {
 		}
 		wantArtifact(t, r, repository.ManifestFileName, StatusOK)
 		wantArtifact(t, r, repository.DigestsFileName, StatusOK)
+		wantArtifact(t, r, StartupPackArtifact, StatusOK)
+	})
+	// A damaged startup pack costs every cold restore its stream (reads
+	// fall back to the chunks, silently): verify is where it shows.
+	t.Run("flipped byte in the startup pack", func(t *testing.T) {
+		repo := w.repo(t)
+		published, _ := publish(t, repo, "flipped-pack")
+		rec, err := repo.Get(bg(), published.ID) // with the pack the attach built
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.StartupPack == nil {
+			t.Fatal("the snapshot has no startup pack")
+		}
+		key := w.key("artifacts/" + rec.ID + "/" + rec.Manifest.SHA256[:16] + "-startup-pack.bin")
+		pack := w.get(t, key)
+		pack[len(pack)/2] ^= 0x01
+		w.put(t, key, pack)
+		r := verify(t, w.repo(t), "flipped-pack", Options{})
+		if a := wantArtifact(t, r, StartupPackArtifact, StatusBad, KindRead); r.OK {
+			t.Fatalf("a corrupt startup pack verified ok: %+v", a)
+		}
+	})
+	t.Run("startup pack index removed", func(t *testing.T) {
+		rec, _ := publish(t, w.repo(t), "no-pack-index")
+		key := w.key("artifacts/" + rec.ID + "/" + rec.Manifest.SHA256[:16] + "-startup-pack.idx")
+		if err := w.client.RemoveObject(bg(), s3Bucket, key, minio.RemoveObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		r := verify(t, w.repo(t), "no-pack-index", Options{})
+		wantArtifact(t, r, StartupPackArtifact, StatusBad, KindRead)
 	})
 	t.Run("flipped byte in a memory chunk", func(t *testing.T) {
 		rec, _ := publish(t, w.repo(t), "flipped")
@@ -123,9 +154,24 @@ func TestS3(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := verify(t, w.repo(t), "no-table", Options{})
-		wantArtifact(t, r, repository.DigestsFileName, StatusBad, KindMissing)
+		a := wantArtifact(t, r, repository.DigestsFileName, StatusBad, KindMissing)
 		if mem := wantArtifact(t, r, repository.MemoryFileName, StatusOK); r.OK || mem.Blocks != nil {
 			t.Fatalf("without its table object: %+v", r)
+		}
+		// The problem names the missing object, not a cache file named
+		// by the digest the record expects.
+		if msg := a.Problems[0].Message; !strings.Contains(msg, repository.DigestsFileName) {
+			t.Errorf("missing table object reported as %q, which does not name %s", msg, repository.DigestsFileName)
+		}
+	})
+	t.Run("table object of another size", func(t *testing.T) {
+		rec, _ := publish(t, w.repo(t), "short-table")
+		table := w.key("artifacts/" + rec.ID + "/" + repository.DigestsFileName)
+		w.put(t, table, w.get(t, table)[:100])
+		r := verify(t, w.repo(t), "short-table", Options{})
+		a := wantArtifact(t, r, repository.DigestsFileName, StatusBad, KindSize)
+		if msg := a.Problems[0].Message; !strings.Contains(msg, "100 bytes") {
+			t.Errorf("a 100-byte table object reported as %q, which does not say its size", msg)
 		}
 	})
 	t.Run("legacy record gets digests", func(t *testing.T) {

@@ -68,8 +68,11 @@ func Verify(ctx context.Context, repo repository.Repository, ref string, opts Op
 	return r, nil
 }
 
-// VerifyAll verifies every listed snapshot, oldest first. A snapshot
-// deleted while the others are verified is left out.
+// VerifyAll verifies every listed snapshot, oldest first, then reports
+// every catalog entry that does not decode (repository.Damaged: a record,
+// an alias binding, in place or quarantined) as a snapshot with a record
+// problem: List leaves those out, and they are the first thing wrong with
+// a store. A snapshot deleted while the others are verified is left out.
 func VerifyAll(ctx context.Context, repo repository.Repository, opts Options) ([]Report, error) {
 	recs, err := repo.List(ctx, repository.Filter{})
 	if err != nil {
@@ -86,7 +89,20 @@ func VerifyAll(ctx context.Context, repo repository.Repository, opts Options) ([
 		}
 		reports = append(reports, r)
 	}
+	damaged, err := repo.Damaged(ctx)
+	if err != nil {
+		return reports, fmt.Errorf("verify: damaged catalog entries: %w", err)
+	}
+	for _, d := range damaged {
+		reports = append(reports, DamagedEntry(d))
+	}
 	return reports, nil
+}
+
+// DamagedEntry is the report of a catalog entry that does not decode (see
+// repository.Damaged): a record problem saying what is wrong and where.
+func DamagedEntry(d repository.Damage) Report {
+	return unreadableRecord(d.Name, errors.New(d.String()))
 }
 
 // unreadableRecord is the report of a snapshot whose record exists but
@@ -137,6 +153,7 @@ func (c *checker) run() error {
 	stored := c.digests()
 	c.manifest()
 	c.refinement()
+	c.startupPack()
 	fresh, err := c.memory(stored)
 	if err != nil {
 		return err

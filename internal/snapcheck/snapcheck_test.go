@@ -415,3 +415,35 @@ func TestUndecodableRecordIsAProblem(t *testing.T) {
 		t.Fatalf("undecodable record: %+v", r)
 	}
 }
+
+// TestVerifyAllReportsDamagedEntries: verify --all covers the catalog
+// entries that do not decode (a record, an alias binding), each as a
+// report with a problem; List leaves them out, and a store whose only
+// record is damaged verified as "no snapshots", all well.
+func TestVerifyAllReportsDamagedEntries(t *testing.T) {
+	f := newFixture(t)
+	second, _ := publish(t, f.repo, "db")
+	catalog := filepath.Join(f.repo.Root(), "catalog")
+	if err := os.WriteFile(filepath.Join(catalog, "records", second.ID+".json"), []byte("{not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(catalog, "aliases", "web"), []byte("not an id\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reports, err := VerifyAll(bg(), f.repo, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bad []string
+	for _, r := range reports {
+		if !r.OK {
+			if len(r.Problems) == 0 || r.Problems[0].Kind != KindRecord {
+				t.Errorf("damaged entry %s%s reported without a record problem: %+v", r.ID, r.Alias, r)
+			}
+			bad = append(bad, r.ID+r.Alias)
+		}
+	}
+	if want := []string{second.ID, "web"}; strings.Join(bad, ",") != strings.Join(want, ",") {
+		t.Fatalf("VerifyAll found %v damaged, want %v (reports %+v)", bad, want, reports)
+	}
+}

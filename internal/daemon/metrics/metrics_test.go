@@ -168,3 +168,18 @@ func TestVMExitsByHow(t *testing.T) {
 		}
 	}
 }
+
+// The timed repository gives the one it wraps to whoever needs what only
+// that backend offers (snapshot verify reads an S3 startup pack through
+// it).
+func TestTimedRepositoryUnwraps(t *testing.T) {
+	repo, err := posixfs.Open(filepath.Join(t.TempDir(), "store"), posixfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(prefetch.NewEngine(prefetch.Options{}), func() int { return 0 }, func() uint64 { return 0 })
+	u, ok := s.Repository(repo).(interface{ Unwrap() repository.Repository })
+	if !ok || u.Unwrap() != repository.Repository(repo) {
+		t.Fatalf("the timed repository does not unwrap to the one it times")
+	}
+}

@@ -20,6 +20,10 @@ type timedRepository struct {
 
 var _ repository.Repository = (*timedRepository)(nil)
 
+// Unwrap returns the repository this one times, so that a caller can
+// reach what only its backend offers (s3.Repo.VerifyStartupPack).
+func (r *timedRepository) Unwrap() repository.Repository { return r.inner }
+
 // timed starts timing op; deferring the call of its result with the
 // address of the named error result observes the outcome on return.
 func (r *timedRepository) timed(op string) func(*error) {

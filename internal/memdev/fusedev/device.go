@@ -125,6 +125,24 @@ func (s *Server) AttachVerified(key, lowerPath string, ioEngine int, v *Verifier
 	return s.install(key, lower, lowerRef, fi.Size(), fi.ModTime(), ioEngine)
 }
 
+// Hold returns another reference to generation gen of key, which some
+// holder still has attached. It joins what a restore attached without
+// naming the lower again: a remote lower (AttachLower) has no local path
+// for Attach to compare, and the restore's reference proves the lower.
+func (s *Server) Hold(key string, gen uint64) (*Device, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, fmt.Errorf("hold %q: %w", key, ErrClosed)
+	}
+	g, ok := s.byKey[key]
+	if !ok || g.number != gen {
+		return nil, fmt.Errorf("hold %q generation %d: %w", key, gen, ErrNotAttached)
+	}
+	g.refs++
+	return &Device{gen: g}, nil
+}
+
 // install makes a new generation of key serving lower, which was opened
 // outside the server's lock, unless the server closed or another attach of
 // key won the race meanwhile: then lower is closed, and the winner shared.

@@ -128,6 +128,9 @@ var (
 	// ErrAttachConflict means a key is attached with a different lower file
 	// or io_engine than the generation that holds it.
 	ErrAttachConflict = errors.New("device key attached with different parameters")
+	// ErrNotAttached is returned by Hold when the generation asked for is
+	// no longer (or not) the key's attached one.
+	ErrNotAttached = errors.New("device generation not attached")
 )
 
 // Options configure a Server.

@@ -27,7 +27,18 @@ var (
 	// ErrNotMapped is wrapped when an address or logical offset lies in no
 	// region of the session.
 	ErrNotMapped = errors.New("not in any mapped region")
+	// ErrPageRefused is wrapped when the kernel keeps answering a copy
+	// into a faulting page with EEXIST while the VMM keeps faulting on it:
+	// the page can never be populated (a huge page region with no huge
+	// pages to give), and serving on would loop for ever.
+	ErrPageRefused = errors.New("the kernel refuses the page yet the VMM faults on it again")
 )
+
+// maxRefusedCopies is how many faults in a row on one page, each answered
+// by a copy the kernel refused with EEXIST and a wake, fail the session. A
+// copy racing an Install that placed the page is refused once and the
+// thread goes on; only a page the kernel cannot populate comes back.
+const maxRefusedCopies = 64
 
 // retryIntervalMillis is how long a copy refused with EAGAIN waits before it
 // is tried again when no event arrives. The kernel refuses copies while a
@@ -131,6 +142,12 @@ type Session struct {
 	drained chan struct{} // closed and replaced after each event drain
 
 	trace tracer
+
+	// refusedPage and refusedCopies count faults in a row on one page
+	// whose copy the kernel refused with EEXIST (maxRefusedCopies); only
+	// the serving goroutine uses them.
+	refusedPage   uint64
+	refusedCopies int
 
 	stopOnce sync.Once
 	done     chan struct{}
@@ -406,6 +423,57 @@ func (s *Session) noteFault(addr uint64) {
 	s.trace.record(r.pageIndex(page), int64(r.Offset+page-r.BaseHostVirtAddr))
 }
 
+// copyFromLower serves a fault on page (at addr, of ps bytes, page index
+// idx, at logical offset in the memory file) with the lower file's bytes,
+// read into buf. It returns the copy's own error (EEXIST, EAGAIN, ESRCH)
+// for serveFault to act on, or an error wrapping ErrLowerFile or
+// ErrPageRefused that fails the session.
+func (s *Session) copyFromLower(addr, page, ps uint64, idx int, logical int64, buf []byte) error {
+	began := time.Now()
+	s.counters.Begin(int(ps))
+	got, rerr := s.lower.ReadAt(buf, logical)
+	s.counters.End(int(ps), got, rerr)
+	if rerr != nil {
+		return fmt.Errorf("fault at %#x: %w: page at offset %d: %w", addr, ErrLowerFile, logical, rerr)
+	}
+	if s.hooks != nil && s.hooks.beforeFaultCopy != nil {
+		s.hooks.beforeFaultCopy(logical)
+	}
+	// buf is a Go heap slice: the collector does not move it, and
+	// KeepAlive keeps it allocated until the kernel has copied it.
+	_, err := copyPages(s.uffd, uintptr(page), bufAddr(buf), ps, 0)
+	runtime.KeepAlive(buf)
+	if rerr := s.countRefused(page, err); rerr != nil {
+		return fmt.Errorf("fault at %#x (%d-byte page at offset %d): %w", addr, ps, logical, rerr)
+	}
+	if err == nil {
+		s.present.set(idx)
+		s.demanded.set(idx)
+		if o := s.h.opts.Observer; o != nil {
+			o.Served(memdev.Demand, logical, int(ps), time.Since(began))
+		}
+	}
+	return err
+}
+
+// countRefused counts a fault's copy into page that the kernel refused
+// with EEXIST, and fails once maxRefusedCopies faults in a row on the page
+// were: the wake that follows each refusal sends the VMM straight back.
+func (s *Session) countRefused(page uint64, copyErr error) error {
+	if copyErr != unix.EEXIST {
+		s.refusedCopies = 0
+		return nil
+	}
+	if page != s.refusedPage {
+		s.refusedPage, s.refusedCopies = page, 0
+	}
+	s.refusedCopies++
+	if s.refusedCopies >= maxRefusedCopies {
+		return fmt.Errorf("%w (UFFDIO_COPY: EEXIST %d times in a row; are huge pages available?)", ErrPageRefused, s.refusedCopies)
+	}
+	return nil
+}
+
 // errRetry says a copy was refused because a remove event is pending.
 var errRetry = errors.New("retry after draining events")
 
@@ -458,27 +526,8 @@ func (s *Session) serveFault(f fault, pageBuf, zeroBuf []byte) error {
 		// and copies it instead of being woken in a loop.
 		err = unix.EEXIST
 	default:
-		buf := pageBuf[:ps]
-		began := time.Now()
-		s.counters.Begin(int(ps))
-		got, rerr := s.lower.ReadAt(buf, logical)
-		s.counters.End(int(ps), got, rerr)
-		if rerr != nil {
-			return fmt.Errorf("fault at %#x: %w: page at offset %d: %w", f.addr, ErrLowerFile, logical, rerr)
-		}
-		if s.hooks != nil && s.hooks.beforeFaultCopy != nil {
-			s.hooks.beforeFaultCopy(logical)
-		}
-		// buf is a Go heap slice: the collector does not move it, and
-		// KeepAlive keeps it allocated until the kernel has copied it.
-		_, err = copyPages(s.uffd, uintptr(page), bufAddr(buf), ps, 0)
-		runtime.KeepAlive(buf)
-		if err == nil {
-			s.present.set(idx)
-			s.demanded.set(idx)
-			if o := s.h.opts.Observer; o != nil {
-				o.Served(memdev.Demand, logical, int(ps), time.Since(began))
-			}
+		if err = s.copyFromLower(f.addr, page, ps, idx, logical, pageBuf[:ps]); errors.Is(err, ErrLowerFile) || errors.Is(err, ErrPageRefused) {
+			return err
 		}
 	}
 	switch err {

@@ -2,6 +2,7 @@ package s3
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -23,6 +25,14 @@ import (
 // memory must fail (EIO) rather than stall the VMM for long when the store
 // is gone; the chunk cache bounds the whole read anyway.
 const maxRetries = 3
+
+// DefaultResponseTimeout is how long a request waits for the store's
+// response headers (Options.ResponseTimeout). minio-go's own minute, tried
+// maxRetries+1 times, held a verb for over four minutes on a store that
+// accepts connections and never answers (a stopped server); a store that
+// answers at all answers well within this, a large upload included (the
+// clock starts once the body is sent).
+const DefaultResponseTimeout = 15 * time.Second
 
 // maxCatalogObjectBytes caps what is read of a record or alias object: a
 // larger one is not ours.
@@ -118,6 +128,7 @@ func newClient(o Options) (*minio.Core, *countingTransport, error) {
 		if err != nil {
 			return nil, nil, err
 		}
+		tr.ResponseHeaderTimeout = cmp.Or(o.ResponseTimeout, DefaultResponseTimeout)
 		next = tr
 	}
 	counting := &countingTransport{next: next}

@@ -122,8 +122,12 @@ type Options struct {
 	// Warm tunes the prefetch executor.
 	Warm chunkcache.WarmOptions
 	// Transport, when set, carries the HTTP requests (tests put a fault
-	// injector here); nil means minio-go's default.
+	// injector here); nil means minio-go's default with ResponseTimeout.
 	Transport http.RoundTripper
+	// ResponseTimeout bounds how long one request waits for the store's
+	// response headers once it is sent; zero means DefaultResponseTimeout.
+	// It applies to the default transport only.
+	ResponseTimeout time.Duration
 	// ReadOnly opens the repository for the verbs that only read (list,
 	// show, restore, verify): nothing is written to the bucket, nothing is
 	// swept, and nothing is created at Open. The node-local caches are
@@ -828,40 +832,21 @@ func (r *Repo) resolve(ctx context.Context, rec repository.Record) (repository.R
 		Memory:      mem,
 	}
 	if m := rec.Manifest; m != nil {
-		p, err := r.fetchLocal(ctx, r.keys.artifact(id, repository.ManifestFileName), m.SHA256, m.Size)
-		switch {
-		case err == nil:
-			res.ManifestPath = p
-		case errors.Is(err, os.ErrNotExist), errors.Is(err, repository.ErrIntegrity):
-			// The consumer finds the file missing and restores with
-			// on-demand reads, as for any manifest it cannot use.
-			res.ManifestPath = filepath.Join(r.filesDir, m.SHA256)
-		default:
+		// A manifest the consumer cannot use means on-demand reads.
+		if res.ManifestPath, err = r.fetchForCheck(ctx, r.keys.artifact(id, repository.ManifestFileName), m.SHA256, m.Size); err != nil {
 			return repository.Resolved{}, err
 		}
 	}
 	if d := rec.Refinement; d != nil {
-		p, err := r.fetchLocal(ctx, r.keys.artifact(id, repository.RefinementFileName(d.SHA256)), d.SHA256, d.Size)
-		switch {
-		case err == nil:
-			res.RefinementPath = p
-		case errors.Is(err, os.ErrNotExist), errors.Is(err, repository.ErrIntegrity):
-			// The restore finds it missing and uses the recorded manifest.
-			res.RefinementPath = filepath.Join(r.filesDir, d.SHA256)
-		default:
+		// A refinement the restore cannot use means the recorded manifest.
+		if res.RefinementPath, err = r.fetchForCheck(ctx, r.keys.artifact(id, repository.RefinementFileName(d.SHA256)), d.SHA256, d.Size); err != nil {
 			return repository.Resolved{}, err
 		}
 	}
 	if d := rec.MemoryDigests; d != nil {
 		// A table that is missing or does not match fails the restore's
 		// check of it, which names what is wrong.
-		p, err := r.fetchLocal(ctx, r.keys.artifact(id, repository.DigestsFileName), d.SHA256, d.Size)
-		switch {
-		case err == nil:
-			res.DigestsPath = p
-		case errors.Is(err, os.ErrNotExist), errors.Is(err, repository.ErrIntegrity):
-			res.DigestsPath = filepath.Join(r.filesDir, d.SHA256)
-		default:
+		if res.DigestsPath, err = r.fetchForCheck(ctx, r.keys.artifact(id, repository.DigestsFileName), d.SHA256, d.Size); err != nil {
 			return repository.Resolved{}, err
 		}
 	}

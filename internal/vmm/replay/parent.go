@@ -31,6 +31,10 @@ const outputTailBytes = 4096
 // exits (or is killed) before reporting ready.
 var ErrExited = errors.New("replay vmm exited")
 
+// ErrNotReady is wrapped by the error WaitReady returns when the replay VMM
+// has not reported ready within VMM.ReadyTimeout.
+var ErrNotReady = errors.New("replay vmm not ready in time")
+
 // VMM restores snapshots by starting a replay VMM process per restore.
 type VMM struct {
 	// Exe is the executable to run as the VMM; empty means this process's
@@ -43,6 +47,10 @@ type VMM struct {
 	Remove []Range
 	// Output, when set, also receives the child's standard output and error.
 	Output io.Writer
+	// ReadyTimeout bounds WaitReady, as [envd] timeout bounds a real
+	// guest's: a VMM stuck on memory that never comes fails the restore
+	// rather than holding it for ever. Zero means no bound.
+	ReadyTimeout time.Duration
 }
 
 var (
@@ -74,10 +82,11 @@ type Instance struct {
 	logPath string
 	output  *tailBuffer
 
-	paused bool          // restored with RestoreSpec.Paused
-	held   chan struct{} // closed when the paused event arrives
-	ready  chan struct{} // closed when the ready event arrives
-	exited chan struct{} // closed when the process is reaped and its control channel drained
+	paused       bool          // restored with RestoreSpec.Paused
+	readyTimeout time.Duration // VMM.ReadyTimeout
+	held         chan struct{} // closed when the paused event arrives
+	ready        chan struct{} // closed when the ready event arrives
+	exited       chan struct{} // closed when the process is reaped and its control channel drained
 
 	stdinMu  sync.Mutex // orders commands against the close that stops
 	resumed  bool
@@ -119,11 +128,12 @@ func (v *VMM) Start(ctx context.Context, spec vmm.RestoreSpec) (*Instance, error
 	}
 
 	inst := &Instance{
-		output: &tailBuffer{max: outputTailBytes},
-		paused: spec.Paused,
-		held:   make(chan struct{}),
-		ready:  make(chan struct{}),
-		exited: make(chan struct{}),
+		output:       &tailBuffer{max: outputTailBytes},
+		paused:       spec.Paused,
+		readyTimeout: v.ReadyTimeout,
+		held:         make(chan struct{}),
+		ready:        make(chan struct{}),
+		exited:       make(chan struct{}),
 	}
 	// Files the parent no longer needs once the child runs; on failure
 	// before that, everything here is closed.
@@ -310,6 +320,11 @@ func (i *Instance) ProcessExit() vmm.ProcessExit {
 // WaitReady waits for the ready report. If the VMM exits first, the error
 // wraps ErrExited and quotes its exit status, its error and its last output.
 func (i *Instance) WaitReady(ctx context.Context) (vmm.ReadyInfo, error) {
+	if i.readyTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, i.readyTimeout, fmt.Errorf("%w: no ready report within %v", ErrNotReady, i.readyTimeout))
+		defer cancel()
+	}
 	select {
 	case <-i.ready:
 	case <-i.exited:

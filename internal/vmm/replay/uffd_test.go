@@ -238,3 +238,24 @@ func TestResumeNotPaused(t *testing.T) {
 		t.Fatal("Resume of an instance not restored paused succeeded")
 	}
 }
+
+// TestReadyTimeout: a VMM that does not report ready within the driver's
+// ReadyTimeout (here one paused and never resumed) fails WaitReady with
+// ErrNotReady, as Firecracker's driver does after [envd] timeout, instead
+// of leaving the restore waiting for ever.
+func TestReadyTimeout(t *testing.T) {
+	p := reference(t, 3)
+	ctx, cancel := context.WithTimeout(t.Context(), guardTimeout)
+	defer cancel()
+	spec := fileSpec(p.Memory, layout.Single(testMemoryBytes))
+	spec.Paused = true
+	inst := start(t, ctx, &VMM{TracePath: p.Trace, ReadyTimeout: 200 * time.Millisecond}, spec)
+	if _, err := inst.WaitReady(t.Context()); !errors.Is(err, ErrNotReady) {
+		t.Fatalf("WaitReady: %v, want ErrNotReady", err)
+	}
+	inst.RequestStop()
+	if err := inst.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, inst.PID())
+}
