@@ -167,10 +167,10 @@ type Server struct {
 	// readAheadBytes is the window the kernel reported after mounting.
 	readAheadBytes int
 
-	mu      sync.Mutex
-	byKey   map[string]*generation
-	byName  map[string]*generation
-	closed  bool
+	mu     sync.Mutex
+	byKey  map[string]*generation
+	byName map[string]*generation
+	closed bool
 
 	closeOnce sync.Once
 	closeErr  error
