@@ -133,9 +133,10 @@ type Session struct {
 	closed  bool
 	removed pageBits // pages the guest discarded: faults get zeros
 	present pageBits // pages this session installed and the guest kept
-	// demanded marks pages a fault of this session copied in: a thread
-	// interrupted by a signal before its wake faults on the page again,
-	// and that repeat is the same demand request, not another one.
+	// demanded marks pages a fault of this session reported (and copied
+	// in, or found placed): a thread interrupted by a signal before its
+	// wake faults on the page again, and that repeat is the same demand
+	// request, not another one.
 	demanded pageBits
 
 	drainMu sync.Mutex
@@ -436,6 +437,16 @@ func (s *Session) copyFromLower(addr, page, ps uint64, idx int, logical int64, b
 	if rerr != nil {
 		return fmt.Errorf("fault at %#x: %w: page at offset %d: %w", addr, ErrLowerFile, logical, rerr)
 	}
+	// Reported before the copy: the copy wakes the guest, which may then
+	// finish and report ready before this goroutine runs again, and a
+	// restore takes its events at ready. A copy that is retried, or
+	// refused because the page arrived meanwhile, reports nothing more.
+	if !s.demanded.test(idx) {
+		s.demanded.set(idx)
+		if o := s.h.opts.Observer; o != nil {
+			o.Served(memdev.Demand, logical, int(ps), time.Since(began))
+		}
+	}
 	if s.hooks != nil && s.hooks.beforeFaultCopy != nil {
 		s.hooks.beforeFaultCopy(logical)
 	}
@@ -448,10 +459,6 @@ func (s *Session) copyFromLower(addr, page, ps uint64, idx int, logical int64, b
 	}
 	if err == nil {
 		s.present.set(idx)
-		s.demanded.set(idx)
-		if o := s.h.opts.Observer; o != nil {
-			o.Served(memdev.Demand, logical, int(ps), time.Since(began))
-		}
 	}
 	return err
 }

@@ -11,8 +11,11 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 	"unsafe"
+	"warmstart/internal/memdev"
 
 	"golang.org/x/sys/unix"
 )
@@ -725,5 +728,48 @@ func TestInstallDeferredWhileRemovePending(t *testing.T) {
 	f.touchAndCheck(all...)
 	if st := f.s.Stats(); st.ZeroPages != 8 || st.Faults != 9 {
 		t.Fatalf("stats %+v, want 8 zero pages and 9 faults", st)
+	}
+}
+
+// demandLog is an observer that keeps the offsets of demand reports.
+type demandLog struct {
+	mu   sync.Mutex
+	offs []int64
+}
+
+func (l *demandLog) Served(kind memdev.Kind, off int64, n int, took time.Duration) {
+	if kind != memdev.Demand {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.offs = append(l.offs, off)
+}
+
+func (l *demandLog) has(off int64) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Contains(l.offs, off), len(l.offs)
+}
+
+// TestFaultIsReportedBeforeTheCopyWakesTheGuest: the copy wakes the guest,
+// which may then report ready before the handler runs again; a restore
+// takes its events at ready, so the demand must be reported by then. A
+// page that Install placed meanwhile is still one report, not two.
+func TestFaultIsReportedBeforeTheCopyWakesTheGuest(t *testing.T) {
+	const p = 7 * PageSizeBytes
+	log := &demandLog{}
+	var reportedFirst atomic.Bool
+	f := newFixture(t, Options{Observer: log, hooks: &testHooks{beforeFaultCopy: func(logical int64) {
+		if ok, _ := log.has(logical); ok && logical == p {
+			reportedFirst.Store(true)
+		}
+	}}})
+	f.touchAndCheck(reads(p)...)
+	if !reportedFirst.Load() {
+		t.Fatal("the fault's demand was not reported before its copy")
+	}
+	if _, n := log.has(p); n != 1 {
+		t.Fatalf("%d demand reports for one fault, want 1", n)
 	}
 }
