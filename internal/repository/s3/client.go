@@ -27,7 +27,8 @@ import (
 const maxRetries = 3
 
 // DefaultResponseTimeout is how long a request waits for the store's
-// response headers (Options.ResponseTimeout). minio-go's own minute, tried
+// response headers, and a read of a response body for its next byte
+// (Options.ResponseTimeout, stallTransport). minio-go's own minute, tried
 // maxRetries+1 times, held a verb for over four minutes on a store that
 // accepts connections and never answers (a stopped server); a store that
 // answers at all answers well within this, a large upload included (the
@@ -131,6 +132,7 @@ func newClient(o Options) (*minio.Core, *countingTransport, error) {
 		tr.ResponseHeaderTimeout = cmp.Or(o.ResponseTimeout, DefaultResponseTimeout)
 		next = tr
 	}
+	next = &stallTransport{next: next, idle: cmp.Or(o.ResponseTimeout, DefaultResponseTimeout)}
 	counting := &countingTransport{next: next}
 	client, err := minio.New(host, &minio.Options{
 		Creds:        credentialsFor(o),

@@ -125,7 +125,8 @@ type Options struct {
 	// injector here); nil means minio-go's default with ResponseTimeout.
 	Transport http.RoundTripper
 	// ResponseTimeout bounds how long one request waits for the store's
-	// response headers once it is sent; zero means DefaultResponseTimeout.
+	// response headers once it is sent, and how long a read of a response
+	// body waits for its next byte; zero means DefaultResponseTimeout.
 	// It applies to the default transport only.
 	ResponseTimeout time.Duration
 	// ReadOnly opens the repository for the verbs that only read (list,
