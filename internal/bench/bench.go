@@ -168,9 +168,12 @@ func (o *Options) Validate() error {
 	default:
 		return fmt.Errorf("bench: VMM %q: want %s or %s", o.VMM, config.DriverReplay, config.DriverQEMU)
 	}
-	for _, p := range o.Policies {
+	for i, p := range o.Policies {
 		if err := CheckColumn(p); err != nil {
 			return fmt.Errorf("bench: %w", err)
+		}
+		if slices.Contains(o.Policies[:i], p) {
+			return fmt.Errorf("bench: --policies names %s twice", p)
 		}
 	}
 	if len(o.Policies) == 0 {

@@ -140,3 +140,12 @@ func TestSummaryAveragesTheStartupSet(t *testing.T) {
 		t.Errorf("missed row %q:\n%s", got, table)
 	}
 }
+
+// A policy named twice would run its column twice and report one of them.
+func TestValidateRefusesAPolicyNamedTwice(t *testing.T) {
+	o := driftOptions(0)
+	o.Policies = []string{"warmstart", "seed", "warmstart"}
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "names warmstart twice") {
+		t.Errorf("--policies warmstart,seed,warmstart: %v", err)
+	}
+}
