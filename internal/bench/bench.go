@@ -168,16 +168,11 @@ func (o *Options) Validate() error {
 	default:
 		return fmt.Errorf("bench: VMM %q: want %s or %s", o.VMM, config.DriverReplay, config.DriverQEMU)
 	}
-	for i, p := range o.Policies {
-		if err := CheckColumn(p); err != nil {
-			return fmt.Errorf("bench: %w", err)
-		}
-		if slices.Contains(o.Policies[:i], p) {
-			return fmt.Errorf("bench: --policies names %s twice", p)
-		}
-	}
 	if len(o.Policies) == 0 {
 		return errors.New("bench: no prefetch policy to compare")
+	}
+	if err := CheckPolicies(o.Policies); err != nil {
+		return fmt.Errorf("bench: --policies: %w", err)
 	}
 	if o.Source.Manifest == nil {
 		return fmt.Errorf("bench: snapshot %s has no startup manifest; record one first (warmstart snapshot record-manifest)", o.Source.SnapshotID)

@@ -145,7 +145,7 @@ func TestSummaryAveragesTheStartupSet(t *testing.T) {
 func TestValidateRefusesAPolicyNamedTwice(t *testing.T) {
 	o := driftOptions(0)
 	o.Policies = []string{"warmstart", "seed", "warmstart"}
-	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "names warmstart twice") {
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "warmstart is named twice") {
 		t.Errorf("--policies warmstart,seed,warmstart: %v", err)
 	}
 }

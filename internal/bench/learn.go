@@ -87,7 +87,7 @@ func (o Options) LearnVariants() int {
 
 // validateLearn checks the learning restores of a run with learned columns.
 func (o Options) validateLearn() error {
-	if o.learns() && (o.Learn < 1 || o.Learn > MaxLearn) {
+	if o.Learn < 0 || o.Learn > MaxLearn || (o.learns() && o.Learn < 1) {
 		return fmt.Errorf("bench: --learn %d: want 1 to %d learning restores for a %s column", o.Learn, MaxLearn, LearnedSuffix)
 	}
 	return nil

@@ -87,4 +87,9 @@ func TestLearnedColumnsAreChecked(t *testing.T) {
 	if err := o.validateLearn(); err != nil {
 		t.Errorf("--learn 0 refused without a learned column: %v", err)
 	}
+	// A value no run can use is an error even where nothing learns.
+	o.Learn = -1
+	if err := o.validateLearn(); err == nil {
+		t.Error("--learn -1 accepted without a learned column")
+	}
 }

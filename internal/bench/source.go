@@ -8,9 +8,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"warmstart/internal/config"
+	"warmstart/internal/durable"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/node"
 	"warmstart/internal/restore"
@@ -58,9 +60,13 @@ func CheckPolicies(policies []string) error {
 	if len(policies) == 0 {
 		return fmt.Errorf("name at least one of %s", strings.Join(restore.PolicyNames(), ", "))
 	}
-	for _, p := range policies {
+	for i, p := range policies {
 		if err := CheckColumn(p); err != nil {
 			return err
+		}
+		if slices.Contains(policies[:i], p) {
+			// Its column would run twice and be reported once.
+			return fmt.Errorf("%s is named twice", p)
 		}
 	}
 	return nil
@@ -74,7 +80,7 @@ func (r *Report) Write(out, progress io.Writer, jsonPath string) error {
 		return nil
 	}
 	data, _ := json.MarshalIndent(r, "", "  ")
-	if err := os.WriteFile(jsonPath, append(data, '\n'), 0o644); err != nil {
+	if err := durable.WriteBytes(jsonPath, 0o644, append(data, '\n')); err != nil {
 		return fmt.Errorf("--json: %w", err)
 	}
 	fmt.Fprintf(progress, "wrote raw trials and summary to %s\n", jsonPath)
