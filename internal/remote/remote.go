@@ -23,8 +23,14 @@ import (
 // Dial returns a client for the daemon at socket: a Unix socket, or
 // http(s)://host:port, which needs the API token (see Token).
 func Dial(socket string, loadConfig func() (*config.Config, error)) (*daemon.Client, error) {
+	web := strings.HasPrefix(socket, "http://") || strings.HasPrefix(socket, "https://")
+	if !web && strings.Contains(socket, "://") {
+		// Not a path anyone means: dialled as a socket, it would fail as
+		// a missing file.
+		return nil, fmt.Errorf("%q: want the path of a Unix socket or http(s)://host:port", socket)
+	}
 	c := daemon.NewClient(socket)
-	if !strings.HasPrefix(socket, "http://") && !strings.HasPrefix(socket, "https://") {
+	if !web {
 		return c, nil // the socket is mode 0600: reaching it is authentication
 	}
 	token, err := Token(loadConfig)
