@@ -359,8 +359,8 @@ func (inst *Instance) run(ctx context.Context, t0 time.Time, src Source, opts Op
 
 // FileServer is the FUSE mount serving the restore's file device (the
 // restorer's serving or prefetching mount), nil on the uffd device: where
-// another reference to its generation is taken (fusedev.Server.Attach of
-// the same key joins the generation only on that mount).
+// another reference to its generation is taken (fusedev.Server.Hold finds
+// the generation only on that mount).
 func (inst *Instance) FileServer() *fusedev.Server {
 	if d, ok := inst.device.(*fileDevice); ok {
 		return d.srv
@@ -586,8 +586,6 @@ func waitReady(ctx context.Context, vm vmm.Instance, dev memoryDevice) (vmm.Read
 	}
 }
 
-// planPrefetch decides whether this restore prefetches and returns the
-// validated manifest and its digest, or nil with the reason in rep.
 // meansToPrefetch says, before the device is acquired, whether the
 // restore will prefetch if its manifest then validates: what planPrefetch
 // decides without reading the manifest.
@@ -599,6 +597,8 @@ func (r *Restorer) meansToPrefetch(src Source, opts Options) bool {
 	return opts.Device != config.DeviceFile || opts.IOEngine != config.IOEngineDirect
 }
 
+// planPrefetch decides whether this restore prefetches and returns the
+// validated manifest and its digest, or nil with the reason in rep.
 func (r *Restorer) planPrefetch(src Source, opts Options, rep *PrefetchReport) (*manifest.Manifest, string) {
 	switch {
 	case opts.Prefetch == ModeOff:
