@@ -29,6 +29,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"warmstart/internal/durable"
 	"warmstart/internal/layout"
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
@@ -198,7 +199,7 @@ func captureAndPublish(ctx context.Context, repo repository.Repository, lease re
 	// repository may hard-link the file; it must be durable before the
 	// record says so.
 	for _, p := range []string{memPath, statePath} {
-		if err := syncFile(p); err != nil {
+		if err := durable.Sync(p); err != nil {
 			return snap, fmt.Errorf("capture %s: %w", id, err)
 		}
 	}
@@ -214,16 +215,4 @@ func captureAndPublish(ctx context.Context, repo repository.Repository, lease re
 		return snap, fmt.Errorf("capture %s: %w", id, err)
 	}
 	return snap, nil
-}
-
-func syncFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", path, err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", path, err)
-	}
-	return nil
 }

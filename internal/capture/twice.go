@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"warmstart/internal/durable"
 	"warmstart/internal/layout"
 	"warmstart/internal/repository"
 	"warmstart/internal/vmm"
@@ -131,7 +132,7 @@ func publishOne(ctx context.Context, repo repository.Repository, snap Snapshot, 
 	}
 	snap.Capture = time.Since(t)
 	for _, p := range []string{memPath, statePath} {
-		if err := syncFile(p); err != nil {
+		if err := durable.Sync(p); err != nil {
 			return snap, fmt.Errorf("capture %s: %w", id, err)
 		}
 	}

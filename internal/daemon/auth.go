@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"warmstart/internal/config"
+	"warmstart/internal/durable"
 	"warmstart/internal/fsx"
 )
 
@@ -87,21 +88,12 @@ func createToken(path string) (string, error) {
 		err = os.Link(f.Name(), path)
 	}
 	if err == nil {
-		err = syncDir(dir)
+		err = durable.Sync(dir)
 	}
 	if err != nil {
 		return "", fmt.Errorf("daemon token %s: %w", path, err)
 	}
 	return token, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // isLoopback reports whether host:port names a loopback address.

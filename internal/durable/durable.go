@@ -40,7 +40,7 @@ func WriteFile(path string, perm os.FileMode, fill func(io.Writer) error) (err e
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return SyncDir(dir)
+	return Sync(dir)
 }
 
 // WriteBytes replaces path with data, with permissions perm (WriteFile).
@@ -51,15 +51,16 @@ func WriteBytes(path string, perm os.FileMode, data []byte) error {
 	})
 }
 
-// SyncDir syncs directory dir, making the entries renamed into it durable.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
+// Sync syncs the file or directory at path: a file's bytes, or a
+// directory's entries (creations, renames, removals), become durable.
+func Sync(path string) error {
+	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
+		return fmt.Errorf("sync %s: %w", path, err)
 	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", path, err)
 	}
 	return nil
 }

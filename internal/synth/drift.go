@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"warmstart/internal/durable"
 	"warmstart/internal/trace"
 )
 
@@ -413,7 +414,7 @@ func writeVariants(m *Model, o VariantOptions) ([]string, error) {
 		}
 		paths = append(paths, path)
 	}
-	if err := syncDir(o.Dir); err != nil {
+	if err := durable.Sync(o.Dir); err != nil {
 		return paths, fmt.Errorf("synth: %w", err)
 	}
 	if o.Progress != nil && o.Count > 0 {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"warmstart/internal/durable"
 	"warmstart/internal/trace"
 )
 
@@ -111,7 +112,7 @@ func Generate(opts Options) (Paths, error) {
 	if err := writeFile(p.Trace, func(w io.Writer) error { return trace.Write(w, m.Trace) }); err != nil {
 		return Paths{}, fmt.Errorf("synth: write %s: %w", p.Trace, err)
 	}
-	if err := syncDir(opts.Dir); err != nil {
+	if err := durable.Sync(opts.Dir); err != nil {
 		return Paths{}, fmt.Errorf("synth: %w", err)
 	}
 	if opts.Variants > 0 {
@@ -180,16 +181,4 @@ func writeFile(path string, fill func(io.Writer) error) (err error) {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
 }

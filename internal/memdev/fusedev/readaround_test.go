@@ -1,11 +1,11 @@
 package fusedev
 
 import (
-	"os"
 	"testing"
 	"time"
 
 	"warmstart/internal/config"
+	"warmstart/internal/durable"
 	"warmstart/internal/layout"
 	"warmstart/internal/pagecache"
 )
@@ -21,7 +21,9 @@ func TestNarrowWindowReadsAroundTheLowerFile(t *testing.T) {
 	srv := newServer(t, Options{ReadAheadBytes: pageBytes})
 	d := attach(t, srv, "narrow", lower, config.IOEngineBuffered)
 	defer func() { waitAck(t, d.Release()) }()
-	syncFile(t, lower) // dirty pages cannot be evicted
+	if err := durable.Sync(lower); err != nil { // dirty pages cannot be evicted
+		t.Fatal(err)
+	}
 	if err := pagecache.Evict(lower); err != nil {
 		t.Fatal(err)
 	}
@@ -54,17 +56,5 @@ func TestNarrowWindowReadsAroundTheLowerFile(t *testing.T) {
 			t.Fatalf("lower file after one fault: %v, want the %d pages around it", r, around)
 		}
 		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func syncFile(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warmstart/internal/durable"
 	"warmstart/internal/integrity"
 	"warmstart/internal/repository"
 )
@@ -270,7 +271,7 @@ func (r *Repo) removeSnapshotDir(id string) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove artifacts of %s: %w", id, err)
 	}
-	return syncDir(r.paths.snapshotsDir())
+	return durable.Sync(r.paths.snapshotsDir())
 }
 
 // checkArtifact confirms that an artifact exists, is a regular file and has

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"warmstart/internal/durable"
 )
 
 // Durable writes follow one order: write a temporary file in the target's
@@ -55,7 +56,7 @@ func (r *Repo) writeFileDurable(dir, name string, data []byte, mode os.FileMode,
 	}
 	committed = true
 	r.fault(fp.afterRename)
-	return syncDir(dir)
+	return durable.Sync(dir)
 }
 
 // removeDurable removes dir/name and syncs dir; a missing file is not an
@@ -68,19 +69,5 @@ func removeDurable(dir, name string) (bool, error) {
 		}
 		return false, fmt.Errorf("remove %s: %w", path, err)
 	}
-	return true, syncDir(dir)
-}
-
-// syncDir makes the directory's entries (creations, renames, removals)
-// durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open dir %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync dir %s: %w", dir, err)
-	}
-	return nil
+	return true, durable.Sync(dir)
 }

@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"warmstart/internal/durable"
 	"warmstart/internal/repository"
 )
 
@@ -177,7 +178,7 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 			_ = r.removeSnapshotDir(id)
 		}
 	}()
-	if err := syncDir(r.paths.snapshotsDir()); err != nil {
+	if err := durable.Sync(r.paths.snapshotsDir()); err != nil {
 		return repository.Record{}, err
 	}
 	r.fault(FaultPublishAfterDir)
@@ -196,7 +197,7 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	if err := r.writeFileDurable(dir, repository.DigestsFileName, digests, artifactFileMode, faultPoints{}); err != nil {
 		return repository.Record{}, err
 	}
-	if err := syncDir(dir); err != nil {
+	if err := durable.Sync(dir); err != nil {
 		return repository.Record{}, err
 	}
 	r.fault(FaultPublishAfterArtifacts)
@@ -456,5 +457,5 @@ func mkdirDurable(dir string) error {
 	if err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
-	return syncDir(filepath.Dir(dir))
+	return durable.Sync(filepath.Dir(dir))
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"warmstart/internal/durable"
 	"warmstart/internal/repository"
 )
 
@@ -178,10 +179,10 @@ func moveDurable(path, dir string) error {
 	if err := os.Rename(path, filepath.Join(dir, filepath.Base(path))); err != nil {
 		return fmt.Errorf("quarantine %s: %w", path, err)
 	}
-	if err := syncDir(dir); err != nil {
+	if err := durable.Sync(dir); err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(path))
+	return durable.Sync(filepath.Dir(path))
 }
 
 // aliasTaken reports whether alias is held by a binding that cannot be

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"warmstart/internal/durable"
 )
 
 // BootAppend is the guest kernel command line. reboot=t makes a panicking
@@ -163,7 +164,7 @@ func (m *Machine) pauseAndSave(ctx context.Context, vmStatePath string) error {
 	if err := m.waitMigration(ctx); err != nil {
 		return err
 	}
-	return syncFile(path)
+	return durable.Sync(path)
 }
 
 // waitMigration polls query-migrate until the outgoing migration completes.
@@ -189,18 +190,6 @@ func (m *Machine) waitMigration(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-}
-
-func syncFile(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", path, err)
-	}
-	return nil
 }
 
 // shellQuote quotes s for /bin/sh, which runs QEMU's exec: migrations.

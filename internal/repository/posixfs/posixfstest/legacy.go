@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"warmstart/internal/durable"
 )
 
 // StripDigests turns the published snapshot id of the store at root into
@@ -38,7 +39,9 @@ func StripDigests(t testing.TB, root, id string) {
 	if err := os.Remove(table); err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
 	}
-	syncDir(t, filepath.Dir(table))
+	if err := durable.Sync(filepath.Dir(table)); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func writeDurable(t testing.TB, path string, data []byte) {
@@ -62,17 +65,7 @@ func writeDurable(t testing.TB, path string, data []byte) {
 		os.Remove(tmp)
 		t.Fatal(err)
 	}
-	syncDir(t, filepath.Dir(path))
-}
-
-func syncDir(t testing.TB, dir string) {
-	t.Helper()
-	d, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := durable.Sync(filepath.Dir(path)); err != nil {
 		t.Fatal(err)
 	}
 }
