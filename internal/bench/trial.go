@@ -15,6 +15,7 @@ import (
 	"warmstart/internal/config"
 	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/node"
 	"warmstart/internal/pagecache"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/refine"
@@ -251,16 +252,12 @@ func (t *trial) setUp() (func() error, error) {
 }
 
 // mountPrefetching mounts the file device of a trial whose timed restore
-// prefetches with the window a node gives such restores
-// (config.MemoryConfig.PrefetchReadaroundBytes), unless the serving
-// mount's window is that one; nil otherwise.
+// prefetches as a node does (node.MountPrefetching); nil otherwise.
 func (t *trial) mountPrefetching(serving *fusedev.Server, opts fusedev.Options) (*fusedev.Server, error) {
-	window := config.Default().Memory.PrefetchReadaroundBytes()
-	if t.mode == restore.ModeOff || t.spec.Device != config.DeviceFile || serving.ReadAheadBytes() == window {
+	if t.mode == restore.ModeOff || t.spec.Device != config.DeviceFile {
 		return nil, nil
 	}
-	opts.ReadAheadBytes = window
-	return fusedev.Mount(filepath.Join(t.spec.WorkDir, "mnt-prefetching"), opts)
+	return node.MountPrefetching(filepath.Join(t.spec.WorkDir, "mnt-prefetching"), serving, opts, config.Default().Memory)
 }
 
 // track notes the replay VMM a restore ran, so the parent can check that

@@ -167,8 +167,11 @@ func (n *Node) mount(o Options) error {
 		return fmt.Errorf("node: %w", err)
 	}
 	n.closers = append(n.closers, n.FUSE.Close)
-	if err := n.mountPrefetching(orDefault(o.PrefetchMount, servingDir+"-prefetching"), serving, cfg.Memory); err != nil {
-		return err
+	if n.PrefetchFUSE, err = MountPrefetching(orDefault(o.PrefetchMount, servingDir+"-prefetching"), n.FUSE, serving, cfg.Memory); err != nil {
+		return fmt.Errorf("node: %w", err)
+	}
+	if n.PrefetchFUSE != nil {
+		n.closers = append(n.closers, n.PrefetchFUSE.Close)
 	}
 	n.Restorer = &restore.Restorer{
 		FUSE:           n.FUSE,
@@ -217,22 +220,21 @@ func NewEngine(cfg *config.Config) *prefetch.Engine {
 	return prefetch.NewEngine(prefetch.Options{MaxReaders: cfg.Prefetch.MaxReaders, BufferBytes: int(cfg.Prefetch.BufferBytes)})
 }
 
-// mountPrefetching mounts the file device of restores that prefetch at
-// dir, with serving's options but the prefetch readaround window, unless
-// the serving mount's window is that one already.
-func (n *Node) mountPrefetching(dir string, serving fusedev.Options, mem config.MemoryConfig) error {
+// MountPrefetching mounts at dir the file device of restores that
+// prefetch: serving's options (opts) with mem's prefetch readaround window.
+// It returns nil, nil when the serving mount's window is that one already:
+// the serving mount then serves those restores too.
+func MountPrefetching(dir string, serving *fusedev.Server, opts fusedev.Options, mem config.MemoryConfig) (*fusedev.Server, error) {
 	window := mem.PrefetchReadaroundBytes()
-	if n.FUSE.ReadAheadBytes() == window {
-		return nil
+	if serving.ReadAheadBytes() == window {
+		return nil, nil
 	}
-	serving.ReadAheadBytes = window
-	srv, err := fusedev.Mount(dir, serving)
+	opts.ReadAheadBytes = window
+	srv, err := fusedev.Mount(dir, opts)
 	if err != nil {
-		return fmt.Errorf("node: prefetching mount: %w", err)
+		return nil, fmt.Errorf("prefetching mount: %w", err)
 	}
-	n.PrefetchFUSE = srv
-	n.closers = append(n.closers, srv.Close)
-	return nil
+	return srv, nil
 }
 
 // FUSEOptions are base, with writable opens when vm is QEMU, which opens
