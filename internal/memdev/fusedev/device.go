@@ -299,7 +299,8 @@ func (g *generation) read(ctx context.Context, dest []byte, off int64) ([]byte, 
 	if hook := g.srv.opts.ReadHook; hook != nil {
 		hook(g.number, off, want)
 	}
-	g.readAroundLower(ctx, off)
+	kind := requestKind(ctx)
+	g.readAroundLower(kind, off)
 	n, err = g.lower.ReadAt(dest[:want], off)
 	switch {
 	case n == want:
@@ -315,7 +316,7 @@ func (g *generation) read(ctx context.Context, dest []byte, off int64) ([]byte, 
 	}
 	g.served.mark(off, int64(n))
 	if !g.observers.empty() {
-		g.observers.served(requestKind(ctx), off, n, time.Since(began))
+		g.observers.served(kind, off, n, time.Since(began))
 	}
 	return dest[:n], 0
 }
@@ -415,8 +416,8 @@ const lowerReadaroundBytes = DefaultReadAheadBytes
 // one page it touched, which is what the accounting and the learned
 // manifest need. It changes no byte anyone reads; lowers that are not
 // local files, and failures, are ignored.
-func (g *generation) readAroundLower(ctx context.Context, off int64) {
-	if g.srv.readAheadBytes >= lowerReadaroundBytes || requestKind(ctx) != memdev.Demand {
+func (g *generation) readAroundLower(kind memdev.Kind, off int64) {
+	if g.srv.readAheadBytes >= lowerReadaroundBytes || kind != memdev.Demand {
 		return
 	}
 	f, ok := g.lower.(interface{ Fd() uintptr })

@@ -1,13 +1,8 @@
 package fusedev
 
 import (
-	"context"
-	"os"
-	"strconv"
 	"sync"
 	"time"
-
-	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"warmstart/internal/memdev"
 )
@@ -67,31 +62,4 @@ func (d *Device) Observe(o memdev.Observer) (stop func()) {
 	stop = g.observers.add(o)
 	g.served.runs(g.size, func(off, n int64) { o.Served(memdev.Resident, off, int(n), 0) })
 	return stop
-}
-
-// ownThreads caches which thread ids belong to this process: a FUSE
-// request names the calling thread, not its process.
-var ownThreads sync.Map
-
-// requestKind classifies a read request by its caller.
-func requestKind(ctx context.Context) memdev.Kind {
-	caller, ok := fuse.FromContext(ctx)
-	if !ok {
-		return memdev.Demand
-	}
-	if own, ok := ownThreads.Load(caller.Pid); ok {
-		if own.(bool) {
-			return memdev.Prefetch
-		}
-		return memdev.Demand
-	}
-	_, err := os.Stat("/proc/self/task/" + strconv.FormatUint(uint64(caller.Pid), 10))
-	own := err == nil
-	if own {
-		// Only our own threads are remembered: another process's thread
-		// id can be reused by a new process.
-		ownThreads.Store(caller.Pid, true)
-		return memdev.Prefetch
-	}
-	return memdev.Demand
 }
