@@ -33,8 +33,8 @@ func TestReadaroundOfTheConfiguration(t *testing.T) {
 // serving mount's window already.
 func TestTrialMountsItsSpecsReadaround(t *testing.T) {
 	for _, tc := range []struct {
-		name                     string
-		window                   Readaround
+		name                         string
+		window                       Readaround
 		wantServing, wantPrefetching int // 0: no prefetching mount
 	}{
 		{"non-default prefetch window", Readaround{PrefetchingBytes: 64 << 10}, fusedev.DefaultReadAheadBytes, 64 << 10},
