@@ -49,3 +49,13 @@ func TestEmptyDaemonIsAUsageError(t *testing.T) {
 		}
 	}
 }
+
+// "snapshot gc" inherits --daemon from "snapshot" but runs only in this
+// process: given a daemon, it refuses rather than collect in process.
+func TestGCRefusesDaemon(t *testing.T) {
+	dir := t.TempDir()
+	res := runCLI(t, "snapshot", "gc", "--store", filepath.Join(dir, "store"), "--daemon", filepath.Join(dir, "d.sock"))
+	if res.code != 2 || !strings.Contains(res.stderr, "--daemon") {
+		t.Fatalf("snapshot gc --daemon: exit %d, stderr %q; want exit 2 naming --daemon", res.code, res.stderr)
+	}
+}
