@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,6 +79,57 @@ func TestBenchDriftReportsTheStartupSet(t *testing.T) {
 	for _, key := range []string{"in_time_pages", "late_pages", "unused_pages", "missed_pages", "missed_percent"} {
 		if _, ok := rep.Summary.Cells[0].StartupSet[key]; !ok {
 			t.Errorf("cell startup_set lacks %s", key)
+		}
+	}
+}
+
+// TestBenchUsesTheConfiguredReadaround: "--config FILE bench" mounts its
+// trials' devices with FILE's [memory] windows, and says which: its first
+// line and its --json options and trial specs.
+func TestBenchUsesTheConfiguredReadaround(t *testing.T) {
+	dir := t.TempDir()
+	configFile, out := filepath.Join(dir, "config.toml"), filepath.Join(dir, "bench.json")
+	toml := fmt.Sprintf("[memory]\nreadaround_kib = 256\nprefetch_readaround_kib = 64\n[backend.posix_fs]\nsnapshot_store = %q\n[runtime]\ndir = %q\n",
+		filepath.Join(dir, "store"), filepath.Join(dir, "run"))
+	if err := os.WriteFile(configFile, []byte(toml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, "--config", configFile, "bench", "--blocks", "1", "--reserve-blocks", "1", "--no-hot", "--device", "file",
+		"--memory-size", "8MiB", "--policies", "warmstart", "--json", out)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if first, _, _ := strings.Cut(r.stderr, "\n"); !strings.Contains(first, "256 KiB") || !strings.Contains(first, "64 KiB") {
+		t.Errorf("first line %q does not name the windows 256 KiB and 64 KiB", first)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type windows struct {
+		Serving     int `json:"readaround_bytes"`
+		Prefetching int `json:"prefetch_readaround_bytes"`
+	}
+	var rep struct {
+		Options struct {
+			Readaround windows `json:"readaround"`
+		} `json:"options"`
+		Trials []struct {
+			Spec struct {
+				Readaround windows `json:"readaround"`
+			} `json:"spec"`
+		} `json:"trials"`
+	}
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	want := windows{256 << 10, 64 << 10}
+	if rep.Options.Readaround != want || len(rep.Trials) == 0 {
+		t.Fatalf("options' readaround %+v over %d trials, want %+v", rep.Options.Readaround, len(rep.Trials), want)
+	}
+	for i, tr := range rep.Trials {
+		if tr.Spec.Readaround != want {
+			t.Errorf("trial %d mounted with %+v, want %+v", i, tr.Spec.Readaround, want)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -18,11 +19,33 @@ import (
 // daemon instead of in this process.
 var daemonSocket string
 
+// daemonFlag is the value of --daemon. It refuses an explicitly empty
+// value at parsing, for every verb that has the flag: "--daemon
+// "$WARMSTART_DAEMON"" with the variable unset would otherwise read as no
+// flag and run the verb in this process without a word. Unset, the verb
+// still runs in process.
+type daemonFlag struct{ socket *string }
+
+func (f daemonFlag) String() string { return *f.socket }
+func (f daemonFlag) Type() string   { return "socket" }
+
+func (f daemonFlag) Set(v string) error {
+	if strings.TrimSpace(v) == "" {
+		return errors.New("empty: want the path of a Unix socket or http(s)://host:port; leave --daemon out to run in this process")
+	}
+	*f.socket = v
+	return nil
+}
+
+// reset sets the flag back to unset, which Set refuses to do (tests run
+// many verbs in one process).
+func (f daemonFlag) reset() { *f.socket = "" }
+
 // addDaemonFlag gives cmd, and the verbs below it, the --daemon flag. Only
 // the verbs that can run on a daemon have it: elsewhere it is an unknown
 // flag (exit 2), never silently ignored.
 func addDaemonFlag(cmd *cobra.Command) {
-	cmd.PersistentFlags().StringVar(&daemonSocket, "daemon", "",
+	cmd.PersistentFlags().Var(daemonFlag{&daemonSocket}, "daemon",
 		"run the verb on the daemon at this Unix socket (or http://host:port) instead of in this process")
 }
 

@@ -31,7 +31,11 @@ import (
 func resetFlags(c *cobra.Command) {
 	for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
 		fs.VisitAll(func(f *pflag.Flag) {
-			_ = f.Value.Set(f.DefValue)
+			if r, ok := f.Value.(interface{ reset() }); ok {
+				r.reset() // a flag that refuses its own empty default
+			} else {
+				_ = f.Value.Set(f.DefValue)
+			}
 			f.Changed = false
 		})
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 
 	"github.com/spf13/cobra"
@@ -22,6 +23,11 @@ nodes publish, restore and delete. A POSIX store has nothing to collect:
 it reclaims crashed publishes whenever it is opened.`,
 	Args: usage.Args(cobra.NoArgs),
 	RunE: func(cmd *cobra.Command, _ []string) error {
+		if daemonSocket != "" {
+			// Inherited from "snapshot": collecting in this process instead
+			// would ignore the operator's choice without a word.
+			return usageError{Err: errors.New("snapshot gc has no --daemon: it runs in this process, on the repository its configuration names")}
+		}
 		repo, err := openRepository(cmd)
 		if err != nil {
 			return err

@@ -84,6 +84,10 @@ type Options struct {
 	// Learn is the number of learning restores each learned column
 	// (LearnedSuffix) gets before the formal blocks.
 	Learn int
+	// Readaround is the windows the trials' file devices mount with
+	// (ReadaroundOf the operator's configuration); the zero value is the
+	// defaults'.
+	Readaround Readaround
 	// OnTrial, when set, is handed every trial's result as it ends, with
 	// the device events of its timed restore, which the report drops.
 	OnTrial func(TrialResult)
@@ -121,6 +125,8 @@ type ReportOptions struct {
 	Policies []string `json:"policies"`
 	Drift    float64  `json:"drift,omitempty"`
 	Learn    int      `json:"learn,omitempty"`
+	// Readaround is the windows the trials mounted with.
+	Readaround Readaround `json:"readaround"`
 }
 
 // Conditions returns the conditions of one block.
@@ -255,6 +261,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.VMM == "" {
 		o.VMM = config.DriverReplay
 	}
+	o.Readaround = o.Readaround.withDefaults()
 	launch := trialLauncher{exe: o.Exe, workRoot: o.WorkDir, grace: trialStopGrace, kill: o.Kill}
 	if launch.exe == "" {
 		var err error
@@ -264,7 +271,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep := &Report{
 		Options: ReportOptions{Snapshot: o.Source.SnapshotID, VMM: o.VMM, Device: o.Device, IOEngine: o.IOEngine,
-			Blocks: o.Blocks, Seed: o.Seed, Policies: o.Policies, Drift: o.Drift, Learn: o.learnRestores()},
+			Blocks: o.Blocks, Seed: o.Seed, Policies: o.Policies, Drift: o.Drift, Learn: o.learnRestores(), Readaround: o.Readaround},
 		Orders:  o.Orders(),
 		Started: time.Now(),
 	}
@@ -331,7 +338,7 @@ func (b *runner) spec(block int, reserve bool, c Condition) (TrialSpec, error) {
 	}
 	return TrialSpec{Block: block, Reserve: reserve, Condition: c, Device: o.Device, IOEngine: o.IOEngine,
 		Source: src, VMM: o.VMM, QEMU: o.QEMU, TracePath: path, Variant: variant, ExpectedSHA256: want,
-		ExpectedToken: o.ExpectedToken, ExpectedDigest: o.ExpectedDigest}, nil
+		ExpectedToken: o.ExpectedToken, ExpectedDigest: o.ExpectedDigest, Readaround: o.Readaround}, nil
 }
 
 // runOne runs one trial, says so on progress, notes leaks and hands the

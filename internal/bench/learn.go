@@ -158,7 +158,7 @@ func (b *runner) learnOnce(ctx context.Context, col string, src restore.Source, 
 	}
 	spec := TrialSpec{Block: -1, Condition: Condition{CacheCold, col}, Device: b.o.Device, IOEngine: b.o.IOEngine,
 		Source: src, VMM: b.o.VMM, QEMU: b.o.QEMU, TracePath: path, Variant: variant, ExpectedSHA256: want,
-		ExpectedToken: b.o.ExpectedToken, ExpectedDigest: b.o.ExpectedDigest}
+		ExpectedToken: b.o.ExpectedToken, ExpectedDigest: b.o.ExpectedDigest, Readaround: b.o.Readaround}
 	for range maxLearnAttempts {
 		res, err := b.launch.run(ctx, spec)
 		switch {

@@ -114,12 +114,18 @@ func RunOn(ctx context.Context, o Options, t Target) (_ *Report, err error) {
 	}
 	defer func() { err = errors.Join(err, interrupt.RemoveWorkDir(work)) }()
 	o.WorkDir = work
+	// The trials measure the operator's configuration, not the defaults.
+	cfg, err := t.Config()
+	if err != nil {
+		return nil, err
+	}
+	o.Readaround = ReadaroundOf(cfg)
+	if o.Progress != nil {
+		fmt.Fprintln(o.Progress, o.Readaround) // first: what this run measures
+	}
 	switch {
 	case t.Snapshot == "" && t.Guest:
-		var cfg *config.Config
-		if cfg, err = t.Config(); err == nil {
-			err = UseGuest(ctx, &o, cfg, t.Agent)
-		}
+		err = UseGuest(ctx, &o, cfg, t.Agent)
 	case t.Snapshot == "":
 		err = UseReference(ctx, &o, t.MemBytes)
 	default:

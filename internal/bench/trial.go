@@ -71,6 +71,8 @@ type TrialSpec struct {
 	ExpectedDigest string `json:"expected_digest,omitempty"`
 	// WorkDir is the trial's private runtime directory.
 	WorkDir string `json:"work_dir"`
+	// Readaround is the windows the trial's file devices mount with.
+	Readaround Readaround `json:"readaround"`
 }
 
 // TrialResult is what one trial process reports.
@@ -221,6 +223,7 @@ func (t *trial) setUp() (func() error, error) {
 	if err != nil {
 		return nil, err
 	}
+	mountOpts.ReadAheadBytes = t.spec.Readaround.ServingBytes
 	srv, err := fusedev.Mount(filepath.Join(t.spec.WorkDir, "mnt"), mountOpts)
 	if err != nil {
 		return nil, err
@@ -257,7 +260,8 @@ func (t *trial) mountPrefetching(serving *fusedev.Server, opts fusedev.Options) 
 	if t.mode == restore.ModeOff || t.spec.Device != config.DeviceFile {
 		return nil, nil
 	}
-	return node.MountPrefetching(filepath.Join(t.spec.WorkDir, "mnt-prefetching"), serving, opts, config.Default().Memory)
+	window := t.spec.Readaround.withDefaults().PrefetchingBytes
+	return node.MountPrefetching(filepath.Join(t.spec.WorkDir, "mnt-prefetching"), serving, opts, window)
 }
 
 // track notes the replay VMM a restore ran, so the parent can check that

@@ -167,7 +167,7 @@ func (n *Node) mount(o Options) error {
 		return fmt.Errorf("node: %w", err)
 	}
 	n.closers = append(n.closers, n.FUSE.Close)
-	if n.PrefetchFUSE, err = MountPrefetching(orDefault(o.PrefetchMount, servingDir+"-prefetching"), n.FUSE, serving, cfg.Memory); err != nil {
+	if n.PrefetchFUSE, err = MountPrefetching(orDefault(o.PrefetchMount, servingDir+"-prefetching"), n.FUSE, serving, cfg.Memory.PrefetchReadaroundBytes()); err != nil {
 		return fmt.Errorf("node: %w", err)
 	}
 	if n.PrefetchFUSE != nil {
@@ -221,11 +221,11 @@ func NewEngine(cfg *config.Config) *prefetch.Engine {
 }
 
 // MountPrefetching mounts at dir the file device of restores that
-// prefetch: serving's options (opts) with mem's prefetch readaround window.
-// It returns nil, nil when the serving mount's window is that one already:
-// the serving mount then serves those restores too.
-func MountPrefetching(dir string, serving *fusedev.Server, opts fusedev.Options, mem config.MemoryConfig) (*fusedev.Server, error) {
-	window := mem.PrefetchReadaroundBytes()
+// prefetch: serving's options (opts) with their readaround window
+// (config.MemoryConfig.PrefetchReadaroundBytes). It returns nil, nil when
+// the serving mount's window is that one already: the serving mount then
+// serves those restores too.
+func MountPrefetching(dir string, serving *fusedev.Server, opts fusedev.Options, window int) (*fusedev.Server, error) {
 	if serving.ReadAheadBytes() == window {
 		return nil, nil
 	}

@@ -41,6 +41,9 @@ func Restore(out io.Writer, in daemon.RestoreInfo) {
 	if in.Prefetch.Fallback != "" {
 		fmt.Fprintf(out, " (%s)", in.Prefetch.Fallback)
 	}
+	if in.Prefetch.StartupPackSkipped != "" {
+		fmt.Fprintf(out, "\n  startup pack        skipped, startup set read from the chunks (%s)", in.Prefetch.StartupPackSkipped)
+	}
 	fmt.Fprintf(out, "\n  device read         %.1f MiB in %d requests\n", float64(in.DeviceBytes.BytesRead)/(1<<20), in.DeviceBytes.ReadRequests)
 	fmt.Fprintf(out, "  %s\n", startupset.Line(in.StartupSet))
 }

@@ -33,6 +33,33 @@ type CacheWarmer interface {
 	WarmCache(ranges []manifest.Range) (repository.CacheWarm, error)
 }
 
+// PackSkipper is a memory source that keeps its startup set in a pack and
+// goes on without it, from its chunks, when the pack is missing, damaged
+// or does not match the manifest: correct, but slower, so the restore
+// says why.
+type PackSkipper interface {
+	// StartupPackSkipped is why the source went without its startup pack
+	// so far; nil while it uses it, or when it has none.
+	StartupPackSkipped() error
+}
+
+// notePackSkipped reports, at ready, why the memory source went without
+// its startup pack, if it did: one warning and the prefetch report.
+func (inst *Instance) notePackSkipped(src Source) {
+	s, ok := src.Memory.(PackSkipper)
+	if !ok {
+		return
+	}
+	err := s.StartupPackSkipped()
+	if err == nil {
+		return
+	}
+	inst.Prefetch.StartupPackSkipped = err.Error()
+	if inst.r.Log != nil {
+		inst.r.Log.Warn("startup pack skipped", "snapshot", src.SnapshotID, "err", err)
+	}
+}
+
 // ReadyNotifier is a memory source that wants to know when a restore of
 // it is ready: its startup set is in, so background work on the node (the
 // S3 chunk cache's fill of the rest of the memory) may start without

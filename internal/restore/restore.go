@@ -210,6 +210,10 @@ type PrefetchReport struct {
 	// Fallback says why the refined manifest was not used although the
 	// snapshot has one and refine is on.
 	Fallback string `json:"fallback,omitempty"`
+	// StartupPackSkipped says why the memory source went without its
+	// startup pack (missing, damaged, not matching the manifest) and read
+	// the startup set from its chunks instead: the cold restore is slower.
+	StartupPackSkipped string `json:"startup_pack_skipped,omitempty"`
 	// Task is the shared task's key, when one ran.
 	Generation uint64 `json:"generation,omitempty"`
 	Digest     string `json:"digest,omitempty"`
@@ -350,6 +354,7 @@ func (inst *Instance) run(ctx context.Context, t0 time.Time, src Source, opts Op
 	inst.noteStreamArrival(t0)
 	inst.DeviceBytes = inst.device.counters().Sub(base)
 	inst.reportPrefetch(t0)
+	inst.notePackSkipped(src)
 	if opts.Trace {
 		inst.Trace = inst.device.stopTrace()
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,6 +27,12 @@ type memorySource struct {
 	r    *Repo
 	obj  chunkcache.Object
 	pack *packSource
+	// packSkipped is why this source went without its startup pack:
+	// unusable when resolved, or a read of it that failed and was served
+	// from the chunks. stream is the pack's stream, whose failure counts
+	// too.
+	packSkipped firstError
+	stream      atomic.Pointer[chunkcache.Warming]
 }
 
 var _ repository.MemorySource = (*memorySource)(nil)
@@ -158,7 +165,19 @@ func (m *memorySource) OpenMemory() (repository.MemoryReader, error) {
 		rd.Close()
 		return nil, err
 	}
-	return &packedReader{cache: m.r.cache, mem: rd, pack: prd, spans: m.pack.spans}, nil
+	return &packedReader{cache: m.r.cache, mem: rd, pack: prd, spans: m.pack.spans, skipped: &m.packSkipped}, nil
+}
+
+// StartupPackSkipped implements restore.PackSkipper: why this source
+// went without its startup pack so far, nil while it uses it or has none.
+func (m *memorySource) StartupPackSkipped() error {
+	if err := m.packSkipped.get(); err != nil {
+		return err
+	}
+	if w := m.stream.Load(); w != nil && w.Err() != nil {
+		return fmt.Errorf("startup pack stream: %w", w.Err())
+	}
+	return nil
 }
 
 // StreamStartup implements repository.CacheWarmer: with a startup pack, it
@@ -171,7 +190,13 @@ func (m *memorySource) StreamStartup() (repository.CacheWarm, error) {
 		return nil, nil
 	}
 	whole := []chunkcache.Range{{Offset: 0, Length: m.pack.obj.Size}}
-	return m.warm(m.pack.obj, whole, PackWarmOptions(m.r.warm))
+	w, err := m.r.cache.Warm(m.pack.obj, whole, PackWarmOptions(m.r.warm))
+	if err != nil {
+		return nil, err
+	}
+	m.stream.Store(w)
+	m.r.fill.streaming(w)
+	return w, nil
 }
 
 // WarmCache implements repository.CacheWarmer: the pack when there is one,

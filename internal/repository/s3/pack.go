@@ -184,6 +184,29 @@ type packedReader struct {
 	cache     *chunkcache.Cache
 	mem, pack *chunkcache.Reader
 	spans     []packSpan
+	// skipped takes the first pack read that fell back, so the restore
+	// can say why it was slow.
+	skipped *firstError
+}
+
+// firstError keeps the first error noted.
+type firstError struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (f *firstError) note(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err == nil {
+		f.err = err
+	}
+}
+
+func (f *firstError) get() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
 }
 
 // memCached reports whether every block of [off, end) of the memory is in
@@ -265,6 +288,7 @@ func (p *packedReader) ReadAt(buf []byte, off int64) (int, error) {
 		}
 		part := buf[pc.memOff-off : pc.memOff-off+pc.length]
 		if _, err := p.pack.ReadAt(part, pc.packOff); err != nil {
+			p.skipped.note(fmt.Errorf("startup pack read at %d: %w", pc.packOff, err))
 			if _, err := p.mem.ReadAt(part, pc.memOff); err != nil {
 				return 0, err
 			}

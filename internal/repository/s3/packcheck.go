@@ -11,9 +11,9 @@ import (
 // VerifyStartupPack reads the startup pack rec names whole, as a restore
 // streams it: its index fetched and checked against the record, every
 // frame decoded and checked against the index's digest. A restore that
-// finds the pack unusable falls back to the chunks without a word, so a
-// damaged pack only shows as a slower cold restore; snapshot verify asks
-// here. manifestPath is the local manifest the pack was built from
+// finds the pack unusable falls back to the chunks and reports only what
+// it read of it (StartupPackSkipped); snapshot verify asks here for the
+// whole pack. manifestPath is the local manifest the pack was built from
 // (Resolved.ManifestPath). A record without a pack has nothing to check.
 func (r *Repo) VerifyStartupPack(ctx context.Context, rec repository.Record, manifestPath string) error {
 	if rec.StartupPack == nil {

@@ -853,8 +853,10 @@ func (r *Repo) resolve(ctx context.Context, rec repository.Record) (repository.R
 	}
 	if res.ManifestPath != "" && rec.StartupPack != nil {
 		// Without a usable pack the restore still prefetches the manifest's
-		// ranges, from the chunks.
-		mem.pack, _ = r.loadPack(ctx, rec, res.ManifestPath)
+		// ranges, from the chunks, and says why (StartupPackSkipped).
+		if mem.pack, err = r.loadPack(ctx, rec, res.ManifestPath); err != nil {
+			mem.packSkipped.note(fmt.Errorf("startup pack not loaded: %w", err))
+		}
 	}
 	return res, nil
 }
