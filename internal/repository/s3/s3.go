@@ -678,10 +678,8 @@ func (r *Repo) delete(ctx context.Context, id string) error {
 	case errors.Is(err, repository.ErrNotFound):
 		return r.deleteQuarantined(ctx, id)
 	case errors.Is(err, repository.ErrIntegrity):
-		// Undecodable, so its alias is unknown: remove any binding naming it.
-		if err := r.removeBindingsOf(ctx, id); err != nil {
-			return err
-		}
+		// Undecodable, so its alias is unknown: releaseBindingsOf
+		// finds every binding naming it.
 		rec = repository.Record{ID: id}
 	case err != nil:
 		return err
@@ -694,6 +692,10 @@ func (r *Repo) delete(ctx context.Context, id string) error {
 		if err := r.removeAlias(ctx, rec.Alias, id); err != nil {
 			return err
 		}
+	}
+	// Before the record goes, so that no binding naming id outlives it.
+	if err := r.releaseBindingsOf(ctx, id); err != nil {
+		return err
 	}
 	if err := r.remove(ctx, r.keys.record(id)); err != nil {
 		return err
@@ -712,7 +714,7 @@ func (r *Repo) deleteQuarantined(ctx context.Context, id string) error {
 	if !q {
 		return r.reclaimUnpublished(ctx, id)
 	}
-	if err := r.removeBindingsOf(ctx, id); err != nil {
+	if err := r.releaseBindingsOf(ctx, id); err != nil {
 		return err
 	}
 	if err := r.remove(ctx, r.keys.quarantinedRecord(id)); err != nil {
