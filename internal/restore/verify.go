@@ -109,11 +109,12 @@ func (r *Restorer) corruptionReporter(snapshot string) func(*integrity.BlockErro
 }
 
 // integrityFailedUnlessGone counts and logs err as an integrity failure
-// unless the file is missing. Resolve found every artifact in place (a
-// missing one of an existing record is its ErrIntegrity), so a file gone
-// since then went with its snapshot: a delete racing this restore (the
-// recorder's background restores meet it), which checked no byte and
-// found none wrong. The restore still fails, with the error as it is.
+// unless the file is not there. The counter is of bytes that failed their
+// check, and a missing file has none: for a snapshot that Resolve found,
+// it mostly went with the snapshot, deleted while this restore ran (the
+// recorder's background restores meet that race, and end as discarded).
+// The restore still fails, naming the file; `snapshot verify` reports an
+// artifact missing from a snapshot that is still there.
 func (r *Restorer) integrityFailedUnlessGone(snapshot, artifact string, err error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return
