@@ -210,6 +210,10 @@ type Repo struct {
 	// beforeAliasCreate, when a test sets it, runs between bindAlias's
 	// check of the quarantine and its exclusive create.
 	beforeAliasCreate func()
+	// beforeResolveDigests, when a test sets it, runs in Resolve after
+	// the record and the VM state were read and before the digest table
+	// is fetched.
+	beforeResolveDigests func(id string)
 	// beforeAttachRecord, when a test sets it, runs between uploading an
 	// attachment's object and writing the record that describes it.
 	beforeAttachRecord func()
@@ -845,6 +849,9 @@ func (r *Repo) resolve(ctx context.Context, rec repository.Record) (repository.R
 		if res.RefinementPath, err = r.fetchForCheck(ctx, r.keys.artifact(id, repository.RefinementFileName(d.SHA256)), d.SHA256, d.Size); err != nil {
 			return repository.Resolved{}, err
 		}
+	}
+	if r.beforeResolveDigests != nil {
+		r.beforeResolveDigests(id)
 	}
 	if d := rec.MemoryDigests; d != nil {
 		// A table that is missing or does not match fails the restore's
