@@ -324,7 +324,7 @@ type Repository interface {
 
 	// Resolve returns local paths to the artifacts of id, after checking
 	// that they exist and have the sizes the record gives (ErrIntegrity
-	// otherwise). It does not hash the memory file; restore cannot afford
+	// otherwise; ErrNotFound when the snapshot was deleted meanwhile). It does not hash the memory file; restore cannot afford
 	// that on every start. Backends that keep artifacts remotely fetch them
 	// into a local cache here.
 	Resolve(ctx context.Context, id string) (Resolved, error)

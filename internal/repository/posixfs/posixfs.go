@@ -49,6 +49,9 @@ type Repo struct {
 	// afterCopy, when set by a test, runs between a copy's fsync and its
 	// verification pass.
 	afterCopy func(path string)
+	// afterResolveRecord, when set by a test, runs in Resolve between
+	// reading the record and checking the artifacts.
+	afterResolveRecord func(id string)
 }
 
 var _ repository.Repository = (*Repo)(nil)
@@ -339,16 +342,19 @@ func (r *Repo) Resolve(ctx context.Context, id string) (repository.Resolved, err
 	if err != nil {
 		return repository.Resolved{}, fmt.Errorf("resolve: %w", err)
 	}
+	if r.afterResolveRecord != nil {
+		r.afterResolveRecord(id)
+	}
 	res := repository.Resolved{
 		Record:      rec,
 		VMStatePath: r.paths.artifactPath(id, repository.VMStateFileName),
 		MemoryPath:  r.paths.artifactPath(id, repository.MemoryFileName),
 	}
 	if err := checkArtifact(res.VMStatePath, repository.VMStateFileName, rec.VMStateSize); err != nil {
-		return repository.Resolved{}, fmt.Errorf("resolve %s: %w", id, err)
+		return repository.Resolved{}, r.goneOr(ctx, id, fmt.Errorf("resolve %s: %w", id, err))
 	}
 	if err := checkArtifact(res.MemoryPath, repository.MemoryFileName, rec.MemorySize); err != nil {
-		return repository.Resolved{}, fmt.Errorf("resolve %s: %w", id, err)
+		return repository.Resolved{}, r.goneOr(ctx, id, fmt.Errorf("resolve %s: %w", id, err))
 	}
 	if rec.Manifest != nil {
 		res.ManifestPath = r.paths.artifactPath(id, repository.ManifestFileName)
@@ -360,6 +366,21 @@ func (r *Repo) Resolve(ctx context.Context, id string) (repository.Resolved, err
 		res.RefinementPath = r.paths.artifactPath(id, repository.RefinementFileName(d.SHA256))
 	}
 	return res, nil
+}
+
+// goneOr reports a snapshot deleted while Resolve ran as ErrNotFound, as
+// the s3 backend's goneOr does: Delete removes the record before the
+// artifacts, so an artifact missing from a record read a moment ago is no
+// damage when the record is gone now. Anything else keeps err (an
+// artifact missing from a snapshot still there is ErrIntegrity).
+func (r *Repo) goneOr(ctx context.Context, id string, err error) error {
+	if !errors.Is(err, repository.ErrIntegrity) {
+		return err
+	}
+	if _, gerr := r.Get(ctx, id); errors.Is(gerr, repository.ErrNotFound) {
+		return fmt.Errorf("resolve %s: %w: deleted while it was resolved", id, repository.ErrNotFound)
+	}
+	return err
 }
 
 // Delete implements repository.Repository.

@@ -1,9 +1,11 @@
 package posixfs
 
 import (
+	"errors"
 	"os"
 	"testing"
 
+	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
 )
 
@@ -49,5 +51,25 @@ func TestDeleteKeepsAnAliasTakenOverMeanwhile(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestResolveOfASnapshotDeletedMeanwhile deletes the snapshot between
+// Resolve's read of the record and its check of the artifacts: Resolve
+// says not found, as it would a moment later, not that the snapshot is
+// damaged (a recording resolving it would otherwise report an integrity
+// failure for a deletion).
+func TestResolveOfASnapshotDeletedMeanwhile(t *testing.T) {
+	r := openTemp(t, Options{})
+	rec, _ := repotest.Publish(t, r, "")
+	r.afterResolveRecord = func(id string) {
+		if err := r.Delete(bg(), id); err != nil {
+			t.Error(err)
+		}
+	}
+	_, err := r.Resolve(bg(), rec.ID)
+	r.afterResolveRecord = nil
+	if !errors.Is(err, repository.ErrNotFound) || errors.Is(err, repository.ErrIntegrity) {
+		t.Fatalf("Resolve of a snapshot deleted meanwhile: %v; want ErrNotFound alone", err)
 	}
 }
