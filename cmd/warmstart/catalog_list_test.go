@@ -86,4 +86,15 @@ func TestDeleteOfAQuarantinedRecord(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(store, "snapshots", bad.ID)); !os.IsNotExist(err) {
 		t.Fatalf("the quarantined record's artifacts remain: %v", err)
 	}
+	// Its alias went with it: nothing names the deleted id.
+	if _, err := os.Stat(filepath.Join(store, "catalog", "aliases", "bad")); !os.IsNotExist(err) {
+		t.Fatalf("the deleted record's alias binding remains: %v", err)
+	}
+	show := runCLI(t, "snapshot", "show", "--store", store, "bad")
+	if show.code == 0 || strings.Contains(show.stderr, bad.ID) || !strings.Contains(show.stderr, "not found") {
+		t.Fatalf("show of the deleted record's alias: exit %d, stderr %q; want not found, naming no deleted id", show.code, show.stderr)
+	}
+	if verify := runCLI(t, "snapshot", "verify", "--store", store, "--all"); verify.code != 0 {
+		t.Fatalf("verify --all after the delete: exit %d\n%s\n%s", verify.code, verify.stdout, verify.stderr)
+	}
 }

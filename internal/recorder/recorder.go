@@ -227,7 +227,11 @@ func (r *Recorder) discardOr(ctx context.Context, id string, err error) error {
 		return fmt.Errorf("%w: %w", ErrDiscarded, err)
 	}
 	if _, gerr := r.Repo.Get(context.WithoutCancel(ctx), id); errors.Is(gerr, repository.ErrNotFound) {
-		return fmt.Errorf("%w: snapshot deleted: %w", ErrDiscarded, err)
+		// The failure is the deletion's doing, whatever it looked like
+		// (a size check of an artifact that went away can read as
+		// ErrIntegrity): keep its text, not its sentinels, so nothing
+		// classifies a discarded recording as a damaged snapshot.
+		return fmt.Errorf("%w: snapshot deleted: %v", ErrDiscarded, err)
 	}
 	return err
 }

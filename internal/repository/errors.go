@@ -55,3 +55,19 @@ func (e *IntegrityError) Error() string {
 
 // Is makes errors.Is(err, ErrIntegrity) true.
 func (e *IntegrityError) Is(target error) bool { return target == ErrIntegrity }
+
+// DanglingAliasError is the error of resolving an alias whose binding
+// names a snapshot that is not there to resolve to (missing: deleted, or
+// its publish never finished; or one that does not carry the alias). It
+// names both, so an operator sees which id went missing, and matches
+// ErrNotFound: the alias names no visible snapshot, and the next
+// publisher of the alias takes the binding over.
+func DanglingAliasError(alias, id, why string) error {
+	return fmt.Errorf("alias %s names snapshot %s, which %s: %w", alias, id, why, ErrNotFound)
+}
+
+// Why an alias dangles, for DanglingAliasError.
+const (
+	DanglingMissing    = "does not exist (deleted, or its publish did not finish)"
+	DanglingNotCarried = "does not carry the alias"
+)

@@ -314,7 +314,8 @@ type Repository interface {
 	Damaged(ctx context.Context) ([]Damage, error)
 
 	// ResolveAlias returns the id bound to alias, or ErrNotFound when the
-	// alias is unbound or bound to a snapshot that is no longer visible.
+	// alias is unbound or bound to a snapshot that is no longer visible
+	// (then DanglingAliasError, naming the alias and the id).
 	ResolveAlias(ctx context.Context, alias string) (string, error)
 
 	// Lookup returns the record named by ref: an id if ref parses as a
@@ -323,14 +324,17 @@ type Repository interface {
 
 	// Resolve returns local paths to the artifacts of id, after checking
 	// that they exist and have the sizes the record gives (ErrIntegrity
-	// otherwise). It does not hash the memory file; restore cannot afford
+	// otherwise; ErrNotFound when the snapshot was deleted meanwhile). It does not hash the memory file; restore cannot afford
 	// that on every start. Backends that keep artifacts remotely fetch them
 	// into a local cache here.
 	Resolve(ctx context.Context, id string) (Resolved, error)
 
-	// Delete removes the snapshot: its record, its alias binding and its
-	// artifacts, under the snapshot's record lock so no AttachManifest can
-	// interleave. The record goes first, so a reader never sees a record
+	// Delete removes the snapshot: its record, every alias binding naming
+	// id (the one its record carries, the unknown one of a record that does
+	// not decode, in place or quarantined, and any a crash left naming it)
+	// and its artifacts, under the snapshot's record lock so no
+	// AttachManifest can interleave. A binding a publisher took over
+	// meanwhile is its new holder's and stays. The record goes first, so a reader never sees a record
 	// whose artifacts are gone. Deleting an id that does not exist is not an
 	// error (Delete is idempotent); it still reclaims leftovers of a crashed
 	// publish or delete of that id. Leases on the snapshot are not waited

@@ -233,11 +233,17 @@ func (r *Repo) resolveAlias(ctx context.Context, alias string) (repository.Recor
 		}
 		return repository.Record{}, fmt.Errorf("alias %s: %w", alias, repository.ErrNotFound)
 	}
-	rec, err := r.readRecord(id)
-	if errors.Is(err, repository.ErrNotFound) || (err == nil && rec.Alias != alias) {
-		// Left behind by a crashed publish or delete; the next publisher
-		// of the alias takes it over.
-		return repository.Record{}, fmt.Errorf("alias %s: %w", alias, repository.ErrNotFound)
+	// A binding naming a snapshot that is gone, or that does not carry the
+	// alias, was left behind by a crashed publish or delete; the next
+	// publisher of the alias takes it over.
+	rec, err := r.Get(ctx, id)
+	switch {
+	case errors.Is(err, repository.ErrNotFound):
+		return repository.Record{}, repository.DanglingAliasError(alias, id, repository.DanglingMissing)
+	case err != nil:
+		return repository.Record{}, fmt.Errorf("alias %s: %w", alias, err)
+	case rec.Alias != alias:
+		return repository.Record{}, repository.DanglingAliasError(alias, id, repository.DanglingNotCarried)
 	}
-	return rec, err
+	return rec, nil
 }

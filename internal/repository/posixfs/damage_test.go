@@ -1,6 +1,7 @@
 package posixfs
 
 import (
+	"os"
 	"testing"
 
 	"warmstart/internal/repository"
@@ -26,6 +27,18 @@ func TestDamagedCatalog(t *testing.T) {
 					t.Fatal(err)
 				}
 				return r
+			},
+			BoundTo: func(t *testing.T, alias string) string {
+				id, err := w.readAlias(alias)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return id
+			},
+			Bind: func(t *testing.T, alias, id string) {
+				if err := os.WriteFile(w.paths.aliasPath(alias), []byte(id+"\n"), catalogFileMode); err != nil {
+					t.Fatal(err)
+				}
 			},
 		}
 	})

@@ -49,6 +49,9 @@ type Repo struct {
 	// afterCopy, when set by a test, runs between a copy's fsync and its
 	// verification pass.
 	afterCopy func(path string)
+	// afterResolveRecord, when set by a test, runs in Resolve between
+	// reading the record and checking the artifacts.
+	afterResolveRecord func(id string)
 }
 
 var _ repository.Repository = (*Repo)(nil)
@@ -339,16 +342,19 @@ func (r *Repo) Resolve(ctx context.Context, id string) (repository.Resolved, err
 	if err != nil {
 		return repository.Resolved{}, fmt.Errorf("resolve: %w", err)
 	}
+	if r.afterResolveRecord != nil {
+		r.afterResolveRecord(id)
+	}
 	res := repository.Resolved{
 		Record:      rec,
 		VMStatePath: r.paths.artifactPath(id, repository.VMStateFileName),
 		MemoryPath:  r.paths.artifactPath(id, repository.MemoryFileName),
 	}
 	if err := checkArtifact(res.VMStatePath, repository.VMStateFileName, rec.VMStateSize); err != nil {
-		return repository.Resolved{}, fmt.Errorf("resolve %s: %w", id, err)
+		return repository.Resolved{}, r.goneOr(ctx, id, fmt.Errorf("resolve %s: %w", id, err))
 	}
 	if err := checkArtifact(res.MemoryPath, repository.MemoryFileName, rec.MemorySize); err != nil {
-		return repository.Resolved{}, fmt.Errorf("resolve %s: %w", id, err)
+		return repository.Resolved{}, r.goneOr(ctx, id, fmt.Errorf("resolve %s: %w", id, err))
 	}
 	if rec.Manifest != nil {
 		res.ManifestPath = r.paths.artifactPath(id, repository.ManifestFileName)
@@ -360,6 +366,21 @@ func (r *Repo) Resolve(ctx context.Context, id string) (repository.Resolved, err
 		res.RefinementPath = r.paths.artifactPath(id, repository.RefinementFileName(d.SHA256))
 	}
 	return res, nil
+}
+
+// goneOr reports a snapshot deleted while Resolve ran as ErrNotFound, as
+// the s3 backend's goneOr does: Delete removes the record before the
+// artifacts, so an artifact missing from a record read a moment ago is no
+// damage when the record is gone now. Anything else keeps err (an
+// artifact missing from a snapshot still there is ErrIntegrity).
+func (r *Repo) goneOr(ctx context.Context, id string, err error) error {
+	if !errors.Is(err, repository.ErrIntegrity) {
+		return err
+	}
+	if _, gerr := r.Get(ctx, id); errors.Is(gerr, repository.ErrNotFound) {
+		return fmt.Errorf("resolve %s: %w: deleted while it was resolved", id, repository.ErrNotFound)
+	}
+	return err
 }
 
 // Delete implements repository.Repository.
@@ -390,15 +411,34 @@ func (r *Repo) delete(ctx context.Context, id string) error {
 		if _, err := removeDurable(r.paths.quarantinedRecordsDir(), recordFileName(id)); err != nil {
 			return err
 		}
-		return r.reclaimUnpublished(id)
+		if err := r.reclaimUnpublished(id); err != nil {
+			return err
+		}
+		return r.unbindAliasesOf(ctx, id)
 	case errors.Is(err, repository.ErrIntegrity):
-		// Undecodable, so its alias is unknown; an alias left naming it
-		// is stale once the record is gone and is taken over by the next
-		// publisher or removed by the sweep.
+		// Undecodable, so its alias is unknown: unbindAliasesOf finds
+		// every binding naming it once the record is gone.
 		rec = repository.Record{ID: id}
 	case err != nil:
 		return err
 	}
+	if err := r.deleteRecord(ctx, rec); err != nil {
+		return err
+	}
+	if err := r.unbindAliasesOf(ctx, id); err != nil {
+		return err
+	}
+	r.fault(FaultDeleteAfterAlias)
+	if err := r.removeSnapshotDir(id); err != nil {
+		return err
+	}
+	r.fault(FaultDeleteAfterArtifactsGone)
+	return nil
+}
+
+// deleteRecord removes the record of rec.ID and unbinds the alias it
+// carries, under that alias's lock. The caller holds the record lock.
+func (r *Repo) deleteRecord(ctx context.Context, rec repository.Record) error {
 	if rec.Alias != "" {
 		al, err := acquireLock(ctx, r.paths.aliasLockPath(rec.Alias), lockExclusive)
 		if err != nil {
@@ -408,20 +448,55 @@ func (r *Repo) delete(ctx context.Context, id string) error {
 	}
 	// Record first: once it is gone nobody can see the snapshot, and an
 	// alias still naming it is recognisably stale.
-	if _, err := r.removeRecord(id); err != nil {
+	if _, err := r.removeRecord(rec.ID); err != nil {
 		return err
 	}
 	r.fault(FaultDeleteAfterRecord)
 	if rec.Alias != "" {
-		if err := r.unbindAlias(rec.Alias, id); err != nil {
+		return r.unbindAlias(rec.Alias, rec.ID)
+	}
+	return nil
+}
+
+// unbindAliasesOf removes every alias binding that still names id, whose
+// record is gone: the alias of a record that did not decode (unknown to
+// the delete), and bindings a crashed publish or delete left naming it.
+// Each is re-read under its alias lock, taken alone and after the record
+// lock (the order every operation takes them in), so a binding that a
+// publisher took over meanwhile stays.
+func (r *Repo) unbindAliasesOf(ctx context.Context, id string) error {
+	entries, err := os.ReadDir(r.paths.aliasesDir())
+	if err != nil {
+		return fmt.Errorf("list aliases: %w", err)
+	}
+	for _, e := range entries {
+		alias := e.Name()
+		if repository.ValidateAlias(alias) != nil {
+			continue // temporary files and strays are the sweep's
+		}
+		if holder, err := r.readAlias(alias); err != nil || holder != id {
+			continue // another snapshot's, or damaged: kept, never removed here
+		}
+		if err := r.unbindAliasNaming(ctx, alias, id); err != nil {
 			return err
 		}
 	}
-	r.fault(FaultDeleteAfterAlias)
-	if err := r.removeSnapshotDir(id); err != nil {
+	return nil
+}
+
+// unbindAliasNaming removes alias under its lock if it names id then.
+func (r *Repo) unbindAliasNaming(ctx context.Context, alias, id string) error {
+	al, err := acquireLock(ctx, r.paths.aliasLockPath(alias), lockExclusive)
+	if err != nil {
 		return err
 	}
-	r.fault(FaultDeleteAfterArtifactsGone)
+	defer al.release()
+	if holder, err := r.readAlias(alias); err != nil || holder != id {
+		return nil
+	}
+	if _, err := removeDurable(r.paths.aliasesDir(), alias); err != nil {
+		return fmt.Errorf("unbind alias %s: %w", alias, err)
+	}
 	return nil
 }
 

@@ -1,6 +1,8 @@
 package repotest
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"warmstart/internal/repository"
@@ -19,6 +21,11 @@ type Damageable struct {
 	Sweep func(t *testing.T)
 	// ReadOnly opens the same store as the read-only verbs do.
 	ReadOnly func(t *testing.T) repository.Repository
+	// BoundTo returns the id the stored binding of alias names, "" when
+	// there is none (or it is released); Bind stores a binding of alias
+	// to id, as a crash between binding and record would leave it.
+	BoundTo func(t *testing.T, alias string) string
+	Bind    func(t *testing.T, alias, id string)
 }
 
 // RunDamage checks how a backend reports, keeps aside and resolves damaged
@@ -30,6 +37,8 @@ func RunDamage(t *testing.T, open func(t *testing.T) Damageable) {
 	}{
 		{"DamagedRecordReportedThenQuarantined", testDamagedRecord},
 		{"DamagedAliasNeverBoundTwice", testDamagedAlias},
+		{"DeleteUnbindsEveryAliasOfTheID", testDeleteUnbindsAliases},
+		{"DanglingAliasNamesItsID", testDanglingAlias},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -145,5 +154,67 @@ func testDamagedAlias(t *testing.T, d Damageable) {
 	second, _ := Publish(t, d.Repo, "ref")
 	if got := carrying(t, d.Repo, "ref"); len(got) != 1 || got[0] != second.ID {
 		t.Fatalf("snapshots named ref: %v; want only %s", got, second.ID)
+	}
+}
+
+// testDeleteUnbindsAliases deletes by id a healthy record, a damaged one
+// in place and a quarantined one, each with its alias and a stray binding
+// naming it: no binding names the id afterwards, both aliases resolve as
+// unbound, an alias of another snapshot stays, and the alias can be
+// published again.
+func testDeleteUnbindsAliases(t *testing.T, d Damageable) {
+	keep, _ := Publish(t, d.Repo, "keep")
+	for _, state := range []string{"healthy", "damaged", "quarantined"} {
+		alias, stray := "snap-"+state, "stray-"+state
+		rec, _ := Publish(t, d.Repo, alias)
+		d.Bind(t, stray, rec.ID)
+		if state != "healthy" {
+			d.FlipRecord(t, rec.ID)
+		}
+		if state == "quarantined" {
+			d.Sweep(t)
+		}
+		if err := d.Repo.Delete(bg(), rec.ID); err != nil {
+			t.Fatalf("Delete(%s record): %v", state, err)
+		}
+		for _, a := range []string{alias, stray} {
+			if id := d.BoundTo(t, a); id != "" {
+				t.Errorf("after deleting the %s record %s, alias %s is still bound to %s", state, rec.ID, a, id)
+			}
+			_, err := d.Repo.ResolveAlias(bg(), a)
+			wantErr(t, "ResolveAlias of an alias of a deleted snapshot", err, repository.ErrNotFound)
+		}
+		mustNoDamage(t, d.Repo)
+		if listed := ids(mustList(t, d.Repo, repository.Filter{})); slices.Contains(listed, rec.ID) || !slices.Contains(listed, keep.ID) {
+			t.Fatalf("List after deleting the %s record %s = %v; want %s and not it", state, rec.ID, listed, keep.ID)
+		}
+		again, _ := Publish(t, d.Repo, alias)
+		if id, err := d.Repo.ResolveAlias(bg(), alias); err != nil || id != again.ID {
+			t.Fatalf("ResolveAlias(%s) after republish = %s, %v; want %s", alias, id, err, again.ID)
+		}
+	}
+	if id, err := d.Repo.ResolveAlias(bg(), "keep"); err != nil || id != keep.ID {
+		t.Fatalf("ResolveAlias(keep) = %s, %v; want %s", id, err, keep.ID)
+	}
+}
+
+// testDanglingAlias resolves a binding left naming a snapshot that is
+// gone (a crash between a delete's record and its alias): the error is
+// ErrNotFound and names both the alias and the missing id.
+func testDanglingAlias(t *testing.T, d Damageable) {
+	gone, _ := Publish(t, d.Repo, "")
+	if err := d.Repo.Delete(bg(), gone.ID); err != nil {
+		t.Fatal(err)
+	}
+	d.Bind(t, "ghost", gone.ID)
+	for what, resolve := range map[string]func() error{
+		"ResolveAlias": func() error { _, err := d.Repo.ResolveAlias(bg(), "ghost"); return err },
+		"Lookup":       func() error { _, err := d.Repo.Lookup(bg(), "ghost"); return err },
+	} {
+		err := resolve()
+		wantErr(t, what+" of a dangling alias", err, repository.ErrNotFound)
+		if msg := err.Error(); !strings.Contains(msg, "ghost") || !strings.Contains(msg, gone.ID) {
+			t.Errorf("%s of a dangling alias: %q; want the alias and the missing id %s named", what, msg, gone.ID)
+		}
 	}
 }

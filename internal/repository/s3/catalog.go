@@ -303,10 +303,16 @@ func (r *Repo) resolveAlias(ctx context.Context, alias string) (repository.Recor
 	if !found || b.ID == "" {
 		return repository.Record{}, fmt.Errorf("alias %s: %w", alias, repository.ErrNotFound)
 	}
+	// A binding naming a snapshot that is gone, or that does not carry the
+	// alias, was left behind by a crashed publish; taken over by the next one.
 	rec, _, err := r.getRecord(ctx, b.ID)
-	if errors.Is(err, repository.ErrNotFound) || (err == nil && rec.Alias != alias) {
-		// Left behind by a crashed publish; taken over by the next one.
-		return repository.Record{}, fmt.Errorf("alias %s: %w", alias, repository.ErrNotFound)
+	switch {
+	case errors.Is(err, repository.ErrNotFound):
+		return repository.Record{}, repository.DanglingAliasError(alias, b.ID, repository.DanglingMissing)
+	case err != nil:
+		return repository.Record{}, fmt.Errorf("alias %s: %w", alias, err)
+	case rec.Alias != alias:
+		return repository.Record{}, repository.DanglingAliasError(alias, b.ID, repository.DanglingNotCarried)
 	}
-	return rec, err
+	return rec, nil
 }

@@ -41,6 +41,18 @@ func TestDamagedCatalog(t *testing.T) {
 				o.CacheDir = t.TempDir()
 				return openWith(t, o)
 			},
+			BoundTo: func(t *testing.T, alias string) string {
+				b, _, _, _, err := w.readAlias(bg(), alias)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return b.ID
+			},
+			Bind: func(t *testing.T, alias, id string) {
+				if _, err := w.putSmall(bg(), w.keys.alias(alias), encodeBinding(alias, id), putCondition{}); err != nil {
+					t.Fatal(err)
+				}
+			},
 		}
 	})
 }

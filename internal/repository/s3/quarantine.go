@@ -186,11 +186,14 @@ func (r *Repo) aliasTaken(ctx context.Context, alias string) (bool, error) {
 	return r.exists(ctx, r.keys.quarantinedAlias(alias))
 }
 
-// removeBindingsOf removes every alias binding naming id. Deleting a
-// quarantined record calls it: the record's alias is unknown, and a
-// binding left naming it would otherwise keep the alias for AliasBindGrace
-// (it looks like a publish in progress).
-func (r *Repo) removeBindingsOf(ctx context.Context, id string) error {
+// releaseBindingsOf releases every alias binding naming id (Delete): the
+// alias of a record that does not decode is unknown, and a binding a
+// crashed publish left naming id would otherwise outlive it. A binding
+// naming id can be taken over by a publisher meanwhile (once a healthy
+// record does not carry its alias, or id's record is gone), so each is
+// released like a failed publish's, conditionally on the ETag it was read
+// with (releaseAlias): one taken over stays its new holder's.
+func (r *Repo) releaseBindingsOf(ctx context.Context, id string) error {
 	objs, err := r.list(ctx, r.keys.aliasesPrefix())
 	if err != nil {
 		return err
@@ -200,10 +203,11 @@ func (r *Repo) removeBindingsOf(ctx context.Context, id string) error {
 		if !ok {
 			continue
 		}
-		if b, _, _, found, err := r.readAlias(ctx, alias); err == nil && found && b.ID == id {
-			if err := r.remove(ctx, o.Key); err != nil {
-				return err
-			}
+		if b, _, _, found, err := r.readAlias(ctx, alias); err != nil || !found || b.ID != id {
+			continue // another snapshot's, released, or damaged (kept)
+		}
+		if err := r.releaseAlias(ctx, alias, id); err != nil {
+			return fmt.Errorf("release alias %s: %w", alias, err)
 		}
 	}
 	return nil

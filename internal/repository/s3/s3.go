@@ -210,6 +210,10 @@ type Repo struct {
 	// beforeAliasCreate, when a test sets it, runs between bindAlias's
 	// check of the quarantine and its exclusive create.
 	beforeAliasCreate func()
+	// beforeResolveDigests, when a test sets it, runs in Resolve after
+	// the record and the VM state were read and before the digest table
+	// is fetched.
+	beforeResolveDigests func(id string)
 	// beforeAttachRecord, when a test sets it, runs between uploading an
 	// attachment's object and writing the record that describes it.
 	beforeAttachRecord func()
@@ -678,10 +682,8 @@ func (r *Repo) delete(ctx context.Context, id string) error {
 	case errors.Is(err, repository.ErrNotFound):
 		return r.deleteQuarantined(ctx, id)
 	case errors.Is(err, repository.ErrIntegrity):
-		// Undecodable, so its alias is unknown: remove any binding naming it.
-		if err := r.removeBindingsOf(ctx, id); err != nil {
-			return err
-		}
+		// Undecodable, so its alias is unknown: releaseBindingsOf
+		// finds every binding naming it.
 		rec = repository.Record{ID: id}
 	case err != nil:
 		return err
@@ -694,6 +696,10 @@ func (r *Repo) delete(ctx context.Context, id string) error {
 		if err := r.removeAlias(ctx, rec.Alias, id); err != nil {
 			return err
 		}
+	}
+	// Before the record goes, so that no binding naming id outlives it.
+	if err := r.releaseBindingsOf(ctx, id); err != nil {
+		return err
 	}
 	if err := r.remove(ctx, r.keys.record(id)); err != nil {
 		return err
@@ -712,7 +718,7 @@ func (r *Repo) deleteQuarantined(ctx context.Context, id string) error {
 	if !q {
 		return r.reclaimUnpublished(ctx, id)
 	}
-	if err := r.removeBindingsOf(ctx, id); err != nil {
+	if err := r.releaseBindingsOf(ctx, id); err != nil {
 		return err
 	}
 	if err := r.remove(ctx, r.keys.quarantinedRecord(id)); err != nil {
@@ -843,6 +849,9 @@ func (r *Repo) resolve(ctx context.Context, rec repository.Record) (repository.R
 		if res.RefinementPath, err = r.fetchForCheck(ctx, r.keys.artifact(id, repository.RefinementFileName(d.SHA256)), d.SHA256, d.Size); err != nil {
 			return repository.Resolved{}, err
 		}
+	}
+	if r.beforeResolveDigests != nil {
+		r.beforeResolveDigests(id)
 	}
 	if d := rec.MemoryDigests; d != nil {
 		// A table that is missing or does not match fails the restore's

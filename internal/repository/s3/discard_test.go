@@ -1,0 +1,97 @@
+package s3
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"warmstart/internal/config"
+	"warmstart/internal/prefetch"
+	"warmstart/internal/recorder"
+	"warmstart/internal/repository"
+	"warmstart/internal/repository/repotest"
+	"warmstart/internal/restore"
+)
+
+// integrityCounter is a restore observer counting what the daemon's
+// metrics count as integrity failures (restore.IntegrityObserver).
+type integrityCounter struct {
+	mu        sync.Mutex
+	artifacts []string
+}
+
+func (c *integrityCounter) ManifestRejected(string)      {}
+func (c *integrityCounter) PrefetchSkipped(string)       {}
+func (c *integrityCounter) PrefetchEnded(prefetch.State) {}
+func (c *integrityCounter) Phases(restore.Timings)       {}
+func (c *integrityCounter) IntegrityFailure(artifact string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.artifacts = append(c.artifacts, artifact)
+}
+
+func (c *integrityCounter) failures() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.artifacts...)
+}
+
+// syncBuffer is a log destination several goroutines write to.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestRecordingOfASnapshotDeletedDuringResolveIsDiscarded deletes the
+// snapshot inside the recording's Resolve, after its record and VM state
+// were read and before its digest table is fetched: the table object is
+// gone, so the restore finds no table file. That is the deletion racing
+// the recording: it ends as discarded, and neither its error, the
+// integrity counter nor the log speaks of an integrity failure.
+func TestRecordingOfASnapshotDeletedDuringResolveIsDiscarded(t *testing.T) {
+	w := newWorld(t, server.Endpoint)
+	repo := w.repo(t, 0)
+	rec, lease := repotest.Publish(t, repo, "")
+	if rec.MemoryDigests == nil {
+		t.Fatal("published without a digest table; the test needs one")
+	}
+	repo.beforeResolveDigests = func(id string) {
+		if err := repo.Delete(bg(), id); err != nil {
+			t.Error(err)
+		}
+	}
+	counter, logs := &integrityCounter{}, &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	w.tracing.Observe, w.tracing.Log = counter, log
+	rc := &recorder.Recorder{Repo: repo, Restorer: w.tracing, Device: config.DeviceFile, Log: log}
+	job := rc.Start(bg(), lease)
+	<-job.Done()
+	_, err := job.Result()
+	if !errors.Is(err, recorder.ErrDiscarded) {
+		t.Fatalf("recording of a snapshot deleted during resolve: %v, want ErrDiscarded", err)
+	}
+	if errors.Is(err, repository.ErrIntegrity) {
+		t.Errorf("a discarded recording's error matches ErrIntegrity: %v", err)
+	}
+	if got := counter.failures(); len(got) != 0 {
+		t.Errorf("integrity failures counted: %v; want none", got)
+	}
+	if out := logs.String(); strings.Contains(out, "integrity") || !strings.Contains(out, "startup manifest recording discarded") {
+		t.Errorf("log speaks of integrity or not of a discarded recording:\n%s", out)
+	}
+}
