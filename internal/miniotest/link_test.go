@@ -86,8 +86,14 @@ func TestLinkDeliversItsRateToAllConnectionsTogether(t *testing.T) {
 	defer l.Close()
 	l.SetRate(rateBits)
 	ideal := time.Duration(float64(conns*perConn*8) / rateBits * float64(time.Second))
+	// A link that loses link time does so on every pull (the 0.5 ms
+	// burst gave 82-86 % on an idle host); a sound one can still be
+	// starved of CPU by whatever else the host runs (83 % at load 5-6).
+	// So the link has several pulls to show its rate, and the first that
+	// does ends the test.
+	const pulls = 8
 	best := time.Duration(1<<63 - 1)
-	for range 3 {
+	for range pulls {
 		n, took := pullThrough(t, l.Addr, conns)
 		if n != conns*perConn {
 			t.Fatalf("read %d bytes through the link, want %d", n, conns*perConn)
@@ -99,9 +105,12 @@ func TestLinkDeliversItsRateToAllConnectionsTogether(t *testing.T) {
 			t.Errorf("%d bytes took %v, faster than the %d bit/s link allows (%v)", n, took, rateBits, ideal)
 		}
 		best = min(best, took)
+		if best <= ideal*100/90 {
+			break
+		}
 	}
 	t.Logf("%d connections, %d MiB: best %v, ideal %v", conns, conns*perConn>>20, best, ideal)
 	if best > ideal*100/90 {
-		t.Errorf("best of three took %v: the link delivered under 90%% of its rate (ideal %v)", best, ideal)
+		t.Errorf("best of %d pulls took %v: the link delivered under 90%% of its rate (ideal %v)", pulls, best, ideal)
 	}
 }

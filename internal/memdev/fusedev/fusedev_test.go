@@ -141,6 +141,13 @@ func TestMappedReadsMatchLowerFile(t *testing.T) {
 	}
 }
 
+// evictionSliver is how much of n a test that expects a warm page cache
+// allows to come from the device again: the host reclaims page cache
+// under its own policy (DAMON pageout here), so a page cached a moment
+// ago may be gone. One percent is far below what a cache that is not
+// shared would cost (every page again), so the property stays tested.
+func evictionSliver(n int64) int64 { return n / 100 }
+
 func TestKeepCacheSharesPageCache(t *testing.T) {
 	const fileBytes = 32 << 20
 	lower := writeLower(t, fileBytes, 2)
@@ -160,8 +167,8 @@ func TestKeepCacheSharesPageCache(t *testing.T) {
 		if res := runChildSpec(t, spec); res.Hash != want {
 			t.Fatalf("second VMM: hash %s err %q, want %s", res.Hash, res.Err, want)
 		}
-		if extra := d.Counters().Sub(one); extra.BytesRead != 0 {
-			t.Errorf("second VMM read %d bytes from the lower file, want 0 (first read %d)", extra.BytesRead, one.BytesRead)
+		if extra := d.Counters().Sub(one); extra.BytesRead > uint64(evictionSliver(int64(one.BytesRead))) {
+			t.Errorf("second VMM read %d bytes from the lower file, want none but what the host evicted (first read %d)", extra.BytesRead, one.BytesRead)
 		}
 	})
 
@@ -210,8 +217,8 @@ func TestKeepCacheSharesPageCache(t *testing.T) {
 		if res := runChildSpec(t, childSpec{Mode: childMmap, Path: d.Path(), Layout: lay, Pages: pages}); res.Hash != want {
 			t.Fatalf("VMM: hash %s err %q, want %s", res.Hash, res.Err, want)
 		}
-		if extra := d.Counters().Sub(warmed); extra.ReadRequests != 0 {
-			t.Errorf("VMM after a full buffered read still sent %d requests", extra.ReadRequests)
+		if extra := d.Counters().Sub(warmed); int64(extra.ReadRequests) > evictionSliver(int64(len(pages))) {
+			t.Errorf("VMM after a full buffered read still sent %d requests for %d pages, want none but what the host evicted", extra.ReadRequests, len(pages))
 		}
 	})
 }
