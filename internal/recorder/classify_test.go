@@ -1,60 +1,17 @@
 package recorder_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
-	"warmstart/internal/prefetch"
+	"warmstart/internal/logtest"
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
-	"warmstart/internal/restore"
+	"warmstart/internal/restore/restoretest"
 )
-
-// integrityCounter is a restore observer that counts what the daemon's
-// metrics count as integrity failures (restore.IntegrityObserver).
-type integrityCounter struct {
-	mu        sync.Mutex
-	artifacts []string
-}
-
-func (c *integrityCounter) ManifestRejected(string)      {}
-func (c *integrityCounter) PrefetchSkipped(string)       {}
-func (c *integrityCounter) PrefetchEnded(prefetch.State) {}
-func (c *integrityCounter) Phases(restore.Timings)       {}
-func (c *integrityCounter) IntegrityFailure(artifact string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.artifacts = append(c.artifacts, artifact)
-}
-
-func (c *integrityCounter) failures() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]string(nil), c.artifacts...)
-}
-
-// lockedBuffer is a log destination several goroutines write to.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestDeletionAfterResolveIsDiscardedNotCorrupt deletes the snapshot
 // between the recording's resolve and its restore's first look at the
@@ -67,8 +24,8 @@ func TestDeletionAfterResolveIsDiscardedNotCorrupt(t *testing.T) {
 	for _, device := range devices {
 		t.Run(device, func(t *testing.T) {
 			e := newEnv(t)
-			counter := &integrityCounter{}
-			logs := &lockedBuffer{}
+			counter := &restoretest.IntegrityCounter{}
+			logs := &logtest.Buffer{}
 			e.restorer.Observe = counter
 			e.restorer.Log = slog.New(slog.NewTextHandler(logs, nil))
 			ctx := context.Background()
@@ -88,7 +45,7 @@ func TestDeletionAfterResolveIsDiscardedNotCorrupt(t *testing.T) {
 			if errors.Is(err, repository.ErrIntegrity) {
 				t.Errorf("a discarded recording's error matches ErrIntegrity: %v", err)
 			}
-			if got := counter.failures(); len(got) != 0 {
+			if got := counter.Failures(); len(got) != 0 {
 				t.Errorf("integrity failures counted: %v; want none", got)
 			}
 			out := logs.String()

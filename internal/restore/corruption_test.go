@@ -201,7 +201,7 @@ func TestCorruptTouchedPageNamesTheBlock(t *testing.T) {
 			if got := e.observer.integrityFailures() - before; got < 1 {
 				t.Errorf("%s/%s: %d integrity failures counted, want at least 1", device, mode, got)
 			}
-			if !strings.Contains(strings.Join(e.log.take(), "\n"), "integrity check failed") {
+			if !strings.Contains(strings.Join(e.log.Take(), "\n"), "integrity check failed") {
 				t.Errorf("%s/%s: no log line says the check failed", device, mode)
 			}
 		}
@@ -345,7 +345,7 @@ func TestNoDigestsWarnsOnce(t *testing.T) {
 		stop(t, inst)
 	}
 	lines := 0
-	for _, l := range e.log.take() {
+	for _, l := range e.log.Take() {
 		if strings.Contains(l, "no digest table") && strings.Contains(l, e.id) {
 			lines++
 		}

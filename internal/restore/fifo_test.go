@@ -24,7 +24,7 @@ func TestFIFOManifestFallsBackAtOnce(t *testing.T) {
 	src.ManifestPath = fifo
 	for _, device := range devices {
 		t.Run(device, func(t *testing.T) {
-			e.log.take()
+			e.log.Take()
 			type result struct {
 				inst *restore.Instance
 				err  error
@@ -57,7 +57,7 @@ func TestFIFOManifestFallsBackAtOnce(t *testing.T) {
 			if took := inst.Timings.ManifestValidated - inst.Timings.DeviceAcquired; took > time.Second {
 				t.Errorf("deciding on the FIFO manifest took %v, want within 1s", took)
 			}
-			checkOneLogLine(t, e.log.take(), e.id, "FIFO")
+			checkOneLogLine(t, e.log.Take(), e.id, "FIFO")
 			stop(t, inst)
 		})
 	}

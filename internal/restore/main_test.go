@@ -1,14 +1,12 @@
 package restore_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -17,6 +15,7 @@ import (
 
 	"warmstart/internal/config"
 	"warmstart/internal/layout"
+	"warmstart/internal/logtest"
 	"warmstart/internal/manifest"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/prefetch"
@@ -141,7 +140,7 @@ type env struct {
 	restorer *restore.Restorer
 	recorder *recorder.Recorder
 	vm       *trackingVMM
-	log      *syncBuffer
+	log      *logtest.Buffer
 	observer *observer
 	ref      referenceFiles
 	id       string
@@ -156,7 +155,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		o.device = config.DeviceFile
 	}
 	dir := t.TempDir()
-	e := &env{dir: dir, log: &syncBuffer{}, observer: &observer{}}
+	e := &env{dir: dir, log: &logtest.Buffer{}, observer: &observer{}}
 	e.mountDevices(t, o)
 	refDir := filepath.Join(dir, "reference")
 	if o.viaReference {
@@ -521,30 +520,6 @@ func (o *observer) lastRejected() string {
 		return ""
 	}
 	return o.rejected[len(o.rejected)-1]
-}
-
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// take returns the lines logged since the last take.
-func (b *syncBuffer) take() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := strings.TrimSpace(b.buf.String())
-	b.buf.Reset()
-	if s == "" {
-		return nil
-	}
-	return strings.Split(s, "\n")
 }
 
 // readGate holds, inside the FUSE server, the first read request of each

@@ -171,7 +171,7 @@ func TestDirectIOSkipsPrefetch(t *testing.T) {
 	e.restorer.ConsumeEnabled = true
 	src := e.source(t)
 	for _, mode := range []restore.Mode{restore.ModeAuto, restore.ModeOn} {
-		e.log.take()
+		e.log.Take()
 		inst, err := restoreCleanly(t, e.restorer, src, restore.Options{IOEngine: config.IOEngineDirect, Prefetch: mode})
 		if err != nil {
 			if !errors.Is(err, fusedev.ErrNotMappable) {
@@ -185,7 +185,7 @@ func TestDirectIOSkipsPrefetch(t *testing.T) {
 		if p := inst.Prefetch; p.State != "skipped" || !strings.Contains(p.Reason, "io_engine 2") {
 			t.Errorf("prefetch %s: report %+v, want skipped for io_engine 2", mode, p)
 		}
-		checkOneLogLine(t, e.log.take(), e.id, "io_engine 2")
+		checkOneLogLine(t, e.log.Take(), e.id, "io_engine 2")
 		if st := e.restorer.Engine.Stats(); st.TasksStarted != 0 {
 			t.Errorf("%d prefetch tasks started on io_engine 2", st.TasksStarted)
 		}

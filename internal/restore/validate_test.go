@@ -125,7 +125,7 @@ func (e *env) checkRejected(t *testing.T, good restore.Source, device string, c 
 	src := good
 	src.ManifestPath, src.Manifest = c.path, c.desc
 	before := e.restorer.Engine.Stats()
-	e.log.take()
+	e.log.Take()
 	inst := e.restore(t, e.restorer, src, restore.Options{Device: device, Prefetch: restore.ModeOn})
 	checkHash(t, inst, e.ref.expected)
 	if p := inst.Prefetch; p.State != "skipped" || !strings.Contains(p.Reason, "("+c.reason+")") || !strings.Contains(p.Reason, c.detail) {
@@ -137,19 +137,19 @@ func (e *env) checkRejected(t *testing.T, good restore.Source, device string, c 
 	if after := e.restorer.Engine.Stats(); after.TasksStarted != before.TasksStarted {
 		t.Errorf("a prefetch task started for a rejected manifest")
 	}
-	checkOneLogLine(t, e.log.take(), e.id, c.detail)
+	checkOneLogLine(t, e.log.Take(), e.id, c.detail)
 	stop(t, inst)
 }
 
 // checkValidManifest: the untouched manifest is accepted and logs nothing.
 func (e *env) checkValidManifest(t *testing.T, good restore.Source, device string) {
-	e.log.take()
+	e.log.Take()
 	inst := e.restore(t, e.restorer, good, restore.Options{Device: device, Prefetch: restore.ModeOn})
 	checkHash(t, inst, e.ref.expected)
 	if p := inst.Prefetch; p.State == "skipped" || p.State == "failed" {
 		t.Errorf("valid manifest: prefetch %s: %s", p.State, p.Reason)
 	}
-	if lines := e.log.take(); len(lines) != 0 {
+	if lines := e.log.Take(); len(lines) != 0 {
 		t.Errorf("valid manifest logged %q", lines)
 	}
 	stop(t, inst)
@@ -179,13 +179,13 @@ func TestSnapshotWithoutManifestRestoresAsBefore(t *testing.T) {
 	}
 	for _, device := range devices {
 		for _, mode := range []restore.Mode{restore.ModeAuto, restore.ModeOn} {
-			e.log.take()
+			e.log.Take()
 			inst := e.restore(t, e.restorer, src, restore.Options{Device: device, Prefetch: mode})
 			checkHash(t, inst, e.ref.expected)
 			if p := inst.Prefetch; p.State != "skipped" || !strings.Contains(p.Reason, "no startup manifest") {
 				t.Errorf("%s prefetch %s: report %+v, want skipped for having no manifest", device, mode, p)
 			}
-			if lines := e.log.take(); len(lines) != 0 {
+			if lines := e.log.Take(); len(lines) != 0 {
 				t.Errorf("%s prefetch %s: logged %q for a snapshot that never had a manifest", device, mode, lines)
 			}
 			stop(t, inst)

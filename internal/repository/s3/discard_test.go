@@ -1,61 +1,18 @@
 package s3
 
 import (
-	"bytes"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"warmstart/internal/config"
-	"warmstart/internal/prefetch"
+	"warmstart/internal/logtest"
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
-	"warmstart/internal/restore"
+	"warmstart/internal/restore/restoretest"
 )
-
-// integrityCounter is a restore observer counting what the daemon's
-// metrics count as integrity failures (restore.IntegrityObserver).
-type integrityCounter struct {
-	mu        sync.Mutex
-	artifacts []string
-}
-
-func (c *integrityCounter) ManifestRejected(string)      {}
-func (c *integrityCounter) PrefetchSkipped(string)       {}
-func (c *integrityCounter) PrefetchEnded(prefetch.State) {}
-func (c *integrityCounter) Phases(restore.Timings)       {}
-func (c *integrityCounter) IntegrityFailure(artifact string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.artifacts = append(c.artifacts, artifact)
-}
-
-func (c *integrityCounter) failures() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]string(nil), c.artifacts...)
-}
-
-// syncBuffer is a log destination several goroutines write to.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestRecordingOfASnapshotDeletedDuringResolveIsDiscarded deletes the
 // snapshot inside the recording's Resolve, after its record and VM state
@@ -75,7 +32,7 @@ func TestRecordingOfASnapshotDeletedDuringResolveIsDiscarded(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	counter, logs := &integrityCounter{}, &syncBuffer{}
+	counter, logs := &restoretest.IntegrityCounter{}, &logtest.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	w.tracing.Observe, w.tracing.Log = counter, log
 	rc := &recorder.Recorder{Repo: repo, Restorer: w.tracing, Device: config.DeviceFile, Log: log}
@@ -88,7 +45,7 @@ func TestRecordingOfASnapshotDeletedDuringResolveIsDiscarded(t *testing.T) {
 	if errors.Is(err, repository.ErrIntegrity) {
 		t.Errorf("a discarded recording's error matches ErrIntegrity: %v", err)
 	}
-	if got := counter.failures(); len(got) != 0 {
+	if got := counter.Failures(); len(got) != 0 {
 		t.Errorf("integrity failures counted: %v; want none", got)
 	}
 	if out := logs.String(); strings.Contains(out, "integrity") || !strings.Contains(out, "startup manifest recording discarded") {
