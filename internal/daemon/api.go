@@ -552,7 +552,9 @@ func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
 		return refError("snapshot", req.Snapshot, err)
 	}
 	started := time.Now()
-	inst, err := d.restorer.Restore(ctx, restore.SourceOf(res), opts)
+	src := restore.SourceOf(res)
+	src.Gone = restore.DeletedFrom(ctx, d.repo, rec.ID)
+	inst, err := d.restorer.Restore(ctx, src, opts)
 	if err != nil {
 		return d.restoreFailed(err)
 	}

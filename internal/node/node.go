@@ -276,5 +276,7 @@ func (n *Node) Resolve(ctx context.Context, ref string) (restore.Source, error) 
 	if err != nil {
 		return restore.Source{}, fmt.Errorf("snapshot %s: %w", ref, err)
 	}
-	return restore.SourceOf(res), nil
+	src := restore.SourceOf(res)
+	src.Gone = restore.DeletedFrom(ctx, n.Repo, rec.ID)
+	return src, nil
 }

@@ -87,6 +87,7 @@ func (r *Recorder) Record(ctx context.Context, lease repository.Lease) (Result, 
 		return res, r.discardOr(ctx, id, fmt.Errorf("record manifest %s: resolve: %w", id, err))
 	}
 	src := restore.SourceOf(resolved)
+	src.Gone = restore.DeletedFrom(ctx, r.Repo, id)
 	first, err := r.traceOnce(ctx, src, 1)
 	if err != nil {
 		return res, r.discardOr(ctx, id, fmt.Errorf("record manifest %s: %w", id, err))

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	"warmstart/internal/config"
 	"warmstart/internal/manifest"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
@@ -352,5 +353,38 @@ func TestNoDigestsWarnsOnce(t *testing.T) {
 	}
 	if lines != 1 {
 		t.Fatalf("%d log lines say the snapshot is unverified, want 1", lines)
+	}
+}
+
+// A digest table missing from a snapshot that is still there is damage
+// and counted as an integrity failure; missing because the snapshot was
+// deleted while the restore ran (Source.Gone says so) it is not. Both
+// restores fail, naming the file.
+func TestMissingDigestTableCountsUnlessTheSnapshotWentAway(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for _, c := range []struct {
+		name      string
+		gone      func() bool
+		wantCount int
+	}{
+		{"no Gone", nil, 1},
+		{"still there", func() bool { return false }, 1},
+		{"deleted", func() bool { return true }, 0},
+	} {
+		src := e.source(t)
+		src.DigestsPath = filepath.Join(t.TempDir(), "memory.digests")
+		src.Gone = c.gone
+		before := e.observer.integrityFailures()
+		inst, err := e.restorer.Restore(context.Background(), src, restore.Options{Device: config.DeviceFile, Prefetch: restore.ModeOff})
+		if err == nil {
+			stop(t, inst)
+			t.Fatalf("%s: restore without its digest table succeeded", c.name)
+		}
+		if !strings.Contains(err.Error(), src.DigestsPath) {
+			t.Errorf("%s: error does not name the missing file: %v", c.name, err)
+		}
+		if got := e.observer.integrityFailures() - before; got != c.wantCount {
+			t.Errorf("%s: %d integrity failures counted, want %d", c.name, got, c.wantCount)
+		}
 	}
 }

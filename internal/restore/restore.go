@@ -77,6 +77,11 @@ type Source struct {
 	// nil and "" when the snapshot has none.
 	Refinement     *repository.RefinementDescriptor `json:"refinement,omitempty"`
 	RefinementPath string                           `json:"refinement_path,omitempty"`
+	// Gone, when set, says whether the snapshot was deleted since it was
+	// resolved (DeletedFrom): a file missing then went with it, while one
+	// missing from a snapshot still there is damage. Nil: a missing file
+	// is damage.
+	Gone func() bool `json:"-"`
 }
 
 // SourceOf adapts a resolved repository record.

@@ -1,6 +1,7 @@
 package restore
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -49,7 +50,7 @@ func (r *Restorer) checkVMState(src Source) error {
 			Got:  fmt.Sprintf("%d bytes, sha256 %s", size, got)}
 	}
 	if err != nil {
-		r.integrityFailedUnlessGone(src.SnapshotID, ArtifactVMState, err)
+		r.integrityFailedUnlessGone(src, ArtifactVMState, err)
 		return fmt.Errorf("check VM state: %w", err)
 	}
 	return nil
@@ -70,7 +71,7 @@ func (r *Restorer) loadDigests(src Source) (*integrity.Table, error) {
 	}
 	t, err := readDigests(src)
 	if err != nil {
-		r.integrityFailedUnlessGone(src.SnapshotID, ArtifactDigests, err)
+		r.integrityFailedUnlessGone(src, ArtifactDigests, err)
 		return nil, fmt.Errorf("digest table: %w", err)
 	}
 	return t, nil
@@ -109,17 +110,30 @@ func (r *Restorer) corruptionReporter(snapshot string) func(*integrity.BlockErro
 }
 
 // integrityFailedUnlessGone counts and logs err as an integrity failure
-// unless the file is not there. The counter is of bytes that failed their
-// check, and a missing file has none: for a snapshot that Resolve found,
-// it mostly went with the snapshot, deleted while this restore ran (the
-// recorder's background restores meet that race, and end as discarded).
-// The restore still fails, naming the file; `snapshot verify` reports an
-// artifact missing from a snapshot that is still there.
-func (r *Restorer) integrityFailedUnlessGone(snapshot, artifact string, err error) {
-	if errors.Is(err, fs.ErrNotExist) {
+// unless the file is not there because the snapshot went: the counter is
+// of damaged snapshots, and one deleted while this restore ran (the
+// recorder's background restores meet that race, and end as discarded)
+// has none. A file missing from a snapshot still there is damage (an
+// artifact removed, or an object missing from the store, which the s3
+// backend hands over as a missing file): it is counted. The restore fails
+// either way, naming the file.
+func (r *Restorer) integrityFailedUnlessGone(src Source, artifact string, err error) {
+	if errors.Is(err, fs.ErrNotExist) && src.Gone != nil && src.Gone() {
 		return
 	}
-	r.integrityFailed(snapshot, artifact, err)
+	r.integrityFailed(src.SnapshotID, artifact, err)
+}
+
+// DeletedFrom is a Source.Gone that asks repo whether the record of id is
+// gone. Any other answer (there, damaged, or the question failed) is not
+// gone: only a deletion excuses a missing file.
+func DeletedFrom(ctx context.Context, repo interface {
+	Get(context.Context, string) (repository.Record, error)
+}, id string) func() bool {
+	return func() bool {
+		_, err := repo.Get(context.WithoutCancel(ctx), id)
+		return errors.Is(err, repository.ErrNotFound)
+	}
 }
 
 func (r *Restorer) integrityFailed(snapshot, artifact string, err error) {

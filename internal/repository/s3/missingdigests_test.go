@@ -1,0 +1,41 @@
+package s3
+
+import (
+	"testing"
+
+	"warmstart/internal/config"
+	"warmstart/internal/recorder"
+	"warmstart/internal/repository"
+	"warmstart/internal/repository/repotest"
+	"warmstart/internal/restore/restoretest"
+)
+
+// TestMissingDigestTableOfALiveSnapshotIsAnIntegrityFailure removes only
+// the digest table object of a snapshot that stays published: that is
+// damage, not a delete racing the restore, so the restore counts it.
+// (The s3 backend hands the restore a missing file for a missing object;
+// the restore must not take that for a delete racing it.)
+func TestMissingDigestTableOfALiveSnapshotIsAnIntegrityFailure(t *testing.T) {
+	w := newWorld(t, server.Endpoint)
+	repo := w.repo(t, 0)
+	rec, lease := repotest.Publish(t, repo, "")
+	if rec.MemoryDigests == nil {
+		t.Fatal("published without a digest table; the test needs one")
+	}
+	if err := repo.remove(bg(), repo.keys.artifact(rec.ID, repository.DigestsFileName)); err != nil {
+		t.Fatal(err)
+	}
+	counter := &restoretest.IntegrityCounter{}
+	w.tracing.Observe = counter
+	rc := &recorder.Recorder{Repo: repo, Restorer: w.tracing, Device: config.DeviceFile}
+	job := rc.Start(bg(), lease)
+	<-job.Done()
+	_, err := job.Result()
+	if err == nil {
+		t.Fatal("recording of a snapshot without its digest table succeeded")
+	}
+	t.Logf("error: %v", err)
+	if got := counter.Failures(); len(got) != 1 || got[0] != "digests" {
+		t.Errorf("integrity failures counted: %v; want [digests]", got)
+	}
+}
