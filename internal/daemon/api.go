@@ -552,9 +552,7 @@ func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
 		return refError("snapshot", req.Snapshot, err)
 	}
 	started := time.Now()
-	src := restore.SourceOf(res)
-	src.Gone = restore.DeletedFrom(ctx, d.repo, rec.ID)
-	inst, err := d.restorer.Restore(ctx, src, opts)
+	inst, err := d.restorer.Restore(ctx, restore.SourceIn(ctx, d.repo, res), opts)
 	if err != nil {
 		return d.restoreFailed(err)
 	}

@@ -276,7 +276,5 @@ func (n *Node) Resolve(ctx context.Context, ref string) (restore.Source, error) 
 	if err != nil {
 		return restore.Source{}, fmt.Errorf("snapshot %s: %w", ref, err)
 	}
-	src := restore.SourceOf(res)
-	src.Gone = restore.DeletedFrom(ctx, n.Repo, rec.ID)
-	return src, nil
+	return restore.SourceIn(ctx, n.Repo, res), nil
 }

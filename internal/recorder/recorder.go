@@ -86,8 +86,7 @@ func (r *Recorder) Record(ctx context.Context, lease repository.Lease) (Result, 
 	if err != nil {
 		return res, r.discardOr(ctx, id, fmt.Errorf("record manifest %s: resolve: %w", id, err))
 	}
-	src := restore.SourceOf(resolved)
-	src.Gone = restore.DeletedFrom(ctx, r.Repo, id)
+	src := restore.SourceIn(ctx, r.Repo, resolved)
 	first, err := r.traceOnce(ctx, src, 1)
 	if err != nil {
 		return res, r.discardOr(ctx, id, fmt.Errorf("record manifest %s: %w", id, err))
@@ -227,7 +226,7 @@ func (r *Recorder) discardOr(ctx context.Context, id string, err error) error {
 	if errors.Is(err, repository.ErrNotFound) || errors.Is(err, repository.ErrLeaseEnded) {
 		return fmt.Errorf("%w: %w", ErrDiscarded, err)
 	}
-	if _, gerr := r.Repo.Get(context.WithoutCancel(ctx), id); errors.Is(gerr, repository.ErrNotFound) {
+	if restore.DeletedFrom(ctx, r.Repo, id)() {
 		// The failure is the deletion's doing, whatever it looked like
 		// (a size check of an artifact that went away can read as
 		// ErrIntegrity): keep its text, not its sentinels, so nothing

@@ -124,12 +124,24 @@ func (r *Restorer) integrityFailedUnlessGone(src Source, artifact string, err er
 	r.integrityFailed(src.SnapshotID, artifact, err)
 }
 
+// RecordGetter is the part of a repository that says whether a snapshot
+// is still there.
+type RecordGetter interface {
+	Get(context.Context, string) (repository.Record, error)
+}
+
+// SourceIn adapts a record resolved from repo, as SourceOf does, and lets
+// the restore ask repo whether the snapshot went while it ran (Gone).
+func SourceIn(ctx context.Context, repo RecordGetter, r repository.Resolved) Source {
+	src := SourceOf(r)
+	src.Gone = DeletedFrom(ctx, repo, r.Record.ID)
+	return src
+}
+
 // DeletedFrom is a Source.Gone that asks repo whether the record of id is
 // gone. Any other answer (there, damaged, or the question failed) is not
 // gone: only a deletion excuses a missing file.
-func DeletedFrom(ctx context.Context, repo interface {
-	Get(context.Context, string) (repository.Record, error)
-}, id string) func() bool {
+func DeletedFrom(ctx context.Context, repo RecordGetter, id string) func() bool {
 	return func() bool {
 		_, err := repo.Get(context.WithoutCancel(ctx), id)
 		return errors.Is(err, repository.ErrNotFound)
