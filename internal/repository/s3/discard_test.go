@@ -23,10 +23,7 @@ import (
 func TestRecordingOfASnapshotDeletedDuringResolveIsDiscarded(t *testing.T) {
 	w := newWorld(t, server.Endpoint)
 	repo := w.repo(t, 0)
-	rec, lease := repotest.Publish(t, repo, "")
-	if rec.MemoryDigests == nil {
-		t.Fatal("published without a digest table; the test needs one")
-	}
+	_, lease := publishWithDigests(t, repo)
 	repo.beforeResolveDigests = func(id string) {
 		if err := repo.Delete(bg(), id); err != nil {
 			t.Error(err)
@@ -51,4 +48,15 @@ func TestRecordingOfASnapshotDeletedDuringResolveIsDiscarded(t *testing.T) {
 	if out := logs.String(); strings.Contains(out, "integrity") || !strings.Contains(out, "startup manifest recording discarded") {
 		t.Errorf("log speaks of integrity or not of a discarded recording:\n%s", out)
 	}
+}
+
+// publishWithDigests publishes a snapshot that has a digest table, which
+// the tests of a missing table need.
+func publishWithDigests(t *testing.T, repo *Repo) (repository.Record, repository.Lease) {
+	t.Helper()
+	rec, lease := repotest.Publish(t, repo, "")
+	if rec.MemoryDigests == nil {
+		t.Fatal("published without a digest table; the test needs one")
+	}
+	return rec, lease
 }

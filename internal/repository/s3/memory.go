@@ -190,12 +190,11 @@ func (m *memorySource) StreamStartup() (repository.CacheWarm, error) {
 		return nil, nil
 	}
 	whole := []chunkcache.Range{{Offset: 0, Length: m.pack.obj.Size}}
-	w, err := m.r.cache.Warm(m.pack.obj, whole, PackWarmOptions(m.r.warm))
+	w, err := m.warm(m.pack.obj, whole, PackWarmOptions(m.r.warm))
 	if err != nil {
 		return nil, err
 	}
 	m.stream.Store(w)
-	m.r.fill.streaming(w)
 	return w, nil
 }
 
@@ -209,12 +208,16 @@ func (m *memorySource) WarmCache(ranges []manifest.Range) (repository.CacheWarm,
 	for i, r := range ranges {
 		rs[i] = chunkcache.Range{Offset: r.Offset, Length: r.Length}
 	}
-	return m.warm(m.obj, rs, m.r.warm)
+	w, err := m.warm(m.obj, rs, m.r.warm)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
 }
 
 // warm starts a warming that counts as a streaming startup set, which the
 // background fill of any snapshot on this node waits for.
-func (m *memorySource) warm(obj chunkcache.Object, rs []chunkcache.Range, o chunkcache.WarmOptions) (repository.CacheWarm, error) {
+func (m *memorySource) warm(obj chunkcache.Object, rs []chunkcache.Range, o chunkcache.WarmOptions) (*chunkcache.Warming, error) {
 	w, err := m.r.cache.Warm(obj, rs, o)
 	if err != nil {
 		return nil, err

@@ -6,7 +6,6 @@ import (
 	"warmstart/internal/config"
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
-	"warmstart/internal/repository/repotest"
 	"warmstart/internal/restore/restoretest"
 )
 
@@ -18,10 +17,7 @@ import (
 func TestMissingDigestTableOfALiveSnapshotIsAnIntegrityFailure(t *testing.T) {
 	w := newWorld(t, server.Endpoint)
 	repo := w.repo(t, 0)
-	rec, lease := repotest.Publish(t, repo, "")
-	if rec.MemoryDigests == nil {
-		t.Fatal("published without a digest table; the test needs one")
-	}
+	rec, lease := publishWithDigests(t, repo)
 	if err := repo.remove(bg(), repo.keys.artifact(rec.ID, repository.DigestsFileName)); err != nil {
 		t.Fatal(err)
 	}
