@@ -174,9 +174,12 @@ func TestLateSubscriberLearnsCompletion(t *testing.T) {
 		if st := e.restorer.Engine.Stats(); st.TasksStarted != done.TasksStarted || st.Fetches != done.Fetches {
 			t.Errorf("%s: engine stats %+v, want no task or read since %+v", what, st, done)
 		}
-		// Every page the guest touched was cached by the first restore.
-		if inst.DeviceBytes.ReadRequests != 0 {
-			t.Errorf("%s: %d device reads, want none on a warm generation", what, inst.DeviceBytes.ReadRequests)
+		// Every page the guest touched was cached by the first restore;
+		// the host may have reclaimed a sliver of them since (DAMON
+		// pageout), never most: a generation that is not shared reads
+		// every touched page again.
+		if got, first := inst.DeviceBytes.BytesRead, first.DeviceBytes.BytesRead; got > first/100 {
+			t.Errorf("%s: %d bytes read from the device, want at most 1%% of the first restore's %d on a warm generation", what, got, first)
 		}
 		return inst
 	}
