@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"io"
 	"slices"
@@ -265,5 +266,39 @@ func TestETAFromTheTrialsDoneSoFar(t *testing.T) {
 	// Two trials took 10 s: 5 s each, and trials 3 to 10 are left.
 	if got := etaSuffix(10*time.Second, 3, 10); got != ", ETA 40s" {
 		t.Errorf("got %q, want , ETA 40s", got)
+	}
+}
+
+// TestPilotNotAdmittedRunsAgain: a pilot whose residency probe missed its
+// threshold carries no answer; it runs again instead of being reported as
+// a guest that answered without a token, and a pilot never admitted fails
+// saying so.
+func TestPilotNotAdmittedRunsAgain(t *testing.T) {
+	missed := TrialResult{Admitted: false}
+	answered := TrialResult{Admitted: true, Token: "0123abcd"}
+	results := []TrialResult{missed, answered}
+	runs := 0
+	run := func(context.Context, TrialSpec) (TrialResult, error) {
+		res := results[min(runs, len(results)-1)]
+		runs++
+		return res, nil
+	}
+	pilot, err := runPilot(context.Background(), run, TrialSpec{})
+	if err != nil || pilot.Token != "0123abcd" || runs != 2 {
+		t.Fatalf("pilot %+v, %v after %d runs; want the second run's token", pilot, err, runs)
+	}
+
+	runs = 0
+	never := func(context.Context, TrialSpec) (TrialResult, error) { runs++; return missed, nil }
+	_, err = runPilot(context.Background(), never, TrialSpec{})
+	if err == nil || !strings.Contains(err.Error(), "not admitted") || runs != pilotAttempts {
+		t.Fatalf("never admitted: %v after %d runs; want an error saying so after %d", err, runs, pilotAttempts)
+	}
+
+	runs = 0
+	silent := func(context.Context, TrialSpec) (TrialResult, error) { runs++; return TrialResult{Admitted: true}, nil }
+	_, err = runPilot(context.Background(), silent, TrialSpec{})
+	if err == nil || !strings.Contains(err.Error(), "without a token") || runs != 1 {
+		t.Fatalf("admitted without a token: %v after %d runs; want that error at once", err, runs)
 	}
 }
