@@ -11,12 +11,15 @@ import (
 	"os"
 	"os/exec"
 	"runtime/debug"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"warmstart/internal/config"
 	"warmstart/internal/layout"
 	"warmstart/internal/role"
 )
@@ -44,6 +47,11 @@ const (
 	childWrite = "write"
 	// childMount mounts a Server at Dir and waits to be killed.
 	childMount = "mount"
+	// childMountOpen mounts a Server at Dir, attaches Path, opens its own
+	// device file at a descriptor below its FUSE connection's (as a
+	// restore's prefetch may, once a lower descriptor was freed) and
+	// waits to be killed.
+	childMountOpen = "mount-open"
 )
 
 type childSpec struct {
@@ -98,6 +106,8 @@ func runChild(raw string) int {
 		res = childTouchRead(spec)
 	case childWrite:
 		res = childPwrite(spec)
+	case childMountOpen:
+		return childServeOwnOpen(spec)
 	case childMount:
 		srv, err := Mount(spec.Dir, Options{})
 		if err != nil {
@@ -313,3 +323,49 @@ func runChildSpec(t *testing.T, spec childSpec) childResult {
 
 // resultTimeout bounds waits that only fail when the code under test is broken.
 const resultTimeout = 30 * time.Second
+
+// childServeOwnOpen is childMountOpen: a server holding its own device
+// file open below its /dev/fuse descriptor, so that an exit closes the
+// device file while the connection is still alive.
+func childServeOwnOpen(spec childSpec) int {
+	fail := func(what string, err error) int {
+		fmt.Fprintln(os.Stderr, "child", what+":", err)
+		return 2
+	}
+	low, err := os.Open(os.DevNull) // a descriptor number to free later
+	if err != nil {
+		return fail("reserve", err)
+	}
+	srv, err := Mount(spec.Dir, Options{})
+	if err != nil {
+		return fail("mount", err)
+	}
+	d, err := srv.Attach("own", spec.Path, config.IOEngineBuffered)
+	if err != nil {
+		return fail("attach", err)
+	}
+	low.Close()
+	f, err := os.Open(d.Path())
+	if err != nil {
+		return fail("open own device file", err)
+	}
+	if fuse := fuseDescriptors(); len(fuse) == 0 || int(f.Fd()) > fuse[0] {
+		return fail("descriptors", fmt.Errorf("device file at %d, /dev/fuse at %v: want the device file first", f.Fd(), fuse))
+	}
+	fmt.Println(childPauseLine)
+	select {} // until killed, with the device file open
+}
+
+// fuseDescriptors are this process's /dev/fuse descriptors, ascending.
+func fuseDescriptors() []int {
+	entries, _ := os.ReadDir("/proc/self/fd")
+	var fds []int
+	for _, e := range entries {
+		fd, err := strconv.Atoi(e.Name())
+		if target, _ := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && target == "/dev/fuse" {
+			fds = append(fds, fd)
+		}
+	}
+	slices.Sort(fds)
+	return fds
+}

@@ -389,10 +389,17 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	if detached {
 		return nil, 0, syscall.ENOENT
 	}
+	// FOPEN_NOFLUSH: closing a device file sends no FLUSH, which has nothing
+	// to do on a read-only file. This process holds device files of its own
+	// open (a prefetch's, a fill's): when it dies, the kernel closes its files
+	// in descriptor order, and a FLUSH for one closed before the process's
+	// /dev/fuse descriptor would wait for an answer from a server that is
+	// gone, leaving the process unkillable (TestServerExitsWithItsOwnFileOpen).
+	// The RELEASE a close still sends does not wait.
 	if f.gen.ioEngine == config.IOEngineDirect {
-		return nil, fuse.FOPEN_DIRECT_IO, 0
+		return nil, fuse.FOPEN_DIRECT_IO | fuse.FOPEN_NOFLUSH, 0
 	}
-	return nil, fuse.FOPEN_KEEP_CACHE, 0
+	return nil, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0
 }
 
 func (f *fileNode) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {

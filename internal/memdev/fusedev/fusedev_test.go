@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -621,6 +622,49 @@ func TestMountCleansStaleMount(t *testing.T) {
 	pages := []int64{0, 5 * pageBytes}
 	if res := runChildSpec(t, childSpec{Mode: childRead, Path: d.Path(), Pages: pages}); res.Hash != lowerHash(t, lower, pages, pageBytes) {
 		t.Errorf("read through the new mount: hash %s err %q", res.Hash, res.Err)
+	}
+}
+
+// TestServerExitsWithItsOwnFileOpen: a process that serves the device and
+// holds its own device file open (a restore's prefetch does) exits when
+// killed. The kernel closes its files in descriptor order; closing a FUSE
+// file sends FLUSH and waits for the answer, so a device file closed
+// before the process's /dev/fuse descriptor waited for ever on a server
+// that was already gone, and the process could not be reaped.
+func TestServerExitsWithItsOwnFileOpen(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "mnt")
+	lower := writeLower(t, 1<<20, 11)
+	server := startChild(t, childSpec{Mode: childMountOpen, Dir: dir, Path: lower})
+	server.waitPaused()
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := server.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { server.cmd.Wait(); close(exited) }()
+	select {
+	case <-exited:
+	case <-time.After(20 * time.Second):
+		abortConnection(t, uint64(st.Dev))
+		<-exited
+		t.Fatal("a killed server holding its own device file open did not exit")
+	}
+}
+
+// abortConnection aborts FUSE connection dev through a fusectl mount of
+// the test's own, which ends whatever still waits on it.
+func abortConnection(t *testing.T, dev uint64) {
+	ctl := t.TempDir()
+	if err := unix.Mount("fusectl", ctl, "fusectl", 0, ""); err != nil {
+		t.Fatalf("mount fusectl to abort connection %d: %v", dev, err)
+	}
+	defer unix.Unmount(ctl, unix.MNT_DETACH)
+	if err := os.WriteFile(filepath.Join(ctl, strconv.FormatUint(dev, 10), "abort"), []byte("1"), 0); err != nil {
+		t.Fatalf("abort connection %d: %v", dev, err)
 	}
 }
 
