@@ -59,10 +59,8 @@ func openSystem(cmd *cobra.Command, vf *vmmFlags) (*node.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	if vf.readOnly {
-		// A read-only store cannot take the refinement a learner would
-		// attach: every restore would end with a warning that it failed.
-		cfg.Snapshot.MemoryStartupPack.Refine = false
-	}
-	return node.OpenCLI(cmd.Context(), cfg, repo, os.Stderr)
+	// A read-only store cannot take the refinement a learner would attach
+	// (every restore would end with a warning that it failed), so such a
+	// node uses the refined manifest a snapshot has and learns nothing.
+	return node.OpenCLI(cmd.Context(), cfg, repo, vf.readOnly, os.Stderr)
 }

@@ -85,8 +85,8 @@ func processExists(pid int) bool {
 // OpenCLI assembles the node an in-process CLI verb works with: the VMM
 // cfg names, logs on logOut, and FUSE mounts in a runtime directory
 // private to this process (see CLIRuntimeDir), so verbs run side by side;
-// Close removes that directory.
-func OpenCLI(ctx context.Context, cfg *config.Config, repo repository.Repository, logOut io.Writer) (*Node, error) {
+// Close removes that directory. readOnly is Options.ReadOnly.
+func OpenCLI(ctx context.Context, cfg *config.Config, repo repository.Repository, readOnly bool, logOut io.Writer) (*Node, error) {
 	log, err := logging.New(logOut, cfg.Log)
 	if err != nil {
 		return nil, err
@@ -99,7 +99,7 @@ func OpenCLI(ctx context.Context, cfg *config.Config, repo repository.Repository
 	if err != nil {
 		return nil, err
 	}
-	n, err := Open(ctx, Options{Config: cfg, Repository: repo, VMM: vm, RuntimeDir: run, RemoveRuntimeDir: true, Log: log})
+	n, err := Open(ctx, Options{Config: cfg, Repository: repo, VMM: vm, RuntimeDir: run, RemoveRuntimeDir: true, ReadOnly: readOnly, Log: log})
 	if err != nil {
 		os.RemoveAll(run)
 		return nil, err

@@ -67,6 +67,10 @@ type Options struct {
 	// RemoveRuntimeDir makes Close remove RuntimeDir once everything in it
 	// is unmounted (a CLI process's private directory).
 	RemoveRuntimeDir bool
+	// ReadOnly says the repository takes no writes (a CLI restore opens
+	// it so): restores still prefetch the refined manifest a snapshot
+	// has, but nothing learns, since every attach would fail.
+	ReadOnly bool
 	// Metrics, when set, is called with the node's prefetch engine and
 	// returns what the serving restorer and the repository report to.
 	Metrics func(*prefetch.Engine) Metrics
@@ -125,7 +129,7 @@ func Open(ctx context.Context, o Options) (_ *Node, err error) {
 	if err := n.mount(o); err != nil {
 		return nil, err
 	}
-	if o.Config.Snapshot.MemoryStartupPack.Refine {
+	if o.Config.Snapshot.MemoryStartupPack.Refine && !o.ReadOnly {
 		n.Learner = learner.New(n.Repo, o.Log, refine.Options{})
 		// Closed first: it stops taking lessons before anything else goes.
 		n.closers = append(n.closers, func() error {

@@ -83,6 +83,38 @@ func TestOpenWiresOnce(t *testing.T) {
 	}
 }
 
+// TestReadOnlyNodeUsesRefinementsAndLearnsNothing: a node on a repository
+// that takes no writes prefetches the refined manifests snapshots have
+// (its restorer refines) but starts no learner, whose every attach would
+// fail; a writable node does both.
+func TestReadOnlyNodeUsesRefinementsAndLearnsNothing(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skipf("FUSE mounts need /dev/fuse: %v", err)
+	}
+	for _, readOnly := range []bool{true, false} {
+		dir := t.TempDir()
+		if _, err := posixfs.Open(filepath.Join(dir, "store"), posixfs.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		repo, err := posixfs.Open(filepath.Join(dir, "store"), posixfs.Options{ReadOnly: readOnly})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := config.Default()
+		n, err := node.Open(context.Background(), node.Options{Config: cfg, Repository: repo, VMM: &replay.VMM{TracePath: "unused"},
+			RuntimeDir: filepath.Join(dir, "run"), RemoveRuntimeDir: true, ReadOnly: readOnly})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !n.Restorer.Refine || (n.Learner == nil) != readOnly {
+			t.Errorf("read-only %v: restorer refines %v, learner %v; want refining, and a learner only when writable", readOnly, n.Restorer.Refine, n.Learner)
+		}
+		if err := n.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestOpenRefusesMissingParts: a node without its required parts is an
 // error, not a panic.
 func TestOpenRefusesMissingParts(t *testing.T) {
