@@ -353,7 +353,7 @@ func (inst *Instance) run(ctx context.Context, t0 time.Time, src Source, opts Op
 	// 4. Wait for ready, watching the device: if it stops serving, the
 	// guest would hang on its next fault, so the VM is stopped instead.
 	if err := inst.waitReady(ctx, t0, src.SnapshotID); err != nil {
-		return err
+		return inst.withMemoryState(err, src)
 	}
 	noteReady(src)
 	inst.noteStreamArrival(t0)
