@@ -64,5 +64,11 @@ func (r Record) validateStorage() error {
 			return fmt.Errorf("%w: record startup_pack descriptor is malformed or names another manifest", ErrIntegrity)
 		}
 	}
+	if p := r.RefinedPack; p != nil {
+		if r.Refinement == nil || !isSHA256Hex(p.ManifestSHA256) || !isSHA256Hex(p.IndexSHA256) ||
+			p.IndexSize <= 0 || p.StoredBytes <= 0 || p.LogicalBytes <= 0 {
+			return fmt.Errorf("%w: record refined_pack descriptor is malformed or the record has no refinement", ErrIntegrity)
+		}
+	}
 	return nil
 }
