@@ -466,7 +466,7 @@ func resume(vm vmm.Instance) error {
 // with wait, waits for it to finish. A device that cannot prefetch means
 // on-demand reads, with a log line.
 func (inst *Instance) startPrefetch(ctx context.Context, src Source, p Policy, pp prefetchPlan, wait bool) error {
-	plan := p.Plan(pp.m)
+	plan := p.Plan(prefetchable(src, pp.m))
 	inst.Prefetch.PlannedBytes = pp.m.TotalBytes()
 	inst.Prefetch.Generation, inst.Prefetch.Digest = inst.Generation, pp.digest
 	if src.Memory != nil {

@@ -2,12 +2,15 @@ package s3
 
 import (
 	"bytes"
+	"errors"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"warmstart/internal/chunkcache"
 	"warmstart/internal/chunkmap"
+	"warmstart/internal/layout"
 	"warmstart/internal/manifest"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
@@ -32,6 +35,8 @@ type learnedSnapshot struct {
 	refined      *manifest.Manifest
 	lease        repository.Lease
 	publisher    *Repo
+	// previous is the refinement file attached last ("" none).
+	previous string
 }
 
 // publishLearned publishes random memory on publisher, attaches a recorded
@@ -106,11 +111,12 @@ func (ls *learnedSnapshot) attachRefined(t *testing.T) repository.RefinementDesc
 		t.Fatal(err)
 	}
 	d, err := ls.publisher.AttachRefinement(bg(), ls.lease, repository.Refinement{
-		BaseSHA256: sha256Hex(ls.recordedData), Restores: 1, Pages: ls.refined.TotalBytes() / 4096,
+		BaseSHA256: sha256Hex(ls.recordedData), PreviousSHA256: ls.previous, Restores: 1, Pages: ls.refined.TotalBytes() / 4096,
 		Manifest: data, State: []byte("state")})
 	if err != nil {
 		t.Fatal(err)
 	}
+	ls.previous = d.SHA256
 	return d
 }
 
@@ -197,5 +203,162 @@ func TestColdNodeStreamsTheRefinedSet(t *testing.T) {
 	}
 }
 
-// prefetchRanges is what the device prefetch of ranges reads through src.
-func prefetchRanges(_ *memorySource, ranges []manifest.Range) []manifest.Range { return ranges }
+// prefetchRanges is what the device prefetch of ranges reads through src:
+// what the source keeps of them (restore's prefetchable).
+func prefetchRanges(src *memorySource, ranges []manifest.Range) []manifest.Range {
+	return src.PrefetchRanges(ranges)
+}
+
+// demandRead reads every range of ranges through a fresh reader of id's
+// memory on node, as a guest's faults would after ready, and checks the
+// bytes against mem.
+func demandRead(t *testing.T, node *Repo, id string, ranges []manifest.Range, mem []byte) {
+	t.Helper()
+	res, err := node.Resolve(bg(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, err := res.Memory.OpenMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	for _, rg := range ranges {
+		buf := make([]byte, rg.Length)
+		if _, err := rd.ReadAt(buf, rg.Offset); err != nil {
+			t.Fatalf("demand read [%d, +%d): %v", rg.Offset, rg.Length, err)
+		}
+		if !bytes.Equal(buf, mem[rg.Offset:rg.End()]) {
+			t.Fatalf("demand read [%d, +%d): other bytes than the published memory", rg.Offset, rg.Length)
+		}
+	}
+}
+
+// TestUnpackedRefinementNeverFetchesTheMemory: a refinement whose pack
+// failed to build leaves the recorded pack streaming for the refined
+// manifest. A cold node's prefetch then fetches that pack and no chunk
+// before ready (the learned pages outside it are left to demand faults),
+// and a demand read of every refined page still returns the published
+// bytes.
+func TestUnpackedRefinementNeverFetchesTheMemory(t *testing.T) {
+	publisher := openRepo(t)
+	ls := publishLearned(t, publisher, 1024, 100, 300)
+	publisher.beforeRefinedPack = func() error { return errors.New("the build failed") }
+	ls.attachRefined(t)
+	rec, err := publisher.Get(bg(), ls.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.RefinedPack != nil || rec.StartupPack == nil {
+		t.Fatalf("record packs: recorded %v, refined %v; want only the recorded one", rec.StartupPack, rec.RefinedPack)
+	}
+	node := coldNode(t, publisher)
+	got := coldPrefetch(t, node, ls.id, ls.refined.Ranges, ls.memory)
+	limit := rec.StartupPack.StoredBytes + rec.StartupPack.StoredBytes*15/100
+	t.Logf("cold node, refined manifest, recorded pack only: %d GETs, %.2f MiB before ready; recorded pack %.2f MiB",
+		got.Gets, float64(got.GetBytes)/(1<<20), float64(rec.StartupPack.StoredBytes)/(1<<20))
+	if int64(got.GetBytes) > limit {
+		t.Fatalf("fetched %d bytes before ready, want at most %d (the recorded pack and a small bound)", got.GetBytes, limit)
+	}
+	demandRead(t, node, ls.id, ls.refined.Ranges, ls.memory)
+}
+
+// TestOlderRefinedPackServesANewerRefinement: a refinement close to the
+// refined pack already named keeps that pack (nothing more uploaded than
+// the refinement); a cold node streams it for the newer manifest, reads
+// the few learned pages outside it on demand, every byte the published
+// one. A refinement far from it gets a new pack, the superseded one's
+// objects go, and snapshot verify reads the new pack whole.
+func TestOlderRefinedPackServesANewerRefinement(t *testing.T) {
+	publisher := openRepo(t)
+	ls := publishLearned(t, publisher, 1024, 100, 300)
+	ls.attachRefined(t)
+	first, err := publisher.Get(bg(), ls.id)
+	if err != nil || first.RefinedPack == nil {
+		t.Fatalf("first refinement: refined pack %v (%v)", first.RefinedPack, err)
+	}
+	t.Logf("rebuilding attach: refined pack of %.2f MiB uploaded", float64(first.RefinedPack.StoredBytes)/(1<<20))
+
+	// A newer refinement: 8 more pages (under 1/64 of the set).
+	pages := refinedPages(ls.refined)
+	for i := range 8 {
+		pages = append(pages, int64(refpackMemoryBytes-(1+2*i)*4096))
+	}
+	ls.refined = manifestOf(t, pages)
+	ls.attachRefined(t)
+	second, err := publisher.Get(bg(), ls.id)
+	if err != nil || second.RefinedPack == nil || *second.RefinedPack != *first.RefinedPack {
+		t.Fatalf("a close refinement replaced the refined pack: %v, want %v (%v)", second.RefinedPack, first.RefinedPack, err)
+	}
+	node := coldNode(t, publisher)
+	got := coldPrefetch(t, node, ls.id, ls.refined.Ranges, ls.memory)
+	if limit := first.RefinedPack.StoredBytes * 115 / 100; int64(got.GetBytes) > limit {
+		t.Fatalf("fetched %d bytes before ready, want at most %d", got.GetBytes, limit)
+	}
+	demandRead(t, node, ls.id, ls.refined.Ranges, ls.memory)
+
+	// A node that resolved the first pack reads on while it is superseded.
+	stale, err := coldNode(t, publisher).Resolve(bg(), ls.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	staleRd, err := stale.Memory.OpenMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer staleRd.Close()
+	staleRanges := ls.refined.Ranges
+
+	// A refinement far from the pack: the recorded set again, 300 new pages.
+	ls.refined = manifestOf(t, append(refinedPages(ls.recorded), pagesOf(rand.New(rand.NewPCG(3, 4)).Perm(refpackMemoryBytes / 4096)[:300])...))
+	ls.attachRefined(t)
+	third, err := publisher.Get(bg(), ls.id)
+	if err != nil || third.RefinedPack == nil || third.RefinedPack.ManifestSHA256 == first.RefinedPack.ManifestSHA256 {
+		t.Fatalf("a far refinement kept the refined pack: %v (%v)", third.RefinedPack, err)
+	}
+	oldObj, oldIdx := refinedPackKeys(publisher.keys, ls.id, first.RefinedPack.ManifestSHA256)
+	for _, key := range []string{oldObj, oldIdx} {
+		if ok, err := publisher.exists(bg(), key); err != nil || ok {
+			t.Fatalf("the superseded refined pack's %s is still there (%v)", key, err)
+		}
+	}
+	// The node that resolved the old pack reads the published bytes
+	// without it (from the chunks); a new node streams the new one.
+	for _, rg := range staleRanges {
+		buf := make([]byte, rg.Length)
+		if _, err := staleRd.ReadAt(buf, rg.Offset); err != nil || !bytes.Equal(buf, ls.memory[rg.Offset:rg.End()]) {
+			t.Fatalf("read [%d, +%d) after its pack went: %v or other bytes", rg.Offset, rg.Length, err)
+		}
+	}
+	demandRead(t, coldNode(t, publisher), ls.id, ls.refined.Ranges, ls.memory)
+	mpath := filepath.Join(t.TempDir(), "manifest")
+	if err := os.WriteFile(mpath, ls.recordedData, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := publisher.VerifyStartupPack(bg(), third, mpath); err != nil {
+		t.Fatalf("verify the packs: %v", err)
+	}
+	if err := publisher.Delete(bg(), ls.id); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := publisher.list(bg(), publisher.keys.artifactsPrefix(ls.id)); err != nil || len(left) != 0 {
+		t.Fatalf("after delete, %d artifacts left (%v)", len(left), err)
+	}
+}
+
+// refinedPages lists m's pages in its order.
+func refinedPages(m *manifest.Manifest) []int64 {
+	var out []int64
+	for _, rg := range m.Ranges {
+		for off := rg.Offset; off < rg.End(); off += 4096 {
+			out = append(out, off)
+		}
+	}
+	return out
+}
+
+func manifestOf(t *testing.T, pages []int64) *manifest.Manifest {
+	t.Helper()
+	m, _ := buildManifest(t, repotest.Inputs{Layout: layout.Single(refpackMemoryBytes)}, pages)
+	return m
+}
