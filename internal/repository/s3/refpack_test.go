@@ -362,3 +362,33 @@ func manifestOf(t *testing.T, pages []int64) *manifest.Manifest {
 	m, _ := buildManifest(t, repotest.Inputs{Layout: layout.Single(refpackMemoryBytes)}, pages)
 	return m
 }
+
+// TestNewRecordingDropsTheRefinedPack: a new recorded manifest clears the
+// refinement grown from the old one, and with it the refined pack: the
+// record names neither, and both superseded packs' objects are gone.
+func TestNewRecordingDropsTheRefinedPack(t *testing.T) {
+	publisher := openRepo(t)
+	ls := publishLearned(t, publisher, 256, 10, 100)
+	ls.attachRefined(t)
+	before, err := publisher.Get(bg(), ls.id)
+	if err != nil || before.RefinedPack == nil || before.StartupPack == nil {
+		t.Fatalf("packs before: %v, %v (%v)", before.StartupPack, before.RefinedPack, err)
+	}
+	_, other := buildManifest(t, repotest.Inputs{Layout: layout.Single(refpackMemoryBytes)}, refinedPages(ls.refined))
+	if _, err := publisher.AttachManifest(bg(), ls.lease, other, nil); err != nil {
+		t.Fatal(err)
+	}
+	after, err := publisher.Get(bg(), ls.id)
+	if err != nil || after.Refinement != nil || after.RefinedPack != nil || after.StartupPack == nil ||
+		after.StartupPack.ManifestSHA256 == before.StartupPack.ManifestSHA256 {
+		t.Fatalf("record after a new recording: refinement %v, refined pack %v, pack %v (%v)",
+			after.Refinement, after.RefinedPack, after.StartupPack, err)
+	}
+	recObj, recIdx := packKeys(publisher.keys, ls.id, before.StartupPack.ManifestSHA256)
+	refObj, refIdx := refinedPackKeys(publisher.keys, ls.id, before.RefinedPack.ManifestSHA256)
+	for _, key := range []string{recObj, recIdx, refObj, refIdx} {
+		if ok, err := publisher.exists(bg(), key); err != nil || ok {
+			t.Fatalf("superseded pack object %s is still there (%v)", key, err)
+		}
+	}
+}
