@@ -37,6 +37,10 @@ type StartupPackDescriptor struct {
 	// StoredBytes is the pack object's size; LogicalBytes what it unpacks to.
 	StoredBytes  int64 `json:"stored_bytes"`
 	LogicalBytes int64 `json:"logical_bytes"`
+	// Restores is, for a refined pack (Record.RefinedPack), how many
+	// restores its refinement had learned from when it was built: a
+	// backend builds a new one only some restores later (bounded work).
+	Restores uint64 `json:"restores,omitempty"`
 }
 
 // validateStorage checks the memory format fields.

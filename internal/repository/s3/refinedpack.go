@@ -25,15 +25,20 @@ import (
 // of the refined set lies outside it (pages a restore would leave to
 // demand faults, each a whole chunk) or more than 1/8 of the pack is
 // pages the refinement dropped (streamed for nothing before ready). A
-// refined pack's index is self-describing (format 2: the memory ranges it
-// holds, in pack order), so a pack built from an older refinement serves a
-// newer one: its pages from the pack, the others left to demand (the
-// memory source's PrefetchRanges). An attach that keeps the pack uploads
-// nothing more than the refinement; one that rebuilds uploads the refined
-// set once, compressed (the README has the figures).
+// guest whose start-up keeps drifting crosses those thresholds at every
+// restore, so a refined pack is also kept until its refinement has
+// learned from refinedPackMinRestores more restores: at most one pack
+// upload per that many attaches, whatever the guest does. A refined
+// pack's index is self-describing (format 2: the memory ranges it holds,
+// in pack order), so a pack built from an older refinement serves a newer
+// one: its pages from the pack, the others left to demand (the memory
+// source's PrefetchRanges). An attach that keeps the pack uploads nothing
+// more than the refinement; one that rebuilds uploads the refined set
+// once, compressed (the README has the figures).
 const (
 	refinedPackUncoveredDivisor = 64
 	refinedPackWasteDivisor     = 8
+	refinedPackMinRestores      = 8
 )
 
 // refinedPackFor is the refined pack the record names once the refinement
@@ -41,6 +46,9 @@ const (
 // the refined set closely enough, else a new one built from it. A failure
 // to build leaves the current one: correct, only slower.
 func (r *Repo) refinedPackFor(ctx context.Context, rec repository.Record, a repository.Attachment) *repository.StartupPackDescriptor {
+	if d := rec.RefinedPack; d != nil && a.RefinementDescriptor().Restores < d.Restores+refinedPackMinRestores {
+		return d
+	}
 	mdata := a.RefinedManifest()
 	m, err := manifest.Decode(mdata)
 	if err != nil || m.TotalBytes() <= 0 || m.TotalBytes() > maxPackLogicalBytes {
@@ -80,6 +88,7 @@ func (r *Repo) refinedPackFor(ctx context.Context, rec repository.Record, a repo
 	if err != nil {
 		return rec.RefinedPack
 	}
+	d.Restores = a.RefinementDescriptor().Restores
 	return d
 }
 

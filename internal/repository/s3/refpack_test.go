@@ -35,8 +35,10 @@ type learnedSnapshot struct {
 	refined      *manifest.Manifest
 	lease        repository.Lease
 	publisher    *Repo
-	// previous is the refinement file attached last ("" none).
+	// previous is the refinement file attached last ("" none); restores
+	// the restores the last refinement learned from.
 	previous string
+	restores uint64
 }
 
 // publishLearned publishes random memory on publisher, attaches a recorded
@@ -111,12 +113,12 @@ func (ls *learnedSnapshot) attachRefined(t *testing.T) repository.RefinementDesc
 		t.Fatal(err)
 	}
 	d, err := ls.publisher.AttachRefinement(bg(), ls.lease, repository.Refinement{
-		BaseSHA256: sha256Hex(ls.recordedData), PreviousSHA256: ls.previous, Restores: 1, Pages: ls.refined.TotalBytes() / 4096,
+		BaseSHA256: sha256Hex(ls.recordedData), PreviousSHA256: ls.previous, Restores: ls.restores + 1, Pages: ls.refined.TotalBytes() / 4096,
 		Manifest: data, State: []byte("state")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ls.previous = d.SHA256
+	ls.previous, ls.restores = d.SHA256, d.Restores
 	return d
 }
 
@@ -267,8 +269,10 @@ func TestUnpackedRefinementNeverFetchesTheMemory(t *testing.T) {
 // refined pack already named keeps that pack (nothing more uploaded than
 // the refinement); a cold node streams it for the newer manifest, reads
 // the few learned pages outside it on demand, every byte the published
-// one. A refinement far from it gets a new pack, the superseded one's
-// objects go, and snapshot verify reads the new pack whole.
+// one. A refinement far from it keeps it too until the refinement has
+// learned from refinedPackMinRestores more restores, then gets a new pack;
+// the superseded one's objects go, and snapshot verify reads the new pack
+// whole.
 func TestOlderRefinedPackServesANewerRefinement(t *testing.T) {
 	publisher := openRepo(t)
 	ls := publishLearned(t, publisher, 1024, 100, 300)
@@ -309,8 +313,14 @@ func TestOlderRefinedPackServesANewerRefinement(t *testing.T) {
 	defer staleRd.Close()
 	staleRanges := ls.refined.Ranges
 
-	// A refinement far from the pack: the recorded set again, 300 new pages.
+	// A refinement far from the pack: the recorded set again, 300 new
+	// pages; the next restore's, then one refinedPackMinRestores later.
 	ls.refined = manifestOf(t, append(refinedPages(ls.recorded), pagesOf(rand.New(rand.NewPCG(3, 4)).Perm(refpackMemoryBytes / 4096)[:300])...))
+	ls.attachRefined(t)
+	if kept, err := publisher.Get(bg(), ls.id); err != nil || kept.RefinedPack == nil || *kept.RefinedPack != *first.RefinedPack {
+		t.Fatalf("a far refinement one restore later replaced the refined pack: %v (%v)", kept.RefinedPack, err)
+	}
+	ls.restores += refinedPackMinRestores
 	ls.attachRefined(t)
 	third, err := publisher.Get(bg(), ls.id)
 	if err != nil || third.RefinedPack == nil || third.RefinedPack.ManifestSHA256 == first.RefinedPack.ManifestSHA256 {
