@@ -53,7 +53,12 @@
 // restore with prefetch streams it concurrently with the VM restore in a
 // few large ranged GETs (WarmCache), so a cold node fetches the startup
 // set and nothing else before ready; demand misses outside it fetch their
-// chunk at once. After ready the rest of the memory follows in the
+// chunk at once. Attaching a refinement (the learned manifest restores
+// prefetch) names a refined pack of its set, rebuilt only when the set
+// drifted from the pack and at most once per few learned restores
+// (refinedpack.go); the device prefetch reads only what the pack streamed
+// or the node cache holds (memorySource.PrefetchRanges), so no mismatch
+// between pack and manifest turns learned pages into whole-chunk GETs. After ready the rest of the memory follows in the
 // background (fill.go), bounded and yielding to startup sets.
 //
 // # Figures
