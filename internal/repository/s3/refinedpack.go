@@ -46,7 +46,7 @@ const (
 // the refined set closely enough, else a new one built from it. A failure
 // to build leaves the current one: correct, only slower.
 func (r *Repo) refinedPackFor(ctx context.Context, rec repository.Record, a repository.Attachment) *repository.StartupPackDescriptor {
-	if d := rec.RefinedPack; d != nil && a.RefinementDescriptor().Restores < d.Restores+refinedPackMinRestores {
+	if d := rec.RefinedPack; d != nil && tooSoon(d.Restores, a.RefinementDescriptor().Restores) {
 		return d
 	}
 	mdata := a.RefinedManifest()
@@ -62,21 +62,33 @@ func (r *Repo) refinedPackFor(ctx context.Context, rec repository.Record, a repo
 	if d := rec.RefinedPack; d != nil && d.ManifestSHA256 == msum.String() {
 		return d // its objects are published: never rewritten
 	}
+	d, err := r.buildRefinedPack(ctx, rec, cur, m, msum)
+	if err != nil {
+		return rec.RefinedPack
+	}
+	d.Restores = a.RefinementDescriptor().Restores
+	return d
+}
+
+// buildRefinedPack reads m's pages (whose encoding has the SHA-256 msum)
+// from rec's memory and stores them as a refined pack with a format-2
+// index. cur is the pack streamed now, nil when none loads.
+func (r *Repo) buildRefinedPack(ctx context.Context, rec repository.Record, cur *packSource, m *manifest.Manifest, msum chunkmap.Digest) (*repository.StartupPackDescriptor, error) {
 	if r.beforeRefinedPack != nil {
 		if err := r.beforeRefinedPack(); err != nil {
-			return rec.RefinedPack
+			return nil, err
 		}
 	}
 	src, err := r.memoryOf(ctx, rec)
 	if err != nil {
-		return rec.RefinedPack
+		return nil, err
 	}
 	// The set's pages come from the pack streamed now where it holds them:
 	// the learner's node restored with it, so they are in its cache.
 	src.pack = cur
 	logical, err := readPackContents(src, m)
 	if err != nil {
-		return rec.RefinedPack
+		return nil, err
 	}
 	ranges := make([]chunkmap.PackRange, len(m.Ranges))
 	for i, rg := range m.Ranges {
@@ -84,12 +96,15 @@ func (r *Repo) refinedPackFor(ctx context.Context, rec repository.Record, a repo
 	}
 	obj, idx := chunkmap.BuildPack(msum, logical, chunkmap.DefaultFrameBytes, ranges...)
 	objKey, indexKey := refinedPackKeys(r.keys, rec.ID, msum.String())
-	d, err := r.storePack(ctx, objKey, indexKey, obj, idx)
-	if err != nil {
-		return rec.RefinedPack
-	}
-	d.Restores = a.RefinementDescriptor().Restores
-	return d
+	return r.storePack(ctx, objKey, indexKey, obj, idx)
+}
+
+// tooSoon reports whether a refinement that has learned from restores is
+// too close to the one a pack was built at (built) for a new pack. A
+// count below built (a learner that started over) is not too soon: the
+// pack's count says nothing of it.
+func tooSoon(built, restores uint64) bool {
+	return restores >= built && restores-built < refinedPackMinRestores
 }
 
 // currentPack is the pack a restore of rec streams now: its refined pack,
