@@ -69,6 +69,10 @@ func TestColdRestoreOfARefinedSnapshot(t *testing.T) {
 			if inst.Prefetch.Manifest != restore.ManifestRefined {
 				t.Fatalf("prefetched the %q manifest, want the refined one", inst.Prefetch.Manifest)
 			}
+			// The learned pages the recorded pack lacks are left to demand.
+			if left := inst.Prefetch.LeftToDemandBytes; (left > 0) != tc.buildFails {
+				t.Fatalf("%d planned bytes left to demand faults, want some only without the refined pack", left)
+			}
 			ratio := float64(got.GetBytes) / float64(streamed.StoredBytes)
 			t.Logf("%s: ready %v, %d GETs, %.2f MiB, %.2fx the %.2f MiB pack", tc.name, inst.Timings.Ready, got.Gets,
 				float64(got.GetBytes)/(1<<20), ratio, float64(streamed.StoredBytes)/(1<<20))

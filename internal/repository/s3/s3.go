@@ -58,8 +58,9 @@
 // drifted from the pack and at most once per few learned restores
 // (refinedpack.go); the device prefetch reads only what the pack streamed
 // or the node cache holds (memorySource.PrefetchRanges), so no mismatch
-// between pack and manifest turns learned pages into whole-chunk GETs. After ready the rest of the memory follows in the
-// background (fill.go), bounded and yielding to startup sets.
+// between pack and manifest turns learned pages into whole-chunk GETs.
+// After ready the rest of the memory follows in the background (fill.go),
+// bounded and yielding to startup sets.
 //
 // # Figures
 //
