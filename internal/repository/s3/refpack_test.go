@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"warmstart/internal/chunkcache"
@@ -348,6 +349,17 @@ func TestOlderRefinedPackServesANewerRefinement(t *testing.T) {
 	if err := publisher.VerifyStartupPack(bg(), third, mpath); err != nil {
 		t.Fatalf("verify the packs: %v", err)
 	}
+	// A flipped byte in the refined pack is what verify reports.
+	newObj, _ := refinedPackKeys(publisher.keys, ls.id, third.RefinedPack.ManifestSHA256)
+	rewriteObject(t, publisher, newObj, func(data []byte) []byte {
+		data[len(data)/2] ^= 0x5a
+		return data
+	})
+	if err := publisher.VerifyStartupPack(bg(), third, mpath); err == nil || !strings.Contains(err.Error(), "refined startup pack") {
+		t.Fatalf("verify of a damaged refined pack: %v, want an error naming it", err)
+	}
+	// A restore reading past it gets the published bytes from the chunks.
+	demandRead(t, coldNode(t, publisher), ls.id, ls.refined.Ranges, ls.memory)
 	if err := publisher.Delete(bg(), ls.id); err != nil {
 		t.Fatal(err)
 	}
