@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -101,6 +102,39 @@ func TestPackRoundTrip(t *testing.T) {
 	}
 	if _, err := DecodePack(idx.Encode()[:50]); err == nil {
 		t.Fatal("a truncated index decoded")
+	}
+}
+
+// TestPackIndexV2: a self-describing index keeps its memory ranges in pack
+// order; ranges that do not add up to the logical size, overlap or are not
+// page aligned are refused; a format-1 index still decodes, without ranges.
+func TestPackIndexV2(t *testing.T) {
+	logical := randomBytes(3*4096, 6)
+	ranges := []PackRange{{Offset: 8 * 4096, Length: 4096}, {Offset: 0, Length: 2 * 4096}}
+	_, idx := BuildPack(Sum([]byte("m")), logical, 4096, ranges...)
+	got, err := DecodePack(idx.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Ranges, ranges) || len(got.Frames) != 3 {
+		t.Fatalf("decoded ranges %v, frames %d; want %v, 3", got.Ranges, len(got.Frames), ranges)
+	}
+	_, v1 := BuildPack(Sum([]byte("m")), logical, 4096)
+	if got, err := DecodePack(v1.Encode()); err != nil || got.Ranges != nil {
+		t.Fatalf("format 1: ranges %v, %v", got.Ranges, err)
+	}
+	for name, bad := range map[string][]PackRange{
+		"short":     {{Offset: 0, Length: 2 * 4096}},
+		"overlap":   {{Offset: 0, Length: 2 * 4096}, {Offset: 4096, Length: 4096}},
+		"unaligned": {{Offset: 100, Length: 4096}, {Offset: 4096, Length: 2 * 4096}},
+	} {
+		_, idx := BuildPack(Sum([]byte("m")), logical, 4096, bad...)
+		if _, err := DecodePack(idx.Encode()); err == nil {
+			t.Errorf("%s ranges decoded", name)
+		}
+	}
+	if _, err := DecodePack(idx.Encode()[:len(idx.Encode())-1]); err == nil {
+		t.Fatal("a truncated format-2 index decoded")
 	}
 }
 

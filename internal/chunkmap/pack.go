@@ -1,10 +1,12 @@
 package chunkmap
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // DefaultFrameBytes is the logical size of one startup pack frame: the
@@ -31,11 +33,24 @@ type Frame struct {
 // manifest whose SHA-256 is ManifestSHA256, range after range in the
 // manifest's (first-touch) order, LogicalBytes in all, cut into frames of
 // FrameBytes, each compressed on its own and stored back to back.
+//
+// Ranges, when set, are the memory ranges the pack holds, in pack order
+// (the index is then self-describing, format 2): a reader maps memory onto
+// the pack from the index alone, so a pack built from one manifest serves
+// the pages it holds to a restore prefetching another (a newer refinement
+// of the same snapshot). A format-1 index has none, and is read with the
+// manifest it was built from.
 type PackIndex struct {
 	ManifestSHA256 Digest
 	FrameBytes     int64
 	LogicalBytes   int64
+	Ranges         []PackRange
 	Frames         []Frame
+}
+
+// PackRange is memory [Offset, Offset+Length) held in a pack.
+type PackRange struct {
+	Offset, Length int64
 }
 
 // FrameLength is the logical length of frame i.
@@ -53,20 +68,38 @@ func (p PackIndex) StoredBytes() int64 {
 }
 
 const (
-	packMagic       = "WSPACK01"
+	packMagicV1     = "WSPACK01"
+	packMagicV2     = "WSPACK02"
 	packHeaderBytes = 8 + sha256.Size + 8 + 8 + 4
 	packEntryBytes  = sha256.Size + 4
+	packRangeBytes  = 8 + 8
+	// maxPackRanges bounds a format-2 index's range count (a manifest's
+	// ranges are bounded the same way, by its 16 MiB encoding).
+	maxPackRanges = 1 << 20
 )
 
 // Encode is the index's binary form: magic, manifest digest, frame size,
-// logical size, count, then per frame its digest and stored size.
+// logical size, frame count, then (format 2, when Ranges is set) the range
+// count and each range's memory offset and length, then per frame its
+// digest and stored size.
 func (p PackIndex) Encode() []byte {
-	out := make([]byte, 0, packHeaderBytes+len(p.Frames)*packEntryBytes)
-	out = append(out, packMagic...)
+	out := make([]byte, 0, packHeaderBytes+4+len(p.Ranges)*packRangeBytes+len(p.Frames)*packEntryBytes)
+	magic := packMagicV1
+	if p.Ranges != nil {
+		magic = packMagicV2
+	}
+	out = append(out, magic...)
 	out = append(out, p.ManifestSHA256[:]...)
 	out = binary.LittleEndian.AppendUint64(out, uint64(p.FrameBytes))
 	out = binary.LittleEndian.AppendUint64(out, uint64(p.LogicalBytes))
 	out = binary.LittleEndian.AppendUint32(out, uint32(len(p.Frames)))
+	if p.Ranges != nil {
+		out = binary.LittleEndian.AppendUint32(out, uint32(len(p.Ranges)))
+		for _, r := range p.Ranges {
+			out = binary.LittleEndian.AppendUint64(out, uint64(r.Offset))
+			out = binary.LittleEndian.AppendUint64(out, uint64(r.Length))
+		}
+	}
 	for _, f := range p.Frames {
 		out = append(out, f.Digest[:]...)
 		out = binary.LittleEndian.AppendUint32(out, uint32(f.StoredBytes))
@@ -74,9 +107,10 @@ func (p PackIndex) Encode() []byte {
 	return out
 }
 
-// DecodePack parses an encoded pack index and checks every field.
+// DecodePack parses an encoded pack index (format 1 or 2) and checks
+// every field.
 func DecodePack(data []byte) (PackIndex, error) {
-	if len(data) < packHeaderBytes || string(data[:8]) != packMagic {
+	if len(data) < packHeaderBytes || (string(data[:8]) != packMagicV1 && string(data[:8]) != packMagicV2) {
 		return PackIndex{}, errors.New("pack index: bad magic or truncated header")
 	}
 	var p PackIndex
@@ -90,13 +124,21 @@ func DecodePack(data []byte) (PackIndex, error) {
 		return PackIndex{}, fmt.Errorf("pack index: frame_bytes %d is not a multiple of 4096 in 4 KiB..%d", p.FrameBytes, MaxChunkBytes)
 	case p.LogicalBytes <= 0 || count != (p.LogicalBytes+p.FrameBytes-1)/p.FrameBytes:
 		return PackIndex{}, fmt.Errorf("pack index: count %d does not cover logical_bytes %d", count, p.LogicalBytes)
-	case int64(len(data)) != packHeaderBytes+count*packEntryBytes:
-		return PackIndex{}, fmt.Errorf("pack index: %d bytes, want %d for %d frames", len(data), packHeaderBytes+count*packEntryBytes, count)
+	}
+	entries := data[packHeaderBytes:]
+	if string(data[:8]) == packMagicV2 {
+		var err error
+		if p.Ranges, entries, err = decodePackRanges(entries, p.LogicalBytes); err != nil {
+			return PackIndex{}, err
+		}
+	}
+	if int64(len(entries)) != count*packEntryBytes {
+		return PackIndex{}, fmt.Errorf("pack index: %d bytes of frame entries, want %d for %d frames", len(entries), count*packEntryBytes, count)
 	}
 	p.Frames = make([]Frame, count)
 	var off int64
 	for i := range p.Frames {
-		e := data[packHeaderBytes+i*packEntryBytes:]
+		e := entries[i*packEntryBytes:]
 		f := &p.Frames[i]
 		copy(f.Digest[:], e)
 		f.StoredBytes = int64(binary.LittleEndian.Uint32(e[sha256.Size:]))
@@ -109,10 +151,46 @@ func DecodePack(data []byte) (PackIndex, error) {
 	return p, nil
 }
 
+// decodePackRanges reads a format-2 index's ranges from data and returns
+// them and the rest of data. The ranges must be page aligned, disjoint and
+// cover exactly logicalBytes.
+func decodePackRanges(data []byte, logicalBytes int64) ([]PackRange, []byte, error) {
+	if len(data) < 4 {
+		return nil, nil, errors.New("pack index: truncated range count")
+	}
+	n := int64(binary.LittleEndian.Uint32(data))
+	data = data[4:]
+	if n <= 0 || n > maxPackRanges || int64(len(data)) < n*packRangeBytes {
+		return nil, nil, fmt.Errorf("pack index: range count %d is outside 1..%d or truncated", n, maxPackRanges)
+	}
+	rs := make([]PackRange, n)
+	var total int64
+	for i := range rs {
+		e := data[int64(i)*packRangeBytes:]
+		r := PackRange{Offset: int64(binary.LittleEndian.Uint64(e)), Length: int64(binary.LittleEndian.Uint64(e[8:]))}
+		if r.Offset < 0 || r.Length <= 0 || r.Offset%4096 != 0 || r.Length%4096 != 0 || r.Length > logicalBytes {
+			return nil, nil, fmt.Errorf("pack index: range %d [%d, +%d) is not page aligned or out of range", i, r.Offset, r.Length)
+		}
+		rs[i], total = r, total+r.Length
+	}
+	if total != logicalBytes {
+		return nil, nil, fmt.Errorf("pack index: ranges hold %d bytes, logical_bytes %d", total, logicalBytes)
+	}
+	sorted := slices.Clone(rs)
+	slices.SortFunc(sorted, func(a, b PackRange) int { return cmp.Compare(a.Offset, b.Offset) })
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i].Offset < sorted[i-1].Offset+sorted[i-1].Length {
+			return nil, nil, fmt.Errorf("pack index: ranges overlap at %d", sorted[i].Offset)
+		}
+	}
+	return rs, data[n*packRangeBytes:], nil
+}
+
 // BuildPack compresses logical (the startup set's bytes in pack order)
-// into frames and returns the pack object and its index.
-func BuildPack(manifestSHA256 Digest, logical []byte, frameBytes int64) ([]byte, PackIndex) {
-	idx := PackIndex{ManifestSHA256: manifestSHA256, FrameBytes: frameBytes, LogicalBytes: int64(len(logical))}
+// into frames and returns the pack object and its index. ranges, when not
+// nil, are the memory ranges logical holds, in order (a format-2 index).
+func BuildPack(manifestSHA256 Digest, logical []byte, frameBytes int64, ranges ...PackRange) ([]byte, PackIndex) {
+	idx := PackIndex{ManifestSHA256: manifestSHA256, FrameBytes: frameBytes, LogicalBytes: int64(len(logical)), Ranges: ranges}
 	var obj []byte
 	for off := int64(0); off < int64(len(logical)); off += frameBytes {
 		frame := logical[off:min(off+frameBytes, int64(len(logical)))]

@@ -33,7 +33,7 @@ func Restore(out io.Writer, in daemon.RestoreInfo) {
 		fmt.Fprintf(out, " (%s)", in.Prefetch.Reason)
 	}
 	if in.Prefetch.PlannedBytes > 0 {
-		fmt.Fprintf(out, ", %.1f MiB planned, policy %s", float64(in.Prefetch.PlannedBytes)/(1<<20), in.Policy)
+		fmt.Fprintf(out, ", %.1f MiB planned%s, policy %s", float64(in.Prefetch.PlannedBytes)/(1<<20), leftToDemand(in.Prefetch), in.Policy)
 	}
 	if in.Prefetch.Manifest != "" {
 		fmt.Fprintf(out, ", %s manifest", in.Prefetch.Manifest)
@@ -46,6 +46,15 @@ func Restore(out io.Writer, in daemon.RestoreInfo) {
 	}
 	fmt.Fprintf(out, "\n  device read         %.1f MiB in %d requests\n", float64(in.DeviceBytes.BytesRead)/(1<<20), in.DeviceBytes.ReadRequests)
 	fmt.Fprintf(out, "  %s\n", startupset.Line(in.StartupSet))
+}
+
+// leftToDemand notes the planned bytes the memory source left to demand
+// faults, "" when none.
+func leftToDemand(p restore.PrefetchReport) string {
+	if p.LeftToDemandBytes <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%.1f MiB of it left to demand)", float64(p.LeftToDemandBytes)/(1<<20))
 }
 
 // Stopped prints how a restore stopped: the VM's exit when it had gone,

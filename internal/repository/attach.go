@@ -139,6 +139,7 @@ func (a Attachment) Cleared(rec Record) Record {
 		rec.StartupPack = nil
 		rec.ManifestRecording = nil
 		rec.Refinement = nil
+		rec.RefinedPack = nil
 	}
 	if a.digests != nil {
 		rec.MemoryDigests = nil
@@ -157,6 +158,7 @@ func (a Attachment) Attached(rec Record) Record {
 		}
 		if rec.Refinement != nil && rec.Refinement.BaseSHA256 != d.SHA256 {
 			rec.Refinement = nil
+			rec.RefinedPack = nil
 		}
 	}
 	if a.refinement != nil {

@@ -109,6 +109,17 @@ func RefinementAttachment(r Refinement) (Attachment, error) {
 	return Attachment{Name: RefinementFileName(d.SHA256), Data: data, refinement: &d, previous: r.PreviousSHA256}, nil
 }
 
+// RefinedManifest is the refined manifest inside a refinement
+// attachment's data, nil when a is not a refinement: what a backend that
+// packs the startup set for remote nodes packs.
+func (a Attachment) RefinedManifest() []byte {
+	d := a.refinement
+	if d == nil || int64(len(a.Data)) < refinementHeaderSize+d.ManifestSize {
+		return nil
+	}
+	return a.Data[refinementHeaderSize : refinementHeaderSize+d.ManifestSize]
+}
+
 // ReadRefinedManifest reads only the refined manifest out of the
 // refinement file at path: what a restore needs, without hashing the
 // state. The caller verifies the bytes against d.ManifestSHA256.

@@ -91,6 +91,12 @@ type Record struct {
 	// Refinement describes the learned manifest grown from Manifest by
 	// restores (AttachRefinement); nil when none.
 	Refinement *RefinementDescriptor `json:"refinement,omitempty"`
+	// RefinedPack describes the startup pack a restore prefetching the
+	// refinement streams (backends that keep memory remotely): built from
+	// a refined manifest of this snapshot, the current one or an older
+	// one still close enough to it (its index names the memory ranges it
+	// holds); nil when none. It goes with the refinement.
+	RefinedPack *StartupPackDescriptor `json:"refined_pack,omitempty"`
 }
 
 // ManifestDescriptor identifies the bytes of an attached startup manifest.

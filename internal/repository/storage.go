@@ -37,6 +37,10 @@ type StartupPackDescriptor struct {
 	// StoredBytes is the pack object's size; LogicalBytes what it unpacks to.
 	StoredBytes  int64 `json:"stored_bytes"`
 	LogicalBytes int64 `json:"logical_bytes"`
+	// Restores is, for a refined pack (Record.RefinedPack), how many
+	// restores its refinement had learned from when it was built: a
+	// backend builds a new one only some restores later (bounded work).
+	Restores uint64 `json:"restores,omitempty"`
 }
 
 // validateStorage checks the memory format fields.
@@ -58,11 +62,26 @@ func (r Record) validateStorage() error {
 	if r.MemoryFormat != MemoryFormatChunks && r.MemoryChunks != nil {
 		return fmt.Errorf("%w: record memory_chunks given for memory_format %q", ErrIntegrity, r.MemoryFormat)
 	}
+	return r.validatePacks()
+}
+
+// validatePacks checks the startup pack descriptors: a recorded pack names
+// the record's manifest, a refined pack goes with a refinement.
+func (r Record) validatePacks() error {
 	if p := r.StartupPack; p != nil {
-		if r.Manifest == nil || p.ManifestSHA256 != r.Manifest.SHA256 || !isSHA256Hex(p.IndexSHA256) ||
-			p.IndexSize <= 0 || p.StoredBytes <= 0 || p.LogicalBytes <= 0 {
+		if r.Manifest == nil || p.ManifestSHA256 != r.Manifest.SHA256 || !p.wellFormed() {
 			return fmt.Errorf("%w: record startup_pack descriptor is malformed or names another manifest", ErrIntegrity)
 		}
 	}
+	if p := r.RefinedPack; p != nil {
+		if r.Refinement == nil || !p.wellFormed() {
+			return fmt.Errorf("%w: record refined_pack descriptor is malformed or the record has no refinement", ErrIntegrity)
+		}
+	}
 	return nil
+}
+
+// wellFormed reports whether every field of d is in range.
+func (d StartupPackDescriptor) wellFormed() bool {
+	return isSHA256Hex(d.ManifestSHA256) && isSHA256Hex(d.IndexSHA256) && d.IndexSize > 0 && d.StoredBytes > 0 && d.LogicalBytes > 0
 }

@@ -86,6 +86,12 @@ func TestRecordValidate(t *testing.T) {
 	if err := chunked.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	refined := chunked
+	refined.Refinement = &RefinementDescriptor{SHA256: sum, Size: 40, ManifestSHA256: sum, ManifestSize: 20, BaseSHA256: sum}
+	refined.RefinedPack = &StartupPackDescriptor{ManifestSHA256: strings.Repeat("cd", 32), IndexSHA256: sum, IndexSize: 80, StoredBytes: 9, LogicalBytes: 10}
+	if err := refined.Validate(); err != nil {
+		t.Fatalf("a record with a pack of an older refinement: %v", err)
+	}
 	recorded := good
 	recorded.ManifestRecording = &Recording{Runs: 2, Overlap: ptr(0.5), RankCorrelation: ptr(-1.0)}
 	if err := recorded.Validate(); err != nil {
@@ -118,6 +124,13 @@ func TestRecordValidate(t *testing.T) {
 		"recording correlation < -1": func(r *Record) { r.ManifestRecording = &Recording{Runs: 2, RankCorrelation: ptr(-1.01)} },
 		"pack of another manifest": func(r *Record) {
 			r.StartupPack = &StartupPackDescriptor{ManifestSHA256: strings.Repeat("cd", 32), IndexSHA256: sum, IndexSize: 1, StoredBytes: 1, LogicalBytes: 1}
+		},
+		"refined pack without refinement": func(r *Record) {
+			r.RefinedPack = &StartupPackDescriptor{ManifestSHA256: sum, IndexSHA256: sum, IndexSize: 1, StoredBytes: 1, LogicalBytes: 1}
+		},
+		"refined pack malformed": func(r *Record) {
+			r.Refinement = &RefinementDescriptor{SHA256: sum, Size: 40, ManifestSHA256: sum, ManifestSize: 20, BaseSHA256: sum}
+			r.RefinedPack = &StartupPackDescriptor{ManifestSHA256: sum, IndexSHA256: "x", IndexSize: 1, StoredBytes: 1, LogicalBytes: 1}
 		},
 	}
 	for name, edit := range breaks {

@@ -33,6 +33,25 @@ type CacheWarmer interface {
 	WarmCache(ranges []manifest.Range) (repository.CacheWarm, error)
 }
 
+// PrefetchTrimmer is a memory source on which prefetching some pages of a
+// manifest costs far more than the pages (the S3 source: a page outside
+// its startup pack costs a whole chunk GET). The device prefetch reads only
+// the ranges it keeps; the others are left to demand faults, which fetch
+// only what the guest touches.
+type PrefetchTrimmer interface {
+	PrefetchRanges(ranges []manifest.Range) []manifest.Range
+}
+
+// prefetchable is m as the device prefetch reads it from src's memory:
+// trimmed by the source when it asks (PrefetchTrimmer), else m.
+func prefetchable(src Source, m *manifest.Manifest) *manifest.Manifest {
+	t, ok := src.Memory.(PrefetchTrimmer)
+	if !ok {
+		return m
+	}
+	return &manifest.Manifest{Layout: m.Layout, Ranges: t.PrefetchRanges(m.Ranges)}
+}
+
 // PackSkipper is a memory source that keeps its startup set in a pack and
 // goes on without it, from its chunks, when the pack is missing, damaged
 // or does not match the manifest: correct, but slower, so the restore

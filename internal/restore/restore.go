@@ -209,6 +209,10 @@ type PrefetchReport struct {
 	Reason string `json:"reason,omitempty"`
 	// PlannedBytes is the manifest's total.
 	PlannedBytes int64 `json:"planned_bytes"`
+	// LeftToDemandBytes is the part of PlannedBytes the memory source
+	// asked prefetch to leave to demand faults (PrefetchTrimmer: on S3,
+	// pages neither its startup pack nor the node cache holds).
+	LeftToDemandBytes int64 `json:"left_to_demand_bytes,omitempty"`
 	// Manifest is which manifest was prefetched: ManifestRecorded or
 	// ManifestRefined; empty when none was.
 	Manifest string `json:"manifest,omitempty"`
@@ -466,8 +470,10 @@ func resume(vm vmm.Instance) error {
 // with wait, waits for it to finish. A device that cannot prefetch means
 // on-demand reads, with a log line.
 func (inst *Instance) startPrefetch(ctx context.Context, src Source, p Policy, pp prefetchPlan, wait bool) error {
-	plan := p.Plan(pp.m)
+	trimmed := prefetchable(src, pp.m)
+	plan := p.Plan(trimmed)
 	inst.Prefetch.PlannedBytes = pp.m.TotalBytes()
+	inst.Prefetch.LeftToDemandBytes = pp.m.TotalBytes() - trimmed.TotalBytes()
 	inst.Prefetch.Generation, inst.Prefetch.Digest = inst.Generation, pp.digest
 	if src.Memory != nil {
 		inst.startCacheWarm(src, pp.m)

@@ -16,12 +16,13 @@ type packVerifier interface {
 	VerifyStartupPack(ctx context.Context, rec repository.Record, manifestPath string) error
 }
 
-// startupPack reads the snapshot's startup pack whole, when the record
-// names one: a damaged pack never reaches a guest (restores fall back to
-// the chunks), so only verify can tell.
+// startupPack reads the snapshot's startup packs (the recorded manifest's
+// and the refined one's) whole, when the record names any: a damaged pack
+// never reaches a guest (restores fall back to the chunks), so only verify
+// can tell.
 func (c *checker) startupPack() {
 	rec := c.res.Record
-	if rec.StartupPack == nil {
+	if rec.StartupPack == nil && rec.RefinedPack == nil {
 		return
 	}
 	a := c.r.artifact(StartupPackArtifact)
@@ -35,7 +36,11 @@ func (c *checker) startupPack() {
 		a.problem(KindRead, "%v", err)
 		return
 	}
-	a.ReadBytes = rec.StartupPack.StoredBytes
+	for _, p := range []*repository.StartupPackDescriptor{rec.StartupPack, rec.RefinedPack} {
+		if p != nil {
+			a.ReadBytes += p.StoredBytes
+		}
+	}
 }
 
 // findPackVerifier finds the packVerifier repo is or wraps (a daemon

@@ -151,8 +151,15 @@ func newReport(rec repository.Record) Report {
 	if d := rec.Refinement; d != nil {
 		r.Artifacts = append(r.Artifacts, Artifact{Name: repository.RefinementFileName(d.SHA256), Size: d.Size, SHA256: d.SHA256})
 	}
-	if p := rec.StartupPack; p != nil {
-		r.Artifacts = append(r.Artifacts, Artifact{Name: StartupPackArtifact, Size: p.StoredBytes})
+	if rec.StartupPack != nil || rec.RefinedPack != nil {
+		// The recorded manifest's pack and the refined one's, as one.
+		var size int64
+		for _, p := range []*repository.StartupPackDescriptor{rec.StartupPack, rec.RefinedPack} {
+			if p != nil {
+				size += p.StoredBytes
+			}
+		}
+		r.Artifacts = append(r.Artifacts, Artifact{Name: StartupPackArtifact, Size: size})
 	}
 	for i := range r.Artifacts {
 		r.Artifacts[i].Status = StatusNotChecked

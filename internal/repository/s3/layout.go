@@ -43,6 +43,11 @@ const (
 	chunkMapName  = "memory.chunks"
 	packName      = "startup-pack.bin"
 	packIndexName = "startup-pack.idx"
+	// A refined pack's names differ from a recorded pack's, so a refined
+	// manifest equal to the recorded one never names the recorded pack's
+	// objects (published objects are never rewritten).
+	refinedPackName      = "refined-pack.bin"
+	refinedPackIndexName = "refined-pack.idx"
 )
 
 // keys maps names to object keys under one prefix.

@@ -226,6 +226,47 @@ func (m *memorySource) warm(obj chunkcache.Object, rs []chunkcache.Range, o chun
 	return w, nil
 }
 
+// PrefetchRanges implements restore.PrefetchTrimmer: the parts of ranges
+// worth prefetching on this node. With a startup pack, a page the pack
+// does not hold and whose chunk is not in the node cache would cost a
+// whole chunk GET (256 times the page) before ready, competing with the
+// stream: those pages are left to demand faults, which still jump the
+// queue, so a pack that does not match the prefetched manifest (a
+// refinement attached before its pack, a pack of an older refinement, one
+// that failed to build) never turns into the whole memory. Without a pack
+// every range is kept: the manifest's chunks are then the only way to get
+// the startup set in ahead of the guest (WarmCache).
+func (m *memorySource) PrefetchRanges(ranges []manifest.Range) []manifest.Range {
+	if m.pack == nil {
+		return ranges
+	}
+	block := m.r.cache.BlockBytes()
+	var out []manifest.Range
+	keep := func(off, length int64) {
+		if n := len(out); n > 0 && out[n-1].End() == off {
+			out[n-1].Length += length
+			return
+		}
+		out = append(out, manifest.Range{Offset: off, Length: length})
+	}
+	for _, rg := range ranges {
+		for _, pc := range cutBySpans(m.pack.spans, rg.Offset, rg.End()) {
+			if pc.fromPack {
+				keep(pc.memOff, pc.length)
+				continue
+			}
+			for off := pc.memOff; off < pc.memOff+pc.length; {
+				next := min((off/block+1)*block, pc.memOff+pc.length)
+				if m.r.cache.Cached(m.obj.ID, off/block) {
+					keep(off, next-off)
+				}
+				off = next
+			}
+		}
+	}
+	return out
+}
+
 // PackWarmOptions are the options the startup pack streams with, given
 // the repository's (Options.Warm; zero fields take these defaults). The
 // pack is read front to back, and the guest wants its front first: all

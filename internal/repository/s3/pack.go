@@ -37,25 +37,46 @@ func packKeys(k keys, id, manifestSHA256 string) (obj, index string) {
 	return k.artifact(id, manifestSHA256[:16]+"-"+packName), k.artifact(id, manifestSHA256[:16]+"-"+packIndexName)
 }
 
+// refinedPackKeys are the keys of the pack built from the refined manifest
+// whose SHA-256 is manifestSHA256.
+func refinedPackKeys(k keys, id, manifestSHA256 string) (obj, index string) {
+	return k.artifact(id, manifestSHA256[:16]+"-"+refinedPackName), k.artifact(id, manifestSHA256[:16]+"-"+refinedPackIndexName)
+}
+
 // buildPack reads the startup set of the manifest data from rec's memory
 // (through this node's chunk cache, which the recording restore filled),
-// stores the pack and its index and returns their descriptor.
+// stores the pack and its index and returns their descriptor. A recorded
+// manifest's pack keeps the format-1 index: every reader has the manifest
+// it was built from, and builds that predate format 2 keep reading it.
 func (r *Repo) buildPack(ctx context.Context, rec repository.Record, data []byte) (*repository.StartupPackDescriptor, error) {
 	m, err := manifest.Decode(data)
 	if err != nil {
 		return nil, fmt.Errorf("startup pack: %w", err)
 	}
-	total := m.TotalBytes()
-	if total <= 0 || total > maxPackLogicalBytes {
-		return nil, fmt.Errorf("startup pack: a startup set of %d bytes is outside 1..%d", total, maxPackLogicalBytes)
-	}
 	src, err := r.memoryOf(ctx, rec)
 	if err != nil {
 		return nil, fmt.Errorf("startup pack: %w", err)
 	}
-	rd, err := src.OpenMemory()
+	logical, err := readPackContents(src, m)
 	if err != nil {
 		return nil, fmt.Errorf("startup pack: %w", err)
+	}
+	msum := chunkmap.Sum(data)
+	obj, idx := chunkmap.BuildPack(msum, logical, chunkmap.DefaultFrameBytes)
+	objKey, indexKey := packKeys(r.keys, rec.ID, msum.String())
+	return r.storePack(ctx, objKey, indexKey, obj, idx)
+}
+
+// readPackContents reads m's pages from src, range after range, in m's
+// order: a pack's logical bytes.
+func readPackContents(src *memorySource, m *manifest.Manifest) ([]byte, error) {
+	total := m.TotalBytes()
+	if total <= 0 || total > maxPackLogicalBytes {
+		return nil, fmt.Errorf("a startup set of %d bytes is outside 1..%d", total, maxPackLogicalBytes)
+	}
+	rd, err := src.OpenMemory()
+	if err != nil {
+		return nil, err
 	}
 	defer rd.Close()
 	logical := make([]byte, 0, total)
@@ -63,13 +84,16 @@ func (r *Repo) buildPack(ctx context.Context, rec repository.Record, data []byte
 		n := len(logical)
 		logical = logical[:n+int(rg.Length)]
 		if _, err := rd.ReadAt(logical[n:], rg.Offset); err != nil {
-			return nil, fmt.Errorf("startup pack: read [%d, +%d): %w", rg.Offset, rg.Length, err)
+			return nil, fmt.Errorf("read [%d, +%d): %w", rg.Offset, rg.Length, err)
 		}
 	}
-	msum := chunkmap.Sum(data)
-	obj, idx := chunkmap.BuildPack(msum, logical, chunkmap.DefaultFrameBytes)
+	return logical, nil
+}
+
+// storePack uploads a pack object and then its index (so an index is never
+// there without its pack) and returns their descriptor.
+func (r *Repo) storePack(ctx context.Context, objKey, indexKey string, obj []byte, idx chunkmap.PackIndex) (*repository.StartupPackDescriptor, error) {
 	index := idx.Encode()
-	objKey, indexKey := packKeys(r.keys, rec.ID, msum.String())
 	if _, err := r.core.PutObject(ctx, r.bucket, objKey, bytes.NewReader(obj), int64(len(obj)), "", sha256Hex(obj),
 		minio.PutObjectOptions{ContentType: "application/octet-stream"}); err != nil {
 		return nil, ctxErr(ctx, fmt.Errorf("upload %s: %w", objKey, err))
@@ -77,8 +101,8 @@ func (r *Repo) buildPack(ctx context.Context, rec repository.Record, data []byte
 	if _, err := r.putSmall(ctx, indexKey, index, putCondition{}); err != nil {
 		return nil, err
 	}
-	return &repository.StartupPackDescriptor{ManifestSHA256: msum.String(), IndexSHA256: sha256Hex(index),
-		IndexSize: int64(len(index)), StoredBytes: int64(len(obj)), LogicalBytes: total}, nil
+	return &repository.StartupPackDescriptor{ManifestSHA256: idx.ManifestSHA256.String(), IndexSHA256: sha256Hex(index),
+		IndexSize: int64(len(index)), StoredBytes: int64(len(obj)), LogicalBytes: idx.LogicalBytes}, nil
 }
 
 // packSource is a startup pack ready to be read through the chunk cache.
@@ -94,45 +118,89 @@ type packSpan struct {
 
 func (s packSpan) end() int64 { return s.memOff + s.length }
 
-// loadPack fetches and checks rec's pack index and maps the manifest at
-// manifestPath onto the pack. Any mismatch means no pack.
+// loadPack fetches and checks rec's (recorded) pack index and maps the
+// manifest at manifestPath onto the pack. Any mismatch means no pack.
 func (r *Repo) loadPack(ctx context.Context, rec repository.Record, manifestPath string) (*packSource, error) {
 	d := rec.StartupPack
-	mdata, err := os.ReadFile(manifestPath)
-	if err != nil {
-		return nil, err
-	}
-	if sha256Hex(mdata) != d.ManifestSHA256 {
-		return nil, fmt.Errorf("startup pack of %s: built from another manifest", rec.ID)
-	}
-	m, err := manifest.Decode(mdata)
-	if err != nil {
-		return nil, err
+	if d == nil {
+		return nil, fmt.Errorf("snapshot %s has no startup pack", rec.ID)
 	}
 	objKey, indexKey := packKeys(r.keys, rec.ID, d.ManifestSHA256)
+	return r.openPack(ctx, rec.ID, *d, objKey, indexKey, manifestPath)
+}
+
+// loadRefinedPack fetches and checks rec's refined pack index, which
+// names the memory ranges the pack holds.
+func (r *Repo) loadRefinedPack(ctx context.Context, rec repository.Record) (*packSource, error) {
+	d := rec.RefinedPack
+	if d == nil {
+		return nil, fmt.Errorf("snapshot %s has no refined startup pack", rec.ID)
+	}
+	objKey, indexKey := refinedPackKeys(r.keys, rec.ID, d.ManifestSHA256)
+	return r.openPack(ctx, rec.ID, *d, objKey, indexKey, "")
+}
+
+// openPack fetches the index at indexKey, checks it against d and maps
+// memory onto the pack object at objKey: by the index's own ranges
+// (format 2), else by the manifest at manifestPath, which must be the one
+// the pack was built from (format 1).
+func (r *Repo) openPack(ctx context.Context, id string, d repository.StartupPackDescriptor, objKey, indexKey, manifestPath string) (*packSource, error) {
 	p, err := r.fetchLocal(ctx, indexKey, d.IndexSHA256, d.IndexSize)
 	if err != nil {
 		return nil, err
 	}
 	data, err := os.ReadFile(p)
 	if err != nil || sha256Hex(data) != d.IndexSHA256 {
-		return nil, fmt.Errorf("startup pack index of %s: missing or changed", rec.ID)
+		return nil, fmt.Errorf("startup pack index of %s: missing or changed", id)
 	}
 	idx, err := chunkmap.DecodePack(data)
 	if err != nil {
 		return nil, err
 	}
-	if hex.EncodeToString(idx.ManifestSHA256[:]) != d.ManifestSHA256 || idx.LogicalBytes != m.TotalBytes() || idx.StoredBytes() != d.StoredBytes {
-		return nil, fmt.Errorf("startup pack index of %s: does not describe its pack", rec.ID)
+	if hex.EncodeToString(idx.ManifestSHA256[:]) != d.ManifestSHA256 || idx.LogicalBytes != d.LogicalBytes || idx.StoredBytes() != d.StoredBytes {
+		return nil, fmt.Errorf("startup pack index of %s: does not describe its pack", id)
+	}
+	ranges := idx.Ranges
+	if ranges == nil {
+		if ranges, err = manifestRanges(id, manifestPath, d.ManifestSHA256); err != nil {
+			return nil, err
+		}
 	}
 	ps := &packSource{obj: chunkcache.Object{ID: "pack-" + d.IndexSHA256, Size: idx.LogicalBytes, Fetch: r.packFetch(objKey, idx)}}
 	var packOff int64
-	for _, rg := range m.Ranges {
+	for _, rg := range ranges {
 		ps.spans = append(ps.spans, packSpan{memOff: rg.Offset, length: rg.Length, packOff: packOff})
 		packOff += rg.Length
 	}
+	if packOff != idx.LogicalBytes {
+		return nil, fmt.Errorf("startup pack index of %s: its manifest holds %d bytes, the pack %d", id, packOff, idx.LogicalBytes)
+	}
 	sort.Slice(ps.spans, func(i, j int) bool { return ps.spans[i].memOff < ps.spans[j].memOff })
 	return ps, nil
+}
+
+// manifestRanges are the ranges of the manifest at path, which must hash
+// to want: what a format-1 pack index was built from.
+func manifestRanges(id, path, want string) ([]chunkmap.PackRange, error) {
+	if path == "" {
+		return nil, fmt.Errorf("startup pack of %s: a format-1 index needs its manifest", id)
+	}
+	mdata, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if sha256Hex(mdata) != want {
+		return nil, fmt.Errorf("startup pack of %s: built from another manifest", id)
+	}
+	m, err := manifest.Decode(mdata)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]chunkmap.PackRange, len(m.Ranges))
+	for i, rg := range m.Ranges {
+		out[i] = chunkmap.PackRange{Offset: rg.Offset, Length: rg.Length}
+	}
+	return out, nil
 }
 
 // packFetch is the chunk cache's FetchFunc of a pack: the frames that
@@ -239,28 +307,7 @@ type piece struct {
 }
 
 // pieces cuts memory [off, end) into runs from the pack and gaps.
-func (p *packedReader) pieces(off, end int64) []piece {
-	var out []piece
-	pos := off
-	i := sort.Search(len(p.spans), func(i int) bool { return p.spans[i].end() > pos })
-	for pos < end {
-		next := end
-		if i < len(p.spans) {
-			next = min(end, p.spans[i].memOff)
-		}
-		if pos < next {
-			out = append(out, piece{memOff: pos, length: next - pos})
-			pos = next
-			continue
-		}
-		s := p.spans[i]
-		stop := min(end, s.end())
-		out = append(out, piece{memOff: pos, length: stop - pos, packOff: s.packOff + pos - s.memOff, fromPack: true})
-		pos = stop
-		i++
-	}
-	return out
-}
+func (p *packedReader) pieces(off, end int64) []piece { return cutBySpans(p.spans, off, end) }
 
 // ReadAt implements repository.MemoryReader.
 //

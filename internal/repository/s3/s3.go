@@ -53,8 +53,14 @@
 // restore with prefetch streams it concurrently with the VM restore in a
 // few large ranged GETs (WarmCache), so a cold node fetches the startup
 // set and nothing else before ready; demand misses outside it fetch their
-// chunk at once. After ready the rest of the memory follows in the
-// background (fill.go), bounded and yielding to startup sets.
+// chunk at once. Attaching a refinement (the learned manifest restores
+// prefetch) names a refined pack of its set, rebuilt only when the set
+// drifted from the pack and at most once per few learned restores
+// (refinedpack.go); the device prefetch reads only what the pack streamed
+// or the node cache holds (memorySource.PrefetchRanges), so no mismatch
+// between pack and manifest turns learned pages into whole-chunk GETs.
+// After ready the rest of the memory follows in the background (fill.go),
+// bounded and yielding to startup sets.
 //
 // # Figures
 //
@@ -217,6 +223,9 @@ type Repo struct {
 	// beforeAttachRecord, when a test sets it, runs between uploading an
 	// attachment's object and writing the record that describes it.
 	beforeAttachRecord func()
+	// beforeRefinedPack, when a test sets it, runs before a refinement
+	// attach builds a refined pack; an error it returns fails the build.
+	beforeRefinedPack func() error
 	// beforeRemoveChunk, when a test sets it, runs in a collection between
 	// its last age check of a chunk and the chunk's removal;
 	// awaitingCollection each time a publish finds a collection it must
@@ -576,14 +585,7 @@ func (r *Repo) attachOnce(ctx context.Context, rec repository.Record, etag strin
 		minio.PutObjectOptions{ContentType: "application/octet-stream"}); err != nil {
 		return false, ctxErr(ctx, fmt.Errorf("upload %s: %w", key, err))
 	}
-	next := a.Attached(rec)
-	if a.Name == repository.ManifestFileName && next.StartupPack == nil {
-		// Without a pack, a cold node prefetches the manifest's chunks:
-		// slower, still correct, so a failure here does not fail the attach.
-		if pack, err := r.buildPack(ctx, rec, a.Data); err == nil {
-			next.StartupPack = pack
-		}
-	}
+	next := r.withPacks(ctx, rec, a)
 	if r.beforeAttachRecord != nil {
 		r.beforeAttachRecord()
 	}
@@ -592,11 +594,12 @@ func (r *Repo) attachOnce(ctx context.Context, rec repository.Record, etag strin
 	case errors.Is(err, errPrecondition):
 		return true, nil
 	case errors.Is(err, errGone):
-		// Deleted under us: the record stays deleted, and the object just
-		// written goes with the rest of the snapshot.
+		// Deleted under us: the record stays deleted, and the objects just
+		// written go with the rest of the snapshot.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
 		_ = r.remove(cctx, key)
+		r.removeSupersededPacks(cctx, id, next, repository.Record{})
 		return false, fmt.Errorf("snapshot %s: %w", id, repository.ErrNotFound)
 	case err != nil:
 		return false, err
@@ -606,7 +609,26 @@ func (r *Repo) attachOnce(ctx context.Context, rec repository.Record, etag strin
 		// Delete removes every artifact of the snapshot.
 		_ = r.remove(ctx, r.keys.artifact(id, old))
 	}
+	r.removeSupersededPacks(ctx, id, rec, next)
 	return false, nil
+}
+
+// withPacks is the record after attaching a to rec, with the startup packs
+// it names: a new recorded manifest gets its pack, a refinement the pack a
+// restore prefetching it streams (refinedpack.go). Without a pack a cold
+// node is slower, still correct, so a failed build does not fail the
+// attach.
+func (r *Repo) withPacks(ctx context.Context, rec repository.Record, a repository.Attachment) repository.Record {
+	next := a.Attached(rec)
+	switch {
+	case a.Name == repository.ManifestFileName && next.StartupPack == nil:
+		if pack, err := r.buildPack(ctx, rec, a.Data); err == nil {
+			next.StartupPack = pack
+		}
+	case a.RefinedManifest() != nil:
+		next.RefinedPack = r.refinedPackFor(ctx, rec, a)
+	}
+	return next
 }
 
 // Get implements repository.Repository.
@@ -860,12 +882,31 @@ func (r *Repo) resolve(ctx context.Context, rec repository.Record) (repository.R
 			return repository.Resolved{}, err
 		}
 	}
-	if res.ManifestPath != "" && rec.StartupPack != nil {
-		// Without a usable pack the restore still prefetches the manifest's
-		// ranges, from the chunks, and says why (StartupPackSkipped).
-		if mem.pack, err = r.loadPack(ctx, rec, res.ManifestPath); err != nil {
-			mem.packSkipped.note(fmt.Errorf("startup pack not loaded: %w", err))
-		}
-	}
+	r.choosePack(ctx, rec, res.ManifestPath, mem)
 	return res, nil
+}
+
+// choosePack gives mem the startup pack a restore streams: the refined
+// pack when the snapshot has one (a restore with refine on, the default,
+// prefetches the refinement), else the recorded manifest's. Without a
+// usable pack the restore still prefetches, from the chunks, and says why
+// (StartupPackSkipped).
+func (r *Repo) choosePack(ctx context.Context, rec repository.Record, manifestPath string, mem *memorySource) {
+	if rec.Refinement != nil && rec.RefinedPack != nil {
+		ps, err := r.loadRefinedPack(ctx, rec)
+		if err == nil {
+			mem.pack = ps
+			return
+		}
+		mem.packSkipped.note(fmt.Errorf("refined startup pack not loaded, streaming the recorded one: %w", err))
+	}
+	if manifestPath == "" || rec.StartupPack == nil {
+		return
+	}
+	ps, err := r.loadPack(ctx, rec, manifestPath)
+	if err != nil {
+		mem.packSkipped.note(fmt.Errorf("startup pack not loaded: %w", err))
+		return
+	}
+	mem.pack = ps
 }
