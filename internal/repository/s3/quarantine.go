@@ -207,7 +207,7 @@ func (r *Repo) releaseBindingsOf(ctx context.Context, id string) error {
 			continue // another snapshot's, released, or damaged (kept)
 		}
 		if err := r.releaseAlias(ctx, alias, id); err != nil {
-			return fmt.Errorf("release alias %s: %w", alias, err)
+			return err // names the alias
 		}
 	}
 	return nil

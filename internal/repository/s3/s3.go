@@ -217,6 +217,9 @@ type Repo struct {
 	// beforeAttachRecord, when a test sets it, runs between uploading an
 	// attachment's object and writing the record that describes it.
 	beforeAttachRecord func()
+	// beforeAliasRelease, when a test sets it, runs in Delete between
+	// reading the binding of the snapshot's alias and releasing it.
+	beforeAliasRelease func(alias string)
 	// beforeRemoveChunk, when a test sets it, runs in a collection between
 	// its last age check of a chunk and the chunk's removal;
 	// awaitingCollection each time a publish finds a collection it must
