@@ -123,3 +123,44 @@ func TestReleasedBindingIsFreeAndUnlisted(t *testing.T) {
 		t.Fatalf("web after a new publish = %s, %v; want %s", got, err, y.ID)
 	}
 }
+
+// snapshot delete of a dangling alias on S3: a binding naming a missing
+// snapshot that is younger than AliasBindGrace may be a publish's that has
+// not written its record yet, so it is kept (an alias conflict naming it);
+// one re-pointed between the release's read and its write stays its new
+// holder's.
+func TestDeleteOfADanglingAliasKeepsWhatIsNotItsOwn(t *testing.T) {
+	r := openRepo(t)
+	gone, lease := repotest.Publish(t, r, "")
+	lease.End()
+	if err := r.Delete(bg(), gone.ID); err != nil {
+		t.Fatal(err)
+	}
+	bind := func(id string) {
+		if _, err := r.putSmall(bg(), r.keys.alias("ghost"), encodeBinding("ghost", id), putCondition{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bind(gone.ID)
+	_, err := repository.DeleteRef(bg(), r, "ghost")
+	var conflict *repository.AliasConflictError
+	if !errors.As(err, &conflict) || conflict.HolderID != gone.ID || errors.Is(err, repository.ErrNotFound) {
+		t.Fatalf("delete of a young dangling alias: %v; want an alias conflict naming %s", err, gone.ID)
+	}
+
+	r.aliasGrace = 0
+	var newer repository.Record
+	r.beforeAliasRelease = func(string) {
+		r.beforeAliasRelease = nil
+		var l repository.Lease
+		newer, l = repotest.Publish(t, r, "ghost") // takes the dangling binding over
+		l.End()
+	}
+	_, err = repository.DeleteRef(bg(), r, "ghost")
+	if !errors.As(err, &conflict) || newer.ID == "" || conflict.HolderID != newer.ID {
+		t.Fatalf("delete of a dangling alias re-pointed meanwhile: %v; want an alias conflict naming %s", err, newer.ID)
+	}
+	if id, err := r.ResolveAlias(bg(), "ghost"); err != nil || id != newer.ID {
+		t.Fatalf("ghost after the delete = %s, %v; want %s", id, err, newer.ID)
+	}
+}

@@ -278,9 +278,6 @@ func (r *Repo) removeAlias(ctx context.Context, alias, id string) error {
 		return err
 	}
 	if damaged || (found && b.ID == id) {
-		if r.beforeAliasRelease != nil {
-			r.beforeAliasRelease(alias)
-		}
 		if err := r.putReleased(ctx, alias, etag); err != nil {
 			return err
 		}
@@ -295,6 +292,9 @@ func (r *Repo) putReleased(ctx context.Context, alias, etag string) error {
 	if etag == "" {
 		// Without a condition the write could replace anyone's binding.
 		return fmt.Errorf("release alias %s: %w: the store gave no ETag for its binding", alias, repository.ErrIntegrity)
+	}
+	if r.beforeAliasRelease != nil {
+		r.beforeAliasRelease(alias)
 	}
 	_, err := r.putSmall(ctx, r.keys.alias(alias), encodeBinding(alias, ""), putCondition{ifMatch: etag})
 	if errors.Is(err, errPrecondition) || errors.Is(err, errGone) {

@@ -217,8 +217,8 @@ type Repo struct {
 	// beforeAttachRecord, when a test sets it, runs between uploading an
 	// attachment's object and writing the record that describes it.
 	beforeAttachRecord func()
-	// beforeAliasRelease, when a test sets it, runs in Delete between
-	// reading the binding of the snapshot's alias and releasing it.
+	// beforeAliasRelease, when a test sets it, runs between reading an
+	// alias binding and releasing it (putReleased).
 	beforeAliasRelease func(alias string)
 	// beforeRemoveChunk, when a test sets it, runs in a collection between
 	// its last age check of a chunk and the chunk's removal;
@@ -719,6 +719,9 @@ func (r *Repo) deleteQuarantined(ctx context.Context, id string) error {
 		return err
 	}
 	if !q {
+		if err := r.releaseDanglingBindingsOf(ctx, id); err != nil {
+			return err
+		}
 		return r.reclaimUnpublished(ctx, id)
 	}
 	if err := r.releaseBindingsOf(ctx, id); err != nil {
