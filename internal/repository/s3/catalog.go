@@ -330,7 +330,8 @@ func (r *Repo) resolveAlias(ctx context.Context, alias string) (repository.Recor
 	}
 	// A binding naming a snapshot that is gone, or that does not carry the
 	// alias, was left behind by a crashed publish; taken over by the next one.
-	rec, _, err := r.getRecord(ctx, b.ID)
+	// Get, not getRecord: a quarantined record is damaged, not missing.
+	rec, err := r.Get(ctx, b.ID)
 	switch {
 	case errors.Is(err, repository.ErrNotFound):
 		return repository.Record{}, repository.DanglingAliasError(alias, b.ID, repository.DanglingMissing)
