@@ -223,7 +223,8 @@ var snapshotDeleteCmd = &cobra.Command{
 	Short: "Delete a snapshot: its record, alias and files",
 	Long: `Delete the snapshot with that id or alias: its record, its alias binding and
 its files. Deleting a snapshot that does not exist succeeds and says so; a
-delete that was interrupted is finished by running it again.`,
+delete that was interrupted is finished by running it again. An alias that
+names a snapshot which no longer exists is released, and the verb says so.`,
 	Args: usage.Args(cobra.ExactArgs(1)),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		ref := args[0]

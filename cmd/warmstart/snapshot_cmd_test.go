@@ -200,3 +200,41 @@ func TestSnapshotImportUsageErrors(t *testing.T) {
 		t.Fatalf("rejected imports created the store: %v", err)
 	}
 }
+
+// snapshot delete of an alias whose snapshot no longer exists (a delete
+// that crashed after removing the record) releases the alias and says so;
+// a name that can be neither an id nor an alias is a usage error.
+func TestSnapshotDeleteOfADanglingAlias(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "store")
+	in := repotest.NewInputs(t, 64<<10)
+	out, _, err := runSnapshotVerb(t, store, "import", "--vm-state", in.VMStatePath, "--memory", in.MemoryPath, "--alias", "ghost")
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	id := strings.TrimSpace(out)
+	if err := os.Remove(filepath.Join(store, "catalog", "records", id+".json")); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = runSnapshotVerb(t, store, "delete", "ghost")
+	want := "alias ghost named snapshot " + id + ", which no longer exists; released the alias\n"
+	if err != nil || out != want {
+		t.Fatalf("delete of a dangling alias: %q, %v; want %q", out, err, want)
+	}
+	if _, err := os.Lstat(filepath.Join(store, "catalog", "aliases", "ghost")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the alias file stays after its release: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(store, "snapshots", id)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the missing snapshot's files stay: %v", err)
+	}
+	out, _, err = runSnapshotVerb(t, store, "delete", "ghost")
+	if err != nil || out != "no snapshot has alias ghost; nothing to delete\n" {
+		t.Fatalf("second delete: %q, %v", out, err)
+	}
+	for _, bad := range []string{"Bad/Name", "../etc", "00000000-0000-4000-8000-000000000000"} {
+		_, _, err := runSnapshotVerb(t, store, "delete", bad)
+		var ue usageError
+		if !errors.As(err, &ue) || !errors.Is(err, repository.ErrInvalidRequest) || !strings.Contains(err.Error(), bad) {
+			t.Errorf("delete %q: %v; want a usage error naming it", bad, err)
+		}
+	}
+}

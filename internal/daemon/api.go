@@ -84,6 +84,9 @@ type SnapshotFiles struct {
 type DeleteResponse struct {
 	ID    string `json:"id"`
 	Alias string `json:"alias,omitempty"`
+	// Released: the alias named a snapshot that no longer exists (ID),
+	// and its binding was released; no snapshot was deleted.
+	Released bool `json:"released,omitempty"`
 }
 
 // VerifyRequest is the optional body of POST /snapshots/{id}/verify.
@@ -264,27 +267,18 @@ func (d *Daemon) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err := checkRef("id", ref); err != nil {
 		return err
 	}
-	ctx := r.Context()
-	rec, err := d.repo.Lookup(ctx, ref)
+	del, err := repository.DeleteRef(r.Context(), d.repo, ref)
 	switch {
-	case errors.Is(err, repository.ErrNotFound) && repository.RefIsID(ref):
-		// Nothing visible, but a crashed publish or delete of this id may
-		// have left files that Delete reclaims.
-		if err := d.repo.Delete(ctx, ref); err != nil {
-			return refError("id", ref, err)
-		}
-		return refError("id", ref, repository.ErrNotFound)
-	case errors.Is(err, repository.ErrIntegrity) && repository.RefIsID(ref):
-		// A record that cannot be read can still be deleted.
-		rec = repository.Record{ID: ref}
 	case err != nil:
 		return refError("id", ref, err)
+	case del.Absent:
+		return refError("id", ref, repository.ErrNotFound)
+	case del.Released:
+		d.log.Info("dangling alias released", "alias", del.Alias, "snapshot", del.ID)
+	default:
+		d.log.Info("snapshot deleted", "snapshot", del.ID, "alias", del.Alias)
 	}
-	if err := d.repo.Delete(ctx, rec.ID); err != nil {
-		return refError("id", ref, err)
-	}
-	d.log.Info("snapshot deleted", "snapshot", rec.ID, "alias", rec.Alias)
-	writeJSON(w, http.StatusOK, DeleteResponse{ID: rec.ID, Alias: rec.Alias})
+	writeJSON(w, http.StatusOK, DeleteResponse{ID: del.ID, Alias: del.Alias, Released: del.Released})
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -417,5 +418,31 @@ func TestServesTCP(t *testing.T) {
 	}
 	if _, err := os.Lstat(f.cfg.Daemon.Socket); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("serving TCP, the socket %s exists (%v)", f.cfg.Daemon.Socket, err)
+	}
+}
+
+// DELETE of an alias whose snapshot no longer exists (a delete elsewhere
+// crashed after removing the record) releases the alias and says so; the
+// alias is then free, and a second DELETE is a 404.
+func TestDeleteOfADanglingAliasReleasesIt(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	c := startDaemon(t, f, nil).client
+	ctx := context.Background()
+	imp, err := c.Import(ctx, f.importRequest("ghost"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(f.cfg.Backend.PosixFS.SnapshotStore, "catalog", "records", imp.ID+".json")); err != nil {
+		t.Fatal(err)
+	}
+	del, err := c.DeleteSnapshot(ctx, "ghost")
+	if want := (daemon.DeleteResponse{ID: imp.ID, Alias: "ghost", Released: true}); err != nil || del != want {
+		t.Fatalf("delete of a dangling alias = %+v, %v; want %+v", del, err, want)
+	}
+	if _, err := c.DeleteSnapshot(ctx, "ghost"); !errors.Is(err, repository.ErrNotFound) {
+		t.Fatalf("second delete: %v, want 404", err)
+	}
+	if _, err := c.Import(ctx, f.importRequest("ghost")); err != nil {
+		t.Fatalf("import of the released alias: %v", err)
 	}
 }

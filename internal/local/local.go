@@ -49,31 +49,16 @@ func Show(ctx context.Context, repo repository.Repository, o report.Output, ref 
 	return report.SnapshotText(o.Out, rec, res, resErr)
 }
 
-// Delete deletes the snapshot ref names; one that does not exist is
-// reported, not an error, after reclaiming what a crashed publish or
-// delete of that id left.
+// Delete deletes the snapshot ref names (repository.DeleteRef): one that
+// does not exist is reported, not an error, after reclaiming what a
+// crashed publish or delete of that id left; an alias naming a snapshot
+// that no longer exists is released.
 func Delete(ctx context.Context, repo repository.Repository, o report.Output, ref string) error {
-	rec, err := repo.Lookup(ctx, ref)
-	switch {
-	case errors.Is(err, repository.ErrNotFound) && repository.RefIsID(ref):
-		// Nothing visible, but a crashed publish or delete of this id
-		// may have left files that Delete reclaims.
-		if err := repo.Delete(ctx, ref); err != nil {
-			return RefError("snapshot delete", ref, err)
-		}
-		return report.NothingToDelete(o.Out, ref)
-	case errors.Is(err, repository.ErrNotFound):
-		return report.NothingToDelete(o.Out, ref)
-	case errors.Is(err, repository.ErrIntegrity) && repository.RefIsID(ref):
-		// A record that cannot be read can still be deleted.
-		rec = repository.Record{ID: ref}
-	case err != nil:
+	del, err := repository.DeleteRef(ctx, repo, ref)
+	if err != nil {
 		return RefError("snapshot delete", ref, err)
 	}
-	if err := repo.Delete(ctx, rec.ID); err != nil {
-		return RefError("snapshot delete", ref, err)
-	}
-	return report.Deleted(o.Out, rec.ID, rec.Alias)
+	return report.Deletion(o.Out, ref, del)
 }
 
 // List prints the catalog filter f selects (see report.Catalog).

@@ -111,7 +111,7 @@ func Delete(ctx context.Context, c *daemon.Client, o report.Output, ref string) 
 	case err != nil:
 		return fmt.Errorf("snapshot delete %s: %w", ref, err)
 	}
-	return report.Deleted(o.Out, del.ID, del.Alias)
+	return report.Deletion(o.Out, ref, repository.Deletion{ID: del.ID, Alias: del.Alias, Released: del.Released})
 }
 
 // RecordManifest records a snapshot's startup manifest on the daemon and

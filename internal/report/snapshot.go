@@ -139,6 +139,18 @@ func Deleted(w io.Writer, id, alias string) error {
 	return err
 }
 
+// Deletion reports what a delete of ref did (repository.DeleteRef).
+func Deletion(w io.Writer, ref string, d repository.Deletion) error {
+	switch {
+	case d.Absent:
+		return NothingToDelete(w, ref)
+	case d.Released:
+		_, err := fmt.Fprintf(w, "alias %s named snapshot %s, which no longer exists; released the alias\n", d.Alias, d.ID)
+		return err
+	}
+	return Deleted(w, d.ID, d.Alias)
+}
+
 // NothingToDelete reports a delete of a snapshot that does not exist, by
 // id or by alias.
 func NothingToDelete(w io.Writer, ref string) error {

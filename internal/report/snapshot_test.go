@@ -21,6 +21,16 @@ func TestDeleteLines(t *testing.T) {
 		{"absent alias", func(b *strings.Builder) error { return NothingToDelete(b, "web") }, "no snapshot has alias web; nothing to delete\n"},
 		{"deleted", func(b *strings.Builder) error { return Deleted(b, id, "") }, "deleted snapshot " + id + "\n"},
 		{"deleted alias", func(b *strings.Builder) error { return Deleted(b, id, "web") }, "deleted snapshot " + id + " (alias web)\n"},
+		{"released dangling alias", func(b *strings.Builder) error {
+			return Deletion(b, "web", repository.Deletion{ID: id, Alias: "web", Released: true})
+		}, "alias web named snapshot " + id + ", which no longer exists; released the alias\n"},
+		{"deletion", func(b *strings.Builder) error {
+			return Deletion(b, "web", repository.Deletion{ID: id, Alias: "web"})
+		}, "deleted snapshot " + id + " (alias web)\n"},
+		{"absent deletion", func(b *strings.Builder) error {
+			return Deletion(b, "web", repository.Deletion{Alias: "web", Absent: true})
+		},
+			"no snapshot has alias web; nothing to delete\n"},
 	} {
 		var b strings.Builder
 		if err := tc.run(&b); err != nil || b.String() != tc.want {

@@ -61,10 +61,24 @@ func (e *IntegrityError) Is(target error) bool { return target == ErrIntegrity }
 // its publish never finished; or one that does not carry the alias). It
 // names both, so an operator sees which id went missing, and matches
 // ErrNotFound: the alias names no visible snapshot, and the next
-// publisher of the alias takes the binding over.
+// publisher of the alias takes the binding over. errors.As finds it as a
+// *DanglingAlias.
 func DanglingAliasError(alias, id, why string) error {
-	return fmt.Errorf("alias %s names snapshot %s, which %s: %w", alias, id, why, ErrNotFound)
+	return &DanglingAlias{Alias: alias, ID: id, Why: why}
 }
+
+// DanglingAlias is a DanglingAliasError: Alias is bound to ID, which Why
+// (DanglingMissing or DanglingNotCarried).
+type DanglingAlias struct {
+	Alias, ID, Why string
+}
+
+func (e *DanglingAlias) Error() string {
+	return fmt.Sprintf("alias %s names snapshot %s, which %s: %v", e.Alias, e.ID, e.Why, ErrNotFound)
+}
+
+// Is makes errors.Is(err, ErrNotFound) true.
+func (e *DanglingAlias) Is(target error) bool { return target == ErrNotFound }
 
 // Why an alias dangles, for DanglingAliasError.
 const (

@@ -343,7 +343,9 @@ type Repository interface {
 	// meanwhile is its new holder's and stays. The record goes first, so a reader never sees a record
 	// whose artifacts are gone. Deleting an id that does not exist is not an
 	// error (Delete is idempotent); it still reclaims leftovers of a crashed
-	// publish or delete of that id. Leases on the snapshot are not waited
+	// publish or delete of that id, among them alias bindings still naming
+	// it (a dangling alias: DeleteRef releases one this way; a backend may
+	// keep a binding young enough to be a publish's still running). Leases on the snapshot are not waited
 	// for; their holders learn of the deletion from ErrNotFound.
 	Delete(ctx context.Context, id string) error
 

@@ -16,6 +16,7 @@ import (
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/prefetch"
+	"warmstart/internal/repository"
 	"warmstart/internal/vmm"
 )
 
@@ -64,6 +65,9 @@ type fileDevice struct {
 	// srv is the mount serving it (Restorer.FUSE or PrefetchFUSE);
 	// generation numbers are unique across mounts.
 	srv *fusedev.Server
+	// remote is the first damaged read of a remote lower this restore
+	// opened (remotedamage.go).
+	remote *remoteDamage
 }
 
 // fileServer is the mount a restore's file device is attached on: the
@@ -86,11 +90,12 @@ func (r *Restorer) attachFile(src Source, opts Options, digests *integrity.Table
 	if key == "" {
 		key = src.SnapshotID
 	}
-	dev, err := attachFileDevice(srv, key, src, opts.IOEngine, r.fileVerifier(src, digests))
+	damage := r.remoteDamageOf(src)
+	dev, err := attachFileDevice(srv, key, src, opts.IOEngine, r.fileVerifier(src, digests), damage)
 	if err != nil {
 		return nil, fmt.Errorf("attach memory device: %w", integrityIf(err))
 	}
-	d := &fileDevice{dev: dev, srv: srv}
+	d := &fileDevice{dev: dev, srv: srv, remote: damage}
 	if opts.IOEngine == config.IOEngineDirect {
 		if err := fusedev.CheckMappable(dev.Path()); err != nil {
 			d.release(context.Background(), func() {})
@@ -141,6 +146,9 @@ func (d *fileDevice) target(p Policy, plan []prefetch.Range) (prefetch.Target, f
 func (d *fileDevice) explain(snapshot string, err error) error {
 	if c := d.dev.Corruption(); c != nil && !errors.Is(err, integrity.ErrCorrupt) {
 		return markIntegrity(fmt.Errorf("snapshot %s: memory %w (%w)", snapshot, c, err))
+	}
+	if c := d.remote.err(); c != nil && !errors.Is(err, repository.ErrIntegrity) {
+		return fmt.Errorf("snapshot %s: memory: %w (%w)", snapshot, c, err)
 	}
 	return integrityIf(err)
 }

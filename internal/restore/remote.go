@@ -95,12 +95,20 @@ func noteReady(src Source) {
 }
 
 // attachFileDevice attaches the file device for src on srv: a generation
-// serving its local memory file, or a reader of its remote memory source.
-func attachFileDevice(srv *fusedev.Server, key string, src Source, ioEngine int, v *fusedev.Verifier) (*fusedev.Device, error) {
+// serving its local memory file, or a reader of its remote memory source
+// whose damaged reads go to damage (when the generation is new: one
+// shared with an earlier restore reports to that restore's).
+func attachFileDevice(srv *fusedev.Server, key string, src Source, ioEngine int, v *fusedev.Verifier, damage *remoteDamage) (*fusedev.Device, error) {
 	if src.Memory == nil {
 		return srv.AttachVerified(key, src.MemoryPath, ioEngine, v)
 	}
-	open := func() (fusedev.Lower, error) { return src.Memory.OpenMemory() }
+	open := func() (fusedev.Lower, error) {
+		rd, err := src.Memory.OpenMemory()
+		if err != nil {
+			return nil, err
+		}
+		return watchedLower{MemoryReader: rd, damage: damage}, nil
+	}
 	return srv.AttachLowerVerified(key, src.Memory.Ref(), open, ioEngine, v)
 }
 

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"warmstart/internal/durable"
 	"warmstart/internal/repository"
@@ -52,6 +53,11 @@ type Repo struct {
 	// afterResolveRecord, when set by a test, runs in Resolve between
 	// reading the record and checking the artifacts.
 	afterResolveRecord func(id string)
+
+	// swept holds the dangling alias bindings this Repo's sweeps released
+	// (alias → the missing id), until TakeSweptAlias reports each.
+	sweptMu sync.Mutex
+	swept   map[string]string
 }
 
 var _ repository.Repository = (*Repo)(nil)

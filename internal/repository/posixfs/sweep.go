@@ -113,7 +113,10 @@ func (r *Repo) sweepAliases(context.Context) error {
 			if exists, err := r.recordExists(holder); err != nil || exists {
 				return err
 			}
-			_, err = removeDurable(dir, alias)
+			removed, err := removeDurable(dir, alias)
+			if removed {
+				r.noteSwept(alias, holder)
+			}
 			return err
 		}))
 	}
@@ -223,4 +226,27 @@ func ours(lease bool, name string) bool {
 	default:
 		return repository.ValidateAlias(target) == nil
 	}
+}
+
+// noteSwept remembers that a sweep released alias, which named the
+// missing snapshot id, so that a delete of the alias in this process says
+// what became of it (TakeSweptAlias).
+func (r *Repo) noteSwept(alias, id string) {
+	r.sweptMu.Lock()
+	defer r.sweptMu.Unlock()
+	if r.swept == nil {
+		r.swept = map[string]string{}
+	}
+	r.swept[alias] = id
+}
+
+// TakeSweptAlias implements repository.SweptAliases: the sweep of a
+// writable open releases dangling bindings before `snapshot delete ALIAS`
+// can look at one, and the delete reports the release as its own.
+func (r *Repo) TakeSweptAlias(alias string) (string, bool) {
+	r.sweptMu.Lock()
+	defer r.sweptMu.Unlock()
+	id, ok := r.swept[alias]
+	delete(r.swept, alias)
+	return id, ok
 }

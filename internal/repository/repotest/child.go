@@ -198,13 +198,17 @@ type Child struct {
 
 // StartChild starts this test binary as a child in role on the repository
 // described by repo, with env added to its environment, held at b if b is
-// not nil. It is killed at the end of t if still running.
+// not nil. It is killed at the end of t if still running. Its TMPDIR is a
+// directory of t, removed with it.
 func StartChild(t *testing.T, role, repo string, env map[string]string, b *Barrier) *Child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	// A race-enabled child otherwise sleeps a second at exit.
 	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
-	cmd.Env = append(exerole.Environ(os.Environ(), ChildExecRole), childRoleEnv+"="+role, childRepoEnv+"="+repo, "GORACE="+gorace)
+	// Whatever the child makes in its temporary directory is the test's
+	// to remove: a killed child cannot clean up.
+	cmd.Env = append(exerole.Environ(os.Environ(), ChildExecRole), childRoleEnv+"="+role, childRepoEnv+"="+repo, "GORACE="+gorace,
+		"TMPDIR="+t.TempDir())
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}

@@ -1,6 +1,8 @@
 package repotest
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -39,6 +41,7 @@ func RunDamage(t *testing.T, open func(t *testing.T) Damageable) {
 		{"DamagedAliasNeverBoundTwice", testDamagedAlias},
 		{"DeleteUnbindsEveryAliasOfTheID", testDeleteUnbindsAliases},
 		{"DanglingAliasNamesItsID", testDanglingAlias},
+		{"DeleteOfADanglingAliasReleasesIt", testDeleteDanglingAlias},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -216,5 +219,44 @@ func testDanglingAlias(t *testing.T, d Damageable) {
 		if msg := err.Error(); !strings.Contains(msg, "ghost") || !strings.Contains(msg, gone.ID) {
 			t.Errorf("%s of a dangling alias: %q; want the alias and the missing id %s named", what, msg, gone.ID)
 		}
+	}
+}
+
+// testDeleteDanglingAlias deletes by a dangling alias (snapshot delete
+// ALIAS): the binding naming the missing snapshot is released and
+// DeleteRef says so, other bindings stay, and a second delete, a delete of
+// an alias nothing binds and one of a name that is neither an id nor an
+// alias say what they are.
+func testDeleteDanglingAlias(t *testing.T, d Damageable) {
+	gone, _ := Publish(t, d.Repo, "")
+	if err := d.Repo.Delete(bg(), gone.ID); err != nil {
+		t.Fatal(err)
+	}
+	keep, _ := Publish(t, d.Repo, "keep")
+	d.Bind(t, "ghost", gone.ID)
+	del, err := repository.DeleteRef(bg(), d.Repo, "ghost")
+	want := repository.Deletion{ID: gone.ID, Alias: "ghost", Released: true}
+	if err != nil || del != want {
+		t.Fatalf("DeleteRef(ghost) = %+v, %v; want %+v", del, err, want)
+	}
+	if id := d.BoundTo(t, "ghost"); id != "" {
+		t.Fatalf("ghost still bound to %s after its release", id)
+	}
+	_, err = d.Repo.Lookup(bg(), "ghost")
+	var dangling *repository.DanglingAlias
+	if !errors.Is(err, repository.ErrNotFound) || errors.As(err, &dangling) {
+		t.Fatalf("Lookup(ghost) after the release: %v; want plain not found", err)
+	}
+	if id, err := d.Repo.ResolveAlias(bg(), "keep"); err != nil || id != keep.ID {
+		t.Fatalf("ResolveAlias(keep) = %s, %v; want %s", id, err, keep.ID)
+	}
+	for _, ref := range []string{"ghost", "never-bound"} {
+		if del, err := repository.DeleteRef(bg(), d.Repo, ref); err != nil || !del.Absent {
+			t.Fatalf("DeleteRef(%s) = %+v, %v; want nothing to delete", ref, del, err)
+		}
+	}
+	for _, ref := range []string{"Bad/Name", "../etc", ""} {
+		_, err := repository.DeleteRef(bg(), d.Repo, ref)
+		wantErr(t, fmt.Sprintf("DeleteRef(%q)", ref), err, repository.ErrInvalidRequest)
 	}
 }

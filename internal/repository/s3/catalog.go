@@ -93,6 +93,10 @@ func (r *Repo) putRecord(ctx context.Context, rec repository.Record, cond putCon
 // reported as ErrIntegrity (with found and etag set).
 func (r *Repo) readAlias(ctx context.Context, alias string) (b aliasBinding, etag string, modified time.Time, found bool, err error) {
 	data, info, found, err := r.getSmall(ctx, r.keys.alias(alias))
+	if errors.Is(err, repository.ErrIntegrity) {
+		// Too large to be a binding: damaged, and released on its ETag.
+		return aliasBinding{}, info.ETag, info.LastModified, true, fmt.Errorf("alias %s: %w", alias, err)
+	}
 	if err != nil || !found {
 		return aliasBinding{}, "", time.Time{}, false, err
 	}
@@ -255,30 +259,51 @@ func (r *Repo) releaseAlias(ctx context.Context, alias, id string) error {
 	if err != nil || !found || b.ID != id {
 		return err
 	}
-	_, err = r.putSmall(ctx, r.keys.alias(alias), encodeBinding(alias, ""), putCondition{ifMatch: etag})
-	if errors.Is(err, errPrecondition) || errors.Is(err, errGone) {
-		return nil // someone else's now
-	}
-	return err
+	return r.putReleased(ctx, alias, etag)
 }
 
-// removeAlias deletes the alias object if it binds id. Delete calls it
-// while id's record still exists, so nobody can take the alias over
-// between the read and the delete. A damaged binding (in place or
-// quarantined) is removed too: the record of id carries the alias, and no
-// other record can (binding refuses while the damage is there).
+// removeAlias releases the binding of alias if it binds id (Delete). Like
+// releaseAlias it overwrites the binding with a released one,
+// conditionally on the ETag it read, and never deletes the object: the
+// per-id lock holds only in this process, so another node may be deleting
+// id too, finish first, and let a publisher bind the alias to its own
+// snapshot before this write; an unconditional removal would then delete
+// that new binding. A damaged binding (in place or quarantined) is
+// released too: the record of id carries the alias, and no other record
+// can (binding refuses while the damage is there).
 func (r *Repo) removeAlias(ctx context.Context, alias, id string) error {
-	b, _, _, found, err := r.readAlias(ctx, alias)
+	b, etag, _, found, err := r.readAlias(ctx, alias)
 	damaged := errors.Is(err, repository.ErrIntegrity)
 	if err != nil && !damaged {
 		return err
 	}
 	if damaged || (found && b.ID == id) {
-		if err := r.remove(ctx, r.keys.alias(alias)); err != nil {
+		if err := r.putReleased(ctx, alias, etag); err != nil {
 			return err
 		}
 	}
 	return r.remove(ctx, r.keys.quarantinedAlias(alias))
+}
+
+// putReleased overwrites the binding of alias read with etag by a
+// released one. A binding changed or removed since is someone else's now
+// and stays.
+func (r *Repo) putReleased(ctx context.Context, alias, etag string) error {
+	if etag == "" {
+		// Without a condition the write could replace anyone's binding.
+		return fmt.Errorf("release alias %s: %w: the store gave no ETag for its binding", alias, repository.ErrIntegrity)
+	}
+	if r.beforeAliasRelease != nil {
+		r.beforeAliasRelease(alias)
+	}
+	_, err := r.putSmall(ctx, r.keys.alias(alias), encodeBinding(alias, ""), putCondition{ifMatch: etag})
+	if errors.Is(err, errPrecondition) || errors.Is(err, errGone) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("release alias %s: %w", alias, err)
+	}
+	return nil
 }
 
 func takenErr(alias string, taken bool) error {
@@ -305,7 +330,8 @@ func (r *Repo) resolveAlias(ctx context.Context, alias string) (repository.Recor
 	}
 	// A binding naming a snapshot that is gone, or that does not carry the
 	// alias, was left behind by a crashed publish; taken over by the next one.
-	rec, _, err := r.getRecord(ctx, b.ID)
+	// Get, not getRecord: a quarantined record is damaged, not missing.
+	rec, err := r.Get(ctx, b.ID)
 	switch {
 	case errors.Is(err, repository.ErrNotFound):
 		return repository.Record{}, repository.DanglingAliasError(alias, b.ID, repository.DanglingMissing)

@@ -207,6 +207,21 @@ func rewriteObject(t *testing.T, r *Repo, key string, f func([]byte) []byte) {
 func TestOldRawRecordsStillRead(t *testing.T) {
 	r := chunkyRepo(t, "")
 	in := chunkyInputs(t, 4)
+	rec := publishRaw(t, r, in)
+	node := chunkyRepo(t, r.keys.prefix)
+	res, err := node.Resolve(bg(), rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := repotest.ResolvedMemorySHA256(t, res); got != in.MemorySHA256 {
+		t.Fatalf("raw memory reads back as %s, want %s", got, in.MemorySHA256)
+	}
+}
+
+// publishRaw publishes in and rewrites its record as one of format 1,
+// with the memory as one object (memory.bin) and no chunk map.
+func publishRaw(t *testing.T, r *Repo, in repotest.Inputs) repository.Record {
+	t.Helper()
 	rec, _ := repotest.PublishInputs(t, r, in, "")
 	data, err := os.ReadFile(in.MemoryPath)
 	if err != nil {
@@ -223,12 +238,32 @@ func TestOldRawRecordsStillRead(t *testing.T) {
 	if err := r.remove(bg(), r.keys.artifact(rec.ID, chunkMapName)); err != nil {
 		t.Fatal(err)
 	}
-	node := chunkyRepo(t, r.keys.prefix)
-	res, err := node.Resolve(bg(), rec.ID)
-	if err != nil {
+	return raw
+}
+
+// A memory object replaced in the bucket under a published snapshot (same
+// key and size, other bytes: its ETag no longer matches) is damage, not a
+// deletion: the read fails with ErrIntegrity, never ErrNotFound (which
+// would let a recording be discarded as if the snapshot had been deleted).
+// Once the snapshot is deleted, a read finds it gone: ErrNotFound.
+func TestReplacedRawMemoryObjectIsAnIntegrityFailure(t *testing.T) {
+	r := chunkyRepo(t, "")
+	rec := publishRaw(t, r, chunkyInputs(t, 5))
+	key := r.keys.artifact(rec.ID, repository.MemoryFileName)
+	buf := make([]byte, testChunkBytes)
+
+	replaced := openMemory(t, chunkyRepo(t, r.keys.prefix), rec.ID)
+	rewriteObject(t, r, key, func(b []byte) []byte { b[0] ^= 0x01; return b })
+	_, err := replaced.ReadAt(buf, 0)
+	if !errors.Is(err, repository.ErrIntegrity) || errors.Is(err, repository.ErrNotFound) {
+		t.Fatalf("read of a replaced memory object: %v; want ErrIntegrity, not ErrNotFound", err)
+	}
+
+	deleted := openMemory(t, chunkyRepo(t, r.keys.prefix), rec.ID)
+	if err := r.Delete(bg(), rec.ID); err != nil {
 		t.Fatal(err)
 	}
-	if got := repotest.ResolvedMemorySHA256(t, res); got != in.MemorySHA256 {
-		t.Fatalf("raw memory reads back as %s, want %s", got, in.MemorySHA256)
+	if _, err := deleted.ReadAt(buf, 0); !errors.Is(err, repository.ErrNotFound) {
+		t.Fatalf("read of a deleted snapshot's memory: %v; want ErrNotFound", err)
 	}
 }

@@ -61,14 +61,20 @@ func TestPublishKilledBeforeRecordIsResumed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The child's own temporary directory, to see that a killed child
+	// leaves nothing there: what it makes lies under the parent's CacheDir.
+	childTmp := t.TempDir()
 	child := repotest.StartChild(t, "publish-stall", string(desc),
-		map[string]string{stallVMEnv: in.VMStatePath, stallMemEnv: in.MemoryPath}, nil)
+		map[string]string{stallVMEnv: in.VMStatePath, stallMemEnv: in.MemoryPath, "TMPDIR": childTmp}, nil)
 	id := child.Ready(t)
 	if err := child.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	if _, sig := child.Wait(t); sig != syscall.SIGKILL {
 		t.Fatalf("child ended by %v, not SIGKILL; stderr: %s", sig, child.Stderr())
+	}
+	if left, err := os.ReadDir(childTmp); err != nil || len(left) != 0 {
+		t.Fatalf("the killed child left %v in its TMPDIR (%v); its files must lie under the parent's directory", left, err)
 	}
 	if _, err := r.Get(bg(), id); !errors.Is(err, repository.ErrNotFound) {
 		t.Fatalf("Get of the killed publish: %v, want ErrNotFound", err)

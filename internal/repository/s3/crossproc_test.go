@@ -25,22 +25,28 @@ func childMain(role string) int {
 	return repotest.ChildMain(role, openChildRepo, map[string]repotest.Role{"publish-stall": childPublishStall})
 }
 
+// openChildRepo opens the repository the parent described, with a node
+// cache of the child's own made under the parent's CacheDir: the parent's
+// test removes that directory, so a child that is killed (and cannot
+// clean up) leaves nothing behind.
 func openChildRepo(ctx context.Context, desc string) (repository.Repository, func(), error) {
 	var o Options
 	if err := json.Unmarshal([]byte(desc), &o); err != nil {
 		return nil, nil, fmt.Errorf("child options: %w", err)
 	}
-	cacheDir, err := os.MkdirTemp("", "s3-child-cache-")
+	if o.CacheDir == "" {
+		return nil, nil, errors.New("child options: no CacheDir: the parent must name a directory it removes")
+	}
+	cacheDir, err := os.MkdirTemp(o.CacheDir, "child-")
 	if err != nil {
 		return nil, nil, err
 	}
 	o.CacheDir = cacheDir
 	repo, err := Open(ctx, o)
 	if err != nil {
-		os.RemoveAll(cacheDir)
 		return nil, nil, err
 	}
-	return repo, func() { repo.Close(); os.RemoveAll(cacheDir) }, nil
+	return repo, func() { repo.Close() }, nil
 }
 
 // TestCrossProcess runs the cross-process scenarios every backend shares

@@ -119,7 +119,9 @@ func (r *Repo) rawMemory(ctx context.Context, rec repository.Record) (*memorySou
 }
 
 // rangedGet is one GET of [off, off+length) of key, conditional on etag
-// when given. A missing or replaced object is ErrNotFound.
+// when given. A missing object is ErrNotFound; a replaced one (other bytes
+// under the published key: the ETag no longer matches) ErrIntegrity, since
+// a delete removes objects and never rewrites them.
 func (r *Repo) rangedGet(ctx context.Context, key, etag string, off, length int64, what string) (io.ReadCloser, error) {
 	var o minio.GetObjectOptions
 	if err := o.SetRange(off, off+length-1); err != nil {
@@ -132,7 +134,10 @@ func (r *Repo) rangedGet(ctx context.Context, key, etag string, off, length int6
 	}
 	body, info, _, err := r.core.GetObject(ctx, r.bucket, key, o)
 	if err != nil {
-		if isNotFound(err) || isPreconditionFailed(err) {
+		if isPreconditionFailed(err) {
+			return nil, fmt.Errorf("%s: %w: the object was replaced: %w", what, repository.ErrIntegrity, err)
+		}
+		if isNotFound(err) {
 			return nil, fmt.Errorf("%s: %w: %w", what, repository.ErrNotFound, err)
 		}
 		return nil, ctxErr(ctx, fmt.Errorf("get %s [%d, %d): %w", key, off, off+length, err))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 
@@ -192,8 +193,22 @@ func (r *Repo) aliasTaken(ctx context.Context, alias string) (bool, error) {
 // naming id can be taken over by a publisher meanwhile (once a healthy
 // record does not carry its alias, or id's record is gone), so each is
 // released like a failed publish's, conditionally on the ETag it was read
-// with (releaseAlias): one taken over stays its new holder's.
+// with (putReleased): one taken over stays its new holder's.
 func (r *Repo) releaseBindingsOf(ctx context.Context, id string) error {
+	return r.releaseBindingsOlder(ctx, id, 0)
+}
+
+// releaseDanglingBindingsOf is releaseBindingsOf for an id without a
+// record (Delete of a missing id, as `snapshot delete` of a dangling alias
+// asks): a binding younger than AliasBindGrace may be a publish's that has
+// not written its record yet, and stays, as claimAlias leaves it.
+func (r *Repo) releaseDanglingBindingsOf(ctx context.Context, id string) error {
+	return r.releaseBindingsOlder(ctx, id, r.aliasGrace)
+}
+
+// releaseBindingsOlder releases the bindings naming id that were written
+// at least minAge ago.
+func (r *Repo) releaseBindingsOlder(ctx context.Context, id string, minAge time.Duration) error {
 	objs, err := r.list(ctx, r.keys.aliasesPrefix())
 	if err != nil {
 		return err
@@ -203,11 +218,12 @@ func (r *Repo) releaseBindingsOf(ctx context.Context, id string) error {
 		if !ok {
 			continue
 		}
-		if b, _, _, found, err := r.readAlias(ctx, alias); err != nil || !found || b.ID != id {
-			continue // another snapshot's, released, or damaged (kept)
+		b, etag, modified, found, err := r.readAlias(ctx, alias)
+		if err != nil || !found || b.ID != id || time.Since(modified) < minAge {
+			continue // another snapshot's, released, damaged (kept), or young
 		}
-		if err := r.releaseAlias(ctx, alias, id); err != nil {
-			return fmt.Errorf("release alias %s: %w", alias, err)
+		if err := r.putReleased(ctx, alias, etag); err != nil {
+			return err
 		}
 	}
 	return nil

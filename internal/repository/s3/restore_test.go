@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -24,6 +25,7 @@ import (
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
 	"warmstart/internal/restore"
+	"warmstart/internal/restore/restoretest"
 	"warmstart/internal/synth"
 	"warmstart/internal/trace"
 	"warmstart/internal/vmm/replay"
@@ -446,16 +448,22 @@ func TestReplacedMemoryObjectIsNeverServed(t *testing.T) {
 	theirPack, _ := packKeys(publisher.keys, other.id, theirRec.StartupPack.ManifestSHA256)
 	rewriteObject(t, publisher, myPack, func([]byte) []byte { return readObject(t, publisher, theirPack) })
 	for _, mode := range []restore.Mode{restore.ModeOff, restore.ModeOn} {
+		counter := &restoretest.IntegrityCounter{}
+		w.restorer.Observe = counter
 		inst, err := w.restore(t, w.repo(t, 0), snap, mode)
 		if err == nil {
 			inst.Stop(bg())
 			t.Fatalf("prefetch %s: restore of a snapshot whose chunks were replaced succeeded (guest sha %s, published %s)",
 				mode, inst.Ready.Detail["sha256"], snap.expected)
 		}
-		if !strings.Contains(err.Error(), snap.id) {
-			t.Fatalf("prefetch %s: restore = %v, want an error naming %s", mode, err, snap.id)
+		if !strings.Contains(err.Error(), snap.id) || !errors.Is(err, repository.ErrIntegrity) {
+			t.Fatalf("prefetch %s: restore = %v, want an integrity error naming %s", mode, err, snap.id)
+		}
+		if got := counter.Failures(); !slices.Contains(got, restore.ArtifactMemory) {
+			t.Fatalf("prefetch %s: integrity failures counted %v; want memory among them", mode, got)
 		}
 	}
+	w.restorer.Observe = nil
 	mapKey := publisher.keys.artifact(snap.id, chunkMapName)
 	rewriteObject(t, publisher, mapKey, func([]byte) []byte { return readObject(t, publisher, publisher.keys.artifact(other.id, chunkMapName)) })
 	if _, err := w.repo(t, 0).Resolve(bg(), snap.id); !errors.Is(err, repository.ErrIntegrity) {

@@ -226,6 +226,9 @@ type Repo struct {
 	// beforeRefinedPack, when a test sets it, runs before a refinement
 	// attach builds a refined pack; an error it returns fails the build.
 	beforeRefinedPack func() error
+	// beforeAliasRelease, when a test sets it, runs between reading an
+	// alias binding and releasing it (putReleased).
+	beforeAliasRelease func(alias string)
 	// beforeRemoveChunk, when a test sets it, runs in a collection between
 	// its last age check of a chunk and the chunk's removal;
 	// awaitingCollection each time a publish finds a collection it must
@@ -738,6 +741,9 @@ func (r *Repo) deleteQuarantined(ctx context.Context, id string) error {
 		return err
 	}
 	if !q {
+		if err := r.releaseDanglingBindingsOf(ctx, id); err != nil {
+			return err
+		}
 		return r.reclaimUnpublished(ctx, id)
 	}
 	if err := r.releaseBindingsOf(ctx, id); err != nil {

@@ -180,8 +180,10 @@ func TestObjectLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Chunks may be shared: garbage collection, not delete, removes them,
-	// after the tombstone's grace.
-	if got := keysUnder(t, r); len(got) != 2 || !strings.HasPrefix(got[0], chunksDir) || got[1] != tombstonesDir+rec.ID+".chunks" {
+	// after the tombstone's grace. The alias's binding stays, released
+	// (TestReleasedBindingIsFreeAndUnlisted).
+	if got := keysUnder(t, r); len(got) != 3 || got[0] != "catalog/aliases/web.json" || !strings.HasPrefix(got[1], chunksDir) ||
+		got[2] != tombstonesDir+rec.ID+".chunks" {
 		t.Fatalf("objects left after delete: %v", got)
 	}
 }
