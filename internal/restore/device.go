@@ -148,7 +148,7 @@ func (d *fileDevice) explain(snapshot string, err error) error {
 		return markIntegrity(fmt.Errorf("snapshot %s: memory %w (%w)", snapshot, c, err))
 	}
 	if c := d.remote.err(); c != nil && !errors.Is(err, repository.ErrIntegrity) {
-		return fmt.Errorf("snapshot %s: memory: %w (%w)", snapshot, c, err)
+		return markIntegrity(fmt.Errorf("snapshot %s: memory: %w (%w)", snapshot, c, err))
 	}
 	return integrityIf(err)
 }

@@ -133,7 +133,7 @@ func (w *world) restore(t *testing.T, repo *Repo, snap snapshot, mode restore.Mo
 	if res.Memory == nil || res.MemoryPath != "" {
 		t.Fatalf("resolved memory: path %q, source %v; want only a source", res.MemoryPath, res.Memory)
 	}
-	src := restore.SourceOf(res)
+	src := restore.SourceIn(bg(), repo, res) // as a node's restore builds it
 	if src.Manifest == nil {
 		t.Fatal("snapshot has no manifest")
 	}
@@ -582,5 +582,46 @@ func TestRefusedRestoreStreamsNothing(t *testing.T) {
 	}
 	if gets := repo.RequestStats().Sub(before).Gets; gets != 0 {
 		t.Fatalf("the refused restore sent %d GETs", gets)
+	}
+}
+
+// TestMissingChunkOfALiveSnapshotIsAnIntegrityFailure: a chunk object gone
+// from the bucket while its snapshot is still published is lost data, not
+// a deletion. The restore fails with an integrity error naming the
+// snapshot and counts an integrity failure of the memory, as for a chunk
+// with other bytes; only a snapshot deleted meanwhile excuses it.
+func TestMissingChunkOfALiveSnapshotIsAnIntegrityFailure(t *testing.T) {
+	w := newWorld(t, server.Endpoint)
+	publisher := w.repo(t, 0)
+	snap := w.publish(t, publisher, 9)
+	for _, c := range chunkMapOf(t, publisher, snap.id).Chunks {
+		if !c.Zero {
+			if err := publisher.remove(bg(), publisher.keys.chunk(c.Digest)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	rec, err := publisher.Get(bg(), snap.id)
+	if err != nil || rec.StartupPack == nil {
+		t.Fatalf("record %+v, %v: want one with a startup pack", rec, err)
+	}
+	// Without its pack the startup set is read from the chunks too.
+	pack, _ := packKeys(publisher.keys, snap.id, rec.StartupPack.ManifestSHA256)
+	if err := publisher.remove(bg(), pack); err != nil {
+		t.Fatal(err)
+	}
+	counter := &restoretest.IntegrityCounter{}
+	w.restorer.Observe = counter
+	defer func() { w.restorer.Observe = nil }()
+	inst, err := w.restore(t, w.repo(t, 0), snap, restore.ModeOff)
+	if err == nil {
+		inst.Stop(bg())
+		t.Fatal("restore of a published snapshot whose chunks are gone succeeded")
+	}
+	if !strings.Contains(err.Error(), snap.id) || !errors.Is(err, repository.ErrIntegrity) {
+		t.Fatalf("restore = %v, want an integrity error naming %s", err, snap.id)
+	}
+	if got := counter.Failures(); !slices.Contains(got, restore.ArtifactMemory) {
+		t.Fatalf("integrity failures counted %v; want memory among them", got)
 	}
 }
