@@ -199,3 +199,19 @@ func TestSnapshotVerifyUsage(t *testing.T) {
 		t.Errorf("--help: exit %d, stdout %q", r.code, r.stdout)
 	}
 }
+
+// A bad alias binding is a problem of the snapshot the operator asked
+// for: the last line names that ref, not "-" (no record decoded, so the
+// report has no id).
+func TestSnapshotVerifyBadAliasNamesRef(t *testing.T) {
+	s := newVerifyStore(t)
+	rec, _ := s.publish(t, "ref")
+	alias := filepath.Join(s.dir, "catalog", "aliases", "ref")
+	if err := os.WriteFile(alias, []byte("../records/"+rec.ID), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := s.verify(t, "ref")
+	if r.code != 1 || !strings.Contains(r.stderr, "snapshot verify ref: problems found") {
+		t.Fatalf("bad alias: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+}
