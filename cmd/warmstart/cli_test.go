@@ -72,6 +72,9 @@ func TestRestoreRefusesBadFlagsUpFront(t *testing.T) {
 		{[]string{"--prefetch", "maybe"}, `prefetch mode "maybe": want auto, on or off`},
 		{[]string{"--policy", "fastest"}, `--policy: unknown prefetch policy "fastest"`},
 		{[]string{"--plot", "timeline.pdf"}, `--plot: "timeline.pdf": picture file must end in .svg or .png`},
+		{[]string{"--device", ""}, `--device "": want file or uffd`},
+		{[]string{"--plot", "/nonexistent-dir/x.svg"}, `--plot: "/nonexistent-dir/x.svg": directory`},
+		{[]string{"--plot", "/dev/null/x.svg"}, `--plot: "/dev/null/x.svg": directory`},
 	} {
 		t.Run(strings.Join(c.flags, " "), func(t *testing.T) {
 			cfg, run, trace := restoreFixture(t)
@@ -83,6 +86,13 @@ func TestRestoreRefusesBadFlagsUpFront(t *testing.T) {
 				t.Errorf("the runtime directory was created (stat: %v): the verb got as far as mounting", err)
 			}
 		})
+	}
+	cfg, run, trace := restoreFixture(t)
+	if r := runCLI(t, "--config", cfg, "restore", "", "--trace", trace); r.code != 2 || !strings.Contains(r.stderr, "snapshot argument is empty") {
+		t.Errorf("empty snapshot: exit %d, stderr %q; want exit 2 saying the snapshot argument is empty", r.code, r.stderr)
+	}
+	if _, err := os.Stat(run); !os.IsNotExist(err) {
+		t.Errorf("empty snapshot: the runtime directory was created (stat: %v)", err)
 	}
 	// The daemon would refuse it too, but only after a round trip.
 	sock := filepath.Join(t.TempDir(), "none.sock")
