@@ -78,11 +78,7 @@ func (e *FlagError) Unwrap() error { return e.Err }
 // checkTrace refuses a trace the replay VMM could not play, before a
 // device is mounted or a VMM started: the VMM's own complaint would end
 // in a log inside a runtime directory the verb removes on its way out.
-func checkTrace(path string) error {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return fmt.Errorf("--trace: %w", err)
-	}
+func checkTrace(path string, fi os.FileInfo) error {
 	if fi.IsDir() {
 		return fmt.Errorf("--trace %s: is a directory, want a startup trace file (warmstart synth writes one)", path)
 	}
@@ -102,7 +98,13 @@ func WithVMM(cfg *config.Config, driver, trace string) (*config.Config, error) {
 		if trace == "" {
 			return nil, &FlagError{fmt.Errorf("--vmm replay needs --trace FILE (warmstart synth writes one)")}
 		}
-		if err := checkTrace(trace); err != nil {
+		// A trace that is not there is not a spelling mistake (exit 1);
+		// one that is there but no trace is (exit 2).
+		fi, err := os.Stat(trace)
+		if err != nil {
+			return nil, fmt.Errorf("--trace: %w", err)
+		}
+		if err := checkTrace(trace, fi); err != nil {
 			return nil, &FlagError{err}
 		}
 	case config.DriverQEMU:
