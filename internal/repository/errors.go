@@ -63,8 +63,22 @@ func (e *IntegrityError) Is(target error) bool { return target == ErrIntegrity }
 // ErrNotFound: the alias names no visible snapshot, and the next
 // publisher of the alias takes the binding over.
 func DanglingAliasError(alias, id, why string) error {
-	return fmt.Errorf("alias %s names snapshot %s, which %s: %w", alias, id, why, ErrNotFound)
+	return &DanglingAlias{Alias: alias, ID: id, Why: why}
 }
+
+// DanglingAlias is the error DanglingAliasError returns: verify takes
+// the alias and id from it, to report a binding whose record carries
+// another alias as damage rather than as "not found".
+type DanglingAlias struct {
+	Alias, ID, Why string
+}
+
+func (e *DanglingAlias) Error() string {
+	return fmt.Sprintf("alias %s names snapshot %s, which %s: %v", e.Alias, e.ID, e.Why, ErrNotFound)
+}
+
+// Is makes errors.Is(err, ErrNotFound) true.
+func (e *DanglingAlias) Is(target error) bool { return target == ErrNotFound }
 
 // Why an alias dangles, for DanglingAliasError.
 const (
