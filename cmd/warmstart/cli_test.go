@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"warmstart/internal/config"
+	tracefile "warmstart/internal/trace"
 )
 
 // TestUnknownCommandsExit2 runs verbs and subcommands that do not exist: each
@@ -72,6 +73,9 @@ func TestRestoreRefusesBadFlagsUpFront(t *testing.T) {
 		{[]string{"--prefetch", "maybe"}, `prefetch mode "maybe": want auto, on or off`},
 		{[]string{"--policy", "fastest"}, `--policy: unknown prefetch policy "fastest"`},
 		{[]string{"--plot", "timeline.pdf"}, `--plot: "timeline.pdf": picture file must end in .svg or .png`},
+		{[]string{"--device", ""}, `--device "": want file or uffd`},
+		{[]string{"--plot", "/nonexistent-dir/x.svg"}, `--plot: "/nonexistent-dir/x.svg": directory`},
+		{[]string{"--plot", "/dev/null/x.svg"}, `--plot: "/dev/null/x.svg": directory`},
 	} {
 		t.Run(strings.Join(c.flags, " "), func(t *testing.T) {
 			cfg, run, trace := restoreFixture(t)
@@ -83,6 +87,13 @@ func TestRestoreRefusesBadFlagsUpFront(t *testing.T) {
 				t.Errorf("the runtime directory was created (stat: %v): the verb got as far as mounting", err)
 			}
 		})
+	}
+	cfg, run, trace := restoreFixture(t)
+	if r := runCLI(t, "--config", cfg, "restore", "", "--trace", trace); r.code != 2 || !strings.Contains(r.stderr, "snapshot argument is empty") {
+		t.Errorf("empty snapshot: exit %d, stderr %q; want exit 2 saying the snapshot argument is empty", r.code, r.stderr)
+	}
+	if _, err := os.Stat(run); !os.IsNotExist(err) {
+		t.Errorf("empty snapshot: the runtime directory was created (stat: %v)", err)
 	}
 	// The daemon would refuse it too, but only after a round trip.
 	sock := filepath.Join(t.TempDir(), "none.sock")
@@ -108,10 +119,35 @@ func restoreFixture(t *testing.T) (cfg, run, trace string) {
 		t.Fatal(err)
 	}
 	trace = filepath.Join(dir, "startup.trace")
-	if err := os.WriteFile(trace, nil, 0o644); err != nil {
+	if err := os.WriteFile(trace, []byte(tracefile.Header+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return cfg, run, trace
+}
+
+// TestTraceRefusedBeforeMounting: a --trace that is a directory or not a
+// startup trace is a usage error naming the flag, before the runtime
+// directory (where devices are mounted and VMM logs kept) exists.
+func TestTraceRefusedBeforeMounting(t *testing.T) {
+	cfg, run, _ := restoreFixture(t)
+	notATrace := filepath.Join(filepath.Dir(cfg), "notes.txt")
+	if err := os.WriteFile(notATrace, []byte("hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ trace, want string }{
+		{filepath.Dir(cfg), "is a directory"},
+		{notATrace, "not a startup trace"},
+	} {
+		for _, verb := range [][]string{{"restore", "web"}, {"snapshot", "record-manifest", "web"}} {
+			r := runCLI(t, append(append([]string{"--config", cfg}, verb...), "--trace", c.trace)...)
+			if r.code != 2 || !strings.Contains(r.stderr, "--trace "+c.trace+": "+c.want) {
+				t.Errorf("%s --trace %s: exit %d, stderr %q; want exit 2 and %q", verb, c.trace, r.code, r.stderr, c.want)
+			}
+			if _, err := os.Stat(run); !os.IsNotExist(err) {
+				t.Errorf("%s: the runtime directory was created (stat: %v)", verb, err)
+			}
+		}
+	}
 }
 
 // TestBenchRefusesBadIOEngineUpFront: bench refuses --io-engine 7 before it

@@ -54,7 +54,7 @@ ready and state.`,
 			if err != nil {
 				return usageError{Err: err}
 			}
-			if err := restore.CheckFlags(f.device, f.ioEngine, f.policy); err != nil {
+			if err := f.check(cmd, args[0]); err != nil {
 				return usageError{Err: err}
 			}
 			if err := checkPlotFlag(f.plotPath); err != nil {
@@ -81,6 +81,19 @@ ready and state.`,
 }
 
 // ioEngineFlag is --io-engine when given, nil for the configured engine.
+// check refuses what no restore can use before anything is mounted. An
+// empty --device given explicitly is refused here: restore.CheckFlags
+// reads "" as "not given" and would fall back to the configuration.
+func (f *restoreFlags) check(cmd *cobra.Command, ref string) error {
+	if ref == "" {
+		return errors.New("restore: the snapshot argument is empty: give an ID or ALIAS")
+	}
+	if cmd.Flags().Changed("device") && f.device == "" {
+		return errors.New(`--device "": want file or uffd`)
+	}
+	return restore.CheckFlags(f.device, f.ioEngine, f.policy)
+}
+
 func (f *restoreFlags) ioEngineFlag(cmd *cobra.Command) *int {
 	if cmd.Flags().Changed("io-engine") {
 		return &f.ioEngine

@@ -199,3 +199,44 @@ func TestSnapshotVerifyUsage(t *testing.T) {
 		t.Errorf("--help: exit %d, stdout %q", r.code, r.stdout)
 	}
 }
+
+// A bad alias binding is a problem of the snapshot the operator asked
+// for: the last line names that ref, not "-" (no record decoded, so the
+// report has no id).
+func TestSnapshotVerifyBadAliasNamesRef(t *testing.T) {
+	s := newVerifyStore(t)
+	rec, _ := s.publish(t, "ref")
+	alias := filepath.Join(s.dir, "catalog", "aliases", "ref")
+	if err := os.WriteFile(alias, []byte("../records/"+rec.ID), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := s.verify(t, "ref")
+	if r.code != 1 || !strings.Contains(r.stderr, "snapshot verify ref: problems found") {
+		t.Fatalf("bad alias: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+// An alias binding naming a record that carries another alias is damage
+// verify reports, naming the alias, the id and what the record carries,
+// not a bare "not found".
+func TestSnapshotVerifyAliasRecordMismatch(t *testing.T) {
+	s := newVerifyStore(t)
+	rec, _ := s.publish(t, "ref")
+	path := filepath.Join(s.dir, "catalog", "records", rec.ID+".json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(string(data), `"alias": "ref"`, `"alias": "other"`, 1)
+	if edited == string(data) {
+		t.Fatalf("record %s has no alias field to edit: %s", path, data)
+	}
+	if err := os.WriteFile(path, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := s.verify(t, "ref")
+	want := "alias ref names snapshot " + rec.ID + `, whose record carries alias "other"`
+	if r.code != 1 || !strings.Contains(r.stdout, want) || !strings.Contains(r.stderr, "snapshot verify ref: problems found") {
+		t.Fatalf("mismatch: exit %d, stdout %q, stderr %q; want %q", r.code, r.stdout, r.stderr, want)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sys/unix"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
@@ -40,9 +41,19 @@ var ErrFormat = errors.New("picture file must end in .svg or .png")
 func CheckPath(path string) error {
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".svg", ".png":
-		return nil
+	default:
+		return fmt.Errorf("%q: %w", path, ErrFormat)
 	}
-	return fmt.Errorf("%q: %w", path, ErrFormat)
+	// The picture is drawn after the work it shows (a whole restore or
+	// benchmark); a directory it cannot be written to is refused now.
+	dir := filepath.Dir(path)
+	if err := unix.Access(dir, unix.W_OK|unix.X_OK); err != nil {
+		return fmt.Errorf("%q: directory %s: %w", path, dir, err)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%q: directory %s: not a directory", path, dir)
+	}
+	return nil
 }
 
 // save lays plots out in rows and columns on a w×h picture at path. The

@@ -141,6 +141,8 @@ func TestValidateErrors(t *testing.T) {
 		{"[snapshot]\nrepository_backend = \"nfs\"", "snapshot.repository_backend", `"nfs" is not one of "posix_fs", "s3"`},
 		{"[backend.posix_fs]\nsnapshot_store = \"\"", "backend.posix_fs.snapshot_store", "must not be empty"},
 		{"[snapshot]\nrepository_backend = \"s3\"", "backend.s3.bucket", "must not be empty"},
+		{"[snapshot]\nrepository_backend = \"s3\"\n[backend.s3]\nbucket = \"b\"", "backend.s3.bucket", `"b" is not a valid S3 bucket name`},
+		{"[backend.s3]\nbucket = \"My_Bucket\"", "backend.s3.bucket", "lowercase letters, digits, dots and hyphens"},
 		{"[backend.s3]\naddressing_style = \"dns\"", "backend.s3.addressing_style", `"dns" is not one of "auto", "path", "virtual"`},
 		{"[backend.s3]\naccess_key_id = \"AKIA\"", "backend.s3.secret_access_key", "set together"},
 		{"[backend.s3]\ncache_dir = \"\"", "backend.s3.cache_dir", "must not be empty"},
@@ -226,7 +228,7 @@ func TestValidateInCode(t *testing.T) {
 
 func TestAcceptedValues(t *testing.T) {
 	for _, text := range []string{
-		"[snapshot]\nrepository_backend = \"s3\"\n[backend.s3]\nbucket = \"b\"",
+		"[snapshot]\nrepository_backend = \"s3\"\n[backend.s3]\nbucket = \"snapshots\"",
 		"[backend.s3]\naccess_key_id = \"a\"\nsecret_access_key = \"s\"",
 		"[backend.s3]\nchunk_size_mib = 1",
 		"[backend.s3]\nchunk_size_mib = 64",

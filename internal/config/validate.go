@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/minio/minio-go/v7/pkg/s3utils"
 )
 
 // Bounds of the numeric keys.
@@ -54,9 +56,11 @@ func (c *Config) Validate() error {
 		},
 		func() error {
 			if c.Snapshot.RepositoryBackend == BackendS3 {
-				return nonEmpty("backend.s3.bucket", c.Backend.S3.Bucket)
+				if err := nonEmpty("backend.s3.bucket", c.Backend.S3.Bucket); err != nil {
+					return err
+				}
 			}
-			return nil
+			return validBucket("backend.s3.bucket", c.Backend.S3.Bucket)
 		},
 		func() error {
 			return oneOf("backend.s3.addressing_style", c.Backend.S3.AddressingStyle, AddressingAuto, AddressingPath, AddressingVirtual)
@@ -185,6 +189,19 @@ func oneOf(key, v string, allowed ...string) error {
 		quoted[i] = strconv.Quote(a)
 	}
 	return invalid(key, "%q is not one of %s", v, strings.Join(quoted, ", "))
+}
+
+// validBucket refuses a bucket name S3 would refuse, here rather than at
+// the first request of every verb; empty is left to nonEmpty (a posix_fs
+// store needs no bucket).
+func validBucket(key, name string) error {
+	if name == "" {
+		return nil
+	}
+	if err := s3utils.CheckValidBucketNameStrict(name); err != nil {
+		return invalid(key, "%q is not a valid S3 bucket name (%v): 3 to 63 characters, lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit", name, err)
+	}
+	return nil
 }
 
 func nonEmpty(key, v string) error {

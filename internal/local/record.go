@@ -113,11 +113,11 @@ func Verify(ctx context.Context, repo repository.Repository, o report.Output, re
 		if err != nil {
 			return fmt.Errorf("snapshot verify --all: %w", err)
 		}
-		return report.VerifyReports(o.Out, reports, asJSON, all)
+		return report.VerifyReports(o.Out, reports, asJSON, "")
 	}
 	rep, err := snapcheck.Verify(ctx, repo, ref, opts)
 	if err != nil {
 		return RefError("snapshot verify", ref, err)
 	}
-	return report.VerifyReports(o.Out, []snapcheck.Report{rep}, asJSON, all)
+	return report.VerifyReports(o.Out, []snapcheck.Report{rep}, asJSON, ref)
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"warmstart/internal/config"
+	"warmstart/internal/trace"
 	"warmstart/internal/vmm"
 	"warmstart/internal/vmm/firecracker"
 	"warmstart/internal/vmm/qemu"
@@ -74,6 +75,19 @@ type FlagError struct{ Err error }
 func (e *FlagError) Error() string { return e.Err.Error() }
 func (e *FlagError) Unwrap() error { return e.Err }
 
+// checkTrace refuses a trace the replay VMM could not play, before a
+// device is mounted or a VMM started: the VMM's own complaint would end
+// in a log inside a runtime directory the verb removes on its way out.
+func checkTrace(path string, fi os.FileInfo) error {
+	if fi.IsDir() {
+		return fmt.Errorf("--trace %s: is a directory, want a startup trace file (warmstart synth writes one)", path)
+	}
+	if _, err := trace.ReadFile(path); err != nil {
+		return fmt.Errorf("--trace %s: not a startup trace: %w", path, err)
+	}
+	return nil
+}
+
 // WithVMM is cfg with [vmm] driver and [replay] trace taken from a verb's
 // --vmm and --trace, checked here so that a bad flag is named as one.
 func WithVMM(cfg *config.Config, driver, trace string) (*config.Config, error) {
@@ -84,8 +98,14 @@ func WithVMM(cfg *config.Config, driver, trace string) (*config.Config, error) {
 		if trace == "" {
 			return nil, &FlagError{fmt.Errorf("--vmm replay needs --trace FILE (warmstart synth writes one)")}
 		}
-		if _, err := os.Stat(trace); err != nil {
+		// A trace that is not there is not a spelling mistake (exit 1);
+		// one that is there but no trace is (exit 2).
+		fi, err := os.Stat(trace)
+		if err != nil {
 			return nil, fmt.Errorf("--trace: %w", err)
+		}
+		if err := checkTrace(trace, fi); err != nil {
+			return nil, &FlagError{err}
 		}
 	case config.DriverQEMU:
 	case config.DriverFirecracker:

@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -9,13 +10,18 @@ import (
 	"warmstart/internal/node"
 )
 
-// TestWithVMMMarksOnlyFlagMistakes: a missing --trace or an unknown --vmm
-// is a *FlagError; a trace that does not exist and a Firecracker without
+// TestWithVMMMarksOnlyFlagMistakes: a missing --trace, one that is a
+// directory or not a startup trace, or an unknown --vmm is a *FlagError; a trace that does not exist and a Firecracker without
 // [envd] address are not, because the flags were spelled right.
 func TestWithVMMMarksOnlyFlagMistakes(t *testing.T) {
 	cfg := config.Default()
 	cfg.Envd.Address = ""
-	missing := filepath.Join(t.TempDir(), "no-trace")
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "no-trace")
+	notATrace := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(notATrace, []byte("hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		driver, trace string
 		flagError     bool
@@ -23,6 +29,8 @@ func TestWithVMMMarksOnlyFlagMistakes(t *testing.T) {
 		{config.DriverReplay, "", true},
 		{"bochs", "", true},
 		{config.DriverReplay, missing, false},
+		{config.DriverReplay, dir, true},
+		{config.DriverReplay, notATrace, true},
 		{config.DriverFirecracker, "", false},
 	} {
 		_, err := node.WithVMM(cfg, tc.driver, tc.trace)

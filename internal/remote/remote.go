@@ -133,7 +133,7 @@ func Verify(ctx context.Context, c *daemon.Client, o report.Output, ref string, 
 		if err != nil {
 			return fmt.Errorf("snapshot verify %s: %w", ref, err)
 		}
-		return report.VerifyReports(o.Out, []snapcheck.Report{rep}, asJSON, all)
+		return report.VerifyReports(o.Out, []snapcheck.Report{rep}, asJSON, ref)
 	}
 	// The catalog, not the snapshot list: damaged entries are reported
 	// too, as snapcheck.VerifyAll does in process.
@@ -158,7 +158,7 @@ func Verify(ctx context.Context, c *daemon.Client, o report.Output, ref string, 
 		}
 		reports = append(reports, rep)
 	}
-	return report.VerifyReports(o.Out, append(reports, damaged...), asJSON, all)
+	return report.VerifyReports(o.Out, append(reports, damaged...), asJSON, "")
 }
 
 // List prints the daemon's catalog filter f selects (see report.Catalog).

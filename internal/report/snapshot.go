@@ -96,8 +96,11 @@ func VerifyProgress(w io.Writer) func(snapcheck.Progress) {
 }
 
 // VerifyReports prints the reports and fails, so the exit status is
-// 1, when any found a problem.
-func VerifyReports(w io.Writer, reports []snapcheck.Report, asJSON, all bool) error {
+// 1, when any found a problem. ref is what the operator asked to verify,
+// empty with --all; the error names it, since a report of a record or
+// alias that did not decode has no snapshot id.
+func VerifyReports(w io.Writer, reports []snapcheck.Report, asJSON bool, ref string) error {
+	all := ref == ""
 	var err error
 	switch {
 	case asJSON && all:
@@ -121,7 +124,7 @@ func VerifyReports(w io.Writer, reports []snapcheck.Report, asJSON, all bool) er
 	}
 	switch {
 	case bad > 0 && !all:
-		return fmt.Errorf("snapshot verify %s: problems found", OrDash(reports[0].ID))
+		return fmt.Errorf("snapshot verify %s: problems found", ref)
 	case bad > 0:
 		return fmt.Errorf("snapshot verify --all: %d of %d snapshots have problems", bad, len(reports))
 	}

@@ -68,7 +68,9 @@ func DanglingAliasError(alias, id, why string) error {
 }
 
 // DanglingAlias is a DanglingAliasError: Alias is bound to ID, which Why
-// (DanglingMissing or DanglingNotCarried).
+// (DanglingMissing or DanglingNotCarried). Delete releases a missing
+// one; verify reports one whose record carries another alias as damage
+// rather than as "not found".
 type DanglingAlias struct {
 	Alias, ID, Why string
 }

@@ -58,6 +58,9 @@ func Verify(ctx context.Context, repo repository.Repository, ref string, opts Op
 	if errors.Is(err, repository.ErrIntegrity) {
 		return unreadableRecord(ref, err), nil
 	}
+	if r, ok := aliasMismatch(ctx, repo, err); ok {
+		return r, nil
+	}
 	if err != nil {
 		return Report{}, fmt.Errorf("verify %s: %w", ref, err)
 	}
@@ -103,6 +106,28 @@ func VerifyAll(ctx context.Context, repo repository.Repository, opts Options) ([
 // repository.Damaged): a record problem saying what is wrong and where.
 func DamagedEntry(d repository.Damage) Report {
 	return unreadableRecord(d.Name, errors.New(d.String()))
+}
+
+// aliasMismatch is the report of an alias whose binding names a record
+// that carries another alias (or none), when err says so. Lookup calls it
+// "not found", since a crashed publish can leave that state; but the
+// operator asked to verify this alias, and the catalog contradicts itself.
+func aliasMismatch(ctx context.Context, repo repository.Repository, err error) (Report, bool) {
+	d := (*repository.DanglingAlias)(nil)
+	if !errors.As(err, &d) || d.Why != repository.DanglingNotCarried {
+		return Report{}, false
+	}
+	rec, gerr := repo.Get(ctx, d.ID)
+	if gerr != nil {
+		return Report{}, false
+	}
+	carried := "no alias"
+	if rec.Alias != "" {
+		carried = fmt.Sprintf("alias %q", rec.Alias)
+	}
+	r := unreadableRecord(d.Alias, fmt.Errorf("alias %s names snapshot %s, whose record carries %s", d.Alias, d.ID, carried))
+	r.ID = d.ID
+	return r, true
 }
 
 // unreadableRecord is the report of a snapshot whose record exists but
