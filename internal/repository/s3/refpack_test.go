@@ -217,15 +217,7 @@ func prefetchRanges(src *memorySource, ranges []manifest.Range) []manifest.Range
 // bytes against mem.
 func demandRead(t *testing.T, node *Repo, id string, ranges []manifest.Range, mem []byte) {
 	t.Helper()
-	res, err := node.Resolve(bg(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd, err := res.Memory.OpenMemory()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rd.Close()
+	rd := openMemory(t, node, id)
 	for _, rg := range ranges {
 		buf := make([]byte, rg.Length)
 		if _, err := rd.ReadAt(buf, rg.Offset); err != nil {
