@@ -196,11 +196,16 @@ func manifestRanges(id, path, want string) ([]chunkmap.PackRange, error) {
 	if err != nil {
 		return nil, err
 	}
+	return packRanges(m), nil
+}
+
+// packRanges are m's ranges as a pack index names them, in m's order.
+func packRanges(m *manifest.Manifest) []chunkmap.PackRange {
 	out := make([]chunkmap.PackRange, len(m.Ranges))
 	for i, rg := range m.Ranges {
 		out[i] = chunkmap.PackRange{Offset: rg.Offset, Length: rg.Length}
 	}
-	return out, nil
+	return out
 }
 
 // packFetch is the chunk cache's FetchFunc of a pack: the frames that

@@ -90,11 +90,7 @@ func (r *Repo) buildRefinedPack(ctx context.Context, rec repository.Record, cur 
 	if err != nil {
 		return nil, err
 	}
-	ranges := make([]chunkmap.PackRange, len(m.Ranges))
-	for i, rg := range m.Ranges {
-		ranges[i] = chunkmap.PackRange{Offset: rg.Offset, Length: rg.Length}
-	}
-	obj, idx := chunkmap.BuildPack(msum, logical, chunkmap.DefaultFrameBytes, ranges...)
+	obj, idx := chunkmap.BuildPack(msum, logical, chunkmap.DefaultFrameBytes, packRanges(m)...)
 	objKey, indexKey := refinedPackKeys(r.keys, rec.ID, msum.String())
 	return r.storePack(ctx, objKey, indexKey, obj, idx)
 }
@@ -107,26 +103,20 @@ func tooSoon(built, restores uint64) bool {
 	return restores >= built && restores-built < refinedPackMinRestores
 }
 
-// currentPack is the pack a restore of rec streams now: its refined pack,
-// else its recorded one; nil when neither loads.
+// currentPack is the pack a restore of rec streams now (streamedPack);
+// nil when none loads.
 func (r *Repo) currentPack(ctx context.Context, rec repository.Record) *packSource {
-	if rec.RefinedPack != nil {
-		if ps, err := r.loadRefinedPack(ctx, rec); err == nil {
-			return ps
+	manifestPath := func() string {
+		if rec.Manifest == nil {
+			return ""
 		}
+		path, err := r.fetchLocal(ctx, r.keys.artifact(rec.ID, repository.ManifestFileName), rec.Manifest.SHA256, rec.Manifest.Size)
+		if err != nil {
+			return ""
+		}
+		return path
 	}
-	if rec.StartupPack == nil || rec.Manifest == nil {
-		return nil
-	}
-	path, err := r.fetchLocal(ctx, r.keys.artifact(rec.ID, repository.ManifestFileName), rec.Manifest.SHA256, rec.Manifest.Size)
-	if err != nil {
-		return nil
-	}
-	ps, err := r.loadPack(ctx, rec, path)
-	if err != nil {
-		return nil
-	}
-	return ps
+	return r.streamedPack(ctx, rec, manifestPath, func(error) {})
 }
 
 // closeEnough reports whether pack still holds m's pages closely enough to

@@ -888,31 +888,36 @@ func (r *Repo) resolve(ctx context.Context, rec repository.Record) (repository.R
 			return repository.Resolved{}, err
 		}
 	}
-	r.choosePack(ctx, rec, res.ManifestPath, mem)
+	mem.pack = r.streamedPack(ctx, rec, func() string { return res.ManifestPath }, mem.packSkipped.note)
 	return res, nil
 }
 
-// choosePack gives mem the startup pack a restore streams: the refined
+// streamedPack is the startup pack a restore of rec streams: the refined
 // pack when the snapshot has one (a restore with refine on, the default,
-// prefetches the refinement), else the recorded manifest's. Without a
-// usable pack the restore still prefetches, from the chunks, and says why
+// prefetches the refinement), else the recorded manifest's, mapped with
+// the manifest at the path manifestPath returns ("" for none; asked only
+// then). skipped is told why a pack was passed over. Without a usable pack
+// a restore still prefetches, from the chunks, and says why
 // (StartupPackSkipped).
-func (r *Repo) choosePack(ctx context.Context, rec repository.Record, manifestPath string, mem *memorySource) {
+func (r *Repo) streamedPack(ctx context.Context, rec repository.Record, manifestPath func() string, skipped func(error)) *packSource {
 	if rec.Refinement != nil && rec.RefinedPack != nil {
 		ps, err := r.loadRefinedPack(ctx, rec)
 		if err == nil {
-			mem.pack = ps
-			return
+			return ps
 		}
-		mem.packSkipped.note(fmt.Errorf("refined startup pack not loaded, streaming the recorded one: %w", err))
+		skipped(fmt.Errorf("refined startup pack not loaded, streaming the recorded one: %w", err))
 	}
-	if manifestPath == "" || rec.StartupPack == nil {
-		return
+	if rec.StartupPack == nil {
+		return nil
 	}
-	ps, err := r.loadPack(ctx, rec, manifestPath)
+	path := manifestPath()
+	if path == "" {
+		return nil
+	}
+	ps, err := r.loadPack(ctx, rec, path)
 	if err != nil {
-		mem.packSkipped.note(fmt.Errorf("startup pack not loaded: %w", err))
-		return
+		skipped(fmt.Errorf("startup pack not loaded: %w", err))
+		return nil
 	}
-	mem.pack = ps
+	return ps
 }
