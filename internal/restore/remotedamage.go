@@ -22,28 +22,46 @@ import (
 
 // remoteDamage is the first damaged read of a remote lower, reported once.
 type remoteDamage struct {
-	first  atomic.Pointer[error]
-	report func(error)
+	first atomic.Pointer[error]
+	// count counts and logs a damaged read of a snapshot still there.
+	count func(error)
 	// gone says whether the snapshot was deleted; nil when the restore
 	// cannot ask, and then a missing object is not taken for damage.
 	gone func() bool
+	// deletedSeen remembers a yes from gone: a deleted id never comes
+	// back, so the failed reads after it need not ask the store again.
+	deletedSeen atomic.Bool
 }
 
-// note keeps err, and reports it, if it is the first damaged read.
+// note keeps err, and counts it unless the snapshot was deleted, if it is
+// the first damaged read: bytes refused, or an object missing while the
+// snapshot is still published. It asks gone at most once per read.
 func (d *remoteDamage) note(err error) {
-	if d.damaged(err) && d.first.CompareAndSwap(nil, &err) {
-		d.report(err)
+	refused, missing := errors.Is(err, repository.ErrIntegrity), errors.Is(err, repository.ErrNotFound)
+	if (!refused && !missing) || d.first.Load() != nil {
+		return
+	}
+	deleted := d.deleted()
+	if missing && (d.gone == nil || deleted) {
+		return
+	}
+	if d.first.CompareAndSwap(nil, &err) && !deleted {
+		d.count(err)
 	}
 }
 
-// damaged tells a failed read that is damage: bytes refused, or an object
-// missing while the snapshot is still published.
-func (d *remoteDamage) damaged(err error) bool {
-	switch {
-	case errors.Is(err, repository.ErrIntegrity):
+// deleted reports whether the snapshot was deleted, as far as gone can
+// tell.
+func (d *remoteDamage) deleted() bool {
+	if d.gone == nil {
+		return false
+	}
+	if d.deletedSeen.Load() {
 		return true
-	case errors.Is(err, repository.ErrNotFound):
-		return d.gone != nil && !d.gone()
+	}
+	if d.gone() {
+		d.deletedSeen.Store(true)
+		return true
 	}
 	return false
 }
@@ -74,10 +92,7 @@ func (l watchedLower) ReadAt(p []byte, off int64) (int, error) {
 // damage is counted unless the snapshot was deleted meanwhile (a deletion
 // is not damage, see Source.Gone).
 func (r *Restorer) remoteDamageOf(src Source) *remoteDamage {
-	return &remoteDamage{gone: src.Gone, report: func(err error) {
-		if src.Gone != nil && src.Gone() {
-			return
-		}
+	return &remoteDamage{gone: src.Gone, count: func(err error) {
 		r.integrityFailed(src.SnapshotID, ArtifactMemory, err)
 	}}
 }
