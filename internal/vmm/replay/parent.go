@@ -16,6 +16,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"warmstart/internal/role"
 	"warmstart/internal/vmm"
@@ -24,8 +25,13 @@ import (
 // LogFile is the name of the child's output log in RestoreSpec.RuntimeDir.
 const LogFile = "replay-vmm.log"
 
-// outputTailBytes is how much of the child's latest output errors quote.
-const outputTailBytes = 4096
+// outputTailBytes is how much of the child's latest output is kept for
+// errors, and outputQuoteBytes how much of it they quote: the last whole
+// lines that fit.
+const (
+	outputTailBytes  = 4096
+	outputQuoteBytes = 2048
+)
 
 // ErrExited is wrapped by the error WaitReady returns when the replay VMM
 // exits (or is killed) before reporting ready.
@@ -445,11 +451,11 @@ func (i *Instance) exitDescription() string {
 	if i.childError != "" {
 		parts = append(parts, "error: "+i.childError)
 	}
-	if tail := i.output.lastLines(5); tail != "" {
+	// The error quotes the end of the log rather than naming it: the log
+	// is in the restore's runtime directory, which the restore removes as
+	// it fails or stops, before anyone reads the error.
+	if tail := i.output.lastLines(outputQuoteBytes); tail != "" {
 		parts = append(parts, "last output: "+tail)
-	}
-	if i.logPath != "" {
-		parts = append(parts, "log "+i.logPath)
 	}
 	return strings.Join(parts, "; ")
 }
@@ -459,6 +465,7 @@ type tailBuffer struct {
 	mu  sync.Mutex
 	max int
 	buf []byte
+	cut bool // bytes were dropped: the first line kept may be partial
 }
 
 func (t *tailBuffer) Write(p []byte) (int, error) {
@@ -467,17 +474,44 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 	t.buf = append(t.buf, p...)
 	if over := len(t.buf) - t.max; over > 0 {
 		t.buf = append(t.buf[:0], t.buf[over:]...)
+		t.cut = true
 	}
 	return len(p), nil
 }
 
-// lastLines returns up to n final lines, joined with " | ".
-func (t *tailBuffer) lastLines(n int) string {
+// lastLines returns the final lines that fit in maxBytes, joined with
+// " | ", without a line cut at its start; a last line longer than
+// maxBytes alone gives its end.
+func (t *tailBuffer) lastLines(maxBytes int) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	lines := strings.Split(strings.TrimSpace(string(t.buf)), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
+	if t.cut && len(lines) > 1 {
+		lines = lines[1:]
 	}
-	return strings.TrimSpace(strings.Join(lines, " | "))
+	first, size := len(lines), 0
+	for first > 0 {
+		size += len(lines[first-1]) + len(" | ")
+		if size-len(" | ") > maxBytes {
+			break
+		}
+		first--
+	}
+	if first == len(lines) {
+		return lastBytes(lines[len(lines)-1], maxBytes)
+	}
+	return strings.TrimSpace(strings.Join(lines[first:], " | "))
+}
+
+// lastBytes returns the end of s in at most n bytes, starting on a whole
+// UTF-8 character.
+func lastBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	for len(s) > 0 && !utf8.RuneStart(s[0]) {
+		s = s[1:]
+	}
+	return s
 }
