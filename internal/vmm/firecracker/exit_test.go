@@ -2,6 +2,8 @@ package firecracker
 
 import (
 	"errors"
+	"os"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -45,4 +47,40 @@ func TestExitedAfterReady(t *testing.T) {
 		t.Fatalf("Wait after the kill: %v, want ErrExited", err)
 	}
 	requireGone(t, spec.RuntimeDir)
+}
+
+// TestExitStatusOutlivesRuntimeDir: a VM that exits on its own is reported
+// with the tail of its log even once its runtime directory, where the log
+// was, is gone: a restore removes that directory as it stops, and the exit
+// may be described after that.
+func TestExitStatusOutlivesRuntimeDir(t *testing.T) {
+	ctx := testContext(t)
+	d := newTestDriver(t, fakeConfig{Agent: true}, nil)
+	spec := fileRestore(t, 16)
+	m, err := d.RestoreMachine(ctx, spec, RestoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(m.PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-m.Exited():
+	case <-ctx.Done():
+		t.Fatal("Exited did not close after the VM was killed")
+	}
+	if err := os.RemoveAll(spec.RuntimeDir); err != nil {
+		t.Fatal(err)
+	}
+	// The fake logs each API request; the load is among the last.
+	const logged = "PUT /snapshot/load"
+	if st := m.ExitStatus(); !strings.Contains(st, logged) {
+		t.Errorf("exit status %q lacks the log line %q", st, logged)
+	}
+	if err := m.Wait(ctx); !errors.Is(err, ErrExited) || !strings.Contains(err.Error(), logged) {
+		t.Errorf("Wait: %v, want ErrExited with the log line %q", err, logged)
+	}
 }

@@ -102,10 +102,14 @@ type process struct {
 	cmd        *exec.Cmd
 	runtimeDir string
 	apiSocket  string
-	// exited is closed once the process has been reaped; state is set
-	// before.
+	// exited is closed once the process has been reaped; state and
+	// exitTail are set before.
 	exited chan struct{}
 	state  *os.ProcessState
+	// exitTail is logTail as the process left its files: they are in the
+	// runtime directory, which its owner may remove before the exit is
+	// described.
+	exitTail string
 
 	mu         sync.Mutex
 	killReason KillReason
@@ -172,6 +176,7 @@ func startProcess(opts Options, runtimeDir string, staleSockets ...string) (*pro
 	go func() {
 		_ = cmd.Wait() // the status is read from ProcessState
 		p.state = cmd.ProcessState
+		p.exitTail = p.readLogTail()
 		p.mu.Lock()
 		if p.killTimer != nil {
 			p.killTimer.Stop()
@@ -273,8 +278,18 @@ func (p *process) exitError() *ExitError {
 }
 
 // logTail returns the last lines of Firecracker's log and console output,
-// for error messages.
+// for error messages: once the process has exited, as they were then.
 func (p *process) logTail() string {
+	select {
+	case <-p.exited:
+		return p.exitTail
+	default:
+		return p.readLogTail()
+	}
+}
+
+// readLogTail reads the last lines of the log and console files.
+func (p *process) readLogTail() string {
 	var parts []string
 	for _, name := range []string{LogFileName, ConsoleFileName} {
 		if t := fileTail(filepath.Join(p.runtimeDir, name)); t != "" {
