@@ -42,8 +42,16 @@ func SnapshotText(w io.Writer, rec repository.Record, res repository.Resolved, r
 	} else {
 		fmt.Fprintf(tw, "manifest:\tnone\n")
 	}
+	if p := rec.StartupPack; p != nil {
+		fmt.Fprintf(tw, "startup pack:\t%s\n", packLine(*p))
+	}
 	if d := rec.Refinement; d != nil {
 		fmt.Fprintf(tw, "refined manifest:\tsha256 %s, %d pages, learned from %d restores\n", d.ManifestSHA256, d.Pages, d.Restores)
+	}
+	// The refined pack is what a restore streams when there is one; its
+	// manifest may be an older refinement than the current one.
+	if p := rec.RefinedPack; p != nil {
+		fmt.Fprintf(tw, "refined pack:\t%s, built after %d restores\n", packLine(*p), p.Restores)
 	}
 	if resErr != nil {
 		fmt.Fprintf(tw, "files:\tunavailable: %v\n", resErr)
@@ -55,6 +63,13 @@ func SnapshotText(w io.Writer, rec repository.Record, res repository.Resolved, r
 		}
 	}
 	return tw.Flush()
+}
+
+// packLine describes a startup pack: its sizes, the manifest it was built
+// from and its index.
+func packLine(p repository.StartupPackDescriptor) string {
+	return fmt.Sprintf("%s stored, %s unpacked, of manifest sha256 %s, index sha256 %s (%d bytes)",
+		Size(p.StoredBytes), Size(p.LogicalBytes), p.ManifestSHA256, p.IndexSHA256, p.IndexSize)
 }
 
 // CatalogTable prints the rows of `snapshot list` as a table; a damaged
