@@ -172,8 +172,11 @@ alias starts with PREFIX.
 
 A catalog entry that does not decode (a record or an alias binding) is a row
 marked CORRUPT (in JSON: {"id" or "alias", "corrupt": {...}}) and a warning
-on stderr; with --check the command then exits 1. Listing never changes the
-store: writers move such entries to catalog/quarantine/.`,
+on stderr. A record whose alias is bound to no snapshot, or to another one,
+has its alias marked (ALIAS MISMATCH) (in JSON: "alias_mismatch": {...})
+and a warning. With --check the command exits 1 when there is either.
+Listing never changes the store: writers move damaged entries to
+catalog/quarantine/.`,
 	Args: usage.Args(cobra.NoArgs),
 	RunE: func(cmd *cobra.Command, _ []string) error {
 		f := repository.Filter{AliasPrefix: snapshotListFlags.aliasPrefix}
