@@ -98,3 +98,49 @@ func TestDeleteOfAQuarantinedRecord(t *testing.T) {
 		t.Fatalf("verify --all after the delete: exit %d\n%s\n%s", verify.code, verify.stdout, verify.stderr)
 	}
 }
+
+// A record whose alias is bound to no snapshot, or to another one, is
+// marked ALIAS MISMATCH in `snapshot list`, with a warning; --json gives
+// the row an alias_mismatch; --check exits 1.
+func TestSnapshotListMarksAliasMismatch(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "store")
+	repo, err := posixfs.Open(store, posixfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unbound, _ := repotest.Publish(t, repo, "ref")
+	bound, _ := repotest.Publish(t, repo, "first")
+	holder, _ := repotest.Publish(t, repo, "second")
+	retagRecord(t, store, unbound.ID, "ref", "other")
+	retagRecord(t, store, bound.ID, "first", "second")
+
+	table := runCLI(t, "snapshot", "list", "--store", store)
+	for _, want := range []string{unbound.ID + "  other (ALIAS MISMATCH)", bound.ID + "  second (ALIAS MISMATCH)", holder.ID + "  second   "} {
+		if !strings.Contains(table.stdout, want) {
+			t.Errorf("list: stdout lacks %q", want)
+		}
+	}
+	if table.code != 0 || !strings.Contains(table.stderr, "warning: alias mismatch: the record of snapshot "+unbound.ID+` carries alias "other", which is bound to no snapshot`) {
+		t.Fatalf("list: exit %d\nstdout:\n%s\nstderr:\n%s", table.code, table.stdout, table.stderr)
+	}
+
+	js := runCLI(t, "snapshot", "list", "--store", store, "--json")
+	var rows []repository.Entry
+	if err := json.Unmarshal([]byte(js.stdout), &rows); err != nil || js.code != 0 || len(rows) != 3 {
+		t.Fatalf("list --json: exit %d, %v\n%s", js.code, err, js.stdout)
+	}
+	want := []*repository.AliasMismatch{
+		{Alias: "other", ID: unbound.ID, Carries: "other"},
+		{Alias: "second", BoundTo: holder.ID, ID: bound.ID, Carries: "second"},
+		nil,
+	}
+	for i, row := range rows {
+		if got := row.AliasMismatch; (got == nil) != (want[i] == nil) || got != nil && *got != *want[i] {
+			t.Errorf("list --json row %d (%s): alias_mismatch %+v, want %+v", i, row.ID, got, want[i])
+		}
+	}
+	check := runCLI(t, "snapshot", "list", "--store", store, "--check")
+	if check.code != 1 || !strings.Contains(check.stderr, "snapshot list --check: 2 alias mismatches") {
+		t.Fatalf("list --check: exit %d, stderr %q; want exit 1", check.code, check.stderr)
+	}
+}

@@ -172,8 +172,11 @@ alias starts with PREFIX.
 
 A catalog entry that does not decode (a record or an alias binding) is a row
 marked CORRUPT (in JSON: {"id" or "alias", "corrupt": {...}}) and a warning
-on stderr; with --check the command then exits 1. Listing never changes the
-store: writers move such entries to catalog/quarantine/.`,
+on stderr. A record whose alias is bound to no snapshot, or to another one,
+has its alias marked (ALIAS MISMATCH) (in JSON: "alias_mismatch": {...})
+and a warning. With --check the command exits 1 when there is either.
+Listing never changes the store: writers move damaged entries to
+catalog/quarantine/.`,
 	Args: usage.Args(cobra.NoArgs),
 	RunE: func(cmd *cobra.Command, _ []string) error {
 		f := repository.Filter{AliasPrefix: snapshotListFlags.aliasPrefix}
@@ -200,8 +203,12 @@ var snapshotShowCmd = &cobra.Command{
 	Short: "Print one snapshot's record, manifest descriptor included",
 	Long: `Print the record of the snapshot with that id or alias: sizes and SHA-256
 digests of its files, its memory layout, the descriptor (SHA-256, size) of
-its startup manifest when one is attached, and where its files are. An
-argument that parses as a UUID is taken as an id, anything else as an alias.`,
+its startup manifest when one is attached, its refined manifest when
+restores have refined it, the startup pack and the refined pack (sizes,
+manifest, index; S3 only) when stored, and where its files are. With
+--json the record's fields (startup_pack, refined_pack among them) and
+"files". An argument that parses as a UUID is taken as an id, anything
+else as an alias.`,
 	Args: usage.Args(cobra.ExactArgs(1)),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		ref := args[0]

@@ -39,6 +39,11 @@ block is reported, consecutive ones as one range. A missing, non-regular
 or wrong-size artifact is reported as a problem of that artifact. Progress
 goes to stderr.
 
+An alias binding and a record that contradict each other are a problem
+of kind "alias": verifying ALIAS reports a binding naming a record that
+carries another alias (or none); verifying an ID, or --all, a record
+carrying an alias that is bound to no snapshot or to another one.
+
 A snapshot published before digest tables existed is reported as
 "unverified (no digest table)": that alone is not a problem. --add-digests
 gives such a snapshot the table computed in the same pass, but only if its

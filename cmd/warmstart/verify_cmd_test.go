@@ -222,21 +222,69 @@ func TestSnapshotVerifyBadAliasNamesRef(t *testing.T) {
 func TestSnapshotVerifyAliasRecordMismatch(t *testing.T) {
 	s := newVerifyStore(t)
 	rec, _ := s.publish(t, "ref")
-	path := filepath.Join(s.dir, "catalog", "records", rec.ID+".json")
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	edited := strings.Replace(string(data), `"alias": "ref"`, `"alias": "other"`, 1)
-	if edited == string(data) {
-		t.Fatalf("record %s has no alias field to edit: %s", path, data)
-	}
-	if err := os.WriteFile(path, []byte(edited), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	retagRecord(t, s.dir, rec.ID, "ref", "other")
 	r := s.verify(t, "ref")
 	want := "alias ref names snapshot " + rec.ID + `, whose record carries alias "other"`
 	if r.code != 1 || !strings.Contains(r.stdout, want) || !strings.Contains(r.stderr, "snapshot verify ref: problems found") {
 		t.Fatalf("mismatch: exit %d, stdout %q, stderr %q; want %q", r.code, r.stdout, r.stderr, want)
+	}
+}
+
+// retagRecord edits the record of id in the POSIX store at dir to carry
+// alias to instead of from, leaving the alias bindings as they are: the
+// catalog then contradicts itself.
+func retagRecord(t *testing.T, dir, id, from, to string) {
+	t.Helper()
+	path := filepath.Join(dir, "catalog", "records", id+".json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(string(data), `"alias": "`+from+`"`, `"alias": "`+to+`"`, 1)
+	if edited == string(data) {
+		t.Fatalf("record %s has no alias field %q to edit: %s", path, from, data)
+	}
+	if err := os.WriteFile(path, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// verify --all reaches snapshots through their records: one whose record
+// carries an alias bound to no snapshot, and one whose record carries an
+// alias bound to another snapshot, are problems (exit 1) named in the
+// report, as verify ALIAS reports the binding's side.
+func TestSnapshotVerifyAllAliasRecordMismatch(t *testing.T) {
+	s := newVerifyStore(t)
+	unbound, _ := s.publish(t, "ref")
+	bound, _ := s.publish(t, "first")
+	holder, _ := s.publish(t, "second")
+	retagRecord(t, s.dir, unbound.ID, "ref", "other")
+	retagRecord(t, s.dir, bound.ID, "first", "second")
+	r := s.verify(t, "--all")
+	for _, want := range []string{
+		"the record of snapshot " + unbound.ID + ` carries alias "other", which is bound to no snapshot`,
+		"the record of snapshot " + bound.ID + ` carries alias "second", which is bound to snapshot ` + holder.ID,
+		"snapshot " + holder.ID + " (alias second): ok",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("verify --all: stdout lacks %q", want)
+		}
+	}
+	if r.code != 1 || !strings.Contains(r.stderr, "snapshot verify --all: 2 of 3 snapshots have problems") {
+		t.Fatalf("verify --all: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	js := s.verify(t, "--all", "--json")
+	var reps []struct {
+		ID       string `json:"id"`
+		OK       bool   `json:"ok"`
+		Problems []struct {
+			Kind string `json:"kind"`
+		} `json:"problems"`
+	}
+	if err := json.Unmarshal([]byte(js.stdout), &reps); err != nil || js.code != 1 || len(reps) != 3 {
+		t.Fatalf("verify --all --json: exit %d, %v, %q", js.code, err, js.stdout)
+	}
+	if rep := reps[0]; rep.ID != unbound.ID || rep.OK || len(rep.Problems) != 1 || rep.Problems[0].Kind != "alias" {
+		t.Errorf("verify --all --json: report of %s = %+v; want one problem of kind alias", unbound.ID, rep)
 	}
 }

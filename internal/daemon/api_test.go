@@ -16,6 +16,8 @@ import (
 
 	"warmstart/internal/daemon"
 	"warmstart/internal/repository"
+	"warmstart/internal/repository/posixfs"
+	"warmstart/internal/repository/repotest"
 )
 
 // Import, record, two concurrent restores sharing one prefetch task, stop
@@ -444,5 +446,62 @@ func TestDeleteOfADanglingAliasReleasesIt(t *testing.T) {
 	}
 	if _, err := c.Import(ctx, f.importRequest("ghost")); err != nil {
 		t.Fatalf("import of the released alias: %v", err)
+	}
+}
+
+// An alias whose snapshot's record is gone (a delete elsewhere crashed
+// after removing it) is swept away when the daemon opens its POSIX store;
+// a DELETE of that alias then says the alias was released, naming the
+// missing snapshot, as `snapshot delete` in process does, not that no
+// snapshot had it.
+func TestDeleteOfAnAliasSweptAtOpenReleasesIt(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	store := f.cfg.Backend.PosixFS.SnapshotStore
+	repo, err := posixfs.Open(store, posixfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, lease := repotest.PublishInputs(t, repo, repotest.NewInputs(t, 1<<20), "swept")
+	if err := lease.End(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(store, "catalog", "records", rec.ID+".json")); err != nil {
+		t.Fatal(err)
+	}
+	c := startDaemon(t, f, nil).client
+	del, err := c.DeleteSnapshot(context.Background(), "swept")
+	if want := (daemon.DeleteResponse{ID: rec.ID, Alias: "swept", Released: true}); err != nil || del != want {
+		t.Fatalf("delete of an alias swept at open = %+v, %v; want %+v", del, err, want)
+	}
+}
+
+// GET /snapshots marks a record whose alias is bound to no snapshot with
+// its alias_mismatch, and verifying that snapshot reports it, as the CLI
+// does in process.
+func TestListingAndVerifyReportAnAliasMismatch(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	c := startDaemon(t, f, nil).client
+	ctx := context.Background()
+	imp, err := c.Import(ctx, f.importRequest("ref"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(f.cfg.Backend.PosixFS.SnapshotStore, "catalog", "records", imp.ID+".json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := strings.Replace(string(data), `"alias": "ref"`, `"alias": "other"`, 1)
+	if err := os.WriteFile(path, []byte(edited), 0o644); err != nil || edited == string(data) {
+		t.Fatalf("retag the record: %v", err)
+	}
+	rows, err := c.Catalog(ctx, repository.Filter{})
+	want := repository.AliasMismatch{Alias: "other", ID: imp.ID, Carries: "other"}
+	if err != nil || len(rows) != 1 || rows[0].AliasMismatch == nil || *rows[0].AliasMismatch != want {
+		t.Fatalf("GET /snapshots = %+v, %v; want one row with alias_mismatch %+v", rows, err, want)
+	}
+	rep, err := c.VerifySnapshot(ctx, imp.ID, daemon.VerifyRequest{})
+	if err != nil || rep.OK || len(rep.Problems) != 1 || rep.Problems[0].Message != want.String() {
+		t.Fatalf("verify = %+v, %v; want the problem %q", rep, err, want.String())
 	}
 }

@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -42,8 +43,16 @@ func SnapshotText(w io.Writer, rec repository.Record, res repository.Resolved, r
 	} else {
 		fmt.Fprintf(tw, "manifest:\tnone\n")
 	}
+	if p := rec.StartupPack; p != nil {
+		fmt.Fprintf(tw, "startup pack:\t%s\n", packLine(*p))
+	}
 	if d := rec.Refinement; d != nil {
 		fmt.Fprintf(tw, "refined manifest:\tsha256 %s, %d pages, learned from %d restores\n", d.ManifestSHA256, d.Pages, d.Restores)
+	}
+	// The refined pack is what a restore streams when there is one; its
+	// manifest may be an older refinement than the current one.
+	if p := rec.RefinedPack; p != nil {
+		fmt.Fprintf(tw, "refined pack:\t%s, built after %d restores\n", packLine(*p), p.Restores)
 	}
 	if resErr != nil {
 		fmt.Fprintf(tw, "files:\tunavailable: %v\n", resErr)
@@ -57,8 +66,20 @@ func SnapshotText(w io.Writer, rec repository.Record, res repository.Resolved, r
 	return tw.Flush()
 }
 
+// packLine describes a startup pack: its sizes, the manifest it was built
+// from and its index.
+func packLine(p repository.StartupPackDescriptor) string {
+	return fmt.Sprintf("%s stored, %s unpacked, of manifest sha256 %s, index sha256 %s (%d bytes)",
+		Size(p.StoredBytes), Size(p.LogicalBytes), p.ManifestSHA256, p.IndexSHA256, p.IndexSize)
+}
+
+// aliasMismatchMark follows the alias of a record whose alias is not
+// bound to it, in the catalog table.
+const aliasMismatchMark = " (ALIAS MISMATCH)"
+
 // CatalogTable prints the rows of `snapshot list` as a table; a damaged
-// entry is a row marked CORRUPT.
+// entry is a row marked CORRUPT, and the alias of a record it is not
+// bound to is marked ALIAS MISMATCH.
 func CatalogTable(w io.Writer, rows []repository.Entry) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tALIAS\tCREATED\tMEMORY\tMANIFEST")
@@ -76,7 +97,11 @@ func CatalogTable(w io.Writer, rows []repository.Entry) error {
 		if r.Manifest != nil {
 			manifest = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, OrDash(r.Alias), r.CreatedAt.UTC().Format(time.RFC3339), Size(r.MemorySize), manifest)
+		alias := OrDash(r.Alias)
+		if row.AliasMismatch != nil {
+			alias += aliasMismatchMark
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, alias, r.CreatedAt.UTC().Format(time.RFC3339), Size(r.MemorySize), manifest)
 	}
 	return tw.Flush()
 }
@@ -167,15 +192,20 @@ func NothingToDelete(w io.Writer, ref string) error {
 }
 
 // Catalog writes the rows of `snapshot list` (a table, or JSON with
-// --json), warns on stderr about every damaged catalog entry, and with
-// --check fails when there is any. Damaged entries are rows too, so a
-// record that does not decode is never silently left out.
+// --json), warns on stderr about every damaged catalog entry and every
+// alias mismatch, and with --check fails when there is any. Damaged
+// entries are rows too, so a record that does not decode is never
+// silently left out.
 func Catalog(o Output, rows []repository.Entry, asJSON, check bool) error {
-	var damaged int
+	var damaged, mismatched int
 	for _, row := range rows {
 		if row.Corrupt != nil {
 			damaged++
 			fmt.Fprintf(o.Err, "warmstart: warning: %s\n", row.Corrupt)
+		}
+		if row.AliasMismatch != nil {
+			mismatched++
+			fmt.Fprintf(o.Err, "warmstart: warning: alias mismatch: %s\n", row.AliasMismatch)
 		}
 	}
 	var err error
@@ -187,8 +217,15 @@ func Catalog(o Output, rows []repository.Entry, asJSON, check bool) error {
 	} else {
 		err = CatalogTable(o.Out, rows)
 	}
-	if err == nil && check && damaged > 0 {
-		err = fmt.Errorf("snapshot list --check: %d damaged catalog entries (see the README, \"Damaged catalog entries\")", damaged)
+	if err == nil && check && damaged+mismatched > 0 {
+		var found []string
+		if damaged > 0 {
+			found = append(found, fmt.Sprintf("%d damaged catalog entries", damaged))
+		}
+		if mismatched > 0 {
+			found = append(found, fmt.Sprintf("%d alias mismatches", mismatched))
+		}
+		err = fmt.Errorf("snapshot list --check: %s (see the README, \"Damaged catalog entries\")", strings.Join(found, ", "))
 	}
 	return err
 }

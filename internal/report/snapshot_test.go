@@ -87,3 +87,35 @@ func TestRecordingLine(t *testing.T) {
 		t.Errorf("snapshot show does not say how the manifest was recorded:\n%s", b.String())
 	}
 }
+
+// TestSnapshotTextShowsThePacks: snapshot show names the startup pack built
+// from the recorded manifest and the refined pack a restore streams
+// instead, and --json carries both.
+func TestSnapshotTextShowsThePacks(t *testing.T) {
+	rec := repository.Record{ID: "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b",
+		Manifest:    &repository.ManifestDescriptor{SHA256: "aa", Size: 100},
+		StartupPack: &repository.StartupPackDescriptor{ManifestSHA256: "aa", IndexSHA256: "cc", IndexSize: 64, StoredBytes: 3 << 20, LogicalBytes: 4 << 20},
+		Refinement:  &repository.RefinementDescriptor{ManifestSHA256: "bb", Pages: 1404, Restores: 3},
+		RefinedPack: &repository.StartupPackDescriptor{ManifestSHA256: "bb", IndexSHA256: "dd", IndexSize: 80, StoredBytes: 5 << 20, LogicalBytes: 6 << 20, Restores: 2}}
+	var b strings.Builder
+	if err := SnapshotText(&b, rec, repository.Resolved{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"startup pack:      3.0 MiB stored, 4.0 MiB unpacked, of manifest sha256 aa, index sha256 cc (64 bytes)\n",
+		"refined pack:      5.0 MiB stored, 6.0 MiB unpacked, of manifest sha256 bb, index sha256 dd (80 bytes), built after 2 restores\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("snapshot show:\n%s\nlacks %q", b.String(), want)
+		}
+	}
+	var j strings.Builder
+	if err := JSON(&j, SnapshotShow{Record: rec}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"startup_pack": {`, `"refined_pack": {`, `"index_sha256": "dd"`, `"restores": 2`} {
+		if !strings.Contains(j.String(), want) {
+			t.Errorf("snapshot show --json:\n%s\nlacks %q", j.String(), want)
+		}
+	}
+}

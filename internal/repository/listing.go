@@ -12,6 +12,16 @@ import (
 type Entry struct {
 	Record
 	Corrupt *Damage `json:"corrupt,omitempty"`
+	// AliasMismatch, on a record's row, says the alias the record carries
+	// is not bound to it (RecordMismatch).
+	AliasMismatch *AliasMismatch `json:"alias_mismatch,omitempty"`
+}
+
+// recordRow is how a record row is encoded: the record's fields, plus
+// alias_mismatch when there is one.
+type recordRow struct {
+	Record
+	AliasMismatch *AliasMismatch `json:"alias_mismatch,omitempty"`
 }
 
 // damagedRow is how a damaged entry is encoded: the id or alias it is
@@ -22,21 +32,23 @@ type damagedRow struct {
 	Corrupt *Damage `json:"corrupt"`
 }
 
-// MarshalJSON encodes a record row as the record and a damaged row as
-// {"id" or "alias", "corrupt": Damage}.
+// MarshalJSON encodes a record row as the record (and its alias
+// mismatch, if any) and a damaged row as {"id" or "alias", "corrupt":
+// Damage}.
 func (e Entry) MarshalJSON() ([]byte, error) {
 	if e.Corrupt == nil {
-		return json.Marshal(e.Record)
+		return json.Marshal(recordRow{Record: e.Record, AliasMismatch: e.AliasMismatch})
 	}
 	return json.Marshal(damagedRow{ID: e.Record.ID, Alias: e.Record.Alias, Corrupt: e.Corrupt})
 }
 
-// Listing is List followed by Damaged: the records that match f, then a
-// row for every damaged entry f can be matched against (a damaged record's
-// alias and manifest are unknown, so it is listed only when f selects by
-// neither; a damaged alias is listed when it has f's alias prefix and f
-// does not select by manifest). damaged is every damaged entry, filter or
-// not, for callers that report or log them.
+// Listing is List followed by Damaged: the records that match f, each
+// with its alias mismatch if the alias it carries is not bound to it
+// (RecordMismatch), then a row for every damaged entry f can be matched
+// against (a damaged record's alias and manifest are unknown, so it is
+// listed only when f selects by neither; a damaged alias is listed when it
+// has f's alias prefix and f does not select by manifest). damaged is
+// every damaged entry, filter or not, for callers that report or log them.
 func Listing(ctx context.Context, repo Repository, f Filter) (rows []Entry, damaged []Damage, err error) {
 	recs, err := repo.List(ctx, f)
 	if err != nil {
@@ -47,7 +59,11 @@ func Listing(ctx context.Context, repo Repository, f Filter) (rows []Entry, dama
 	}
 	rows = make([]Entry, 0, len(recs)+len(damaged))
 	for _, r := range recs {
-		rows = append(rows, Entry{Record: r})
+		m, err := RecordMismatch(ctx, repo, r)
+		if err != nil {
+			return nil, nil, err
+		}
+		rows = append(rows, Entry{Record: r, AliasMismatch: m})
 	}
 	for i := range damaged {
 		d := &damaged[i]

@@ -23,7 +23,8 @@ type Report struct {
 	// attached.
 	DigestsAdded *repository.DigestsDescriptor `json:"digests_added,omitempty"`
 	// Problems are about the snapshot as a whole: a record that cannot be
-	// read, or artifacts the repository cannot resolve.
+	// read, an alias binding the record contradicts, or artifacts the
+	// repository cannot resolve.
 	Problems []Problem `json:"problems,omitempty"`
 	// Artifacts are vm_state.bin, memory.bin, memory.digests and
 	// startup-manifest.bin, in that order.
@@ -96,6 +97,7 @@ const (
 	KindRead       = "read"        // reading it failed
 	KindUnresolved = "unresolved"  // the repository refused to resolve it
 	KindRecord     = "record"      // the snapshot's record cannot be read
+	KindAlias      = "alias"       // an alias binding and the record contradict each other
 	KindNotAdded   = "not_added"   // AddDigests refused to attach a table
 	KindAttach     = "attach"      // attaching the table failed
 )

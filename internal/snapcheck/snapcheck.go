@@ -109,24 +109,16 @@ func DamagedEntry(d repository.Damage) Report {
 }
 
 // aliasMismatch is the report of an alias whose binding names a record
-// that carries another alias (or none), when err says so. Lookup calls it
-// "not found", since a crashed publish can leave that state; but the
-// operator asked to verify this alias, and the catalog contradicts itself.
+// that carries another alias (or none), when err, the error of looking
+// it up, says so (repository.BindingMismatch): the operator asked to
+// verify this alias, and the catalog contradicts itself.
 func aliasMismatch(ctx context.Context, repo repository.Repository, err error) (Report, bool) {
-	d := (*repository.DanglingAlias)(nil)
-	if !errors.As(err, &d) || d.Why != repository.DanglingNotCarried {
+	m, ok := repository.BindingMismatch(ctx, repo, err)
+	if !ok {
 		return Report{}, false
 	}
-	rec, gerr := repo.Get(ctx, d.ID)
-	if gerr != nil {
-		return Report{}, false
-	}
-	carried := "no alias"
-	if rec.Alias != "" {
-		carried = fmt.Sprintf("alias %q", rec.Alias)
-	}
-	r := unreadableRecord(d.Alias, fmt.Errorf("alias %s names snapshot %s, whose record carries %s", d.Alias, d.ID, carried))
-	r.ID = d.ID
+	r := Report{ID: m.ID, Alias: m.Alias, Artifacts: []Artifact{},
+		Problems: []Problem{{Kind: KindAlias, Message: m.String()}}}
 	return r, true
 }
 
@@ -153,6 +145,15 @@ type checker struct {
 
 func verifyRecord(ctx context.Context, repo repository.Repository, rec repository.Record, opts Options) (Report, error) {
 	r := newReport(rec)
+	// verify --all reaches a snapshot through its record, not through an
+	// alias, so a record whose alias is bound elsewhere is asked about here.
+	m, err := repository.RecordMismatch(ctx, repo, rec)
+	if err != nil {
+		return Report{}, err
+	}
+	if m != nil {
+		r.Problems = append(r.Problems, Problem{Kind: KindAlias, Message: m.String()})
+	}
 	res, err := repo.Resolve(ctx, rec.ID)
 	if errors.Is(err, repository.ErrIntegrity) {
 		r.unresolved(err)

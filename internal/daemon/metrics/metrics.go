@@ -312,7 +312,14 @@ func (m *Set) Handler(errorLog promhttp.Logger) http.Handler {
 }
 
 // Repository returns repo with the latency of every operation observed.
+// What callers find on a repository by type assertion stays found on the
+// wrapper: repository.SweptAliases, Root when the backend has one
+// (posixfs), and anything else through Unwrap.
 func (m *Set) Repository(repo repository.Repository) repository.Repository {
 	m.startup.observeCacheOf(repo)
-	return &timedRepository{inner: repo, seconds: m.repository}
+	timed := &timedRepository{inner: repo, seconds: m.repository}
+	if rooted, ok := repo.(interface{ Root() string }); ok {
+		return rootedRepository{timedRepository: timed, rooted: rooted}
+	}
+	return timed
 }

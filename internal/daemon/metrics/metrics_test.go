@@ -183,3 +183,23 @@ func TestTimedRepositoryUnwraps(t *testing.T) {
 		t.Fatalf("the timed repository does not unwrap to the one it times")
 	}
 }
+
+// The timed repository of a POSIX store still names the store's root, so a
+// node stages captures inside it (and publishing hard-links them); one of
+// a backend without a root does not seem to have one.
+func TestTimedRepositoryKeepsTheRoot(t *testing.T) {
+	repo, err := posixfs.Open(filepath.Join(t.TempDir(), "store"), posixfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(prefetch.NewEngine(prefetch.Options{}), func() int { return 0 }, func() uint64 { return 0 })
+	r, ok := s.Repository(repo).(interface{ Root() string })
+	if !ok || r.Root() != repo.Root() {
+		t.Fatalf("the timed repository of a POSIX store hides its root (%t)", ok)
+	}
+	// Embedding only the interface hides Root, like a backend without one.
+	rootless := struct{ repository.Repository }{repo}
+	if _, ok := s.Repository(rootless).(interface{ Root() string }); ok {
+		t.Fatalf("the timed repository of a backend without a root has one")
+	}
+}

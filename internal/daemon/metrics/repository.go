@@ -24,6 +24,32 @@ var _ repository.Repository = (*timedRepository)(nil)
 // reach what only its backend offers (s3.Repo.VerifyStartupPack).
 func (r *timedRepository) Unwrap() repository.Repository { return r.inner }
 
+// TakeSweptAlias forwards repository.SweptAliases to the backend: a
+// DELETE of an alias the backend's open swept away must release it, as
+// the CLI's delete on the bare backend does, not answer "not found".
+func (r *timedRepository) TakeSweptAlias(alias string) (id string, ok bool) {
+	s, ok := r.inner.(repository.SweptAliases)
+	if !ok {
+		return "", false
+	}
+	return s.TakeSweptAlias(alias)
+}
+
+var _ repository.SweptAliases = (*timedRepository)(nil)
+
+// rootedRepository is a timedRepository of a backend that keeps its
+// files under a root directory (posixfs): a node stages a capture there,
+// so that publishing hard-links rather than copies (node.stagingDir), and
+// asks for it by type assertion. A separate type, because a backend
+// without a root (s3) must not seem to have one.
+type rootedRepository struct {
+	*timedRepository
+	rooted interface{ Root() string }
+}
+
+// Root forwards to the backend.
+func (r rootedRepository) Root() string { return r.rooted.Root() }
+
 // timed starts timing op; deferring the call of its result with the
 // address of the named error result observes the outcome on return.
 func (r *timedRepository) timed(op string) func(*error) {
