@@ -17,6 +17,7 @@
 //
 //	warmstart-s3bench [--blocks 8] [--seed 1] [--memory-size 128MiB] [--policy warmstart]
 //	                  [--s3-latency-ms 5] [--s3-bandwidth-mbit 1000] [--s3-link-mbit 1000] [--json FILE]
+//	                  [--readaround-kib 0] [--prefetch-readaround-kib 0]
 //
 // It needs root (FUSE) and the minio binary (.ci/minio.sh, or
 // WARMSTART_MINIO). SIGINT and SIGTERM stop it as they stop warmstart
@@ -33,6 +34,7 @@ import (
 	"os"
 	"strings"
 
+	wsconfig "warmstart/internal/config"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/layout"
 	"warmstart/internal/restore"
@@ -111,6 +113,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&conds, "conditions", "", "comma-separated conditions each block runs (cold-off,cold-on,warm-off,warm-on; default all)")
 	fs.IntVar(&c.opts.Warm.Concurrency, "warm-runs", 0, "cache prefetch GETs in flight (default: the repository's)")
 	fs.Int64Var(&runKiB, "warm-run-kib", 0, "cache prefetch bytes per GET, KiB (default: the repository's)")
+	fs.Int64Var(&c.opts.ReadaroundKiB, "readaround-kib", 0, "file device readaround of restores without prefetch, KiB ([memory] readaround_kib; default: the backend's)")
+	fs.Int64Var(&c.opts.PrefetchReadaroundKiB, "prefetch-readaround-kib", 0, "file device readaround of restores that prefetch, KiB ([memory] prefetch_readaround_kib; default: the built-in one)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -134,6 +138,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return config{}, fmt.Errorf("--warm-runs %d and --warm-run-kib %d: want 0 (the default) or more", c.opts.Warm.Concurrency, runKiB)
 	}
 	c.opts.Warm.RunCapBytes = runKiB << 10
+	if err := checkReadaround(c.opts.ReadaroundKiB, c.opts.PrefetchReadaroundKiB); err != nil {
+		return config{}, err
+	}
 	if conds == "" {
 		return c, nil
 	}
@@ -145,6 +152,20 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		c.opts.Conditions = append(c.opts.Conditions, cond)
 	}
 	return c, nil
+}
+
+// checkReadaround refuses windows the node's configuration would refuse,
+// with the same bounds ([memory] in the configuration reference).
+func checkReadaround(kib, prefetchKiB int64) error {
+	cfg := wsconfig.Default()
+	cfg.Memory.ReadaroundKiB = kib
+	if prefetchKiB != 0 {
+		cfg.Memory.PrefetchReadaroundKiB = prefetchKiB
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("--readaround-kib %d, --prefetch-readaround-kib %d: %w", kib, prefetchKiB, err)
+	}
+	return nil
 }
 
 // bench runs the measurement in a temporary directory of its own, which

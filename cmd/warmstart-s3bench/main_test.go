@@ -36,6 +36,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
 		{[]string{"--conditions", "cold-on,lukewarm-on"}, `--conditions: condition "lukewarm-on"`},
 		{[]string{"--warm-runs", "-1"}, "--warm-runs -1 and --warm-run-kib 0: want 0 (the default) or more"},
+		{[]string{"--readaround-kib", "6"}, "--readaround-kib 6, --prefetch-readaround-kib 0: config: key memory.readaround_kib: 6 is not a whole number"},
+		{[]string{"--prefetch-readaround-kib", "4096"}, "--readaround-kib 0, --prefetch-readaround-kib 4096: config: key memory.prefetch_readaround_kib: 4096 out of range"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(c.args, &stdout, &stderr); code != exitUsage || !strings.Contains(stderr.String(), c.want) {
@@ -59,16 +61,21 @@ func TestConditionsFlag(t *testing.T) {
 
 // TestRun measures one block on a small reference snapshot: the table goes
 // to stdout, the report to --json with every trial reading the right
-// bytes, and the temporary directory is removed.
+// bytes, the node mounts with the readaround windows asked for, and the
+// temporary directory is removed.
 func TestRun(t *testing.T) {
 	miniotest.Require(t)
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
 	jsonPath := filepath.Join(t.TempDir(), "report.json")
 	var stdout, stderr bytes.Buffer
-	code := run([]string{"--blocks", "1", "--memory-size", "8MiB", "--policy", "seed", "--json", jsonPath}, &stdout, &stderr)
+	code := run([]string{"--blocks", "1", "--memory-size", "8MiB", "--policy", "seed", "--json", jsonPath,
+		"--readaround-kib", "64", "--prefetch-readaround-kib", "8"}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "readaround 64 KiB without prefetch, 8 KiB with it") {
+		t.Errorf("the node did not mount with the windows asked for:\n%s", stderr.String())
 	}
 	if !strings.Contains(stdout.String(), "cold-cache/prefetch-on") || !strings.Contains(stdout.String(), "cold cache: prefetch on / off") {
 		t.Errorf("no summary table on stdout:\n%s", stdout.String())
@@ -80,6 +87,9 @@ func TestRun(t *testing.T) {
 	var rep s3bench.Report
 	if err := json.Unmarshal(data, &rep); err != nil {
 		t.Fatal(err)
+	}
+	if rep.Options.ReadaroundKiB != 64 || rep.Options.PrefetchReadaroundKiB != 8 {
+		t.Errorf("report options %+v: want the readaround windows 64 and 8 KiB", rep.Options)
 	}
 	if len(rep.Trials) != len(s3bench.Conditions) || rep.Options.Policy != "seed" || rep.Options.MemoryBytes != 8<<20 {
 		t.Fatalf("report has %d trials, policy %q, memory %d; want %d, seed, 8 MiB",

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -89,10 +91,7 @@ within blocks.`,
 				return err
 			}
 			if f.b.Repository == "s3" {
-				// The companion command watches for signals itself.
-				return bench.ExecS3(bench.S3Options{Blocks: f.b.Blocks, Seed: f.b.Seed, MemBytes: size, Policy: f.b.Policies[0],
-					JSONPath: f.jsonPath, LatencyMs: f.s3f.latencyMs, BandwidthMbit: f.s3f.bandwidthMbit,
-					LinkMbit: f.s3f.linkMbit})
+				return f.execS3(cmd, size)
 			}
 			// From here on a signal stops the run, which then cleans up.
 			in := interrupt.Notify(cmd.ErrOrStderr())
@@ -132,6 +131,45 @@ func (f *benchFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.b.Learn, "learn", bench.DefaultLearn, "learning restores of each +learned column before the formal blocks")
 	fl.StringVar(&f.agent, "agent", "", "--vmm qemu without SNAPSHOT: prebuilt warmstart-agent binary (default: build it from the module source)")
 	fl.String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
+}
+
+// s3FixedFlags are the bench flags whose setting the S3 companion fixes:
+// it benchmarks the reference snapshot on the replay VMM and the file
+// device (I/O engine 0), without reserve blocks or learning restores. A
+// flag set to anything else would go unheeded, and the run would measure
+// something other than what the operator asked for; "" means any setting.
+var s3FixedFlags = map[string]string{
+	"device": config.DeviceFile, "io-engine": "0", "vmm": config.DriverReplay,
+	"reserve-blocks": "", "learn": "", "agent": "", "trace": "", storeFlag: "",
+}
+
+// checkS3Flags refuses a flag set to what the S3 companion does not do.
+func checkS3Flags(cmd *cobra.Command) error {
+	for _, name := range slices.Sorted(maps.Keys(s3FixedFlags)) {
+		fl := cmd.Flags().Lookup(name)
+		if fl == nil || !fl.Changed || (s3FixedFlags[name] != "" && fl.Value.String() == s3FixedFlags[name]) {
+			continue
+		}
+		return usageError{Err: fmt.Errorf("--%s %s: not available with --repository s3, which benchmarks the reference snapshot on the replay VMM and the file device", name, fl.Value.String())}
+	}
+	return nil
+}
+
+// execS3 replaces this process with the S3 companion command, passing on
+// the flags and the configuration's [memory] readaround windows. The
+// companion watches for signals itself.
+func (f *benchFlags) execS3(cmd *cobra.Command, size int64) error {
+	if err := checkS3Flags(cmd); err != nil {
+		return err
+	}
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	return bench.ExecS3(bench.S3Options{Blocks: f.b.Blocks, Seed: f.b.Seed, MemBytes: size, Policy: f.b.Policies[0],
+		JSONPath: f.jsonPath, LatencyMs: f.s3f.latencyMs, BandwidthMbit: f.s3f.bandwidthMbit,
+		LinkMbit: f.s3f.linkMbit, ReadaroundKiB: cfg.Memory.ReadaroundKiB,
+		PrefetchReadaroundKiB: cfg.Memory.PrefetchReadaroundKiB})
 }
 
 // runBench runs the protocol on snapshot, or on a freshly prepared

@@ -142,9 +142,56 @@ func TestBenchS3ExecsTheCompanion(t *testing.T) {
 	t.Setenv(s3BenchBinaryEnv, fake)
 	r := runCLI(t, "bench", "--repository", "s3", "--blocks", "3", "--seed", "5", "--memory-size", "8MiB",
 		"--policies", "seed", "--s3-latency-ms", "9", "--s3-bandwidth-mbit", "100", "--json", "out.json")
-	want := "companion --blocks 3 --seed 5 --memory-size 8388608 --policy seed --s3-latency-ms 9 --s3-bandwidth-mbit 100 --s3-link-mbit 1000 --json out.json\n"
+	want := "companion --blocks 3 --seed 5 --memory-size 8388608 --policy seed --s3-latency-ms 9 --s3-bandwidth-mbit 100 --s3-link-mbit 1000" +
+		" --readaround-kib 0 --prefetch-readaround-kib 4 --json out.json\n"
 	if r.code != 7 || r.stdout != want {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want exit 7 and stdout %q", r.code, r.stdout, r.stderr, want)
+	}
+}
+
+// fakeCompanion installs a stand-in companion that prints its arguments
+// and exits 7.
+func fakeCompanion(t *testing.T) {
+	t.Helper()
+	fake := filepath.Join(t.TempDir(), s3BenchCommand)
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho \"companion $*\"\nexit 7\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(s3BenchBinaryEnv, fake)
+}
+
+// TestBenchS3MeasuresTheConfiguredReadaround runs bench --repository s3
+// with a configuration whose [memory] sets both readaround windows: the
+// companion is told them, so the run measures that configuration.
+func TestBenchS3MeasuresTheConfiguredReadaround(t *testing.T) {
+	fakeCompanion(t)
+	cfg := filepath.Join(t.TempDir(), "warmstart.toml")
+	if err := os.WriteFile(cfg, []byte("[memory]\nreadaround_kib = 64\nprefetch_readaround_kib = 16\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, "--config", cfg, "bench", "--repository", "s3", "--policies", "warmstart")
+	if r.code != 7 || !strings.Contains(r.stdout, " --readaround-kib 64 --prefetch-readaround-kib 16 ") {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want exit 7 and the configured windows passed on", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestBenchS3RefusesFlagsItWouldNotHeed: flags asking for what the S3
+// companion does not do are usage errors, before the companion runs;
+// flags set to what it does anyway are accepted.
+func TestBenchS3RefusesFlagsItWouldNotHeed(t *testing.T) {
+	fakeCompanion(t)
+	for _, args := range [][]string{
+		{"--device", "uffd"}, {"--io-engine", "1"}, {"--learn", "2"}, {"--reserve-blocks", "0"},
+		{"--vmm", "qemu"}, {"--trace", "x.trace"}, {"--policies", "warmstart+learned"}, {"--policies", "off"},
+	} {
+		r := runCLI(t, append([]string{"bench", "--repository", "s3", "--policies", "warmstart"}, args...)...)
+		if r.code != 2 || strings.Contains(r.stdout, "companion") || !strings.Contains(r.stderr, args[0]) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 naming %s, companion not run", args, r.code, r.stdout, r.stderr, args[0])
+		}
+	}
+	r := runCLI(t, "bench", "--repository", "s3", "--policies", "warmstart", "--device", "file", "--io-engine", "0", "--vmm", "replay")
+	if r.code != 7 {
+		t.Errorf("flags set to what the companion does: exit %d, stderr %q; want the companion run (exit 7)", r.code, r.stderr)
 	}
 }
 

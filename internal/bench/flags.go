@@ -84,6 +84,10 @@ func (f *Flags) checkRepository(snapshot string) error {
 		if snapshot != "" || len(f.Policies) != 1 {
 			return errors.New("--repository s3 benchmarks the reference snapshot with one --policies entry")
 		}
+		// It runs prefetch off and on itself, with the plain policy.
+		if _, err := restore.LookupPolicy(f.Policies[0]); err != nil {
+			return fmt.Errorf("--policies %s: --repository s3 takes one of %s: %w", f.Policies[0], strings.Join(restore.PolicyNames(), ", "), err)
+		}
 		if f.Plot != "" {
 			return errors.New("--plot: not available with --repository s3")
 		}

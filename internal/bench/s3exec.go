@@ -40,6 +40,25 @@ type S3Options struct {
 	LatencyMs     int
 	BandwidthMbit int64
 	LinkMbit      int64
+	// ReadaroundKiB and PrefetchReadaroundKiB are the operator's [memory]
+	// readaround windows, as the configuration gives them (0: the default).
+	ReadaroundKiB, PrefetchReadaroundKiB int64
+}
+
+// args are the companion's arguments for o.
+func (o S3Options) args() []string {
+	return []string{
+		"--blocks", strconv.Itoa(o.Blocks),
+		"--seed", strconv.FormatUint(o.Seed, 10),
+		"--memory-size", strconv.FormatInt(o.MemBytes, 10),
+		"--policy", o.Policy,
+		"--s3-latency-ms", strconv.Itoa(o.LatencyMs),
+		"--s3-bandwidth-mbit", strconv.FormatInt(o.BandwidthMbit, 10),
+		"--s3-link-mbit", strconv.FormatInt(o.LinkMbit, 10),
+		"--readaround-kib", strconv.FormatInt(o.ReadaroundKiB, 10),
+		"--prefetch-readaround-kib", strconv.FormatInt(o.PrefetchReadaroundKiB, 10),
+		"--json", o.JSONPath,
+	}
 }
 
 // ExecS3 measures the S3 repository path by replacing this process
@@ -53,16 +72,7 @@ func ExecS3(o S3Options) error {
 	if err != nil {
 		return err
 	}
-	argv := []string{bin,
-		"--blocks", strconv.Itoa(o.Blocks),
-		"--seed", strconv.FormatUint(o.Seed, 10),
-		"--memory-size", strconv.FormatInt(o.MemBytes, 10),
-		"--policy", o.Policy,
-		"--s3-latency-ms", strconv.Itoa(o.LatencyMs),
-		"--s3-bandwidth-mbit", strconv.FormatInt(o.BandwidthMbit, 10),
-		"--s3-link-mbit", strconv.FormatInt(o.LinkMbit, 10),
-		"--json", o.JSONPath,
-	}
+	argv := append([]string{bin}, o.args()...)
 	// exec, not a child: the companion gets this process's id, standard
 	// streams and signals, so an operator's Ctrl-C reaches the process
 	// that cleans up, and its exit status is bench's.

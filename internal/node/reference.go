@@ -26,6 +26,10 @@ type Workspace struct {
 	// VMM restores; the replay VMM playing the reference trace under
 	// ReferenceDir when nil.
 	VMM vmm.VMM
+	// ReadaroundKiB and PrefetchReadaroundKiB are the operator's [memory]
+	// readaround windows, so that a benchmark run with --config measures
+	// that configuration; 0 keeps the built-in ones.
+	ReadaroundKiB, PrefetchReadaroundKiB int64
 }
 
 // ReferenceDir is where reference.Publish writes the reference snapshot's
@@ -44,6 +48,10 @@ func (w Workspace) Open(ctx context.Context) (*Node, error) {
 	}
 	cfg := config.Default()
 	cfg.Memory.Device = w.Device
+	cfg.Memory.ReadaroundKiB = w.ReadaroundKiB
+	if w.PrefetchReadaroundKiB != 0 {
+		cfg.Memory.PrefetchReadaroundKiB = w.PrefetchReadaroundKiB
+	}
 	if _, remote := repo.(*s3.Repo); remote {
 		// The device settings that follow from the backend (the
 		// readaround window) follow the repository given.

@@ -93,6 +93,11 @@ type Options struct {
 	Warm       chunkcache.WarmOptions
 	// Policy is the device prefetch policy of prefetch-on trials.
 	Policy string
+	// ReadaroundKiB and PrefetchReadaroundKiB are the file device's
+	// readaround windows ([memory] readaround_kib and
+	// prefetch_readaround_kib); 0 keeps the built-in ones.
+	ReadaroundKiB         int64 `json:"readaround_kib"`
+	PrefetchReadaroundKiB int64 `json:"prefetch_readaround_kib"`
 	// Conditions are the conditions each block runs; all four when empty.
 	// Tuning the cold path needs only the prefetch-on pair, and the cold
 	// prefetch-off trial takes most of a block's time.
@@ -366,7 +371,8 @@ func prepare(ctx context.Context, o Options) (*harness, error) {
 		return h, err
 	}
 	defer pub.Close()
-	ws := node.Workspace{Dir: o.WorkDir, Device: config.DeviceFile, Repository: pub}
+	ws := node.Workspace{Dir: o.WorkDir, Device: config.DeviceFile, Repository: pub,
+		ReadaroundKiB: o.ReadaroundKiB, PrefetchReadaroundKiB: o.PrefetchReadaroundKiB}
 	if h.node, err = ws.Open(ctx); err != nil {
 		return h, fmt.Errorf("s3 bench: %w", err)
 	}
@@ -402,10 +408,19 @@ func prepare(ctx context.Context, o Options) (*harness, error) {
 	h.link.SetRate(o.LinkBits)
 	pack := s3.PackWarmOptions(o.Warm)
 	fmt.Fprintf(o.Progress, "link: %d ms added per response, %d Mbit/s per connection, %d Mbit/s in all; "+
-		"cache block %d KiB; startup pack in GETs of up to %d KiB, %d at once; readaround %d KiB\n",
+		"cache block %d KiB; startup pack in GETs of up to %d KiB, %d at once; readaround %d KiB without prefetch, %d KiB with it\n",
 		o.LatencyMs, o.BandwidthBits/1_000_000, o.LinkBits/1_000_000, o.BlockBytes>>10,
-		pack.RunCapBytes>>10, pack.Concurrency, h.node.FUSE.ReadAheadBytes()>>10)
+		pack.RunCapBytes>>10, pack.Concurrency, h.node.FUSE.ReadAheadBytes()>>10, prefetchReadaround(h.node)>>10)
 	return h, h.measureStorage(ctx, pub)
+}
+
+// prefetchReadaround is the readaround window of the node's restores that
+// prefetch: the prefetching mount's, or the one mount's when it serves both.
+func prefetchReadaround(n *node.Node) int {
+	if n.PrefetchFUSE != nil {
+		return n.PrefetchFUSE.ReadAheadBytes()
+	}
+	return n.FUSE.ReadAheadBytes()
 }
 
 func (h *harness) close() {
