@@ -126,8 +126,9 @@ func TestReleasedBindingIsFreeAndUnlisted(t *testing.T) {
 
 // snapshot delete of a dangling alias on S3: a binding naming a missing
 // snapshot that is younger than AliasBindGrace may be a publish's that has
-// not written its record yet, so it is kept (an alias conflict naming it);
-// one re-pointed between the release's read and its write stays its new
+// not written its record yet, so it is kept (an alias conflict naming it),
+// unless the snapshot's tombstone shows it was published and deleted; one
+// re-pointed between the release's read and its write stays its new
 // holder's.
 func TestDeleteOfADanglingAliasKeepsWhatIsNotItsOwn(t *testing.T) {
 	r := openRepo(t)
@@ -141,13 +142,25 @@ func TestDeleteOfADanglingAliasKeepsWhatIsNotItsOwn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	bind(gone.ID)
-	_, err := repository.DeleteRef(bg(), r, "ghost")
+	unpublished, err := repository.NewID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bind(unpublished)
+	_, err = repository.DeleteRef(bg(), r, "ghost")
 	var conflict *repository.AliasConflictError
-	if !errors.As(err, &conflict) || conflict.HolderID != gone.ID || errors.Is(err, repository.ErrNotFound) {
-		t.Fatalf("delete of a young dangling alias: %v; want an alias conflict naming %s", err, gone.ID)
+	if !errors.As(err, &conflict) || conflict.HolderID != unpublished || errors.Is(err, repository.ErrNotFound) {
+		t.Fatalf("delete of a young dangling alias: %v; want an alias conflict naming %s", err, unpublished)
+	}
+	bind(gone.ID)
+	if _, err := repository.DeleteRef(bg(), r, "ghost"); err != nil {
+		t.Fatalf("delete of a young alias naming a deleted snapshot: %v; want it released", err)
+	}
+	if _, err := r.ResolveAlias(bg(), "ghost"); !errors.Is(err, repository.ErrNotFound) {
+		t.Fatalf("ghost after its release: %v; want not found", err)
 	}
 
+	bind(gone.ID)
 	r.aliasGrace = 0
 	var newer repository.Record
 	r.beforeAliasRelease = func(string) {
@@ -162,5 +175,35 @@ func TestDeleteOfADanglingAliasKeepsWhatIsNotItsOwn(t *testing.T) {
 	}
 	if id, err := r.ResolveAlias(bg(), "ghost"); err != nil || id != newer.ID {
 		t.Fatalf("ghost after the delete = %s, %v; want %s", id, err, newer.ID)
+	}
+}
+
+// A listing taken in the middle of a delete, just after the alias was
+// released, sees a catalog that agrees with itself: the record went first,
+// so no record carries an alias bound to nothing (which listing, verify
+// --all and list --check report as an alias/record mismatch).
+func TestDeleteNeverLeavesARecordCarryingAReleasedAlias(t *testing.T) {
+	r := openRepo(t)
+	x, lease := repotest.Publish(t, r, "web")
+	lease.End()
+	looked := false
+	r.afterAliasRelease = func(string) {
+		r.afterAliasRelease = nil
+		looked = true
+		rows, _, err := repository.Listing(bg(), r, repository.Filter{})
+		if err != nil {
+			t.Errorf("listing during the delete: %v", err)
+		}
+		for _, row := range rows {
+			if row.AliasMismatch != nil {
+				t.Errorf("listing during the delete of %s reports %v", x.ID, row.AliasMismatch)
+			}
+		}
+	}
+	if err := r.Delete(bg(), x.ID); err != nil {
+		t.Fatal(err)
+	}
+	if !looked {
+		t.Fatal("the delete released no binding")
 	}
 }

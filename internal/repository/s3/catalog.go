@@ -303,6 +303,9 @@ func (r *Repo) putReleased(ctx context.Context, alias, etag string) error {
 	if err != nil {
 		return fmt.Errorf("release alias %s: %w", alias, err)
 	}
+	if r.afterAliasRelease != nil {
+		r.afterAliasRelease(alias)
+	}
 	return nil
 }
 

@@ -229,6 +229,8 @@ type Repo struct {
 	// beforeAliasRelease, when a test sets it, runs between reading an
 	// alias binding and releasing it (putReleased).
 	beforeAliasRelease func(alias string)
+	// afterAliasRelease, set by tests, runs after a binding is released.
+	afterAliasRelease func(alias string)
 	// beforeRemoveChunk, when a test sets it, runs in a collection between
 	// its last age check of a chunk and the chunk's removal;
 	// awaitingCollection each time a publish finds a collection it must
@@ -717,16 +719,22 @@ func (r *Repo) delete(ctx context.Context, id string) error {
 	if err := r.writeTombstone(ctx, id); err != nil {
 		return err
 	}
+	// Record first, as the POSIX store does: once it is gone nobody can
+	// see the snapshot, and a binding still naming it is recognisably
+	// stale (a dangling alias, which the next publisher takes over).
+	// Releasing the alias first would leave a record carrying an alias
+	// bound to nothing, or to a newer snapshot, for as long as the rest
+	// of the delete takes: a catalog that contradicts itself to every
+	// listing and verify of that moment.
+	if err := r.remove(ctx, r.keys.record(id)); err != nil {
+		return err
+	}
 	if rec.Alias != "" {
 		if err := r.removeAlias(ctx, rec.Alias, id); err != nil {
 			return err
 		}
 	}
-	// Before the record goes, so that no binding naming id outlives it.
 	if err := r.releaseBindingsOf(ctx, id); err != nil {
-		return err
-	}
-	if err := r.remove(ctx, r.keys.record(id)); err != nil {
 		return err
 	}
 	return r.removeArtifacts(ctx, id)
@@ -741,10 +749,7 @@ func (r *Repo) deleteQuarantined(ctx context.Context, id string) error {
 		return err
 	}
 	if !q {
-		if err := r.releaseDanglingBindingsOf(ctx, id); err != nil {
-			return err
-		}
-		return r.reclaimUnpublished(ctx, id)
+		return r.deleteUnrecorded(ctx, id)
 	}
 	if err := r.releaseBindingsOf(ctx, id); err != nil {
 		return err
@@ -753,6 +758,30 @@ func (r *Repo) deleteQuarantined(ctx context.Context, id string) error {
 		return err
 	}
 	return r.removeArtifacts(ctx, id)
+}
+
+// deleteUnrecorded deletes an id that has neither a record nor a
+// quarantined one. Its tombstone says a delete removed its record and
+// stopped (a crash, a lost connection, or another node's delete racing
+// this one): that delete is finished, its bindings released whatever
+// their age, since no publish of a deleted id is in progress. Without a
+// tombstone it is what a crashed publish left, reclaimed as usual: a
+// young binding or id may be a publish's still running.
+func (r *Repo) deleteUnrecorded(ctx context.Context, id string) error {
+	deleted, err := r.exists(ctx, r.keys.tombstone(id))
+	if err != nil {
+		return err
+	}
+	if deleted {
+		if err := r.releaseBindingsOf(ctx, id); err != nil {
+			return err
+		}
+		return r.removeArtifacts(ctx, id)
+	}
+	if err := r.releaseDanglingBindingsOf(ctx, id); err != nil {
+		return err
+	}
+	return r.reclaimUnpublished(ctx, id)
 }
 
 // reclaimUnpublished removes the artifacts of an id that has no record,
