@@ -45,6 +45,10 @@ type Machine struct {
 	started    time.Time
 	exited     chan struct{} // closed once QEMU has been reaped
 	exitErr    error         // QEMU's exit status; read after exited closes
+	// exitLogTail is the tail of QEMU's log as it exited, read before
+	// exited closes: the log lives in the runtime directory, which its
+	// owner may remove before the exit is described.
+	exitLogTail string
 	mon        *monitor
 	agent      *agentConn
 	capturable bool
@@ -183,6 +187,7 @@ func (d *Driver) start(ctx context.Context, dir string, args []string) (m *Machi
 	}
 	go func() {
 		m.exitErr = m.cmd.Wait()
+		m.exitLogTail = readTail(m.logPath, logTailBytes)
 		close(m.exited)
 	}()
 	defer func() {
@@ -402,7 +407,7 @@ func (m *Machine) withLog(err error) error {
 	if exitErr := m.exitError(); exitErr != nil && !errors.Is(err, ErrExited) {
 		extra = append(extra, exitErr.Error())
 	}
-	if tail := readTail(m.logPath, logTailBytes); tail != "" {
+	if tail := m.logTail(); tail != "" {
 		extra = append(extra, "qemu log: "+tail)
 	}
 	if m.agent != nil {
@@ -414,6 +419,16 @@ func (m *Machine) withLog(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w [%s]", err, strings.Join(extra, "; "))
+}
+
+// logTail is the tail of QEMU's log: as it exited, once it has.
+func (m *Machine) logTail() string {
+	select {
+	case <-m.exited:
+		return m.exitLogTail
+	default:
+		return readTail(m.logPath, logTailBytes)
+	}
 }
 
 // readTail returns up to n bytes from the end of the file at path, on one

@@ -592,3 +592,33 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		})
 	}
 }
+
+// TestExitStatusOutlivesRuntimeDir: a guest that dies after ready is
+// described from a goroutine that may run after its owner removed the
+// runtime directory; the description still quotes QEMU's last words.
+func TestExitStatusOutlivesRuntimeDir(t *testing.T) {
+	f := captured(t)
+	d := requireQEMU(t)
+	dir := t.TempDir()
+	mem := filepath.Join(dir, "memory.bin")
+	f.copyMemory(t, mem)
+	run := filepath.Join(dir, "run")
+	if err := os.Mkdir(run, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := restoreReady(t, d, f, run, mem)
+	const lastWords = "qemu-system-x86_64: terminating on a test's signal"
+	log, err := os.OpenFile(m.LogPath(), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(log, lastWords)
+	log.Close()
+	m.kill()
+	if err := os.RemoveAll(run); err != nil {
+		t.Fatal(err)
+	}
+	if status := m.ExitStatus(); !strings.Contains(status, lastWords) {
+		t.Fatalf("exit status %q lacks the log's last line %q", status, lastWords)
+	}
+}
