@@ -1,6 +1,7 @@
 package firecracker
 
 import (
+	"context"
 	"errors"
 	"os"
 	"strings"
@@ -16,13 +17,7 @@ func TestExitedAfterReady(t *testing.T) {
 	ctx := testContext(t)
 	d := newTestDriver(t, fakeConfig{Agent: true}, nil)
 	spec := fileRestore(t, 16)
-	m, err := d.RestoreMachine(ctx, spec, RestoreOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	m := readyMachine(ctx, t, d, spec)
 	select {
 	case <-m.Exited():
 		t.Fatal("Exited closed while the VM runs")
@@ -57,13 +52,7 @@ func TestExitStatusOutlivesRuntimeDir(t *testing.T) {
 	ctx := testContext(t)
 	d := newTestDriver(t, fakeConfig{Agent: true}, nil)
 	spec := fileRestore(t, 16)
-	m, err := d.RestoreMachine(ctx, spec, RestoreOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	m := readyMachine(ctx, t, d, spec)
 	if err := syscall.Kill(m.PID(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -83,4 +72,17 @@ func TestExitStatusOutlivesRuntimeDir(t *testing.T) {
 	if err := m.Wait(ctx); !errors.Is(err, ErrExited) || !strings.Contains(err.Error(), logged) {
 		t.Errorf("Wait: %v, want ErrExited with the log line %q", err, logged)
 	}
+}
+
+// readyMachine restores spec with d and waits until the VM is ready.
+func readyMachine(ctx context.Context, t *testing.T, d *Driver, spec vmm.RestoreSpec) *Machine {
+	t.Helper()
+	m, err := d.RestoreMachine(ctx, spec, RestoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

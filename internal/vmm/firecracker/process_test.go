@@ -158,13 +158,7 @@ func TestStopTimeoutKills(t *testing.T) {
 	const stopTimeout = 300 * time.Millisecond
 	d := newTestDriver(t, fakeConfig{Agent: true, IgnoreCtrlAltDel: true}, func(o *Options) { o.StopTimeout = stopTimeout })
 	spec := fileRestore(t, 16)
-	m, err := d.RestoreMachine(ctx, spec, RestoreOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	m := readyMachine(ctx, t, d, spec)
 	start := time.Now()
 	if err := m.RequestStop(); err != nil {
 		t.Fatal(err)
