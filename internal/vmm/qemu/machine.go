@@ -37,21 +37,21 @@ const quitTimeout = time.Second
 
 // Machine is one running QEMU guest, booted or restored.
 type Machine struct {
-	opts       Options
-	dir        string
-	logPath    string
-	sockets    []string
-	cmd        *exec.Cmd
-	started    time.Time
-	exited     chan struct{} // closed once QEMU has been reaped
-	exitErr    error         // QEMU's exit status; read after exited closes
+	opts    Options
+	dir     string
+	logPath string
+	sockets []string
+	cmd     *exec.Cmd
+	started time.Time
+	exited  chan struct{} // closed once QEMU has been reaped
+	exitErr error         // QEMU's exit status; read after exited closes
 	// exitLogTail is the tail of QEMU's log as it exited, read before
 	// exited closes: the log lives in the runtime directory, which its
 	// owner may remove before the exit is described.
 	exitLogTail string
-	mon        *monitor
-	agent      *agentConn
-	capturable bool
+	mon         *monitor
+	agent       *agentConn
+	capturable  bool
 	// memPath is a booted guest's memory file, its RAM from boot.
 	memPath string
 
