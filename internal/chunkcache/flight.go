@@ -20,6 +20,9 @@ const progressBytes = 64 << 10
 // so a prefix is as good as the whole block. The block is cached only
 // once complete.
 type flight struct {
+	// job is the fetch the flight is part of; readers joining the flight
+	// hold it (job.go).
+	job  *fetchJob
 	done chan struct{}
 	data []byte // set before done closes, on success
 	err  error  // set before done closes, on failure
@@ -30,8 +33,8 @@ type flight struct {
 	more  chan struct{} // closed, and replaced, when avail grows
 }
 
-func newFlight() *flight {
-	return &flight{done: make(chan struct{}), more: make(chan struct{})}
+func newFlight(job *fetchJob) *flight {
+	return &flight{job: job, done: make(chan struct{}), more: make(chan struct{})}
 }
 
 // receive reads the block from body into buf in steps, letting waiting
@@ -73,7 +76,7 @@ func (f *flight) wait(ctx context.Context, end int64) ([]byte, error) {
 			return f.data, nil
 		case <-more:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, context.Cause(ctx)
 		}
 	}
 }

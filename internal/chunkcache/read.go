@@ -60,13 +60,15 @@ func (r *Reader) Close() error {
 // cache's FetchTimeout. It never returns bytes it could not verify: on any
 // failure it returns an error and n is 0.
 func (r *Reader) ReadAt(p []byte, off int64) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), r.c.fetchTimeout)
-	defer cancel()
-	return r.ReadAtContext(ctx, p, off)
+	return r.ReadAtContext(context.Background(), p, off)
 }
 
-// ReadAtContext is ReadAt bounded by ctx instead of the FetchTimeout.
+// ReadAtContext is ReadAt that also ends when ctx does (the restore it
+// reads for is over), with ctx's cause. Fetches another reader waits on
+// go on for that reader.
 func (r *Reader) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.c.fetchTimeout)
+	defer cancel()
 	if off < 0 {
 		return 0, fmt.Errorf("read %s at %d: negative offset", r.obj.ID, off)
 	}
@@ -97,27 +99,40 @@ type slot struct {
 	path   string  // on disk, verified
 	verify *entry  // on disk, not yet checked since Open
 	fl     *flight // being fetched
-	joined bool    // fl was started by someone else
+	joined bool    // fl was started by someone else, whose job the read holds
 }
 
 // read fills dst with the object's bytes at off. The missing blocks of the
 // whole span are registered as flights first, and consecutive ones fetched
 // with one ranged GET, so a read across a block boundary costs one request.
+//
+// The read's GETs are a job of their own (job.go): when ctx ends, the read
+// returns at once, and its GETs go on while another read waits on one of
+// their blocks; the flights it joined go on for their other readers.
 func (c *Cache) read(ctx context.Context, obj *Object, dst []byte, off int64) error {
 	first := off / c.blockBytes
 	last := (off + int64(len(dst)) - 1) / c.blockBytes
 	slots := make([]slot, last-first+1)
+	job := newFetchJob(ctx)
+	held := []*fetchJob{job}
+	defer func() {
+		c.awaitJob(ctx, job)
+		c.letGo(ctx, held)
+	}()
 	fresh := false
 	c.mu.Lock()
 	for i := range slots {
-		slots[i] = c.lookupLocked(obj.ID, first+int64(i))
+		slots[i] = c.lookupLocked(obj.ID, first+int64(i), job)
+		if slots[i].joined {
+			held = append(held, slots[i].fl.job)
+		}
 		fresh = fresh || (slots[i].fl != nil && !slots[i].joined)
 	}
 	c.mu.Unlock()
 	if fresh {
 		// The fresh flights may not be consecutive (a cached block between
 		// two misses); fetch each consecutive group with its own GET.
-		c.fetchGroups(ctx, obj, first, slots)
+		c.fetchGroups(job, obj, first, slots)
 	}
 
 	for i := range slots {
@@ -134,7 +149,10 @@ func (c *Cache) read(ctx context.Context, obj *Object, dst []byte, off int64) er
 			if !again || attempt == maxBlockAttempts || ctx.Err() != nil {
 				break
 			}
-			s = c.lookupAndFetch(ctx, obj, idx)
+			s = c.lookupAndFetch(job, obj, idx)
+			if s.joined {
+				held = append(held, s.fl.job)
+			}
 		}
 		if err != nil {
 			return err
@@ -143,11 +161,10 @@ func (c *Cache) read(ctx context.Context, obj *Object, dst []byte, off int64) er
 	return nil
 }
 
-// fetchGroups fetches the consecutive runs of fresh (not joined) flights in
-// slots, whose first block is first, each with one GET, concurrently, and
-// returns once every GET has been issued and its flights resolved.
-func (c *Cache) fetchGroups(ctx context.Context, obj *Object, first int64, slots []slot) {
-	var wg sync.WaitGroup
+// fetchGroups starts fetching the consecutive runs of fresh (not joined)
+// flights in slots, whose first block is first, each with one GET of job,
+// concurrently. Readers wait on the flights.
+func (c *Cache) fetchGroups(job *fetchJob, obj *Object, first int64, slots []slot) {
 	for i := 0; i < len(slots); {
 		if slots[i].fl == nil || slots[i].joined {
 			i++
@@ -160,15 +177,15 @@ func (c *Cache) fetchGroups(ctx context.Context, obj *Object, first int64, slots
 			j++
 		}
 		start := first + int64(i)
-		wg.Go(func() { c.fetchRun(ctx, obj, start, group, nil) })
+		c.runJob(job, func(ctx context.Context) { c.fetchRun(ctx, obj, start, group, nil) })
 		i = j
 	}
-	wg.Wait()
 }
 
-// lookupLocked finds block idx of object, registering a flight (which the
-// caller must fetch) when it is neither cached nor being fetched.
-func (c *Cache) lookupLocked(object string, idx int64) slot {
+// lookupLocked finds block idx of object, registering a flight of job
+// (which the caller must fetch) when it is neither cached nor being
+// fetched. Joining a flight holds its job, which the caller lets go of.
+func (c *Cache) lookupLocked(object string, idx int64, job *fetchJob) slot {
 	key := blockKey{object, idx}
 	if e := c.entries[key]; e != nil {
 		c.touchLocked(e)
@@ -182,8 +199,9 @@ func (c *Cache) lookupLocked(object string, idx int64) slot {
 			return slot{verify: e}
 		}
 	}
-	if f := c.flights[key]; f != nil {
+	if f := c.flights[key]; f != nil && !f.job.abandoned() {
 		c.stats.joins.Add(1)
+		f.job.holdLocked()
 		return slot{fl: f, joined: true}
 	}
 	if fail, ok := c.failures[key]; ok {
@@ -193,19 +211,22 @@ func (c *Cache) lookupLocked(object string, idx int64) slot {
 		}
 		delete(c.failures, key)
 	}
-	f := newFlight()
+	// A flight whose every reader gave up is ending: this read replaces it
+	// with its own (the ending one then leaves c.flights alone).
+	f := newFlight(job)
 	c.flights[key] = f
 	c.stats.misses.Add(1)
 	return slot{fl: f}
 }
 
-// lookupAndFetch looks block idx up again and fetches it if needed.
-func (c *Cache) lookupAndFetch(ctx context.Context, obj *Object, idx int64) slot {
+// lookupAndFetch looks block idx up again and starts fetching it as part
+// of job if needed.
+func (c *Cache) lookupAndFetch(job *fetchJob, obj *Object, idx int64) slot {
 	c.mu.Lock()
-	s := c.lookupLocked(obj.ID, idx)
+	s := c.lookupLocked(obj.ID, idx, job)
 	c.mu.Unlock()
 	if s.fl != nil && !s.joined {
-		c.fetchRun(ctx, obj, idx, []*flight{s.fl}, nil)
+		c.runJob(job, func(ctx context.Context) { c.fetchRun(ctx, obj, idx, []*flight{s.fl}, nil) })
 	}
 	return s
 }
@@ -306,7 +327,7 @@ func (c *Cache) fetchRun(ctx context.Context, obj *Object, first int64, flights 
 	if err != nil {
 		c.stats.fetchErrors.Add(1)
 		err = fmt.Errorf("fetch [%d, %d): %w", off, end, err)
-		c.failFlights(obj.ID, first, flights, err)
+		c.failFlights(obj.ID, first, flights, err, holdsOff(ctx, err))
 		return err
 	}
 	defer body.Close()
@@ -319,7 +340,7 @@ func (c *Cache) fetchRun(ctx context.Context, obj *Object, first int64, flights 
 				err = ErrShortFetch
 			}
 			err = fmt.Errorf("fetch [%d, %d): block %d: %w", off, end, idx, err)
-			c.failFlights(obj.ID, idx, flights[i:], err)
+			c.failFlights(obj.ID, idx, flights[i:], err, holdsOff(ctx, err))
 			return err
 		}
 		c.stats.fetchedBytes.Add(uint64(len(buf)))
@@ -361,11 +382,12 @@ func (c *Cache) complete(key blockKey, f *flight, data []byte) {
 	}
 }
 
-// failFlights fails the flights of blocks first.. with err. Unless err is
-// a cancellation (a stopped warming, a reader that gave up), the blocks
-// then fail demand reads at once for the failure holdoff.
-func (c *Cache) failFlights(object string, first int64, flights []*flight, err error) {
-	holdoff := c.holdoff > 0 && !errors.Is(err, context.Canceled)
+// failFlights fails the flights of blocks first.. with err. With holdoff
+// (not for a cancellation: a stopped warming, readers that gave up; see
+// holdsOff), the blocks then fail demand reads at once for the failure
+// holdoff.
+func (c *Cache) failFlights(object string, first int64, flights []*flight, err error, holdoff bool) {
+	holdoff = holdoff && c.holdoff > 0
 	until := time.Now().Add(c.holdoff)
 	c.mu.Lock()
 	if holdoff && len(c.failures) > maxFailures {

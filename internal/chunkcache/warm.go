@@ -111,9 +111,10 @@ func (w *Warming) Runs() []Run { return w.runs }
 // progress.
 func (w *Warming) Done() <-chan struct{} { return w.done }
 
-// Stop cancels the runs not yet fetched and the GETs in progress, and
-// waits for the warming to end. Readers that were waiting on a cancelled
-// run fetch the block themselves. Safe to call more than once.
+// Stop cancels the runs not yet fetched and the GETs in progress that no
+// demand read waits on, and waits for the warming to end; a GET a demand
+// read waits on goes on for that read. Readers that were waiting on a
+// cancelled run fetch the block themselves. Safe to call more than once.
 func (w *Warming) Stop() {
 	w.cancel()
 	<-w.done
@@ -177,14 +178,14 @@ func (w *Warming) work() {
 }
 
 // fetch registers flights for the run's blocks that are neither cached nor
-// in flight and fetches each consecutive group of them with one GET.
+// in flight and fetches each consecutive group of them with one GET. The
+// GETs are a job (job.go) the warming holds until they end or it is
+// stopped: stopped, it returns at once, and a GET a demand read waits on
+// goes on for that read.
 func (w *Warming) fetch(run Run) error {
 	c := w.c
-	type group struct {
-		first   int64
-		flights []*flight
-	}
-	var groups []group
+	job := newFetchJob(w.ctx)
+	var groups []fetchGroup
 	c.mu.Lock()
 	for idx := run.First; idx < run.First+run.Count; idx++ {
 		key := blockKey{w.obj.ID, idx}
@@ -197,27 +198,49 @@ func (w *Warming) fetch(run Run) error {
 			w.skippedBlocks.Add(1)
 			continue
 		}
-		f := newFlight()
+		f := newFlight(job)
 		c.flights[key] = f
 		if n := len(groups); n > 0 && groups[n-1].first+int64(len(groups[n-1].flights)) == idx {
 			groups[n-1].flights = append(groups[n-1].flights, f)
 		} else {
-			groups = append(groups, group{first: idx, flights: []*flight{f}})
+			groups = append(groups, fetchGroup{first: idx, flights: []*flight{f}})
 		}
 	}
 	c.mu.Unlock()
+	done := make(chan error, 1)
+	c.runJob(job, func(ctx context.Context) { done <- w.fetchGroups(ctx, groups) })
+	select {
+	case err := <-done:
+		c.letGo(w.ctx, []*fetchJob{job})
+		return err
+	case <-w.ctx.Done():
+		c.letGo(w.ctx, []*fetchJob{job})
+		return w.ctx.Err()
+	}
+}
+
+// fetchGroup is consecutive blocks a warming fetches with one GET.
+type fetchGroup struct {
+	first   int64
+	flights []*flight
+}
+
+// fetchGroups fetches groups one after the other under ctx, the context
+// of their job.
+func (w *Warming) fetchGroups(ctx context.Context, groups []fetchGroup) error {
+	c := w.c
 	for i, g := range groups {
-		if err := w.ctx.Err(); err != nil {
+		if err := ctx.Err(); err != nil {
 			// Registered but never fetched: release them to demand reads.
 			for _, rest := range groups[i:] {
-				c.failFlights(w.obj.ID, rest.first, rest.flights, err)
+				c.failFlights(w.obj.ID, rest.first, rest.flights, err, false)
 			}
 			return err
 		}
 		w.gets.Add(1)
-		if err := c.fetchRun(w.ctx, &w.obj, g.first, g.flights, w); err != nil {
+		if err := c.fetchRun(ctx, &w.obj, g.first, g.flights, w); err != nil {
 			for _, rest := range groups[i+1:] {
-				c.failFlights(w.obj.ID, rest.first, rest.flights, err)
+				c.failFlights(w.obj.ID, rest.first, rest.flights, err, holdsOff(ctx, err))
 			}
 			return err
 		}

@@ -126,7 +126,8 @@ func TestWarmSkipsCachedBlocks(t *testing.T) {
 }
 
 // TestStoppedWarmReleasesWaiters stops a warming while a demand read waits
-// on its GET: the read fetches the block itself and succeeds.
+// on its GET: the warming ends, and its GET goes on for the read, which
+// succeeds without a GET of its own.
 func TestStoppedWarmReleasesWaiters(t *testing.T) {
 	o := newOrigin(t, 4*testBlock)
 	o.gate = make(chan struct{})
@@ -149,10 +150,12 @@ func TestStoppedWarmReleasesWaiters(t *testing.T) {
 	if err := w.Err(); err != nil {
 		t.Fatalf("a stopped warming reports %v", err)
 	}
-	<-o.started // the reader's own GET
 	close(o.gate)
 	if err := <-done; err != nil {
 		t.Fatalf("read after the warming stopped: %v", err)
+	}
+	if got := o.fetches.Load(); got != 1 {
+		t.Fatalf("%d GETs, want the warming's one", got)
 	}
 	readCheck(t, r, o, testBlock, 10)
 }

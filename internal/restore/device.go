@@ -52,6 +52,11 @@ type memoryDevice interface {
 	// orphans reports whether the VM can no longer be served, so it could
 	// not act on a stop request.
 	orphans() bool
+	// endReads ends, with cause, the reads of remote memory the device
+	// has in progress and those to come, unless another restore still
+	// running shares them (remotereads.go); it reports whether it ended
+	// them. Only the first call counts.
+	endReads(cause error) bool
 	// release gives the device back once the VM has exited and prefetch
 	// reads have drained, and waits for its acknowledgement; forget is
 	// called when no restore can use the device's prefetch tasks again.
@@ -68,6 +73,11 @@ type fileDevice struct {
 	// remote is the first damaged read of a remote lower this restore
 	// opened (remotedamage.go).
 	remote *remoteDamage
+	// reads are the generation's remote reads, which this restore joined;
+	// nil for a local memory file.
+	reads    *generationReads
+	endOnce  sync.Once
+	readsEnd bool
 }
 
 // fileServer is the mount a restore's file device is attached on: the
@@ -91,13 +101,14 @@ func (r *Restorer) attachFile(src Source, opts Options, digests *integrity.Table
 		key = src.SnapshotID
 	}
 	damage := r.remoteDamageOf(src)
-	dev, err := attachFileDevice(srv, key, src, opts.IOEngine, r.fileVerifier(src, digests), damage)
+	dev, reads, err := attachFileDevice(srv, key, src, opts.IOEngine, r.fileVerifier(src, digests), damage)
 	if err != nil {
 		return nil, fmt.Errorf("attach memory device: %w", integrityIf(err))
 	}
-	d := &fileDevice{dev: dev, srv: srv, remote: damage}
+	d := &fileDevice{dev: dev, srv: srv, remote: damage, reads: reads}
 	if opts.IOEngine == config.IOEngineDirect {
 		if err := fusedev.CheckMappable(dev.Path()); err != nil {
+			d.endReads(err)
 			d.release(context.Background(), func() {})
 			return nil, err
 		}
@@ -117,6 +128,15 @@ func (d *fileDevice) counters() memdev.Counters                   { return d.dev
 func (d *fileDevice) stopTrace() []memdev.Touch                   { return d.dev.StopTrace() }
 func (d *fileDevice) orphans() bool                               { return false }
 func (d *fileDevice) whyGone() error                              { return nil }
+
+func (d *fileDevice) endReads(cause error) bool {
+	d.endOnce.Do(func() {
+		if d.reads != nil {
+			d.readsEnd = d.reads.leave(cause)
+		}
+	})
+	return d.readsEnd
+}
 
 func (d *fileDevice) configure(spec *vmm.RestoreSpec) {
 	spec.Backend, spec.MemPath = vmm.BackendFile, d.dev.Path()
@@ -243,6 +263,9 @@ func (d *uffdDevice) target(p Policy, plan []prefetch.Range) (prefetch.Target, f
 }
 
 func (d *uffdDevice) explain(_ string, err error) error { return integrityIf(err) }
+
+// endReads has nothing to end: the uffd device serves local files only.
+func (d *uffdDevice) endReads(error) bool { return false }
 
 func (d *uffdDevice) whyGone() error {
 	if d.session == nil {

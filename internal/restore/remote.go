@@ -97,19 +97,26 @@ func noteReady(src Source) {
 // attachFileDevice attaches the file device for src on srv: a generation
 // serving its local memory file, or a reader of its remote memory source
 // whose damaged reads go to damage (when the generation is new: one
-// shared with an earlier restore reports to that restore's).
-func attachFileDevice(srv *fusedev.Server, key string, src Source, ioEngine int, v *fusedev.Verifier, damage *remoteDamage) (*fusedev.Device, error) {
+// shared with an earlier restore reports to that restore's). For a remote
+// source it also returns the generation's reads (remotereads.go), which
+// the restore has joined.
+func attachFileDevice(srv *fusedev.Server, key string, src Source, ioEngine int, v *fusedev.Verifier, damage *remoteDamage) (*fusedev.Device, *generationReads, error) {
 	if src.Memory == nil {
-		return srv.AttachVerified(key, src.MemoryPath, ioEngine, v)
+		dev, err := srv.AttachVerified(key, src.MemoryPath, ioEngine, v)
+		return dev, nil, err
 	}
-	open := func() (fusedev.Lower, error) {
+	attach := func(open func(*generationReads) (fusedev.Lower, error)) (*fusedev.Device, error) {
+		return srv.AttachLowerVerified(key, src.Memory.Ref(), func() (fusedev.Lower, error) {
+			return open(newGenerationReads())
+		}, ioEngine, v)
+	}
+	return attachRemote(attach, func(reads *generationReads) (fusedev.Lower, error) {
 		rd, err := src.Memory.OpenMemory()
 		if err != nil {
 			return nil, err
 		}
-		return watchedLower{MemoryReader: rd, damage: damage}, nil
-	}
-	return srv.AttachLowerVerified(key, src.Memory.Ref(), open, ioEngine, v)
+		return &watchedLower{MemoryReader: rd, damage: damage, reads: reads}, nil
+	})
 }
 
 // checkDevice refuses device and source pairs that cannot work.

@@ -1,6 +1,7 @@
 package restore
 
 import (
+	"context"
 	"errors"
 	"sync/atomic"
 
@@ -74,18 +75,37 @@ func (d *remoteDamage) err() error {
 	return nil
 }
 
-// watchedLower is a remote memory reader whose failed reads go to damage.
+// watchedLower is a remote memory reader whose failed reads go to damage
+// and whose reads end with its generation's restores (reads).
 type watchedLower struct {
 	repository.MemoryReader
 	damage *remoteDamage
+	reads  *generationReads
 }
 
-func (l watchedLower) ReadAt(p []byte, off int64) (int, error) {
-	n, err := l.MemoryReader.ReadAt(p, off)
+// contextReader is a memory reader whose reads can be ended early.
+type contextReader interface {
+	ReadAtContext(ctx context.Context, p []byte, off int64) (int, error)
+}
+
+func (l *watchedLower) ReadAt(p []byte, off int64) (int, error) {
+	var n int
+	var err error
+	if cr, ok := l.MemoryReader.(contextReader); ok {
+		n, err = cr.ReadAtContext(l.reads.context(), p, off)
+	} else {
+		n, err = l.MemoryReader.ReadAt(p, off)
+	}
 	if err != nil {
 		l.damage.note(err)
 	}
 	return n, err
+}
+
+// Close closes the reader once its generation has drained.
+func (l *watchedLower) Close() error {
+	l.reads.forget()
+	return l.MemoryReader.Close()
 }
 
 // remoteDamageOf is the watch of src's remote memory for this restore:

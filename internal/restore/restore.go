@@ -276,9 +276,13 @@ type Instance struct {
 	warm     repository.CacheWarm
 	warmStop func()
 	// exit tracks the VM's process exiting on its own after ready (exit.go).
-	exit     exitWatch
-	stopOnce sync.Once
-	stopErr  error
+	exit exitWatch
+	// stall is the memory source, when it reports what its store keeps
+	// waiting; readsEnded is set when the stop ended the remote reads.
+	stall      StallReporter
+	readsEnded atomic.Bool
+	stopOnce   sync.Once
+	stopErr    error
 }
 
 // Restore restores src and returns once its guest is ready, in the seed's
@@ -293,8 +297,9 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (*Inst
 		return nil, fmt.Errorf("restore %s: %w", src.SnapshotID, err)
 	}
 	if err := inst.run(ctx, t0, src, opts); err != nil {
-		inst.abandon()
-		return nil, fmt.Errorf("restore %s: %w", src.SnapshotID, err)
+		err = fmt.Errorf("restore %s: %w", src.SnapshotID, err)
+		inst.abandon(err)
+		return nil, err
 	}
 	if r.Observe != nil {
 		r.Observe.Phases(inst.Timings)
@@ -328,6 +333,7 @@ func (r *Restorer) newInstance(src Source) (*Instance, error) {
 // run is the restore sequence; its timings are measured from t0.
 func (inst *Instance) run(ctx context.Context, t0 time.Time, src Source, opts Options) error {
 	inst.rec = startupset.NewRecorder(t0)
+	inst.stall, _ = src.Memory.(StallReporter)
 	inst.observer = newDeviceObserver(inst.rec, inst.r.deviceHook)
 	// 0. Start the wire first: a remote source's startup pack streams
 	// into the node cache while the rest of the sequence runs.
@@ -518,9 +524,14 @@ func (inst *Instance) reportPrefetch(t0 time.Time) {
 
 // abandon releases what a failed restore took. A VM whose device can no
 // longer serve it is killed first: it could not act on a stop request.
-func (inst *Instance) abandon() {
+// The remote reads it waits on end at once (with why, the restore's
+// error), not after the stop's grace: nothing wants their bytes.
+func (inst *Instance) abandon(why error) {
 	if inst.stopObserving != nil {
 		inst.stopObserving()
+	}
+	if inst.device != nil {
+		inst.device.endReads(errStopped(inst.ID, why))
 	}
 	if inst.vm != nil && inst.device != nil && inst.device.orphans() {
 		if k, ok := inst.vm.(killer); ok {

@@ -5,6 +5,26 @@ import (
 	"strings"
 )
 
+// StallReporter is a remote memory source that can say which of its
+// requests the store keeps waiting now (the S3 source: sent and not
+// answered, or a body that stopped coming). A restore that fails or
+// stops while its reads wait says so: a cancellation alone does not name
+// the cause.
+type StallReporter interface {
+	// Unanswered describes the requests waiting on the store now, nil
+	// when there is none.
+	Unanswered() error
+}
+
+// unanswered is what the restore's memory source reports waiting, nil
+// when it cannot tell or nothing waits.
+func (inst *Instance) unanswered() error {
+	if inst.stall == nil {
+		return nil
+	}
+	return inst.stall.Unanswered()
+}
+
 // withMemoryState adds to a restore that did not get ready what the
 // memory side knows and the VMM's error cannot say: reads still in
 // progress on the device (a lower file or object store that stopped
@@ -15,6 +35,11 @@ func (inst *Instance) withMemoryState(err error, src Source) error {
 	var notes []string
 	if c := inst.device.counters(); c.BytesInFlight > 0 {
 		notes = append(notes, fmt.Sprintf("%d bytes of memory reads still in progress on the device: its memory source has not answered them", c.BytesInFlight))
+	}
+	if s, ok := src.Memory.(StallReporter); ok {
+		if why := s.Unanswered(); why != nil {
+			notes = append(notes, why.Error())
+		}
 	}
 	if s, ok := src.Memory.(PackSkipper); ok {
 		if skipped := s.StartupPackSkipped(); skipped != nil {

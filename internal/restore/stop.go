@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"warmstart/internal/memdev/fusedev"
@@ -81,19 +82,54 @@ func (inst *Instance) stop(ctx context.Context, rep *StopReport) error {
 		rep.Exit = &st
 	}
 	// The seed's order: stop the VM, wait for the prefetch reads, wait for
-	// the VMM to exit, then release the device.
+	// the VMM to exit, then release the device. Remote reads still waiting
+	// after a grace are ended meanwhile: the VMM cannot exit, nor the
+	// prefetch reads drain, while the store keeps them.
+	endReads := inst.endReadsAfter(stopReadGrace)
 	errs := inst.requestVMStop()
 	errs = append(errs, inst.drainPrefetch(ctx, rep)...)
 	if inst.vm != nil {
 		if err := inst.waitError(inst.vm.Wait(ctx)); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, inst.withEndedReads(err))
 		}
 	}
+	endReads() // the VM is gone: nothing of this restore reads any more
 	errs = append(errs, inst.releaseDevice(ctx, rep)...)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("stop restore %s: %w", inst.ID, err)
 	}
 	return nil
+}
+
+// endReadsAfter ends the device's remote reads for this restore once
+// grace has passed, or when the returned function is called, whichever
+// comes first.
+func (inst *Instance) endReadsAfter(grace time.Duration) func() {
+	if inst.device == nil {
+		return func() {}
+	}
+	end := sync.OnceFunc(func() {
+		if inst.device.endReads(errStopped(inst.ID, inst.unanswered())) {
+			inst.readsEnded.Store(true)
+		}
+	})
+	t := time.AfterFunc(grace, end)
+	return func() {
+		t.Stop()
+		end()
+	}
+}
+
+// withEndedReads adds to a failure of the VM's exit that the stop ended
+// its remote memory reads, which the VMM then got as errors.
+func (inst *Instance) withEndedReads(err error) error {
+	if !inst.readsEnded.Load() {
+		return err
+	}
+	if why := inst.unanswered(); why != nil {
+		return fmt.Errorf("%w (the stop ended the VM's memory reads: %w)", err, why)
+	}
+	return fmt.Errorf("%w (the stop ended the VM's memory reads, which had not completed)", err)
 }
 
 // requestVMStop asks the VM to stop, then stops the remote memory cache's

@@ -59,6 +59,7 @@ func (s RequestStats) Sub(o RequestStats) RequestStats {
 // through the underlying transport.
 type countingTransport struct {
 	next                                     http.RoundTripper
+	stall                                    *stallTransport
 	gets, puts, heads, deletes, lists, posts atomic.Uint64
 	getBytes                                 atomic.Uint64
 }
@@ -132,8 +133,8 @@ func newClient(o Options) (*minio.Core, *countingTransport, error) {
 		tr.ResponseHeaderTimeout = cmp.Or(o.ResponseTimeout, DefaultResponseTimeout)
 		next = tr
 	}
-	next = &stallTransport{next: next, idle: cmp.Or(o.ResponseTimeout, DefaultResponseTimeout)}
-	counting := &countingTransport{next: next}
+	stall := &stallTransport{next: next, idle: cmp.Or(o.ResponseTimeout, DefaultResponseTimeout)}
+	counting := &countingTransport{next: stall, stall: stall}
 	client, err := minio.New(host, &minio.Options{
 		Creds:        credentialsFor(o),
 		Secure:       secure,

@@ -173,6 +173,13 @@ func (m *memorySource) OpenMemory() (repository.MemoryReader, error) {
 	return &packedReader{cache: m.r.cache, mem: rd, pack: prd, spans: m.pack.spans, skipped: &m.packSkipped}, nil
 }
 
+// Unanswered implements restore.StallReporter: the requests of this
+// node's client the store keeps waiting now (sent and not answered, or a
+// body that stopped coming), nil when there is none. Reads of a restore
+// given up while they wait end with its cancellation; this says what they
+// were waiting for.
+func (m *memorySource) Unanswered() error { return m.r.counter.stall.unanswered(0) }
+
 // StartupPackSkipped implements restore.PackSkipper: why this source
 // went without its startup pack so far, nil while it uses it or has none.
 func (m *memorySource) StartupPackSkipped() error {

@@ -322,16 +322,23 @@ func (p *packedReader) pieces(off, end int64) []piece { return cutBySpans(p.span
 // pages from the pack, which keeps streaming meanwhile; so the read waits
 // for the longer of the two, not for one after the other.
 func (p *packedReader) ReadAt(buf []byte, off int64) (int, error) {
+	return p.ReadAtContext(context.Background(), buf, off)
+}
+
+// ReadAtContext is ReadAt that also ends when ctx does (the restores it
+// reads for are over). A pack read that failed because ctx ended is not
+// read again from the memory object: nobody wants the bytes any more.
+func (p *packedReader) ReadAtContext(ctx context.Context, buf []byte, off int64) (int, error) {
 	size := p.mem.Size()
 	if off < 0 || off >= size {
-		return p.mem.ReadAt(buf, off) // its error (negative offset, EOF)
+		return p.mem.ReadAtContext(ctx, buf, off) // its error (negative offset, EOF)
 	}
 	want := min(int64(len(buf)), size-off)
 	if p.memCached(off, off+want) {
-		return p.mem.ReadAt(buf, off)
+		return p.mem.ReadAtContext(ctx, buf, off)
 	}
 	pieces := p.pieces(off, off+want)
-	if err := p.readGaps(buf, off, pieces); err != nil {
+	if err := p.readGaps(ctx, buf, off, pieces); err != nil {
 		return 0, err
 	}
 	for _, pc := range pieces {
@@ -339,9 +346,12 @@ func (p *packedReader) ReadAt(buf []byte, off int64) (int, error) {
 			continue
 		}
 		part := buf[pc.memOff-off : pc.memOff-off+pc.length]
-		if _, err := p.pack.ReadAt(part, pc.packOff); err != nil {
+		if _, err := p.pack.ReadAtContext(ctx, part, pc.packOff); err != nil {
+			if ctx.Err() != nil {
+				return 0, err
+			}
 			p.skipped.note(fmt.Errorf("startup pack read at %d: %w", pc.packOff, err))
-			if _, err := p.mem.ReadAt(part, pc.memOff); err != nil {
+			if _, err := p.mem.ReadAtContext(ctx, part, pc.memOff); err != nil {
 				return 0, err
 			}
 		}
@@ -356,7 +366,7 @@ func (p *packedReader) ReadAt(buf []byte, off int64) (int, error) {
 // concurrently when any of them has to be fetched, so a read whose gaps
 // span two chunks waits for one round trip, not two. The pieces are
 // disjoint, so the reads write disjoint parts of buf.
-func (p *packedReader) readGaps(buf []byte, off int64, pieces []piece) error {
+func (p *packedReader) readGaps(ctx context.Context, buf []byte, off int64, pieces []piece) error {
 	var gaps []piece
 	for _, pc := range pieces {
 		if !pc.fromPack {
@@ -364,7 +374,7 @@ func (p *packedReader) readGaps(buf []byte, off int64, pieces []piece) error {
 		}
 	}
 	read := func(pc piece) error {
-		_, err := p.mem.ReadAt(buf[pc.memOff-off:pc.memOff-off+pc.length], pc.memOff)
+		_, err := p.mem.ReadAtContext(ctx, buf[pc.memOff-off:pc.memOff-off+pc.length], pc.memOff)
 		return err
 	}
 	if len(gaps) == 1 || (len(gaps) > 1 && p.memCached(gaps[0].memOff, gaps[len(gaps)-1].memOff+gaps[len(gaps)-1].length)) {

@@ -1,6 +1,7 @@
 package s3
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -126,6 +127,13 @@ func (w *world) publish(t *testing.T, repo *Repo, seed uint64) snapshot {
 // restore resolves snap through repo and restores it with prefetch mode.
 func (w *world) restore(t *testing.T, repo *Repo, snap snapshot, mode restore.Mode) (*restore.Instance, error) {
 	t.Helper()
+	return w.restoreCtx(t, bg(), repo, snap, mode, func() {})
+}
+
+// restoreCtx is restore bounded by ctx, as a caller that may give up;
+// before runs once snap is resolved, just before the restore starts.
+func (w *world) restoreCtx(t *testing.T, ctx context.Context, repo *Repo, snap snapshot, mode restore.Mode, before func()) (*restore.Instance, error) {
+	t.Helper()
 	res, err := repo.Resolve(bg(), snap.id)
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +146,8 @@ func (w *world) restore(t *testing.T, repo *Repo, snap snapshot, mode restore.Mo
 		t.Fatal("snapshot has no manifest")
 	}
 	w.restorer.VMM = &replay.VMM{TracePath: snap.paths.Trace}
-	return w.restorer.Restore(bg(), src, restore.Options{Device: config.DeviceFile, Prefetch: mode})
+	before()
+	return w.restorer.Restore(ctx, src, restore.Options{Device: config.DeviceFile, Prefetch: mode})
 }
 
 // restoreOK restores and checks the guest read exactly the memory file.

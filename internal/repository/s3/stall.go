@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,19 +23,96 @@ var ErrStalled = errors.New("the store stopped sending")
 // has no other bound). Only the time a read is blocked counts, not the
 // time between reads: a reader that is slow on purpose (the background
 // fill's rate limit) is never cut off.
+//
+// It also keeps the requests in progress and whether each is waiting on
+// the store now (unanswered): a restore given up while its memory reads
+// wait says why they did not end, which a cancellation alone does not.
 type stallTransport struct {
 	next http.RoundTripper
 	idle time.Duration
+
+	mu      sync.Mutex
+	pending map[*pendingRequest]struct{}
 }
 
+// pendingRequest is a request in progress: from RoundTrip to the close of
+// its body (or a failed RoundTrip).
+type pendingRequest struct {
+	method, path string
+	// waitingSince is when the request began waiting on the store (sent,
+	// no headers yet; or a body read blocked) in Unix nanoseconds; 0
+	// while it is not waiting.
+	waitingSince atomic.Int64
+}
+
+func (p *pendingRequest) wait()   { p.waitingSince.Store(time.Now().UnixNano()) }
+func (p *pendingRequest) answer() { p.waitingSince.Store(0) }
+
+func (t *stallTransport) track(req *http.Request) *pendingRequest {
+	p := &pendingRequest{method: req.Method, path: req.URL.Path}
+	p.wait()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.pending == nil {
+		t.pending = map[*pendingRequest]struct{}{}
+	}
+	t.pending[p] = struct{}{}
+	return p
+}
+
+func (t *stallTransport) untrack(p *pendingRequest) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.pending, p)
+}
+
+// unanswered describes the requests that have been waiting on the store
+// for at least min: how many, and the one waiting longest. It is nil when
+// there is none.
+func (t *stallTransport) unanswered(min time.Duration) error {
+	now := time.Now()
+	n := 0
+	var oldest *pendingRequest
+	var longest time.Duration
+	t.mu.Lock()
+	for p := range t.pending {
+		since := p.waitingSince.Load()
+		if since == 0 {
+			continue
+		}
+		if d := now.Sub(time.Unix(0, since)); d >= min {
+			n++
+			if d > longest {
+				oldest, longest = p, d
+			}
+		}
+	}
+	t.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	what := "1 request waiting"
+	if n > 1 {
+		what = fmt.Sprintf("%d requests waiting, the longest", n)
+	}
+	return fmt.Errorf("%w: %s %s %s for %v", ErrUnanswered, what, oldest.method, oldest.path, longest.Round(time.Millisecond))
+}
+
+// ErrUnanswered is wrapped by the report of requests the store has kept
+// waiting (Repo.Unanswered).
+var ErrUnanswered = errors.New("the object store has not answered")
+
 func (t *stallTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	p := t.track(req)
 	ctx, cancel := context.WithCancelCause(req.Context())
 	resp, err := t.next.RoundTrip(req.WithContext(ctx))
 	if err != nil {
+		t.untrack(p)
 		cancel(nil)
 		return nil, err
 	}
-	g := &stallGuard{rc: resp.Body, idle: t.idle, ctx: ctx, cancel: cancel}
+	p.answer()
+	g := &stallGuard{rc: resp.Body, idle: t.idle, ctx: ctx, cancel: cancel, t: t, p: p}
 	// Armed by each read only; made here so that Close, from any
 	// goroutine, finds it.
 	g.timer = time.AfterFunc(t.idle, func() { cancel(ErrStalled) })
@@ -51,11 +130,15 @@ type stallGuard struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	timer  *time.Timer
+	t      *stallTransport
+	p      *pendingRequest
 }
 
 func (g *stallGuard) Read(p []byte) (int, error) {
 	g.timer.Reset(g.idle)
+	g.p.wait()
 	n, err := g.rc.Read(p)
+	g.p.answer()
 	g.timer.Stop()
 	if err != nil && errors.Is(context.Cause(g.ctx), ErrStalled) {
 		err = fmt.Errorf("%w: no byte for %v: %w", ErrStalled, g.idle, err)
@@ -65,6 +148,7 @@ func (g *stallGuard) Read(p []byte) (int, error) {
 
 func (g *stallGuard) Close() error {
 	g.timer.Stop()
+	g.t.untrack(g.p)
 	g.cancel(nil)
 	return g.rc.Close()
 }
