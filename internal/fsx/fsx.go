@@ -26,8 +26,19 @@ var ErrTooLarge = errors.New("file too large")
 // returns it only if it is a regular file. The returned file is in blocking
 // mode again, so reads behave as usual.
 func OpenRegular(path string) (*os.File, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ELOOP) {
+	return openRegular(path, unix.O_NOFOLLOW)
+}
+
+// OpenRegularFollowing is OpenRegular for a file an operator names
+// directly (a trace given with --trace): a symlink to a regular file is
+// followed, and anything else still fails at once.
+func OpenRegularFollowing(path string) (*os.File, error) {
+	return openRegular(path, 0)
+}
+
+func openRegular(path string, flags int) (*os.File, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|flags|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ELOOP) && flags&unix.O_NOFOLLOW != 0 {
 		return nil, fmt.Errorf("open %s: %w: it is a symlink", path, ErrNotRegular)
 	}
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 
 	"warmstart/internal/config"
 	"warmstart/internal/node"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestWithVMMMarksOnlyFlagMistakes: a missing --trace, one that is a
@@ -22,6 +24,12 @@ func TestWithVMMMarksOnlyFlagMistakes(t *testing.T) {
 	if err := os.WriteFile(notATrace, []byte("hello\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A FIFO would block open(2) until a writer came; the check must not.
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unblockFIFO(fifo) })
 	for _, tc := range []struct {
 		driver, trace string
 		flagError     bool
@@ -31,6 +39,7 @@ func TestWithVMMMarksOnlyFlagMistakes(t *testing.T) {
 		{config.DriverReplay, missing, false},
 		{config.DriverReplay, dir, true},
 		{config.DriverReplay, notATrace, true},
+		{config.DriverReplay, fifo, true},
 		{config.DriverFirecracker, "", false},
 	} {
 		_, err := node.WithVMM(cfg, tc.driver, tc.trace)
@@ -42,5 +51,13 @@ func TestWithVMMMarksOnlyFlagMistakes(t *testing.T) {
 	c, err := node.WithVMM(cfg, config.DriverQEMU, "t")
 	if err != nil || c.VMM.Driver != config.DriverQEMU || c.Replay.Trace != "t" || c == cfg {
 		t.Fatalf("qemu: %+v, %v", c, err)
+	}
+}
+
+// unblockFIFO opens fifo for writing without blocking, which releases a
+// reader a broken check left blocked in open(2).
+func unblockFIFO(fifo string) {
+	if fd, err := unix.Open(fifo, unix.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
+		unix.Close(fd)
 	}
 }

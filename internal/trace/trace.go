@@ -23,13 +23,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"warmstart/internal/durable"
+	"warmstart/internal/fsx"
 	"warmstart/internal/layout"
 )
 
@@ -167,7 +167,9 @@ func parseEntry(text string) (Entry, error) {
 
 // ReadFile reads the trace at path.
 func ReadFile(path string) ([]Entry, error) {
-	f, err := os.Open(path)
+	// A FIFO or a device named as a trace would block open(2) or stream
+	// for ever: only a regular file (or a symlink to one) is a trace.
+	f, err := fsx.OpenRegularFollowing(path)
 	if err != nil {
 		return nil, fmt.Errorf("open trace: %w", err)
 	}

@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"warmstart/internal/fsx"
 	"warmstart/internal/layout"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestRoundTrip(t *testing.T) {
@@ -177,5 +180,46 @@ func TestCompare(t *testing.T) {
 	got := Compare(base, pagesAt(1, 2, 4, 3, 5, 6, 7, 8, 9, 10)).RankCorrelation
 	if want := 1 - 12.0/990; got < want-1e-12 || got > want+1e-12 {
 		t.Errorf("one swap: rank correlation %v, want %v", got, want)
+	}
+}
+
+// TestReadFileRefusesWhatIsNotAFile: a FIFO named as a trace fails at once
+// instead of blocking open(2) until a writer comes; a symlink to a trace
+// is read as the trace.
+func TestReadFileRefusesWhatIsNotAFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := ReadFile(fifo)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, fsx.ErrNotRegular) {
+			t.Errorf("ReadFile(FIFO): %v; want %v", err, fsx.ErrNotRegular)
+		}
+	case <-time.After(10 * time.Second):
+		// Unblock the open so the goroutine ends with the test.
+		if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+			w.Close()
+		}
+		t.Fatal("ReadFile(FIFO) still blocked after 10s")
+	}
+
+	real := filepath.Join(dir, "startup.trace")
+	entries := []Entry{{Offset: 4096}}
+	if err := WriteFile(real, entries); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.trace")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadFile(link); err != nil || !reflect.DeepEqual(got, entries) {
+		t.Fatalf("ReadFile(symlink to a trace) = %+v, %v; want %+v", got, err, entries)
 	}
 }
