@@ -284,12 +284,6 @@ func (d *Daemon) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
 
 // localFile checks a path the request names on the daemon's host.
 func localFile(field, path string) (os.FileInfo, error) {
-	if path == "" {
-		return nil, badRequest(field, "%s is required", field)
-	}
-	if !filepath.IsAbs(path) {
-		return nil, badRequest(field, "%s %q: want an absolute path on the daemon's host", field, path)
-	}
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, statusError(http.StatusBadRequest, field, fmt.Errorf("%s: %w", field, err))
@@ -306,31 +300,60 @@ func localFile(field, path string) (os.FileInfo, error) {
 	return fi, nil
 }
 
-// importable resolves path (every symlink) and answers 403 unless it lies
-// in one of [daemon] import_dirs: the daemon reads as root what any client
-// of the API names, so only directories the operator chose may be read.
-// The resolved path is what is imported, so a symlink swapped afterwards
-// cannot redirect the read.
+// checkPath refuses an import path that is missing or relative, without
+// looking at the file system.
+func checkPath(field, path string) error {
+	if path == "" {
+		return badRequest(field, "%s is required", field)
+	}
+	if !filepath.IsAbs(path) {
+		return badRequest(field, "%s %q: want an absolute path on the daemon's host", field, path)
+	}
+	return nil
+}
+
+// importable answers 403 unless path lies in one of [daemon] import_dirs,
+// and returns it with every symlink resolved: the daemon reads as root
+// what any client of the API names, so only directories the operator
+// chose may be read. A path outside them is refused before anything at it
+// is looked at: a client must not learn from the answer whether a file
+// exists elsewhere, or what it is. One inside is resolved, and refused if
+// a symlink leads out. The resolved path is what is imported, so a
+// symlink swapped afterwards cannot redirect the read.
 func (d *Daemon) importable(field, path string) (string, error) {
 	if len(d.cfg.Daemon.ImportDirs) == 0 {
 		return "", statusError(http.StatusForbidden, field,
 			errors.New("imports over the API are off: list the directories they may read in [daemon] import_dirs"))
 	}
+	if !d.inImportDirs(filepath.Clean(path)) {
+		return "", statusError(http.StatusForbidden, field, fmt.Errorf("%s %s is outside [daemon] import_dirs", field, path))
+	}
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return "", statusError(http.StatusBadRequest, field, fmt.Errorf("%s: %w", field, err))
 	}
+	if !d.inImportDirs(real) {
+		return "", statusError(http.StatusForbidden, field,
+			fmt.Errorf("%s %s (resolved %s) is outside [daemon] import_dirs", field, path, real))
+	}
+	return real, nil
+}
+
+// inImportDirs reports whether the absolute, clean path p lies below one
+// of [daemon] import_dirs, as configured or with its symlinks resolved.
+func (d *Daemon) inImportDirs(p string) bool {
 	for _, dir := range d.cfg.Daemon.ImportDirs {
-		root, err := filepath.EvalSymlinks(dir)
-		if err != nil {
-			continue
+		roots := []string{filepath.Clean(dir)}
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			roots = append(roots, real)
 		}
-		if rel, err := filepath.Rel(root, real); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && rel != "." {
-			return real, nil
+		for _, root := range roots {
+			if rel, err := filepath.Rel(root, p); err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../") {
+				return true
+			}
 		}
 	}
-	return "", statusError(http.StatusForbidden, field,
-		fmt.Errorf("%s %s (resolved %s) is outside [daemon] import_dirs", field, path, real))
+	return false
 }
 
 func (d *Daemon) importSnapshot(w http.ResponseWriter, r *http.Request) error {
@@ -364,17 +387,26 @@ func (d *Daemon) importSnapshot(w http.ResponseWriter, r *http.Request) error {
 // paths to the importable ones, and returns the memory layout it names, so
 // that a bad request is refused before any capture lease is taken.
 func (d *Daemon) checkImport(req *ImportRequest) (layout.Layout, error) {
+	// Paths first, then import_dirs, and only then the files: nothing
+	// outside import_dirs is looked at.
+	if err := checkPath("vm_state", req.VMState); err != nil {
+		return layout.Layout{}, err
+	}
+	if err := checkPath("memory", req.Memory); err != nil {
+		return layout.Layout{}, err
+	}
+	var err error
+	if req.VMState, err = d.importable("vm_state", req.VMState); err != nil {
+		return layout.Layout{}, err
+	}
+	if req.Memory, err = d.importable("memory", req.Memory); err != nil {
+		return layout.Layout{}, err
+	}
 	if _, err := localFile("vm_state", req.VMState); err != nil {
 		return layout.Layout{}, err
 	}
 	mem, err := localFile("memory", req.Memory)
 	if err != nil {
-		return layout.Layout{}, err
-	}
-	if req.VMState, err = d.importable("vm_state", req.VMState); err != nil {
-		return layout.Layout{}, err
-	}
-	if req.Memory, err = d.importable("memory", req.Memory); err != nil {
 		return layout.Layout{}, err
 	}
 	if req.Alias != "" {

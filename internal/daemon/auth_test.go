@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"warmstart/internal/daemon"
+
+	"golang.org/x/sys/unix"
 )
 
 // The TCP API answers only requests with the daemon's bearer token; serve
@@ -98,10 +100,56 @@ func TestImportsOffWithoutImportDirs(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
 	f.cfg.Daemon.ImportDirs = nil
 	r := startDaemon(t, f, nil)
-	_, err := r.client.Import(context.Background(), f.importRequest(""))
-	var ae *daemon.APIError
-	if !errors.As(err, &ae) || ae.StatusCode != http.StatusForbidden || !strings.Contains(ae.Message, "import_dirs") {
-		t.Fatalf("import with no import_dirs = %v, want a 403 naming import_dirs", err)
+	req := f.importRequest("")
+	for _, vmState := range []string{req.VMState, filepath.Join(t.TempDir(), "nope")} {
+		req.VMState = vmState
+		_, err := r.client.Import(context.Background(), req)
+		var ae *daemon.APIError
+		if !errors.As(err, &ae) || ae.StatusCode != http.StatusForbidden || !strings.Contains(ae.Message, "import_dirs") {
+			t.Fatalf("import of %s with no import_dirs = %v, want a 403 naming import_dirs", vmState, err)
+		}
+	}
+}
+
+// An import naming paths outside import_dirs gets the same 403 whatever
+// is there (nothing, a directory, a FIFO, a file, procfs): the daemon
+// looks at nothing outside, so a client cannot probe the host's files.
+func TestImportOutsideImportDirsRevealsNothing(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	r := startDaemon(t, f, nil)
+	outside := t.TempDir()
+	fifo := filepath.Join(outside, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(outside, "file")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	paths := []string{filepath.Join(outside, "missing"), outside, fifo, file, "/proc/self/environ",
+		filepath.Join(f.dir, "..", filepath.Base(outside), "missing")}
+	for _, field := range []string{"vm_state", "memory"} {
+		var messages []string
+		for _, p := range paths {
+			req := f.importRequest("")
+			if field == "vm_state" {
+				req.VMState = p
+			} else {
+				req.Memory, req.Layout = p, ""
+			}
+			_, err := r.client.Import(context.Background(), req)
+			var ae *daemon.APIError
+			if !errors.As(err, &ae) || ae.StatusCode != http.StatusForbidden || ae.Field != field {
+				t.Errorf("%s %s: import = %v, want a 403 on %s", field, p, err, field)
+				continue
+			}
+			messages = append(messages, strings.ReplaceAll(ae.Message, p, "PATH"))
+		}
+		for _, m := range messages[1:] {
+			if m != messages[0] {
+				t.Errorf("%s: the 403s differ by what is at the path: %q and %q", field, messages[0], m)
+			}
+		}
 	}
 }
 
