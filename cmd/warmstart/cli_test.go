@@ -159,14 +159,19 @@ func TestBenchRefusesBadIOEngineUpFront(t *testing.T) {
 	}
 }
 
-// bench refuses a picture it cannot draw before any trial runs.
+// bench refuses a picture it cannot draw, or a --json it could not
+// write, before any trial runs.
 func TestBenchRefusesBadPlotUpFront(t *testing.T) {
+	dir := t.TempDir()
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"--plot", "bench.pdf"}, "must end in .svg or .png"},
 		{[]string{"--plot", "bench.svg", "--repository", "s3"}, "not available with --repository s3"},
+		{[]string{"--json", "/nonexistent-dir/x.json"}, `--json: "/nonexistent-dir/x.json": directory /nonexistent-dir`},
+		{[]string{"--json", dir}, "is a directory"},
+		{[]string{"--json", "/nonexistent-dir/x.json", "--repository", "s3"}, "--json"},
 	} {
 		r := runCLI(t, append([]string{"bench", "--blocks", "1", "--memory-size", "8MiB", "--policies", "seed"}, c.args...)...)
 		if r.code != 2 || !strings.Contains(r.stderr, c.want) || r.stdout != "" {

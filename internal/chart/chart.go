@@ -11,8 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"warmstart/internal/durable"
 
-	"golang.org/x/sys/unix"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
@@ -45,15 +45,8 @@ func CheckPath(path string) error {
 		return fmt.Errorf("%q: %w", path, ErrFormat)
 	}
 	// The picture is drawn after the work it shows (a whole restore or
-	// benchmark); a directory it cannot be written to is refused now.
-	dir := filepath.Dir(path)
-	if err := unix.Access(dir, unix.W_OK|unix.X_OK); err != nil {
-		return fmt.Errorf("%q: directory %s: %w", path, dir, err)
-	}
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return fmt.Errorf("%q: directory %s: not a directory", path, dir)
-	}
-	return nil
+	// benchmark); a path it cannot be written to is refused now.
+	return durable.CheckWritable(path)
 }
 
 // save lays plots out in rows and columns on a w×h picture at path. The
