@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/node"
@@ -31,7 +33,9 @@ func openRepositoryAs(cmd *cobra.Command, readOnly bool) (repository.Repository,
 	if err != nil {
 		return nil, err
 	}
-	o := node.RepositoryOptions{ReadOnly: readOnly}
+	o := node.RepositoryOptions{ReadOnly: readOnly, Warn: func(err error) {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warmstart: warning: %v (the store is usable; the next writable open tries again)\n", err)
+	}}
 	if f := cmd.Flags().Lookup(storeFlag); f != nil && f.Changed {
 		o.Store = f.Value.String()
 	}

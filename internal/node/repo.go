@@ -19,16 +19,19 @@ type RepositoryOptions struct {
 	// ReadOnly opens a POSIX store without creating, locking or sweeping
 	// anything; a store that does not exist is then an error naming it.
 	ReadOnly bool
+	// Warn is told what a POSIX store's sweep at a writable open could not
+	// clean up (posixfs.Options.Warn); nil ignores it.
+	Warn func(error)
 }
 
 // OpenRepository opens the snapshot repository cfg names.
 func OpenRepository(ctx context.Context, cfg *config.Config, o RepositoryOptions) (repository.Repository, error) {
 	if o.Store != "" {
-		return openPosixFS(o.Store, o.ReadOnly)
+		return openPosixFS(o.Store, o)
 	}
 	switch cfg.Snapshot.RepositoryBackend {
 	case config.BackendPosixFS:
-		return openPosixFS(cfg.Backend.PosixFS.SnapshotStore, o.ReadOnly)
+		return openPosixFS(cfg.Backend.PosixFS.SnapshotStore, o)
 	case config.BackendS3:
 		so := s3.OptionsFromConfig(cfg.Backend.S3)
 		so.ReadOnly = o.ReadOnly
@@ -42,8 +45,8 @@ func OpenRepository(ctx context.Context, cfg *config.Config, o RepositoryOptions
 	}
 }
 
-func openPosixFS(store string, readOnly bool) (repository.Repository, error) {
-	repo, err := posixfs.Open(store, posixfs.Options{ReadOnly: readOnly})
+func openPosixFS(store string, o RepositoryOptions) (repository.Repository, error) {
+	repo, err := posixfs.Open(store, posixfs.Options{ReadOnly: o.ReadOnly, Warn: o.Warn})
 	if err != nil {
 		return nil, err
 	}

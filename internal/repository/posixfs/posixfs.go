@@ -37,6 +37,13 @@ type Options struct {
 	// error naming its path. Operations that change the store fail with
 	// ErrInvalidRequest.
 	ReadOnly bool
+	// Warn is told what the writable open's sweep could not clean up (an
+	// entry it cannot read or remove: a directory where an alias file
+	// belongs, an immutable leftover). The open goes on without it: the
+	// sweep is housekeeping, and one entry it cannot handle must not stop
+	// every import, delete and daemon start on the store. The next
+	// writable open tries again. Nil ignores it.
+	Warn func(error)
 }
 
 // Repo is a snapshot store rooted at one directory.
@@ -84,8 +91,8 @@ func Open(root string, opts Options) (*Repo, error) {
 			return nil, fmt.Errorf("open snapshot store %s: %w", abs, err)
 		}
 	}
-	if err := r.Sweep(context.Background()); err != nil {
-		return nil, fmt.Errorf("open snapshot store %s: %w", abs, err)
+	if err := r.Sweep(context.Background()); err != nil && opts.Warn != nil {
+		opts.Warn(fmt.Errorf("snapshot store %s: %w", abs, err))
 	}
 	return r, nil
 }
