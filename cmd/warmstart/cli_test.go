@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"warmstart/internal/config"
@@ -125,18 +126,25 @@ func restoreFixture(t *testing.T) (cfg, run, trace string) {
 	return cfg, run, trace
 }
 
-// TestTraceRefusedBeforeMounting: a --trace that is a directory or not a
-// startup trace is a usage error naming the flag, before the runtime
-// directory (where devices are mounted and VMM logs kept) exists.
+// TestTraceRefusedBeforeMounting: a --trace that is a directory, absent, a
+// FIFO (which would block open(2) for ever) or not a startup trace is a
+// usage error naming the flag, before the runtime directory (where devices
+// are mounted and VMM logs kept) exists.
 func TestTraceRefusedBeforeMounting(t *testing.T) {
 	cfg, run, _ := restoreFixture(t)
 	notATrace := filepath.Join(filepath.Dir(cfg), "notes.txt")
 	if err := os.WriteFile(notATrace, []byte("hello\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	fifo := filepath.Join(filepath.Dir(cfg), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct{ trace, want string }{
 		{filepath.Dir(cfg), "is a directory"},
 		{notATrace, "not a startup trace"},
+		{fifo, "not a startup trace: open trace: open " + fifo + ": not a regular file"},
+		{filepath.Join(filepath.Dir(cfg), "absent"), "not a startup trace"},
 	} {
 		for _, verb := range [][]string{{"restore", "web"}, {"snapshot", "record-manifest", "web"}} {
 			r := runCLI(t, append(append([]string{"--config", cfg}, verb...), "--trace", c.trace)...)

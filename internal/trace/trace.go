@@ -23,13 +23,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"warmstart/internal/durable"
+	"warmstart/internal/fsx"
 	"warmstart/internal/layout"
 )
 
@@ -165,9 +165,11 @@ func parseEntry(text string) (Entry, error) {
 	return e, e.check()
 }
 
-// ReadFile reads the trace at path.
+// ReadFile reads the trace at path. A path naming a FIFO, a device, a
+// socket or a symlink is refused at once (fsx.ErrNotRegular) instead of
+// blocking in open(2) or streaming without end.
 func ReadFile(path string) ([]Entry, error) {
-	f, err := os.Open(path)
+	f, err := fsx.OpenRegular(path)
 	if err != nil {
 		return nil, fmt.Errorf("open trace: %w", err)
 	}

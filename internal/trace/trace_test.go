@@ -7,9 +7,11 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"warmstart/internal/fsx"
 	"warmstart/internal/layout"
 )
 
@@ -114,6 +116,25 @@ func TestReadFileMissing(t *testing.T) {
 	_, err := ReadFile(filepath.Join(t.TempDir(), "absent"))
 	if !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("got %v, want ErrNotExist", err)
+	}
+}
+
+// A FIFO nobody writes to would block open(2) for ever; ReadFile must
+// refuse it at once, naming the path.
+func TestReadFileRefusesFIFO(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := ReadFile(path); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, fsx.ErrNotRegular) || !strings.Contains(err.Error(), path) {
+			t.Fatalf("got %v, want a not-a-regular-file error naming %s", err, path)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ReadFile blocked on a FIFO")
 	}
 }
 
