@@ -282,14 +282,10 @@ func (d *Daemon) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// localFile checks a path the request names on the daemon's host.
+// localFile checks a path the request names on the daemon's host; only
+// paths importable has let through reach it, so its answers say nothing
+// about files outside [daemon] import_dirs.
 func localFile(field, path string) (os.FileInfo, error) {
-	if path == "" {
-		return nil, badRequest(field, "%s is required", field)
-	}
-	if !filepath.IsAbs(path) {
-		return nil, badRequest(field, "%s %q: want an absolute path on the daemon's host", field, path)
-	}
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, statusError(http.StatusBadRequest, field, fmt.Errorf("%s: %w", field, err))
@@ -306,31 +302,62 @@ func localFile(field, path string) (os.FileInfo, error) {
 	return fi, nil
 }
 
-// importable resolves path (every symlink) and answers 403 unless it lies
-// in one of [daemon] import_dirs: the daemon reads as root what any client
-// of the API names, so only directories the operator chose may be read.
-// The resolved path is what is imported, so a symlink swapped afterwards
-// cannot redirect the read.
+// importable answers 403 unless path lies in one of [daemon] import_dirs:
+// the daemon reads as root what any client of the API names, so only
+// directories the operator chose may be read. The check runs before the
+// file is looked at, so a client learns nothing of a path outside (not
+// whether it exists, nor its type or size): the cleaned path must lie
+// lexically in a directory first, and only then are its symlinks resolved
+// and the resolved path checked again. The resolved path is what is
+// imported, so a symlink swapped afterwards cannot redirect the read.
 func (d *Daemon) importable(field, path string) (string, error) {
+	if path == "" {
+		return "", badRequest(field, "%s is required", field)
+	}
+	if !filepath.IsAbs(path) {
+		return "", badRequest(field, "%s %q: want an absolute path on the daemon's host", field, path)
+	}
 	if len(d.cfg.Daemon.ImportDirs) == 0 {
 		return "", statusError(http.StatusForbidden, field,
 			errors.New("imports over the API are off: list the directories they may read in [daemon] import_dirs"))
 	}
-	real, err := filepath.EvalSymlinks(path)
+	outside := func(p string) error {
+		return statusError(http.StatusForbidden, field, fmt.Errorf("%s %s is outside [daemon] import_dirs", field, p))
+	}
+	clean := filepath.Clean(path)
+	if !d.inImportDirs(clean, false) {
+		return "", outside(path)
+	}
+	real, err := filepath.EvalSymlinks(clean)
 	if err != nil {
 		return "", statusError(http.StatusBadRequest, field, fmt.Errorf("%s: %w", field, err))
 	}
+	if !d.inImportDirs(real, true) {
+		return "", outside(fmt.Sprintf("%s (resolved %s)", path, real))
+	}
+	return real, nil
+}
+
+// inImportDirs reports whether the clean absolute path lies strictly below
+// one of [daemon] import_dirs. A path not yet resolved may lie below a
+// directory as configured or as resolved (an import dir may be a symlink);
+// a resolved one must lie below a resolved directory.
+func (d *Daemon) inImportDirs(path string, resolved bool) bool {
 	for _, dir := range d.cfg.Daemon.ImportDirs {
-		root, err := filepath.EvalSymlinks(dir)
-		if err != nil {
-			continue
+		roots := []string{}
+		if !resolved {
+			roots = append(roots, filepath.Clean(dir))
 		}
-		if rel, err := filepath.Rel(root, real); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && rel != "." {
-			return real, nil
+		if root, err := filepath.EvalSymlinks(dir); err == nil {
+			roots = append(roots, root)
+		}
+		for _, root := range roots {
+			if rel, err := filepath.Rel(root, path); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && rel != "." {
+				return true
+			}
 		}
 	}
-	return "", statusError(http.StatusForbidden, field,
-		fmt.Errorf("%s %s (resolved %s) is outside [daemon] import_dirs", field, path, real))
+	return false
 }
 
 func (d *Daemon) importSnapshot(w http.ResponseWriter, r *http.Request) error {
@@ -364,17 +391,18 @@ func (d *Daemon) importSnapshot(w http.ResponseWriter, r *http.Request) error {
 // paths to the importable ones, and returns the memory layout it names, so
 // that a bad request is refused before any capture lease is taken.
 func (d *Daemon) checkImport(req *ImportRequest) (layout.Layout, error) {
+	var err error
+	if req.VMState, err = d.importable("vm_state", req.VMState); err != nil {
+		return layout.Layout{}, err
+	}
+	if req.Memory, err = d.importable("memory", req.Memory); err != nil {
+		return layout.Layout{}, err
+	}
 	if _, err := localFile("vm_state", req.VMState); err != nil {
 		return layout.Layout{}, err
 	}
 	mem, err := localFile("memory", req.Memory)
 	if err != nil {
-		return layout.Layout{}, err
-	}
-	if req.VMState, err = d.importable("vm_state", req.VMState); err != nil {
-		return layout.Layout{}, err
-	}
-	if req.Memory, err = d.importable("memory", req.Memory); err != nil {
 		return layout.Layout{}, err
 	}
 	if req.Alias != "" {

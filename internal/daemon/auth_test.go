@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -94,14 +95,56 @@ func TestImportOnlyFromImportDirs(t *testing.T) {
 	}
 }
 
+// An import naming a path outside [daemon] import_dirs is refused with
+// the same 403 whatever is there — nothing, a directory, a FIFO, an empty
+// file, a path climbing out with ".." — so a client cannot probe the
+// existence, type or size of files the daemon would not import.
+func TestImportOutsideImportDirsTellsNothing(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	r := startDaemon(t, f, nil)
+	outside := t.TempDir()
+	fifo := filepath.Join(outside, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(outside, "empty")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	climbOut := f.dir + strings.Repeat("/..", strings.Count(f.dir, "/")) + empty
+	paths := []string{filepath.Join(outside, "absent"), outside, fifo, empty, climbOut}
+	for _, path := range paths {
+		for _, field := range []string{"vm_state", "memory"} {
+			req := f.importRequest("")
+			if field == "vm_state" {
+				req.VMState = path
+			} else {
+				req.Memory, req.Layout = path, ""
+			}
+			_, err := r.client.Import(context.Background(), req)
+			var ae *daemon.APIError
+			want := field + " " + path + " is outside [daemon] import_dirs"
+			if !errors.As(err, &ae) || ae.StatusCode != http.StatusForbidden || ae.Field != field || ae.Message != want {
+				t.Errorf("%s %s: import = %v, want a 403 %q", field, path, err, want)
+			}
+		}
+	}
+}
+
+// With no import_dirs every API import is refused with 403, before any
+// file it names is looked at: one that is not there included.
 func TestImportsOffWithoutImportDirs(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
 	f.cfg.Daemon.ImportDirs = nil
 	r := startDaemon(t, f, nil)
-	_, err := r.client.Import(context.Background(), f.importRequest(""))
-	var ae *daemon.APIError
-	if !errors.As(err, &ae) || ae.StatusCode != http.StatusForbidden || !strings.Contains(ae.Message, "import_dirs") {
-		t.Fatalf("import with no import_dirs = %v, want a 403 naming import_dirs", err)
+	absent := f.importRequest("")
+	absent.VMState = filepath.Join(t.TempDir(), "absent")
+	for _, req := range []daemon.ImportRequest{f.importRequest(""), absent} {
+		_, err := r.client.Import(context.Background(), req)
+		var ae *daemon.APIError
+		if !errors.As(err, &ae) || ae.StatusCode != http.StatusForbidden || !strings.Contains(ae.Message, "import_dirs") {
+			t.Errorf("import of %s with no import_dirs = %v, want a 403 naming import_dirs", req.VMState, err)
+		}
 	}
 }
 
