@@ -12,6 +12,7 @@ import (
 	"warmstart/internal/bench"
 	"warmstart/internal/chart"
 	"warmstart/internal/config"
+	"warmstart/internal/fsx"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/node"
 	"warmstart/internal/restore"
@@ -88,6 +89,9 @@ within blocks.`,
 				return usageError{Err: err}
 			}
 			if err := checkPlotFlag(f.b.Plot); err != nil {
+				return err
+			}
+			if err := checkOutputFlag("--json", f.jsonPath); err != nil {
 				return err
 			}
 			if f.b.Repository == "s3" {
@@ -183,6 +187,18 @@ func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Opt
 		Snapshot: snapshot, Open: func() (*node.Node, error) { return openSystem(cmd, vf) },
 		Guest: vf.kind == "qemu", Config: loadConfig, Agent: agent, MemBytes: memBytes,
 	})
+}
+
+// checkOutputFlag refuses an output file flag whose file could not be
+// written, before any work: the file is written after the work it reports.
+func checkOutputFlag(flag, path string) error {
+	if path == "" {
+		return nil
+	}
+	if err := fsx.CheckCreatable(path); err != nil {
+		return usageError{Err: fmt.Errorf("%s: %w", flag, err)}
+	}
+	return nil
 }
 
 // checkPlotFlag refuses a --plot the verb cannot draw, before any work.

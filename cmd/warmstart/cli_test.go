@@ -75,8 +75,8 @@ func TestRestoreRefusesBadFlagsUpFront(t *testing.T) {
 		{[]string{"--policy", "fastest"}, `--policy: unknown prefetch policy "fastest"`},
 		{[]string{"--plot", "timeline.pdf"}, `--plot: "timeline.pdf": picture file must end in .svg or .png`},
 		{[]string{"--device", ""}, `--device "": want file or uffd`},
-		{[]string{"--plot", "/nonexistent-dir/x.svg"}, `--plot: "/nonexistent-dir/x.svg": directory`},
-		{[]string{"--plot", "/dev/null/x.svg"}, `--plot: "/dev/null/x.svg": directory`},
+		{[]string{"--plot", "/nonexistent-dir/x.svg"}, `--plot: /nonexistent-dir/x.svg: directory /nonexistent-dir: `},
+		{[]string{"--plot", "/dev/null/x.svg"}, `--plot: /dev/null/x.svg: directory /dev/null: not a directory`},
 	} {
 		t.Run(strings.Join(c.flags, " "), func(t *testing.T) {
 			cfg, run, trace := restoreFixture(t)
@@ -268,5 +268,31 @@ func TestConfigFileResolution(t *testing.T) {
 	}
 	if out, _, err := runVerb(t, "--config", good, "config", "check"); err != nil || strings.TrimSpace(out) != "ok" {
 		t.Errorf("--config given: %q, %v; want it to win", out, err)
+	}
+}
+
+// TestOutputFilesRefusedUpFront: a --json or --plot file that could not be
+// written (its directory missing, or the path a directory) is a usage error
+// naming the flag, before any benchmark trial or manifest lookup, not a
+// late exit 1 after the work.
+func TestOutputFilesRefusedUpFront(t *testing.T) {
+	dir := t.TempDir()
+	dirSVG := filepath.Join(dir, "taken.svg")
+	if err := os.Mkdir(dirSVG, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	absent := filepath.Join(dir, "absent", "x.json")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--json", absent, "--blocks", "1", "--memory-size", "8MiB", "--policies", "seed"}, "--json: " + absent},
+		{[]string{"bench", "--json", dir, "--blocks", "1", "--memory-size", "8MiB", "--policies", "seed"}, "--json: " + dir + ": is a directory"},
+		{[]string{"manifest", "inspect", filepath.Join(dir, "no.manifest"), "--plot", dirSVG}, "--plot"},
+	} {
+		r := runCLI(t, c.args...)
+		if r.code != 2 || !strings.Contains(r.stderr, c.want) || r.stdout != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 naming %q", c.args, r.code, r.stdout, r.stderr, c.want)
+		}
 	}
 }

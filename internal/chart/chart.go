@@ -12,12 +12,13 @@ import (
 	"path/filepath"
 	"strings"
 
-	"golang.org/x/sys/unix"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
+
+	"warmstart/internal/fsx"
 )
 
 // PNGDPI is the resolution of PNG pictures: a picture of W×H inches is
@@ -46,14 +47,7 @@ func CheckPath(path string) error {
 	}
 	// The picture is drawn after the work it shows (a whole restore or
 	// benchmark); a directory it cannot be written to is refused now.
-	dir := filepath.Dir(path)
-	if err := unix.Access(dir, unix.W_OK|unix.X_OK); err != nil {
-		return fmt.Errorf("%q: directory %s: %w", path, dir, err)
-	}
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return fmt.Errorf("%q: directory %s: not a directory", path, dir)
-	}
-	return nil
+	return fsx.CheckCreatable(path)
 }
 
 // save lays plots out in rows and columns on a w×h picture at path. The
