@@ -158,6 +158,23 @@ func TestTraceRefusedBeforeMounting(t *testing.T) {
 	}
 }
 
+// TestBenchNamesOnlyTheBadBlockFlag: a bad --blocks or --reserve-blocks is
+// a usage error naming that flag alone, not the other one too.
+func TestBenchNamesOnlyTheBadBlockFlag(t *testing.T) {
+	for _, c := range []struct {
+		flags     []string
+		want, not string
+	}{
+		{[]string{"--blocks", "-1"}, "--blocks -1: want at least 1", "--reserve-blocks"},
+		{[]string{"--reserve-blocks", "-1"}, "--reserve-blocks -1: want at least 0", "--blocks "},
+	} {
+		r := runCLI(t, append([]string{"bench", "--memory-size", "8MiB", "--policies", "seed"}, c.flags...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, c.want) || strings.Contains(r.stderr, c.not) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2, %q and no %q", c.flags, r.code, r.stderr, c.want, c.not)
+		}
+	}
+}
+
 // TestBenchRefusesBadIOEngineUpFront: bench refuses --io-engine 7 before it
 // synthesizes a snapshot or starts a trial.
 func TestBenchRefusesBadIOEngineUpFront(t *testing.T) {
