@@ -12,7 +12,7 @@ import (
 	"warmstart/internal/bench"
 	"warmstart/internal/chart"
 	"warmstart/internal/config"
-	"warmstart/internal/durable"
+	"warmstart/internal/fsx"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/node"
 	"warmstart/internal/restore"
@@ -91,7 +91,7 @@ within blocks.`,
 			if err := checkPlotFlag(f.b.Plot); err != nil {
 				return err
 			}
-			if err := checkJSONFlag(f.jsonPath); err != nil {
+			if err := checkOutputFlag("--json", f.jsonPath); err != nil {
 				return err
 			}
 			if f.b.Repository == "s3" {
@@ -189,14 +189,14 @@ func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Opt
 	})
 }
 
-// checkJSONFlag refuses a --json FILE that could not be written, before
-// the benchmark it would hold the results of.
-func checkJSONFlag(path string) error {
+// checkOutputFlag refuses an output file flag whose file could not be
+// written, before any work: the file is written after the work it reports.
+func checkOutputFlag(flag, path string) error {
 	if path == "" {
 		return nil
 	}
-	if err := durable.CheckWritable(path); err != nil {
-		return usageError{Err: fmt.Errorf("--json: %w", err)}
+	if err := fsx.CheckCreatable(path); err != nil {
+		return usageError{Err: fmt.Errorf("%s: %w", flag, err)}
 	}
 	return nil
 }

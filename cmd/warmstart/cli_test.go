@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"warmstart/internal/config"
@@ -74,8 +75,8 @@ func TestRestoreRefusesBadFlagsUpFront(t *testing.T) {
 		{[]string{"--policy", "fastest"}, `--policy: unknown prefetch policy "fastest"`},
 		{[]string{"--plot", "timeline.pdf"}, `--plot: "timeline.pdf": picture file must end in .svg or .png`},
 		{[]string{"--device", ""}, `--device "": want file or uffd`},
-		{[]string{"--plot", "/nonexistent-dir/x.svg"}, `--plot: "/nonexistent-dir/x.svg": directory`},
-		{[]string{"--plot", "/dev/null/x.svg"}, `--plot: "/dev/null/x.svg": directory`},
+		{[]string{"--plot", "/nonexistent-dir/x.svg"}, `--plot: /nonexistent-dir/x.svg: directory /nonexistent-dir: `},
+		{[]string{"--plot", "/dev/null/x.svg"}, `--plot: /dev/null/x.svg: directory /dev/null: not a directory`},
 	} {
 		t.Run(strings.Join(c.flags, " "), func(t *testing.T) {
 			cfg, run, trace := restoreFixture(t)
@@ -125,18 +126,25 @@ func restoreFixture(t *testing.T) (cfg, run, trace string) {
 	return cfg, run, trace
 }
 
-// TestTraceRefusedBeforeMounting: a --trace that is a directory or not a
-// startup trace is a usage error naming the flag, before the runtime
-// directory (where devices are mounted and VMM logs kept) exists.
+// TestTraceRefusedBeforeMounting: a --trace that is a directory, absent, a
+// FIFO (which would block open(2) for ever) or not a startup trace is a
+// usage error naming the flag, before the runtime directory (where devices
+// are mounted and VMM logs kept) exists.
 func TestTraceRefusedBeforeMounting(t *testing.T) {
 	cfg, run, _ := restoreFixture(t)
 	notATrace := filepath.Join(filepath.Dir(cfg), "notes.txt")
 	if err := os.WriteFile(notATrace, []byte("hello\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	fifo := filepath.Join(filepath.Dir(cfg), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct{ trace, want string }{
 		{filepath.Dir(cfg), "is a directory"},
 		{notATrace, "not a startup trace"},
+		{fifo, "not a startup trace: open trace: open " + fifo + ": not a regular file"},
+		{filepath.Join(filepath.Dir(cfg), "absent"), "not a startup trace"},
 	} {
 		for _, verb := range [][]string{{"restore", "web"}, {"snapshot", "record-manifest", "web"}} {
 			r := runCLI(t, append(append([]string{"--config", cfg}, verb...), "--trace", c.trace)...)
@@ -146,6 +154,23 @@ func TestTraceRefusedBeforeMounting(t *testing.T) {
 			if _, err := os.Stat(run); !os.IsNotExist(err) {
 				t.Errorf("%s: the runtime directory was created (stat: %v)", verb, err)
 			}
+		}
+	}
+}
+
+// TestBenchNamesOnlyTheBadBlockFlag: a bad --blocks or --reserve-blocks is
+// a usage error naming that flag alone, not the other one too.
+func TestBenchNamesOnlyTheBadBlockFlag(t *testing.T) {
+	for _, c := range []struct {
+		flags     []string
+		want, not string
+	}{
+		{[]string{"--blocks", "-1"}, "--blocks -1: want at least 1", "--reserve-blocks"},
+		{[]string{"--reserve-blocks", "-1"}, "--reserve-blocks -1: want at least 0", "--blocks "},
+	} {
+		r := runCLI(t, append([]string{"bench", "--memory-size", "8MiB", "--policies", "seed"}, c.flags...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, c.want) || strings.Contains(r.stderr, c.not) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2, %q and no %q", c.flags, r.code, r.stderr, c.want, c.not)
 		}
 	}
 }
@@ -169,7 +194,7 @@ func TestBenchRefusesBadPlotUpFront(t *testing.T) {
 	}{
 		{[]string{"--plot", "bench.pdf"}, "must end in .svg or .png"},
 		{[]string{"--plot", "bench.svg", "--repository", "s3"}, "not available with --repository s3"},
-		{[]string{"--json", "/nonexistent-dir/x.json"}, `--json: "/nonexistent-dir/x.json": directory /nonexistent-dir`},
+		{[]string{"--json", "/nonexistent-dir/x.json"}, "--json: /nonexistent-dir/x.json: directory /nonexistent-dir"},
 		{[]string{"--json", dir}, "is a directory"},
 		{[]string{"--json", "/nonexistent-dir/x.json", "--repository", "s3"}, "--json"},
 	} {
@@ -265,5 +290,31 @@ func TestConfigFileResolution(t *testing.T) {
 	}
 	if out, _, err := runVerb(t, "--config", good, "config", "check"); err != nil || strings.TrimSpace(out) != "ok" {
 		t.Errorf("--config given: %q, %v; want it to win", out, err)
+	}
+}
+
+// TestOutputFilesRefusedUpFront: a --json or --plot file that could not be
+// written (its directory missing, or the path a directory) is a usage error
+// naming the flag, before any benchmark trial or manifest lookup, not a
+// late exit 1 after the work.
+func TestOutputFilesRefusedUpFront(t *testing.T) {
+	dir := t.TempDir()
+	dirSVG := filepath.Join(dir, "taken.svg")
+	if err := os.Mkdir(dirSVG, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	absent := filepath.Join(dir, "absent", "x.json")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--json", absent, "--blocks", "1", "--memory-size", "8MiB", "--policies", "seed"}, "--json: " + absent},
+		{[]string{"bench", "--json", dir, "--blocks", "1", "--memory-size", "8MiB", "--policies", "seed"}, "--json: " + dir + ": is a directory"},
+		{[]string{"manifest", "inspect", filepath.Join(dir, "no.manifest"), "--plot", dirSVG}, "--plot"},
+	} {
+		r := runCLI(t, c.args...)
+		if r.code != 2 || !strings.Contains(r.stderr, c.want) || r.stdout != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 naming %q", c.args, r.code, r.stdout, r.stderr, c.want)
+		}
 	}
 }

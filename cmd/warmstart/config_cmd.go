@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -38,7 +39,8 @@ var configCheckCmd = &cobra.Command{
 	Short: "Validate a configuration file and print ok",
 	Long: `Load the configuration file (--config, else $WARMSTART_CONFIG, else
 /etc/warmstart/config.toml when present, else the built-in defaults), validate
-every key, and print "ok". Otherwise print the first problem, naming the file
+every key, read the startup trace [replay] trace names (if any), and print
+"ok". Otherwise print the first problem, naming the file
 and the key, e.g.
 
   warmstart: config /etc/w.toml: key memory.io_engine: 3 out of range 0..2
@@ -46,10 +48,18 @@ and the key, e.g.
 and exit with status 1.`,
 	Args: usage.Args(cobra.NoArgs),
 	RunE: func(cmd *cobra.Command, _ []string) error {
-		if _, err := loadConfig(); err != nil {
+		cfg, err := loadConfig()
+		if err != nil {
 			return err
 		}
-		_, err := fmt.Fprintln(cmd.OutOrStdout(), "ok")
+		if err := cfg.CheckTrace(); err != nil {
+			var ce *config.ConfigError
+			if errors.As(err, &ce) {
+				ce.File = config.Path(configPath)
+			}
+			return err
+		}
+		_, err = fmt.Fprintln(cmd.OutOrStdout(), "ok")
 		return err
 	},
 }

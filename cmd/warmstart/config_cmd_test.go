@@ -101,3 +101,38 @@ func TestConfigThatIsNotARegularFile(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigCheckReadsReplayTrace: config check reports a [replay] trace
+// that is a FIFO (which would block a restore's open for ever), absent or
+// no startup trace, naming the key and the path, and exits 1; a FIFO is
+// refused at once rather than blocking the check.
+func TestConfigCheckReadsReplayTrace(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	notATrace := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(notATrace, []byte("hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ trace, want string }{
+		{fifo, "not a regular file"},
+		{filepath.Join(dir, "absent"), "no such file"},
+		{notATrace, "malformed"},
+	} {
+		cfg := filepath.Join(dir, "warmstart.toml")
+		if err := os.WriteFile(cfg, []byte("[replay]\ntrace = \""+c.trace+"\"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		res := runCLIChild(t, "config", "check", "--config", cfg)
+		if res.killed != "" {
+			t.Errorf("trace %s: config check killed: %s", c.trace, res.killed)
+			continue
+		}
+		want := "warmstart: config " + cfg + ": key replay.trace: "
+		if res.exitCode != 1 || !strings.HasPrefix(res.stderr, want) || !strings.Contains(res.stderr, c.trace) || !strings.Contains(res.stderr, c.want) {
+			t.Errorf("trace %s: exit %d, stderr %q; want exit 1, %q... naming the path and %q", c.trace, res.exitCode, res.stderr, want, c.want)
+		}
+	}
+}

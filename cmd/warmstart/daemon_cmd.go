@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -33,7 +34,32 @@ func (f daemonFlag) Set(v string) error {
 	if strings.TrimSpace(v) == "" {
 		return errors.New("empty: want the path of a Unix socket or http(s)://host:port; leave --daemon out to run in this process")
 	}
+	if err := checkDaemonURL(v); err != nil {
+		return err
+	}
 	*f.socket = v
+	return nil
+}
+
+// checkDaemonURL refuses, at parsing, a --daemon that names a URL this
+// CLI cannot talk to (another scheme, or one that does not parse), so it
+// is a usage error naming the mistake rather than a failed dial or a
+// complaint about a missing token file.
+func checkDaemonURL(v string) error {
+	scheme, _, isURL := strings.Cut(v, "://")
+	if !isURL {
+		return nil // a Unix socket path
+	}
+	if scheme != "http" && scheme != "https" {
+		return fmt.Errorf("%q: scheme %q, want the path of a Unix socket or http(s)://host:port", v, scheme)
+	}
+	u, err := url.Parse(v)
+	if err != nil {
+		return fmt.Errorf("%q: malformed URL: %w", v, err)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("%q: no host, want http(s)://host:port", v)
+	}
 	return nil
 }
 

@@ -59,3 +59,26 @@ func TestGCRefusesDaemon(t *testing.T) {
 		t.Fatalf("snapshot gc --daemon: exit %d, stderr %q; want exit 2 naming --daemon", res.code, res.stderr)
 	}
 }
+
+// A --daemon URL the CLI cannot talk to is a usage error naming the
+// mistake: another scheme, or a URL that does not parse (not a missing
+// token file, which is what dialling it would report).
+func TestDaemonURLMistakesAreUsageErrors(t *testing.T) {
+	// Dialling would look for the token file; keep it inside the test.
+	dir := t.TempDir()
+	configFile := filepath.Join(dir, "config.toml")
+	toml := fmt.Sprintf("[daemon]\ntoken_file = %q\n", filepath.Join(dir, "token"))
+	if err := os.WriteFile(configFile, []byte(toml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ value, want string }{
+		{"ftp://x", `scheme "ftp"`},
+		{"http://[::1", "malformed URL"},
+		{"https://", "no host"},
+	} {
+		res := runCLI(t, "--config", configFile, "restores", "list", "--daemon", c.value)
+		if res.code != 2 || !strings.Contains(res.stderr, "--daemon") || !strings.Contains(res.stderr, c.want) {
+			t.Errorf("--daemon %s: exit %d, stderr %q; want exit 2 naming --daemon and %q", c.value, res.code, res.stderr, c.want)
+		}
+	}
+}

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/chart"
 	"warmstart/internal/local"
 	"warmstart/internal/repository"
 	"warmstart/internal/usage"
@@ -47,10 +44,8 @@ version, overlapping, unaligned or out-of-layout ranges, over 16 MiB) is an
 error naming the file and the rule it breaks.`,
 	Args: usage.Args(cobra.ExactArgs(1)),
 	RunE: func(cmd *cobra.Command, args []string) error {
-		if manifestPlot != "" {
-			if err := chart.CheckPath(manifestPlot); err != nil {
-				return usageError{Err: fmt.Errorf("--plot: %w", err)}
-			}
+		if err := checkPlotFlag(manifestPlot); err != nil {
+			return err
 		}
 		req := local.InspectRequest{Ref: args[0], JSON: manifestInspectJSON, Verbose: manifestInspectVerbose, Plot: manifestPlot}
 		return local.InspectManifest(cmd.Context(), cmdOutput(cmd), req, func() (repository.Repository, error) {

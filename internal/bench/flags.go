@@ -32,8 +32,11 @@ type Flags struct {
 func (f *Flags) Check(snapshot string) (int64, error) {
 	f.Policies = splitList(f.PolicyList)
 	f.Hot = !f.NoHot
-	if f.Blocks < 1 || f.ReserveBlocks < 0 {
-		return 0, fmt.Errorf("--blocks %d, --reserve-blocks %d: want at least 1 and 0", f.Blocks, f.ReserveBlocks)
+	if f.Blocks < 1 {
+		return 0, fmt.Errorf("--blocks %d: want at least 1", f.Blocks)
+	}
+	if f.ReserveBlocks < 0 {
+		return 0, fmt.Errorf("--reserve-blocks %d: want at least 0", f.ReserveBlocks)
 	}
 	if !config.ValidDevice(f.Device) {
 		return 0, fmt.Errorf("--device %q: want file or uffd", f.Device)

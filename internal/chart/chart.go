@@ -11,13 +11,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"warmstart/internal/durable"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
+
+	"warmstart/internal/fsx"
 )
 
 // PNGDPI is the resolution of PNG pictures: a picture of W×H inches is
@@ -45,8 +46,8 @@ func CheckPath(path string) error {
 		return fmt.Errorf("%q: %w", path, ErrFormat)
 	}
 	// The picture is drawn after the work it shows (a whole restore or
-	// benchmark); a path it cannot be written to is refused now.
-	return durable.CheckWritable(path)
+	// benchmark); a directory it cannot be written to is refused now.
+	return fsx.CheckCreatable(path)
 }
 
 // save lays plots out in rows and columns on a w×h picture at path. The

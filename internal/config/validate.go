@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7/pkg/s3utils"
+
+	"warmstart/internal/trace"
 )
 
 // Bounds of the numeric keys.
@@ -244,6 +246,21 @@ func readaround(key string, kib int64, zero bool) error {
 	}
 	if kib%4 != 0 {
 		return invalid(key, "%d is not a whole number of 4 KiB pages", kib)
+	}
+	return nil
+}
+
+// CheckTrace reads [replay] trace when one is set, so that `config check`
+// reports a trace the replay VMM could not play (absent, a FIFO or device
+// that would block or stream, or no startup trace) under its key. Load does
+// not do this: it would read the trace for every verb, even those that
+// never restore.
+func (c *Config) CheckTrace() error {
+	if c.Replay.Trace == "" {
+		return nil
+	}
+	if _, err := trace.ReadFile(c.Replay.Trace); err != nil {
+		return invalid("replay.trace", "%v", err)
 	}
 	return nil
 }

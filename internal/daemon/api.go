@@ -282,7 +282,9 @@ func (d *Daemon) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// localFile checks a path the request names on the daemon's host.
+// localFile checks a path the request names on the daemon's host; only
+// paths importable has let through reach it, so its answers say nothing
+// about files outside [daemon] import_dirs.
 func localFile(field, path string) (os.FileInfo, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -300,55 +302,57 @@ func localFile(field, path string) (os.FileInfo, error) {
 	return fi, nil
 }
 
-// checkPath refuses an import path that is missing or relative, without
-// looking at the file system.
-func checkPath(field, path string) error {
+// importable answers 403 unless path lies in one of [daemon] import_dirs:
+// the daemon reads as root what any client of the API names, so only
+// directories the operator chose may be read. The check runs before the
+// file is looked at, so a client learns nothing of a path outside (not
+// whether it exists, nor its type or size): the cleaned path must lie
+// lexically in a directory first, and only then are its symlinks resolved
+// and the resolved path checked again. The resolved path is what is
+// imported, so a symlink swapped afterwards cannot redirect the read.
+func (d *Daemon) importable(field, path string) (string, error) {
 	if path == "" {
-		return badRequest(field, "%s is required", field)
+		return "", badRequest(field, "%s is required", field)
 	}
 	if !filepath.IsAbs(path) {
-		return badRequest(field, "%s %q: want an absolute path on the daemon's host", field, path)
+		return "", badRequest(field, "%s %q: want an absolute path on the daemon's host", field, path)
 	}
-	return nil
-}
-
-// importable answers 403 unless path lies in one of [daemon] import_dirs,
-// and returns it with every symlink resolved: the daemon reads as root
-// what any client of the API names, so only directories the operator
-// chose may be read. A path outside them is refused before anything at it
-// is looked at: a client must not learn from the answer whether a file
-// exists elsewhere, or what it is. One inside is resolved, and refused if
-// a symlink leads out. The resolved path is what is imported, so a
-// symlink swapped afterwards cannot redirect the read.
-func (d *Daemon) importable(field, path string) (string, error) {
 	if len(d.cfg.Daemon.ImportDirs) == 0 {
 		return "", statusError(http.StatusForbidden, field,
 			errors.New("imports over the API are off: list the directories they may read in [daemon] import_dirs"))
 	}
-	if !d.inImportDirs(filepath.Clean(path)) {
-		return "", statusError(http.StatusForbidden, field, fmt.Errorf("%s %s is outside [daemon] import_dirs", field, path))
+	outside := func(p string) error {
+		return statusError(http.StatusForbidden, field, fmt.Errorf("%s %s is outside [daemon] import_dirs", field, p))
 	}
-	real, err := filepath.EvalSymlinks(path)
+	clean := filepath.Clean(path)
+	if !d.inImportDirs(clean, false) {
+		return "", outside(path)
+	}
+	real, err := filepath.EvalSymlinks(clean)
 	if err != nil {
 		return "", statusError(http.StatusBadRequest, field, fmt.Errorf("%s: %w", field, err))
 	}
-	if !d.inImportDirs(real) {
-		return "", statusError(http.StatusForbidden, field,
-			fmt.Errorf("%s %s (resolved %s) is outside [daemon] import_dirs", field, path, real))
+	if !d.inImportDirs(real, true) {
+		return "", outside(fmt.Sprintf("%s (resolved %s)", path, real))
 	}
 	return real, nil
 }
 
-// inImportDirs reports whether the absolute, clean path p lies below one
-// of [daemon] import_dirs, as configured or with its symlinks resolved.
-func (d *Daemon) inImportDirs(p string) bool {
+// inImportDirs reports whether the clean absolute path lies strictly below
+// one of [daemon] import_dirs. A path not yet resolved may lie below a
+// directory as configured or as resolved (an import dir may be a symlink);
+// a resolved one must lie below a resolved directory.
+func (d *Daemon) inImportDirs(path string, resolved bool) bool {
 	for _, dir := range d.cfg.Daemon.ImportDirs {
-		roots := []string{filepath.Clean(dir)}
-		if real, err := filepath.EvalSymlinks(dir); err == nil {
-			roots = append(roots, real)
+		roots := []string{}
+		if !resolved {
+			roots = append(roots, filepath.Clean(dir))
+		}
+		if root, err := filepath.EvalSymlinks(dir); err == nil {
+			roots = append(roots, root)
 		}
 		for _, root := range roots {
-			if rel, err := filepath.Rel(root, p); err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../") {
+			if rel, err := filepath.Rel(root, path); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && rel != "." {
 				return true
 			}
 		}
@@ -387,14 +391,6 @@ func (d *Daemon) importSnapshot(w http.ResponseWriter, r *http.Request) error {
 // paths to the importable ones, and returns the memory layout it names, so
 // that a bad request is refused before any capture lease is taken.
 func (d *Daemon) checkImport(req *ImportRequest) (layout.Layout, error) {
-	// Paths first, then import_dirs, and only then the files: nothing
-	// outside import_dirs is looked at.
-	if err := checkPath("vm_state", req.VMState); err != nil {
-		return layout.Layout{}, err
-	}
-	if err := checkPath("memory", req.Memory); err != nil {
-		return layout.Layout{}, err
-	}
 	var err error
 	if req.VMState, err = d.importable("vm_state", req.VMState); err != nil {
 		return layout.Layout{}, err

@@ -106,8 +106,9 @@ func importBadRequests(t *testing.T, f *fixture) []badRequest {
 		{"import without vm_state", "POST", "/snapshots/import", importBody(func(m map[string]any) { delete(m, "vm_state") }), 400, "vm_state"},
 		{"import without memory", "POST", "/snapshots/import", importBody(func(m map[string]any) { delete(m, "memory") }), 400, "memory"},
 		{"import relative path", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["memory"] = "memory.bin" }), 400, "memory"},
-		{"import missing file", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["vm_state"] = filepath.Join(f.dir, "no-vm") }), 400, "vm_state"},
-		{"import outside import_dirs", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["vm_state"] = "/nonexistent/vm" }), 403, "vm_state"},
+		{"import missing file", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["vm_state"] = filepath.Join(f.dir, "nonexistent") }), 400, "vm_state"},
+		// Outside import_dirs: refused before the file is looked at.
+		{"import missing file outside", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["vm_state"] = "/nonexistent/vm" }), 403, "vm_state"},
 		{"import directory", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["memory"] = notRegular }), 400, "memory"},
 		{"import bad alias", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["alias"] = "a/b" }), 400, "alias"},
 		{"import alias like an id", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["alias"] = unknownID }), 400, "alias"},
@@ -224,7 +225,7 @@ func TestRecordRouteWithEscapedColon(t *testing.T) {
 }
 
 // An error body quotes at most maxEchoBytes of what the client sent,
-// however long the path, layout or field name.
+// however long the path (outside import_dirs: 403), layout or field name.
 func TestErrorBodiesBoundTheirEcho(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
 	startDaemon(t, f, nil)
@@ -244,7 +245,11 @@ func TestErrorBodiesBoundTheirEcho(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if resp.StatusCode != http.StatusBadRequest || strings.Contains(string(raw), strings.Repeat("x", 257)) || len(raw) > 1024 {
+		want := http.StatusBadRequest
+		if name == "path" {
+			want = http.StatusForbidden
+		}
+		if resp.StatusCode != want || strings.Contains(string(raw), strings.Repeat("x", 257)) || len(raw) > 1024 {
 			t.Errorf("%s: %d with a %d-byte body: %.300s", name, resp.StatusCode, len(raw), raw)
 		}
 	}

@@ -9,8 +9,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-
-	"golang.org/x/sys/unix"
 )
 
 // WriteFile replaces path with what fill writes, with permissions perm.
@@ -63,26 +61,6 @@ func Sync(path string) error {
 	defer f.Close()
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("sync %s: %w", path, err)
-	}
-	return nil
-}
-
-// CheckWritable refuses a path WriteFile could not write: its directory
-// missing, not a directory or not writable, or the path itself a
-// directory. Verbs that write their results at the end of long work call
-// it first, so that the work is not lost to a mistyped path.
-func CheckWritable(path string) error {
-	dir := filepath.Dir(path)
-	if fi, err := os.Stat(dir); err != nil {
-		return fmt.Errorf("%q: directory %s: %w", path, dir, err)
-	} else if !fi.IsDir() {
-		return fmt.Errorf("%q: directory %s: not a directory", path, dir)
-	}
-	if err := unix.Access(dir, unix.W_OK|unix.X_OK); err != nil {
-		return fmt.Errorf("%q: directory %s: %w", path, dir, err)
-	}
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return fmt.Errorf("%q is a directory", path)
 	}
 	return nil
 }

@@ -62,23 +62,3 @@ func onlyFile(t *testing.T, path string) {
 		t.Fatalf("directory holds %v, %v; want only %s", entries, err, filepath.Base(path))
 	}
 }
-
-// CheckWritable refuses the paths WriteFile would fail on, and accepts a
-// new or existing file in a writable directory.
-func TestCheckWritable(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "file")
-	if err := os.WriteFile(file, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, bad := range []string{filepath.Join(dir, "missing", "x.json"), filepath.Join(file, "x.json"), dir} {
-		if err := CheckWritable(bad); err == nil {
-			t.Errorf("CheckWritable(%s) = nil, want an error", bad)
-		}
-	}
-	for _, good := range []string{filepath.Join(dir, "new.json"), file} {
-		if err := CheckWritable(good); err != nil {
-			t.Errorf("CheckWritable(%s) = %v", good, err)
-		}
-	}
-}

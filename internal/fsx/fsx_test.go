@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -70,5 +71,31 @@ func TestCheckOnDiskRefusesPseudoFileSystems(t *testing.T) {
 	}
 	if err := CheckOnDisk(file); err != nil {
 		t.Errorf("CheckOnDisk(a file in the test's directory) = %v", err)
+	}
+}
+
+func TestCheckCreatable(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckCreatable(filepath.Join(dir, "out.json")); err != nil {
+		t.Fatalf("a new file in a writable directory: %v", err)
+	}
+	if err := CheckCreatable(file); err != nil {
+		t.Fatalf("an existing file: %v", err)
+	}
+	for path, want := range map[string]string{
+		filepath.Join(dir, "absent", "out.json"): "no such file",
+		filepath.Join(file, "out.json"):          "not a directory",
+		dir:                                      "is a directory",
+	} {
+		if err := CheckCreatable(path); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), path) {
+			t.Errorf("CheckCreatable(%s) = %v, want an error naming it and %q", path, err, want)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("the probe left files behind: %v", ents)
 	}
 }

@@ -78,8 +78,10 @@ func (e *FlagError) Unwrap() error { return e.Err }
 // checkTrace refuses a trace the replay VMM could not play, before a
 // device is mounted or a VMM started: the VMM's own complaint would end
 // in a log inside a runtime directory the verb removes on its way out.
-func checkTrace(path string, fi os.FileInfo) error {
-	if fi.IsDir() {
+// trace.ReadFile opens it without blocking, so a FIFO or a device at
+// path is refused at once instead of hanging the verb in open(2).
+func checkTrace(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 		return fmt.Errorf("--trace %s: is a directory, want a startup trace file (warmstart synth writes one)", path)
 	}
 	if _, err := trace.ReadFile(path); err != nil {
@@ -98,13 +100,9 @@ func WithVMM(cfg *config.Config, driver, trace string) (*config.Config, error) {
 		if trace == "" {
 			return nil, &FlagError{fmt.Errorf("--vmm replay needs --trace FILE (warmstart synth writes one)")}
 		}
-		// A trace that is not there is not a spelling mistake (exit 1);
-		// one that is there but no trace is (exit 2).
-		fi, err := os.Stat(trace)
-		if err != nil {
-			return nil, fmt.Errorf("--trace: %w", err)
-		}
-		if err := checkTrace(trace, fi); err != nil {
+		// Whatever is wrong with the file --trace names (absent, no
+		// regular file, no trace), the flag named it: a usage error.
+		if err := checkTrace(trace); err != nil {
 			return nil, &FlagError{err}
 		}
 	case config.DriverQEMU:

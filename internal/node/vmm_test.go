@@ -4,6 +4,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"warmstart/internal/config"
@@ -12,23 +14,24 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestWithVMMMarksOnlyFlagMistakes: a missing --trace, one that is a
-// directory or not a startup trace, or an unknown --vmm is a *FlagError; a trace that does not exist and a Firecracker without
-// [envd] address are not, because the flags were spelled right.
+// TestWithVMMMarksOnlyFlagMistakes: a missing --trace, one naming nothing,
+// a directory, a FIFO or no startup trace, or an unknown --vmm is a
+// *FlagError; a Firecracker without [envd] address is not, because the
+// flags were spelled right.
 func TestWithVMMMarksOnlyFlagMistakes(t *testing.T) {
 	cfg := config.Default()
 	cfg.Envd.Address = ""
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "no-trace")
 	notATrace := filepath.Join(dir, "notes.txt")
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(notATrace, []byte("hello\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// A FIFO would block open(2) until a writer came; the check must not.
-	fifo := filepath.Join(dir, "fifo")
-	if err := unix.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { unblockFIFO(fifo) })
 	for _, tc := range []struct {
 		driver, trace string
@@ -36,16 +39,19 @@ func TestWithVMMMarksOnlyFlagMistakes(t *testing.T) {
 	}{
 		{config.DriverReplay, "", true},
 		{"bochs", "", true},
-		{config.DriverReplay, missing, false},
+		{config.DriverReplay, missing, true},
+		{config.DriverReplay, fifo, true},
 		{config.DriverReplay, dir, true},
 		{config.DriverReplay, notATrace, true},
-		{config.DriverReplay, fifo, true},
 		{config.DriverFirecracker, "", false},
 	} {
 		_, err := node.WithVMM(cfg, tc.driver, tc.trace)
 		fe := (*node.FlagError)(nil)
 		if err == nil || errors.As(err, &fe) != tc.flagError {
 			t.Errorf("%s %q: got %v, want flag error %v", tc.driver, tc.trace, err, tc.flagError)
+		}
+		if tc.trace == fifo && (err == nil || !strings.Contains(err.Error(), "not a regular file") || !strings.Contains(err.Error(), fifo)) {
+			t.Errorf("fifo: got %v, want an error naming %s and \"not a regular file\"", err, fifo)
 		}
 	}
 	c, err := node.WithVMM(cfg, config.DriverQEMU, "t")
