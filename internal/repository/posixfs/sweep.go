@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,18 +23,23 @@ func (r *Repo) Sweep(ctx context.Context) error {
 	if err := r.writable(); err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
-	steps := []func(context.Context) error{r.sweepRecords, r.sweepDamaged, r.sweepAliases, r.sweepSnapshots, r.sweepLockFiles}
-	var errs []error
+	steps := []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"records", r.sweepRecords}, {"damaged", r.sweepDamaged}, {"aliases", r.sweepAliases},
+		{"snapshots", r.sweepSnapshots}, {"lock files", r.sweepLockFiles},
+	}
 	for _, step := range steps {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("sweep: %w", err)
 		}
-		if err := step(ctx); err != nil {
-			errs = append(errs, err)
+		// The sweep is housekeeping: an entry it cannot handle (an
+		// undeletable leftover, an unreadable directory) is logged and
+		// left, never a reason to refuse the store to every writer.
+		if err := step.run(ctx); err != nil {
+			slog.Warn("sweep left entries it could not handle", "store", r.paths.root, "step", step.name, "err", err)
 		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("sweep: %w", err)
 	}
 	return nil
 }
@@ -106,8 +112,10 @@ func (r *Repo) sweepAliases(context.Context) error {
 		alias := name
 		errs = append(errs, underTryLock(r.paths.aliasLockPath(alias), func() error {
 			holder, err := r.readAlias(alias)
+			if errors.Is(err, repository.ErrIntegrity) {
+				return nil // a damaged binding is quarantined, never removed
+			}
 			if err != nil || holder == "" {
-				// A damaged binding is quarantined, never removed.
 				return err
 			}
 			if exists, err := r.recordExists(holder); err != nil || exists {
