@@ -54,10 +54,26 @@ func DeleteRef(ctx context.Context, repo Repository, ref string) (Deletion, erro
 	case err != nil:
 		return Deletion{}, err
 	}
-	if err := repo.Delete(ctx, rec.ID); err != nil {
+	if err := deleteRecorded(ctx, repo, rec.ID); err != nil {
 		return Deletion{}, err
 	}
 	return Deletion{ID: rec.ID, Alias: rec.Alias}, nil
+}
+
+// RecordedDeleter is implemented by a backend that can delete a snapshot
+// only while its record is still there, answering ErrNotFound if a
+// concurrent delete took it first: DeleteRef uses it once a lookup found
+// the record, so that exactly one of concurrent deletes reports the
+// deletion.
+type RecordedDeleter interface {
+	DeleteRecorded(ctx context.Context, id string) error
+}
+
+func deleteRecorded(ctx context.Context, repo Repository, id string) error {
+	if d, ok := repo.(RecordedDeleter); ok {
+		return d.DeleteRecorded(ctx, id)
+	}
+	return repo.Delete(ctx, id)
 }
 
 // releaseDangling deletes the missing snapshot d names and reports

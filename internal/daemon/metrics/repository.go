@@ -126,6 +126,17 @@ func (r *timedRepository) Delete(ctx context.Context, id string) (err error) {
 	return r.inner.Delete(ctx, id)
 }
 
+// DeleteRecorded forwards repository.RecordedDeleter, so that concurrent
+// DELETEs of one snapshot report it deleted once; a backend without it
+// gets a plain Delete.
+func (r *timedRepository) DeleteRecorded(ctx context.Context, id string) (err error) {
+	defer r.timed("delete")(&err)
+	if d, ok := r.inner.(repository.RecordedDeleter); ok {
+		return d.DeleteRecorded(ctx, id)
+	}
+	return r.inner.Delete(ctx, id)
+}
+
 func (r *timedRepository) AttachManifest(ctx context.Context, lease repository.Lease, data []byte, rec *repository.Recording) (d repository.ManifestDescriptor, err error) {
 	defer r.timed("attach_manifest")(&err)
 	return r.inner.AttachManifest(ctx, lease, data, rec)

@@ -8,8 +8,26 @@ import (
 	"fmt"
 	"os"
 
+	"warmstart/internal/fsx"
 	"warmstart/internal/repository"
 )
+
+// maxCatalogFile bounds a record or alias read: real ones are a few KiB.
+const maxCatalogFile = 1 << 20
+
+// readCatalogFile reads a record or alias file without following a
+// symlink or blocking on a FIFO or device: a catalog entry that is not a
+// regular file is damage (ErrIntegrity), like one that does not decode, so
+// that it is listed, quarantined and deletable instead of read through
+// (a symlink could quote a file outside the store) or failing every
+// reader with an I/O error.
+func readCatalogFile(path string) ([]byte, error) {
+	data, err := fsx.ReadBounded(path, maxCatalogFile)
+	if errors.Is(err, fsx.ErrNotRegular) || errors.Is(err, fsx.ErrTooLarge) {
+		return nil, fmt.Errorf("%w: %v", repository.ErrIntegrity, err)
+	}
+	return data, err
+}
 
 // The catalog: one JSON file per visible snapshot and one file per bound
 // alias. Readers take no locks: every catalog file is replaced by rename,
@@ -17,12 +35,12 @@ import (
 
 // readRecord loads and checks the record of id.
 func (r *Repo) readRecord(id string) (repository.Record, error) {
-	data, err := os.ReadFile(r.paths.recordPath(id))
+	data, err := readCatalogFile(r.paths.recordPath(id))
 	if errors.Is(err, os.ErrNotExist) {
 		return repository.Record{}, fmt.Errorf("snapshot %s: %w", id, repository.ErrNotFound)
 	}
 	if err != nil {
-		return repository.Record{}, fmt.Errorf("read record %s: %w", id, err)
+		return repository.Record{}, fmt.Errorf("record %s: %w", id, err)
 	}
 	var rec repository.Record
 	if err := json.Unmarshal(data, &rec); err != nil {
@@ -75,7 +93,7 @@ func (r *Repo) removeRecord(id string) (bool, error) {
 
 // readAlias returns the id the alias file names, "" if there is none.
 func (r *Repo) readAlias(alias string) (string, error) {
-	data, err := os.ReadFile(r.paths.aliasPath(alias))
+	data, err := readCatalogFile(r.paths.aliasPath(alias))
 	if errors.Is(err, os.ErrNotExist) {
 		return "", nil
 	}
@@ -193,7 +211,8 @@ func (r *Repo) List(ctx context.Context, f repository.Filter) ([]repository.Reco
 	})
 }
 
-// recordIDs lists the ids that have a record file.
+// recordIDs lists the ids that have a record entry, of any type: one that
+// is not a regular file is damage that List and Damaged must see.
 func (r *Repo) recordIDs(context.Context) ([]string, error) {
 	entries, err := os.ReadDir(r.paths.recordsDir())
 	if err != nil {
@@ -201,7 +220,7 @@ func (r *Repo) recordIDs(context.Context) ([]string, error) {
 	}
 	var ids []string
 	for _, e := range entries {
-		if id, ok := idFromRecordFileName(e.Name()); ok && e.Type().IsRegular() {
+		if id, ok := idFromRecordFileName(e.Name()); ok {
 			ids = append(ids, id)
 		}
 	}

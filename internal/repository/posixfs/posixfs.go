@@ -404,13 +404,30 @@ func (r *Repo) Delete(ctx context.Context, id string) error {
 	if err := r.writable(); err != nil {
 		return fmt.Errorf("delete: %w", err)
 	}
-	if err := r.delete(ctx, id); err != nil {
+	if err := r.delete(ctx, id, false); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
 	return nil
 }
 
-func (r *Repo) delete(ctx context.Context, id string) error {
+// DeleteRecorded implements repository.RecordedDeleter: it deletes id only
+// if its record (in place or quarantined) is still there under the record
+// lock, so of concurrent deletes of one snapshot exactly one succeeds and
+// the others get ErrNotFound.
+func (r *Repo) DeleteRecorded(ctx context.Context, id string) error {
+	if err := repository.ValidateID(id); err != nil {
+		return fmt.Errorf("delete: %w", err)
+	}
+	if err := r.writable(); err != nil {
+		return fmt.Errorf("delete: %w", err)
+	}
+	if err := r.delete(ctx, id, true); err != nil {
+		return fmt.Errorf("delete %s: %w", id, err)
+	}
+	return nil
+}
+
+func (r *Repo) delete(ctx context.Context, id string, recorded bool) error {
 	rl, err := acquireLock(ctx, r.paths.recordLockPath(id), lockExclusive)
 	if err != nil {
 		return err
@@ -421,8 +438,14 @@ func (r *Repo) delete(ctx context.Context, id string) error {
 	case errors.Is(err, repository.ErrNotFound):
 		// Deleting the id of a quarantined record is how an operator
 		// lets its artifacts (and any alias naming it) go.
-		if _, err := removeDurable(r.paths.quarantinedRecordsDir(), recordFileName(id)); err != nil {
+		removed, err := removeDurable(r.paths.quarantinedRecordsDir(), recordFileName(id))
+		if err != nil {
 			return err
+		}
+		if recorded && !removed {
+			// Another delete took the record between the caller's lookup
+			// and this lock: that one reports the deletion.
+			return fmt.Errorf("snapshot %s: %w", id, repository.ErrNotFound)
 		}
 		if err := r.reclaimUnpublished(id); err != nil {
 			return err

@@ -22,18 +22,28 @@ func (r *Repo) Sweep(ctx context.Context) error {
 	if err := r.writable(); err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
-	steps := []func(context.Context) error{r.sweepRecords, r.sweepDamaged, r.sweepAliases, r.sweepSnapshots, r.sweepLockFiles}
+	steps := []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"records", r.sweepRecords}, {"damaged", r.sweepDamaged}, {"aliases", r.sweepAliases},
+		{"snapshots", r.sweepSnapshots}, {"lock files", r.sweepLockFiles},
+	}
+	// Every step runs whatever the others left: the sweep is housekeeping,
+	// and one entry it cannot handle (an undeletable leftover) must not
+	// keep it from the rest. Open reports what is left as a warning and
+	// goes on (Options.Warn).
 	var errs []error
 	for _, step := range steps {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("sweep: %w", err)
 		}
-		if err := step(ctx); err != nil {
-			errs = append(errs, err)
+		if err := step.run(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", step.name, err))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("sweep: %w", err)
+		return fmt.Errorf("sweep left entries it could not handle: %w", err)
 	}
 	return nil
 }
@@ -106,8 +116,10 @@ func (r *Repo) sweepAliases(context.Context) error {
 		alias := name
 		errs = append(errs, underTryLock(r.paths.aliasLockPath(alias), func() error {
 			holder, err := r.readAlias(alias)
+			if errors.Is(err, repository.ErrIntegrity) {
+				return nil // a damaged binding is quarantined, never removed
+			}
 			if err != nil || holder == "" {
-				// A damaged binding is quarantined, never removed.
 				return err
 			}
 			if exists, err := r.recordExists(holder); err != nil || exists {
