@@ -37,6 +37,20 @@ func newHeldFetch(t *testing.T, size int) *heldFetch {
 	return h
 }
 
+// cacheWithHeldFetch opens a cache of block-sized blocks and an object
+// of one block whose fetches hold (newHeldFetch). The fetch is released
+// before the cache closes: cleanups run last-registered first.
+func cacheWithHeldFetch(t *testing.T, id string, block int) (*Cache, *heldFetch, Object) {
+	t.Helper()
+	c, err := Open(Options{Dir: t.TempDir(), MaxBytes: 64 << 20, BlockBytes: int64(block)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	h := newHeldFetch(t, block)
+	return c, h, Object{ID: id, Size: int64(block), Fetch: h.fetch}
+}
+
 func (h *heldFetch) fetch(ctx context.Context, off, length int64) (io.ReadCloser, error) {
 	h.calls.Add(1)
 	h.fetched <- ctx
@@ -66,13 +80,7 @@ func (b heldBody) Read(p []byte) (int, error) {
 // read to give up.
 func TestGivenUpReadLeavesSharedFetchToOthers(t *testing.T) {
 	const block = 64 << 10
-	c, err := Open(Options{Dir: t.TempDir(), MaxBytes: 64 << 20, BlockBytes: block})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	h := newHeldFetch(t, block) // released before the cache closes
-	obj := Object{ID: "shared", Size: block, Fetch: h.fetch}
+	c, h, obj := cacheWithHeldFetch(t, "shared", block)
 	r := openReader(t, c, obj)
 
 	over := errors.New("restore A is over")
@@ -147,13 +155,7 @@ func TestGivenUpReadLeavesSharedFetchToOthers(t *testing.T) {
 // without a second GET.
 func TestStoppedWarmingLeavesSharedFetchToReaders(t *testing.T) {
 	const block = 64 << 10
-	c, err := Open(Options{Dir: t.TempDir(), MaxBytes: 64 << 20, BlockBytes: block})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	h := newHeldFetch(t, block) // released before the cache closes
-	obj := Object{ID: "warmed", Size: block, Fetch: h.fetch}
+	c, h, obj := cacheWithHeldFetch(t, "warmed", block)
 	w, err := c.Warm(obj, []Range{{0, block}}, WarmOptions{})
 	if err != nil {
 		t.Fatal(err)
