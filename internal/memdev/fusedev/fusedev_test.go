@@ -1,13 +1,16 @@
 package fusedev
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -798,6 +801,9 @@ func TestProbeOfAStoppedServerTimesOut(t *testing.T) {
 		stopped.cmd.Wait()
 		unix.Unmount(dir, unix.MNT_DETACH)
 	})
+	// kill(2) only queues SIGSTOP: a server thread not yet stopped would
+	// still answer the probe.
+	waitAllThreadsStopped(t, stopped.cmd.Process.Pid)
 	for name, probe := range map[string]func() error{
 		"CleanStale": func() error { return CleanStale(root) },
 		"Mount": func() error {
@@ -820,4 +826,37 @@ func TestProbeOfAStoppedServerTimesOut(t *testing.T) {
 	if _, mounted, _ := mountTypeAt(dir); !mounted {
 		t.Error("the stopped server's mount was detached")
 	}
+}
+
+// waitAllThreadsStopped waits until every thread of pid is in the stopped
+// state (T in /proc/PID/task/TID/stat), or fails the test after 10 s.
+func waitAllThreadsStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !allThreadsStopped(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d: not every thread stopped within 10s of SIGSTOP", pid)
+		}
+		runtime.Gosched()
+	}
+}
+
+func allThreadsStopped(pid int) bool {
+	stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(stats) == 0 {
+		return false
+	}
+	for _, path := range stats {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return false
+		}
+		// The state follows the command name, which is in parentheses
+		// and may itself hold spaces or parentheses.
+		i := bytes.LastIndexByte(data, ')')
+		if i < 0 || i+2 >= len(data) || (data[i+2] != 'T' && data[i+2] != 't') {
+			return false
+		}
+	}
+	return true
 }
