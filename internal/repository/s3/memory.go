@@ -178,7 +178,7 @@ func (m *memorySource) OpenMemory() (repository.MemoryReader, error) {
 // body that stopped coming), nil when there is none. Reads of a restore
 // given up while they wait end with its cancellation; this says what they
 // were waiting for.
-func (m *memorySource) Unanswered() error { return m.r.counter.stall.unanswered(0) }
+func (m *memorySource) Unanswered() error { return m.r.counter.stall.unanswered() }
 
 // StartupPackSkipped implements restore.PackSkipper: why this source
 // went without its startup pack so far, nil while it uses it or has none.

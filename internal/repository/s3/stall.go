@@ -66,10 +66,9 @@ func (t *stallTransport) untrack(p *pendingRequest) {
 	delete(t.pending, p)
 }
 
-// unanswered describes the requests that have been waiting on the store
-// for at least min: how many, and the one waiting longest. It is nil when
-// there is none.
-func (t *stallTransport) unanswered(min time.Duration) error {
+// unanswered describes the requests waiting on the store now: how many,
+// and the one waiting longest. It is nil when there is none.
+func (t *stallTransport) unanswered() error {
 	now := time.Now()
 	n := 0
 	var oldest *pendingRequest
@@ -80,11 +79,9 @@ func (t *stallTransport) unanswered(min time.Duration) error {
 		if since == 0 {
 			continue
 		}
-		if d := now.Sub(time.Unix(0, since)); d >= min {
-			n++
-			if d > longest {
-				oldest, longest = p, d
-			}
+		n++
+		if d := now.Sub(time.Unix(0, since)); oldest == nil || d > longest {
+			oldest, longest = p, d
 		}
 	}
 	t.mu.Unlock()
@@ -99,7 +96,7 @@ func (t *stallTransport) unanswered(min time.Duration) error {
 }
 
 // ErrUnanswered is wrapped by the report of requests the store has kept
-// waiting (Repo.Unanswered).
+// waiting (memorySource.Unanswered).
 var ErrUnanswered = errors.New("the object store has not answered")
 
 func (t *stallTransport) RoundTrip(req *http.Request) (*http.Response, error) {
