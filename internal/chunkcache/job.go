@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 )
 
 // fetchJob is the GETs one read or one warming run started for the
@@ -18,8 +19,10 @@ type fetchJob struct {
 	cancel context.CancelCauseFunc
 	// holds counts the reads and warmings holding the job; under Cache.mu.
 	holds int
-	// fetches are the job's GETs in progress.
+	// fetches are the job's GETs in progress; started says whether the
+	// job ever had one (most reads hit the cache and start none).
 	fetches sync.WaitGroup
+	started atomic.Bool
 }
 
 // newFetchJob starts a job held once, by its starter, whose ctx it keeps
@@ -67,6 +70,9 @@ func (c *Cache) letGo(ctx context.Context, jobs []*fetchJob) {
 // have its bytes earlier (a block's leading bytes reach readers as they
 // arrive); a read given up does not wait.
 func (c *Cache) awaitJob(ctx context.Context, j *fetchJob) {
+	if !j.started.Load() {
+		return // nothing to wait for: no goroutine on the cache-hit path
+	}
 	ended := make(chan struct{})
 	go func() {
 		j.fetches.Wait()
@@ -83,6 +89,7 @@ func (c *Cache) awaitJob(ctx context.Context, j *fetchJob) {
 func (c *Cache) runJob(j *fetchJob, fetch func(ctx context.Context)) {
 	c.ops.Add(1)
 	j.fetches.Add(1)
+	j.started.Store(true)
 	go func() {
 		defer c.ops.Done()
 		defer j.fetches.Done()

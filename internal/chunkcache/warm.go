@@ -209,14 +209,14 @@ func (w *Warming) fetch(run Run) error {
 	c.mu.Unlock()
 	done := make(chan error, 1)
 	c.runJob(job, func(ctx context.Context) { done <- w.fetchGroups(ctx, groups) })
+	var err error
 	select {
-	case err := <-done:
-		c.letGo(w.ctx, []*fetchJob{job})
-		return err
+	case err = <-done:
 	case <-w.ctx.Done():
-		c.letGo(w.ctx, []*fetchJob{job})
-		return w.ctx.Err()
+		err = w.ctx.Err()
 	}
+	c.letGo(w.ctx, []*fetchJob{job})
+	return err
 }
 
 // fetchGroup is consecutive blocks a warming fetches with one GET.
