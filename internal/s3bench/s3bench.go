@@ -173,9 +173,10 @@ type Trial struct {
 	Block     int       `json:"block"`
 	Condition Condition `json:"condition"`
 	ReadyMs   float64   `json:"ready_ms"`
-	// GetsToReady and BytesToReady are the GETs (and their body bytes) sent
-	// from the restore call until it returned at ready; Gets and Bytes
-	// until the instance had stopped.
+	// GetsToReady and BytesToReady are the GETs (and their body bytes) the
+	// restore sent from its call until it returned at ready; Gets and
+	// Bytes until the instance had stopped. The background fill's are
+	// not among them.
 	GetsToReady  uint64                 `json:"gets_to_ready"`
 	BytesToReady uint64                 `json:"bytes_to_ready"`
 	Gets         uint64                 `json:"gets"`
@@ -492,7 +493,7 @@ func (h *harness) trial(ctx context.Context, block int, c Condition) (Trial, err
 	if stopErr != nil {
 		return Trial{}, stopErr
 	}
-	toReady, all := atReady.Sub(before), after.Sub(before)
+	toReady, all := restoreFetch(atReady.Sub(before)), restoreFetch(after.Sub(before))
 	cs := repo.Cache().Stats()
 	cs.Hits -= cacheBefore.Hits
 	cs.Misses -= cacheBefore.Misses
@@ -511,6 +512,16 @@ func (h *harness) trial(ctx context.Context, block int, c Condition) (Trial, err
 		DemandStallMs: ms(demandStall(inst.Events, inst.Timings.Ready)),
 		Cache:         cs,
 	}, nil
+}
+
+// restoreFetch is s without the background fill's GETs: what the restore
+// itself fetched. The fill starts at ready and may run before the trial
+// reads the counts, so its GETs would otherwise pass for the restore's.
+func restoreFetch(s s3.RequestStats) s3.RequestStats {
+	s.Gets -= s.FillGets
+	s.GetBytes -= s.FillGetBytes
+	s.FillGets, s.FillGetBytes = 0, 0
+	return s
 }
 
 // fillParts and fillPartBytes shape the untimed read that fills a node

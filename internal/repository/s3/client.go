@@ -44,6 +44,12 @@ const maxCatalogObjectBytes = 1 << 20
 type RequestStats struct {
 	Gets, Puts, Heads, Deletes, Lists, Posts uint64
 	GetBytes                                 uint64
+	// FillGets and FillGetBytes are the part of Gets and GetBytes the
+	// background fill sent and received. The fill starts when a restore
+	// is ready, so they are never the restore's own: a caller that reads
+	// the counts once the restore returned finds them there on a busy
+	// node, and takes them out to see what the restore fetched.
+	FillGets, FillGetBytes uint64
 }
 
 // Sub returns the requests between an earlier sample o and s.
@@ -52,7 +58,21 @@ func (s RequestStats) Sub(o RequestStats) RequestStats {
 		Gets: s.Gets - o.Gets, Puts: s.Puts - o.Puts, Heads: s.Heads - o.Heads,
 		Deletes: s.Deletes - o.Deletes, Lists: s.Lists - o.Lists, Posts: s.Posts - o.Posts,
 		GetBytes: s.GetBytes - o.GetBytes,
+		FillGets: s.FillGets - o.FillGets, FillGetBytes: s.FillGetBytes - o.FillGetBytes,
 	}
+}
+
+// fillRequestKey marks the context of the background fill's requests.
+type fillRequestKey struct{}
+
+// asFill returns ctx with its requests counted as the fill's.
+func asFill(ctx context.Context) context.Context {
+	return context.WithValue(ctx, fillRequestKey{}, true)
+}
+
+func isFill(ctx context.Context) bool {
+	fill, _ := ctx.Value(fillRequestKey{}).(bool)
+	return fill
 }
 
 // countingTransport counts requests and GET body bytes on their way
@@ -62,6 +82,7 @@ type countingTransport struct {
 	stall                                    *stallTransport
 	gets, puts, heads, deletes, lists, posts atomic.Uint64
 	getBytes                                 atomic.Uint64
+	fillGets, fillGetBytes                   atomic.Uint64
 }
 
 func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -71,6 +92,9 @@ func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 			t.lists.Add(1)
 		} else {
 			t.gets.Add(1)
+			if isFill(req.Context()) {
+				t.fillGets.Add(1)
+			}
 		}
 	case http.MethodPut:
 		t.puts.Add(1)
@@ -83,7 +107,11 @@ func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	}
 	resp, err := t.next.RoundTrip(req)
 	if err == nil && req.Method == http.MethodGet && resp.Body != nil {
-		resp.Body = &countingBody{ReadCloser: resp.Body, n: &t.getBytes}
+		body := &countingBody{ReadCloser: resp.Body, n: &t.getBytes}
+		if isFill(req.Context()) {
+			body.fill = &t.fillGetBytes
+		}
+		resp.Body = body
 	}
 	return resp, err
 }
@@ -92,18 +120,23 @@ func (t *countingTransport) stats() RequestStats {
 	return RequestStats{
 		Gets: t.gets.Load(), Puts: t.puts.Load(), Heads: t.heads.Load(),
 		Deletes: t.deletes.Load(), Lists: t.lists.Load(), Posts: t.posts.Load(),
-		GetBytes: t.getBytes.Load(),
+		GetBytes: t.getBytes.Load(), FillGets: t.fillGets.Load(), FillGetBytes: t.fillGetBytes.Load(),
 	}
 }
 
+// countingBody counts the bytes read into n, and into fill too when the
+// fill sent the request.
 type countingBody struct {
 	io.ReadCloser
-	n *atomic.Uint64
+	n, fill *atomic.Uint64
 }
 
 func (b *countingBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.n.Add(uint64(n))
+	if b.fill != nil {
+		b.fill.Add(uint64(n))
+	}
 	return n, err
 }
 

@@ -131,7 +131,7 @@ func (f *filler) start(obj chunkcache.Object) {
 func (f *filler) fill(obj chunkcache.Object) {
 	// One object's failure (the store is down, its snapshot deleted)
 	// ends its fill, not the others'.
-	ctx, cancel := context.WithCancel(f.ctx)
+	ctx, cancel := context.WithCancel(asFill(f.ctx))
 	defer cancel()
 	block := f.cache.BlockBytes()
 	blocks := (obj.Size + block - 1) / block

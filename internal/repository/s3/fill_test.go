@@ -34,3 +34,40 @@ func TestBackgroundFillAfterReady(t *testing.T) {
 		}
 	}
 }
+
+// TestFillRequestsAreCountedApart: the request counts say which GETs the
+// background fill made, so that what a restore fetched before ready can
+// be told from the fill that its ready started (on a loaded node the fill
+// fetches before the restore's caller reads the counts).
+func TestFillRequestsAreCountedApart(t *testing.T) {
+	pub := chunkyRepo(t, "")
+	rec, _ := repotest.PublishInputs(t, pub, chunkyInputs(t, 22), "")
+	o := testOptions(t, server.Endpoint)
+	o.Prefix, o.ChunkBytes, o.BlockBytes = pub.keys.prefix, testChunkBytes, testChunkBytes
+	o.Fill = FillOptions{Concurrency: 2, BitsPerSec: 1 << 30}
+	node := openWith(t, o)
+	res, err := node.Resolve(bg(), rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, err := res.Memory.OpenMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	before := node.RequestStats()
+	if _, err := rd.ReadAt(make([]byte, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	demand := node.RequestStats().Sub(before)
+	if demand.Gets != 1 || demand.FillGets != 0 || demand.FillGetBytes != 0 {
+		t.Fatalf("a demand read counted as %+v, want 1 GET and none of the fill's", demand)
+	}
+	before = node.RequestStats()
+	res.Memory.(*memorySource).RestoreReady()
+	node.WaitFill()
+	fill := node.RequestStats().Sub(before)
+	if fill.Gets == 0 || fill.FillGets != fill.Gets || fill.FillGetBytes != fill.GetBytes || fill.GetBytes == 0 {
+		t.Fatalf("the fill counted as %+v, want GETs, every one and every byte of them the fill's", fill)
+	}
+}
