@@ -162,6 +162,7 @@ func (n *Node) mount(o Options) error {
 		log = slog.New(slog.DiscardHandler)
 	}
 	serving := FUSEOptions(o.FUSE, n.VMM)
+	serving.Log = log
 	if serving.ReadAheadBytes == 0 {
 		serving.ReadAheadBytes = cfg.Memory.ReadaroundBytes(cfg.Snapshot.RepositoryBackend)
 	}
@@ -195,7 +196,7 @@ func (n *Node) mount(o Options) error {
 	// VMM restores on it) but not its test hooks.
 	tracing, closeTracing, err := recorder.TracingRestorerWith(n.Restorer,
 		orDefault(o.TraceMount, filepath.Join(o.RuntimeDir, "trace-mem")),
-		fusedev.Options{AllowWriteOpen: serving.AllowWriteOpen})
+		fusedev.Options{AllowWriteOpen: serving.AllowWriteOpen, Log: log})
 	if err != nil {
 		return fmt.Errorf("node: %w", err)
 	}

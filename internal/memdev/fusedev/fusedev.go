@@ -70,6 +70,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -154,8 +155,11 @@ type Options struct {
 	// after it counts as in flight and before the lower file is read. A
 	// test blocks in it to hold a read inside the server.
 	ReadHook func(gen uint64, off int64, n int)
-	// Debug logs every FUSE request.
+	// Debug logs every FUSE request, at DEBUG, to Log.
 	Debug bool
+	// Log receives the FUSE library's messages (see libraryLogger); nil
+	// means slog.Default().
+	Log *slog.Logger
 }
 
 // Server is one FUSE mount holding the device files of attached generations.
@@ -226,6 +230,7 @@ func Mount(dir string, opts Options) (*Server, error) {
 			DisableSplice:            true,
 			ExplicitDataCacheControl: true,
 			Debug:                    opts.Debug,
+			Logger:                   libraryLogger(opts.Log),
 		},
 		EntryTimeout:    &timeout,
 		AttrTimeout:     &timeout,
