@@ -122,10 +122,16 @@ func attachFileDevice(srv *fusedev.Server, key string, src Source, ioEngine int,
 // checkDevice refuses device and source pairs that cannot work.
 func checkDevice(src Source, device string) error {
 	if src.Memory != nil && device == config.DeviceUffd {
-		return &FieldError{"device", errors.New("the uffd device serves a local memory file; " +
-			"snapshots read from a remote repository restore on the file device")}
+		return remoteUffdError()
 	}
 	return nil
+}
+
+// remoteUffdError refuses the uffd device for memory read from a remote
+// repository.
+func remoteUffdError() error {
+	return &FieldError{"device", errors.New("the uffd device serves a local memory file; " +
+		"snapshots read from a remote repository restore on the file device")}
 }
 
 // streamStartup starts streaming the source's startup pack at the very
