@@ -106,7 +106,8 @@ type PosixFSConfig struct {
 
 // S3Config is [backend.s3].
 type S3Config struct {
-	// Endpoint is host[:port] of the object store; empty means AWS S3.
+	// Endpoint is host[:port] of the object store, spoken to over HTTPS,
+	// or http(s)://host[:port]; empty means AWS S3.
 	Endpoint string `toml:"endpoint"`
 	Bucket   string `toml:"bucket"`
 	Region   string `toml:"region"`
