@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -53,90 +54,131 @@ func (r *Repo) upload(ctx context.Context, id, name, path string, size int64, di
 		return storedArtifact{}, fmt.Errorf("%w: %s file: %w", repository.ErrInvalidRequest, name, err)
 	}
 	defer f.Close()
-	key := r.keys.artifact(id, name)
-	report := func(done int64) {
-		if progress != nil {
-			progress(repository.ImportProgress{Artifact: name, Step: repository.StepCopy, DoneBytes: done, TotalBytes: size})
-		}
-	}
-	whole := sha256.New()
-	buf := make([]byte, min(size, PartBytes))
-	readPart := func() (int, error) {
-		n, err := io.ReadFull(f, buf)
-		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			err = nil
-		}
-		whole.Write(buf[:n])
-		if digests != nil {
-			digests.Write(buf[:n])
-		}
-		return n, err
-	}
-	sizeChanged := func(got int64) error {
-		return &repository.IntegrityError{Artifact: name,
-			Want: strconv.FormatInt(size, 10) + " bytes", Got: strconv.FormatInt(got, 10) + " bytes (changed during publish)"}
-	}
-
+	u := &artifactUpload{r: r, f: f, name: name, path: path, key: r.keys.artifact(id, name), size: size,
+		whole: sha256.New(), digests: digests, progress: progress, buf: make([]byte, min(size, PartBytes))}
 	if size <= PartBytes {
-		n, err := readPart()
-		if err != nil {
-			return storedArtifact{}, fmt.Errorf("read %s: %w", path, err)
-		}
-		if int64(n) != size || !atEOF(f) {
-			return storedArtifact{}, sizeChanged(int64(n))
-		}
-		if err := ctx.Err(); err != nil {
-			return storedArtifact{}, err
-		}
-		_, err = r.core.PutObject(ctx, r.bucket, key, bytes.NewReader(buf[:n]), int64(n), "", sha256Hex(buf[:n]),
-			minio.PutObjectOptions{ContentType: "application/octet-stream"})
-		if err != nil {
-			return storedArtifact{}, ctxErr(ctx, r.integrityOr(name, fmt.Errorf("upload %s: %w", key, err)))
-		}
-		report(size)
-		return storedArtifact{size: size, sha256: hex.EncodeToString(whole.Sum(nil))}, nil
+		err = u.putWhole(ctx)
+	} else {
+		err = u.putParts(ctx)
 	}
-
-	uploadID, err := r.core.NewMultipartUpload(ctx, r.bucket, key, minio.PutObjectOptions{ContentType: "application/octet-stream"})
 	if err != nil {
-		return storedArtifact{}, ctxErr(ctx, fmt.Errorf("start upload %s: %w", key, err))
+		return storedArtifact{}, err
 	}
-	completed := false
-	defer func() {
-		if !completed {
-			_ = r.core.AbortMultipartUpload(context.WithoutCancel(ctx), r.bucket, key, uploadID)
+	return storedArtifact{size: size, sha256: hex.EncodeToString(u.whole.Sum(nil))}, nil
+}
+
+// artifactUpload is one file on its way to the store, read once: every
+// part read is hashed (and fed to digests) as it goes up.
+type artifactUpload struct {
+	r               *Repo
+	f               *os.File
+	name, path, key string
+	size            int64
+	whole           hash.Hash
+	digests         io.Writer
+	progress        func(repository.ImportProgress)
+	buf             []byte
+}
+
+// readPart reads the next part into buf, up to its length, and hashes it.
+func (u *artifactUpload) readPart() (int, error) {
+	n, err := io.ReadFull(u.f, u.buf)
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		err = nil
+	}
+	u.whole.Write(u.buf[:n])
+	if u.digests != nil {
+		u.digests.Write(u.buf[:n])
+	}
+	if err != nil {
+		return n, fmt.Errorf("read %s: %w", u.path, err)
+	}
+	return n, nil
+}
+
+// sizeChanged is the error of a file found to hold got bytes, not the
+// size Publish checked.
+func (u *artifactUpload) sizeChanged(got int64) error {
+	return &repository.IntegrityError{Artifact: u.name,
+		Want: strconv.FormatInt(u.size, 10) + " bytes", Got: strconv.FormatInt(got, 10) + " bytes (changed during publish)"}
+}
+
+func (u *artifactUpload) report(done int64) {
+	if u.progress != nil {
+		u.progress(repository.ImportProgress{Artifact: u.name, Step: repository.StepCopy, DoneBytes: done, TotalBytes: u.size})
+	}
+}
+
+// putWhole stores a file of at most one part with one PUT.
+func (u *artifactUpload) putWhole(ctx context.Context) error {
+	n, err := u.readPart()
+	if err != nil {
+		return err
+	}
+	if int64(n) != u.size || !atEOF(u.f) {
+		return u.sizeChanged(int64(n))
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	_, err = u.r.core.PutObject(ctx, u.r.bucket, u.key, bytes.NewReader(u.buf[:n]), int64(n), "", sha256Hex(u.buf[:n]),
+		minio.PutObjectOptions{ContentType: "application/octet-stream"})
+	if err != nil {
+		return ctxErr(ctx, u.r.integrityOr(u.name, fmt.Errorf("upload %s: %w", u.key, err)))
+	}
+	u.report(u.size)
+	return nil
+}
+
+// putParts stores a larger file as a multipart upload, aborted unless it
+// completes.
+func (u *artifactUpload) putParts(ctx context.Context) error {
+	r := u.r
+	uploadID, err := r.core.NewMultipartUpload(ctx, r.bucket, u.key, minio.PutObjectOptions{ContentType: "application/octet-stream"})
+	if err != nil {
+		return ctxErr(ctx, fmt.Errorf("start upload %s: %w", u.key, err))
+	}
+	parts, err := u.sendParts(ctx, uploadID)
+	if err == nil {
+		_, err = r.core.CompleteMultipartUpload(ctx, r.bucket, u.key, uploadID, parts, minio.PutObjectOptions{})
+		if err == nil {
+			return nil
 		}
-	}()
+		err = ctxErr(ctx, fmt.Errorf("complete upload %s: %w", u.key, err))
+	}
+	_ = r.core.AbortMultipartUpload(context.WithoutCancel(ctx), r.bucket, u.key, uploadID)
+	return err
+}
+
+// sendParts uploads the file part after part and checks that it ended
+// where Publish found it ending.
+func (u *artifactUpload) sendParts(ctx context.Context, uploadID string) ([]minio.CompletePart, error) {
 	var parts []minio.CompletePart
 	var done int64
-	for done < size {
+	for done < u.size {
 		if err := ctx.Err(); err != nil {
-			return storedArtifact{}, err
+			return nil, err
 		}
-		n, err := readPart()
+		n, err := u.readPart()
 		if err != nil {
-			return storedArtifact{}, fmt.Errorf("read %s: %w", path, err)
+			return nil, err
 		}
 		if n == 0 {
-			return storedArtifact{}, sizeChanged(done)
+			return nil, u.sizeChanged(done)
 		}
-		part, err := r.core.PutObjectPart(ctx, r.bucket, key, uploadID, len(parts)+1, bytes.NewReader(buf[:n]), int64(n),
-			minio.PutObjectPartOptions{Sha256Hex: sha256Hex(buf[:n])})
+		part, err := u.r.core.PutObjectPart(ctx, u.r.bucket, u.key, uploadID, len(parts)+1, bytes.NewReader(u.buf[:n]), int64(n),
+			minio.PutObjectPartOptions{Sha256Hex: sha256Hex(u.buf[:n])})
 		if err != nil {
-			return storedArtifact{}, ctxErr(ctx, r.integrityOr(name, fmt.Errorf("upload %s part %d: %w", key, len(parts)+1, err)))
+			return nil, ctxErr(ctx, u.r.integrityOr(u.name, fmt.Errorf("upload %s part %d: %w", u.key, len(parts)+1, err)))
 		}
 		parts = append(parts, minio.CompletePart{PartNumber: part.PartNumber, ETag: part.ETag})
 		done += int64(n)
-		report(min(done, size))
+		u.report(min(done, u.size))
 	}
-	if done != size || !atEOF(f) {
-		return storedArtifact{}, sizeChanged(done)
+	if done != u.size || !atEOF(u.f) {
+		return nil, u.sizeChanged(done)
 	}
-	if _, err := r.core.CompleteMultipartUpload(ctx, r.bucket, key, uploadID, parts, minio.PutObjectOptions{}); err != nil {
-		return storedArtifact{}, ctxErr(ctx, fmt.Errorf("complete upload %s: %w", key, err))
-	}
-	completed = true
-	return storedArtifact{size: size, sha256: hex.EncodeToString(whole.Sum(nil))}, nil
+	return parts, nil
 }
 
 // integrityOr marks the store's refusal of a payload whose hash differs
