@@ -153,6 +153,7 @@ func TestValidateErrors(t *testing.T) {
 		{"[backend.s3]\nchunk_size_mib = 128", "backend.s3.chunk_size_mib", "128 out of range 1..64"},
 		{"[backend.s3]\nchunk_size_mib = 3", "backend.s3.chunk_size_mib", "3 is not a power of two"},
 		{"[memory]\ndevice = \"nbd\"", "memory.device", `"nbd" is not one of "file", "uffd"`},
+		{"[snapshot]\nrepository_backend = \"s3\"\n[backend.s3]\nbucket = \"bkt\"\n[memory]\ndevice = \"uffd\"", "memory.device", "an s3 repository's memory is remote"},
 		{"[memory]\nio_engine = 3", "memory.io_engine", "3 out of range 0..2"},
 		{"[memory]\nio_engine = -1", "memory.io_engine", "-1 out of range 0..2"},
 		{"[memory]\nfuse_mount = \"\"", "memory.fuse_mount", "must not be empty"},
