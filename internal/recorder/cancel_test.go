@@ -18,13 +18,19 @@ import (
 func TestCancelledRecordingIsNotLoggedAsAFailure(t *testing.T) {
 	e := newEnv(t)
 	_, lease := e.publish(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The VMM starts only once the recording is cancelled, so that it
+	// cannot finish first.
 	started := make(chan struct{})
-	e.vm.setBeforeStart(func() { close(started) })
+	e.vm.setBeforeStart(func() {
+		close(started)
+		<-ctx.Done()
+	})
 	defer e.vm.setBeforeStart(nil)
 	var logs logtest.Buffer
 	rec := e.recorder(config.DeviceFile)
 	rec.Log = slog.New(slog.NewTextHandler(&logs, nil))
-	ctx, cancel := context.WithCancel(context.Background())
 	job := rec.Start(ctx, lease)
 	waitFor(t, started, "the recording's VMM to start")
 	cancel()
