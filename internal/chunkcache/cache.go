@@ -443,8 +443,9 @@ type Stats struct {
 	// fetched blocks not kept because every cached block was pinned.
 	Evictions, Uncached uint64
 	// Corrupt counts blocks found torn, truncated or corrupted on disk and
-	// discarded.
-	Corrupt uint64
+	// discarded; Refused counts blocks dropped because a reader's own check
+	// (the memory's digest table) refused their bytes (see Uncache).
+	Corrupt, Refused uint64
 	// HeldOff counts demand reads failed at once because their block's
 	// fetch had just failed (see DefaultFailureHoldoff); FailedBlocks is the
 	// number of blocks in their holdoff now.
@@ -461,6 +462,7 @@ type counters struct {
 	fetches, fetchedBytes, fetchErrors atomic.Uint64
 	prefetchedBlocks                   atomic.Uint64
 	evictions, uncached, corrupt       atomic.Uint64
+	refused                            atomic.Uint64
 	heldOff                            atomic.Uint64
 	peakBytes                          atomic.Int64
 }
@@ -482,10 +484,40 @@ func (c *Cache) Stats() Stats {
 		Hits: s.hits.Load(), Misses: s.misses.Load(), Joins: s.joins.Load(),
 		Fetches: s.fetches.Load(), FetchedBytes: s.fetchedBytes.Load(), FetchErrors: s.fetchErrors.Load(),
 		PrefetchedBlocks: s.prefetchedBlocks.Load(),
-		Evictions:        s.evictions.Load(), Uncached: s.uncached.Load(), Corrupt: s.corrupt.Load(),
+		Evictions:        s.evictions.Load(), Uncached: s.uncached.Load(), Corrupt: s.corrupt.Load(), Refused: s.refused.Load(),
 		HeldOff: s.heldOff.Load(), FailedBlocks: failed,
 		UsedBytes: used, PeakBytes: s.peakBytes.Load(), Blocks: blocks,
 	}
+}
+
+// Uncache drops the cached blocks of object that hold any byte of
+// [off, off+length), in memory and on disk, even a file another process
+// wrote (it holds the same bytes: its name carries their CRC), so that
+// the next read fetches them again. A reader calls it when bytes the
+// cache served failed a check the cache cannot make itself: the memory's
+// digest table. A fetch in flight is left alone; its bytes are new.
+func (c *Cache) Uncache(object string, off, length int64) {
+	if length <= 0 || off < 0 {
+		return
+	}
+	var files []string
+	c.mu.Lock()
+	for idx := off / c.blockBytes; idx <= (off+length-1)/c.blockBytes; idx++ {
+		e := c.entries[blockKey{object, idx}]
+		if e == nil {
+			continue
+		}
+		onDisk, path := e.onDisk, c.chunkPath(e)
+		c.removeLocked(e)
+		if onDisk {
+			files = append(files, path)
+		}
+		c.stats.refused.Add(1)
+		c.log.Warn("chunk cache: dropping a block whose bytes failed the reader's check; it is fetched again",
+			"object", object, "block", idx)
+	}
+	c.mu.Unlock()
+	c.removeFiles(files)
 }
 
 // Cached reports whether block idx of object is cached now (in memory or

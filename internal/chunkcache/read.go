@@ -55,6 +55,10 @@ func (r *Reader) Close() error {
 	return nil
 }
 
+// Uncache implements integrity.Uncacher: the blocks of the object holding
+// [off, off+length) are dropped from the cache (see Cache.Uncache).
+func (r *Reader) Uncache(off, length int64) { r.c.Uncache(r.obj.ID, off, length) }
+
 // ReadAt reads len(p) bytes at off (fewer only at the end of the object,
 // with io.EOF), fetching missing blocks; each fetch is bounded by the
 // cache's FetchTimeout. It never returns bytes it could not verify: on any

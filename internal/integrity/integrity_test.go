@@ -174,3 +174,53 @@ func BenchmarkReaderAligned(b *testing.B) {
 		r.ReadAt(p, int64(i%8)*int64(len(p)))
 	}
 }
+
+// copyKeeper serves a kept copy of origin until Uncache replaces a range
+// of the copy with origin's bytes: a node cache in front of a store.
+type copyKeeper struct {
+	origin, copy []byte
+	uncached     [][2]int64
+}
+
+func (k *copyKeeper) ReadAt(p []byte, off int64) (int, error) {
+	return copy(p, k.copy[off:]), nil
+}
+
+func (k *copyKeeper) Uncache(off, length int64) {
+	k.uncached = append(k.uncached, [2]int64{off, length})
+	copy(k.copy[off:off+length], k.origin[off:off+length])
+}
+
+// TestReaderFetchesAgainWhatAKeptCopyDamaged: a bad block from a source
+// that keeps a copy is dropped from the copy and read once more; good
+// bytes from the origin are served and nothing is reported. Bytes still
+// bad from the origin are reported once, and dropped again so that no
+// copy keeps them.
+func TestReaderFetchesAgainWhatAKeptCopyDamaged(t *testing.T) {
+	good := randomFile(t, 4*BlockBytes, 9)
+	damaged := append([]byte(nil), good...)
+	damaged[2*BlockBytes+5] ^= 1
+	for _, originBad := range []bool{false, true} {
+		origin := good
+		if originBad {
+			origin = damaged
+		}
+		src := &copyKeeper{origin: origin, copy: append([]byte(nil), damaged...)}
+		var reports atomic.Int32
+		r := NewReader(src, tableOf(good), func(*BlockError) { reports.Add(1) })
+		p := make([]byte, 4*BlockBytes)
+		n, err := r.ReadAt(p, 0)
+		wantUncached := [][2]int64{{2 * BlockBytes, 2 * BlockBytes}}
+		if originBad {
+			wantUncached = append(wantUncached, wantUncached[0])
+		}
+		switch {
+		case !originBad && (err != nil || n != len(p) || !bytes.Equal(p, good) || reports.Load() != 0):
+			t.Errorf("copy damaged, origin good: n %d, err %v, %d reports; want every byte, right, no report", n, err, reports.Load())
+		case originBad && (!errors.Is(err, ErrCorrupt) || n != 2*BlockBytes || reports.Load() != 1):
+			t.Errorf("origin damaged: n %d, err %v, %d reports; want the 2 good blocks, ErrCorrupt, one report", n, err, reports.Load())
+		case len(src.uncached) != len(wantUncached) || src.uncached[0] != wantUncached[0]:
+			t.Errorf("origin damaged %v: uncached %v, want %v", originBad, src.uncached, wantUncached)
+		}
+	}
+}

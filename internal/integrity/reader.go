@@ -74,9 +74,37 @@ func (r *Reader) readVerified(dst []byte, off int64) (int, error) {
 	return n, err
 }
 
+// Uncacher is a source that serves a copy it keeps of bytes stored
+// elsewhere (a node's cache of an object store). Uncache drops its copy
+// of [off, off+length), so that the next read fetches them again.
+type Uncacher interface {
+	Uncache(off, length int64)
+}
+
 // readAligned fills dst from off, a block boundary; dst is whole blocks or
-// ends at the end of the file.
+// ends at the end of the file. A bad block from a source that keeps a copy
+// may be the copy's fault (damaged on the node, or fetched bad and kept):
+// the copy is dropped and dst read once more. Bytes that fail again are
+// dropped too, so that no copy keeps what was refused.
 func (r *Reader) readAligned(dst []byte, off int64) (int, error) {
+	good, bad, err := r.readChecked(dst, off)
+	if u, ok := r.src.(Uncacher); ok && bad != nil {
+		u.Uncache(bad.Offset, off+int64(len(dst))-bad.Offset)
+		if good, bad, err = r.readChecked(dst, off); bad != nil {
+			u.Uncache(bad.Offset, off+int64(len(dst))-bad.Offset)
+		}
+	}
+	if bad != nil {
+		r.report(bad)
+		return good, bad
+	}
+	return good, err
+}
+
+// readChecked is one read of dst from off, checked against the table:
+// the bytes good up to the first bad block (which it returns) or read
+// error. dst holds zeros from there on.
+func (r *Reader) readChecked(dst []byte, off int64) (good int, bad *BlockError, err error) {
 	n, rerr := r.src.ReadAt(dst, off)
 	if n == len(dst) {
 		rerr = nil
@@ -84,16 +112,12 @@ func (r *Reader) readAligned(dst []byte, off int64) (int, error) {
 		// The table says the file is longer: it shrank under us.
 		rerr = io.ErrUnexpectedEOF
 	}
-	good, bad := r.table.check(dst[:n], off)
+	good, bad = r.table.check(dst[:n], off)
 	clear(dst[good:])
 	if bad != nil {
-		r.report(bad)
-		return good, bad
+		return good, bad, nil
 	}
-	if rerr != nil {
-		return good, rerr
-	}
-	return good, nil
+	return good, nil, rerr
 }
 
 func (r *Reader) report(e *BlockError) {

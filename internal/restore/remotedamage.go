@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 
+	"warmstart/internal/integrity"
 	"warmstart/internal/repository"
 )
 
@@ -100,6 +101,16 @@ func (l *watchedLower) ReadAt(p []byte, off int64) (int, error) {
 		l.damage.note(err)
 	}
 	return n, err
+}
+
+var _ integrity.Uncacher = (*watchedLower)(nil)
+
+// Uncache implements integrity.Uncacher for a reader that keeps a copy
+// (the S3 node cache): the device's digest check refused bytes it served.
+func (l *watchedLower) Uncache(off, length int64) {
+	if u, ok := l.MemoryReader.(integrity.Uncacher); ok {
+		u.Uncache(off, length)
+	}
 }
 
 // Close closes the reader once its generation has drained.

@@ -14,6 +14,7 @@ import (
 
 	"warmstart/internal/chunkcache"
 	"warmstart/internal/chunkmap"
+	"warmstart/internal/integrity"
 	"warmstart/internal/manifest"
 	"warmstart/internal/repository"
 )
@@ -301,6 +302,25 @@ func (p *packedReader) Size() int64 { return p.mem.Size() }
 func (p *packedReader) Close() error {
 	p.pack.Close()
 	return p.mem.Close()
+}
+
+// Both readers a memory source opens drop the blocks whose bytes the
+// device's digest check refused (see integrity.Uncacher).
+var (
+	_ integrity.Uncacher = (*packedReader)(nil)
+	_ integrity.Uncacher = (*chunkcache.Reader)(nil)
+)
+
+// Uncache implements integrity.Uncacher: memory [off, off+length) may
+// have come from the memory's blocks or the pack's, so both copies of it
+// are dropped.
+func (p *packedReader) Uncache(off, length int64) {
+	p.mem.Uncache(off, length)
+	for _, pc := range p.pieces(off, off+length) {
+		if pc.fromPack {
+			p.pack.Uncache(pc.packOff, pc.length)
+		}
+	}
 }
 
 // piece is part of a read: memory [memOff, memOff+length), taken from the
