@@ -1,6 +1,7 @@
 package snapcheck
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -61,17 +62,55 @@ func (c *checker) memory(stored *integrity.Table) (*integrity.Table, error) {
 	}
 	h := sha256.New()
 	b := integrity.NewBuilder(mf.size)
-	a.ReadBytes, err = stream(c.ctx, mf.src, mf.size, io.MultiWriter(h, b), c.progress(a.Name, mf.size))
+	src := &pastFailures{src: mf.src, ctx: c.ctx}
+	a.ReadBytes, err = stream(c.ctx, src, mf.size, io.MultiWriter(h, b), c.progress(a.Name, mf.size))
 	if err != nil {
 		return nil, readFailed(c.ctx, a, mf.size, err)
+	}
+	fresh := b.Table()
+	if src.first != nil {
+		// The hash and the table are of zeros where reads failed: only
+		// the block comparison still says something, where each failed
+		// range shows as bad blocks next to any other bad block.
+		a.ReadBytes -= src.failedBytes
+		a.problem(KindRead, "%d bytes could not be read (%d reads failed), the first at offset %d: %v",
+			src.failedBytes, src.failures, src.firstAt, src.first)
+		c.compareBlocks(a, stored, fresh)
+		return nil, nil
 	}
 	a.ReadSHA256 = hex.EncodeToString(h.Sum(nil))
 	if a.ReadSHA256 != rec.MemorySHA256 {
 		a.problem(KindSHA256, "the bytes hash to %s, the record says %s", a.ReadSHA256, rec.MemorySHA256)
 	}
-	fresh := b.Table()
 	c.compareBlocks(a, stored, fresh)
 	return fresh, nil
+}
+
+// pastFailures reads src and goes on past a read that fails: it serves
+// zeros for the rest of that read and notes it. A remote memory fails
+// by the chunk (a chunk object missing or corrupt), and an operator
+// wants every damaged part of it from one pass, not only the first.
+// The end of src (io.EOF) and the end of ctx are not failures.
+type pastFailures struct {
+	src io.ReaderAt
+	ctx context.Context
+
+	failures, failedBytes, firstAt int64
+	first                          error
+}
+
+func (p *pastFailures) ReadAt(buf []byte, off int64) (int, error) {
+	n, err := p.src.ReadAt(buf, off)
+	if err == nil || errors.Is(err, io.EOF) || p.ctx.Err() != nil {
+		return n, err
+	}
+	if p.first == nil {
+		p.first, p.firstAt = err, off+int64(n)
+	}
+	p.failures++
+	p.failedBytes += int64(len(buf) - n)
+	clear(buf[n:])
+	return len(buf), nil
 }
 
 // compareBlocks compares the memory file's fresh table with the stored one

@@ -12,6 +12,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"warmstart/internal/chunkmap"
+	"warmstart/internal/integrity"
 	"warmstart/internal/miniotest"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/s3"
@@ -142,9 +143,38 @@ func TestS3(t *testing.T) {
 		w.put(t, key, chunk)
 		// Another node, whose cache never held the published bytes.
 		r := verify(t, w.repo(t), "flipped", Options{})
-		a := wantArtifact(t, r, repository.MemoryFileName, StatusBad, KindRead)
+		a := wantArtifact(t, r, repository.MemoryFileName, StatusBad, KindRead, KindBadBlocks)
 		if len(a.Problems) == 0 || !strings.Contains(a.Problems[0].Message, "integrity") {
 			t.Fatalf("memory with a corrupt chunk: %+v", a)
+		}
+	})
+	t.Run("two memory chunks damaged", func(t *testing.T) {
+		rec, _ := publish(t, w.repo(t), "two-flipped")
+		m, stored := storedChunks(t, w, rec)
+		if len(stored) < 2 {
+			t.Fatalf("the snapshot stores %d distinct chunks, want 2", len(stored))
+		}
+		damaged := []int{stored[0], stored[len(stored)-1]}
+		for _, i := range damaged {
+			key := w.key("chunks/" + m.Chunks[i].Digest.String() + ".zst")
+			chunk := w.get(t, key)
+			chunk[len(chunk)/2] ^= 0x01
+			w.put(t, key, chunk)
+		}
+		// Another node: every chunk is read from the store. Both damaged
+		// chunks are found in the one pass, not only the first.
+		r := verify(t, w.repo(t), "two-flipped", Options{})
+		a := wantArtifact(t, r, repository.MemoryFileName, StatusBad, KindRead, KindBadBlocks)
+		if a.Blocks == nil {
+			t.Fatalf("no block comparison past the first damaged chunk: %+v", a)
+		}
+		for _, i := range damaged {
+			if !coversOffset(a.Blocks.BadRanges, int64(i)*m.ChunkBytes) {
+				t.Errorf("chunk %d (offset %d) not among the bad ranges %+v", i, int64(i)*m.ChunkBytes, a.Blocks.BadRanges)
+			}
+		}
+		if want := rec.MemorySize - m.Length(damaged[0]) - m.Length(damaged[1]); a.ReadBytes != want {
+			t.Errorf("read %d bytes, want the %d outside the two damaged chunks", a.ReadBytes, want)
 		}
 	})
 	t.Run("table object removed", func(t *testing.T) {
@@ -228,4 +258,32 @@ func firstStoredChunk(t *testing.T, w *s3World, rec repository.Record) chunkmap.
 	}
 	t.Fatal("the snapshot's chunk map names no stored chunk")
 	return chunkmap.Digest{}
+}
+
+// storedChunks returns rec's chunk map and the indexes of its chunks that
+// are stored (not all zero), one per distinct chunk object.
+func storedChunks(t *testing.T, w *s3World, rec repository.Record) (chunkmap.Map, []int) {
+	t.Helper()
+	m, err := chunkmap.Decode(w.get(t, w.key("artifacts/"+rec.ID+"/memory.chunks")), rec.MemorySize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[chunkmap.Digest]bool{}
+	var out []int
+	for i, c := range m.Chunks {
+		if !c.Zero && !seen[c.Digest] {
+			seen[c.Digest] = true
+			out = append(out, i)
+		}
+	}
+	return m, out
+}
+
+func coversOffset(ranges []Range, off int64) bool {
+	for _, r := range ranges {
+		if off >= r.Offset && off < r.Offset+r.Blocks*integrity.BlockBytes {
+			return true
+		}
+	}
+	return false
 }
