@@ -89,6 +89,11 @@ const (
 	// fault's read follows the failure within milliseconds; a quarter of a
 	// second covers it with room to spare, and is short enough that the
 	// next restore after the store comes back finds the block fetchable.
+	// A fault the kernel retries more slowly still found the holdoff over
+	// and fetched again (a store killed in the middle of a restore without
+	// prefetch kept its VM faulting for 5–15 s); so each fetch of the block
+	// that fails again doubles its holdoff, up to 16 times (4 s), which
+	// brought that to 1–5 s.
 	DefaultFailureHoldoff = 250 * time.Millisecond
 	// persistQueueBlocks bounds the blocks waiting to be written to disk;
 	// fetches wait when it is full, so memory stays bounded when the disk
@@ -217,10 +222,12 @@ type entry struct {
 	elem    *list.Element
 }
 
-// failure is a block's recent failed fetch.
+// failure is a block's recent failed fetch: its error, the end of its
+// holdoff, and how many fetches of the block failed in a row.
 type failure struct {
-	err   error
-	until time.Time
+	err     error
+	until   time.Time
+	strikes int
 }
 
 // Open opens (creating if needed) the cache in o.Dir. Blocks already there

@@ -435,3 +435,48 @@ func TestClosedCacheRefuses(t *testing.T) {
 		t.Fatalf("Open after Close: %v", err)
 	}
 }
+
+// TestFailureHoldoffGrowsWhileFetchesKeepFailing: each fetch of a block
+// that fails again, once its holdoff is over, doubles the holdoff, up to
+// 16 times the configured one: a store that stays down is asked less and
+// less often while restarted page faults fail at once. A fetch that
+// succeeds ends it all.
+func TestFailureHoldoffGrowsWhileFetchesKeepFailing(t *testing.T) {
+	const holdoff = time.Hour
+	o := newOrigin(t, 2*testBlock)
+	c, err := Open(Options{Dir: t.TempDir(), MaxBytes: 64 << 20, BlockBytes: testBlock, FailureHoldoff: holdoff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := openReader(t, c, o.object("obj"))
+	boom := errors.New("store unreachable")
+	o.fail.Store(&boom)
+	key := blockKey{"obj", 0}
+	for attempt, want := range []time.Duration{1, 2, 4, 8, 16, 16, 16} {
+		began := time.Now()
+		if _, err := r.ReadAt(make([]byte, 10), 0); !errors.Is(err, boom) {
+			t.Fatalf("attempt %d: %v", attempt, err)
+		}
+		c.mu.Lock()
+		fail := c.failures[key]
+		left := fail.until.Sub(began)
+		fail.until = time.Now().Add(-time.Nanosecond) // its holdoff is over
+		c.failures[key] = fail
+		c.mu.Unlock()
+		if left < want*holdoff || left > want*holdoff+time.Minute {
+			t.Fatalf("attempt %d: held off for %v, want %v", attempt, left, want*holdoff)
+		}
+	}
+	if got := o.fetches.Load(); got != 7 {
+		t.Fatalf("%d fetches, want one per attempt", got)
+	}
+	o.fail.Store(nil)
+	readCheck(t, r, o, testBlock, 10) // the store is back
+	c.mu.Lock()
+	_, noted := c.failures[key]
+	c.mu.Unlock()
+	if noted {
+		t.Fatal("a successful fetch left the failures of the object's blocks noted")
+	}
+}

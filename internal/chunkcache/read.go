@@ -14,6 +14,10 @@ import (
 // are dropped.
 const maxFailures = 4096
 
+// maxHoldoffDoublings caps the holdoff of a block whose fetches keep
+// failing at 16 times the failure holdoff (4 s by default).
+const maxHoldoffDoublings = 4
+
 // maxBlockAttempts bounds how often one block of a read is looked up
 // again: after its cached file vanished (evicted under the read), failed
 // its check, or the fetch the read joined failed (say, a prefetch run that
@@ -208,12 +212,11 @@ func (c *Cache) lookupLocked(object string, idx int64, job *fetchJob) slot {
 		f.job.holdLocked()
 		return slot{fl: f, joined: true}
 	}
-	if fail, ok := c.failures[key]; ok {
-		if time.Now().Before(fail.until) {
-			c.stats.heldOff.Add(1)
-			return slot{err: fail.err}
-		}
-		delete(c.failures, key)
+	// A failure whose holdoff is over stays noted: its strikes lengthen
+	// the holdoff if this fetch fails too.
+	if fail, ok := c.failures[key]; ok && time.Now().Before(fail.until) {
+		c.stats.heldOff.Add(1)
+		return slot{err: fail.err}
 	}
 	// A flight whose every reader gave up is ending: this read replaces it
 	// with its own (the ending one then leaves c.flights alone).
@@ -392,7 +395,7 @@ func (c *Cache) complete(key blockKey, f *flight, data []byte) {
 // holdoff.
 func (c *Cache) failFlights(object string, first int64, flights []*flight, err error, holdoff bool) {
 	holdoff = holdoff && c.holdoff > 0
-	until := time.Now().Add(c.holdoff)
+	now := time.Now()
 	c.mu.Lock()
 	if holdoff && len(c.failures) > maxFailures {
 		c.pruneFailuresLocked()
@@ -403,7 +406,8 @@ func (c *Cache) failFlights(object string, first int64, flights []*flight, err e
 			delete(c.flights, key)
 		}
 		if holdoff {
-			c.failures[key] = failure{err: err, until: until}
+			strikes := c.failures[key].strikes + 1
+			c.failures[key] = failure{err: err, until: now.Add(c.holdoff << min(strikes-1, maxHoldoffDoublings)), strikes: strikes}
 		}
 		f.err = err
 	}
