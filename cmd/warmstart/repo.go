@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"warmstart/internal/logging"
 	"warmstart/internal/node"
 	"warmstart/internal/repository"
 )
@@ -38,6 +39,9 @@ func openRepositoryAs(cmd *cobra.Command, readOnly bool) (repository.Repository,
 	}}
 	if f := cmd.Flags().Lookup(storeFlag); f != nil && f.Changed {
 		o.Store = f.Value.String()
+	}
+	if o.Log, err = logging.New(cmd.ErrOrStderr(), cfg.Log); err != nil {
+		return nil, err
 	}
 	return node.OpenRepository(cmd.Context(), cfg, o)
 }

@@ -179,6 +179,9 @@ type Cache struct {
 	fetchTimeout time.Duration
 	holdoff      time.Duration
 	log          *slog.Logger
+	// fullWarned: the last block fetched was not kept, and that was
+	// logged; under mu.
+	fullWarned bool
 
 	mu        sync.Mutex
 	entries   map[blockKey]*entry
@@ -407,8 +410,16 @@ func (c *Cache) insertLocked(key blockKey, data []byte, crc uint32) (*entry, []s
 	victims := c.evictLocked(n)
 	if c.usedBytes+n > c.maxBytes {
 		c.stats.uncached.Add(1)
+		if !c.fullWarned {
+			// Once per episode: every read past this point may fetch again.
+			c.fullWarned = true
+			c.log.Warn("chunk cache: full of blocks of the objects being read; fetched blocks are not kept, "+
+				"so reads fetch them again (a bound smaller than what restores read thrashes: raise it)",
+				"max_bytes", c.maxBytes, "object", key.object)
+		}
 		return nil, victims
 	}
+	c.fullWarned = false
 	e := &entry{key: key, length: n, crc: crc, data: data, verified: true}
 	c.entries[key] = e
 	e.elem = c.lru.PushFront(e)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"warmstart/internal/logtest"
 )
 
 // The cache is tested against an origin serving a byte slice through the
@@ -478,5 +481,29 @@ func TestFailureHoldoffGrowsWhileFetchesKeepFailing(t *testing.T) {
 	c.mu.Unlock()
 	if noted {
 		t.Fatal("a successful fetch left the failures of the object's blocks noted")
+	}
+}
+
+// TestFullOfPinnedBlocksIsLogged: a cache so small that the objects being
+// read fill it makes every later miss a fetch whose block is not kept; an
+// operator is told once per such episode, with the bound to raise.
+func TestFullOfPinnedBlocksIsLogged(t *testing.T) {
+	const maxBlocks = 2
+	var logs logtest.Buffer
+	o := newOrigin(t, 6*testBlock)
+	c, err := Open(Options{Dir: t.TempDir(), MaxBytes: maxBlocks * testBlock, BlockBytes: testBlock,
+		Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := openReader(t, c, o.object("obj"))
+	for i := range int64(6) {
+		readCheck(t, r, o, i*testBlock, 10)
+	}
+	lines := logs.Take()
+	if len(lines) != 1 || !strings.Contains(lines[0], "level=WARN") || !strings.Contains(lines[0], "not kept") ||
+		!strings.Contains(lines[0], fmt.Sprint(maxBlocks*testBlock)) {
+		t.Fatalf("log of a cache full of pinned blocks: %q, want one WARN naming the bound", lines)
 	}
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"warmstart/internal/config"
 	"warmstart/internal/repository"
@@ -22,6 +23,9 @@ type RepositoryOptions struct {
 	// Warn is told what a POSIX store's sweep at a writable open could not
 	// clean up (posixfs.Options.Warn); nil ignores it.
 	Warn func(error)
+	// Log receives an S3 repository's node cache warnings
+	// (s3.Options.Log); nil discards them.
+	Log *slog.Logger
 }
 
 // OpenRepository opens the snapshot repository cfg names.
@@ -34,7 +38,7 @@ func OpenRepository(ctx context.Context, cfg *config.Config, o RepositoryOptions
 		return openPosixFS(cfg.Backend.PosixFS.SnapshotStore, o)
 	case config.BackendS3:
 		so := s3.OptionsFromConfig(cfg.Backend.S3)
-		so.ReadOnly = o.ReadOnly
+		so.ReadOnly, so.Log = o.ReadOnly, o.Log
 		repo, err := s3.Open(ctx, so)
 		if err != nil {
 			return nil, err

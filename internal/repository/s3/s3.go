@@ -73,6 +73,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -156,6 +157,9 @@ type Options struct {
 	ChunkGrace time.Duration
 	// LeaseTTL replaces LeaseTTL when positive (see lease.go).
 	LeaseTTL time.Duration
+	// Log receives the node cache's warnings (a damaged block discarded, a
+	// cache too small for what restores read); nil discards them.
+	Log *slog.Logger
 }
 
 // OptionsFromConfig maps [backend.s3] to Options.
@@ -306,7 +310,7 @@ func (r *Repo) openLocal() error {
 		r.cache = r.opts.Cache
 		if r.cache == nil {
 			cache, err := chunkcache.Open(chunkcache.Options{
-				Dir: r.opts.CacheDir, MaxBytes: r.opts.CacheMaxBytes, BlockBytes: r.opts.BlockBytes,
+				Dir: r.opts.CacheDir, MaxBytes: r.opts.CacheMaxBytes, BlockBytes: r.opts.BlockBytes, Log: r.opts.Log,
 			})
 			if err != nil {
 				r.localErr = err

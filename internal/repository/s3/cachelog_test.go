@@ -1,0 +1,42 @@
+package s3
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+
+	"warmstart/internal/logtest"
+	"warmstart/internal/repository/repotest"
+)
+
+// TestNodeCacheWarningsReachTheLog: the node cache's warnings reach
+// Options.Log; here a bound smaller than a snapshot being read, which
+// makes every later read fetch again.
+func TestNodeCacheWarningsReachTheLog(t *testing.T) {
+	pub := chunkyRepo(t, "")
+	rec, _ := repotest.PublishInputs(t, pub, chunkyInputs(t, 23), "")
+	var logs logtest.Buffer
+	o := testOptions(t, server.Endpoint)
+	o.Prefix, o.ChunkBytes, o.BlockBytes = pub.keys.prefix, testChunkBytes, testChunkBytes
+	o.CacheMaxBytes, o.Fill = 2*testChunkBytes, FillOptions{Disabled: true}
+	o.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	node := openWith(t, o)
+	res, err := node.Resolve(bg(), rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, err := res.Memory.OpenMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	buf := make([]byte, 4096)
+	for off := int64(0); off < rd.Size(); off += testChunkBytes {
+		if _, err := rd.ReadAt(buf, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "not kept") {
+		t.Fatalf("log of a node cache smaller than the memory read: %q", out)
+	}
+}
