@@ -23,16 +23,22 @@ type Counters struct {
 	// ReadErrors counts reads that failed on the lower file and were
 	// answered with an error (EIO, or a fault the handler could not serve).
 	ReadErrors uint64 `json:"read_errors"`
+	// FirstReadError is the error of the generation's first failed read,
+	// "" when none failed: what a restore that fails on a memory fault
+	// cannot learn from its VMM.
+	FirstReadError string `json:"first_read_error,omitempty"`
 }
 
 // Sub returns the counters accumulated between an earlier snapshot o and c.
-// BytesInFlight is a level, not a total, so c's value is kept.
+// BytesInFlight is a level, not a total, and FirstReadError the
+// generation's, so c's values are kept.
 func (c Counters) Sub(o Counters) Counters {
 	return Counters{
-		ReadRequests:  c.ReadRequests - o.ReadRequests,
-		BytesRead:     c.BytesRead - o.BytesRead,
-		BytesInFlight: c.BytesInFlight,
-		ReadErrors:    c.ReadErrors - o.ReadErrors,
+		ReadRequests:   c.ReadRequests - o.ReadRequests,
+		BytesRead:      c.BytesRead - o.BytesRead,
+		BytesInFlight:  c.BytesInFlight,
+		ReadErrors:     c.ReadErrors - o.ReadErrors,
+		FirstReadError: c.FirstReadError,
 	}
 }
 
@@ -42,6 +48,7 @@ type CounterSet struct {
 	bytesRead     atomic.Uint64
 	bytesInFlight atomic.Int64
 	readErrors    atomic.Uint64
+	firstError    atomic.Pointer[string]
 }
 
 // Begin records that a read of n bytes has started.
@@ -57,17 +64,23 @@ func (s *CounterSet) End(n, got int, err error) {
 	}
 	if err != nil {
 		s.readErrors.Add(1)
+		msg := err.Error()
+		s.firstError.CompareAndSwap(nil, &msg)
 	}
 }
 
 // Load returns a consistent-enough snapshot of the counters.
 func (s *CounterSet) Load() Counters {
-	return Counters{
+	c := Counters{
 		ReadRequests:  s.readRequests.Load(),
 		BytesRead:     s.bytesRead.Load(),
 		BytesInFlight: s.bytesInFlight.Load(),
 		ReadErrors:    s.readErrors.Load(),
 	}
+	if p := s.firstError.Load(); p != nil {
+		c.FirstReadError = *p
+	}
+	return c
 }
 
 // Touch is the first access to one page of guest memory.

@@ -24,8 +24,11 @@ func TestCounterSet(t *testing.T) {
 		t.Fatalf("after 8 reads and one in flight: %+v", before)
 	}
 	s.End(8192, 100, errors.New("short"))
+	s.Begin(10)
+	s.End(10, 0, errors.New("later"))
 	got := s.Load().Sub(before)
-	want := Counters{ReadRequests: 1, BytesRead: 100, BytesInFlight: 0, ReadErrors: 1}
+	// The first failed read's error is kept; later ones only counted.
+	want := Counters{ReadRequests: 2, BytesRead: 100, BytesInFlight: 0, ReadErrors: 2, FirstReadError: "short"}
 	if got != want {
 		t.Fatalf("delta %+v, want %+v", got, want)
 	}

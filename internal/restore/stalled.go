@@ -29,12 +29,17 @@ func (inst *Instance) unanswered() error {
 // memory side knows and the VMM's error cannot say: reads still in
 // progress on the device (a lower file or object store that stopped
 // answering leaves the guest waiting on a fault, which the VMM reports
-// only as "not ready in time"), and why a remote source went without its
+// only as "not ready in time"), reads that failed (the VMM reports only
+// the fault they caused), and why a remote source went without its
 // startup pack (a stalled or failed stream).
 func (inst *Instance) withMemoryState(err error, src Source) error {
 	var notes []string
-	if c := inst.device.counters(); c.BytesInFlight > 0 {
+	c := inst.device.counters()
+	if c.BytesInFlight > 0 {
 		notes = append(notes, fmt.Sprintf("%d bytes of memory reads still in progress on the device: its memory source has not answered them", c.BytesInFlight))
+	}
+	if c.ReadErrors > 0 {
+		notes = append(notes, fmt.Sprintf("memory reads failed on the device (%d), the first: %s", c.ReadErrors, c.FirstReadError))
 	}
 	if s, ok := src.Memory.(StallReporter); ok {
 		if why := s.Unanswered(); why != nil {

@@ -236,6 +236,11 @@ func TestStoreStoppedMidRestore(t *testing.T) {
 	if !strings.Contains(err.Error(), "memory fault") {
 		t.Fatalf("restore failed, but not on a memory fault: %v", err)
 	}
+	// The failure says why the memory could not be read, which the VMM
+	// cannot: the store refused the connection.
+	if !strings.Contains(err.Error(), "memory reads failed on the device") || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("restore error does not say that reads failed, nor why: %v", err)
+	}
 	t.Logf("restore with the store stopped: %v", err)
 
 	// A read through the device of a block not cached fails with EIO, and
