@@ -190,7 +190,7 @@ func TestS3(t *testing.T) {
 		}
 		// The problem names the missing object, not a cache file named
 		// by the digest the record expects.
-		if msg := a.Problems[0].Message; !strings.Contains(msg, repository.DigestsFileName) {
+		if msg := a.Problems[0].Message; !strings.Contains(msg, "not-in-the-store/"+w.key("artifacts/"+rec.ID+"/"+repository.DigestsFileName)) {
 			t.Errorf("missing table object reported as %q, which does not name %s", msg, repository.DigestsFileName)
 		}
 	})

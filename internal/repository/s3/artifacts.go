@@ -258,8 +258,9 @@ func (r *Repo) fetchLocal(ctx context.Context, key, want string, size int64) (st
 // fetchForCheck fetches an artifact whose consumer checks it against the
 // record and says what is wrong (the manifest, the refinement, the digest
 // table), and returns its local path as a POSIX store would: a missing
-// object gives a path that does not exist and is named after the object
-// (files/missing/memory.digests), and an object of another size is
+// object gives a path that does not exist and ends in the object's key
+// (files/not-in-the-store/PREFIX/artifacts/ID/memory.digests), so the
+// consumer's "no such file" names what the store lacks; an object of another size is
 // fetched as it is stored (at most size+1 bytes), so the consumer names
 // the size it found rather than a cache file named by the expected digest.
 func (r *Repo) fetchForCheck(ctx context.Context, key, want string, size int64) (string, error) {
@@ -273,7 +274,7 @@ func (r *Repo) fetchForCheck(ctx context.Context, key, want string, size int64) 
 		}
 		fallthrough
 	case errors.Is(err, os.ErrNotExist):
-		return filepath.Join(r.filesDir, "missing", filepath.Base(key)), nil
+		return filepath.Join(r.filesDir, "not-in-the-store", key), nil
 	}
 	return "", err
 }
