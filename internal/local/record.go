@@ -46,7 +46,7 @@ func ImportAndRecord(ctx context.Context, n *node.Node, o report.Output, req rep
 	res, err := job.Result()
 	if err != nil {
 		// The snapshot is published and restores with on-demand reads.
-		return fmt.Errorf("snapshot %s published, but its startup manifest was not: %w", rec.ID, err)
+		return notRecorded(rec.ID, err)
 	}
 	fmt.Fprintf(o.Err, "attached startup manifest to %s: sha256 %s, %d ranges, %.1f MiB, ready after %v; %s\n",
 		rec.ID, res.Descriptor.SHA256, res.Ranges, float64(res.Bytes)/(1<<20), res.ReadyAfter, report.RecordingLine(res.Recording, res.Fallback))
@@ -99,9 +99,19 @@ func Capture(ctx context.Context, n *node.Node, o report.Output, alias, agent, k
 	}
 	if recErr != nil {
 		// The snapshot is published and restores with on-demand reads.
-		return fmt.Errorf("snapshot %s published, but its startup manifest was not: %w", out.Record.ID, recErr)
+		return notRecorded(out.Record.ID, recErr)
 	}
 	return nil
+}
+
+// notRecorded is the error of a published snapshot whose startup
+// manifest recording failed with err: a recording discarded because the
+// snapshot was deleted meanwhile says so.
+func notRecorded(id string, err error) error {
+	if errors.Is(err, recorder.ErrDiscarded) {
+		return fmt.Errorf("snapshot %s was published, then deleted (or its capture lease lost) before its startup manifest could be attached: %w", id, err)
+	}
+	return fmt.Errorf("snapshot %s published, but its startup manifest was not: %w", id, err)
 }
 
 // Verify verifies the snapshot ref names, or with all every snapshot, and
