@@ -179,9 +179,9 @@ type Cache struct {
 	fetchTimeout time.Duration
 	holdoff      time.Duration
 	log          *slog.Logger
-	// fullWarned: the last block fetched was not kept, and that was
-	// logged; under mu.
-	fullWarned bool
+	// fullWarnedAt is when a fetched block not kept was last logged;
+	// under mu.
+	fullWarnedAt time.Time
 
 	mu        sync.Mutex
 	entries   map[blockKey]*entry
@@ -231,6 +231,9 @@ type failure struct {
 	err     error
 	until   time.Time
 	strikes int
+	// refused: the bytes were fetched and refused (see Refuse), so a
+	// fetch of another block succeeding does not end the holdoff.
+	refused bool
 }
 
 // Open opens (creating if needed) the cache in o.Dir. Blocks already there
@@ -398,34 +401,43 @@ func (c *Cache) evictLocked(need int64) []string {
 }
 
 // insertLocked indexes a fetched block if room can be made for it and
-// returns its entry (nil when it is not kept) and the files of the blocks
-// evicted for it, which the caller removes after unlocking.
-func (c *Cache) insertLocked(key blockKey, data []byte, crc uint32) (*entry, []string) {
+// returns its entry (nil when it is not kept), the files of the blocks
+// evicted for it, which the caller removes after unlocking, and whether
+// it was not kept for want of room (see warnNotKept).
+func (c *Cache) insertLocked(key blockKey, data []byte, crc uint32) (*entry, []string, bool) {
 	n := int64(len(data))
 	if c.closed || n > c.maxBytes || c.entries[key] != nil {
 		// Closed, or larger than the whole cache, or a concurrent fetch
 		// of the block (one that replaced a failed flight) got there first.
-		return nil, nil
+		return nil, nil, false
 	}
 	victims := c.evictLocked(n)
 	if c.usedBytes+n > c.maxBytes {
 		c.stats.uncached.Add(1)
-		if !c.fullWarned {
-			// Once per episode: every read past this point may fetch again.
-			c.fullWarned = true
-			c.log.Warn("chunk cache: full of blocks of the objects being read; fetched blocks are not kept, "+
-				"so reads fetch them again (a bound smaller than what restores read thrashes: raise it)",
-				"max_bytes", c.maxBytes, "object", key.object)
-		}
-		return nil, victims
+		return nil, victims, true
 	}
-	c.fullWarned = false
 	e := &entry{key: key, length: n, crc: crc, data: data, verified: true}
 	c.entries[key] = e
 	e.elem = c.lru.PushFront(e)
 	c.usedBytes += n
 	c.notePeakLocked()
-	return e, victims
+	return e, victims, false
+}
+
+// warnNotKept logs, at most once a minute, that a fetched block of object
+// was not kept: every later read of it fetches again. It takes mu.
+func (c *Cache) warnNotKept(object string) {
+	c.mu.Lock()
+	due := time.Since(c.fullWarnedAt) >= time.Minute
+	if due {
+		c.fullWarnedAt = time.Now()
+	}
+	c.mu.Unlock()
+	if due {
+		c.log.Warn("chunk cache: full of blocks of the objects being read; fetched blocks are not kept, "+
+			"so reads fetch them again (a bound smaller than what restores read thrashes: raise it)",
+			"max_bytes", c.maxBytes, "object", object)
+	}
 }
 
 func (c *Cache) notePeakLocked() {
@@ -442,7 +454,7 @@ func (c *Cache) notePeakLocked() {
 func (c *Cache) removeFiles(paths []string) {
 	for _, p := range paths {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			c.log.Warn("chunk cache: remove evicted block", "path", p, "err", err)
+			c.log.Warn("chunk cache: remove block file", "path", p, "err", err)
 		}
 	}
 }
@@ -514,14 +526,36 @@ func (c *Cache) Stats() Stats {
 // the next read fetches them again. A reader calls it when bytes the
 // cache served failed a check the cache cannot make itself: the memory's
 // digest table. A fetch in flight is left alone; its bytes are new.
-func (c *Cache) Uncache(object string, off, length int64) {
+func (c *Cache) Uncache(object string, off, length int64) { c.drop(object, off, length, false) }
+
+// Refuse is Uncache for bytes that failed the reader's check again once
+// fetched anew: the store holds them damaged. Reads of their blocks then
+// fail at once with ErrRefused for the failure holdoff (growing while
+// they keep failing), rather than fetch the same bytes on every fault.
+func (c *Cache) Refuse(object string, off, length int64) { c.drop(object, off, length, true) }
+
+// ErrRefused is the error of reads of a block refused (see Refuse).
+var ErrRefused = errors.New("the block's bytes from the store failed the reader's check")
+
+// drop drops the blocks of object holding [off, off+length), and with
+// refuse holds them off.
+func (c *Cache) drop(object string, off, length int64, refuse bool) {
 	if length <= 0 || off < 0 {
 		return
 	}
 	var files []string
+	var dropped []int64
+	now := time.Now()
 	c.mu.Lock()
 	for idx := off / c.blockBytes; idx <= (off+length-1)/c.blockBytes; idx++ {
-		e := c.entries[blockKey{object, idx}]
+		key := blockKey{object, idx}
+		if refuse && c.holdoff > 0 {
+			c.noteFailureLocked(key, fmt.Errorf("block %d of %s: %w", idx, object, ErrRefused), now)
+			f := c.failures[key]
+			f.refused = true
+			c.failures[key] = f
+		}
+		e := c.entries[key]
 		if e == nil {
 			continue
 		}
@@ -531,11 +565,14 @@ func (c *Cache) Uncache(object string, off, length int64) {
 			files = append(files, path)
 		}
 		c.stats.refused.Add(1)
-		c.log.Warn("chunk cache: dropping a block whose bytes failed the reader's check; it is fetched again",
-			"object", object, "block", idx)
+		dropped = append(dropped, idx)
 	}
 	c.mu.Unlock()
 	c.removeFiles(files)
+	for _, idx := range dropped {
+		c.log.Warn("chunk cache: dropped a block whose bytes failed the reader's check; it is fetched again",
+			"object", object, "block", idx)
+	}
 }
 
 // Cached reports whether block idx of object is cached now (in memory or

@@ -442,8 +442,8 @@ func TestClosedCacheRefuses(t *testing.T) {
 // TestFailureHoldoffGrowsWhileFetchesKeepFailing: each fetch of a block
 // that fails again, once its holdoff is over, doubles the holdoff, up to
 // 16 times the configured one: a store that stays down is asked less and
-// less often while restarted page faults fail at once. A fetch that
-// succeeds ends it all.
+// less often while restarted page faults fail at once. A failure long
+// after the last starts over; a fetch that succeeds ends it all.
 func TestFailureHoldoffGrowsWhileFetchesKeepFailing(t *testing.T) {
 	const holdoff = time.Hour
 	o := newOrigin(t, 2*testBlock)
@@ -473,6 +473,23 @@ func TestFailureHoldoffGrowsWhileFetchesKeepFailing(t *testing.T) {
 	}
 	if got := o.fetches.Load(); got != 7 {
 		t.Fatalf("%d fetches, want one per attempt", got)
+	}
+	// A failure whose holdoff ended long ago (longer than the longest
+	// holdoff) is not a streak: the next one starts over.
+	c.mu.Lock()
+	fail := c.failures[key]
+	fail.until = time.Now().Add(-17 * holdoff)
+	c.failures[key] = fail
+	c.mu.Unlock()
+	began := time.Now()
+	if _, err := r.ReadAt(make([]byte, 10), 0); !errors.Is(err, boom) {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	left := c.failures[key].until.Sub(began)
+	c.mu.Unlock()
+	if left < holdoff || left > holdoff+time.Minute {
+		t.Fatalf("after a long pause: held off for %v, want %v", left, holdoff)
 	}
 	o.fail.Store(nil)
 	readCheck(t, r, o, testBlock, 10) // the store is back
@@ -505,5 +522,33 @@ func TestFullOfPinnedBlocksIsLogged(t *testing.T) {
 	if len(lines) != 1 || !strings.Contains(lines[0], "level=WARN") || !strings.Contains(lines[0], "not kept") ||
 		!strings.Contains(lines[0], fmt.Sprint(maxBlocks*testBlock)) {
 		t.Fatalf("log of a cache full of pinned blocks: %q, want one WARN naming the bound", lines)
+	}
+}
+
+// TestRefusedBlockIsHeldOff: a block whose bytes the reader refused once
+// more after fetching them anew is dropped and held off: reads of it fail
+// at once, without a GET, until its holdoff is over.
+func TestRefusedBlockIsHeldOff(t *testing.T) {
+	o := newOrigin(t, 2*testBlock)
+	c, err := Open(Options{Dir: t.TempDir(), MaxBytes: 64 << 20, BlockBytes: testBlock, FailureHoldoff: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := openReader(t, c, o.object("obj"))
+	readCheck(t, r, o, 0, 10)
+	r.Refuse(100, 10)
+	fetches := o.fetches.Load()
+	if _, err := r.ReadAt(make([]byte, 10), 200); !errors.Is(err, ErrRefused) {
+		t.Fatalf("read of a refused block: %v, want ErrRefused", err)
+	}
+	if o.fetches.Load() != fetches || c.Cached("obj", 0) || c.Stats().Refused != 1 {
+		t.Fatalf("refused block: %d fetches more, cached %v, stats %+v; want none, not cached, 1 refused",
+			o.fetches.Load()-fetches, c.Cached("obj", 0), c.Stats())
+	}
+	readCheck(t, r, o, testBlock, 10) // another block is fetched as usual
+	// The store answering does not make the refused bytes good.
+	if _, err := r.ReadAt(make([]byte, 10), 200); !errors.Is(err, ErrRefused) {
+		t.Fatalf("read of a refused block after another block was fetched: %v, want ErrRefused", err)
 	}
 }

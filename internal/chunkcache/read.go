@@ -63,6 +63,9 @@ func (r *Reader) Close() error {
 // [off, off+length) are dropped from the cache (see Cache.Uncache).
 func (r *Reader) Uncache(off, length int64) { r.c.Uncache(r.obj.ID, off, length) }
 
+// Refuse implements integrity.Uncacher (see Cache.Refuse).
+func (r *Reader) Refuse(off, length int64) { r.c.Refuse(r.obj.ID, off, length) }
+
 // ReadAt reads len(p) bytes at off (fewer only at the end of the object,
 // with io.EOF), fetching missing blocks; each fetch is bounded by the
 // cache's FetchTimeout. It never returns bytes it could not verify: on any
@@ -366,14 +369,14 @@ func (c *Cache) fetchRun(ctx context.Context, obj *Object, first int64, flights 
 func (c *Cache) complete(key blockKey, f *flight, data []byte) {
 	crc := checksum(data)
 	c.mu.Lock()
-	e, victims := c.insertLocked(key, data, crc)
+	e, victims, full := c.insertLocked(key, data, crc)
 	if c.flights[key] == f {
 		delete(c.flights, key)
 	}
 	if len(c.failures) > 0 {
 		// The store answers again: end the holdoff of the object's blocks.
-		for k := range c.failures {
-			if k.object == key.object {
+		for k, f := range c.failures {
+			if k.object == key.object && !f.refused {
 				delete(c.failures, k)
 			}
 		}
@@ -382,6 +385,9 @@ func (c *Cache) complete(key blockKey, f *flight, data []byte) {
 	f.data = data
 	close(f.done)
 	c.removeFiles(victims)
+	if full {
+		c.warnNotKept(key.object)
+	}
 	if e != nil {
 		// Blocks while the writers are behind: that bounds the blocks held
 		// in memory. Close waits for every fetch before closing the queue.
@@ -406,8 +412,7 @@ func (c *Cache) failFlights(object string, first int64, flights []*flight, err e
 			delete(c.flights, key)
 		}
 		if holdoff {
-			strikes := c.failures[key].strikes + 1
-			c.failures[key] = failure{err: err, until: now.Add(c.holdoff << min(strikes-1, maxHoldoffDoublings)), strikes: strikes}
+			c.noteFailureLocked(key, err, now)
 		}
 		f.err = err
 	}
@@ -415,6 +420,17 @@ func (c *Cache) failFlights(object string, first int64, flights []*flight, err e
 	for _, f := range flights {
 		close(f.done)
 	}
+}
+
+// noteFailureLocked starts key's failure holdoff with err: twice as long
+// as the last one if that ended lately (the block keeps failing), the
+// configured holdoff if it ended long ago or there was none.
+func (c *Cache) noteFailureLocked(key blockKey, err error, now time.Time) {
+	strikes := 1
+	if last, ok := c.failures[key]; ok && now.Sub(last.until) < c.holdoff<<maxHoldoffDoublings {
+		strikes = last.strikes + 1
+	}
+	c.failures[key] = failure{err: err, until: now.Add(c.holdoff << min(strikes-1, maxHoldoffDoublings)), strikes: strikes}
 }
 
 // pruneFailuresLocked drops failures whose holdoff has passed.

@@ -75,23 +75,28 @@ func (r *Reader) readVerified(dst []byte, off int64) (int, error) {
 }
 
 // Uncacher is a source that serves a copy it keeps of bytes stored
-// elsewhere (a node's cache of an object store). Uncache drops its copy
-// of [off, off+length), so that the next read fetches them again.
+// elsewhere (a node's cache of an object store).
 type Uncacher interface {
+	// Uncache drops its copy of [off, off+length), so that the next read
+	// fetches the bytes again.
 	Uncache(off, length int64)
+	// Refuse drops it too, once bytes fetched again were refused as well:
+	// reads of them then fail at once for a while, rather than fetch the
+	// same damaged bytes again on every fault.
+	Refuse(off, length int64)
 }
 
 // readAligned fills dst from off, a block boundary; dst is whole blocks or
 // ends at the end of the file. A bad block from a source that keeps a copy
 // may be the copy's fault (damaged on the node, or fetched bad and kept):
-// the copy is dropped and dst read once more. Bytes that fail again are
-// dropped too, so that no copy keeps what was refused.
+// the copy is dropped and dst read once more. A block that fails again is
+// refused: no copy keeps it, and reads of it fail at once for a while.
 func (r *Reader) readAligned(dst []byte, off int64) (int, error) {
 	good, bad, err := r.readChecked(dst, off)
 	if u, ok := r.src.(Uncacher); ok && bad != nil {
 		u.Uncache(bad.Offset, off+int64(len(dst))-bad.Offset)
 		if good, bad, err = r.readChecked(dst, off); bad != nil {
-			u.Uncache(bad.Offset, off+int64(len(dst))-bad.Offset)
+			u.Refuse(bad.Offset, int64(BlockBytes))
 		}
 	}
 	if bad != nil {

@@ -277,10 +277,10 @@ func (r *Recorder) Start(ctx context.Context, lease repository.Lease) *Job {
 		switch {
 		case errors.Is(err, ErrDiscarded):
 			r.Log.Info("startup manifest recording discarded", "snapshot", lease.SnapshotID(), "reason", err)
-		case err != nil && ctx.Err() != nil:
+		case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 			// Its owner is shutting down: nothing failed, and a daemon
 			// records the snapshot again when it next starts.
-			r.Log.Info("startup manifest recording stopped", "snapshot", lease.SnapshotID(), "reason", context.Cause(ctx))
+			r.Log.Info("startup manifest recording stopped", "snapshot", lease.SnapshotID(), "reason", context.Cause(ctx), "err", err)
 		case err != nil:
 			r.Log.Error("startup manifest recording failed", "snapshot", lease.SnapshotID(), "err", err)
 		default:

@@ -113,6 +113,13 @@ func (l *watchedLower) Uncache(off, length int64) {
 	}
 }
 
+// Refuse implements integrity.Uncacher, as Uncache does.
+func (l *watchedLower) Refuse(off, length int64) {
+	if u, ok := l.MemoryReader.(integrity.Uncacher); ok {
+		u.Refuse(off, length)
+	}
+}
+
 // Close closes the reader once its generation has drained.
 func (l *watchedLower) Close() error {
 	l.reads.forget()

@@ -73,7 +73,7 @@ func (c *checker) memory(stored *integrity.Table) (*integrity.Table, error) {
 		// the block comparison still says something, where each failed
 		// range shows as bad blocks next to any other bad block.
 		a.ReadBytes -= src.failedBytes
-		a.problem(KindRead, "%d bytes could not be read (%d reads failed), the first at offset %d: %v",
+		a.problem(KindRead, "%d bytes could not be read (%d reads failed), the first failed read at offset %d: %v",
 			src.failedBytes, src.failures, src.firstAt, src.first)
 		c.compareBlocks(a, stored, fresh)
 		return nil, nil
@@ -86,11 +86,12 @@ func (c *checker) memory(stored *integrity.Table) (*integrity.Table, error) {
 	return fresh, nil
 }
 
-// pastFailures reads src and goes on past a read that fails: it serves
-// zeros for the rest of that read and notes it. A remote memory fails
-// by the chunk (a chunk object missing or corrupt), and an operator
-// wants every damaged part of it from one pass, not only the first.
-// The end of src (io.EOF) and the end of ctx are not failures.
+// pastFailures reads src and goes on past a read that fails on a
+// damaged part of it: it serves zeros for the rest of that read and notes
+// it. A remote memory fails by the chunk (a chunk object missing or
+// corrupt), and an operator wants every damaged part of it from one
+// pass, not only the first. Any other failure (a store that does not
+// answer) ends the pass as before: going on would wait out every block.
 type pastFailures struct {
 	src io.ReaderAt
 	ctx context.Context
@@ -99,9 +100,15 @@ type pastFailures struct {
 	first                          error
 }
 
+// damagedPart reports whether err is about the bytes of one part (refused
+// by their digest, or an object missing), not about reaching the store.
+func damagedPart(err error) bool {
+	return errors.Is(err, repository.ErrIntegrity) || errors.Is(err, repository.ErrNotFound) || errors.Is(err, integrity.ErrCorrupt)
+}
+
 func (p *pastFailures) ReadAt(buf []byte, off int64) (int, error) {
 	n, err := p.src.ReadAt(buf, off)
-	if err == nil || errors.Is(err, io.EOF) || p.ctx.Err() != nil {
+	if err == nil || errors.Is(err, io.EOF) || p.ctx.Err() != nil || !damagedPart(err) {
 		return n, err
 	}
 	if p.first == nil {

@@ -32,14 +32,19 @@ func (w *libraryLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// libraryLevel is the level of one library line. Most are the request
-// trace (with Debug) or a reply to a request the kernel stopped waiting
-// for, which is routine when a VM is killed mid-fault: DEBUG. A failed
-// read of the FUSE device means the mount is in trouble: WARN. The
-// library has no levels of its own, so this goes by its wording.
+// libraryLevel is the level of one library line. The request trace (with
+// Debug: lines of "rx N:" and "tx N:") and a reply the kernel no longer
+// waits for (its request was interrupted, as when a VM is killed
+// mid-fault: ENOENT) are routine: DEBUG. Anything else the library says
+// on its own is about the mount's health (a failed device read, a request
+// it could not parse): WARN. The library has no levels of its own, so
+// this goes by its wording.
 func libraryLevel(msg string) slog.Level {
-	if strings.HasPrefix(msg, "Failed to read from fuse conn") {
-		return slog.LevelWarn
+	switch {
+	case strings.HasPrefix(msg, "rx "), strings.HasPrefix(msg, "tx "):
+		return slog.LevelDebug
+	case strings.HasPrefix(msg, "writer: Write/Writev failed, err: 2=no such file or directory"):
+		return slog.LevelDebug
 	}
-	return slog.LevelDebug
+	return slog.LevelWarn
 }

@@ -20,14 +20,17 @@ func TestLibraryMessagesGoToTheLog(t *testing.T) {
 	}
 }
 
-// TestLibraryMessageLevels: a reply the kernel no longer waits for (its
-// request was interrupted: the VM was killed) is routine, so DEBUG; a
-// failure to read the device is not.
+// TestLibraryMessageLevels: the request trace and a reply the kernel no
+// longer waits for (its request was interrupted: the VM was killed) are
+// routine, so DEBUG; anything else the library says is not.
 func TestLibraryMessageLevels(t *testing.T) {
 	for line, want := range map[string]slog.Level{
 		"writer: Write/Writev failed, err: 2=no such file or directory. opcode: READ": slog.LevelDebug,
 		"rx 5: READ i4 {Fh 0 [0 +4096)  L 0 RDONLY,0x8000} p5874":                     slog.LevelDebug,
+		"tx 5:     OK,  4096b data":                                                   slog.LevelDebug,
 		"Failed to read from fuse conn: 5=input/output error":                         slog.LevelWarn,
+		"writer: Write/Writev failed, err: 22=invalid argument. opcode: READ":         slog.LevelWarn,
+		"parseRequest: 22=invalid argument":                                           slog.LevelWarn,
 	} {
 		if got := libraryLevel(line); got != want {
 			t.Errorf("%q logged at %v, want %v", line, got, want)

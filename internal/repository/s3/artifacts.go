@@ -274,7 +274,9 @@ func (r *Repo) fetchForCheck(ctx context.Context, key, want string, size int64) 
 		}
 		fallthrough
 	case errors.Is(err, os.ErrNotExist):
-		return filepath.Join(r.filesDir, "not-in-the-store", key), nil
+		// Cleaned as an absolute path first, so no ".." in the key leads
+		// outside the cache.
+		return filepath.Join(r.filesDir, "not-in-the-store", filepath.Clean("/"+key)), nil
 	}
 	return "", err
 }

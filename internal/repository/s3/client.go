@@ -46,9 +46,11 @@ type RequestStats struct {
 	GetBytes                                 uint64
 	// FillGets and FillGetBytes are the part of Gets and GetBytes the
 	// background fill sent and received. The fill starts when a restore
-	// is ready, so they are never the restore's own: a caller that reads
-	// the counts once the restore returned finds them there on a busy
-	// node, and takes them out to see what the restore fetched.
+	// is ready, so none of them is a restore's fetch before ready: a
+	// caller that reads the counts once the restore returned finds them
+	// there on a busy node, and takes them out to see what the restore
+	// fetched. (A later read that joins a block the fill is fetching
+	// counts as the fill's.)
 	FillGets, FillGetBytes uint64
 }
 

@@ -323,6 +323,16 @@ func (p *packedReader) Uncache(off, length int64) {
 	}
 }
 
+// Refuse implements integrity.Uncacher: both copies are refused.
+func (p *packedReader) Refuse(off, length int64) {
+	p.mem.Refuse(off, length)
+	for _, pc := range p.pieces(off, off+length) {
+		if pc.fromPack {
+			p.pack.Refuse(pc.packOff, pc.length)
+		}
+	}
+}
+
 // piece is part of a read: memory [memOff, memOff+length), taken from the
 // pack at packOff when fromPack, else from the memory's chunks (a gap: not
 // in the startup set).
