@@ -20,16 +20,7 @@ func TestNodeCacheWarningsReachTheLog(t *testing.T) {
 	o.Prefix, o.ChunkBytes, o.BlockBytes = pub.keys.prefix, testChunkBytes, testChunkBytes
 	o.CacheMaxBytes, o.Fill = 2*testChunkBytes, FillOptions{Disabled: true}
 	o.Log = slog.New(slog.NewTextHandler(&logs, nil))
-	node := openWith(t, o)
-	res, err := node.Resolve(bg(), rec.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd, err := res.Memory.OpenMemory()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rd.Close()
+	rd := openMemory(t, openWith(t, o), rec.ID)
 	buf := make([]byte, 4096)
 	for off := int64(0); off < rd.Size(); off += testChunkBytes {
 		if _, err := rd.ReadAt(buf, off); err != nil {

@@ -20,20 +20,12 @@ import (
 // left failing that snapshot until its cache is wiped.
 func TestPoisonedCacheBlockIsFetchedAgain(t *testing.T) {
 	w := newWorld(t, server.Endpoint)
-	snap := w.publish(t, w.repo(t, 0), 7)
-	o := testOptions(t, w.endpoint)
-	o.Prefix = w.prefix
-	first := openWith(t, o)
-	inst := w.restoreOK(t, first, snap, restore.ModeOff)
-	if err := inst.Stop(bg()); err != nil {
-		t.Fatal(err)
-	}
-	first.Close()
+	snap, o := w.restoredOnce(t, 7)
 	poisoned := poisonNeighbours(t, filepath.Join(o.CacheDir, "chunks"))
 
 	second := openWith(t, o) // the same cache directory, reopened
 	before := second.RequestStats()
-	inst = w.restoreOK(t, second, snap, restore.ModeOff)
+	inst := w.restoreOK(t, second, snap, restore.ModeOff)
 	if err := inst.Stop(bg()); err != nil {
 		t.Fatal(err)
 	}

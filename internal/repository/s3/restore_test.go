@@ -343,9 +343,12 @@ func recordFromLocal(snap snapshot) (repository.Record, error) {
 // TestCorruptChunkRefetchedOnRestore damages a cached block on disk between
 // two node lifetimes: the restore detects it, discards it, fetches it again
 // and the guest reads the right bytes.
-func TestCorruptChunkRefetchedOnRestore(t *testing.T) {
-	w := newWorld(t, server.Endpoint)
-	snap := w.publish(t, w.repo(t, 0), 7)
+// restoredOnce publishes the snapshot of seed and restores it once on a
+// node whose repository options it returns: their cache directory then
+// holds the blocks the restore read, for a test to damage and reopen.
+func (w *world) restoredOnce(t *testing.T, seed uint64) (snapshot, Options) {
+	t.Helper()
+	snap := w.publish(t, w.repo(t, 0), seed)
 	o := testOptions(t, w.endpoint)
 	o.Prefix = w.prefix
 	first := openWith(t, o)
@@ -354,6 +357,12 @@ func TestCorruptChunkRefetchedOnRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	first.Close()
+	return snap, o
+}
+
+func TestCorruptChunkRefetchedOnRestore(t *testing.T) {
+	w := newWorld(t, server.Endpoint)
+	snap, o := w.restoredOnce(t, 7)
 
 	files, err := filepath.Glob(filepath.Join(o.CacheDir, "chunks", "*", "*.blk"))
 	if err != nil || len(files) < 2 {
@@ -376,7 +385,7 @@ func TestCorruptChunkRefetchedOnRestore(t *testing.T) {
 	}
 	second := openWith(t, o) // the same cache directory, reopened
 	before := second.RequestStats()
-	inst = w.restoreOK(t, second, snap, restore.ModeOff)
+	inst := w.restoreOK(t, second, snap, restore.ModeOff)
 	if err := inst.Stop(bg()); err != nil {
 		t.Fatal(err)
 	}
