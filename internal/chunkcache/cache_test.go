@@ -87,6 +87,19 @@ func openCache(t *testing.T, dir string, maxBytes int64) *Cache {
 	return c
 }
 
+// holdoffReader opens a cache whose failure holdoff is holdoff and a
+// reader of a two-block object "obj" of a fresh origin.
+func holdoffReader(t *testing.T, holdoff time.Duration) (*origin, *Cache, *Reader) {
+	t.Helper()
+	o := newOrigin(t, 2*testBlock)
+	c, err := Open(Options{Dir: t.TempDir(), MaxBytes: 64 << 20, BlockBytes: testBlock, FailureHoldoff: holdoff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return o, c, openReader(t, c, o.object("obj"))
+}
+
 func openReader(t *testing.T, c *Cache, obj Object) *Reader {
 	t.Helper()
 	r, err := c.Open(obj)
@@ -223,13 +236,7 @@ func TestFetchFailureIsNotCached(t *testing.T) {
 // once, without another GET, until the holdoff has passed; other blocks
 // are fetched as usual.
 func TestFailureHoldoff(t *testing.T) {
-	o := newOrigin(t, 2*testBlock)
-	c, err := Open(Options{Dir: t.TempDir(), MaxBytes: 64 << 20, BlockBytes: testBlock, FailureHoldoff: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	r := openReader(t, c, o.object("obj"))
+	o, c, r := holdoffReader(t, time.Hour)
 	boom := errors.New("store unreachable")
 	o.fail.Store(&boom)
 	if _, err := r.ReadAt(make([]byte, 10), 0); !errors.Is(err, boom) {
@@ -446,13 +453,7 @@ func TestClosedCacheRefuses(t *testing.T) {
 // after the last starts over; a fetch that succeeds ends it all.
 func TestFailureHoldoffGrowsWhileFetchesKeepFailing(t *testing.T) {
 	const holdoff = time.Hour
-	o := newOrigin(t, 2*testBlock)
-	c, err := Open(Options{Dir: t.TempDir(), MaxBytes: 64 << 20, BlockBytes: testBlock, FailureHoldoff: holdoff})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	r := openReader(t, c, o.object("obj"))
+	o, c, r := holdoffReader(t, holdoff)
 	boom := errors.New("store unreachable")
 	o.fail.Store(&boom)
 	key := blockKey{"obj", 0}
@@ -529,13 +530,7 @@ func TestFullOfPinnedBlocksIsLogged(t *testing.T) {
 // more after fetching them anew is dropped and held off: reads of it fail
 // at once, without a GET, until its holdoff is over.
 func TestRefusedBlockIsHeldOff(t *testing.T) {
-	o := newOrigin(t, 2*testBlock)
-	c, err := Open(Options{Dir: t.TempDir(), MaxBytes: 64 << 20, BlockBytes: testBlock, FailureHoldoff: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	r := openReader(t, c, o.object("obj"))
+	o, c, r := holdoffReader(t, time.Hour)
 	readCheck(t, r, o, 0, 10)
 	r.Refuse(100, 10)
 	fetches := o.fetches.Load()
