@@ -397,31 +397,25 @@ func (r *Repo) goneOr(ctx context.Context, id string, err error) error {
 }
 
 // Delete implements repository.Repository.
-func (r *Repo) Delete(ctx context.Context, id string) error {
-	if err := repository.ValidateID(id); err != nil {
-		return fmt.Errorf("delete: %w", err)
-	}
-	if err := r.writable(); err != nil {
-		return fmt.Errorf("delete: %w", err)
-	}
-	if err := r.delete(ctx, id, false); err != nil {
-		return fmt.Errorf("delete %s: %w", id, err)
-	}
-	return nil
-}
+func (r *Repo) Delete(ctx context.Context, id string) error { return r.checkedDelete(ctx, id, false) }
 
 // DeleteRecorded implements repository.RecordedDeleter: it deletes id only
 // if its record (in place or quarantined) is still there under the record
 // lock, so of concurrent deletes of one snapshot exactly one succeeds and
 // the others get ErrNotFound.
 func (r *Repo) DeleteRecorded(ctx context.Context, id string) error {
+	return r.checkedDelete(ctx, id, true)
+}
+
+// checkedDelete is delete after the checks both deletes make.
+func (r *Repo) checkedDelete(ctx context.Context, id string, recorded bool) error {
 	if err := repository.ValidateID(id); err != nil {
 		return fmt.Errorf("delete: %w", err)
 	}
 	if err := r.writable(); err != nil {
 		return fmt.Errorf("delete: %w", err)
 	}
-	if err := r.delete(ctx, id, true); err != nil {
+	if err := r.delete(ctx, id, recorded); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
 	return nil
