@@ -550,10 +550,7 @@ func (c *Cache) drop(object string, off, length int64, refuse bool) {
 	for idx := off / c.blockBytes; idx <= (off+length-1)/c.blockBytes; idx++ {
 		key := blockKey{object, idx}
 		if refuse && c.holdoff > 0 {
-			c.noteFailureLocked(key, fmt.Errorf("block %d of %s: %w", idx, object, ErrRefused), now)
-			f := c.failures[key]
-			f.refused = true
-			c.failures[key] = f
+			c.noteFailureLocked(key, fmt.Errorf("block %d of %s: %w", idx, object, ErrRefused), now, true)
 		}
 		e := c.entries[key]
 		if e == nil {

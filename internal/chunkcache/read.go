@@ -412,7 +412,7 @@ func (c *Cache) failFlights(object string, first int64, flights []*flight, err e
 			delete(c.flights, key)
 		}
 		if holdoff {
-			c.noteFailureLocked(key, err, now)
+			c.noteFailureLocked(key, err, now, false)
 		}
 		f.err = err
 	}
@@ -424,13 +424,15 @@ func (c *Cache) failFlights(object string, first int64, flights []*flight, err e
 
 // noteFailureLocked starts key's failure holdoff with err: twice as long
 // as the last one if that ended lately (the block keeps failing), the
-// configured holdoff if it ended long ago or there was none.
-func (c *Cache) noteFailureLocked(key blockKey, err error, now time.Time) {
+// configured holdoff if it ended long ago or there was none. refused
+// marks bytes the reader refused (see Refuse).
+func (c *Cache) noteFailureLocked(key blockKey, err error, now time.Time, refused bool) {
 	strikes := 1
 	if last, ok := c.failures[key]; ok && now.Sub(last.until) < c.holdoff<<maxHoldoffDoublings {
 		strikes = last.strikes + 1
 	}
-	c.failures[key] = failure{err: err, until: now.Add(c.holdoff << min(strikes-1, maxHoldoffDoublings)), strikes: strikes}
+	c.failures[key] = failure{err: err, until: now.Add(c.holdoff << min(strikes-1, maxHoldoffDoublings)),
+		strikes: strikes, refused: refused}
 }
 
 // pruneFailuresLocked drops failures whose holdoff has passed.

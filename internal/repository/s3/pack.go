@@ -315,20 +315,21 @@ var (
 // have come from the memory's blocks or the pack's, so both copies of it
 // are dropped.
 func (p *packedReader) Uncache(off, length int64) {
-	p.mem.Uncache(off, length)
-	for _, pc := range p.pieces(off, off+length) {
-		if pc.fromPack {
-			p.pack.Uncache(pc.packOff, pc.length)
-		}
-	}
+	p.eachCopy(off, length, (*chunkcache.Reader).Uncache)
 }
 
 // Refuse implements integrity.Uncacher: both copies are refused.
 func (p *packedReader) Refuse(off, length int64) {
-	p.mem.Refuse(off, length)
+	p.eachCopy(off, length, (*chunkcache.Reader).Refuse)
+}
+
+// eachCopy calls drop on the memory's range [off, off+length) and on the
+// pack's ranges of the pages in it that the pack holds.
+func (p *packedReader) eachCopy(off, length int64, drop func(r *chunkcache.Reader, off, length int64)) {
+	drop(p.mem, off, length)
 	for _, pc := range p.pieces(off, off+length) {
 		if pc.fromPack {
-			p.pack.Refuse(pc.packOff, pc.length)
+			drop(p.pack, pc.packOff, pc.length)
 		}
 	}
 }
