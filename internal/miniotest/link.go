@@ -24,8 +24,11 @@ type Link struct {
 	upstream string
 	ln       net.Listener
 	limiter  *rate.Limiter
-	ctx      context.Context
-	cancel   context.CancelFunc
+	meterMu  sync.Mutex
+	// clock reads the time for the meter (a test stalls it).
+	clock  func() time.Time
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu    sync.Mutex
 	conns map[net.Conn]bool
@@ -55,7 +58,7 @@ func NewLink(upstream string) (*Link, error) {
 		return nil, fmt.Errorf("link to %s: %w", upstream, err)
 	}
 	l := &Link{Addr: ln.Addr().String(), upstream: upstream, ln: ln,
-		limiter: rate.NewLimiter(rate.Inf, linkSliceBytes), conns: map[net.Conn]bool{}}
+		limiter: rate.NewLimiter(rate.Inf, linkSliceBytes), clock: time.Now, conns: map[net.Conn]bool{}}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.wg.Go(l.accept)
 	return l, nil
@@ -139,7 +142,7 @@ func (l *Link) copyLimited(dst io.Writer, src io.Reader) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if werr := l.limiter.WaitN(l.ctx, n); werr != nil {
+			if werr := l.meter(n); werr != nil {
 				return // closed
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
@@ -149,5 +152,33 @@ func (l *Link) copyLimited(dst io.Writer, src io.Reader) {
 		if err != nil {
 			return
 		}
+	}
+}
+
+// meter waits until the link may carry n more bytes. The clock is read
+// under the meter's lock, so reservations reach the limiter in time
+// order: golang.org/x/time/rate stores a reservation's time as its last
+// update, and a forwarder that read the clock and was then preempted
+// before the limiter's lock (its WaitN reads the clock outside it) would
+// rewind that and have the link's time since granted twice.
+func (l *Link) meter(n int) error {
+	l.meterMu.Lock()
+	now := l.clock()
+	r := l.limiter.ReserveN(now, n)
+	l.meterMu.Unlock()
+	if !r.OK() {
+		return fmt.Errorf("link: %d bytes exceed the meter's burst", n)
+	}
+	d := r.DelayFrom(now)
+	if d == 0 {
+		return nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-l.ctx.Done():
+		return l.ctx.Err()
 	}
 }
