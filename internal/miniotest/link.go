@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"warmstart/internal/pace"
 )
 
 // Link is a node's network link to the object store: a TCP forwarder on
@@ -23,12 +25,9 @@ type Link struct {
 
 	upstream string
 	ln       net.Listener
-	limiter  *rate.Limiter
-	meterMu  sync.Mutex
-	// clock reads the time for the meter (a test stalls it).
-	clock  func() time.Time
-	ctx    context.Context
-	cancel context.CancelFunc
+	meter    *pace.Meter
+	ctx      context.Context
+	cancel   context.CancelFunc
 
 	mu    sync.Mutex
 	conns map[net.Conn]bool
@@ -40,7 +39,7 @@ type Link struct {
 const linkSliceBytes = 16 << 10
 
 // linkSlack is how much of the link's time a forwarder that was not
-// running may make up for: the limiter's burst. A real link keeps
+// running may make up for: the meter's bucket. A real link keeps
 // delivering into the receiver's socket buffers while the receiving
 // process waits for a core; a forwarder goroutine that wakes late (the
 // benchmark shares 2 cores between MinIO, the node and the guest) would
@@ -58,7 +57,7 @@ func NewLink(upstream string) (*Link, error) {
 		return nil, fmt.Errorf("link to %s: %w", upstream, err)
 	}
 	l := &Link{Addr: ln.Addr().String(), upstream: upstream, ln: ln,
-		limiter: rate.NewLimiter(rate.Inf, linkSliceBytes), clock: time.Now, conns: map[net.Conn]bool{}}
+		meter: pace.New(rate.Inf, linkSliceBytes), conns: map[net.Conn]bool{}}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.wg.Go(l.accept)
 	return l, nil
@@ -68,12 +67,11 @@ func NewLink(upstream string) (*Link, error) {
 // zero or less removes the cap.
 func (l *Link) SetRate(bitsPerSecond int64) {
 	if bitsPerSecond <= 0 {
-		l.limiter.SetLimit(rate.Inf)
+		l.meter.Set(rate.Inf, linkSliceBytes)
 		return
 	}
 	bytesPerSec := float64(bitsPerSecond) / 8
-	l.limiter.SetBurst(max(4*linkSliceBytes, int(bytesPerSec*linkSlack.Seconds())))
-	l.limiter.SetLimit(rate.Limit(bytesPerSec))
+	l.meter.Set(rate.Limit(bytesPerSec), max(4*linkSliceBytes, int(bytesPerSec*linkSlack.Seconds())))
 }
 
 // Close stops accepting, closes every connection and waits for the copies.
@@ -113,7 +111,7 @@ func (l *Link) accept() {
 }
 
 // serve forwards one connection: client bytes as they come, server bytes
-// through the shared limiter.
+// through the shared meter.
 func (l *Link) serve(client net.Conn) {
 	defer client.Close()
 	server, err := net.Dial("tcp", l.upstream)
@@ -142,7 +140,7 @@ func (l *Link) copyLimited(dst io.Writer, src io.Reader) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if werr := l.meter(n); werr != nil {
+			if werr := l.meter.Wait(l.ctx, n); werr != nil {
 				return // closed
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
@@ -152,33 +150,5 @@ func (l *Link) copyLimited(dst io.Writer, src io.Reader) {
 		if err != nil {
 			return
 		}
-	}
-}
-
-// meter waits until the link may carry n more bytes. The clock is read
-// under the meter's lock, so reservations reach the limiter in time
-// order: golang.org/x/time/rate stores a reservation's time as its last
-// update, and a forwarder that read the clock and was then preempted
-// before the limiter's lock (its WaitN reads the clock outside it) would
-// rewind that and have the link's time since granted twice.
-func (l *Link) meter(n int) error {
-	l.meterMu.Lock()
-	now := l.clock()
-	r := l.limiter.ReserveN(now, n)
-	l.meterMu.Unlock()
-	if !r.OK() {
-		return fmt.Errorf("link: %d bytes exceed the meter's burst", n)
-	}
-	d := r.DelayFrom(now)
-	if d == 0 {
-		return nil
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return nil
-	case <-l.ctx.Done():
-		return l.ctx.Err()
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"warmstart/internal/chunkcache"
+	"warmstart/internal/pace"
 )
 
 // The background fill: once a restore is ready (its startup set is in the
@@ -37,7 +38,7 @@ type FillOptions struct {
 type filler struct {
 	cache *chunkcache.Cache
 	o     FillOptions
-	limit *rate.Limiter
+	limit *pace.Meter
 	ctx   context.Context
 	stop  context.CancelFunc
 	wg    sync.WaitGroup // every goroutine of the filler
@@ -59,7 +60,7 @@ func newFiller(c *chunkcache.Cache, o FillOptions) *filler {
 	}
 	bytesPerSec := float64(o.BitsPerSec) / 8
 	f := &filler{cache: c, o: o, running: map[string]bool{}, quiet: make(chan struct{}),
-		limit: rate.NewLimiter(rate.Limit(bytesPerSec), int(max(c.BlockBytes(), int64(bytesPerSec)/10)))}
+		limit: pace.New(rate.Limit(bytesPerSec), int(max(c.BlockBytes(), int64(bytesPerSec)/10)))}
 	close(f.quiet)
 	f.ctx, f.stop = context.WithCancel(context.Background())
 	return f
@@ -173,5 +174,5 @@ func (f *filler) waitTurn(ctx context.Context, n int64) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return f.limit.WaitN(ctx, int(min(n, int64(f.limit.Burst()))))
+	return f.limit.Wait(ctx, int(min(n, int64(f.limit.Burst()))))
 }

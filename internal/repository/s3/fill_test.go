@@ -2,6 +2,7 @@ package s3
 
 import (
 	"testing"
+	"time"
 
 	"warmstart/internal/repository/repotest"
 )
@@ -69,5 +70,38 @@ func TestFillRequestsAreCountedApart(t *testing.T) {
 	fill := node.RequestStats().Sub(before)
 	if fill.Gets == 0 || fill.FillGets != fill.Gets || fill.FillGetBytes != fill.GetBytes || fill.GetBytes == 0 {
 		t.Fatalf("the fill counted as %+v, want GETs, every one and every byte of them the fill's", fill)
+	}
+}
+
+// TestFillHoldsItsRate: the background fill's fetches, however many run at
+// once, come in no faster than [backend.s3] background_fill_mbit allows.
+func TestFillHoldsItsRate(t *testing.T) {
+	const bitsPerSec = 1 << 20 // 128 KiB/s: the 8 blocks take about 1 s
+	pub := chunkyRepo(t, "")
+	rec, _ := repotest.PublishInputs(t, pub, chunkyInputs(t, 23), "")
+	o := testOptions(t, server.Endpoint)
+	o.Prefix, o.ChunkBytes, o.BlockBytes = pub.keys.prefix, testChunkBytes, testChunkBytes
+	o.Fill = FillOptions{Concurrency: 4, BitsPerSec: bitsPerSec}
+	node := openWith(t, o)
+	res, err := node.Resolve(bg(), rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	res.Memory.(*memorySource).RestoreReady()
+	node.WaitFill()
+	took := time.Since(start)
+	// The meter's bucket holds one block (a tenth of a second's bytes is
+	// less): that much passes at once, the rest at the rate.
+	paced := int64(8-1) * testChunkBytes
+	floor := time.Duration(float64(paced*8) / bitsPerSec * float64(time.Second))
+	t.Logf("filled 8 blocks of %d KiB in %v (floor %v)", testChunkBytes>>10, took, floor)
+	if took < floor {
+		t.Fatalf("the fill took %v for 8 blocks: faster than %d bit/s allows (at least %v)", took, bitsPerSec, floor)
+	}
+	for idx := range int64(8) {
+		if !node.Cache().Cached(rec.MemorySHA256, idx) {
+			t.Fatalf("block %d is not cached after the fill", idx)
+		}
 	}
 }
