@@ -45,6 +45,11 @@ func driftedTrace(t *testing.T, f *fixture, m *manifest.Manifest, extra int) (st
 			recorded[off] = true
 		}
 	}
+	p, err := restore.LookupPolicy(restore.DefaultPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gap := p.GapBytes
 	var pages []int64
 	var drifted []trace.Entry
 	every := len(entries) / 2 / extra
@@ -53,9 +58,14 @@ func driftedTrace(t *testing.T, f *fixture, m *manifest.Manifest, extra int) (st
 		if len(pages) == extra || i%every != 0 {
 			continue
 		}
-		// The next page the recording did not touch, after this one.
+		// The next page after this one that lies farther than the
+		// prefetch's gap from every recorded page: a page in a smaller gap
+		// would be prefetched along and not missed.
 		off := e.Offset + trace.PageBytes
-		for recorded[off] || off >= memoryBytes {
+		for tries := 0; nearRecorded(recorded, off, gap) || off >= memoryBytes; tries++ {
+			if tries > memoryBytes/trace.PageBytes {
+				t.Fatalf("no page of the memory lies farther than %d bytes from every recorded page", gap)
+			}
 			off = (off + trace.PageBytes) % memoryBytes
 		}
 		recorded[off] = true
@@ -67,6 +77,17 @@ func driftedTrace(t *testing.T, f *fixture, m *manifest.Manifest, extra int) (st
 		t.Fatal(err)
 	}
 	return path, pages
+}
+
+// nearRecorded reports whether a recorded page lies within gap bytes of
+// the page at off (that page included).
+func nearRecorded(recorded map[int64]bool, off, gap int64) bool {
+	for o := max(0, off-gap-trace.PageBytes); o <= off+gap+trace.PageBytes; o += trace.PageBytes {
+		if recorded[o] {
+			return true
+		}
+	}
+	return false
 }
 
 // TestRestoresRefineTheManifest: a restore whose guest starts up

@@ -1,8 +1,10 @@
 package restore_test
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"warmstart/internal/config"
@@ -66,6 +68,7 @@ func TestStartupSetAccounting(t *testing.T) {
 			t.Run("manifest is the trace, prefetch before start", c.traceManifestPrefetchFirst)
 			t.Run("manifest is the trace, concurrent", c.traceManifestConcurrent)
 			t.Run("manifest lacks pages", c.manifestLacksPages)
+			t.Run("small gaps come along", c.smallGapsComeAlong)
 			t.Run("prefetch off", c.prefetchOff)
 		})
 	}
@@ -103,7 +106,7 @@ func (c *accountingCase) traceManifestPrefetchFirst(t *testing.T) {
 // page is in time or late, never missed.
 func (c *accountingCase) traceManifestConcurrent(t *testing.T) {
 	e, device, n, full := c.e, c.device, c.n, c.full
-	rep := e.accounted(t, full, restore.Options{Device: device, Prefetch: restore.ModeOn, Policy: policy(t, "warmstart")})
+	rep := e.accounted(t, full, restore.Options{Device: device, Prefetch: restore.ModeOn, Policy: exactPolicy(t)})
 	if rep.MissedPages != 0 || rep.UnusedPages != 0 || rep.InTimePages+rep.LatePages != n {
 		t.Errorf("every touched page is in time or late, none missed or unused: %+v", rep)
 	}
@@ -134,6 +137,54 @@ func (c *accountingCase) manifestLacksPages(t *testing.T) {
 		t.Errorf("uffd installs exactly the plan, yet %d dropped pages were installed", readAhead)
 	}
 	expectCounts(t, inst.StartupSet, startupset.Report{StartupSetPages: n - dropped, InTimePages: n - dropped, MissedPages: dropped - readAhead})
+}
+
+// smallGapsComeAlong: with a plan that takes small gaps (prefetch first,
+// so that no fault races it), every page in a gap of at most GapBytes
+// between recorded pages is brought in, a touched one is not missed, and
+// the startup set is still the manifest's pages alone.
+func (c *accountingCase) smallGapsComeAlong(t *testing.T) {
+	e, device, n, touched := c.e, c.device, c.n, c.touched
+	partial, dropped := withoutEveryFifth(touched)
+	src := withManifest(t, e, e.source(t), partial)
+	p := policy(t, "reap")
+	p.GapBytes = policy(t, "warmstart").GapBytes
+	inst := e.restoreAccounted(t, src, restore.Options{Device: device, Prefetch: restore.ModeOn, Policy: p})
+	prefetched := prefetchedPages(inst)
+	inGaps, caught := int64(0), int64(0)
+	for page := range gapPages(partial, p.GapBytes/startupset.PageBytes) {
+		if !prefetched[page] {
+			t.Fatalf("page %d lies in a gap of at most %d bytes between recorded pages and was not prefetched", page, p.GapBytes)
+		}
+		if touched[page] {
+			inGaps++
+		}
+	}
+	for page := range touched {
+		if !partial[page] && prefetched[page] {
+			caught++
+		}
+	}
+	if inGaps == 0 {
+		t.Fatal("no touched page lies in a small gap of the manifest: the case tests nothing")
+	}
+	t.Logf("%d of %d pages left out of the manifest were prefetched along (%d in small gaps)", caught, dropped, inGaps)
+	expectCounts(t, inst.StartupSet, startupset.Report{StartupSetPages: n - dropped, InTimePages: n - dropped, MissedPages: dropped - caught})
+}
+
+// gapPages are the pages between two recorded pages (neighbours in
+// memory) at most maxGap pages apart.
+func gapPages(recorded map[int64]bool, maxGap int64) map[int64]bool {
+	pages := slices.Sorted(maps.Keys(recorded))
+	gaps := map[int64]bool{}
+	for i := 0; i+1 < len(pages); i++ {
+		if gap := pages[i+1] - pages[i] - 1; gap > 0 && gap <= maxGap {
+			for p := pages[i] + 1; p < pages[i+1]; p++ {
+				gaps[p] = true
+			}
+		}
+	}
+	return gaps
 }
 
 // prefetchOff: every touched page is late and fetched on demand.

@@ -146,7 +146,7 @@ func rankOfPage(m *manifest.Manifest, bufferBytes int64, off int64) int {
 }
 
 func followPolicy(t *testing.T, readers int, follow bool) restore.Policy {
-	p := policy(t, "warmstart")
+	p := exactPolicy(t)
 	p.Readers, p.Follow = readers, follow
 	return p
 }

@@ -370,6 +370,16 @@ func checkHash(t *testing.T, inst *restore.Instance, want string) {
 	}
 }
 
+// exactPolicy is the warmstart policy with a plan of exactly the
+// manifest (no gaps taken along), for tests that count which recorded
+// pages prefetch read, late or missed.
+func exactPolicy(t *testing.T) restore.Policy {
+	t.Helper()
+	p := policy(t, "warmstart")
+	p.GapBytes = 0
+	return p
+}
+
 func policy(t *testing.T, name string) restore.Policy {
 	t.Helper()
 	p, err := restore.LookupPolicy(name)

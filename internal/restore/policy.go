@@ -41,6 +41,10 @@ type Policy struct {
 	// (prefetch.TaskOptions.Follow). It takes effect only while the guest
 	// runs alongside the prefetch, so never with BeforeStart.
 	Follow bool `json:"follow"`
+	// GapBytes, above 0, has each range of a plan on local memory also
+	// take the gap to the next recorded range in memory when that gap is
+	// at most this long (see Policy.Plan).
+	GapBytes int64 `json:"gap_bytes,omitempty"`
 }
 
 // Policies known by name.
@@ -61,7 +65,7 @@ var policies = map[string]Policy{
 	// up front, and two readers (one per core here) fill in first-touch
 	// order concurrently with the restore, following the guest: a fault
 	// ahead of them moves them to it.
-	config.PolicyWarmstart: {Name: config.PolicyWarmstart, Readers: 2, BufferBytes: 1 << 20, MaxReaders: config.DefaultPrefetchMaxReaders, Fill: true, Hint: true, Follow: true},
+	config.PolicyWarmstart: {Name: config.PolicyWarmstart, Readers: 2, BufferBytes: 1 << 20, MaxReaders: config.DefaultPrefetchMaxReaders, Fill: true, Hint: true, Follow: true, GapBytes: 16 << 10},
 }
 
 // DefaultPolicy is the policy a restore uses unless told otherwise.
@@ -86,11 +90,21 @@ func LookupPolicy(name string) (Policy, error) {
 	return p, nil
 }
 
-// Plan turns a manifest's ranges into the policy's read plan.
-func (p Policy) Plan(m *manifest.Manifest) []prefetch.Range {
+// Plan turns a manifest's ranges into the policy's read plan. With
+// gaps (local memory), a range followed in memory, within GapBytes, by
+// another recorded range also takes the pages between them: a guest whose
+// start-up drifts touches pages next to the ones it touched before far
+// more often than pages elsewhere, each such page is a fault's round trip
+// where prefetch missed it, and bringing it along costs a few KiB of a
+// read prefetch makes anyway. The pages taken along are not part of the
+// manifest: its accounting and learning see only the recorded pages.
+func (p Policy) Plan(m *manifest.Manifest, gaps bool) []prefetch.Range {
 	rs := make([]prefetch.Range, len(m.Ranges))
 	for i, r := range m.Ranges {
 		rs[i] = prefetch.Range{Offset: r.Offset, Length: r.Length}
+	}
+	if gaps && p.GapBytes > 0 {
+		absorbGaps(rs, p.GapBytes)
 	}
 	if p.Sorted {
 		// The engine merges ranges that are exactly contiguous, so sorting
@@ -103,4 +117,20 @@ func (p Policy) Plan(m *manifest.Manifest) []prefetch.Range {
 // TaskOptions is the engine's view of the policy.
 func (p Policy) TaskOptions() prefetch.TaskOptions {
 	return prefetch.TaskOptions{Readers: p.Readers, BufferBytes: p.BufferBytes, Follow: p.Follow && !p.BeforeStart}
+}
+
+// absorbGaps extends each range over the gap to the next range in memory
+// order, where that gap is at most gapBytes. Order is kept.
+func absorbGaps(rs []prefetch.Range, gapBytes int64) {
+	byOffset := make([]int, len(rs))
+	for i := range byOffset {
+		byOffset[i] = i
+	}
+	sort.SliceStable(byOffset, func(a, b int) bool { return rs[byOffset[a]].Offset < rs[byOffset[b]].Offset })
+	for k := 0; k+1 < len(byOffset); k++ {
+		r, next := &rs[byOffset[k]], rs[byOffset[k+1]]
+		if gap := next.Offset - (r.Offset + r.Length); gap > 0 && gap <= gapBytes {
+			r.Length += gap
+		}
+	}
 }

@@ -31,7 +31,7 @@ func TestPolicies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := p.Plan(m); !slices.Equal(got, tc.want) {
+		if got := p.Plan(m, false); !slices.Equal(got, tc.want) {
 			t.Errorf("%s plan %v, want %v", tc.name, got, tc.want)
 		}
 		if o := p.TaskOptions(); o.Readers != tc.readers || o.BufferBytes != tc.buffer {
@@ -53,5 +53,50 @@ func TestPolicies(t *testing.T) {
 	}
 	if _, err := LookupPolicy("fastest"); err == nil {
 		t.Error("an unknown policy was accepted")
+	}
+}
+
+// The warmstart plan of a local lower file takes along the gaps of at
+// most GapBytes between recorded ranges that neighbour in memory, keeps
+// first-touch order, and takes nothing where the memory is remote.
+func TestWarmstartPlanTakesSmallGaps(t *testing.T) {
+	p, err := LookupPolicy("warmstart")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gap := p.GapBytes
+	if gap <= 0 {
+		t.Fatalf("the warmstart policy takes no gaps (GapBytes %d)", gap)
+	}
+	const page = 4096
+	m := &manifest.Manifest{Layout: layout.Single(1 << 20), Ranges: []manifest.Range{
+		{Offset: 100 * page, Length: page},     // last in memory: nothing after it
+		{Offset: 0, Length: page},              // gap of exactly GapBytes to the next
+		{Offset: page + gap, Length: 2 * page}, // gap one page wider than GapBytes
+		{Offset: 4*page + 2*gap, Length: page}, // gap to the last of one page
+		{Offset: 4*page + 2*gap + 2*page, Length: page},
+	}}
+	want := []prefetch.Range{
+		{Offset: 100 * page, Length: page},
+		{Offset: 0, Length: page + gap},
+		{Offset: page + gap, Length: 2 * page},
+		{Offset: 4*page + 2*gap, Length: 2 * page},
+		{Offset: 4*page + 2*gap + 2*page, Length: page},
+	}
+	if got := p.Plan(m, true); !slices.Equal(got, want) {
+		t.Errorf("local plan\n got %v\nwant %v", got, want)
+	}
+	recorded := make([]prefetch.Range, len(m.Ranges))
+	for i, r := range m.Ranges {
+		recorded[i] = prefetch.Range{Offset: r.Offset, Length: r.Length}
+	}
+	if got := p.Plan(m, false); !slices.Equal(got, recorded) {
+		t.Errorf("remote plan %v, want the recorded ranges %v", got, recorded)
+	}
+	// The peers' designs and the seed's read what was recorded.
+	for _, name := range []string{"seed", "e2b"} {
+		if q, _ := LookupPolicy(name); !slices.Equal(q.Plan(m, true), recorded) {
+			t.Errorf("%s plan takes gaps: %v", name, q.Plan(m, true))
+		}
 	}
 }

@@ -35,7 +35,7 @@ func TestPrefetchingRestoreFaultsOnePageAtATime(t *testing.T) {
 	partial, dropped := withoutEveryFifth(tracePages(e))
 	src := withManifest(t, e, e.source(t), partial)
 
-	inst := e.restore(t, &r, src, restore.Options{Device: config.DeviceFile, Prefetch: restore.ModeOn, Policy: policy(t, "warmstart")})
+	inst := e.restore(t, &r, src, restore.Options{Device: config.DeviceFile, Prefetch: restore.ModeOn, Policy: exactPolicy(t)})
 	checkHash(t, inst, e.ref.expected)
 	path := vm.lastMemPath()
 	stop(t, inst)

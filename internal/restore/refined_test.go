@@ -67,7 +67,7 @@ func TestRefinedManifestIsPrefetched(t *testing.T) {
 	r.Refine = true
 	for _, device := range devices {
 		t.Run(device, func(t *testing.T) {
-			inst := e.restore(t, &r, src, restore.Options{Device: device, Prefetch: restore.ModeOn})
+			inst := e.restore(t, &r, src, restore.Options{Device: device, Prefetch: restore.ModeOn, Policy: exactPolicy(t)})
 			checkHash(t, inst, e.ref.expected)
 			if p := inst.Prefetch; p.Manifest != restore.ManifestRefined || p.Digest != refined || p.Fallback != "" {
 				t.Fatalf("prefetch %+v: want the refined manifest %s", p, refined)

@@ -477,7 +477,7 @@ func resume(vm vmm.Instance) error {
 // on-demand reads, with a log line.
 func (inst *Instance) startPrefetch(ctx context.Context, src Source, p Policy, pp prefetchPlan, wait bool) error {
 	trimmed := prefetchable(src, pp.m)
-	plan := p.Plan(trimmed)
+	plan := p.Plan(trimmed, src.Memory == nil)
 	inst.Prefetch.PlannedBytes = pp.m.TotalBytes()
 	inst.Prefetch.LeftToDemandBytes = pp.m.TotalBytes() - trimmed.TotalBytes()
 	inst.Prefetch.Generation, inst.Prefetch.Digest = inst.Generation, pp.digest
