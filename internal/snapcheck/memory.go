@@ -20,9 +20,20 @@ type memoryFile struct {
 	close func() error
 }
 
-// openMemory opens the local memory file, or the backend's reader of a
-// remote one.
+// storeMemory is a remote memory source that can read straight from its
+// store, past the node's cache (s3's memory source).
+type storeMemory interface {
+	OpenStoreMemory(ctx context.Context) repository.MemoryReader
+}
+
+// openMemory opens the local memory file, or a reader of a remote one:
+// straight from the store where the source can, so that what this node
+// cached does not stand in for what the store holds.
 func (c *checker) openMemory() (memoryFile, error) {
+	if sm, ok := c.res.Memory.(storeMemory); ok {
+		rd := sm.OpenStoreMemory(c.ctx)
+		return memoryFile{src: rd, size: rd.Size(), close: rd.Close}, nil
+	}
 	if m := c.res.Memory; m != nil {
 		rd, err := m.OpenMemory()
 		if err != nil {

@@ -58,6 +58,24 @@ func (w *s3World) repo(t *testing.T) *s3.Repo {
 	return r
 }
 
+// readAll reads the whole memory of snapshot id through repo's node
+// cache, as a restore on that node would, so that the cache holds it.
+func readAll(t *testing.T, repo *s3.Repo, id string) {
+	t.Helper()
+	res, err := repo.Resolve(bg(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, err := res.Memory.OpenMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	if _, err := io.Copy(io.Discard, io.NewSectionReader(rd, 0, rd.Size())); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // key is the object key of a catalog or artifact path under the prefix
 // (the layout package s3 documents).
 func (w *s3World) key(path string) string { return w.prefix + "/" + path }
@@ -175,6 +193,23 @@ func TestS3(t *testing.T) {
 		}
 		if want := rec.MemorySize - m.Length(damaged[0]) - m.Length(damaged[1]); a.ReadBytes != want {
 			t.Errorf("read %d bytes, want the %d outside the two damaged chunks", a.ReadBytes, want)
+		}
+	})
+	// A node that has read the memory holds its blocks in its cache;
+	// verify on that node must still read the store's copy, which every
+	// other node reads.
+	t.Run("damage behind a warm node cache", func(t *testing.T) {
+		repo := w.repo(t)
+		rec, _ := publish(t, repo, "warm-node")
+		readAll(t, repo, rec.ID)
+		key := w.key("chunks/" + firstStoredChunk(t, w, rec).String() + ".zst")
+		chunk := w.get(t, key)
+		chunk[len(chunk)/2] ^= 0x01
+		w.put(t, key, chunk)
+		r := verify(t, repo, "warm-node", Options{})
+		a := wantArtifact(t, r, repository.MemoryFileName, StatusBad, KindRead, KindBadBlocks)
+		if r.OK || len(a.Problems) == 0 || !strings.Contains(a.Problems[0].Message, "integrity") {
+			t.Fatalf("a chunk damaged in the store verified ok on a node that cached it: %+v", a)
 		}
 	})
 	t.Run("table object removed", func(t *testing.T) {

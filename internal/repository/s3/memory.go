@@ -173,6 +173,47 @@ func (m *memorySource) OpenMemory() (repository.MemoryReader, error) {
 	return &packedReader{cache: m.r.cache, mem: rd, pack: prd, spans: m.pack.spans, skipped: &m.packSkipped}, nil
 }
 
+// OpenStoreMemory reads the memory straight from the store, past the
+// node cache: what snapshot verify reads, so that blocks this node cached
+// do not stand in for the store's copy, which every other node reads.
+// Chunks are checked against their digests as fetched; nothing read is
+// kept. ctx bounds every read.
+func (m *memorySource) OpenStoreMemory(ctx context.Context) repository.MemoryReader {
+	return &storeReader{ctx: ctx, obj: m.obj}
+}
+
+// storeReader is a MemoryReader of an object's fetches, one per ReadAt.
+type storeReader struct {
+	ctx context.Context
+	obj chunkcache.Object
+}
+
+func (s *storeReader) Size() int64  { return s.obj.Size }
+func (s *storeReader) Close() error { return nil }
+
+func (s *storeReader) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("read memory at %d: negative offset", off)
+	}
+	if off >= s.obj.Size {
+		return 0, io.EOF
+	}
+	want := int(min(int64(len(p)), s.obj.Size-off))
+	body, err := s.obj.Fetch(s.ctx, off, int64(want))
+	if err != nil {
+		return 0, err
+	}
+	defer body.Close()
+	n, err := io.ReadFull(body, p[:want])
+	if err != nil {
+		return n, fmt.Errorf("read memory [%d, %d) from the store: %w", off, off+int64(want), err)
+	}
+	if want < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
 // Unanswered implements restore.StallReporter: the requests of this
 // node's client the store keeps waiting now (sent and not answered, or a
 // body that stopped coming), nil when there is none. Reads of a restore
