@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"warmstart/internal/config"
+	"warmstart/internal/layout"
 	"warmstart/internal/manifest"
 	"warmstart/internal/prefetch"
 )
@@ -104,7 +105,7 @@ func (p Policy) Plan(m *manifest.Manifest, gaps bool) []prefetch.Range {
 		rs[i] = prefetch.Range{Offset: r.Offset, Length: r.Length}
 	}
 	if gaps && p.GapBytes > 0 {
-		absorbGaps(rs, p.GapBytes)
+		absorbGaps(rs, p.GapBytes, m.Layout)
 	}
 	if p.Sorted {
 		// The engine merges ranges that are exactly contiguous, so sorting
@@ -120,8 +121,10 @@ func (p Policy) TaskOptions() prefetch.TaskOptions {
 }
 
 // absorbGaps extends each range over the gap to the next range in memory
-// order, where that gap is at most gapBytes. Order is kept.
-func absorbGaps(rs []prefetch.Range, gapBytes int64) {
+// order, where that gap is at most gapBytes and lies inside the region
+// holding both: a hole between regions is no guest memory (a uffd device
+// refuses to install it). Order is kept.
+func absorbGaps(rs []prefetch.Range, gapBytes int64, l layout.Layout) {
 	byOffset := make([]int, len(rs))
 	for i := range byOffset {
 		byOffset[i] = i
@@ -129,7 +132,8 @@ func absorbGaps(rs []prefetch.Range, gapBytes int64) {
 	sort.SliceStable(byOffset, func(a, b int) bool { return rs[byOffset[a]].Offset < rs[byOffset[b]].Offset })
 	for k := 0; k+1 < len(byOffset); k++ {
 		r, next := &rs[byOffset[k]], rs[byOffset[k+1]]
-		if gap := next.Offset - (r.Offset + r.Length); gap > 0 && gap <= gapBytes {
+		end := r.Offset + r.Length
+		if gap := next.Offset - end; gap > 0 && gap <= gapBytes && l.Contains(end-1, gap+2) {
 			r.Length += gap
 		}
 	}

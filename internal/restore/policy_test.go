@@ -100,3 +100,32 @@ func TestWarmstartPlanTakesSmallGaps(t *testing.T) {
 		}
 	}
 }
+
+// A gap between two regions' ranges is taken only where both regions are
+// one stretch of memory: across a hole between them it is no guest memory.
+func TestPlanTakesNoGapAcrossAHole(t *testing.T) {
+	p, err := LookupPolicy("warmstart")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const page, mib = 4096, 1 << 20
+	ranges := []manifest.Range{{Offset: mib - page, Length: page}, {Offset: mib + 2*page, Length: page}}
+	for _, tc := range []struct {
+		name    string
+		regions []layout.Region
+		want    int64 // the first range's planned length
+	}{
+		{"one region", []layout.Region{{Offset: 0, Size: 2 * mib, PageSize: page}}, 3 * page},
+		{"adjacent regions", []layout.Region{{Offset: 0, Size: mib, PageSize: page}, {Offset: mib, Size: mib, PageSize: page}}, page},
+		{"a hole between them", []layout.Region{{Offset: 0, Size: mib, PageSize: page}, {Offset: mib + 2*page, Size: mib, PageSize: page}}, page},
+	} {
+		l := layout.Layout{Regions: tc.regions, FileSize: 3 * mib}
+		if err := l.Validate(); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got := p.Plan(&manifest.Manifest{Layout: l, Ranges: ranges}, true)
+		if got[0].Length != tc.want || got[1] != (prefetch.Range{Offset: mib + 2*page, Length: page}) {
+			t.Errorf("%s: plan %v, want the first range %d bytes long", tc.name, got, tc.want)
+		}
+	}
+}
