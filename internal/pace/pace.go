@@ -43,11 +43,14 @@ func (m *Meter) Set(limit rate.Limit, burst int) {
 	m.lim.SetLimitAt(now, limit)
 }
 
-// Burst is the most one Wait may ask for.
+// Burst is the most one Wait may ask for while the rate is finite (at
+// rate.Inf any n passes).
 func (m *Meter) Burst() int { return m.lim.Burst() }
 
 // Wait blocks until n more bytes may pass, or ctx ends. A wait that ctx
-// ends keeps its share taken: the stream was going to send it.
+// ends gives its share back, so that a stream given up does not hold
+// back the others (the hand-back, like the reservation, reaches the
+// limiter under the meter's lock).
 func (m *Meter) Wait(ctx context.Context, n int) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -69,6 +72,9 @@ func (m *Meter) Wait(ctx context.Context, n int) error {
 	case <-timer.C:
 		return nil
 	case <-ctx.Done():
+		m.mu.Lock()
+		r.CancelAt(m.clock())
+		m.mu.Unlock()
 		return ctx.Err()
 	}
 }

@@ -11,12 +11,13 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Callers waiting at once never get more than the rate, even when one of
-// them stalls between reading the clock and taking its share (a thread
+// Callers waiting at once never get more than the rate, even when some of
+// them stall between reading the clock and taking their share (a thread
 // the host preempts: on a loaded CI node the benchmark's link once let
-// four connections through 15 ms faster than its rate). With the clock
-// read outside the lock, as rate.Limiter.WaitN reads it, the same 24 MiB
-// passed in 84 ms of a 196 ms floor.
+// four connections through 15 ms faster than its rate). The stalls add
+// up to 24 ms, well under the 196 ms floor, so a meter that let callers
+// through early would show. With the clock read outside the lock, as
+// rate.Limiter.WaitN reads it, 24 MiB passed in 84 ms (3 ms stalls).
 func TestMeterHoldsItsRateWhenACallerStalls(t *testing.T) {
 	const (
 		bytesPerSec = 125_000_000
@@ -24,8 +25,8 @@ func TestMeterHoldsItsRateWhenACallerStalls(t *testing.T) {
 		slice       = 16 << 10
 		callers     = 8
 		total       = 24 << 20
-		stallEvery  = 8
-		stall       = 3 * time.Millisecond
+		stallEvery  = 64
+		stall       = time.Millisecond
 	)
 	m := New(bytesPerSec, burst)
 	var reads atomic.Int64
@@ -87,8 +88,49 @@ func TestInfiniteRateLetsEverythingThrough(t *testing.T) {
 	if err := m.Wait(context.Background(), 1<<30); err != nil {
 		t.Fatal(err)
 	}
-	m.Set(1000, 500)
-	if got := m.Burst(); got != 500 {
-		t.Fatalf("Burst() = %d after Set, want 500", got)
+	// From no limit to a rate (as the benchmark's link is set up): the
+	// bucket's 1,000 bytes pass at once, the next 1,000 a millisecond
+	// later.
+	m.Set(1_000_000, 1000)
+	if got := m.Burst(); got != 1000 {
+		t.Fatalf("Burst() = %d after Set, want 1000", got)
+	}
+	start := time.Now()
+	for range 2 {
+		if err := m.Wait(context.Background(), 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if took := time.Since(start); took < time.Millisecond-50*time.Microsecond {
+		t.Fatalf("2,000 bytes through a 1,000-byte bucket at 1 MB/s took %v, want about 1 ms", took)
+	}
+}
+
+// A wait its context ends gives its share back: the next caller does not
+// wait for bytes nobody sent.
+func TestCancelledWaitGivesItsShareBack(t *testing.T) {
+	m := New(1000, 1000)
+	if err := m.Wait(context.Background(), 1000); err != nil {
+		t.Fatal(err) // the full bucket
+	}
+	// The next clock read is the second wait's, under the lock its
+	// reservation is made in; its cancellation takes the same lock, so
+	// it comes after the reservation.
+	reading := make(chan struct{})
+	var once sync.Once
+	m.clock = func() time.Time {
+		once.Do(func() { close(reading) })
+		return time.Now()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	waiting := make(chan error, 1)
+	go func() { waiting <- m.Wait(ctx, 1000) }() // would be granted in 1 s
+	<-reading
+	cancel()
+	if err := <-waiting; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled wait returned %v", err)
+	}
+	if tokens := m.lim.TokensAt(time.Now()); tokens < -100 {
+		t.Fatalf("the bucket holds %.0f tokens after the cancelled wait, want its 1,000 back (about 0)", tokens)
 	}
 }
