@@ -33,7 +33,7 @@ func Restore(out io.Writer, in daemon.RestoreInfo) {
 		fmt.Fprintf(out, " (%s)", in.Prefetch.Reason)
 	}
 	if in.Prefetch.PlannedBytes > 0 {
-		fmt.Fprintf(out, ", %.1f MiB planned%s, policy %s", float64(in.Prefetch.PlannedBytes)/(1<<20), leftToDemand(in.Prefetch), in.Policy)
+		fmt.Fprintf(out, ", %.1f MiB planned%s%s, policy %s", float64(in.Prefetch.PlannedBytes)/(1<<20), leftToDemand(in.Prefetch), gapsTaken(in.Prefetch), in.Policy)
 	}
 	if in.Prefetch.Manifest != "" {
 		fmt.Fprintf(out, ", %s manifest", in.Prefetch.Manifest)
@@ -46,6 +46,15 @@ func Restore(out io.Writer, in daemon.RestoreInfo) {
 	}
 	fmt.Fprintf(out, "\n  device read         %.1f MiB in %d requests\n", float64(in.DeviceBytes.BytesRead)/(1<<20), in.DeviceBytes.ReadRequests)
 	fmt.Fprintf(out, "  %s\n", startupset.Line(in.StartupSet))
+}
+
+// gapsTaken notes what the plan read beyond the manifest, "" when
+// nothing.
+func gapsTaken(p restore.PrefetchReport) string {
+	if p.GapBytes <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (+%.1f MiB of small gaps taken along)", float64(p.GapBytes)/(1<<20))
 }
 
 // leftToDemand notes the planned bytes the memory source left to demand

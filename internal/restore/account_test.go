@@ -169,6 +169,9 @@ func (c *accountingCase) smallGapsComeAlong(t *testing.T) {
 		t.Fatal("no touched page lies in a small gap of the manifest: the case tests nothing")
 	}
 	t.Logf("%d of %d pages left out of the manifest were prefetched along (%d in small gaps)", caught, dropped, inGaps)
+	if want := int64(len(gapPages(partial, p.GapBytes/startupset.PageBytes))) * startupset.PageBytes; inst.Prefetch.GapBytes != want {
+		t.Errorf("the report says the plan took %d bytes of gaps along, want the %d between recorded pages", inst.Prefetch.GapBytes, want)
+	}
 	expectCounts(t, inst.StartupSet, startupset.Report{StartupSetPages: n - dropped, InTimePages: n - dropped, MissedPages: dropped - caught})
 }
 

@@ -213,6 +213,9 @@ type PrefetchReport struct {
 	// asked prefetch to leave to demand faults (PrefetchTrimmer: on S3,
 	// pages neither its startup pack nor the node cache holds).
 	LeftToDemandBytes int64 `json:"left_to_demand_bytes,omitempty"`
+	// GapBytes is what the plan reads beyond the manifest: the small gaps
+	// between recorded ranges it takes along (Policy.GapBytes).
+	GapBytes int64 `json:"gap_bytes,omitempty"`
 	// Manifest is which manifest was prefetched: ManifestRecorded or
 	// ManifestRefined; empty when none was.
 	Manifest string `json:"manifest,omitempty"`
@@ -480,6 +483,7 @@ func (inst *Instance) startPrefetch(ctx context.Context, src Source, p Policy, p
 	plan := p.Plan(trimmed, src.Memory == nil)
 	inst.Prefetch.PlannedBytes = pp.m.TotalBytes()
 	inst.Prefetch.LeftToDemandBytes = pp.m.TotalBytes() - trimmed.TotalBytes()
+	inst.Prefetch.GapBytes = planBytes(plan) - trimmed.TotalBytes()
 	inst.Prefetch.Generation, inst.Prefetch.Digest = inst.Generation, pp.digest
 	if src.Memory != nil {
 		inst.startCacheWarm(src, pp.m)
