@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -45,12 +46,14 @@ func newS3World(t *testing.T) *s3World {
 	return &s3World{srv: srv, client: client, prefix: "verify-" + hex.EncodeToString(b[:])}
 }
 
-func (w *s3World) repo(t *testing.T) *s3.Repo {
+func (w *s3World) repo(t *testing.T) *s3.Repo { return w.open(t, false) }
+
+func (w *s3World) open(t *testing.T, readOnly bool) *s3.Repo {
 	t.Helper()
 	r, err := s3.Open(bg(), s3.Options{
 		Endpoint: "http://" + w.srv.Endpoint, Bucket: s3Bucket, Region: "us-east-1", Prefix: w.prefix,
 		AddressingStyle: "path", AccessKeyID: miniotest.AccessKey, SecretAccessKey: miniotest.SecretKey,
-		CacheDir: t.TempDir(), CacheMaxBytes: 64 << 20,
+		CacheDir: t.TempDir(), CacheMaxBytes: 64 << 20, ReadOnly: readOnly,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -58,6 +61,9 @@ func (w *s3World) repo(t *testing.T) *s3.Repo {
 	t.Cleanup(func() { r.Close() })
 	return r
 }
+
+// readOnlyRepo opens the prefix read-only, as snapshot verify does.
+func (w *s3World) readOnlyRepo(t *testing.T) *s3.Repo { return w.open(t, true) }
 
 // key is the object key of a catalog or artifact path under the prefix
 // (the layout package s3 documents).
@@ -100,6 +106,15 @@ func TestS3(t *testing.T) {
 		wantArtifact(t, r, repository.ManifestFileName, StatusOK)
 		wantArtifact(t, r, repository.DigestsFileName, StatusOK)
 		wantArtifact(t, r, StartupPackArtifact, StatusOK)
+	})
+	// snapshot verify opens the repository read-only (without
+	// --add-digests); its view of the store is read-only too and works.
+	t.Run("read-only node", func(t *testing.T) {
+		rec, _ := publish(t, w.repo(t), "read-only-node")
+		r := verify(t, w.readOnlyRepo(t), "read-only-node", Options{})
+		if mem := wantArtifact(t, r, repository.MemoryFileName, StatusOK); !r.OK || mem.ReadSHA256 != rec.MemorySHA256 {
+			t.Fatalf("a clean snapshot through a read-only node: %+v", r)
+		}
 	})
 	// A damaged startup pack costs every cold restore its stream (reads
 	// fall back to the chunks, silently): verify is where it shows.
@@ -200,6 +215,37 @@ func TestS3(t *testing.T) {
 		a := wantArtifact(t, r, repository.MemoryFileName, StatusBad, KindRead, KindBadBlocks)
 		if r.OK || len(a.Problems) == 0 || !strings.Contains(a.Problems[0].Message, "integrity") {
 			t.Fatalf("a chunk damaged in the store verified ok on a node that cached it: %+v", a)
+		}
+	})
+	// The node's file cache keeps the small artifacts too: verify on a
+	// node that has read them must read the store's, flipped or gone.
+	t.Run("small artifacts damaged behind a warm node", func(t *testing.T) {
+		for _, name := range []string{"memory.chunks", repository.VMStateFileName, repository.DigestsFileName, repository.ManifestFileName, "pack index"} {
+			for _, removed := range []bool{false, true} {
+				repo := w.repo(t)
+				alias := fmt.Sprintf("warm-%s-%v", strings.NewReplacer(".", "-", " ", "-").Replace(name), removed)
+				rec, _ := publish(t, repo, alias)
+				if r := verify(t, repo, alias, Options{}); !r.OK {
+					t.Fatalf("%s: the fresh snapshot did not verify: %+v", name, r)
+				}
+				key := w.key("artifacts/" + rec.ID + "/" + name)
+				if name == "pack index" {
+					key = w.key("artifacts/" + rec.ID + "/" + rec.Manifest.SHA256[:16] + "-startup-pack.idx")
+				}
+				if removed {
+					if err := w.client.RemoveObject(bg(), s3Bucket, key, minio.RemoveObjectOptions{}); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					data := w.get(t, key)
+					data[len(data)/2] ^= 0x01
+					w.put(t, key, data)
+				}
+				r, err := Verify(bg(), repo, alias, Options{})
+				if err == nil && r.OK {
+					t.Errorf("%s %s in the store: verify on the node that had read it says ok", name, map[bool]string{false: "flipped", true: "removed"}[removed])
+				}
+			}
 		}
 	})
 	t.Run("table object removed", func(t *testing.T) {

@@ -154,6 +154,11 @@ func verifyRecord(ctx context.Context, repo repository.Repository, rec repositor
 	if m != nil {
 		r.Problems = append(r.Problems, Problem{Kind: KindAlias, Message: m.String()})
 	}
+	repo, closeView, err := storeViewOf(ctx, repo)
+	if err != nil {
+		return Report{}, err
+	}
+	defer closeView()
 	res, err := repo.Resolve(ctx, rec.ID)
 	if errors.Is(err, repository.ErrIntegrity) {
 		r.unresolved(err)
@@ -169,6 +174,33 @@ func verifyRecord(ctx context.Context, repo repository.Repository, rec repositor
 	}
 	r.finish()
 	return r, nil
+}
+
+// storeViewer is a repository whose node keeps copies of what its store
+// holds and that can open a view of the store with none (s3.Repo).
+type storeViewer interface {
+	StoreView(ctx context.Context) (repository.Repository, func() error, error)
+}
+
+// storeViewOf is the view of repo's store a snapshot is verified
+// through: where the node caches the store's objects, a view that has
+// cached nothing, so that a good copy this node kept does not hide what
+// the store holds; else repo itself.
+func storeViewOf(ctx context.Context, repo repository.Repository) (repository.Repository, func() error, error) {
+	for r := repo; ; {
+		if sv, ok := r.(storeViewer); ok {
+			view, closeView, err := sv.StoreView(ctx)
+			if err != nil {
+				return nil, nil, fmt.Errorf("open a view of the store past this node's cache: %w", err)
+			}
+			return view, closeView, nil
+		}
+		u, ok := r.(interface{ Unwrap() repository.Repository })
+		if !ok {
+			return repo, func() error { return nil }, nil
+		}
+		r = u.Unwrap()
+	}
 }
 
 // run checks the small artifacts first, then reads the memory file.
