@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,6 +34,9 @@ type memorySource struct {
 	// too.
 	packSkipped firstError
 	stream      atomic.Pointer[chunkcache.Warming]
+	// chunkBytes is a chunked memory's chunk size (0 for a raw object):
+	// the unit a fetch decodes whole.
+	chunkBytes int64
 }
 
 var _ repository.MemorySource = (*memorySource)(nil)
@@ -53,7 +57,7 @@ func (r *Repo) chunkedMemory(ctx context.Context, rec repository.Record) (*memor
 		return nil, err
 	}
 	obj := chunkcache.Object{ID: rec.MemorySHA256, Size: rec.MemorySize, Fetch: r.chunkedFetch(m)}
-	return &memorySource{r: r, obj: obj}, nil
+	return &memorySource{r: r, obj: obj, chunkBytes: m.ChunkBytes}, nil
 }
 
 // ChunkMap is the chunk map of rec's memory (a MemoryFormatChunks
@@ -176,16 +180,25 @@ func (m *memorySource) OpenMemory() (repository.MemoryReader, error) {
 // OpenStoreMemory reads the memory straight from the store, past the
 // node cache: what snapshot verify reads, so that blocks this node cached
 // do not stand in for the store's copy, which every other node reads.
-// Chunks are checked against their digests as fetched; nothing read is
-// kept. ctx bounds every read.
+// Chunks are checked against their digests as fetched; only the last
+// chunk fetched is kept, for the reads within it. ctx bounds every read.
 func (m *memorySource) OpenStoreMemory(ctx context.Context) repository.MemoryReader {
-	return &storeReader{ctx: ctx, obj: m.obj}
+	return &storeReader{ctx: ctx, obj: m.obj, window: m.chunkBytes}
 }
 
-// storeReader is a MemoryReader of an object's fetches, one per ReadAt.
+// storeReader is a MemoryReader of an object's fetches. With a window (a
+// chunked memory's chunk size) it fetches whole chunk-aligned windows and
+// serves reads from the last one: a chunk object is compressed whole, so
+// a read of part of a chunk costs the whole chunk, and reading a chunk in
+// pieces must not fetch it once per piece.
 type storeReader struct {
-	ctx context.Context
-	obj chunkcache.Object
+	ctx    context.Context
+	obj    chunkcache.Object
+	window int64
+
+	mu  sync.Mutex
+	at  int64  // offset of buf in the memory
+	buf []byte // the last window fetched
 }
 
 func (s *storeReader) Size() int64  { return s.obj.Size }
@@ -199,17 +212,53 @@ func (s *storeReader) ReadAt(p []byte, off int64) (int, error) {
 		return 0, io.EOF
 	}
 	want := int(min(int64(len(p)), s.obj.Size-off))
-	body, err := s.obj.Fetch(s.ctx, off, int64(want))
+	var n int
+	var err error
+	if s.window <= 0 {
+		n, err = s.fetch(p[:want], off)
+	} else {
+		n, err = s.readWindowed(p[:want], off)
+	}
+	if err == nil && want < len(p) {
+		err = io.EOF
+	}
+	return n, err
+}
+
+// readWindowed fills p from the windows holding [off, off+len(p)).
+func (s *storeReader) readWindowed(p []byte, off int64) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for n < len(p) {
+		at := off + int64(n)
+		if s.buf == nil || at < s.at || at >= s.at+int64(len(s.buf)) {
+			lo := at - at%s.window
+			buf := make([]byte, min(s.window, s.obj.Size-lo))
+			if _, err := s.fetch(buf, lo); err != nil {
+				s.buf = nil
+				return n, err
+			}
+			s.at, s.buf = lo, buf
+		}
+		n += copy(p[n:], s.buf[at-s.at:])
+	}
+	return n, nil
+}
+
+// fetch reads [off, off+len(p)) with one fetch of the object.
+func (s *storeReader) fetch(p []byte, off int64) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	body, err := s.obj.Fetch(s.ctx, off, int64(len(p)))
 	if err != nil {
 		return 0, err
 	}
 	defer body.Close()
-	n, err := io.ReadFull(body, p[:want])
+	n, err := io.ReadFull(body, p)
 	if err != nil {
-		return n, fmt.Errorf("read memory [%d, %d) from the store: %w", off, off+int64(want), err)
-	}
-	if want < len(p) {
-		return n, io.EOF
+		return n, fmt.Errorf("read memory [%d, %d) from the store: %w", off, off+int64(len(p)), err)
 	}
 	return n, nil
 }
