@@ -365,6 +365,11 @@ func (s *Subscription) Err() error {
 	return s.t.err
 }
 
+// PlanBytes is how many bytes the task's plan reads: the plan of the
+// Join that started it, which a later Join of the same key shares
+// whatever plan it brought.
+func (s *Subscription) PlanBytes() int64 { return s.t.planBytes }
+
 // BytesFetched is how many bytes the task has brought in so far.
 func (s *Subscription) BytesFetched() int64 { return s.t.bytesFetched.Load() }
 

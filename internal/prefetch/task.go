@@ -27,6 +27,7 @@ type task struct {
 	bufferBytes int
 	planErr     error
 	planReads   int
+	planBytes   int64
 	// sched orders the plan's reads; it is dropped when the task ends,
 	// so that a retained task holds no plan and a late Follow is a no-op.
 	sched atomic.Pointer[schedule]
@@ -63,6 +64,7 @@ func (e *Engine) newTask(key Key, target Target, ranges []Range, opts TaskOption
 	// than may read at once, would only hold memory.
 	for _, r := range reads {
 		t.bufferBytes = max(t.bufferBytes, r.n)
+		t.planBytes += int64(r.n)
 	}
 	t.planReads = len(reads)
 	t.readers = min(positiveOr(opts.Readers, e.readersPerTask), len(reads), e.maxReaders)

@@ -120,15 +120,6 @@ func (p Policy) TaskOptions() prefetch.TaskOptions {
 	return prefetch.TaskOptions{Readers: p.Readers, BufferBytes: p.BufferBytes, Follow: p.Follow && !p.BeforeStart}
 }
 
-// planBytes is the length of a plan's ranges together.
-func planBytes(plan []prefetch.Range) int64 {
-	var n int64
-	for _, r := range plan {
-		n += r.Length
-	}
-	return n
-}
-
 // absorbGaps extends each range over the gap to the next range in memory
 // order, where that gap is at most gapBytes and lies inside the region
 // holding both: a hole between regions is no guest memory (a uffd device

@@ -483,7 +483,6 @@ func (inst *Instance) startPrefetch(ctx context.Context, src Source, p Policy, p
 	plan := p.Plan(trimmed, src.Memory == nil)
 	inst.Prefetch.PlannedBytes = pp.m.TotalBytes()
 	inst.Prefetch.LeftToDemandBytes = pp.m.TotalBytes() - trimmed.TotalBytes()
-	inst.Prefetch.GapBytes = planBytes(plan) - trimmed.TotalBytes()
 	inst.Prefetch.Generation, inst.Prefetch.Digest = inst.Generation, pp.digest
 	if src.Memory != nil {
 		inst.startCacheWarm(src, pp.m)
@@ -498,6 +497,10 @@ func (inst *Instance) startPrefetch(ctx context.Context, src Source, p Policy, p
 	}
 	key := prefetch.Key{Device: inst.device.kind(), Generation: inst.Generation, Digest: pp.digest}
 	inst.sub = inst.r.Engine.Join(key, target, plan, p.TaskOptions())
+	if src.Memory == nil {
+		// The task joined may be another restore's, with its own plan.
+		inst.Prefetch.GapBytes = max(0, inst.sub.PlanBytes()-trimmed.TotalBytes())
+	}
 	inst.observer.startFollowing(inst.sub)
 	// When Join found a running task, target is unused and onEnd frees it
 	// with that task.

@@ -353,3 +353,39 @@ func TestPrefetchKeysSeparateDevices(t *testing.T) {
 	stop(t, vm)
 	stop(t, file)
 }
+
+// TestJoinedTaskReportsItsOwnGaps: a restore that joins another's
+// prefetch task reads that task's plan, not its own, and says what that
+// plan took along: nothing when the task's policy takes no gaps, the
+// task's gaps when its own policy would have taken none.
+func TestJoinedTaskReportsItsOwnGaps(t *testing.T) {
+	for _, tc := range []struct{ first, second string }{{"seed", "warmstart"}, {"warmstart", "exact"}} {
+		t.Run(tc.first+" then "+tc.second, func(t *testing.T) {
+			e := newEnv(t, envOptions{})
+			src := e.source(t)
+			pol := func(name string) restore.Policy {
+				if name == "exact" {
+					return exactPolicy(t)
+				}
+				return policy(t, name)
+			}
+			first := e.restore(t, e.restorer, src, restore.Options{Prefetch: restore.ModeOn, Policy: pol(tc.first)})
+			defer stop(t, first)
+			waitFor(t, restore.PrefetchSubscription(first).Done(), "the first restore's prefetch")
+			started := e.restorer.Engine.Stats().TasksStarted
+			second := e.restore(t, e.restorer, src, restore.Options{Prefetch: restore.ModeOn, Policy: pol(tc.second)})
+			defer stop(t, second)
+			checkHash(t, second, e.ref.expected)
+			if second.Generation != first.Generation || e.restorer.Engine.Stats().TasksStarted != started {
+				t.Fatalf("the second restore did not join the first's task (generations %d, %d)", first.Generation, second.Generation)
+			}
+			if tc.first == "warmstart" && first.Prefetch.GapBytes <= 0 {
+				t.Fatalf("the warmstart restore's plan took no gaps along: %+v", first.Prefetch)
+			}
+			if second.Prefetch.GapBytes != first.Prefetch.GapBytes {
+				t.Errorf("the second restore reports %d bytes of gaps taken along; the task it joined took %d",
+					second.Prefetch.GapBytes, first.Prefetch.GapBytes)
+			}
+		})
+	}
+}
