@@ -286,9 +286,20 @@ func TestS3(t *testing.T) {
 		if !r.OK || r.DigestsAdded == nil || *r.DigestsAdded != *rec.MemoryDigests {
 			t.Fatalf("add digests in S3: %+v", r)
 		}
-		r = verify(t, w.repo(t), "legacy", Options{})
-		if mem := r.artifact(repository.MemoryFileName); !r.OK || r.Unverified || mem.Blocks == nil {
-			t.Fatalf("after adding digests in S3: %+v", r)
+		// Another node, and this one: the digests were added through a
+		// view of the store, and this node's own handle sees them too.
+		for _, node := range []*s3.Repo{w.repo(t), repo} {
+			r = verify(t, node, "legacy", Options{})
+			if mem := r.artifact(repository.MemoryFileName); !r.OK || r.Unverified || mem.Blocks == nil {
+				t.Fatalf("after adding digests in S3: %+v", r)
+			}
+			res, err := node.Resolve(bg(), rec.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Record.MemoryDigests == nil || res.DigestsPath == "" {
+				t.Fatalf("a restore's resolve after adding digests: record digests %v, table %q", res.Record.MemoryDigests, res.DigestsPath)
+			}
 		}
 	})
 }
