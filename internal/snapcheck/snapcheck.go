@@ -9,10 +9,12 @@
 // integrity); the fresh table is compared block by block with the stored
 // one, so every bad block is named, not only the first. Memory use is the
 // buffer plus the two tables (1/1024 of the memory file each), whatever the
-// memory file's size. Local memory files (posixfs) are read directly;
-// remote ones (s3) through the repository's MemorySource, that is through
-// the node's chunk cache, so blocks already cached on the node are checked
-// as cached.
+// memory file's size; a remote memory read in chunks adds one chunk (up to
+// 64 MiB) and the chunk being decoded. Local memory files (posixfs) are
+// read directly. Where the node keeps copies of the store's objects (s3),
+// the snapshot is checked through a view of the store that has cached
+// nothing (storeViewer), and remote memory is read straight from the
+// store: a good copy this node kept must not hide what the store holds.
 //
 // A snapshot published before digest tables existed is reported as
 // unverified, which is not a problem by itself; Options.AddDigests gives it

@@ -199,10 +199,22 @@ type storeReader struct {
 	mu  sync.Mutex
 	at  int64  // offset of buf in the memory
 	buf []byte // the last window fetched
+	// damaged is the last window found damaged (its offset, and the
+	// error): reads within it fail at once instead of fetching the whole
+	// chunk again for every piece.
+	damagedAt  int64
+	damagedErr error
 }
 
-func (s *storeReader) Size() int64  { return s.obj.Size }
-func (s *storeReader) Close() error { return nil }
+func (s *storeReader) Size() int64 { return s.obj.Size }
+
+// Close lets the window go.
+func (s *storeReader) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.buf = nil
+	return nil
+}
 
 func (s *storeReader) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 {
@@ -234,9 +246,15 @@ func (s *storeReader) readWindowed(p []byte, off int64) (int, error) {
 		at := off + int64(n)
 		if s.buf == nil || at < s.at || at >= s.at+int64(len(s.buf)) {
 			lo := at - at%s.window
+			if s.damagedErr != nil && lo == s.damagedAt {
+				return n, s.damagedErr
+			}
 			buf := make([]byte, min(s.window, s.obj.Size-lo))
 			if _, err := s.fetch(buf, lo); err != nil {
 				s.buf = nil
+				if errors.Is(err, repository.ErrIntegrity) || errors.Is(err, repository.ErrNotFound) {
+					s.damagedAt, s.damagedErr = lo, err
+				}
 				return n, err
 			}
 			s.at, s.buf = lo, buf

@@ -264,6 +264,29 @@ func Open(ctx context.Context, o Options) (*Repo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open s3 repository: %w", err)
 	}
+	r, err := newRepo(o, prefix, core, counter)
+	if err != nil {
+		return nil, err
+	}
+	ok, err := core.BucketExists(ctx, o.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("open s3 repository %s: %w", o.Bucket, ctxErr(ctx, err))
+	}
+	if !ok {
+		return nil, fmt.Errorf("open s3 repository: bucket %s does not exist", o.Bucket)
+	}
+	if o.ReadOnly {
+		return r, nil
+	}
+	if err := r.openLocal(); err != nil {
+		return nil, fmt.Errorf("open s3 repository: %w", err)
+	}
+	return r, nil
+}
+
+// newRepo is a repository of o's bucket and prefix reached through
+// core, its node caches not opened yet.
+func newRepo(o Options, prefix string, core *minio.Core, counter *countingTransport) (*Repo, error) {
 	r := &Repo{
 		core: core, counter: counter, bucket: o.Bucket, keys: keys{prefix},
 		filesDir: filepath.Join(o.CacheDir, "files"), warm: o.Warm, chunkBytes: o.ChunkBytes,
@@ -282,19 +305,6 @@ func Open(ctx context.Context, o Options) (*Repo, error) {
 	if r.chunkBytes < 4096 || r.chunkBytes > chunkmap.MaxChunkBytes || r.chunkBytes%4096 != 0 {
 		return nil, fmt.Errorf("open s3 repository: %w: chunk size %d is not a multiple of 4096 up to %d",
 			repository.ErrInvalidRequest, r.chunkBytes, chunkmap.MaxChunkBytes)
-	}
-	ok, err := core.BucketExists(ctx, o.Bucket)
-	if err != nil {
-		return nil, fmt.Errorf("open s3 repository %s: %w", o.Bucket, ctxErr(ctx, err))
-	}
-	if !ok {
-		return nil, fmt.Errorf("open s3 repository: bucket %s does not exist", o.Bucket)
-	}
-	if o.ReadOnly {
-		return r, nil
-	}
-	if err := r.openLocal(); err != nil {
-		return nil, fmt.Errorf("open s3 repository: %w", err)
 	}
 	return r, nil
 }

@@ -2,10 +2,13 @@ package s3
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"os"
 	"testing"
 
+	"warmstart/internal/chunkmap"
+	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
 )
 
@@ -48,5 +51,40 @@ func TestStoreReaderFetchesEachChunkOnce(t *testing.T) {
 	}
 	if n, err := rd.ReadAt(nil, 100); n != 0 || err != nil {
 		t.Fatalf("an empty read inside the memory returned %d, %v; want 0, nil", n, err)
+	}
+}
+
+// TestStoreReaderFetchesADamagedChunkOnce: verify reads past a damaged
+// part piece by piece; the pieces of a chunk found damaged fail at once,
+// with its error, instead of each fetching the whole chunk again.
+func TestStoreReaderFetchesADamagedChunkOnce(t *testing.T) {
+	pub := chunkyRepo(t, "")
+	in := chunkyInputs(t, 32)
+	rec, _ := repotest.PublishInputs(t, pub, in, "")
+	mem, err := os.ReadFile(in.MemoryPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const damaged = 1
+	rewriteObject(t, pub, pub.keys.chunk(chunkmap.Sum(mem[damaged*testChunkBytes:(damaged+1)*testChunkBytes])),
+		func(b []byte) []byte { b[len(b)/2] ^= 0x10; return b })
+	res, err := pub.Resolve(bg(), rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := res.Memory.(*memorySource).OpenStoreMemory(bg())
+	defer rd.Close()
+	before := pub.RequestStats()
+	piece := make([]byte, 4096)
+	for off := int64(damaged * testChunkBytes); off < (damaged+1)*testChunkBytes; off += int64(len(piece)) {
+		if _, err := rd.ReadAt(piece, off); !errors.Is(err, repository.ErrIntegrity) {
+			t.Fatalf("a piece of the damaged chunk at %d: %v, want ErrIntegrity", off, err)
+		}
+	}
+	if gets := pub.RequestStats().Sub(before).Gets; gets != 1 {
+		t.Fatalf("the damaged chunk's 4 pieces took %d GETs, want 1", gets)
+	}
+	if _, err := rd.ReadAt(piece, 0); err != nil {
+		t.Fatalf("a good chunk after the damaged one: %v", err)
 	}
 }
