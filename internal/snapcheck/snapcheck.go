@@ -160,6 +160,8 @@ func verifyRecord(ctx context.Context, repo repository.Repository, rec repositor
 	if err != nil {
 		return Report{}, err
 	}
+	// A view whose directory cannot be removed now costs the snapshot's
+	// verdict nothing; the next view removes it once it is a day old.
 	defer closeView()
 	res, err := repo.Resolve(ctx, rec.ID)
 	if errors.Is(err, repository.ErrIntegrity) {
