@@ -26,7 +26,7 @@ func (c *checker) startupPack() {
 		return
 	}
 	a := c.r.artifact(StartupPackArtifact)
-	pv, ok := findPackVerifier(c.repo)
+	pv, ok := findIn[packVerifier](c.repo)
 	if !ok {
 		a.Note = "this repository cannot read its startup pack here"
 		return
@@ -40,20 +40,5 @@ func (c *checker) startupPack() {
 		if p != nil {
 			a.ReadBytes += p.StoredBytes
 		}
-	}
-}
-
-// findPackVerifier finds the packVerifier repo is or wraps (a daemon
-// times its repository: metrics' wrapper has Unwrap).
-func findPackVerifier(repo repository.Repository) (packVerifier, bool) {
-	for {
-		if pv, ok := repo.(packVerifier); ok {
-			return pv, true
-		}
-		u, ok := repo.(interface{ Unwrap() repository.Repository })
-		if !ok {
-			return nil, false
-		}
-		repo = u.Unwrap()
 	}
 }

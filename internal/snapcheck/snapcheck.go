@@ -191,19 +191,30 @@ type storeViewer interface {
 // cached nothing, so that a good copy this node kept does not hide what
 // the store holds; else repo itself.
 func storeViewOf(ctx context.Context, repo repository.Repository) (repository.Repository, func() error, error) {
-	for r := repo; ; {
-		if sv, ok := r.(storeViewer); ok {
-			view, closeView, err := sv.StoreView(ctx)
-			if err != nil {
-				return nil, nil, fmt.Errorf("open a view of the store past this node's cache: %w", err)
-			}
-			return view, closeView, nil
+	sv, ok := findIn[storeViewer](repo)
+	if !ok {
+		return repo, func() error { return nil }, nil
+	}
+	view, closeView, err := sv.StoreView(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open a view of the store past this node's cache: %w", err)
+	}
+	return view, closeView, nil
+}
+
+// findIn finds the T that repo is or wraps (a daemon times its
+// repository: metrics' wrapper has Unwrap).
+func findIn[T any](repo repository.Repository) (T, bool) {
+	for {
+		if t, ok := repo.(T); ok {
+			return t, true
 		}
-		u, ok := r.(interface{ Unwrap() repository.Repository })
+		u, ok := repo.(interface{ Unwrap() repository.Repository })
 		if !ok {
-			return repo, func() error { return nil }, nil
+			var none T
+			return none, false
 		}
-		r = u.Unwrap()
+		repo = u.Unwrap()
 	}
 }
 
