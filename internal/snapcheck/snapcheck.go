@@ -66,7 +66,12 @@ func Verify(ctx context.Context, repo repository.Repository, ref string, opts Op
 	if err != nil {
 		return Report{}, fmt.Errorf("verify %s: %w", ref, err)
 	}
-	r, err := verifyRecord(ctx, repo, rec, opts)
+	view, closeView, err := storeViewOf(ctx, repo)
+	if err != nil {
+		return Report{}, fmt.Errorf("verify %s: %w", ref, err)
+	}
+	defer closeView()
+	r, err := verifyRecord(ctx, repo, view, rec, opts)
 	if err != nil {
 		return Report{}, fmt.Errorf("verify %s: %w", ref, err)
 	}
@@ -83,9 +88,14 @@ func VerifyAll(ctx context.Context, repo repository.Repository, opts Options) ([
 	if err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
+	view, closeView, err := storeViewOf(ctx, repo)
+	if err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	defer closeView()
 	reports := make([]Report, 0, len(recs))
 	for _, rec := range recs {
-		r, err := verifyRecord(ctx, repo, rec, opts)
+		r, err := verifyRecord(ctx, repo, view, rec, opts)
 		if errors.Is(err, repository.ErrNotFound) {
 			continue
 		}
@@ -145,7 +155,9 @@ type checker struct {
 	r    *Report
 }
 
-func verifyRecord(ctx context.Context, repo repository.Repository, rec repository.Record, opts Options) (Report, error) {
+// verifyRecord checks rec's catalog entries in repo and reads its
+// artifacts through view (see storeViewOf).
+func verifyRecord(ctx context.Context, repo, view repository.Repository, rec repository.Record, opts Options) (Report, error) {
 	r := newReport(rec)
 	// verify --all reaches a snapshot through its record, not through an
 	// alias, so a record whose alias is bound elsewhere is asked about here.
@@ -156,14 +168,7 @@ func verifyRecord(ctx context.Context, repo repository.Repository, rec repositor
 	if m != nil {
 		r.Problems = append(r.Problems, Problem{Kind: KindAlias, Message: m.String()})
 	}
-	repo, closeView, err := storeViewOf(ctx, repo)
-	if err != nil {
-		return Report{}, err
-	}
-	// A view whose directory cannot be removed now costs the snapshot's
-	// verdict nothing; the next view removes it once it is a day old.
-	defer closeView()
-	res, err := repo.Resolve(ctx, rec.ID)
+	res, err := view.Resolve(ctx, rec.ID)
 	if errors.Is(err, repository.ErrIntegrity) {
 		r.unresolved(err)
 		r.finish()
@@ -172,7 +177,7 @@ func verifyRecord(ctx context.Context, repo repository.Repository, rec repositor
 	if err != nil {
 		return Report{}, err
 	}
-	c := &checker{ctx: ctx, repo: repo, res: res, opts: opts, r: &r}
+	c := &checker{ctx: ctx, repo: view, res: res, opts: opts, r: &r}
 	if err := c.run(); err != nil {
 		return Report{}, err
 	}
@@ -189,7 +194,9 @@ type storeViewer interface {
 // storeViewOf is the view of repo's store a snapshot is verified
 // through: where the node caches the store's objects, a view that has
 // cached nothing, so that a good copy this node kept does not hide what
-// the store holds; else repo itself.
+// the store holds; else repo itself. One view serves a whole verify; a
+// view whose directory cannot be removed at close costs no verdict
+// anything: the next view removes it once it is a day old.
 func storeViewOf(ctx context.Context, repo repository.Repository) (repository.Repository, func() error, error) {
 	sv, ok := findIn[storeViewer](repo)
 	if !ok {
