@@ -478,8 +478,13 @@ func TestParentDeathKillsQEMU(t *testing.T) {
 		syscall.Kill(pid, syscall.SIGKILL)
 		t.Fatalf("qemu pid %d outlived its parent (poll: %d, %v)", pid, n, err)
 	}
+	// A readable pidfd can come before the exit is waitable (a threaded
+	// process's last threads are still being released), so the wait
+	// blocks: it returns at once for a process that is already gone.
 	var ws unix.WaitStatus
-	unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+	if _, err := unix.Wait4(pid, &ws, 0, nil); err != nil {
+		t.Fatalf("wait for qemu pid %d, reparented to this process: %v", pid, err)
+	}
 	if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Errorf("qemu ended with %v, want killed by SIGKILL", ws)
 	}
