@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -198,29 +199,35 @@ func (c *cliProcess) waitOutput(s string) {
 }
 
 // waitTrialMount waits until a trial's FUSE mount is up below root: a
-// trial is then in progress. The kernel marks /proc/self/mountinfo with
-// POLLPRI whenever the mount table changes, so no polling interval is
-// needed.
+// trial is then in progress.
 func (c *cliProcess) waitTrialMount() {
+	c.t.Helper()
+	c.waitMount("a trial's device", func(p string) bool {
+		return strings.HasPrefix(p, c.root+"/") && strings.Contains(p, "/trial-")
+	})
+}
+
+// waitMount waits until a mount point that match accepts is up. The
+// kernel marks /proc/self/mountinfo with POLLPRI whenever the mount table
+// changes, so no polling interval is needed.
+func (c *cliProcess) waitMount(what string, match func(point string) bool) {
 	c.t.Helper()
 	f := openMountinfo(c.t)
 	defer f.Close()
 	deadline := time.Now().Add(reachTimeout)
 	for {
 		// A change after this read makes the poll below return at once.
-		for _, p := range readMountPoints(c.t, f) {
-			if strings.HasPrefix(p, c.root+"/") && strings.Contains(p, "/trial-") {
-				return
-			}
+		if slices.ContainsFunc(readMountPoints(c.t, f), match) {
+			return
 		}
 		select {
 		case <-c.exited:
-			c.t.Fatalf("warmstart exited (%v) before any trial mounted its device", c.waitErr)
+			c.t.Fatalf("warmstart exited (%v) before it mounted %s", c.waitErr, what)
 		default:
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			c.t.Fatalf("no trial mounted its device below %s within %v", c.root, reachTimeout)
+			c.t.Fatalf("warmstart did not mount %s within %v", what, reachTimeout)
 		}
 		// Wake up at least every second to notice an early exit.
 		fds := []unix.PollFd{{Fd: int32(f.Fd()), Events: unix.POLLPRI}}

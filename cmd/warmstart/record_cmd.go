@@ -29,12 +29,14 @@ does in the background when [snapshot.memory_startup_pack] enabled is on.`,
 					return remote.RecordManifest(ctx, c, o, args[0])
 				}, "vmm", "trace")
 			}
-			s, err := openSystem(cmd, &vf)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
+			// Signals are watched from before the recording's devices are
+			// mounted, so that one arriving at any point unmounts them.
 			return interruptible(cmd, func(ctx context.Context) error {
+				s, err := openSystem(cmd, &vf)
+				if err != nil {
+					return err
+				}
+				defer s.Close()
 				return local.RecordManifest(ctx, s, cmdOutput(cmd), args[0])
 			})
 		},

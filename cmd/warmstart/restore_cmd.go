@@ -3,13 +3,11 @@ package main
 import (
 	"context"
 	"errors"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/daemon"
+	"warmstart/internal/interrupt"
 	"warmstart/internal/local"
 	"warmstart/internal/remote"
 	"warmstart/internal/report"
@@ -102,21 +100,29 @@ func (f *restoreFlags) ioEngineFlag(cmd *cobra.Command) *int {
 }
 
 // restoreInProcess restores in this process, prints the restore as the
-// daemon describes it, holds it if asked, and stops it in order.
+// daemon describes it, holds it if asked, and stops it in order. Signals
+// are watched from before the first device is mounted: one arriving at
+// any point stops the restore in order and unmounts, and the verb exits
+// 128+signal, except that a signal is how a held restore ends, which
+// exits 0 once it has stopped cleanly.
 func restoreInProcess(cmd *cobra.Command, ref string, m restore.Mode, f *restoreFlags) error {
-	f.vf.readOnly = true
-	n, err := openSystem(cmd, &f.vf)
-	if err != nil {
-		return err
+	err := interruptible(cmd, func(ctx context.Context) error {
+		f.vf.readOnly = true
+		n, err := openSystem(cmd, &f.vf)
+		if err != nil {
+			return err
+		}
+		defer n.Close()
+		opts, err := restore.OptionsFor(n.Config, restore.Choice{Device: f.device, Prefetch: string(m), Policy: f.policy, IOEngine: f.ioEngineFlag(cmd)})
+		if err != nil {
+			return usageError{Err: err}
+		}
+		return local.Restore(ctx, n, cmdOutput(cmd), local.RestoreRequest{Ref: ref, Options: opts, Hold: f.hold, JSON: f.asJSON, Plot: f.plotPath})
+	})
+	if stopped := (interrupt.Error{}); f.hold && errors.As(err, &stopped) && stopped.Err == nil {
+		return nil
 	}
-	defer n.Close()
-	opts, err := restore.OptionsFor(n.Config, restore.Choice{Device: f.device, Prefetch: string(m), Policy: f.policy, IOEngine: f.ioEngineFlag(cmd)})
-	if err != nil {
-		return usageError{Err: err}
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return local.Restore(ctx, n, cmdOutput(cmd), local.RestoreRequest{Ref: ref, Options: opts, Hold: f.hold, JSON: f.asJSON, Plot: f.plotPath})
+	return err
 }
 
 // onDaemon restores on the daemon. The daemon keeps no timeline, so --plot

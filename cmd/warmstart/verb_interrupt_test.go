@@ -3,11 +3,16 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"warmstart/internal/node"
+	"warmstart/internal/trace"
 )
 
 // TestImportInterrupt signals snapshot import while it copies the memory
@@ -71,4 +76,88 @@ func largeSnapshotFiles(t *testing.T) (vmState, memory string) {
 		t.Fatal(err)
 	}
 	return vmState, memory
+}
+
+// TestDeviceVerbInterrupt signals restore and record-manifest the moment
+// their first memory device is mounted, long before the guest could be
+// ready: each exits 128+signal and leaves no mount, runtime directory or
+// process. A signal there once killed the process with its mounts left
+// dead, and a restore interrupted later exited 1.
+func TestDeviceVerbInterrupt(t *testing.T) {
+	root := newCLIRoot(t, "wsint-", 9)
+	if _, _, err := runVerb(t, "--config", root.cfg, "snapshot", "import", "--vm-state", root.ref.VMState, "--memory", root.ref.Memory,
+		"--alias", "slow", "--layout", root.layout); err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	slow := slowTrace(t, root)
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"restore/SIGINT", []string{"restore", "slow", "--trace", slow}},
+		{"restore/SIGTERM", []string{"restore", "slow", "--trace", slow}},
+		{"record-manifest/SIGTERM", []string{"snapshot", "record-manifest", "slow", "--trace", slow}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sig := syscall.SIGTERM
+			if strings.HasSuffix(c.name, "SIGINT") {
+				sig = syscall.SIGINT
+			}
+			cli := startCLI(t, true, append([]string{"--config", root.cfg}, c.args...)...)
+			own := filepath.Join(root.run, node.CLIDirPrefix+strconv.Itoa(cli.cmd.Process.Pid)) + "/"
+			cli.waitMount("a memory device", func(p string) bool { return strings.HasPrefix(p, own) })
+			cli.signal(sig)
+			cli.wantExit(128+int(sig), sig)
+			cli.wantNothingLeft(0)
+			if ms := mountPointsBelow(t, root.run); len(ms) > 0 {
+				t.Errorf("still mounted: %v", ms)
+			}
+			if entries, _ := os.ReadDir(root.run); len(entries) > 0 {
+				t.Errorf("left in the runtime directory: %v", entries)
+			}
+		})
+	}
+}
+
+// slowTrace writes the reference trace with a minute of guest compute
+// before its first touch: a restore playing it is never ready within a
+// test's signal.
+func slowTrace(t *testing.T, root cliRoot) string {
+	t.Helper()
+	entries, err := trace.ReadFile(root.ref.Trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries[0].Compute += time.Minute
+	path := filepath.Join(root.dir, "slow.trace")
+	if err := trace.WriteFile(path, entries); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestHeldRestoreEndsBySignal: a signal is how a held restore ends, so
+// one that arrives while the VM is held stops it in order and the verb
+// exits 0 with nothing left.
+func TestHeldRestoreEndsBySignal(t *testing.T) {
+	root := newCLIRoot(t, "wshs-", 11)
+	if _, _, err := runVerb(t, "--config", root.cfg, "snapshot", "import", "--vm-state", root.ref.VMState, "--memory", root.ref.Memory,
+		"--alias", "held", "--layout", root.layout); err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	cli := startCLI(t, true, "--config", root.cfg, "restore", "held", "--hold", "--trace", root.ref.Trace)
+	cli.waitOutput("holding the VM")
+	cli.signal(syscall.SIGTERM)
+	select {
+	case <-cli.exited:
+	case <-time.After(stopTimeout):
+		t.Fatalf("still running %v after the signal", stopTimeout)
+	}
+	if cli.waitErr != nil {
+		t.Errorf("held restore ended by SIGTERM: %v, want exit 0; output:\n%s", cli.waitErr, cli.outputText())
+	}
+	cli.wantNothingLeft(0)
+	if ms := mountPointsBelow(t, root.run); len(ms) > 0 {
+		t.Errorf("still mounted: %v", ms)
+	}
 }
