@@ -158,15 +158,19 @@ func TestTraceRefusedBeforeMounting(t *testing.T) {
 	}
 }
 
-// TestBenchNamesOnlyTheBadBlockFlag: a bad --blocks or --reserve-blocks is
-// a usage error naming that flag alone, not the other one too.
+// TestBenchNamesOnlyTheBadBlockFlag: a bad --blocks, --reserve-blocks or
+// --memory-size is a usage error naming that flag alone, before any work.
 func TestBenchNamesOnlyTheBadBlockFlag(t *testing.T) {
 	for _, c := range []struct {
 		flags     []string
 		want, not string
 	}{
-		{[]string{"--blocks", "-1"}, "--blocks -1: want at least 1", "--reserve-blocks"},
-		{[]string{"--reserve-blocks", "-1"}, "--reserve-blocks -1: want at least 0", "--blocks "},
+		{[]string{"--blocks", "-1"}, "--blocks -1: want 1 to 1000", "--reserve-blocks"},
+		{[]string{"--reserve-blocks", "-1"}, "--reserve-blocks -1: want 0 to 1000", "--blocks "},
+		// Orders for every block are drawn up front: a count this large
+		// once filled the host's memory before the first trial.
+		{[]string{"--blocks", "1000000000"}, "--blocks 1000000000: want 1 to 1000", "--reserve-blocks"},
+		{[]string{"--memory-size", "1"}, "--memory-size 1: synthetic memory size 1", "--blocks"},
 	} {
 		r := runCLI(t, append([]string{"bench", "--memory-size", "8MiB", "--policies", "seed"}, c.flags...)...)
 		if r.code != 2 || !strings.Contains(r.stderr, c.want) || strings.Contains(r.stderr, c.not) {

@@ -157,10 +157,20 @@ func (o Options) Orders() [][]Condition {
 	return orders
 }
 
+// MaxBlocks bounds --blocks and --reserve-blocks. The orders of every
+// block are drawn before the first trial, and a block takes seconds on
+// the replay VMM and more on a real guest: a thousand is hours of work,
+// and a mistyped count far beyond it would only allocate orders until the
+// host ran out of memory.
+const MaxBlocks = 1000
+
 // Validate checks the options before any work starts.
 func (o *Options) Validate() error {
-	if o.Blocks < 1 {
-		return fmt.Errorf("bench: --blocks %d: want at least 1", o.Blocks)
+	if o.Blocks < 1 || o.Blocks > MaxBlocks {
+		return fmt.Errorf("bench: --blocks %d: want 1 to %d", o.Blocks, MaxBlocks)
+	}
+	if o.ReserveBlocks < 0 || o.ReserveBlocks > MaxBlocks {
+		return fmt.Errorf("bench: --reserve-blocks %d: want 0 to %d", o.ReserveBlocks, MaxBlocks)
 	}
 	if o.Device != config.DeviceFile && o.Device != config.DeviceUffd {
 		return fmt.Errorf("bench: device %q: want file or uffd", o.Device)

@@ -32,11 +32,11 @@ type Flags struct {
 func (f *Flags) Check(snapshot string) (int64, error) {
 	f.Policies = splitList(f.PolicyList)
 	f.Hot = !f.NoHot
-	if f.Blocks < 1 {
-		return 0, fmt.Errorf("--blocks %d: want at least 1", f.Blocks)
+	if f.Blocks < 1 || f.Blocks > MaxBlocks {
+		return 0, fmt.Errorf("--blocks %d: want 1 to %d", f.Blocks, MaxBlocks)
 	}
-	if f.ReserveBlocks < 0 {
-		return 0, fmt.Errorf("--reserve-blocks %d: want at least 0", f.ReserveBlocks)
+	if f.ReserveBlocks < 0 || f.ReserveBlocks > MaxBlocks {
+		return 0, fmt.Errorf("--reserve-blocks %d: want 0 to %d", f.ReserveBlocks, MaxBlocks)
 	}
 	if !config.ValidDevice(f.Device) {
 		return 0, fmt.Errorf("--device %q: want file or uffd", f.Device)
@@ -50,6 +50,9 @@ func (f *Flags) Check(snapshot string) (int64, error) {
 	size, err := layout.ParseSize(f.MemorySize)
 	if err != nil {
 		return 0, fmt.Errorf("--memory-size: %w", err)
+	}
+	if err := synth.CheckMemorySize(size); snapshot == "" && err != nil {
+		return 0, fmt.Errorf("--memory-size %s: %w", f.MemorySize, err)
 	}
 	if err := f.validateLearn(); err != nil {
 		return 0, errors.New(strings.TrimPrefix(err.Error(), "bench: "))

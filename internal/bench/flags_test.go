@@ -26,6 +26,9 @@ func TestFlagsCheckCompletesOptions(t *testing.T) {
 func TestFlagsCheckNamesTheFlag(t *testing.T) {
 	for want, edit := range map[string]func(*Flags){
 		"--blocks":           func(f *Flags) { f.Blocks = 0 },
+		"--blocks 1001":      func(f *Flags) { f.Blocks = MaxBlocks + 1 },
+		"--reserve-blocks":   func(f *Flags) { f.ReserveBlocks = MaxBlocks + 1 },
+		"--memory-size 1":    func(f *Flags) { f.MemorySize = "1" },
 		"--device":           func(f *Flags) { f.Device = "disk" },
 		"--io-engine":        func(f *Flags) { f.IOEngine = 9 },
 		"--policies":         func(f *Flags) { f.PolicyList = "nope" },

@@ -214,12 +214,20 @@ type stream struct {
 	next  int
 }
 
+// CheckMemorySize refuses a memory size the model cannot lay out.
+func CheckMemorySize(memoryBytes int64) error {
+	if memoryBytes < MinMemoryBytes || memoryBytes > MaxMemoryBytes || memoryBytes%trace.PageBytes != 0 {
+		return fmt.Errorf("synthetic memory size %d: want a multiple of %d between %d and %d bytes",
+			memoryBytes, trace.PageBytes, int64(MinMemoryBytes), int64(MaxMemoryBytes))
+	}
+	return nil
+}
+
 // NewModel builds the reference snapshot model for a guest of memoryBytes
 // (a multiple of trace.PageBytes within [MinMemoryBytes, MaxMemoryBytes]).
 func NewModel(memoryBytes int64, seed uint64) (*Model, error) {
-	if memoryBytes < MinMemoryBytes || memoryBytes > MaxMemoryBytes || memoryBytes%trace.PageBytes != 0 {
-		return nil, fmt.Errorf("synthetic memory size %d: want a multiple of %d between %d and %d bytes",
-			memoryBytes, trace.PageBytes, int64(MinMemoryBytes), int64(MaxMemoryBytes))
+	if err := CheckMemorySize(memoryBytes); err != nil {
+		return nil, err
 	}
 	n := int(memoryBytes / trace.PageBytes)
 	m := &Model{Layout: layout.Single(memoryBytes), seed: seed, zero: make([]bool, n), region: make([]int8, n)}
