@@ -181,8 +181,25 @@ func verifyRecord(ctx context.Context, repo, view repository.Repository, rec rep
 	if err := c.run(); err != nil {
 		return Report{}, err
 	}
+	if err := stillListed(ctx, repo, rec.ID); err != nil {
+		return Report{}, err
+	}
 	r.finish()
 	return r, nil
+}
+
+// stillListed fails with ErrNotFound for a snapshot deleted while it was
+// verified: what was read came from files already unlinked, and a caller
+// told "ok" would find nothing to restore.
+func stillListed(ctx context.Context, repo repository.Repository, id string) error {
+	_, err := repo.Lookup(ctx, id)
+	switch {
+	case errors.Is(err, repository.ErrNotFound):
+		return fmt.Errorf("snapshot %s was deleted while it was being verified: %w", id, err)
+	case errors.Is(err, repository.ErrIntegrity):
+		return nil // still there; its record's damage is another report's
+	}
+	return err
 }
 
 // storeViewer is a repository whose node keeps copies of what its store
