@@ -110,7 +110,7 @@ func startVerbDaemon(t *testing.T) (string, synth.Paths, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	ref, err := synth.Generate(synth.Options{MemoryBytes: 16 << 20, Seed: 3, Dir: filepath.Join(dir, "ref")})
+	ref, err := synth.Generate(context.Background(), synth.Options{MemoryBytes: 16 << 20, Seed: 3, Dir: filepath.Join(dir, "ref")})
 	if err != nil {
 		t.Fatal(err)
 	}

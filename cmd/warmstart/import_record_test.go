@@ -24,7 +24,7 @@ func TestSnapshotImportRecordsWhenEnabled(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	ref, err := synth.Generate(synth.Options{MemoryBytes: 8 << 20, Seed: 7, Dir: filepath.Join(dir, "ref")})
+	ref, err := synth.Generate(context.Background(), synth.Options{MemoryBytes: 8 << 20, Seed: 7, Dir: filepath.Join(dir, "ref")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -111,7 +112,7 @@ func newCLIRoot(t *testing.T, prefix string, seed uint64) cliRoot {
 		}
 		os.RemoveAll(dir)
 	})
-	ref, err := synth.Generate(synth.Options{MemoryBytes: 16 << 20, Seed: seed, Dir: filepath.Join(dir, "ref")})
+	ref, err := synth.Generate(context.Background(), synth.Options{MemoryBytes: 16 << 20, Seed: seed, Dir: filepath.Join(dir, "ref")})
 	if err != nil {
 		t.Fatal(err)
 	}

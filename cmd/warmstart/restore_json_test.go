@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"maps"
 	"os"
@@ -23,7 +24,7 @@ func TestRestoreJSONOneSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	ref, err := synth.Generate(synth.Options{MemoryBytes: 8 << 20, Seed: 5, Dir: filepath.Join(dir, "ref")})
+	ref, err := synth.Generate(context.Background(), synth.Options{MemoryBytes: 8 << 20, Seed: 5, Dir: filepath.Join(dir, "ref")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -47,13 +48,15 @@ Variant k is determined by the memory size, the seed, F and k.`,
 			if err := synth.CheckVariants(variants, drift); err != nil {
 				return usageError{Err: fmt.Errorf("synth: --variants %d --drift %v: %w", variants, drift, err)}
 			}
-			p, err := synth.Generate(synth.Options{MemoryBytes: size, Seed: seed, Dir: out, Progress: cmd.OutOrStdout(),
-				Variants: variants, Drift: drift})
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "synth: wrote %s, %s, %s, %s\n", p.Memory, p.VMState, p.Layout, p.Trace)
-			return nil
+			return interruptible(cmd, func(ctx context.Context) error {
+				p, err := synth.Generate(ctx, synth.Options{MemoryBytes: size, Seed: seed, Dir: out, Progress: cmd.OutOrStdout(),
+					Variants: variants, Drift: drift})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "synth: wrote %s, %s, %s, %s\n", p.Memory, p.VMState, p.Layout, p.Trace)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&memorySize, "memory-size", "128MiB", "guest memory size (a multiple of 4 KiB)")

@@ -161,3 +161,22 @@ func TestHeldRestoreEndsBySignal(t *testing.T) {
 		t.Errorf("still mounted: %v", ms)
 	}
 }
+
+// TestSynthInterrupt signals synth while it writes a large memory file:
+// it exits 128+signal and leaves no temporary file in its output
+// directory.
+func TestSynthInterrupt(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "ref")
+	cli := startCLI(t, false, "synth", "--memory-size", "2GiB", "--out", out)
+	cli.waitOutput("memory.bin: 512/2048 MiB")
+	cli.signal(syscall.SIGINT)
+	cli.wantExit(130, syscall.SIGINT)
+	cli.wantNothingLeft(0)
+	entries, err := os.ReadDir(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("left in the output directory: %s", e.Name())
+	}
+}

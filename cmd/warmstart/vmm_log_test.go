@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,7 +19,7 @@ import (
 func TestReplayVMMFailureQuotesItsLog(t *testing.T) {
 	cfg, run, _ := restoreFixture(t)
 	dir := filepath.Dir(cfg)
-	ref, err := synth.Generate(synth.Options{MemoryBytes: 16 << 20, Seed: 3, Dir: filepath.Join(dir, "ref")})
+	ref, err := synth.Generate(context.Background(), synth.Options{MemoryBytes: 16 << 20, Seed: 3, Dir: filepath.Join(dir, "ref")})
 	if err != nil {
 		t.Fatal(err)
 	}

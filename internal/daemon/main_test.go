@@ -121,7 +121,7 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 		os.RemoveAll(dir)
 	})
 	f := &fixture{dir: dir}
-	f.ref, err = synth.Generate(synth.Options{MemoryBytes: memoryBytes, Seed: 7, Dir: filepath.Join(dir, "ref")})
+	f.ref, err = synth.Generate(context.Background(), synth.Options{MemoryBytes: memoryBytes, Seed: 7, Dir: filepath.Join(dir, "ref")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,7 @@ func sharedReference(t *testing.T) referenceFiles {
 	t.Helper()
 	sharedOnce.Do(func() {
 		var paths synth.Paths
-		paths, sharedErr = synth.Generate(synth.Options{MemoryBytes: memoryBytes, Seed: referenceSeed, Dir: filepath.Join(sharedDir, "reference")})
+		paths, sharedErr = synth.Generate(context.Background(), synth.Options{MemoryBytes: memoryBytes, Seed: referenceSeed, Dir: filepath.Join(sharedDir, "reference")})
 		if sharedErr != nil {
 			return
 		}

@@ -40,7 +40,7 @@ func Publish(ctx context.Context, repo repository.Repository, rec *recorder.Reco
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
-	paths, err := synth.Generate(synth.Options{MemoryBytes: o.MemoryBytes, Seed: o.Seed, Dir: o.Dir, Progress: o.Progress})
+	paths, err := synth.Generate(ctx, synth.Options{MemoryBytes: o.MemoryBytes, Seed: o.Seed, Dir: o.Dir, Progress: o.Progress})
 	if err != nil {
 		return Snapshot{}, nil, fmt.Errorf("reference snapshot: %w", err)
 	}

@@ -214,7 +214,7 @@ type otherFiles struct{ Memory, VMState, Digests, Manifest string }
 
 func otherSnapshot(t *testing.T, e *env) otherFiles {
 	t.Helper()
-	paths, err := synth.Generate(synth.Options{MemoryBytes: memoryBytes, Seed: referenceSeed + 1, Dir: t.TempDir()})
+	paths, err := synth.Generate(context.Background(), synth.Options{MemoryBytes: memoryBytes, Seed: referenceSeed + 1, Dir: t.TempDir()})
 	must(t, err)
 	lease, err := e.repo.BeginCapture(context.Background())
 	must(t, err)

@@ -87,7 +87,7 @@ func sharedReference(t *testing.T) referenceFiles {
 }
 
 func synthesize(dir string) (referenceFiles, error) {
-	paths, err := synth.Generate(synth.Options{MemoryBytes: memoryBytes, Seed: referenceSeed, Dir: dir})
+	paths, err := synth.Generate(context.Background(), synth.Options{MemoryBytes: memoryBytes, Seed: referenceSeed, Dir: dir})
 	if err != nil {
 		return referenceFiles{}, err
 	}

@@ -1,6 +1,7 @@
 package synth
 
 import (
+	"context"
 	"math"
 	"os"
 	"path/filepath"
@@ -176,7 +177,7 @@ func TestCheckVariantsRefuses(t *testing.T) {
 func TestGenerateWritesVariants(t *testing.T) {
 	const size = 16 << 20
 	dir := t.TempDir()
-	if _, err := Generate(Options{MemoryBytes: size, Seed: 5, Dir: dir, Variants: 3, Drift: 0.1}); err != nil {
+	if _, err := Generate(context.Background(), Options{MemoryBytes: size, Seed: 5, Dir: dir, Variants: 3, Drift: 0.1}); err != nil {
 		t.Fatal(err)
 	}
 	m := referenceModel16(t, size, 5)
@@ -197,7 +198,7 @@ func TestGenerateWritesVariants(t *testing.T) {
 	if len(left) != 4+3 {
 		t.Errorf("directory holds %d entries, want the 4 files and 3 variants (no temporary file)", len(left))
 	}
-	if _, err := Generate(Options{MemoryBytes: size, Dir: t.TempDir(), Variants: 2}); err == nil {
+	if _, err := Generate(context.Background(), Options{MemoryBytes: size, Dir: t.TempDir(), Variants: 2}); err == nil {
 		t.Error("variants at drift 0 accepted")
 	}
 }

@@ -1,6 +1,7 @@
 package synth
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -66,8 +67,9 @@ func PathsIn(dir string) Paths {
 
 // Generate writes the reference snapshot for opts into opts.Dir. Each file
 // is written to a temporary name, synced and renamed into place, and the
-// directory is synced last.
-func Generate(opts Options) (Paths, error) {
+// directory is synced last. Cancelling ctx stops the memory file's
+// writing, removing its temporary file; files already in place stay.
+func Generate(ctx context.Context, opts Options) (Paths, error) {
 	if opts.MemoryBytes == 0 {
 		opts.MemoryBytes = DefaultMemoryBytes
 	}
@@ -91,7 +93,7 @@ func Generate(opts Options) (Paths, error) {
 	p := PathsIn(opts.Dir)
 
 	start := time.Now()
-	if err := writeFile(p.Memory, func(w io.Writer) error { return writeMemory(w, m, progress) }); err != nil {
+	if err := writeFile(p.Memory, func(w io.Writer) error { return writeMemory(ctx, w, m, progress) }); err != nil {
 		return Paths{}, fmt.Errorf("synth: write %s: %w", p.Memory, err)
 	}
 	fmt.Fprintf(progress, "synth: %s: %d MiB in %v\n", MemoryFile, opts.MemoryBytes>>20, time.Since(start).Round(time.Millisecond))
@@ -134,12 +136,15 @@ func Generate(opts Options) (Paths, error) {
 // writeMemory writes every page of the model, zero pages included: a full
 // snapshot's memory file has real blocks for them, and a sparse file would
 // make file-cold reads of free memory unrealistically cheap.
-func writeMemory(w io.Writer, m *Model, progress io.Writer) error {
+func writeMemory(ctx context.Context, w io.Writer, m *Model, progress io.Writer) error {
 	buf := make([]byte, writeBufferBytes)
 	pagesPerBuf := writeBufferBytes / trace.PageBytes
 	total := m.Pages()
 	nextReport := total / 4
 	for first := 0; first < total; first += pagesPerBuf {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		n := min(pagesPerBuf, total-first)
 		for i := range n {
 			m.FillPage(first+i, buf[i*trace.PageBytes:])

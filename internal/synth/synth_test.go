@@ -2,6 +2,7 @@ package synth
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"io"
 	"os"
@@ -92,7 +93,7 @@ func hashFiles(t *testing.T, p Paths) map[string][32]byte {
 
 func TestGenerateDeterministic(t *testing.T) {
 	gen := func(seed uint64) map[string][32]byte {
-		p, err := Generate(Options{MemoryBytes: 16 << 20, Seed: seed, Dir: t.TempDir()})
+		p, err := Generate(context.Background(), Options{MemoryBytes: 16 << 20, Seed: seed, Dir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,7 +114,7 @@ func TestGenerateMatchesModel(t *testing.T) {
 	const size = 16 << 20
 	var progress bytes.Buffer
 	dir := t.TempDir()
-	p, err := Generate(Options{MemoryBytes: size, Seed: 3, Dir: dir, Progress: &progress})
+	p, err := Generate(context.Background(), Options{MemoryBytes: size, Seed: 3, Dir: dir, Progress: &progress})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ const testMemoryBytes = 16 << 20
 // reference writes a small reference snapshot.
 func reference(t *testing.T, seed uint64) synth.Paths {
 	t.Helper()
-	p, err := synth.Generate(synth.Options{MemoryBytes: testMemoryBytes, Seed: seed, Dir: t.TempDir()})
+	p, err := synth.Generate(context.Background(), synth.Options{MemoryBytes: testMemoryBytes, Seed: seed, Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
