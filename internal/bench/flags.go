@@ -44,6 +44,9 @@ func (f *Flags) Check(snapshot string) (int64, error) {
 	if err := restore.CheckIOEngineFlag(f.IOEngine); err != nil {
 		return 0, err
 	}
+	if f.IOEngine != 0 && f.Device == config.DeviceUffd {
+		return 0, fmt.Errorf("--io-engine %d: the I/O engine is how the file device reads; --device uffd has none", f.IOEngine)
+	}
 	if err := CheckPolicies(f.Policies); err != nil {
 		return 0, fmt.Errorf("--policies: %w", err)
 	}

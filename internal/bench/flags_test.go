@@ -31,6 +31,7 @@ func TestFlagsCheckNamesTheFlag(t *testing.T) {
 		"--memory-size 1":    func(f *Flags) { f.MemorySize = "1" },
 		"--device":           func(f *Flags) { f.Device = "disk" },
 		"--io-engine":        func(f *Flags) { f.IOEngine = 9 },
+		"--io-engine 2":      func(f *Flags) { f.IOEngine, f.Device = 2, config.DeviceUffd },
 		"--policies":         func(f *Flags) { f.PolicyList = "nope" },
 		"--memory-size":      func(f *Flags) { f.MemorySize = "lots" },
 		"--repository \"x\"": func(f *Flags) { f.Repository = "x" },

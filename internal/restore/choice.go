@@ -46,11 +46,21 @@ func OptionsFor(cfg *config.Config, c Choice) (Options, error) {
 	ioEngine := cfg.Memory.IOEngine
 	if c.IOEngine != nil {
 		ioEngine = *c.IOEngine
+		if device == config.DeviceUffd && ioEngine != 0 {
+			return Options{}, &FieldError{"io_engine", uffdIOEngineError("io_engine", ioEngine)}
+		}
 	}
 	if !config.ValidIOEngine(ioEngine) {
 		return Options{}, &FieldError{"io_engine", fmt.Errorf("io_engine %d: want 0, 1 or 2", ioEngine)}
 	}
 	return Options{Device: device, IOEngine: ioEngine, Prefetch: mode, Policy: policy}, nil
+}
+
+// uffdIOEngineError refuses an I/O engine asked for with the uffd device,
+// which has none: it would be ignored without a word.
+// name is the field or flag that asked.
+func uffdIOEngineError(name string, ioEngine int) error {
+	return fmt.Errorf("%s %d: the I/O engine is how the file device reads; the uffd device has none", name, ioEngine)
 }
 
 // The checks below refuse flag values no restore can use while that is
@@ -67,6 +77,9 @@ func CheckFlags(device string, ioEngine int, policy string) error {
 	}
 	if err := CheckIOEngineFlag(ioEngine); err != nil {
 		return err
+	}
+	if device == config.DeviceUffd && ioEngine != 0 {
+		return uffdIOEngineError("--io-engine", ioEngine)
 	}
 	if policy != "" {
 		if _, err := LookupPolicy(policy); err != nil {

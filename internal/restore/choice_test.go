@@ -42,6 +42,7 @@ func TestCheckFlagsNamesTheFlag(t *testing.T) {
 	}
 	for want, err := range map[string]error{
 		"--device": CheckFlags("disk", 0, ""), "--io-engine": CheckFlags("", 7, ""), "--policy": CheckFlags("", 0, "nope"),
+		"--io-engine 2": CheckFlags(config.DeviceUffd, 2, ""),
 	} {
 		if err == nil || len(err.Error()) < len(want) || err.Error()[:len(want)] != want {
 			t.Errorf("%s: got %v", want, err)
@@ -61,5 +62,25 @@ func TestOptionsForRefusesUffdOnS3(t *testing.T) {
 	}
 	if _, err := OptionsFor(cfg, Choice{Device: config.DeviceFile}); err != nil {
 		t.Fatalf("file on s3: %v", err)
+	}
+}
+
+// TestOptionsForRefusesAnIOEngineForUffd: an I/O engine is how the file
+// device reads; asked for with the uffd device it would be silently
+// ignored, so a non-zero one is refused, naming the field. The node's
+// configured engine, which is for its file-device restores, is not.
+func TestOptionsForRefusesAnIOEngineForUffd(t *testing.T) {
+	cfg := config.Default()
+	cfg.Memory.IOEngine = 2
+	if _, err := OptionsFor(cfg, Choice{Device: config.DeviceUffd}); err != nil {
+		t.Fatalf("uffd with the configured engine: %v", err)
+	}
+	two, zero := 2, 0
+	_, err := OptionsFor(cfg, Choice{Device: config.DeviceUffd, IOEngine: &two})
+	if fe := (*FieldError)(nil); !errors.As(err, &fe) || fe.Field != "io_engine" {
+		t.Fatalf("uffd with io_engine 2: got %v, want a FieldError naming io_engine", err)
+	}
+	if _, err := OptionsFor(cfg, Choice{Device: config.DeviceUffd, IOEngine: &zero}); err != nil {
+		t.Fatalf("uffd with io_engine 0: %v", err)
 	}
 }
