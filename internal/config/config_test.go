@@ -171,6 +171,13 @@ func TestValidateErrors(t *testing.T) {
 		{"[prefetch]\nbuffer_bytes = 5000", "prefetch.buffer_bytes", "5000 is not a multiple of 4096"},
 		{"[runtime]\ndir = \"\"", "runtime.dir", "must not be empty"},
 		{"[daemon]\nsocket = \"\"", "daemon.socket", "must not be empty"},
+		// A relative path would name a different place for every working
+		// directory a verb or the daemon runs in.
+		{"[backend.posix_fs]\nsnapshot_store = \"relative/store\"", "backend.posix_fs.snapshot_store", `"relative/store" is not an absolute path`},
+		{"[backend.s3]\ncache_dir = \"cache\"", "backend.s3.cache_dir", `"cache" is not an absolute path`},
+		{"[memory]\nfuse_mount = \"mem\"", "memory.fuse_mount", `"mem" is not an absolute path`},
+		{"[runtime]\ndir = \"./run\"", "runtime.dir", `"./run" is not an absolute path`},
+		{"[daemon]\nsocket = \"ws.sock\"", "daemon.socket", `"ws.sock" is not an absolute path`},
 		{"[daemon]\nlisten = \"localhost\"", "daemon.listen", "not host:port"},
 		{"[daemon]\nlisten = \"localhost:http\"", "daemon.listen", "is not a number"},
 		{"[daemon]\nlisten = \"localhost:70000\"", "daemon.listen", "is not a number"},

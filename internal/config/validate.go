@@ -52,7 +52,7 @@ func (c *Config) Validate() error {
 		},
 		func() error {
 			if c.Snapshot.RepositoryBackend == BackendPosixFS {
-				return nonEmpty("backend.posix_fs.snapshot_store", c.Backend.PosixFS.SnapshotStore)
+				return absolutePath("backend.posix_fs.snapshot_store", c.Backend.PosixFS.SnapshotStore)
 			}
 			return nil
 		},
@@ -73,7 +73,7 @@ func (c *Config) Validate() error {
 			}
 			return nil
 		},
-		func() error { return nonEmpty("backend.s3.cache_dir", c.Backend.S3.CacheDir) },
+		func() error { return absolutePath("backend.s3.cache_dir", c.Backend.S3.CacheDir) },
 		func() error {
 			return inRange("backend.s3.cache_max_size_gb", c.Backend.S3.CacheMaxSizeGB, 1, MaxCacheSizeGB)
 		},
@@ -107,7 +107,7 @@ func (c *Config) Validate() error {
 			}
 			return inRange("memory.io_engine", int64(c.Memory.IOEngine), IOEngineBuffered, IOEngineDirect)
 		},
-		func() error { return nonEmpty("memory.fuse_mount", c.Memory.FUSEMount) },
+		func() error { return absolutePath("memory.fuse_mount", c.Memory.FUSEMount) },
 		func() error { return positive("memory.uffd_connect_timeout", c.Memory.UffdConnectTimeout) },
 		func() error { return readaround("memory.readaround_kib", c.Memory.ReadaroundKiB, true) },
 		func() error {
@@ -129,8 +129,8 @@ func (c *Config) Validate() error {
 			}
 			return nil
 		},
-		func() error { return nonEmpty("runtime.dir", c.Runtime.Dir) },
-		func() error { return nonEmpty("daemon.socket", c.Daemon.Socket) },
+		func() error { return absolutePath("runtime.dir", c.Runtime.Dir) },
+		func() error { return absolutePath("daemon.socket", c.Daemon.Socket) },
 		func() error { return tcpAddress("daemon.listen", c.Daemon.Listen) },
 		func() error {
 			for _, d := range c.Daemon.ImportDirs {
@@ -209,6 +209,19 @@ func validBucket(key, name string) error {
 	}
 	if err := s3utils.CheckValidBucketNameStrict(name); err != nil {
 		return invalid(key, "%q is not a valid S3 bucket name (%v): 3 to 63 characters, lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit", name, err)
+	}
+	return nil
+}
+
+// absolutePath accepts a non-empty absolute path: a relative one would
+// name another place for every working directory a verb or the daemon
+// runs in.
+func absolutePath(key, v string) error {
+	if err := nonEmpty(key, v); err != nil {
+		return err
+	}
+	if !filepath.IsAbs(v) {
+		return invalid(key, "%q is not an absolute path", v)
 	}
 	return nil
 }
