@@ -121,8 +121,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
 	}
-	if c.opts.Blocks < 1 {
-		return config{}, fmt.Errorf("--blocks %d: want at least 1", c.opts.Blocks)
+	if c.opts.Blocks < 1 || c.opts.Blocks > s3bench.MaxBlocks {
+		return config{}, fmt.Errorf("--blocks %d: want 1 to %d", c.opts.Blocks, s3bench.MaxBlocks)
 	}
 	size, err := layout.ParseSize(memSize)
 	if err != nil {

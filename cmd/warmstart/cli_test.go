@@ -322,3 +322,14 @@ func TestOutputFilesRefusedUpFront(t *testing.T) {
 		}
 	}
 }
+
+// TestDemoRefusesBadBlocksUpFront: demo refuses a block count bench would
+// refuse before it synthesizes or publishes anything.
+func TestDemoRefusesBadBlocksUpFront(t *testing.T) {
+	for _, n := range []string{"0", "5000"} {
+		r := runCLI(t, "demo", "--blocks", n)
+		if r.code != 2 || !strings.Contains(r.stderr, "--blocks "+n+": want 1 to 1000") || r.stdout != "" {
+			t.Errorf("demo --blocks %s: exit %d, stdout %q, stderr %q; want exit 2 and nothing done", n, r.code, r.stdout, r.stderr)
+		}
+	}
+}

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 
+	"warmstart/internal/bench"
 	"warmstart/internal/demo"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/usage"
@@ -19,6 +22,10 @@ attached, restore it cold with prefetch off and then on, run a short
 benchmark, print the table, and remove everything. Needs root (FUSE).`,
 		Args: usage.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Refused before the reference is synthesized, not at step 5.
+			if blocks < 1 || blocks > bench.MaxBlocks {
+				return usageError{Err: fmt.Errorf("--blocks %d: want 1 to %d", blocks, bench.MaxBlocks)}
+			}
 			in := interrupt.Notify(cmd.ErrOrStderr())
 			return in.Result(demo.Run(in.Work, in.Force, cmd.OutOrStdout(), blocks))
 		},

@@ -135,6 +135,9 @@ func startCLI(t *testing.T, short bool, args ...string) *cliProcess {
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = cliEnv("TMPDIR="+root, "GORACE=atexit_sleep_ms=0")
 	cmd.Stdout, cmd.Stderr = w, w
+	// Its own process group, as a shell's job is: signalGroup then
+	// reaches it and its children the way a terminal's Ctrl-C does.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -275,6 +278,18 @@ func (c *cliProcess) signal(sig syscall.Signal) {
 	}
 	if err := c.cmd.Process.Signal(sig); err != nil {
 		c.t.Fatalf("send %v: %v", sig, err)
+	}
+}
+
+// signalGroup sends sig to the CLI's process group, as a terminal's
+// Ctrl-C does: to the CLI and every child it left in its group.
+func (c *cliProcess) signalGroup(sig syscall.Signal) {
+	c.t.Helper()
+	if c.signaled.IsZero() {
+		c.signaled = time.Now()
+	}
+	if err := syscall.Kill(-c.cmd.Process.Pid, sig); err != nil {
+		c.t.Fatalf("send %v to process group %d: %v", sig, c.cmd.Process.Pid, err)
 	}
 }
 

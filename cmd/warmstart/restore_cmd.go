@@ -106,23 +106,27 @@ func (f *restoreFlags) ioEngineFlag(cmd *cobra.Command) *int {
 // 128+signal, except that a signal is how a held restore ends, which
 // exits 0 once it has stopped cleanly.
 func restoreInProcess(cmd *cobra.Command, ref string, m restore.Mode, f *restoreFlags) error {
-	err := interruptible(cmd, func(ctx context.Context) error {
-		f.vf.readOnly = true
-		n, err := openSystem(cmd, &f.vf)
-		if err != nil {
-			return err
-		}
-		defer n.Close()
-		opts, err := restore.OptionsFor(n.Config, restore.Choice{Device: f.device, Prefetch: string(m), Policy: f.policy, IOEngine: f.ioEngineFlag(cmd)})
-		if err != nil {
-			return usageError{Err: err}
-		}
-		return local.Restore(ctx, n, cmdOutput(cmd), local.RestoreRequest{Ref: ref, Options: opts, Hold: f.hold, JSON: f.asJSON, Plot: f.plotPath})
-	})
+	in := interrupt.NotifyBounded(cmd.ErrOrStderr())
+	err := in.Result(restoreWatched(in.Work, cmd, ref, m, f))
 	if stopped := (interrupt.Error{}); f.hold && errors.As(err, &stopped) && stopped.Err == nil {
 		return nil
 	}
 	return err
+}
+
+// restoreWatched is restoreInProcess's work; ctx ends at the first signal.
+func restoreWatched(ctx context.Context, cmd *cobra.Command, ref string, m restore.Mode, f *restoreFlags) error {
+	f.vf.readOnly = true
+	n, err := openSystem(cmd, &f.vf)
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	opts, err := restore.OptionsFor(n.Config, restore.Choice{Device: f.device, Prefetch: string(m), Policy: f.policy, IOEngine: f.ioEngineFlag(cmd)})
+	if err != nil {
+		return usageError{Err: err}
+	}
+	return local.Restore(ctx, n, cmdOutput(cmd), local.RestoreRequest{Ref: ref, Options: opts, Hold: f.hold, JSON: f.asJSON, Plot: f.plotPath})
 }
 
 // onDaemon restores on the daemon. The daemon keeps no timeline, so --plot

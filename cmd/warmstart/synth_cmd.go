@@ -1,11 +1,11 @@
 package main
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
+	"warmstart/internal/interrupt"
 	"warmstart/internal/layout"
 	"warmstart/internal/synth"
 )
@@ -48,15 +48,18 @@ Variant k is determined by the memory size, the seed, F and k.`,
 			if err := synth.CheckVariants(variants, drift); err != nil {
 				return usageError{Err: fmt.Errorf("synth: --variants %d --drift %v: %w", variants, drift, err)}
 			}
-			return interruptible(cmd, func(ctx context.Context) error {
-				p, err := synth.Generate(ctx, synth.Options{MemoryBytes: size, Seed: seed, Dir: out, Progress: cmd.OutOrStdout(),
-					Variants: variants, Drift: drift})
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "synth: wrote %s, %s, %s, %s\n", p.Memory, p.VMState, p.Layout, p.Trace)
-				return nil
-			})
+			// A signal stops the memory file's writing, which removes it.
+			// One arriving after that lets the few small files that remain
+			// be written, so that the directory never holds a new memory
+			// file beside an older trace; the run then succeeded.
+			in := interrupt.Notify(cmd.ErrOrStderr())
+			p, err := synth.Generate(in.Work, synth.Options{MemoryBytes: size, Seed: seed, Dir: out, Progress: cmd.OutOrStdout(),
+				Variants: variants, Drift: drift})
+			if stopped := in.Result(err); err != nil {
+				return stopped
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "synth: wrote %s, %s, %s, %s\n", p.Memory, p.VMState, p.Layout, p.Trace)
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&memorySize, "memory-size", "128MiB", "guest memory size (a multiple of 4 KiB)")

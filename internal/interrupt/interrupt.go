@@ -1,7 +1,8 @@
 // Package interrupt turns SIGINT and SIGTERM into cancellation for the
 // commands that clean up after themselves (warmstart bench, demo, capture,
-// and warmstart-s3bench, which bench --repository s3 runs), so that each
-// ends with the same messages and exit status however it was started.
+// restore, synth, the snapshot verbs that write or read at length, and
+// warmstart-s3bench, which bench --repository s3 runs), so that each ends
+// with the same messages and exit status however it was started.
 package interrupt
 
 import (
@@ -33,12 +34,23 @@ type Watch struct {
 	done        chan struct{}
 	// first is the first signal received; read it only after stop.
 	first syscall.Signal
+	// bounded: the command's stop ends by itself, and a second signal
+	// has nothing to cut short (see NotifyBounded).
+	bounded bool
 }
 
 // Notify starts watching for SIGINT and SIGTERM, telling log what each one
 // does.
-func Notify(log io.Writer) *Watch {
-	w := &Watch{signals: make(chan os.Signal, 2), done: make(chan struct{})}
+func Notify(log io.Writer) *Watch { return notify(log, false) }
+
+// NotifyBounded is Notify for a command whose stop ends by itself within
+// a bound (a restore stops its VM in order, waiting at most a minute): a
+// second signal ends nothing early, and the messages say so rather than
+// promise a kill.
+func NotifyBounded(log io.Writer) *Watch { return notify(log, true) }
+
+func notify(log io.Writer, bounded bool) *Watch {
+	w := &Watch{signals: make(chan os.Signal, 2), done: make(chan struct{}), bounded: bounded}
 	w.Work, w.stopWork = context.WithCancel(context.Background())
 	w.Force, w.stopForce = context.WithCancel(context.Background())
 	signal.Notify(w.signals, syscall.SIGINT, syscall.SIGTERM)
@@ -56,12 +68,18 @@ func (w *Watch) watch(log io.Writer) {
 			return // stopped
 		}
 		name := unix.SignalName(sig.(syscall.Signal))
-		switch n {
-		case 0:
+		switch {
+		case n == 0 && w.bounded:
+			w.first = sig.(syscall.Signal)
+			fmt.Fprintf(log, "warmstart: %s: stopping and removing temporary files\n", name)
+			w.stopWork()
+		case w.bounded:
+			fmt.Fprintf(log, "warmstart: %s again: still stopping; the stop ends by itself\n", name)
+		case n == 0:
 			w.first = sig.(syscall.Signal)
 			fmt.Fprintf(log, "warmstart: %s: stopping and removing temporary files (signal again to kill what is still running)\n", name)
 			w.stopWork()
-		case 1:
+		case n == 1:
 			fmt.Fprintf(log, "warmstart: %s again: killing what is still running\n", name)
 			w.stopForce()
 		}

@@ -46,12 +46,12 @@ func OptionsFor(cfg *config.Config, c Choice) (Options, error) {
 	ioEngine := cfg.Memory.IOEngine
 	if c.IOEngine != nil {
 		ioEngine = *c.IOEngine
-		if device == config.DeviceUffd && ioEngine != 0 {
-			return Options{}, &FieldError{"io_engine", uffdIOEngineError("io_engine", ioEngine)}
-		}
 	}
 	if !config.ValidIOEngine(ioEngine) {
 		return Options{}, &FieldError{"io_engine", fmt.Errorf("io_engine %d: want 0, 1 or 2", ioEngine)}
+	}
+	if c.IOEngine != nil && device == config.DeviceUffd && ioEngine != 0 {
+		return Options{}, &FieldError{"io_engine", uffdIOEngineError("io_engine", ioEngine)}
 	}
 	return Options{Device: device, IOEngine: ioEngine, Prefetch: mode, Policy: policy}, nil
 }

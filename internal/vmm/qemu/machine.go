@@ -177,7 +177,10 @@ func (d *Driver) start(ctx context.Context, dir string, args []string) (m *Machi
 	// Pdeathsig fires when the thread that forked QEMU dies; Go keeps its
 	// threads for the life of the process unless a locked goroutine exits,
 	// and no caller starts machines from one.
-	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// Its own process group: a terminal's Ctrl-C goes to the foreground
+	// group, and QEMU ends itself on SIGINT; the VM is stopped by
+	// warmstart's shutdown order, not by that signal.
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	fmt.Fprintf(logFile, "+ %s %s\n", d.opts.Binary, strings.Join(args, " "))
 
 	m.started = time.Now()

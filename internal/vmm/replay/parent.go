@@ -187,8 +187,10 @@ func (v *VMM) Start(ctx context.Context, spec vmm.RestoreSpec) (*Instance, error
 	cmd.ExtraFiles = []*os.File{controlW}
 	// The child is killed if the thread that started it dies; that thread
 	// stays locked and alive in the goroutine below until the child is
-	// reaped, so this fires only when this process dies.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// reaped, so this fires only when this process dies. Its own process
+	// group: a terminal's Ctrl-C goes to the foreground group, and the
+	// VM is stopped by warmstart's shutdown order, not by that signal.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	inst.cmd = cmd
 
 	controlDone := make(chan struct{})
