@@ -30,7 +30,8 @@ func TestUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--blocks", "0"}, "--blocks 0: want at least 1"},
+		{[]string{"--blocks", "0"}, "--blocks 0: want 1 to 1000"},
+		{[]string{"--blocks", "1001"}, "--blocks 1001: want 1 to 1000"},
 		{[]string{"--memory-size", "lots"}, "--memory-size: bad size"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 		{[]string{"--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
