@@ -78,11 +78,7 @@ func (p *verbProcess) wait(t *testing.T, rest io.Reader) error {
 // FUSE mount behind.
 func TestRestoreHoldReportsVMExit(t *testing.T) {
 	// The uffd socket path is short only under a short root.
-	root := newCLIRoot(t, "wshold-", 5)
-	if _, _, err := runVerb(t, "--config", root.cfg, "snapshot", "import", "--vm-state", root.ref.VMState, "--memory", root.ref.Memory,
-		"--alias", "held", "--layout", root.layout); err != nil {
-		t.Fatalf("import: %v", err)
-	}
+	root := importedCLIRoot(t, "wshold-", 5, "held")
 	for _, device := range []string{"file", "uffd"} {
 		t.Run(device, func(t *testing.T) { checkHeldVMExit(t, root, device) })
 	}
@@ -126,6 +122,17 @@ func newCLIRoot(t *testing.T, prefix string, seed uint64) cliRoot {
 		t.Fatal(err)
 	}
 	return cliRoot{dir: dir, run: run, cfg: cfgPath, ref: ref, layout: strings.TrimSpace(string(spec))}
+}
+
+// importedCLIRoot is newCLIRoot with its reference imported under alias.
+func importedCLIRoot(t *testing.T, prefix string, seed uint64, alias string) cliRoot {
+	t.Helper()
+	root := newCLIRoot(t, prefix, seed)
+	if _, _, err := runVerb(t, "--config", root.cfg, "snapshot", "import", "--vm-state", root.ref.VMState, "--memory", root.ref.Memory,
+		"--alias", alias, "--layout", root.layout); err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	return root
 }
 
 // checkHeldVMExit runs "restore held --hold" on device as its own process

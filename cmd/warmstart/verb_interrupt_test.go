@@ -84,11 +84,7 @@ func largeSnapshotFiles(t *testing.T) (vmState, memory string) {
 // process. A signal there once killed the process with its mounts left
 // dead, and a restore interrupted later exited 1.
 func TestDeviceVerbInterrupt(t *testing.T) {
-	root := newCLIRoot(t, "wsint-", 9)
-	if _, _, err := runVerb(t, "--config", root.cfg, "snapshot", "import", "--vm-state", root.ref.VMState, "--memory", root.ref.Memory,
-		"--alias", "slow", "--layout", root.layout); err != nil {
-		t.Fatalf("import: %v", err)
-	}
+	root := importedCLIRoot(t, "wsint-", 9, "slow")
 	slow := slowTrace(t, root)
 	for _, c := range []struct {
 		name string
@@ -142,11 +138,7 @@ func slowTrace(t *testing.T, root cliRoot) string {
 // terminal's Ctrl-C is, it reaches warmstart alone, not the VMM, which
 // warmstart stops in its own order.
 func TestHeldRestoreEndsBySignal(t *testing.T) {
-	root := newCLIRoot(t, "wshs-", 11)
-	if _, _, err := runVerb(t, "--config", root.cfg, "snapshot", "import", "--vm-state", root.ref.VMState, "--memory", root.ref.Memory,
-		"--alias", "held", "--layout", root.layout); err != nil {
-		t.Fatalf("import: %v", err)
-	}
+	root := importedCLIRoot(t, "wshs-", 11, "held")
 	for _, device := range []string{"file", "uffd"} {
 		t.Run(device, func(t *testing.T) {
 			cli := startCLI(t, true, "--config", root.cfg, "restore", "held", "--hold", "--device", device, "--trace", root.ref.Trace)
