@@ -66,8 +66,12 @@ func TestStopKeepsDeviceUntilBlockedReadReturns(t *testing.T) {
 	if err := waitFor(t, stopped, "the stop to return"); err != nil {
 		t.Fatal(err)
 	}
-	if st := e.restorer.Engine.Stats(); st.Fetches != 1 || st.TasksCancelled != 1 {
-		t.Errorf("engine stats %+v: want the held read only, task cancelled", st)
+	// The task ends cancelled, short of its plan. How many reads it did
+	// is not fixed: the VMM's exit can be seen, and the gate opened,
+	// before the stop has left the task, and the reader then goes on to
+	// the next reads until it has (a CI run saw 3).
+	if st := e.restorer.Engine.Stats(); st.TasksCancelled != 1 || st.TasksCompleted != 0 {
+		t.Errorf("engine stats %+v: want the task cancelled", st)
 	}
 	// The release was acknowledged: the key now gets a new generation.
 	next, err := e.srv.Attach(e.id, src.MemoryPath, 0)
