@@ -178,6 +178,8 @@ func TestValidateErrors(t *testing.T) {
 		{"[memory]\nfuse_mount = \"mem\"", "memory.fuse_mount", `"mem" is not an absolute path`},
 		{"[runtime]\ndir = \"./run\"", "runtime.dir", `"./run" is not an absolute path`},
 		{"[daemon]\nsocket = \"ws.sock\"", "daemon.socket", `"ws.sock" is not an absolute path`},
+		{"[daemon]\ntoken_file = \"token\"", "daemon.token_file", `"token" is not an absolute path`},
+		{"[vmm]\ndriver = \"replay\"\n[replay]\ntrace = \"startup.trace\"", "replay.trace", `"startup.trace" is not an absolute path`},
 		{"[daemon]\nlisten = \"localhost\"", "daemon.listen", "not host:port"},
 		{"[daemon]\nlisten = \"localhost:http\"", "daemon.listen", "is not a number"},
 		{"[daemon]\nlisten = \"localhost:70000\"", "daemon.listen", "is not a number"},

@@ -133,6 +133,12 @@ func (c *Config) Validate() error {
 		func() error { return absolutePath("daemon.socket", c.Daemon.Socket) },
 		func() error { return tcpAddress("daemon.listen", c.Daemon.Listen) },
 		func() error {
+			if c.Daemon.TokenFile == "" {
+				return nil // the default under runtime.dir
+			}
+			return absolutePath("daemon.token_file", c.Daemon.TokenFile)
+		},
+		func() error {
 			for _, d := range c.Daemon.ImportDirs {
 				if !filepath.IsAbs(d) {
 					return invalid("daemon.import_dirs", "%q is not an absolute path", d)
@@ -145,7 +151,7 @@ func (c *Config) Validate() error {
 		},
 		func() error {
 			if c.VMM.Driver == DriverReplay {
-				return nonEmpty("replay.trace", c.Replay.Trace)
+				return absolutePath("replay.trace", c.Replay.Trace)
 			}
 			return nil
 		},
