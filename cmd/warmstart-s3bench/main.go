@@ -34,6 +34,7 @@ import (
 	"os"
 	"strings"
 
+	localbench "warmstart/internal/bench" // bench is this file's own function
 	wsconfig "warmstart/internal/config"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/layout"
@@ -121,8 +122,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
 	}
-	if c.opts.Blocks < 1 || c.opts.Blocks > s3bench.MaxBlocks {
-		return config{}, fmt.Errorf("--blocks %d: want 1 to %d", c.opts.Blocks, s3bench.MaxBlocks)
+	if err := localbench.CheckBlocks("blocks", c.opts.Blocks, 1); err != nil {
+		return config{}, err
 	}
 	size, err := layout.ParseSize(memSize)
 	if err != nil {

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/bench"
@@ -23,8 +21,8 @@ benchmark, print the table, and remove everything. Needs root (FUSE).`,
 		Args: usage.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Refused before the reference is synthesized, not at step 5.
-			if blocks < 1 || blocks > bench.MaxBlocks {
-				return usageError{Err: fmt.Errorf("--blocks %d: want 1 to %d", blocks, bench.MaxBlocks)}
+			if err := bench.CheckBlocks("blocks", blocks, 1); err != nil {
+				return usageError{Err: err}
 			}
 			in := interrupt.Notify(cmd.ErrOrStderr())
 			return in.Result(demo.Run(in.Work, in.Force, cmd.OutOrStdout(), blocks))

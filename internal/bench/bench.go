@@ -164,13 +164,19 @@ func (o Options) Orders() [][]Condition {
 // host ran out of memory.
 const MaxBlocks = 1000
 
+// CheckBlocks refuses a block count, given as --flag, outside [least,
+// MaxBlocks]: bench, demo and warmstart-s3bench share the bound.
+func CheckBlocks(flag string, n, least int) error {
+	if n < least || n > MaxBlocks {
+		return fmt.Errorf("--%s %d: want %d to %d", flag, n, least, MaxBlocks)
+	}
+	return nil
+}
+
 // Validate checks the options before any work starts.
 func (o *Options) Validate() error {
-	if o.Blocks < 1 || o.Blocks > MaxBlocks {
-		return fmt.Errorf("bench: --blocks %d: want 1 to %d", o.Blocks, MaxBlocks)
-	}
-	if o.ReserveBlocks < 0 || o.ReserveBlocks > MaxBlocks {
-		return fmt.Errorf("bench: --reserve-blocks %d: want 0 to %d", o.ReserveBlocks, MaxBlocks)
+	if err := errors.Join(CheckBlocks("blocks", o.Blocks, 1), CheckBlocks("reserve-blocks", o.ReserveBlocks, 0)); err != nil {
+		return fmt.Errorf("bench: %w", err)
 	}
 	if o.Device != config.DeviceFile && o.Device != config.DeviceUffd {
 		return fmt.Errorf("bench: device %q: want file or uffd", o.Device)

@@ -32,20 +32,17 @@ type Flags struct {
 func (f *Flags) Check(snapshot string) (int64, error) {
 	f.Policies = splitList(f.PolicyList)
 	f.Hot = !f.NoHot
-	if f.Blocks < 1 || f.Blocks > MaxBlocks {
-		return 0, fmt.Errorf("--blocks %d: want 1 to %d", f.Blocks, MaxBlocks)
+	if err := CheckBlocks("blocks", f.Blocks, 1); err != nil {
+		return 0, err
 	}
-	if f.ReserveBlocks < 0 || f.ReserveBlocks > MaxBlocks {
-		return 0, fmt.Errorf("--reserve-blocks %d: want 0 to %d", f.ReserveBlocks, MaxBlocks)
+	if err := CheckBlocks("reserve-blocks", f.ReserveBlocks, 0); err != nil {
+		return 0, err
 	}
 	if !config.ValidDevice(f.Device) {
 		return 0, fmt.Errorf("--device %q: want file or uffd", f.Device)
 	}
-	if err := restore.CheckIOEngineFlag(f.IOEngine); err != nil {
+	if err := restore.CheckIOEngineFor(f.Device, f.IOEngine); err != nil {
 		return 0, err
-	}
-	if f.IOEngine != 0 && f.Device == config.DeviceUffd {
-		return 0, fmt.Errorf("--io-engine %d: the I/O engine is how the file device reads; --device uffd has none", f.IOEngine)
 	}
 	if err := CheckPolicies(f.Policies); err != nil {
 		return 0, fmt.Errorf("--policies: %w", err)

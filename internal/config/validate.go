@@ -140,8 +140,8 @@ func (c *Config) Validate() error {
 		},
 		func() error {
 			for _, d := range c.Daemon.ImportDirs {
-				if !filepath.IsAbs(d) {
-					return invalid("daemon.import_dirs", "%q is not an absolute path", d)
+				if err := absolutePath("daemon.import_dirs", d); err != nil {
+					return err
 				}
 			}
 			return nil

@@ -75,16 +75,25 @@ func CheckFlags(device string, ioEngine int, policy string) error {
 	if device != "" && !config.ValidDevice(device) {
 		return fmt.Errorf("--device %q: want file or uffd", device)
 	}
-	if err := CheckIOEngineFlag(ioEngine); err != nil {
+	if err := CheckIOEngineFor(device, ioEngine); err != nil {
 		return err
-	}
-	if device == config.DeviceUffd && ioEngine != 0 {
-		return uffdIOEngineError("--io-engine", ioEngine)
 	}
 	if policy != "" {
 		if _, err := LookupPolicy(policy); err != nil {
 			return fmt.Errorf("--policy: %w", err)
 		}
+	}
+	return nil
+}
+
+// CheckIOEngineFor checks an --io-engine value asked for with device: a
+// known engine, and none but 0 with the uffd device, which has none.
+func CheckIOEngineFor(device string, n int) error {
+	if err := CheckIOEngineFlag(n); err != nil {
+		return err
+	}
+	if device == config.DeviceUffd && n != 0 {
+		return uffdIOEngineError("--io-engine", n)
 	}
 	return nil
 }

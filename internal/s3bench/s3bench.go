@@ -59,9 +59,7 @@ const (
 	DefaultBandwidthBits = 1_000_000_000
 	// DefaultLinkBits caps the node's link: all its connections together.
 	DefaultLinkBits = 1_000_000_000
-	// MaxBlocks bounds Blocks, as bench.MaxBlocks does the local bench's.
-	MaxBlocks = bench.MaxBlocks
-	bucket    = "warmstart-bench"
+	bucket          = "warmstart-bench"
 	// cacheMaxBytes is far above what one trial caches: the bound plays
 	// no part here.
 	cacheMaxBytes = 4 << 30
