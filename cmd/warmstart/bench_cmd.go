@@ -77,7 +77,7 @@ policy, each on its own variant of the trace with --drift) refined from the
 recorded one, as a node's learner refines it from the restores it serves;
 next to the same policy without it, it measures what learning buys, paired
 within blocks.`,
-		Args: usage.Args(cobra.MaximumNArgs(1)),
+		Args: usage.Args(optionalSnapshotArg),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var snapshot string
 			if len(args) == 1 {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/local"
@@ -44,13 +46,16 @@ version, overlapping, unaligned or out-of-layout ranges, over 16 MiB) is an
 error naming the file and the rule it breaks.`,
 	Args: usage.Args(cobra.ExactArgs(1)),
 	RunE: func(cmd *cobra.Command, args []string) error {
+		if args[0] == "" {
+			return usageError{Err: errors.New("manifest inspect: the manifest argument is empty: give a FILE, ID or ALIAS")}
+		}
 		if err := checkPlotFlag(manifestPlot); err != nil {
 			return err
 		}
 		req := local.InspectRequest{Ref: args[0], JSON: manifestInspectJSON, Verbose: manifestInspectVerbose, Plot: manifestPlot}
-		return local.InspectManifest(cmd.Context(), cmdOutput(cmd), req, func() (repository.Repository, error) {
+		return invalidAsUsage(local.InspectManifest(cmd.Context(), cmdOutput(cmd), req, func() (repository.Repository, error) {
 			return openReadOnlyRepository(cmd)
-		})
+		}))
 	},
 }
 

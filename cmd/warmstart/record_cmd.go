@@ -22,7 +22,7 @@ the memory it touches until the guest agent is ready, build the startup
 manifest (first-touch order, adjacent pages coalesced) and attach it to the
 snapshot atomically, replacing any manifest it had. This is what a publish
 does in the background when [snapshot.memory_startup_pack] enabled is on.`,
-		Args: usage.Args(cobra.ExactArgs(1)),
+		Args: usage.Args(snapshotArg),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if daemonSocket != "" {
 				return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -13,6 +14,33 @@ import (
 // storeFlag names the flag that overrides [backend.posix_fs] snapshot_store
 // for the verbs that define it.
 const storeFlag = "store"
+
+// snapshotArg accepts one argument naming a snapshot by id or alias
+// (repository.ValidateRef): a name no snapshot can have is refused before
+// a store, a daemon or a device is touched, as the verb's usage error, and
+// never reported as a snapshot that was not found.
+func snapshotArg(cmd *cobra.Command, args []string) error {
+	if err := cobra.ExactArgs(1)(cmd, args); err != nil {
+		return err
+	}
+	return checkSnapshotRef(args[0])
+}
+
+// optionalSnapshotArg is snapshotArg for a verb whose snapshot may be left
+// out.
+func optionalSnapshotArg(cmd *cobra.Command, args []string) error {
+	if err := cobra.MaximumNArgs(1)(cmd, args); err != nil || len(args) == 0 {
+		return err
+	}
+	return checkSnapshotRef(args[0])
+}
+
+func checkSnapshotRef(ref string) error {
+	if ref == "" {
+		return errors.New("the snapshot argument is empty: give an ID or ALIAS")
+	}
+	return repository.ValidateRef(ref)
+}
 
 // openRepository opens the snapshot repository the configuration (--config)
 // names. A verb that defines --store may point it at another POSIX store

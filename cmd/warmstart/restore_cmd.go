@@ -46,13 +46,13 @@ on prefetches whenever a valid manifest is attached; off never does.
 snapshot, device, io_engine, policy, generation, started_at, the phase
 timings (integer nanoseconds, keys ending in _ns), prefetch, device_bytes,
 ready and state.`,
-		Args: usage.Args(cobra.ExactArgs(1)),
+		Args: usage.Args(snapshotArg),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, err := restore.ParseMode(f.mode)
 			if err != nil {
 				return usageError{Err: err}
 			}
-			if err := f.check(cmd, args[0]); err != nil {
+			if err := f.check(cmd); err != nil {
 				return usageError{Err: err}
 			}
 			if err := checkPlotFlag(f.plotPath); err != nil {
@@ -82,10 +82,7 @@ ready and state.`,
 // check refuses what no restore can use before anything is mounted. An
 // empty --device given explicitly is refused here: restore.CheckFlags
 // reads "" as "not given" and would fall back to the configuration.
-func (f *restoreFlags) check(cmd *cobra.Command, ref string) error {
-	if ref == "" {
-		return errors.New("restore: the snapshot argument is empty: give an ID or ALIAS")
-	}
+func (f *restoreFlags) check(cmd *cobra.Command) error {
 	if cmd.Flags().Changed("device") && f.device == "" {
 		return errors.New(`--device "": want file or uffd`)
 	}

@@ -209,7 +209,7 @@ manifest, index; S3 only) when stored, and where its files are. With
 --json the record's fields (startup_pack, refined_pack among them) and
 "files". An argument that parses as a UUID is taken as an id, anything
 else as an alias.`,
-	Args: usage.Args(cobra.ExactArgs(1)),
+	Args: usage.Args(snapshotArg),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		ref := args[0]
 		if daemonSocket != "" {
@@ -232,7 +232,7 @@ var snapshotDeleteCmd = &cobra.Command{
 its files. Deleting a snapshot that does not exist succeeds and says so; a
 delete that was interrupted is finished by running it again. An alias that
 names a snapshot which no longer exists is released, and the verb says so.`,
-	Args: usage.Args(cobra.ExactArgs(1)),
+	Args: usage.Args(snapshotArg),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		ref := args[0]
 		if daemonSocket != "" {

@@ -238,3 +238,26 @@ func TestSnapshotDeleteOfADanglingAlias(t *testing.T) {
 		}
 	}
 }
+
+// TestMalformedReferenceIsAUsageError gives every verb that looks a
+// snapshot up by reference a name that can be neither an id nor an alias:
+// each exits 2, as a shell expects of a badly called command, and says why,
+// before it opens the store (here one that exists but holds no catalog).
+func TestMalformedReferenceIsAUsageError(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "store")
+	if err := os.Mkdir(store, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tooLong := strings.Repeat("x", 129)
+	for _, verb := range [][]string{
+		{"manifest", "inspect"}, {"manifest", "show"},
+		{"snapshot", "show"}, {"snapshot", "verify"}, {"snapshot", "delete"},
+	} {
+		for ref, want := range map[string]string{"": "argument is empty", tooLong: "must be 1 to 128 characters"} {
+			r := runCLI(t, append(verb, ref, "--store", store)...)
+			if r.code != 2 || !strings.Contains(r.stderr, want) {
+				t.Errorf("%s %.10q: exit %d, stderr %q; want exit 2 and %q", strings.Join(verb, " "), ref, r.code, r.stderr, want)
+			}
+		}
+	}
+}

@@ -55,7 +55,7 @@ keys; "ok" says whether problems were found.
 
 Exit status: 0 when no problem was found, 1 when one was (or the
 verification itself failed), 2 for a usage error.`,
-	Args: usage.Args(cobra.MaximumNArgs(1)),
+	Args: usage.Args(optionalSnapshotArg),
 	RunE: runSnapshotVerify,
 }
 

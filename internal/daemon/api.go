@@ -192,14 +192,10 @@ func refError(field, ref string, err error) error {
 
 // checkRef refuses a malformed id or alias before the repository sees it.
 func checkRef(field, ref string) error {
-	check := repository.ValidateAlias
-	if repository.RefIsID(ref) {
-		check = repository.ValidateID
-	}
 	if ref == "" {
 		return badRequest(field, "%s is required", field)
 	}
-	if err := check(ref); err != nil {
+	if err := repository.ValidateRef(ref); err != nil {
 		return statusError(http.StatusBadRequest, field, err)
 	}
 	return nil

@@ -57,6 +57,9 @@ func loadManifest(ctx context.Context, ref string, openRepo func() (repository.R
 		}
 		return ref, data, m, nil
 	}
+	if err := repository.ValidateRef(ref); err != nil {
+		return "", nil, nil, fmt.Errorf("manifest of %s: no such file, and %w", ref, err)
+	}
 	repo, err := openRepo()
 	if err != nil {
 		return "", nil, nil, err

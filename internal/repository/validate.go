@@ -63,6 +63,17 @@ func ValidateFilter(f Filter) error {
 	return nil
 }
 
+// ValidateRef accepts what Lookup can look up: an id (ValidateID) when ref
+// parses as a UUID in any spelling, else an alias (ValidateAlias). A
+// caller checks it before it opens anything, so that a malformed name is
+// refused as such and never as a lookup that found nothing.
+func ValidateRef(ref string) error {
+	if RefIsID(ref) {
+		return ValidateID(ref)
+	}
+	return ValidateAlias(ref)
+}
+
 // RefIsID reports whether Lookup treats ref as an id (it parses as a UUID in
 // any spelling) rather than as an alias.
 func RefIsID(ref string) bool {

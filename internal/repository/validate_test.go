@@ -45,6 +45,21 @@ func TestValidateAlias(t *testing.T) {
 	}
 }
 
+func TestValidateRef(t *testing.T) {
+	id, _ := NewID()
+	for _, s := range []string{id, "web-1", strings.Repeat("x", MaxAliasBytes)} {
+		if err := ValidateRef(s); err != nil {
+			t.Errorf("ValidateRef(%q) = %v", s, err)
+		}
+	}
+	// An uppercase id is taken as an id (Lookup would), so refused as one.
+	for _, s := range []string{"", "a/b", strings.Repeat("x", MaxAliasBytes+1), strings.ToUpper(id), uuid.Nil.String()} {
+		if err := ValidateRef(s); !errors.Is(err, ErrInvalidRequest) {
+			t.Errorf("ValidateRef(%q) = %v, want ErrInvalidRequest", s, err)
+		}
+	}
+}
+
 func TestFilterMatch(t *testing.T) {
 	yes, no := true, false
 	withManifest := Record{Alias: "web-1", Manifest: &ManifestDescriptor{}}
