@@ -55,7 +55,8 @@ disk. The same pass computes the memory file's per-block digest table,
 which every restore checks the memory against before serving it.
 
 --link hard-links the files into the store instead (same file system
-only) and makes them read-only (0444). The source files then ARE the
+only) and makes them read-only (takes their write bits away, and
+nothing else: a private file stays private). The source files then ARE the
 snapshot: never write them again, or the published snapshot changes (its
 digests catch that on restore, and the restore fails).
 

@@ -5,15 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"warmstart/internal/config"
-	"warmstart/internal/fsx"
 	"warmstart/internal/layout"
 	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/fusedev"
@@ -278,97 +274,20 @@ func (d *Daemon) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// localFile checks a path the request names on the daemon's host; only
-// paths importable has let through reach it, so its answers say nothing
-// about files outside [daemon] import_dirs.
-func localFile(field, path string) (os.FileInfo, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, statusError(http.StatusBadRequest, field, fmt.Errorf("%s: %w", field, err))
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, badRequest(field, "%s %s is not a regular file", field, path)
-	}
-	if err := fsx.CheckOnDisk(path); err != nil {
-		return nil, statusError(http.StatusBadRequest, field, fmt.Errorf("%s: %w", field, err))
-	}
-	if fi.Size() == 0 {
-		return nil, badRequest(field, "%s %s is empty", field, path)
-	}
-	return fi, nil
-}
-
-// importable answers 403 unless path lies in one of [daemon] import_dirs:
-// the daemon reads as root what any client of the API names, so only
-// directories the operator chose may be read. The check runs before the
-// file is looked at, so a client learns nothing of a path outside (not
-// whether it exists, nor its type or size): the cleaned path must lie
-// lexically in a directory first, and only then are its symlinks resolved
-// and the resolved path checked again. The resolved path is what is
-// imported, so a symlink swapped afterwards cannot redirect the read.
-func (d *Daemon) importable(field, path string) (string, error) {
-	if path == "" {
-		return "", badRequest(field, "%s is required", field)
-	}
-	if !filepath.IsAbs(path) {
-		return "", badRequest(field, "%s %q: want an absolute path on the daemon's host", field, path)
-	}
-	if len(d.cfg.Daemon.ImportDirs) == 0 {
-		return "", statusError(http.StatusForbidden, field,
-			errors.New("imports over the API are off: list the directories they may read in [daemon] import_dirs"))
-	}
-	outside := func(p string) error {
-		return statusError(http.StatusForbidden, field, fmt.Errorf("%s %s is outside [daemon] import_dirs", field, p))
-	}
-	clean := filepath.Clean(path)
-	if !d.inImportDirs(clean, false) {
-		return "", outside(path)
-	}
-	real, err := filepath.EvalSymlinks(clean)
-	if err != nil {
-		return "", statusError(http.StatusBadRequest, field, fmt.Errorf("%s: %w", field, err))
-	}
-	if !d.inImportDirs(real, true) {
-		return "", outside(fmt.Sprintf("%s (resolved %s)", path, real))
-	}
-	return real, nil
-}
-
-// inImportDirs reports whether the clean absolute path lies strictly below
-// one of [daemon] import_dirs. A path not yet resolved may lie below a
-// directory as configured or as resolved (an import dir may be a symlink);
-// a resolved one must lie below a resolved directory.
-func (d *Daemon) inImportDirs(path string, resolved bool) bool {
-	for _, dir := range d.cfg.Daemon.ImportDirs {
-		roots := []string{}
-		if !resolved {
-			roots = append(roots, filepath.Clean(dir))
-		}
-		if root, err := filepath.EvalSymlinks(dir); err == nil {
-			roots = append(roots, root)
-		}
-		for _, root := range roots {
-			if rel, err := filepath.Rel(root, path); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") && rel != "." {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 func (d *Daemon) importSnapshot(w http.ResponseWriter, r *http.Request) error {
 	var req ImportRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		return err
 	}
-	lay, err := d.checkImport(&req)
+	in, lay, err := d.checkImport(req)
 	if err != nil {
 		return err
 	}
+	defer in.Close()
 	if err := d.checkOpen(); err != nil {
 		return err
 	}
-	lease, rec, err := d.publishImport(r.Context(), req, lay)
+	lease, rec, err := d.publishImport(r.Context(), req, in, lay)
 	if err != nil {
 		return err
 	}
@@ -383,50 +302,55 @@ func (d *Daemon) importSnapshot(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// checkImport validates an import request field by field, rewriting its
-// paths to the importable ones, and returns the memory layout it names, so
-// that a bad request is refused before any capture lease is taken.
-func (d *Daemon) checkImport(req *ImportRequest) (layout.Layout, error) {
-	var err error
-	if req.VMState, err = d.importable("vm_state", req.VMState); err != nil {
-		return layout.Layout{}, err
-	}
-	if req.Memory, err = d.importable("memory", req.Memory); err != nil {
-		return layout.Layout{}, err
-	}
-	if _, err := localFile("vm_state", req.VMState); err != nil {
-		return layout.Layout{}, err
-	}
-	mem, err := localFile("memory", req.Memory)
+// checkImport validates an import request field by field and opens its
+// files (openImportable), returning them with the memory layout the
+// request names, so that a bad request is refused before any capture
+// lease is taken. The caller closes the files once the publish has ended.
+func (d *Daemon) checkImport(req ImportRequest) (importFiles, layout.Layout, error) {
+	in, lay, err := d.openImport(req)
 	if err != nil {
-		return layout.Layout{}, err
+		in.Close()
+		return importFiles{}, layout.Layout{}, err
+	}
+	return in, lay, nil
+}
+
+func (d *Daemon) openImport(req ImportRequest) (in importFiles, lay layout.Layout, err error) {
+	if in.vmState, err = d.openImportable("vm_state", req.VMState); err != nil {
+		return in, lay, err
+	}
+	if in.memory, err = d.openImportable("memory", req.Memory); err != nil {
+		return in, lay, err
 	}
 	if req.Alias != "" {
 		if err := repository.ValidateAlias(req.Alias); err != nil {
-			return layout.Layout{}, statusError(http.StatusBadRequest, "alias", err)
+			return in, lay, statusError(http.StatusBadRequest, "alias", err)
 		}
 	}
-	lay, err := layout.Parse(req.Layout, mem.Size())
+	mem, err := in.memory.Stat()
 	if err != nil {
+		return in, lay, statusError(http.StatusBadRequest, "memory", fmt.Errorf("memory: %w", err))
+	}
+	if lay, err = layout.Parse(req.Layout, mem.Size()); err != nil {
 		field := "layout"
 		if req.Layout == "" {
 			field = "memory"
 		}
-		return layout.Layout{}, badRequest(field, "layout of memory file %s (%d bytes): %v", req.Memory, mem.Size(), err)
+		return in, lay, badRequest(field, "layout of memory file %s (%d bytes): %v", req.Memory, mem.Size(), err)
 	}
-	return lay, nil
+	return in, lay, nil
 }
 
 // publishImport publishes a checked import under a fresh capture lease and
 // returns the lease still held (the caller ends it or hands it to the
 // recorder); on failure the lease is ended and the error carries its status.
-func (d *Daemon) publishImport(ctx context.Context, req ImportRequest, lay layout.Layout) (repository.Lease, repository.Record, error) {
+func (d *Daemon) publishImport(ctx context.Context, req ImportRequest, in importFiles, lay layout.Layout) (repository.Lease, repository.Record, error) {
 	lease, err := d.repo.BeginCapture(ctx)
 	if err != nil {
 		return nil, repository.Record{}, fmt.Errorf("import: %w", err)
 	}
 	rec, err := d.repo.Publish(ctx, lease, repository.PublishRequest{
-		VMStatePath: req.VMState, MemoryPath: req.Memory, Layout: lay, Alias: req.Alias, Link: req.Link,
+		VMStatePath: procPath(in.vmState), MemoryPath: procPath(in.memory), Layout: lay, Alias: req.Alias, Link: req.Link,
 		RecordManifest: d.cfg.Snapshot.MemoryStartupPack.Enabled,
 	})
 	if err == nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"warmstart/internal/daemon"
+	"warmstart/internal/repository/repotest"
 )
 
 // The TCP API answers only requests with the daemon's bearer token; serve
@@ -113,6 +114,15 @@ func TestImportOutsideImportDirsTellsNothing(t *testing.T) {
 	}
 	climbOut := f.dir + strings.Repeat("/..", strings.Count(f.dir, "/")) + empty
 	paths := []string{filepath.Join(outside, "absent"), outside, fifo, empty, climbOut}
+	// A directory symlink inside an import dir that leads out: what lies
+	// beyond it is as unknown as any other outside path.
+	out := filepath.Join(f.dir, "out")
+	if err := os.Symlink(outside, out); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"absent", "fifo", "empty", "empty/x", "."} {
+		paths = append(paths, filepath.Join(out, name))
+	}
 	for _, path := range paths {
 		for _, field := range []string{"vm_state", "memory"} {
 			req := f.importRequest("")
@@ -263,5 +273,116 @@ func TestTokenSchemeIsCaseInsensitive(t *testing.T) {
 		if resp.StatusCode != want {
 			t.Errorf("Authorization %q: HTTP %d, want %d", strings.Replace(header, token, "TOKEN", 1), resp.StatusCode, want)
 		}
+	}
+}
+
+// An import reads the very files that passed the import_dirs check:
+// swapping a directory of the path for a symlink to outside files while
+// the import runs (here while it copies a large vm_state, before it
+// reaches the memory file) cannot make it read them.
+func TestImportReadsTheFilesItChecked(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	r := startDaemon(t, f, nil)
+	sub, outside := filepath.Join(f.dir, "sub"), t.TempDir()
+	if err := os.Mkdir(sub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	mem, err := os.ReadFile(f.ref.Memory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sub, "memory"), mem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i := range mem {
+		mem[i] ^= 0xff
+	}
+	if err := os.WriteFile(filepath.Join(outside, "memory"), mem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A large vm_state holds the import in its copy long enough to swap.
+	vmState := filepath.Join(sub, "vm_state")
+	if err := os.WriteFile(vmState, make([]byte, 256<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	req := daemon.ImportRequest{VMState: vmState, Memory: filepath.Join(sub, "memory"), Layout: f.layout}
+	type result struct {
+		resp daemon.ImportResponse
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := r.client.Import(context.Background(), req)
+		done <- result{resp, err}
+	}()
+	if !waitForGlob(filepath.Join(f.dir, "store", "snapshots", "*", ".vm_state.bin.*"), done) {
+		t.Fatal("the import ended before it was seen copying vm_state: nothing was swapped")
+	}
+	if err := os.Rename(sub, sub+".real"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, sub); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if res.err != nil {
+		t.Fatalf("import: %v", res.err)
+	}
+	if got, want := res.resp.Record.MemorySHA256, repotest.FileSHA256(t, filepath.Join(sub+".real", "memory")); got != want {
+		t.Fatalf("published memory %s, want the checked file's %s (the outside file's is %s)", got, want,
+			repotest.FileSHA256(t, filepath.Join(outside, "memory")))
+	}
+}
+
+// waitForGlob polls until pattern matches a file, reporting false if done
+// is ready first (without taking its value).
+func waitForGlob[T any](pattern string, done chan T) bool {
+	for {
+		if m, _ := filepath.Glob(pattern); len(m) > 0 {
+			return true
+		}
+		if len(done) > 0 {
+			return false
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// A linked API import hard-links the files it checked into the store and
+// only takes their write bits away: a private file stays private.
+func TestLinkedImportLinksTheCheckedFiles(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	r := startDaemon(t, f, nil)
+	req := daemon.ImportRequest{Layout: f.layout, Link: true}
+	for _, c := range []struct {
+		src string
+		dst *string
+	}{{f.ref.VMState, &req.VMState}, {f.ref.Memory, &req.Memory}} {
+		data, err := os.ReadFile(c.src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		*c.dst = filepath.Join(f.dir, "linked-"+filepath.Base(c.src))
+		if err := os.WriteFile(*c.dst, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := r.client.Import(context.Background(), req)
+	if err != nil {
+		t.Fatalf("linked import: %v", err)
+	}
+	stored, err := os.Stat(filepath.Join(f.dir, "store", "snapshots", resp.Record.ID, "memory.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.Stat(req.Memory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(src, stored) {
+		t.Errorf("stored memory is not the linked source's inode")
+	}
+	if src.Mode().Perm() != 0o400 {
+		t.Errorf("linked source (was 0600) has mode %v, want 0400", src.Mode().Perm())
 	}
 }

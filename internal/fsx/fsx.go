@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
@@ -44,6 +45,44 @@ func openRegular(path string, flags int) (*os.File, error) {
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
+	return regularFile(fd, path)
+}
+
+// ErrOutside is wrapped when a path resolved beneath a directory leads out
+// of it.
+var ErrOutside = errors.New("leads outside its directory")
+
+// OpenRegularBeneath is OpenRegularFollowing for rel, a path relative to
+// dir, whose every component is resolved beneath dir (openat2 with
+// RESOLVE_BENEATH): a "..", an absolute symlink or a relative one that
+// climbs out of dir fails with ErrOutside during the walk, before anything
+// outside dir is looked at, so the error is the same whatever is there.
+// Symlinks that stay inside dir are followed. The check and the open are
+// one step, so no path swapped afterwards can change what the returned
+// file reads.
+func OpenRegularBeneath(dir, rel string) (*os.File, error) {
+	path := filepath.Join(dir, rel)
+	d, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(d)
+	fd, err := unix.Openat2(d, rel, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC | unix.O_NOCTTY,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if errors.Is(err, unix.EXDEV) {
+		return nil, fmt.Errorf("open %s: %w %s", path, ErrOutside, dir)
+	}
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return regularFile(fd, path)
+}
+
+// regularFile wraps fd, opened non-blocking, if it is a regular file, and
+// puts it back in blocking mode; else it closes fd.
+func regularFile(fd int, path string) (*os.File, error) {
 	f := os.NewFile(uintptr(fd), path)
 	fi, err := f.Stat()
 	if err != nil {

@@ -64,6 +64,9 @@ func TestCheckOnDiskRefusesPseudoFileSystems(t *testing.T) {
 		if err := CheckOnDisk(path); !errors.Is(err, ErrNotOnDisk) {
 			t.Errorf("CheckOnDisk(%s) = %v, want ErrNotOnDisk", path, err)
 		}
+		if err := checkOpenOnDisk(t, path); !errors.Is(err, ErrNotOnDisk) {
+			t.Errorf("CheckFileOnDisk(%s) = %v, want ErrNotOnDisk", path, err)
+		}
 	}
 	file := filepath.Join(t.TempDir(), "vm_state.bin")
 	if err := os.WriteFile(file, []byte("state"), 0o644); err != nil {
@@ -72,6 +75,19 @@ func TestCheckOnDiskRefusesPseudoFileSystems(t *testing.T) {
 	if err := CheckOnDisk(file); err != nil {
 		t.Errorf("CheckOnDisk(a file in the test's directory) = %v", err)
 	}
+	if err := checkOpenOnDisk(t, file); err != nil {
+		t.Errorf("CheckFileOnDisk(a file in the test's directory) = %v", err)
+	}
+}
+
+func checkOpenOnDisk(t *testing.T, path string) error {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	return CheckFileOnDisk(f)
 }
 
 func TestCheckCreatable(t *testing.T) {
@@ -97,5 +113,59 @@ func TestCheckCreatable(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
 		t.Errorf("the probe left files behind: %v", ents)
+	}
+}
+
+// OpenRegularBeneath resolves every component beneath its directory: a
+// symlink or ".." that leads out fails with ErrOutside, and the same way
+// whatever is outside (a file, nothing, a FIFO), so the error tells
+// nothing of it; symlinks that stay inside are followed.
+func TestOpenRegularBeneath(t *testing.T) {
+	root, outside := t.TempDir(), t.TempDir()
+	write := func(path string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	symlink := func(target, path string) {
+		t.Helper()
+		if err := os.Symlink(target, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(root, "file"))
+	write(filepath.Join(outside, "secret"))
+	if err := syscall.Mkfifo(filepath.Join(outside, "fifo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(root, "sub"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	symlink(outside, filepath.Join(root, "abs"))
+	symlink("../"+strings.Repeat("../", strings.Count(root, "/"))+outside, filepath.Join(root, "sub", "rel"))
+	symlink("../file", filepath.Join(root, "sub", "inside"))
+	for _, rel := range []string{"abs/secret", "abs/absent", "abs/fifo", "abs/secret/x", "sub/rel/secret", "../" + filepath.Base(root) + "/file", "sub/../../x"} {
+		f, err := OpenRegularBeneath(root, rel)
+		if err == nil {
+			f.Close()
+		}
+		if !errors.Is(err, ErrOutside) {
+			t.Errorf("OpenRegularBeneath(%s) = %v, want ErrOutside", rel, err)
+		}
+	}
+	for _, rel := range []string{"file", "sub/inside"} {
+		f, err := OpenRegularBeneath(root, rel)
+		if err != nil {
+			t.Errorf("OpenRegularBeneath(%s): %v", rel, err)
+			continue
+		}
+		f.Close()
+	}
+	if f, err := OpenRegularBeneath(root, "sub"); err == nil || !errors.Is(err, ErrNotRegular) {
+		if err == nil {
+			f.Close()
+		}
+		t.Errorf("OpenRegularBeneath(sub) = %v, want ErrNotRegular", err)
 	}
 }

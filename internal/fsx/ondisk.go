@@ -3,6 +3,7 @@ package fsx
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -36,6 +37,19 @@ func CheckOnDisk(path string) error {
 	if err := unix.Statfs(path, &st); err != nil {
 		return fmt.Errorf("statfs %s: %w", path, err)
 	}
+	return onDisk(path, st)
+}
+
+// CheckFileOnDisk is CheckOnDisk for a file already open.
+func CheckFileOnDisk(f *os.File) error {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
+		return fmt.Errorf("statfs %s: %w", f.Name(), err)
+	}
+	return onDisk(f.Name(), st)
+}
+
+func onDisk(path string, st unix.Statfs_t) error {
 	if name, ok := pseudoFileSystems[int64(st.Type)]; ok {
 		return fmt.Errorf("%s: %w: it is on %s, whose files do not have the size they report", path, ErrNotOnDisk, name)
 	}

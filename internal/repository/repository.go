@@ -150,10 +150,11 @@ type PublishRequest struct {
 	VMStatePath string
 	MemoryPath  string
 	// Link, where the backend keeps local files, hard-links the sources
-	// instead of copying them and makes their inode read-only (0444). The
-	// caller promises never to write the sources again: a write to them
-	// would change the published snapshot. Backends without local files
-	// ignore it.
+	// instead of copying them and makes their inode read-only (its write
+	// bits taken away, nothing else changed: a private file stays
+	// private). The caller promises never to write the sources again: a
+	// write to them would change the published snapshot. Backends without
+	// local files ignore it.
 	Link bool
 	// Layout is the guest memory layout. It must be valid and its FileSize
 	// must equal the size of the memory file.

@@ -116,12 +116,19 @@ func (r *Repo) store(ctx context.Context, spec importSpec, tmp string, report fu
 
 // linkReadOnly hard-links the file src names to dst, following a symlink
 // (link(2) itself would link the symlink, leaving the store pointing
-// outside itself), and makes the shared inode read-only.
+// outside itself), and makes the shared inode read-only by taking its
+// write bits away. Only those: the inode is still the source's, and a
+// file its owner kept private must not become readable by others because
+// a snapshot links it (the repository reads it as root or as its owner).
 func linkReadOnly(src, dst string) error {
 	if err := unix.Linkat(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW); err != nil {
 		return fmt.Errorf("hard-link %s into the store: %w", src, err)
 	}
-	if err := os.Chmod(dst, artifactFileMode); err != nil {
+	fi, err := os.Stat(dst)
+	if err != nil {
+		return fmt.Errorf("make linked %s read-only: %w", src, err)
+	}
+	if err := os.Chmod(dst, fi.Mode().Perm()&^0o222); err != nil {
 		return fmt.Errorf("make linked %s read-only: %w", src, err)
 	}
 	return nil

@@ -111,11 +111,17 @@ func publishWith(t *testing.T, r *Repo, in repotest.Inputs, adjust func(*reposit
 	return rec
 }
 
+// A publish copies its inputs unless asked to link; a link shares the
+// source's inode and takes its write bits away, and only those.
 func TestCopyByDefaultLinkOnlyOnRequest(t *testing.T) {
 	for _, link := range []bool{false, true} {
 		t.Run(fmt.Sprintf("Link=%v", link), func(t *testing.T) {
 			r := openTemp(t, Options{})
 			in := repotest.NewInputs(t, repotest.SmallMemoryBytes)
+			// Readable by its group only: a link must not open it to others.
+			if err := os.Chmod(in.MemoryPath, 0o640); err != nil {
+				t.Fatal(err)
+			}
 			rec := publishWith(t, r, in, func(req *repository.PublishRequest) { req.Link = link })
 			src, err := os.Stat(in.MemoryPath)
 			if err != nil {
@@ -128,8 +134,8 @@ func TestCopyByDefaultLinkOnlyOnRequest(t *testing.T) {
 			if linked := os.SameFile(src, stored); linked != link {
 				t.Fatalf("Link=%v but stored memory shares the source inode: %v", link, linked)
 			}
-			if link && src.Mode().Perm() != 0o444 {
-				t.Fatalf("linked source inode has mode %v, want read-only 0444", src.Mode().Perm())
+			if link && src.Mode().Perm() != 0o440 {
+				t.Fatalf("linked source inode (was 0640) has mode %v, want 0440: write bits off, nobody new may read", src.Mode().Perm())
 			}
 			if rec.MemorySHA256 != in.MemorySHA256 {
 				t.Fatalf("memory sha %s, want %s", rec.MemorySHA256, in.MemorySHA256)

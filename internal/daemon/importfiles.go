@@ -1,0 +1,113 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"warmstart/internal/fsx"
+)
+
+// importFiles are the two files an API import names, opened once, when
+// they are checked, and read through those open files until the publish
+// ends: the daemon reads as root what a client names, so what it checks
+// must be what it reads, whatever is renamed or swapped in meanwhile.
+type importFiles struct {
+	vmState, memory *os.File
+}
+
+func (in importFiles) Close() {
+	for _, f := range []*os.File{in.vmState, in.memory} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// procPath names an open file by its descriptor: opening, reading or
+// hard-linking (with AT_SYMLINK_FOLLOW) that path reaches the open file
+// itself, whatever its own path names now. The repository takes paths,
+// so this is how it is handed the files the daemon checked. The file must
+// stay open until the repository is done with the path.
+func procPath(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()) }
+
+// openImportable opens path for an import if it lies in one of [daemon]
+// import_dirs, and answers 403 if it does not. The path must lie lexically
+// in a directory, and is then resolved component by component beneath it
+// (fsx.OpenRegularBeneath): a symlink or ".." that leads out is refused
+// during the walk, with the same 403 as any outside path, so a client
+// learns nothing of what is outside (not whether it exists, nor its type
+// or size). Symlinks that stay inside the directory are followed; one
+// leading into another import dir is refused too. Only a file inside gets
+// the 400s for a missing, empty or non-regular file.
+func (d *Daemon) openImportable(field, path string) (*os.File, error) {
+	if path == "" {
+		return nil, badRequest(field, "%s is required", field)
+	}
+	if !filepath.IsAbs(path) {
+		return nil, badRequest(field, "%s %q: want an absolute path on the daemon's host", field, path)
+	}
+	if len(d.cfg.Daemon.ImportDirs) == 0 {
+		return nil, statusError(http.StatusForbidden, field,
+			errors.New("imports over the API are off: list the directories they may read in [daemon] import_dirs"))
+	}
+	clean := filepath.Clean(path)
+	for _, root := range d.importRoots() {
+		rel, ok := strictlyBelow(root, clean)
+		if !ok {
+			continue
+		}
+		f, err := fsx.OpenRegularBeneath(root, rel)
+		switch {
+		case errors.Is(err, fsx.ErrOutside):
+			continue
+		case err != nil:
+			return nil, statusError(http.StatusBadRequest, field, fmt.Errorf("%s: %w", field, err))
+		}
+		if err := checkImportFile(f); err != nil {
+			f.Close()
+			return nil, statusError(http.StatusBadRequest, field, fmt.Errorf("%s %s: %w", field, path, err))
+		}
+		return f, nil
+	}
+	return nil, statusError(http.StatusForbidden, field, fmt.Errorf("%s %s is outside [daemon] import_dirs", field, path))
+}
+
+// importRoots are the import dirs as configured and as resolved (an import
+// dir may itself be a symlink the operator chose).
+func (d *Daemon) importRoots() []string {
+	var roots []string
+	for _, dir := range d.cfg.Daemon.ImportDirs {
+		roots = append(roots, filepath.Clean(dir))
+		if real, err := filepath.EvalSymlinks(dir); err == nil && real != filepath.Clean(dir) {
+			roots = append(roots, real)
+		}
+	}
+	return roots
+}
+
+// strictlyBelow returns path relative to root when the clean absolute
+// path lies strictly below root.
+func strictlyBelow(root, path string) (string, bool) {
+	rel, err := filepath.Rel(root, path)
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
+		return "", false
+	}
+	return rel, true
+}
+
+// checkImportFile refuses an open regular file that cannot be a snapshot
+// artifact: an empty one, or one on a pseudo file system.
+func checkImportFile(f *os.File) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Size() == 0 {
+		return errors.New("is empty")
+	}
+	return fsx.CheckFileOnDisk(f)
+}
