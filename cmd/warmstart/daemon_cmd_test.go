@@ -24,6 +24,7 @@ import (
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/synth"
+	"warmstart/internal/trace"
 )
 
 // resetFlags sets every flag of the verb tree back to its default; flag
@@ -342,5 +343,49 @@ func TestVerifyAllOverDaemonReportsDamage(t *testing.T) {
 	out, _, err := runVerb(t, "--daemon", sock, "snapshot", "verify", "--all")
 	if err == nil || !strings.Contains(out, "corrupt alias broken") {
 		t.Fatalf("verify --all over the daemon with a damaged alias = %q, %v; want the damage reported and a failure", out, err)
+	}
+}
+
+// "restore --daemon" without --hold stops what it restored even when it is
+// interrupted: a signal while the daemon restores cancels the request
+// (the daemon stops a restore whose client left) and the verb exits
+// 128+signal, leaving the daemon holding nothing.
+func TestDaemonRestoreInterrupted(t *testing.T) {
+	dir, ref, sock := startVerbDaemon(t)
+	cfg := replayDaemonConfig(dir, ref.Trace)
+	importListRecord(t, sock, ref)
+	entries, err := trace.ReadFile(ref.Trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries[0].Compute += time.Minute // not ready within the test
+	if err := trace.WriteFile(ref.Trace, entries); err != nil {
+		t.Fatal(err)
+	}
+	cli := startCLI(t, false, "--daemon", sock, "restore", "web", "--prefetch", "off")
+	if !waitForRunFile(filepath.Join(cfg.Runtime.Dir, "daemon", "restores", "*", "replay-vmm.log"), cli.exited) {
+		t.Fatalf("the restore ended before its VMM was seen:\n%s", cli.outputText())
+	}
+	cli.signal(syscall.SIGINT)
+	cli.wantExit(128+int(syscall.SIGINT), syscall.SIGINT)
+	c := daemon.NewClient(sock)
+	defer c.Close()
+	if held, err := c.Restores(context.Background()); err != nil || len(held) != 0 {
+		t.Fatalf("after the interrupted restore the daemon holds %v (%v), want nothing", held, err)
+	}
+}
+
+// waitForRunFile polls until pattern matches a file, reporting false if
+// done is closed first.
+func waitForRunFile(pattern string, done <-chan struct{}) bool {
+	for {
+		if m, _ := filepath.Glob(pattern); len(m) > 0 {
+			return true
+		}
+		select {
+		case <-done:
+			return false
+		case <-time.After(time.Millisecond):
+		}
 	}
 }

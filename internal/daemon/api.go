@@ -498,6 +498,9 @@ func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return d.restoreFailed(err)
 	}
+	if testHookRestoreReady != nil {
+		testHookRestoreReady(ctx)
+	}
 	run := &running{inst: inst, info: NewRestoreInfo(inst, rec.ID, opts, started)}
 	if err := d.register(ctx, run); err != nil {
 		return err
@@ -514,6 +517,14 @@ func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
 // snapshot cannot take (a device it cannot use, an io_engine other than
 // the one its held device generation serves) is the client's to change,
 // and names the field.
+// testHookRestoreReady, set by tests, runs with the request's context
+// once a restore is ready, before the daemon takes it in.
+var testHookRestoreReady func(context.Context)
+
+// statusClientClosedRequest is the status logged for a request whose
+// client went away before its answer (nginx's 499): nobody reads it.
+const statusClientClosedRequest = 499
+
 func (d *Daemon) restoreFailed(err error) error {
 	var fe *restore.FieldError
 	switch {
@@ -561,6 +572,15 @@ func (d *Daemon) countDevice(run *running) {
 // device, together, unless shutdown has begun: shutdown has then collected
 // the restores it stops, so this one is stopped here.
 func (d *Daemon) register(ctx context.Context, run *running) error {
+	if d.clientGone(ctx) {
+		// The client went away (a timeout, a CLI killed mid-request)
+		// while the restore started: nobody has its id to stop it. A
+		// client that leaves after this point has its answer on the way;
+		// the CLI stops what it does not hold even when interrupted.
+		d.log.Warn("restore abandoned by its client", "restore", run.info.ID, "snapshot", run.info.Snapshot)
+		d.stopRestore(context.WithoutCancel(ctx), run)
+		return statusError(statusClientClosedRequest, "", fmt.Errorf("restore %s: the client went away before the answer; stopped", run.info.ID))
+	}
 	d.mu.Lock()
 	if d.closing {
 		d.mu.Unlock()

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -45,7 +46,9 @@ func statusError(status int, field string, err error) error {
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 // serve adapts h: an *apiError becomes its status with a JSON body naming
-// the field; any other error is a 500 and is logged, because it is ours.
+// the field; any other error is a 500 and is logged, because it is ours,
+// unless the client went away, which cut the work short (a 499 nobody
+// reads).
 func (d *Daemon) serve(h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		err := h(w, r)
@@ -53,12 +56,23 @@ func (d *Daemon) serve(h handlerFunc) http.Handler {
 			return
 		}
 		var ae *apiError
-		if !errors.As(err, &ae) {
+		switch {
+		case errors.As(err, &ae):
+		case d.clientGone(r.Context()):
+			d.log.Info("request abandoned by its client", "method", r.Method, "path", r.URL.Path, "err", err)
+			ae = &apiError{status: statusClientClosedRequest, err: err}
+		default:
 			d.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 			ae = &apiError{status: http.StatusInternalServerError, err: err}
 		}
 		writeJSON(w, ae.status, Error{Error: bounded(ae.err.Error(), maxEchoBytes), Field: bounded(ae.field, maxFieldEchoBytes)})
 	})
+}
+
+// clientGone reports whether a request's context ended because its client
+// went away, not because the daemon is shutting down.
+func (d *Daemon) clientGone(ctx context.Context) bool {
+	return ctx.Err() != nil && d.reqCtx.Err() == nil
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -79,11 +93,23 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err)
 	}
-	var extra json.RawMessage
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+	var (
+		extra  json.RawMessage
+		syntax *json.SyntaxError
+	)
+	err := dec.Decode(&extra)
+	switch {
+	case errors.Is(err, io.EOF):
+		return nil
+	case err == nil || errors.As(err, &syntax):
 		return badRequest(fieldBody, "request body holds more than one JSON value")
 	}
-	return nil
+	// The body grew too long, ended early or timed out after the object:
+	// nothing was read that could be a second value.
+	if tooLong := (*http.MaxBytesError)(nil); errors.As(err, &tooLong) {
+		return jsonError(err)
+	}
+	return badRequest(fieldBody, "read the request body: %v", err)
 }
 
 // decodeOptionalJSON is decodeJSON for a body that may be left out: an

@@ -3,11 +3,14 @@ package daemon
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 func TestRecoveredTurnsPanicsInto500(t *testing.T) {
@@ -76,5 +79,29 @@ func TestEveryRequestLogsOneLineWithItsID(t *testing.T) {
 	}
 	if len(ids) != 2 {
 		t.Errorf("two requests got ids %v", ids)
+	}
+}
+
+// A body that cannot be read to its end after one JSON object (it is
+// shorter than its Content-Length, so the read times out) is refused as
+// unreadable; only a body that goes on past the object holds more than
+// one value.
+func TestDecodeJSONNamesWhatFollowsTheObject(t *testing.T) {
+	timeout := errors.New("read tcp: i/o timeout")
+	for _, c := range []struct {
+		body io.Reader
+		want string
+	}{
+		{io.MultiReader(strings.NewReader(`{"snapshot":"a"}`), iotest.ErrReader(timeout)), "read the request body: read tcp: i/o timeout"},
+		{strings.NewReader(`{"snapshot":"a"} {}`), "request body holds more than one JSON value"},
+		{strings.NewReader(`{"snapshot":"a"} x`), "request body holds more than one JSON value"},
+	} {
+		var req RestoreRequest
+		r := httptest.NewRequest(http.MethodPost, "/restores", c.body)
+		err := decodeJSON(httptest.NewRecorder(), r, &req)
+		var ae *apiError
+		if !errors.As(err, &ae) || ae.status != http.StatusBadRequest || ae.err.Error() != c.want {
+			t.Errorf("decodeJSON = %v, want a 400 %q", err, c.want)
+		}
 	}
 }

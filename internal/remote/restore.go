@@ -24,7 +24,10 @@ func Restore(ctx context.Context, c *daemon.Client, o report.Output, req daemon.
 		fmt.Fprintf(o.Err, "the daemon holds restore %s; stop it with: warmstart --daemon %s restores stop %s\n", in.ID, socket, in.ID)
 		return nil
 	}
-	rep, err := c.StopRestore(ctx, in.ID)
+	// Stopped even when ctx ended since the answer (the verb was
+	// interrupted): nothing else would stop this restore, which the
+	// caller does not hold. The daemon bounds the stop.
+	rep, err := c.StopRestore(context.WithoutCancel(ctx), in.ID)
 	if err != nil {
 		return fmt.Errorf("restore %s: stop: %w", req.Snapshot, err)
 	}

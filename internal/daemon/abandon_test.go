@@ -1,0 +1,104 @@
+package daemon_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"warmstart/internal/daemon"
+	"warmstart/internal/trace"
+)
+
+// A restore whose client went away before the answer (a timeout, a CLI
+// killed mid-request) is stopped, not held: nobody has its id to stop it.
+// The client leaves just as its restore becomes ready, where a restore
+// can no longer be cancelled by its request.
+func TestRestoreOfAClientThatLeftIsStopped(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	r := startDaemon(t, f, nil)
+	if _, err := r.client.Import(context.Background(), f.importRequest("left")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	daemon.SetRestoreReadyHook(t, func(request context.Context) {
+		cancel()
+		<-request.Done() // the daemon has seen the client go
+	})
+	if _, err := r.client.Restore(ctx, daemon.RestoreRequest{Snapshot: "left"}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("client restore = %v, want it cancelled", err)
+	}
+	waitLogged(r.log, "request", "path", "/restores") // its handler has ended
+	held, err := r.client.Restores(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(held) != 0 {
+		t.Fatalf("the daemon holds %d restores after their client left: %+v", len(held), held)
+	}
+	if r.log.attrsOf("restore abandoned by its client") == nil {
+		t.Error("the abandoned restore was not logged")
+	}
+}
+
+// waitLogged polls until sink holds a record msg whose attribute key is
+// value.
+func waitLogged(sink *logSink, msg, key, value string) {
+	for {
+		sink.mu.Lock()
+		for _, r := range sink.records {
+			if r.msg == msg && r.attrs[key] == value {
+				sink.mu.Unlock()
+				return
+			}
+		}
+		sink.mu.Unlock()
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A client that leaves while its restore waits for ready cancels the
+// restore; the daemon logs that as the client's doing (499), not as a
+// failure of its own (an ERROR and a 500).
+func TestRestoreCancelledByItsClientIsNoServerError(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	entries, err := trace.ReadFile(f.ref.Trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries[0].Compute += time.Minute // never ready within the test
+	slow := filepath.Join(f.dir, "slow.trace")
+	if err := trace.WriteFile(slow, entries); err != nil {
+		t.Fatal(err)
+	}
+	f.writeConfig(t, fixtureOptions{trace: slow})
+	r := startDaemon(t, f, nil)
+	if _, err := r.client.Import(context.Background(), f.importRequest("gone")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.client.Restore(ctx, daemon.RestoreRequest{Snapshot: "gone"})
+		done <- err
+	}()
+	if !waitForGlob(filepath.Join(f.cfg.Runtime.Dir, "daemon", "restores", "*", "replay-vmm.log"), done) {
+		t.Fatalf("the restore ended before its VMM was seen: %v", <-done)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("client restore = %v, want it cancelled", err)
+	}
+	waitLogged(r.log, "request", "path", "/restores")
+	if a := r.log.attrsOf("request failed"); a != nil {
+		t.Errorf("a restore its client cancelled was logged as a failure: %v", a)
+	}
+	r.log.mu.Lock()
+	defer r.log.mu.Unlock()
+	for _, rec := range r.log.records {
+		if rec.msg == "request" && rec.attrs["path"] == "/restores" && rec.attrs["status"] != "499" {
+			t.Errorf("the cancelled restore request was logged with status %s, want 499", rec.attrs["status"])
+		}
+	}
+}
