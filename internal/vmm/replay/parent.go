@@ -57,7 +57,16 @@ type VMM struct {
 	// guest's: a VMM stuck on memory that never comes fails the restore
 	// rather than holding it for ever. Zero means no bound.
 	ReadyTimeout time.Duration
+	// StopTimeout is how long a VMM asked to stop may take to exit before
+	// it is killed, as Firecracker's and QEMU's drivers bound theirs.
+	// Zero or less means DefaultStopTimeout.
+	StopTimeout time.Duration
 }
+
+// DefaultStopTimeout is the stop bound of a VMM that sets none: a replay
+// VMM exits within milliseconds of its stop, so one still running after
+// this is hung (stopped by a signal, stuck on its memory).
+const DefaultStopTimeout = 5 * time.Second
 
 var (
 	_ vmm.VMM      = (*VMM)(nil)
@@ -90,6 +99,7 @@ type Instance struct {
 
 	paused       bool          // restored with RestoreSpec.Paused
 	readyTimeout time.Duration // VMM.ReadyTimeout
+	stopTimeout  time.Duration // VMM.StopTimeout, or its default
 	held         chan struct{} // closed when the paused event arrives
 	ready        chan struct{} // closed when the ready event arrives
 	exited       chan struct{} // closed when the process is reaped and its control channel drained
@@ -137,9 +147,13 @@ func (v *VMM) Start(ctx context.Context, spec vmm.RestoreSpec) (*Instance, error
 		output:       &tailBuffer{max: outputTailBytes},
 		paused:       spec.Paused,
 		readyTimeout: v.ReadyTimeout,
+		stopTimeout:  DefaultStopTimeout,
 		held:         make(chan struct{}),
 		ready:        make(chan struct{}),
 		exited:       make(chan struct{}),
+	}
+	if v.StopTimeout > 0 {
+		inst.stopTimeout = v.StopTimeout
 	}
 	// Files the parent no longer needs once the child runs; on failure
 	// before that, everything here is closed.
@@ -383,8 +397,9 @@ func (i *Instance) Resume() error {
 	return nil
 }
 
-// RequestStop asks the VMM to stop by closing its standard input. It does
-// not wait; a VMM that already exited is not an error.
+// RequestStop asks the VMM to stop by closing its standard input, and has
+// it killed if it has not exited within its stop timeout. It does not
+// wait; a VMM that already exited is not an error.
 func (i *Instance) RequestStop() error {
 	i.stdinMu.Lock()
 	defer i.stdinMu.Unlock()
@@ -392,6 +407,9 @@ func (i *Instance) RequestStop() error {
 		return nil
 	}
 	i.stopSent = true
+	time.AfterFunc(i.stopTimeout, func() {
+		i.kill(fmt.Sprintf("did not exit within %v of the stop request", i.stopTimeout))
+	})
 	if err := i.stdin.Close(); err != nil {
 		return fmt.Errorf("replay vmm pid %d: request stop: %w", i.PID(), err)
 	}

@@ -401,3 +401,26 @@ func TestEmptyTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A VMM that does not exit when asked to stop (stopped by SIGSTOP, hung
+// on something else) is killed once its stop timeout has passed, and Wait
+// says so, instead of waiting for the caller's whole stop bound.
+func TestStopTimeoutKills(t *testing.T) {
+	p := reference(t, 1)
+	inst := start(t, t.Context(), &VMM{TracePath: p.Trace, StopTimeout: 100 * time.Millisecond}, fileSpec(p.Memory, layout.Single(testMemoryBytes)))
+	if _, err := inst.WaitReady(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(inst.PID(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.RequestStop(); err != nil {
+		t.Fatal(err)
+	}
+	guard, cancel := context.WithTimeout(t.Context(), guardTimeout)
+	defer cancel()
+	if err := inst.Wait(guard); err == nil || !strings.Contains(err.Error(), "did not exit within 100ms of the stop request") {
+		t.Fatalf("Wait of a VMM that ignored the stop: %v, want it killed after the stop timeout", err)
+	}
+	assertGone(t, inst.PID())
+}
