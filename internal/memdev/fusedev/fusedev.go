@@ -320,11 +320,31 @@ func (s *Server) unmount() error {
 	}
 	if lazy {
 		go finish()
-	} else {
-		finish()
+		return nil
 	}
-	return nil
+	finished := make(chan struct{})
+	go func() {
+		finish()
+		close(finished)
+	}()
+	select {
+	case <-finished:
+		return nil
+	case <-time.After(closeWait):
+		// A handler blocked in a read of storage that stopped answering
+		// cannot be interrupted, and nothing of the mount is left to
+		// wait for: the server's end is left to finish when it returns.
+		return fmt.Errorf("fuse device %s unmounted, but a handler is still in a read of the memory source after %v; it ends when the read returns", s.dir, closeWait)
+	}
 }
+
+// defaultCloseWait bounds how long Close waits, once unmounted, for the
+// requests still being served: a read of a local or cached lower returns
+// in far less, so one still running is stuck on storage.
+const defaultCloseWait = 10 * time.Second
+
+// closeWait is defaultCloseWait; tests shorten it.
+var closeWait = defaultCloseWait
 
 // CleanStale detaches the dead FUSE mounts (of any FUSE file system) at dir
 // and below it, deepest first: what a server that died without unmounting

@@ -416,14 +416,28 @@ func (h *Handler) Close() error {
 	}
 	h.mu.Unlock()
 
-	err := h.ln.Close()
+	errs := []error{h.ln.Close()}
+	var stuck []*Session
 	for _, s := range sessions {
-		s.Close()
+		if err := s.Close(); err != nil {
+			errs = append(errs, err)
+			stuck = append(stuck, s)
+		}
 	}
-	if cerr := h.lower.Close(); err == nil {
-		err = cerr
+	if len(stuck) == 0 {
+		errs = append(errs, h.lower.Close())
+	} else {
+		// Closing a file a read is blocked in can wait for that read
+		// (a pollable one, such as a FUSE file): the lower is closed
+		// once the sessions left in their reads have returned.
+		go func() {
+			for _, s := range stuck {
+				<-s.done
+			}
+			h.lower.Close()
+		}()
 	}
-	if err != nil {
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("uffd handler close: %w", err)
 	}
 	return nil

@@ -229,7 +229,10 @@ func (s *Session) Err() error {
 // Close stops serving and closes the session's descriptors, and waits until
 // the serving goroutine has returned and every Install has let go of the
 // userfaultfd. The VMM keeps its own copy of the userfaultfd, so its guest
-// stalls on the next missing page.
+// stalls on the next missing page. A fault loop blocked in a read of
+// storage that stopped answering cannot be interrupted: after closeWait
+// Close returns an error saying so, and the loop closes the descriptors
+// when the read returns.
 func (s *Session) Close() error {
 	s.stopOnce.Do(func() {
 		s.mu.RLock()
@@ -243,9 +246,21 @@ func (s *Session) Close() error {
 		// from overflowing.
 		unix.Write(s.stopfd, one[:])
 	})
-	<-s.done
-	return nil
+	select {
+	case <-s.done:
+		return nil
+	case <-time.After(closeWait):
+		return fmt.Errorf("uffd session: the fault loop is still in a read of the memory source after %v; it closes the userfaultfd when the read returns", closeWait)
+	}
 }
+
+// defaultCloseWait bounds how long Close waits for the fault loop: a read
+// of a local lower file returns in far less, so a loop still running is
+// stuck on storage.
+const defaultCloseWait = 10 * time.Second
+
+// closeWait is defaultCloseWait; tests shorten it.
+var closeWait = defaultCloseWait
 
 // serve runs the fault loop until it stops, then releases the descriptors.
 func (s *Session) serve() {

@@ -1,0 +1,84 @@
+package fusedev
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"warmstart/internal/config"
+	"warmstart/internal/layout"
+)
+
+// hungLower is storage that stopped answering: a read blocks until the
+// test releases it.
+type hungLower struct {
+	size    int64
+	entered chan struct{}
+	once    sync.Once
+	release chan struct{}
+}
+
+func newHungLower(size int64) *hungLower {
+	return &hungLower{size: size, entered: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (l *hungLower) ReadAt(p []byte, off int64) (int, error) {
+	l.once.Do(func() { close(l.entered) })
+	<-l.release
+	return 0, errors.New("storage answered at last")
+}
+
+func (l *hungLower) Size() int64  { return l.size }
+func (l *hungLower) Close() error { return nil }
+
+// A server whose lower stopped answering a read still closes within its
+// bound, saying why, once the reader is gone (the VMM killed): it does
+// not wait for the storage. The handler left in the read ends when the
+// storage answers.
+func TestCloseIsBoundedWhileTheLowerHangs(t *testing.T) {
+	const size = 1 << 20
+	srv, err := Mount(filepath.Join(t.TempDir(), "mnt"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lower := newHungLower(size)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(lower.release)
+		}
+	}
+	t.Cleanup(release)
+	d, err := srv.AttachLower("hung", "hung-1", func() (Lower, error) { return lower, nil }, config.IOEngineBuffered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader := startChild(t, childSpec{Mode: childRead, Path: d.Path(), Layout: layout.Single(size), Pages: []int64{0}})
+	select {
+	case <-lower.entered:
+	case <-time.After(resultTimeout):
+		t.Fatal("the reader's read never reached the lower")
+	}
+	reader.cmd.Process.Kill()
+	reader.cmd.Wait()
+	closeWait = 100 * time.Millisecond
+	t.Cleanup(func() { closeWait = defaultCloseWait })
+	closed := make(chan error, 1)
+	go func() { closed <- srv.Close() }()
+	select {
+	case err := <-closed:
+		if err == nil || !strings.Contains(err.Error(), "still in a read of the memory source") {
+			t.Errorf("Close = %v, want an error naming the read left behind", err)
+		}
+	case <-time.After(resultTimeout):
+		release()
+		t.Fatalf("Close still waiting %v after the reader was killed: it waits for the storage", resultTimeout)
+	}
+	if _, mounted, _ := mountTypeAt(srv.Dir()); mounted {
+		t.Errorf("%s still mounted after Close", srv.Dir())
+	}
+}

@@ -1,0 +1,99 @@
+package uffd
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"warmstart/internal/config"
+	"warmstart/internal/memdev/fusedev"
+)
+
+// hungLower is storage that stopped answering: a read blocks until the
+// test releases it. It sits under a real FUSE device file, which the
+// handler then takes as its lower file.
+type hungLower struct {
+	size    int64
+	entered chan struct{}
+	once    sync.Once
+	release chan struct{}
+}
+
+func (l *hungLower) ReadAt(p []byte, off int64) (int, error) {
+	l.once.Do(func() { close(l.entered) })
+	<-l.release
+	return 0, errors.New("storage answered at last")
+}
+
+func (l *hungLower) Size() int64  { return l.size }
+func (l *hungLower) Close() error { return nil }
+
+// hungLowerFile mounts a FUSE device whose lower never answers and
+// returns its device file's path and the lower.
+func hungLowerFile(t *testing.T, dir string, size int64) (string, *hungLower) {
+	t.Helper()
+	srv, err := fusedev.Mount(filepath.Join(dir, "mnt"), fusedev.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lower := &hungLower{size: size, entered: make(chan struct{}), release: make(chan struct{})}
+	t.Cleanup(func() { srv.Close() })
+	t.Cleanup(sync.OnceFunc(func() { close(lower.release) }))
+	d, err := srv.AttachLower("hung", "hung-1", func() (fusedev.Lower, error) { return lower, nil }, config.IOEngineBuffered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Path(), lower
+}
+
+// A session whose fault loop is stuck in a read of storage that stopped
+// answering still closes within its bound once its VMM is gone, saying
+// why, and so does the handler: neither waits for the storage.
+func TestCloseIsBoundedWhileTheLowerHangs(t *testing.T) {
+	dir, err := os.MkdirTemp("", "uffd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	lowerPath, lower := hungLowerFile(t, dir, lowerBytes)
+	h, err := Listen(filepath.Join(dir, "uffd.sock"), lowerPath, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan *Session, 1)
+	go func() {
+		s, _ := h.Accept(context.Background())
+		accepted <- s
+	}()
+	v := startVMM(t, filepath.Join(dir, "uffd.sock"), twoRegions)
+	s := await(t, accepted, "accept")
+	if s == nil {
+		t.Fatal("accept failed")
+	}
+	v.send(childCmd{Op: "touch", Steps: reads(0)})
+	await(t, lower.entered, "the fault's read of the lower")
+	v.kill()
+	closeWait = 100 * time.Millisecond
+	t.Cleanup(func() { closeWait = defaultCloseWait })
+	for _, c := range []struct {
+		what    string
+		closeIt func() error
+	}{{"session", s.Close}, {"handler", h.Close}} {
+		what, closeIt := c.what, c.closeIt
+		closed := make(chan error, 1)
+		go func() { closed <- closeIt() }()
+		select {
+		case err := <-closed:
+			if err == nil || !strings.Contains(err.Error(), "still in a read of the memory source") {
+				t.Errorf("%s Close = %v, want an error naming the read left behind", what, err)
+			}
+		case <-time.After(guardTimeout):
+			t.Fatalf("%s Close still waiting %v after the VMM was killed: it waits for the storage", what, guardTimeout)
+		}
+	}
+}
