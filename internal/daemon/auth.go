@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"warmstart/internal/config"
 	"warmstart/internal/durable"
 	"warmstart/internal/fsx"
@@ -43,13 +45,39 @@ func serveToken(cfg *config.Config, addr string) (token, path string, created bo
 	path = cfg.DaemonTokenFile()
 	token, err = ReadToken(path)
 	if err == nil {
-		return token, path, false, nil
+		return token, path, false, checkServedToken(path, token)
 	}
 	if !errors.Is(err, os.ErrNotExist) {
 		return "", "", false, err
 	}
 	token, err = createToken(path)
 	return token, path, err == nil, err
+}
+
+// minTokenChars is the shortest token a daemon serves with: a token
+// anyone can guess is no authentication (the daemon's own have 64).
+const minTokenChars = 16
+
+// checkServedToken refuses a token file that does not keep the token
+// secret (readable or writable by group or others, owned by another user
+// than the daemon's or root), and a token short enough to guess: every
+// local user can reach the TCP API, so anyone who can read or change the
+// token is a client.
+func checkServedToken(path, token string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return fmt.Errorf("daemon token: %w", err)
+	}
+	if mode := os.FileMode(st.Mode).Perm(); mode&0o077 != 0 {
+		return fmt.Errorf("daemon token: %s is readable or writable by others (mode %04o): chmod 600 it", path, mode)
+	}
+	if uid := int(st.Uid); uid != 0 && uid != os.Geteuid() {
+		return fmt.Errorf("daemon token: %s is owned by uid %d, not by the daemon's user or root", path, uid)
+	}
+	if n := len(token); n < minTokenChars {
+		return fmt.Errorf("daemon token: %s holds a token of %d characters: want at least %d", path, n, minTokenChars)
+	}
+	return nil
 }
 
 // ReadToken reads a token file: one line of hex, at most 4 KiB.

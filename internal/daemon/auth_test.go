@@ -386,3 +386,42 @@ func TestLinkedImportLinksTheCheckedFiles(t *testing.T) {
 		t.Errorf("linked source (was 0600) has mode %v, want 0400", src.Mode().Perm())
 	}
 }
+
+// A daemon serving TCP refuses a token file others may read or write, or
+// that another user owns, and a token short enough to guess: any local
+// user could otherwise act as a client.
+func TestWeakTokenFileRefused(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		token string
+		mode  os.FileMode
+		want  string
+	}{
+		{"world-readable", strings.Repeat("ab", 32), 0o644, "readable or writable by others (mode 0644)"},
+		{"group-writable", strings.Repeat("ab", 32), 0o620, "readable or writable by others (mode 0620)"},
+		{"short", "a", 0o600, "token of 1 characters: want at least 16"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t, fixtureOptions{})
+			path := f.cfg.DaemonTokenFile()
+			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(c.token+"\n"), c.mode); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(path, c.mode); err != nil { // past the umask
+				t.Fatal(err)
+			}
+			opts := f.options(t)
+			opts.Listen = "127.0.0.1:0"
+			d, err := daemon.New(opts)
+			if err == nil {
+				d.Shutdown(context.Background())
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("daemon.New with a %s token file = %v, want %q", c.name, err, c.want)
+			}
+		})
+	}
+}

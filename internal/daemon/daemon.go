@@ -292,6 +292,10 @@ func (d *Daemon) openNode(opts Options) error {
 	if err := os.RemoveAll(filepath.Join(runDir, "restores")); err != nil {
 		return fmt.Errorf("daemon: clean runtime directory: %w", err)
 	}
+	// So do the directories of CLI verbs killed on this node, with their
+	// dead FUSE mounts, which only the next in-process verb would sweep
+	// otherwise: on a node that talks to its daemon alone, never.
+	node.SweepDeadCLIDirs(d.cfg.Runtime.Dir, d.log)
 	n, err := node.Open(context.Background(), node.Options{
 		Config:     d.cfg,
 		Repository: opts.Repository,

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"warmstart/internal/fsx"
 )
 
 // One daemon per runtime directory: the first takes an exclusive flock on
@@ -36,8 +38,15 @@ func lockRuntimeDir(runtimeDir string) (*instanceLock, error) {
 		return nil, fmt.Errorf("daemon: runtime directory: %w", err)
 	}
 	path := filepath.Join(runtimeDir, instanceLockName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
 	if err != nil {
+		return nil, fmt.Errorf("daemon: lock %s: %w", path, err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		if err == nil {
+			err = fmt.Errorf("%w: it is a %s; remove it", fsx.ErrNotRegular, fsx.KindOf(fi.Mode()))
+		}
 		return nil, fmt.Errorf("daemon: lock %s: %w", path, err)
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {

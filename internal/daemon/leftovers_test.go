@@ -3,11 +3,17 @@ package daemon_test
 import (
 	"context"
 	"errors"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"warmstart/internal/daemon"
+	"warmstart/internal/node"
 	"warmstart/internal/trace"
 )
 
@@ -100,5 +106,50 @@ func TestRestoreCancelledByItsClientIsNoServerError(t *testing.T) {
 		if rec.msg == "request" && rec.attrs["path"] == "/restores" && rec.attrs["status"] != "499" {
 			t.Errorf("the cancelled restore request was logged with status %s, want 499", rec.attrs["status"])
 		}
+	}
+}
+
+// A daemon starting sweeps what CLI verbs killed on this node left in the
+// runtime directory (their dead mounts among it), and leaves a live
+// one's directory alone: on a node that talks to its daemon alone, no
+// in-process verb would ever sweep them.
+func TestDaemonStartSweepsDeadCLIDirs(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := filepath.Join(f.cfg.Runtime.Dir, node.CLIDirPrefix+strconv.Itoa(gone.ProcessState.Pid()))
+	live := filepath.Join(f.cfg.Runtime.Dir, node.CLIDirPrefix+strconv.Itoa(os.Getppid()))
+	for _, dir := range []string{dead, live} {
+		if err := os.MkdirAll(filepath.Join(dir, "restore-1"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startDaemon(t, f, nil)
+	if _, err := os.Stat(dead); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a dead CLI's runtime directory is still there (stat: %v)", err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("a live process's runtime directory was removed: %v", err)
+	}
+}
+
+// A lock file replaced by something that is not a regular file (a FIFO,
+// a directory) stops the daemon at once, naming what is there.
+func TestDaemonLockFileNotRegular(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	if err := os.MkdirAll(f.cfg.Runtime.Dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(f.cfg.Runtime.Dir, "daemon.lock"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts := f.options(t)
+	if d, err := daemon.New(opts); err == nil || !strings.Contains(err.Error(), "not a regular file: it is a FIFO") {
+		if err == nil {
+			d.Shutdown(context.Background())
+		}
+		t.Fatalf("daemon.New with a FIFO lock file = %v, want an error naming the FIFO", err)
 	}
 }

@@ -91,7 +91,7 @@ func regularFile(fd int, path string) (*os.File, error) {
 	}
 	if !fi.Mode().IsRegular() {
 		f.Close()
-		return nil, fmt.Errorf("open %s: %w: it is a %s", path, ErrNotRegular, kindOf(fi.Mode()))
+		return nil, fmt.Errorf("open %s: %w: it is a %s", path, ErrNotRegular, KindOf(fi.Mode()))
 	}
 	// O_NONBLOCK has no effect on regular files, but clear it so nothing
 	// downstream sees an unexpected flag.
@@ -120,8 +120,11 @@ func ReadBounded(path string, limit int64) ([]byte, error) {
 	return data, nil
 }
 
-func kindOf(m os.FileMode) string {
+// KindOf names what a file that is not regular is, for errors.
+func KindOf(m os.FileMode) string {
 	switch {
+	case m&os.ModeSymlink != 0:
+		return "symlink"
 	case m.IsDir():
 		return "directory"
 	case m&os.ModeNamedPipe != 0:

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warmstart/internal/durable"
+	"warmstart/internal/fsx"
 	"warmstart/internal/integrity"
 	"warmstart/internal/repository"
 )
@@ -291,8 +292,14 @@ func checkArtifact(path, name string, size int64) error {
 	if err != nil {
 		return fmt.Errorf("stat %s: %w", path, err)
 	}
-	if !fi.Mode().IsRegular() || fi.Size() != size {
-		return &repository.IntegrityError{Artifact: name, Want: strconv.FormatInt(size, 10) + " bytes", Got: strconv.FormatInt(fi.Size(), 10) + " bytes"}
+	want := strconv.FormatInt(size, 10) + " bytes"
+	if !fi.Mode().IsRegular() {
+		// Its size is the entry's own (a symlink's target path, a
+		// directory's blocks), nothing to compare.
+		return &repository.IntegrityError{Artifact: name, Want: "a regular file of " + want, Got: "a " + fsx.KindOf(fi.Mode())}
+	}
+	if fi.Size() != size {
+		return &repository.IntegrityError{Artifact: name, Want: want, Got: strconv.FormatInt(fi.Size(), 10) + " bytes"}
 	}
 	return nil
 }

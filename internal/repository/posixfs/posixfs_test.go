@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"warmstart/internal/repository"
@@ -529,5 +530,39 @@ func assertNoLease(t *testing.T, r *Repo, id string) {
 	t.Helper()
 	if _, err := os.Lstat(r.paths.leasePath(id)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("lease file of %s left (%v)", id, err)
+	}
+}
+
+// An artifact replaced by something that is not a regular file is refused
+// naming what it is, not by the size of the entry itself (a symlink's
+// target path, a directory's blocks).
+func TestResolveNamesANonRegularArtifact(t *testing.T) {
+	for _, kind := range []string{"symlink", "FIFO", "directory"} {
+		t.Run(kind, func(t *testing.T) {
+			r := openTemp(t, Options{})
+			in := repotest.NewInputs(t, repotest.SmallMemoryBytes)
+			rec := publishWith(t, r, in, nil)
+			path := r.paths.artifactPath(rec.ID, repository.MemoryFileName)
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			switch kind {
+			case "symlink":
+				err = os.Symlink(in.MemoryPath, path)
+			case "FIFO":
+				err = syscall.Mkfifo(path, 0o600)
+			case "directory":
+				err = os.Mkdir(path, 0o700)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = r.Resolve(bg(), rec.ID)
+			var ie *repository.IntegrityError
+			if !errors.As(err, &ie) || ie.Got != "a "+kind || !strings.Contains(ie.Want, "regular file") {
+				t.Fatalf("Resolve = %v, want an integrity error naming a %s", err, kind)
+			}
+		})
 	}
 }
