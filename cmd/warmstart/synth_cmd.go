@@ -48,10 +48,11 @@ Variant k is determined by the memory size, the seed, F and k.`,
 			if err := synth.CheckVariants(variants, drift); err != nil {
 				return usageError{Err: fmt.Errorf("synth: --variants %d --drift %v: %w", variants, drift, err)}
 			}
-			// A signal stops the memory file's writing, which removes it.
-			// One arriving after that lets the few small files that remain
-			// be written, so that the directory never holds a new memory
-			// file beside an older trace; the run then succeeded.
+			// A signal stops the memory file's writing; Generate then
+			// removes every file it had begun and leaves the directory's
+			// earlier files as they were. One arriving after the memory
+			// file is written lets the few small files that remain be
+			// written; the run then succeeded.
 			in := interrupt.Notify(cmd.ErrOrStderr())
 			p, err := synth.Generate(in.Work, synth.Options{MemoryBytes: size, Seed: seed, Dir: out, Progress: cmd.OutOrStdout(),
 				Variants: variants, Drift: drift})

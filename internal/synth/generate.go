@@ -65,10 +65,11 @@ func PathsIn(dir string) Paths {
 	}
 }
 
-// Generate writes the reference snapshot for opts into opts.Dir. Each file
-// is written to a temporary name, synced and renamed into place, and the
-// directory is synced last. Cancelling ctx stops the memory file's
-// writing, removing its temporary file; files already in place stay.
+// Generate writes the reference snapshot for opts into opts.Dir. Every
+// file is written to a temporary name and synced, all four are renamed
+// into place only then, and the directory is synced last. Cancelling ctx
+// or running out of space part-way removes the temporary files and leaves
+// the directory's earlier files as they were (see writeSet).
 func Generate(ctx context.Context, opts Options) (Paths, error) {
 	if opts.MemoryBytes == 0 {
 		opts.MemoryBytes = DefaultMemoryBytes
@@ -92,27 +93,8 @@ func Generate(ctx context.Context, opts Options) (Paths, error) {
 	}
 	p := PathsIn(opts.Dir)
 
-	start := time.Now()
-	if err := writeFile(p.Memory, func(w io.Writer) error { return writeMemory(ctx, w, m, progress) }); err != nil {
-		return Paths{}, fmt.Errorf("synth: write %s: %w", p.Memory, err)
-	}
-	fmt.Fprintf(progress, "synth: %s: %d MiB in %v\n", MemoryFile, opts.MemoryBytes>>20, time.Since(start).Round(time.Millisecond))
-
-	if err := writeFile(p.VMState, func(w io.Writer) error {
-		_, err := fmt.Fprintf(w, "%s\nA placeholder written by warmstart synth; it holds no VM state.\nseed %d\nmemory_bytes %d\nlayout %s\n",
-			VMStateMagic, opts.Seed, opts.MemoryBytes, m.Layout)
-		return err
-	}); err != nil {
-		return Paths{}, fmt.Errorf("synth: write %s: %w", p.VMState, err)
-	}
-	if err := writeFile(p.Layout, func(w io.Writer) error {
-		_, err := fmt.Fprintf(w, "%s\n", m.Layout)
-		return err
-	}); err != nil {
-		return Paths{}, fmt.Errorf("synth: write %s: %w", p.Layout, err)
-	}
-	if err := writeFile(p.Trace, func(w io.Writer) error { return trace.Write(w, m.Trace) }); err != nil {
-		return Paths{}, fmt.Errorf("synth: write %s: %w", p.Trace, err)
+	if err := writeSet(ctx, p, m, opts, progress); err != nil {
+		return Paths{}, err
 	}
 	if err := durable.Sync(opts.Dir); err != nil {
 		return Paths{}, fmt.Errorf("synth: %w", err)
@@ -132,6 +114,61 @@ func Generate(ctx context.Context, opts Options) (Paths, error) {
 		MemoryFile, 100*float64(s.ZeroPages)/float64(m.Pages()), m.Layout, opts.Seed)
 	return p, nil
 }
+
+// writeSet writes the snapshot's four files, each to a temporary file
+// first, and puts them in place only once all four are written: running
+// out of space or being cancelled part-way leaves the directory's earlier
+// set whole (and no temporary file), never a new memory file beside an
+// older trace. The caller syncs the directory.
+func writeSet(ctx context.Context, p Paths, m *Model, opts Options, progress io.Writer) error {
+	var staged []stagedFile
+	defer func() {
+		for _, f := range staged {
+			os.Remove(f.tmp) // those not renamed into place
+		}
+	}()
+	stage := func(path string, fill func(io.Writer) error) error {
+		tmp, err := writeTemp(path, fill)
+		if err != nil {
+			return fmt.Errorf("synth: write %s: %w", path, err)
+		}
+		staged = append(staged, stagedFile{tmp: tmp, path: path})
+		return nil
+	}
+	start := time.Now()
+	if err := stage(p.Memory, func(w io.Writer) error { return writeMemory(ctx, w, m, progress) }); err != nil {
+		return err
+	}
+	fmt.Fprintf(progress, "synth: %s: %d MiB in %v\n", MemoryFile, opts.MemoryBytes>>20, time.Since(start).Round(time.Millisecond))
+	err := stage(p.VMState, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "%s\nA placeholder written by warmstart synth; it holds no VM state.\nseed %d\nmemory_bytes %d\nlayout %s\n",
+			VMStateMagic, opts.Seed, opts.MemoryBytes, m.Layout)
+		return err
+	})
+	if err == nil {
+		err = stage(p.Layout, func(w io.Writer) error {
+			_, err := fmt.Fprintf(w, "%s\n", m.Layout)
+			return err
+		})
+	}
+	if err == nil {
+		err = stage(p.Trace, func(w io.Writer) error { return trace.Write(w, m.Trace) })
+	}
+	if err != nil {
+		return err
+	}
+	for len(staged) > 0 {
+		f := staged[0]
+		if err := os.Rename(f.tmp, f.path); err != nil {
+			return fmt.Errorf("synth: put %s in place: %w", f.path, err)
+		}
+		staged = staged[1:]
+	}
+	return nil
+}
+
+// stagedFile is a file written to tmp, to be renamed to path.
+type stagedFile struct{ tmp, path string }
 
 // writeMemory writes every page of the model, zero pages included: a full
 // snapshot's memory file has real blocks for them, and a sparse file would
@@ -162,10 +199,24 @@ func writeMemory(ctx context.Context, w io.Writer, m *Model, progress io.Writer)
 
 // writeFile replaces path with what fill writes: temporary file, fsync,
 // rename. The caller syncs the directory once all files are in place.
-func writeFile(path string, fill func(io.Writer) error) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+func writeFile(path string, fill func(io.Writer) error) error {
+	tmp, err := writeTemp(path, fill)
 	if err != nil {
 		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// writeTemp writes what fill writes to a synced temporary file beside
+// path and returns its name; on failure it leaves nothing.
+func writeTemp(path string, fill func(io.Writer) error) (_ string, err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return "", err
 	}
 	defer func() {
 		if err != nil {
@@ -174,16 +225,13 @@ func writeFile(path string, fill func(io.Writer) error) (err error) {
 		}
 	}()
 	if err := fill(tmp); err != nil {
-		return err
+		return "", err
 	}
 	if err := tmp.Chmod(0o644); err != nil {
-		return err
+		return "", err
 	}
 	if err := tmp.Sync(); err != nil {
-		return err
+		return "", err
 	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return tmp.Name(), tmp.Close()
 }
