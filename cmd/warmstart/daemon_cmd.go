@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -98,7 +99,7 @@ seed's order (stop the VM, wait for prefetch reads, release the device).`,
 	stopCmd := &cobra.Command{
 		Use:   "stop ID",
 		Short: "Stop a restore the daemon holds",
-		Args:  usage.Args(cobra.ExactArgs(1)),
+		Args:  usage.Args(restoreIDArg),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
 				return remote.StopRestore(ctx, c, o, args[0])
@@ -109,6 +110,21 @@ seed's order (stop the VM, wait for prefetch reads, release the device).`,
 	restoresCmd.AddCommand(listCmd, stopCmd)
 	rootCmd.AddCommand(restoresCmd)
 }
+
+// restoreIDArg accepts one argument that can be a restore id (what
+// "restores list" prints: letters, digits and dashes), so that a path-like
+// one (".", "a/b") is refused as such and not as whatever its URL hits.
+func restoreIDArg(cmd *cobra.Command, args []string) error {
+	if err := cobra.ExactArgs(1)(cmd, args); err != nil {
+		return err
+	}
+	if id := args[0]; !restoreIDPattern.MatchString(id) {
+		return fmt.Errorf("restore id %q: want the letters, digits and dashes restores list prints", id)
+	}
+	return nil
+}
+
+var restoreIDPattern = regexp.MustCompile(`^[A-Za-z0-9-]{1,128}$`)
 
 // onDaemon runs a verb on the daemon --daemon names. It first refuses the
 // flags that configure the in-process system (localFlags), which a daemon

@@ -261,3 +261,16 @@ func TestMalformedReferenceIsAUsageError(t *testing.T) {
 		}
 	}
 }
+
+// restores stop refuses an argument that cannot be a restore id before it
+// dials the daemon: a path-like one once met the daemon's URL routing and
+// came back as "405 method not allowed".
+func TestRestoresStopRefusesABadID(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "none.sock")
+	for _, id := range []string{".", "a/b", "", "..", strings.Repeat("x", 129)} {
+		r := runCLI(t, "--daemon", sock, "restores", "stop", id)
+		if r.code != 2 || !strings.Contains(r.stderr, "restore id") {
+			t.Errorf("restores stop %.10q: exit %d, stderr %q; want exit 2 naming the restore id", id, r.code, r.stderr)
+		}
+	}
+}
