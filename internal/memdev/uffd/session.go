@@ -151,9 +151,12 @@ type Session struct {
 	refusedCopies int
 
 	stopOnce sync.Once
-	done     chan struct{}
-	err      error
-	buffers  sync.Pool
+	// closeBound is closed closeWait after the first Close: every Close
+	// waits for the fault loop until then, not closeWait each.
+	closeBound chan struct{}
+	done       chan struct{}
+	err        error
+	buffers    sync.Pool
 }
 
 func newSession(h *Handler, mappings []Mapping, uffd, pidfd int) (*Session, error) {
@@ -230,11 +233,13 @@ func (s *Session) Err() error {
 // the serving goroutine has returned and every Install has let go of the
 // userfaultfd. The VMM keeps its own copy of the userfaultfd, so its guest
 // stalls on the next missing page. A fault loop blocked in a read of
-// storage that stopped answering cannot be interrupted: after closeWait
-// Close returns an error saying so, and the loop closes the descriptors
-// when the read returns.
+// storage that stopped answering cannot be interrupted: once closeWait
+// has passed since the first Close, every Close returns an error saying
+// so, and the loop closes the descriptors when the read returns.
 func (s *Session) Close() error {
 	s.stopOnce.Do(func() {
+		s.closeBound = make(chan struct{})
+		time.AfterFunc(closeWait, func() { close(s.closeBound) })
 		s.mu.RLock()
 		defer s.mu.RUnlock()
 		if s.closed {
@@ -249,7 +254,7 @@ func (s *Session) Close() error {
 	select {
 	case <-s.done:
 		return nil
-	case <-time.After(closeWait):
+	case <-s.closeBound:
 		return fmt.Errorf("uffd session: the fault loop is still in a read of the memory source after %v; it closes the userfaultfd when the read returns", closeWait)
 	}
 }
