@@ -389,3 +389,46 @@ func waitForRunFile(pattern string, done <-chan struct{}) bool {
 		}
 	}
 }
+
+// A second signal to a daemon that is shutting down (here held up by a
+// VMM that ignores its stop until its stop timeout kills it) says the
+// shutdown goes on and ends by itself, and the daemon then ends with
+// nothing mounted: it was silently swallowed before.
+func TestServeSecondSignalSaysItIsStillShuttingDown(t *testing.T) {
+	root := importedCLIRoot(t, "wsss-", 12, "held")
+	cfg := filepath.Join(root.dir, "serve.toml")
+	sock := filepath.Join(root.dir, "d.sock")
+	text := fmt.Sprintf("[backend.posix_fs]\nsnapshot_store = %q\n[runtime]\ndir = %q\n[memory]\nfuse_mount = %q\n[daemon]\nsocket = %q\n[vmm]\ndriver = \"replay\"\n[replay]\ntrace = %q\n",
+		filepath.Join(root.dir, "store"), root.run, filepath.Join(root.dir, "mnt"), sock, root.ref.Trace)
+	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	serve := startCLI(t, true, "--config", cfg, "serve")
+	serve.waitOutput("daemon ready")
+	c := daemon.NewClient(sock)
+	defer c.Close()
+	held, err := c.Restore(context.Background(), daemon.RestoreRequest{Snapshot: "held"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vmm, err := strconv.Atoi(held.Ready["pid"])
+	if err != nil {
+		t.Fatalf("restore's ready detail %v has no VMM pid", held.Ready)
+	}
+	if err := syscall.Kill(vmm, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(vmm, syscall.SIGKILL) })
+	serve.signal(syscall.SIGTERM)
+	serve.waitOutput("shutdown begun")
+	serve.signal(syscall.SIGTERM)
+	serve.waitOutput("still shutting down")
+	select {
+	case <-serve.exited:
+	case <-time.After(stopTimeout):
+		t.Fatalf("serve still running %v after the signals", stopTimeout)
+	}
+	if ms := mountPointsBelow(t, root.dir); len(ms) > 0 {
+		t.Errorf("mounts left: %v", ms)
+	}
+}

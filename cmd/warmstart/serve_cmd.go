@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -27,7 +29,9 @@ loopback address serve creates it (mode 0600, default
 address is refused unless token_file is set. Clients with --daemon
 http://HOST:PORT read WARMSTART_TOKEN or that file. The Unix socket is mode
 0600 and needs no token. POST /snapshots/import reads only from
-[daemon] import_dirs (symlinks resolved first; empty: imports refused, 403).
+[daemon] import_dirs (every path component resolved beneath one of them;
+empty: imports refused, 403). A token file others may read or write, or a
+token under 16 characters, is refused at start.
 
   GET    /healthz, /metrics (Prometheus)
   GET    /snapshots, /snapshots/{id}      DELETE /snapshots/{id}
@@ -44,7 +48,8 @@ At start, a socket left by a crashed daemon and a dead FUSE mount are
 cleaned up; a daemon still answering on the socket is an error. SIGTERM or
 SIGINT shuts down in order: stop accepting requests, stop the restores
 (stop the VM, wait for prefetch reads), release the memory devices, unmount
-FUSE, remove the socket.`,
+FUSE, remove the socket. Every step is bounded, so the shutdown ends by
+itself; a second signal says so and changes nothing.`,
 		Args: usage.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig()
@@ -57,10 +62,23 @@ FUSE, remove the socket.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			go sayStillShuttingDown(ctx, cmd.ErrOrStderr())
 			return daemon.Serve(ctx, cfg, repo, listen, cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "", "serve the API on this TCP address (host:port) instead of [daemon] socket")
 	cmd.Flags().String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
 	rootCmd.AddCommand(cmd)
+}
+
+// sayStillShuttingDown answers every signal after the one that began the
+// shutdown (ctx ended): the shutdown goes on in order and ends by itself,
+// so a later signal changes nothing, and says so rather than nothing.
+func sayStillShuttingDown(ctx context.Context, log io.Writer) {
+	<-ctx.Done()
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+	for sig := range again {
+		fmt.Fprintf(log, "warmstart serve: %v again: still shutting down in order; every step is bounded, so it ends by itself\n", sig)
+	}
 }
