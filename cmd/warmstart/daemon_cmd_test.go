@@ -363,7 +363,7 @@ func TestDaemonRestoreInterrupted(t *testing.T) {
 		t.Fatal(err)
 	}
 	cli := startCLI(t, false, "--daemon", sock, "restore", "web", "--prefetch", "off")
-	if !waitForRunFile(filepath.Join(cfg.Runtime.Dir, "daemon", "restores", "*", "replay-vmm.log"), cli.exited) {
+	if !waitForRunFile(t, filepath.Join(cfg.Runtime.Dir, "daemon", "restores", "*", "replay-vmm.log"), cli.exited) {
 		t.Fatalf("the restore ended before its VMM was seen:\n%s", cli.outputText())
 	}
 	cli.signal(syscall.SIGINT)
@@ -376,8 +376,11 @@ func TestDaemonRestoreInterrupted(t *testing.T) {
 }
 
 // waitForRunFile polls until pattern matches a file, reporting false if
-// done is closed first.
-func waitForRunFile(pattern string, done <-chan struct{}) bool {
+// done is closed first; it fails the test if neither happens within
+// reachTimeout.
+func waitForRunFile(t *testing.T, pattern string, done <-chan struct{}) bool {
+	t.Helper()
+	deadline := time.After(reachTimeout)
 	for {
 		if m, _ := filepath.Glob(pattern); len(m) > 0 {
 			return true
@@ -385,6 +388,8 @@ func waitForRunFile(pattern string, done <-chan struct{}) bool {
 		select {
 		case <-done:
 			return false
+		case <-deadline:
+			t.Fatalf("no file matched %s within %v", pattern, reachTimeout)
 		case <-time.After(time.Millisecond):
 		}
 	}

@@ -45,7 +45,13 @@ on prefetches whenever a valid manifest is attached; off never does.
 --json prints the same document in process and with --daemon: id,
 snapshot, device, io_engine, policy, generation, started_at, the phase
 timings (integer nanoseconds, keys ending in _ns), prefetch, device_bytes,
-ready and state.`,
+ready and state.
+
+SIGINT or SIGTERM stops the restore in order and the verb exits
+128+signal; a held restore (--hold) ends that way and exits 0. With
+--daemon and without --hold, a signal before the daemon answers cancels
+the request (the daemon stops a restore whose client left), and one
+after it still sends the stop.`,
 		Args: usage.Args(snapshotArg),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			m, err := restore.ParseMode(f.mode)

@@ -30,8 +30,9 @@ address is refused unless token_file is set. Clients with --daemon
 http://HOST:PORT read WARMSTART_TOKEN or that file. The Unix socket is mode
 0600 and needs no token. POST /snapshots/import reads only from
 [daemon] import_dirs (every path component resolved beneath one of them;
-empty: imports refused, 403). A token file others may read or write, or a
-token under 16 characters, is refused at start.
+empty: imports refused, 403). A token file open to group or others or
+owned by another user than the daemon's or root, or a token under 16
+characters, is refused at start.
 
   GET    /healthz, /metrics (Prometheus)
   GET    /snapshots, /snapshots/{id}      DELETE /snapshots/{id}
@@ -62,7 +63,9 @@ itself; a second signal says so and changes nothing.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			go sayStillShuttingDown(ctx, cmd.ErrOrStderr())
+			served := make(chan struct{})
+			defer close(served)
+			go sayStillShuttingDown(ctx, served, cmd.ErrOrStderr())
 			return daemon.Serve(ctx, cfg, repo, listen, cmd.ErrOrStderr())
 		},
 	}
@@ -72,13 +75,24 @@ itself; a second signal says so and changes nothing.`,
 }
 
 // sayStillShuttingDown answers every signal after the one that began the
-// shutdown (ctx ended): the shutdown goes on in order and ends by itself,
-// so a later signal changes nothing, and says so rather than nothing.
-func sayStillShuttingDown(ctx context.Context, log io.Writer) {
-	<-ctx.Done()
+// shutdown (ctx ended), until the daemon has served (served closed): the
+// shutdown goes on in order and ends by itself, so a later signal changes
+// nothing, and says so rather than nothing.
+func sayStillShuttingDown(ctx context.Context, served <-chan struct{}, log io.Writer) {
+	select {
+	case <-ctx.Done():
+	case <-served:
+		return
+	}
 	again := make(chan os.Signal, 1)
 	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
-	for sig := range again {
-		fmt.Fprintf(log, "warmstart serve: %v again: still shutting down in order; every step is bounded, so it ends by itself\n", sig)
+	defer signal.Stop(again)
+	for {
+		select {
+		case sig := <-again:
+			fmt.Fprintf(log, "warmstart serve: %v again: still shutting down in order; every step is bounded, so it ends by itself\n", sig)
+		case <-served:
+			return
+		}
 	}
 }

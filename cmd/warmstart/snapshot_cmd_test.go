@@ -249,16 +249,27 @@ func TestMalformedReferenceIsAUsageError(t *testing.T) {
 		t.Fatal(err)
 	}
 	tooLong := strings.Repeat("x", 129)
-	for _, verb := range [][]string{
-		{"manifest", "inspect"}, {"manifest", "show"},
-		{"snapshot", "show"}, {"snapshot", "verify"}, {"snapshot", "delete"},
-	} {
+	for _, verb := range [][]string{{"snapshot", "show"}, {"snapshot", "verify"}, {"snapshot", "delete"}} {
 		for ref, want := range map[string]string{"": "argument is empty", tooLong: "must be 1 to 128 characters"} {
 			r := runCLI(t, append(verb, ref, "--store", store)...)
 			if r.code != 2 || !strings.Contains(r.stderr, want) {
 				t.Errorf("%s %.10q: exit %d, stderr %q; want exit 2 and %q", strings.Join(verb, " "), ref, r.code, r.stderr, want)
 			}
 		}
+	}
+	// manifest inspect takes a file too: only an empty argument is a
+	// malformed call; a name that is neither a file nor a reference is a
+	// file not found (exit 1).
+	for _, verb := range []string{"inspect", "show"} {
+		if r := runCLI(t, "manifest", verb, "", "--store", store); r.code != 2 || !strings.Contains(r.stderr, "argument is empty") {
+			t.Errorf("manifest %s \"\": exit %d, stderr %q; want exit 2 saying the argument is empty", verb, r.code, r.stderr)
+		}
+		if r := runCLI(t, "manifest", verb, "missing.json", "--store", store); r.code != 1 || !strings.Contains(r.stderr, "no such file") {
+			t.Errorf("manifest %s missing.json: exit %d, stderr %q; want exit 1 saying there is no such file", verb, r.code, r.stderr)
+		}
+	}
+	if entries, err := os.ReadDir(store); err != nil || len(entries) != 0 {
+		t.Errorf("the store holds %v (%v) after calls refused before opening it", entries, err)
 	}
 }
 

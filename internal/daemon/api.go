@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"syscall"
 	"time"
 
 	"warmstart/internal/config"
@@ -306,16 +307,13 @@ func (d *Daemon) importSnapshot(w http.ResponseWriter, r *http.Request) error {
 // files (openImportable), returning them with the memory layout the
 // request names, so that a bad request is refused before any capture
 // lease is taken. The caller closes the files once the publish has ended.
-func (d *Daemon) checkImport(req ImportRequest) (importFiles, layout.Layout, error) {
-	in, lay, err := d.openImport(req)
-	if err != nil {
-		in.Close()
-		return importFiles{}, layout.Layout{}, err
-	}
-	return in, lay, nil
-}
-
-func (d *Daemon) openImport(req ImportRequest) (in importFiles, lay layout.Layout, err error) {
+func (d *Daemon) checkImport(req ImportRequest) (in importFiles, lay layout.Layout, err error) {
+	defer func() {
+		if err != nil {
+			in.Close()
+			in = importFiles{}
+		}
+	}()
 	if in.vmState, err = d.openImportable("vm_state", req.VMState); err != nil {
 		return in, lay, err
 	}
@@ -357,6 +355,7 @@ func (d *Daemon) publishImport(ctx context.Context, req ImportRequest, in import
 		return lease, rec, nil
 	}
 	lease.End()
+	err = in.namedAsSent(err, req)
 	if d.reqCtx.Err() != nil {
 		// Shutdown cut the copy short: the import may be sent again, to
 		// this daemon once it is back or to another.
@@ -367,6 +366,10 @@ func (d *Daemon) publishImport(ctx context.Context, req ImportRequest, in import
 	}
 	if errors.Is(err, repository.ErrInvalidRequest) {
 		return nil, repository.Record{}, statusError(http.StatusBadRequest, "", err)
+	}
+	if req.Link && errors.Is(err, syscall.EXDEV) {
+		// A hard link cannot cross file systems: the request's to change.
+		return nil, repository.Record{}, statusError(http.StatusBadRequest, "link", fmt.Errorf("import: %w (link works only on the store's file system)", err))
 	}
 	return nil, repository.Record{}, fmt.Errorf("import: %w", err)
 }
@@ -513,10 +516,6 @@ func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// restoreFailed is the answer to a restore that failed: a request this
-// snapshot cannot take (a device it cannot use, an io_engine other than
-// the one its held device generation serves) is the client's to change,
-// and names the field.
 // testHookRestoreReady, set by tests, runs with the request's context
 // once a restore is ready, before the daemon takes it in.
 var testHookRestoreReady func(context.Context)
@@ -525,6 +524,10 @@ var testHookRestoreReady func(context.Context)
 // client went away before its answer (nginx's 499): nobody reads it.
 const statusClientClosedRequest = 499
 
+// restoreFailed is the answer to a restore that failed: a request this
+// snapshot cannot take (a device it cannot use, an io_engine other than
+// the one its held device generation serves) is the client's to change,
+// and names the field.
 func (d *Daemon) restoreFailed(err error) error {
 	var fe *restore.FieldError
 	switch {

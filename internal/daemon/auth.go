@@ -59,7 +59,7 @@ func serveToken(cfg *config.Config, addr string) (token, path string, created bo
 const minTokenChars = 16
 
 // checkServedToken refuses a token file that does not keep the token
-// secret (readable or writable by group or others, owned by another user
+// secret (any mode bit of group or others set, owned by another user
 // than the daemon's or root), and a token short enough to guess: every
 // local user can reach the TCP API, so anyone who can read or change the
 // token is a client.
@@ -69,7 +69,7 @@ func checkServedToken(path, token string) error {
 		return fmt.Errorf("daemon token: %w", err)
 	}
 	if mode := os.FileMode(st.Mode).Perm(); mode&0o077 != 0 {
-		return fmt.Errorf("daemon token: %s is readable or writable by others (mode %04o): chmod 600 it", path, mode)
+		return fmt.Errorf("daemon token: %s is open to group or others (mode %04o): chmod 600 it", path, mode)
 	}
 	if uid := int(st.Uid); uid != 0 && uid != os.Geteuid() {
 		return fmt.Errorf("daemon token: %s is owned by uid %d, not by the daemon's user or root", path, uid)

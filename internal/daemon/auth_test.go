@@ -302,7 +302,7 @@ func TestImportReadsTheFilesItChecked(t *testing.T) {
 	}
 	// A large vm_state holds the import in its copy long enough to swap.
 	vmState := filepath.Join(sub, "vm_state")
-	if err := os.WriteFile(vmState, make([]byte, 256<<20), 0o600); err != nil {
+	if err := os.WriteFile(vmState, make([]byte, 128<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	req := daemon.ImportRequest{VMState: vmState, Memory: filepath.Join(sub, "memory"), Layout: f.layout}
@@ -315,7 +315,7 @@ func TestImportReadsTheFilesItChecked(t *testing.T) {
 		resp, err := r.client.Import(context.Background(), req)
 		done <- result{resp, err}
 	}()
-	if !waitForGlob(filepath.Join(f.dir, "store", "snapshots", "*", ".vm_state.bin.*"), done) {
+	if !waitForGlob(t, filepath.Join(f.dir, "store", "snapshots", "*", ".vm_state.bin.*"), done) {
 		t.Fatal("the import ended before it was seen copying vm_state: nothing was swapped")
 	}
 	if err := os.Rename(sub, sub+".real"); err != nil {
@@ -335,9 +335,12 @@ func TestImportReadsTheFilesItChecked(t *testing.T) {
 }
 
 // waitForGlob polls until pattern matches a file, reporting false if done
-// is ready first (without taking its value).
-func waitForGlob[T any](pattern string, done chan T) bool {
-	for {
+// is ready first (without taking its value); it fails the test if neither
+// happens within guardWait.
+func waitForGlob[T any](t *testing.T, pattern string, done chan T) bool {
+	t.Helper()
+	deadline := time.Now().Add(guardWait)
+	for time.Now().Before(deadline) {
 		if m, _ := filepath.Glob(pattern); len(m) > 0 {
 			return true
 		}
@@ -346,7 +349,13 @@ func waitForGlob[T any](pattern string, done chan T) bool {
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
+	t.Fatalf("no file matched %s within %v", pattern, guardWait)
+	return false
 }
+
+// guardWait bounds waits that only run out when the code under test is
+// broken.
+const guardWait = 30 * time.Second
 
 // A linked API import hard-links the files it checked into the store and
 // only takes their write bits away: a private file stays private.
@@ -397,8 +406,8 @@ func TestWeakTokenFileRefused(t *testing.T) {
 		mode  os.FileMode
 		want  string
 	}{
-		{"world-readable", strings.Repeat("ab", 32), 0o644, "readable or writable by others (mode 0644)"},
-		{"group-writable", strings.Repeat("ab", 32), 0o620, "readable or writable by others (mode 0620)"},
+		{"world-readable", strings.Repeat("ab", 32), 0o644, "open to group or others (mode 0644)"},
+		{"group-writable", strings.Repeat("ab", 32), 0o620, "open to group or others (mode 0620)"},
 		{"short", "a", 0o600, "token of 1 characters: want at least 16"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -423,5 +432,61 @@ func TestWeakTokenFileRefused(t *testing.T) {
 				t.Fatalf("daemon.New with a %s token file = %v, want %q", c.name, err, c.want)
 			}
 		})
+	}
+}
+
+// A symlink inside an import dir that names a file inside it, absolutely
+// or relatively, is followed: only a walk that leads out is refused.
+func TestImportFollowsSymlinksThatStayInside(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	r := startDaemon(t, f, nil)
+	abs, rel := filepath.Join(f.dir, "abs-memory"), filepath.Join(f.dir, "rel-memory")
+	if err := os.Symlink(f.ref.Memory, abs); err != nil {
+		t.Fatal(err)
+	}
+	target, err := filepath.Rel(f.dir, f.ref.Memory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, rel); err != nil {
+		t.Fatal(err)
+	}
+	for i, link := range []string{abs, rel} {
+		req := f.importRequest(fmt.Sprintf("linked-%d", i))
+		req.Memory = link
+		if _, err := r.client.Import(context.Background(), req); err != nil {
+			t.Errorf("import through %s: %v", link, err)
+		}
+	}
+}
+
+// An import's errors name the files as the client sent them, not as the
+// daemon handed them to the repository (/proc/self/fd/N): here a link
+// across file systems, which cannot be made.
+func TestImportErrorsNameTheSentPaths(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	r := startDaemon(t, f, nil)
+	other := filepath.Join(f.dir, "other-fs")
+	if err := os.Mkdir(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", other, "tmpfs", 0, "size=64m"); err != nil {
+		t.Skipf("mount tmpfs: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(other, syscall.MNT_DETACH) })
+	data, err := os.ReadFile(f.ref.Memory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := f.importRequest("")
+	req.Memory, req.Link = filepath.Join(other, "memory"), true
+	if err := os.WriteFile(req.Memory, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.client.Import(context.Background(), req)
+	var ae *daemon.APIError
+	if !errors.As(err, &ae) || ae.StatusCode != http.StatusBadRequest || ae.Field != "link" ||
+		!strings.Contains(err.Error(), req.Memory) || strings.Contains(err.Error(), "/proc/self/fd") {
+		t.Fatalf("linked import across file systems = %v, want a 400 on link naming %s", err, req.Memory)
 	}
 }

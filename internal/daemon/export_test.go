@@ -6,7 +6,9 @@ import (
 )
 
 // SetRestoreReadyHook has hook run with the request's context once a
-// restore is ready, before the daemon takes it in, until t ends.
+// restore is ready, before the daemon takes it in, until t ends. The hook
+// is a package variable the daemon reads unsynchronised: set it only in a
+// test that does not run in parallel, before its daemon serves.
 func SetRestoreReadyHook(t testing.TB, hook func(context.Context)) {
 	testHookRestoreReady = hook
 	t.Cleanup(func() { testHookRestoreReady = nil })

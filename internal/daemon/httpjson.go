@@ -88,28 +88,43 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // refusing unknown fields, so that a misspelt option is an error rather than
 // silently ignored.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRequestBytes))
+	body := &readRecorder{r: http.MaxBytesReader(w, r.Body, maxRequestBytes)}
+	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err)
 	}
-	var (
-		extra  json.RawMessage
-		syntax *json.SyntaxError
-	)
+	var extra json.RawMessage
 	err := dec.Decode(&extra)
 	switch {
 	case errors.Is(err, io.EOF):
 		return nil
-	case err == nil || errors.As(err, &syntax):
+	case body.err == nil:
+		// All of it was read, and more than one value (whole or cut
+		// short) was in it.
 		return badRequest(fieldBody, "request body holds more than one JSON value")
 	}
-	// The body grew too long, ended early or timed out after the object:
-	// nothing was read that could be a second value.
-	if tooLong := (*http.MaxBytesError)(nil); errors.As(err, &tooLong) {
-		return jsonError(err)
+	// The body grew too long, ended early or timed out after the object.
+	if tooLong := (*http.MaxBytesError)(nil); errors.As(body.err, &tooLong) {
+		return jsonError(body.err)
 	}
-	return badRequest(fieldBody, "read the request body: %v", err)
+	return badRequest(fieldBody, "read the request body: %v", body.err)
+}
+
+// readRecorder remembers the first error its reader returned other than
+// EOF: a decoder reports a body cut short and a truncated JSON value with
+// the same error, and only the reader knows which it was.
+type readRecorder struct {
+	r   io.Reader
+	err error
+}
+
+func (rr *readRecorder) Read(p []byte) (int, error) {
+	n, err := rr.r.Read(p)
+	if err != nil && err != io.EOF && rr.err == nil {
+		rr.err = err
+	}
+	return n, err
 }
 
 // decodeOptionalJSON is decodeJSON for a body that may be left out: an

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"warmstart/internal/fsx"
@@ -26,6 +27,25 @@ func (in importFiles) Close() {
 		}
 	}
 }
+
+// namedAsSent is err with the /proc/self/fd paths the repository was
+// handed (procPath) named as the client sent them, its chain kept.
+func (in importFiles) namedAsSent(err error, req ImportRequest) error {
+	pairs := [][2]string{{procPath(in.vmState), req.VMState}, {procPath(in.memory), req.Memory}}
+	// Longer first, so that /proc/self/fd/1 never matches inside /10.
+	slices.SortFunc(pairs, func(a, b [2]string) int { return len(b[0]) - len(a[0]) })
+	msg := strings.NewReplacer(pairs[0][0], pairs[0][1], pairs[1][0], pairs[1][1]).Replace(err.Error())
+	return renamedError{msg: msg, err: err}
+}
+
+// renamedError is err with another message.
+type renamedError struct {
+	msg string
+	err error
+}
+
+func (e renamedError) Error() string { return e.msg }
+func (e renamedError) Unwrap() error { return e.err }
 
 // procPath names an open file by its descriptor: opening, reading or
 // hard-linking (with AT_SYMLINK_FOLLOW) that path reaches the open file
@@ -55,25 +75,44 @@ func (d *Daemon) openImportable(field, path string) (*os.File, error) {
 			errors.New("imports over the API are off: list the directories they may read in [daemon] import_dirs"))
 	}
 	clean := filepath.Clean(path)
+	f, err := d.openBeneathImportDirs(clean)
+	if errors.Is(err, fsx.ErrOutside) {
+		// The kernel's walk refuses every absolute symlink, even one
+		// naming a file inside; such a path is tried again resolved, and
+		// that walk refuses whatever leads out all the same.
+		if real, rerr := filepath.EvalSymlinks(clean); rerr == nil && real != clean {
+			f, err = d.openBeneathImportDirs(real)
+		}
+	}
+	switch {
+	case errors.Is(err, fsx.ErrOutside):
+		return nil, statusError(http.StatusForbidden, field, fmt.Errorf("%s %s is outside [daemon] import_dirs", field, path))
+	case errors.Is(err, fsx.ErrNoOpenat2):
+		return nil, fmt.Errorf("%s: %w", field, err) // the host's, not the client's
+	case err != nil:
+		return nil, statusError(http.StatusBadRequest, field, fmt.Errorf("%s: %w", field, err))
+	}
+	if err := checkImportFile(f, path); err != nil {
+		f.Close()
+		return nil, statusError(http.StatusBadRequest, field, fmt.Errorf("%s: %w", field, err))
+	}
+	return f, nil
+}
+
+// openBeneathImportDirs opens the clean path beneath the first import dir
+// it lies in that the walk does not lead out of; ErrOutside when none.
+func (d *Daemon) openBeneathImportDirs(clean string) (*os.File, error) {
 	for _, root := range d.importRoots() {
 		rel, ok := strictlyBelow(root, clean)
 		if !ok {
 			continue
 		}
 		f, err := fsx.OpenRegularBeneath(root, rel)
-		switch {
-		case errors.Is(err, fsx.ErrOutside):
-			continue
-		case err != nil:
-			return nil, statusError(http.StatusBadRequest, field, fmt.Errorf("%s: %w", field, err))
+		if !errors.Is(err, fsx.ErrOutside) {
+			return f, err
 		}
-		if err := checkImportFile(f); err != nil {
-			f.Close()
-			return nil, statusError(http.StatusBadRequest, field, fmt.Errorf("%s %s: %w", field, path, err))
-		}
-		return f, nil
 	}
-	return nil, statusError(http.StatusForbidden, field, fmt.Errorf("%s %s is outside [daemon] import_dirs", field, path))
+	return nil, fsx.ErrOutside
 }
 
 // importRoots are the import dirs as configured and as resolved (an import
@@ -99,15 +138,19 @@ func strictlyBelow(root, path string) (string, bool) {
 	return rel, true
 }
 
-// checkImportFile refuses an open regular file that cannot be a snapshot
-// artifact: an empty one, or one on a pseudo file system.
-func checkImportFile(f *os.File) error {
+// checkImportFile refuses an open regular file, which the client named
+// path, that cannot be a snapshot artifact: an empty one, or one on a
+// pseudo file system.
+func checkImportFile(f *os.File, path string) error {
 	fi, err := f.Stat()
 	if err != nil {
-		return err
+		return fmt.Errorf("stat %s: %w", path, err)
 	}
 	if fi.Size() == 0 {
-		return errors.New("is empty")
+		return fmt.Errorf("%s is empty", path)
 	}
-	return fsx.CheckFileOnDisk(f)
+	if err := fsx.CheckFileOnDisk(f); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }

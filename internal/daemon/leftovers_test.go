@@ -35,7 +35,7 @@ func TestRestoreOfAClientThatLeftIsStopped(t *testing.T) {
 	if _, err := r.client.Restore(ctx, daemon.RestoreRequest{Snapshot: "left"}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("client restore = %v, want it cancelled", err)
 	}
-	waitLogged(r.log, "request", "path", "/restores") // its handler has ended
+	waitLogged(t, r.log, "request", "path", "/restores") // its handler has ended
 	held, err := r.client.Restores(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -49,9 +49,11 @@ func TestRestoreOfAClientThatLeftIsStopped(t *testing.T) {
 }
 
 // waitLogged polls until sink holds a record msg whose attribute key is
-// value.
-func waitLogged(sink *logSink, msg, key, value string) {
-	for {
+// value, failing the test if none comes within guardWait.
+func waitLogged(t *testing.T, sink *logSink, msg, key, value string) {
+	t.Helper()
+	deadline := time.Now().Add(guardWait)
+	for time.Now().Before(deadline) {
 		sink.mu.Lock()
 		for _, r := range sink.records {
 			if r.msg == msg && r.attrs[key] == value {
@@ -62,6 +64,7 @@ func waitLogged(sink *logSink, msg, key, value string) {
 		sink.mu.Unlock()
 		time.Sleep(time.Millisecond)
 	}
+	t.Fatalf("no %q record with %s=%s logged within %v", msg, key, value, guardWait)
 }
 
 // A client that leaves while its restore waits for ready cancels the
@@ -89,14 +92,14 @@ func TestRestoreCancelledByItsClientIsNoServerError(t *testing.T) {
 		_, err := r.client.Restore(ctx, daemon.RestoreRequest{Snapshot: "gone"})
 		done <- err
 	}()
-	if !waitForGlob(filepath.Join(f.cfg.Runtime.Dir, "daemon", "restores", "*", "replay-vmm.log"), done) {
+	if !waitForGlob(t, filepath.Join(f.cfg.Runtime.Dir, "daemon", "restores", "*", "replay-vmm.log"), done) {
 		t.Fatalf("the restore ended before its VMM was seen: %v", <-done)
 	}
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("client restore = %v, want it cancelled", err)
 	}
-	waitLogged(r.log, "request", "path", "/restores")
+	waitLogged(t, r.log, "request", "path", "/restores")
 	if a := r.log.attrsOf("request failed"); a != nil {
 		t.Errorf("a restore its client cancelled was logged as a failure: %v", a)
 	}

@@ -95,6 +95,8 @@ func TestDecodeJSONNamesWhatFollowsTheObject(t *testing.T) {
 		{io.MultiReader(strings.NewReader(`{"snapshot":"a"}`), iotest.ErrReader(timeout)), "read the request body: read tcp: i/o timeout"},
 		{strings.NewReader(`{"snapshot":"a"} {}`), "request body holds more than one JSON value"},
 		{strings.NewReader(`{"snapshot":"a"} x`), "request body holds more than one JSON value"},
+		{strings.NewReader(`{"snapshot":"a"} {"a"`), "request body holds more than one JSON value"},
+		{io.MultiReader(strings.NewReader(`{"snapshot":"a"}`), iotest.ErrReader(io.ErrUnexpectedEOF)), "read the request body: unexpected EOF"},
 	} {
 		var req RestoreRequest
 		r := httptest.NewRequest(http.MethodPost, "/restores", c.body)

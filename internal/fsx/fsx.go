@@ -52,14 +52,19 @@ func openRegular(path string, flags int) (*os.File, error) {
 // of it.
 var ErrOutside = errors.New("leads outside its directory")
 
+// ErrNoOpenat2 is wrapped when the kernel (before Linux 5.6) or a seccomp
+// profile does not offer openat2, which OpenRegularBeneath needs.
+var ErrNoOpenat2 = errors.New("openat2 (Linux 5.6 or later) is not available")
+
 // OpenRegularBeneath is OpenRegularFollowing for rel, a path relative to
 // dir, whose every component is resolved beneath dir (openat2 with
-// RESOLVE_BENEATH): a "..", an absolute symlink or a relative one that
-// climbs out of dir fails with ErrOutside during the walk, before anything
+// RESOLVE_BENEATH): a "..", an absolute symlink (even one naming a file
+// inside dir: the kernel refuses them all) or a relative one that climbs
+// out of dir fails with ErrOutside during the walk, before anything
 // outside dir is looked at, so the error is the same whatever is there.
-// Symlinks that stay inside dir are followed. The check and the open are
-// one step, so no path swapped afterwards can change what the returned
-// file reads.
+// Relative symlinks that stay inside dir are followed. The check and the
+// open are one step, so no path swapped afterwards can change what the
+// returned file reads.
 func OpenRegularBeneath(dir, rel string) (*os.File, error) {
 	path := filepath.Join(dir, rel)
 	d, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -67,14 +72,22 @@ func OpenRegularBeneath(dir, rel string) (*os.File, error) {
 		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
 	}
 	defer unix.Close(d)
-	fd, err := unix.Openat2(d, rel, &unix.OpenHow{
+	how := unix.OpenHow{
 		Flags:   unix.O_RDONLY | unix.O_NONBLOCK | unix.O_CLOEXEC | unix.O_NOCTTY,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if errors.Is(err, unix.EXDEV) {
-		return nil, fmt.Errorf("open %s: %w %s", path, ErrOutside, dir)
 	}
-	if err != nil {
+	fd, err := unix.Openat2(d, rel, &how)
+	// A rename or mount racing a ".." step makes the kernel refuse the walk
+	// with EAGAIN rather than risk a wrong answer; openat2(2) says retry.
+	for try := 0; errors.Is(err, unix.EAGAIN) && try < 3; try++ {
+		fd, err = unix.Openat2(d, rel, &how)
+	}
+	switch {
+	case errors.Is(err, unix.EXDEV):
+		return nil, fmt.Errorf("open %s: %w %s", path, ErrOutside, dir)
+	case errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EPERM):
+		return nil, fmt.Errorf("open %s: %w: %w", path, ErrNoOpenat2, err)
+	case err != nil:
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	return regularFile(fd, path)

@@ -58,7 +58,9 @@ func loadManifest(ctx context.Context, ref string, openRepo func() (repository.R
 		return ref, data, m, nil
 	}
 	if err := repository.ValidateRef(ref); err != nil {
-		return "", nil, nil, fmt.Errorf("manifest of %s: no such file, and %w", ref, err)
+		// Most likely a mistyped file name: a failure to find it, not a
+		// malformed call (the error does not wrap ErrInvalidRequest).
+		return "", nil, nil, fmt.Errorf("manifest %s: no such file, and not a snapshot id or alias (%v)", ref, err)
 	}
 	repo, err := openRepo()
 	if err != nil {

@@ -307,7 +307,9 @@ func (d *uffdDevice) release(_ context.Context, forget func()) error {
 			errs = append(errs, fmt.Errorf("close uffd session: %w", err))
 		}
 	}
-	if err := d.handler.Close(); err != nil {
+	// A session left in a read fails the handler's close too; once said
+	// is enough.
+	if err := d.handler.Close(); err != nil && len(errs) == 0 {
 		errs = append(errs, fmt.Errorf("close uffd handler: %w", err))
 	}
 	d.unlink()

@@ -16,7 +16,7 @@ import (
 // was: it never pairs a new memory file with the older trace, even where
 // replacing the memory file frees nothing (the old one is also linked
 // elsewhere, as snapshot import --link leaves it). Here the space runs out
-// while the new trace is written, after the new memory file.
+// while a small file is written, after the new memory file.
 func TestGenerateOutOfSpaceKeepsTheOldSet(t *testing.T) {
 	dir := t.TempDir()
 	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=64m"); err != nil {

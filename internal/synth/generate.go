@@ -68,8 +68,9 @@ func PathsIn(dir string) Paths {
 // Generate writes the reference snapshot for opts into opts.Dir. Every
 // file is written to a temporary name and synced, all four are renamed
 // into place only then, and the directory is synced last. Cancelling ctx
-// or running out of space part-way removes the temporary files and leaves
-// the directory's earlier files as they were (see writeSet).
+// or running out of space while they are written removes the temporary
+// files and leaves the directory's earlier files as they were (see
+// writeSet).
 func Generate(ctx context.Context, opts Options) (Paths, error) {
 	if opts.MemoryBytes == 0 {
 		opts.MemoryBytes = DefaultMemoryBytes
@@ -117,45 +118,47 @@ func Generate(ctx context.Context, opts Options) (Paths, error) {
 
 // writeSet writes the snapshot's four files, each to a temporary file
 // first, and puts them in place only once all four are written: running
-// out of space or being cancelled part-way leaves the directory's earlier
-// set whole (and no temporary file), never a new memory file beside an
-// older trace. The caller syncs the directory.
+// out of space or being cancelled while they are written leaves the
+// directory's earlier set whole (and no temporary file), never a new
+// memory file beside an older trace. (The renames that follow are not one
+// atomic step; only a crash between them could mix the two sets.) The
+// caller syncs the directory.
 func writeSet(ctx context.Context, p Paths, m *Model, opts Options, progress io.Writer) error {
+	files := []struct {
+		path string
+		fill func(io.Writer) error
+	}{
+		{p.Memory, func(w io.Writer) error {
+			start := time.Now()
+			if err := writeMemory(ctx, w, m, progress); err != nil {
+				return err
+			}
+			fmt.Fprintf(progress, "synth: %s: %d MiB in %v\n", MemoryFile, opts.MemoryBytes>>20, time.Since(start).Round(time.Millisecond))
+			return nil
+		}},
+		{p.VMState, func(w io.Writer) error {
+			_, err := fmt.Fprintf(w, "%s\nA placeholder written by warmstart synth; it holds no VM state.\nseed %d\nmemory_bytes %d\nlayout %s\n",
+				VMStateMagic, opts.Seed, opts.MemoryBytes, m.Layout)
+			return err
+		}},
+		{p.Layout, func(w io.Writer) error {
+			_, err := fmt.Fprintf(w, "%s\n", m.Layout)
+			return err
+		}},
+		{p.Trace, func(w io.Writer) error { return trace.Write(w, m.Trace) }},
+	}
 	var staged []stagedFile
 	defer func() {
 		for _, f := range staged {
 			os.Remove(f.tmp) // those not renamed into place
 		}
 	}()
-	stage := func(path string, fill func(io.Writer) error) error {
-		tmp, err := writeTemp(path, fill)
+	for _, f := range files {
+		tmp, err := writeTemp(f.path, f.fill)
 		if err != nil {
-			return fmt.Errorf("synth: write %s: %w", path, err)
+			return fmt.Errorf("synth: write %s: %w", f.path, err)
 		}
-		staged = append(staged, stagedFile{tmp: tmp, path: path})
-		return nil
-	}
-	start := time.Now()
-	if err := stage(p.Memory, func(w io.Writer) error { return writeMemory(ctx, w, m, progress) }); err != nil {
-		return err
-	}
-	fmt.Fprintf(progress, "synth: %s: %d MiB in %v\n", MemoryFile, opts.MemoryBytes>>20, time.Since(start).Round(time.Millisecond))
-	err := stage(p.VMState, func(w io.Writer) error {
-		_, err := fmt.Fprintf(w, "%s\nA placeholder written by warmstart synth; it holds no VM state.\nseed %d\nmemory_bytes %d\nlayout %s\n",
-			VMStateMagic, opts.Seed, opts.MemoryBytes, m.Layout)
-		return err
-	})
-	if err == nil {
-		err = stage(p.Layout, func(w io.Writer) error {
-			_, err := fmt.Fprintf(w, "%s\n", m.Layout)
-			return err
-		})
-	}
-	if err == nil {
-		err = stage(p.Trace, func(w io.Writer) error { return trace.Write(w, m.Trace) })
-	}
-	if err != nil {
-		return err
+		staged = append(staged, stagedFile{tmp: tmp, path: f.path})
 	}
 	for len(staged) > 0 {
 		f := staged[0]

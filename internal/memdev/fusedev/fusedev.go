@@ -278,7 +278,11 @@ func (s *Server) ReadAheadBytes() int { return s.readAheadBytes }
 // Close unmounts the file system. If a process still has a device file
 // mapped or open, the mount is detached lazily: it disappears from the
 // namespace at once, and the server keeps answering that process's reads
-// until it lets go. Close is safe to call more than once.
+// until it lets go. Once unmounted, Close waits at most closeWait for the
+// requests still being served; one blocked in a read of storage that
+// stopped answering is left to finish by itself (the lowers are closed
+// after it returns), and Close says so. Close is safe to call more than
+// once.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()

@@ -417,9 +417,14 @@ func (h *Handler) Close() error {
 	h.mu.Unlock()
 
 	errs := []error{h.ln.Close()}
+	// Every session is asked to stop first, so that their close bounds
+	// run together rather than one after another.
+	for _, s := range sessions {
+		s.stop()
+	}
 	var stuck []*Session
 	for _, s := range sessions {
-		if err := s.Close(); err != nil {
+		if err := s.waitClosed(); err != nil {
 			errs = append(errs, err)
 			stuck = append(stuck, s)
 		}

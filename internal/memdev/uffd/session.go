@@ -237,6 +237,12 @@ func (s *Session) Err() error {
 // has passed since the first Close, every Close returns an error saying
 // so, and the loop closes the descriptors when the read returns.
 func (s *Session) Close() error {
+	s.stop()
+	return s.waitClosed()
+}
+
+// stop asks the fault loop to stop, once, and starts the close bound.
+func (s *Session) stop() {
 	s.stopOnce.Do(func() {
 		s.closeBound = make(chan struct{})
 		time.AfterFunc(closeWait, func() { close(s.closeBound) })
@@ -251,6 +257,16 @@ func (s *Session) Close() error {
 		// from overflowing.
 		unix.Write(s.stopfd, one[:])
 	})
+}
+
+// waitClosed waits for the fault loop to have returned, until the close
+// bound; a loop that has returned is never reported stuck, however late.
+func (s *Session) waitClosed() error {
+	select {
+	case <-s.done:
+		return nil
+	default:
+	}
 	select {
 	case <-s.done:
 		return nil
