@@ -1,38 +1,15 @@
 package fusedev
 
 import (
-	"errors"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"warmstart/internal/config"
 	"warmstart/internal/layout"
+	"warmstart/internal/memdev/hungtest"
 )
-
-// hungLower is storage that stopped answering: a read blocks until the
-// test releases it.
-type hungLower struct {
-	size    int64
-	entered chan struct{}
-	once    sync.Once
-	release chan struct{}
-}
-
-func newHungLower(size int64) *hungLower {
-	return &hungLower{size: size, entered: make(chan struct{}), release: make(chan struct{})}
-}
-
-func (l *hungLower) ReadAt(p []byte, off int64) (int, error) {
-	l.once.Do(func() { close(l.entered) })
-	<-l.release
-	return 0, errors.New("storage answered at last")
-}
-
-func (l *hungLower) Size() int64  { return l.size }
-func (l *hungLower) Close() error { return nil }
 
 // A server whose lower stopped answering a read still closes within its
 // bound, saying why, once the reader is gone (the VMM killed): it does
@@ -44,22 +21,15 @@ func TestCloseIsBoundedWhileTheLowerHangs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lower := newHungLower(size)
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			close(lower.release)
-		}
-	}
-	t.Cleanup(release)
+	lower := hungtest.NewLower(size)
+	t.Cleanup(lower.Release)
 	d, err := srv.AttachLower("hung", "hung-1", func() (Lower, error) { return lower, nil }, config.IOEngineBuffered)
 	if err != nil {
 		t.Fatal(err)
 	}
 	reader := startChild(t, childSpec{Mode: childRead, Path: d.Path(), Layout: layout.Single(size), Pages: []int64{0}})
 	select {
-	case <-lower.entered:
+	case <-lower.Entered():
 	case <-time.After(resultTimeout):
 		t.Fatal("the reader's read never reached the lower")
 	}
@@ -75,7 +45,7 @@ func TestCloseIsBoundedWhileTheLowerHangs(t *testing.T) {
 			t.Errorf("Close = %v, want an error naming the read left behind", err)
 		}
 	case <-time.After(resultTimeout):
-		release()
+		lower.Release()
 		t.Fatalf("Close still waiting %v after the reader was killed: it waits for the storage", resultTimeout)
 	}
 	if _, mounted, _ := mountTypeAt(srv.Dir()); mounted {

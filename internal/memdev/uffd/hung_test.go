@@ -2,48 +2,28 @@ package uffd
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"warmstart/internal/config"
 	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/memdev/hungtest"
 )
-
-// hungLower is storage that stopped answering: a read blocks until the
-// test releases it. It sits under a real FUSE device file, which the
-// handler then takes as its lower file.
-type hungLower struct {
-	size    int64
-	entered chan struct{}
-	once    sync.Once
-	release chan struct{}
-}
-
-func (l *hungLower) ReadAt(p []byte, off int64) (int, error) {
-	l.once.Do(func() { close(l.entered) })
-	<-l.release
-	return 0, errors.New("storage answered at last")
-}
-
-func (l *hungLower) Size() int64  { return l.size }
-func (l *hungLower) Close() error { return nil }
 
 // hungLowerFile mounts a FUSE device whose lower never answers and
 // returns its device file's path and the lower.
-func hungLowerFile(t *testing.T, dir string, size int64) (string, *hungLower) {
+func hungLowerFile(t *testing.T, dir string, size int64) (string, *hungtest.Lower) {
 	t.Helper()
 	srv, err := fusedev.Mount(filepath.Join(dir, "mnt"), fusedev.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lower := &hungLower{size: size, entered: make(chan struct{}), release: make(chan struct{})}
+	lower := hungtest.NewLower(size)
 	t.Cleanup(func() { srv.Close() })
-	t.Cleanup(sync.OnceFunc(func() { close(lower.release) }))
+	t.Cleanup(lower.Release)
 	d, err := srv.AttachLower("hung", "hung-1", func() (fusedev.Lower, error) { return lower, nil }, config.IOEngineBuffered)
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +56,7 @@ func TestCloseIsBoundedWhileTheLowerHangs(t *testing.T) {
 		t.Fatal("accept failed")
 	}
 	v.send(childCmd{Op: "touch", Steps: reads(0)})
-	await(t, lower.entered, "the fault's read of the lower")
+	await(t, lower.Entered(), "the fault's read of the lower")
 	v.kill()
 	closeWait = 2 * time.Second
 	t.Cleanup(func() { closeWait = defaultCloseWait })
@@ -101,4 +81,10 @@ func TestCloseIsBoundedWhileTheLowerHangs(t *testing.T) {
 			t.Fatalf("%s Close still waiting %v after the VMM was killed: it waits for the storage", c.what, c.within)
 		}
 	}
+	// The storage answers at last: the loop left in its read ends. This
+	// process serves that read's FUSE file too, so it must not exit with
+	// the read still in the kernel: the kernel would wait for an answer
+	// from a server that is exiting, and the process could not end.
+	lower.Release()
+	await(t, s.Done(), "the fault loop's end once the storage answered")
 }
