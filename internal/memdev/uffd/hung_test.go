@@ -55,6 +55,15 @@ func TestCloseIsBoundedWhileTheLowerHangs(t *testing.T) {
 	if s == nil {
 		t.Fatal("accept failed")
 	}
+	// However the test ends, the storage answers and the loop's read
+	// returns before the process exits (see the end of the test).
+	t.Cleanup(func() {
+		lower.Release()
+		select {
+		case <-s.Done():
+		case <-time.After(guardTimeout):
+		}
+	})
 	v.send(childCmd{Op: "touch", Steps: reads(0)})
 	await(t, lower.Entered(), "the fault's read of the lower")
 	v.kill()
