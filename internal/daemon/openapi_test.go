@@ -206,3 +206,26 @@ func TestOpenAPIDescribesTheAPI(t *testing.T) {
 		}
 	}
 }
+
+// The document declares how TCP clients authenticate (a bearer token) and
+// that it is optional, as it is on the Unix socket: a client generated
+// from it sends the token.
+func TestOpenAPIDeclaresTheBearerToken(t *testing.T) {
+	doc, err := openapi3.NewLoader().LoadFromData(daemon.OpenAPI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := doc.Components.SecuritySchemes["bearerAuth"]
+	if scheme == nil || scheme.Value == nil || scheme.Value.Type != "http" || scheme.Value.Scheme != "bearer" {
+		t.Fatalf("securitySchemes.bearerAuth = %+v, want an http bearer scheme", scheme)
+	}
+	var anonymous, bearer bool
+	for _, req := range doc.Security {
+		_, withToken := req["bearerAuth"]
+		anonymous = anonymous || len(req) == 0
+		bearer = bearer || withToken
+	}
+	if !anonymous || !bearer {
+		t.Errorf("top-level security %v: want the bearer token, or none (the Unix socket)", doc.Security)
+	}
+}
