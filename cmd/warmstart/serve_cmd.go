@@ -29,10 +29,10 @@ loopback address serve creates it (mode 0600, default
 address is refused unless token_file is set. Clients with --daemon
 http://HOST:PORT read WARMSTART_TOKEN or that file. The Unix socket is mode
 0600 and needs no token. POST /snapshots/import reads only from
-[daemon] import_dirs (every path component resolved beneath one of them;
-empty: imports refused, 403). A token file open to group or others or
-owned by another user than the daemon's or root, or a token under 16
-characters, is refused at start.
+[daemon] import_dirs (every path component resolved beneath one of them,
+absolute symlinks refused; empty: imports refused, 403). A token file
+open to group or others or owned by another user than the daemon's or
+root, or a token under 16 printable characters, is refused at start.
 
   GET    /healthz, /metrics (Prometheus)
   GET    /snapshots, /snapshots/{id}      DELETE /snapshots/{id}

@@ -60,9 +60,9 @@ const minTokenChars = 16
 
 // checkServedToken refuses a token file that does not keep the token
 // secret (any mode bit of group or others set, owned by another user
-// than the daemon's or root), and a token short enough to guess: every
-// local user can reach the TCP API, so anyone who can read or change the
-// token is a client.
+// than the daemon's or root), a token short enough to guess, and one no
+// client can send: every local user can reach the TCP API, so anyone who
+// can read or change the token is a client.
 func checkServedToken(path, token string) error {
 	var st unix.Stat_t
 	if err := unix.Lstat(path, &st); err != nil {
@@ -76,6 +76,12 @@ func checkServedToken(path, token string) error {
 	}
 	if n := len(token); n < minTokenChars {
 		return fmt.Errorf("daemon token: %s holds a token of %d characters: want at least %d", path, n, minTokenChars)
+	}
+	// A client sends it in an HTTP header, which cannot carry a space,
+	// a control byte or anything beyond ASCII: such a token would lock
+	// every client out.
+	if i := strings.IndexFunc(token, func(r rune) bool { return r <= ' ' || r > '~' }); i >= 0 {
+		return fmt.Errorf("daemon token: %s holds a character a header cannot carry (byte %d): want printable ASCII without spaces", path, i)
 	}
 	return nil
 }

@@ -60,9 +60,11 @@ func procPath(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()
 // (fsx.OpenRegularBeneath): a symlink or ".." that leads out is refused
 // during the walk, with the same 403 as any outside path, so a client
 // learns nothing of what is outside (not whether it exists, nor its type
-// or size). Symlinks that stay inside the directory are followed; one
-// leading into another import dir is refused too. Only a file inside gets
-// the 400s for a missing, empty or non-regular file.
+// or size), and nothing outside is ever looked at. Relative symlinks that
+// stay inside the directory are followed; an absolute one is refused even
+// when it names a file inside (the kernel's walk cannot tell without
+// looking), and so is one leading into another import dir. Only a file
+// inside gets the 400s for a missing, empty or non-regular file.
 func (d *Daemon) openImportable(field, path string) (*os.File, error) {
 	if path == "" {
 		return nil, badRequest(field, "%s is required", field)
@@ -74,19 +76,14 @@ func (d *Daemon) openImportable(field, path string) (*os.File, error) {
 		return nil, statusError(http.StatusForbidden, field,
 			errors.New("imports over the API are off: list the directories they may read in [daemon] import_dirs"))
 	}
-	clean := filepath.Clean(path)
-	f, err := d.openBeneathImportDirs(clean)
-	if errors.Is(err, fsx.ErrOutside) {
-		// The kernel's walk refuses every absolute symlink, even one
-		// naming a file inside; such a path is tried again resolved, and
-		// that walk refuses whatever leads out all the same.
-		if real, rerr := filepath.EvalSymlinks(clean); rerr == nil && real != clean {
-			f, err = d.openBeneathImportDirs(real)
-		}
-	}
+	// No other walk is tried where this one refuses: resolving the path
+	// any other way (filepath.EvalSymlinks) looks at what lies outside,
+	// as root, and its answer would tell (or hang on) what is there.
+	f, err := d.openBeneathImportDirs(filepath.Clean(path))
 	switch {
 	case errors.Is(err, fsx.ErrOutside):
-		return nil, statusError(http.StatusForbidden, field, fmt.Errorf("%s %s is outside [daemon] import_dirs", field, path))
+		return nil, statusError(http.StatusForbidden, field, fmt.Errorf("%s %s is outside [daemon] import_dirs "+
+			"(paths are resolved beneath the import dir: a \"..\" or symlink leading out, and any absolute symlink, are refused)", field, path))
 	case errors.Is(err, fsx.ErrNoOpenat2):
 		return nil, fmt.Errorf("%s: %w", field, err) // the host's, not the client's
 	case err != nil:

@@ -87,6 +87,9 @@ func OpenRegularBeneath(dir, rel string) (*os.File, error) {
 		return nil, fmt.Errorf("open %s: %w %s", path, ErrOutside, dir)
 	case errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EPERM):
 		return nil, fmt.Errorf("open %s: %w: %w", path, ErrNoOpenat2, err)
+	case errors.Is(err, unix.ENXIO):
+		// open(2) of a Unix socket, or of a device no driver answers.
+		return nil, fmt.Errorf("open %s: %w: it is a socket or a device without a driver", path, ErrNotRegular)
 	case err != nil:
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}

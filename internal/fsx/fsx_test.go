@@ -2,6 +2,7 @@ package fsx
 
 import (
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -162,10 +163,17 @@ func TestOpenRegularBeneath(t *testing.T) {
 		}
 		f.Close()
 	}
-	if f, err := OpenRegularBeneath(root, "sub"); err == nil || !errors.Is(err, ErrNotRegular) {
-		if err == nil {
-			f.Close()
+	ln, err := net.Listen("unix", filepath.Join(root, "sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, rel := range []string{"sub", "sock"} {
+		if f, err := OpenRegularBeneath(root, rel); err == nil || !errors.Is(err, ErrNotRegular) {
+			if err == nil {
+				f.Close()
+			}
+			t.Errorf("OpenRegularBeneath(%s) = %v, want ErrNotRegular", rel, err)
 		}
-		t.Errorf("OpenRegularBeneath(sub) = %v, want ErrNotRegular", err)
 	}
 }

@@ -118,9 +118,10 @@ func (r *Repo) store(ctx context.Context, spec importSpec, tmp string, report fu
 // linkReadOnly hard-links the file src names to dst, following a symlink
 // (link(2) itself would link the symlink, leaving the store pointing
 // outside itself), and makes the shared inode read-only by taking its
-// write bits away. Only those: the inode is still the source's, and a
-// file its owner kept private must not become readable by others because
-// a snapshot links it (the repository reads it as root or as its owner).
+// write bits (and any set-id bit) away. Nothing is added: the inode is
+// still the source's, and a file its owner kept private must not become
+// readable by others because a snapshot links it (the repository reads it
+// as root or as its owner).
 func linkReadOnly(src, dst string) error {
 	if err := unix.Linkat(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW); err != nil {
 		return fmt.Errorf("hard-link %s into the store: %w", src, err)
