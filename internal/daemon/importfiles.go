@@ -82,8 +82,8 @@ func (d *Daemon) openImportable(field, path string) (*os.File, error) {
 	f, err := d.openBeneathImportDirs(filepath.Clean(path))
 	switch {
 	case errors.Is(err, fsx.ErrOutside):
-		return nil, statusError(http.StatusForbidden, field, fmt.Errorf("%s %s is outside [daemon] import_dirs "+
-			"(paths are resolved beneath the import dir: a \"..\" or symlink leading out, and any absolute symlink, are refused)", field, path))
+		// Short: an error body quotes at most maxEchoBytes of a path.
+		return nil, statusError(http.StatusForbidden, field, fmt.Errorf("%s %s is outside [daemon] import_dirs (no absolute symlinks)", field, path))
 	case errors.Is(err, fsx.ErrNoOpenat2):
 		return nil, fmt.Errorf("%s: %w", field, err) // the host's, not the client's
 	case err != nil:
