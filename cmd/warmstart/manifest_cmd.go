@@ -53,9 +53,9 @@ error naming the file and the rule it breaks.`,
 			return err
 		}
 		req := local.InspectRequest{Ref: args[0], JSON: manifestInspectJSON, Verbose: manifestInspectVerbose, Plot: manifestPlot}
-		return invalidAsUsage(local.InspectManifest(cmd.Context(), cmdOutput(cmd), req, func() (repository.Repository, error) {
+		return local.InspectManifest(cmd.Context(), cmdOutput(cmd), req, func() (repository.Repository, error) {
 			return openReadOnlyRepository(cmd)
-		}))
+		})
 	},
 }
 

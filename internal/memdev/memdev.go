@@ -127,3 +127,10 @@ func (k Kind) String() string {
 type Observer interface {
 	Served(kind Kind, off int64, n int, took time.Duration)
 }
+
+// StuckReadWait bounds how long closing a device waits for a read of its
+// memory source still in progress: a read of a local or cached lower
+// returns in far less, so one still running is stuck on storage that
+// stopped answering, which the kernel will not interrupt. Past it, the
+// device closes anyway and says so, and the read ends by itself.
+const StuckReadWait = 10 * time.Second

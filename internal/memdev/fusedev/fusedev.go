@@ -83,6 +83,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"warmstart/internal/memdev"
 )
 
 const (
@@ -342,10 +344,9 @@ func (s *Server) unmount() error {
 	}
 }
 
-// defaultCloseWait bounds how long Close waits, once unmounted, for the
-// requests still being served: a read of a local or cached lower returns
-// in far less, so one still running is stuck on storage.
-const defaultCloseWait = 10 * time.Second
+// defaultCloseWait is how long Close waits for a read still in progress
+// (memdev.StuckReadWait).
+const defaultCloseWait = memdev.StuckReadWait
 
 // closeWait is defaultCloseWait; tests shorten it.
 var closeWait = defaultCloseWait

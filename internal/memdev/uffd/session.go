@@ -275,10 +275,9 @@ func (s *Session) waitClosed() error {
 	}
 }
 
-// defaultCloseWait bounds how long Close waits for the fault loop: a read
-// of a local lower file returns in far less, so a loop still running is
-// stuck on storage.
-const defaultCloseWait = 10 * time.Second
+// defaultCloseWait is how long Close waits for a read still in progress
+// (memdev.StuckReadWait).
+const defaultCloseWait = memdev.StuckReadWait
 
 // closeWait is defaultCloseWait; tests shorten it.
 var closeWait = defaultCloseWait
