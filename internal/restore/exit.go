@@ -70,13 +70,15 @@ func (inst *Instance) noteExit(ex vmm.ExitReporter) {
 	if o, ok := inst.r.Observe.(ExitObserver); ok {
 		o.VMExited(st)
 	}
-	close(w.exited)
-	w.mu.Unlock()
-
+	// The warning is written before Exited closes: a caller that reports
+	// the exit as its last word (restore --hold) must not have this line
+	// printed after it.
 	if inst.r.Log != nil {
 		inst.r.Log.Warn("VM exited after ready; its restore holds the memory device until it is stopped",
 			"restore", inst.ID, "exit", st.String(), "detail", ex.ExitStatus())
 	}
+	close(w.exited)
+	w.mu.Unlock()
 }
 
 // beginStop marks the start of Stop. An exit that already happened is

@@ -3,8 +3,11 @@ package restore_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -180,3 +183,57 @@ func checkExitsObserved(t *testing.T, o *observer, want int) {
 		}
 	}
 }
+
+// TestExitIsLoggedBeforeItIsSignalled: the VM's exit is in the log before
+// Exited closes. A caller that reports the exit as its last word (the CLI's
+// "restore --hold") must not have the restore's own warning printed after
+// it. The log handler holds the warning: Exited must still be open while
+// the line is being written.
+func TestExitIsLoggedBeforeItIsSignalled(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	h := &heldWarnings{arrived: make(chan struct{}), release: make(chan struct{})}
+	r := *e.restorer
+	r.Log = slog.New(h)
+	inst := e.restore(t, &r, e.source(t), restore.Options{})
+	proc := e.vm.last(t)
+	t.Cleanup(h.open)
+	if err := syscall.Kill(proc.PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, h.arrived, "the exit's warning to reach the log")
+	select {
+	case <-inst.Exited():
+		t.Error("Exited closed before the exit's warning was written")
+	default:
+	}
+	h.open()
+	waitFor(t, inst.Exited(), "the instance to see its VM exit")
+}
+
+// heldWarnings is a log handler that holds the first warning of a VM's exit
+// until opened, and drops every other record.
+type heldWarnings struct {
+	once    sync.Once
+	arrived chan struct{}
+	release chan struct{}
+	opened  sync.Once
+}
+
+func (h *heldWarnings) open() { h.opened.Do(func() { close(h.release) }) }
+
+func (h *heldWarnings) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *heldWarnings) Handle(_ context.Context, rec slog.Record) error {
+	if rec.Level != slog.LevelWarn || !strings.HasPrefix(rec.Message, "VM exited") {
+		return nil
+	}
+	first := false
+	h.once.Do(func() { first = true; close(h.arrived) })
+	if first {
+		<-h.release
+	}
+	return nil
+}
+
+func (h *heldWarnings) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *heldWarnings) WithGroup(string) slog.Handler      { return h }
