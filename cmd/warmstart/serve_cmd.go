@@ -61,11 +61,17 @@ itself; a second signal says so and changes nothing.`,
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			// One registration for every signal, made before serving: a
+			// second signal that comes right after the first must not
+			// land before a later registration exists and be swallowed.
+			sigs := make(chan os.Signal, 2)
+			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+			defer signal.Stop(sigs)
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
 			served := make(chan struct{})
 			defer close(served)
-			go sayStillShuttingDown(ctx, served, cmd.ErrOrStderr())
+			go watchServeSignals(sigs, cancel, served, cmd.ErrOrStderr())
 			return daemon.Serve(ctx, cfg, repo, listen, cmd.ErrOrStderr())
 		},
 	}
@@ -74,25 +80,23 @@ itself; a second signal says so and changes nothing.`,
 	rootCmd.AddCommand(cmd)
 }
 
-// sayStillShuttingDown answers every signal after the one that began the
-// shutdown (ctx ended), until the daemon has served (served closed): the
-// shutdown goes on in order and ends by itself, so a later signal changes
-// nothing, and says so rather than nothing.
-func sayStillShuttingDown(ctx context.Context, served <-chan struct{}, log io.Writer) {
-	select {
-	case <-ctx.Done():
-	case <-served:
-		return
-	}
-	again := make(chan os.Signal, 1)
-	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(again)
-	for {
+// watchServeSignals begins the shutdown at the first signal (cancel, with
+// the signal as the cause the daemon logs) and answers every later one,
+// until the daemon has served (served closed): the shutdown goes on in
+// order and ends by itself, so a later signal changes nothing, and says so
+// rather than nothing.
+func watchServeSignals(sigs <-chan os.Signal, cancel context.CancelCauseFunc, served <-chan struct{}, log io.Writer) {
+	for first := true; ; first = false {
+		var sig os.Signal
 		select {
-		case sig := <-again:
-			fmt.Fprintf(log, "warmstart serve: %v again: still shutting down in order; every step is bounded, so it ends by itself\n", sig)
+		case sig = <-sigs:
 		case <-served:
 			return
 		}
+		if first {
+			cancel(fmt.Errorf("%v signal received", sig))
+			continue
+		}
+		fmt.Fprintf(log, "warmstart serve: %v again: still shutting down in order; every step is bounded, so it ends by itself\n", sig)
 	}
 }
