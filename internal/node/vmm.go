@@ -31,6 +31,7 @@ func NewVMM(ctx context.Context, cfg *config.Config) (vmm.VMM, error) {
 			ReadyTimeout: cfg.Envd.Timeout,
 			StopTimeout:  cfg.Firecracker.StopTimeout,
 			Vsock:        strings.HasPrefix(cfg.Envd.Address, "vsock:"),
+			Uffd:         cfg.Memory.Device == config.DeviceUffd,
 		})
 		if err != nil {
 			return nil, err

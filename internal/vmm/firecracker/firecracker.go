@@ -80,6 +80,10 @@ type Options struct {
 	// TrackDirtyPages is sent with every snapshot load, so that diff
 	// snapshots can be taken of restored VMs.
 	TrackDirtyPages bool
+	// Uffd says restores use the Uffd backend (the uffd memory device):
+	// Check then also verifies that Firecracker may create a userfaultfd
+	// on this host.
+	Uffd bool
 	// Vsock says the snapshots carry a vsock device. Each restore then
 	// rebinds it to <RuntimeDir>/vsock.sock (vsock_override), so that
 	// restores of one snapshot do not fight over the socket recorded in it.
