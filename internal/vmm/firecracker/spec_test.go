@@ -17,7 +17,7 @@ import (
 
 // specPath is Firecracker's OpenAPI description, vendored with the tests
 // (see testdata/README.md) so that a plain clone checks requests against it.
-const specPath = "testdata/firecracker.yaml"
+const specPath = "testdata/firecracker-1.17.0-dev.yaml"
 
 // schema is the part of a Swagger 2.0 schema object the checks use.
 type schema struct {
