@@ -227,6 +227,8 @@ type fakeVM struct {
 	held       []io.Closer // uffd connections, vsock listeners
 	records    []recordedRequest
 	stopOnce   sync.Once
+	// ctrlAltDel is a SendCtrlAltDel a paused guest has yet to act on.
+	ctrlAltDel bool
 	// token is what the guest keeps in memory: drawn at boot, or read
 	// back from memory by a restored guest.
 	token string
@@ -405,6 +407,11 @@ func (f *fakeVM) setState(body []byte) *fakeFault {
 		return nil
 	}
 	f.state = "Running"
+	if f.ctrlAltDel {
+		// The guest acts on the key press it was sent while paused.
+		f.ctrlAltDel = false
+		f.reboot()
+	}
 	if f.mem != nil && !f.guestRan {
 		f.guestRan = true
 		go f.runGuest(f.mem)
@@ -413,6 +420,9 @@ func (f *fakeVM) setState(body []byte) *fakeFault {
 	return f.startAgent()
 }
 
+// action runs PUT /actions. SendCtrlAltDel is what Firecracker allows
+// once the microVM exists, paused or running: a paused guest acts on it
+// when it runs again.
 func (f *fakeVM) action(body []byte) *fakeFault {
 	var a actionBody
 	if err := json.Unmarshal(body, &a); err != nil {
@@ -427,10 +437,14 @@ func (f *fakeVM) action(body []byte) *fakeFault {
 		f.token = rand.Text()
 		return f.startAgent()
 	case ActionSendCtrlAltDel:
-		if f.state != "Running" {
-			return badRequest("SendCtrlAltDel needs a running microVM, it is %s.", f.state)
+		switch f.state {
+		case "Not started":
+			return badRequest("The requested operation is not supported before starting the microVM.")
+		case "Paused":
+			f.ctrlAltDel = true
+		default:
+			f.reboot()
 		}
-		f.reboot()
 		return nil
 	case ActionFlushMetrics:
 		return nil

@@ -223,7 +223,9 @@ func (m *Machine) exitInfo() ExitInfo {
 }
 
 // RequestStop sends SendCtrlAltDel and arms the stop timeout, after which
-// the process is killed. It does not wait; Wait does.
+// the process is killed. A VM that is not running (paused, or still
+// loading) is killed at once: Firecracker accepts the key press, but a
+// paused guest acts on it only once resumed. It does not wait; Wait does.
 func (m *Machine) RequestStop() error {
 	m.mu.Lock()
 	select {
@@ -240,16 +242,23 @@ func (m *Machine) RequestStop() error {
 		return nil
 	}
 	m.proc.killAfter(m.opts.StopTimeout, KillStopTimeout)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), m.opts.StopTimeout)
-		defer cancel()
-		if err := m.client.Action(ctx, ActionSendCtrlAltDel); err != nil {
-			// The guest cannot be asked (paused, still loading, no
-			// i8042): nothing is gained by waiting out the timeout.
-			m.proc.kill(KillStopRefused)
-		}
-	}()
+	go m.sendCtrlAltDel()
 	return nil
+}
+
+// sendCtrlAltDel asks a running guest to shut down, and kills a VM whose
+// guest cannot act on it: nothing is gained by waiting out the timeout.
+func (m *Machine) sendCtrlAltDel() {
+	ctx, cancel := context.WithTimeout(context.Background(), m.opts.StopTimeout)
+	defer cancel()
+	if info, err := m.client.Describe(ctx); err == nil && info.State != vmStateRunning {
+		m.proc.kill(KillStopNotRunning)
+		return
+	}
+	if err := m.client.Action(ctx, ActionSendCtrlAltDel); err != nil {
+		// Refused: not started, or no i8042 device.
+		m.proc.kill(KillStopRefused)
+	}
 }
 
 // Wait blocks until the process has exited, then removes its sockets. It

@@ -53,6 +53,10 @@ const (
 	KillStartFailed KillReason = "the VM failed to start"
 	KillCaptured    KillReason = "stopped after capture"
 	KillCanceled    KillReason = "canceled"
+
+	// KillStopNotRunning: the VM was paused (or not yet running) when
+	// asked to stop, so its guest could not act on SendCtrlAltDel.
+	KillStopNotRunning KillReason = "the VM was not running when asked to stop"
 )
 
 // ExitInfo is how a Firecracker process ended.

@@ -241,9 +241,12 @@ func TestStopTimeoutKills(t *testing.T) {
 	requireGone(t, spec.RuntimeDir)
 }
 
-func TestStopRefusedKillsAtOnce(t *testing.T) {
+// TestStopPausedKillsAtOnce: Firecracker takes SendCtrlAltDel for a
+// paused VM, whose guest cannot act on it until resumed; the driver kills
+// such a VM at once instead of waiting out the stop timeout.
+func TestStopPausedKillsAtOnce(t *testing.T) {
 	ctx := testContext(t)
-	// A stop timeout longer than the test's context: only the refusal can
+	// A stop timeout longer than the test's context: only the kill can
 	// end the VM in time.
 	d := newTestDriver(t, fakeConfig{Agent: true}, func(o *Options) { o.StopTimeout = time.Hour })
 	runtimeDir := t.TempDir()
@@ -260,7 +263,7 @@ func TestStopRefusedKillsAtOnce(t *testing.T) {
 	if err := m.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if exit, _ := m.Exit(); exit.Signal != syscall.SIGKILL || exit.KillReason != KillStopRefused {
+	if exit, _ := m.Exit(); exit.Signal != syscall.SIGKILL || exit.KillReason != KillStopNotRunning {
 		t.Fatalf("exit %+v", exit)
 	}
 	requireGone(t, runtimeDir)
