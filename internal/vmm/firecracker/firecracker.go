@@ -3,8 +3,8 @@
 // one Firecracker process per VM with a private API socket and logs, asks
 // it its release and refuses one outside the supported range (MinVersion),
 // restores snapshots from a File or Uffd memory backend with the load body
-// that release accepts, boots fresh VMs, captures full snapshots with the
-// memory layout taken from the VM's machine config, and decides
+// that release accepts, boots fresh VMs, captures full or diff snapshots
+// with the memory layout taken from the VM's machine config, and decides
 // readiness by polling the in-guest agent's health endpoint.
 //
 // A snapshot load does more than read files: Firecracker maps guest
@@ -101,8 +101,8 @@ type Options struct {
 	// LoadTimeout bounds the snapshot load (DefaultLoadTimeout says why).
 	LoadTimeout time.Duration
 
-	// TrackDirtyPages is sent with every snapshot load, so that diff
-	// snapshots can be taken of restored VMs.
+	// TrackDirtyPages has every snapshot load track dirty pages, so that
+	// diff snapshots can be taken of restored VMs (CaptureSpec.Type).
 	TrackDirtyPages bool
 	// Uffd says restores use the Uffd backend (the uffd memory device):
 	// Check then also verifies that Firecracker may create a userfaultfd

@@ -450,6 +450,29 @@ func TestFailedCaptureResumes(t *testing.T) {
 	}
 }
 
+// TestCaptureRejectsUnknownType: a snapshot type Firecracker does not have
+// is refused before the VM is paused.
+func TestCaptureRejectsUnknownType(t *testing.T) {
+	ctx := testContext(t)
+	d := newTestDriver(t, fakeConfig{Agent: true}, nil)
+	m, err := d.Boot(ctx, BootSpec{RuntimeDir: t.TempDir(), Kernel: "/vmlinux"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = m.RequestStop()
+		_ = m.Wait(ctx)
+	}()
+	dir := t.TempDir()
+	_, err = m.Capture(ctx, CaptureSpec{VMStatePath: filepath.Join(dir, "vm.state"), MemPath: filepath.Join(dir, "mem"), Type: "Incremental"})
+	if err == nil || !strings.Contains(err.Error(), `"Incremental"`) {
+		t.Fatalf("capture of type Incremental: %v", err)
+	}
+	if info, err := m.Client().Describe(ctx); err != nil || info.State != "Running" {
+		t.Fatalf("after a refused capture the VM is %q (%v), want Running", info.State, err)
+	}
+}
+
 func TestWaitReadyAfterStop(t *testing.T) {
 	ctx := testContext(t)
 	d := newTestDriver(t, fakeConfig{}, func(o *Options) { o.ReadyTimeout = time.Hour })

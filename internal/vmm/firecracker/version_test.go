@@ -96,7 +96,7 @@ func TestVendoredSpecsAreTheirReleases(t *testing.T) {
 	}
 }
 
-// TestDriverRequestsMatchSpec boots, captures and
+// TestDriverRequestsMatchSpec boots, captures (full, then diff) and
 // restores (File, and Uffd paused) through fake Firecracker processes
 // playing each supported release, which like the real ones refuse a body
 // field they do not know, and checks every request against that release's
@@ -132,7 +132,7 @@ func driverRequestsMatchSpec(t *testing.T, version string) {
 	want := []string{
 		"GET /version", "PUT /machine-config", "PUT /boot-source", "PUT /drives/{drive_id}",
 		"PUT /network-interfaces/{iface_id}", "PUT /actions InstanceStart",
-		"PATCH /vm Paused", "PATCH /vm Resumed", "PUT /snapshot/create Full",
+		"PATCH /vm Paused", "PATCH /vm Resumed", "PUT /snapshot/create Full", "PUT /snapshot/create Diff",
 		"GET /machine-config", "PUT /snapshot/load File", "PUT /snapshot/load Uffd", "PUT /actions SendCtrlAltDel",
 	}
 	if vsock {
@@ -143,7 +143,8 @@ func driverRequestsMatchSpec(t *testing.T, version string) {
 }
 
 // bootAndCapture boots a VM that tracks dirty pages on release v,
-// captures it resumed, then again stopped; it returns the first snapshot.
+// captures it in full and resumed, then as a diff and stopped; it returns
+// the full snapshot.
 func bootAndCapture(t *testing.T, d *Driver, v Version) CaptureSpec {
 	t.Helper()
 	ctx := testContext(t)
@@ -175,8 +176,8 @@ func bootAndCapture(t *testing.T, d *Driver, v Version) CaptureSpec {
 	if _, err := m.WaitReady(ctx); err != nil {
 		t.Fatalf("resumed after capture: %v", err)
 	}
-	second := CaptureSpec{VMStatePath: filepath.Join(snapDir, "vm2.state"), MemPath: filepath.Join(snapDir, "mem2"), After: StopAfterCapture}
-	if _, err := m.Capture(ctx, second); err != nil {
+	diff := CaptureSpec{VMStatePath: filepath.Join(snapDir, "vm2.state"), MemPath: filepath.Join(snapDir, "mem2"), After: StopAfterCapture, Type: SnapshotDiff}
+	if _, err := m.Capture(ctx, diff); err != nil {
 		t.Fatal(err)
 	}
 	if exit, ok := m.Exit(); !ok || exit.KillReason != KillCaptured {
