@@ -16,7 +16,8 @@
 //
 // Stopping follows what Firecracker supports: SendCtrlAltDel asks the guest
 // to reboot, which makes Firecracker exit; a guest that does not go within
-// the stop timeout is killed. With the Uffd backend a VM whose page-fault
+// the stop timeout is killed, and one that is not running (paused), which
+// could not act on it, is killed at once. With the Uffd backend a VM whose page-fault
 // handler dies would hang its vCPUs on the next fault forever, so the driver
 // kills it as soon as the handler is gone.
 package firecracker
