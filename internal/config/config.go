@@ -289,6 +289,12 @@ type FirecrackerConfig struct {
 	VCPUs       int           `toml:"vcpus"`
 	MemoryMiB   int64         `toml:"memory_mib"`
 	StopTimeout time.Duration `toml:"stop_timeout"`
+	// LoadTimeout bounds a snapshot load (firecracker.DefaultLoadTimeout
+	// says why).
+	LoadTimeout time.Duration `toml:"load_timeout"`
+	// TrackDirtyPages has restored VMs track dirty pages, so that diff
+	// snapshots can be taken of them.
+	TrackDirtyPages bool `toml:"track_dirty_pages"`
 }
 
 // QEMUConfig is [qemu].
@@ -342,7 +348,7 @@ func Default() *Config {
 		Log:      LogConfig{Format: LogFormatText, Level: LogLevelInfo},
 		VMM:      VMMConfig{Driver: DriverFirecracker},
 		Firecracker: FirecrackerConfig{
-			Binary: "firecracker", VCPUs: 1, MemoryMiB: 128, StopTimeout: 5 * time.Second,
+			Binary: "firecracker", VCPUs: 1, MemoryMiB: 128, StopTimeout: 5 * time.Second, LoadTimeout: 30 * time.Second,
 		},
 		QEMU: QEMUConfig{
 			Binary: "qemu-system-x86_64", Accel: AccelAuto, MemoryMiB: 128, VCPUs: 1, StopTimeout: 5 * time.Second,

@@ -190,6 +190,7 @@ func TestValidateErrors(t *testing.T) {
 		{"[firecracker]\nvcpus = 33", "firecracker.vcpus", "33 out of range 1..32"},
 		{"[firecracker]\nmemory_mib = 0", "firecracker.memory_mib", "0 out of range"},
 		{"[firecracker]\nstop_timeout = \"0s\"", "firecracker.stop_timeout", "0s is not a positive duration"},
+		{"[firecracker]\nload_timeout = \"-30s\"", "firecracker.load_timeout", "-30s is not a positive duration"},
 		{"[qemu]\nbinary = \"\"", "qemu.binary", "must not be empty"},
 		{"[qemu]\naccel = \"hvf\"", "qemu.accel", `"hvf" is not one of "auto", "kvm", "tcg"`},
 		{"[qemu]\nmemory_mib = -128", "qemu.memory_mib", "-128 out of range"},

@@ -159,6 +159,7 @@ func (c *Config) Validate() error {
 		func() error { return inRange("firecracker.vcpus", int64(c.Firecracker.VCPUs), 1, MaxFirecrackerVCPUs) },
 		func() error { return inRange("firecracker.memory_mib", c.Firecracker.MemoryMiB, 1, MaxGuestMemoryMiB) },
 		func() error { return positive("firecracker.stop_timeout", c.Firecracker.StopTimeout) },
+		func() error { return positive("firecracker.load_timeout", c.Firecracker.LoadTimeout) },
 		func() error { return nonEmpty("qemu.binary", c.QEMU.Binary) },
 		func() error { return oneOf("qemu.accel", c.QEMU.Accel, AccelAuto, AccelKVM, AccelTCG) },
 		func() error { return inRange("qemu.memory_mib", c.QEMU.MemoryMiB, 1, MaxGuestMemoryMiB) },

@@ -25,12 +25,15 @@ func NewVMM(ctx context.Context, cfg *config.Config) (vmm.VMM, error) {
 		return &replay.VMM{TracePath: cfg.Replay.Trace, ReadyTimeout: cfg.Envd.Timeout}, nil
 	case config.DriverFirecracker:
 		d, err := firecracker.New(firecracker.Options{
-			Binary:       cfg.Firecracker.Binary,
-			EnvdAddress:  cfg.Envd.Address,
-			PollInterval: cfg.Envd.PollInterval,
-			ReadyTimeout: cfg.Envd.Timeout,
-			StopTimeout:  cfg.Firecracker.StopTimeout,
-			Vsock:        strings.HasPrefix(cfg.Envd.Address, "vsock:"),
+			Binary:          cfg.Firecracker.Binary,
+			EnvdAddress:     cfg.Envd.Address,
+			PollInterval:    cfg.Envd.PollInterval,
+			ReadyTimeout:    cfg.Envd.Timeout,
+			StopTimeout:     cfg.Firecracker.StopTimeout,
+			LoadTimeout:     cfg.Firecracker.LoadTimeout,
+			TrackDirtyPages: cfg.Firecracker.TrackDirtyPages,
+			Vsock:           strings.HasPrefix(cfg.Envd.Address, "vsock:"),
+			Uffd:            cfg.Memory.Device == config.DeviceUffd,
 		})
 		if err != nil {
 			return nil, err

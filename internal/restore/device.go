@@ -35,8 +35,14 @@ type memoryDevice interface {
 	// servesBeforeVM is true when the device is complete before the VMM
 	// starts, so prefetch can begin first.
 	servesBeforeVM() bool
-	// connect completes the device once the VMM runs.
-	connect(ctx context.Context, vm vmm.Instance) error
+	// connect starts completing the device for the VMM about to be
+	// started, and returns the wait for it: a VMM may use the device
+	// before its Restore returns (Firecracker faults through the uffd
+	// device inside its snapshot load). wait(vm) waits until vm has
+	// connected; wait(nil), once the VMM has failed to start, stops
+	// waiting and returns the device's own failure, if it failed first
+	// (its driver then stopped the VMM for it).
+	connect(ctx context.Context) (wait func(vm vmm.Instance) error)
 	// target is where prefetch of plan goes, and what to run once the
 	// task has ended.
 	target(p Policy, plan []prefetch.Range) (prefetch.Target, func(), error)
@@ -119,15 +125,17 @@ func (r *Restorer) attachFile(src Source, opts Options, digests *integrity.Table
 	return d, nil
 }
 
-func (d *fileDevice) kind() string                                { return config.DeviceFile }
-func (d *fileDevice) generation() uint64                          { return d.dev.Generation() }
-func (d *fileDevice) servesBeforeVM() bool                        { return true }
-func (d *fileDevice) connect(context.Context, vmm.Instance) error { return nil }
-func (d *fileDevice) gone() <-chan struct{}                       { return nil }
-func (d *fileDevice) counters() memdev.Counters                   { return d.dev.Counters() }
-func (d *fileDevice) stopTrace() []memdev.Touch                   { return d.dev.StopTrace() }
-func (d *fileDevice) orphans() bool                               { return false }
-func (d *fileDevice) whyGone() error                              { return nil }
+func (d *fileDevice) kind() string         { return config.DeviceFile }
+func (d *fileDevice) generation() uint64   { return d.dev.Generation() }
+func (d *fileDevice) servesBeforeVM() bool { return true }
+func (d *fileDevice) connect(context.Context) func(vmm.Instance) error {
+	return func(vmm.Instance) error { return nil }
+}
+func (d *fileDevice) gone() <-chan struct{}     { return nil }
+func (d *fileDevice) counters() memdev.Counters { return d.dev.Counters() }
+func (d *fileDevice) stopTrace() []memdev.Touch { return d.dev.StopTrace() }
+func (d *fileDevice) orphans() bool             { return false }
+func (d *fileDevice) whyGone() error            { return nil }
 
 func (d *fileDevice) endReads(cause error) bool {
 	d.endOnce.Do(func() {
@@ -236,21 +244,70 @@ func (d *uffdDevice) configure(spec *vmm.RestoreSpec) {
 	spec.HandlerDone = d.handlerGone
 }
 
-func (d *uffdDevice) connect(ctx context.Context, vm vmm.Instance) error {
-	s, err := d.r.acceptVMM(ctx, d.handler, vm)
-	if err != nil {
-		d.markGone()
+// connect accepts the VMM from now on, before it is started, and serves
+// its faults as soon as it connects: Firecracker connects, and faults,
+// inside its snapshot load, which answers only once those faults are
+// served. A failed accept marks the device gone, which has the driver
+// stop a VMM still loading.
+func (d *uffdDevice) connect(ctx context.Context) func(vmm.Instance) error {
+	ctx, cancel := context.WithCancel(ctx)
+	exited := make(chan struct{})
+	accepted := make(chan struct{})
+	var err error
+	go func() {
+		defer close(accepted)
+		var s *uffd.Session
+		if s, err = d.r.acceptVMM(ctx, d.handler, exited); err != nil {
+			d.markGone()
+			return
+		}
+		d.session = s
+		go func() {
+			<-s.Done()
+			d.markGone()
+		}()
+		if d.r.sessionHook != nil {
+			d.r.sessionHook(s)
+		}
+	}()
+	return func(vm vmm.Instance) error {
+		defer cancel()
+		if vm == nil {
+			cancel()
+			<-accepted
+			return d.startFailure(err)
+		}
+		// A VMM whose Restore returned before it connected may yet die
+		// first; its exit ends the wait.
+		ex, _ := vm.(vmm.Exiter)
+		if ex != nil {
+			go func() {
+				select {
+				case <-ex.Exited():
+					close(exited)
+				case <-accepted:
+				}
+			}()
+		}
+		<-accepted
+		if errors.Is(err, uffd.ErrExitedBeforeConnect) && ex != nil {
+			return fmt.Errorf("%w: %s", err, ex.ExitStatus())
+		}
 		return err
 	}
-	d.session = s
-	go func() {
-		<-s.Done()
-		d.markGone()
-	}()
-	if d.r.sessionHook != nil {
-		d.r.sessionHook(s)
+}
+
+// startFailure is why the device stopped serving a VMM that then failed to
+// start, or nil when it did not stop first: the VMM's own failure, its
+// exit included, and a wait ended by its failure, are the VMM's to report.
+func (d *uffdDevice) startFailure(acceptErr error) error {
+	switch {
+	case acceptErr != nil && !errors.Is(acceptErr, context.Canceled) && !errors.Is(acceptErr, context.DeadlineExceeded):
+		return acceptErr
+	case d.session == nil || !d.orphans() || errors.Is(d.session.Err(), uffd.ErrVMMExited):
+		return nil
 	}
-	return nil
+	return fmt.Errorf("page-fault handler stopped while the VMM loaded the snapshot: %w", d.session.Err())
 }
 
 // target installs into this VM's memory; the hint goes to the lower

@@ -151,9 +151,9 @@ type Restorer struct {
 	// Observe, when set, is told of each decision (for metrics).
 	Observe Observer
 	// ConnectTimeout bounds how long a restore on the uffd device waits
-	// for its VMM to connect to the page-fault handler;
-	// uffd.DefaultConnectTimeout when zero. A VMM that exits first ends
-	// the wait at once.
+	// for its VMM to connect to the page-fault handler, from just before
+	// the VMM is started; uffd.DefaultConnectTimeout when zero. A VMM
+	// that exits first ends the wait at once.
 	ConnectTimeout time.Duration
 
 	// SkipVerification serves memory without checking it against the
@@ -445,12 +445,16 @@ func (inst *Instance) startVM(ctx context.Context, src Source, opts Options, pp 
 	spec := vmm.RestoreSpec{SnapshotID: src.SnapshotID, VMStatePath: src.VMStatePath, Layout: src.Layout,
 		RuntimeDir: inst.runDir, Paused: paused}
 	dev.configure(&spec)
+	connected := dev.connect(ctx)
 	vm, err := inst.r.VMM.Restore(ctx, spec)
 	if err != nil {
+		if derr := connected(nil); derr != nil {
+			return fmt.Errorf("%w; then start VMM: %w", derr, err)
+		}
 		return fmt.Errorf("start VMM: %w", err)
 	}
 	inst.vm = vm
-	if err := dev.connect(ctx, vm); err != nil {
+	if err := connected(vm); err != nil {
 		return err
 	}
 	if pp.m != nil && !dev.servesBeforeVM() {
@@ -550,27 +554,21 @@ func (inst *Instance) abandon(why error) {
 	inst.Stop(ctx)
 }
 
-// acceptVMM waits for vm to connect to the page-fault handler and hand over
-// its userfaultfd. The wait ends with an error when vm exits first (with
-// its exit status) or the connect timeout passes, so that a VMM that died
-// during startup fails the restore at once rather than leave it waiting.
-func (r *Restorer) acceptVMM(ctx context.Context, h *uffd.Handler, vm vmm.Instance) (*uffd.Session, error) {
-	opts := uffd.AcceptOptions{ConnectTimeout: r.ConnectTimeout}
+// acceptVMM waits for the VMM to connect to the page-fault handler and
+// hand over its userfaultfd. The wait ends with an error when exited
+// closes first (the VMM is gone) or the connect timeout passes, so that a
+// VMM that died during startup fails the restore at once rather than leave
+// it waiting.
+func (r *Restorer) acceptVMM(ctx context.Context, h *uffd.Handler, exited <-chan struct{}) (*uffd.Session, error) {
+	opts := uffd.AcceptOptions{ConnectTimeout: r.ConnectTimeout, VMMExited: exited}
 	if opts.ConnectTimeout <= 0 {
 		opts.ConnectTimeout = uffd.DefaultConnectTimeout
 	}
-	exiter, _ := vm.(vmm.Exiter)
-	if exiter != nil {
-		opts.VMMExited = exiter.Exited()
-	}
 	s, err := h.AcceptWith(ctx, opts)
-	switch {
-	case err == nil:
-		return s, nil
-	case errors.Is(err, uffd.ErrExitedBeforeConnect) && exiter != nil:
-		return nil, fmt.Errorf("accept the VMM's userfaultfd: %w: %s", err, exiter.ExitStatus())
+	if err != nil {
+		return nil, fmt.Errorf("accept the VMM's userfaultfd: %w", err)
 	}
-	return nil, fmt.Errorf("accept the VMM's userfaultfd: %w", err)
+	return s, nil
 }
 
 // killer is implemented by VMM instances that can be ended at once.

@@ -20,7 +20,10 @@ const (
 	// BackendFile: the VMM maps MemPath MAP_PRIVATE.
 	BackendFile Backend = "File"
 	// BackendUffd: the VMM connects to the Unix socket at MemPath and hands
-	// its userfaultfd to the page-fault handler listening there.
+	// its userfaultfd to the page-fault handler listening there. It may do
+	// so, and fault guest memory through the handler, before Restore
+	// returns (Firecracker does, inside its snapshot load), so the handler
+	// serves from before Restore is called.
 	BackendUffd Backend = "Uffd"
 )
 
@@ -39,9 +42,10 @@ type RestoreSpec struct {
 	// Resumer. Prefetch policies that must finish before the guest runs use it.
 	Paused bool
 	// HandlerDone, for the Uffd backend, closes when the page-fault handler
-	// stops serving. A guest whose handler is gone hangs on its next fault,
-	// so a driver that sees it close before the instance is stopped kills
-	// the VM rather than leave it hanging.
+	// stops serving, or refuses the VMM. A guest whose handler is gone
+	// hangs on its next fault, so a driver that sees it close before the
+	// instance is stopped kills the VM rather than leave it hanging, and
+	// one that sees it close inside Restore fails the Restore.
 	HandlerDone <-chan struct{}
 }
 
@@ -61,8 +65,9 @@ type Process interface {
 
 // Exiter is implemented by instances whose driver reaps the VMM process.
 // A restore on the Uffd backend waits for the VMM to connect to the
-// page-fault handler; Exited lets it stop waiting as soon as the VMM is
-// gone, since a dead VMM never connects.
+// page-fault handler; when Restore returned before the VMM connected,
+// Exited lets it stop waiting as soon as the VMM is gone, since a dead VMM
+// never connects. (A VMM that dies inside Restore fails the Restore.)
 type Exiter interface {
 	// Exited is closed once the VMM process has exited and been reaped.
 	Exited() <-chan struct{}

@@ -448,8 +448,9 @@ func (h *Handler) Close() error {
 	return nil
 }
 
-// wireMapping accepts both spellings of the page size Firecracker has
-// used: page_size in bytes, and page_size_kib in older releases.
+// wireMapping accepts both fields Firecracker has carried the page size
+// in, both in bytes: page_size_kib since 1.7, misnamed (it never held KiB),
+// and since 1.12 page_size beside it (CHANGELOG 1.12.0, #4948).
 type wireMapping struct {
 	BaseHostVirtAddr *uint64 `json:"base_host_virt_addr"`
 	Size             *uint64 `json:"size"`
@@ -594,13 +595,12 @@ func fromWire(wire []wireMapping) ([]Mapping, error) {
 		}
 		m := Mapping{BaseHostVirtAddr: *w.BaseHostVirtAddr, Size: *w.Size, Offset: *w.Offset}
 		switch {
+		case w.PageSize != nil && w.PageSizeKiB != nil && *w.PageSize != *w.PageSizeKiB:
+			return nil, fmt.Errorf("%w: region %d: page_size %d and page_size_kib %d disagree (both are bytes)", ErrBadHandshake, i, *w.PageSize, *w.PageSizeKiB)
 		case w.PageSize != nil:
 			m.PageSize = *w.PageSize
 		case w.PageSizeKiB != nil:
-			if *w.PageSizeKiB > maxPageSizeBytes>>10 {
-				return nil, fmt.Errorf("%w: region %d: page_size_kib %d too large", ErrBadHandshake, i, *w.PageSizeKiB)
-			}
-			m.PageSize = *w.PageSizeKiB << 10
+			m.PageSize = *w.PageSizeKiB
 		default:
 			return nil, fmt.Errorf("%w: region %d lacks page_size", ErrBadHandshake, i)
 		}

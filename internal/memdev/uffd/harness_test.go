@@ -37,7 +37,10 @@ const (
 const guardTimeout = 30 * time.Second
 
 func TestMain(m *testing.M) {
-	role.Roles{roleVMM: func() int { runChild(os.Getenv(childEnv)); return 0 }}.Dispatch()
+	role.Roles{
+		roleVMM:          func() int { runChild(os.Getenv(childEnv)); return 0 },
+		roleCheckAsOther: runCheckAvailable,
+	}.Dispatch()
 	os.Exit(m.Run())
 }
 

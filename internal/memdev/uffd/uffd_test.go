@@ -516,15 +516,29 @@ func TestHandshake(t *testing.T) {
 	defer unix.Close(pipe[1])
 
 	one := `[{"base_host_virt_addr":139637976727552,"size":1048576,"offset":0,"page_size":4096}]`
+	// Firecracker 1.7 to 1.11 sent the page size in bytes in a field
+	// named page_size_kib; 1.12 and later send it as page_size too.
+	kib := func(pageSizeKiB, pageSize, size int) string {
+		region := fmt.Sprintf(`"base_host_virt_addr":139637976727552,"size":%d,"offset":0,"page_size_kib":%d`, size, pageSizeKiB)
+		if pageSize > 0 {
+			region += fmt.Sprintf(`,"page_size":%d`, pageSize)
+		}
+		return "[{" + region + "}]"
+	}
 	cases := []struct {
-		name  string
-		body  string
-		fds   []int
-		split bool // send the body in two writes
-		ok    bool
+		name     string
+		body     string
+		fds      []int
+		split    bool   // send the body in two writes
+		ok       bool   // accepted, with pageSize
+		pageSize uint64 // PageSizeBytes when zero
 	}{
 		{name: "valid", body: one, fds: []int{uffd}, ok: true},
-		{name: "older page_size_kib", body: `[{"base_host_virt_addr":139637976727552,"size":1048576,"offset":0,"page_size_kib":4}]`, fds: []int{uffd}, ok: true},
+		{name: "page_size_kib in bytes (1.7 to 1.11)", body: kib(4096, 0, 1<<20), fds: []int{uffd}, ok: true},
+		{name: "page_size_kib of 2 MiB huge pages, in bytes", body: kib(2<<20, 0, 2<<20), fds: []int{uffd}, ok: true, pageSize: 2 << 20},
+		{name: "both fields (1.12 and later)", body: kib(4096, 4096, 1<<20), fds: []int{uffd}, ok: true},
+		{name: "page_size_kib read as KiB", body: kib(4, 0, 1<<20), fds: []int{uffd}},
+		{name: "both fields disagree", body: kib(4, 4096, 1<<20), fds: []int{uffd}},
 		{name: "body in two writes", body: manyRegions(300), fds: []int{uffd}, split: true, ok: true},
 		{name: "empty list", body: `[]`, fds: []int{uffd}},
 		{name: "malformed", body: `[{"base_host_virt_addr":`, fds: []int{uffd}},
@@ -579,8 +593,12 @@ func TestHandshake(t *testing.T) {
 					t.Fatalf("accept: %v", err)
 				}
 				defer s.Close()
-				if ms := s.Mappings(); ms[0].PageSize != PageSizeBytes {
-					t.Fatalf("mappings %+v", ms)
+				want := tc.pageSize
+				if want == 0 {
+					want = PageSizeBytes
+				}
+				if ms := s.Mappings(); ms[0].PageSize != want {
+					t.Fatalf("mappings %+v, want page size %d", ms, want)
 				}
 				return
 			}

@@ -70,6 +70,10 @@ func (d *Driver) Boot(ctx context.Context, spec BootSpec) (*Machine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("boot: %w", err)
 	}
+	if err := bootSupported(m.version, spec); err != nil {
+		m.abort(KillStartFailed)
+		return nil, fmt.Errorf("boot: %w", err)
+	}
 	type step struct {
 		name string
 		call func() error
@@ -106,6 +110,17 @@ func (d *Driver) Boot(ctx context.Context, spec BootSpec) (*Machine, error) {
 		return nil, m.failed(ctx, "boot: start instance", err)
 	}
 	return m, nil
+}
+
+// bootSupported refuses what release v cannot configure: it would refuse
+// the request body.
+func bootSupported(v Version, spec BootSpec) error {
+	for _, iface := range spec.NetworkInterfaces {
+		if iface.MTU != 0 && !v.AtLeast(mtuSince) {
+			return fmt.Errorf("%w: firecracker %s cannot set network interface %s's MTU (mtu needs %s or later)", ErrUnsupportedVersion, v, iface.IfaceID, mtuSince)
+		}
+	}
+	return nil
 }
 
 func (d *Driver) bootDefaults(spec BootSpec) (BootSpec, error) {

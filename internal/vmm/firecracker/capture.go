@@ -37,21 +37,29 @@ const (
 	StopAfterCapture
 )
 
-// CaptureSpec says where a full snapshot goes.
+// CaptureSpec says where a snapshot goes.
 type CaptureSpec struct {
 	VMStatePath string
 	MemPath     string
 	After       AfterCapture
+	// Type is SnapshotFull when empty. SnapshotDiff writes only the pages
+	// dirtied since the VM was booted or restored, or since its last
+	// snapshot, into a memory file of the full size: the VM must track
+	// dirty pages (BootSpec.TrackDirtyPages, Options.TrackDirtyPages).
+	Type SnapshotType
 }
 
-// Capture pauses the VM, writes a full snapshot (PUT /snapshot/create,
-// Full) and returns the memory file's layout taken from GET
-// /machine-config, then resumes or stops the VM. The files are left as
+// Capture pauses the VM, writes a snapshot (PUT /snapshot/create, Full
+// unless spec.Type says otherwise) and returns the memory file's layout
+// taken from GET /machine-config, then resumes or stops the VM. The files are left as
 // Firecracker wrote them; making them durable is the repository's job when
 // it takes them in (BeginCapture/Publish).
 func (m *Machine) Capture(ctx context.Context, spec CaptureSpec) (layout.Layout, error) {
 	if spec.VMStatePath == "" || spec.MemPath == "" {
 		return layout.Layout{}, errors.New("capture: vm state and memory paths must both be set")
+	}
+	if spec.Type != "" && spec.Type != SnapshotFull && spec.Type != SnapshotDiff {
+		return layout.Layout{}, fmt.Errorf("capture: snapshot type %q is neither %s nor %s", spec.Type, SnapshotFull, SnapshotDiff)
 	}
 	if err := m.client.SetVMState(ctx, VMPaused); err != nil {
 		return layout.Layout{}, fmt.Errorf("capture: pause: %w", err)
@@ -76,8 +84,12 @@ func (m *Machine) Capture(ctx context.Context, spec CaptureSpec) (layout.Layout,
 }
 
 func (m *Machine) snapshot(ctx context.Context, spec CaptureSpec) (layout.Layout, error) {
+	typ := spec.Type
+	if typ == "" {
+		typ = SnapshotFull
+	}
 	err := m.client.CreateSnapshot(ctx, SnapshotCreate{
-		SnapshotType: SnapshotFull,
+		SnapshotType: typ,
 		SnapshotPath: spec.VMStatePath,
 		MemFilePath:  spec.MemPath,
 	})

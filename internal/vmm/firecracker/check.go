@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 
+	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/vmm"
 )
 
@@ -13,8 +14,11 @@ const kvmDevice = "/dev/kvm"
 var _ vmm.Checker = (*Driver)(nil)
 
 // Check implements vmm.Checker: a restore needs the Firecracker binary and
-// /dev/kvm. It needs no kernel or root file system: a snapshot carries the
-// guest's state, and its drives are whatever the snapshot names.
+// /dev/kvm, and with Options.Uffd a userfaultfd that Firecracker, running
+// with this process's credentials, may create. It needs no kernel or root
+// file system: a snapshot carries the guest's state, and its drives are
+// whatever the snapshot names. The release is asked at each launch, since
+// the binary may change under a running daemon.
 func (d *Driver) Check() error {
 	if err := vmm.CheckExecutable("[firecracker] binary", d.opts.Binary); err != nil {
 		return err
@@ -25,6 +29,11 @@ func (d *Driver) Check() error {
 	}
 	if fi.Mode()&os.ModeCharDevice == 0 {
 		return fmt.Errorf("%w: %s is not a character device", vmm.ErrUnusable, kvmDevice)
+	}
+	if d.opts.Uffd {
+		if err := uffd.CheckAvailable(); err != nil {
+			return fmt.Errorf("%w: firecracker's Uffd backend: %w", vmm.ErrUnusable, err)
+		}
 	}
 	return nil
 }

@@ -66,15 +66,18 @@ type VsockOverride struct {
 	UDSPath string `json:"uds_path"`
 }
 
-// SnapshotLoad is the body of PUT /snapshot/load. The spec also lists the
-// deprecated enable_diff_snapshots and mem_file_path; their replacements,
-// track_dirty_pages and mem_backend, are what this client sends.
+// SnapshotLoad is the body of PUT /snapshot/load. Firecracker refuses a
+// field it does not know, so the optional ones are left out unless set:
+// track_dirty_pages exists since 1.13 (enable_diff_snapshots is its older
+// name, deprecated since), vsock_override since 1.16. The spec also lists
+// the deprecated mem_file_path; mem_backend replaces it.
 type SnapshotLoad struct {
-	SnapshotPath    string         `json:"snapshot_path"`
-	MemBackend      MemoryBackend  `json:"mem_backend"`
-	TrackDirtyPages bool           `json:"track_dirty_pages"`
-	ResumeVM        bool           `json:"resume_vm"`
-	VsockOverride   *VsockOverride `json:"vsock_override,omitempty"`
+	SnapshotPath        string         `json:"snapshot_path"`
+	MemBackend          MemoryBackend  `json:"mem_backend"`
+	TrackDirtyPages     bool           `json:"track_dirty_pages,omitempty"`
+	EnableDiffSnapshots bool           `json:"enable_diff_snapshots,omitempty"`
+	ResumeVM            bool           `json:"resume_vm"`
+	VsockOverride       *VsockOverride `json:"vsock_override,omitempty"`
 }
 
 // SnapshotType is SnapshotCreate's snapshot_type.
@@ -189,6 +192,10 @@ type actionBody struct {
 	ActionType ActionType `json:"action_type"`
 }
 
+// vmStateRunning is InstanceInfo.State of a VM whose vCPUs run; the
+// others are "Not started" and "Paused".
+const vmStateRunning = "Running"
+
 // InstanceInfo is the answer of GET /.
 type InstanceInfo struct {
 	AppName    string `json:"app_name"`
@@ -197,8 +204,16 @@ type InstanceInfo struct {
 	VMMVersion string `json:"vmm_version"`
 }
 
-// LoadSnapshot sends PUT /snapshot/load. With the Uffd backend Firecracker
-// connects to the handler's socket before it answers.
+// firecrackerVersion is the answer of GET /version.
+type firecrackerVersion struct {
+	FirecrackerVersion string `json:"firecracker_version"`
+}
+
+// LoadSnapshot sends PUT /snapshot/load. Firecracker answers once the VM
+// is loaded, and resumed with resume_vm: with the Uffd backend it has by
+// then connected to the handler's socket and faulted guest memory through
+// it (writing the VM generation ID), so the handler must serve from before
+// the request is sent.
 func (c *Client) LoadSnapshot(ctx context.Context, body SnapshotLoad) error {
 	return c.do(ctx, http.MethodPut, "/snapshot/load", body, nil)
 }
@@ -248,6 +263,16 @@ func (c *Client) PutVsock(ctx context.Context, body Vsock) error {
 // Action sends PUT /actions.
 func (c *Client) Action(ctx context.Context, action ActionType) error {
 	return c.do(ctx, http.MethodPut, "/actions", actionBody{ActionType: action}, nil)
+}
+
+// Version sends GET /version and returns Firecracker's release, e.g.
+// "1.16.1".
+func (c *Client) Version(ctx context.Context) (string, error) {
+	var v firecrackerVersion
+	if err := c.do(ctx, http.MethodGet, "/version", nil, &v); err != nil {
+		return "", err
+	}
+	return v.FirecrackerVersion, nil
 }
 
 // Describe sends GET /.

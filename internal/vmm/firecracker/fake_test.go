@@ -3,8 +3,8 @@ package firecracker
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,11 +19,7 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
-	"golang.org/x/sys/unix"
-
-	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/role"
 )
 
@@ -39,8 +35,25 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// fakeVersions are the Firecracker releases the fake plays: the newest
+// patch release of every minor version the driver supports, each with its
+// API description vendored in testdata (see testdata/README.md).
+var fakeVersions = []string{"1.12.1", "1.13.2", "1.14.4", "1.15.1", "1.16.1", newestFakeVersion}
+
+// newestFakeVersion is what a fake plays unless told otherwise.
+const newestFakeVersion = "1.17.0-dev"
+
 // fakeConfig steers a fake Firecracker.
 type fakeConfig struct {
+	// Version is the release the fake plays; newestFakeVersion when
+	// empty. It answers GET /version with it, refuses request bodies that
+	// release's API description does not allow (Firecracker's request
+	// types are deny_unknown_fields), and speaks that release's uffd
+	// handshake. A version with no description in testdata (one below
+	// the driver's floor) answers GET / and GET /version only.
+	Version string
+	// SpecPath is that version's API description; fakeBinary sets it.
+	SpecPath string
 	// DieOnStart makes it log an error and exit 1 before binding the socket.
 	DieOnStart bool
 	// NoSocket makes it run without ever binding the API socket.
@@ -48,22 +61,19 @@ type fakeConfig struct {
 	// IgnoreCtrlAltDel makes it answer SendCtrlAltDel and keep running.
 	IgnoreCtrlAltDel bool
 	// HangLoad makes PUT /snapshot/load block until the client goes away,
-	// after connecting to a Uffd handler.
+	// after handing guest memory to a Uffd handler.
 	HangLoad bool
+	// CrashInLoad makes the process exit (status 1) inside PUT
+	// /snapshot/load, once it has handed guest memory to a Uffd handler.
+	CrashInLoad bool
 	// Agent makes it serve GET /health on <runtime dir>/agent.sock while
 	// the VM runs, as the guest agent would.
 	Agent bool
 	// RecordPath, when set, receives one JSON line per API request.
 	RecordPath string
-	// TouchPages makes the fake play a guest with a working set: after a
-	// snapshot load, once the VM runs, it reads these page offsets of
-	// guest memory in order, and only then does its agent answer. Memory
-	// is mapped as Firecracker maps it: the File backend MAP_PRIVATE, the
-	// Uffd backend anonymous, registered with a userfaultfd that is handed
-	// to the handler over the backend socket. A boot draws a token; a
-	// snapshot create writes each page's offset and the token at the start
-	// of each of these pages; a restored guest checks every offset it
-	// reads and its agent answers with the token it found.
+	// TouchPages makes the fake play a guest with a working set: once the
+	// VM runs it reads these page offsets of guest memory in order, and
+	// only then does its agent answer (with the token it found).
 	TouchPages []int64
 }
 
@@ -78,6 +88,16 @@ type recordedRequest struct {
 // fake Firecracker with cfg, and returns its path.
 func fakeBinary(t *testing.T, cfg fakeConfig) string {
 	t.Helper()
+	if cfg.Version == "" {
+		cfg.Version = newestFakeVersion
+	}
+	spec, err := filepath.Abs(specPath(cfg.Version))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(fakeVersions, cfg.Version) {
+		cfg.SpecPath = spec
+	}
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "fake.json")
 	data, err := json.Marshal(cfg)
@@ -154,7 +174,7 @@ func runFakeFirecracker(cfgPath string, args []string) int {
 	}
 	dir := filepath.Dir(*apiSock)
 	_ = os.WriteFile(filepath.Join(dir, "fake.pid"), []byte(strconv.Itoa(os.Getpid())), 0o600)
-	fmt.Fprintf(logFile, "[%s:INFO] fake firecracker running, level %s, show-level %v\n", *id, *level, *showLevel)
+	fmt.Fprintf(logFile, "[%s:INFO] fake firecracker %s running, level %s, show-level %v\n", *id, cfg.Version, *level, *showLevel)
 	if cfg.DieOnStart {
 		fmt.Fprintf(logFile, "[%s:ERROR] refusing to start: kernel image is corrupt\n", *id)
 		fmt.Fprintln(os.Stderr, "console: early panic")
@@ -163,6 +183,11 @@ func runFakeFirecracker(cfgPath string, args []string) int {
 	if cfg.NoSocket {
 		select {}
 	}
+	vm, err := newFakeVM(cfg, *id, dir, logFile)
+	if err != nil {
+		fmt.Fprintf(logFile, "[%s:ERROR] %v\n", *id, err)
+		return 1
+	}
 	l, err := net.Listen("unix", *apiSock)
 	if err != nil {
 		fmt.Fprintf(logFile, "[%s:ERROR] bind api socket: %v\n", *id, err)
@@ -170,12 +195,10 @@ func runFakeFirecracker(cfgPath string, args []string) int {
 	}
 	// Firecracker leaves its sockets behind; so does the fake.
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
-	if len(cfg.TouchPages) > 0 {
-		// A goroutine blocked in a fault on guest memory would hold up
-		// a collection's stop-the-world, and with it the API server.
-		debug.SetGCPercent(-1)
-	}
-	vm := newFakeVM(cfg, *id, dir, logFile)
+	// Guest memory is touched from goroutines of this process, and a
+	// goroutine blocked in a fault on it would hold up a collection's
+	// stop-the-world, and with it the API server.
+	debug.SetGCPercent(-1)
 	srv := &http.Server{Handler: vm}
 	go func() { _ = srv.Serve(l) }()
 	<-vm.shutdown
@@ -189,6 +212,8 @@ func runFakeFirecracker(cfgPath string, args []string) int {
 // what Firecracker refuses in that state, and writes snapshot files.
 type fakeVM struct {
 	cfg      fakeConfig
+	version  Version
+	spec     *apiSpec // nil: a version without a description in testdata
 	id       string
 	dir      string
 	log      io.Writer
@@ -202,24 +227,37 @@ type fakeVM struct {
 	held       []io.Closer // uffd connections, vsock listeners
 	records    []recordedRequest
 	stopOnce   sync.Once
-	// token is what the guest keeps in memory (TouchPages): drawn at
-	// boot, or read back from memory by a restored guest.
+	// ctrlAltDel is a SendCtrlAltDel a paused guest has yet to act on.
+	ctrlAltDel bool
+	// token is what the guest keeps in memory: drawn at boot, or read
+	// back from memory by a restored guest.
 	token string
-	// mem is guest memory mapped by a snapshot load (TouchPages);
-	// guestStart says the VM has just begun to run on it, and guestRan
-	// that it has.
-	mem        []byte
-	guestStart bool
-	guestRan   bool
+	// mem is guest memory mapped by a snapshot load; guestRan says the
+	// restored guest has begun to run on it.
+	mem      []byte
+	guestRan bool
 }
 
-func newFakeVM(cfg fakeConfig, id, dir string, log io.Writer) *fakeVM {
-	return &fakeVM{
-		cfg: cfg, id: id, dir: dir, log: log,
+func newFakeVM(cfg fakeConfig, id, dir string, log io.Writer) (*fakeVM, error) {
+	if cfg.Version == "" {
+		cfg.Version = newestFakeVersion
+	}
+	v, err := ParseVersion(cfg.Version)
+	if err != nil {
+		return nil, err
+	}
+	f := &fakeVM{
+		cfg: cfg, version: v, id: id, dir: dir, log: log,
 		shutdown: make(chan struct{}),
 		state:    "Not started",
 		machine:  MachineConfig{VCPUCount: 1, MemSizeMiB: 128},
 	}
+	if cfg.SpecPath != "" {
+		if f.spec, err = readSpec(cfg.SpecPath); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
 }
 
 func (f *fakeVM) close() {
@@ -242,20 +280,17 @@ func (f *fakeVM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	f.record(recordedRequest{Method: r.Method, Path: r.URL.Path, Body: json.RawMessage(body)})
 	fmt.Fprintf(f.log, "[%s:INFO] %s %s\n", f.id, r.Method, r.URL.Path)
-	if f.cfg.HangLoad && r.URL.Path == "/snapshot/load" {
-		var load SnapshotLoad
-		_ = json.Unmarshal(body, &load)
-		if conn, err := net.Dial("unix", load.MemBackend.BackendPath); err == nil {
-			defer conn.Close()
-		}
-		<-r.Context().Done()
+	fault := f.refuse(r.Method, r.URL.Path, body)
+	if fault == nil && f.cfg.HangLoad && r.URL.Path == "/snapshot/load" {
+		f.hangLoad(r.Context(), body)
 		return
 	}
-	f.mu.Lock()
-	out, fault := f.handle(r.Method, r.URL.Path, body)
-	start := f.guestStart
-	f.guestStart = false
-	f.mu.Unlock()
+	var out any
+	if fault == nil {
+		f.mu.Lock()
+		out, fault = f.handle(r.Method, r.URL.Path, body)
+		f.mu.Unlock()
+	}
 	w.Header().Set("Content-Type", "application/json")
 	switch {
 	case fault != nil:
@@ -266,13 +301,22 @@ func (f *fakeVM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		w.WriteHeader(http.StatusNoContent)
 	}
-	if start {
-		// The guest faults only once the answer is out, as Firecracker's
-		// vCPUs run after the load returns: a Uffd handler accepts the
-		// VM only after that.
-		w.(http.Flusher).Flush()
-		go f.runGuest()
+}
+
+// refuse answers, as the played version would, a request its API does not
+// have or a body its request types do not accept: they are
+// deny_unknown_fields, so one field too many is a 400.
+func (f *fakeVM) refuse(method, path string, body []byte) *fakeFault {
+	if f.spec == nil {
+		if method == http.MethodGet && (path == "/" || path == "/version") {
+			return nil
+		}
+		return badRequest("this fake plays Firecracker %s without its API description: only GET / and GET /version", f.version)
 	}
+	if _, errs := f.spec.checkRequest(method, path, body); len(errs) > 0 {
+		return badRequest("An error occurred when deserializing the json body of a request: %v", errors.Join(errs...))
+	}
+	return nil
 }
 
 // recorded returns the requests received so far.
@@ -317,7 +361,9 @@ func (f *fakeVM) handle(method, path string, body []byte) (any, *fakeFault) {
 	}
 	switch {
 	case method == http.MethodGet && path == "/":
-		return InstanceInfo{AppName: "Firecracker", ID: f.id, State: f.state, VMMVersion: "fake"}, nil
+		return InstanceInfo{AppName: "Firecracker", ID: f.id, State: f.state, VMMVersion: f.cfg.Version}, nil
+	case method == http.MethodGet && path == "/version":
+		return firecrackerVersion{FirecrackerVersion: f.cfg.Version}, nil
 	case method == http.MethodGet && path == "/machine-config":
 		return f.machine, nil
 	case method == http.MethodPut && path == "/machine-config":
@@ -339,24 +385,7 @@ func (f *fakeVM) handle(method, path string, body []byte) (any, *fakeFault) {
 	case method == http.MethodPut && path == "/actions":
 		return nil, f.action(body)
 	case method == http.MethodPatch && path == "/vm":
-		var v vmBody
-		if err := json.Unmarshal(body, &v); err != nil {
-			return nil, badRequest("%v", err)
-		}
-		if f.state == "Not started" {
-			return nil, badRequest("The microVM is not running.")
-		}
-		if v.State == VMPaused {
-			f.state = "Paused"
-			return nil, nil
-		}
-		f.state = "Running"
-		if f.mem != nil {
-			f.guestStart = !f.guestRan
-			f.guestRan = true
-			return nil, nil
-		}
-		return nil, f.startAgent()
+		return nil, f.setState(body)
 	case method == http.MethodPut && path == "/snapshot/create":
 		return nil, f.createSnapshot(body)
 	case method == http.MethodPut && path == "/snapshot/load":
@@ -365,6 +394,35 @@ func (f *fakeVM) handle(method, path string, body []byte) (any, *fakeFault) {
 	return nil, &fakeFault{status: http.StatusBadRequest, msg: fmt.Sprintf("Invalid request method and/or path: %s %s.", method, path)}
 }
 
+func (f *fakeVM) setState(body []byte) *fakeFault {
+	var v vmBody
+	if err := json.Unmarshal(body, &v); err != nil {
+		return badRequest("%v", err)
+	}
+	if f.state == "Not started" {
+		return badRequest("The microVM is not running.")
+	}
+	if v.State == VMPaused {
+		f.state = "Paused"
+		return nil
+	}
+	f.state = "Running"
+	if f.ctrlAltDel {
+		// The guest acts on the key press it was sent while paused.
+		f.ctrlAltDel = false
+		f.reboot()
+	}
+	if f.mem != nil && !f.guestRan {
+		f.guestRan = true
+		go f.runGuest(f.mem)
+		return nil
+	}
+	return f.startAgent()
+}
+
+// action runs PUT /actions. SendCtrlAltDel is what Firecracker allows
+// once the microVM exists, paused or running: a paused guest acts on it
+// when it runs again.
 func (f *fakeVM) action(body []byte) *fakeFault {
 	var a actionBody
 	if err := json.Unmarshal(body, &a); err != nil {
@@ -379,17 +437,26 @@ func (f *fakeVM) action(body []byte) *fakeFault {
 		f.token = rand.Text()
 		return f.startAgent()
 	case ActionSendCtrlAltDel:
-		if f.state != "Running" {
-			return badRequest("SendCtrlAltDel needs a running microVM, it is %s.", f.state)
-		}
-		if !f.cfg.IgnoreCtrlAltDel {
-			f.stopOnce.Do(func() { close(f.shutdown) })
+		switch f.state {
+		case "Not started":
+			return badRequest("The requested operation is not supported before starting the microVM.")
+		case "Paused":
+			f.ctrlAltDel = true
+		default:
+			f.reboot()
 		}
 		return nil
 	case ActionFlushMetrics:
 		return nil
 	}
 	return badRequest("unknown action %q", a.ActionType)
+}
+
+// reboot is the guest rebooting on Ctrl-Alt-Del, which ends Firecracker.
+func (f *fakeVM) reboot() {
+	if !f.cfg.IgnoreCtrlAltDel {
+		f.stopOnce.Do(func() { close(f.shutdown) })
+	}
 }
 
 func (f *fakeVM) createSnapshot(body []byte) *fakeFault {
@@ -404,169 +471,10 @@ func (f *fakeVM) createSnapshot(body []byte) *fakeFault {
 	if err := os.WriteFile(c.SnapshotPath, state, 0o600); err != nil {
 		return badRequest("%v", err)
 	}
-	mem, err := os.Create(c.MemFilePath)
-	if err == nil {
-		err = mem.Truncate(f.machine.MemSizeMiB << 20)
-		for _, off := range f.cfg.TouchPages {
-			if err == nil {
-				_, err = mem.WriteAt(pageMarker(off, f.token), off)
-			}
-		}
-		if cerr := mem.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err != nil {
+	if err := writeGuestMemory(c.MemFilePath, f.machine.MemSizeMiB<<20, f.token, f.cfg.TouchPages); err != nil {
 		return badRequest("%v", err)
 	}
 	return nil
-}
-
-// pageMarkerBytes is the length of a page marker: the offset, and a token
-// as rand.Text draws it.
-const pageMarkerBytes = 8 + 26
-
-// pageMarker is what a snapshot holds at the start of a touched page.
-func pageMarker(off int64, token string) []byte {
-	return append(binary.LittleEndian.AppendUint64(nil, uint64(off)), token...)
-}
-
-func (f *fakeVM) loadSnapshot(body []byte) *fakeFault {
-	var l SnapshotLoad
-	if err := json.Unmarshal(body, &l); err != nil {
-		return badRequest("%v", err)
-	}
-	if f.state != "Not started" || f.configured {
-		return badRequest("Loading a microVM snapshot not allowed after configuring boot-specific resources.")
-	}
-	state, err := os.ReadFile(l.SnapshotPath)
-	if err != nil {
-		return badRequest("Cannot open snapshot file: %v", err)
-	}
-	if err := json.Unmarshal(state, &f.machine); err != nil {
-		return badRequest("Cannot deserialize the microVM state: %v", err)
-	}
-	switch l.MemBackend.BackendType {
-	case "File":
-		st, err := os.Stat(l.MemBackend.BackendPath)
-		if err != nil {
-			return badRequest("Cannot open the memory file: %v", err)
-		}
-		if st.Size() != f.machine.MemSizeMiB<<20 {
-			return badRequest("memory file is %d bytes, the snapshot has %d MiB", st.Size(), f.machine.MemSizeMiB)
-		}
-		if len(f.cfg.TouchPages) > 0 {
-			if f.mem, err = mapFile(l.MemBackend.BackendPath, st.Size()); err != nil {
-				return badRequest("Cannot map the memory file: %v", err)
-			}
-		}
-	case "Uffd":
-		if len(f.cfg.TouchPages) > 0 {
-			mem, conn, err := mapUffd(l.MemBackend.BackendPath, f.machine.MemSizeMiB<<20)
-			if err != nil {
-				return badRequest("Cannot hand guest memory to the page-fault handler: %v", err)
-			}
-			f.mem = mem
-			f.held = append(f.held, conn)
-			break
-		}
-		conn, err := net.Dial("unix", l.MemBackend.BackendPath)
-		if err != nil {
-			return badRequest("Cannot connect to UDS in order to send information on handling guest memory page-faults due to: %v", err)
-		}
-		f.held = append(f.held, conn)
-		regions, _ := json.Marshal([]map[string]int64{{"base_host_virt_addr": 0, "size": f.machine.MemSizeMiB << 20, "offset": 0, "page_size": 4096}})
-		_, _ = conn.Write(regions)
-	default:
-		return badRequest("unknown backend %q", l.MemBackend.BackendType)
-	}
-	if l.VsockOverride != nil {
-		if fault := f.bindVsock(l.VsockOverride.UDSPath); fault != nil {
-			return fault
-		}
-	}
-	if !l.ResumeVM {
-		f.state = "Paused"
-		return nil
-	}
-	f.state = "Running"
-	if f.mem != nil {
-		f.guestStart, f.guestRan = true, true
-		return nil
-	}
-	return f.startAgent()
-}
-
-// mapFile maps a memory file as Firecracker's File backend does: opened
-// read-only, mapped private and writable.
-func mapFile(path string, size int64) ([]byte, error) {
-	file, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer file.Close()
-	return unix.Mmap(int(file.Fd()), 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_NORESERVE)
-}
-
-// mapUffd maps anonymous guest memory, registers it with a new
-// userfaultfd and hands both to the handler listening at socket, as
-// Firecracker's Uffd backend does. The connection keeps the handler's
-// session; the descriptor stays open (and the ranges registered) for the
-// life of the process.
-func mapUffd(socket string, size int64) ([]byte, io.Closer, error) {
-	fd, err := uffd.Open()
-	if err != nil {
-		return nil, nil, err
-	}
-	mem, err := unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
-	if err != nil {
-		return nil, nil, err
-	}
-	addr := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
-	if err := uffd.RegisterMissing(fd, addr, uintptr(size)); err != nil {
-		return nil, nil, err
-	}
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socket, Net: "unix"})
-	if err != nil {
-		return nil, nil, err
-	}
-	mappings := []uffd.Mapping{{BaseHostVirtAddr: uint64(addr), Size: uint64(size), PageSize: uffd.PageSizeBytes}}
-	if err := uffd.SendHandshake(conn, mappings, fd); err != nil {
-		conn.Close()
-		return nil, nil, err
-	}
-	return mem, conn, nil
-}
-
-// runGuest plays the restored guest: it reads its working set, checking
-// that each page holds what the snapshot put there, and then lets its
-// agent answer with the token it found. Memory that does not hold what
-// was captured is a crash, as a real guest's would be.
-func (f *fakeVM) runGuest() {
-	f.mu.Lock()
-	mem := f.mem
-	f.mu.Unlock()
-	token := ""
-	for _, off := range f.cfg.TouchPages {
-		page := mem[off : off+pageMarkerBytes]
-		marker := binary.LittleEndian.Uint64(page)
-		if marker != uint64(off) {
-			fmt.Fprintf(f.log, "[%s:ERROR] guest memory at %d holds marker %d\n", f.id, off, marker)
-			os.Exit(1)
-		}
-		if tok := string(page[8:]); token == "" {
-			token = tok
-		} else if tok != token {
-			fmt.Fprintf(f.log, "[%s:ERROR] guest memory at %d holds token %q, earlier pages %q\n", f.id, off, tok, token)
-			os.Exit(1)
-		}
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.token = token
-	if fault := f.startAgent(); fault != nil {
-		fmt.Fprintf(f.log, "[%s:ERROR] %s\n", f.id, fault.msg)
-	}
 }
 
 func (f *fakeVM) bindVsock(path string) *fakeFault {

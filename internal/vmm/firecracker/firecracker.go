@@ -1,13 +1,23 @@
 // Package firecracker drives the Firecracker VMM through its documented HTTP
-// API (the OpenAPI description firecracker.yaml): it spawns one Firecracker
-// process per VM with a private API socket and logs, restores snapshots from
-// a File or Uffd memory backend, boots fresh VMs, captures full snapshots
+// API (the OpenAPI description firecracker.yaml of each release): it spawns
+// one Firecracker process per VM with a private API socket and logs, asks
+// it its release and refuses one outside the supported range (MinVersion),
+// restores snapshots from a File or Uffd memory backend with the load body
+// that release accepts, boots fresh VMs, captures full or diff snapshots
 // with the memory layout taken from the VM's machine config, and decides
 // readiness by polling the in-guest agent's health endpoint.
 //
+// A snapshot load does more than read files: Firecracker maps guest
+// memory, with the Uffd backend connects to the page-fault handler and
+// hands it the userfaultfd, writes a new VM generation ID into guest
+// memory, and with resume_vm resumes the vCPUs, all before it answers. A
+// Uffd handler must therefore serve faults from before the load is sent,
+// and the load has its own bound (Options.LoadTimeout).
+//
 // Stopping follows what Firecracker supports: SendCtrlAltDel asks the guest
 // to reboot, which makes Firecracker exit; a guest that does not go within
-// the stop timeout is killed. With the Uffd backend a VM whose page-fault
+// the stop timeout is killed, and one that is not running (paused), which
+// could not act on it, is killed at once. With the Uffd backend a VM whose page-fault
 // handler dies would hang its vCPUs on the next fault forever, so the driver
 // kills it as soon as the handler is gone.
 package firecracker
@@ -27,6 +37,16 @@ const (
 	DefaultStartTimeout = 5 * time.Second
 	DefaultStopTimeout  = 5 * time.Second
 	DefaultLogLevel     = "Warning"
+	// DefaultLoadTimeout bounds PUT /snapshot/load. A load reads the VM
+	// state, maps memory and takes a few faults on it (the generation ID
+	// write), each served by warmstart's own memory device: milliseconds
+	// on a healthy host, and that device gives up on a read it cannot
+	// finish within memdev.StuckReadWait (10 s). A load still unanswered
+	// after three times that waits on something that will not come (a
+	// handler that never serves, a VMM wedged in the kernel) and would
+	// otherwise hold the restore for ever; the ready timeout does not
+	// start until the load has answered.
+	DefaultLoadTimeout = 30 * time.Second
 )
 
 // Errors callers branch on.
@@ -41,6 +61,9 @@ var (
 	ErrStopped = errors.New("firecracker: VM stopped before the guest agent answered")
 	// ErrNotReady: the guest agent did not answer within the ready timeout.
 	ErrNotReady = errors.New("guest agent not ready")
+	// ErrLoadTimeout: Firecracker did not answer the snapshot load
+	// within Options.LoadTimeout; the VM was killed.
+	ErrLoadTimeout = errors.New("firecracker: snapshot load not answered in time")
 	// ErrInvalidOptions is wrapped by every error New returns.
 	ErrInvalidOptions = errors.New("invalid firecracker options")
 )
@@ -76,10 +99,16 @@ type Options struct {
 	// StopTimeout is how long a guest has to shut down after
 	// SendCtrlAltDel before it is killed.
 	StopTimeout time.Duration
+	// LoadTimeout bounds the snapshot load (DefaultLoadTimeout says why).
+	LoadTimeout time.Duration
 
-	// TrackDirtyPages is sent with every snapshot load, so that diff
-	// snapshots can be taken of restored VMs.
+	// TrackDirtyPages has every snapshot load track dirty pages, so that
+	// diff snapshots can be taken of restored VMs (CaptureSpec.Type).
 	TrackDirtyPages bool
+	// Uffd says restores use the Uffd backend (the uffd memory device):
+	// Check then also verifies that Firecracker may create a userfaultfd
+	// on this host.
+	Uffd bool
 	// Vsock says the snapshots carry a vsock device. Each restore then
 	// rebinds it to <RuntimeDir>/vsock.sock (vsock_override), so that
 	// restores of one snapshot do not fight over the socket recorded in it.
@@ -117,6 +146,7 @@ func (o Options) withDefaults() (Options, error) {
 		{"ready timeout", &o.ReadyTimeout, DefaultReadyTimeout},
 		{"start timeout", &o.StartTimeout, DefaultStartTimeout},
 		{"stop timeout", &o.StopTimeout, DefaultStopTimeout},
+		{"load timeout", &o.LoadTimeout, DefaultLoadTimeout},
 	} {
 		switch {
 		case *d.v < 0:

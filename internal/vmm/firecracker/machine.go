@@ -24,6 +24,8 @@ type Machine struct {
 	sockets []string
 	// started is when the snapshot load or InstanceStart was sent.
 	started time.Time
+	// version is the release the process reported.
+	version Version
 
 	mu            sync.Mutex
 	stopRequested bool
@@ -70,6 +72,10 @@ func (d *Driver) launch(ctx context.Context, runtimeDir string, sockets []string
 		m.abort(startKillReason(ctx))
 		return nil, err
 	}
+	if m.version, err = m.queryVersion(ctx); err != nil {
+		m.abort(startKillReason(ctx))
+		return nil, err
+	}
 	return m, nil
 }
 
@@ -92,17 +98,32 @@ func (m *Machine) abort(reason KillReason) {
 // error: the VM is killed and the error carries its log tail.
 func (m *Machine) failed(ctx context.Context, step string, err error) error {
 	m.abort(startKillReason(ctx))
-	m.mu.Lock()
-	handlerDied := m.handlerDied
-	m.mu.Unlock()
-	if handlerDied {
+	info := m.exitInfo()
+	switch {
+	case m.killedForHandler(info):
 		return fmt.Errorf("%s: %w: %w", step, ErrHandlerDied, err)
+	case info.KillReason == KillNone:
+		// It ended on its own (a crash while loading), which is why
+		// the request failed.
+		return fmt.Errorf("%s: %w (%v)", step, &ExitError{Info: info, LogTail: m.proc.logTail()}, err)
 	}
 	return fmt.Errorf("%s: %w; %s", step, err, m.proc.logTail())
 }
 
+// killedForHandler reports whether the process, which ended as info says,
+// was killed because its page-fault handler died. A handler also stops
+// serving because its VMM exited; then the exit is the VMM's own.
+func (m *Machine) killedForHandler(info ExitInfo) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.handlerDied && info.KillReason == KillHandlerDied
+}
+
 // Client is the API client of the machine's Firecracker process.
 func (m *Machine) Client() *Client { return m.client }
+
+// Version is the Firecracker release running the VM.
+func (m *Machine) Version() Version { return m.version }
 
 // PID is the Firecracker process's id.
 func (m *Machine) PID() int { return m.proc.pid() }
@@ -163,9 +184,10 @@ func (m *Machine) WaitReady(ctx context.Context) (vmm.ReadyInfo, error) {
 		Started: m.started,
 		Ready:   time.Now(),
 		Detail: map[string]string{
-			"pid":          strconv.Itoa(m.PID()),
-			"api_socket":   m.proc.apiSocket,
-			"agent_answer": answer,
+			"pid":                 strconv.Itoa(m.PID()),
+			"api_socket":          m.proc.apiSocket,
+			"agent_answer":        answer,
+			"firecracker_version": m.version.String(),
 		},
 	}, nil
 }
@@ -182,11 +204,8 @@ func (m *Machine) notRunning() error {
 // ErrHandlerDied, or an ExitError with the log tail.
 func (m *Machine) exitErr() error {
 	info := m.exitInfo()
-	m.mu.Lock()
-	handlerDied := m.handlerDied
-	m.mu.Unlock()
 	switch {
-	case handlerDied:
+	case m.killedForHandler(info):
 		return fmt.Errorf("%w (%v)", ErrHandlerDied, info)
 	case info.StopRequested:
 		return nil
@@ -204,7 +223,9 @@ func (m *Machine) exitInfo() ExitInfo {
 }
 
 // RequestStop sends SendCtrlAltDel and arms the stop timeout, after which
-// the process is killed. It does not wait; Wait does.
+// the process is killed. A VM that is not running (paused, or still
+// loading) is killed at once: Firecracker accepts the key press, but a
+// paused guest acts on it only once resumed. It does not wait; Wait does.
 func (m *Machine) RequestStop() error {
 	m.mu.Lock()
 	select {
@@ -221,16 +242,23 @@ func (m *Machine) RequestStop() error {
 		return nil
 	}
 	m.proc.killAfter(m.opts.StopTimeout, KillStopTimeout)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), m.opts.StopTimeout)
-		defer cancel()
-		if err := m.client.Action(ctx, ActionSendCtrlAltDel); err != nil {
-			// The guest cannot be asked (paused, still loading, no
-			// i8042): nothing is gained by waiting out the timeout.
-			m.proc.kill(KillStopRefused)
-		}
-	}()
+	go m.sendCtrlAltDel()
 	return nil
+}
+
+// sendCtrlAltDel asks a running guest to shut down, and kills a VM whose
+// guest cannot act on it: nothing is gained by waiting out the timeout.
+func (m *Machine) sendCtrlAltDel() {
+	ctx, cancel := context.WithTimeout(context.Background(), m.opts.StopTimeout)
+	defer cancel()
+	if info, err := m.client.Describe(ctx); err == nil && info.State != vmStateRunning {
+		m.proc.kill(KillStopNotRunning)
+		return
+	}
+	if err := m.client.Action(ctx, ActionSendCtrlAltDel); err != nil {
+		// Refused: not started, or no i8042 device.
+		m.proc.kill(KillStopRefused)
+	}
 }
 
 // Wait blocks until the process has exited, then removes its sockets. It

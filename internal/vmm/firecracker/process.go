@@ -53,6 +53,10 @@ const (
 	KillStartFailed KillReason = "the VM failed to start"
 	KillCaptured    KillReason = "stopped after capture"
 	KillCanceled    KillReason = "canceled"
+
+	// KillStopNotRunning: the VM was paused (or not yet running) when
+	// asked to stop, so its guest could not act on SendCtrlAltDel.
+	KillStopNotRunning KillReason = "the VM was not running when asked to stop"
 )
 
 // ExitInfo is how a Firecracker process ended.
@@ -62,7 +66,7 @@ type ExitInfo struct {
 	ExitCode int
 	// Signal is the signal that ended the process, 0 when it exited.
 	Signal syscall.Signal
-	// KillReason is set when the driver sent SIGKILL.
+	// KillReason is set when a SIGKILL the driver sent ended the process.
 	KillReason KillReason
 	// StopRequested reports whether RequestStop was called before the exit.
 	StopRequested bool
@@ -258,7 +262,9 @@ func (p *process) killAfter(d time.Duration, reason KillReason) {
 	}
 }
 
-// exitInfo describes the exit; valid once exited is closed.
+// exitInfo describes the exit; valid once exited is closed. A kill that
+// found the process already exiting (signalled before it was reaped) did
+// not end it, so its reason is dropped.
 func (p *process) exitInfo() ExitInfo {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -267,6 +273,9 @@ func (p *process) exitInfo() ExitInfo {
 		info.ExitCode = p.state.ExitCode()
 		if ws, ok := p.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			info.Signal = ws.Signal()
+		}
+		if info.Signal != syscall.SIGKILL {
+			info.KillReason = KillNone
 		}
 	}
 	return info

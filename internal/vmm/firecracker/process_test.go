@@ -2,6 +2,7 @@ package firecracker
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"os"
@@ -12,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"warmstart/internal/layout"
+	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/vmm"
 )
 
@@ -36,28 +37,59 @@ func newTestDriver(t *testing.T, cfg fakeConfig, adjust func(*Options)) *Driver 
 	return d
 }
 
-// writeSnapshot writes the snapshot files a fake Firecracker reads: the vm
-// state is its machine config.
-func writeSnapshot(t *testing.T, memMiB int64) (vmState, mem string) {
+// writeSnapshot writes the snapshot files a fake Firecracker reads, with
+// the markers of a new token on pages.
+func writeSnapshot(t *testing.T, memMiB int64, pages ...int64) (vmState, mem, token string) {
 	t.Helper()
-	dir := t.TempDir()
-	vmState, mem = filepath.Join(dir, "vm.state"), filepath.Join(dir, "mem")
-	data, _ := json.Marshal(MachineConfig{VCPUCount: 1, MemSizeMiB: memMiB})
-	if err := os.WriteFile(vmState, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(mem, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(mem, memMiB<<20); err != nil {
-		t.Fatal(err)
-	}
-	return vmState, mem
+	token = rand.Text()
+	vmState, mem = writeFakeSnapshot(t, t.TempDir(), memMiB, token, pages)
+	return vmState, mem, token
 }
 
 func fileRestore(t *testing.T, memMiB int64) vmm.RestoreSpec {
-	vmState, mem := writeSnapshot(t, memMiB)
+	vmState, mem, _ := writeSnapshot(t, memMiB)
 	return vmm.RestoreSpec{SnapshotID: "snap", VMStatePath: vmState, Backend: vmm.BackendFile, MemPath: mem, RuntimeDir: t.TempDir()}
+}
+
+// uffdRestore is fileRestore on the Uffd backend, served by a real
+// handler in this process; the sessions it accepts come on the channel.
+func uffdRestore(t *testing.T, memMiB int64) (vmm.RestoreSpec, <-chan *uffd.Session) {
+	spec := fileRestore(t, memMiB)
+	socket, sessions := serveUffd(t, spec.MemPath)
+	spec.Backend, spec.MemPath = vmm.BackendUffd, socket
+	return spec, sessions
+}
+
+// serveUffd serves the memory file mem to every VMM that connects to a
+// handler socket in a new directory, as the uffd memory device does, until
+// the test ends. It returns the socket and the sessions it accepted.
+func serveUffd(t *testing.T, mem string) (string, <-chan *uffd.Session) {
+	t.Helper()
+	h, err := uffd.Listen(filepath.Join(t.TempDir(), "uffd.sock"), mem, uffd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessions := make(chan *uffd.Session, 16)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			s, err := h.Accept(context.Background())
+			if errors.Is(err, uffd.ErrClosed) {
+				return
+			}
+			if err != nil {
+				t.Errorf("uffd accept: %v", err)
+				continue
+			}
+			sessions <- s
+		}
+	}()
+	t.Cleanup(func() {
+		h.Close()
+		<-done
+	})
+	return h.SocketPath(), sessions
 }
 
 // requireGone checks that the fake that ran in runtimeDir has exited and
@@ -81,7 +113,8 @@ func requireGone(t *testing.T, runtimeDir string) {
 
 func TestRestoreReadyStop(t *testing.T) {
 	ctx := testContext(t)
-	d := newTestDriver(t, fakeConfig{Agent: true}, func(o *Options) { o.Vsock = true; o.LogLevel = "debug" })
+	record := filepath.Join(t.TempDir(), "requests.jsonl")
+	d := newTestDriver(t, fakeConfig{Agent: true, RecordPath: record}, func(o *Options) { o.Vsock = true; o.LogLevel = "debug" })
 	spec := fileRestore(t, 64)
 	inst, err := d.Restore(ctx, spec)
 	if err != nil {
@@ -92,8 +125,24 @@ func TestRestoreReadyStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Started.IsZero() || info.Ready.Before(info.Started) || !strings.HasPrefix(info.Detail["agent_answer"], "ready ") || info.Detail["pid"] != strconv.Itoa(m.PID()) {
+	if info.Started.IsZero() || info.Ready.Before(info.Started) || !strings.HasPrefix(info.Detail["agent_answer"], "ready ") ||
+		info.Detail["pid"] != strconv.Itoa(m.PID()) || info.Detail["firecracker_version"] != newestFakeVersion {
 		t.Fatalf("ready info %+v", info)
+	}
+	// The release is asked first, and a load that does not want dirty
+	// page tracking does not mention it.
+	reqs := readRecords(t, record)
+	if len(reqs) < 2 || reqs[0].Path != "/version" || reqs[1].Path != "/snapshot/load" {
+		t.Fatalf("requests %+v, want GET /version then PUT /snapshot/load", reqs)
+	}
+	var load map[string]any
+	if err := json.Unmarshal(reqs[1].Body, &load); err != nil {
+		t.Fatal(err)
+	}
+	for _, field := range []string{"track_dirty_pages", "enable_diff_snapshots"} {
+		if _, ok := load[field]; ok {
+			t.Errorf("load body %s carries %s, which was not wanted", reqs[1].Body, field)
+		}
 	}
 	if _, exited := m.Exit(); exited {
 		t.Fatal("Exit reports an exit while the VM runs")
@@ -124,32 +173,48 @@ func TestRestoreReadyStop(t *testing.T) {
 	}
 }
 
+// TestRestorePausedThenResume loads paused on both backends; on the Uffd
+// backend the load's write of the generation ID faults through a real
+// handler before the load answers, and the resumed guest finds the
+// snapshot's bytes on the pages it reads.
 func TestRestorePausedThenResume(t *testing.T) {
-	ctx := testContext(t)
-	d := newTestDriver(t, fakeConfig{Agent: true}, nil)
-	spec := fileRestore(t, 16)
-	spec.Paused = true
-	inst, err := d.Restore(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := inst.(*Machine)
-	defer func() {
-		_ = m.RequestStop()
-		_ = m.Wait(ctx)
-	}()
-	if info, err := m.Client().Describe(ctx); err != nil || info.State != "Paused" {
-		t.Fatalf("restored with Paused: state %q (%v)", info.State, err)
-	}
-	resumer, ok := inst.(vmm.Resumer)
-	if !ok {
-		t.Fatal("a paused restore is not a vmm.Resumer")
-	}
-	if err := resumer.Resume(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.WaitReady(ctx); err != nil {
-		t.Fatal(err)
+	touched := []int64{0, 3 << 20, 5<<20 + 4096}
+	for _, backend := range []vmm.Backend{vmm.BackendFile, vmm.BackendUffd} {
+		t.Run(string(backend), func(t *testing.T) {
+			ctx := testContext(t)
+			d := newTestDriver(t, fakeConfig{Agent: true, TouchPages: touched}, nil)
+			vmState, mem, token := writeSnapshot(t, 16, touched...)
+			spec := vmm.RestoreSpec{SnapshotID: "snap", VMStatePath: vmState, Backend: backend, MemPath: mem, RuntimeDir: t.TempDir(), Paused: true}
+			if backend == vmm.BackendUffd {
+				spec.MemPath, _ = serveUffd(t, mem)
+			}
+			inst, err := d.Restore(ctx, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := inst.(*Machine)
+			defer func() {
+				_ = m.RequestStop()
+				_ = m.Wait(ctx)
+			}()
+			if info, err := m.Client().Describe(ctx); err != nil || info.State != "Paused" {
+				t.Fatalf("restored with Paused: state %q (%v)", info.State, err)
+			}
+			resumer, ok := inst.(vmm.Resumer)
+			if !ok {
+				t.Fatal("a paused restore is not a vmm.Resumer")
+			}
+			if err := resumer.Resume(); err != nil {
+				t.Fatal(err)
+			}
+			info, err := m.WaitReady(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := info.Detail["agent_answer"]; !strings.HasSuffix(strings.TrimSpace(got), " token "+token) {
+				t.Fatalf("agent answered %q; the snapshot holds token %s", got, token)
+			}
+		})
 	}
 }
 
@@ -176,9 +241,12 @@ func TestStopTimeoutKills(t *testing.T) {
 	requireGone(t, spec.RuntimeDir)
 }
 
-func TestStopRefusedKillsAtOnce(t *testing.T) {
+// TestStopPausedKillsAtOnce: Firecracker takes SendCtrlAltDel for a
+// paused VM, whose guest cannot act on it until resumed; the driver kills
+// such a VM at once instead of waiting out the stop timeout.
+func TestStopPausedKillsAtOnce(t *testing.T) {
 	ctx := testContext(t)
-	// A stop timeout longer than the test's context: only the refusal can
+	// A stop timeout longer than the test's context: only the kill can
 	// end the VM in time.
 	d := newTestDriver(t, fakeConfig{Agent: true}, func(o *Options) { o.StopTimeout = time.Hour })
 	runtimeDir := t.TempDir()
@@ -195,7 +263,7 @@ func TestStopRefusedKillsAtOnce(t *testing.T) {
 	if err := m.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if exit, _ := m.Exit(); exit.Signal != syscall.SIGKILL || exit.KillReason != KillStopRefused {
+	if exit, _ := m.Exit(); exit.Signal != syscall.SIGKILL || exit.KillReason != KillStopNotRunning {
 		t.Fatalf("exit %+v", exit)
 	}
 	requireGone(t, runtimeDir)
@@ -228,7 +296,7 @@ func TestSocketTimeoutKills(t *testing.T) {
 	d := newTestDriver(t, fakeConfig{NoSocket: true}, func(o *Options) { o.StartTimeout = 2 * time.Second })
 	spec := fileRestore(t, 16)
 	_, err := d.Restore(ctx, spec)
-	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "fake firecracker running") {
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "fake firecracker "+newestFakeVersion+" running") {
 		t.Fatalf("restore with no API socket: %v", err)
 	}
 	requireGone(t, spec.RuntimeDir)
@@ -250,12 +318,26 @@ func TestLoadFailureKillsProcess(t *testing.T) {
 	requireGone(t, spec.RuntimeDir)
 }
 
+// TestLoadTimeoutKills: a load that never answers fails the restore once
+// the load timeout has passed, and the process is killed.
+func TestLoadTimeoutKills(t *testing.T) {
+	const loadTimeout = 300 * time.Millisecond
+	d := newTestDriver(t, fakeConfig{HangLoad: true}, func(o *Options) { o.LoadTimeout = loadTimeout })
+	spec, _ := uffdRestore(t, 16)
+	t0 := time.Now()
+	_, err := d.Restore(testContext(t), spec)
+	if !errors.Is(err, ErrLoadTimeout) || !strings.Contains(err.Error(), loadTimeout.String()) {
+		t.Fatalf("restore whose load hangs: %v, want ErrLoadTimeout naming %v", err, loadTimeout)
+	}
+	if took := time.Since(t0); took < loadTimeout {
+		t.Errorf("failed after %v, before the load timeout %v", took, loadTimeout)
+	}
+	requireGone(t, spec.RuntimeDir)
+}
+
 func TestRestoreCanceledDuringLoad(t *testing.T) {
 	d := newTestDriver(t, fakeConfig{HangLoad: true}, nil)
-	spec := fileRestore(t, 16)
-	spec.Backend = vmm.BackendUffd
-	var accepted <-chan struct{}
-	spec.MemPath, accepted = listenUffdNotify(t, t.TempDir())
+	spec, accepted := uffdRestore(t, 16)
 	ctx, cancel := context.WithCancel(testContext(t))
 	go func() {
 		<-accepted // Firecracker is inside the load
@@ -272,10 +354,7 @@ func TestHandlerDeathKillsVM(t *testing.T) {
 	ctx := testContext(t)
 	// No agent: only the handler's death can end WaitReady in time.
 	d := newTestDriver(t, fakeConfig{}, func(o *Options) { o.ReadyTimeout = time.Hour })
-	spec := fileRestore(t, 16)
-	spec.Backend = vmm.BackendUffd
-	var accepted <-chan struct{}
-	spec.MemPath, accepted = listenUffdNotify(t, t.TempDir())
+	spec, accepted := uffdRestore(t, 16)
 	handlerDone := make(chan struct{})
 	m, err := d.RestoreMachine(ctx, spec, RestoreOptions{HandlerDone: handlerDone})
 	if err != nil {
@@ -298,9 +377,7 @@ func TestHandlerDeathKillsVM(t *testing.T) {
 func TestHandlerDeathDuringStop(t *testing.T) {
 	ctx := testContext(t)
 	d := newTestDriver(t, fakeConfig{Agent: true, IgnoreCtrlAltDel: true}, func(o *Options) { o.StopTimeout = time.Hour })
-	spec := fileRestore(t, 16)
-	spec.Backend = vmm.BackendUffd
-	spec.MemPath = listenUffd(t, t.TempDir())
+	spec, _ := uffdRestore(t, 16)
 	handlerDone := make(chan struct{})
 	m, err := d.RestoreMachine(ctx, spec, RestoreOptions{HandlerDone: handlerDone})
 	if err != nil {
@@ -373,6 +450,29 @@ func TestFailedCaptureResumes(t *testing.T) {
 	}
 }
 
+// TestCaptureRejectsUnknownType: a snapshot type Firecracker does not have
+// is refused before the VM is paused.
+func TestCaptureRejectsUnknownType(t *testing.T) {
+	ctx := testContext(t)
+	d := newTestDriver(t, fakeConfig{Agent: true}, nil)
+	m, err := d.Boot(ctx, BootSpec{RuntimeDir: t.TempDir(), Kernel: "/vmlinux"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = m.RequestStop()
+		_ = m.Wait(ctx)
+	}()
+	dir := t.TempDir()
+	_, err = m.Capture(ctx, CaptureSpec{VMStatePath: filepath.Join(dir, "vm.state"), MemPath: filepath.Join(dir, "mem"), Type: "Incremental"})
+	if err == nil || !strings.Contains(err.Error(), `"Incremental"`) {
+		t.Fatalf("capture of type Incremental: %v", err)
+	}
+	if info, err := m.Client().Describe(ctx); err != nil || info.State != "Running" {
+		t.Fatalf("after a refused capture the VM is %q (%v), want Running", info.State, err)
+	}
+}
+
 func TestWaitReadyAfterStop(t *testing.T) {
 	ctx := testContext(t)
 	d := newTestDriver(t, fakeConfig{}, func(o *Options) { o.ReadyTimeout = time.Hour })
@@ -389,82 +489,6 @@ func TestWaitReadyAfterStop(t *testing.T) {
 	if err := m.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// TestDriverRequestsMatchSpec boots, captures and restores through fake
-// Firecracker processes that record every request, and checks each body
-// against firecracker.yaml.
-func TestDriverRequestsMatchSpec(t *testing.T) {
-	ctx := testContext(t)
-	record := filepath.Join(t.TempDir(), "requests.jsonl")
-	d := newTestDriver(t, fakeConfig{Agent: true, RecordPath: record}, func(o *Options) { o.Vsock = true; o.TrackDirtyPages = true })
-
-	bootDir := t.TempDir()
-	m, err := d.Boot(ctx, BootSpec{
-		RuntimeDir: bootDir, Kernel: "/vmlinux", Initrd: "/initrd", Rootfs: "/rootfs.ext4",
-		VCPUs: 2, MemoryMiB: 256, HugePages: HugePagesNone, TrackDirtyPages: true,
-		NetworkInterfaces: []NetworkInterface{{HostDevName: "tap0", GuestMAC: "06:00:ac:10:00:02", MTU: 1500}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	snapDir := t.TempDir()
-	first := CaptureSpec{VMStatePath: filepath.Join(snapDir, "vm.state"), MemPath: filepath.Join(snapDir, "mem"), After: ResumeAfterCapture}
-	l, err := m.Capture(ctx, first)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := layout.Single(256 << 20); !l.Equal(want) {
-		t.Fatalf("layout %v, want %v", l, want)
-	}
-	if _, err := m.WaitReady(ctx); err != nil {
-		t.Fatalf("resumed after capture: %v", err)
-	}
-	second := CaptureSpec{VMStatePath: filepath.Join(snapDir, "vm2.state"), MemPath: filepath.Join(snapDir, "mem2"), After: StopAfterCapture}
-	if _, err := m.Capture(ctx, second); err != nil {
-		t.Fatal(err)
-	}
-	if exit, ok := m.Exit(); !ok || exit.KillReason != KillCaptured {
-		t.Fatalf("after a capture that stops: exit %+v, exited %v", exit, ok)
-	}
-	requireGone(t, bootDir)
-
-	fileSpec := vmm.RestoreSpec{SnapshotID: "s", VMStatePath: first.VMStatePath, Backend: vmm.BackendFile, MemPath: first.MemPath, RuntimeDir: t.TempDir()}
-	uffdSpec := fileSpec
-	uffdSpec.Backend, uffdSpec.MemPath, uffdSpec.RuntimeDir = vmm.BackendUffd, listenUffd(t, t.TempDir()), t.TempDir()
-	uffdSpec.Paused = true
-	for _, spec := range []vmm.RestoreSpec{fileSpec, uffdSpec} {
-		m, err := d.RestoreMachine(ctx, spec, RestoreOptions{})
-		if err != nil {
-			t.Fatalf("%s restore: %v", spec.Backend, err)
-		}
-		if spec.Paused {
-			if err := m.Resume(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if _, err := m.WaitReady(ctx); err != nil {
-			t.Fatalf("%s restore: %v", spec.Backend, err)
-		}
-		if err := m.RequestStop(); err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Wait(ctx); err != nil {
-			t.Fatal(err)
-		}
-		requireGone(t, spec.RuntimeDir)
-	}
-
-	seen := checkRecords(t, readRecords(t, record))
-	requireSeen(t, seen,
-		"PUT /machine-config", "PUT /boot-source", "PUT /drives/{drive_id}",
-		"PUT /network-interfaces/{iface_id}", "PUT /vsock", "PUT /actions InstanceStart",
-		"PATCH /vm Paused", "PATCH /vm Resumed", "PUT /snapshot/create Full", "GET /machine-config",
-		"PUT /snapshot/load File", "PUT /snapshot/load Uffd", "PUT /actions SendCtrlAltDel",
-	)
 }
 
 func TestOptionsRejected(t *testing.T) {

@@ -70,7 +70,7 @@ func TestPublishRecordRestoreThroughFake(t *testing.T) {
 
 	// Boot, capture and the recording's restore.
 	reqs := firecracker.ReadRecords(t, record)
-	seen := firecracker.CheckRecords(t, reqs)
+	seen := firecracker.CheckRecords(t, firecracker.FakeNewestVersion, reqs)
 	firecracker.RequireSeen(t, seen, "PUT /snapshot/create Full", "PUT /snapshot/load File")
 	steps := inOrder(t, reqs,
 		"PUT /machine-config", "PUT /drives/rootfs", "PUT /actions InstanceStart",
@@ -101,15 +101,16 @@ func TestPublishRecordRestoreThroughFake(t *testing.T) {
 			load, p.resolved.VMStatePath, f.traceDir)
 	}
 
-	// The manifest holds the fake guest's reads: every touched page, from
-	// the first one the guest touched.
-	for _, off := range touched {
+	// The manifest holds what the recorded restore read: first the page of
+	// the generation ID, which the load writes before the guest runs, then
+	// every page the fake guest touched.
+	for _, off := range append([]int64{firecracker.FakeGenerationIDPage}, touched...) {
 		if !slices.ContainsFunc(p.manifest.Ranges, func(r manifest.Range) bool { return r.Offset <= off && off < r.Offset+r.Length }) {
-			t.Errorf("the manifest does not cover touched page %d: %v", off, p.manifest.Ranges)
+			t.Errorf("the manifest does not cover page %d: %v", off, p.manifest.Ranges)
 		}
 	}
-	if p.manifest.Ranges[0].Offset > touched[0] || p.manifest.Ranges[0].Offset+p.manifest.Ranges[0].Length <= touched[0] {
-		t.Errorf("the manifest starts with %+v, not with the first touched page %d", p.manifest.Ranges[0], touched[0])
+	if first, off := p.manifest.Ranges[0], int64(firecracker.FakeGenerationIDPage); first.Offset > off || first.Offset+first.Length <= off {
+		t.Errorf("the manifest starts with %+v, not with the generation ID's page %d, which the load wrote first", first, off)
 	}
 
 	for _, c := range restoreCases(t) {
@@ -121,7 +122,7 @@ func TestPublishRecordRestoreThroughFake(t *testing.T) {
 				t.Errorf("restored agent answered %q; the captured guest drew token %s", inst.Ready.Detail["agent_answer"], token)
 			}
 			reqs := firecracker.ReadRecords(t, record)[before:]
-			firecracker.CheckRecords(t, reqs)
+			firecracker.CheckRecords(t, firecracker.FakeNewestVersion, reqs)
 			want := []string{"PUT /snapshot/load", "PUT /actions SendCtrlAltDel"}
 			paused := c.opts.Policy.BeforeStart && c.opts.Prefetch != restore.ModeOff
 			if paused {

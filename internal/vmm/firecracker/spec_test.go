@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -15,9 +16,12 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// specPath is Firecracker's OpenAPI description, vendored with the tests
-// (see testdata/README.md) so that a plain clone checks requests against it.
-const specPath = "testdata/firecracker.yaml"
+// specPath is the OpenAPI description of a Firecracker release, vendored
+// with the tests (see testdata/README.md) so that a plain clone checks
+// requests against it.
+func specPath(version string) string {
+	return filepath.Join("testdata", "firecracker-"+version+".yaml")
+}
 
 // schema is the part of a Swagger 2.0 schema object the checks use.
 type schema struct {
@@ -43,41 +47,50 @@ type specOperation struct {
 }
 
 type apiSpec struct {
+	Info struct {
+		Version string `yaml:"version"`
+	} `yaml:"info"`
 	Paths       map[string]map[string]specOperation `yaml:"paths"`
 	Definitions map[string]*schema                  `yaml:"definitions"`
 }
 
 var (
-	specOnce   sync.Once
-	specLoaded *apiSpec
-	specErr    error
+	specsMu sync.Mutex
+	specs   = map[string]*apiSpec{}
 )
 
-// loadSpec parses the vendored spec. A missing or unreadable spec fails the
-// test rather than skipping it: without it no request is checked at all.
-func loadSpec(t *testing.T) *apiSpec {
-	t.Helper()
-	specOnce.Do(func() {
-		data, err := os.ReadFile(specPath)
-		if err != nil {
-			specErr = fmt.Errorf("read Firecracker's API description: %w", err)
-			return
-		}
-		var s apiSpec
-		if err := yaml.Unmarshal(data, &s); err != nil {
-			specErr = fmt.Errorf("parse %s: %w", specPath, err)
-			return
-		}
-		if len(s.Paths) == 0 || len(s.Definitions) == 0 {
-			specErr = fmt.Errorf("%s describes no paths or definitions", specPath)
-			return
-		}
-		specLoaded = &s
-	})
-	if specErr != nil {
-		t.Fatal(specErr)
+// readSpec parses the description at path, once per path.
+func readSpec(path string) (*apiSpec, error) {
+	specsMu.Lock()
+	defer specsMu.Unlock()
+	if s, ok := specs[path]; ok {
+		return s, nil
 	}
-	return specLoaded
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read Firecracker's API description: %w", err)
+	}
+	var s apiSpec
+	if err := yaml.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", path, err)
+	}
+	if len(s.Paths) == 0 || len(s.Definitions) == 0 {
+		return nil, fmt.Errorf("%s describes no paths or definitions", path)
+	}
+	specs[path] = &s
+	return &s, nil
+}
+
+// loadSpec parses the vendored description of version. A missing or
+// unreadable one fails the test rather than skipping it: without it no
+// request is checked at all.
+func loadSpec(t *testing.T, version string) *apiSpec {
+	t.Helper()
+	s, err := readSpec(specPath(version))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // operation finds the spec's operation for a request, matching templated
@@ -229,7 +242,7 @@ func (s *apiSpec) check(sc *schema, v any, where string) []error {
 // TestSpecCheckerRejects shows the checker catches each kind of mistake,
 // so that the tests relying on it can fail.
 func TestSpecCheckerRejects(t *testing.T) {
-	spec := loadSpec(t)
+	spec := loadSpec(t, newestFakeVersion)
 	cases := []struct {
 		name, method, path, body, want string
 	}{
@@ -256,12 +269,13 @@ func TestSpecCheckerRejects(t *testing.T) {
 	}
 }
 
-// checkRecords validates every recorded request against the spec and
-// returns the set of "METHOD template" operations seen, plus the values of
-// the enum fields that tell the variants apart.
-func checkRecords(t *testing.T, records []recordedRequest) map[string]bool {
+// checkRecords validates every recorded request against the description
+// of the release that received it and returns the set of "METHOD template"
+// operations seen, plus the values of the enum fields that tell the
+// variants apart.
+func checkRecords(t *testing.T, version string, records []recordedRequest) map[string]bool {
 	t.Helper()
-	spec := loadSpec(t)
+	spec := loadSpec(t, version)
 	seen := map[string]bool{}
 	for _, r := range records {
 		tmpl, errs := spec.checkRequest(r.Method, r.Path, r.Body)
