@@ -48,7 +48,11 @@ A snapshot published before digest tables existed is reported as
 "unverified (no digest table)": that alone is not a problem. --add-digests
 gives such a snapshot the table computed in the same pass, but only if its
 memory file matches the SHA-256 in its record; otherwise it refuses, since
-the table would vouch for other bytes than the published ones.
+the table would vouch for other bytes than the published ones. A snapshot
+whose table holds CRC-32C digests (published before tables were of
+SHA-256; CRC catches accidents, not a writer of the store) gets a SHA-256
+table the same way. A new table changes what a signature covers: sign the
+snapshot again (warmstart snapshot sign) where nodes trust keys.
 
 --json prints the report (an array of reports with --all) with snake_case
 keys; "ok" says whether problems were found.
@@ -88,6 +92,6 @@ func init() {
 	fl.BoolVar(&snapshotVerifyFlags.all, "all", false, "verify every snapshot")
 	fl.BoolVar(&snapshotVerifyFlags.json, "json", false, "print JSON")
 	fl.BoolVar(&snapshotVerifyFlags.addDigests, "add-digests", false,
-		"give a snapshot without a digest table one, if its memory matches its record")
+		"give a snapshot without a SHA-256 digest table one, if its memory matches its record")
 	snapshotCmd.AddCommand(snapshotVerifyCmd)
 }

@@ -2,20 +2,40 @@
 // snapshot's memory file, and checks blocks against them before a memory
 // device lets any byte of them reach a VMM.
 //
-// The digest is CRC-32C over 4 KiB blocks. Its job is bit rot, torn or
-// misplaced writes and a file swapped for another, not an adversary: an
-// adversary who can write the store can rewrite the table too, which is why
-// the table itself is an artifact whose SHA-256 is in the snapshot's record
-// next to the whole-file SHA-256. CRC-32C runs at about 18 GB/s per core
-// here with the CPU's instruction (SHA-256: 1.7 GB/s), so checking a
-// restore's 40 MiB working set costs about 2 ms of CPU. 4 KiB is the page
-// every device reads in (a uffd fault, a FUSE page), so a check never reads
-// more than the device was asked for, and a bad block costs the guest only
-// the page it lies in; the table is 1/1024 of the memory file.
+// The digest a publish writes is SHA-256 over 4 KiB blocks (SHA256). The
+// bytes it checks come from places the node does not control: a POSIX
+// store others can write, a bucket shared by a fleet, a node cache a
+// stray process can reach. A digest there must be one that a writer who
+// can change the bytes cannot make match on purpose. The table itself is
+// an artifact whose SHA-256 is in the snapshot's record, and the record
+// can be signed (package trust), so with SHA-256 blocks the chain from a
+// signature to every byte a guest reads has no link a writer can forge.
+//
+// CRC-32C over the same blocks (CRC32C) was the digest until then, and
+// stays readable: snapshots published with it restore as they did on
+// nodes that trust no key, and `snapshot verify --add-digests` replaces
+// such a table with a SHA-256 one. It is not kept for new tables because
+// a CRC is affine: a 16-byte patch with a 4-byte fix-up keeps any block's
+// CRC (the attack that served other bytes from a POSIX memory.bin and
+// from a node cache block). It stays where the adversary is not in the
+// model: the node cache's file names carry a CRC-32C of each block as
+// fetched (package chunkcache), which catches torn writes and media
+// errors before the device's SHA-256 check has to, at ~14 GB/s.
+//
+// Cost, measured here (Xeon with SHA-NI, one core): CRC-32C ~14 GB/s,
+// SHA-256 ~1.6 GB/s over 4 KiB blocks, so checking a restore's 40 MiB
+// working set costs ~25 ms of CPU, spread over the faults that read it.
+// 4 KiB is the page every device reads in (a uffd fault, a FUSE page), so
+// a check never reads more than the device was asked for, and a bad block
+// costs the guest only the page it lies in. A SHA-256 table is 1/128 of
+// the memory file (CRC-32C: 1/1024).
 package integrity
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -25,8 +45,62 @@ import (
 // be shorter.
 const BlockBytes = 4096
 
-// Algorithm names the digest in records and on the wire.
-const Algorithm = "crc32c-4k"
+// Algorithm names a per-block digest in records and on the wire.
+type Algorithm string
+
+// The digests a table can hold.
+const (
+	// SHA256 is SHA-256 over 4 KiB blocks: what a publish writes.
+	SHA256 Algorithm = "sha256-4k"
+	// CRC32C is CRC-32C over 4 KiB blocks: tables published before
+	// SHA256, still read; it catches accidents, not a writer (see the
+	// package doc).
+	CRC32C Algorithm = "crc32c-4k"
+)
+
+// Default is the algorithm new tables are built with.
+const Default = SHA256
+
+// Known reports whether this build reads tables of a.
+func (a Algorithm) Known() bool { return a == SHA256 || a == CRC32C }
+
+// ResistsForgery reports whether a writer who can change a block cannot
+// make other bytes match its digest on purpose.
+func (a Algorithm) ResistsForgery() bool { return a == SHA256 }
+
+// digestBytes is the length of one stored digest.
+func (a Algorithm) digestBytes() int {
+	if a == SHA256 {
+		return sha256.Size
+	}
+	return 4
+}
+
+// code is the algorithm's number in the encoding.
+func (a Algorithm) code() uint16 {
+	if a == SHA256 {
+		return algorithmSHA256
+	}
+	return algorithmCRC
+}
+
+// name is how errors name the digest.
+func (a Algorithm) name() string {
+	if a == SHA256 {
+		return "SHA-256"
+	}
+	return "CRC-32C"
+}
+
+// digest writes the digest of b to dst, which is digestBytes long.
+func (a Algorithm) digest(dst, b []byte) {
+	if a == SHA256 {
+		sum := sha256.Sum256(b)
+		copy(dst, sum[:])
+		return
+	}
+	binary.LittleEndian.PutUint32(dst, crc32.Checksum(b, castagnoli))
+}
 
 // Errors a Table reports. ErrCorrupt is what a reader of bad bytes gets;
 // the others describe a table that cannot be used.
@@ -38,19 +112,28 @@ var (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-func checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
-
 // Table holds the digest of every block of one file.
 type Table struct {
+	alg      Algorithm
 	fileSize int64
-	sums     []uint32
+	// sums holds the digests, digestBytes each, block after block.
+	sums []byte
 }
+
+// Algorithm is the table's digest.
+func (t *Table) Algorithm() Algorithm { return t.alg }
 
 // FileSize is the size of the file the table describes.
 func (t *Table) FileSize() int64 { return t.fileSize }
 
 // Blocks is the number of blocks.
-func (t *Table) Blocks() int { return len(t.sums) }
+func (t *Table) Blocks() int { return len(t.sums) / t.alg.digestBytes() }
+
+// sum is the stored digest of block i.
+func (t *Table) sum(i int) []byte {
+	n := t.alg.digestBytes()
+	return t.sums[i*n : (i+1)*n]
+}
 
 // blockLen is the length of block i.
 func (t *Table) blockLen(i int) int {
@@ -59,37 +142,54 @@ func (t *Table) blockLen(i int) int {
 
 func blocksFor(size int64) int { return int((size + BlockBytes - 1) / BlockBytes) }
 
-// Encoding: a 24-byte header, then one little-endian uint32 per block.
+// Encoding: a 24-byte header, then one digest per block (a little-endian
+// uint32 for CRC-32C, 32 bytes for SHA-256).
 //
 //	0  magic "WSBD"
 //	4  version (uint16, 1)
-//	6  algorithm (uint16, 1 = CRC-32C)
+//	6  algorithm (uint16, 1 = CRC-32C, 2 = SHA-256)
 //	8  block bytes (uint32, 4096)
 //	12 reserved (uint32, 0)
 //	16 file size (uint64)
 const (
-	headerBytes  = 24
-	magic        = "WSBD"
-	version      = 1
-	algorithmCRC = 1
+	headerBytes     = 24
+	magic           = "WSBD"
+	version         = 1
+	algorithmCRC    = 1
+	algorithmSHA256 = 2
 )
 
-// EncodedSize is the length of the encoding of a table for a file of size
-// bytes; a reader checks it before reading a table file.
-func EncodedSize(size int64) int64 { return headerBytes + 4*int64(blocksFor(size)) }
+// EncodedSize is the length of the encoding of a table of alg for a file
+// of size bytes; a reader checks it before reading a table file.
+func EncodedSize(alg Algorithm, size int64) int64 {
+	return headerBytes + int64(alg.digestBytes())*int64(blocksFor(size))
+}
 
 // Encode returns the table's stored form.
 func (t *Table) Encode() []byte {
-	out := make([]byte, headerBytes+4*len(t.sums))
+	out := make([]byte, headerBytes+len(t.sums))
 	copy(out, magic)
 	binary.LittleEndian.PutUint16(out[4:], version)
-	binary.LittleEndian.PutUint16(out[6:], algorithmCRC)
+	binary.LittleEndian.PutUint16(out[6:], t.alg.code())
 	binary.LittleEndian.PutUint32(out[8:], BlockBytes)
 	binary.LittleEndian.PutUint64(out[16:], uint64(t.fileSize))
-	for i, s := range t.sums {
-		binary.LittleEndian.PutUint32(out[headerBytes+4*i:], s)
-	}
+	copy(out[headerBytes:], t.sums)
 	return out
+}
+
+// AlgorithmOf reads the algorithm from an encoded table's header; ok is
+// false when there is no header this build reads.
+func AlgorithmOf(data []byte) (Algorithm, bool) {
+	if len(data) < headerBytes || string(data[:4]) != magic || binary.LittleEndian.Uint16(data[4:]) != version {
+		return "", false
+	}
+	switch binary.LittleEndian.Uint16(data[6:]) {
+	case algorithmCRC:
+		return CRC32C, true
+	case algorithmSHA256:
+		return SHA256, true
+	}
+	return "", false
 }
 
 // Decode parses a table and checks that it describes a file of fileSize
@@ -101,8 +201,9 @@ func Decode(data []byte, fileSize int64) (*Table, error) {
 	if v := binary.LittleEndian.Uint16(data[4:]); v != version {
 		return nil, fmt.Errorf("%w: version %d (this build reads %d)", ErrBadTable, v, version)
 	}
-	if a := binary.LittleEndian.Uint16(data[6:]); a != algorithmCRC {
-		return nil, fmt.Errorf("%w: unknown algorithm %d", ErrBadTable, a)
+	alg, ok := AlgorithmOf(data)
+	if !ok {
+		return nil, fmt.Errorf("%w: unknown algorithm %d", ErrBadTable, binary.LittleEndian.Uint16(data[6:]))
 	}
 	if bs := binary.LittleEndian.Uint32(data[8:]); bs != BlockBytes {
 		return nil, fmt.Errorf("%w: block size %d (this build uses %d)", ErrBadTable, bs, BlockBytes)
@@ -111,14 +212,10 @@ func Decode(data []byte, fileSize int64) (*Table, error) {
 	if size > 1<<50 || int64(size) != fileSize {
 		return nil, fmt.Errorf("%w: table is for %d bytes, file has %d", ErrSizeChanged, size, fileSize)
 	}
-	if int64(len(data)) != EncodedSize(fileSize) {
-		return nil, fmt.Errorf("%w: %d bytes, want %d for a %d-byte file", ErrBadTable, len(data), EncodedSize(fileSize), fileSize)
+	if want := EncodedSize(alg, fileSize); int64(len(data)) != want {
+		return nil, fmt.Errorf("%w: %d bytes, want %d for a %d-byte file", ErrBadTable, len(data), want, fileSize)
 	}
-	t := &Table{fileSize: fileSize, sums: make([]uint32, blocksFor(fileSize))}
-	for i := range t.sums {
-		t.sums[i] = binary.LittleEndian.Uint32(data[headerBytes+4*i:])
-	}
-	return t, nil
+	return &Table{alg: alg, fileSize: fileSize, sums: append([]byte(nil), data[headerBytes:]...)}, nil
 }
 
 // BlockError names one block whose bytes do not match the table. It
@@ -126,13 +223,15 @@ func Decode(data []byte, fileSize int64) (*Table, error) {
 type BlockError struct {
 	// Offset is the block's offset in the file.
 	Offset int64
-	// Want is the table's digest, Got the digest of the bytes read.
-	Want, Got uint32
+	// Algorithm is the table's digest; Want is the table's digest of the
+	// block, Got the digest of the bytes read, both in hex.
+	Algorithm Algorithm
+	Want, Got string
 }
 
 func (e *BlockError) Error() string {
-	return fmt.Sprintf("block at offset %d (%d bytes): CRC-32C %08x, table says %08x: %v",
-		e.Offset, BlockBytes, e.Got, e.Want, ErrCorrupt)
+	return fmt.Sprintf("block at offset %d (%d bytes): %s %s, table says %s: %v",
+		e.Offset, BlockBytes, e.Algorithm.name(), e.Got, e.Want, ErrCorrupt)
 }
 
 // Is makes errors.Is(err, ErrCorrupt) true.
@@ -143,14 +242,18 @@ func (e *BlockError) Is(target error) bool { return target == ErrCorrupt }
 // it returns how many leading bytes of data lie in blocks that passed, and
 // the first bad block, if any.
 func (t *Table) check(data []byte, off int64) (int, *BlockError) {
+	var buf [sha256.Size]byte
+	got := buf[:t.alg.digestBytes()]
 	done := 0
-	for i := int(off / BlockBytes); i < len(t.sums); i++ {
+	for i := int(off / BlockBytes); i < t.Blocks(); i++ {
 		n := t.blockLen(i)
 		if done+n > len(data) {
 			break
 		}
-		if got := checksum(data[done : done+n]); got != t.sums[i] {
-			return done, &BlockError{Offset: int64(i) * BlockBytes, Want: t.sums[i], Got: got}
+		t.alg.digest(got, data[done:done+n])
+		if want := t.sum(i); !bytes.Equal(got, want) {
+			return done, &BlockError{Offset: int64(i) * BlockBytes, Algorithm: t.alg,
+				Want: hex.EncodeToString(want), Got: hex.EncodeToString(got)}
 		}
 		done += n
 	}
@@ -158,11 +261,12 @@ func (t *Table) check(data []byte, off int64) (int, *BlockError) {
 }
 
 // Mismatches compares t with the table of another reading of the same file
-// and returns the offsets of the blocks that differ.
+// and returns the offsets of the blocks that differ. A read of another
+// algorithm differs in every block: build it with t's (Builder).
 func (t *Table) Mismatches(read *Table) []int64 {
 	var bad []int64
-	for i := range t.sums {
-		if i >= len(read.sums) || read.sums[i] != t.sums[i] {
+	for i := range t.Blocks() {
+		if read.alg != t.alg || i >= read.Blocks() || !bytes.Equal(read.sum(i), t.sum(i)) {
 			bad = append(bad, int64(i)*BlockBytes)
 		}
 	}

@@ -65,8 +65,10 @@ type Record struct {
 	MemorySize   int64  `json:"memory_size"`
 	MemorySHA256 string `json:"memory_sha256"`
 	// MemoryDigests describes the memory file's per-block digest table;
-	// nil for snapshots published before tables existed, which restore
-	// unverified until `snapshot verify --add-digests` adds one.
+	// nil for snapshots published before tables existed (records of
+	// format 1), which restore unverified until `snapshot verify
+	// --add-digests` adds one. Every record of format 2 has one
+	// (RequiresDigests): one without is refused, not served unverified.
 	MemoryDigests *DigestsDescriptor `json:"memory_digests,omitempty"`
 	// Manifest describes the attached startup manifest; nil when none is
 	// attached.
@@ -112,7 +114,8 @@ type ManifestDescriptor struct {
 
 // DigestsDescriptor identifies the digest table artifact of a memory file.
 type DigestsDescriptor struct {
-	// Algorithm is integrity.Algorithm: CRC-32C over BlockBytes blocks.
+	// Algorithm is the table's integrity.Algorithm: "sha256-4k" (what
+	// a publish writes) or "crc32c-4k" (tables of older publishes).
 	Algorithm  string `json:"algorithm"`
 	BlockBytes int64  `json:"block_bytes"`
 	// SHA256 and Size are those of the encoded table.

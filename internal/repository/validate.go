@@ -124,10 +124,12 @@ func (r Record) Validate() error {
 // Validate checks that d describes a table this build reads for a memory
 // file of memorySize bytes.
 func (d DigestsDescriptor) Validate(memorySize int64) error {
+	alg := integrity.Algorithm(d.Algorithm)
 	switch {
-	case d.Algorithm != integrity.Algorithm || d.BlockBytes != integrity.BlockBytes:
-		return fmt.Errorf("digest algorithm %q over %d-byte blocks is not %q over %d", d.Algorithm, d.BlockBytes, integrity.Algorithm, integrity.BlockBytes)
-	case d.Size != integrity.EncodedSize(memorySize):
+	case !alg.Known() || d.BlockBytes != integrity.BlockBytes:
+		return fmt.Errorf("digest algorithm %q over %d-byte blocks is not one this build reads (%q or %q over %d)",
+			d.Algorithm, d.BlockBytes, integrity.SHA256, integrity.CRC32C, integrity.BlockBytes)
+	case d.Size != integrity.EncodedSize(alg, memorySize):
 		return fmt.Errorf("digest table of %d bytes does not fit a %d-byte memory file", d.Size, memorySize)
 	case !isSHA256Hex(d.SHA256):
 		return fmt.Errorf("digest table SHA-256 %q is malformed", d.SHA256)
@@ -135,10 +137,13 @@ func (d DigestsDescriptor) Validate(memorySize int64) error {
 	return nil
 }
 
-// DescribeDigests returns the descriptor of an encoded digest table.
+// DescribeDigests returns the descriptor of an encoded digest table; its
+// algorithm is the one the table's header names ("" for bytes that are
+// no table).
 func DescribeDigests(encoded []byte) DigestsDescriptor {
+	alg, _ := integrity.AlgorithmOf(encoded)
 	sum := sha256.Sum256(encoded)
-	return DigestsDescriptor{Algorithm: integrity.Algorithm, BlockBytes: integrity.BlockBytes,
+	return DigestsDescriptor{Algorithm: string(alg), BlockBytes: integrity.BlockBytes,
 		SHA256: hex.EncodeToString(sum[:]), Size: int64(len(encoded))}
 }
 

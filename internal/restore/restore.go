@@ -82,6 +82,10 @@ type Source struct {
 	// missing from a snapshot still there is damage. Nil: a missing file
 	// is damage.
 	Gone func() bool `json:"-"`
+	// Record is the record the source was made from (SourceOf); nil for
+	// one made without a record (tests of the device alone). The restore
+	// checks it before any memory is served (verify.go).
+	Record *repository.Record `json:"record,omitempty"`
 }
 
 // SourceOf adapts a resolved repository record.
@@ -101,6 +105,8 @@ func SourceOf(r repository.Resolved) Source {
 
 		Refinement:     r.Record.Refinement,
 		RefinementPath: r.RefinementPath,
+
+		Record: &r.Record,
 	}
 	if d := r.Record.Manifest; d != nil {
 		s.Manifest = &manifest.Descriptor{SHA256: d.SHA256, Size: d.Size}

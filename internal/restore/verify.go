@@ -21,7 +21,8 @@ import (
 // the record's SHA-256 before the VMM may read it, and the memory device
 // checks every block it reads from the lower file against the snapshot's
 // digest table before any byte of it reaches the VM. A snapshot published
-// before digest tables existed restores unverified, and says so once.
+// before digest tables existed (a record of format 1) restores unverified,
+// and says so once; a record of a later format without a table is refused.
 
 // Integrity artifacts, as IntegrityObserver names them.
 const (
@@ -57,11 +58,19 @@ func (r *Restorer) checkVMState(src Source) error {
 }
 
 // loadDigests reads the snapshot's digest table and checks it against the
-// record. It returns nil, nil for a snapshot without a table, or when
-// verification is off.
+// record. It returns nil, nil for a snapshot published before tables
+// existed, or when verification is off. A record of a format that always
+// has a table and has none was changed after publish: taking the table
+// away must not turn the checks off, so the restore is refused.
 func (r *Restorer) loadDigests(src Source) (*integrity.Table, error) {
 	if r.SkipVerification {
 		return nil, nil
+	}
+	if src.Digests == nil && src.Record != nil && src.Record.RequiresDigests() {
+		err := &repository.IntegrityError{Artifact: repository.DigestsFileName,
+			Want: fmt.Sprintf("a digest table (every record of format %d has one)", src.Record.Format), Got: "none in the record"}
+		r.integrityFailed(src.SnapshotID, ArtifactDigests, err)
+		return nil, fmt.Errorf("digest table: %w", err)
 	}
 	if src.Digests == nil {
 		if src.VMStateSHA256 != "" {
@@ -89,7 +98,12 @@ func readDigests(src Source) (*integrity.Table, error) {
 		return nil, &repository.IntegrityError{Artifact: repository.DigestsFileName,
 			Want: src.Digests.SHA256, Got: got.SHA256}
 	}
-	return integrity.Decode(data, src.Layout.FileSize)
+	t, err := integrity.Decode(data, src.Layout.FileSize)
+	if err == nil && string(t.Algorithm()) != src.Digests.Algorithm {
+		return nil, &repository.IntegrityError{Artifact: repository.DigestsFileName,
+			Want: "a table of " + src.Digests.Algorithm, Got: "one of " + string(t.Algorithm())}
+	}
+	return t, err
 }
 
 // unverifiedReported holds the snapshots this process already reported as

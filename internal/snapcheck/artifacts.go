@@ -53,6 +53,12 @@ func (c *checker) digests() *integrity.Table {
 	rec := c.res.Record
 	a := c.r.artifact(repository.DigestsFileName)
 	d := rec.MemoryDigests
+	if d == nil && rec.RequiresDigests() {
+		a.Status = StatusOK
+		a.problem(KindMissing, "a record of format %d always has a digest table and this one has none: "+
+			"it was changed after publish, and restores refuse it", rec.Format)
+		return nil
+	}
 	if d == nil {
 		a.Status = StatusAbsent
 		a.Note = "unverified (no digest table): restores serve this snapshot's memory unchecked; " +
@@ -84,6 +90,14 @@ func (c *checker) digests() *integrity.Table {
 	if err != nil {
 		a.problem(KindInvalid, "%v", err)
 		return nil
+	}
+	if string(t.Algorithm()) != d.Algorithm {
+		a.problem(KindInvalid, "a table of %s digests, the record says %s", t.Algorithm(), d.Algorithm)
+		return nil
+	}
+	if !t.Algorithm().ResistsForgery() {
+		a.Note = "CRC-32C digests catch accidents, not a writer of the store; " +
+			"`warmstart snapshot verify --add-digests` replaces them with SHA-256"
 	}
 	return t
 }

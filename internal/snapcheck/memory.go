@@ -53,11 +53,32 @@ func (c *checker) openMemory() (memoryFile, error) {
 	return memoryFile{src: f, size: size, close: f.Close}, nil
 }
 
-// memory reads the memory file once, computing its SHA-256 and a fresh
-// digest table, and compares them with the record and with the stored
-// table (when there is one to trust). It returns the fresh table of a
-// memory file read to its end. Only a cancelled context is returned as an
-// error.
+// freshTables are the tables a pass over the memory file builds: one of
+// the stored table's digest to compare it with, and one of
+// integrity.Default's for AddDigests (the same one when they agree).
+type freshTables struct{ compare, add *integrity.Builder }
+
+func newFreshTables(stored *integrity.Table, size int64) freshTables {
+	add := integrity.NewBuilder(integrity.Default, size)
+	if stored == nil || stored.Algorithm() == integrity.Default {
+		return freshTables{add, add}
+	}
+	return freshTables{integrity.NewBuilder(stored.Algorithm(), size), add}
+}
+
+// writer feeds h and the tables.
+func (f freshTables) writer(h io.Writer) io.Writer {
+	if f.compare == f.add {
+		return io.MultiWriter(h, f.add)
+	}
+	return io.MultiWriter(h, f.compare, f.add)
+}
+
+// memory reads the memory file once, computing its SHA-256 and fresh
+// digest tables, and compares them with the record and with the stored
+// table (when there is one to trust). It returns the fresh table of
+// integrity.Default's digest of a memory file read to its end. Only a
+// cancelled context is returned as an error.
 func (c *checker) memory(stored *integrity.Table) (*integrity.Table, error) {
 	rec := c.res.Record
 	a := c.r.artifact(repository.MemoryFileName)
@@ -72,13 +93,13 @@ func (c *checker) memory(stored *integrity.Table) (*integrity.Table, error) {
 		a.problem(KindSize, "%d bytes, the record says %d", mf.size, rec.MemorySize)
 	}
 	h := sha256.New()
-	b := integrity.NewBuilder(mf.size)
+	tables := newFreshTables(stored, mf.size)
 	src := &pastFailures{src: mf.src, ctx: c.ctx}
-	a.ReadBytes, err = stream(c.ctx, src, mf.size, io.MultiWriter(h, b), c.progress(a.Name, mf.size))
+	a.ReadBytes, err = stream(c.ctx, src, mf.size, tables.writer(h), c.progress(a.Name, mf.size))
 	if err != nil {
 		return nil, readFailed(c.ctx, a, mf.size, err)
 	}
-	fresh := b.Table()
+	fresh := tables.compare.Table()
 	if src.first != nil {
 		// The hash and the table are of zeros where reads failed: only
 		// the block comparison still says something, where each failed
@@ -94,7 +115,7 @@ func (c *checker) memory(stored *integrity.Table) (*integrity.Table, error) {
 		a.problem(KindSHA256, "the bytes hash to %s, the record says %s", a.ReadSHA256, rec.MemorySHA256)
 	}
 	c.compareBlocks(a, stored, fresh)
-	return fresh, nil
+	return tables.add.Table(), nil
 }
 
 // pastFailures reads src and goes on past a read that fails on a
@@ -167,8 +188,9 @@ func coalesce(offsets []int64, fileSize int64) []Range {
 	return ranges
 }
 
-// addDigests attaches the fresh table to a snapshot that has none, when
-// the memory file read as the record describes it. A refusal or a failed
+// addDigests attaches the fresh table to a snapshot that has none or one
+// of CRC-32C digests (wantsTable), when the memory file read as the
+// record describes it. A refusal or a failed
 // attach is a problem in the report; only a cancelled context is an error.
 func (c *checker) addDigests(fresh *integrity.Table) error {
 	rec := c.res.Record

@@ -19,7 +19,9 @@
 // A snapshot published before digest tables existed is reported as
 // unverified, which is not a problem by itself; Options.AddDigests gives it
 // the fresh table, but only when the memory file's SHA-256 matches the
-// record, so a table never blesses bytes other than the published ones.
+// record, so a table never blesses bytes other than the published ones. It
+// replaces a table of CRC-32C digests (what publishes wrote before
+// SHA-256) the same way.
 package snapcheck
 
 import (
@@ -27,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 
+	"warmstart/internal/integrity"
 	"warmstart/internal/repository"
 )
 
@@ -35,8 +38,9 @@ const CopyBufferBytes = 1 << 20
 
 // Options choose what Verify does besides reading.
 type Options struct {
-	// AddDigests attaches a freshly computed digest table to a snapshot
-	// that has none, once its memory file matched the record's SHA-256.
+	// AddDigests attaches a freshly computed digest table (of SHA-256
+	// digests) to a snapshot that has none or one of CRC-32C digests,
+	// once its memory file matched the record's SHA-256.
 	AddDigests bool
 	// Progress, when not nil, is called from Verify's goroutine as large
 	// artifacts are read (Step is repository.StepVerify). It must not
@@ -256,10 +260,17 @@ func (c *checker) run() error {
 	if err != nil {
 		return err
 	}
-	if c.opts.AddDigests && c.res.Record.MemoryDigests == nil {
+	if c.opts.AddDigests && wantsTable(c.res.Record) {
 		return c.addDigests(fresh)
 	}
 	return nil
+}
+
+// wantsTable reports whether AddDigests gives rec a table: it has none,
+// or one of digests a writer of the store can forge (CRC-32C).
+func wantsTable(rec repository.Record) bool {
+	d := rec.MemoryDigests
+	return d == nil || !integrity.Algorithm(d.Algorithm).ResistsForgery()
 }
 
 // unresolved reports a snapshot the repository refused to resolve: the

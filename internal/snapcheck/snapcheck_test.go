@@ -339,6 +339,42 @@ func TestLegacySnapshotGetsDigests(t *testing.T) {
 	}
 }
 
+// TestRecordWithoutItsTableIsAProblem: a format-2 record without its
+// digest table was changed after publish (restores refuse it); verify
+// says so instead of calling it an unverified legacy snapshot.
+func TestRecordWithoutItsTableIsAProblem(t *testing.T) {
+	f := newFixture(t)
+	posixfstest.EditRecord(t, f.repo.Root(), f.rec.ID, func(fields map[string]any) { delete(fields, "memory_digests") })
+	r := verify(t, f.repo, "web", Options{})
+	a := wantArtifact(t, r, repository.DigestsFileName, StatusBad, KindMissing)
+	if r.OK || r.Unverified || !strings.Contains(a.Problems[0].Message, "changed after publish") {
+		t.Fatalf("format-2 record without a table: %+v", r)
+	}
+}
+
+// TestCRCTableIsReplacedBySHA256: a table of CRC-32C digests (what
+// publishes wrote before SHA-256) still judges every block, says it
+// catches accidents only, and AddDigests replaces it with the SHA-256
+// table a publish writes now.
+func TestCRCTableIsReplacedBySHA256(t *testing.T) {
+	f := newFixture(t)
+	posixfstest.CRCDigests(t, f.repo.Root(), f.rec.ID)
+	r := verify(t, f.repo, "web", Options{})
+	mem := wantArtifact(t, r, repository.MemoryFileName, StatusOK)
+	d := wantArtifact(t, r, repository.DigestsFileName, StatusOK)
+	if !r.OK || mem.Blocks == nil || mem.Blocks.Bad != 0 || !strings.Contains(d.Note, "CRC-32C") {
+		t.Fatalf("snapshot with a CRC-32C table: %+v", r)
+	}
+	r = verify(t, f.repo, "web", Options{AddDigests: true})
+	if !r.OK || r.DigestsAdded == nil || *r.DigestsAdded != *f.rec.MemoryDigests {
+		t.Fatalf("add digests over a CRC-32C table: %+v; want the SHA-256 table publish computed, %+v", r, *f.rec.MemoryDigests)
+	}
+	repotest.CheckDigests(t, f.repo, f.rec.ID, repotest.DigestTable(t, f.in.MemoryPath))
+	if r = verify(t, f.repo, "web", Options{AddDigests: true}); !r.OK || r.DigestsAdded != nil {
+		t.Fatalf("add digests to a snapshot with a SHA-256 table: %+v", r)
+	}
+}
+
 // TestAddDigestsRefusedForChangedMemory: once memory.bin no longer matches
 // the record's SHA-256, no table is attached for it.
 func TestAddDigestsRefusedForChangedMemory(t *testing.T) {

@@ -176,7 +176,7 @@ func (r *Repo) copyVerified(ctx context.Context, spec importSpec, dst string, pr
 	sinks := []io.Writer{out, h}
 	var table *integrity.Builder
 	if spec.digests {
-		table = integrity.NewBuilder(spec.size)
+		table = integrity.NewBuilder(integrity.Default, spec.size)
 		sinks = append(sinks, table)
 	}
 	n, err := copyContext(ctx, io.MultiWriter(sinks...), in, func(n int64) { progress(repository.StepCopy, n) })
@@ -223,7 +223,7 @@ func hashFile(ctx context.Context, path string, sync, digests bool, progress fun
 	var sink io.Writer = h
 	var table *integrity.Builder
 	if digests {
-		table = integrity.NewBuilder(0)
+		table = integrity.NewBuilder(integrity.Default, 0)
 		sink = io.MultiWriter(h, table)
 	}
 	n, err := copyContext(ctx, sink, f, progress)

@@ -16,7 +16,7 @@ func DigestTable(t testing.TB, path string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := integrity.NewBuilder(int64(len(data)))
+	b := integrity.NewBuilder(integrity.Default, int64(len(data)))
 	b.Write(data)
 	return b.Table().Encode()
 }

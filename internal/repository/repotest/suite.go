@@ -242,6 +242,9 @@ func testDigestTable(t *testing.T, repo repository.Repository) {
 	if err := d.Validate(rec.MemorySize); err != nil {
 		t.Fatalf("descriptor: %v", err)
 	}
+	if d.Algorithm != string(integrity.SHA256) {
+		t.Fatalf("published table of %q digests, want %q (a writer can forge CRC-32C)", d.Algorithm, integrity.SHA256)
+	}
 	res, err := repo.Resolve(bg(), rec.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -264,7 +267,7 @@ func testDigestTable(t *testing.T, repo repository.Repository) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := integrity.NewBuilder(int64(len(mem)))
+	b := integrity.NewBuilder(integrity.Default, int64(len(mem)))
 	b.Write(mem)
 	if bad := table.Mismatches(b.Table()); len(bad) != 0 {
 		t.Fatalf("stored table disagrees with the memory at %d blocks, first at %d", len(bad), bad[0])

@@ -491,7 +491,7 @@ type storedMemory struct {
 // digest table and the chunk map, then (once every collection that may
 // have missed that map has ended) confirms every chunk is there.
 func (r *Repo) storeMemory(ctx context.Context, id, path string, size int64, progress func(repository.ImportProgress)) (storedMemory, error) {
-	table := integrity.NewBuilder(size)
+	table := integrity.NewBuilder(integrity.Default, size)
 	up, chunks, err := r.uploadChunked(ctx, path, size, table, progress)
 	if err != nil {
 		return storedMemory{}, err
