@@ -30,7 +30,8 @@ every snapshot) whole and compare it with the snapshot's record:
 
   vm_state.bin          size and SHA-256
   memory.bin            SHA-256, and every 4 KiB block against the digest table
-  memory.digests        size and SHA-256, and that it decodes
+  memory.digests        size and SHA-256, and that it decodes (CRC-32C digests)
+  memory.sha256-digests the same (SHA-256 digests)
   startup-manifest.bin  size, SHA-256 and memory layout, when one is attached
   startup pack          on S3, read whole, every frame checked, when one is stored
 
@@ -49,10 +50,9 @@ A snapshot published before digest tables existed is reported as
 gives such a snapshot the table computed in the same pass, but only if its
 memory file matches the SHA-256 in its record; otherwise it refuses, since
 the table would vouch for other bytes than the published ones. A snapshot
-whose table holds CRC-32C digests (published before tables were of
-SHA-256; CRC catches accidents, not a writer of the store) gets a SHA-256
-table the same way. A new table changes what a signature covers: sign the
-snapshot again (warmstart snapshot sign) where nodes trust keys.
+published before tables of SHA-256 digests existed gets one the same way
+(snapshot sign needs it). A new table changes what a signature covers:
+sign the snapshot again (warmstart snapshot sign) where nodes trust keys.
 
 --json prints the report (an array of reports with --all) with snake_case
 keys; "ok" says whether problems were found.

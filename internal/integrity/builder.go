@@ -56,3 +56,20 @@ func (b *Builder) Table() *Table {
 	}
 	return t
 }
+
+// Tables builds the two tables a publish stores, CRC-32C and SHA-256, from
+// one pass over the file.
+type Tables struct {
+	CRC, SHA256 *Builder
+}
+
+// NewTables returns Tables for a file of about sizeHint bytes.
+func NewTables(sizeHint int64) Tables {
+	return Tables{CRC: NewBuilder(CRC32C, sizeHint), SHA256: NewBuilder(SHA256, sizeHint)}
+}
+
+// Write digests p into both; it never fails.
+func (t Tables) Write(p []byte) (int, error) {
+	t.CRC.Write(p)
+	return t.SHA256.Write(p)
+}

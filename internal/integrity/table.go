@@ -1,34 +1,37 @@
-// Package integrity keeps a digest for every fixed-size block of a
+// Package integrity keeps digests of every fixed-size block of a
 // snapshot's memory file, and checks blocks against them before a memory
 // device lets any byte of them reach a VMM.
 //
-// The digest a publish writes is SHA-256 over 4 KiB blocks (SHA256). The
-// bytes it checks come from places the node does not control: a POSIX
-// store others can write, a bucket shared by a fleet, a node cache a
-// stray process can reach. A digest there must be one that a writer who
-// can change the bytes cannot make match on purpose. The table itself is
-// an artifact whose SHA-256 is in the snapshot's record, and the record
-// can be signed (package trust), so with SHA-256 blocks the chain from a
-// signature to every byte a guest reads has no link a writer can forge.
+// A publish stores two tables of 4 KiB blocks, built in the pass that
+// hashes the memory file: one of CRC-32C digests (CRC32C) and one of
+// SHA-256 digests (SHA256). A device checks every block it serves against
+// one of them, chosen by who could have changed the bytes (package
+// restore):
 //
-// CRC-32C over the same blocks (CRC32C) was the digest until then, and
-// stays readable: snapshots published with it restore as they did on
-// nodes that trust no key, and `snapshot verify --add-digests` replaces
-// such a table with a SHA-256 one. It is not kept for new tables because
-// a CRC is affine: a 16-byte patch with a 4-byte fix-up keeps any block's
-// CRC (the attack that served other bytes from a POSIX memory.bin and
-// from a node cache block). It stays where the adversary is not in the
-// model: the node cache's file names carry a CRC-32C of each block as
-// fetched (package chunkcache), which catches torn writes and media
-// errors before the device's SHA-256 check has to, at ~14 GB/s.
+//   - SHA-256 where the table is anchored in something a writer of the
+//     bytes cannot change: a record signed by a key the node trusts
+//     (package trust), or memory served from a node cache while the table
+//     comes from the store (s3). A CRC is affine: a 16-byte patch with a
+//     4-byte fix-up keeps any block's CRC-32C, so only a digest no one can
+//     make other bytes match stops a writer there.
+//   - CRC-32C everywhere else: where whoever can change the bytes can
+//     change the table and the record with them (a POSIX store read by a
+//     node that trusts no key), SHA-256 stops nothing CRC-32C does not;
+//     CRC-32C still catches bit rot, torn or misplaced writes and swapped
+//     files, and costs a tenth as much. It also stays in the node cache's
+//     block file names (package chunkcache), as a first check for torn
+//     writes and media errors.
 //
-// Cost, measured here (Xeon with SHA-NI, one core): CRC-32C ~14 GB/s,
-// SHA-256 ~1.6 GB/s over 4 KiB blocks, so checking a restore's 40 MiB
-// working set costs ~25 ms of CPU, spread over the faults that read it.
-// 4 KiB is the page every device reads in (a uffd fault, a FUSE page), so
-// a check never reads more than the device was asked for, and a bad block
-// costs the guest only the page it lies in. A SHA-256 table is 1/128 of
-// the memory file (CRC-32C: 1/1024).
+// Cost, measured here (Xeon with SHA-NI, `go test -bench BlockDigest`):
+// CRC-32C 7–9 GB/s and SHA-256 0.2–0.7 GB/s per 4 KiB block on a host
+// loaded to ~12 on 2 cores (unloaded, about 14 and 1.7 GB/s). A cold
+// restore of the reference reads 48.5 MiB: ~6 ms of CRC-32C, 70–180 ms of
+// SHA-256 on that host, which the benchmark's +noverify pair showed as
+// +68 ms (cold) and +108 ms (warm) of ~550 ms. 4 KiB is the page every
+// device reads in (a uffd fault, a FUSE page), so a check never reads
+// more than the device was asked for, and a bad block costs the guest
+// only the page it lies in. The CRC-32C table is 1/1024 of the memory
+// file, the SHA-256 one 1/128.
 package integrity
 
 import (
@@ -50,16 +53,12 @@ type Algorithm string
 
 // The digests a table can hold.
 const (
-	// SHA256 is SHA-256 over 4 KiB blocks: what a publish writes.
-	SHA256 Algorithm = "sha256-4k"
-	// CRC32C is CRC-32C over 4 KiB blocks: tables published before
-	// SHA256, still read; it catches accidents, not a writer (see the
-	// package doc).
+	// CRC32C is CRC-32C over 4 KiB blocks: it catches accidents, not a
+	// writer (see the package doc).
 	CRC32C Algorithm = "crc32c-4k"
+	// SHA256 is SHA-256 over 4 KiB blocks.
+	SHA256 Algorithm = "sha256-4k"
 )
-
-// Default is the algorithm new tables are built with.
-const Default = SHA256
 
 // Known reports whether this build reads tables of a.
 func (a Algorithm) Known() bool { return a == SHA256 || a == CRC32C }

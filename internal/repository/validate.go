@@ -109,8 +109,10 @@ func (r Record) Validate() error {
 		return fmt.Errorf("%w: layout file size %d differs from memory size %d", ErrIntegrity, r.Layout.FileSize, r.MemorySize)
 	case r.VMStateSize < 0 || !isSHA256Hex(r.VMStateSHA256) || !isSHA256Hex(r.MemorySHA256):
 		return fmt.Errorf("%w: record artifact sizes or digests are malformed", ErrIntegrity)
-	case r.MemoryDigests != nil && r.MemoryDigests.Validate(r.MemorySize) != nil:
-		return fmt.Errorf("%w: record digest table descriptor: %v", ErrIntegrity, r.MemoryDigests.Validate(r.MemorySize))
+	case r.MemoryDigests != nil && r.MemoryDigests.validateAs(integrity.CRC32C, r.MemorySize) != nil:
+		return fmt.Errorf("%w: record digest table descriptor: %v", ErrIntegrity, r.MemoryDigests.validateAs(integrity.CRC32C, r.MemorySize))
+	case r.MemorySHA256Digests != nil && r.MemorySHA256Digests.validateAs(integrity.SHA256, r.MemorySize) != nil:
+		return fmt.Errorf("%w: record SHA-256 digest table descriptor: %v", ErrIntegrity, r.MemorySHA256Digests.validateAs(integrity.SHA256, r.MemorySize))
 	case r.Manifest != nil && (r.Manifest.Size <= 0 || r.Manifest.Size > MaxManifestBytes || !isSHA256Hex(r.Manifest.SHA256)):
 		return fmt.Errorf("%w: record manifest descriptor is malformed", ErrIntegrity)
 	case r.ManifestRecording != nil && r.Manifest == nil:
@@ -135,6 +137,14 @@ func (d DigestsDescriptor) Validate(memorySize int64) error {
 		return fmt.Errorf("digest table SHA-256 %q is malformed", d.SHA256)
 	}
 	return nil
+}
+
+// validateAs is Validate for a table that must be of alg's digests.
+func (d DigestsDescriptor) validateAs(alg integrity.Algorithm, memorySize int64) error {
+	if d.Algorithm != string(alg) {
+		return fmt.Errorf("a table of %q digests where one of %q belongs", d.Algorithm, alg)
+	}
+	return d.Validate(memorySize)
 }
 
 // DescribeDigests returns the descriptor of an encoded digest table; its

@@ -341,8 +341,8 @@ func TestNoDigestsWarnsOnce(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	src := e.source(t)
 	legacy := *src.Record
-	legacy.Format, legacy.MemoryFormat, legacy.MemoryDigests = 1, "", nil
-	src.Record, src.Digests, src.DigestsPath = &legacy, nil, ""
+	legacy.Format, legacy.MemoryFormat, legacy.MemoryDigests, legacy.MemorySHA256Digests = 1, "", nil, nil
+	src.Record, src.Digests, src.DigestsPath, src.SHA256Digests, src.SHA256DigestsPath = &legacy, nil, "", nil, ""
 	for _, device := range devices {
 		inst := e.restore(t, e.restorer, src, restore.Options{Device: device, Prefetch: restore.ModeOn})
 		checkHash(t, inst, e.ref.expected)

@@ -28,6 +28,7 @@ import (
 	"warmstart/internal/refine"
 	"warmstart/internal/repository"
 	"warmstart/internal/startupset"
+	"warmstart/internal/trust"
 	"warmstart/internal/vmm"
 )
 
@@ -69,10 +70,15 @@ type Source struct {
 	// state file; the restore checks it before the VMM reads it.
 	VMStateSize   int64  `json:"vm_state_size"`
 	VMStateSHA256 string `json:"vm_state_sha256"`
-	// Digests and DigestsPath are the memory file's digest table; the
-	// memory device checks every block against it (see verify.go).
+	// Digests and DigestsPath are the memory file's table of CRC-32C
+	// digests, SHA256Digests and SHA256DigestsPath its table of SHA-256
+	// digests; the memory device checks every block against one of them
+	// (see verify.go).
 	Digests     *repository.DigestsDescriptor `json:"digests,omitempty"`
 	DigestsPath string                        `json:"digests_path,omitempty"`
+
+	SHA256Digests     *repository.DigestsDescriptor `json:"sha256_digests,omitempty"`
+	SHA256DigestsPath string                        `json:"sha256_digests_path,omitempty"`
 	// Refinement and RefinementPath are the learned manifest (refined.go);
 	// nil and "" when the snapshot has none.
 	Refinement     *repository.RefinementDescriptor `json:"refinement,omitempty"`
@@ -102,6 +108,9 @@ func SourceOf(r repository.Resolved) Source {
 		VMStateSHA256: r.Record.VMStateSHA256,
 		Digests:       r.Record.MemoryDigests,
 		DigestsPath:   r.DigestsPath,
+
+		SHA256Digests:     r.Record.MemorySHA256Digests,
+		SHA256DigestsPath: r.SHA256DigestsPath,
 
 		Refinement:     r.Record.Refinement,
 		RefinementPath: r.RefinementPath,
@@ -161,6 +170,10 @@ type Restorer struct {
 	// uffd.DefaultConnectTimeout when zero. A VMM that exits first ends
 	// the wait at once.
 	ConnectTimeout time.Duration
+
+	// Trust, when it trusts keys, refuses before anything of a snapshot
+	// is read one whose record no trusted key signed (verify.go).
+	Trust *trust.Policy
 
 	// SkipVerification serves memory without checking it against the
 	// snapshot's digest table. It exists to measure what verification
@@ -301,6 +314,9 @@ type Instance struct {
 func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (*Instance, error) {
 	t0 := time.Now()
 	opts = opts.withDefaults()
+	if err := r.checkTrust(src); err != nil {
+		return nil, fmt.Errorf("restore %s: %w", src.SnapshotID, err)
+	}
 	inst, err := r.newInstance(src)
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", src.SnapshotID, err)

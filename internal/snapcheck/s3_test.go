@@ -49,6 +49,11 @@ func newS3World(t *testing.T) *s3World {
 func (w *s3World) repo(t *testing.T) *s3.Repo { return w.open(t, false) }
 
 func (w *s3World) open(t *testing.T, readOnly bool) *s3.Repo {
+	return w.openIn(t, t.TempDir(), readOnly)
+}
+
+// openIn opens the prefix with the node cache in cacheDir.
+func (w *s3World) openIn(t *testing.T, cacheDir string, readOnly bool) *s3.Repo {
 	t.Helper()
 	r, err := s3.Open(bg(), s3.Options{
 		Endpoint: "http://" + w.srv.Endpoint, Bucket: s3Bucket, Region: "us-east-1", Prefix: w.prefix,
@@ -254,21 +259,25 @@ func TestS3(t *testing.T) {
 			}
 		}
 	})
-	t.Run("table object removed", func(t *testing.T) {
+	t.Run("table objects removed", func(t *testing.T) {
 		rec, _ := publish(t, w.repo(t), "no-table")
-		table := w.key("artifacts/" + rec.ID + "/" + repository.DigestsFileName)
-		if err := w.client.RemoveObject(bg(), s3Bucket, table, minio.RemoveObjectOptions{}); err != nil {
-			t.Fatal(err)
+		for _, name := range []string{repository.DigestsFileName, repository.SHA256DigestsFileName} {
+			table := w.key("artifacts/" + rec.ID + "/" + name)
+			if err := w.client.RemoveObject(bg(), s3Bucket, table, minio.RemoveObjectOptions{}); err != nil {
+				t.Fatal(err)
+			}
 		}
 		r := verify(t, w.repo(t), "no-table", Options{})
-		a := wantArtifact(t, r, repository.DigestsFileName, StatusBad, KindMissing)
 		if mem := wantArtifact(t, r, repository.MemoryFileName, StatusOK); r.OK || mem.Blocks != nil {
-			t.Fatalf("without its table object: %+v", r)
+			t.Fatalf("without its table objects: %+v", r)
 		}
-		// The problem names the missing object, not a cache file named
-		// by the digest the record expects.
-		if msg := a.Problems[0].Message; !strings.Contains(msg, "not-in-the-store/"+w.key("artifacts/"+rec.ID+"/"+repository.DigestsFileName)) {
-			t.Errorf("missing table object reported as %q, which does not name %s", msg, repository.DigestsFileName)
+		for _, name := range []string{repository.DigestsFileName, repository.SHA256DigestsFileName} {
+			a := wantArtifact(t, r, name, StatusBad, KindMissing)
+			// The problem names the missing object, not a cache file
+			// named by the digest the record expects.
+			if msg := a.Problems[0].Message; !strings.Contains(msg, "not-in-the-store/"+w.key("artifacts/"+rec.ID+"/"+name)) {
+				t.Errorf("missing table object reported as %q, which does not name %s", msg, name)
+			}
 		}
 	})
 	t.Run("table object of another size", func(t *testing.T) {
@@ -284,12 +293,12 @@ func TestS3(t *testing.T) {
 	t.Run("legacy record gets digests", func(t *testing.T) {
 		repo := w.repo(t)
 		rec, _ := publish(t, repo, "legacy")
-		w.stripDigests(t, rec.ID)
-		if r := verify(t, repo, "legacy", Options{}); !r.OK || !r.Unverified {
+		w.stripSHA256Digests(t, rec.ID)
+		if r := verify(t, repo, "legacy", Options{}); !r.OK || r.artifact(repository.SHA256DigestsFileName).Status != StatusAbsent {
 			t.Fatalf("legacy snapshot in S3: %+v", r)
 		}
 		r := verify(t, repo, "legacy", Options{AddDigests: true})
-		if !r.OK || r.DigestsAdded == nil || *r.DigestsAdded != *rec.MemoryDigests {
+		if !r.OK || r.SHA256DigestsAdded == nil || *r.SHA256DigestsAdded != *rec.MemorySHA256Digests {
 			t.Fatalf("add digests in S3: %+v", r)
 		}
 		// Another node, and this one: the digests were added through a
@@ -303,29 +312,29 @@ func TestS3(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.Record.MemoryDigests == nil || res.DigestsPath == "" {
-				t.Fatalf("a restore's resolve after adding digests: record digests %v, table %q", res.Record.MemoryDigests, res.DigestsPath)
+			if res.Record.MemorySHA256Digests == nil || res.SHA256DigestsPath == "" {
+				t.Fatalf("a restore's resolve after adding digests: record digests %v, table %q", res.Record.MemorySHA256Digests, res.SHA256DigestsPath)
 			}
 		}
 	})
 }
 
-// stripDigests makes id's record one written before digest tables existed
-// and removes its table object.
-func (w *s3World) stripDigests(t *testing.T, id string) {
+// stripSHA256Digests makes id's record one written before tables of
+// SHA-256 digests existed and removes that table's object.
+func (w *s3World) stripSHA256Digests(t *testing.T, id string) {
 	t.Helper()
 	key := w.key("catalog/records/" + id + ".json")
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(w.get(t, key), &fields); err != nil {
 		t.Fatal(err)
 	}
-	delete(fields, "memory_digests")
+	delete(fields, "memory_sha256_digests")
 	data, err := json.Marshal(fields)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.put(t, key, data)
-	table := w.key("artifacts/" + id + "/" + repository.DigestsFileName)
+	table := w.key("artifacts/" + id + "/" + repository.SHA256DigestsFileName)
 	if err := w.client.RemoveObject(bg(), s3Bucket, table, minio.RemoveObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -5,11 +5,12 @@
 // POST /snapshots/{id}/verify.
 //
 // The memory file is read once, in CopyBufferBytes units, and the same pass
-// computes its whole-file SHA-256 and a fresh digest table (package
+// computes its whole-file SHA-256 and fresh digest tables (package
 // integrity); the fresh table is compared block by block with the stored
-// one, so every bad block is named, not only the first. Memory use is the
-// buffer plus the two tables (1/1024 of the memory file each), whatever the
-// memory file's size; a remote memory read in chunks adds one chunk (up to
+// one (of SHA-256 digests where the snapshot has it, else of CRC-32C), so
+// every bad block is named, not only the first. Memory use is the buffer
+// plus the stored and fresh tables (1/1024 of the memory file each for
+// CRC-32C, 1/128 for SHA-256), whatever the memory file's size; a remote memory read in chunks adds one chunk (up to
 // 64 MiB) and the chunk being decoded. Local memory files (posixfs) are
 // read directly. Where the node keeps copies of the store's objects (s3),
 // the snapshot is checked through a view of the store that has cached
@@ -20,8 +21,8 @@
 // unverified, which is not a problem by itself; Options.AddDigests gives it
 // the fresh table, but only when the memory file's SHA-256 matches the
 // record, so a table never blesses bytes other than the published ones. It
-// replaces a table of CRC-32C digests (what publishes wrote before
-// SHA-256) the same way.
+// adds a table of SHA-256 digests to a snapshot published before there was
+// one the same way.
 package snapcheck
 
 import (
@@ -38,9 +39,9 @@ const CopyBufferBytes = 1 << 20
 
 // Options choose what Verify does besides reading.
 type Options struct {
-	// AddDigests attaches a freshly computed digest table (of SHA-256
-	// digests) to a snapshot that has none or one of CRC-32C digests,
-	// once its memory file matched the record's SHA-256.
+	// AddDigests attaches the freshly computed digest tables a snapshot
+	// lacks (of CRC-32C digests, of SHA-256 digests), once its memory
+	// file matched the record's SHA-256.
 	AddDigests bool
 	// Progress, when not nil, is called from Verify's goroutine as large
 	// artifacts are read (Step is repository.StepVerify). It must not
@@ -252,7 +253,10 @@ func (c *checker) run() error {
 	if err := c.vmState(); err != nil {
 		return err
 	}
-	stored := c.digests()
+	var stored [2]*integrity.Table
+	for i, st := range c.storedTables() {
+		stored[i] = c.table(st)
+	}
 	c.manifest()
 	c.refinement()
 	c.startupPack()
@@ -260,17 +264,16 @@ func (c *checker) run() error {
 	if err != nil {
 		return err
 	}
-	if c.opts.AddDigests && wantsTable(c.res.Record) {
+	if c.opts.AddDigests && wantsTables(c.res.Record) {
 		return c.addDigests(fresh)
 	}
 	return nil
 }
 
-// wantsTable reports whether AddDigests gives rec a table: it has none,
-// or one of digests a writer of the store can forge (CRC-32C).
-func wantsTable(rec repository.Record) bool {
-	d := rec.MemoryDigests
-	return d == nil || !integrity.Algorithm(d.Algorithm).ResistsForgery()
+// wantsTables reports whether AddDigests gives rec a table: it lacks
+// one of the two a publish stores.
+func wantsTables(rec repository.Record) bool {
+	return rec.MemoryDigests == nil || rec.MemorySHA256Digests == nil
 }
 
 // unresolved reports a snapshot the repository refused to resolve: the

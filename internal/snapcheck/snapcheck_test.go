@@ -322,8 +322,9 @@ func TestLegacySnapshotGetsDigests(t *testing.T) {
 	}
 
 	r = verify(t, f.repo, "web", Options{AddDigests: true})
-	if !r.OK || r.Unverified || r.DigestsAdded == nil || *r.DigestsAdded != *f.rec.MemoryDigests {
-		t.Fatalf("add digests: %+v; want the table publish computed, %+v", r, *f.rec.MemoryDigests)
+	if !r.OK || r.Unverified || r.DigestsAdded == nil || *r.DigestsAdded != *f.rec.MemoryDigests ||
+		r.SHA256DigestsAdded == nil || *r.SHA256DigestsAdded != *f.rec.MemorySHA256Digests {
+		t.Fatalf("add digests: %+v; want the tables publish computed, %+v and %+v", r, *f.rec.MemoryDigests, *f.rec.MemorySHA256Digests)
 	}
 	wantArtifact(t, r, repository.DigestsFileName, StatusAdded)
 	repotest.CheckDigests(t, f.repo, f.rec.ID, repotest.DigestTable(t, f.in.MemoryPath))
@@ -352,26 +353,28 @@ func TestRecordWithoutItsTableIsAProblem(t *testing.T) {
 	}
 }
 
-// TestCRCTableIsReplacedBySHA256: a table of CRC-32C digests (what
-// publishes wrote before SHA-256) still judges every block, says it
-// catches accidents only, and AddDigests replaces it with the SHA-256
-// table a publish writes now.
-func TestCRCTableIsReplacedBySHA256(t *testing.T) {
+// TestMissingSHA256TableIsAdded: a snapshot published before tables of
+// SHA-256 digests is checked against its CRC-32C table, says what it
+// lacks, and AddDigests gives it the SHA-256 table a publish writes now.
+func TestMissingSHA256TableIsAdded(t *testing.T) {
 	f := newFixture(t)
-	posixfstest.CRCDigests(t, f.repo.Root(), f.rec.ID)
+	posixfstest.StripSHA256Digests(t, f.repo.Root(), f.rec.ID)
 	r := verify(t, f.repo, "web", Options{})
 	mem := wantArtifact(t, r, repository.MemoryFileName, StatusOK)
-	d := wantArtifact(t, r, repository.DigestsFileName, StatusOK)
-	if !r.OK || mem.Blocks == nil || mem.Blocks.Bad != 0 || !strings.Contains(d.Note, "CRC-32C") {
-		t.Fatalf("snapshot with a CRC-32C table: %+v", r)
+	d := wantArtifact(t, r, repository.SHA256DigestsFileName, StatusAbsent)
+	if !r.OK || r.Unverified || mem.Blocks == nil || mem.Blocks.Bad != 0 || !strings.Contains(d.Note, "no table of SHA-256 digests") {
+		t.Fatalf("snapshot without a SHA-256 table: %+v", r)
 	}
 	r = verify(t, f.repo, "web", Options{AddDigests: true})
-	if !r.OK || r.DigestsAdded == nil || *r.DigestsAdded != *f.rec.MemoryDigests {
-		t.Fatalf("add digests over a CRC-32C table: %+v; want the SHA-256 table publish computed, %+v", r, *f.rec.MemoryDigests)
+	if !r.OK || r.DigestsAdded != nil || r.SHA256DigestsAdded == nil || *r.SHA256DigestsAdded != *f.rec.MemorySHA256Digests {
+		t.Fatalf("add digests: %+v; want the SHA-256 table publish computed, %+v", r, *f.rec.MemorySHA256Digests)
 	}
-	repotest.CheckDigests(t, f.repo, f.rec.ID, repotest.DigestTable(t, f.in.MemoryPath))
-	if r = verify(t, f.repo, "web", Options{AddDigests: true}); !r.OK || r.DigestsAdded != nil {
-		t.Fatalf("add digests to a snapshot with a SHA-256 table: %+v", r)
+	rec, err := f.repo.Get(bg(), f.rec.ID)
+	if err != nil || rec.MemorySHA256Digests == nil || *rec.MemorySHA256Digests != *f.rec.MemorySHA256Digests {
+		t.Fatalf("record after adding: %+v, %v", rec.MemorySHA256Digests, err)
+	}
+	if r = verify(t, f.repo, "web", Options{AddDigests: true}); !r.OK || r.SHA256DigestsAdded != nil {
+		t.Fatalf("add digests to a snapshot with both tables: %+v", r)
 	}
 }
 

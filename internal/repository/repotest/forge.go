@@ -2,7 +2,7 @@ package repotest
 
 import (
 	"hash/crc32"
-	"os"
+	"sync"
 	"testing"
 )
 
@@ -24,7 +24,11 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // CRCNeutralPatch returns the XOR mask, as long as a page (4 KiB), that
 // changes 20 bytes of a page and none of its CRC-32C.
-func CRCNeutralPatch() []byte {
+func CRCNeutralPatch() []byte { return append([]byte(nil), crcNeutralPatch()...) }
+
+var crcNeutralPatch = sync.OnceValue(solveCRCNeutralPatch)
+
+func solveCRCNeutralPatch() []byte {
 	const page = 4096
 	mask := make([]byte, page)
 	copy(mask[CRCPatchOffset:], "ATTACKER PAYLOAD")
@@ -90,29 +94,5 @@ func solveGF2(cols [32]uint32, want uint32) uint32 {
 // that starts at off, leaving the page's CRC-32C as it was.
 func PatchKeepingCRC(t testing.TB, path string, off int64) {
 	t.Helper()
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(path, fi.Mode().Perm()|0o200); err != nil {
-		t.Fatal(err)
-	}
-	defer os.Chmod(path, fi.Mode().Perm())
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	mask := CRCNeutralPatch()
-	page := make([]byte, len(mask))
-	n, err := f.ReadAt(page, off)
-	if n != len(page) {
-		t.Fatalf("read the page at %d of %s: %d bytes, %v", off, path, n, err)
-	}
-	for i := range page {
-		page[i] ^= mask[i]
-	}
-	if _, err := f.WriteAt(page, off); err != nil {
-		t.Fatal(err)
-	}
+	xorAt(t, path, off, crcNeutralPatch())
 }

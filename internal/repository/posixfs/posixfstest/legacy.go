@@ -5,6 +5,8 @@ package posixfstest
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
@@ -44,46 +46,79 @@ func EditRecord(t testing.TB, root, id string, edit func(fields map[string]any))
 
 // StripDigests turns the published snapshot id of the store at root into
 // one published before digest tables existed: a record of format 1 (no
-// memory_format, no memory_digests: a build that did not know the fields
-// never wrote them), and memory.digests removed.
+// memory_format, no digest tables: a build that did not know the fields
+// never wrote them), and both table files removed.
 func StripDigests(t testing.TB, root, id string) {
 	t.Helper()
 	EditRecord(t, root, id, func(f map[string]any) {
 		delete(f, "memory_digests")
+		delete(f, "memory_sha256_digests")
 		delete(f, "memory_format")
 		f["format"] = 1
 	})
-	table := filepath.Join(root, "snapshots", id, repository.DigestsFileName)
-	if err := os.Remove(table); err != nil && !errors.Is(err, os.ErrNotExist) {
-		t.Fatal(err)
+	removeTables(t, root, id, repository.DigestsFileName, repository.SHA256DigestsFileName)
+}
+
+// StripSHA256Digests turns the published snapshot id of the store at root
+// into one published before tables of SHA-256 digests existed: its
+// record and its directory lose that table.
+func StripSHA256Digests(t testing.TB, root, id string) {
+	t.Helper()
+	EditRecord(t, root, id, func(f map[string]any) { delete(f, "memory_sha256_digests") })
+	removeTables(t, root, id, repository.SHA256DigestsFileName)
+}
+
+func removeTables(t testing.TB, root, id string, names ...string) {
+	t.Helper()
+	dir := filepath.Join(root, "snapshots", id)
+	for _, name := range names {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
 	}
-	if err := durable.Sync(filepath.Dir(table)); err != nil {
+	if err := durable.Sync(dir); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// CRCDigests gives the published snapshot id of the store at root the
-// table a build of the CRC-32C era wrote: memory.digests of CRC-32C
-// digests of its memory file, described in the record.
-func CRCDigests(t testing.TB, root, id string) {
+// RewriteMemory is what a writer of the store who knows its layout does
+// to serve other bytes: it patches the memory file of id at off, writes
+// the digest tables of the patched file and puts the new SHA-256s, the
+// memory file's and the tables', into the record. Every check that starts
+// from the record then passes; only a signature of the record can tell.
+func RewriteMemory(t testing.TB, root, id string, off int64, patch []byte) {
 	t.Helper()
 	dir := filepath.Join(root, "snapshots", id)
 	mem, err := os.ReadFile(filepath.Join(dir, repository.MemoryFileName))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := integrity.NewBuilder(integrity.CRC32C, int64(len(mem)))
-	b.Write(mem)
-	table := b.Table().Encode()
-	path := filepath.Join(dir, repository.DigestsFileName)
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		t.Fatal(err)
+	copy(mem[off:], patch)
+	tables := integrity.NewTables(int64(len(mem)))
+	tables.Write(mem)
+	enc := repository.EncodeTables(tables)
+	for name, data := range map[string][]byte{repository.MemoryFileName: mem,
+		repository.DigestsFileName: enc.CRC, repository.SHA256DigestsFileName: enc.SHA256} {
+		path := filepath.Join(dir, name)
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		writeDurable(t, path, data)
 	}
-	writeDurable(t, path, table)
-	d := repository.DescribeDigests(table)
 	EditRecord(t, root, id, func(f map[string]any) {
-		f["memory_digests"] = map[string]any{"algorithm": d.Algorithm, "block_bytes": d.BlockBytes, "sha256": d.SHA256, "size": d.Size}
+		f["memory_sha256"] = sha256Hex(mem)
+		f["memory_digests"] = descriptor(repository.DescribeDigests(enc.CRC))
+		f["memory_sha256_digests"] = descriptor(repository.DescribeDigests(enc.SHA256))
 	})
+}
+
+func descriptor(d repository.DigestsDescriptor) map[string]any {
+	return map[string]any{"algorithm": d.Algorithm, "block_bytes": d.BlockBytes, "sha256": d.SHA256, "size": d.Size}
+}
+
+func sha256Hex(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }
 
 func writeDurable(t testing.TB, path string, data []byte) {
