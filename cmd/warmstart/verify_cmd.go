@@ -12,12 +12,13 @@ import (
 	"warmstart/internal/local"
 	"warmstart/internal/remote"
 	"warmstart/internal/report"
+	"warmstart/internal/snapcheck"
 	"warmstart/internal/usage"
 )
 
 // snapshotVerifyOptions are the flags of snapshot verify.
 type snapshotVerifyOptions struct {
-	all, json, addDigests bool
+	all, json, addDigests, cache bool
 }
 
 var snapshotVerifyFlags snapshotVerifyOptions
@@ -54,6 +55,15 @@ published before tables of SHA-256 digests existed gets one the same way
 (snapshot sign needs it). A new table changes what a signature covers:
 sign the snapshot again (warmstart snapshot sign) where nodes trust keys.
 
+On a node that keeps a cache of the memory (an S3 repository's cache_dir),
+the blocks of the snapshot's memory the cache holds are checked too,
+against the digest table (of SHA-256 digests where the snapshot has one):
+what the store holds is read past the cache, and a block this node
+cached may not be the store's bytes any more (a writer of the cache dir
+can keep a block's CRC-32C). A block that fails is evicted, so the next
+read fetches it from the store, and reported as a problem of kind
+"cache" ("cache" in JSON says what was checked). --cache=false skips it.
+
 --json prints the report (an array of reports with --all) with snake_case
 keys; "ok" says whether problems were found.
 
@@ -71,7 +81,7 @@ func runSnapshotVerify(cmd *cobra.Command, args []string) error {
 	if daemonSocket != "" {
 		ref := strings.Join(args, "") // empty with --all
 		return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
-			return remote.Verify(ctx, c, o, ref, f.all, f.json, daemon.VerifyRequest{AddDigests: f.addDigests})
+			return remote.Verify(ctx, c, o, ref, f.all, f.json, daemon.VerifyRequest{AddDigests: f.addDigests, Cache: &f.cache})
 		}, storeFlag)
 	}
 	open := openReadOnlyRepository
@@ -83,7 +93,8 @@ func runSnapshotVerify(cmd *cobra.Command, args []string) error {
 		return fmt.Errorf("snapshot verify: %w", err)
 	}
 	return interruptible(cmd, func(ctx context.Context) error {
-		return invalidAsUsage(local.Verify(ctx, repo, cmdOutput(cmd), strings.Join(args, ""), f.all, f.json, f.addDigests))
+		opts := snapcheck.Options{AddDigests: f.addDigests, Cache: f.cache}
+		return invalidAsUsage(local.Verify(ctx, repo, cmdOutput(cmd), strings.Join(args, ""), f.all, f.json, opts))
 	})
 }
 
@@ -91,6 +102,8 @@ func init() {
 	fl := snapshotVerifyCmd.Flags()
 	fl.BoolVar(&snapshotVerifyFlags.all, "all", false, "verify every snapshot")
 	fl.BoolVar(&snapshotVerifyFlags.json, "json", false, "print JSON")
+	fl.BoolVar(&snapshotVerifyFlags.cache, "cache", true,
+		"also check what this node's cache holds of the memory (S3), evicting blocks that fail; --cache=false skips it")
 	fl.BoolVar(&snapshotVerifyFlags.addDigests, "add-digests", false,
 		"give a snapshot without a SHA-256 digest table one, if its memory matches its record")
 	snapshotCmd.AddCommand(snapshotVerifyCmd)

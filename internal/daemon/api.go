@@ -96,6 +96,10 @@ type VerifyRequest struct {
 	// AddDigests attaches the freshly computed digest tables a snapshot
 	// lacks, if its memory file matches the record's SHA-256.
 	AddDigests bool `json:"add_digests,omitempty"`
+	// Cache, unless false, also checks what the daemon's node cache holds
+	// of the snapshot's memory and evicts blocks that fail
+	// (snapcheck.Options.Cache).
+	Cache *bool `json:"cache,omitempty"`
 }
 
 // RestoreRequest is the body of POST /restores. Empty fields take the
@@ -415,7 +419,7 @@ func (d *Daemon) verifySnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err := d.checkOpen(); err != nil {
 		return err
 	}
-	rep, err := snapcheck.Verify(r.Context(), d.repo, ref, snapcheck.Options{AddDigests: req.AddDigests})
+	rep, err := snapcheck.Verify(r.Context(), d.repo, ref, snapcheck.Options{AddDigests: req.AddDigests, Cache: req.Cache == nil || *req.Cache})
 	switch {
 	case err != nil && d.reqCtx.Err() != nil:
 		return statusError(http.StatusServiceUnavailable, "", fmt.Errorf("%w: %w", ErrShuttingDown, err))

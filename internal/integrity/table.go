@@ -259,6 +259,21 @@ func (t *Table) check(data []byte, off int64) (int, *BlockError) {
 	return done, nil
 }
 
+// Verify checks data, the file's bytes from off, a block boundary, to
+// their end: it is nil when every block in it matches its digest, else
+// the first bad block's *BlockError. data must end at a block boundary or
+// at the end of the file.
+func (t *Table) Verify(data []byte, off int64) error {
+	end := off + int64(len(data))
+	if off < 0 || off%BlockBytes != 0 || end > t.fileSize || (end%BlockBytes != 0 && end != t.fileSize) {
+		return fmt.Errorf("integrity: [%d, %d) is not whole blocks of a %d-byte file", off, end, t.fileSize)
+	}
+	if _, bad := t.check(data, off); bad != nil {
+		return bad
+	}
+	return nil
+}
+
 // Mismatches compares t with the table of another reading of the same file
 // and returns the offsets of the blocks that differ. A read of another
 // algorithm differs in every block: build it with t's (Builder).

@@ -138,6 +138,7 @@ func (c *checker) compareBlocks(a *Artifact, stored [2]*integrity.Table, fresh i
 	if table == nil {
 		table, read = stored[0], fresh.CRC
 	}
+	c.judge = table
 	if table == nil {
 		if c.res.Record.MemoryDigests != nil || c.res.Record.MemorySHA256Digests != nil {
 			a.Note = "blocks not compared: the digest table cannot be used"

@@ -27,6 +27,10 @@ type Report struct {
 	// read, an alias binding the record contradicts, or artifacts the
 	// repository cannot resolve.
 	Problems []Problem `json:"problems,omitempty"`
+	// Cache is what Options.Cache found of the snapshot's memory in this
+	// node's cache; nil when it was not checked or the repository keeps
+	// none (posixfs).
+	Cache *CacheReport `json:"cache,omitempty"`
 	// Artifacts are vm_state.bin, memory.bin, memory.digests,
 	// memory.sha256-digests and startup-manifest.bin, in that order.
 	Artifacts []Artifact `json:"artifacts"`
@@ -101,6 +105,7 @@ const (
 	KindAlias      = "alias"       // an alias binding and the record contradict each other
 	KindNotAdded   = "not_added"   // AddDigests refused to attach a table
 	KindAttach     = "attach"      // attaching the table failed
+	KindCache      = "cache"       // blocks of the node cache failed their check (evicted)
 )
 
 // Problem is one thing wrong with a snapshot.

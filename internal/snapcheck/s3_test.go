@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -58,7 +60,7 @@ func (w *s3World) openIn(t *testing.T, cacheDir string, readOnly bool) *s3.Repo 
 	r, err := s3.Open(bg(), s3.Options{
 		Endpoint: "http://" + w.srv.Endpoint, Bucket: s3Bucket, Region: "us-east-1", Prefix: w.prefix,
 		AddressingStyle: "path", AccessKeyID: miniotest.AccessKey, SecretAccessKey: miniotest.SecretKey,
-		CacheDir: t.TempDir(), CacheMaxBytes: 64 << 20, ReadOnly: readOnly,
+		CacheDir: cacheDir, CacheMaxBytes: 64 << 20, ReadOnly: readOnly,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -220,6 +222,53 @@ func TestS3(t *testing.T) {
 		a := wantArtifact(t, r, repository.MemoryFileName, StatusBad, KindRead, KindBadBlocks)
 		if r.OK || len(a.Problems) == 0 || !strings.Contains(a.Problems[0].Message, "integrity") {
 			t.Fatalf("a chunk damaged in the store verified ok on a node that cached it: %+v", a)
+		}
+	})
+	// Failure 4 of the adversarial pass, on S3: a writer of the node's
+	// cache dir patches every page of every cached block, keeping each
+	// page's CRC-32C and so the CRC in the block's file name. Verify
+	// reads the store, which is fine; with Cache it also checks the
+	// node's blocks against the snapshot's SHA-256 table, reports them
+	// and evicts them.
+	t.Run("poisoned node cache found and evicted", func(t *testing.T) {
+		dir := t.TempDir()
+		node := w.openIn(t, dir, false)
+		rec, _ := publish(t, node, "poisoned")
+		res, err := node.Resolve(bg(), rec.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		repotest.ResolvedMemorySHA256(t, res) // the node caches every block
+		if err := node.Close(); err != nil {  // and writes them to disk
+			t.Fatal(err)
+		}
+		blocks, err := filepath.Glob(filepath.Join(dir, "chunks", rec.MemorySHA256, "*.blk"))
+		if err != nil || len(blocks) == 0 {
+			t.Fatalf("cached blocks %v (%v)", blocks, err)
+		}
+		for _, b := range blocks {
+			fi, err := os.Stat(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for off := int64(0); off+4096 <= fi.Size(); off += 4096 {
+				repotest.PatchKeepingCRC(t, b, off)
+			}
+		}
+		verb := w.openIn(t, dir, true) // as the CLI opens it
+		if r := verify(t, verb, "poisoned", Options{}); !r.OK || r.Cache != nil {
+			t.Fatalf("verify of the store: %+v", r)
+		}
+		r := verify(t, verb, "poisoned", Options{Cache: true})
+		if r.OK || r.Cache == nil || len(r.Cache.Evicted) != len(blocks) || r.Cache.Blocks != len(blocks) ||
+			len(r.Problems) != 1 || r.Problems[0].Kind != KindCache {
+			t.Fatalf("verify with the node cache: %+v", r)
+		}
+		if left, _ := filepath.Glob(filepath.Join(dir, "chunks", rec.MemorySHA256, "*.blk")); len(left) != 0 {
+			t.Fatalf("evicted blocks left their files: %v", left)
+		}
+		if r := verify(t, verb, "poisoned", Options{Cache: true}); !r.OK || r.Cache == nil || r.Cache.Blocks != 0 {
+			t.Fatalf("verify after the eviction: %+v", r)
 		}
 	})
 	// The node's file cache keeps the small artifacts too: verify on a

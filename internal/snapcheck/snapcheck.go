@@ -43,6 +43,11 @@ type Options struct {
 	// lacks (of CRC-32C digests, of SHA-256 digests), once its memory
 	// file matched the record's SHA-256.
 	AddDigests bool
+	// Cache also checks the blocks of the snapshot's memory that this
+	// node's cache holds (where the repository keeps one: s3) against the
+	// snapshot's digest table, and evicts those that fail: they are what
+	// this node's restores read instead of the store's bytes.
+	Cache bool
 	// Progress, when not nil, is called from Verify's goroutine as large
 	// artifacts are read (Step is repository.StepVerify). It must not
 	// block for long.
@@ -159,6 +164,9 @@ type checker struct {
 	res  repository.Resolved
 	opts Options
 	r    *Report
+	// judge is the stored digest table blocks were compared with (nil
+	// when none could be used).
+	judge *integrity.Table
 }
 
 // verifyRecord checks rec's catalog entries in repo and reads its
@@ -186,6 +194,11 @@ func verifyRecord(ctx context.Context, repo, view repository.Repository, rec rep
 	c := &checker{ctx: ctx, repo: view, res: res, opts: opts, r: &r}
 	if err := c.run(); err != nil {
 		return Report{}, err
+	}
+	if opts.Cache {
+		if err := c.checkCache(repo); err != nil {
+			return Report{}, err
+		}
 	}
 	if err := stillListed(ctx, repo, rec.ID); err != nil {
 		return Report{}, err
