@@ -317,7 +317,7 @@ func newRepo(o Options, prefix string, core *minio.Core, counter *countingTransp
 // chunk cache and the background fill that writes into it.
 func (r *Repo) openLocal() error {
 	r.localOnce.Do(func() {
-		if err := os.MkdirAll(r.filesDir, 0o755); err != nil {
+		if err := os.MkdirAll(r.filesDir, 0o700); err != nil { // VM states: private
 			r.localErr = err
 			return
 		}
