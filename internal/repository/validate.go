@@ -109,10 +109,6 @@ func (r Record) Validate() error {
 		return fmt.Errorf("%w: layout file size %d differs from memory size %d", ErrIntegrity, r.Layout.FileSize, r.MemorySize)
 	case r.VMStateSize < 0 || !isSHA256Hex(r.VMStateSHA256) || !isSHA256Hex(r.MemorySHA256):
 		return fmt.Errorf("%w: record artifact sizes or digests are malformed", ErrIntegrity)
-	case r.MemoryDigests != nil && r.MemoryDigests.validateAs(integrity.CRC32C, r.MemorySize) != nil:
-		return fmt.Errorf("%w: record digest table descriptor: %v", ErrIntegrity, r.MemoryDigests.validateAs(integrity.CRC32C, r.MemorySize))
-	case r.MemorySHA256Digests != nil && r.MemorySHA256Digests.validateAs(integrity.SHA256, r.MemorySize) != nil:
-		return fmt.Errorf("%w: record SHA-256 digest table descriptor: %v", ErrIntegrity, r.MemorySHA256Digests.validateAs(integrity.SHA256, r.MemorySize))
 	case r.Manifest != nil && (r.Manifest.Size <= 0 || r.Manifest.Size > MaxManifestBytes || !isSHA256Hex(r.Manifest.SHA256)):
 		return fmt.Errorf("%w: record manifest descriptor is malformed", ErrIntegrity)
 	case r.ManifestRecording != nil && r.Manifest == nil:
@@ -120,7 +116,27 @@ func (r Record) Validate() error {
 	case r.ManifestRecording != nil && r.ManifestRecording.Validate() != nil:
 		return fmt.Errorf("%w: record manifest %v", ErrIntegrity, r.ManifestRecording.Validate())
 	}
+	if err := r.validateDigests(); err != nil {
+		return err
+	}
 	return r.validateStorage()
+}
+
+// validateDigests checks the digest table descriptors.
+func (r Record) validateDigests() error {
+	for _, t := range []struct {
+		d    *DigestsDescriptor
+		alg  integrity.Algorithm
+		what string
+	}{{r.MemoryDigests, integrity.CRC32C, "digest table"}, {r.MemorySHA256Digests, integrity.SHA256, "SHA-256 digest table"}} {
+		if t.d == nil {
+			continue
+		}
+		if err := t.d.validateAs(t.alg, r.MemorySize); err != nil {
+			return fmt.Errorf("%w: record %s descriptor: %v", ErrIntegrity, t.what, err)
+		}
+	}
+	return nil
 }
 
 // Validate checks that d describes a table this build reads for a memory

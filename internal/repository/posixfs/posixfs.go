@@ -213,12 +213,7 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	if err != nil {
 		return repository.Record{}, err
 	}
-	for name, table := range map[string][]byte{repository.DigestsFileName: mem.tables.CRC, repository.SHA256DigestsFileName: mem.tables.SHA256} {
-		if err := r.writeFileDurable(dir, name, table, artifactFileMode, faultPoints{}); err != nil {
-			return repository.Record{}, err
-		}
-	}
-	if err := durable.Sync(dir); err != nil {
+	if err := r.writeTables(dir, mem.tables); err != nil {
 		return repository.Record{}, err
 	}
 	r.fault(FaultPublishAfterArtifacts)
@@ -232,6 +227,16 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	}
 	published = true
 	return rec, nil
+}
+
+// writeTables stores the memory file's digest tables in dir, durably.
+func (r *Repo) writeTables(dir string, tables repository.DigestTables) error {
+	for name, table := range map[string][]byte{repository.DigestsFileName: tables.CRC, repository.SHA256DigestsFileName: tables.SHA256} {
+		if err := r.writeFileDurable(dir, name, table, artifactFileMode, faultPoints{}); err != nil {
+			return err
+		}
+	}
+	return durable.Sync(dir)
 }
 
 // commitRecord binds the alias and writes the record, the visibility point,

@@ -462,11 +462,8 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	if err != nil {
 		return repository.Record{}, err
 	}
-	rec := repository.NewRecord(id, req, vm.stored(), mem.uploaded.stored(), mem.tables)
-	rec.MemoryFormat = repository.MemoryFormatChunks
-	rec.MemoryChunks = &repository.ChunkMapDescriptor{SHA256: sha256Hex(mem.chunkMap), Size: int64(len(mem.chunkMap)),
-		ChunkBytes: mem.chunks.ChunkBytes, StoredBytes: mem.chunks.StoredBytes()}
-	if rec, err = repository.SignRecord(rec, r.opts.SigningKey); err != nil {
+	rec, err := r.newRecord(id, req, vm, mem)
+	if err != nil {
 		return repository.Record{}, err
 	}
 	if req.Alias != "" {
@@ -483,6 +480,16 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	}
 	published = true
 	return rec, nil
+}
+
+// newRecord is the record a publish of id commits: its chunked memory
+// described, signed when the repository has a key.
+func (r *Repo) newRecord(id string, req repository.PublishRequest, vm storedArtifact, mem storedMemory) (repository.Record, error) {
+	rec := repository.NewRecord(id, req, vm.stored(), mem.uploaded.stored(), mem.tables)
+	rec.MemoryFormat = repository.MemoryFormatChunks
+	rec.MemoryChunks = &repository.ChunkMapDescriptor{SHA256: sha256Hex(mem.chunkMap), Size: int64(len(mem.chunkMap)),
+		ChunkBytes: mem.chunks.ChunkBytes, StoredBytes: mem.chunks.StoredBytes()}
+	return repository.SignRecord(rec, r.opts.SigningKey)
 }
 
 // storedMemory is a publish's memory in the bucket: its chunks, their map
