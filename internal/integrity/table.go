@@ -22,12 +22,16 @@
 //     block file names (package chunkcache), as a first check for torn
 //     writes and media errors.
 //
-// Cost, measured here (Xeon with SHA-NI, `go test -bench BlockDigest`):
-// CRC-32C 7–9 GB/s and SHA-256 0.2–0.7 GB/s per 4 KiB block on a host
-// loaded to ~12 on 2 cores (unloaded, about 14 and 1.7 GB/s). A cold
-// restore of the reference reads 48.5 MiB: ~6 ms of CRC-32C, 70–180 ms of
-// SHA-256 on that host, which the benchmark's +noverify pair showed as
-// +68 ms (cold) and +108 ms (warm) of ~550 ms. 4 KiB is the page every
+// Cost, measured here (Xeon with SHA-NI, 2 cores shared with other work):
+// `go test -bench BlockDigest` gives CRC-32C 7–9 GB/s and SHA-256
+// 0.2–0.7 GB/s per 4 KiB block at a load average of ~12 (unloaded, about
+// 14 and 1.7 GB/s). A restore of the reference reads 48.5 MiB. `warmstart
+// bench --policies warmstart,warmstart+noverify` with every block checked
+// by SHA-256 measured verified minus unverified at +16 ms cold and +10 ms
+// warm of ~200 ms (12 blocks, load ~4; medians 9–15 % apart), and +68 ms
+// and +108 ms of ~550 ms at load ~12; with CRC-32C the same pairs are
+// within their noise (+34 ms cold [−86, +155], −12 ms warm, 8 blocks at
+// load ~5). Hence SHA-256 only where it stops someone. 4 KiB is the page every
 // device reads in (a uffd fault, a FUSE page), so a check never reads
 // more than the device was asked for, and a bad block costs the guest
 // only the page it lies in. The CRC-32C table is 1/1024 of the memory
