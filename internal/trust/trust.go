@@ -115,7 +115,8 @@ func (p *Policy) trusts(s repository.Signature) bool {
 // signature by a trusted key that verifies over rec as it is; otherwise
 // a *RefusedError saying why: unsigned, signed only by keys the node
 // does not trust, changed after a trusted key signed it, or a record no
-// signature can vouch for (a part of its core missing, a CRC-32C table).
+// signature can vouch for (a part of its core missing: a hash, the
+// table of SHA-256 digests).
 func (p *Policy) Check(rec repository.Record) error {
 	if !p.Enforcing() {
 		return nil
