@@ -18,6 +18,7 @@ import (
 	"warmstart/internal/config"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/role"
+	"warmstart/internal/trust"
 	"warmstart/internal/usage"
 	"warmstart/internal/vmm/qemu"
 	"warmstart/internal/vmm/replay"
@@ -49,6 +50,11 @@ func init() {
 // when present, else the built-in defaults.
 func loadConfig() (*config.Config, error) { return config.Load(config.Path(configPath)) }
 
+// exitUntrusted is the exit status of a verb refused a snapshot because
+// none of the node's trusted keys signed it ([trust] trusted_keys), so
+// scripts tell it from a failure worth retrying.
+const exitUntrusted = 3
+
 // usageError marks an error caused by how the verb was called, so main can
 // exit 2 as the shell convention asks.
 type usageError = usage.Error
@@ -74,6 +80,9 @@ func main() {
 		var ie interrupt.Error
 		if errors.As(err, &ie) {
 			os.Exit(ie.ExitCode())
+		}
+		if errors.Is(err, trust.ErrUntrusted) {
+			os.Exit(exitUntrusted)
 		}
 		os.Exit(1)
 	}

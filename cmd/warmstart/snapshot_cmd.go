@@ -207,9 +207,16 @@ digests of its files, its memory layout, the descriptor (SHA-256, size) of
 its startup manifest when one is attached, its refined manifest when
 restores have refined it, the startup pack and the refined pack (sizes,
 manifest, index; S3 only) when stored, and where its files are. With
---json the record's fields (startup_pack, refined_pack among them) and
-"files". An argument that parses as a UUID is taken as an id, anything
-else as an alias.`,
+--json the record's fields (startup_pack, refined_pack and signatures
+among them), "files" and "trust". An argument that parses as a UUID is
+taken as an id, anything else as an alias.
+
+"trust" is what this node's [trust] trusted_keys make of the record's
+signatures: "verified" (signed by a trusted key: it names the key),
+"refused" (restores here fail, exit 3, and it says why: unsigned, signed
+by keys not trusted here, or changed after it was signed) or "unverified"
+(the node trusts no key and checks none); either way it lists the keys
+whose signatures verify and those whose no longer do.`,
 	Args: usage.Args(snapshotArg),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		ref := args[0]
@@ -222,7 +229,11 @@ else as an alias.`,
 		if err != nil {
 			return fmt.Errorf("snapshot show: %w", err)
 		}
-		return invalidAsUsage(local.Show(cmd.Context(), repo, cmdOutput(cmd), ref, snapshotShowJSON))
+		policy, err := trustPolicy()
+		if err != nil {
+			return fmt.Errorf("snapshot show: %w", err)
+		}
+		return invalidAsUsage(local.Show(cmd.Context(), repo, policy, cmdOutput(cmd), ref, snapshotShowJSON))
 	},
 }
 

@@ -12,12 +12,13 @@ import (
 	"warmstart/internal/local"
 	"warmstart/internal/remote"
 	"warmstart/internal/report"
+	"warmstart/internal/snapcheck"
 	"warmstart/internal/usage"
 )
 
 // snapshotVerifyOptions are the flags of snapshot verify.
 type snapshotVerifyOptions struct {
-	all, json, addDigests bool
+	all, json, addDigests, cache bool
 }
 
 var snapshotVerifyFlags snapshotVerifyOptions
@@ -30,7 +31,8 @@ every snapshot) whole and compare it with the snapshot's record:
 
   vm_state.bin          size and SHA-256
   memory.bin            SHA-256, and every 4 KiB block against the digest table
-  memory.digests        size and SHA-256, and that it decodes
+  memory.digests        size and SHA-256, and that it decodes (CRC-32C digests)
+  memory.sha256-digests the same (SHA-256 digests)
   startup-manifest.bin  size, SHA-256 and memory layout, when one is attached
   startup pack          on S3, read whole, every frame checked, when one is stored
 
@@ -48,7 +50,19 @@ A snapshot published before digest tables existed is reported as
 "unverified (no digest table)": that alone is not a problem. --add-digests
 gives such a snapshot the table computed in the same pass, but only if its
 memory file matches the SHA-256 in its record; otherwise it refuses, since
-the table would vouch for other bytes than the published ones.
+the table would vouch for other bytes than the published ones. A snapshot
+published before tables of SHA-256 digests existed gets one the same way
+(snapshot sign needs it). A new table changes what a signature covers:
+sign the snapshot again (warmstart snapshot sign) where nodes trust keys.
+
+On a node that keeps a cache of the memory (an S3 repository's cache_dir),
+the blocks of the snapshot's memory the cache holds are checked too,
+against the digest table (of SHA-256 digests where the snapshot has one):
+what the store holds is read past the cache, and a block this node
+cached may not be the store's bytes any more (a writer of the cache dir
+can keep a block's CRC-32C). A block that fails is evicted, so the next
+read fetches it from the store, and reported as a problem of kind
+"cache" ("cache" in JSON says what was checked). --cache=false skips it.
 
 --json prints the report (an array of reports with --all) with snake_case
 keys; "ok" says whether problems were found.
@@ -67,7 +81,7 @@ func runSnapshotVerify(cmd *cobra.Command, args []string) error {
 	if daemonSocket != "" {
 		ref := strings.Join(args, "") // empty with --all
 		return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
-			return remote.Verify(ctx, c, o, ref, f.all, f.json, daemon.VerifyRequest{AddDigests: f.addDigests})
+			return remote.Verify(ctx, c, o, ref, f.all, f.json, daemon.VerifyRequest{AddDigests: f.addDigests, Cache: &f.cache})
 		}, storeFlag)
 	}
 	open := openReadOnlyRepository
@@ -79,7 +93,8 @@ func runSnapshotVerify(cmd *cobra.Command, args []string) error {
 		return fmt.Errorf("snapshot verify: %w", err)
 	}
 	return interruptible(cmd, func(ctx context.Context) error {
-		return invalidAsUsage(local.Verify(ctx, repo, cmdOutput(cmd), strings.Join(args, ""), f.all, f.json, f.addDigests))
+		opts := snapcheck.Options{AddDigests: f.addDigests, Cache: f.cache}
+		return invalidAsUsage(local.Verify(ctx, repo, cmdOutput(cmd), strings.Join(args, ""), f.all, f.json, opts))
 	})
 }
 
@@ -87,7 +102,9 @@ func init() {
 	fl := snapshotVerifyCmd.Flags()
 	fl.BoolVar(&snapshotVerifyFlags.all, "all", false, "verify every snapshot")
 	fl.BoolVar(&snapshotVerifyFlags.json, "json", false, "print JSON")
+	fl.BoolVar(&snapshotVerifyFlags.cache, "cache", true,
+		"also check what this node's cache holds of the memory (S3), evicting blocks that fail; --cache=false skips it")
 	fl.BoolVar(&snapshotVerifyFlags.addDigests, "add-digests", false,
-		"give a snapshot without a digest table one, if its memory matches its record")
+		"give a snapshot without a SHA-256 digest table one, if its memory matches its record")
 	snapshotCmd.AddCommand(snapshotVerifyCmd)
 }

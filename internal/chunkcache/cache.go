@@ -280,7 +280,9 @@ func Open(o Options) (*Cache, error) {
 		failures:     make(map[blockKey]failure),
 		persistQ:     make(chan *entry, persistQueueBlocks),
 	}
-	if err := os.MkdirAll(c.chunksDir(), 0o755); err != nil {
+	// Guest memory: no one else may list or read it (0700; a directory
+	// that already exists keeps its mode).
+	if err := os.MkdirAll(c.chunksDir(), 0o700); err != nil {
 		return nil, fmt.Errorf("open chunk cache %s: %w", dir, err)
 	}
 	lock, err := lockDir(dir, c.index)

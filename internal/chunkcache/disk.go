@@ -209,7 +209,7 @@ func (c *Cache) persistLoop() {
 // writeDurable writes data to path through a temporary file in dir that is
 // fsynced before the rename, so path never names a partial block.
 func writeDurable(dir, path string, data []byte) (err error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
 	var rnd [8]byte

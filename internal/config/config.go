@@ -48,6 +48,20 @@ type Config struct {
 	QEMU        QEMUConfig        `toml:"qemu"`
 	Envd        EnvdConfig        `toml:"envd"`
 	Log         LogConfig         `toml:"log"`
+	Trust       TrustConfig       `toml:"trust"`
+}
+
+// TrustConfig is [trust]: which key signs what this node publishes and
+// which keys sign what it restores (package trust).
+type TrustConfig struct {
+	// SigningKey is the private key file (PEM PKCS #8 Ed25519, mode 0600)
+	// every record this node publishes is signed with; empty signs
+	// nothing.
+	SigningKey string `toml:"signing_key"`
+	// TrustedKeys are public key files (PEM PKIX Ed25519): with any, this
+	// node restores only snapshots signed by one of them (or by
+	// SigningKey); without, it checks no signature.
+	TrustedKeys []string `toml:"trusted_keys"`
 }
 
 // Log formats and levels.
@@ -353,7 +367,8 @@ func Default() *Config {
 		QEMU: QEMUConfig{
 			Binary: "qemu-system-x86_64", Accel: AccelAuto, MemoryMiB: 128, VCPUs: 1, StopTimeout: 5 * time.Second,
 		},
-		Envd: EnvdConfig{PollInterval: 5 * time.Millisecond, Timeout: 30 * time.Second},
+		Envd:  EnvdConfig{PollInterval: 5 * time.Millisecond, Timeout: 30 * time.Second},
+		Trust: TrustConfig{TrustedKeys: []string{}},
 	}
 }
 

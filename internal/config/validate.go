@@ -138,14 +138,7 @@ func (c *Config) Validate() error {
 			}
 			return absolutePath("daemon.token_file", c.Daemon.TokenFile)
 		},
-		func() error {
-			for _, d := range c.Daemon.ImportDirs {
-				if err := absolutePath("daemon.import_dirs", d); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
+		func() error { return absolutePaths("daemon.import_dirs", c.Daemon.ImportDirs) },
 		func() error {
 			return oneOf("vmm.driver", c.VMM.Driver, DriverFirecracker, DriverQEMU, DriverReplay)
 		},
@@ -177,8 +170,25 @@ func (c *Config) Validate() error {
 		func() error {
 			return oneOf("log.level", c.Log.Level, LogLevelDebug, LogLevelInfo, LogLevelWarn, LogLevelError)
 		},
+		func() error {
+			if c.Trust.SigningKey == "" {
+				return nil // signs nothing
+			}
+			return absolutePath("trust.signing_key", c.Trust.SigningKey)
+		},
+		func() error { return absolutePaths("trust.trusted_keys", c.Trust.TrustedKeys) },
 	} {
 		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// absolutePaths checks every path of a list with absolutePath.
+func absolutePaths(key string, paths []string) error {
+	for _, p := range paths {
+		if err := absolutePath(key, p); err != nil {
 			return err
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"warmstart/internal/restore"
 	"warmstart/internal/snapcheck"
 	"warmstart/internal/startupset"
+	"warmstart/internal/trust"
 	"warmstart/internal/vmm"
 )
 
@@ -68,6 +69,10 @@ type SnapshotInfo struct {
 	// FilesError saying why, when they do not check out.
 	Files      *SnapshotFiles `json:"files,omitempty"`
 	FilesError string         `json:"files_error,omitempty"`
+	// Trust is what the daemon's trusted keys make of the record's
+	// signatures: verified, refused (restores fail with 403) or
+	// unverified (it trusts no key).
+	Trust trust.Status `json:"trust"`
 }
 
 // SnapshotFiles are a snapshot's artifacts.
@@ -88,9 +93,13 @@ type DeleteResponse struct {
 
 // VerifyRequest is the optional body of POST /snapshots/{id}/verify.
 type VerifyRequest struct {
-	// AddDigests attaches a freshly computed digest table to a snapshot
-	// without one, if its memory file matches the record's SHA-256.
+	// AddDigests attaches the freshly computed digest tables a snapshot
+	// lacks, if its memory file matches the record's SHA-256.
 	AddDigests bool `json:"add_digests,omitempty"`
+	// Cache, unless false, also checks what the daemon's node cache holds
+	// of the snapshot's memory and evicts blocks that fail
+	// (snapcheck.Options.Cache).
+	Cache *bool `json:"cache,omitempty"`
 }
 
 // RestoreRequest is the body of POST /restores. Empty fields take the
@@ -245,7 +254,7 @@ func (d *Daemon) getSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	info := SnapshotInfo{Record: rec}
+	info := SnapshotInfo{Record: rec, Trust: d.node.Trust.Status(rec)}
 	if res, err := d.repo.Resolve(r.Context(), rec.ID); err != nil {
 		info.FilesError = err.Error()
 	} else {
@@ -410,7 +419,7 @@ func (d *Daemon) verifySnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err := d.checkOpen(); err != nil {
 		return err
 	}
-	rep, err := snapcheck.Verify(r.Context(), d.repo, ref, snapcheck.Options{AddDigests: req.AddDigests})
+	rep, err := snapcheck.Verify(r.Context(), d.repo, ref, snapcheck.Options{AddDigests: req.AddDigests, Cache: req.Cache == nil || *req.Cache})
 	switch {
 	case err != nil && d.reqCtx.Err() != nil:
 		return statusError(http.StatusServiceUnavailable, "", fmt.Errorf("%w: %w", ErrShuttingDown, err))
@@ -455,6 +464,8 @@ func (d *Daemon) snapshotAction(w http.ResponseWriter, r *http.Request) error {
 	switch {
 	case errors.Is(err, recorder.ErrDiscarded):
 		return statusError(http.StatusNotFound, "id", err)
+	case errors.Is(err, trust.ErrUntrusted):
+		return statusError(http.StatusForbidden, "id", err)
 	case err != nil && d.reqCtx.Err() != nil:
 		return statusError(http.StatusServiceUnavailable, "", fmt.Errorf("%w: %w", ErrShuttingDown, err))
 	case err != nil:
@@ -535,6 +546,8 @@ func (d *Daemon) restoreFailed(err error) error {
 		return statusError(http.StatusServiceUnavailable, "", fmt.Errorf("%w: %w", ErrShuttingDown, err))
 	case errors.As(err, &fe):
 		return statusError(http.StatusBadRequest, fe.Field, err)
+	case errors.Is(err, trust.ErrUntrusted):
+		return statusError(http.StatusForbidden, "snapshot", err)
 	case errors.Is(err, fusedev.ErrAttachConflict):
 		return statusError(http.StatusConflict, "io_engine", err)
 	}

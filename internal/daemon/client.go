@@ -14,6 +14,7 @@ import (
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
 	"warmstart/internal/snapcheck"
+	"warmstart/internal/trust"
 )
 
 // maxResponseBytes bounds what the client reads of one answer.
@@ -53,9 +54,10 @@ func NewClient(endpoint string) *Client {
 func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
 // APIError is an answer with a 4xx or 5xx status. It matches
-// repository.ErrNotFound (404), repository.ErrAliasConflict (409) and
-// repository.ErrInvalidRequest (400) with errors.Is, so callers branch as
-// they do on a local repository.
+// repository.ErrNotFound (404), repository.ErrAliasConflict (409),
+// repository.ErrInvalidRequest (400) and, for a 403 about the snapshot
+// (field snapshot or id), trust.ErrUntrusted with errors.Is, so callers
+// branch as they do in process.
 type APIError struct {
 	StatusCode int
 	Message    string
@@ -78,6 +80,9 @@ func (e *APIError) Is(target error) bool {
 		return target == repository.ErrAliasConflict
 	case http.StatusBadRequest:
 		return target == repository.ErrInvalidRequest
+	case http.StatusForbidden:
+		// An import refused by import_dirs is a 403 about a file field.
+		return target == trust.ErrUntrusted && (e.Field == "snapshot" || e.Field == "id")
 	}
 	return false
 }

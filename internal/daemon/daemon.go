@@ -20,8 +20,10 @@
 //
 // Bad input is a 4xx whose body is an Error naming the field at fault: 400
 // for a malformed id or alias, malformed JSON, an unknown field or an
-// unknown device, mode or policy; 404 for an unknown snapshot or restore;
-// 409 for an alias held by another snapshot. A panic in a handler is
+// unknown device, mode or policy; 403 for a snapshot the daemon's trusted
+// keys refuse (field snapshot, or id) and an import outside import_dirs;
+// 404 for an unknown snapshot or restore; 409 for an alias held by
+// another snapshot. A panic in a handler is
 // logged and answered with a 500; it never takes the daemon down.
 //
 // A restore is in state running until its VM's process exits on its own

@@ -101,6 +101,8 @@ type fixtureOptions struct {
 	recordOnPublish bool
 	// trace replaces the reference trace the replay VMM plays.
 	trace string
+	// trust is the [trust] table, "" for none.
+	trust string
 }
 
 func newFixture(t *testing.T, o fixtureOptions) *fixture {
@@ -164,8 +166,9 @@ import_dirs = [%q]
 driver = "replay"
 [replay]
 trace = %q
+%s
 `, o.recordOnPublish, filepath.Join(f.dir, "store"), filepath.Join(f.dir, "mnt"), filepath.Join(f.dir, "run"),
-		filepath.Join(f.dir, "d.sock"), f.dir, o.trace)
+		filepath.Join(f.dir, "d.sock"), f.dir, o.trace, o.trust)
 	f.cfgPath = filepath.Join(f.dir, "warmstart.toml")
 	if err := os.WriteFile(f.cfgPath, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
@@ -473,8 +476,12 @@ func runChild() int {
 // chunk grace of childChunkGraceEnv and the lease TTL given (zero: the
 // defaults).
 func childRepository(cfg *config.Config, leaseTTL time.Duration) (repository.Repository, error) {
+	key, err := node.SigningKey(cfg)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Snapshot.RepositoryBackend != config.BackendS3 {
-		repo, err := posixfs.Open(cfg.Backend.PosixFS.SnapshotStore, posixfs.Options{})
+		repo, err := posixfs.Open(cfg.Backend.PosixFS.SnapshotStore, posixfs.Options{SigningKey: key})
 		if err != nil {
 			return nil, err
 		}
@@ -485,7 +492,7 @@ func childRepository(cfg *config.Config, leaseTTL time.Duration) (repository.Rep
 	if err != nil {
 		return nil, err
 	}
-	o.ChunkGrace, o.LeaseTTL = grace, leaseTTL
+	o.ChunkGrace, o.LeaseTTL, o.SigningKey = grace, leaseTTL, key
 	repo, err := s3.Open(context.Background(), o)
 	if err != nil {
 		return nil, err

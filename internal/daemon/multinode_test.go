@@ -35,6 +35,8 @@ type cluster struct {
 	// recordOnPublish is [snapshot.memory_startup_pack] enabled of the
 	// nodes started from then on.
 	recordOnPublish bool
+	// trust is the [trust] table of each node by name ("" for none).
+	trust map[string]string
 }
 
 func newCluster(t *testing.T) *cluster {
@@ -89,8 +91,9 @@ import_dirs = [%q]
 driver = "replay"
 [replay]
 trace = %q
+%s
 `, c.recordOnPublish, endpoint, clusterBucket, miniotest.AccessKey, miniotest.SecretKey, filepath.Join(dir, "cache"),
-		filepath.Join(dir, "mnt"), filepath.Join(dir, "run"), filepath.Join(dir, "d.sock"), c.f.dir, c.f.ref.Trace)
+		filepath.Join(dir, "mnt"), filepath.Join(dir, "run"), filepath.Join(dir, "d.sock"), c.f.dir, c.f.ref.Trace, c.trust[name])
 	path := filepath.Join(dir, "warmstart.toml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)

@@ -52,12 +52,13 @@ func checkLegacyGetsDigests(t *testing.T, c *daemon.Client, f *fixture, imp daem
 		t.Fatalf("verify of a legacy snapshot: %+v, %v", rep, err)
 	}
 	rep, err := c.VerifySnapshot(ctx, imp.ID, daemon.VerifyRequest{AddDigests: true})
-	if err != nil || !rep.OK || rep.DigestsAdded == nil || *rep.DigestsAdded != *imp.MemoryDigests {
-		t.Fatalf("verify add_digests: %+v, %v; want the published table %+v", rep, err, *imp.MemoryDigests)
+	if err != nil || !rep.OK || rep.DigestsAdded == nil || *rep.DigestsAdded != *imp.MemoryDigests ||
+		rep.SHA256DigestsAdded == nil || *rep.SHA256DigestsAdded != *imp.MemorySHA256Digests {
+		t.Fatalf("verify add_digests: %+v, %v; want the published tables %+v and %+v", rep, err, *imp.MemoryDigests, *imp.MemorySHA256Digests)
 	}
 	m := metricsOf(t, c)
-	if got := value(m, "warmstart_repository_operation_seconds", map[string]string{"operation": "attach_digests", "outcome": "ok"}); got != 1 {
-		t.Errorf("attach_digests observed %v times, want 1", got)
+	if got := value(m, "warmstart_repository_operation_seconds", map[string]string{"operation": "attach_digests", "outcome": "ok"}); got != 2 {
+		t.Errorf("attach_digests observed %v times, want 2 (both tables)", got)
 	}
 }
 

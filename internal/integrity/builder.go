@@ -4,14 +4,17 @@ package integrity
 // that a pass that already reads every byte (hashing at publish) builds the
 // table on the way.
 type Builder struct {
-	sums    []uint32
+	alg     Algorithm
+	sums    []byte
 	partial []byte
 	written int64
 }
 
-// NewBuilder returns a Builder for a file of about sizeHint bytes.
-func NewBuilder(sizeHint int64) *Builder {
-	return &Builder{sums: make([]uint32, 0, blocksFor(max(sizeHint, 0))), partial: make([]byte, 0, BlockBytes)}
+// NewBuilder returns a Builder of alg's digests for a file of about
+// sizeHint bytes.
+func NewBuilder(alg Algorithm, sizeHint int64) *Builder {
+	return &Builder{alg: alg, sums: make([]byte, 0, alg.digestBytes()*blocksFor(max(sizeHint, 0))),
+		partial: make([]byte, 0, BlockBytes)}
 }
 
 // Write digests p; it never fails.
@@ -25,22 +28,48 @@ func (b *Builder) Write(p []byte) (int, error) {
 		if len(b.partial) < BlockBytes {
 			return n, nil
 		}
-		b.sums = append(b.sums, checksum(b.partial))
+		b.add(b.partial)
 		b.partial = b.partial[:0]
 	}
 	for len(p) >= BlockBytes {
-		b.sums = append(b.sums, checksum(p[:BlockBytes]))
+		b.add(p[:BlockBytes])
 		p = p[BlockBytes:]
 	}
 	b.partial = append(b.partial, p...)
 	return n, nil
 }
 
+// add appends the digest of one block.
+func (b *Builder) add(block []byte) {
+	n := len(b.sums)
+	b.sums = append(b.sums, make([]byte, b.alg.digestBytes())...)
+	b.alg.digest(b.sums[n:], block)
+}
+
 // Table returns the table of everything written so far.
 func (b *Builder) Table() *Table {
-	sums := append([]uint32(nil), b.sums...)
+	t := &Table{alg: b.alg, fileSize: b.written, sums: append([]byte(nil), b.sums...)}
 	if len(b.partial) > 0 {
-		sums = append(sums, checksum(b.partial))
+		n := len(t.sums)
+		t.sums = append(t.sums, make([]byte, b.alg.digestBytes())...)
+		b.alg.digest(t.sums[n:], b.partial)
 	}
-	return &Table{fileSize: b.written, sums: sums}
+	return t
+}
+
+// Tables builds the two tables a publish stores, CRC-32C and SHA-256, from
+// one pass over the file.
+type Tables struct {
+	CRC, SHA256 *Builder
+}
+
+// NewTables returns Tables for a file of about sizeHint bytes.
+func NewTables(sizeHint int64) Tables {
+	return Tables{CRC: NewBuilder(CRC32C, sizeHint), SHA256: NewBuilder(SHA256, sizeHint)}
+}
+
+// Write digests p into both; it never fails.
+func (t Tables) Write(p []byte) (int, error) {
+	t.CRC.Write(p)
+	return t.SHA256.Write(p)
 }

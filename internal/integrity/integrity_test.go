@@ -10,8 +10,7 @@ import (
 	"testing"
 )
 
-func randomFile(t *testing.T, size int, seed uint64) []byte {
-	t.Helper()
+func randomFile(_ testing.TB, size int, seed uint64) []byte {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	b := make([]byte, size)
 	for i := range b {
@@ -20,8 +19,10 @@ func randomFile(t *testing.T, size int, seed uint64) []byte {
 	return b
 }
 
-func tableOf(data []byte) *Table {
-	b := NewBuilder(int64(len(data)))
+func tableOf(data []byte) *Table { return tableOfAlg(CRC32C, data) }
+
+func tableOfAlg(alg Algorithm, data []byte) *Table {
+	b := NewBuilder(alg, int64(len(data)))
 	b.Write(data)
 	return b.Table()
 }
@@ -31,7 +32,7 @@ func TestBuilderIsIndependentOfWriteSizes(t *testing.T) {
 	want := tableOf(data)
 	rng := rand.New(rand.NewPCG(2, 2))
 	for trial := 0; trial < 20; trial++ {
-		b := NewBuilder(0)
+		b := NewBuilder(CRC32C, 0)
 		for rest := data; len(rest) > 0; {
 			k := min(len(rest), 1+rng.IntN(3*BlockBytes))
 			b.Write(rest[:k])
@@ -47,17 +48,26 @@ func TestBuilderIsIndependentOfWriteSizes(t *testing.T) {
 }
 
 func TestEncodeDecodeRoundTripAndRejections(t *testing.T) {
+	for _, alg := range []Algorithm{SHA256, CRC32C} {
+		t.Run(string(alg), func(t *testing.T) { testEncodeDecode(t, alg) })
+	}
+}
+
+func testEncodeDecode(t *testing.T, alg Algorithm) {
 	data := randomFile(t, 3*BlockBytes+7, 3)
-	tab := tableOf(data)
+	tab := tableOfAlg(alg, data)
 	enc := tab.Encode()
-	if int64(len(enc)) != EncodedSize(int64(len(data))) {
-		t.Fatalf("encoded %d bytes, EncodedSize says %d", len(enc), EncodedSize(int64(len(data))))
+	if int64(len(enc)) != EncodedSize(alg, int64(len(data))) {
+		t.Fatalf("encoded %d bytes, EncodedSize says %d", len(enc), EncodedSize(alg, int64(len(data))))
+	}
+	if a, ok := AlgorithmOf(enc); !ok || a != alg {
+		t.Fatalf("AlgorithmOf = %q, %v; want %q", a, ok, alg)
 	}
 	got, err := Decode(enc, int64(len(data)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got.Mismatches(tab)) != 0 {
+	if got.Algorithm() != alg || len(got.Mismatches(tab)) != 0 {
 		t.Fatal("decoded table differs")
 	}
 	if _, err := Decode(enc, int64(len(data))+1); !errors.Is(err, ErrSizeChanged) {
@@ -80,8 +90,14 @@ func TestEncodeDecodeRoundTripAndRejections(t *testing.T) {
 }
 
 func TestReaderServesOnlyVerifiedBytes(t *testing.T) {
+	for _, alg := range []Algorithm{SHA256, CRC32C} {
+		t.Run(string(alg), func(t *testing.T) { testReaderServesOnlyVerifiedBytes(t, alg) })
+	}
+}
+
+func testReaderServesOnlyVerifiedBytes(t *testing.T, alg Algorithm) {
 	good := randomFile(t, 8*BlockBytes+100, 4)
-	tab := tableOf(good)
+	tab := tableOfAlg(alg, good)
 	bad := append([]byte(nil), good...)
 	bad[3*BlockBytes+17] ^= 0x40 // block 3 is corrupt
 	var reports atomic.Int32
@@ -162,17 +178,34 @@ func TestReaderReportsAShrunkFileAndEOF(t *testing.T) {
 }
 
 func BenchmarkReaderAligned(b *testing.B) {
-	data := make([]byte, 1<<20)
-	for i := range data {
-		data[i] = byte(i * 31)
+	for _, alg := range []Algorithm{SHA256, CRC32C} {
+		b.Run(string(alg), func(b *testing.B) {
+			data := make([]byte, 1<<20)
+			for i := range data {
+				data[i] = byte(i * 31)
+			}
+			r := NewReader(bytes.NewReader(data), tableOfAlg(alg, data), nil)
+			p := make([]byte, 128<<10)
+			b.SetBytes(int64(len(p)))
+			for i := 0; b.Loop(); i++ {
+				r.ReadAt(p, int64(i%8)*int64(len(p)))
+			}
+		})
 	}
-	b1 := NewBuilder(int64(len(data)))
-	b1.Write(data)
-	r := NewReader(bytes.NewReader(data), b1.Table(), nil)
-	p := make([]byte, 128<<10)
-	b.SetBytes(int64(len(p)))
-	for i := 0; b.Loop(); i++ {
-		r.ReadAt(p, int64(i%8)*int64(len(p)))
+}
+
+// BenchmarkBlockDigest is the cost of one block's digest, what a device
+// pays per page it serves.
+func BenchmarkBlockDigest(b *testing.B) {
+	block := randomFile(nil, BlockBytes, 10)
+	for _, alg := range []Algorithm{SHA256, CRC32C} {
+		b.Run(string(alg), func(b *testing.B) {
+			dst := make([]byte, alg.digestBytes())
+			b.SetBytes(BlockBytes)
+			for b.Loop() {
+				alg.digest(dst, block)
+			}
+		})
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"warmstart/internal/report"
 	"warmstart/internal/repository"
+	"warmstart/internal/trust"
 )
 
 // RefError names the snapshot a verb failed on. Not-found needs no more
@@ -29,9 +30,10 @@ func RefError(verb, ref string, err error) error {
 	return fmt.Errorf("%s %s: %w", verb, ref, err)
 }
 
-// Show prints the record of the snapshot ref names and, when its artifacts
-// check out, where its files are.
-func Show(ctx context.Context, repo repository.Repository, o report.Output, ref string, asJSON bool) error {
+// Show prints the record of the snapshot ref names, what policy (the
+// node's trusted keys) makes of it and, when its artifacts check out,
+// where its files are.
+func Show(ctx context.Context, repo repository.Repository, policy *trust.Policy, o report.Output, ref string, asJSON bool) error {
 	rec, err := repo.Lookup(ctx, ref)
 	if err != nil {
 		return RefError("snapshot show", ref, err)
@@ -39,14 +41,15 @@ func Show(ctx context.Context, repo repository.Repository, o report.Output, ref 
 	// The record alone is what show promises; file locations are
 	// added when the artifacts check out.
 	res, resErr := repo.Resolve(ctx, rec.ID)
+	st := policy.Status(rec)
 	if asJSON {
-		out := report.SnapshotShow{Record: rec}
+		out := report.SnapshotShow{Record: rec, Trust: st}
 		if resErr == nil {
 			out.Files = &report.SnapshotFiles{VMState: res.VMStatePath, Memory: res.MemoryPath, Manifest: res.ManifestPath}
 		}
 		return report.JSON(o.Out, out)
 	}
-	return report.SnapshotText(o.Out, rec, res, resErr)
+	return report.SnapshotText(o.Out, rec, st, res, resErr)
 }
 
 // Delete deletes the snapshot ref names (repository.DeleteRef): one that

@@ -116,8 +116,8 @@ func notRecorded(id string, err error) error {
 
 // Verify verifies the snapshot ref names, or with all every snapshot, and
 // prints the reports; it fails when any found a problem.
-func Verify(ctx context.Context, repo repository.Repository, o report.Output, ref string, all, asJSON, addDigests bool) error {
-	opts := snapcheck.Options{AddDigests: addDigests, Progress: report.VerifyProgress(o.Err)}
+func Verify(ctx context.Context, repo repository.Repository, o report.Output, ref string, all, asJSON bool, opts snapcheck.Options) error {
+	opts.Progress = report.VerifyProgress(o.Err)
 	if all {
 		reports, err := snapcheck.VerifyAll(ctx, repo, opts)
 		if err != nil {

@@ -26,6 +26,7 @@ import (
 	"warmstart/internal/refine"
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
+	"warmstart/internal/trust"
 	"warmstart/internal/vmm"
 	"warmstart/internal/vmm/qemu"
 )
@@ -95,6 +96,9 @@ type Node struct {
 	Learner *learner.Learner
 	// Metrics is what Options.Metrics returned, or nil.
 	Metrics Metrics
+	// Trust is the node's policy ([trust] trusted_keys): its restorers
+	// refuse what none of its keys signed.
+	Trust *trust.Policy
 
 	closers []func() error
 }
@@ -110,6 +114,9 @@ func Open(ctx context.Context, o Options) (_ *Node, err error) {
 			n.Close()
 		}
 	}()
+	if n.Trust, err = TrustPolicy(o.Config); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
 	if n.VMM == nil {
 		if n.VMM, err = NewVMM(ctx, o.Config); err != nil {
 			return nil, err
@@ -188,6 +195,7 @@ func (n *Node) mount(o Options) error {
 		RuntimeDir:     o.RuntimeDir,
 		Log:            log,
 		ConnectTimeout: cfg.Memory.UffdConnectTimeout,
+		Trust:          n.Trust,
 	}
 	if n.Metrics != nil {
 		n.Restorer.Observe = n.Metrics

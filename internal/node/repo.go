@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"log/slog"
 
@@ -9,6 +10,7 @@ import (
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/repository/s3"
+	"warmstart/internal/trust"
 )
 
 // RepositoryOptions adjust how OpenRepository opens the configured
@@ -28,17 +30,22 @@ type RepositoryOptions struct {
 	Log *slog.Logger
 }
 
-// OpenRepository opens the snapshot repository cfg names.
+// OpenRepository opens the snapshot repository cfg names. A writable one
+// signs every record it publishes with [trust] signing_key when set.
 func OpenRepository(ctx context.Context, cfg *config.Config, o RepositoryOptions) (repository.Repository, error) {
+	key, err := publishKey(cfg, o)
+	if err != nil {
+		return nil, err
+	}
 	if o.Store != "" {
-		return openPosixFS(o.Store, o)
+		return openPosixFS(o.Store, o, key)
 	}
 	switch cfg.Snapshot.RepositoryBackend {
 	case config.BackendPosixFS:
-		return openPosixFS(cfg.Backend.PosixFS.SnapshotStore, o)
+		return openPosixFS(cfg.Backend.PosixFS.SnapshotStore, o, key)
 	case config.BackendS3:
 		so := s3.OptionsFromConfig(cfg.Backend.S3)
-		so.ReadOnly, so.Log = o.ReadOnly, o.Log
+		so.ReadOnly, so.Log, so.SigningKey = o.ReadOnly, o.Log, key
 		repo, err := s3.Open(ctx, so)
 		if err != nil {
 			return nil, err
@@ -49,8 +56,47 @@ func OpenRepository(ctx context.Context, cfg *config.Config, o RepositoryOptions
 	}
 }
 
-func openPosixFS(store string, o RepositoryOptions) (repository.Repository, error) {
-	repo, err := posixfs.Open(store, posixfs.Options{ReadOnly: o.ReadOnly, Warn: o.Warn})
+// publishKey is the key a writable repository signs with.
+func publishKey(cfg *config.Config, o RepositoryOptions) (ed25519.PrivateKey, error) {
+	if o.ReadOnly {
+		return nil, nil
+	}
+	return SigningKey(cfg)
+}
+
+// SigningKey is the private key of [trust] signing_key, nil when none is
+// configured: what a repository that publishes signs its records with.
+func SigningKey(cfg *config.Config) (ed25519.PrivateKey, error) {
+	if cfg.Trust.SigningKey == "" {
+		return nil, nil
+	}
+	k, err := trust.LoadPrivate(cfg.Trust.SigningKey)
+	if err != nil {
+		return nil, fmt.Errorf("[trust] signing_key: %w", err)
+	}
+	return k.Private, nil
+}
+
+// TrustPolicy is the policy of a node with cfg: the keys of [trust]
+// trusted_keys and, with any, that of signing_key.
+func TrustPolicy(cfg *config.Config) (*trust.Policy, error) {
+	var own *trust.Key
+	if cfg.Trust.SigningKey != "" && len(cfg.Trust.TrustedKeys) > 0 {
+		k, err := trust.LoadPrivate(cfg.Trust.SigningKey)
+		if err != nil {
+			return nil, fmt.Errorf("[trust] signing_key: %w", err)
+		}
+		own = &k
+	}
+	p, err := trust.LoadPolicy(cfg.Trust.TrustedKeys, own)
+	if err != nil {
+		return nil, fmt.Errorf("[trust] trusted_keys: %w", err)
+	}
+	return p, nil
+}
+
+func openPosixFS(store string, o RepositoryOptions, key ed25519.PrivateKey) (repository.Repository, error) {
+	repo, err := posixfs.Open(store, posixfs.Options{ReadOnly: o.ReadOnly, Warn: o.Warn, SigningKey: key})
 	if err != nil {
 		return nil, err
 	}

@@ -42,6 +42,7 @@ func TracingRestorerWith(base *restore.Restorer, dir string, mount fusedev.Optio
 		RuntimeDir:     base.RuntimeDir,
 		Log:            base.Log,
 		ConnectTimeout: base.ConnectTimeout,
+		Trust:          base.Trust,
 	}
 	return r, srv.Close, nil
 }

@@ -96,9 +96,9 @@ func Show(ctx context.Context, c *daemon.Client, o report.Output, ref string, as
 		resErr = errors.New(info.FilesError)
 	}
 	if asJSON {
-		return report.JSON(o.Out, report.SnapshotShow{Record: info.Record, Files: files})
+		return report.JSON(o.Out, report.SnapshotShow{Record: info.Record, Files: files, Trust: info.Trust})
 	}
-	return report.SnapshotText(o.Out, info.Record, res, resErr)
+	return report.SnapshotText(o.Out, info.Record, info.Trust, res, resErr)
 }
 
 // Delete deletes a snapshot on the daemon; one that does not exist is

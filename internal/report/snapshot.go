@@ -9,13 +9,15 @@ import (
 
 	"warmstart/internal/repository"
 	"warmstart/internal/snapcheck"
+	"warmstart/internal/trust"
 )
 
 // SnapshotShow is show's JSON output: the record's fields plus where
-// its files are.
+// its files are and what this node's trusted keys make of it.
 type SnapshotShow struct {
 	repository.Record
 	Files *SnapshotFiles `json:"files,omitempty"`
+	Trust trust.Status   `json:"trust"`
 }
 
 // SnapshotFiles is where a snapshot's files are.
@@ -25,9 +27,10 @@ type SnapshotFiles struct {
 	Manifest string `json:"manifest,omitempty"`
 }
 
-// SnapshotText prints a snapshot's record for people, with its file
-// locations or why they are unavailable.
-func SnapshotText(w io.Writer, rec repository.Record, res repository.Resolved, resErr error) error {
+// SnapshotText prints a snapshot's record for people, with what the
+// node's trusted keys make of it (st) and its file locations or why they
+// are unavailable.
+func SnapshotText(w io.Writer, rec repository.Record, st trust.Status, res repository.Resolved, resErr error) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "id:\t%s\n", rec.ID)
 	fmt.Fprintf(tw, "alias:\t%s\n", OrDash(rec.Alias))
@@ -54,6 +57,7 @@ func SnapshotText(w io.Writer, rec repository.Record, res repository.Resolved, r
 	if p := rec.RefinedPack; p != nil {
 		fmt.Fprintf(tw, "refined pack:\t%s, built after %d restores\n", packLine(*p), p.Restores)
 	}
+	fmt.Fprintf(tw, "trust:\t%s\n", st.Line())
 	if resErr != nil {
 		fmt.Fprintf(tw, "files:\tunavailable: %v\n", resErr)
 	} else {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"warmstart/internal/repository"
+	"warmstart/internal/trust"
 )
 
 // TestDeleteLines: both delete paths (in process and on a daemon) print
@@ -48,7 +49,7 @@ func TestSnapshotTextShowsTheRefinement(t *testing.T) {
 		Manifest:   &repository.ManifestDescriptor{SHA256: "aa", Size: 100},
 		Refinement: &repository.RefinementDescriptor{ManifestSHA256: "bb", Pages: 1404, Restores: 3}}
 	var b strings.Builder
-	if err := SnapshotText(&b, rec, repository.Resolved{}, nil); err != nil {
+	if err := SnapshotText(&b, rec, trust.Status{}, repository.Resolved{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if want := "refined manifest:  sha256 bb, 1404 pages, learned from 3 restores"; !strings.Contains(b.String(), want) {
@@ -80,7 +81,7 @@ func TestRecordingLine(t *testing.T) {
 	rec := repository.Record{ID: id, Manifest: &repository.ManifestDescriptor{SHA256: "ab", Size: 10},
 		ManifestRecording: &repository.Recording{Runs: 2, Overlap: &overlap, RankCorrelation: &rho}}
 	var b strings.Builder
-	if err := SnapshotText(&b, rec, repository.Resolved{}, errors.New("not resolved")); err != nil {
+	if err := SnapshotText(&b, rec, trust.Status{}, repository.Resolved{}, errors.New("not resolved")); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(b.String(), "recorded from:  pages both of 2 recording runs touched; runs overlap 0.812") {
@@ -98,7 +99,7 @@ func TestSnapshotTextShowsThePacks(t *testing.T) {
 		Refinement:  &repository.RefinementDescriptor{ManifestSHA256: "bb", Pages: 1404, Restores: 3},
 		RefinedPack: &repository.StartupPackDescriptor{ManifestSHA256: "bb", IndexSHA256: "dd", IndexSize: 80, StoredBytes: 5 << 20, LogicalBytes: 6 << 20, Restores: 2}}
 	var b strings.Builder
-	if err := SnapshotText(&b, rec, repository.Resolved{}, nil); err != nil {
+	if err := SnapshotText(&b, rec, trust.Status{}, repository.Resolved{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{

@@ -3,6 +3,7 @@ package repository
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 
 	"warmstart/internal/integrity"
@@ -10,8 +11,9 @@ import (
 
 // Attachment is an artifact added to a published snapshot after publish,
 // as a backend stores it: the startup manifest (AttachManifest), the
-// memory file's digest table (AttachDigests) or the learned manifest
-// (AttachRefinement). All are attached the same way, under the same
+// memory file's digest table (AttachDigests), the learned manifest
+// (AttachRefinement) or a signature (AttachSignature, which has no file:
+// Name is ""). All are attached the same way, under the same
 // guarantees, so backends run one code path for them and ask the
 // Attachment what differs: the file name, how the bytes are validated
 // against the record, which descriptor of the record describes them, and
@@ -27,9 +29,23 @@ type Attachment struct {
 	recording  *Recording
 	digests    *DigestsDescriptor
 	refinement *RefinementDescriptor
+	signature  *Signature
 	// previous is the refinement file a refinement replaces ("" none).
 	previous string
 }
+
+// SignatureAttachment is s, to be added to a record: it must be well
+// formed (ErrInvalidRequest). Check verifies it over the record.
+func SignatureAttachment(s Signature) (Attachment, error) {
+	if err := s.WellFormed(); err != nil {
+		return Attachment{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	return Attachment{signature: &s}, nil
+}
+
+// HasFile reports whether the attachment stores a file (all but a
+// signature, which lives in the record).
+func (a Attachment) HasFile() bool { return a.Name != "" }
 
 // ManifestAttachment is data as a startup manifest, recorded as rec says
 // (nil: not said). data must be 1..MaxManifestBytes long and rec valid
@@ -50,10 +66,27 @@ func ManifestAttachment(data []byte, rec *Recording) (Attachment, error) {
 }
 
 // DigestsAttachment is data as an encoded digest table of the memory
-// file. Check validates it against the record.
+// file: of CRC-32C digests (DigestsFileName, Record.MemoryDigests) or
+// of SHA-256 digests (SHA256DigestsFileName, Record.MemorySHA256Digests),
+// as its header says. Check validates it against the record.
 func DigestsAttachment(data []byte) Attachment {
 	d := DescribeDigests(data)
-	return Attachment{Name: DigestsFileName, Data: data, digests: &d}
+	name := DigestsFileName
+	if integrity.Algorithm(d.Algorithm) == integrity.SHA256 {
+		name = SHA256DigestsFileName
+	}
+	return Attachment{Name: name, Data: data, digests: &d}
+}
+
+// IsDigestsFile reports whether name is a digest table's file.
+func IsDigestsFile(name string) bool { return name == DigestsFileName || name == SHA256DigestsFileName }
+
+// digestsOf is the field of rec that describes the table of alg's digests.
+func digestsOf(rec *Record, alg string) **DigestsDescriptor {
+	if integrity.Algorithm(alg) == integrity.SHA256 {
+		return &rec.MemorySHA256Digests
+	}
+	return &rec.MemoryDigests
 }
 
 // ManifestDescriptor is the descriptor of a manifest attachment.
@@ -89,6 +122,9 @@ func (a Attachment) Check(rec Record) error {
 	if a.refinement != nil {
 		return a.checkRefinement(rec)
 	}
+	if a.signature != nil {
+		return checkSignature(*a.signature, rec)
+	}
 	if a.digests == nil {
 		return nil
 	}
@@ -96,6 +132,20 @@ func (a Attachment) Check(rec Record) error {
 		return fmt.Errorf("%w: digest table: %w", ErrInvalidRequest, err)
 	}
 	return nil
+}
+
+// checkSignature refuses a signature that does not verify over rec: a
+// record that cannot be signed is the caller's mistake, any other
+// failure means rec is not what was signed.
+func checkSignature(s Signature, rec Record) error {
+	err := s.Verify(rec)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrUnsignable):
+		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	return fmt.Errorf("%w: %w", ErrStale, err)
 }
 
 func (a Attachment) checkRefinement(rec Record) error {
@@ -124,8 +174,8 @@ func (a Attachment) DescribedBy(rec Record) (has, same bool) {
 	switch {
 	case a.manifest != nil && rec.Manifest != nil:
 		return true, *rec.Manifest == *a.manifest
-	case a.digests != nil && rec.MemoryDigests != nil:
-		return true, *rec.MemoryDigests == *a.digests
+	case a.digests != nil && *digestsOf(&rec, a.digests.Algorithm) != nil:
+		return true, **digestsOf(&rec, a.digests.Algorithm) == *a.digests
 	}
 	return false, false
 }
@@ -142,7 +192,7 @@ func (a Attachment) Cleared(rec Record) Record {
 		rec.RefinedPack = nil
 	}
 	if a.digests != nil {
-		rec.MemoryDigests = nil
+		*digestsOf(&rec, a.digests.Algorithm) = nil
 	}
 	return rec
 }
@@ -167,7 +217,14 @@ func (a Attachment) Attached(rec Record) Record {
 	}
 	if a.digests != nil {
 		d := *a.digests
-		rec.MemoryDigests = &d
+		*digestsOf(&rec, d.Algorithm) = &d
+		// Another table is another core: signatures of the old one
+		// would say the record changed after signing. It did, on
+		// purpose; the snapshot is signed anew (snapshot sign).
+		rec.Signatures = validSignatures(rec)
+	}
+	if a.signature != nil {
+		rec.Signatures = WithSignature(rec.Signatures, *a.signature)
 	}
 	return rec
 }

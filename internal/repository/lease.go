@@ -124,6 +124,13 @@ func AttachRefinementUnderLease(issuer any, lz Lease, r Refinement, attach Attac
 	return a.RefinementDescriptor(), err
 }
 
+// AttachSignatureUnderLease is AttachSignature for a backend that issues
+// HeldLeases.
+func AttachSignatureUnderLease(issuer any, lz Lease, s Signature, attach Attacher) error {
+	_, err := attachUnderLease(issuer, lz, "attach signature", func() (Attachment, error) { return SignatureAttachment(s) }, attach)
+	return err
+}
+
 // attachUnderLease makes the attachment (refusing bad data before the
 // lease is used) and attaches it under the lease; what names the
 // operation in errors.

@@ -24,10 +24,12 @@ const (
 	VMStateFileName  = "vm_state.bin"
 	MemoryFileName   = "memory.bin"
 	ManifestFileName = "startup-manifest.bin"
-	// DigestsFileName holds the memory file's per-block digest table
-	// (package integrity), which memory devices check every block against
-	// before serving it.
-	DigestsFileName = "memory.digests"
+	// DigestsFileName holds the memory file's per-block table of CRC-32C
+	// digests and SHA256DigestsFileName its table of SHA-256 digests
+	// (package integrity); memory devices check every block against one of
+	// them before serving it.
+	DigestsFileName       = "memory.digests"
+	SHA256DigestsFileName = "memory.sha256-digests"
 )
 
 // MaxManifestBytes caps the size of a startup manifest a repository accepts.
@@ -43,8 +45,8 @@ const RecordFormatVersion = 2
 
 // Record is the catalog entry of one published snapshot. It is immutable
 // except for Manifest, which AttachManifest sets, MemoryDigests, which
-// AttachDigests sets, and Refinement, which AttachRefinement sets and
-// AttachManifest clears.
+// AttachDigests sets, Refinement, which AttachRefinement sets and
+// AttachManifest clears, and Signatures, which AttachSignature adds to.
 type Record struct {
 	// Format is the version of this encoding (RecordFormatVersion).
 	Format int `json:"format"`
@@ -64,10 +66,18 @@ type Record struct {
 	// the memory device serves).
 	MemorySize   int64  `json:"memory_size"`
 	MemorySHA256 string `json:"memory_sha256"`
-	// MemoryDigests describes the memory file's per-block digest table;
-	// nil for snapshots published before tables existed, which restore
-	// unverified until `snapshot verify --add-digests` adds one.
+	// MemoryDigests describes the memory file's per-block table of
+	// CRC-32C digests; nil for snapshots published before tables existed
+	// (records of format 1), which restore unverified until `snapshot
+	// verify --add-digests` adds one. Every record of format 2 has one
+	// (RequiresDigests): one without is refused, not served unverified.
 	MemoryDigests *DigestsDescriptor `json:"memory_digests,omitempty"`
+	// MemorySHA256Digests describes the memory file's per-block table of
+	// SHA-256 digests, which a writer cannot make other bytes match (see
+	// package integrity for where a restore checks it); nil for
+	// snapshots published before it existed, until `snapshot verify
+	// --add-digests` adds one. A signed record always has one.
+	MemorySHA256Digests *DigestsDescriptor `json:"memory_sha256_digests,omitempty"`
 	// Manifest describes the attached startup manifest; nil when none is
 	// attached.
 	Manifest *ManifestDescriptor `json:"manifest,omitempty"`
@@ -97,6 +107,13 @@ type Record struct {
 	// one still close enough to it (its index names the memory ranges it
 	// holds); nil when none. It goes with the refinement.
 	RefinedPack *StartupPackDescriptor `json:"refined_pack,omitempty"`
+	// Signatures are Ed25519 signatures of the record's core
+	// (SignedCore): the publisher's, made as Publish commits the record
+	// when the backend was opened with a signing key, and any added
+	// later (AttachSignature). A node that trusts keys restores the
+	// snapshot only with a valid one by a key it trusts (package trust).
+	// AttachDigests drops those its new table makes invalid.
+	Signatures []Signature `json:"signatures,omitempty"`
 }
 
 // ManifestDescriptor identifies the bytes of an attached startup manifest.
@@ -112,7 +129,8 @@ type ManifestDescriptor struct {
 
 // DigestsDescriptor identifies the digest table artifact of a memory file.
 type DigestsDescriptor struct {
-	// Algorithm is integrity.Algorithm: CRC-32C over BlockBytes blocks.
+	// Algorithm is the table's integrity.Algorithm: "crc32c-4k"
+	// (Record.MemoryDigests) or "sha256-4k" (Record.MemorySHA256Digests).
 	Algorithm  string `json:"algorithm"`
 	BlockBytes int64  `json:"block_bytes"`
 	// SHA256 and Size are those of the encoded table.
@@ -216,10 +234,11 @@ type Resolved struct {
 	// open them before relying on them.
 	VMStatePath string
 	MemoryPath  string
-	// DigestsPath is the local digest table of the memory file, "" when
-	// Record.MemoryDigests is nil. The consumer checks its size and SHA-256
-	// against Record.MemoryDigests before trusting it.
-	DigestsPath string
+	// DigestsPath and SHA256DigestsPath are the local digest tables of
+	// the memory file, "" when Record.MemoryDigests or
+	// Record.MemorySHA256Digests is nil. The consumer checks a table's
+	// size and SHA-256 against its descriptor before trusting it.
+	DigestsPath, SHA256DigestsPath string
 	// ManifestPath is the local startup manifest, "" when Record.Manifest
 	// is nil. The consumer must check its size, SHA-256 (against
 	// Record.Manifest) and layout before using it, and fall back to
@@ -363,9 +382,10 @@ type Repository interface {
 	// and must be valid (ErrInvalidRequest).
 	AttachManifest(ctx context.Context, lease Lease, data []byte, rec *Recording) (ManifestDescriptor, error)
 
-	// AttachDigests stores data as the digest table of the lease's
-	// snapshot's memory file (DigestsFileName) and records its descriptor
-	// in the record, with AttachManifest's guarantees: durably and under
+	// AttachDigests stores data as a digest table of the lease's
+	// snapshot's memory file (DigestsFileName for a table of CRC-32C
+	// digests, SHA256DigestsFileName for one of SHA-256: the table's
+	// header says) and records its descriptor in the record, with AttachManifest's guarantees: durably and under
 	// the record lock, never recreating a deleted snapshot (ErrNotFound,
 	// changing nothing), ErrLeaseEnded once the lease has ended, and a
 	// crash at any point leaves the record either with no descriptor or
@@ -391,4 +411,15 @@ type Repository interface {
 	// left as it is; AttachManifest with other bytes clears the
 	// refinement.
 	AttachRefinement(ctx context.Context, lease Lease, r Refinement) (RefinementDescriptor, error)
+
+	// AttachSignature adds sig to the record of the lease's snapshot,
+	// replacing a signature by the same key, with AttachManifest's
+	// guarantees (durably, under the record lock, never recreating a
+	// deleted snapshot: ErrNotFound, changing nothing; ErrLeaseEnded
+	// once the lease has ended); it stores no file. sig must be well
+	// formed (ErrInvalidRequest) and verify over the record as it is
+	// under the lock (ErrStale otherwise: the record changed since it
+	// was read and signed; read it again and sign anew). Whether its key
+	// is to be trusted is not the repository's to judge.
+	AttachSignature(ctx context.Context, lease Lease, sig Signature) error
 }

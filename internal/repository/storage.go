@@ -43,6 +43,12 @@ type StartupPackDescriptor struct {
 	Restores uint64 `json:"restores,omitempty"`
 }
 
+// RequiresDigests reports whether every publish of r's format gave it a
+// digest table: records of format 2 on (digest tables came first), so
+// one without a table was changed after publish. A format-1 record may
+// predate tables.
+func (r Record) RequiresDigests() bool { return r.Format >= 2 }
+
 // validateStorage checks the memory format fields.
 func (r Record) validateStorage() error {
 	switch r.MemoryFormat {

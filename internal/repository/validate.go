@@ -109,8 +109,6 @@ func (r Record) Validate() error {
 		return fmt.Errorf("%w: layout file size %d differs from memory size %d", ErrIntegrity, r.Layout.FileSize, r.MemorySize)
 	case r.VMStateSize < 0 || !isSHA256Hex(r.VMStateSHA256) || !isSHA256Hex(r.MemorySHA256):
 		return fmt.Errorf("%w: record artifact sizes or digests are malformed", ErrIntegrity)
-	case r.MemoryDigests != nil && r.MemoryDigests.Validate(r.MemorySize) != nil:
-		return fmt.Errorf("%w: record digest table descriptor: %v", ErrIntegrity, r.MemoryDigests.Validate(r.MemorySize))
 	case r.Manifest != nil && (r.Manifest.Size <= 0 || r.Manifest.Size > MaxManifestBytes || !isSHA256Hex(r.Manifest.SHA256)):
 		return fmt.Errorf("%w: record manifest descriptor is malformed", ErrIntegrity)
 	case r.ManifestRecording != nil && r.Manifest == nil:
@@ -118,16 +116,38 @@ func (r Record) Validate() error {
 	case r.ManifestRecording != nil && r.ManifestRecording.Validate() != nil:
 		return fmt.Errorf("%w: record manifest %v", ErrIntegrity, r.ManifestRecording.Validate())
 	}
+	if err := r.validateDigests(); err != nil {
+		return err
+	}
 	return r.validateStorage()
+}
+
+// validateDigests checks the digest table descriptors.
+func (r Record) validateDigests() error {
+	for _, t := range []struct {
+		d    *DigestsDescriptor
+		alg  integrity.Algorithm
+		what string
+	}{{r.MemoryDigests, integrity.CRC32C, "digest table"}, {r.MemorySHA256Digests, integrity.SHA256, "SHA-256 digest table"}} {
+		if t.d == nil {
+			continue
+		}
+		if err := t.d.validateAs(t.alg, r.MemorySize); err != nil {
+			return fmt.Errorf("%w: record %s descriptor: %v", ErrIntegrity, t.what, err)
+		}
+	}
+	return nil
 }
 
 // Validate checks that d describes a table this build reads for a memory
 // file of memorySize bytes.
 func (d DigestsDescriptor) Validate(memorySize int64) error {
+	alg := integrity.Algorithm(d.Algorithm)
 	switch {
-	case d.Algorithm != integrity.Algorithm || d.BlockBytes != integrity.BlockBytes:
-		return fmt.Errorf("digest algorithm %q over %d-byte blocks is not %q over %d", d.Algorithm, d.BlockBytes, integrity.Algorithm, integrity.BlockBytes)
-	case d.Size != integrity.EncodedSize(memorySize):
+	case !alg.Known() || d.BlockBytes != integrity.BlockBytes:
+		return fmt.Errorf("digest algorithm %q over %d-byte blocks is not one this build reads (%q or %q over %d)",
+			d.Algorithm, d.BlockBytes, integrity.SHA256, integrity.CRC32C, integrity.BlockBytes)
+	case d.Size != integrity.EncodedSize(alg, memorySize):
 		return fmt.Errorf("digest table of %d bytes does not fit a %d-byte memory file", d.Size, memorySize)
 	case !isSHA256Hex(d.SHA256):
 		return fmt.Errorf("digest table SHA-256 %q is malformed", d.SHA256)
@@ -135,10 +155,21 @@ func (d DigestsDescriptor) Validate(memorySize int64) error {
 	return nil
 }
 
-// DescribeDigests returns the descriptor of an encoded digest table.
+// validateAs is Validate for a table that must be of alg's digests.
+func (d DigestsDescriptor) validateAs(alg integrity.Algorithm, memorySize int64) error {
+	if d.Algorithm != string(alg) {
+		return fmt.Errorf("a table of %q digests where one of %q belongs", d.Algorithm, alg)
+	}
+	return d.Validate(memorySize)
+}
+
+// DescribeDigests returns the descriptor of an encoded digest table; its
+// algorithm is the one the table's header names ("" for bytes that are
+// no table).
 func DescribeDigests(encoded []byte) DigestsDescriptor {
+	alg, _ := integrity.AlgorithmOf(encoded)
 	sum := sha256.Sum256(encoded)
-	return DigestsDescriptor{Algorithm: integrity.Algorithm, BlockBytes: integrity.BlockBytes,
+	return DigestsDescriptor{Algorithm: string(alg), BlockBytes: integrity.BlockBytes,
 		SHA256: hex.EncodeToString(sum[:]), Size: int64(len(encoded))}
 }
 

@@ -334,12 +334,15 @@ func buildManifest(t *testing.T, e *env, offsets []int64) []byte {
 	return data
 }
 
-// A snapshot published before digest tables existed restores, unverified,
-// and the restorer says so once, not on every restore.
+// A snapshot published before digest tables existed (a record of format
+// 1) restores, unverified, and the restorer says so once, not on every
+// restore.
 func TestNoDigestsWarnsOnce(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	src := e.source(t)
-	src.Digests, src.DigestsPath = nil, ""
+	legacy := *src.Record
+	legacy.Format, legacy.MemoryFormat, legacy.MemoryDigests, legacy.MemorySHA256Digests = 1, "", nil, nil
+	src.Record, src.Digests, src.DigestsPath, src.SHA256Digests, src.SHA256DigestsPath = &legacy, nil, "", nil, ""
 	for _, device := range devices {
 		inst := e.restore(t, e.restorer, src, restore.Options{Device: device, Prefetch: restore.ModeOn})
 		checkHash(t, inst, e.ref.expected)

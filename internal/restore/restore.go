@@ -28,6 +28,7 @@ import (
 	"warmstart/internal/refine"
 	"warmstart/internal/repository"
 	"warmstart/internal/startupset"
+	"warmstart/internal/trust"
 	"warmstart/internal/vmm"
 )
 
@@ -69,10 +70,15 @@ type Source struct {
 	// state file; the restore checks it before the VMM reads it.
 	VMStateSize   int64  `json:"vm_state_size"`
 	VMStateSHA256 string `json:"vm_state_sha256"`
-	// Digests and DigestsPath are the memory file's digest table; the
-	// memory device checks every block against it (see verify.go).
+	// Digests and DigestsPath are the memory file's table of CRC-32C
+	// digests, SHA256Digests and SHA256DigestsPath its table of SHA-256
+	// digests; the memory device checks every block against one of them
+	// (see verify.go).
 	Digests     *repository.DigestsDescriptor `json:"digests,omitempty"`
 	DigestsPath string                        `json:"digests_path,omitempty"`
+
+	SHA256Digests     *repository.DigestsDescriptor `json:"sha256_digests,omitempty"`
+	SHA256DigestsPath string                        `json:"sha256_digests_path,omitempty"`
 	// Refinement and RefinementPath are the learned manifest (refined.go);
 	// nil and "" when the snapshot has none.
 	Refinement     *repository.RefinementDescriptor `json:"refinement,omitempty"`
@@ -82,6 +88,10 @@ type Source struct {
 	// missing from a snapshot still there is damage. Nil: a missing file
 	// is damage.
 	Gone func() bool `json:"-"`
+	// Record is the record the source was made from (SourceOf); nil for
+	// one made without a record (tests of the device alone). The restore
+	// checks it before any memory is served (verify.go).
+	Record *repository.Record `json:"record,omitempty"`
 }
 
 // SourceOf adapts a resolved repository record.
@@ -99,8 +109,13 @@ func SourceOf(r repository.Resolved) Source {
 		Digests:       r.Record.MemoryDigests,
 		DigestsPath:   r.DigestsPath,
 
+		SHA256Digests:     r.Record.MemorySHA256Digests,
+		SHA256DigestsPath: r.SHA256DigestsPath,
+
 		Refinement:     r.Record.Refinement,
 		RefinementPath: r.RefinementPath,
+
+		Record: &r.Record,
 	}
 	if d := r.Record.Manifest; d != nil {
 		s.Manifest = &manifest.Descriptor{SHA256: d.SHA256, Size: d.Size}
@@ -155,6 +170,10 @@ type Restorer struct {
 	// the VMM is started; uffd.DefaultConnectTimeout when zero. A VMM
 	// that exits first ends the wait at once.
 	ConnectTimeout time.Duration
+
+	// Trust, when it trusts keys, refuses before anything of a snapshot
+	// is read one whose record no trusted key signed (verify.go).
+	Trust *trust.Policy
 
 	// SkipVerification serves memory without checking it against the
 	// snapshot's digest table. It exists to measure what verification
@@ -295,6 +314,9 @@ type Instance struct {
 func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (*Instance, error) {
 	t0 := time.Now()
 	opts = opts.withDefaults()
+	if err := r.checkTrust(src); err != nil {
+		return nil, fmt.Errorf("restore %s: %w", src.SnapshotID, err)
+	}
 	inst, err := r.newInstance(src)
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", src.SnapshotID, err)

@@ -107,9 +107,9 @@ func TestUffdHandlerDeathFailsRestore(t *testing.T) {
 		copyPrefix(t, src.MemoryPath, short, memoryBytes/2)
 		bad := src
 		bad.MemoryPath = short
-		// Without a digest table the handler finds out only from the
-		// VMM's regions.
-		bad.Digests = nil
+		// Without a digest table (and a record that would require one)
+		// the handler finds out only from the VMM's regions.
+		bad.Digests, bad.Record = nil, nil
 		err := restoreFails(t, e.restorer, bad, restore.Options{Device: config.DeviceUffd, Prefetch: restore.ModeOn})
 		if !strings.Contains(err.Error(), "accept the VMM's userfaultfd") {
 			t.Errorf("error %q does not say the handshake failed", err)

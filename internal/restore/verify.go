@@ -15,13 +15,60 @@ import (
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/repository"
+	"warmstart/internal/trust"
 )
 
 // Memory integrity on restore: the VMM state file is checked whole against
 // the record's SHA-256 before the VMM may read it, and the memory device
 // checks every block it reads from the lower file against the snapshot's
 // digest table before any byte of it reaches the VM. A snapshot published
-// before digest tables existed restores unverified, and says so once.
+// before digest tables existed (a record of format 1) restores unverified,
+// and says so once; a record of a later format without a table is refused.
+
+// checkTrust refuses, before anything of the snapshot is read, a source
+// whose record the node's trusted keys do not vouch for: unsigned,
+// signed by no trusted key, or changed since (trust.Policy.Check). What
+// the restore serves by (the id, layout, VM state and digest table
+// descriptors) must be the record's, so the signature covers it.
+func (r *Restorer) checkTrust(src Source) error {
+	if !r.Trust.Enforcing() {
+		return nil
+	}
+	err := anchored(src)
+	if err == nil {
+		err = r.Trust.Check(*src.Record)
+	}
+	if err != nil && r.Log != nil {
+		r.Log.Error("snapshot refused: no key this node trusts vouches for it; nothing of it is served",
+			"snapshot", src.SnapshotID, "err", err)
+	}
+	return err
+}
+
+// anchored refuses a source that is not made from its record as SourceOf
+// makes it.
+func anchored(src Source) error {
+	rec := src.Record
+	why := ""
+	switch {
+	case rec == nil:
+		why = "the restore was given no record to check"
+	case rec.ID != src.SnapshotID || !rec.Layout.Equal(src.Layout):
+		why = "the restore's id or layout is not its record's"
+	case rec.VMStateSize != src.VMStateSize || rec.VMStateSHA256 != src.VMStateSHA256:
+		why = "the restore's VM state is not its record's"
+	case !sameDigests(rec.MemoryDigests, src.Digests) || rec.MemorySHA256Digests == nil ||
+		!sameDigests(rec.MemorySHA256Digests, src.SHA256Digests):
+		why = "the restore's digest tables are not its record's"
+	default:
+		return nil
+	}
+	return &trust.RefusedError{Snapshot: src.SnapshotID, Reason: why}
+}
+
+func sameDigests(a, b *repository.DigestsDescriptor) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
+}
 
 // Integrity artifacts, as IntegrityObserver names them.
 const (
@@ -56,20 +103,30 @@ func (r *Restorer) checkVMState(src Source) error {
 	return nil
 }
 
-// loadDigests reads the snapshot's digest table and checks it against the
-// record. It returns nil, nil for a snapshot without a table, or when
-// verification is off.
+// loadDigests reads the digest table the restore checks the memory
+// against (tableFor) and checks it against the record. It returns nil,
+// nil for a snapshot published before tables existed, or when
+// verification is off. A record of a format that always has a table and
+// has none was changed after publish: taking the table away must not turn
+// the checks off, so the restore is refused.
 func (r *Restorer) loadDigests(src Source) (*integrity.Table, error) {
 	if r.SkipVerification {
 		return nil, nil
 	}
-	if src.Digests == nil {
+	if src.Digests == nil && src.Record != nil && src.Record.RequiresDigests() {
+		err := &repository.IntegrityError{Artifact: repository.DigestsFileName,
+			Want: fmt.Sprintf("a digest table (every record of format %d has one)", src.Record.Format), Got: "none in the record"}
+		r.integrityFailed(src.SnapshotID, ArtifactDigests, err)
+		return nil, fmt.Errorf("digest table: %w", err)
+	}
+	f := r.tableFor(src)
+	if f.desc == nil {
 		if src.VMStateSHA256 != "" {
 			r.warnUnverified(src.SnapshotID)
 		}
 		return nil, nil
 	}
-	t, err := readDigests(src)
+	t, err := f.read(src.Layout.FileSize)
 	if err != nil {
 		r.integrityFailedUnlessGone(src, ArtifactDigests, err)
 		return nil, fmt.Errorf("digest table: %w", err)
@@ -77,19 +134,46 @@ func (r *Restorer) loadDigests(src Source) (*integrity.Table, error) {
 	return t, nil
 }
 
-func readDigests(src Source) (*integrity.Table, error) {
-	if src.DigestsPath == "" {
-		return nil, &repository.IntegrityError{Artifact: repository.DigestsFileName, Want: "a table", Got: "no file"}
+// digestsFile is one of a source's digest tables.
+type digestsFile struct {
+	name, path string
+	desc       *repository.DigestsDescriptor
+}
+
+// tableFor is the table the restore checks every block against: the one
+// of SHA-256 digests where whoever could change the bytes cannot change
+// the table with them, when the snapshot has one: on a node that trusts
+// keys (a signature anchors the table) and for memory served through a
+// node cache (the table comes from the store, the bytes from the cache).
+// Elsewhere (a POSIX store on a node that trusts no key, where a writer of
+// the bytes can rewrite the table and the record too) the one of CRC-32C
+// digests, which catches every accident SHA-256 would, at a tenth of the
+// cost (package integrity).
+func (r *Restorer) tableFor(src Source) digestsFile {
+	if src.SHA256Digests != nil && (r.Trust.Enforcing() || src.Memory != nil) {
+		return digestsFile{repository.SHA256DigestsFileName, src.SHA256DigestsPath, src.SHA256Digests}
 	}
-	data, err := fsx.ReadBounded(src.DigestsPath, src.Digests.Size)
+	return digestsFile{repository.DigestsFileName, src.DigestsPath, src.Digests}
+}
+
+// read reads the table and checks it against its descriptor.
+func (f digestsFile) read(fileSize int64) (*integrity.Table, error) {
+	if f.path == "" {
+		return nil, &repository.IntegrityError{Artifact: f.name, Want: "a table", Got: "no file"}
+	}
+	data, err := fsx.ReadBounded(f.path, f.desc.Size)
 	if err != nil {
 		return nil, err
 	}
-	if got := repository.DescribeDigests(data); got.SHA256 != src.Digests.SHA256 || got.Size != src.Digests.Size {
-		return nil, &repository.IntegrityError{Artifact: repository.DigestsFileName,
-			Want: src.Digests.SHA256, Got: got.SHA256}
+	if got := repository.DescribeDigests(data); got.SHA256 != f.desc.SHA256 || got.Size != f.desc.Size {
+		return nil, &repository.IntegrityError{Artifact: f.name, Want: f.desc.SHA256, Got: got.SHA256}
 	}
-	return integrity.Decode(data, src.Layout.FileSize)
+	t, err := integrity.Decode(data, fileSize)
+	if err == nil && string(t.Algorithm()) != f.desc.Algorithm {
+		return nil, &repository.IntegrityError{Artifact: f.name,
+			Want: "a table of " + f.desc.Algorithm, Got: "one of " + string(t.Algorithm())}
+	}
+	return t, err
 }
 
 // unverifiedReported holds the snapshots this process already reported as

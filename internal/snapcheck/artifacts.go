@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 
@@ -46,26 +47,62 @@ func (c *checker) vmState() error {
 	return nil
 }
 
-// digests reads the stored digest table, checks it against the record's
-// descriptor and decodes it. It returns the table only when it can be
-// trusted to judge the memory file's blocks.
-func (c *checker) digests() *integrity.Table {
+// storedTable is one of the snapshot's digest tables as the record
+// describes it and the repository gives it.
+type storedTable struct {
+	name string
+	alg  integrity.Algorithm
+	desc *repository.DigestsDescriptor
+	path string
+}
+
+// storedTables are the CRC-32C table and the SHA-256 table, in that order.
+func (c *checker) storedTables() [2]storedTable {
 	rec := c.res.Record
-	a := c.r.artifact(repository.DigestsFileName)
-	d := rec.MemoryDigests
-	if d == nil {
+	return [2]storedTable{
+		{repository.DigestsFileName, integrity.CRC32C, rec.MemoryDigests, c.res.DigestsPath},
+		{repository.SHA256DigestsFileName, integrity.SHA256, rec.MemorySHA256Digests, c.res.SHA256DigestsPath},
+	}
+}
+
+// absentTable reports a table the record does not describe: a problem
+// for the CRC-32C table of a record whose format always has one, a note
+// otherwise.
+func (c *checker) absentTable(a *Artifact, st storedTable) {
+	rec := c.res.Record
+	switch {
+	case st.alg == integrity.CRC32C && rec.RequiresDigests():
+		a.Status = StatusOK
+		a.problem(KindMissing, "a record of format %d always has a digest table and this one has none: "+
+			"it was changed after publish, and restores refuse it", rec.Format)
+	case st.alg == integrity.CRC32C:
 		a.Status = StatusAbsent
 		a.Note = "unverified (no digest table): restores serve this snapshot's memory unchecked; " +
 			"`warmstart snapshot verify --add-digests` adds one"
 		c.r.Unverified = true
+	default:
+		a.Status = StatusAbsent
+		a.Note = "no table of SHA-256 digests (published before there was one): the snapshot cannot be signed " +
+			"and remote memory is checked by CRC-32C only; `warmstart snapshot verify --add-digests` adds one"
+	}
+}
+
+// table reads a stored digest table, checks it against the record's
+// descriptor and decodes it. It returns the table only when it can be
+// trusted to judge the memory file's blocks.
+func (c *checker) table(st storedTable) *integrity.Table {
+	a := c.r.artifact(st.name)
+	d := st.desc
+	if d == nil {
+		c.absentTable(a, st)
 		return nil
 	}
 	a.Status = StatusOK
-	if c.res.DigestsPath == "" {
+	if st.path == "" {
 		a.problem(KindMissing, "the repository gives no digest table file")
 		return nil
 	}
-	data, err := fsx.ReadBounded(c.res.DigestsPath, d.Size)
+	data, err := fsx.ReadBounded(st.path, d.Size)
 	if err != nil {
 		openProblem(a, err)
 		return nil
@@ -80,7 +117,10 @@ func (c *checker) digests() *integrity.Table {
 		a.problem(KindSHA256, "the bytes hash to %s, the record says %s", got.SHA256, d.SHA256)
 		return nil
 	}
-	t, err := integrity.Decode(data, rec.MemorySize)
+	t, err := integrity.Decode(data, c.res.Record.MemorySize)
+	if err == nil && t.Algorithm() != st.alg {
+		err = fmt.Errorf("a table of %s digests where one of %s belongs", t.Algorithm(), st.alg)
+	}
 	if err != nil {
 		a.problem(KindInvalid, "%v", err)
 		return nil

@@ -53,41 +53,41 @@ func (c *checker) openMemory() (memoryFile, error) {
 	return memoryFile{src: f, size: size, close: f.Close}, nil
 }
 
-// memory reads the memory file once, computing its SHA-256 and a fresh
-// digest table, and compares them with the record and with the stored
-// table (when there is one to trust). It returns the fresh table of a
-// memory file read to its end. Only a cancelled context is returned as an
-// error.
-func (c *checker) memory(stored *integrity.Table) (*integrity.Table, error) {
+// memory reads the memory file once, computing its SHA-256 and fresh
+// digest tables of both kinds, and compares them with the record and with
+// the stored table that judges blocks best (stored[1], of SHA-256, when it
+// can be used, else stored[0]). It returns the fresh tables of a memory
+// file read to its end (zero ones otherwise). Only a cancelled context is
+// returned as an error.
+func (c *checker) memory(stored [2]*integrity.Table) (integrity.Tables, error) {
 	rec := c.res.Record
 	a := c.r.artifact(repository.MemoryFileName)
 	a.Status = StatusOK
 	mf, err := c.openMemory()
 	if err != nil {
 		openProblem(a, err)
-		return nil, nil
+		return integrity.Tables{}, nil
 	}
 	defer mf.close()
 	if mf.size != rec.MemorySize {
 		a.problem(KindSize, "%d bytes, the record says %d", mf.size, rec.MemorySize)
 	}
 	h := sha256.New()
-	b := integrity.NewBuilder(mf.size)
+	fresh := integrity.NewTables(mf.size)
 	src := &pastFailures{src: mf.src, ctx: c.ctx}
-	a.ReadBytes, err = stream(c.ctx, src, mf.size, io.MultiWriter(h, b), c.progress(a.Name, mf.size))
+	a.ReadBytes, err = stream(c.ctx, src, mf.size, io.MultiWriter(h, fresh), c.progress(a.Name, mf.size))
 	if err != nil {
-		return nil, readFailed(c.ctx, a, mf.size, err)
+		return integrity.Tables{}, readFailed(c.ctx, a, mf.size, err)
 	}
-	fresh := b.Table()
 	if src.first != nil {
-		// The hash and the table are of zeros where reads failed: only
+		// The hash and the tables are of zeros where reads failed: only
 		// the block comparison still says something, where each failed
 		// range shows as bad blocks next to any other bad block.
 		a.ReadBytes -= src.failedBytes
 		a.problem(KindRead, "%d bytes could not be read (%d reads failed), the first failed read at offset %d: %v",
 			src.failedBytes, src.failures, src.firstAt, src.first)
 		c.compareBlocks(a, stored, fresh)
-		return nil, nil
+		return integrity.Tables{}, nil
 	}
 	a.ReadSHA256 = hex.EncodeToString(h.Sum(nil))
 	if a.ReadSHA256 != rec.MemorySHA256 {
@@ -131,21 +131,26 @@ func (p *pastFailures) ReadAt(buf []byte, off int64) (int, error) {
 	return len(buf), nil
 }
 
-// compareBlocks compares the memory file's fresh table with the stored one
-// and reports every block that differs.
-func (c *checker) compareBlocks(a *Artifact, stored, fresh *integrity.Table) {
-	if stored == nil {
-		if c.res.Record.MemoryDigests != nil {
+// compareBlocks compares the memory file's fresh table with the stored
+// one that judges blocks best and reports every block that differs.
+func (c *checker) compareBlocks(a *Artifact, stored [2]*integrity.Table, fresh integrity.Tables) {
+	table, read := stored[1], fresh.SHA256
+	if table == nil {
+		table, read = stored[0], fresh.CRC
+	}
+	c.judge = table
+	if table == nil {
+		if c.res.Record.MemoryDigests != nil || c.res.Record.MemorySHA256Digests != nil {
 			a.Note = "blocks not compared: the digest table cannot be used"
 		}
 		return
 	}
-	bad := stored.Mismatches(fresh)
-	ranges := coalesce(bad, stored.FileSize())
-	a.Blocks = &Blocks{BlockBytes: integrity.BlockBytes, Checked: int64(stored.Blocks()), Bad: int64(len(bad)), BadRanges: ranges}
+	bad := table.Mismatches(read.Table())
+	ranges := coalesce(bad, table.FileSize())
+	a.Blocks = &Blocks{BlockBytes: integrity.BlockBytes, Checked: int64(table.Blocks()), Bad: int64(len(bad)), BadRanges: ranges}
 	if len(bad) > 0 {
 		a.problem(KindBadBlocks, "%d of %d blocks do not match the digest table, in %d ranges, the first at offset %d",
-			len(bad), stored.Blocks(), len(ranges), bad[0])
+			len(bad), table.Blocks(), len(ranges), bad[0])
 	}
 }
 
@@ -167,19 +172,37 @@ func coalesce(offsets []int64, fileSize int64) []Range {
 	return ranges
 }
 
-// addDigests attaches the fresh table to a snapshot that has none, when
-// the memory file read as the record describes it. A refusal or a failed
-// attach is a problem in the report; only a cancelled context is an error.
-func (c *checker) addDigests(fresh *integrity.Table) error {
+// addDigests attaches the fresh tables the snapshot lacks (wantsTables),
+// when the memory file read as the record describes it. A refusal or a
+// failed attach is a problem in the report; only a cancelled context is an
+// error.
+func (c *checker) addDigests(fresh integrity.Tables) error {
 	rec := c.res.Record
 	mem := c.r.artifact(repository.MemoryFileName)
-	a := c.r.artifact(repository.DigestsFileName)
-	if fresh == nil || mem.ReadBytes != rec.MemorySize || mem.ReadSHA256 != rec.MemorySHA256 {
-		a.problem(KindNotAdded, "digest table not added: %s does not match the record's SHA-256, "+
-			"and a table of it would vouch for other bytes than the published ones", repository.MemoryFileName)
-		return nil
+	for _, st := range c.storedTables() {
+		if st.desc != nil {
+			continue
+		}
+		a := c.r.artifact(st.name)
+		if fresh.CRC == nil || mem.ReadBytes != rec.MemorySize || mem.ReadSHA256 != rec.MemorySHA256 {
+			a.problem(KindNotAdded, "digest table not added: %s does not match the record's SHA-256, "+
+				"and a table of it would vouch for other bytes than the published ones", repository.MemoryFileName)
+			continue
+		}
+		b := fresh.CRC
+		if st.alg == integrity.SHA256 {
+			b = fresh.SHA256
+		}
+		if err := c.addTable(a, b.Table().Encode()); err != nil {
+			return err
+		}
 	}
-	desc, err := c.attach(fresh.Encode())
+	return nil
+}
+
+// addTable attaches one fresh table and notes it in a.
+func (c *checker) addTable(a *Artifact, table []byte) error {
+	desc, err := c.attach(table)
 	if err != nil {
 		if c.ctx.Err() != nil {
 			return c.ctx.Err()
@@ -190,8 +213,12 @@ func (c *checker) addDigests(fresh *integrity.Table) error {
 	a.Status, a.Size, a.SHA256 = StatusAdded, desc.Size, desc.SHA256
 	a.ReadBytes, a.ReadSHA256 = desc.Size, desc.SHA256
 	a.Note = "added: computed from memory.bin, whose SHA-256 matches the record"
-	c.r.Unverified = false
-	c.r.DigestsAdded = &desc
+	if desc.Algorithm == string(integrity.CRC32C) {
+		c.r.Unverified = false
+		c.r.DigestsAdded = &desc
+	} else {
+		c.r.SHA256DigestsAdded = &desc
+	}
 	return nil
 }
 

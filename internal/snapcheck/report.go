@@ -19,15 +19,20 @@ type Report struct {
 	// published before tables existed and none was added), so restores
 	// serve its memory unverified.
 	Unverified bool `json:"unverified"`
-	// DigestsAdded is the descriptor of the table Options.AddDigests
-	// attached.
-	DigestsAdded *repository.DigestsDescriptor `json:"digests_added,omitempty"`
+	// DigestsAdded and SHA256DigestsAdded are the descriptors of the
+	// tables Options.AddDigests attached (CRC-32C, SHA-256).
+	DigestsAdded       *repository.DigestsDescriptor `json:"digests_added,omitempty"`
+	SHA256DigestsAdded *repository.DigestsDescriptor `json:"sha256_digests_added,omitempty"`
 	// Problems are about the snapshot as a whole: a record that cannot be
 	// read, an alias binding the record contradicts, or artifacts the
 	// repository cannot resolve.
 	Problems []Problem `json:"problems,omitempty"`
-	// Artifacts are vm_state.bin, memory.bin, memory.digests and
-	// startup-manifest.bin, in that order.
+	// Cache is what Options.Cache found of the snapshot's memory in this
+	// node's cache; nil when it was not checked or the repository keeps
+	// none (posixfs).
+	Cache *CacheReport `json:"cache,omitempty"`
+	// Artifacts are vm_state.bin, memory.bin, memory.digests,
+	// memory.sha256-digests and startup-manifest.bin, in that order.
 	Artifacts []Artifact `json:"artifacts"`
 }
 
@@ -100,6 +105,7 @@ const (
 	KindAlias      = "alias"       // an alias binding and the record contradict each other
 	KindNotAdded   = "not_added"   // AddDigests refused to attach a table
 	KindAttach     = "attach"      // attaching the table failed
+	KindCache      = "cache"       // blocks of the node cache failed their check (evicted)
 )
 
 // Problem is one thing wrong with a snapshot.
@@ -140,11 +146,16 @@ func newReport(rec repository.Record) Report {
 		{Name: repository.VMStateFileName, Size: rec.VMStateSize, SHA256: rec.VMStateSHA256},
 		{Name: repository.MemoryFileName, Size: rec.MemorySize, SHA256: rec.MemorySHA256},
 		{Name: repository.DigestsFileName},
+		{Name: repository.SHA256DigestsFileName},
 		{Name: repository.ManifestFileName},
 	}}
-	if d := rec.MemoryDigests; d != nil {
-		a := r.artifact(repository.DigestsFileName)
-		a.Size, a.SHA256 = d.Size, d.SHA256
+	for name, d := range map[string]*repository.DigestsDescriptor{
+		repository.DigestsFileName: rec.MemoryDigests, repository.SHA256DigestsFileName: rec.MemorySHA256Digests,
+	} {
+		if d != nil {
+			a := r.artifact(name)
+			a.Size, a.SHA256 = d.Size, d.SHA256
+		}
 	}
 	if m := rec.Manifest; m != nil {
 		a := r.artifact(repository.ManifestFileName)

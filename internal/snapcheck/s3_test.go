@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -49,11 +51,16 @@ func newS3World(t *testing.T) *s3World {
 func (w *s3World) repo(t *testing.T) *s3.Repo { return w.open(t, false) }
 
 func (w *s3World) open(t *testing.T, readOnly bool) *s3.Repo {
+	return w.openIn(t, t.TempDir(), readOnly)
+}
+
+// openIn opens the prefix with the node cache in cacheDir.
+func (w *s3World) openIn(t *testing.T, cacheDir string, readOnly bool) *s3.Repo {
 	t.Helper()
 	r, err := s3.Open(bg(), s3.Options{
 		Endpoint: "http://" + w.srv.Endpoint, Bucket: s3Bucket, Region: "us-east-1", Prefix: w.prefix,
 		AddressingStyle: "path", AccessKeyID: miniotest.AccessKey, SecretAccessKey: miniotest.SecretKey,
-		CacheDir: t.TempDir(), CacheMaxBytes: 64 << 20, ReadOnly: readOnly,
+		CacheDir: cacheDir, CacheMaxBytes: 64 << 20, ReadOnly: readOnly,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -217,6 +224,53 @@ func TestS3(t *testing.T) {
 			t.Fatalf("a chunk damaged in the store verified ok on a node that cached it: %+v", a)
 		}
 	})
+	// Failure 4 of the adversarial pass, on S3: a writer of the node's
+	// cache dir patches every page of every cached block, keeping each
+	// page's CRC-32C and so the CRC in the block's file name. Verify
+	// reads the store, which is fine; with Cache it also checks the
+	// node's blocks against the snapshot's SHA-256 table, reports them
+	// and evicts them.
+	t.Run("poisoned node cache found and evicted", func(t *testing.T) {
+		dir := t.TempDir()
+		node := w.openIn(t, dir, false)
+		rec, _ := publish(t, node, "poisoned")
+		res, err := node.Resolve(bg(), rec.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		repotest.ResolvedMemorySHA256(t, res) // the node caches every block
+		if err := node.Close(); err != nil {  // and writes them to disk
+			t.Fatal(err)
+		}
+		blocks, err := filepath.Glob(filepath.Join(dir, "chunks", rec.MemorySHA256, "*.blk"))
+		if err != nil || len(blocks) == 0 {
+			t.Fatalf("cached blocks %v (%v)", blocks, err)
+		}
+		for _, b := range blocks {
+			fi, err := os.Stat(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for off := int64(0); off+4096 <= fi.Size(); off += 4096 {
+				repotest.PatchKeepingCRC(t, b, off)
+			}
+		}
+		verb := w.openIn(t, dir, true) // as the CLI opens it
+		if r := verify(t, verb, "poisoned", Options{}); !r.OK || r.Cache != nil {
+			t.Fatalf("verify of the store: %+v", r)
+		}
+		r := verify(t, verb, "poisoned", Options{Cache: true})
+		if r.OK || r.Cache == nil || len(r.Cache.Evicted) != len(blocks) || r.Cache.Blocks != len(blocks) ||
+			len(r.Problems) != 1 || r.Problems[0].Kind != KindCache {
+			t.Fatalf("verify with the node cache: %+v", r)
+		}
+		if left, _ := filepath.Glob(filepath.Join(dir, "chunks", rec.MemorySHA256, "*.blk")); len(left) != 0 {
+			t.Fatalf("evicted blocks left their files: %v", left)
+		}
+		if r := verify(t, verb, "poisoned", Options{Cache: true}); !r.OK || r.Cache == nil || r.Cache.Blocks != 0 {
+			t.Fatalf("verify after the eviction: %+v", r)
+		}
+	})
 	// The node's file cache keeps the small artifacts too: verify on a
 	// node that has read them must read the store's, flipped or gone.
 	t.Run("small artifacts damaged behind a warm node", func(t *testing.T) {
@@ -254,21 +308,25 @@ func TestS3(t *testing.T) {
 			}
 		}
 	})
-	t.Run("table object removed", func(t *testing.T) {
+	t.Run("table objects removed", func(t *testing.T) {
 		rec, _ := publish(t, w.repo(t), "no-table")
-		table := w.key("artifacts/" + rec.ID + "/" + repository.DigestsFileName)
-		if err := w.client.RemoveObject(bg(), s3Bucket, table, minio.RemoveObjectOptions{}); err != nil {
-			t.Fatal(err)
+		for _, name := range []string{repository.DigestsFileName, repository.SHA256DigestsFileName} {
+			table := w.key("artifacts/" + rec.ID + "/" + name)
+			if err := w.client.RemoveObject(bg(), s3Bucket, table, minio.RemoveObjectOptions{}); err != nil {
+				t.Fatal(err)
+			}
 		}
 		r := verify(t, w.repo(t), "no-table", Options{})
-		a := wantArtifact(t, r, repository.DigestsFileName, StatusBad, KindMissing)
 		if mem := wantArtifact(t, r, repository.MemoryFileName, StatusOK); r.OK || mem.Blocks != nil {
-			t.Fatalf("without its table object: %+v", r)
+			t.Fatalf("without its table objects: %+v", r)
 		}
-		// The problem names the missing object, not a cache file named
-		// by the digest the record expects.
-		if msg := a.Problems[0].Message; !strings.Contains(msg, "not-in-the-store/"+w.key("artifacts/"+rec.ID+"/"+repository.DigestsFileName)) {
-			t.Errorf("missing table object reported as %q, which does not name %s", msg, repository.DigestsFileName)
+		for _, name := range []string{repository.DigestsFileName, repository.SHA256DigestsFileName} {
+			a := wantArtifact(t, r, name, StatusBad, KindMissing)
+			// The problem names the missing object, not a cache file
+			// named by the digest the record expects.
+			if msg := a.Problems[0].Message; !strings.Contains(msg, "not-in-the-store/"+w.key("artifacts/"+rec.ID+"/"+name)) {
+				t.Errorf("missing table object reported as %q, which does not name %s", msg, name)
+			}
 		}
 	})
 	t.Run("table object of another size", func(t *testing.T) {
@@ -284,12 +342,12 @@ func TestS3(t *testing.T) {
 	t.Run("legacy record gets digests", func(t *testing.T) {
 		repo := w.repo(t)
 		rec, _ := publish(t, repo, "legacy")
-		w.stripDigests(t, rec.ID)
-		if r := verify(t, repo, "legacy", Options{}); !r.OK || !r.Unverified {
+		w.stripSHA256Digests(t, rec.ID)
+		if r := verify(t, repo, "legacy", Options{}); !r.OK || r.artifact(repository.SHA256DigestsFileName).Status != StatusAbsent {
 			t.Fatalf("legacy snapshot in S3: %+v", r)
 		}
 		r := verify(t, repo, "legacy", Options{AddDigests: true})
-		if !r.OK || r.DigestsAdded == nil || *r.DigestsAdded != *rec.MemoryDigests {
+		if !r.OK || r.SHA256DigestsAdded == nil || *r.SHA256DigestsAdded != *rec.MemorySHA256Digests {
 			t.Fatalf("add digests in S3: %+v", r)
 		}
 		// Another node, and this one: the digests were added through a
@@ -303,29 +361,29 @@ func TestS3(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.Record.MemoryDigests == nil || res.DigestsPath == "" {
-				t.Fatalf("a restore's resolve after adding digests: record digests %v, table %q", res.Record.MemoryDigests, res.DigestsPath)
+			if res.Record.MemorySHA256Digests == nil || res.SHA256DigestsPath == "" {
+				t.Fatalf("a restore's resolve after adding digests: record digests %v, table %q", res.Record.MemorySHA256Digests, res.SHA256DigestsPath)
 			}
 		}
 	})
 }
 
-// stripDigests makes id's record one written before digest tables existed
-// and removes its table object.
-func (w *s3World) stripDigests(t *testing.T, id string) {
+// stripSHA256Digests makes id's record one written before tables of
+// SHA-256 digests existed and removes that table's object.
+func (w *s3World) stripSHA256Digests(t *testing.T, id string) {
 	t.Helper()
 	key := w.key("catalog/records/" + id + ".json")
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(w.get(t, key), &fields); err != nil {
 		t.Fatal(err)
 	}
-	delete(fields, "memory_digests")
+	delete(fields, "memory_sha256_digests")
 	data, err := json.Marshal(fields)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.put(t, key, data)
-	table := w.key("artifacts/" + id + "/" + repository.DigestsFileName)
+	table := w.key("artifacts/" + id + "/" + repository.SHA256DigestsFileName)
 	if err := w.client.RemoveObject(bg(), s3Bucket, table, minio.RemoveObjectOptions{}); err != nil {
 		t.Fatal(err)
 	}

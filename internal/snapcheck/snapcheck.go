@@ -5,11 +5,12 @@
 // POST /snapshots/{id}/verify.
 //
 // The memory file is read once, in CopyBufferBytes units, and the same pass
-// computes its whole-file SHA-256 and a fresh digest table (package
+// computes its whole-file SHA-256 and fresh digest tables (package
 // integrity); the fresh table is compared block by block with the stored
-// one, so every bad block is named, not only the first. Memory use is the
-// buffer plus the two tables (1/1024 of the memory file each), whatever the
-// memory file's size; a remote memory read in chunks adds one chunk (up to
+// one (of SHA-256 digests where the snapshot has it, else of CRC-32C), so
+// every bad block is named, not only the first. Memory use is the buffer
+// plus the stored and fresh tables (1/1024 of the memory file each for
+// CRC-32C, 1/128 for SHA-256), whatever the memory file's size; a remote memory read in chunks adds one chunk (up to
 // 64 MiB) and the chunk being decoded. Local memory files (posixfs) are
 // read directly. Where the node keeps copies of the store's objects (s3),
 // the snapshot is checked through a view of the store that has cached
@@ -19,7 +20,9 @@
 // A snapshot published before digest tables existed is reported as
 // unverified, which is not a problem by itself; Options.AddDigests gives it
 // the fresh table, but only when the memory file's SHA-256 matches the
-// record, so a table never blesses bytes other than the published ones.
+// record, so a table never blesses bytes other than the published ones. It
+// adds a table of SHA-256 digests to a snapshot published before there was
+// one the same way.
 package snapcheck
 
 import (
@@ -27,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 
+	"warmstart/internal/integrity"
 	"warmstart/internal/repository"
 )
 
@@ -35,9 +39,15 @@ const CopyBufferBytes = 1 << 20
 
 // Options choose what Verify does besides reading.
 type Options struct {
-	// AddDigests attaches a freshly computed digest table to a snapshot
-	// that has none, once its memory file matched the record's SHA-256.
+	// AddDigests attaches the freshly computed digest tables a snapshot
+	// lacks (of CRC-32C digests, of SHA-256 digests), once its memory
+	// file matched the record's SHA-256.
 	AddDigests bool
+	// Cache also checks the blocks of the snapshot's memory that this
+	// node's cache holds (where the repository keeps one: s3) against the
+	// snapshot's digest table, and evicts those that fail: they are what
+	// this node's restores read instead of the store's bytes.
+	Cache bool
 	// Progress, when not nil, is called from Verify's goroutine as large
 	// artifacts are read (Step is repository.StepVerify). It must not
 	// block for long.
@@ -154,6 +164,9 @@ type checker struct {
 	res  repository.Resolved
 	opts Options
 	r    *Report
+	// judge is the stored digest table blocks were compared with (nil
+	// when none could be used).
+	judge *integrity.Table
 }
 
 // verifyRecord checks rec's catalog entries in repo and reads its
@@ -181,6 +194,11 @@ func verifyRecord(ctx context.Context, repo, view repository.Repository, rec rep
 	c := &checker{ctx: ctx, repo: view, res: res, opts: opts, r: &r}
 	if err := c.run(); err != nil {
 		return Report{}, err
+	}
+	if opts.Cache {
+		if err := c.checkCache(repo); err != nil {
+			return Report{}, err
+		}
 	}
 	if err := stillListed(ctx, repo, rec.ID); err != nil {
 		return Report{}, err
@@ -248,7 +266,10 @@ func (c *checker) run() error {
 	if err := c.vmState(); err != nil {
 		return err
 	}
-	stored := c.digests()
+	var stored [2]*integrity.Table
+	for i, st := range c.storedTables() {
+		stored[i] = c.table(st)
+	}
 	c.manifest()
 	c.refinement()
 	c.startupPack()
@@ -256,10 +277,16 @@ func (c *checker) run() error {
 	if err != nil {
 		return err
 	}
-	if c.opts.AddDigests && c.res.Record.MemoryDigests == nil {
+	if c.opts.AddDigests && wantsTables(c.res.Record) {
 		return c.addDigests(fresh)
 	}
 	return nil
+}
+
+// wantsTables reports whether AddDigests gives rec a table: it lacks
+// one of the two a publish stores.
+func wantsTables(rec repository.Record) bool {
+	return rec.MemoryDigests == nil || rec.MemorySHA256Digests == nil
 }
 
 // unresolved reports a snapshot the repository refused to resolve: the

@@ -19,7 +19,17 @@ func WriteText(w io.Writer, r Report) error {
 	for _, a := range r.Artifacts {
 		writeArtifact(bw, a)
 	}
+	if c := r.Cache; c != nil {
+		fmt.Fprintf(bw, "  %-21s %-11s %d blocks (%d bytes) checked, %d evicted\n", "node cache", cacheStatus(*c), c.Blocks, c.Bytes, len(c.Evicted))
+	}
 	return bw.Flush()
+}
+
+func cacheStatus(c CacheReport) string {
+	if len(c.Evicted) > 0 {
+		return StatusBad
+	}
+	return StatusOK
 }
 
 func name(r Report) string {

@@ -147,6 +147,11 @@ func (r *timedRepository) AttachDigests(ctx context.Context, lease repository.Le
 	return r.inner.AttachDigests(ctx, lease, data)
 }
 
+func (r *timedRepository) AttachSignature(ctx context.Context, lease repository.Lease, sig repository.Signature) (err error) {
+	defer r.timed("attach_signature")(&err)
+	return r.inner.AttachSignature(ctx, lease, sig)
+}
+
 func (r *timedRepository) AttachRefinement(ctx context.Context, lease repository.Lease, ref repository.Refinement) (d repository.RefinementDescriptor, err error) {
 	defer r.timed("attach_refinement")(&err)
 	return r.inner.AttachRefinement(ctx, lease, ref)

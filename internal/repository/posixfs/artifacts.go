@@ -41,8 +41,9 @@ const artifactFileMode = 0o444
 type storedArtifact struct {
 	size   int64
 	sha256 string
-	// table is the per-block digest table, when the import computed one.
-	table *integrity.Table
+	// tables are the per-block digest tables, when the import computed
+	// them.
+	tables repository.DigestTables
 }
 
 func (a storedArtifact) stored() repository.StoredArtifact {
@@ -174,10 +175,10 @@ func (r *Repo) copyVerified(ctx context.Context, spec importSpec, dst string, pr
 	}
 	h := sha256.New()
 	sinks := []io.Writer{out, h}
-	var table *integrity.Builder
+	var tables *integrity.Tables
 	if spec.digests {
-		table = integrity.NewBuilder(spec.size)
-		sinks = append(sinks, table)
+		t := integrity.NewTables(spec.size)
+		tables, sinks = &t, append(sinks, t)
 	}
 	n, err := copyContext(ctx, io.MultiWriter(sinks...), in, func(n int64) { progress(repository.StepCopy, n) })
 	if err != nil {
@@ -202,11 +203,11 @@ func (r *Repo) copyVerified(ctx context.Context, spec importSpec, dst string, pr
 	if err != nil {
 		return storedArtifact{}, err
 	}
-	if got != want {
+	if got.size != want.size || got.sha256 != want.sha256 {
 		return storedArtifact{}, &repository.IntegrityError{Artifact: spec.name, Want: want.sha256, Got: got.sha256}
 	}
-	if table != nil {
-		got.table = table.Table()
+	if tables != nil {
+		got.tables = repository.EncodeTables(*tables)
 	}
 	return got, nil
 }
@@ -221,10 +222,10 @@ func hashFile(ctx context.Context, path string, sync, digests bool, progress fun
 	defer f.Close()
 	var h hash.Hash = sha256.New()
 	var sink io.Writer = h
-	var table *integrity.Builder
+	var tables *integrity.Tables
 	if digests {
-		table = integrity.NewBuilder(0)
-		sink = io.MultiWriter(h, table)
+		t := integrity.NewTables(0)
+		tables, sink = &t, io.MultiWriter(h, t)
 	}
 	n, err := copyContext(ctx, sink, f, progress)
 	if err != nil {
@@ -236,8 +237,8 @@ func hashFile(ctx context.Context, path string, sync, digests bool, progress fun
 		}
 	}
 	got := storedArtifact{size: n, sha256: hex.EncodeToString(h.Sum(nil))}
-	if table != nil {
-		got.table = table.Table()
+	if tables != nil {
+		got.tables = repository.EncodeTables(*tables)
 	}
 	return got, nil
 }

@@ -58,7 +58,7 @@ func childAttachDigests(ctx context.Context, repo repository.Repository) int {
 	}
 	mem := make([]byte, rec.MemorySize)
 	_, _ = rand.Read(mem)
-	b := integrity.NewBuilder(rec.MemorySize)
+	b := integrity.NewBuilder(integrity.CRC32C, rec.MemorySize)
 	b.Write(mem)
 	table := b.Table().Encode()
 	fmt.Printf("ready %s\n", repotest.SHA256Hex(table))

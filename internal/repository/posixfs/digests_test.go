@@ -75,7 +75,7 @@ func TestAttachDigestsRefusesATableOfAnotherSize(t *testing.T) {
 	r := openTemp(t, Options{})
 	rec, lease := repotest.Publish(t, r, "")
 	posixfstest.StripDigests(t, r.Root(), rec.ID)
-	b := integrity.NewBuilder(0)
+	b := integrity.NewBuilder(integrity.CRC32C, 0)
 	b.Write(make([]byte, rec.MemorySize+1))
 	_, err := r.AttachDigests(bg(), lease, b.Table().Encode())
 	if !errors.Is(err, repository.ErrInvalidRequest) {

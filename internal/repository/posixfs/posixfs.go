@@ -13,6 +13,7 @@ package posixfs
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"os"
@@ -37,6 +38,9 @@ type Options struct {
 	// error naming its path. Operations that change the store fail with
 	// ErrInvalidRequest.
 	ReadOnly bool
+	// SigningKey, when set, signs every record Publish commits
+	// (repository.SignRecord), so a snapshot is visible only signed.
+	SigningKey ed25519.PrivateKey
 	// Warn is told what the writable open's sweep could not clean up (an
 	// entry it cannot read or remove: a directory where an alias file
 	// belongs, an immutable leftover). The open goes on without it: the
@@ -209,21 +213,30 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	if err != nil {
 		return repository.Record{}, err
 	}
-	digests := mem.table.Encode()
-	if err := r.writeFileDurable(dir, repository.DigestsFileName, digests, artifactFileMode, faultPoints{}); err != nil {
-		return repository.Record{}, err
-	}
-	if err := durable.Sync(dir); err != nil {
+	if err := r.writeTables(dir, mem.tables); err != nil {
 		return repository.Record{}, err
 	}
 	r.fault(FaultPublishAfterArtifacts)
 
-	rec := repository.NewRecord(id, req, vm.stored(), mem.stored(), digests)
+	rec, err := repository.SignRecord(repository.NewRecord(id, req, vm.stored(), mem.stored(), mem.tables), r.opts.SigningKey)
+	if err != nil {
+		return repository.Record{}, err
+	}
 	if err := r.commitRecord(ctx, rec); err != nil {
 		return repository.Record{}, err
 	}
 	published = true
 	return rec, nil
+}
+
+// writeTables stores the memory file's digest tables in dir, durably.
+func (r *Repo) writeTables(dir string, tables repository.DigestTables) error {
+	for name, table := range map[string][]byte{repository.DigestsFileName: tables.CRC, repository.SHA256DigestsFileName: tables.SHA256} {
+		if err := r.writeFileDurable(dir, name, table, artifactFileMode, faultPoints{}); err != nil {
+			return err
+		}
+	}
+	return durable.Sync(dir)
 }
 
 // commitRecord binds the alias and writes the record, the visibility point,
@@ -283,6 +296,11 @@ func (r *Repo) AttachRefinement(ctx context.Context, lz repository.Lease, ref re
 	return repository.AttachRefinementUnderLease(r, lz, ref, r.attacher(ctx))
 }
 
+// AttachSignature implements repository.Repository.
+func (r *Repo) AttachSignature(ctx context.Context, lz repository.Lease, sig repository.Signature) error {
+	return repository.AttachSignatureUnderLease(r, lz, sig, r.attacher(ctx))
+}
+
 func (r *Repo) attacher(ctx context.Context) repository.Attacher {
 	return func(id string, a repository.Attachment) error { return r.attach(ctx, id, a) }
 }
@@ -294,7 +312,7 @@ func faultsOf(a repository.Attachment) attachFaults {
 	if repository.IsRefinementFile(a.Name) {
 		return attachFaults{"", FaultRefineAfterFileTemp, FaultRefineAfterFile, FaultRefineAfterRecordTemp, FaultRefineAfterRecord}
 	}
-	if a.Name == repository.DigestsFileName {
+	if repository.IsDigestsFile(a.Name) {
 		return attachFaults{FaultDigestsAfterClear, FaultDigestsAfterTableTemp, FaultDigestsAfterTable,
 			FaultDigestsAfterRecordTemp, FaultDigestsAfterRecord}
 	}
@@ -328,14 +346,7 @@ func (r *Repo) attach(ctx context.Context, id string, a repository.Attachment) e
 			return err
 		}
 	}
-	// writeFileDurable never creates the directory, so even a store edited
-	// behind our back cannot get a deleted snapshot's directory back.
-	err = r.writeFileDurable(r.paths.snapshotDir(id), a.Name, a.Data, artifactFileMode,
-		faultPoints{afterTemp: fp.fileTemp, afterRename: fp.file})
-	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("%w: snapshot directory is missing: %w", repository.ErrIntegrity, err)
-	}
-	if err != nil {
+	if err := r.writeAttachedFile(id, a, fp); err != nil {
 		return err
 	}
 	if err := r.writeRecord(a.Attached(rec), faultPoints{afterTemp: fp.recordTemp, afterRename: fp.record}); err != nil {
@@ -347,6 +358,21 @@ func (r *Repo) attach(ctx context.Context, id string, a repository.Attachment) e
 		_, _ = removeDurable(r.paths.snapshotDir(id), old)
 	}
 	return nil
+}
+
+// writeAttachedFile stores a's file, if it has one. writeFileDurable never
+// creates the directory, so even a store edited behind our back cannot
+// get a deleted snapshot's directory back.
+func (r *Repo) writeAttachedFile(id string, a repository.Attachment, fp attachFaults) error {
+	if !a.HasFile() {
+		return nil
+	}
+	err := r.writeFileDurable(r.paths.snapshotDir(id), a.Name, a.Data, artifactFileMode,
+		faultPoints{afterTemp: fp.fileTemp, afterRename: fp.file})
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w: snapshot directory is missing: %w", repository.ErrIntegrity, err)
+	}
+	return err
 }
 
 // Resolve implements repository.Repository.
@@ -374,6 +400,9 @@ func (r *Repo) Resolve(ctx context.Context, id string) (repository.Resolved, err
 	}
 	if rec.MemoryDigests != nil {
 		res.DigestsPath = r.paths.artifactPath(id, repository.DigestsFileName)
+	}
+	if rec.MemorySHA256Digests != nil {
+		res.SHA256DigestsPath = r.paths.artifactPath(id, repository.SHA256DigestsFileName)
 	}
 	if d := rec.Refinement; d != nil {
 		res.RefinementPath = r.paths.artifactPath(id, repository.RefinementFileName(d.SHA256))

@@ -3,6 +3,7 @@ package posixfs
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"os"
@@ -40,6 +41,13 @@ func TestBehaviourHardLink(t *testing.T) {
 func TestBehaviourCopy(t *testing.T) {
 	t.Parallel()
 	repotest.Run(t, func(t *testing.T) repository.Repository { return openTemp(t, Options{ForceCopy: true}) })
+}
+
+func TestSigning(t *testing.T) {
+	t.Parallel()
+	repotest.RunSigning(t, func(t *testing.T, key ed25519.PrivateKey) repository.Repository {
+		return openTemp(t, Options{SigningKey: key})
+	})
 }
 
 func bg() context.Context { return context.Background() }
@@ -82,6 +90,7 @@ func TestOnDiskLayout(t *testing.T) {
 		"catalog/records/", "catalog/records/" + rec.ID + ".json",
 		"snapshots/", "snapshots/" + rec.ID + "/",
 		"snapshots/" + rec.ID + "/memory.bin", "snapshots/" + rec.ID + "/memory.digests",
+		"snapshots/" + rec.ID + "/memory.sha256-digests",
 		"snapshots/" + rec.ID + "/startup-manifest.bin", "snapshots/" + rec.ID + "/vm_state.bin",
 	}
 	if got := storeFiles(t, r.Root()); strings.Join(got, "\n") != strings.Join(want, "\n") {
@@ -356,7 +365,7 @@ func TestLeftoversIgnoredThenSwept(t *testing.T) {
 		"catalog/records/", "catalog/records/" + rec.ID + ".json",
 		"snapshots/", "snapshots/" + live.SnapshotID() + "/", "snapshots/" + live.SnapshotID() + "/" + filepath.Base(liveFile),
 		"snapshots/" + rec.ID + "/", "snapshots/" + rec.ID + "/memory.bin", "snapshots/" + rec.ID + "/memory.digests",
-		"snapshots/" + rec.ID + "/vm_state.bin",
+		"snapshots/" + rec.ID + "/memory.sha256-digests", "snapshots/" + rec.ID + "/vm_state.bin",
 	}
 	sort.Strings(want)
 	if got := storeFiles(t, r.Root()); strings.Join(got, "\n") != strings.Join(want, "\n") {

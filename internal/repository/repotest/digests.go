@@ -9,14 +9,27 @@ import (
 	"warmstart/internal/repository"
 )
 
-// DigestTable is the encoded digest table of the file at path.
+// DigestTable is the encoded table of CRC-32C digests of the file at
+// path (Record.MemoryDigests).
 func DigestTable(t testing.TB, path string) []byte {
+	t.Helper()
+	return tableOf(t, integrity.CRC32C, path)
+}
+
+// SHA256DigestTable is the encoded table of SHA-256 digests of the file
+// at path (Record.MemorySHA256Digests).
+func SHA256DigestTable(t testing.TB, path string) []byte {
+	t.Helper()
+	return tableOf(t, integrity.SHA256, path)
+}
+
+func tableOf(t testing.TB, alg integrity.Algorithm, path string) []byte {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := integrity.NewBuilder(int64(len(data)))
+	b := integrity.NewBuilder(alg, int64(len(data)))
 	b.Write(data)
 	return b.Table().Encode()
 }

@@ -132,6 +132,15 @@ func ManifestBytes(t testing.TB, n int) []byte {
 // again.
 func FlipBytes(t testing.TB, path string, offsets ...int64) {
 	t.Helper()
+	for _, off := range offsets {
+		xorAt(t, path, off, []byte{0x10})
+	}
+}
+
+// xorAt XORs mask into the file at path from off, in place, setting the
+// owner's write bit for the write as FlipBytes does.
+func xorAt(t testing.TB, path string, off int64, mask []byte) {
+	t.Helper()
 	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
@@ -145,14 +154,14 @@ func FlipBytes(t testing.TB, path string, offsets ...int64) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	for _, off := range offsets {
-		b := make([]byte, 1)
-		if _, err := f.ReadAt(b, off); err != nil {
-			t.Fatal(err)
-		}
-		b[0] ^= 0x10
-		if _, err := f.WriteAt(b, off); err != nil {
-			t.Fatal(err)
-		}
+	b := make([]byte, len(mask))
+	if n, err := f.ReadAt(b, off); n != len(b) {
+		t.Fatalf("read %d bytes at %d of %s: %d, %v", len(b), off, path, n, err)
+	}
+	for i := range b {
+		b[i] ^= mask[i]
+	}
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
 	}
 }

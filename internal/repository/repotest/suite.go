@@ -229,45 +229,46 @@ func testPublishThenRead(t *testing.T, repo repository.Repository) {
 }
 
 // testDigestTable checks that Publish stores the memory file's per-block
-// digest table, describes it in the record, and that Resolve hands out a
-// table that matches both its descriptor and the memory.
+// digest tables (CRC-32C and SHA-256), describes them in the record, and
+// that Resolve hands out tables that match both their descriptors and
+// the memory.
 func testDigestTable(t *testing.T, repo repository.Repository) {
 	in := NewInputs(t, LargeMemoryBytes)
 	rec, lease := PublishInputs(t, repo, in, "")
 	lease.End()
-	d := rec.MemoryDigests
-	if d == nil {
-		t.Fatal("published record has no digest table descriptor")
-	}
-	if err := d.Validate(rec.MemorySize); err != nil {
-		t.Fatalf("descriptor: %v", err)
-	}
 	res, err := repo.Resolve(bg(), rec.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.DigestsPath == "" {
-		t.Fatal("Resolve gives no digest table path")
-	}
-	data, err := os.ReadFile(res.DigestsPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := repository.DescribeDigests(data); got != *d {
-		t.Fatalf("stored table is %+v, record says %+v", got, *d)
-	}
-	table, err := integrity.Decode(data, rec.MemorySize)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem, err := os.ReadFile(in.MemoryPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := integrity.NewBuilder(int64(len(mem)))
-	b.Write(mem)
-	if bad := table.Mismatches(b.Table()); len(bad) != 0 {
-		t.Fatalf("stored table disagrees with the memory at %d blocks, first at %d", len(bad), bad[0])
+	for _, c := range []struct {
+		alg  integrity.Algorithm
+		d    *repository.DigestsDescriptor
+		path string
+	}{{integrity.CRC32C, rec.MemoryDigests, res.DigestsPath}, {integrity.SHA256, rec.MemorySHA256Digests, res.SHA256DigestsPath}} {
+		if c.d == nil || c.d.Algorithm != string(c.alg) || c.path == "" {
+			t.Fatalf("published record's %s table: %+v at %q", c.alg, c.d, c.path)
+		}
+		if err := rec.Validate(); err != nil {
+			t.Fatalf("record: %v", err)
+		}
+		data, err := os.ReadFile(c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := repository.DescribeDigests(data); got != *c.d {
+			t.Fatalf("stored %s table is %+v, record says %+v", c.alg, got, *c.d)
+		}
+		table, err := integrity.Decode(data, rec.MemorySize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh, err := integrity.Decode(tableOf(t, c.alg, in.MemoryPath), rec.MemorySize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bad := table.Mismatches(fresh); len(bad) != 0 {
+			t.Fatalf("stored %s table disagrees with the memory at %d blocks, first at %d", c.alg, len(bad), bad[0])
+		}
 	}
 }
 

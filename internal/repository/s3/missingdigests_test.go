@@ -10,15 +10,16 @@ import (
 )
 
 // TestMissingDigestTableOfALiveSnapshotIsAnIntegrityFailure removes only
-// the digest table object of a snapshot that stays published: that is
-// damage, not a delete racing the restore, so the restore counts it.
-// (The s3 backend hands the restore a missing file for a missing object;
-// the restore must not take that for a delete racing it.)
+// the digest table object a restore of remote memory reads (the one of
+// SHA-256 digests) of a snapshot that stays published: that is damage,
+// not a delete racing the restore, so the restore counts it. (The s3
+// backend hands the restore a missing file for a missing object; the
+// restore must not take that for a delete racing it.)
 func TestMissingDigestTableOfALiveSnapshotIsAnIntegrityFailure(t *testing.T) {
 	w := newWorld(t, server.Endpoint)
 	repo := w.repo(t, 0)
 	rec, lease := publishWithDigests(t, repo)
-	if err := repo.remove(bg(), repo.keys.artifact(rec.ID, repository.DigestsFileName)); err != nil {
+	if err := repo.remove(bg(), repo.keys.artifact(rec.ID, repository.SHA256DigestsFileName)); err != nil {
 		t.Fatal(err)
 	}
 	counter := &restoretest.IntegrityCounter{}

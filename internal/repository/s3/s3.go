@@ -71,6 +71,7 @@ package s3
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -157,6 +158,9 @@ type Options struct {
 	ChunkGrace time.Duration
 	// LeaseTTL replaces LeaseTTL when positive (see lease.go).
 	LeaseTTL time.Duration
+	// SigningKey, when set, signs every record Publish commits
+	// (repository.SignRecord), so a snapshot is visible only signed.
+	SigningKey ed25519.PrivateKey
 	// Log receives the node cache's warnings (a damaged block discarded, a
 	// cache too small for what restores read); nil discards them.
 	Log *slog.Logger
@@ -313,7 +317,7 @@ func newRepo(o Options, prefix string, core *minio.Core, counter *countingTransp
 // chunk cache and the background fill that writes into it.
 func (r *Repo) openLocal() error {
 	r.localOnce.Do(func() {
-		if err := os.MkdirAll(r.filesDir, 0o755); err != nil {
+		if err := os.MkdirAll(r.filesDir, 0o700); err != nil { // VM states: private
 			r.localErr = err
 			return
 		}
@@ -458,10 +462,10 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	if err != nil {
 		return repository.Record{}, err
 	}
-	rec := repository.NewRecord(id, req, vm.stored(), mem.uploaded.stored(), mem.digests)
-	rec.MemoryFormat = repository.MemoryFormatChunks
-	rec.MemoryChunks = &repository.ChunkMapDescriptor{SHA256: sha256Hex(mem.chunkMap), Size: int64(len(mem.chunkMap)),
-		ChunkBytes: mem.chunks.ChunkBytes, StoredBytes: mem.chunks.StoredBytes()}
+	rec, err := r.newRecord(id, req, vm, mem)
+	if err != nil {
+		return repository.Record{}, err
+	}
 	if req.Alias != "" {
 		if err := r.bindAlias(ctx, req.Alias, id); err != nil {
 			return repository.Record{}, err
@@ -478,27 +482,39 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	return rec, nil
 }
 
+// newRecord is the record a publish of id commits: its chunked memory
+// described, signed when the repository has a key.
+func (r *Repo) newRecord(id string, req repository.PublishRequest, vm storedArtifact, mem storedMemory) (repository.Record, error) {
+	rec := repository.NewRecord(id, req, vm.stored(), mem.uploaded.stored(), mem.tables)
+	rec.MemoryFormat = repository.MemoryFormatChunks
+	rec.MemoryChunks = &repository.ChunkMapDescriptor{SHA256: sha256Hex(mem.chunkMap), Size: int64(len(mem.chunkMap)),
+		ChunkBytes: mem.chunks.ChunkBytes, StoredBytes: mem.chunks.StoredBytes()}
+	return repository.SignRecord(rec, r.opts.SigningKey)
+}
+
 // storedMemory is a publish's memory in the bucket: its chunks, their map
-// and the digest table.
+// and the digest tables.
 type storedMemory struct {
 	uploaded storedArtifact
 	chunks   chunkmap.Map
 	chunkMap []byte
-	digests  []byte
+	tables   repository.DigestTables
 }
 
 // storeMemory uploads the memory file's chunks the bucket lacks, then the
-// digest table and the chunk map, then (once every collection that may
+// digest tables and the chunk map, then (once every collection that may
 // have missed that map has ended) confirms every chunk is there.
 func (r *Repo) storeMemory(ctx context.Context, id, path string, size int64, progress func(repository.ImportProgress)) (storedMemory, error) {
-	table := integrity.NewBuilder(size)
-	up, chunks, err := r.uploadChunked(ctx, path, size, table, progress)
+	tables := integrity.NewTables(size)
+	up, chunks, err := r.uploadChunked(ctx, path, size, tables, progress)
 	if err != nil {
 		return storedMemory{}, err
 	}
-	mem := storedMemory{uploaded: up, chunks: chunks, chunkMap: chunks.Encode(), digests: table.Table().Encode()}
-	if _, err := r.putSmall(ctx, r.keys.artifact(id, repository.DigestsFileName), mem.digests, putCondition{}); err != nil {
-		return storedMemory{}, err
+	mem := storedMemory{uploaded: up, chunks: chunks, chunkMap: chunks.Encode(), tables: repository.EncodeTables(tables)}
+	for name, table := range map[string][]byte{repository.DigestsFileName: mem.tables.CRC, repository.SHA256DigestsFileName: mem.tables.SHA256} {
+		if _, err := r.putSmall(ctx, r.keys.artifact(id, name), table, putCondition{}); err != nil {
+			return storedMemory{}, err
+		}
 	}
 	mapKey := r.keys.artifact(id, chunkMapName)
 	if _, err := r.putSmall(ctx, mapKey, mem.chunkMap, putCondition{}); err != nil {
@@ -551,6 +567,11 @@ func (r *Repo) AttachRefinement(ctx context.Context, lz repository.Lease, ref re
 	return repository.AttachRefinementUnderLease(r, lz, ref, r.attacher(ctx))
 }
 
+// AttachSignature implements repository.Repository.
+func (r *Repo) AttachSignature(ctx context.Context, lz repository.Lease, sig repository.Signature) error {
+	return repository.AttachSignatureUnderLease(r, lz, sig, r.attacher(ctx))
+}
+
 func (r *Repo) attacher(ctx context.Context) repository.Attacher {
 	return func(id string, a repository.Attachment) error { return r.attach(ctx, id, a) }
 }
@@ -599,10 +620,9 @@ func (r *Repo) attachOnce(ctx context.Context, rec repository.Record, etag strin
 			return false, err
 		}
 	}
-	key := r.keys.artifact(id, a.Name)
-	if _, err := r.core.PutObject(ctx, r.bucket, key, bytes.NewReader(a.Data), int64(len(a.Data)), "", sha256Hex(a.Data),
-		minio.PutObjectOptions{ContentType: "application/octet-stream"}); err != nil {
-		return false, ctxErr(ctx, fmt.Errorf("upload %s: %w", key, err))
+	key, err := r.putAttachedObject(ctx, id, a)
+	if err != nil {
+		return false, err
 	}
 	next := r.withPacks(ctx, rec, a)
 	if r.beforeAttachRecord != nil {
@@ -617,7 +637,9 @@ func (r *Repo) attachOnce(ctx context.Context, rec repository.Record, etag strin
 		// written go with the rest of the snapshot.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		_ = r.remove(cctx, key)
+		if key != "" {
+			_ = r.remove(cctx, key)
+		}
 		r.removeSupersededPacks(cctx, id, next, repository.Record{})
 		return false, fmt.Errorf("snapshot %s: %w", id, repository.ErrNotFound)
 	case err != nil:
@@ -630,6 +652,20 @@ func (r *Repo) attachOnce(ctx context.Context, rec repository.Record, etag strin
 	}
 	r.removeSupersededPacks(ctx, id, rec, next)
 	return false, nil
+}
+
+// putAttachedObject uploads a's file, if it has one, and returns its key
+// ("" for none).
+func (r *Repo) putAttachedObject(ctx context.Context, id string, a repository.Attachment) (string, error) {
+	if !a.HasFile() {
+		return "", nil
+	}
+	key := r.keys.artifact(id, a.Name)
+	if _, err := r.core.PutObject(ctx, r.bucket, key, bytes.NewReader(a.Data), int64(len(a.Data)), "", sha256Hex(a.Data),
+		minio.PutObjectOptions{ContentType: "application/octet-stream"}); err != nil {
+		return "", ctxErr(ctx, fmt.Errorf("upload %s: %w", key, err))
+	}
+	return key, nil
 }
 
 // withPacks is the record after attaching a to rec, with the startup packs
@@ -924,10 +960,15 @@ func (r *Repo) resolve(ctx context.Context, rec repository.Record) (repository.R
 	if r.beforeResolveDigests != nil {
 		r.beforeResolveDigests(id)
 	}
+	// A table that is missing or does not match fails the restore's
+	// check of it, which names what is wrong.
 	if d := rec.MemoryDigests; d != nil {
-		// A table that is missing or does not match fails the restore's
-		// check of it, which names what is wrong.
 		if res.DigestsPath, err = r.fetchForCheck(ctx, r.keys.artifact(id, repository.DigestsFileName), d.SHA256, d.Size); err != nil {
+			return repository.Resolved{}, err
+		}
+	}
+	if d := rec.MemorySHA256Digests; d != nil {
+		if res.SHA256DigestsPath, err = r.fetchForCheck(ctx, r.keys.artifact(id, repository.SHA256DigestsFileName), d.SHA256, d.Size); err != nil {
 			return repository.Resolved{}, err
 		}
 	}

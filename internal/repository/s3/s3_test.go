@@ -2,6 +2,7 @@ package s3
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -132,6 +133,16 @@ func TestBehaviour(t *testing.T) {
 	repotest.Run(t, func(t *testing.T) repository.Repository { return openRepo(t) })
 }
 
+func TestSigning(t *testing.T) {
+	needServer(t)
+	t.Parallel()
+	repotest.RunSigning(t, func(t *testing.T, key ed25519.PrivateKey) repository.Repository {
+		o := testOptions(t, server.Endpoint)
+		o.SigningKey = key
+		return openWith(t, o)
+	})
+}
+
 // keysUnder lists the object keys under r's prefix, relative to it.
 func keysUnder(t *testing.T, r *Repo) []string {
 	t.Helper()
@@ -159,6 +170,7 @@ func TestObjectLayout(t *testing.T) {
 	want := []string{
 		"artifacts/" + rec.ID + "/memory.chunks",
 		"artifacts/" + rec.ID + "/memory.digests",
+		"artifacts/" + rec.ID + "/memory.sha256-digests",
 		"artifacts/" + rec.ID + "/startup-manifest.bin",
 		"artifacts/" + rec.ID + "/vm_state.bin",
 		"catalog/aliases/web.json",

@@ -34,7 +34,7 @@ const (
 // views a killed verify left behind are removed once a day old.
 func (r *Repo) StoreView(context.Context) (view repository.Repository, closeView func() error, err error) {
 	removeStaleStoreViews(r.opts.CacheDir, time.Now())
-	if err := os.MkdirAll(r.opts.CacheDir, 0o755); err != nil {
+	if err := os.MkdirAll(r.opts.CacheDir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("s3 store view: %w", err)
 	}
 	dir, err := os.MkdirTemp(r.opts.CacheDir, storeViewPrefix)
