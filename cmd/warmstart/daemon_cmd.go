@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/daemon"
+	"warmstart/internal/api"
 	"warmstart/internal/remote"
 	"warmstart/internal/report"
 	"warmstart/internal/usage"
@@ -90,7 +90,7 @@ seed's order (stop the VM, wait for prefetch reads, release the device).`,
 		Short: "List the restores the daemon holds, oldest first",
 		Args:  usage.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
+			return onDaemon(cmd, func(ctx context.Context, c *api.Client, o report.Output) error {
 				return remote.Restores(ctx, c, o, listJSON)
 			})
 		},
@@ -101,7 +101,7 @@ seed's order (stop the VM, wait for prefetch reads, release the device).`,
 		Short: "Stop a restore the daemon holds",
 		Args:  usage.Args(restoreIDArg),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
+			return onDaemon(cmd, func(ctx context.Context, c *api.Client, o report.Output) error {
 				return remote.StopRestore(ctx, c, o, args[0])
 			})
 		},
@@ -129,7 +129,7 @@ var restoreIDPattern = regexp.MustCompile(`^[A-Za-z0-9-]{1,128}$`)
 // onDaemon runs a verb on the daemon --daemon names. It first refuses the
 // flags that configure the in-process system (localFlags), which a daemon
 // takes from its own configuration.
-func onDaemon(cmd *cobra.Command, run func(context.Context, *daemon.Client, report.Output) error, localFlags ...string) error {
+func onDaemon(cmd *cobra.Command, run func(context.Context, *api.Client, report.Output) error, localFlags ...string) error {
 	if err := localOnly(cmd, localFlags...); err != nil {
 		return err
 	}
@@ -142,15 +142,25 @@ func onDaemon(cmd *cobra.Command, run func(context.Context, *daemon.Client, repo
 }
 
 // daemonClient returns a client for --daemon, or a usage error without it.
-func daemonClient(cmd *cobra.Command) (*daemon.Client, error) {
+func daemonClient(cmd *cobra.Command) (*api.Client, error) {
 	if daemonSocket == "" {
 		return nil, usageError{Err: fmt.Errorf("%s needs --daemon SOCKET", cmd.CommandPath())}
 	}
-	c, err := remote.Dial(daemonSocket, loadConfig)
+	c, err := api.Dial(daemonSocket, tokenFile)
 	if err != nil {
 		return nil, fmt.Errorf("%s --daemon %s: %w", cmd.CommandPath(), daemonSocket, err)
 	}
 	return c, nil
+}
+
+// tokenFile is the API token file the configuration names ([daemon]
+// token_file).
+func tokenFile() (string, error) {
+	cfg, err := loadConfig()
+	if err != nil {
+		return "", err
+	}
+	return cfg.DaemonTokenFile(), nil
 }
 
 // localOnly refuses flags that configure the in-process system, which a
@@ -167,7 +177,7 @@ func localOnly(cmd *cobra.Command, flags ...string) error {
 // refusedAsUsage makes a request the daemon refused as malformed a usage
 // error, as it is in process.
 func refusedAsUsage(err error) error {
-	var ae *daemon.APIError
+	var ae *api.APIError
 	if errors.As(err, &ae) && ae.StatusCode == http.StatusBadRequest {
 		return usageError{Err: err}
 	}

@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 
-	"warmstart/internal/daemon"
+	"warmstart/internal/api"
 	"warmstart/internal/local"
 	"warmstart/internal/remote"
 	"warmstart/internal/report"
@@ -25,7 +25,7 @@ does in the background when [snapshot.memory_startup_pack] enabled is on.`,
 		Args: usage.Args(snapshotArg),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if daemonSocket != "" {
-				return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
+				return onDaemon(cmd, func(ctx context.Context, c *api.Client, o report.Output) error {
 					return remote.RecordManifest(ctx, c, o, args[0])
 				}, "vmm", "trace")
 			}

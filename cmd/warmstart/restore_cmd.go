@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/daemon"
+	"warmstart/internal/api"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/local"
 	"warmstart/internal/remote"
@@ -141,8 +141,8 @@ func (f *restoreFlags) onDaemon(cmd *cobra.Command, ref string, m restore.Mode) 
 		}
 		return usageError{Err: errors.New("--plot draws the timeline of an in-process restore; the daemon keeps none")}
 	}
-	req := daemon.RestoreRequest{Snapshot: ref, Device: f.device, Prefetch: string(m), Policy: f.policy, IOEngine: f.ioEngineFlag(cmd)}
-	return onDaemon(cmd, func(_ context.Context, c *daemon.Client, o report.Output) error {
+	req := api.RestoreRequest{Snapshot: ref, Device: f.device, Prefetch: string(m), Policy: f.policy, IOEngine: f.ioEngineFlag(cmd)}
+	return onDaemon(cmd, func(_ context.Context, c *api.Client, o report.Output) error {
 		// A signal cancels the request (the daemon then stops a restore
 		// whose client left) or, once the answer is in, still lets the
 		// verb stop the restore it does not hold, then exits 128+signal.

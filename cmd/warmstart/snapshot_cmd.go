@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/daemon"
+	"warmstart/internal/api"
 	"warmstart/internal/layout"
 	"warmstart/internal/local"
 	"warmstart/internal/node"
@@ -85,8 +85,8 @@ func runSnapshotImport(cmd *cobra.Command, _ []string) error {
 		}
 	}
 	if daemonSocket != "" {
-		return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
-			return remote.Import(ctx, c, o, daemon.ImportRequest{VMState: f.vmState, Memory: f.memory, Alias: f.alias, Layout: f.layout, Link: f.link})
+		return onDaemon(cmd, func(ctx context.Context, c *api.Client, o report.Output) error {
+			return remote.Import(ctx, c, o, api.ImportRequest{VMState: f.vmState, Memory: f.memory, Alias: f.alias, Layout: f.layout, Link: f.link})
 		}, storeFlag)
 	}
 	lay, err := importLayout(f)
@@ -185,7 +185,7 @@ catalog/quarantine/.`,
 			return usageError{Err: fmt.Errorf("snapshot list: --alias-prefix: %w", err)}
 		}
 		if daemonSocket != "" {
-			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
+			return onDaemon(cmd, func(ctx context.Context, c *api.Client, o report.Output) error {
 				return remote.List(ctx, c, o, f, snapshotListFlags.json, snapshotListCheck)
 			}, storeFlag)
 		}
@@ -221,7 +221,7 @@ whose signatures verify and those whose no longer do.`,
 	RunE: func(cmd *cobra.Command, args []string) error {
 		ref := args[0]
 		if daemonSocket != "" {
-			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
+			return onDaemon(cmd, func(ctx context.Context, c *api.Client, o report.Output) error {
 				return remote.Show(ctx, c, o, ref, snapshotShowJSON)
 			}, storeFlag)
 		}
@@ -248,7 +248,7 @@ names a snapshot which no longer exists is released, and the verb says so.`,
 	RunE: func(cmd *cobra.Command, args []string) error {
 		ref := args[0]
 		if daemonSocket != "" {
-			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
+			return onDaemon(cmd, func(ctx context.Context, c *api.Client, o report.Output) error {
 				return remote.Delete(ctx, c, o, ref)
 			}, storeFlag)
 		}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/daemon"
+	"warmstart/internal/api"
 	"warmstart/internal/local"
 	"warmstart/internal/remote"
 	"warmstart/internal/report"
@@ -80,8 +80,8 @@ func runSnapshotVerify(cmd *cobra.Command, args []string) error {
 	}
 	if daemonSocket != "" {
 		ref := strings.Join(args, "") // empty with --all
-		return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
-			return remote.Verify(ctx, c, o, ref, f.all, f.json, daemon.VerifyRequest{AddDigests: f.addDigests, Cache: &f.cache})
+		return onDaemon(cmd, func(ctx context.Context, c *api.Client, o report.Output) error {
+			return remote.Verify(ctx, c, o, ref, f.all, f.json, api.VerifyRequest{AddDigests: f.addDigests, Cache: &f.cache})
 		}, storeFlag)
 	}
 	open := openReadOnlyRepository

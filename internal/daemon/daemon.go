@@ -1,7 +1,8 @@
 // Package daemon is `warmstart serve`: one long-lived process that owns the
 // FUSE memory device, the shared prefetch engine and the restored VMs, and
 // offers them over an HTTP API with JSON in and out, on a Unix socket
-// ([daemon] socket) or a TCP address. Client is its Go client.
+// ([daemon] socket) or a TCP address. Package api holds the bodies of its
+// requests and answers and its Go client.
 //
 // # API
 //

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"warmstart/internal/api"
 	"warmstart/internal/fsx"
 )
 
@@ -30,7 +31,7 @@ func (in importFiles) Close() {
 
 // namedAsSent is err with the /proc/self/fd paths the repository was
 // handed (procPath) named as the client sent them, its chain kept.
-func (in importFiles) namedAsSent(err error, req ImportRequest) error {
+func (in importFiles) namedAsSent(err error, req api.ImportRequest) error {
 	pairs := [][2]string{{procPath(in.vmState), req.VMState}, {procPath(in.memory), req.Memory}}
 	// Longer first, so that /proc/self/fd/1 never matches inside /10.
 	slices.SortFunc(pairs, func(a, b [2]string) int { return len(b[0]) - len(a[0]) })

@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/common/model"
 	"golang.org/x/sys/unix"
 
+	"warmstart/internal/api"
 	"warmstart/internal/config"
 	"warmstart/internal/daemon"
 	"warmstart/internal/memdev/fusedev"
@@ -180,8 +181,8 @@ trace = %q
 }
 
 // importRequest imports the reference snapshot under alias.
-func (f *fixture) importRequest(alias string) daemon.ImportRequest {
-	return daemon.ImportRequest{VMState: f.ref.VMState, Memory: f.ref.Memory, Alias: alias, Layout: f.layout}
+func (f *fixture) importRequest(alias string) api.ImportRequest {
+	return api.ImportRequest{VMState: f.ref.VMState, Memory: f.ref.Memory, Alias: alias, Layout: f.layout}
 }
 
 // logSink keeps a daemon's log records and tells waiters when a message
@@ -278,7 +279,7 @@ func (h *sinkHandler) WithGroup(string) slog.Handler { return h }
 // running is an in-process daemon.
 type running struct {
 	d      *daemon.Daemon
-	client *daemon.Client
+	client *api.Client
 	log    *logSink
 }
 
@@ -312,9 +313,9 @@ func startDaemon(t *testing.T, f *fixture, tweak func(*daemon.Options)) *running
 	}
 	served := make(chan error, 1)
 	go func() { served <- d.Serve() }()
-	client := daemon.NewClient(d.Endpoint())
+	client := api.NewClient(d.Endpoint())
 	if opts.Listen != "" {
-		token, err := daemon.ReadToken(f.cfg.DaemonTokenFile())
+		token, err := api.ReadToken(f.cfg.DaemonTokenFile())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -352,7 +353,7 @@ func rawClient(t *testing.T, socket string) *http.Client {
 }
 
 // metricsOf scrapes and parses /metrics.
-func metricsOf(t *testing.T, c *daemon.Client) map[string]*dto.MetricFamily {
+func metricsOf(t *testing.T, c *api.Client) map[string]*dto.MetricFamily {
 	t.Helper()
 	text, err := c.Metrics(context.Background())
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"testing"
 
+	"warmstart/internal/api"
 	"warmstart/internal/daemon"
 	"warmstart/internal/miniotest"
 	"warmstart/internal/repository/s3"
@@ -37,7 +38,7 @@ func TestDaemonHoldsTheDeviceOfARemoteRestore(t *testing.T) {
 	if _, err := r.client.Import(ctx, f.importRequest("remote")); err != nil {
 		t.Fatal(err)
 	}
-	info, err := r.client.Restore(ctx, daemon.RestoreRequest{Snapshot: "remote", Device: "file", Prefetch: "off"})
+	info, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: "remote", Device: "file", Prefetch: "off"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,15 +56,15 @@ func TestDaemonHoldsTheDeviceOfARemoteRestore(t *testing.T) {
 	// held generation serves one io_engine.
 	direct := 2
 	for _, c := range []struct {
-		req    daemon.RestoreRequest
+		req    api.RestoreRequest
 		status int
 		field  string
 	}{
-		{daemon.RestoreRequest{Snapshot: "remote", Device: "uffd"}, http.StatusBadRequest, "device"},
-		{daemon.RestoreRequest{Snapshot: "remote", Device: "file", IOEngine: &direct}, http.StatusConflict, "io_engine"},
+		{api.RestoreRequest{Snapshot: "remote", Device: "uffd"}, http.StatusBadRequest, "device"},
+		{api.RestoreRequest{Snapshot: "remote", Device: "file", IOEngine: &direct}, http.StatusConflict, "io_engine"},
 	} {
 		_, err := r.client.Restore(ctx, c.req)
-		var ae *daemon.APIError
+		var ae *api.APIError
 		if !errors.As(err, &ae) || ae.StatusCode != c.status || ae.Field != c.field {
 			t.Errorf("restore %+v: %v, want HTTP %d naming field %s", c.req, err, c.status, c.field)
 		}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 
+	"warmstart/internal/api"
 	"warmstart/internal/report"
 	"warmstart/internal/repository"
 	"warmstart/internal/trust"
@@ -40,16 +41,13 @@ func Show(ctx context.Context, repo repository.Repository, policy *trust.Policy,
 	}
 	// The record alone is what show promises; file locations are
 	// added when the artifacts check out.
-	res, resErr := repo.Resolve(ctx, rec.ID)
-	st := policy.Status(rec)
-	if asJSON {
-		out := report.SnapshotShow{Record: rec, Trust: st}
-		if resErr == nil {
-			out.Files = &report.SnapshotFiles{VMState: res.VMStatePath, Memory: res.MemoryPath, Manifest: res.ManifestPath}
-		}
-		return report.JSON(o.Out, out)
+	info := api.SnapshotInfo{Record: rec, Trust: policy.Status(rec)}
+	if res, err := repo.Resolve(ctx, rec.ID); err != nil {
+		info.FilesError = err.Error()
+	} else {
+		info.Files = &api.SnapshotFiles{VMState: res.VMStatePath, Memory: res.MemoryPath, Manifest: res.ManifestPath}
 	}
-	return report.SnapshotText(o.Out, rec, st, res, resErr)
+	return report.Snapshot(o.Out, info, asJSON)
 }
 
 // Delete deletes the snapshot ref names (repository.DeleteRef): one that

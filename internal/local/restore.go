@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"warmstart/internal/api"
 	"warmstart/internal/chart"
-	"warmstart/internal/daemon"
 	"warmstart/internal/node"
 	"warmstart/internal/report"
 	"warmstart/internal/restore"
@@ -37,7 +37,7 @@ func Restore(ctx context.Context, n *node.Node, o report.Output, req RestoreRequ
 		return err
 	}
 	n.Learn(src.SnapshotID, inst)
-	if err := printRestore(o, inst, daemon.NewRestoreInfo(inst, src.SnapshotID, req.Options, started), req); err != nil {
+	if err := printRestore(o, inst, api.NewRestoreInfo(inst, src.SnapshotID, req.Options, started), req); err != nil {
 		inst.Stop(context.Background())
 		return err
 	}
@@ -63,7 +63,7 @@ func Restore(ctx context.Context, n *node.Node, o report.Output, req RestoreRequ
 
 // printRestore prints a ready restore, as JSON or for people, and draws
 // its timeline when asked.
-func printRestore(o report.Output, inst *restore.Instance, in daemon.RestoreInfo, req RestoreRequest) error {
+func printRestore(o report.Output, inst *restore.Instance, in api.RestoreInfo, req RestoreRequest) error {
 	if err := report.RestoreResult(o.Out, in, req.JSON); err != nil || req.Plot == "" {
 		return err
 	}

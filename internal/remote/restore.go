@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"warmstart/internal/daemon"
+	"warmstart/internal/api"
 	"warmstart/internal/report"
 )
 
@@ -12,7 +12,7 @@ import (
 // process. With hold the daemon keeps the VM and Restore returns, naming
 // the command that stops it (socket is the daemon's address); without, it
 // stops the VM after printing.
-func Restore(ctx context.Context, c *daemon.Client, o report.Output, req daemon.RestoreRequest, socket string, hold, asJSON bool) error {
+func Restore(ctx context.Context, c *api.Client, o report.Output, req api.RestoreRequest, socket string, hold, asJSON bool) error {
 	in, err := c.Restore(ctx, req)
 	if err != nil {
 		return fmt.Errorf("restore %s: %w", req.Snapshot, err)
@@ -41,7 +41,7 @@ func Restore(ctx context.Context, c *daemon.Client, o report.Output, req daemon.
 }
 
 // Restores prints the restores the daemon holds, oldest first.
-func Restores(ctx context.Context, c *daemon.Client, o report.Output, asJSON bool) error {
+func Restores(ctx context.Context, c *api.Client, o report.Output, asJSON bool) error {
 	infos, err := c.Restores(ctx)
 	if err != nil {
 		return fmt.Errorf("restores list: %w", err)
@@ -53,7 +53,7 @@ func Restores(ctx context.Context, c *daemon.Client, o report.Output, asJSON boo
 }
 
 // StopRestore stops a restore the daemon holds and prints how it stopped.
-func StopRestore(ctx context.Context, c *daemon.Client, o report.Output, id string) error {
+func StopRestore(ctx context.Context, c *api.Client, o report.Output, id string) error {
 	rep, err := c.StopRestore(ctx, id)
 	if err != nil {
 		return fmt.Errorf("restores stop: %w", err)
