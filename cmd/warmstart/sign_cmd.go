@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/local"
+	"warmstart/internal/ops"
 	"warmstart/internal/report"
 	"warmstart/internal/trust"
 	"warmstart/internal/usage"
@@ -73,13 +73,23 @@ func runSnapshotSign(cmd *cobra.Command, args []string) error {
 	if c, ok := repo.(io.Closer); ok {
 		defer c.Close()
 	}
-	s := local.Signer{Key: key, Policy: policy, Progress: report.VerifyProgress(cmd.ErrOrStderr())}
+	s := ops.Signer{Key: key, Policy: policy, Progress: report.VerifyProgress(cmd.ErrOrStderr())}
 	ref := ""
 	if len(args) == 1 {
 		ref = args[0]
 	}
 	return interruptible(cmd, func(ctx context.Context) error {
-		return invalidAsUsage(local.Sign(ctx, repo, s, cmdOutput(cmd), ref, snapshotSignAll))
+		err := ops.Sign(ctx, repo, s, ref, snapshotSignAll, func(r ops.Signed) {
+			if r.Err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warmstart: %v\n", r.Err)
+				return
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s\tsigned with key %s (%s)\n", r.ID, key.ID(), r.How)
+		})
+		if se := (*ops.SnapshotError)(nil); errors.As(err, &se) {
+			return refError("snapshot sign", ref, se)
+		}
+		return invalidAsUsage(err)
 	})
 }
 

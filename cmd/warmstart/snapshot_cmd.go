@@ -11,7 +11,7 @@ import (
 	"warmstart/internal/api"
 	"warmstart/internal/layout"
 	"warmstart/internal/local"
-	"warmstart/internal/node"
+	"warmstart/internal/ops"
 	"warmstart/internal/remote"
 	"warmstart/internal/report"
 	"warmstart/internal/repository"
@@ -105,7 +105,7 @@ func runSnapshotImport(cmd *cobra.Command, _ []string) error {
 		return fmt.Errorf("snapshot import: %w", err)
 	}
 	return interruptible(cmd, func(ctx context.Context) error {
-		rec, err := node.Import(ctx, repo, f.publishRequest(cmd, lay))
+		rec, _, err := ops.Publish(ctx, repo, f.publishRequest(cmd, lay))
 		if err != nil {
 			return fmt.Errorf("snapshot import: %w", err)
 		}
@@ -124,12 +124,13 @@ func importLayout(f snapshotImportOptions) (layout.Layout, error) {
 	if !mem.Mode().IsRegular() {
 		return layout.Layout{}, fmt.Errorf("snapshot import: memory file %s is not a regular file", f.memory)
 	}
-	lay, err := layout.Parse(f.layout, mem.Size())
+	lay, err := ops.ImportLayout(f.layout, f.memory, mem.Size(), ops.Flags)
+	var fe *ops.FieldError
 	switch {
-	case err != nil && f.layout == "":
-		return lay, fmt.Errorf("snapshot import: memory file %s: %w", f.memory, err)
+	case errors.As(err, &fe) && fe.Field == "layout":
+		return lay, usageError{Err: fmt.Errorf("snapshot import: %w", err)}
 	case err != nil:
-		return lay, usageError{Err: fmt.Errorf("snapshot import: --layout %q for memory file %s (%d bytes): %w", f.layout, f.memory, mem.Size(), err)}
+		return lay, fmt.Errorf("snapshot import: %w", err)
 	}
 	return lay, nil
 }

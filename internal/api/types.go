@@ -141,14 +141,3 @@ type StopResponse struct {
 	ID string `json:"id"`
 	restore.StopReport
 }
-
-// NewRestoreInfo describes a ready restore of snapshot, made with opts
-// and started at started. The daemon answers POST /restores with it and
-// the CLI prints it for an in-process restore: one schema in both modes.
-func NewRestoreInfo(inst *restore.Instance, snapshot string, opts restore.Options, started time.Time) RestoreInfo {
-	return RestoreInfo{
-		ID: inst.ID, Snapshot: snapshot, Device: opts.Device, IOEngine: opts.IOEngine, Policy: opts.Policy.Name,
-		Generation: inst.Generation, StartedAt: started, Timings: inst.Timings, Prefetch: inst.Prefetch,
-		DeviceBytes: inst.DeviceBytes, Ready: inst.Ready.Detail, State: inst.State(), StartupSet: inst.StartupSet,
-	}
-}

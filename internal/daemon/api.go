@@ -8,12 +8,12 @@ import (
 	"slices"
 	"strconv"
 	"syscall"
-	"time"
 
 	"warmstart/internal/api"
 	"warmstart/internal/config"
 	"warmstart/internal/layout"
 	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/ops"
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
@@ -69,17 +69,6 @@ func checkRef(field, ref string) error {
 	return nil
 }
 
-func (d *Daemon) lookup(ctx context.Context, field, ref string) (repository.Record, error) {
-	if err := checkRef(field, ref); err != nil {
-		return repository.Record{}, err
-	}
-	rec, err := d.repo.Lookup(ctx, ref)
-	if err != nil {
-		return rec, refError(field, ref, err)
-	}
-	return rec, nil
-}
-
 func (d *Daemon) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 	var f repository.Filter
 	for name, values := range r.URL.Query() {
@@ -100,7 +89,7 @@ func (d *Daemon) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 	if err := repository.ValidateFilter(f); err != nil {
 		return statusError(http.StatusBadRequest, "alias_prefix", err)
 	}
-	rows, damaged, err := repository.Listing(r.Context(), d.repo, f)
+	rows, damaged, err := ops.List(r.Context(), d.repo, f)
 	if err != nil {
 		return fmt.Errorf("list snapshots: %w", err)
 	}
@@ -112,15 +101,13 @@ func (d *Daemon) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (d *Daemon) getSnapshot(w http.ResponseWriter, r *http.Request) error {
-	rec, err := d.lookup(r.Context(), "id", r.PathValue("id"))
-	if err != nil {
+	ref := r.PathValue("id")
+	if err := checkRef("id", ref); err != nil {
 		return err
 	}
-	info := api.SnapshotInfo{Record: rec, Trust: d.node.Trust.Status(rec)}
-	if res, err := d.repo.Resolve(r.Context(), rec.ID); err != nil {
-		info.FilesError = err.Error()
-	} else {
-		info.Files = &api.SnapshotFiles{VMState: res.VMStatePath, Memory: res.MemoryPath, Manifest: res.ManifestPath}
+	info, err := ops.Show(r.Context(), d.repo, d.node.Trust, ref)
+	if err != nil {
+		return refError("id", ref, err)
 	}
 	writeJSON(w, http.StatusOK, info)
 	return nil
@@ -131,7 +118,7 @@ func (d *Daemon) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err := checkRef("id", ref); err != nil {
 		return err
 	}
-	del, err := repository.DeleteRef(r.Context(), d.repo, ref)
+	del, err := ops.Delete(r.Context(), d.repo, ref)
 	switch {
 	case err != nil:
 		return refError("id", ref, err)
@@ -165,10 +152,8 @@ func (d *Daemon) importSnapshot(w http.ResponseWriter, r *http.Request) error {
 	}
 	d.log.Info("snapshot published", "snapshot", rec.ID, "alias", rec.Alias, "memory_bytes", rec.MemorySize)
 	resp := api.ImportResponse{Record: rec}
-	if d.cfg.Snapshot.MemoryStartupPack.Enabled {
+	if lease != nil {
 		resp.Recording = d.startRecording(lease)
-	} else if err := lease.End(); err != nil {
-		return fmt.Errorf("import %s: end capture lease: %w", rec.ID, err)
 	}
 	writeJSON(w, http.StatusCreated, resp)
 	return nil
@@ -200,32 +185,24 @@ func (d *Daemon) checkImport(req api.ImportRequest) (in importFiles, lay layout.
 	if err != nil {
 		return in, lay, statusError(http.StatusBadRequest, "memory", fmt.Errorf("memory: %w", err))
 	}
-	if lay, err = layout.Parse(req.Layout, mem.Size()); err != nil {
-		field := "layout"
-		if req.Layout == "" {
-			field = "memory"
-		}
-		return in, lay, badRequest(field, "layout of memory file %s (%d bytes): %v", req.Memory, mem.Size(), err)
+	if lay, err = ops.ImportLayout(req.Layout, req.Memory, mem.Size(), ops.JSONFields); err != nil {
+		fe := err.(*ops.FieldError)
+		return in, lay, statusError(http.StatusBadRequest, fe.Field, fe)
 	}
 	return in, lay, nil
 }
 
-// publishImport publishes a checked import under a fresh capture lease and
-// returns the lease still held (the caller ends it or hands it to the
-// recorder); on failure the lease is ended and the error carries its status.
+// publishImport publishes a checked import (ops.Publish) and returns its
+// capture lease still held when the manifest is to be recorded, for the
+// recorder; on failure the error carries its status.
 func (d *Daemon) publishImport(ctx context.Context, req api.ImportRequest, in importFiles, lay layout.Layout) (repository.Lease, repository.Record, error) {
-	lease, err := d.repo.BeginCapture(ctx)
-	if err != nil {
-		return nil, repository.Record{}, fmt.Errorf("import: %w", err)
-	}
-	rec, err := d.repo.Publish(ctx, lease, repository.PublishRequest{
+	rec, lease, err := ops.Publish(ctx, d.repo, repository.PublishRequest{
 		VMStatePath: procPath(in.vmState), MemoryPath: procPath(in.memory), Layout: lay, Alias: req.Alias, Link: req.Link,
 		RecordManifest: d.cfg.Snapshot.MemoryStartupPack.Enabled,
 	})
 	if err == nil {
 		return lease, rec, nil
 	}
-	lease.End()
 	err = in.namedAsSent(err, req)
 	if d.reqCtx.Err() != nil {
 		// Shutdown cut the copy short: the import may be sent again, to
@@ -281,7 +258,7 @@ func (d *Daemon) verifySnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err := d.checkOpen(); err != nil {
 		return err
 	}
-	rep, err := snapcheck.Verify(r.Context(), d.repo, ref, snapcheck.Options{AddDigests: req.AddDigests, Cache: req.Cache == nil || *req.Cache})
+	rep, err := ops.Verify(r.Context(), d.repo, ref, snapcheck.Options{AddDigests: req.AddDigests, Cache: req.Cache == nil || *req.Cache})
 	switch {
 	case err != nil && d.reqCtx.Err() != nil:
 		return statusError(http.StatusServiceUnavailable, "", fmt.Errorf("%w: %w", ErrShuttingDown, err))
@@ -311,19 +288,15 @@ func (d *Daemon) snapshotAction(w http.ResponseWriter, r *http.Request) error {
 	if err := d.checkOpen(); err != nil {
 		return err
 	}
-	ctx := r.Context()
 	ref := r.PathValue("id")
-	rec, err := d.lookup(ctx, "id", ref)
-	if err != nil {
+	if err := checkRef("id", ref); err != nil {
 		return err
 	}
-	lease, err := d.repo.LeaseExisting(ctx, rec.ID)
-	if err != nil {
-		return refError("id", ref, err)
-	}
-	defer lease.End()
-	res, err := d.recorder.Record(ctx, lease)
+	res, err := ops.RecordManifest(r.Context(), d.node, ref, nil)
+	var se *ops.SnapshotError
 	switch {
+	case errors.As(err, &se):
+		return refError("id", ref, se.Err)
 	case errors.Is(err, recorder.ErrDiscarded):
 		return statusError(http.StatusNotFound, "id", err)
 	case errors.Is(err, trust.ErrUntrusted):
@@ -361,28 +334,21 @@ func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ctx := r.Context()
-	rec, err := d.lookup(ctx, "snapshot", req.Snapshot)
-	if err != nil {
-		return err
+	inst, info, err := ops.Restore(ctx, d.node, req.Snapshot, opts)
+	if se := (*ops.SnapshotError)(nil); errors.As(err, &se) {
+		return refError("snapshot", req.Snapshot, se.Err)
 	}
-	res, err := d.repo.Resolve(ctx, rec.ID)
-	if err != nil {
-		return refError("snapshot", req.Snapshot, err)
-	}
-	started := time.Now()
-	inst, err := d.restorer.Restore(ctx, restore.SourceIn(ctx, d.repo, res), opts)
 	if err != nil {
 		return d.restoreFailed(err)
 	}
 	if testHookRestoreReady != nil {
 		testHookRestoreReady(ctx)
 	}
-	run := &running{inst: inst, info: api.NewRestoreInfo(inst, rec.ID, opts, started)}
+	run := &running{inst: inst, info: info}
 	if err := d.register(ctx, run); err != nil {
 		return err
 	}
-	d.node.Learn(rec.ID, inst)
-	d.log.Info("restore ready", "restore", inst.ID, "snapshot", rec.ID, "device", opts.Device, "generation", inst.Generation,
+	d.log.Info("restore ready", "restore", inst.ID, "snapshot", info.Snapshot, "device", opts.Device, "generation", inst.Generation,
 		"ready", inst.Timings.Ready, "prefetch", inst.Prefetch.State, "reason", inst.Prefetch.Reason, "manifest", inst.Prefetch.Manifest,
 		"phases", inst.Timings, "startup_set", inst.StartupSet, "outcome", startupset.Line(inst.StartupSet))
 	writeJSON(w, http.StatusCreated, run.current())

@@ -92,7 +92,6 @@ import (
 	"warmstart/internal/prefetch"
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
-	"warmstart/internal/restore"
 	"warmstart/internal/vmm"
 )
 
@@ -165,7 +164,6 @@ type Daemon struct {
 	fuse       *fusedev.Server
 	node       *node.Node // the parts below, assembled once
 	engine     *prefetch.Engine
-	restorer   *restore.Restorer
 	recorder   *recorder.Recorder
 	metrics    *metrics.Set
 	requests   *inflight
@@ -317,7 +315,7 @@ func (d *Daemon) openNode(opts Options) error {
 	}
 	d.node = n
 	d.repo, d.fuse, d.engine = n.Repo, n.FUSE, n.Engine
-	d.restorer, d.recorder = n.Restorer, n.Recorder
+	d.recorder = n.Recorder
 	return nil
 }
 

@@ -11,7 +11,7 @@ import (
 	"errors"
 	"fmt"
 
-	"warmstart/internal/api"
+	"warmstart/internal/ops"
 	"warmstart/internal/report"
 	"warmstart/internal/repository"
 	"warmstart/internal/trust"
@@ -20,6 +20,9 @@ import (
 // RefError names the snapshot a verb failed on. Not-found needs no more
 // than that.
 func RefError(verb, ref string, err error) error {
+	if se := (*ops.SnapshotError)(nil); errors.As(err, &se) {
+		err = se.Err
+	}
 	switch {
 	case errors.Is(err, repository.ErrNotFound):
 		return fmt.Errorf("%s %s: %w", verb, ref, repository.ErrNotFound)
@@ -35,17 +38,9 @@ func RefError(verb, ref string, err error) error {
 // node's trusted keys) makes of it and, when its artifacts check out,
 // where its files are.
 func Show(ctx context.Context, repo repository.Repository, policy *trust.Policy, o report.Output, ref string, asJSON bool) error {
-	rec, err := repo.Lookup(ctx, ref)
+	info, err := ops.Show(ctx, repo, policy, ref)
 	if err != nil {
 		return RefError("snapshot show", ref, err)
-	}
-	// The record alone is what show promises; file locations are
-	// added when the artifacts check out.
-	info := api.SnapshotInfo{Record: rec, Trust: policy.Status(rec)}
-	if res, err := repo.Resolve(ctx, rec.ID); err != nil {
-		info.FilesError = err.Error()
-	} else {
-		info.Files = &api.SnapshotFiles{VMState: res.VMStatePath, Memory: res.MemoryPath, Manifest: res.ManifestPath}
 	}
 	return report.Snapshot(o.Out, info, asJSON)
 }
@@ -55,7 +50,7 @@ func Show(ctx context.Context, repo repository.Repository, policy *trust.Policy,
 // crashed publish or delete of that id left; an alias naming a snapshot
 // that no longer exists is released.
 func Delete(ctx context.Context, repo repository.Repository, o report.Output, ref string) error {
-	del, err := repository.DeleteRef(ctx, repo, ref)
+	del, err := ops.Delete(ctx, repo, ref)
 	if err != nil {
 		return RefError("snapshot delete", ref, err)
 	}
@@ -64,7 +59,7 @@ func Delete(ctx context.Context, repo repository.Repository, o report.Output, re
 
 // List prints the catalog filter f selects (see report.Catalog).
 func List(ctx context.Context, repo repository.Repository, o report.Output, f repository.Filter, asJSON, check bool) error {
-	rows, _, err := repository.Listing(ctx, repo, f)
+	rows, _, err := ops.List(ctx, repo, f)
 	if err != nil {
 		return fmt.Errorf("snapshot list: %w", err)
 	}

@@ -2,13 +2,9 @@ package local
 
 import (
 	"context"
-	"fmt"
-	"io"
-	"os"
-	"strings"
 
 	"warmstart/internal/chart"
-	"warmstart/internal/manifest"
+	"warmstart/internal/ops"
 	"warmstart/internal/report"
 	"warmstart/internal/repository"
 )
@@ -26,7 +22,7 @@ type InspectRequest struct {
 // InspectManifest prints the manifest req.Ref names, and draws its map when
 // asked. openRepo opens the repository read-only, only for a snapshot ref.
 func InspectManifest(ctx context.Context, o report.Output, req InspectRequest, openRepo func() (repository.Repository, error)) error {
-	path, data, m, err := loadManifest(ctx, req.Ref, openRepo)
+	path, data, m, err := ops.InspectManifest(ctx, req.Ref, openRepo)
 	if err != nil {
 		return err
 	}
@@ -39,35 +35,4 @@ func InspectManifest(ctx context.Context, o report.Output, req InspectRequest, o
 		return report.ManifestJSON(o.Out, path, data, m)
 	}
 	return report.ManifestText(o.Out, path, data, m, req.Verbose)
-}
-
-// loadManifest reads the manifest ref names: a file, or when nothing but
-// a directory of that name exists (a directory is never a manifest, and a
-// snapshot's synth output is often named like its alias), the manifest
-// attached to the snapshot with that id or alias (repository.ReadManifest).
-func loadManifest(ctx context.Context, ref string, openRepo func() (repository.Repository, error)) (string, []byte, *manifest.Manifest, error) {
-	if fi, err := os.Lstat(ref); (err == nil && !fi.IsDir()) || strings.ContainsRune(ref, '/') {
-		data, err := manifest.ReadFile(ref)
-		if err != nil {
-			return "", nil, nil, fmt.Errorf("manifest inspect: %w", err)
-		}
-		m, err := manifest.Decode(data)
-		if err != nil {
-			return "", nil, nil, fmt.Errorf("manifest %s: %w", ref, err)
-		}
-		return ref, data, m, nil
-	}
-	if err := repository.ValidateRef(ref); err != nil {
-		// Most likely a mistyped file name: a failure to find it, not a
-		// malformed call (the error does not wrap ErrInvalidRequest).
-		return "", nil, nil, fmt.Errorf("manifest %s: no such file, and not a snapshot id or alias (%v)", ref, err)
-	}
-	repo, err := openRepo()
-	if err != nil {
-		return "", nil, nil, err
-	}
-	if c, ok := repo.(io.Closer); ok {
-		defer c.Close()
-	}
-	return repository.ReadManifest(ctx, repo, ref)
 }

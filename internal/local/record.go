@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"warmstart/internal/node"
+	"warmstart/internal/ops"
 	"warmstart/internal/recorder"
 	"warmstart/internal/report"
 	"warmstart/internal/repository"
@@ -15,17 +16,12 @@ import (
 // RecordManifest records the startup manifest of the snapshot ref names
 // now, holding a lease on it, and attaches it.
 func RecordManifest(ctx context.Context, n *node.Node, o report.Output, ref string) error {
-	rec, err := n.Repo.Lookup(ctx, ref)
-	if err != nil {
-		return fmt.Errorf("record-manifest %s: %w", ref, err)
+	res, err := ops.RecordManifest(ctx, n, ref, func(id string) {
+		fmt.Fprintf(o.Err, "recording %s on the %s device...\n", id, n.Config.Memory.Device)
+	})
+	if se := (*ops.SnapshotError)(nil); errors.As(err, &se) {
+		return fmt.Errorf("record-manifest %s: %w", ref, se.Err)
 	}
-	lease, err := n.Repo.LeaseExisting(ctx, rec.ID)
-	if err != nil {
-		return fmt.Errorf("record-manifest %s: %w", ref, err)
-	}
-	defer lease.End()
-	fmt.Fprintf(o.Err, "recording %s on the %s device...\n", rec.ID, n.Config.Memory.Device)
-	res, err := n.Recorder.Record(ctx, lease)
 	if err != nil {
 		return err
 	}
@@ -37,10 +33,12 @@ func RecordManifest(ctx context.Context, n *node.Node, o report.Output, ref stri
 // startup manifest under the held capture lease, waiting for it (progress
 // on o.Err).
 func ImportAndRecord(ctx context.Context, n *node.Node, o report.Output, req repository.PublishRequest) error {
-	rec, job, err := n.ImportAndRecord(ctx, req)
+	req.RecordManifest = true
+	rec, lease, err := ops.Publish(ctx, n.Repo, req)
 	if err != nil {
 		return fmt.Errorf("snapshot import: %w", err)
 	}
+	job := n.Recorder.Start(ctx, lease)
 	fmt.Fprintln(o.Out, rec.ID)
 	fmt.Fprintf(o.Err, "recording the startup manifest of %s on the %s device; waiting for it\n", rec.ID, n.Config.Memory.Device)
 	res, err := job.Result()
@@ -78,7 +76,7 @@ func CheckCapture(kind, agent, alias string) error {
 // names it), waits for its manifest's recording when there is one, and
 // prints the result.
 func Capture(ctx context.Context, n *node.Node, o report.Output, alias, agent, kind string, asJSON bool) error {
-	out, job, err := n.Capture(ctx, alias, agent, o.Err)
+	out, job, err := ops.Capture(ctx, n, alias, agent, o.Err)
 	if err != nil {
 		return err
 	}
@@ -119,13 +117,13 @@ func notRecorded(id string, err error) error {
 func Verify(ctx context.Context, repo repository.Repository, o report.Output, ref string, all, asJSON bool, opts snapcheck.Options) error {
 	opts.Progress = report.VerifyProgress(o.Err)
 	if all {
-		reports, err := snapcheck.VerifyAll(ctx, repo, opts)
+		reports, err := ops.VerifyAll(ctx, repo, opts)
 		if err != nil {
 			return fmt.Errorf("snapshot verify --all: %w", err)
 		}
 		return report.VerifyReports(o.Out, reports, asJSON, "")
 	}
-	rep, err := snapcheck.Verify(ctx, repo, ref, opts)
+	rep, err := ops.Verify(ctx, repo, ref, opts)
 	if err != nil {
 		return RefError("snapshot verify", ref, err)
 	}

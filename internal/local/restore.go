@@ -8,6 +8,7 @@ import (
 	"warmstart/internal/api"
 	"warmstart/internal/chart"
 	"warmstart/internal/node"
+	"warmstart/internal/ops"
 	"warmstart/internal/report"
 	"warmstart/internal/restore"
 )
@@ -27,17 +28,11 @@ type RestoreRequest struct {
 // describes it, holds it if asked, and stops it in order. A VM that exited
 // after ready fails the restore once everything is released.
 func Restore(ctx context.Context, n *node.Node, o report.Output, req RestoreRequest) error {
-	src, err := n.Resolve(ctx, req.Ref)
+	inst, info, err := ops.Restore(ctx, n, req.Ref, req.Options)
 	if err != nil {
 		return err
 	}
-	started := time.Now()
-	inst, err := n.Restorer.Restore(ctx, src, req.Options)
-	if err != nil {
-		return err
-	}
-	n.Learn(src.SnapshotID, inst)
-	if err := printRestore(o, inst, api.NewRestoreInfo(inst, src.SnapshotID, req.Options, started), req); err != nil {
+	if err := printRestore(o, inst, info, req); err != nil {
 		inst.Stop(context.Background())
 		return err
 	}
@@ -56,7 +51,7 @@ func Restore(ctx context.Context, n *node.Node, o report.Output, req RestoreRequ
 	}
 	if rep.Exit != nil {
 		// Everything is released; the VM's end is still a failure.
-		return fmt.Errorf("restore %s: the VM exited after ready: %v", src.SnapshotID, rep.Exit)
+		return fmt.Errorf("restore %s: the VM exited after ready: %v", info.Snapshot, rep.Exit)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"path/filepath"
+
 	"warmstart/internal/repository/s3"
 
 	"warmstart/internal/config"

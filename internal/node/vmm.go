@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"warmstart/internal/config"
@@ -69,6 +70,10 @@ func NewQEMU(ctx context.Context, cfg *config.Config) (*qemu.Driver, error) {
 	opts.Accel = accel
 	return qemu.New(opts)
 }
+
+// InitramfsCache is where built guest initramfs images are kept between
+// runs.
+func InitramfsCache(cfg *config.Config) string { return filepath.Join(cfg.Runtime.Dir, "initramfs") }
 
 // FlagError marks an error in how a verb's --vmm or --trace was given,
 // which the CLI reports as a usage error (exit 2); a trace file that

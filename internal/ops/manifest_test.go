@@ -1,4 +1,4 @@
-package local
+package ops
 
 import (
 	"context"
@@ -19,8 +19,8 @@ func TestManifestRefNamingADirectoryIsASnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	asked := errors.New("repository consulted")
-	_, _, _, err := loadManifest(context.Background(), "ref", func() (repository.Repository, error) { return nil, asked })
+	_, _, _, err := InspectManifest(context.Background(), "ref", func() (repository.Repository, error) { return nil, asked })
 	if !errors.Is(err, asked) {
-		t.Fatalf("loadManifest(ref) with a directory ref present = %v, want the snapshot looked up", err)
+		t.Fatalf("InspectManifest(ref) with a directory ref present = %v, want the snapshot looked up", err)
 	}
 }

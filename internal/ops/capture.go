@@ -1,26 +1,25 @@
-package node
+package ops
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 
 	"warmstart/internal/capture"
-	"warmstart/internal/config"
 	"warmstart/internal/initramfs"
+	"warmstart/internal/node"
 	"warmstart/internal/recorder"
 	"warmstart/internal/vmm/firecracker"
 	"warmstart/internal/vmm/qemu"
 )
 
-// Capture boots, captures and publishes a guest into the node's repository
-// with the node's VMM (agent is a prebuilt warmstart-agent for a QEMU
-// guest, "" to build it). When [snapshot.memory_startup_pack] enabled is
-// on, the returned job records its manifest in the background.
-func (n *Node) Capture(ctx context.Context, alias, agent string, progress io.Writer) (capture.Snapshot, *recorder.Job, error) {
-	booter, err := n.booter(agent)
+// Capture boots, captures and publishes a guest into n's repository with
+// n's VMM (agent is a prebuilt warmstart-agent for a QEMU guest, "" to
+// build it). When [snapshot.memory_startup_pack] enabled is on, the
+// returned job records its manifest in the background.
+func Capture(ctx context.Context, n *node.Node, alias, agent string, progress io.Writer) (capture.Snapshot, *recorder.Job, error) {
+	booter, err := booter(n, agent)
 	if err != nil {
 		return capture.Snapshot{}, nil, err
 	}
@@ -30,19 +29,19 @@ func (n *Node) Capture(ctx context.Context, alias, agent string, progress io.Wri
 	}
 	return capture.Publish(ctx, n.Repo, rec, capture.Options{
 		Booter:     booter,
-		StagingDir: n.stagingDir(),
+		StagingDir: stagingDir(n),
 		RuntimeDir: n.Restorer.RuntimeDir,
 		Alias:      alias,
 		Progress:   progress,
 	})
 }
 
-// booter is what boots a fresh guest with the node's VMM.
-func (n *Node) booter(agent string) (capture.Booter, error) {
+// booter is what boots a fresh guest with n's VMM.
+func booter(n *node.Node, agent string) (capture.Booter, error) {
 	switch d := n.VMM.(type) {
 	case *qemu.Driver:
 		return &capture.QEMU{Driver: d, Initramfs: initramfs.Options{
-			CacheDir: InitramfsCache(n.Config),
+			CacheDir: node.InitramfsCache(n.Config),
 			Agent:    agent,
 		}}, nil
 	case *firecracker.Driver:
@@ -59,15 +58,11 @@ func (n *Node) booter(agent string) (capture.Booter, error) {
 	}
 }
 
-// InitramfsCache is where built guest initramfs images are kept between
-// runs.
-func InitramfsCache(cfg *config.Config) string { return filepath.Join(cfg.Runtime.Dir, "initramfs") }
-
 // stagingDir is where a capture writes the guest's memory file: inside the
 // POSIX store, so that publishing hard-links it rather than copying it (a
 // hidden .capture-* directory the store's own layout never uses), or the
 // runtime directory for other backends.
-func (n *Node) stagingDir() string {
+func stagingDir(n *node.Node) string {
 	if r, ok := n.Repo.(interface{ Root() string }); ok {
 		return r.Root()
 	}

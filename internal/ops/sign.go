@@ -1,4 +1,4 @@
-package local
+package ops
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 
-	"warmstart/internal/report"
 	"warmstart/internal/repository"
 	"warmstart/internal/snapcheck"
 	"warmstart/internal/trust"
@@ -22,13 +21,21 @@ type Signer struct {
 	Progress func(snapcheck.Progress)
 }
 
+// Signed is the outcome of signing one snapshot: How its contents were
+// vouched for, or Err why it was not signed.
+type Signed struct {
+	ID, How string
+	Err     error
+}
+
 // Sign adds s's signature to the record of the snapshot ref names (every
 // snapshot with all), each once its bytes are known to be the record's:
 // a key of the node's policy signed it as it is, or its artifacts were
 // read whole and matched (snapcheck, which also gives a record without a
-// SHA-256 digest table one first). It prints one line per snapshot; a
-// snapshot it did not sign is an error, after the others were tried.
-func Sign(ctx context.Context, repo repository.Repository, s Signer, o report.Output, ref string, all bool) error {
+// SHA-256 digest table one first). each is told of every snapshot as it
+// is done; a snapshot it did not sign is an error, after the others were
+// tried.
+func Sign(ctx context.Context, repo repository.Repository, s Signer, ref string, all bool, each func(Signed)) error {
 	recs, err := signTargets(ctx, repo, ref, all)
 	if err != nil {
 		return err
@@ -40,11 +47,10 @@ func Sign(ctx context.Context, repo repository.Repository, s Signer, o report.Ou
 			return fmt.Errorf("snapshot sign %s: interrupted: %w", rec.ID, err)
 		}
 		if err != nil {
-			failed = append(failed, fmt.Errorf("snapshot sign %s: %w", rec.ID, err))
-			fmt.Fprintf(o.Err, "warmstart: %v\n", failed[len(failed)-1])
-			continue
+			err = fmt.Errorf("snapshot sign %s: %w", rec.ID, err)
+			failed = append(failed, err)
 		}
-		fmt.Fprintf(o.Out, "%s\tsigned with key %s (%s)\n", rec.ID, s.Key.ID(), how)
+		each(Signed{ID: rec.ID, How: how, Err: err})
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("snapshot sign: %d of %d snapshots not signed: %w", len(failed), len(recs), errors.Join(failed...))
@@ -62,7 +68,7 @@ func signTargets(ctx context.Context, repo repository.Repository, ref string, al
 	}
 	rec, err := repo.Lookup(ctx, ref)
 	if err != nil {
-		return nil, RefError("snapshot sign", ref, err)
+		return nil, &SnapshotError{ref, err}
 	}
 	return []repository.Record{rec}, nil
 }
