@@ -9,19 +9,18 @@ import (
 	"warmstart/internal/api"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/local"
+	"warmstart/internal/ops"
 	"warmstart/internal/remote"
 	"warmstart/internal/report"
-	"warmstart/internal/restore"
 	"warmstart/internal/usage"
 )
 
-// restoreFlags are restore's flags.
+// restoreFlags are restore's flags: what the restore should do, bound
+// straight into the request the daemon takes too, and how to present it.
 type restoreFlags struct {
 	vf       vmmFlags
-	mode     string
-	device   string
-	policy   string
-	ioEngine int
+	req      api.RestoreRequest
+	ioEngine int // req.IOEngine once --io-engine is given
 	hold     bool
 	asJSON   bool
 	plotPath string
@@ -54,10 +53,7 @@ the request (the daemon stops a restore whose client left), and one
 after it still sends the stop.`,
 		Args: usage.Args(snapshotArg),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := restore.ParseMode(f.mode)
-			if err != nil {
-				return usageError{Err: err}
-			}
+			f.req.Snapshot = args[0]
 			if err := f.check(cmd); err != nil {
 				return usageError{Err: err}
 			}
@@ -65,16 +61,16 @@ after it still sends the stop.`,
 				return err
 			}
 			if daemonSocket != "" {
-				return f.onDaemon(cmd, args[0], m)
+				return f.onDaemon(cmd)
 			}
-			return restoreInProcess(cmd, args[0], m, &f)
+			return restoreInProcess(cmd, &f)
 		},
 	}
 	f.vf.register(cmd)
 	fl := cmd.Flags()
-	fl.StringVar(&f.mode, "prefetch", "auto", "startup prefetch: auto (config consume_enabled), on or off")
-	fl.StringVar(&f.device, "device", "", "memory device: file (FUSE) or uffd (default from [memory] device)")
-	fl.StringVar(&f.policy, "policy", "", "prefetch policy: seed, reap, e2b or warmstart (default from [prefetch] policy)")
+	fl.StringVar(&f.req.Prefetch, "prefetch", "auto", "startup prefetch: auto (config consume_enabled), on or off")
+	fl.StringVar(&f.req.Device, "device", "", "memory device: file (FUSE) or uffd (default from [memory] device)")
+	fl.StringVar(&f.req.Policy, "policy", "", "prefetch policy: seed, reap, e2b or warmstart (default from [prefetch] policy)")
 	fl.IntVar(&f.ioEngine, "io-engine", 0, "I/O engine: 0 or 1 buffered, 2 direct I/O (default from [memory] io_engine)")
 	fl.BoolVar(&f.hold, "hold", false, "keep the VM running until Ctrl-C; if it exits first, say how and exit 1 (with --daemon: leave it with the daemon)")
 	fl.BoolVar(&f.asJSON, "json", false, "print the result as JSON")
@@ -84,22 +80,20 @@ after it still sends the stop.`,
 	return cmd
 }
 
-// ioEngineFlag is --io-engine when given, nil for the configured engine.
-// check refuses what no restore can use before anything is mounted. An
-// empty --device given explicitly is refused here: restore.CheckFlags
-// reads "" as "not given" and would fall back to the configuration.
+// check refuses what no restore can use before anything is mounted
+// (ops.CheckRestoreRequest). An --io-engine given is the request's; left
+// out, the configured engine applies. An empty --device given explicitly
+// is refused: the request reads "" as the configured device.
 func (f *restoreFlags) check(cmd *cobra.Command) error {
-	if cmd.Flags().Changed("device") && f.device == "" {
-		return errors.New(`--device "": want file or uffd`)
-	}
-	return restore.CheckFlags(f.device, f.ioEngine, f.policy)
-}
-
-func (f *restoreFlags) ioEngineFlag(cmd *cobra.Command) *int {
 	if cmd.Flags().Changed("io-engine") {
-		return &f.ioEngine
+		f.req.IOEngine = &f.ioEngine
 	}
-	return nil
+	if cmd.Flags().Changed("device") {
+		if err := ops.CheckDevice(f.req.Device, ops.Flags); err != nil {
+			return err
+		}
+	}
+	return ops.CheckRestoreRequest(f.req, ops.Flags)
 }
 
 // restoreInProcess restores in this process, prints the restore as the
@@ -108,9 +102,9 @@ func (f *restoreFlags) ioEngineFlag(cmd *cobra.Command) *int {
 // any point stops the restore in order and unmounts, and the verb exits
 // 128+signal, except that a signal is how a held restore ends, which
 // exits 0 once it has stopped cleanly.
-func restoreInProcess(cmd *cobra.Command, ref string, m restore.Mode, f *restoreFlags) error {
+func restoreInProcess(cmd *cobra.Command, f *restoreFlags) error {
 	in := interrupt.NotifyBounded(cmd.ErrOrStderr())
-	err := in.Result(restoreWatched(in.Work, cmd, ref, m, f))
+	err := in.Result(restoreWatched(in.Work, cmd, f))
 	if stopped := (interrupt.Error{}); f.hold && errors.As(err, &stopped) && stopped.Err == nil {
 		return nil
 	}
@@ -118,35 +112,34 @@ func restoreInProcess(cmd *cobra.Command, ref string, m restore.Mode, f *restore
 }
 
 // restoreWatched is restoreInProcess's work; ctx ends at the first signal.
-func restoreWatched(ctx context.Context, cmd *cobra.Command, ref string, m restore.Mode, f *restoreFlags) error {
+func restoreWatched(ctx context.Context, cmd *cobra.Command, f *restoreFlags) error {
 	f.vf.readOnly = true
 	n, err := openSystem(cmd, &f.vf)
 	if err != nil {
 		return err
 	}
 	defer n.Close()
-	opts, err := restore.OptionsFor(n.Config, restore.Choice{Device: f.device, Prefetch: string(m), Policy: f.policy, IOEngine: f.ioEngineFlag(cmd)})
+	opts, err := ops.RestoreOptions(n.Config, f.req, ops.Flags)
 	if err != nil {
 		return usageError{Err: err}
 	}
-	return local.Restore(ctx, n, cmdOutput(cmd), local.RestoreRequest{Ref: ref, Options: opts, Hold: f.hold, JSON: f.asJSON, Plot: f.plotPath})
+	return local.Restore(ctx, n, cmdOutput(cmd), local.RestoreRequest{Ref: f.req.Snapshot, Options: opts, Hold: f.hold, JSON: f.asJSON, Plot: f.plotPath})
 }
 
 // onDaemon restores on the daemon. The daemon keeps no timeline, so --plot
 // is refused here.
-func (f *restoreFlags) onDaemon(cmd *cobra.Command, ref string, m restore.Mode) error {
+func (f *restoreFlags) onDaemon(cmd *cobra.Command) error {
 	if cmd.Flags().Changed("plot") {
 		if err := localOnly(cmd, "vmm", "trace", storeFlag); err != nil {
 			return err
 		}
 		return usageError{Err: errors.New("--plot draws the timeline of an in-process restore; the daemon keeps none")}
 	}
-	req := api.RestoreRequest{Snapshot: ref, Device: f.device, Prefetch: string(m), Policy: f.policy, IOEngine: f.ioEngineFlag(cmd)}
 	return onDaemon(cmd, func(_ context.Context, c *api.Client, o report.Output) error {
 		// A signal cancels the request (the daemon then stops a restore
 		// whose client left) or, once the answer is in, still lets the
 		// verb stop the restore it does not hold, then exits 128+signal.
 		in := interrupt.NotifyBounded(o.Err)
-		return in.Result(remote.Restore(in.Work, c, o, req, daemonSocket, f.hold, f.asJSON))
+		return in.Result(remote.Restore(in.Work, c, o, f.req, daemonSocket, f.hold, f.asJSON))
 	}, "vmm", "trace", storeFlag)
 }

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"strings"
 
+	"warmstart/internal/api"
 	"warmstart/internal/config"
 	"warmstart/internal/layout"
+	"warmstart/internal/ops"
 	"warmstart/internal/restore"
 	"warmstart/internal/synth"
 )
@@ -38,10 +40,7 @@ func (f *Flags) Check(snapshot string) (int64, error) {
 	if err := CheckBlocks("reserve-blocks", f.ReserveBlocks, 0); err != nil {
 		return 0, err
 	}
-	if !config.ValidDevice(f.Device) {
-		return 0, fmt.Errorf("--device %q: want file or uffd", f.Device)
-	}
-	if err := restore.CheckIOEngineFor(f.Device, f.IOEngine); err != nil {
+	if err := f.checkDevice(); err != nil {
 		return 0, err
 	}
 	if err := CheckPolicies(f.Policies); err != nil {
@@ -61,6 +60,15 @@ func (f *Flags) Check(snapshot string) (int64, error) {
 		return 0, err
 	}
 	return size, f.checkRepository(snapshot)
+}
+
+// checkDevice refuses a --device or --io-engine no restore takes, with
+// the restore verb's messages.
+func (f *Flags) checkDevice() error {
+	if err := ops.CheckDevice(f.Device, ops.Flags); err != nil {
+		return err
+	}
+	return ops.CheckRestoreRequest(api.RestoreRequest{Device: f.Device, IOEngine: &f.IOEngine}, ops.Flags)
 }
 
 // checkDrift refuses a --drift no run can play: only the reference

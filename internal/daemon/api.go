@@ -389,9 +389,9 @@ func (d *Daemon) restoreOptions(req *api.RestoreRequest) (restore.Options, error
 	if err := checkRef("snapshot", req.Snapshot); err != nil {
 		return restore.Options{}, err
 	}
-	opts, err := restore.OptionsFor(d.cfg, restore.Choice{Device: req.Device, Prefetch: req.Prefetch, Policy: req.Policy, IOEngine: req.IOEngine})
-	if fe := (*restore.FieldError)(nil); errors.As(err, &fe) {
-		return restore.Options{}, statusError(http.StatusBadRequest, fe.Field, fe.Err)
+	opts, err := ops.RestoreOptions(d.cfg, *req, ops.JSONFields)
+	if fe := (*ops.FieldError)(nil); errors.As(err, &fe) {
+		return restore.Options{}, statusError(http.StatusBadRequest, fe.Field, fe)
 	}
 	return opts, err
 }
