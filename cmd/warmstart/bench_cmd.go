@@ -11,17 +11,17 @@ import (
 
 	"warmstart/internal/bench"
 	"warmstart/internal/chart"
+	"warmstart/internal/cli"
 	"warmstart/internal/config"
 	"warmstart/internal/fsx"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/node"
 	"warmstart/internal/restore"
-	"warmstart/internal/usage"
 )
 
 // benchFlags are bench's flags.
 type benchFlags struct {
-	vf       vmmFlags
+	vf       cli.VMMFlags
 	b        bench.Flags
 	jsonPath string
 	s3f      s3BenchFlags
@@ -77,7 +77,7 @@ policy, each on its own variant of the trace with --drift) refined from the
 recorded one, as a node's learner refines it from the restores it serves;
 next to the same policy without it, it measures what learning buys, paired
 within blocks.`,
-		Args: usage.Args(optionalSnapshotArg),
+		Args: cli.Args(cli.OptionalSnapshotArg),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var snapshot string
 			if len(args) == 1 {
@@ -88,10 +88,10 @@ within blocks.`,
 			if err != nil {
 				return usageError{Err: err}
 			}
-			if err := checkPlotFlag(f.b.Plot); err != nil {
+			if err := cli.CheckFileFlag("--plot", f.b.Plot, chart.CheckPath); err != nil {
 				return err
 			}
-			if err := checkOutputFlag("--json", f.jsonPath); err != nil {
+			if err := cli.CheckFileFlag("--json", f.jsonPath, fsx.CheckCreatable); err != nil {
 				return err
 			}
 			if f.b.Repository == "s3" {
@@ -115,7 +115,7 @@ within blocks.`,
 }
 
 func (f *benchFlags) register(cmd *cobra.Command) {
-	f.vf.register(cmd)
+	f.vf.Register(cmd)
 	fl := cmd.Flags()
 	fl.StringVar(&f.b.Repository, "repository", "posix_fs", "posix_fs, or s3: a MinIO on loopback behind a Toxiproxy link (runs the warmstart-s3bench command, built from ./cmd/warmstart-s3bench; needs the minio binary, see .ci/minio.sh)")
 	fl.IntVar(&f.s3f.latencyMs, "s3-latency-ms", 5, "--repository s3: latency added to every object-store response")
@@ -134,7 +134,7 @@ func (f *benchFlags) register(cmd *cobra.Command) {
 	fl.Float64Var(&f.b.Drift, "drift", 0, "reference snapshot: every trial plays its own variant of the trace that differs from the base by this fraction of touched pages (0 to 1; 0: the base trace)")
 	fl.IntVar(&f.b.Learn, "learn", bench.DefaultLearn, "learning restores of each +learned column before the formal blocks")
 	fl.StringVar(&f.agent, "agent", "", "--vmm qemu without SNAPSHOT: prebuilt warmstart-agent binary (default: build it from the module source)")
-	fl.String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
+	fl.String(cli.StoreFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
 }
 
 // s3FixedFlags are the bench flags whose setting the S3 companion fixes:
@@ -144,7 +144,7 @@ func (f *benchFlags) register(cmd *cobra.Command) {
 // something other than what the operator asked for; "" means any setting.
 var s3FixedFlags = map[string]string{
 	"device": config.DeviceFile, "io-engine": "0", "vmm": config.DriverReplay,
-	"reserve-blocks": "", "learn": "", "agent": "", "trace": "", storeFlag: "",
+	"reserve-blocks": "", "learn": "", "agent": "", "trace": "", cli.StoreFlag: "",
 }
 
 // checkS3Flags refuses a flag set to what the S3 companion does not do.
@@ -166,7 +166,7 @@ func (f *benchFlags) execS3(cmd *cobra.Command, size int64) error {
 	if err := checkS3Flags(cmd); err != nil {
 		return err
 	}
-	cfg, err := loadConfig()
+	cfg, err := env.Config()
 	if err != nil {
 		return err
 	}
@@ -178,36 +178,13 @@ func (f *benchFlags) execS3(cmd *cobra.Command, size int64) error {
 
 // runBench runs the protocol on snapshot, or on a freshly prepared
 // reference snapshot when snapshot is empty.
-func runBench(ctx context.Context, cmd *cobra.Command, vf *vmmFlags, o bench.Options, snapshot string, memBytes int64, agent string) (*bench.Report, error) {
+func runBench(ctx context.Context, cmd *cobra.Command, vf *cli.VMMFlags, o bench.Options, snapshot string, memBytes int64, agent string) (*bench.Report, error) {
 	o.Progress = cmd.ErrOrStderr()
-	if err := bench.CheckReferenceVMM(snapshot, vf.kind, o.Drift); err != nil {
+	if err := bench.CheckReferenceVMM(snapshot, vf.Kind, o.Drift); err != nil {
 		return nil, usageError{Err: err}
 	}
 	return bench.RunOn(ctx, o, bench.Target{
-		Snapshot: snapshot, Open: func() (*node.Node, error) { return openSystem(cmd, vf) },
-		Guest: vf.kind == "qemu", Config: loadConfig, Agent: agent, MemBytes: memBytes,
+		Snapshot: snapshot, Open: func() (*node.Node, error) { return env.OpenNode(cmd, vf) },
+		Guest: vf.Kind == "qemu", Config: env.Config, Agent: agent, MemBytes: memBytes,
 	})
-}
-
-// checkOutputFlag refuses an output file flag whose file could not be
-// written, before any work: the file is written after the work it reports.
-func checkOutputFlag(flag, path string) error {
-	if path == "" {
-		return nil
-	}
-	if err := fsx.CheckCreatable(path); err != nil {
-		return usageError{Err: fmt.Errorf("%s: %w", flag, err)}
-	}
-	return nil
-}
-
-// checkPlotFlag refuses a --plot the verb cannot draw, before any work.
-func checkPlotFlag(path string) error {
-	if path == "" {
-		return nil
-	}
-	if err := chart.CheckPath(path); err != nil {
-		return usageError{Err: fmt.Errorf("--plot: %w", err)}
-	}
-	return nil
 }

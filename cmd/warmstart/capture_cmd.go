@@ -2,17 +2,22 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/spf13/cobra"
 
+	"warmstart/internal/cli"
 	"warmstart/internal/interrupt"
-	"warmstart/internal/local"
-	"warmstart/internal/usage"
+	"warmstart/internal/ops"
+	"warmstart/internal/recorder"
+	"warmstart/internal/report"
+	"warmstart/internal/repository"
 )
 
 // captureFlags are capture's flags.
 type captureFlags struct {
-	vf     vmmFlags
+	vf     cli.VMMFlags
 	alias  string
 	agent  string
 	asJSON bool
@@ -49,9 +54,9 @@ For QEMU the agent is built from the module source with the go tool unless
 accelerator, memory size and vCPU count it was captured with: restore it
 with the same [qemu] configuration (the accelerator used is printed; the
 record does not keep it).`,
-		Args: usage.Args(cobra.NoArgs),
+		Args: cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
-			if err := local.CheckCapture(f.vf.kind, f.agent, f.alias); err != nil {
+			if err := checkCapture(f.vf.Kind, f.agent, f.alias); err != nil {
 				return usageError{Err: err}
 			}
 			// A signal stops the capture; the deferred cleanup runs before
@@ -61,21 +66,60 @@ record does not keep it).`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.vf.kind, "vmm", "qemu", "VMM driver that boots and captures the guest: qemu or firecracker")
+	fl.StringVar(&f.vf.Kind, "vmm", "qemu", "VMM driver that boots and captures the guest: qemu or firecracker")
 	fl.StringVar(&f.alias, "alias", "", "bind this alias to the new snapshot")
 	fl.StringVar(&f.agent, "agent", "", "prebuilt warmstart-agent binary for the QEMU guest (default: build it from the module source)")
 	fl.BoolVar(&f.asJSON, "json", false, "print the result as JSON")
-	fl.String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
+	fl.String(cli.StoreFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
 	return cmd
 }
 
 // runCapture boots, captures and publishes a guest, waits for its
 // manifest's recording when there is one, and prints the result.
 func runCapture(ctx context.Context, cmd *cobra.Command, f *captureFlags) error {
-	n, err := openSystem(cmd, &f.vf)
+	n, err := env.OpenNode(cmd, &f.vf)
 	if err != nil {
 		return err
 	}
 	defer n.Close()
-	return local.Capture(ctx, n, cmdOutput(cmd), f.alias, f.agent, f.vf.kind, f.asJSON)
+	o := cli.Output(cmd)
+	out, job, err := ops.Capture(ctx, n, f.alias, f.agent, o.Err)
+	if err != nil {
+		return err
+	}
+	var rec *recorder.Result
+	var recErr error
+	if job != nil {
+		fmt.Fprintln(o.Err, "recording the startup manifest in the background; waiting for it")
+		r, err := job.Result()
+		rec, recErr = &r, err
+	}
+	if err := report.Capture(o.Out, f.vf.Kind, out, rec, recErr, f.asJSON); err != nil {
+		return err
+	}
+	if recErr != nil {
+		// The snapshot is published and restores with on-demand reads.
+		return ops.NotRecorded(out.Record.ID, recErr)
+	}
+	return nil
+}
+
+// checkCapture refuses capture flags no capture can use, before anything
+// starts; its errors name the flag.
+func checkCapture(kind, agent, alias string) error {
+	switch kind {
+	case "qemu":
+	case "firecracker":
+		if agent != "" {
+			return errors.New("--agent: a Firecracker guest's agent comes with its [firecracker] rootfs")
+		}
+	default:
+		return fmt.Errorf("--vmm %q: only qemu and firecracker boot and capture a guest", kind)
+	}
+	if alias != "" {
+		if err := repository.ValidateAlias(alias); err != nil {
+			return fmt.Errorf("capture: --alias: %w", err)
+		}
+	}
+	return nil
 }

@@ -33,8 +33,8 @@ import (
 func resetFlags(c *cobra.Command) {
 	for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
 		fs.VisitAll(func(f *pflag.Flag) {
-			if r, ok := f.Value.(interface{ reset() }); ok {
-				r.reset() // a flag that refuses its own empty default
+			if r, ok := f.Value.(interface{ Reset() }); ok {
+				r.Reset() // a flag that refuses its own empty default
 			} else {
 				_ = f.Value.Set(f.DefValue)
 			}

@@ -4,9 +4,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/bench"
+	"warmstart/internal/cli"
 	"warmstart/internal/demo"
 	"warmstart/internal/interrupt"
-	"warmstart/internal/usage"
 )
 
 func init() {
@@ -18,7 +18,7 @@ func init() {
 repository, record its startup manifest in the background and show it
 attached, restore it cold with prefetch off and then on, run a short
 benchmark, print the table, and remove everything. Needs root (FUSE).`,
-		Args: usage.Args(cobra.NoArgs),
+		Args: cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Refused before the reference is synthesized, not at step 5.
 			if err := bench.CheckBlocks("blocks", blocks, 1); err != nil {

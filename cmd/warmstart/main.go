@@ -2,9 +2,10 @@
 // memory through a memory device, records the startup manifest of each
 // snapshot and prefetches it on restore. Every verb has --help.
 //
-// A verb parses its flags, calls one function of an internal package and
-// prints through package report; with --daemon it runs through package
-// remote instead, printing the same thing.
+// A verb parses its flags, calls an operation of package ops in this
+// process, or the daemon through api.Client with --daemon, and prints
+// through package report, the same thing either way. Package cli holds the
+// plumbing the verbs share.
 package main
 
 import (
@@ -15,11 +16,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/bench"
-	"warmstart/internal/config"
+	"warmstart/internal/cli"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/role"
 	"warmstart/internal/trust"
-	"warmstart/internal/usage"
 	"warmstart/internal/vmm/qemu"
 	"warmstart/internal/vmm/replay"
 )
@@ -33,22 +33,17 @@ var rootCmd = &cobra.Command{
 	SilenceErrors: true,
 }
 
-// configPath is the --config flag shared by every verb.
-var configPath string
+// env is the --config and --daemon flags and the configuration every verb
+// loads from them, once per run.
+var env cli.Env
 
 func init() {
-	rootCmd.PersistentFlags().StringVar(&configPath, "config", "",
-		"TOML configuration file (default: $"+config.EnvFile+", else "+config.SystemFile+" when present, else the built-in defaults)")
+	env.Register(rootCmd)
 	// Declared here so that cobra does not also claim -v for it.
 	rootCmd.Flags().Bool("version", false, "print the version and exit")
 	rootCmd.SetVersionTemplate("{{.Version}}")
 	rootCmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{Err: err} })
 }
-
-// loadConfig loads the configuration file config.Path resolves from
-// --config: --config, else $WARMSTART_CONFIG, else /etc/warmstart/config.toml
-// when present, else the built-in defaults.
-func loadConfig() (*config.Config, error) { return config.Load(config.Path(configPath)) }
 
 // exitUntrusted is the exit status of a verb refused a snapshot because
 // none of the node's trusted keys signed it ([trust] trusted_keys), so
@@ -57,7 +52,7 @@ const exitUntrusted = 3
 
 // usageError marks an error caused by how the verb was called, so main can
 // exit 2 as the shell convention asks.
-type usageError = usage.Error
+type usageError = cli.Error
 
 // roles are the parts this executable plays besides the CLI, chosen by
 // role.Env: warmstart re-executes itself as each of them.
@@ -70,7 +65,7 @@ var roles = role.Roles{
 func main() {
 	// Before anything reads the arguments: a role's are not the CLI's.
 	roles.Dispatch()
-	usage.MarkTree(rootCmd)
+	cli.MarkTree(rootCmd)
 	if err := rootCmd.Execute(); err != nil {
 		fmt.Fprintf(os.Stderr, "warmstart: %v\n", err)
 		var ue usageError

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"warmstart/internal/cli"
 	"warmstart/internal/daemon"
-	"warmstart/internal/usage"
 )
 
 func init() {
@@ -51,13 +51,13 @@ SIGINT shuts down in order: stop accepting requests, stop the restores
 (stop the VM, wait for prefetch reads), release the memory devices, unmount
 FUSE, remove the socket. Every step is bounded, so the shutdown ends by
 itself; a second signal says so and changes nothing.`,
-		Args: usage.Args(cobra.NoArgs),
+		Args: cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig()
+			cfg, err := env.Config()
 			if err != nil {
 				return err
 			}
-			repo, err := openRepository(cmd)
+			repo, err := env.OpenRepository(cmd)
 			if err != nil {
 				return err
 			}
@@ -76,7 +76,7 @@ itself; a second signal says so and changes nothing.`,
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "", "serve the API on this TCP address (host:port) instead of [daemon] socket")
-	cmd.Flags().String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
+	cmd.Flags().String(cli.StoreFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
 	rootCmd.AddCommand(cmd)
 }
 

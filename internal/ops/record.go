@@ -2,6 +2,8 @@ package ops
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"warmstart/internal/node"
 	"warmstart/internal/recorder"
@@ -25,4 +27,15 @@ func RecordManifest(ctx context.Context, n *node.Node, ref string, began func(id
 		began(rec.ID)
 	}
 	return n.Recorder.Record(ctx, lease)
+}
+
+// NotRecorded is the error of a snapshot published (id) whose startup
+// manifest recording then failed with err: it restores with on-demand
+// reads. A recording discarded because the snapshot was deleted meanwhile
+// says so.
+func NotRecorded(id string, err error) error {
+	if errors.Is(err, recorder.ErrDiscarded) {
+		return fmt.Errorf("snapshot %s was published, then deleted (or its capture lease lost) before its startup manifest could be attached: %w", id, err)
+	}
+	return fmt.Errorf("snapshot %s published, but its startup manifest was not: %w", id, err)
 }

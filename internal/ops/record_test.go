@@ -1,4 +1,4 @@
-package local
+package ops
 
 import (
 	"errors"
@@ -14,12 +14,12 @@ import (
 // manifest was not recorded; any other failure keeps its cause.
 func TestUnrecordedManifestSaysWhy(t *testing.T) {
 	discarded := fmt.Errorf("record manifest X: %w: snapshot X: not found", recorder.ErrDiscarded)
-	err := notRecorded("X", discarded)
+	err := NotRecorded("X", discarded)
 	if !errors.Is(err, recorder.ErrDiscarded) || !strings.Contains(err.Error(), "deleted") {
 		t.Errorf("discarded recording: %v", err)
 	}
 	other := errors.New("replay vmm not ready in time")
-	if err := notRecorded("X", other); !errors.Is(err, other) || strings.Contains(err.Error(), "deleted") {
+	if err := NotRecorded("X", other); !errors.Is(err, other) || strings.Contains(err.Error(), "deleted") {
 		t.Errorf("failed recording: %v", err)
 	}
 }

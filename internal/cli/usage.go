@@ -1,8 +1,9 @@
-// Package usage marks the errors a caller of a cobra command tree causes —
-// an unknown flag or verb, wrong positional arguments, an unknown help
-// topic — as usage errors, so the executable exits 2 for them as the shell
-// convention asks, and never prints a group's help and succeeds instead.
-package usage
+package cli
+
+// The errors a caller of a cobra command tree causes — an unknown flag or
+// verb, wrong positional arguments, an unknown help topic — are usage
+// errors, so the executable exits 2 for them as the shell convention asks,
+// and never prints a group's help and succeeds instead.
 
 import (
 	"errors"
