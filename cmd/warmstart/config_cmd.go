@@ -1,13 +1,13 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/cli"
 	"warmstart/internal/config"
+	"warmstart/internal/ops"
 )
 
 var configCmd = &cobra.Command{
@@ -52,11 +52,7 @@ and exit with status 1.`,
 		if err != nil {
 			return err
 		}
-		if err := cfg.CheckTrace(); err != nil {
-			var ce *config.ConfigError
-			if errors.As(err, &ce) {
-				ce.File = config.Path(env.ConfigPath)
-			}
+		if err := ops.CheckConfig(cfg, config.Path(env.ConfigPath)); err != nil {
 			return err
 		}
 		_, err = fmt.Fprintln(cmd.OutOrStdout(), "ok")

@@ -20,11 +20,16 @@ import (
 	"warmstart/internal/fsx"
 )
 
+// AddressingStyles lists the values of [backend.s3] addressing_style.
+func AddressingStyles() []string { return []string{AddressingAuto, AddressingPath, AddressingVirtual} }
+
 // Allowed values of the enumerated keys.
 const (
 	BackendPosixFS = "posix_fs"
 	BackendS3      = "s3"
 
+	// [backend.s3] addressing_style: the s3 package's styles
+	// (node.S3Options passes them on as they are).
 	AddressingAuto    = "auto"
 	AddressingPath    = "path"
 	AddressingVirtual = "virtual"
@@ -392,6 +397,12 @@ var (
 	ErrWrongType    = errors.New("wrong type")
 	ErrInvalidValue = errors.New("invalid value")
 )
+
+// InvalidValue is the error of a value of key found invalid outside
+// Validate: what Load does not read, such as the file [replay] trace names.
+func InvalidValue(key string, err error) *ConfigError {
+	return &ConfigError{Key: key, Err: kindError{ErrInvalidValue, err.Error()}}
+}
 
 // ConfigError is every error Load, Parse and Validate return.
 type ConfigError struct {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"warmstart/internal/fsx"
+	"warmstart/internal/prefetch"
 )
 
 func TestDefaultIsValid(t *testing.T) {
@@ -43,6 +44,24 @@ func TestDefaultTOMLRoundTrip(t *testing.T) {
 
 // The default file is the configuration reference: it must set every key
 // of the schema, each under its own comment.
+// TestDefaultsAreTheirOwners: a default whose meaning another package
+// gives is that package's, in the built-in configuration and in the file
+// config defaults prints.
+func TestDefaultsAreTheirOwners(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "default.toml")
+	if err := os.WriteFile(path, []byte(DefaultTOML()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Prefetch.MaxReaders != prefetch.DefaultMaxReaders || Default().Prefetch.MaxReaders != prefetch.DefaultMaxReaders {
+		t.Errorf("[prefetch] max_readers defaults to %d (file) and %d (built in), the prefetch engine to %d",
+			cfg.Prefetch.MaxReaders, Default().Prefetch.MaxReaders, prefetch.DefaultMaxReaders)
+	}
+}
+
 func TestDefaultTOMLSetsAndExplainsEveryKey(t *testing.T) {
 	set := map[string]bool{}
 	table := ""

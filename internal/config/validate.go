@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7/pkg/s3utils"
-
-	"warmstart/internal/trace"
 )
 
 // Bounds of the numeric keys.
@@ -65,7 +63,7 @@ func (c *Config) Validate() error {
 			return validBucket("backend.s3.bucket", c.Backend.S3.Bucket)
 		},
 		func() error {
-			return oneOf("backend.s3.addressing_style", c.Backend.S3.AddressingStyle, AddressingAuto, AddressingPath, AddressingVirtual)
+			return oneOf("backend.s3.addressing_style", c.Backend.S3.AddressingStyle, AddressingStyles()...)
 		},
 		func() error {
 			if (c.Backend.S3.AccessKeyID == "") != (c.Backend.S3.SecretAccessKey == "") {
@@ -284,21 +282,6 @@ func readaround(key string, kib int64, zero bool) error {
 	}
 	if kib%4 != 0 {
 		return invalid(key, "%d is not a whole number of 4 KiB pages", kib)
-	}
-	return nil
-}
-
-// CheckTrace reads [replay] trace when one is set, so that `config check`
-// reports a trace the replay VMM could not play (absent, a FIFO or device
-// that would block or stream, or no startup trace) under its key. Load does
-// not do this: it would read the trace for every verb, even those that
-// never restore.
-func (c *Config) CheckTrace() error {
-	if c.Replay.Trace == "" {
-		return nil
-	}
-	if _, err := trace.ReadFile(c.Replay.Trace); err != nil {
-		return invalid("replay.trace", "%v", err)
 	}
 	return nil
 }

@@ -1,9 +1,11 @@
 package config
 
-// The values of the enumerated settings a restore is made of. This file is
-// their one home: the memory devices, the prefetch engine, the restorer,
-// the daemon's API, the CLI's flags and the benchmark all name them from
-// here, so a value added or renamed here is one everywhere.
+import "warmstart/internal/prefetch"
+
+// The values of the enumerated settings a restore is made of, as the
+// configuration names them. Those whose meaning a package below gives
+// (the prefetch engine's default readers) are that package's, named here
+// under the configuration's name; the others have their one home here.
 
 // Memory devices ([memory] device; restore's --device; the API's device).
 const (
@@ -48,15 +50,9 @@ const (
 // Policies lists the prefetch policies.
 func Policies() []string { return []string{PolicyWarmstart, PolicySeed, PolicyREAP, PolicyE2B} }
 
-// DefaultPrefetchMaxReaders is how many prefetch reads a process has in
-// flight at once unless told otherwise: the seed's four. It is a default,
-// not a cap: [prefetch] max_readers may raise it (up to
-// MaxPrefetchReaders) for storage that rewards more parallel reads, and
-// the benchmark raises a trial's engine to what its policy was designed
-// for (restore.Policy.MaxReaders: eight for e2b), so each policy is
-// measured as its authors run it rather than throttled by the seed's
-// figure.
-const DefaultPrefetchMaxReaders = 4
+// DefaultPrefetchMaxReaders is [prefetch] max_readers's default: the
+// prefetch engine's (prefetch.DefaultMaxReaders says why four).
+const DefaultPrefetchMaxReaders = prefetch.DefaultMaxReaders
 
 // VMM drivers ([vmm] driver; --vmm).
 const (

@@ -504,7 +504,7 @@ func childRepository(cfg *config.Config, leaseTTL time.Duration) (repository.Rep
 		}
 		return repo, nil
 	}
-	o := s3.OptionsFromConfig(cfg.Backend.S3)
+	o := node.S3Options(cfg.Backend.S3)
 	grace, err := envDuration(childChunkGraceEnv)
 	if err != nil {
 		return nil, err

@@ -17,6 +17,7 @@ import (
 	"warmstart/internal/api"
 	"warmstart/internal/config"
 	"warmstart/internal/miniotest"
+	"warmstart/internal/node"
 	"warmstart/internal/repository/repotest"
 	"warmstart/internal/repository/s3"
 )
@@ -383,7 +384,7 @@ func TestMultiNodeGCWhilePublishing(t *testing.T) {
 // test's chunk grace; read-only ones get a fresh node cache of their own.
 func (c *cluster) openNodeRepository(t *testing.T, cfg *config.Config, readOnly bool) *s3.Repo {
 	t.Helper()
-	o := s3.OptionsFromConfig(cfg.Backend.S3)
+	o := node.S3Options(cfg.Backend.S3)
 	o.ChunkGrace, o.ReadOnly = gcGrace, readOnly
 	if readOnly {
 		o.CacheDir = t.TempDir()
@@ -518,7 +519,7 @@ func TestReadOnlyVerbBesideDaemonKeepsItsFiles(t *testing.T) {
 	}
 	before := filesUnder(t, chunks)
 
-	o := s3.OptionsFromConfig(a.cfg.Backend.S3)
+	o := node.S3Options(a.cfg.Backend.S3)
 	o.ReadOnly, o.CacheMaxBytes = true, 4096 // it evicts whatever it found
 	verb, err := s3.Open(ctx, o)
 	if err != nil {

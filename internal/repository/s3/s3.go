@@ -89,7 +89,6 @@ import (
 
 	"warmstart/internal/chunkcache"
 	"warmstart/internal/chunkmap"
-	"warmstart/internal/config"
 	"warmstart/internal/integrity"
 	"warmstart/internal/repository"
 )
@@ -109,7 +108,8 @@ type Options struct {
 	// Prefix is prepended to every key ("" or a path; a trailing slash is
 	// added).
 	Prefix string
-	// AddressingStyle is "auto", "path" or "virtual".
+	// AddressingStyle is AddressingAuto (also ""), AddressingPath or
+	// AddressingVirtual.
 	AddressingStyle string
 	// AccessKeyID and SecretAccessKey are static credentials; when both
 	// are empty the AWS environment and credential chain apply.
@@ -166,25 +166,6 @@ type Options struct {
 	// Log receives the node cache's warnings (a damaged block discarded, a
 	// cache too small for what restores read); nil discards them.
 	Log *slog.Logger
-}
-
-// OptionsFromConfig maps [backend.s3] to Options.
-func OptionsFromConfig(c config.S3Config) Options {
-	return Options{
-		Endpoint:        c.Endpoint,
-		Bucket:          c.Bucket,
-		Region:          c.Region,
-		Prefix:          c.Prefix,
-		AddressingStyle: c.AddressingStyle,
-		AccessKeyID:     c.AccessKeyID,
-		SecretAccessKey: c.SecretAccessKey,
-		CacheDir:        c.CacheDir,
-		CacheMaxBytes:   c.CacheMaxBytes(),
-		BlockBytes:      c.ChunkSizeBytes(),
-		ChunkBytes:      c.ChunkSizeBytes(),
-		Fill: FillOptions{Disabled: !c.BackgroundFill, Concurrency: int(c.BackgroundFillConcurrency),
-			BitsPerSec: c.BackgroundFillMbit * 1_000_000},
-	}
 }
 
 // Repo is a snapshot repository in one bucket under one prefix.
