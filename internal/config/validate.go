@@ -41,13 +41,39 @@ const (
 // Validate checks every value against its allowed range and returns the
 // first violation, in file order, as a *ConfigError naming the key.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{
+	for _, section := range [][]func() error{
+		c.snapshotChecks(),
+		c.backendChecks(),
+		c.memoryChecks(),
+		c.prefetchChecks(),
+		c.servingChecks(),
+		c.vmmChecks(),
+		c.logAndTrustChecks(),
+	} {
+		for _, check := range section {
+			if err := check(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// snapshotChecks are the checks of [snapshot], in file order.
+func (c *Config) snapshotChecks() []func() error {
+	return []func() error{
 		func() error {
 			return oneOf("snapshot.repository_backend", c.Snapshot.RepositoryBackend, BackendPosixFS, BackendS3)
 		},
 		func() error {
 			return inRange("snapshot.memory_startup_pack.recordings", c.Snapshot.MemoryStartupPack.Recordings, MinRecordings, MaxRecordings)
 		},
+	}
+}
+
+// backendChecks are the checks of [backend.posix_fs] and [backend.s3], in file order.
+func (c *Config) backendChecks() []func() error {
+	return []func() error{
 		func() error {
 			if c.Snapshot.RepositoryBackend == BackendPosixFS {
 				return absolutePath("backend.posix_fs.snapshot_store", c.Backend.PosixFS.SnapshotStore)
@@ -91,6 +117,12 @@ func (c *Config) Validate() error {
 		func() error {
 			return inRange("backend.s3.background_fill_mbit", c.Backend.S3.BackgroundFillMbit, 1, MaxBackgroundFillMbit)
 		},
+	}
+}
+
+// memoryChecks are the checks of [memory], in file order.
+func (c *Config) memoryChecks() []func() error {
+	return []func() error{
 		func() error { return oneOf("memory.device", c.Memory.Device, Devices()...) },
 		func() error {
 			// Every restore and recording would fail: say so at load.
@@ -111,6 +143,12 @@ func (c *Config) Validate() error {
 		func() error {
 			return readaround("memory.prefetch_readaround_kib", c.Memory.PrefetchReadaroundKiB, false)
 		},
+	}
+}
+
+// prefetchChecks are the checks of [prefetch], in file order.
+func (c *Config) prefetchChecks() []func() error {
+	return []func() error{
 		func() error {
 			return oneOf("prefetch.policy", c.Prefetch.Policy, Policies()...)
 		},
@@ -127,6 +165,12 @@ func (c *Config) Validate() error {
 			}
 			return nil
 		},
+	}
+}
+
+// servingChecks are the checks of [runtime] and [daemon], in file order.
+func (c *Config) servingChecks() []func() error {
+	return []func() error{
 		func() error { return absolutePath("runtime.dir", c.Runtime.Dir) },
 		func() error { return absolutePath("daemon.socket", c.Daemon.Socket) },
 		func() error { return tcpAddress("daemon.listen", c.Daemon.Listen) },
@@ -137,6 +181,12 @@ func (c *Config) Validate() error {
 			return absolutePath("daemon.token_file", c.Daemon.TokenFile)
 		},
 		func() error { return absolutePaths("daemon.import_dirs", c.Daemon.ImportDirs) },
+	}
+}
+
+// vmmChecks are the checks of [vmm], [replay], [firecracker], [qemu] and [envd], in file order.
+func (c *Config) vmmChecks() []func() error {
+	return []func() error{
 		func() error {
 			return oneOf("vmm.driver", c.VMM.Driver, DriverFirecracker, DriverQEMU, DriverReplay)
 		},
@@ -165,6 +215,12 @@ func (c *Config) Validate() error {
 			}
 			return nil
 		},
+	}
+}
+
+// logAndTrustChecks are the checks of [log] and [trust], in file order.
+func (c *Config) logAndTrustChecks() []func() error {
+	return []func() error{
 		func() error { return oneOf("log.format", c.Log.Format, LogFormatText, LogFormatJSON) },
 		func() error {
 			return oneOf("log.level", c.Log.Level, LogLevelDebug, LogLevelInfo, LogLevelWarn, LogLevelError)
@@ -176,12 +232,7 @@ func (c *Config) Validate() error {
 			return absolutePath("trust.signing_key", c.Trust.SigningKey)
 		},
 		func() error { return absolutePaths("trust.trusted_keys", c.Trust.TrustedKeys) },
-	} {
-		if err := check(); err != nil {
-			return err
-		}
 	}
-	return nil
 }
 
 // absolutePaths checks every path of a list with absolutePath.

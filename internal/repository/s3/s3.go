@@ -421,18 +421,8 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	}
 	unlock := r.locks.lock(id)
 	defer unlock()
-	switch _, _, err := r.getRecord(ctx, id); {
-	case err == nil || errors.Is(err, repository.ErrIntegrity):
-		return repository.Record{}, fmt.Errorf("%w: the lease's snapshot is already published", repository.ErrInvalidRequest)
-	case !errors.Is(err, repository.ErrNotFound):
+	if err := r.checkPublishable(ctx, id, req.Alias); err != nil {
 		return repository.Record{}, err
-	}
-	if req.Alias != "" {
-		// Fail fast, before a long upload, if the alias is plainly taken;
-		// the binding itself is decided by one conditional PUT at the end.
-		if err := r.checkAliasFree(ctx, req.Alias, id); err != nil {
-			return repository.Record{}, err
-		}
 	}
 
 	published, aliasBound := false, false
@@ -467,6 +457,23 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	}
 	published = true
 	return rec, nil
+}
+
+// checkPublishable refuses a publish of id the repository cannot take:
+// one already published, and, failing fast before a long upload, one
+// under an alias plainly taken (the binding itself is decided by one
+// conditional PUT at the end).
+func (r *Repo) checkPublishable(ctx context.Context, id, alias string) error {
+	switch _, _, err := r.getRecord(ctx, id); {
+	case err == nil || errors.Is(err, repository.ErrIntegrity):
+		return fmt.Errorf("%w: the lease's snapshot is already published", repository.ErrInvalidRequest)
+	case !errors.Is(err, repository.ErrNotFound):
+		return err
+	}
+	if alias == "" {
+		return nil
+	}
+	return r.checkAliasFree(ctx, alias, id)
 }
 
 // newRecord is the record a publish of id commits: its chunked memory
