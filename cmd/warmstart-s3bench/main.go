@@ -38,6 +38,7 @@ import (
 	wsconfig "warmstart/internal/config"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/layout"
+	"warmstart/internal/node"
 	"warmstart/internal/restore"
 	"warmstart/internal/role"
 	"warmstart/internal/s3bench"
@@ -177,7 +178,7 @@ func bench(ctx context.Context, c config, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, interrupt.RemoveWorkDir(work)) }()
+	defer func() { err = errors.Join(err, node.RemoveWorkDir(work)) }()
 	o := c.opts
 	o.WorkDir = work
 	rep, err := s3bench.Run(ctx, o)

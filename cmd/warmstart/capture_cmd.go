@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -12,7 +11,6 @@ import (
 	"warmstart/internal/ops"
 	"warmstart/internal/recorder"
 	"warmstart/internal/report"
-	"warmstart/internal/repository"
 )
 
 // captureFlags are capture's flags.
@@ -56,7 +54,7 @@ with the same [qemu] configuration (the accelerator used is printed; the
 record does not keep it).`,
 		Args: cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
-			if err := checkCapture(f.vf.Kind, f.agent, f.alias); err != nil {
+			if err := ops.CheckCapture(f.vf.Kind, f.agent, f.alias); err != nil {
 				return usageError{Err: err}
 			}
 			// A signal stops the capture; the deferred cleanup runs before
@@ -100,26 +98,6 @@ func runCapture(ctx context.Context, cmd *cobra.Command, f *captureFlags) error 
 	if recErr != nil {
 		// The snapshot is published and restores with on-demand reads.
 		return ops.NotRecorded(out.Record.ID, recErr)
-	}
-	return nil
-}
-
-// checkCapture refuses capture flags no capture can use, before anything
-// starts; its errors name the flag.
-func checkCapture(kind, agent, alias string) error {
-	switch kind {
-	case "qemu":
-	case "firecracker":
-		if agent != "" {
-			return errors.New("--agent: a Firecracker guest's agent comes with its [firecracker] rootfs")
-		}
-	default:
-		return fmt.Errorf("--vmm %q: only qemu and firecracker boot and capture a guest", kind)
-	}
-	if alias != "" {
-		if err := repository.ValidateAlias(alias); err != nil {
-			return fmt.Errorf("capture: --alias: %w", err)
-		}
 	}
 	return nil
 }

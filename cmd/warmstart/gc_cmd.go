@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/spf13/cobra"
+
 	"warmstart/internal/cli"
 	"warmstart/internal/ops"
 	"warmstart/internal/report"
-
 	"warmstart/internal/repository/s3"
-
-	"github.com/spf13/cobra"
 )
 
 var snapshotGCCmd = &cobra.Command{

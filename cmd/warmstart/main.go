@@ -9,7 +9,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 
@@ -17,9 +16,8 @@ import (
 
 	"warmstart/internal/bench"
 	"warmstart/internal/cli"
-	"warmstart/internal/interrupt"
+	"warmstart/internal/lab/labcmd"
 	"warmstart/internal/role"
-	"warmstart/internal/trust"
 	"warmstart/internal/vmm/qemu"
 	"warmstart/internal/vmm/replay"
 )
@@ -39,16 +37,13 @@ var env cli.Env
 
 func init() {
 	env.Register(rootCmd)
+	// The lab's verbs: a built-in benchmark and demo are features.
+	rootCmd.AddCommand(labcmd.Bench(&env), labcmd.Demo(), labcmd.Synth(), labcmd.ReplayVMM())
 	// Declared here so that cobra does not also claim -v for it.
 	rootCmd.Flags().Bool("version", false, "print the version and exit")
 	rootCmd.SetVersionTemplate("{{.Version}}")
 	rootCmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{Err: err} })
 }
-
-// exitUntrusted is the exit status of a verb refused a snapshot because
-// none of the node's trusted keys signed it ([trust] trusted_keys), so
-// scripts tell it from a failure worth retrying.
-const exitUntrusted = 3
 
 // usageError marks an error caused by how the verb was called, so main can
 // exit 2 as the shell convention asks.
@@ -68,17 +63,6 @@ func main() {
 	cli.MarkTree(rootCmd)
 	if err := rootCmd.Execute(); err != nil {
 		fmt.Fprintf(os.Stderr, "warmstart: %v\n", err)
-		var ue usageError
-		if errors.As(err, &ue) {
-			os.Exit(2)
-		}
-		var ie interrupt.Error
-		if errors.As(err, &ie) {
-			os.Exit(ie.ExitCode())
-		}
-		if errors.Is(err, trust.ErrUntrusted) {
-			os.Exit(exitUntrusted)
-		}
-		os.Exit(1)
+		os.Exit(cli.ExitCode(err))
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"warmstart/internal/api"
@@ -46,11 +45,8 @@ does in the background when [snapshot.memory_startup_pack] enabled is on.`,
 				res, err := ops.RecordManifest(ctx, s, args[0], func(id string) {
 					fmt.Fprintf(cmd.ErrOrStderr(), "recording %s on the %s device...\n", id, s.Config.Memory.Device)
 				})
-				if se := (*ops.SnapshotError)(nil); errors.As(err, &se) {
-					return fmt.Errorf("record-manifest %s: %w", args[0], se.Err)
-				}
 				if err != nil {
-					return err
+					return cli.OpError("record-manifest", args[0], err)
 				}
 				return report.Recorded(cmd.OutOrStdout(), res)
 			})

@@ -86,10 +86,7 @@ func runSnapshotSign(cmd *cobra.Command, args []string) error {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s\tsigned with key %s (%s)\n", r.ID, key.ID(), r.How)
 		})
-		if se := (*ops.SnapshotError)(nil); errors.As(err, &se) {
-			return cli.RefError("snapshot sign", ref, se)
-		}
-		return cli.InvalidAsUsage(err)
+		return cli.InvalidAsUsage(cli.OpError("snapshot sign", ref, err))
 	})
 }
 

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/api"
 	"warmstart/internal/cli"
 	"warmstart/internal/layout"
+	"warmstart/internal/node"
 	"warmstart/internal/ops"
 	"warmstart/internal/report"
 	"warmstart/internal/repository"
@@ -92,37 +92,11 @@ func runSnapshotImport(cmd *cobra.Command, _ []string) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := env.Config()
-	if err != nil {
-		return err
-	}
-	if cfg.Snapshot.MemoryStartupPack.Enabled {
-		return cli.Interruptible(cmd, func(ctx context.Context) error { return importAndRecord(ctx, cmd, f, lay) })
-	}
-	repo, err := env.OpenRepository(cmd)
-	if err != nil {
-		return fmt.Errorf("snapshot import: %w", err)
-	}
-	return cli.Interruptible(cmd, func(ctx context.Context) error {
-		rec, _, err := ops.Publish(ctx, repo, f.publishRequest(cmd, lay))
-		if err != nil {
-			return fmt.Errorf("snapshot import: %w", err)
-		}
-		_, err = fmt.Fprintln(cmd.OutOrStdout(), rec.ID)
-		return err
-	})
+	return cli.Interruptible(cmd, func(ctx context.Context) error { return importInProcess(ctx, cmd, f, lay) })
 }
 
-// importOn publishes a snapshot on the daemon and prints its id. The
-// daemon opens the files itself, so they are named absolutely.
+// importOn publishes a snapshot on the daemon and prints its id.
 func importOn(ctx context.Context, c *api.Client, o report.Output, req api.ImportRequest) error {
-	var err error
-	if req.VMState, err = filepath.Abs(req.VMState); err != nil {
-		return err
-	}
-	if req.Memory, err = filepath.Abs(req.Memory); err != nil {
-		return err
-	}
 	rec, err := c.Import(ctx, req)
 	if err != nil {
 		return fmt.Errorf("snapshot import: %w", err)
@@ -164,21 +138,38 @@ func (f snapshotImportOptions) publishRequest(cmd *cobra.Command, lay layout.Lay
 	}
 }
 
-// importAndRecord publishes the snapshot and records its startup manifest,
-// holding the capture lease from publish to attach, and waits for it.
-func importAndRecord(ctx context.Context, cmd *cobra.Command, f snapshotImportOptions, lay layout.Layout) error {
-	n, err := env.OpenNode(cmd, &snapshotImportFlags.vmm)
+// importInProcess publishes the snapshot and prints its id. With
+// [snapshot.memory_startup_pack] enabled it then records the startup
+// manifest, holding the capture lease from publish to attach, and waits
+// for it.
+func importInProcess(ctx context.Context, cmd *cobra.Command, f snapshotImportOptions, lay layout.Layout) error {
+	cfg, err := env.Config()
+	if err != nil {
+		return err
+	}
+	req := f.publishRequest(cmd, lay)
+	req.RecordManifest = cfg.Snapshot.MemoryStartupPack.Enabled
+	var n *node.Node
+	var repo repository.Repository
+	if req.RecordManifest {
+		if n, err = env.OpenNode(cmd, &snapshotImportFlags.vmm); err == nil {
+			defer n.Close()
+			repo = n.Repo
+		}
+	} else {
+		repo, err = env.OpenRepository(cmd)
+	}
 	if err != nil {
 		return fmt.Errorf("snapshot import: %w", err)
 	}
-	defer n.Close()
-	req := f.publishRequest(cmd, lay)
-	req.RecordManifest = true
-	rec, lease, err := ops.Publish(ctx, n.Repo, req)
+	rec, lease, err := ops.Publish(ctx, repo, req)
 	if err != nil {
 		return fmt.Errorf("snapshot import: %w", err)
 	}
 	fmt.Fprintln(cmd.OutOrStdout(), rec.ID)
+	if lease == nil {
+		return nil
+	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "recording the startup manifest of %s on the %s device; waiting for it\n", rec.ID, n.Config.Memory.Device)
 	res, err := n.Recorder.Start(ctx, lease).Result()
 	if err != nil {

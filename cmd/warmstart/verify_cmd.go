@@ -12,7 +12,6 @@ import (
 	"warmstart/internal/cli"
 	"warmstart/internal/ops"
 	"warmstart/internal/report"
-	"warmstart/internal/repository"
 	"warmstart/internal/snapcheck"
 )
 
@@ -122,30 +121,11 @@ func verifyOn(ctx context.Context, c *api.Client, o report.Output, ref string, f
 		}
 		return report.VerifyReports(o.Out, []snapcheck.Report{rep}, f.json, ref)
 	}
-	// The catalog, not the snapshot list: damaged entries are reported
-	// too, as snapcheck.VerifyAll does in process.
-	rows, err := c.Catalog(ctx, repository.Filter{})
+	reports, err := c.VerifyAll(ctx, req, func(id string) { fmt.Fprintf(o.Err, "verifying %s on the daemon\n", id) })
 	if err != nil {
 		return fmt.Errorf("snapshot verify --all: %w", err)
 	}
-	reports := make([]snapcheck.Report, 0, len(rows))
-	var damaged []snapcheck.Report
-	for _, rec := range rows {
-		if rec.Corrupt != nil {
-			damaged = append(damaged, snapcheck.DamagedEntry(*rec.Corrupt))
-			continue
-		}
-		fmt.Fprintf(o.Err, "verifying %s on the daemon\n", rec.ID)
-		rep, err := c.VerifySnapshot(ctx, rec.ID, req)
-		if errors.Is(err, repository.ErrNotFound) {
-			continue // deleted since the listing
-		}
-		if err != nil {
-			return fmt.Errorf("snapshot verify %s: %w", rec.ID, err)
-		}
-		reports = append(reports, rep)
-	}
-	return report.VerifyReports(o.Out, append(reports, damaged...), f.json, "")
+	return report.VerifyReports(o.Out, reports, f.json, "")
 }
 
 func init() {

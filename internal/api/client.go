@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strings"
 
 	"warmstart/internal/recorder"
@@ -186,8 +188,17 @@ func (c *Client) DeleteSnapshot(ctx context.Context, ref string) (DeleteResponse
 	return out, c.do(ctx, http.MethodDelete, "/snapshots/"+url.PathEscape(ref), nil, &out)
 }
 
-// Import publishes files on the daemon's host as a new snapshot.
+// Import publishes files on the daemon's host as a new snapshot. The
+// daemon opens them itself, so relative paths are made absolute here, from
+// this process's working directory.
 func (c *Client) Import(ctx context.Context, req ImportRequest) (ImportResponse, error) {
+	var err error
+	if req.VMState, err = filepath.Abs(req.VMState); err != nil {
+		return ImportResponse{}, err
+	}
+	if req.Memory, err = filepath.Abs(req.Memory); err != nil {
+		return ImportResponse{}, err
+	}
 	var out ImportResponse
 	return out, c.do(ctx, http.MethodPost, "/snapshots/import", req, &out)
 }
@@ -204,6 +215,39 @@ func (c *Client) RecordManifest(ctx context.Context, ref string) (recorder.Resul
 func (c *Client) VerifySnapshot(ctx context.Context, ref string, req VerifyRequest) (snapcheck.Report, error) {
 	var out snapcheck.Report
 	return out, c.do(ctx, http.MethodPost, "/snapshots/"+url.PathEscape(ref)+"/verify", req, &out)
+}
+
+// VerifyAll verifies every snapshot the daemon's catalog lists, as
+// snapcheck.VerifyAll does in process: a damaged catalog entry is a report
+// of its own, after the others, and a snapshot deleted since the listing
+// is left out. each, when not nil, is told of each snapshot before it is
+// verified. An error names the snapshot it is about.
+func (c *Client) VerifyAll(ctx context.Context, req VerifyRequest, each func(id string)) ([]snapcheck.Report, error) {
+	// The catalog, not the snapshot list: damaged entries are reported too.
+	rows, err := c.Catalog(ctx, repository.Filter{})
+	if err != nil {
+		return nil, err
+	}
+	reports := make([]snapcheck.Report, 0, len(rows))
+	var damaged []snapcheck.Report
+	for _, rec := range rows {
+		if rec.Corrupt != nil {
+			damaged = append(damaged, snapcheck.DamagedEntry(*rec.Corrupt))
+			continue
+		}
+		if each != nil {
+			each(rec.ID)
+		}
+		rep, err := c.VerifySnapshot(ctx, rec.ID, req)
+		if errors.Is(err, repository.ErrNotFound) {
+			continue // deleted since the listing
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", rec.ID, err)
+		}
+		reports = append(reports, rep)
+	}
+	return append(reports, damaged...), nil
 }
 
 // Restore restores a snapshot; the daemon holds it until StopRestore.

@@ -29,7 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warmstart/internal/config"
-	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/node"
 	"warmstart/internal/restore"
 	"warmstart/internal/role"
 	"warmstart/internal/synth"
@@ -555,7 +555,7 @@ func (l trialLauncher) run(ctx context.Context, spec TrialSpec) (res TrialResult
 		return TrialResult{}, fmt.Errorf("bench: %w", err)
 	}
 	defer func() {
-		if rmErr := removeTrialDir(dir); rmErr != nil {
+		if rmErr := node.RemoveWorkDir(dir); rmErr != nil {
 			err = errors.Join(err, fmt.Errorf("bench: trial %s: %w", spec.Condition, rmErr))
 		}
 	}()
@@ -646,16 +646,6 @@ func abortFUSEMounts(dir string) {
 			unix.Unmount(m.point, unix.MNT_FORCE)
 		}
 	}
-}
-
-// removeTrialDir removes a trial's directory once its process has exited.
-// A trial killed before it unmounted leaves its FUSE mount dead, which
-// RemoveAll cannot descend; such mounts are detached first.
-func removeTrialDir(dir string) error {
-	if err := fusedev.CleanStale(dir); err != nil {
-		return err
-	}
-	return os.RemoveAll(dir)
 }
 
 // mount is one line of /proc/self/mountinfo.

@@ -9,7 +9,7 @@ import (
 	"warmstart/internal/capture"
 	"warmstart/internal/config"
 	"warmstart/internal/initramfs"
-	"warmstart/internal/node"
+	"warmstart/internal/lab/workspace"
 	"warmstart/internal/reference"
 	"warmstart/internal/restore"
 	"warmstart/internal/vmm/qemu"
@@ -19,7 +19,7 @@ import (
 // workspace under dir and records its manifest on device, as a publish
 // with recording enabled would. It returns the snapshot and its trace.
 func PrepareReference(ctx context.Context, dir, device string, memBytes int64, seed uint64, progress io.Writer) (restore.Source, string, error) {
-	ws := node.Workspace{Dir: dir, Device: device}
+	ws := workspace.Workspace{Dir: dir, Device: device}
 	n, err := ws.Open(ctx)
 	if err != nil {
 		return restore.Source{}, "", err
@@ -46,7 +46,7 @@ func PrepareReference(ctx context.Context, dir, device string, memBytes int64, s
 // returns the snapshot and what its agent answered before the capture
 // (token and heap digest), which every restored guest must answer again.
 func PrepareGuest(ctx context.Context, d *qemu.Driver, dir, initramfsCache, agent string, progress io.Writer) (restore.Source, map[string]string, error) {
-	n, err := node.Workspace{Dir: dir, Device: config.DeviceFile, VMM: d}.Open(ctx)
+	n, err := workspace.Workspace{Dir: dir, Device: config.DeviceFile, VMM: d}.Open(ctx)
 	if err != nil {
 		return restore.Source{}, nil, err
 	}

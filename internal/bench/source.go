@@ -13,7 +13,6 @@ import (
 
 	"warmstart/internal/config"
 	"warmstart/internal/durable"
-	"warmstart/internal/interrupt"
 	"warmstart/internal/node"
 	"warmstart/internal/restore"
 	"warmstart/internal/synth"
@@ -112,7 +111,7 @@ func RunOn(ctx context.Context, o Options, t Target) (_ *Report, err error) {
 	if err != nil {
 		return nil, err
 	}
-	defer func() { err = errors.Join(err, interrupt.RemoveWorkDir(work)) }()
+	defer func() { err = errors.Join(err, node.RemoveWorkDir(work)) }()
 	o.WorkDir = work
 	// The trials measure the operator's configuration, not the defaults.
 	cfg, err := t.Config()

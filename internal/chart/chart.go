@@ -1,7 +1,8 @@
-// Package chart draws warmstart's pictures with gonum/plot: a benchmark's
-// time to ready and bytes read per cache state and policy, a startup
-// manifest's memory map and cumulative bytes, and one restore's timeline.
-// Each is written as SVG or PNG, chosen by the file name.
+// Package chart draws warmstart's pictures with gonum/plot: panels of
+// samples over named columns (what the benchmark draws its trials with), a
+// startup manifest's memory map and cumulative bytes, and one restore's
+// timeline. Each is written as SVG or PNG, chosen by the file name. It
+// knows nothing of the benchmark.
 package chart
 
 import (
@@ -27,8 +28,6 @@ const PNGDPI = 96
 
 // Picture sizes.
 const (
-	BenchWidth     = 11 * vg.Inch
-	BenchHeight    = 7 * vg.Inch
 	ManifestWidth  = 11 * vg.Inch
 	ManifestHeight = 5 * vg.Inch
 	TimelineWidth  = 9 * vg.Inch

@@ -14,7 +14,6 @@ import (
 
 	"gonum.org/v1/plot/vg"
 
-	"warmstart/internal/bench"
 	"warmstart/internal/layout"
 	"warmstart/internal/manifest"
 	"warmstart/internal/memdev"
@@ -113,23 +112,32 @@ func drawBoth(t *testing.T, draw func(path string) error) string {
 	return base
 }
 
-func TestBenchPicture(t *testing.T) {
-	r := &bench.Report{Options: bench.ReportOptions{Device: "file", Policies: []string{"seed", "warmstart"}}}
-	for block := range 4 {
-		for _, cache := range []string{bench.CacheWarm, bench.CacheCold} {
-			for i, col := range []string{bench.PrefetchOff, "seed", "warmstart"} {
-				r.Trials = append(r.Trials, bench.TrialResult{Admitted: true,
-					Spec:        bench.TrialSpec{Condition: bench.Condition{Cache: cache, Prefetch: col}},
-					ReadyMs:     float64(300 - 80*i + 5*block),
-					DeviceBytes: memdev.Counters{BytesRead: uint64(40+10*i) << 20}})
+// TestColumnsPicture: a columns figure names every column under every
+// panel, each panel's title and series, the summaries of a panel that
+// asks for them and its reference line.
+func TestColumnsPicture(t *testing.T) {
+	columns := []string{"off", "seed", "warmstart"}
+	samples := func(base float64) [][]float64 {
+		out := make([][]float64, len(columns))
+		for i := range out {
+			for j := range 4 {
+				out[i] = append(out[i], base-float64(80*i)+float64(5*j))
 			}
 		}
-		r.Trials = append(r.Trials, bench.TrialResult{Admitted: true, ReadyMs: 90,
-			Spec: bench.TrialSpec{Condition: bench.Condition{Cache: bench.CacheHot, Prefetch: bench.PrefetchOff}}})
+		return out
 	}
-	base := drawBoth(t, func(p string) error { return Bench(p, r) })
-	checkPictures(t, base, BenchWidth, BenchHeight, SeriesTrials, SeriesMean, SeriesMedian, SeriesHot, SeriesBytesMB,
-		"warm memory file", "cold memory file", "warmstart", "seed")
+	top := []*ColumnPanel{
+		{Title: "warm memory file", YLabel: "ms", Series: "trials", Samples: samples(300), Summaries: true, Line: 90, LineName: "hot control"},
+		{Title: "cold memory file", YLabel: "ms", Series: "trials", Samples: samples(400), Summaries: true},
+	}
+	bottom := []*ColumnPanel{
+		{XLabel: "prefetch", YLabel: "MiB", Series: "MiB read", Samples: samples(200), Marks: Triangles, LegendLeft: true},
+		{XLabel: "prefetch", YLabel: "MiB", Series: "MiB read", Samples: samples(250), Marks: Triangles, LegendLeft: true},
+	}
+	w, h := 11*vg.Inch, 7*vg.Inch
+	base := drawBoth(t, func(p string) error { return Columns(p, w, h, columns, [][]*ColumnPanel{top, bottom}) })
+	checkPictures(t, base, w, h, "trials", SeriesMean, SeriesMedian, "hot control", "MiB read",
+		"warm memory file", "cold memory file", "off", "seed", "warmstart")
 }
 
 func TestManifestPicture(t *testing.T) {

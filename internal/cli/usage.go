@@ -10,8 +10,37 @@ import (
 	"fmt"
 	"strings"
 
+	"warmstart/internal/interrupt"
+	"warmstart/internal/trust"
+
 	"github.com/spf13/cobra"
 )
+
+// Exit statuses besides 0, 1 and 128+signal.
+const (
+	// ExitUsage is a verb called wrongly, as the shell convention asks.
+	ExitUsage = 2
+	// ExitUntrusted is a verb refused a snapshot because none of the
+	// node's trusted keys signed it ([trust] trusted_keys), so scripts
+	// tell it from a failure worth retrying.
+	ExitUntrusted = 3
+)
+
+// ExitCode is the status a verb that failed with err exits with: 2 for a
+// usage error, 128+signal for one a signal stopped, 3 for an untrusted
+// snapshot, 1 otherwise.
+func ExitCode(err error) int {
+	var ie interrupt.Error
+	switch {
+	case errors.As(err, new(Error)):
+		return ExitUsage
+	case errors.As(err, &ie):
+		return ie.ExitCode()
+	case errors.Is(err, trust.ErrUntrusted):
+		return ExitUntrusted
+	}
+	return 1
+}
 
 // Error marks an error caused by how the verb was called.
 type Error struct{ Err error }

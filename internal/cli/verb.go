@@ -74,6 +74,16 @@ func RefError(verb, ref string, err error) error {
 	return fmt.Errorf("%s %s: %w", verb, ref, err)
 }
 
+// OpError is how a verb on ref reports an operation's err: in RefError's
+// words when the operation could not find or resolve the snapshot
+// (*ops.SnapshotError), as it is otherwise.
+func OpError(verb, ref string, err error) error {
+	if se := (*ops.SnapshotError)(nil); errors.As(err, &se) {
+		return RefError(verb, ref, se)
+	}
+	return err
+}
+
 // InvalidAsUsage makes a malformed id or alias, and a request field
 // refused (*ops.FieldError), usage errors.
 func InvalidAsUsage(err error) error {

@@ -15,7 +15,7 @@ import (
 
 	"warmstart/internal/bench"
 	"warmstart/internal/config"
-	"warmstart/internal/interrupt"
+	"warmstart/internal/lab/workspace"
 	"warmstart/internal/node"
 	"warmstart/internal/pagecache"
 	"warmstart/internal/reference"
@@ -36,7 +36,7 @@ func Run(ctx, stopCtx context.Context, out io.Writer, blocks int) (err error) {
 		return err
 	}
 	defer func() {
-		if rmErr := interrupt.RemoveWorkDir(dir); rmErr != nil {
+		if rmErr := node.RemoveWorkDir(dir); rmErr != nil {
 			err = errors.Join(err, rmErr)
 			return
 		}
@@ -44,7 +44,7 @@ func Run(ctx, stopCtx context.Context, out io.Writer, blocks int) (err error) {
 	}()
 
 	step("1/6 synthesizing the %d MiB reference snapshot", synth.DefaultMemoryBytes>>20)
-	ws := node.Workspace{Dir: dir, Device: config.DeviceFile}
+	ws := workspace.Workspace{Dir: dir, Device: config.DeviceFile}
 	n, err := ws.Open(ctx)
 	if err != nil {
 		return err

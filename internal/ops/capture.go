@@ -10,6 +10,7 @@ import (
 	"warmstart/internal/initramfs"
 	"warmstart/internal/node"
 	"warmstart/internal/recorder"
+	"warmstart/internal/repository"
 	"warmstart/internal/vmm/firecracker"
 	"warmstart/internal/vmm/qemu"
 )
@@ -67,4 +68,25 @@ func stagingDir(n *node.Node) string {
 		return r.Root()
 	}
 	return n.Restorer.RuntimeDir
+}
+
+// CheckCapture refuses what no capture can do, before anything starts:
+// a VMM that cannot boot a guest (kind), an agent a Firecracker guest
+// does not take, a malformed alias. Its errors name the flag.
+func CheckCapture(kind, agent, alias string) error {
+	switch kind {
+	case "qemu":
+	case "firecracker":
+		if agent != "" {
+			return errors.New("--agent: a Firecracker guest's agent comes with its [firecracker] rootfs")
+		}
+	default:
+		return fmt.Errorf("--vmm %q: only qemu and firecracker boot and capture a guest", kind)
+	}
+	if alias != "" {
+		if err := repository.ValidateAlias(alias); err != nil {
+			return fmt.Errorf("capture: --alias: %w", err)
+		}
+	}
+	return nil
 }

@@ -38,6 +38,7 @@ import (
 	"warmstart/internal/bench"
 	"warmstart/internal/chunkcache"
 	"warmstart/internal/config"
+	"warmstart/internal/lab/workspace"
 	"warmstart/internal/memdev"
 	"warmstart/internal/miniotest"
 	"warmstart/internal/node"
@@ -372,7 +373,7 @@ func prepare(ctx context.Context, o Options) (*harness, error) {
 		return h, err
 	}
 	defer pub.Close()
-	ws := node.Workspace{Dir: o.WorkDir, Device: config.DeviceFile, Repository: pub,
+	ws := workspace.Workspace{Dir: o.WorkDir, Device: config.DeviceFile, Repository: pub, Remote: true,
 		ReadaroundKiB: o.ReadaroundKiB, PrefetchReadaroundKiB: o.PrefetchReadaroundKiB}
 	if h.node, err = ws.Open(ctx); err != nil {
 		return h, fmt.Errorf("s3 bench: %w", err)

@@ -1,4 +1,4 @@
-package main
+package interrupt
 
 import (
 	"context"
@@ -33,7 +33,7 @@ func TestServeSignalsBeginThenAnswer(t *testing.T) {
 	returned := make(chan struct{})
 	go func() {
 		defer close(returned)
-		watchServeSignals(sigs, cancel, served, out)
+		watchShutdown(sigs, cancel, served, out)
 	}()
 
 	select {

@@ -1,4 +1,4 @@
-package main
+package labcmd
 
 import (
 	"github.com/spf13/cobra"
@@ -9,7 +9,8 @@ import (
 	"warmstart/internal/interrupt"
 )
 
-func init() {
+// Demo is the demo verb.
+func Demo() *cobra.Command {
 	var blocks int
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -22,12 +23,12 @@ benchmark, print the table, and remove everything. Needs root (FUSE).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Refused before the reference is synthesized, not at step 5.
 			if err := bench.CheckBlocks("blocks", blocks, 1); err != nil {
-				return usageError{Err: err}
+				return cli.Error{Err: err}
 			}
 			in := interrupt.Notify(cmd.ErrOrStderr())
 			return in.Result(demo.Run(in.Work, in.Force, cmd.OutOrStdout(), blocks))
 		},
 	}
 	cmd.Flags().IntVar(&blocks, "blocks", 3, "blocks of the closing benchmark")
-	rootCmd.AddCommand(cmd)
+	return cmd
 }

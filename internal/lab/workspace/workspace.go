@@ -1,12 +1,15 @@
-package node
+// Package workspace lays a throwaway node out under one directory, for the
+// lab: the benchmark, the S3 benchmark, the demo and tests. It is apart
+// from package reference, which the repository's own tests use to publish
+// the reference snapshot and so must not reach the node.
+package workspace
 
 import (
 	"context"
 	"path/filepath"
 
-	"warmstart/internal/repository/s3"
-
 	"warmstart/internal/config"
+	"warmstart/internal/node"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/synth"
@@ -17,13 +20,17 @@ import (
 // Workspace lays a throwaway node out under one directory: a POSIX
 // repository at store/, the file device at mnt/, the recorder's tracing
 // mount at trace-mnt/ and the restores' directories under run/. The
-// benchmark, the demo and the tests use it.
+// benchmark, the S3 benchmark, the demo and the tests use it: the one
+// throwaway-node helper of the lab.
 type Workspace struct {
 	Dir string
 	// Device is the memory device recordings run on.
 	Device string
 	// Repository keeps the snapshots; a POSIX store under store/ when nil.
 	Repository repository.Repository
+	// Remote says Repository is an S3 repository: the settings that
+	// follow from the backend (the readaround window) follow it.
+	Remote bool
 	// VMM restores; the replay VMM playing the reference trace under
 	// ReferenceDir when nil.
 	VMM vmm.VMM
@@ -38,7 +45,7 @@ type Workspace struct {
 func (w Workspace) ReferenceDir() string { return filepath.Join(w.Dir, "reference") }
 
 // Open assembles the workspace's node with the built-in configuration.
-func (w Workspace) Open(ctx context.Context) (*Node, error) {
+func (w Workspace) Open(ctx context.Context) (*node.Node, error) {
 	repo := w.Repository
 	if repo == nil {
 		store, err := posixfs.Open(filepath.Join(w.Dir, "store"), posixfs.Options{})
@@ -53,7 +60,7 @@ func (w Workspace) Open(ctx context.Context) (*Node, error) {
 	if w.PrefetchReadaroundKiB != 0 {
 		cfg.Memory.PrefetchReadaroundKiB = w.PrefetchReadaroundKiB
 	}
-	if _, remote := repo.(*s3.Repo); remote {
+	if w.Remote {
 		// The device settings that follow from the backend (the
 		// readaround window) follow the repository given.
 		cfg.Snapshot.RepositoryBackend = config.BackendS3
@@ -62,7 +69,7 @@ func (w Workspace) Open(ctx context.Context) (*Node, error) {
 	if vm == nil {
 		vm = &replay.VMM{TracePath: synth.PathsIn(w.ReferenceDir()).Trace}
 	}
-	return Open(ctx, Options{
+	return node.Open(ctx, node.Options{
 		Config:     cfg,
 		Repository: repo,
 		VMM:        vm,

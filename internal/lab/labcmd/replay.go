@@ -1,4 +1,4 @@
-package main
+package labcmd
 
 import (
 	"errors"
@@ -6,10 +6,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"warmstart/internal/cli"
 	"warmstart/internal/vmm/replay"
 )
 
-func init() {
+// ReplayVMM is the hidden replay-vmm verb: the stand-in VMM that plays a
+// synth trace, run by hand.
+func ReplayVMM() *cobra.Command {
 	var f replay.Flags
 	cmd := &cobra.Command{
 		Use:    "replay-vmm --trace FILE --mem PATH [--backend File|Uffd] [--layout SPEC] [--remove OFF:LEN,...]",
@@ -33,7 +36,7 @@ touches them again (Uffd only).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			err := replay.RunFlags(f, cmd.OutOrStdout(), os.Stdin)
 			if fe := (*replay.FlagError)(nil); errors.As(err, &fe) {
-				return usageError{Err: err}
+				return cli.Error{Err: err}
 			}
 			return err
 		},
@@ -45,5 +48,5 @@ touches them again (Uffd only).`,
 	cmd.Flags().StringVar(&f.Remove, "remove", "", "ranges offset:length,... to drop and touch again after the trace (Uffd)")
 	cmd.Flags().IntVar(&f.ControlFD, "control-fd", 1, "file descriptor receiving the JSON-line events")
 	cmd.Flags().BoolVar(&f.Paused, "paused", false, "map memory, then wait for \"resume\" on standard input")
-	rootCmd.AddCommand(cmd)
+	return cmd
 }

@@ -1,16 +1,18 @@
-package main
+package labcmd
 
 import (
 	"fmt"
 
 	"github.com/spf13/cobra"
 
+	"warmstart/internal/cli"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/layout"
 	"warmstart/internal/synth"
 )
 
-func init() {
+// Synth is the synth verb.
+func Synth() *cobra.Command {
 	var (
 		memorySize string
 		out        string
@@ -36,17 +38,17 @@ Variant k is determined by the memory size, the seed, F and k.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
-				return usageError{Err: fmt.Errorf("synth: --out is required")}
+				return cli.Error{Err: fmt.Errorf("synth: --out is required")}
 			}
 			size, err := layout.ParseSize(memorySize)
 			if err != nil {
-				return usageError{Err: fmt.Errorf("synth: --memory-size: %w", err)}
+				return cli.Error{Err: fmt.Errorf("synth: --memory-size: %w", err)}
 			}
 			if size < synth.MinMemoryBytes || size > synth.MaxMemoryBytes {
-				return usageError{Err: fmt.Errorf("synth: --memory-size %s: want %d MiB to %d GiB", memorySize, synth.MinMemoryBytes>>20, synth.MaxMemoryBytes>>30)}
+				return cli.Error{Err: fmt.Errorf("synth: --memory-size %s: want %d MiB to %d GiB", memorySize, synth.MinMemoryBytes>>20, synth.MaxMemoryBytes>>30)}
 			}
 			if err := synth.CheckVariants(variants, drift); err != nil {
-				return usageError{Err: fmt.Errorf("synth: --variants %d --drift %v: %w", variants, drift, err)}
+				return cli.Error{Err: fmt.Errorf("synth: --variants %d --drift %v: %w", variants, drift, err)}
 			}
 			// A signal stops the memory file's writing; Generate then
 			// removes every file it had begun and leaves the directory's
@@ -68,5 +70,5 @@ Variant k is determined by the memory size, the seed, F and k.`,
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed selecting one of the reference snapshots")
 	cmd.Flags().IntVar(&variants, "variants", 0, fmt.Sprintf("also write this many drifting start-up traces, startup.variant-NNN.trace (at most %d; needs --drift)", synth.MaxVariants))
 	cmd.Flags().Float64Var(&drift, "drift", 0, "fraction of touched pages each variant drops and replaces, from 0 to 1 (needs --variants)")
-	rootCmd.AddCommand(cmd)
+	return cmd
 }

@@ -1,4 +1,8 @@
-package main
+// Package labcmd holds the lab's verbs — bench, demo, synth and the hidden
+// replay-vmm, which plays synth's traces — that cmd/warmstart adds to its
+// command tree: the built-in benchmark and the demo are features of the
+// binary, built from the lab's packages.
+package labcmd
 
 import (
 	"context"
@@ -21,6 +25,7 @@ import (
 
 // benchFlags are bench's flags.
 type benchFlags struct {
+	env      *cli.Env
 	vf       cli.VMMFlags
 	b        bench.Flags
 	jsonPath string
@@ -28,10 +33,16 @@ type benchFlags struct {
 	agent    string
 }
 
-func init() { rootCmd.AddCommand(newBenchCmd()) }
+// s3BenchFlags are the bench flags of --repository s3.
+type s3BenchFlags struct {
+	latencyMs     int
+	bandwidthMbit int64
+	linkMbit      int64
+}
 
-func newBenchCmd() *cobra.Command {
-	var f benchFlags
+// Bench is the bench verb; env is the command line's configuration.
+func Bench(env *cli.Env) *cobra.Command {
+	f := benchFlags{env: env}
 	cmd := &cobra.Command{
 		Use:   "bench [SNAPSHOT]",
 		Short: "Measure startup prefetch with the seed's Experiment 2 protocol",
@@ -78,42 +89,46 @@ recorded one, as a node's learner refines it from the restores it serves;
 next to the same policy without it, it measures what learning buys, paired
 within blocks.`,
 		Args: cli.Args(cli.OptionalSnapshotArg),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			var snapshot string
-			if len(args) == 1 {
-				snapshot = args[0]
-			}
-			// Bad flags are refused before any snapshot is synthesized or booted.
-			size, err := f.b.Check(snapshot)
-			if err != nil {
-				return usageError{Err: err}
-			}
-			if err := cli.CheckFileFlag("--plot", f.b.Plot, chart.CheckPath); err != nil {
-				return err
-			}
-			if err := cli.CheckFileFlag("--json", f.jsonPath, fsx.CheckCreatable); err != nil {
-				return err
-			}
-			if f.b.Repository == "s3" {
-				return f.execS3(cmd, size)
-			}
-			// From here on a signal stops the run, which then cleans up.
-			in := interrupt.Notify(cmd.ErrOrStderr())
-			f.b.Kill = in.Force.Done()
-			rep, err := runBench(in.Work, cmd, &f.vf, f.b.Options, snapshot, size, f.agent)
-			if err == nil {
-				err = rep.Write(cmd.OutOrStdout(), cmd.ErrOrStderr(), f.jsonPath)
-			}
-			if err == nil && f.b.Plot != "" {
-				err = chart.Bench(f.b.Plot, rep)
-			}
-			return in.Result(err)
-		},
+		RunE: f.run,
 	}
 	f.register(cmd)
 	return cmd
 }
 
+// run benchmarks the snapshot args name, or the reference snapshot.
+func (f *benchFlags) run(cmd *cobra.Command, args []string) error {
+	var snapshot string
+	if len(args) == 1 {
+		snapshot = args[0]
+	}
+	// Bad flags are refused before any snapshot is synthesized or booted.
+	size, err := f.b.Check(snapshot)
+	if err != nil {
+		return cli.Error{Err: err}
+	}
+	if err := cli.CheckFileFlag("--plot", f.b.Plot, chart.CheckPath); err != nil {
+		return err
+	}
+	if err := cli.CheckFileFlag("--json", f.jsonPath, fsx.CheckCreatable); err != nil {
+		return err
+	}
+	if f.b.Repository == "s3" {
+		return f.execS3(cmd, size)
+	}
+	// From here on a signal stops the run, which then cleans up.
+	in := interrupt.Notify(cmd.ErrOrStderr())
+	f.b.Kill = in.Force.Done()
+	rep, err := f.runBench(in.Work, cmd, snapshot, size)
+	if err == nil {
+		err = rep.Write(cmd.OutOrStdout(), cmd.ErrOrStderr(), f.jsonPath)
+	}
+	if err == nil && f.b.Plot != "" {
+		err = rep.Plot(f.b.Plot)
+	}
+	return in.Result(err)
+}
+
+// register gives cmd bench's flags.
 func (f *benchFlags) register(cmd *cobra.Command) {
 	f.vf.Register(cmd)
 	fl := cmd.Flags()
@@ -154,7 +169,7 @@ func checkS3Flags(cmd *cobra.Command) error {
 		if fl == nil || !fl.Changed || (s3FixedFlags[name] != "" && fl.Value.String() == s3FixedFlags[name]) {
 			continue
 		}
-		return usageError{Err: fmt.Errorf("--%s %s: not available with --repository s3, which benchmarks the reference snapshot on the replay VMM and the file device", name, fl.Value.String())}
+		return cli.Error{Err: fmt.Errorf("--%s %s: not available with --repository s3, which benchmarks the reference snapshot on the replay VMM and the file device", name, fl.Value.String())}
 	}
 	return nil
 }
@@ -166,7 +181,7 @@ func (f *benchFlags) execS3(cmd *cobra.Command, size int64) error {
 	if err := checkS3Flags(cmd); err != nil {
 		return err
 	}
-	cfg, err := env.Config()
+	cfg, err := f.env.Config()
 	if err != nil {
 		return err
 	}
@@ -178,13 +193,14 @@ func (f *benchFlags) execS3(cmd *cobra.Command, size int64) error {
 
 // runBench runs the protocol on snapshot, or on a freshly prepared
 // reference snapshot when snapshot is empty.
-func runBench(ctx context.Context, cmd *cobra.Command, vf *cli.VMMFlags, o bench.Options, snapshot string, memBytes int64, agent string) (*bench.Report, error) {
+func (f *benchFlags) runBench(ctx context.Context, cmd *cobra.Command, snapshot string, memBytes int64) (*bench.Report, error) {
+	o := f.b.Options
 	o.Progress = cmd.ErrOrStderr()
-	if err := bench.CheckReferenceVMM(snapshot, vf.Kind, o.Drift); err != nil {
-		return nil, usageError{Err: err}
+	if err := bench.CheckReferenceVMM(snapshot, f.vf.Kind, o.Drift); err != nil {
+		return nil, cli.Error{Err: err}
 	}
 	return bench.RunOn(ctx, o, bench.Target{
-		Snapshot: snapshot, Open: func() (*node.Node, error) { return env.OpenNode(cmd, vf) },
-		Guest: vf.Kind == "qemu", Config: env.Config, Agent: agent, MemBytes: memBytes,
+		Snapshot: snapshot, Open: func() (*node.Node, error) { return f.env.OpenNode(cmd, &f.vf) },
+		Guest: f.vf.Kind == "qemu", Config: f.env.Config, Agent: f.agent, MemBytes: memBytes,
 	})
 }
