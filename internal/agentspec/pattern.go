@@ -33,8 +33,9 @@ func Mix(x uint64) uint64 {
 // Fill writes pattern stream s over b, whose length is a multiple of
 // WordBytes: word i of b is Word(s, i). It writes every page of b.
 func Fill(b []byte, s uint64) {
+	base := Mix(s ^ goldenGamma) // Word's first step, once per stream
 	for i := 0; i+WordBytes <= len(b); i += WordBytes {
-		binary.LittleEndian.PutUint64(b[i:], Word(s, uint64(i/WordBytes)))
+		binary.LittleEndian.PutUint64(b[i:], Mix(base+uint64(i/WordBytes)))
 	}
 }
 
