@@ -218,14 +218,20 @@ func New(opts Options) (*Driver, error) {
 	if opts.StopTimeout < 0 {
 		return nil, fmt.Errorf("qemu driver: negative stop timeout %v", opts.StopTimeout)
 	}
-	w, err := agentspec.ParseWorkload(opts.AgentWorkload)
-	if err == nil {
-		err = w.Fits(opts.MemoryMiB)
-	}
+	w, err := agentWorkload(opts)
 	if err != nil {
 		return nil, fmt.Errorf("qemu driver: agent workload: %w", err)
 	}
 	return &Driver{opts: opts, workload: w}, nil
+}
+
+// agentWorkload parses opts.AgentWorkload and checks that it fits the guest.
+func agentWorkload(opts Options) (agentspec.Workload, error) {
+	w, err := agentspec.ParseWorkload(opts.AgentWorkload)
+	if err != nil {
+		return agentspec.Workload{}, err
+	}
+	return w, w.Fits(opts.MemoryMiB)
 }
 
 // Options returns the driver's options with defaults filled in.
