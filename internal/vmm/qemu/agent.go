@@ -295,15 +295,37 @@ func (a *agentConn) ask(ctx context.Context, exited <-chan struct{}, verb string
 				return ans, nil
 			}
 		case p := <-a.pongs:
-			if p.nonce == fence {
-				return answer{}, fmt.Errorf("%s: %w: it answered the ping after the request, not the request", verb, vmm.ErrNoStateAgent)
+			if p.nonce != fence {
+				continue
 			}
+			// The reader queues lines in the agent's order, so an
+			// answer to the request is queued by now: select picks
+			// among ready channels at random, and may have picked
+			// the fence first.
+			if ans, ok := a.queuedAnswer(nonce); ok {
+				return ans, nil
+			}
+			return answer{}, fmt.Errorf("%s: %w: it answered the ping after the request, not the request", verb, vmm.ErrNoStateAgent)
 		case <-exited:
 			return answer{}, ErrExited
 		case <-a.done:
 			return answer{}, a.err
 		case <-ctx.Done():
 			return answer{}, ctx.Err()
+		}
+	}
+}
+
+// queuedAnswer takes the answer to nonce from the queue, if it is there.
+func (a *agentConn) queuedAnswer(nonce string) (answer, bool) {
+	for {
+		select {
+		case ans := <-a.answers:
+			if ans.nonce == nonce {
+				return ans, true
+			}
+		default:
+			return answer{}, false
 		}
 	}
 }

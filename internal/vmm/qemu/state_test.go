@@ -190,3 +190,31 @@ func TestAgentWorkloadReachesTheKernelCommandLine(t *testing.T) {
 		}
 	}
 }
+
+// TestAnswerBeforeFenceWins: the agent answers a request before the fence
+// ping after it, and the two answers often reach the host together; the
+// request's answer must win however the host's goroutines are scheduled.
+func TestAnswerBeforeFenceWins(t *testing.T) {
+	host, guest := socketPair(t)
+	go func() {
+		sc := bufio.NewScanner(guest)
+		var wrote string
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			switch {
+			case len(f) == 5 && f[0] == "WRITE":
+				wrote = "WROTE " + f[1] + " " + f[2] + " " + agentspec.StateDigest(1, 1) + "\n"
+			case len(f) == 2 && f[0] == "PING":
+				// Both answers in one write, in the agent's order.
+				guest.Write([]byte(wrote + "PONG " + f[1] + " tok 42 feed\n"))
+				wrote = ""
+			}
+		}
+	}()
+	m := consoleMachine(t, host)
+	for i := range 500 {
+		if _, err := m.WriteState(context.Background(), "k", 1, 1); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+}
