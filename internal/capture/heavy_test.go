@@ -1,6 +1,7 @@
 package capture_test
 
 import (
+	"fmt"
 	"testing"
 
 	"warmstart/internal/agentspec"
@@ -30,10 +31,14 @@ func TestHeavyGuestStartupSet(t *testing.T) {
 	if a == nil {
 		t.Fatalf("the recording compared no two runs: %+v (fallback %q)", g.rec.Recording, g.rec.Fallback)
 	}
+	rho := "none"
+	if a.RankCorrelation != nil {
+		rho = fmt.Sprintf("%.3f", *a.RankCorrelation)
+	}
 	t.Logf("workload %s in a 256 MiB guest under %s: boot to agent %v; one restore touched %.1f MiB (%.1f MiB walked); "+
-		"two restores: %.1f and %.1f MiB, overlap %.3f; manifest %.1f MiB in %d ranges",
+		"two restores: %.1f and %.1f MiB, overlap %.3f, rank correlation %s; manifest %.1f MiB in %d ranges",
 		w, g.snap.Accel, g.snap.Boot, touched, walked, float64(a.PagesFirst)*4096/mib, float64(a.PagesSecond)*4096/mib,
-		a.Overlap, float64(g.rec.Bytes)/mib, g.rec.Ranges)
+		a.Overlap, rho, float64(g.rec.Bytes)/mib, g.rec.Ranges)
 	// The light guest's kernel, files and agent runtime add a few MiB; the
 	// allocator's rounding of the objects a little more.
 	if lo, hi := walked, walked+16; touched < lo || touched > hi {
