@@ -66,7 +66,8 @@ func artifactKeys(t *testing.T, r *Repo, id string) []string {
 // abandoned grace a sweep and a collection remove them and its chunks,
 // while a publish of this process stalled half way all along, begun
 // before the grace and with chunks older than the chunk grace, keeps every
-// object: its live lease protects them. It then completes.
+// object: its live lease protects its artifacts, its journal its chunks.
+// It then completes.
 func TestAbandonedPublishReclaimedLivePublishKept(t *testing.T) {
 	needServer(t)
 	o := testOptions(t, server.Endpoint)
@@ -103,9 +104,6 @@ func TestAbandonedPublishReclaimedLivePublishKept(t *testing.T) {
 		}
 	}
 
-	// The live publish begins once the killed one's chunks are older
-	// than the clock skew a publish's start allows for.
-	waitUntil(t, 30*time.Second, func() bool { return time.Since(died) > r.leaseTTL+time.Second })
 	liveIn := chunkyInputs(t, 62)
 	lease, err := r.BeginCapture(bg())
 	if err != nil {
@@ -190,6 +188,147 @@ func TestRevokedPublishWritesNoRecord(t *testing.T) {
 	}
 	for _, k := range artifactKeys(t, r, id) {
 		if strings.HasPrefix(k, artifactsDir) {
+			t.Errorf("the revoked publish left %s", k)
+		}
+	}
+}
+
+// TestKilledPublishersChunksGoAfterTheAbandonedGrace kills a publisher
+// half way (issue 27, failure 6: a kill -9 mid-upload left its chunks for
+// the chunk grace, hours) and, under the default chunk grace, checks that
+// a sweep and a collection once the abandoned grace has passed remove the
+// chunks only it held, while a publish begun before them that reuses one
+// of its chunks keeps that chunk, then commits a record whose every chunk
+// is in the bucket and whose memory reads back right.
+func TestKilledPublishersChunksGoAfterTheAbandonedGrace(t *testing.T) {
+	needServer(t)
+	o := testOptions(t, server.Endpoint)
+	o.ChunkBytes, o.BlockBytes = testChunkBytes, testChunkBytes
+	o.LeaseTTL, o.AbandonedGrace = time.Second, 3*time.Second
+	r := openWith(t, o)
+	if r.chunkGrace != ChunkGrace {
+		t.Fatalf("chunk grace %v: the test is of the default", r.chunkGrace)
+	}
+	desc, err := json.Marshal(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killedIn := chunkyInputs(t, 71)
+	c := repotest.StartChild(t, "publish-midway", string(desc), repotest.PublishEnv(killedIn, ""), nil)
+	killed := c.Ready(t)
+	if err := c.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if _, sig := c.Wait(t); sig != syscall.SIGKILL {
+		t.Fatalf("publisher ended by %v, not SIGKILL: %s", sig, c.Stderr())
+	}
+	died := time.Now()
+	left := present(t, r, chunkKeysOf(t, r, killedIn.MemoryPath))
+	if len(left) < 2 {
+		t.Fatalf("the killed publish left chunks %v: the test needs two", left)
+	}
+	liveIn, shared := reusingOne(t, r, killedIn, left[0], 72)
+	killedOnly := left[1:]
+
+	lease, err := r.BeginCapture(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.End()
+	stalled := repotest.StallPublish(t, r, lease, liveIn.Request(""))
+	defer stalled.Resume() // before lease.End, which waits for it
+	// Every chunk of the stalled publish has been looked for once it has
+	// found the shared one in the bucket.
+	waitUntil(t, 30*time.Second, func() bool { return r.ChunksSkipped() > 0 })
+
+	waitUntil(t, 30*time.Second, func() bool { return time.Since(died) > r.abandonedGrace+time.Second })
+	if err := r.Sweep(bg()); err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.CollectGarbage(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("collection: %+v", st)
+	if got := artifactKeys(t, r, killed); len(got) != 0 {
+		t.Errorf("the killed publish's objects %v stayed", got)
+	}
+	if got := present(t, r, killedOnly); len(got) != 0 {
+		t.Errorf("of the chunks only the killed publish held, %v stayed for the chunk grace", got)
+	}
+	if got := present(t, r, []string{shared}); len(got) != 1 {
+		t.Errorf("the chunk the live publish reuses, %s, was removed", shared)
+	}
+
+	if err := stalled.Wait(); err != nil {
+		t.Fatalf("the live publish after the collection: %v", err)
+	}
+	all := chunkKeysOf(t, r, liveIn.MemoryPath)
+	if got := present(t, r, all); !slices.Equal(got, all) {
+		t.Fatalf("the live publish's record names chunks %v, the bucket holds %v", all, got)
+	}
+	readsBack(t, r.keys.prefix, lease.SnapshotID(), liveIn.MemorySHA256)
+}
+
+// reusingOne writes the inputs of a publish that shares with in exactly
+// the chunk stored under key (in's chunks with other bytes are replaced by
+// random ones, seeded by seed) and returns them with that key.
+func reusingOne(t *testing.T, r *Repo, in repotest.Inputs, key string, seed uint64) (repotest.Inputs, string) {
+	t.Helper()
+	out := chunkyInputs(t, seed)
+	mem, err := os.ReadFile(in.MemoryPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := os.ReadFile(out.MemoryPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for off := 0; off < len(mem); off += testChunkBytes {
+		c := mem[off : off+testChunkBytes]
+		if chunkmap.IsZero(c) || strings.TrimPrefix(r.keys.chunk(chunkmap.Sum(c)), r.keys.prefix) != key {
+			copy(c, fresh[off:off+testChunkBytes])
+		}
+	}
+	if err := os.WriteFile(out.MemoryPath, mem, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.MemorySHA256 = repotest.SHA256Hex(mem)
+	return out, key
+}
+
+// TestRevokedPublisherWritesNoJournal: a publisher whose lease a collector
+// revoked (it looked dead) learns so at its next renewal and then names
+// no chunk in a journal: the publish fails with ErrLeaseEnded before it
+// stores a chunk, and leaves nothing of the snapshot.
+func TestRevokedPublisherWritesNoJournal(t *testing.T) {
+	needServer(t)
+	o := testOptions(t, server.Endpoint)
+	o.ChunkBytes, o.BlockBytes, o.LeaseTTL = testChunkBytes, testChunkBytes, time.Second
+	r := openWith(t, o)
+	in := chunkyInputs(t, 64)
+	lease, err := r.BeginCapture(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.End()
+	id := lease.SnapshotID()
+	objs, err := r.list(bg(), r.keys.leasesOf(id))
+	if err != nil || len(objs) != 1 {
+		t.Fatalf("lease objects of %s: %v, %v", id, objs, err)
+	}
+	if revoked, err := r.revokeLease(bg(), id, objs[0]); err != nil || !revoked {
+		t.Fatalf("revoke: %v, %v", revoked, err)
+	}
+	waitUntil(t, 10*time.Second, func() bool { return r.leaseLost(id) })
+	if _, err := r.Publish(bg(), lease, in.Request("")); !errors.Is(err, repository.ErrLeaseEnded) {
+		t.Fatalf("Publish under a revoked lease: %v, want ErrLeaseEnded", err)
+	}
+	if got := present(t, r, chunkKeysOf(t, r, in.MemoryPath)); len(got) != 0 {
+		t.Errorf("the revoked publisher stored chunks %v", got)
+	}
+	for _, k := range artifactKeys(t, r, id) {
+		if !strings.HasPrefix(k, leasesDir) {
 			t.Errorf("the revoked publish left %s", k)
 		}
 	}
