@@ -237,14 +237,19 @@ func (r *Repo) leaseObjectsLive(ctx context.Context, id string) (bool, error) {
 }
 
 // sweepLeases removes lease objects that have expired: their holders
-// crashed (a live holder rewrites its object long before).
+// crashed, or cannot reach the store (a live holder rewrites its object
+// long before). An object stays for the abandoned grace at least: it is
+// its publisher's last sign of life, which the reclaim of an abandoned
+// publish must see to revoke (leftovers.go). Without it, a publisher that
+// confirmed its lease and then could not write it for twice the TTL would
+// be taken for dead while its record may still land unchecked.
 func (r *Repo) sweepLeases(ctx context.Context) error {
 	objs, err := r.list(ctx, r.keys.prefix+leasesDir)
 	if err != nil {
 		return err
 	}
 	for _, o := range objs {
-		if time.Since(o.LastModified) >= 2*r.leaseTTL {
+		if age := time.Since(o.LastModified); age >= 2*r.leaseTTL && age > r.abandonedGrace {
 			if err := r.remove(ctx, o.Key); err != nil {
 				return err
 			}

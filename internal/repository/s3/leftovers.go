@@ -76,6 +76,9 @@ func (r *Repo) commitUnderLease(ctx context.Context, rec repository.Record) erro
 	if err := r.confirmLease(ctx, rec.ID); err != nil {
 		return err
 	}
+	if r.afterConfirmLease != nil {
+		r.afterConfirmLease()
+	}
 	if err := r.commitRecord(ctx, rec); err != nil {
 		return err
 	}

@@ -3,9 +3,11 @@ package s3
 import (
 	"encoding/json"
 	"errors"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -332,4 +334,74 @@ func TestRevokedPublisherWritesNoJournal(t *testing.T) {
 			t.Errorf("the revoked publish left %s", k)
 		}
 	}
+}
+
+// leaseWriteFault fails the lease object writes it carries while on is
+// set: a publisher cut off from the store for its renewals.
+type leaseWriteFault struct {
+	next http.RoundTripper
+	on   atomic.Bool
+}
+
+func (f *leaseWriteFault) RoundTrip(req *http.Request) (*http.Response, error) {
+	if f.on.Load() && req.Method == http.MethodPut && strings.Contains(req.URL.Path, "/"+leasesDir) {
+		return nil, errors.New("lease write cut off by the test")
+	}
+	return f.next.RoundTrip(req)
+}
+
+// TestSweptLeaseObjectIsNoLicenceToReclaim: a publisher confirms its
+// lease before its record, then cannot write its lease object for longer
+// than twice the lease TTL (its renewals fail) and its record lands well
+// within half the abandoned grace after the confirmation. A sweep on
+// another node meanwhile must not take the publish for dead: the expired
+// lease object it may remove is the publisher's last sign of life, and a
+// publish confirmed within the grace cannot be told from a dead one
+// without it. Whatever the publish returns, a record it leaves reads back
+// whole.
+func TestSweptLeaseObjectIsNoLicenceToReclaim(t *testing.T) {
+	needServer(t)
+	o := testOptions(t, server.Endpoint)
+	o.ChunkBytes, o.BlockBytes = testChunkBytes, testChunkBytes
+	o.LeaseTTL, o.AbandonedGrace = time.Second, 8*time.Second
+	collector := openWith(t, o)
+	fault := &leaseWriteFault{next: http.DefaultTransport.(*http.Transport).Clone()}
+	o.Transport = fault
+	pub := openWith(t, o)
+	in := chunkyInputs(t, 65)
+	lease, err := pub.BeginCapture(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.End()
+	id := lease.SnapshotID()
+	// The sweep below comes once the id is older than the grace, and less
+	// than half of it after the confirmation.
+	waitUntil(t, 30*time.Second, func() bool { return idOlderThan(id, pub.abandonedGrace-3*time.Second) })
+	pub.afterConfirmLease = func() {
+		confirmed := time.Now()
+		fault.on.Store(true)
+		defer fault.on.Store(false)
+		waitUntil(t, 30*time.Second, func() bool {
+			return time.Since(confirmed) > 2*pub.leaseTTL+200*time.Millisecond && idOlderThan(id, pub.abandonedGrace)
+		})
+		if err := collector.Sweep(bg()); err != nil {
+			t.Error(err)
+		}
+		if _, err := collector.CollectGarbage(bg()); err != nil {
+			t.Error(err)
+		}
+		if time.Since(confirmed) >= pub.abandonedGrace/2 {
+			t.Errorf("the record lands %v after the confirmation: the test needs less than %v", time.Since(confirmed), pub.abandonedGrace/2)
+		}
+	}
+	rec, err := pub.Publish(bg(), lease, in.Request(""))
+	if err != nil {
+		if _, gerr := collector.Get(bg(), id); !errors.Is(gerr, repository.ErrNotFound) {
+			t.Fatalf("the publish failed (%v) and left a record: %v", err, gerr)
+		}
+		t.Logf("the publish failed: %v", err)
+		return
+	}
+	readsBack(t, collector.keys.prefix, rec.ID, in.MemorySHA256)
 }

@@ -226,8 +226,9 @@ type Repo struct {
 	// abandonedGrace is AbandonedPublishGrace; tests shorten it.
 	abandonedGrace time.Duration
 	// beforeRecord, when a test sets it, runs between binding the alias
-	// and writing the record of a publish.
-	beforeRecord func()
+	// and writing the record of a publish; afterConfirmLease between the
+	// publish's confirmation of its lease and the record's write.
+	beforeRecord, afterConfirmLease func()
 	// cleanupRetry, when a test sets it, is told of each failed attempt to
 	// remove what a failed publish wrote.
 	cleanupRetry func(error)
