@@ -191,6 +191,17 @@ func TestCollectWhileAnotherNodePublishes(t *testing.T) {
 // gone and upload it again: its snapshot reads back whole.
 func TestPublishWaitsForACollectionThatMissedItsMap(t *testing.T) {
 	nodeA, nodeB, _, inY := twoNodesAfterDelete(t, 16)
+	_, y := collectRacingAPublish(t, nodeA, nodeB, inY)
+	readsBack(t, nodeA.keys.prefix, y.ID, inY.MemorySHA256)
+}
+
+// collectRacingAPublish collects garbage on nodeA; right before the
+// collection removes a chunk of inY's memory, nodeB publishes inY, and the
+// removal waits until that publish waits for the collection (or, without
+// that wait, has ended). It returns the collection's stats and the
+// publish's record.
+func collectRacingAPublish(t *testing.T, nodeA, nodeB *Repo, inY repotest.Inputs) (GCStats, repository.Record) {
+	t.Helper()
 	shared := keysOfMemory(t, nodeA, inY.MemoryPath)
 	waiting := make(chan struct{})
 	var waitOnce sync.Once
@@ -214,11 +225,11 @@ func TestPublishWaitsForACollectionThatMissedItsMap(t *testing.T) {
 			}
 		})
 	}
-	if _, err := nodeA.CollectGarbage(bg()); err != nil {
+	st, err := nodeA.CollectGarbage(bg())
+	if err != nil {
 		t.Fatal(err)
 	}
-	y := <-published
-	readsBack(t, nodeA.keys.prefix, y.ID, inY.MemorySHA256)
+	return st, <-published
 }
 
 // failPublish publishes in on r and makes it fail right before its record
@@ -288,37 +299,10 @@ func TestPublishReusingAnAbandonedChunkWaitsForTheCollection(t *testing.T) {
 	inX := chunkyInputs(t, 83)
 	failPublish(t, nodeA, inX)
 	inY := sharingInputs(t, inX, 84)
-	shared := keysOfMemory(t, nodeA, inY.MemoryPath)
-	waiting := make(chan struct{})
-	var waitOnce sync.Once
-	nodeB.awaitingCollection = func() { waitOnce.Do(func() { close(waiting) }) }
-	published := make(chan repository.Record, 1)
-	var raced sync.Once
-	nodeA.beforeRemoveChunk = func(key string) {
-		if !shared[key] {
-			return
-		}
-		raced.Do(func() {
-			go func() {
-				rec, _ := repotest.PublishInputs(t, nodeB, inY, "")
-				published <- rec
-			}()
-			// Without the wait the publish ends here, before the removal.
-			select {
-			case <-waiting:
-			case rec := <-published:
-				published <- rec
-			}
-		})
-	}
-	st, err := nodeA.CollectGarbage(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, y := collectRacingAPublish(t, nodeA, nodeB, inY)
 	if st.Abandoned == 0 {
 		t.Fatalf("the collection removed no abandoned chunk: %+v", st)
 	}
-	y := <-published
 	if nodeB.ChunksSkipped() == 0 {
 		t.Fatal("the racing publish reused no chunk of the failed one")
 	}

@@ -17,6 +17,41 @@ import (
 	"warmstart/internal/repository/repotest"
 )
 
+// killMidPublish starts a publish of in by a child process on the
+// repository o describes and kills it with SIGKILL once half of the
+// memory is stored; it returns the snapshot's id and when the child died.
+func killMidPublish(t *testing.T, o Options, in repotest.Inputs) (string, time.Time) {
+	t.Helper()
+	desc, err := json.Marshal(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := repotest.StartChild(t, "publish-midway", string(desc), repotest.PublishEnv(in, ""), nil)
+	id := c.Ready(t)
+	if err := c.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if _, sig := c.Wait(t); sig != syscall.SIGKILL {
+		t.Fatalf("publisher ended by %v, not SIGKILL: %s", sig, c.Stderr())
+	}
+	return id, time.Now()
+}
+
+// snapshotGC is `warmstart snapshot gc` on r: a sweep, then a collection,
+// whose stats it returns.
+func snapshotGC(t *testing.T, r *Repo) GCStats {
+	t.Helper()
+	if err := r.Sweep(bg()); err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.CollectGarbage(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("collection: %+v", st)
+	return st
+}
+
 // chunkKeysOf returns the keys of the non-zero chunks of the memory file
 // at path, cut as r cuts them.
 func chunkKeysOf(t *testing.T, r *Repo, path string) []string {
@@ -76,21 +111,8 @@ func TestAbandonedPublishReclaimedLivePublishKept(t *testing.T) {
 	o.ChunkBytes, o.BlockBytes = testChunkBytes, testChunkBytes
 	o.LeaseTTL, o.AbandonedGrace, o.ChunkGrace = time.Second, 3*time.Second, time.Second
 	r := openWith(t, o)
-	desc, err := json.Marshal(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-
 	killedIn := chunkyInputs(t, 61)
-	c := repotest.StartChild(t, "publish-midway", string(desc), repotest.PublishEnv(killedIn, ""), nil)
-	killed := c.Ready(t)
-	if err := c.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	if _, sig := c.Wait(t); sig != syscall.SIGKILL {
-		t.Fatalf("publisher ended by %v, not SIGKILL: %s", sig, c.Stderr())
-	}
-	died := time.Now()
+	killed, died := killMidPublish(t, o, killedIn)
 	left := artifactKeys(t, r, killed)
 	killedChunks := present(t, r, chunkKeysOf(t, r, killedIn.MemoryPath))
 	if len(left) == 0 || len(killedChunks) == 0 {
@@ -126,14 +148,7 @@ func TestAbandonedPublishReclaimedLivePublishKept(t *testing.T) {
 	waitUntil(t, 30*time.Second, func() bool {
 		return time.Since(died) > r.abandonedGrace+time.Second && time.Since(began) > r.abandonedGrace+time.Second
 	})
-	if err := r.Sweep(bg()); err != nil {
-		t.Fatal(err)
-	}
-	st, err := r.CollectGarbage(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("collection: %+v", st)
+	st := snapshotGC(t, r)
 	if got := artifactKeys(t, r, killed); len(got) != 0 {
 		t.Errorf("the killed publish's objects %v stayed", got)
 	}
@@ -211,20 +226,8 @@ func TestKilledPublishersChunksGoAfterTheAbandonedGrace(t *testing.T) {
 	if r.chunkGrace != ChunkGrace {
 		t.Fatalf("chunk grace %v: the test is of the default", r.chunkGrace)
 	}
-	desc, err := json.Marshal(o)
-	if err != nil {
-		t.Fatal(err)
-	}
 	killedIn := chunkyInputs(t, 71)
-	c := repotest.StartChild(t, "publish-midway", string(desc), repotest.PublishEnv(killedIn, ""), nil)
-	killed := c.Ready(t)
-	if err := c.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	if _, sig := c.Wait(t); sig != syscall.SIGKILL {
-		t.Fatalf("publisher ended by %v, not SIGKILL: %s", sig, c.Stderr())
-	}
-	died := time.Now()
+	killed, died := killMidPublish(t, o, killedIn)
 	left := present(t, r, chunkKeysOf(t, r, killedIn.MemoryPath))
 	if len(left) < 2 {
 		t.Fatalf("the killed publish left chunks %v: the test needs two", left)
@@ -244,19 +247,13 @@ func TestKilledPublishersChunksGoAfterTheAbandonedGrace(t *testing.T) {
 	waitUntil(t, 30*time.Second, func() bool { return r.ChunksSkipped() > 0 })
 
 	waitUntil(t, 30*time.Second, func() bool { return time.Since(died) > r.abandonedGrace+time.Second })
-	if err := r.Sweep(bg()); err != nil {
-		t.Fatal(err)
-	}
-	st, err := r.CollectGarbage(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("collection: %+v", st)
+	st := snapshotGC(t, r)
 	if got := artifactKeys(t, r, killed); len(got) != 0 {
 		t.Errorf("the killed publish's objects %v stayed", got)
 	}
-	if got := present(t, r, killedOnly); len(got) != 0 {
-		t.Errorf("of the chunks only the killed publish held, %v stayed for the chunk grace", got)
+	if got := present(t, r, killedOnly); len(got) != 0 || st.Abandoned != len(killedOnly) {
+		t.Errorf("of the chunks only the killed publish held, %v stayed for the chunk grace (%d removed as abandoned, want %d)",
+			got, st.Abandoned, len(killedOnly))
 	}
 	if got := present(t, r, []string{shared}); len(got) != 1 {
 		t.Errorf("the chunk the live publish reuses, %s, was removed", shared)
