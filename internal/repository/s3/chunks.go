@@ -25,22 +25,27 @@ import (
 // SHA-256 before any byte of it reaches the chunk cache.
 
 const (
-	// publishWorkers bounds the chunks compressed and uploaded at once
-	// (and so the memory a publish holds: workers+1 chunks).
+	// publishWorkers bounds the chunks hashed at once, and those looked
+	// for, compressed and uploaded at once (and so the memory a publish
+	// holds: 2*workers+1 chunks).
 	publishWorkers = 8
 	// chunkFetchConcurrency bounds the chunk GETs one cache run issues.
 	chunkFetchConcurrency = 4
-	// ChunkGrace is how long an unreferenced chunk object lives before
-	// garbage collection may remove it: a publish that found it in the
-	// bucket (and so skipped uploading it) has this long to write the
-	// record that references it.
+	// ChunkGrace is how long after its last write garbage collection
+	// keeps a chunk object that nothing names (no chunk map, journal or
+	// young tombstone) and no list of a publish that never finished
+	// names, and how long a deleted snapshot's tombstone keeps its chunks
+	// (gc.go).
 	ChunkGrace = 6 * time.Hour
 )
 
 // A publish that finds a chunk older than half the chunk grace uploads it
 // again, which renews its modification time, so the chunk is younger than
-// the grace for the rest of the publish. (A server-side copy onto itself
-// would save the upload, but MinIO was seen to keep the old time.)
+// the grace for the rest of the publish: a collection that read the
+// journals before this publish named the chunk keeps it all the same, and
+// the publish's final check (confirmChunks) rarely has one to upload
+// again. (A server-side copy onto itself would save the upload, but MinIO
+// was seen to keep the old time.)
 
 // chunkJob is one chunk read from the memory file, on its way to a hasher.
 type chunkJob struct {
