@@ -16,6 +16,8 @@ type VMMFlags struct {
 	Trace string
 	// ReadOnly opens the repository read-only (restore only reads it).
 	ReadOnly bool
+	// AgentWorkload, when set, overrides [qemu] agent_workload (capture).
+	AgentWorkload string
 }
 
 // Register gives cmd --vmm and --trace.
@@ -51,6 +53,11 @@ func (e *Env) OpenNode(cmd *cobra.Command, vf *VMMFlags) (*node.Node, error) {
 		return nil, err
 	}
 	vf.fromConfig(cmd, cfg)
+	if vf.AgentWorkload != "" {
+		c := *cfg
+		c.QEMU.AgentWorkload = vf.AgentWorkload
+		cfg = &c
+	}
 	if cfg, err = node.WithVMM(cfg, vf.Kind, vf.Trace); err != nil {
 		if fe := (*node.FlagError)(nil); errors.As(err, &fe) {
 			return nil, Error{Err: err}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"warmstart/internal/agentspec"
 	"warmstart/internal/capture"
 	"warmstart/internal/initramfs"
 	"warmstart/internal/node"
@@ -71,12 +72,19 @@ func stagingDir(n *node.Node) string {
 }
 
 // CheckCapture refuses what no capture can do, before anything starts:
-// a VMM that cannot boot a guest (kind), an agent a Firecracker guest
-// does not take, a malformed alias. Its errors name the flag.
-func CheckCapture(kind, agent, alias string) error {
+// a VMM that cannot boot a guest (kind), an agent or an agent workload a
+// Firecracker guest does not take, a malformed workload or alias. Its
+// errors name the flag.
+func CheckCapture(kind, agent, workload, alias string) error {
 	switch kind {
 	case "qemu":
+		if _, err := agentspec.ParseWorkload(workload); workload != "" && err != nil {
+			return fmt.Errorf("--agent-workload: %w", err)
+		}
 	case "firecracker":
+		if workload != "" {
+			return errors.New("--agent-workload: only the QEMU test guest's agent has a workload")
+		}
 		if agent != "" {
 			return errors.New("--agent: a Firecracker guest's agent comes with its [firecracker] rootfs")
 		}
