@@ -111,11 +111,11 @@ func attachFileDevice(srv *fusedev.Server, key string, src Source, ioEngine int,
 		}, ioEngine, v)
 	}
 	return attachRemote(attach, func(reads *generationReads) (fusedev.Lower, error) {
-		rd, err := src.Memory.OpenMemory()
+		rd, err := src.Memory.Open()
 		if err != nil {
 			return nil, err
 		}
-		return &watchedLower{MemoryReader: rd, damage: damage, reads: reads}, nil
+		return &watchedLower{Lower: rd, damage: damage, reads: reads}, nil
 	})
 }
 

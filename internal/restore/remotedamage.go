@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"warmstart/internal/integrity"
+	"warmstart/internal/memdev"
 	"warmstart/internal/repository"
 )
 
@@ -79,7 +80,7 @@ func (d *remoteDamage) err() error {
 // watchedLower is a remote memory reader whose failed reads go to damage
 // and whose reads end with its generation's restores (reads).
 type watchedLower struct {
-	repository.MemoryReader
+	memdev.Lower
 	damage *remoteDamage
 	reads  *generationReads
 }
@@ -92,10 +93,10 @@ type contextReader interface {
 func (l *watchedLower) ReadAt(p []byte, off int64) (int, error) {
 	var n int
 	var err error
-	if cr, ok := l.MemoryReader.(contextReader); ok {
+	if cr, ok := l.Lower.(contextReader); ok {
 		n, err = cr.ReadAtContext(l.reads.context(), p, off)
 	} else {
-		n, err = l.MemoryReader.ReadAt(p, off)
+		n, err = l.Lower.ReadAt(p, off)
 	}
 	if err != nil {
 		l.damage.note(err)
@@ -108,14 +109,14 @@ var _ integrity.Uncacher = (*watchedLower)(nil)
 // Uncache implements integrity.Uncacher for a reader that keeps a copy
 // (the S3 node cache): the device's digest check refused bytes it served.
 func (l *watchedLower) Uncache(off, length int64) {
-	if u, ok := l.MemoryReader.(integrity.Uncacher); ok {
+	if u, ok := l.Lower.(integrity.Uncacher); ok {
 		u.Uncache(off, length)
 	}
 }
 
 // Refuse implements integrity.Uncacher, as Uncache does.
 func (l *watchedLower) Refuse(off, length int64) {
-	if u, ok := l.MemoryReader.(integrity.Uncacher); ok {
+	if u, ok := l.Lower.(integrity.Uncacher); ok {
 		u.Refuse(off, length)
 	}
 }
@@ -123,7 +124,7 @@ func (l *watchedLower) Refuse(off, length int64) {
 // Close closes the reader once its generation has drained.
 func (l *watchedLower) Close() error {
 	l.reads.forget()
-	return l.MemoryReader.Close()
+	return l.Lower.Close()
 }
 
 // remoteDamageOf is the watch of src's remote memory for this restore:

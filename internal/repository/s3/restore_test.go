@@ -287,7 +287,7 @@ func probeUncached(t *testing.T, w *world, repo *Repo, snap snapshot) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev, err := w.srv.AttachLower("probe-"+snap.id, src.Ref(), func() (fusedev.Lower, error) { return src.OpenMemory() }, config.IOEngineBuffered)
+	dev, err := w.srv.AttachLower("probe-"+snap.id, src.Ref(), func() (fusedev.Lower, error) { return src.Open() }, config.IOEngineBuffered)
 	if err != nil {
 		t.Fatal(err)
 	}
