@@ -20,9 +20,10 @@ import (
 	"testing"
 	"time"
 
-	"warmstart/internal/role"
-
 	"golang.org/x/sys/unix"
+
+	"warmstart/internal/role"
+	"warmstart/internal/userfaultfd"
 )
 
 // In role roleVMM the test binary runs as a stand-in VMM, configured by
@@ -38,8 +39,7 @@ const guardTimeout = 30 * time.Second
 
 func TestMain(m *testing.M) {
 	role.Roles{
-		roleVMM:          func() int { runChild(os.Getenv(childEnv)); return 0 },
-		roleCheckAsOther: runCheckAvailable,
+		roleVMM: func() int { runChild(os.Getenv(childEnv)); return 0 },
 	}.Dispatch()
 	os.Exit(m.Run())
 }
@@ -95,12 +95,12 @@ func runChild(cfgJSON string) {
 	if err := json.Unmarshal([]byte(cfgJSON), &cfg); err != nil {
 		die("config: %v", err)
 	}
-	fd, err := Open()
+	fd, err := userfaultfd.Open()
 	if err != nil {
 		die("%v", err)
 	}
 	mems := make([][]byte, len(cfg.Regions))
-	var mappings []Mapping
+	var mappings []userfaultfd.Mapping
 	for i, r := range cfg.Regions {
 		b, err := unix.Mmap(-1, 0, int(r.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
 		if err != nil {
@@ -108,16 +108,16 @@ func runChild(cfgJSON string) {
 		}
 		mems[i] = b
 		base := bufAddr(b)
-		if err := RegisterMissing(fd, base, uintptr(r.Size)); err != nil {
+		if err := userfaultfd.RegisterMissing(fd, base, uintptr(r.Size)); err != nil {
 			die("%v", err)
 		}
-		mappings = append(mappings, Mapping{BaseHostVirtAddr: uint64(base), Size: uint64(r.Size), Offset: uint64(r.Offset), PageSize: PageSizeBytes})
+		mappings = append(mappings, userfaultfd.Mapping{BaseHostVirtAddr: uint64(base), Size: uint64(r.Size), Offset: uint64(r.Offset), PageSize: userfaultfd.PageSizeBytes})
 	}
 	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: cfg.Socket, Net: "unix"})
 	if err != nil {
 		die("connect: %v", err)
 	}
-	if err := SendHandshake(conn, mappings, fd); err != nil {
+	if err := userfaultfd.SendHandshake(conn, mappings, fd); err != nil {
 		die("%v", err)
 	}
 	// The userfaultfd stays open (as in Firecracker); the socket need not.
@@ -154,9 +154,9 @@ func runChild(cfgJSON string) {
 			switch c.Op {
 			case "touch":
 				h := sha256.New()
-				tmp := make([]byte, PageSizeBytes)
+				tmp := make([]byte, userfaultfd.PageSizeBytes)
 				for _, s := range c.Steps {
-					p := span(s.Off, PageSizeBytes)
+					p := span(s.Off, userfaultfd.PageSizeBytes)
 					if s.Mode != "w" {
 						copy(tmp, p)
 						h.Write(tmp)
@@ -323,7 +323,7 @@ type model struct{ mem []byte }
 func (m *model) touch(steps ...step) string {
 	h := sha256.New()
 	for _, s := range steps {
-		p := m.mem[s.Off : s.Off+PageSizeBytes]
+		p := m.mem[s.Off : s.Off+userfaultfd.PageSizeBytes]
 		if s.Mode != "w" {
 			h.Write(p)
 		}
@@ -361,8 +361,8 @@ func newLowerFile(t testing.TB, dir string, size int) (string, []byte) {
 	t.Helper()
 	data := make([]byte, size)
 	rand.Read(data)
-	for off := 0; off < size; off += 7 * PageSizeBytes {
-		clear(data[off : off+PageSizeBytes])
+	for off := 0; off < size; off += 7 * userfaultfd.PageSizeBytes {
+		clear(data[off : off+userfaultfd.PageSizeBytes])
 	}
 	path := filepath.Join(dir, "memory")
 	if err := os.WriteFile(path, data, 0o600); err != nil {
@@ -430,7 +430,7 @@ func newFixture(t testing.TB, opts Options) *fixture {
 func (f *fixture) pages() []int64 {
 	var out []int64
 	for _, r := range f.regions {
-		for off := r.Offset; off < r.End(); off += PageSizeBytes {
+		for off := r.Offset; off < r.End(); off += userfaultfd.PageSizeBytes {
 			out = append(out, off)
 		}
 	}

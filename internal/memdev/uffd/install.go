@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warmstart/internal/memdev"
+	"warmstart/internal/userfaultfd"
 )
 
 // Install places the logical range [off, off+length) of the memory file
@@ -146,7 +147,7 @@ func (s *Session) installRun(ctx context.Context, r *region, logical uint64, dat
 		drained := s.drainedSignal()
 		dst := r.hostAddr(logical + pos)
 		src := data[pos:q]
-		copied, cerr := copyPages(s.uffd, uintptr(dst), bufAddr(src), q-pos, copyModeDontWake)
+		copied, cerr := userfaultfd.Copy(s.uffd, uintptr(dst), bufAddr(src), q-pos, userfaultfd.CopyModeDontWake)
 		runtime.KeepAlive(src)
 		s.mu.RUnlock()
 
@@ -205,7 +206,7 @@ func (s *Session) wakeRange(addr, length uint64) error {
 	if s.closed {
 		return nil
 	}
-	if err := wake(s.uffd, uintptr(addr), length); err != nil {
+	if err := userfaultfd.Wake(s.uffd, uintptr(addr), length); err != nil {
 		return fmt.Errorf("UFFDIO_WAKE [%#x, +%d): %w", addr, length, err)
 	}
 	return nil
