@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"warmstart/internal/config"
 	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/node"
 	"warmstart/internal/pagecache"
 	"warmstart/internal/prefetch"
@@ -52,6 +54,9 @@ type TrialSpec struct {
 	Device    string         `json:"device"`
 	IOEngine  int            `json:"io_engine"`
 	Source    restore.Source `json:"source"`
+	// MemoryPath is the snapshot's memory file: the trial serves a private
+	// copy of it (Source.Memory is set in the trial's process).
+	MemoryPath string `json:"memory_path"`
 	// VMM is the driver the trial restores with: config.DriverReplay (also when
 	// empty) or config.DriverQEMU.
 	VMM string `json:"vmm,omitempty"`
@@ -149,6 +154,10 @@ func RunTrial(ctx context.Context, spec TrialSpec) TrialResult {
 		// reads nor for the device's release acknowledgement before the
 		// mount goes.
 		stopCtx: context.WithoutCancel(ctx)}
+	if spec.MemoryPath == "" {
+		return t.fail(errors.New("trial spec names no memory file (a snapshot whose memory is not a local file)"))
+	}
+	t.spec.Source.Memory = memdev.File(spec.MemoryPath)
 	closeMount, err := t.setUp()
 	if err != nil {
 		return t.fail(err)
@@ -196,6 +205,8 @@ type trial struct {
 	mode       restore.Mode
 	policy     restore.Policy
 	unverified bool
+	// lowerPath is the trial's private copy of the memory file.
+	lowerPath string
 	// probed is when the admission probe ended.
 	probed time.Time
 }
@@ -240,15 +251,12 @@ func (t *trial) setUp() (func() error, error) {
 		return srv.Close()
 	}
 	t.r = &restore.Restorer{
-		FUSE:         srv,
-		PrefetchFUSE: prefetching,
+		Devices: memdev.Devices{fusedev.NewOpener(srv, prefetching), uffd.NewOpener(0)},
 		// The engine runs as many readers as the policy was designed for
 		// (config.DefaultPrefetchMaxReaders says why).
 		Engine:     prefetch.NewEngine(prefetch.Options{MaxReaders: max(t.policy.MaxReaders, prefetch.DefaultMaxReaders)}),
 		VMM:        vm,
 		RuntimeDir: t.spec.WorkDir,
-		// Only the timed restore of an unverified column skips
-		// verification; the flag is set just before it.
 	}
 	t.base = restore.Options{Device: t.spec.Device, IOEngine: t.spec.IOEngine}
 	return unmount, nil
@@ -293,8 +301,9 @@ func (t *trial) baseline() error {
 // other file, and returns the source on the copy and its SHA-256.
 func (t *trial) privateLower() (restore.Source, string, error) {
 	src := t.spec.Source
-	src.MemoryPath = filepath.Join(t.spec.WorkDir, "memory.bin")
-	sum, err := pagecache.CopyVerified(t.spec.Source.MemoryPath, src.MemoryPath)
+	t.lowerPath = filepath.Join(t.spec.WorkDir, "memory.bin")
+	src.Memory = memdev.File(t.lowerPath)
+	sum, err := pagecache.CopyVerified(t.spec.MemoryPath, t.lowerPath)
 	if err != nil {
 		return src, "", err
 	}
@@ -310,7 +319,7 @@ func (t *trial) privateLower() (restore.Source, string, error) {
 func (t *trial) treatCache(src restore.Source) (*restore.Instance, error) {
 	switch t.spec.Condition.Cache {
 	case CacheCold:
-		return nil, pagecache.Evict(src.MemoryPath)
+		return nil, pagecache.Evict(t.lowerPath)
 	case CacheHot:
 		hot, err := t.r.Restore(t.ctx, src, withMode(t.base, restore.ModeOff, restore.Policy{}, "timed"))
 		if err != nil {
@@ -325,7 +334,7 @@ func (t *trial) treatCache(src restore.Source) (*restore.Instance, error) {
 // admit probes residency, the last thing before the timer.
 func (t *trial) admit(src restore.Source) (bool, error) {
 	var err error
-	if t.res.Residency, err = pagecache.Probe(src.MemoryPath); err != nil {
+	if t.res.Residency, err = pagecache.Probe(t.lowerPath); err != nil {
 		return false, err
 	}
 	t.probed = time.Now()
@@ -335,9 +344,10 @@ func (t *trial) admit(src restore.Source) (bool, error) {
 
 // timed is the timed restore, stopped with its report.
 func (t *trial) timed(src restore.Source) (*restore.Instance, error) {
-	t.r.SkipVerification = t.unverified
 	t.res.ProbeGap = time.Since(t.probed)
-	inst, err := t.r.Restore(t.ctx, src, withMode(t.base, t.mode, t.policy, "timed"))
+	opts := withMode(t.base, t.mode, t.policy, "timed")
+	opts.Unverified = t.unverified
+	inst, err := t.r.Restore(t.ctx, src, opts)
 	if err != nil {
 		return nil, fmt.Errorf("timed restore: %w", err)
 	}
@@ -356,7 +366,7 @@ func (t *trial) timed(src restore.Source) (*restore.Instance, error) {
 // real guest's answer and the private lower file.
 func (t *trial) check(inst *restore.Instance, src restore.Source, copySHA256 string) error {
 	if t.spec.VMM == config.DriverQEMU {
-		if err := checkRealGuest(t.spec, t.res.Token, t.res.Digest, src.MemoryPath, copySHA256); err != nil {
+		if err := checkRealGuest(t.spec, t.res.Token, t.res.Digest, t.lowerPath, copySHA256); err != nil {
 			return err
 		}
 		t.res.HashOK = true

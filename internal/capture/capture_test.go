@@ -20,6 +20,7 @@ import (
 	"warmstart/internal/config"
 	"warmstart/internal/initramfs"
 	"warmstart/internal/manifest"
+	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/pagecache"
 	"warmstart/internal/prefetch"
@@ -27,6 +28,7 @@ import (
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/restore"
+	"warmstart/internal/restore/restoretest"
 	"warmstart/internal/role"
 	"warmstart/internal/vmm/qemu"
 )
@@ -354,7 +356,7 @@ func restoreOnce(t *testing.T, g *guestFixture, src restore.Source, opts restore
 	})
 	run := filepath.Join(dir, "run")
 	r := &restore.Restorer{
-		FUSE:       srv,
+		Devices:    restoretest.Devices(srv, nil),
 		Engine:     prefetch.NewEngine(prefetch.Options{}),
 		VMM:        g.driver,
 		RuntimeDir: run,
@@ -482,7 +484,7 @@ func TestRestoreThroughFUSEDevice(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// Cold: the lower file leaves the page cache, so every page the
 			// guest needs comes through the device.
-			if err := pagecache.Evict(src.MemoryPath); err != nil {
+			if err := pagecache.Evict(memdev.FilePath(src.Memory)); err != nil {
 				t.Fatal(err)
 			}
 			inst := restoreOnce(t, g, src, tc.opts)
@@ -514,7 +516,7 @@ func TestRestoreThroughFUSEDevice(t *testing.T) {
 	}
 	// Guest writes stay in QEMU's private copies: the lower file is the
 	// file that was published.
-	sum, err := pagecache.HashFile(src.MemoryPath)
+	sum, err := pagecache.HashFile(memdev.FilePath(src.Memory))
 	if err != nil {
 		t.Fatal(err)
 	}

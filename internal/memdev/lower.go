@@ -56,6 +56,16 @@ func File(path string) Source {
 	return fileSource(path)
 }
 
+// FilePath is the path of the local file src serves, when src is a File;
+// "" otherwise. It is for what works on the file itself, beside the
+// device (the benchmark copies it and drops its page cache).
+func FilePath(src Source) string {
+	if f, ok := src.(fileSource); ok {
+		return string(f)
+	}
+	return ""
+}
+
 type fileSource string
 
 func (f fileSource) Ref() string { return string(f) }
@@ -85,10 +95,22 @@ func (l *fileLower) Size() int64 { return l.size }
 // ModTime is the file's modification time when it was opened.
 func (l *fileLower) ModTime() time.Time { return l.mtime }
 
-// Advise implements Advisor.
+// Advise implements Advisor. It holds the descriptor for the call, so an
+// advice racing Close fails (os.ErrClosed) instead of reaching another
+// file that took its number.
 func (l *fileLower) Advise(off, length int64) error {
-	if err := unix.Fadvise(int(l.Fd()), off, length, unix.FADV_WILLNEED); err != nil {
-		return fmt.Errorf("advise %s [%d, %d): %w", l.Name(), off, off+length, err)
+	rc, err := l.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var aerr error
+	if err := rc.Control(func(fd uintptr) {
+		aerr = unix.Fadvise(int(fd), off, length, unix.FADV_WILLNEED)
+	}); err != nil {
+		return err
+	}
+	if aerr != nil {
+		return fmt.Errorf("advise %s [%d, %d): %w", l.Name(), off, off+length, aerr)
 	}
 	return nil
 }

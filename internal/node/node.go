@@ -20,7 +20,9 @@ import (
 
 	"warmstart/internal/config"
 	"warmstart/internal/learner"
+	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/recorder"
 	"warmstart/internal/refine"
@@ -186,15 +188,13 @@ func (n *Node) mount(o Options) error {
 		n.closers = append(n.closers, n.PrefetchFUSE.Close)
 	}
 	n.Restorer = &restore.Restorer{
-		FUSE:           n.FUSE,
-		PrefetchFUSE:   n.PrefetchFUSE,
+		Devices:        memdev.Devices{fusedev.NewOpener(n.FUSE, n.PrefetchFUSE), uffd.NewOpener(cfg.Memory.UffdConnectTimeout)},
 		Engine:         n.Engine,
 		VMM:            n.VMM,
 		ConsumeEnabled: cfg.Snapshot.MemoryStartupPack.ConsumeEnabled,
 		Refine:         cfg.Snapshot.MemoryStartupPack.Refine,
 		RuntimeDir:     o.RuntimeDir,
 		Log:            log,
-		ConnectTimeout: cfg.Memory.UffdConnectTimeout,
 		Trust:          n.Trust,
 	}
 	if n.Metrics != nil {

@@ -3,6 +3,7 @@ package recorder
 import (
 	"fmt"
 
+	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/restore"
@@ -36,13 +37,23 @@ func TracingRestorerWith(base *restore.Restorer, dir string, mount fusedev.Optio
 		return nil, nil, fmt.Errorf("recorder mount: %w", err)
 	}
 	r = &restore.Restorer{
-		FUSE:           srv,
-		Engine:         prefetch.NewEngine(prefetch.Options{}),
-		VMM:            base.VMM,
-		RuntimeDir:     base.RuntimeDir,
-		Log:            base.Log,
-		ConnectTimeout: base.ConnectTimeout,
-		Trust:          base.Trust,
+		Devices:    tracingDevices(base.Devices, srv),
+		Engine:     prefetch.NewEngine(prefetch.Options{}),
+		VMM:        base.VMM,
+		RuntimeDir: base.RuntimeDir,
+		Log:        base.Log,
+		Trust:      base.Trust,
 	}
 	return r, srv.Close, nil
+}
+
+// tracingDevices are base's devices with the file device on srv.
+func tracingDevices(base memdev.Devices, srv *fusedev.Server) memdev.Devices {
+	ds := memdev.Devices{fusedev.NewOpener(srv, nil)}
+	for _, o := range base {
+		if o.Kind() != memdev.KindFile {
+			ds = append(ds, o)
+		}
+	}
+	return ds
 }

@@ -46,12 +46,10 @@ func (inst *Instance) prefetchLabel(opts Options) string {
 // startup set at ready. m is the manifest the restore prefetched; when it
 // did not, the attached manifest is read again, outside the timed path,
 // so that a restore without prefetch still says what it would have needed.
-func (inst *Instance) account(src Source, m *manifest.Manifest, opts Options) {
+func (inst *Instance) account(src Source, m *manifest.Manifest, device string, opts Options) {
 	inst.observer.stopFollowing()
 	inst.rec.Stop()
-	if inst.stopObserving != nil {
-		inst.stopObserving()
-	}
+	stopObserving(inst.device)
 	if m == nil {
 		m = attachedManifest(src)
 	}
@@ -76,7 +74,7 @@ func (inst *Instance) account(src Source, m *manifest.Manifest, opts Options) {
 	}
 	inst.PrefetchLabel = inst.prefetchLabel(opts)
 	if o, ok := inst.r.Observe.(ReadyObserver); ok {
-		o.RestoreReady(ReadyOutcome{Device: opts.Device, Prefetch: inst.PrefetchLabel, Policy: opts.Policy.Name,
+		o.RestoreReady(ReadyOutcome{Device: device, Prefetch: inst.PrefetchLabel, Policy: opts.Policy.Name,
 			Timings: inst.Timings, StartupSet: inst.StartupSet, Events: inst.Events})
 	}
 }

@@ -18,8 +18,6 @@ import (
 // task's Follow never blocks.
 type deviceObserver struct {
 	rec *startupset.Recorder
-	// also, set by tests, is told of every range after the rest.
-	also memdev.Observer
 
 	mu sync.Mutex
 	// sub is where demand requests go: set once the restore has joined
@@ -40,8 +38,8 @@ type demandRequest struct {
 
 var _ memdev.Observer = (*deviceObserver)(nil)
 
-func newDeviceObserver(rec *startupset.Recorder, also memdev.Observer) *deviceObserver {
-	return &deviceObserver{rec: rec, also: also}
+func newDeviceObserver(rec *startupset.Recorder) *deviceObserver {
+	return &deviceObserver{rec: rec}
 }
 
 // Served implements memdev.Observer.
@@ -51,9 +49,6 @@ func (o *deviceObserver) Served(kind memdev.Kind, off int64, n int, took time.Du
 		if sub := o.route(demandRequest{off, n}); sub != nil {
 			sub.Follow(off, n)
 		}
-	}
-	if o.also != nil {
-		o.also.Served(kind, off, n, took)
 	}
 }
 

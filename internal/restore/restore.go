@@ -17,13 +17,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"warmstart/internal/config"
 	"warmstart/internal/fsx"
+	"warmstart/internal/integrity"
 	"warmstart/internal/layout"
 	"warmstart/internal/manifest"
 	"warmstart/internal/memdev"
-	"warmstart/internal/memdev/fusedev"
-	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/refine"
 	"warmstart/internal/repository"
@@ -58,14 +56,15 @@ func ParseMode(s string) (Mode, error) {
 type Source struct {
 	SnapshotID   string        `json:"snapshot_id"`
 	VMStatePath  string        `json:"vm_state_path"`
-	MemoryPath   string        `json:"memory_path"`
 	Layout       layout.Layout `json:"layout"`
 	ManifestPath string        `json:"manifest_path,omitempty"`
 	// Manifest is the descriptor the record carries; nil when none is attached.
 	Manifest *manifest.Descriptor `json:"manifest,omitempty"`
-	// Memory, when set, serves the memory instead of MemoryPath (snapshots
-	// in a remote repository; see remote.go).
-	Memory repository.MemorySource `json:"-"`
+	// Memory is the snapshot's memory, which the device serves: a local
+	// file (memdev.File) or a remote store's (repository.MemorySource);
+	// required. What it can do besides serving bytes, the restore asks
+	// for with capability interfaces (source.go).
+	Memory memdev.Source `json:"-"`
 	// VMStateSize and VMStateSHA256 are what the record says of the VMM
 	// state file; the restore checks it before the VMM reads it.
 	VMStateSize   int64  `json:"vm_state_size"`
@@ -99,10 +98,9 @@ func SourceOf(r repository.Resolved) Source {
 	s := Source{
 		SnapshotID:   r.Record.ID,
 		VMStatePath:  r.VMStatePath,
-		MemoryPath:   r.MemoryPath,
 		Layout:       r.Record.Layout,
 		ManifestPath: r.ManifestPath,
-		Memory:       r.Memory,
+		Memory:       r.MemorySource(),
 
 		VMStateSize:   r.Record.VMStateSize,
 		VMStateSHA256: r.Record.VMStateSHA256,
@@ -125,6 +123,8 @@ func SourceOf(r repository.Resolved) Source {
 
 // Options choose how one restore runs.
 type Options struct {
+	// Device is the kind of memory device (memdev.Opener.Kind); the
+	// restorer's first when empty.
 	Device   string
 	IOEngine int
 	Prefetch Mode
@@ -141,17 +141,17 @@ type Options struct {
 	// process's page tables at ready (package residency); elsewhere the
 	// device's own view (refine).
 	Touched refine.Touched `json:"-"`
+	// Unverified serves memory without checking it against the snapshot's
+	// digest table: the lab's +noverify columns, which measure what
+	// verification costs. The request layer never sets it.
+	Unverified bool `json:"-"`
 }
 
 // Restorer restores snapshots. One per process (the daemon) or per trial.
 type Restorer struct {
-	// FUSE serves file devices; required for Device "file".
-	FUSE *fusedev.Server
-	// PrefetchFUSE, when set, serves the file devices of restores that
-	// prefetch: a mount whose readaround window is narrower than FUSE's
-	// (config.MemoryConfig.PrefetchReadaroundBytes says why). Nil serves
-	// every restore from FUSE.
-	PrefetchFUSE *fusedev.Server
+	// Devices attach the memory devices restores run on; the first is the
+	// default (Options.Device empty).
+	Devices memdev.Devices
 	// Engine runs prefetch tasks; shared so tasks are shared.
 	Engine *prefetch.Engine
 	VMM    vmm.VMM
@@ -165,28 +165,9 @@ type Restorer struct {
 	Log        *slog.Logger
 	// Observe, when set, is told of each decision (for metrics).
 	Observe Observer
-	// ConnectTimeout bounds how long a restore on the uffd device waits
-	// for its VMM to connect to the page-fault handler, from just before
-	// the VMM is started; uffd.DefaultConnectTimeout when zero. A VMM
-	// that exits first ends the wait at once.
-	ConnectTimeout time.Duration
-
 	// Trust, when it trusts keys, refuses before anything of a snapshot
 	// is read one whose record no trusted key signed (verify.go).
 	Trust *trust.Policy
-
-	// SkipVerification serves memory without checking it against the
-	// snapshot's digest table. It exists to measure what verification
-	// costs (the benchmark) and is never set by the daemon or the CLI.
-	SkipVerification bool
-
-	// sessionHook, set by tests, is called with each uffd session as soon
-	// as it is accepted.
-	sessionHook func(*uffd.Session)
-	// targetHook, set by tests, wraps each prefetch target (to hold reads);
-	// deviceHook, set by tests, observes what each restore's device serves.
-	targetHook func(prefetch.Target) prefetch.Target
-	deviceHook memdev.Observer
 }
 
 // Observer receives restore events; every method may be called concurrently.
@@ -264,7 +245,8 @@ type Instance struct {
 	Ready       vmm.ReadyInfo
 	// Trace holds the first touches until ready when Options.Trace was set.
 	Trace []memdev.Touch
-	// Generation is the device generation (file) or session number (uffd).
+	// Generation is the device's number (memdev.ID.Generation): a shared
+	// file device generation, or one VM's uffd session.
 	Generation uint64
 	// StartupSet accounts for the startup set at ready (startupset).
 	StartupSet startupset.Report
@@ -278,16 +260,17 @@ type Instance struct {
 	Observation *refine.Observation
 
 	// rec records what the device serves until ready; observer is the
-	// device's observer (rec, and the prefetch task following the guest);
-	// stopObserving unregisters it from a shared file device.
-	rec           *startupset.Recorder
-	observer      *deviceObserver
-	stopObserving func()
+	// device's observer (rec, and the prefetch task following the guest).
+	rec      *startupset.Recorder
+	observer *deviceObserver
 
 	r      *Restorer
 	vm     vmm.Instance
 	sub    *prefetch.Subscription
-	device memoryDevice
+	device memdev.Device
+	// damage is the first damaged read of the memory the device told
+	// of (damage.go).
+	damage *remoteDamage
 	runDir string
 	// prefetchEnded is when the task was seen ending; it is set before
 	// prefetchEndedCh closes.
@@ -333,11 +316,8 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (*Inst
 	return inst, nil
 }
 
-// withDefaults fills in the file device and the default policy.
+// withDefaults fills in the default policy.
 func (o Options) withDefaults() Options {
-	if o.Device == "" {
-		o.Device = config.DeviceFile
-	}
 	if o.Policy.Name == "" {
 		o.Policy, _ = LookupPolicy(DefaultPolicy)
 	}
@@ -359,21 +339,25 @@ func (r *Restorer) newInstance(src Source) (*Instance, error) {
 func (inst *Instance) run(ctx context.Context, t0 time.Time, src Source, opts Options) error {
 	inst.rec = startupset.NewRecorder(t0)
 	inst.stall, _ = src.Memory.(StallReporter)
-	inst.observer = newDeviceObserver(inst.rec, inst.r.deviceHook)
+	inst.observer = newDeviceObserver(inst.rec)
+	op, err := inst.r.Devices.Opener(opts.Device)
+	if err != nil {
+		return err
+	}
 	// 0. Start the wire first: a remote source's startup pack streams
 	// into the node cache while the rest of the sequence runs.
-	if inst.streamStartup(src, opts) {
+	if inst.streamStartup(src, opts, op) {
 		inst.Timings.StreamStarted = time.Since(t0)
 	}
 	// 1. Acquire the memory device, checked against the digest table.
-	if err := inst.acquire(src, opts); err != nil {
+	if err := inst.acquire(src, opts, op); err != nil {
 		return err
 	}
-	base := inst.device.counters()
+	base := inst.device.Counters()
 	inst.Timings.DeviceAcquired = time.Since(t0)
 
 	// 2. Validate the manifest; any failure means on-demand reads.
-	m, digest := inst.r.planPrefetch(src, opts, &inst.Prefetch)
+	m, digest := inst.r.planPrefetch(src, opts, op, &inst.Prefetch)
 	inst.Timings.ManifestValidated = time.Since(t0)
 	if m == nil {
 		inst.stopCacheWarm() // a stream started in step 0 that nothing will use
@@ -392,56 +376,64 @@ func (inst *Instance) run(ctx context.Context, t0 time.Time, src Source, opts Op
 	}
 	noteReady(src)
 	inst.noteStreamArrival(t0)
-	inst.DeviceBytes = inst.device.counters().Sub(base)
+	inst.DeviceBytes = inst.device.Counters().Sub(base)
 	inst.reportPrefetch(t0)
 	inst.notePackSkipped(src)
-	if opts.Trace {
-		inst.Trace = inst.device.stopTrace()
+	if t, ok := inst.device.(memdev.Tracer); ok && opts.Trace {
+		inst.Trace = t.StopTrace()
 	}
-	inst.account(src, m, opts)
+	inst.account(src, m, op.Kind(), opts)
 	return nil
 }
 
-// FileServer is the FUSE mount serving the restore's file device (the
-// restorer's serving or prefetching mount), nil on the uffd device: where
-// another reference to its generation is taken (fusedev.Server.Hold finds
-// the generation only on that mount).
-func (inst *Instance) FileServer() *fusedev.Server {
-	if d, ok := inst.device.(*fileDevice); ok {
-		return d.srv
+// Share is another reference to the restore's device generation, which
+// outlives the restore (the daemon's hold, which reads its counters
+// across restores and releases it on its own); memdev.ErrNotShared when
+// the device is this VM's alone (memdev.Sharer).
+func (inst *Instance) Share() (memdev.Device, error) {
+	if s, ok := inst.device.(memdev.Sharer); ok {
+		return s.Share()
 	}
-	return nil
+	return nil, memdev.ErrNotShared
 }
 
 // acquire checks the VMM state file and attaches the memory device.
-func (inst *Instance) acquire(src Source, opts Options) error {
+func (inst *Instance) acquire(src Source, opts Options, op memdev.Opener) error {
 	r := inst.r
 	if err := r.checkVMState(src); err != nil {
 		return err
 	}
-	digests, err := r.loadDigests(src)
+	digests, err := r.loadDigests(src, opts)
 	if err != nil {
 		return err
 	}
-	switch opts.Device {
-	case config.DeviceFile:
-		d, err := r.attachFile(src, opts, digests)
-		if err != nil {
-			return err
-		}
-		inst.device = d
-		inst.stopObserving = d.dev.Observe(inst.observer)
-	case config.DeviceUffd:
-		d, err := r.listenUffd(src, opts, inst.runDir, digests, inst.observer)
-		if err != nil {
-			return err
-		}
-		inst.device = d
-	default:
-		return fmt.Errorf("unknown memory device %q (want file or uffd)", opts.Device)
+	inst.damage = r.remoteDamageOf(src)
+	req := inst.request(src, opts)
+	req.Verifier = r.verifier(src, digests)
+	req.Prefetching = r.meansToPrefetch(src, opts, op)
+	dev, err := op.Open(req)
+	if err != nil {
+		return fmt.Errorf("attach memory device: %w", integrityIf(err))
 	}
-	inst.Generation = inst.device.generation()
+	inst.device = dev
+	inst.Generation = dev.ID().Generation
 	return nil
+}
+
+// request is what the restore asks of its device: src's memory, shared
+// under the snapshot's key (or opts.DeviceKey), observed by the restore,
+// its failed reads noted as damage.
+func (inst *Instance) request(src Source, opts Options) memdev.Request {
+	key := opts.DeviceKey
+	if key == "" {
+		key = src.SnapshotID
+	}
+	req := memdev.Request{Key: key, Memory: src.Memory, Observer: inst.observer,
+		Trace: opts.Trace, IOEngine: opts.IOEngine, RunDir: inst.runDir}
+	if inst.damage != nil {
+		req.OnReadError = inst.damage.note
+	}
+	return req
 }
 
 // prefetchPlan is a validated manifest and its digest; m is nil when the
@@ -452,13 +444,15 @@ type prefetchPlan struct {
 }
 
 // startVM starts the VMM with prefetch alongside it: before it where the
-// device serves already (the file device), once it has connected
-// otherwise (uffd). A policy that prefetches before the guest runs has the
-// VM restored paused and resumed once every range is in.
+// device serves already, once the VMM has connected where the device
+// waits for it (memdev.Connecter). A policy that prefetches before the
+// guest runs has the VM restored paused and resumed once every range is
+// in.
 func (inst *Instance) startVM(ctx context.Context, src Source, opts Options, pp prefetchPlan) error {
 	dev := inst.device
+	conn, connects := dev.(memdev.Connecter)
 	paused := pp.m != nil && opts.Policy.BeforeStart
-	if pp.m != nil && dev.servesBeforeVM() {
+	if pp.m != nil && !connects {
 		if err := inst.startPrefetch(ctx, src, opts.Policy, pp, paused); err != nil {
 			return err
 		}
@@ -466,28 +460,39 @@ func (inst *Instance) startVM(ctx context.Context, src Source, opts Options, pp 
 	}
 	spec := vmm.RestoreSpec{SnapshotID: src.SnapshotID, VMStatePath: src.VMStatePath, Layout: src.Layout,
 		RuntimeDir: inst.runDir, Paused: paused}
-	dev.configure(&spec)
-	connected := dev.connect(ctx)
+	if err := dev.Configure(ctx, &spec); err != nil {
+		return fmt.Errorf("configure memory device: %w", err)
+	}
 	vm, err := inst.r.VMM.Restore(ctx, spec)
 	if err != nil {
-		if derr := connected(nil); derr != nil {
-			return fmt.Errorf("%w; then start VMM: %w", derr, err)
-		}
-		return fmt.Errorf("start VMM: %w", err)
+		return startError(ctx, conn, err)
 	}
 	inst.vm = vm
-	if err := connected(vm); err != nil {
-		return err
-	}
-	if pp.m != nil && !dev.servesBeforeVM() {
-		if err := inst.startPrefetch(ctx, src, opts.Policy, pp, paused); err != nil {
+	if connects {
+		if err := conn.Connect(ctx, vm); err != nil {
 			return err
+		}
+		if pp.m != nil {
+			if err := inst.startPrefetch(ctx, src, opts.Policy, pp, paused); err != nil {
+				return err
+			}
 		}
 	}
 	if paused {
 		return resume(vm)
 	}
 	return nil
+}
+
+// startError is the error of a VMM that failed to start, led by the
+// device's own failure when the device stopped serving it first.
+func startError(ctx context.Context, conn memdev.Connecter, err error) error {
+	if conn != nil {
+		if derr := conn.Connect(ctx, nil); derr != nil {
+			return fmt.Errorf("%w; then start VMM: %w", derr, err)
+		}
+	}
+	return fmt.Errorf("start VMM: %w", err)
 }
 
 func resume(vm vmm.Instance) error {
@@ -505,25 +510,22 @@ func resume(vm vmm.Instance) error {
 // with wait, waits for it to finish. A device that cannot prefetch means
 // on-demand reads, with a log line.
 func (inst *Instance) startPrefetch(ctx context.Context, src Source, p Policy, pp prefetchPlan, wait bool) error {
-	trimmed := prefetchable(src, pp.m)
-	plan := p.Plan(trimmed, src.Memory == nil)
+	trimmed, trims := prefetchable(src, pp.m)
+	// A source that trims keeps prefetch to what it holds cheaply: no gaps.
+	plan := p.Plan(trimmed, !trims)
 	inst.Prefetch.PlannedBytes = pp.m.TotalBytes()
 	inst.Prefetch.LeftToDemandBytes = pp.m.TotalBytes() - trimmed.TotalBytes()
 	inst.Prefetch.Generation, inst.Prefetch.Digest = inst.Generation, pp.digest
-	if src.Memory != nil {
-		inst.startCacheWarm(src, pp.m)
-	}
-	target, onEnd, err := inst.device.target(p, plan)
+	inst.startCacheWarm(src, pp.m)
+	target, onEnd, err := inst.device.Target(plan, memdev.TargetOptions{Fill: p.Fill, Hint: p.Hint})
 	if err != nil {
 		inst.r.skip(&inst.Prefetch, src.SnapshotID, err.Error())
 		return nil
 	}
-	if inst.r.targetHook != nil {
-		target = inst.r.targetHook(target)
-	}
-	key := prefetch.Key{Device: inst.device.kind(), Generation: inst.Generation, Digest: pp.digest}
+	id := inst.device.ID()
+	key := prefetch.Key{Device: id.Kind, Generation: id.Generation, Digest: pp.digest}
 	inst.sub = inst.r.Engine.Join(key, target, plan, p.TaskOptions())
-	if src.Memory == nil {
+	if !trims {
 		// The task joined may be another restore's, with its own plan.
 		inst.Prefetch.GapBytes = max(0, inst.sub.PlanBytes()-trimmed.TotalBytes())
 	}
@@ -560,13 +562,11 @@ func (inst *Instance) reportPrefetch(t0 time.Time) {
 // The remote reads it waits on end at once (with why, the restore's
 // error), not after the stop's grace: nothing wants their bytes.
 func (inst *Instance) abandon(why error) {
-	if inst.stopObserving != nil {
-		inst.stopObserving()
-	}
 	if inst.device != nil {
-		inst.device.endReads(errStopped(inst.ID, why))
+		stopObserving(inst.device)
+		endReads(inst.device, errStopped(inst.ID, why))
 	}
-	if inst.vm != nil && inst.device != nil && inst.device.orphans() {
+	if inst.vm != nil && inst.device != nil && closed(inst.device.Done()) {
 		if k, ok := inst.vm.(killer); ok {
 			k.Kill()
 		}
@@ -574,23 +574,6 @@ func (inst *Instance) abandon(why error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	inst.Stop(ctx)
-}
-
-// acceptVMM waits for the VMM to connect to the page-fault handler and
-// hand over its userfaultfd. The wait ends with an error when exited
-// closes first (the VMM is gone) or the connect timeout passes, so that a
-// VMM that died during startup fails the restore at once rather than leave
-// it waiting.
-func (r *Restorer) acceptVMM(ctx context.Context, h *uffd.Handler, exited <-chan struct{}) (*uffd.Session, error) {
-	opts := uffd.AcceptOptions{ConnectTimeout: r.ConnectTimeout, VMMExited: exited}
-	if opts.ConnectTimeout <= 0 {
-		opts.ConnectTimeout = uffd.DefaultConnectTimeout
-	}
-	s, err := h.AcceptWith(ctx, opts)
-	if err != nil {
-		return nil, fmt.Errorf("accept the VMM's userfaultfd: %w", err)
-	}
-	return s, nil
 }
 
 // killer is implemented by VMM instances that can be ended at once.
@@ -601,7 +584,7 @@ type killer interface{ Kill() }
 func (inst *Instance) waitReady(ctx context.Context, t0 time.Time, snapshot string) error {
 	ready, err := waitReady(ctx, inst.vm, inst.device)
 	if err != nil {
-		return inst.device.explain(snapshot, err)
+		return inst.explain(snapshot, err)
 	}
 	inst.Timings.Ready = time.Since(t0)
 	if !ready.Ready.IsZero() && ready.Ready.After(t0) {
@@ -613,8 +596,8 @@ func (inst *Instance) waitReady(ctx context.Context, t0 time.Time, snapshot stri
 	return nil
 }
 
-func waitReady(ctx context.Context, vm vmm.Instance, dev memoryDevice) (vmm.ReadyInfo, error) {
-	gone := dev.gone()
+func waitReady(ctx context.Context, vm vmm.Instance, dev memdev.Device) (vmm.ReadyInfo, error) {
+	gone := dev.Done()
 	if gone == nil {
 		return vm.WaitReady(ctx)
 	}
@@ -636,24 +619,67 @@ func waitReady(ctx context.Context, vm vmm.Instance, dev memoryDevice) (vmm.Read
 		vm.RequestStop()
 		cancel()
 		<-ch
-		return vmm.ReadyInfo{}, fmt.Errorf("page-fault handler stopped before ready; VM stopped: %w", dev.whyGone())
+		return vmm.ReadyInfo{}, fmt.Errorf("page-fault handler stopped before ready; VM stopped: %w", dev.Err())
+	}
+}
+
+// explain names what the device saw when the VM failed: the bad block it
+// refused to serve (the VM died on a page it could not have), or the
+// damaged read of the memory's store.
+func (inst *Instance) explain(snapshot string, err error) error {
+	if c := corruption(inst.device); c != nil && !errors.Is(err, integrity.ErrCorrupt) {
+		return markIntegrity(fmt.Errorf("snapshot %s: memory %w (%w)", snapshot, c, err))
+	}
+	if c := inst.damage.err(); c != nil && !errors.Is(err, repository.ErrIntegrity) {
+		return markIntegrity(fmt.Errorf("snapshot %s: memory: %w (%w)", snapshot, c, err))
+	}
+	return integrityIf(err)
+}
+
+// corruption is the first bad block dev met, if it keeps one.
+func corruption(dev memdev.Device) error {
+	if c, ok := dev.(memdev.CorruptionReporter); ok {
+		return c.Corruption()
+	}
+	return nil
+}
+
+// closed reports whether ch is closed; a nil ch never closes.
+func closed(ch <-chan struct{}) bool {
+	if ch == nil {
+		return false
+	}
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
 // meansToPrefetch says, before the device is acquired, whether the
 // restore will prefetch if its manifest then validates: what planPrefetch
 // decides without reading the manifest.
-func (r *Restorer) meansToPrefetch(src Source, opts Options) bool {
+func (r *Restorer) meansToPrefetch(src Source, opts Options, op memdev.Opener) bool {
 	switch {
 	case opts.Prefetch == ModeOff, opts.Prefetch == ModeAuto && !r.ConsumeEnabled, src.Manifest == nil:
 		return false
 	}
-	return opts.Device != config.DeviceFile || opts.IOEngine != config.IOEngineDirect
+	return cannotPrefetch(op, opts) == nil
+}
+
+// cannotPrefetch is why op's devices cannot prefetch a restore with
+// opts (memdev.PrefetchChecker), nil when they can.
+func cannotPrefetch(op memdev.Opener, opts Options) error {
+	if c, ok := op.(memdev.PrefetchChecker); ok {
+		return c.CheckPrefetch(memdev.Request{IOEngine: opts.IOEngine})
+	}
+	return nil
 }
 
 // planPrefetch decides whether this restore prefetches and returns the
 // validated manifest and its digest, or nil with the reason in rep.
-func (r *Restorer) planPrefetch(src Source, opts Options, rep *PrefetchReport) (*manifest.Manifest, string) {
+func (r *Restorer) planPrefetch(src Source, opts Options, op memdev.Opener, rep *PrefetchReport) (*manifest.Manifest, string) {
 	switch {
 	case opts.Prefetch == ModeOff:
 		r.skipQuiet(rep, "prefetch off")
@@ -664,10 +690,8 @@ func (r *Restorer) planPrefetch(src Source, opts Options, rep *PrefetchReport) (
 	case src.Manifest == nil:
 		r.skipQuiet(rep, "snapshot has no startup manifest")
 		return nil, ""
-	case opts.Device == config.DeviceFile && opts.IOEngine == config.IOEngineDirect:
-		// Device prefetch through direct I/O would bypass the very cache
-		// the VMM faults from; the seed skips it and so do we.
-		r.skip(rep, src.SnapshotID, "io_engine 2 (direct I/O): prefetch not validated for this engine")
+	case cannotPrefetch(op, opts) != nil:
+		r.skip(rep, src.SnapshotID, cannotPrefetch(op, opts).Error())
 		return nil, ""
 	}
 	if m, digest := r.refinedManifest(src, rep); m != nil {

@@ -34,7 +34,7 @@ func (inst *Instance) unanswered() error {
 // startup pack (a stalled or failed stream).
 func (inst *Instance) withMemoryState(err error, src Source) error {
 	var notes []string
-	c := inst.device.counters()
+	c := inst.device.Counters()
 	if c.BytesInFlight > 0 {
 		notes = append(notes, fmt.Sprintf("%d bytes of memory reads still in progress on the device: its memory source has not answered them", c.BytesInFlight))
 	}

@@ -8,34 +8,41 @@ import (
 	"sync"
 	"time"
 
-	"warmstart/internal/memdev/fusedev"
-	"warmstart/internal/memdev/uffd"
-	"warmstart/internal/prefetch"
+	"warmstart/internal/memdev"
 	"warmstart/internal/vmm"
 )
 
-// fileTarget reads through the device file the VMM maps: a buffered pread
-// there is what warms the page cache the guest will fault from.
-type fileTarget struct{ f *os.File }
+// stopReadGrace is how long the stop of a restore that got ready lets
+// the reads of its memory in progress complete before it ends them
+// (memdev.ReadScope): a healthy store answers well within it, and a
+// stalled one costs no more than this.
+const stopReadGrace = 500 * time.Millisecond
 
-func (t fileTarget) Fetch(ctx context.Context, off int64, buf []byte) error {
-	return prefetch.ReaderTarget(t.f).Fetch(ctx, off, buf)
+// errStopped is the cause the reads of a device end with when its last
+// restore stops or fails: a cancellation, so no read of it counts as a
+// failure of the store.
+func errStopped(id string, why error) error {
+	if why != nil {
+		return fmt.Errorf("restore %s is over (%w): %w", id, why, context.Canceled)
+	}
+	return fmt.Errorf("restore %s is over: %w", id, context.Canceled)
 }
 
-// fillTarget has the device read the lower file and store the bytes in the
-// device file's page cache.
-type fillTarget struct{ dev *fusedev.Device }
-
-func (t fillTarget) Fetch(_ context.Context, off int64, buf []byte) error {
-	return t.dev.Fill(off, buf)
+// endReads has dev end this restore's reads of its memory (memdev.ReadEnder)
+// and reports whether that ended reads in progress.
+func endReads(dev memdev.Device, cause error) bool {
+	if e, ok := dev.(memdev.ReadEnder); ok {
+		return e.EndReads(cause)
+	}
+	return false
 }
 
-// installTarget installs ranges into one VM's memory through its uffd
-// session. The engine's buffer is unused: the session stages its own copy.
-type installTarget struct{ s *uffd.Session }
-
-func (t installTarget) Fetch(ctx context.Context, off int64, buf []byte) error {
-	return t.s.Install(ctx, off, int64(len(buf)))
+// stopObserving drops the restore's observer from a device that serves on
+// (memdev.ObserverRemover).
+func stopObserving(dev memdev.Device) {
+	if r, ok := dev.(memdev.ObserverRemover); ok {
+		r.StopObserving()
+	}
 }
 
 // StopReport says how the shutdown went.
@@ -109,7 +116,7 @@ func (inst *Instance) endReadsAfter(grace time.Duration) func() {
 		return func() {}
 	}
 	end := sync.OnceFunc(func() {
-		if inst.device.endReads(errStopped(inst.ID, inst.unanswered())) {
+		if endReads(inst.device, errStopped(inst.ID, inst.unanswered())) {
 			inst.readsEnded.Store(true)
 		}
 	})
@@ -169,8 +176,12 @@ func (inst *Instance) releaseDevice(ctx context.Context, rep *StopReport) []erro
 	var errs []error
 	t := time.Now()
 	if inst.device != nil {
-		if err := inst.device.release(ctx, inst.forgetPrefetch); err != nil {
+		last, err := inst.device.Release(ctx)
+		if err != nil {
 			errs = append(errs, err)
+		}
+		if last {
+			inst.forgetPrefetch()
 		}
 	}
 	rep.ReleaseAck = time.Since(t)
@@ -203,7 +214,8 @@ func (inst *Instance) waitError(err error) error {
 // ever ran.
 func (inst *Instance) forgetPrefetch() {
 	if inst.r.Engine != nil {
-		inst.r.Engine.Forget(inst.device.kind(), inst.device.generation())
+		id := inst.device.ID()
+		inst.r.Engine.Forget(id.Kind, id.Generation)
 	}
 }
 

@@ -3,6 +3,7 @@ package restore
 import (
 	"log/slog"
 
+	"warmstart/internal/memdev"
 	"warmstart/internal/refine"
 	"warmstart/internal/residency"
 	"warmstart/internal/vmm"
@@ -22,22 +23,23 @@ func (inst *Instance) touched(opts Options, src Source) refine.Touched {
 }
 
 // touchedAtReady reads which pages of the memory file the VMM process had
-// mapped at ready: on the file device, the guest's touches of pages that
-// prefetch had already brought in, which the device cannot see. It is nil
-// where that cannot be known: the uffd device (prefetch installs pages into
-// the VM's own memory, so every installed page is mapped, touched or not),
-// or a VMM that is not one host process. A failure is logged and means
-// "unknown", never a failed restore.
+// mapped at ready: on a device the VMM maps as a file (memdev.Mapped), the
+// guest's touches of pages that prefetch had already brought in, which
+// the device cannot see. It is nil where that cannot be known: a device
+// the VMM does not map (the uffd device installs pages into the VM's own
+// memory, so every installed page is mapped, touched or not), or a VMM
+// that is not one host process. A failure is logged and means "unknown",
+// never a failed restore.
 func (inst *Instance) touchedAtReady(memoryBytes int64) *residency.Pages {
-	fd, ok := inst.device.(*fileDevice)
-	if !ok {
+	m, ok := inst.device.(memdev.Mapped)
+	if !ok || m.MappedPath() == "" {
 		return nil
 	}
 	proc, ok := inst.vm.(vmm.Process)
 	if !ok {
 		return nil
 	}
-	pages, err := residency.Of(proc.PID(), fd.dev.Path(), memoryBytes)
+	pages, err := residency.Of(proc.PID(), m.MappedPath(), memoryBytes)
 	if err != nil {
 		slog.Debug("residency of the VMM unknown", "restore", inst.ID, "err", err)
 		return nil

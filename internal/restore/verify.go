@@ -12,8 +12,7 @@ import (
 
 	"warmstart/internal/fsx"
 	"warmstart/internal/integrity"
-	"warmstart/internal/memdev/fusedev"
-	"warmstart/internal/memdev/uffd"
+	"warmstart/internal/memdev"
 	"warmstart/internal/repository"
 	"warmstart/internal/trust"
 )
@@ -109,8 +108,8 @@ func (r *Restorer) checkVMState(src Source) error {
 // verification is off. A record of a format that always has a table and
 // has none was changed after publish: taking the table away must not turn
 // the checks off, so the restore is refused.
-func (r *Restorer) loadDigests(src Source) (*integrity.Table, error) {
-	if r.SkipVerification {
+func (r *Restorer) loadDigests(src Source, opts Options) (*integrity.Table, error) {
+	if opts.Unverified {
 		return nil, nil
 	}
 	if src.Digests == nil && src.Record != nil && src.Record.RequiresDigests() {
@@ -150,10 +149,18 @@ type digestsFile struct {
 // digests, which catches every accident SHA-256 would, at a tenth of the
 // cost (package integrity).
 func (r *Restorer) tableFor(src Source) digestsFile {
-	if src.SHA256Digests != nil && (r.Trust.Enforcing() || src.Memory != nil) {
+	if src.SHA256Digests != nil && (r.Trust.Enforcing() || cached(src)) {
 		return digestsFile{repository.SHA256DigestsFileName, src.SHA256DigestsPath, src.SHA256Digests}
 	}
 	return digestsFile{repository.DigestsFileName, src.DigestsPath, src.Digests}
+}
+
+// cached reports whether src's memory is served through a node-local
+// cache below the device (CacheWarmer): the bytes then come from that
+// cache, the table from the store.
+func cached(src Source) bool {
+	_, ok := src.Memory.(CacheWarmer)
+	return ok
 }
 
 // read reads the table and checks it against its descriptor.
@@ -242,19 +249,13 @@ func (r *Restorer) integrityFailed(snapshot, artifact string, err error) {
 	}
 }
 
-func (r *Restorer) fileVerifier(src Source, t *integrity.Table) *fusedev.Verifier {
+// verifier is what the device checks src's memory with: t, reporting
+// each bad block; nil (unverified) without a table.
+func (r *Restorer) verifier(src Source, t *integrity.Table) *memdev.Verifier {
 	if t == nil {
 		return nil
 	}
-	return &fusedev.Verifier{Table: t, OnCorrupt: r.corruptionReporter(src.SnapshotID)}
-}
-
-func (r *Restorer) uffdOptions(src Source, t *integrity.Table, trace bool) uffd.Options {
-	o := uffd.Options{Trace: trace}
-	if t != nil {
-		o.Digests, o.OnCorrupt = t, r.corruptionReporter(src.SnapshotID)
-	}
-	return o
+	return &memdev.Verifier{Table: t, OnCorrupt: r.corruptionReporter(src.SnapshotID)}
 }
 
 // markIntegrity makes a chain holding a bad block match ErrIntegrity too.

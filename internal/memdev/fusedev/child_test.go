@@ -19,8 +19,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"warmstart/internal/config"
 	"warmstart/internal/layout"
+	"warmstart/internal/memdev"
 	"warmstart/internal/role"
 )
 
@@ -340,7 +340,7 @@ func childServeOwnOpen(spec childSpec) int {
 	if err != nil {
 		return fail("mount", err)
 	}
-	d, err := srv.Attach("own", spec.Path, config.IOEngineBuffered)
+	d, err := srv.Attach("own", fileReq(spec.Path, memdev.IOEngineBuffered))
 	if err != nil {
 		return fail("attach", err)
 	}

@@ -128,11 +128,11 @@ var (
 	ErrInvalidKey = errors.New("invalid device key")
 	// ErrInvalidIOEngine rejects an io_engine other than 0, 1 or 2.
 	ErrInvalidIOEngine = errors.New("invalid io_engine")
-	// ErrAttachConflict means a key is attached with a different lower file
-	// or io_engine than the generation that holds it.
-	ErrAttachConflict = errors.New("device key attached with different parameters")
-	// ErrNotAttached is returned by Hold when the generation asked for is
-	// no longer (or not) the key's attached one.
+	// ErrAttachConflict means a key is attached with a different lower
+	// or io_engine than the generation that holds it (memdev.ErrConflict).
+	ErrAttachConflict = memdev.ErrConflict
+	// ErrNotAttached is returned by Share when the generation is no longer
+	// the key's attached one.
 	ErrNotAttached = errors.New("device generation not attached")
 )
 

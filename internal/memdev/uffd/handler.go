@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"sync"
@@ -12,8 +11,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"warmstart/internal/fsx"
-	"warmstart/internal/integrity"
 	"warmstart/internal/memdev"
 	"warmstart/internal/userfaultfd"
 )
@@ -55,13 +52,6 @@ type Options struct {
 	// InstallChunkBytes bounds one Install run; DefaultInstallChunkBytes
 	// when zero. It is raised to the region's page size when smaller.
 	InstallChunkBytes int
-	// Digests, when set, is the lower file's per-block digest table: every
-	// page is checked against it before it is copied into a VM, and a
-	// fault on a bad block fails the session instead (ErrLowerFile, with
-	// the *integrity.BlockError in the chain).
-	Digests *integrity.Table
-	// OnCorrupt, when not nil, is told once of each bad block met.
-	OnCorrupt func(*integrity.BlockError)
 	// Observer, when not nil, is told of every page a fault brought in
 	// (memdev.Demand) and every run an Install copied (memdev.Prefetch).
 	// A page Install placed before the guest reached it never faults, so
@@ -83,17 +73,18 @@ type testHooks struct {
 }
 
 // Handler listens on a Unix socket for VMMs restoring one snapshot whose
-// guest memory is the lower file, and serves each one's page faults.
+// guest memory is the lower, and serves each one's page faults.
 // One handler per VM is how Firecracker is deployed; a Handler also accepts
 // several VMMs in turn or at once, each as its own Session.
 type Handler struct {
 	socketPath string
 	ln         *net.UnixListener
-	lower      *os.File
-	// reader is what sessions read pages through: the lower file, or the
-	// lower file checked against Options.Digests.
-	reader io.ReaderAt
-	opts   Options
+	// lower is what sessions read pages through: a memdev.Memory checks
+	// every block against its digest table before the page is copied in
+	// (a fault on a bad block then fails the session, ErrLowerFile with
+	// the *integrity.BlockError in the chain).
+	lower memdev.Lower
+	opts  Options
 
 	acceptMu sync.Mutex
 	// closing is cancelled by Close, to abandon a handshake in progress.
@@ -105,9 +96,11 @@ type Handler struct {
 	closed   bool
 }
 
-// Listen opens lowerPath for reading and listens on socketPath. A stale
-// socket file that nobody listens on is replaced.
-func Listen(socketPath, lowerPath string, opts Options) (*Handler, error) {
+// Listen listens on socketPath for VMMs whose guest memory lower serves.
+// A stale socket file that nobody listens on is replaced. On success the
+// handler owns lower and closes it on Close; on failure the caller still
+// owns it.
+func Listen(socketPath string, lower memdev.Lower, opts Options) (*Handler, error) {
 	if opts.InstallChunkBytes < 0 {
 		return nil, fmt.Errorf("uffd listen: negative install chunk %d", opts.InstallChunkBytes)
 	}
@@ -115,22 +108,11 @@ func Listen(socketPath, lowerPath string, opts Options) (*Handler, error) {
 		opts.InstallChunkBytes = DefaultInstallChunkBytes
 	}
 	opts.InstallChunkBytes = max(userfaultfd.PageSizeBytes, opts.InstallChunkBytes/userfaultfd.PageSizeBytes*userfaultfd.PageSizeBytes)
-	lower, err := fsx.OpenRegular(lowerPath)
-	if err != nil {
-		return nil, fmt.Errorf("uffd listen: open lower file: %w", err)
-	}
-	reader, err := readerOf(lower, opts)
-	if err != nil {
-		lower.Close()
-		return nil, fmt.Errorf("uffd listen: %s: %w", lowerPath, err)
-	}
 	if err := removeStaleSocket(socketPath); err != nil {
-		lower.Close()
 		return nil, err
 	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: socketPath, Net: "unix"})
 	if err != nil {
-		lower.Close()
 		return nil, fmt.Errorf("uffd listen on %s: %w", socketPath, err)
 	}
 	// The listener unlinks the socket file when closed.
@@ -140,29 +122,11 @@ func Listen(socketPath, lowerPath string, opts Options) (*Handler, error) {
 		socketPath:  socketPath,
 		ln:          ln,
 		lower:       lower,
-		reader:      reader,
 		opts:        opts,
 		closing:     closing,
 		markClosing: markClosing,
 		sessions:    make(map[*Session]struct{}),
 	}, nil
-}
-
-// readerOf returns what pages are read through: the lower file itself, or
-// the lower file checked against its digest table.
-func readerOf(lower *os.File, opts Options) (io.ReaderAt, error) {
-	if opts.Digests == nil {
-		return lower, nil
-	}
-	fi, err := lower.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("stat lower file: %w", err)
-	}
-	if fi.Size() != opts.Digests.FileSize() {
-		return nil, fmt.Errorf("%w: lower file has %d bytes, its digest table describes %d",
-			integrity.ErrSizeChanged, fi.Size(), opts.Digests.FileSize())
-	}
-	return integrity.NewReader(lower, opts.Digests, opts.OnCorrupt), nil
 }
 
 // removeStaleSocket deletes a socket file left by a handler that died, and
@@ -259,12 +223,7 @@ func (h *Handler) AcceptWith(ctx context.Context, opts AcceptOptions) (*Session,
 		}
 		return nil, err
 	}
-	fi, err := h.lower.Stat()
-	if err != nil {
-		unix.Close(uffd)
-		return nil, fmt.Errorf("uffd handshake: stat lower file: %w", err)
-	}
-	if err := userfaultfd.ValidateMappings(mappings, fi.Size()); err != nil {
+	if err := userfaultfd.ValidateMappings(mappings, h.lower.Size()); err != nil {
 		unix.Close(uffd)
 		return nil, err
 	}

@@ -22,6 +22,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warmstart/internal/memdev"
 	"warmstart/internal/role"
 	"warmstart/internal/userfaultfd"
 )
@@ -183,8 +184,8 @@ func runChild(cfgJSON string) {
 	os.Exit(0)
 }
 
-// vmm is the parent's handle on a VMM child.
-type vmm struct {
+// childVMM is the parent's handle on a VMM child.
+type childVMM struct {
 	t      testing.TB
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
@@ -197,7 +198,7 @@ type vmm struct {
 
 // startVMM starts a VMM child that maps regions and hands them to the
 // handler listening on socket. It returns once the handshake is sent.
-func startVMM(t testing.TB, socket string, regions []testRegion) *vmm {
+func startVMM(t testing.TB, socket string, regions []testRegion) *childVMM {
 	t.Helper()
 	cfg, err := json.Marshal(childConfig{Socket: socket, Regions: regions})
 	if err != nil {
@@ -220,7 +221,7 @@ func startVMM(t testing.TB, socket string, regions []testRegion) *vmm {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	v := &vmm{t: t, cmd: cmd, stdin: stdin, exited: make(chan struct{}), nextID: 1, waiters: map[int]chan childReply{0: make(chan childReply, 1)}}
+	v := &childVMM{t: t, cmd: cmd, stdin: stdin, exited: make(chan struct{}), nextID: 1, waiters: map[int]chan childReply{0: make(chan childReply, 1)}}
 	ready := v.waiters[0]
 	go func() {
 		defer close(v.exited)
@@ -252,13 +253,13 @@ func startVMM(t testing.TB, socket string, regions []testRegion) *vmm {
 
 // kill ends the child; a child blocked in a fault no handler serves dies
 // only this way.
-func (v *vmm) kill() {
+func (v *childVMM) kill() {
 	v.cmd.Process.Kill()
 	v.cmd.Wait()
 }
 
 // send issues a command and returns where its reply will arrive.
-func (v *vmm) send(c childCmd) <-chan childReply {
+func (v *childVMM) send(c childCmd) <-chan childReply {
 	v.t.Helper()
 	ch := make(chan childReply, 1)
 	v.mu.Lock()
@@ -277,7 +278,7 @@ func (v *vmm) send(c childCmd) <-chan childReply {
 }
 
 // wait returns the reply on ch, failing if the child dies first.
-func (v *vmm) wait(ch <-chan childReply) childReply {
+func (v *childVMM) wait(ch <-chan childReply) childReply {
 	v.t.Helper()
 	select {
 	case r := <-ch:
@@ -293,12 +294,12 @@ func (v *vmm) wait(ch <-chan childReply) childReply {
 	return childReply{}
 }
 
-func (v *vmm) touch(steps ...step) string {
+func (v *childVMM) touch(steps ...step) string {
 	v.t.Helper()
 	return v.wait(v.send(childCmd{Op: "touch", Steps: steps})).Hash
 }
 
-func (v *vmm) madvise(off, length int64) {
+func (v *childVMM) madvise(off, length int64) {
 	v.t.Helper()
 	v.wait(v.send(childCmd{Op: "madvise", Off: off, Len: length}))
 }
@@ -347,7 +348,7 @@ type fixture struct {
 	regions   []testRegion
 	h         *Handler
 	s         *Session
-	v         *vmm
+	v         *childVMM
 }
 
 // twoRegions is a 4 MiB memory file with two mapped regions and a hole.
@@ -371,6 +372,16 @@ func newLowerFile(t testing.TB, dir string, size int) (string, []byte) {
 	return path, data
 }
 
+// openLower opens the memory file at path as a device does.
+func openLower(t testing.TB, path string) memdev.Lower {
+	t.Helper()
+	l, err := memdev.File(path).Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 // newHandler listens on a fresh socket for a fresh lower file of
 // lowerBytes mapped as twoRegions.
 func newHandler(t testing.TB, opts Options) *fixture {
@@ -389,7 +400,7 @@ func newHandlerFor(t testing.TB, opts Options, size int, regions []testRegion) *
 	f := &fixture{t: t, dir: dir, socket: filepath.Join(dir, "uffd.sock"), regions: regions}
 	f.lowerPath, f.lower = newLowerFile(t, dir, size)
 	f.model = &model{mem: append([]byte(nil), f.lower...)}
-	f.h, err = Listen(f.socket, f.lowerPath, opts)
+	f.h, err = Listen(f.socket, openLower(t, f.lowerPath), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +409,7 @@ func newHandlerFor(t testing.TB, opts Options, size int, regions []testRegion) *
 }
 
 // connect starts a VMM child and accepts its session.
-func (f *fixture) connect(regions []testRegion) (*vmm, *Session) {
+func (f *fixture) connect(regions []testRegion) (*childVMM, *Session) {
 	f.t.Helper()
 	type result struct {
 		s   *Session

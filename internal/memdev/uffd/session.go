@@ -167,7 +167,7 @@ func newSession(h *Handler, mappings []userfaultfd.Mapping, uffd, pidfd int) (*S
 	}
 	s := &Session{
 		h:       h,
-		lower:   h.reader,
+		lower:   h.lower,
 		uffd:    uffd,
 		pidfd:   pidfd,
 		stopfd:  stopfd,

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -398,7 +399,16 @@ func TestTruncatedLowerFileFailsSession(t *testing.T) {
 	default:
 	}
 
-	// A VMM whose regions reach past the file is refused at the handshake.
+	// A handler of the shorter file (its size is the lower's when it is
+	// opened) refuses at the handshake a VMM whose regions reach past it.
+	f.h.Close()
+	f.socket = filepath.Join(f.dir, "short.sock")
+	h, err := Listen(f.socket, openLower(t, f.lowerPath), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.h = h
+	t.Cleanup(func() { h.Close() })
 	accepted := make(chan error, 1)
 	go func() {
 		s, err := f.h.Accept(context.Background())
@@ -608,7 +618,7 @@ func TestAcceptHonoursContext(t *testing.T) {
 
 func TestListenReplacesStaleSocket(t *testing.T) {
 	f := newHandler(t, Options{})
-	if _, err := Listen(f.socket, f.lowerPath, Options{}); !errors.Is(err, ErrSocketInUse) {
+	if _, err := Listen(f.socket, openLower(t, f.lowerPath), Options{}); !errors.Is(err, ErrSocketInUse) {
 		t.Fatalf("second Listen on a live socket: %v, want ErrSocketInUse", err)
 	}
 	stale := f.socket + ".stale"
@@ -618,12 +628,12 @@ func TestListenReplacesStaleSocket(t *testing.T) {
 	}
 	ln.SetUnlinkOnClose(false)
 	ln.Close()
-	h, err := Listen(stale, f.lowerPath, Options{})
+	h, err := Listen(stale, openLower(t, f.lowerPath), Options{})
 	if err != nil {
 		t.Fatalf("Listen over a stale socket: %v", err)
 	}
 	h.Close()
-	if _, err := Listen(f.lowerPath, f.lowerPath, Options{}); err == nil {
+	if _, err := Listen(f.lowerPath, openLower(t, f.lowerPath), Options{}); err == nil {
 		t.Fatal("Listen over a regular file succeeded")
 	}
 }

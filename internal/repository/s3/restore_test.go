@@ -18,6 +18,7 @@ import (
 	"warmstart/internal/chunkcache"
 	"warmstart/internal/chunkmap"
 	"warmstart/internal/config"
+	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/miniotest"
 	"warmstart/internal/prefetch"
@@ -73,7 +74,7 @@ func newWorld(t *testing.T, endpoint string) *world {
 	t.Cleanup(func() { srv.Close() })
 	w.srv = srv
 	w.restorer = &restore.Restorer{
-		FUSE:       srv,
+		Devices:    restoretest.Devices(srv, nil),
 		Engine:     prefetch.NewEngine(prefetch.Options{}),
 		VMM:        &replay.VMM{},
 		RuntimeDir: filepath.Join(w.dir, "run"),
@@ -287,11 +288,11 @@ func probeUncached(t *testing.T, w *world, repo *Repo, snap snapshot) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev, err := w.srv.AttachLower("probe-"+snap.id, src.Ref(), func() (fusedev.Lower, error) { return src.Open() }, config.IOEngineBuffered)
+	dev, err := w.srv.Attach("probe-"+snap.id, memdev.Request{Memory: src, IOEngine: memdev.IOEngineBuffered})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { <-dev.Release() }()
+	defer dev.Release(context.Background())
 	var off int64 = -1
 	for b := int64(0); b*repo.Cache().BlockBytes() < rec.MemorySize; b++ {
 		if !repo.Cache().Cached(rec.MemorySHA256, b) {
@@ -587,25 +588,40 @@ func TestCorruptPackFrameIsNeverServed(t *testing.T) {
 	}
 }
 
-// TestRefusedRestoreStreamsNothing: a restore its device refuses (uffd
-// cannot serve remote memory) fails without fetching any of the pack.
-func TestRefusedRestoreStreamsNothing(t *testing.T) {
+// TestUffdRestoresAnS3Snapshot: the uffd device serves remote memory as
+// the file device does: through the node cache, every block checked, the
+// startup pack streamed before the VMM starts and the startup set
+// prefetched; the guest reads exactly the memory file.
+func TestUffdRestoresAnS3Snapshot(t *testing.T) {
 	w := newWorld(t, server.Endpoint)
 	snap := w.publish(t, w.repo(t, 0), 13)
-	repo := w.repo(t, 0)
+	repo := w.repo(t, 0) // cold node cache
 	res, err := repo.Resolve(bg(), snap.id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.restorer.VMM = &replay.VMM{TracePath: snap.paths.Trace}
 	before := repo.RequestStats()
-	inst, err := w.restorer.Restore(bg(), restore.SourceOf(res), restore.Options{Device: config.DeviceUffd, Prefetch: restore.ModeOn})
-	if err == nil {
-		inst.Stop(bg())
-		t.Fatal("a uffd restore of remote memory succeeded")
+	inst, err := w.restorer.Restore(bg(), restore.SourceIn(bg(), repo, res), restore.Options{Device: config.DeviceUffd, Prefetch: restore.ModeOn})
+	if err != nil {
+		t.Fatalf("uffd restore of an S3 snapshot: %v", err)
 	}
-	if gets := repo.RequestStats().Sub(before).Gets; gets != 0 {
-		t.Fatalf("the refused restore sent %d GETs", gets)
+	defer inst.Stop(bg())
+	if got := inst.Ready.Detail["sha256"]; got != snap.expected {
+		t.Fatalf("guest read sha256 %s, want %s", got, snap.expected)
+	}
+	if inst.Prefetch.State == "skipped" || inst.Prefetch.StartupPackSkipped != "" {
+		t.Fatalf("prefetch %s (%s), pack skipped %q: want the startup set prefetched from the pack",
+			inst.Prefetch.State, inst.Prefetch.Reason, inst.Prefetch.StartupPackSkipped)
+	}
+	if tm := inst.Timings; tm.StreamStarted <= 0 || tm.StreamStarted > tm.DeviceAcquired || tm.StreamFirstBlock <= 0 {
+		t.Fatalf("timings %+v: want the startup pack streaming before the device was acquired", tm)
+	}
+	if gets := repo.RequestStats().Sub(before).Gets; gets == 0 {
+		t.Fatal("a cold node restored without a GET")
+	}
+	if err := inst.Stop(bg()); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/restore"
+	"warmstart/internal/restore/restoretest"
 	"warmstart/internal/vmm/firecracker"
 )
 
@@ -83,7 +84,7 @@ func newPublishFlow(t *testing.T, d *firecracker.Driver, recordTimeout time.Dura
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.serving.Close() })
-	f.restorer = &restore.Restorer{FUSE: f.serving, Engine: prefetch.NewEngine(prefetch.Options{}), VMM: d, RuntimeDir: f.run}
+	f.restorer = &restore.Restorer{Devices: restoretest.Devices(f.serving, nil), Engine: prefetch.NewEngine(prefetch.Options{}), VMM: d, RuntimeDir: f.run}
 	tr, closeTr, err := recorder.TracingRestorer(f.restorer, f.traceDir)
 	if err != nil {
 		t.Fatal(err)

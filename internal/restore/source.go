@@ -1,20 +1,18 @@
 package restore
 
 import (
-	"errors"
 	"sync"
 	"time"
 
-	"warmstart/internal/config"
 	"warmstart/internal/manifest"
-	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/memdev"
 	"warmstart/internal/repository"
 )
 
-// Snapshots whose memory stays in a remote store (the S3 repository) come
-// with a repository.MemorySource instead of a local memory file. The file
-// device serves them from a reader of that source; the uffd device needs a
-// local file and refuses them.
+// A snapshot's memory is a memdev.Source that every device serves: a local
+// file, or a remote store read through a node-local cache (the S3
+// repository). What a source can do beyond serving bytes, a restore asks
+// for with the capability interfaces below; none of them is a device's.
 
 // CacheWarmer is a memory source with a node-local cache below the memory
 // device (the S3 repository's chunk cache). When a restore prefetches, the
@@ -43,13 +41,14 @@ type PrefetchTrimmer interface {
 }
 
 // prefetchable is m as the device prefetch reads it from src's memory:
-// trimmed by the source when it asks (PrefetchTrimmer), else m.
-func prefetchable(src Source, m *manifest.Manifest) *manifest.Manifest {
+// trimmed by the source when it asks (PrefetchTrimmer, and trims is
+// true), else m.
+func prefetchable(src Source, m *manifest.Manifest) (_ *manifest.Manifest, trims bool) {
 	t, ok := src.Memory.(PrefetchTrimmer)
 	if !ok {
-		return m
+		return m, false
 	}
-	return &manifest.Manifest{Layout: m.Layout, Ranges: t.PrefetchRanges(m.Ranges)}
+	return &manifest.Manifest{Layout: m.Layout, Ranges: t.PrefetchRanges(m.Ranges)}, true
 }
 
 // PackSkipper is a memory source that keeps its startup set in a pack and
@@ -94,46 +93,6 @@ func noteReady(src Source) {
 	}
 }
 
-// attachFileDevice attaches the file device for src on srv: a generation
-// serving its local memory file, or a reader of its remote memory source
-// whose damaged reads go to damage (when the generation is new: one
-// shared with an earlier restore reports to that restore's). For a remote
-// source it also returns the generation's reads (remotereads.go), which
-// the restore has joined.
-func attachFileDevice(srv *fusedev.Server, key string, src Source, ioEngine int, v *fusedev.Verifier, damage *remoteDamage) (*fusedev.Device, *generationReads, error) {
-	if src.Memory == nil {
-		dev, err := srv.AttachVerified(key, src.MemoryPath, ioEngine, v)
-		return dev, nil, err
-	}
-	attach := func(open func(*generationReads) (fusedev.Lower, error)) (*fusedev.Device, error) {
-		return srv.AttachLowerVerified(key, src.Memory.Ref(), func() (fusedev.Lower, error) {
-			return open(newGenerationReads())
-		}, ioEngine, v)
-	}
-	return attachRemote(attach, func(reads *generationReads) (fusedev.Lower, error) {
-		rd, err := src.Memory.Open()
-		if err != nil {
-			return nil, err
-		}
-		return &watchedLower{Lower: rd, damage: damage, reads: reads}, nil
-	})
-}
-
-// checkDevice refuses device and source pairs that cannot work.
-func checkDevice(src Source, device string) error {
-	if src.Memory != nil && device == config.DeviceUffd {
-		return remoteUffdError()
-	}
-	return nil
-}
-
-// remoteUffdError refuses the uffd device for memory read from a remote
-// repository.
-func remoteUffdError() error {
-	return &FieldError{"device", errors.New("the uffd device serves a local memory file; " +
-		"snapshots read from a remote repository restore on the file device")}
-}
-
 // streamStartup starts streaming the source's startup pack at the very
 // start of a restore that may prefetch. A cold node's floor is the wire
 // time of the startup set, so the wire starts before the device is
@@ -141,9 +100,9 @@ func remoteUffdError() error {
 // themselves against their digests, so nothing of that is needed first.
 // If the restore then does not prefetch, run stops it. It reports whether
 // a stream started.
-func (inst *Instance) streamStartup(src Source, opts Options) bool {
+func (inst *Instance) streamStartup(src Source, opts Options, op memdev.Opener) bool {
 	w, ok := src.Memory.(CacheWarmer)
-	if !ok || !inst.r.meansToPrefetch(src, opts) || checkDevice(src, opts.Device) != nil {
+	if !ok || !inst.r.meansToPrefetch(src, opts, op) {
 		return false
 	}
 	warm, err := w.StreamStartup()
