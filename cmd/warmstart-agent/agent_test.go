@@ -44,6 +44,33 @@ func TestParsePing(t *testing.T) {
 	}
 }
 
+// testResponder answers with token "tok123", uptime 1234 ms and the
+// random bytes r1, r2, ... and digests d1, d2, ... of successive resumes,
+// and records the nonce series each resume ran for.
+type testResponder struct {
+	*responder
+	series  string   // set by the test before each new series
+	resumes []string // the series each resume ran for
+}
+
+func newTestResponder(t *testing.T) *testResponder {
+	tr := &testResponder{}
+	n := 0
+	tr.responder = &responder{
+		token:  "tok123",
+		uptime: func() time.Duration { return 1234567 * time.Microsecond },
+		logf:   t.Logf,
+		reseed: func([]byte) error { return errors.New("the host sent no seed") },
+		draw: func() (string, error) {
+			n++
+			tr.resumes = append(tr.resumes, tr.series)
+			return fmt.Sprintf("r%d", n), nil
+		},
+		resume: func() (string, error) { return fmt.Sprintf("d%d", n), nil },
+	}
+	return tr
+}
+
 // TestServe drives serve through a pipe as the host would over the serial
 // console: garbage, over-long lines and partial lines are skipped, and
 // every well-formed ping is answered in order.
@@ -51,25 +78,12 @@ func TestServe(t *testing.T) {
 	hostR, agentW := io.Pipe()
 	agentR, hostW := io.Pipe()
 	done := make(chan error, 1)
-	var resumes []string // nonce series each resume ran for
-	digests := []string{"d1", "d2", "d3"}
-	r := &responder{
-		token:  "tok123",
-		uptime: func() time.Duration { return 1234567 * time.Microsecond },
-		logf:   t.Logf,
-	}
-	var series string
-	r.resume = func() (string, error) {
-		resumes = append(resumes, series)
-		d := digests[0]
-		digests = digests[1:]
-		return d, nil
-	}
+	tr := newTestResponder(t)
 	go func() {
 		done <- serve(struct {
 			io.Reader
 			io.Writer
-		}{agentR, agentW}, r)
+		}{agentR, agentW}, tr.responder)
 	}()
 	replies := bufio.NewReader(hostR)
 	send := func(s string) {
@@ -91,43 +105,105 @@ func TestServe(t *testing.T) {
 
 	send("garbage\n\nPING\n")
 	send(strings.Repeat("PING x", 100) + "\n") // longer than a line may be
-	series = "a"
+	tr.series = "a"
 	send("PING a-1\n")
-	expect("PONG a-1 tok123 1234 d1\n")
+	expect("PONG a-1 tok123 1234 d1 r1 none\n")
 	send("PING a-") // a line split across writes
 	send("2\r\n")
-	expect("PONG a-2 tok123 1234 d1\n")
+	expect("PONG a-2 tok123 1234 d1 r1 none\n")
 	// A new series (a restored guest pinged by a new connection) runs the
 	// resume work again before its first answer, and only then.
-	series = "b-x"
+	tr.series = "b-x"
 	send("\nPING b-x-1\nPING b-x-2\n")
-	expect("PONG b-x-1 tok123 1234 d2\n")
-	expect("PONG b-x-2 tok123 1234 d2\n")
-	series = "solo"
+	expect("PONG b-x-1 tok123 1234 d2 r2 none\n")
+	expect("PONG b-x-2 tok123 1234 d2 r2 none\n")
+	tr.series = "solo"
 	send("PING solo\n")
-	expect("PONG solo tok123 1234 d3\n")
+	expect("PONG solo tok123 1234 d3 r3 none\n")
 
 	hostW.Close()
 	if err := <-done; !errors.Is(err, io.EOF) {
 		t.Fatalf("serve returned %v after the console closed, want EOF", err)
 	}
-	if want := []string{"a", "b-x", "solo"}; !slices.Equal(resumes, want) {
-		t.Errorf("resume work ran for series %q, want %q", resumes, want)
+	if want := []string{"a", "b-x", "solo"}; !slices.Equal(tr.resumes, want) {
+		t.Errorf("resume work ran for series %q, want %q", tr.resumes, want)
 	}
 }
 
-func TestResumeFailureAnswersWithoutDigest(t *testing.T) {
+// TestSeedReseedsOnlyTheSeriesItCameWith: the host's entropy sent just
+// before the ping that opens a series is mixed in before the random bytes
+// are drawn; a seed sent with a later ping of a series changes nothing,
+// and is not kept for the next series, which gets its own or none.
+func TestSeedReseedsOnlyTheSeriesItCameWith(t *testing.T) {
+	seedA := strings.Repeat("a1", seedBytes)
+	seedB := strings.Repeat("b2", seedBytes)
+	var mixed []string
+	var order []string
+	r := &responder{
+		token:  "tok",
+		uptime: func() time.Duration { return time.Second },
+		logf:   t.Logf,
+		reseed: func(seed []byte) error {
+			mixed = append(mixed, hex.EncodeToString(seed))
+			order = append(order, "reseed")
+			return nil
+		},
+		draw: func() (string, error) {
+			order = append(order, "draw")
+			return "rr", nil
+		},
+		resume: func() (string, error) { return "dd", nil },
+	}
+	feed := func(line string) string {
+		t.Helper()
+		if seed, ok := parseSeed([]byte(line)); ok {
+			r.offer(seed)
+			return ""
+		}
+		nonce, ok := parsePing([]byte(line))
+		if !ok {
+			t.Fatalf("%q is neither a seed nor a ping", line)
+		}
+		return r.answer(nonce)
+	}
+	feed("SEED " + seedA + "\n")
+	if got := feed("PING a-1\n"); got != "PONG a-1 tok 1000 dd rr host\n" {
+		t.Fatalf("first answer %q", got)
+	}
+	feed("SEED " + seedB + "\n")
+	feed("PING a-2\n") // same series: the seed is not used, and dropped
+	if got := feed("PING b-1\n"); got != "PONG b-1 tok 1000 dd rr none\n" {
+		t.Fatalf("a series opened without a seed answered %q, want reseed none", got)
+	}
+	if !slices.Equal(mixed, []string{seedA}) {
+		t.Errorf("mixed in %q, want only the first series' seed", mixed)
+	}
+	if want := []string{"reseed", "draw", "draw"}; !slices.Equal(order, want) {
+		t.Errorf("steps ran as %q, want %q (reseed before the draw)", order, want)
+	}
+	for _, bad := range []string{"SEED " + seedA[:62] + "\n", "SEED " + seedA + "00\n", "SEED " + strings.Repeat("zz", seedBytes) + "\n", "SEED\n"} {
+		if _, ok := parseSeed([]byte(bad)); ok {
+			t.Errorf("parseSeed accepted %q", bad)
+		}
+	}
+}
+
+func TestFailedStepsAnswerWithoutTheirResult(t *testing.T) {
 	var logged []string
 	r := &responder{
 		token:  "tok",
 		uptime: func() time.Duration { return time.Second },
 		resume: func() (string, error) { return "", errors.New("data file gone") },
+		reseed: func([]byte) error { return errors.New("no /dev/urandom") },
+		draw:   func() (string, error) { return "", errors.New("getrandom failed") },
 		logf:   func(format string, args ...any) { logged = append(logged, fmt.Sprintf(format, args...)) },
 	}
-	if got := r.answer("n-1"); got != "PONG n-1 tok 1000 -\n" {
-		t.Errorf("answer after a failed resume %q", got)
+	seed, _ := parseSeed([]byte("SEED " + strings.Repeat("00", seedBytes)))
+	r.offer(seed)
+	if got := r.answer("n-1"); got != "PONG n-1 tok 1000 - - failed\n" {
+		t.Errorf("answer after failed steps %q", got)
 	}
-	if len(logged) != 1 || !strings.Contains(logged[0], "data file gone") {
+	if len(logged) != 3 || !strings.Contains(strings.Join(logged, "|"), "data file gone") {
 		t.Errorf("logged %q", logged)
 	}
 }

@@ -9,8 +9,9 @@
 //
 // Protocol on /dev/ttyS0 (raw mode, one request per line):
 //
+//	host:  SEED <entropy>\n          entropy: 32 bytes in hex, optional
 //	host:  PING <nonce>\n            nonce: 1-64 of [0-9A-Za-z_-]
-//	agent: PONG <nonce> <token> <uptime_ms> <digest>\n
+//	agent: PONG <nonce> <token> <uptime_ms> <digest> <random> <reseed>\n
 //
 // Every other line is ignored. After a snapshot restore the same process
 // carries on, so an answer carrying the token drawn at first boot proves
@@ -18,11 +19,24 @@
 //
 // Before it answers the first ping of a new nonce series (the part of the
 // nonce before its last '-'; each host connection, so each restore, opens
-// one) the agent does the work a sandbox agent does on resume: it walks
-// its heap, touching every page, and re-reads its data files. digest (16
-// hex digits, or "-" if that work failed) samples one word of every page
-// of both, so it equals the captured guest's only if the restored memory
-// is intact. See responder.
+// one) the agent does the work a sandbox agent does on resume:
+//
+//  1. It makes the restored guest a machine of its own: every restore of
+//     one snapshot starts with the same kernel RNG state, so the host's
+//     entropy sent in the SEED line just before the ping is written to
+//     /dev/urandom and the kernel is told to reseed its CRNG from it at
+//     once (RNDRESEEDCRNG; a write alone reaches the CRNG only at its next
+//     scheduled reseed, up to a minute later). reseed says how that went:
+//     "host", "none" (no SEED line came with the ping) or "failed" (the
+//     reason is logged on the console).
+//  2. It draws 16 bytes of getrandom(2), reported in hex as random: two
+//     restores of one snapshot that report the same bytes share their RNG.
+//  3. It walks its heap, touching every page, and re-reads its data
+//     files. digest (16 hex digits, or "-" if that work failed) samples one
+//     word of every page of both, so it equals the captured guest's only if
+//     the restored memory is intact.
+//
+// See responder.
 //
 // PID 1 must never exit (the kernel would panic), so a fatal error is
 // printed and the agent then sleeps for ever.
@@ -75,7 +89,7 @@ func run() error {
 	token := hex.EncodeToString(raw[:])
 	logf("started: %d files, %d bytes read, %d MiB heap, digest %s", state.filesRead, state.bytesRead, len(state.heap)>>20, state.digest)
 
-	r := &responder{token: token, uptime: uptime, resume: state.resume, logf: logf}
+	r := &responder{token: token, uptime: uptime, resume: state.resume, reseed: reseedFromHost, draw: drawRandom, logf: logf}
 	for {
 		err := serveSerial(r)
 		logf("serial: %v; reopening", err)
@@ -169,6 +183,39 @@ func openRaw(path string) (*os.File, error) {
 		return nil, fmt.Errorf("set %s raw: %w", path, err)
 	}
 	return f, nil
+}
+
+// randomBytes is how many bytes of the kernel's RNG an answer reports.
+const randomBytes = 16
+
+// reseedFromHost mixes seed into the kernel's input pool and has the
+// kernel reseed its CRNG from the pool at once.
+func reseedFromHost(seed []byte) error {
+	f, err := os.OpenFile("/dev/urandom", os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.Write(seed); err != nil {
+		return fmt.Errorf("write /dev/urandom: %w", err)
+	}
+	if _, err := unix.IoctlRetInt(int(f.Fd()), unix.RNDRESEEDCRNG); err != nil {
+		return fmt.Errorf("RNDRESEEDCRNG: %w", err)
+	}
+	return nil
+}
+
+// drawRandom returns randomBytes of getrandom(2) in hex.
+func drawRandom() (string, error) {
+	var b [randomBytes]byte
+	n, err := unix.Getrandom(b[:], 0)
+	if err != nil {
+		return "", fmt.Errorf("getrandom: %w", err)
+	}
+	if n != len(b) {
+		return "", fmt.Errorf("getrandom: %d of %d bytes", n, len(b))
+	}
+	return hex.EncodeToString(b[:]), nil
 }
 
 // uptime is the guest's time since boot, which a restore carries on from

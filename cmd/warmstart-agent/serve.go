@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -16,40 +18,93 @@ const maxLineBytes = 256
 // maxNonceBytes bounds the nonce the host sends with each ping.
 const maxNonceBytes = 64
 
-// responder answers pings: "PONG <nonce> <token> <uptime_ms> <digest>".
+// seedBytes is the size of the host entropy a SEED line carries.
+const seedBytes = 32
+
+// responder answers pings: "PONG <nonce> <token> <uptime_ms> <digest>
+// <random> <reseed>".
 //
-// Before the first answer of a new nonce series it does the resume work
-// and keeps the digest that work returns. A series is the nonce up to its
-// last '-' (a nonce without one is a series of its own). Each host-side
-// connection draws a random series prefix, and a restore is a new QEMU
-// with a new connection, so the first ping after a resume always opens a
-// series. The guest's clock gives no such signal: it carries on from the
-// snapshot, and under emulation its jumps depend on the host's load. At
-// boot the first ping opens a series too, so the digest the captured guest
-// reported was computed by the same code on the same state.
+// Before the first answer of a new nonce series it does the resume work:
+// it mixes the host's entropy into the kernel's RNG, draws random bytes
+// from it, walks its state and keeps what each step returned for the
+// answers of the series. A series is the nonce up to its last '-' (a
+// nonce without one is a series of its own). Each host-side connection
+// draws a random series prefix, and a restore is a new QEMU with a new
+// connection, so the first ping after a resume always opens a series. The
+// guest's clock gives no such signal: it carries on from the snapshot, and
+// under emulation its jumps depend on the host's load. At boot the first
+// ping opens a series too, so the digest the captured guest reported was
+// computed by the same code on the same state.
 type responder struct {
 	token  string
 	uptime func() time.Duration
 	// resume does the resume work and returns the state's digest.
 	resume func() (string, error)
-	// logf reports a failed resume; the answer then carries digest "-".
+	// reseed mixes host entropy into the kernel's RNG and reseeds it.
+	reseed func(seed []byte) error
+	// draw returns hex of fresh bytes of the kernel's RNG.
+	draw func() (string, error)
+	// logf reports a failed step; the answer then carries "-" for a
+	// digest or random bytes, "failed" for a reseed.
 	logf func(format string, args ...any)
 
-	series string // series of the last answered ping
-	digest string // "" until the first resume
+	series   string // series of the last answered ping
+	digest   string // "" until the first resume
+	random   string
+	reseeded string
+	// seed is the host entropy of the SEED line read since the last ping:
+	// it belongs to the next ping only, so the seed of an earlier
+	// connection never stands in for a later one's.
+	seed []byte
+}
+
+// Reseed outcomes an answer reports.
+const (
+	// reseedHost: the host's entropy was mixed in and the RNG reseeded.
+	reseedHost = "host"
+	// reseedNone: the host sent no entropy with the ping.
+	reseedNone = "none"
+	// reseedFailed: mixing it in or reseeding failed (logged).
+	reseedFailed = "failed"
+)
+
+// offer keeps seed for the next ping.
+func (r *responder) offer(seed []byte) {
+	clear(r.seed)
+	r.seed = seed
 }
 
 func (r *responder) answer(nonce string) string {
+	seed := r.seed
+	r.seed = nil
+	defer clear(seed)
 	if s := nonceSeries(nonce); s != r.series || r.digest == "" {
 		r.series = s
-		d, err := r.resume()
-		if err != nil {
-			r.logf("resume work: %v", err)
-			d = "-"
-		}
-		r.digest = d
+		r.resumeWork(seed)
 	}
-	return fmt.Sprintf("PONG %s %s %d %s\n", nonce, r.token, r.uptime().Milliseconds(), r.digest)
+	return fmt.Sprintf("PONG %s %s %d %s %s %s\n", nonce, r.token, r.uptime().Milliseconds(), r.digest, r.random, r.reseeded)
+}
+
+// resumeWork runs the resume steps in order: the RNG is reseeded before
+// anything is drawn from it.
+func (r *responder) resumeWork(seed []byte) {
+	r.reseeded = reseedNone
+	if seed != nil {
+		r.reseeded = reseedHost
+		if err := r.reseed(seed); err != nil {
+			r.logf("reseed from host entropy: %v", err)
+			r.reseeded = reseedFailed
+		}
+	}
+	var err error
+	if r.random, err = r.draw(); err != nil {
+		r.logf("draw random bytes: %v", err)
+		r.random = "-"
+	}
+	if r.digest, err = r.resume(); err != nil {
+		r.logf("resume work: %v", err)
+		r.digest = "-"
+	}
 }
 
 // nonceSeries is the part of a nonce that names its sender's series.
@@ -61,8 +116,9 @@ func nonceSeries(nonce string) string {
 }
 
 // serve answers health pings read from rw until reading or writing fails.
-// A line "PING <nonce>" is answered by r; every other line is ignored so
-// that console noise, echoes and partial lines cannot confuse the host.
+// A line "PING <nonce>" is answered by r, a line "SEED <hex>" hands r the
+// entropy for the next ping; every other line is ignored so that console
+// noise, echoes and partial lines cannot confuse the host.
 func serve(rw io.ReadWriter, r *responder) error {
 	br := bufio.NewReaderSize(rw, maxLineBytes)
 	skipping := false // inside an over-long line, until its newline
@@ -77,6 +133,10 @@ func serve(rw io.ReadWriter, r *responder) error {
 		}
 		if skipping {
 			skipping = false
+			continue
+		}
+		if seed, ok := parseSeed(line); ok {
+			r.offer(seed)
 			continue
 		}
 		nonce, ok := parsePing(line)
@@ -108,6 +168,21 @@ func parsePing(line []byte) (string, bool) {
 		}
 	}
 	return string(nonce), true
+}
+
+// parseSeed returns the entropy of a well-formed seed line:
+// "SEED <seedBytes in hex>".
+func parseSeed(line []byte) ([]byte, bool) {
+	line = bytes.TrimRight(line, "\r\n")
+	hexSeed, ok := bytes.CutPrefix(line, []byte("SEED "))
+	if !ok || len(hexSeed) != 2*seedBytes {
+		return nil, false
+	}
+	seed := make([]byte, seedBytes)
+	if _, err := hex.Decode(seed, hexSeed); err != nil {
+		return nil, false
+	}
+	return seed, true
 }
 
 func isNonceByte(c byte) bool {

@@ -3,24 +3,28 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/local"
+	"warmstart/internal/repository/s3"
 	"warmstart/internal/usage"
 )
 
 var snapshotGCCmd = &cobra.Command{
 	Use:   "gc",
 	Short: "Remove what no snapshot needs any more from an S3 repository",
-	Long: `Reclaim what deletes and crashed publishes left in an S3 repository: the
-artifacts of publishes that never wrote their record (once older than a
-day), and the memory chunks no snapshot references (once older than the
-chunk grace of 6 hours; a deleted snapshot keeps its chunks that long for
-restores still running on other nodes). It is safe to run while other
-nodes publish, restore and delete. A POSIX store has nothing to collect:
-it reclaims crashed publishes whenever it is opened.`,
+	Long: fmt.Sprintf(`Reclaim what deletes and crashed publishes left in an S3 repository: the
+artifacts of publishes that never wrote their record (once their capture
+lease has gone unrenewed for %d minutes: a publish still running, on any
+node, keeps renewing it and is never touched), and the memory chunks no
+snapshot references (once older than the chunk grace of 6 hours and than
+every publish still running; a deleted snapshot keeps its chunks that
+long for restores still running on other nodes). It is safe to run while
+other nodes publish, restore and delete. A POSIX store has nothing to
+collect: it reclaims crashed publishes whenever it is opened.`, s3.AbandonedPublishGraceMinutes),
 	Args: usage.Args(cobra.NoArgs),
 	RunE: func(cmd *cobra.Command, _ []string) error {
 		if daemonSocket != "" {

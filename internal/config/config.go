@@ -32,6 +32,9 @@ const (
 	AccelAuto = "auto"
 	AccelKVM  = "kvm"
 	AccelTCG  = "tcg"
+
+	MachineMicrovm = "microvm"
+	MachinePC      = "pc"
 )
 
 // Config is the whole configuration file.
@@ -316,6 +319,8 @@ type QEMUConfig struct {
 	Binary string `toml:"binary"`
 	// Accel is AccelAuto, AccelKVM or AccelTCG.
 	Accel string `toml:"accel"`
+	// Machine is MachineMicrovm or MachinePC.
+	Machine string `toml:"machine"`
 	// Kernel is the guest kernel; empty means the newest /boot/vmlinuz-*.
 	Kernel      string        `toml:"kernel"`
 	MemoryMiB   int64         `toml:"memory_mib"`
@@ -365,7 +370,7 @@ func Default() *Config {
 			Binary: "firecracker", VCPUs: 1, MemoryMiB: 128, StopTimeout: 5 * time.Second, LoadTimeout: 30 * time.Second,
 		},
 		QEMU: QEMUConfig{
-			Binary: "qemu-system-x86_64", Accel: AccelAuto, MemoryMiB: 128, VCPUs: 1, StopTimeout: 5 * time.Second,
+			Binary: "qemu-system-x86_64", Accel: AccelAuto, Machine: MachineMicrovm, MemoryMiB: 128, VCPUs: 1, StopTimeout: 5 * time.Second,
 		},
 		Envd:  EnvdConfig{PollInterval: 5 * time.Millisecond, Timeout: 30 * time.Second},
 		Trust: TrustConfig{TrustedKeys: []string{}},

@@ -148,6 +148,7 @@ func (c *Config) Validate() error {
 		func() error { return positive("firecracker.load_timeout", c.Firecracker.LoadTimeout) },
 		func() error { return nonEmpty("qemu.binary", c.QEMU.Binary) },
 		func() error { return oneOf("qemu.accel", c.QEMU.Accel, AccelAuto, AccelKVM, AccelTCG) },
+		func() error { return oneOf("qemu.machine", c.QEMU.Machine, MachineMicrovm, MachinePC) },
 		func() error { return inRange("qemu.memory_mib", c.QEMU.MemoryMiB, 1, MaxGuestMemoryMiB) },
 		func() error { return inRange("qemu.vcpus", int64(c.QEMU.VCPUs), 1, MaxQEMUVCPUs) },
 		func() error { return positive("qemu.stop_timeout", c.QEMU.StopTimeout) },

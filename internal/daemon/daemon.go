@@ -37,7 +37,9 @@
 //
 // # Start and shutdown
 //
-// At start a socket file left by a crashed daemon is removed, unless a
+// At start the runtime directory is made the daemon user's alone and the
+// socket is created so that no other user can reach it at any instant
+// (socket.go); a socket file left by a crashed daemon is removed, unless a
 // daemon still answers on it (ErrAlreadyRunning); a dead FUSE mount left at
 // [memory] fuse_mount is detached by fusedev.Mount; leftover per-restore
 // directories are removed. Damaged catalog entries are logged, interrupted
@@ -216,7 +218,11 @@ func New(opts Options) (_ *Daemon, err error) {
 		return nil, errors.New("daemon: Config, Repository and VMM are required")
 	}
 	d := newDaemon(opts)
-	// Before anything else: one daemon per runtime directory.
+	// Before anything else: a runtime directory no other user can enter,
+	// and one daemon per runtime directory.
+	if err := privateRuntimeDir(d.cfg.Runtime.Dir, d.log); err != nil {
+		return nil, err
+	}
 	if d.instance, err = lockRuntimeDir(d.cfg.Runtime.Dir); err != nil {
 		return nil, err
 	}
@@ -370,30 +376,18 @@ func (d *Daemon) removeStaleSocket() error {
 	return nil
 }
 
+// listenUnix listens on the API socket: private from its creation, in a
+// directory no other user can replace it in, answering only the daemon's
+// user and root (socket.go).
 func (d *Daemon) listenUnix() error {
-	if err := os.MkdirAll(filepath.Dir(d.socketPath), 0o755); err != nil {
+	if err := checkSocketDir(filepath.Dir(d.socketPath)); err != nil {
 		return err
 	}
-	ln, err := net.Listen("unix", d.socketPath)
+	ln, fi, err := listenPrivate(d.socketPath)
 	if err != nil {
 		return err
 	}
-	ul := ln.(*net.UnixListener)
-	// The socket is removed as the last step of shutdown, not when the
-	// listener closes at the first.
-	ul.SetUnlinkOnClose(false)
-	// Whoever can connect can run VMs: owner only.
-	if err := os.Chmod(d.socketPath, 0o600); err != nil {
-		ln.Close()
-		os.Remove(d.socketPath)
-		return err
-	}
-	if d.socketInfo, err = os.Lstat(d.socketPath); err != nil {
-		ln.Close()
-		os.Remove(d.socketPath)
-		return err
-	}
-	d.ln = ln
+	d.ln, d.socketInfo = newOwnerOnly(ln, os.Geteuid(), d.log), fi
 	return nil
 }
 

@@ -13,3 +13,6 @@ func SetRestoreReadyHook(t testing.TB, hook func(context.Context)) {
 	testHookRestoreReady = hook
 	t.Cleanup(func() { testHookRestoreReady = nil })
 }
+
+// MsgRefusedPeer is logged when a connection from another user is refused.
+const MsgRefusedPeer = msgRefusedPeer

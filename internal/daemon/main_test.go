@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -63,6 +64,9 @@ const (
 	// duration); the daemon then looks again at recordings left to other
 	// holders every half of it.
 	childLeaseTTLEnv = "WARMSTART_DAEMON_TEST_LEASE_TTL"
+	// childUmaskEnv, when set, is the octal umask the child daemon runs
+	// under.
+	childUmaskEnv = "WARMSTART_DAEMON_TEST_UMASK"
 )
 
 // msgRecordingStarted is what the recorder logs as a recording begins.
@@ -78,6 +82,7 @@ func TestMain(m *testing.M) {
 	role.Roles{
 		replay.RoleReplayVMM: replay.ChildMain,
 		roleChildDaemon:      runChild,
+		roleSocketProber:     runSocketProber,
 	}.Dispatch()
 	os.Setenv("GORACE", os.Getenv("GORACE")+" atexit_sleep_ms=0")
 	os.Exit(m.Run())
@@ -103,6 +108,9 @@ type fixtureOptions struct {
 	trace string
 	// trust is the [trust] table, "" for none.
 	trust string
+	// socket is the API socket's path relative to the fixture's
+	// directory; "" is d.sock.
+	socket string
 }
 
 func newFixture(t *testing.T, o fixtureOptions) *fixture {
@@ -168,7 +176,7 @@ driver = "replay"
 trace = %q
 %s
 `, o.recordOnPublish, filepath.Join(f.dir, "store"), filepath.Join(f.dir, "mnt"), filepath.Join(f.dir, "run"),
-		filepath.Join(f.dir, "d.sock"), f.dir, o.trace, o.trust)
+		filepath.Join(f.dir, cmp.Or(o.socket, "d.sock")), f.dir, o.trace, o.trust)
 	f.cfgPath = filepath.Join(f.dir, "warmstart.toml")
 	if err := os.WriteFile(f.cfgPath, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
@@ -405,6 +413,14 @@ func value(mfs map[string]*dto.MetricFamily, name string, labels map[string]stri
 // runChild is a daemon child process: the configuration file named by
 // childConfigEnv, JSON log lines on stderr, SIGTERM shuts it down.
 func runChild() int {
+	if v := os.Getenv(childUmaskEnv); v != "" {
+		mask, err := strconv.ParseUint(v, 8, 32)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		unix.Umask(int(mask))
+	}
 	cfg, err := config.Load(os.Getenv(childConfigEnv))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -48,11 +48,12 @@ func NewVMM(ctx context.Context, cfg *config.Config) (vmm.VMM, error) {
 // NewQEMU builds the qemu driver from [qemu] with its accelerator
 // resolved: "auto" probes the host here, once, rather than inside the
 // first timed restore. A snapshot restores only under the accelerator,
-// memory size and vCPU count it was captured with.
+// machine type, memory size and vCPU count it was captured with.
 func NewQEMU(ctx context.Context, cfg *config.Config) (*qemu.Driver, error) {
 	d, err := qemu.New(qemu.Options{
 		Binary:      cfg.QEMU.Binary,
 		Accel:       cfg.QEMU.Accel,
+		Machine:     cfg.QEMU.Machine,
 		Kernel:      cfg.QEMU.Kernel,
 		MemoryMiB:   int(cfg.QEMU.MemoryMiB),
 		VCPUs:       cfg.QEMU.VCPUs,

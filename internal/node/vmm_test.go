@@ -10,6 +10,7 @@ import (
 
 	"warmstart/internal/config"
 	"warmstart/internal/node"
+	"warmstart/internal/vmm/qemu"
 
 	"golang.org/x/sys/unix"
 )
@@ -65,5 +66,17 @@ func TestWithVMMMarksOnlyFlagMistakes(t *testing.T) {
 func unblockFIFO(fifo string) {
 	if fd, err := unix.Open(fifo, unix.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
 		unix.Close(fd)
+	}
+}
+
+// TestQEMUMachineTypesMatchTheDriver holds [qemu] machine's values to the
+// driver's, which NewQEMU hands them to.
+func TestQEMUMachineTypesMatchTheDriver(t *testing.T) {
+	if config.MachineMicrovm != qemu.MachineMicrovm || config.MachinePC != qemu.MachinePC {
+		t.Fatalf("config machines %q, %q; driver machines %q, %q",
+			config.MachineMicrovm, config.MachinePC, qemu.MachineMicrovm, qemu.MachinePC)
+	}
+	if config.Default().QEMU.Machine != qemu.DefaultMachine {
+		t.Fatalf("default machine %q, the driver's %q", config.Default().QEMU.Machine, qemu.DefaultMachine)
 	}
 }

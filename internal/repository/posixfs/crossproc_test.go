@@ -116,8 +116,15 @@ func TestCrossProcess(t *testing.T) {
 			r := openTemp(t, Options{})
 			return r, r.Root()
 		},
-		AssertGone:         func(t *testing.T, r repository.Repository, id string) { assertGone(t, r.(*Repo), id) },
-		AssertNoLease:      func(t *testing.T, r repository.Repository, id string) { assertNoLease(t, r.(*Repo), id) },
+		AssertGone:    func(t *testing.T, r repository.Repository, id string) { assertGone(t, r.(*Repo), id) },
+		AssertNoLease: func(t *testing.T, r repository.Repository, id string) { assertNoLease(t, r.(*Repo), id) },
+		// A dead publisher's lease lock is free at once: the sweep a
+		// writer's open runs reclaims its directory.
+		Reclaim: func(t *testing.T, r repository.Repository) {
+			if err := r.(*Repo).Sweep(bg()); err != nil {
+				t.Fatal(err)
+			}
+		},
 		AliasRounds:        8,
 		Publishers:         2,
 		AttachDeleteRounds: 15,

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -96,9 +97,10 @@ func ChildMain(role string, open Opener, extra map[string]Role) int {
 }
 
 var sharedRoles = map[string]Role{
-	"publish": childPublish,
-	"attach":  childAttach,
-	"delete":  childDelete,
+	"publish":        childPublish,
+	"publish-midway": childPublishMidway,
+	"attach":         childAttach,
+	"delete":         childDelete,
 }
 
 // childPublish begins a capture, says its id, and publishes the inputs
@@ -111,17 +113,50 @@ func childPublish(ctx context.Context, repo repository.Repository) int {
 	defer lease.End()
 	fmt.Printf("ready %s\n", lease.SnapshotID())
 	WaitBarrier()
-	mem, err := os.Stat(os.Getenv(childMemEnv))
+	req := requestFromEnv()
+	if _, err := os.Stat(req.MemoryPath); err != nil {
+		return Report(err)
+	}
+	_, err = repo.Publish(ctx, lease, req)
+	return Report(err)
+}
+
+// childPublishMidway publishes the inputs the environment names and, once
+// half of the memory is stored, says "ready <id>" and stalls there until
+// it is killed (or its time is up).
+func childPublishMidway(ctx context.Context, repo repository.Repository) int {
+	lease, err := repo.BeginCapture(ctx)
 	if err != nil {
 		return Report(err)
 	}
-	_, err = repo.Publish(ctx, lease, repository.PublishRequest{
+	defer lease.End()
+	req := requestFromEnv()
+	if req.MemoryPath == "" {
+		return Report(errors.New("no memory file given"))
+	}
+	var said sync.Once
+	req.Progress = func(p repository.ImportProgress) {
+		if p.Artifact == repository.MemoryFileName && 2*p.DoneBytes >= p.TotalBytes {
+			said.Do(func() { fmt.Printf("ready %s\n", lease.SnapshotID()) })
+			<-ctx.Done()
+		}
+	}
+	_, err = repo.Publish(ctx, lease, req)
+	return Report(err)
+}
+
+// requestFromEnv is the publish request of the inputs and alias the
+// environment names.
+func requestFromEnv() repository.PublishRequest {
+	req := repository.PublishRequest{
 		VMStatePath: os.Getenv(childVMEnv),
 		MemoryPath:  os.Getenv(childMemEnv),
 		Alias:       os.Getenv(childAliasEnv),
-		Layout:      layout.Single(mem.Size()),
-	})
-	return Report(err)
+	}
+	if mem, err := os.Stat(req.MemoryPath); err == nil {
+		req.Layout = layout.Single(mem.Size())
+	}
+	return req
 }
 
 // childAttach leases the snapshot ChildIDEnv names, says the SHA-256 of

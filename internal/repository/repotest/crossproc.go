@@ -1,7 +1,10 @@
 package repotest
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"syscall"
 	"testing"
 
 	"warmstart/internal/repository"
@@ -19,6 +22,11 @@ type CrossProcess struct {
 	// AssertNoLease, when set, fails t if a lease on id is still held
 	// once every holder has ended it or exited.
 	AssertNoLease func(t *testing.T, repo repository.Repository, id string)
+	// Reclaim runs what reclaims the leftovers of publishers that died
+	// before their record, after the grace the backend gives them (it
+	// is called right after the death); it must leave a publish in
+	// progress alone.
+	Reclaim func(t *testing.T, repo repository.Repository)
 	// AliasRounds publishers race for one alias each round.
 	AliasRounds, Publishers int
 	// AttachDeleteRounds is how often an attach races a delete.
@@ -30,6 +38,8 @@ type CrossProcess struct {
 func RunCrossProcess(t *testing.T, cp CrossProcess) {
 	t.Run("PublishSameAlias", func(t *testing.T) { testProcessesPublishSameAlias(t, cp) })
 	t.Run("AttachRacingDelete", func(t *testing.T) { testAttachRacingDeleteAcrossProcesses(t, cp) })
+	t.Run("FailedPublishLeavesNothing", func(t *testing.T) { testFailedPublishLeavesNothing(t, cp) })
+	t.Run("KilledPublisherReclaimedLiveOneKept", func(t *testing.T) { testKilledPublisherReclaimed(t, cp) })
 }
 
 // testProcessesPublishSameAlias starts processes that publish one alias at
@@ -111,4 +121,73 @@ func testAttachRacingDeleteAcrossProcesses(t *testing.T, cp CrossProcess) {
 		cp.AssertGone(t, r, rec.ID)
 	}
 	t.Logf("attach succeeded %d times, found the snapshot deleted %d times", outcomes[ExitOK], outcomes[ExitNotFound])
+}
+
+// testFailedPublishLeavesNothing fails a publish half way through its
+// memory (its caller gives up): once Publish has returned and the caller
+// has ended its lease, nothing of the snapshot is left in storage, without
+// waiting for any sweep.
+func testFailedPublishLeavesNothing(t *testing.T, cp CrossProcess) {
+	r, _ := cp.Open(t)
+	lease, err := r.BeginCapture(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.End()
+	ctx, cancel := context.WithCancel(bg())
+	defer cancel()
+	req := NewInputs(t, LargeMemoryBytes).Request("failed")
+	req.Progress = func(p repository.ImportProgress) {
+		if p.Artifact == repository.MemoryFileName && 2*p.DoneBytes >= p.TotalBytes {
+			cancel()
+		}
+	}
+	if _, err := r.Publish(ctx, lease, req); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Publish given up half way: %v, want context.Canceled", err)
+	}
+	// The lease is the caller's to end; what the publish wrote is gone.
+	if err := lease.End(); err != nil {
+		t.Fatal(err)
+	}
+	cp.AssertGone(t, r, lease.SnapshotID())
+	_, err = r.ResolveAlias(bg(), "failed")
+	wantErr(t, "alias of the failed publish", err, repository.ErrNotFound)
+}
+
+// testKilledPublisherReclaimed kills a publishing process half way through
+// its memory while this process has a publish of its own stalled half
+// way: the reclaim removes everything of the killed one and nothing of
+// the live one, which then completes and reads back whole.
+func testKilledPublisherReclaimed(t *testing.T, cp CrossProcess) {
+	r, desc := cp.Open(t)
+	live := NewInputs(t, LargeMemoryBytes)
+	lease, err := r.BeginCapture(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.End()
+	stalled := StallPublish(t, r, lease, live.Request("live"))
+	defer stalled.Resume() // before lease.End, which waits for it
+
+	c := StartChild(t, "publish-midway", desc, PublishEnv(NewInputs(t, LargeMemoryBytes), "killed"), nil)
+	killed := c.Ready(t)
+	if err := c.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if _, sig := c.Wait(t); sig != syscall.SIGKILL {
+		t.Fatalf("publisher ended by %v, not SIGKILL: %s", sig, c.Stderr())
+	}
+	cp.Reclaim(t, r)
+	cp.AssertGone(t, r, killed)
+
+	if err := stalled.Wait(); err != nil {
+		t.Fatalf("the live publish after the reclaim: %v", err)
+	}
+	res, err := r.Resolve(bg(), lease.SnapshotID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ResolvedMemorySHA256(t, res); got != live.MemorySHA256 {
+		t.Fatalf("the live publish reads back as %s, want %s", got, live.MemorySHA256)
+	}
 }

@@ -94,9 +94,13 @@ func TestPublishKilledBeforeRecordIsResumed(t *testing.T) {
 }
 
 // TestStoreStoppedMidPublish stops MinIO while a publish uploads its
-// chunks: the publish fails with an error, no record (and so no snapshot)
-// is visible, and once MinIO is back the publish of the same memory
-// succeeds, reusing the chunks that made it before the stop.
+// chunks (issue 27, failure 6: the objects a publish wrote stayed, and
+// their chunk map kept their chunks from collection): the publish fails
+// with an error and goes on trying to remove what it wrote; MinIO comes
+// back while it tries, and once Publish has returned nothing of the
+// snapshot is left, no record (and so no snapshot) is visible, and the
+// publish of the same memory succeeds, reusing the chunks that made it
+// before the stop.
 func TestStoreStoppedMidPublish(t *testing.T) {
 	own := miniotest.Start(t)
 	if err := own.MakeBucket(bg(), testBucket); err != nil {
@@ -112,11 +116,21 @@ func TestStoreStoppedMidPublish(t *testing.T) {
 	}
 	defer lease.End()
 	req := in.Request("")
-	var stopOnce sync.Once
+	var stopOnce, restartOnce sync.Once
 	req.Progress = func(p repository.ImportProgress) {
 		if p.Artifact == repository.MemoryFileName && p.DoneBytes >= 3*testChunkBytes {
 			stopOnce.Do(func() { own.Stop() })
 		}
+	}
+	var failedCleanups int
+	r.cleanupRetry = func(err error) {
+		failedCleanups++
+		restartOnce.Do(func() {
+			t.Logf("cleanup with the store stopped: %v", err)
+			if err := own.Start(); err != nil {
+				t.Error(err)
+			}
+		})
 	}
 	ctx, cancel := context.WithTimeout(bg(), 2*time.Minute)
 	defer cancel()
@@ -125,8 +139,14 @@ func TestStoreStoppedMidPublish(t *testing.T) {
 	} else {
 		t.Logf("publish with the store stopped: %v", err)
 	}
-	if err := own.Start(); err != nil {
+	if failedCleanups == 0 {
+		t.Fatal("the cleanup never found the store stopped: the test stopped it too late")
+	}
+	if err := lease.End(); err != nil {
 		t.Fatal(err)
+	}
+	if left := snapshotKeys(t, r); len(left) != 0 {
+		t.Fatalf("the failed publish left %v", left)
 	}
 	if recs, err := r.List(bg(), repository.Filter{}); err != nil || len(recs) != 0 {
 		t.Fatalf("after the failed publish: List = %v, %v", recs, err)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
@@ -54,16 +55,30 @@ func openChildRepo(ctx context.Context, desc string) (repository.Repository, fun
 func TestCrossProcess(t *testing.T) {
 	repotest.RunCrossProcess(t, repotest.CrossProcess{
 		Open: func(t *testing.T) (repository.Repository, string) {
-			r := openRepo(t)
+			needServer(t)
 			o := testOptions(t, server.Endpoint)
-			o.Prefix = r.keys.prefix
+			// A killed publisher's objects are reclaimed after seconds.
+			o.LeaseTTL, o.AbandonedGrace = time.Second, time.Second
 			desc, err := json.Marshal(o)
 			if err != nil {
 				t.Fatal(err)
 			}
-			return r, string(desc)
+			return openWith(t, o), string(desc)
 		},
-		AssertGone:         func(t *testing.T, r repository.Repository, id string) { assertGone(t, r.(*Repo), id) },
+		AssertGone: func(t *testing.T, r repository.Repository, id string) { assertGone(t, r.(*Repo), id) },
+		Reclaim: func(t *testing.T, repo repository.Repository) {
+			r := repo.(*Repo)
+			died := time.Now()
+			// Time passing is what the reclaim waits for: the grace since
+			// the dead publisher last wrote its lease.
+			waitUntil(t, 30*time.Second, func() bool { return time.Since(died) > r.abandonedGrace+time.Second })
+			if err := r.Sweep(bg()); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.CollectGarbage(bg()); err != nil {
+				t.Fatal(err)
+			}
+		},
 		AliasRounds:        4,
 		Publishers:         3,
 		AttachDeleteRounds: 10,

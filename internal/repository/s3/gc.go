@@ -29,9 +29,10 @@ import (
 //     misses for longer than ChunkGrace after the delete may then fail,
 //     with an error, never wrong bytes).
 //   - A publish racing the collection: chunks it uploads are younger than
-//     ChunkGrace; chunks it found in the bucket older than ChunkGrace/2 it
-//     uploads again, so they too are young until its record (and chunk
-//     map) is written. The collector checks a chunk's age again just
+//     ChunkGrace, and written after it began, which keeps them while its
+//     lease lives however long it takes (leftovers.go); chunks it found in
+//     the bucket older than ChunkGrace/2 it uploads again, so they too are
+//     young until its record (and chunk map) is written. The collector checks a chunk's age again just
 //     before removing it. A re-upload landing between that check and the
 //     DELETE (the store has no conditional DELETE) is caught by the
 //     publish itself: once its chunk map is stored, so that collections
@@ -50,9 +51,10 @@ type GCStats struct {
 	// Chunks is the chunk objects listed, Live those marked.
 	Chunks, Live int
 	// Removed chunks and their bytes; Young unmarked chunks kept for
-	// their grace.
-	Removed, Young int
-	RemovedBytes   int64
+	// their grace, Publishing those kept because they were written since
+	// a publish still in progress began.
+	Removed, Young, Publishing int
+	RemovedBytes               int64
 	// Tombstones removed because their grace had passed.
 	Tombstones int
 	// Stopped says the collection stopped removing chunks when it had run
@@ -84,7 +86,13 @@ func (r *Repo) CollectGarbage(ctx context.Context) (GCStats, error) {
 	if err != nil {
 		return st, fmt.Errorf("collect garbage: %w", err)
 	}
-	if err := r.sweepChunks(ctx, candidates, live, began, &st); err != nil {
+	// Listed after the chunks: a publish that began after this cannot
+	// have written any of them.
+	publishing, inProgress, err := r.liveCapturesSince(ctx)
+	if err != nil {
+		return st, fmt.Errorf("collect garbage: %w", err)
+	}
+	if err := r.sweepChunks(ctx, candidates, live, sweepWindow{began, publishing, inProgress}, &st); err != nil {
 		return st, fmt.Errorf("collect garbage: %w", err)
 	}
 	for _, key := range oldTombs {
@@ -96,19 +104,28 @@ func (r *Repo) CollectGarbage(ctx context.Context) (GCStats, error) {
 	return st, nil
 }
 
-// sweepChunks removes the unmarked candidates older than the grace, until
-// the collection has run for half of CollectorTTL: past that a publish
-// may stop waiting for its marker (collecting.go), and the next
-// collection takes up the rest.
-func (r *Repo) sweepChunks(ctx context.Context, candidates []minio.ObjectInfo, live map[string]bool, began time.Time, st *GCStats) error {
+// sweepWindow is when a collection began and, if a publish is in
+// progress, the time since which chunks may be that publish's.
+type sweepWindow struct {
+	began, publishing time.Time
+	inProgress        bool
+}
+
+// sweepChunks removes the unmarked candidates older than the grace and
+// than every publish in progress, until the collection has run for half
+// of CollectorTTL: past that a publish may stop waiting for its marker
+// (collecting.go), and the next collection takes up the rest.
+func (r *Repo) sweepChunks(ctx context.Context, candidates []minio.ObjectInfo, live map[string]bool, w sweepWindow, st *GCStats) error {
 	for _, o := range candidates {
-		if time.Since(began) > r.collectorTTL/2 {
+		if time.Since(w.began) > r.collectorTTL/2 {
 			st.Stopped = true
 			return nil
 		}
 		switch {
 		case live[o.Key]:
 			st.Live++
+		case w.inProgress && !o.LastModified.Before(w.publishing):
+			st.Publishing++
 		case !r.chunkExpired(ctx, o):
 			st.Young++
 		default:

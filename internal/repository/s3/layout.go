@@ -112,3 +112,17 @@ func (k keys) idFromArtifactsKey(key string) (string, bool) {
 	}
 	return id, true
 }
+
+// idFromLeaseKey returns the id a lease object key stands for, "" for any
+// other key.
+func (k keys) idFromLeaseKey(key string) string {
+	rest, ok := strings.CutPrefix(key, k.prefix+leasesDir)
+	if !ok {
+		return ""
+	}
+	id, _, ok := strings.Cut(rest, "/")
+	if !ok || repository.ValidateID(id) != nil {
+		return ""
+	}
+	return id
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,10 +35,10 @@ import (
 // here. Across nodes, what keeps the catalog right is the conditional
 // writes alone: an attach never recreates a deleted record (If-Match), and
 // of two alias binders one wins (If-None-Match). A lease object cannot
-// tell a crashed publisher from a slow one whose renewals fail, so the
-// artifacts of a snapshot that has no record are reclaimed only once its
-// id (a UUIDv7, which carries its creation time) is older than
-// PublishGrace (see Sweep and Delete).
+// tell a crashed publisher from a slow one whose renewals fail; the
+// reclaim of an abandoned publish therefore revokes its lease object with
+// a conditional write, which the publisher's own conditional writes see,
+// before it removes anything (leftovers.go).
 
 // LeaseTTL is how long after its last write a lease object counts as
 // held. It is compared with the store's Last-Modified on the reader's
@@ -54,6 +55,21 @@ type leaseObject struct {
 	ID     string `json:"id"`
 	Holder string `json:"holder"`
 	Host   string `json:"host,omitempty"`
+}
+
+// leaseHold is this process's side of one lease object: the version last
+// written, which a background renewal and confirmLease replace, each only
+// if the object is still that version.
+type leaseHold struct {
+	key, holder string
+	data        []byte
+
+	mu   sync.Mutex
+	etag string
+	// lost is set once a conditional write found the object changed or
+	// gone: a collector revoked it (leftovers.go), or it expired and was
+	// swept or taken over. No write under the lease may follow.
+	lost bool
 }
 
 // newLease takes a lease on id: in this process, and by its lease
@@ -78,10 +94,11 @@ func (r *Repo) newLeaseAs(ctx context.Context, id, holder, key string, cond putC
 	if err != nil {
 		return nil, fmt.Errorf("write lease %s: %w", id, err)
 	}
+	h := &leaseHold{key: key, holder: holder, data: data, etag: etag}
 	stop, renewed := make(chan struct{}), make(chan struct{})
-	go r.renewLease(key, data, etag, stop, renewed)
+	go r.renewLease(h, stop, renewed)
 	r.leaseMu.Lock()
-	r.liveLeases[id]++
+	r.liveLeases[id] = append(r.liveLeases[id], h)
 	r.leaseMu.Unlock()
 	return repository.NewHeldLease(r, id, func() {
 		close(stop)
@@ -89,16 +106,14 @@ func (r *Repo) newLeaseAs(ctx context.Context, id, holder, key string, cond putC
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
 		_ = r.removeLeaseObject(ctx, key, holder) // left behind, it expires
-		r.leaseEnded(id)
+		r.leaseEnded(id, h)
 	}), nil
 }
 
 // renewLease writes the lease object again every leaseTTL/4 until stop
-// closes, each time only if it is still the version last written (If-Match):
-// a holder whose renewals failed for longer than the TTL may have lost a
-// claim to another node, and must not overwrite it. A failed write is not
-// fatal: three more get their chance before the lease would expire.
-func (r *Repo) renewLease(key string, data []byte, etag string, stop <-chan struct{}, renewed chan<- struct{}) {
+// closes (see rewrite). A failed write is not fatal: three more get their
+// chance before the lease would expire.
+func (r *Repo) renewLease(h *leaseHold, stop <-chan struct{}, renewed chan<- struct{}) {
 	defer close(renewed)
 	tick := time.NewTicker(r.leaseTTL / 4)
 	defer tick.Stop()
@@ -108,16 +123,36 @@ func (r *Repo) renewLease(key string, data []byte, etag string, stop <-chan stru
 			return
 		case <-tick.C:
 			ctx, cancel := context.WithTimeout(context.Background(), r.leaseTTL/4)
-			next, err := r.putSmall(ctx, key, data, putCondition{ifMatch: etag})
+			err := r.rewrite(ctx, h)
 			cancel()
-			switch {
-			case err == nil:
-				etag = next
-			case errors.Is(err, errPrecondition) || errors.Is(err, errGone):
-				return // taken over: the lease has expired for every other node
+			if errors.Is(err, repository.ErrLeaseEnded) {
+				return
 			}
 		}
 	}
+}
+
+// rewrite writes h's lease object again, only if it is still the version
+// last written (If-Match): a holder whose renewals failed for longer than
+// the TTL may have lost a claim to another node, or had a collector revoke
+// its publish as abandoned, and must not overwrite that. It fails with
+// ErrLeaseEnded once that happened.
+func (r *Repo) rewrite(ctx context.Context, h *leaseHold) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lost {
+		return fmt.Errorf("%w: its lease object %s was revoked, taken over or removed", repository.ErrLeaseEnded, h.key)
+	}
+	next, err := r.putSmall(ctx, h.key, h.data, putCondition{ifMatch: h.etag})
+	switch {
+	case err == nil:
+		h.etag = next
+		return nil
+	case errors.Is(err, errPrecondition) || errors.Is(err, errGone):
+		h.lost = true
+		return fmt.Errorf("%w: its lease object %s was revoked, taken over or removed: %w", repository.ErrLeaseEnded, h.key, err)
+	}
+	return err
 }
 
 // removeLeaseObject removes the lease object under key if it is still
@@ -134,19 +169,39 @@ func (r *Repo) removeLeaseObject(ctx context.Context, key, holder string) error 
 	return r.remove(ctx, key)
 }
 
-func (r *Repo) leaseEnded(id string) {
+func (r *Repo) leaseEnded(id string, h *leaseHold) {
 	r.leaseMu.Lock()
 	defer r.leaseMu.Unlock()
-	if r.liveLeases[id]--; r.liveLeases[id] <= 0 {
+	holds := slices.DeleteFunc(r.liveLeases[id], func(o *leaseHold) bool { return o == h })
+	if len(holds) == 0 {
 		delete(r.liveLeases, id)
+		return
 	}
+	r.liveLeases[id] = holds
 }
 
 // leaseLive reports whether this process holds a lease on id.
 func (r *Repo) leaseLive(id string) bool {
 	r.leaseMu.Lock()
 	defer r.leaseMu.Unlock()
-	return r.liveLeases[id] > 0
+	return len(r.liveLeases[id]) > 0
+}
+
+// confirmLease writes a lease this process holds on id again, now (see
+// rewrite): proof, for the next abandoned grace, that no collector has
+// reclaimed the snapshot's objects. It fails with ErrLeaseEnded when that
+// happened, or no lease on id is held here.
+func (r *Repo) confirmLease(ctx context.Context, id string) error {
+	r.leaseMu.Lock()
+	var h *leaseHold
+	if holds := r.liveLeases[id]; len(holds) > 0 {
+		h = holds[0]
+	}
+	r.leaseMu.Unlock()
+	if h == nil {
+		return fmt.Errorf("%w: no lease on %s is held here", repository.ErrLeaseEnded, id)
+	}
+	return r.rewrite(ctx, h)
 }
 
 // leaseObjectsLive reports whether any node holds a lease on id: a lease

@@ -37,9 +37,12 @@
 // (one HEAD per chunk, 8 in parallel), then writes the chunk map, the
 // digest table and, last, the record, which names the memory format
 // (record format 2: memory_format "chunks-v1"). Records of format 1 (one
-// memory.bin object) are still read. A publish killed before its record
-// leaves only chunks, which the next publish of the same bytes reuses and
-// garbage collection (gc.go) removes after ChunkGrace otherwise.
+// memory.bin object) are still read. A publish that fails removes what it
+// wrote under artifacts/ at once; one killed before its record leaves its
+// artifacts, which Sweep reclaims once its lease has gone unrenewed for
+// AbandonedPublishGraceMinutes (leftovers.go), and chunks, which the next
+// publish of the same bytes reuses and garbage collection (gc.go) removes
+// after ChunkGrace otherwise.
 //
 // # Reading memory
 //
@@ -91,13 +94,9 @@ import (
 	"warmstart/internal/repository"
 )
 
-// PublishGrace is how old (by its UUIDv7 time) an id without a record must
-// be before its artifacts count as left by a crashed publish and are
-// reclaimed. A publish that takes longer than this can lose its artifacts.
-const PublishGrace = 24 * time.Hour
-
 // cleanupTimeout bounds the removal of what a failed operation wrote; it
-// runs even when the operation's context was cancelled.
+// runs even when the operation's context was cancelled, and tries again
+// while the store does not answer, up to this long.
 const cleanupTimeout = time.Minute
 
 // Options configure a Repo.
@@ -161,6 +160,9 @@ type Options struct {
 	// SigningKey, when set, signs every record Publish commits
 	// (repository.SignRecord), so a snapshot is visible only signed.
 	SigningKey ed25519.PrivateKey
+	// AbandonedGrace replaces AbandonedPublishGrace when positive; it is
+	// raised to the lease TTL if shorter (see leftovers.go).
+	AbandonedGrace time.Duration
 	// Log receives the node cache's warnings (a damaged block discarded, a
 	// cache too small for what restores read); nil discards them.
 	Log *slog.Logger
@@ -202,7 +204,7 @@ type Repo struct {
 	fill          *filler
 
 	leaseMu    sync.Mutex
-	liveLeases map[string]int
+	liveLeases map[string][]*leaseHold
 	locks      idLocks
 
 	// readOnly refuses changes (Options.ReadOnly); localOnce opens the
@@ -218,9 +220,14 @@ type Repo struct {
 	chunkGrace time.Duration
 	// leaseTTL is LeaseTTL; tests shorten it.
 	leaseTTL time.Duration
+	// abandonedGrace is AbandonedPublishGrace; tests shorten it.
+	abandonedGrace time.Duration
 	// beforeRecord, when a test sets it, runs between binding the alias
 	// and writing the record of a publish.
 	beforeRecord func()
+	// cleanupRetry, when a test sets it, is told of each failed attempt to
+	// remove what a failed publish wrote.
+	cleanupRetry func(error)
 	// beforeAliasCreate, when a test sets it, runs between bindAlias's
 	// check of the quarantine and its exclusive create.
 	beforeAliasCreate func()
@@ -294,7 +301,7 @@ func newRepo(o Options, prefix string, core *minio.Core, counter *countingTransp
 	r := &Repo{
 		core: core, counter: counter, bucket: o.Bucket, keys: keys{prefix},
 		filesDir: filepath.Join(o.CacheDir, "files"), warm: o.Warm, chunkBytes: o.ChunkBytes,
-		liveLeases: make(map[string]int), aliasGrace: AliasBindGrace, chunkGrace: ChunkGrace, leaseTTL: LeaseTTL, collectorTTL: CollectorTTL,
+		liveLeases: make(map[string][]*leaseHold), aliasGrace: AliasBindGrace, chunkGrace: ChunkGrace, leaseTTL: LeaseTTL, collectorTTL: CollectorTTL,
 		readOnly: o.ReadOnly, opts: o,
 	}
 	if r.chunkBytes == 0 {
@@ -306,6 +313,11 @@ func newRepo(o Options, prefix string, core *minio.Core, counter *countingTransp
 	if o.LeaseTTL > 0 {
 		r.leaseTTL = o.LeaseTTL
 	}
+	r.abandonedGrace = AbandonedPublishGrace
+	if o.AbandonedGrace > 0 {
+		r.abandonedGrace = o.AbandonedGrace
+	}
+	r.abandonedGrace = max(r.abandonedGrace, r.leaseTTL)
 	if r.chunkBytes < 4096 || r.chunkBytes > chunkmap.MaxChunkBytes || r.chunkBytes%4096 != 0 {
 		return nil, fmt.Errorf("open s3 repository: %w: chunk size %d is not a multiple of 4096 up to %d",
 			repository.ErrInvalidRequest, r.chunkBytes, chunkmap.MaxChunkBytes)
@@ -417,7 +429,7 @@ func (r *Repo) Publish(ctx context.Context, lz repository.Lease, req repository.
 	return repository.PublishUnderLease(r, lz, func(id string) (repository.Record, error) { return r.publish(ctx, id, req) })
 }
 
-func (r *Repo) publish(ctx context.Context, id string, req repository.PublishRequest) (repository.Record, error) {
+func (r *Repo) publish(ctx context.Context, id string, req repository.PublishRequest) (_ repository.Record, err error) {
 	sizes, err := repository.CheckPublish(req)
 	if err != nil {
 		return repository.Record{}, err
@@ -444,15 +456,9 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 
 	published, aliasBound := false, false
 	defer func() {
-		if published {
-			return
+		if !published {
+			err = r.undoPublish(ctx, id, req.Alias, aliasBound, err)
 		}
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		if aliasBound {
-			_ = r.releaseAlias(cctx, req.Alias, id)
-		}
-		_ = r.removeArtifacts(cctx, id)
 	}()
 	vm, err := r.upload(ctx, id, repository.VMStateFileName, req.VMStatePath, vmSize, nil, req.Progress)
 	if err != nil {
@@ -475,7 +481,7 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	if r.beforeRecord != nil {
 		r.beforeRecord()
 	}
-	if err := r.commitRecord(ctx, rec); err != nil {
+	if err := r.commitUnderLease(ctx, rec); err != nil {
 		return repository.Record{}, err
 	}
 	published = true
@@ -831,27 +837,17 @@ func (r *Repo) deleteUnrecorded(ctx context.Context, id string) error {
 	if err := r.releaseDanglingBindingsOf(ctx, id); err != nil {
 		return err
 	}
-	return r.reclaimUnpublished(ctx, id)
-}
-
-// reclaimUnpublished removes the artifacts of an id that has no record,
-// left by a publish that failed or crashed, unless a publish of it may
-// still be running: a lease on it is live in this process, or the id is
-// younger than PublishGrace (another node may be uploading).
-func (r *Repo) reclaimUnpublished(ctx context.Context, id string) error {
-	if r.leaseLive(id) || !idOlderThan(id, PublishGrace) {
-		return nil
-	}
-	return r.removeArtifacts(ctx, id)
+	return r.reclaimAbandoned(ctx, id)
 }
 
 // Sweep moves damaged records and aliases to the quarantine
-// (quarantine.go) and reclaims the artifacts that crashed publishes left under the
-// prefix: those of ids without a record, once the ids are older than
-// PublishGrace. Run it now and then on one node; it is safe to run
-// concurrently with everything else. (Alias bindings released by failed
-// publishes stay: deleting one could race with a publisher taking it over,
-// and the next publisher of the alias reuses the object.)
+// (quarantine.go) and reclaims the artifacts that crashed publishes left
+// under the prefix: those of ids without a record whose publisher has
+// shown no sign of life for the abandoned grace (leftovers.go). Run it
+// now and then on one node; it is safe to run concurrently with
+// everything else. (Alias bindings released by failed publishes stay:
+// deleting one could race with a publisher taking it over, and the next
+// publisher of the alias reuses the object.)
 func (r *Repo) Sweep(ctx context.Context) error {
 	if err := r.writable(); err != nil {
 		return fmt.Errorf("sweep: %w", err)
@@ -881,6 +877,11 @@ func (r *Repo) Sweep(ctx context.Context) error {
 }
 
 func (r *Repo) sweepOne(ctx context.Context, id string) error {
+	// A publish in progress here holds the id's lock until it returns;
+	// it is nobody's leftover.
+	if r.leaseLive(id) {
+		return nil
+	}
 	unlock := r.locks.lock(id)
 	defer unlock()
 	_, _, err := r.getRecord(ctx, id)
@@ -890,7 +891,7 @@ func (r *Repo) sweepOne(ctx context.Context, id string) error {
 		if q, err := r.exists(ctx, r.keys.quarantinedRecord(id)); err != nil || q {
 			return err
 		}
-		return r.reclaimUnpublished(ctx, id)
+		return r.reclaimAbandoned(ctx, id)
 	case errors.Is(err, repository.ErrIntegrity):
 		return nil // a record, if a broken one: Delete's to decide
 	}

@@ -403,7 +403,7 @@ func idAged(t *testing.T, age time.Duration) string {
 func TestSweepReclaimsOnlyOldUnpublished(t *testing.T) {
 	r := openRepo(t)
 	rec, _ := repotest.Publish(t, r, "kept")
-	old, recent := idAged(t, PublishGrace+time.Hour), idAged(t, time.Minute)
+	old, recent := idAged(t, AbandonedPublishGrace+time.Minute), idAged(t, time.Minute)
 	for _, id := range []string{old, recent} {
 		if err := repository.ValidateID(id); err != nil {
 			t.Fatal(err)

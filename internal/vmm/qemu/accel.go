@@ -83,7 +83,7 @@ func probeKVM(ctx context.Context, binary, kernel string) bool {
 func bootsToReset(ctx context.Context, binary, accel, kernel string, timeout time.Duration) bool {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	args := append(machineArgs(accel, probeMemoryMiB, 1),
+	args := append(machineArgs(accel, MachineMicrovm, probeMemoryMiB, 1),
 		"-kernel", kernel, "-append", "panic=-1 reboot=t quiet")
 	cmd := exec.CommandContext(ctx, binary, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

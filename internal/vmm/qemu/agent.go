@@ -40,7 +40,11 @@ type pong struct {
 	// digest is the agent's digest of its memory state after its resume
 	// work; empty from an agent that predates it.
 	digest string
-	at     time.Time // when the answer was read
+	// random is hex of the bytes the agent drew from the guest kernel's
+	// RNG after it reseeded it, and reseed how that went ("host", "none",
+	// "failed"); both empty from an agent that predates them.
+	random, reseed string
+	at             time.Time // when the answer was read
 }
 
 // agentConn speaks the agent's ping protocol over the guest's serial
@@ -54,10 +58,14 @@ type agentConn struct {
 	// first after a resume and does its resume work before answering, so
 	// each connection, that is each QEMU process, needs its own.
 	prefix string
-	seq    atomic.Uint64
-	pongs  chan pong
-	done   chan struct{} // closed when the reader stops
-	err    error         // why the reader stopped; read after done closes
+	// seeds sends host entropy with every ping (a SEED line before it),
+	// which the agent mixes into the guest's RNG when the ping opens a
+	// series; agents that predate it ignore the line.
+	seeds bool
+	seq   atomic.Uint64
+	pongs chan pong
+	done  chan struct{} // closed when the reader stops
+	err   error         // why the reader stopped; read after done closes
 
 	pingMu sync.Mutex // one ping exchange at a time
 
@@ -65,12 +73,13 @@ type agentConn struct {
 	lines   []string
 }
 
-func newAgentConn(conn net.Conn) *agentConn {
+func newAgentConn(conn net.Conn, seeds bool) *agentConn {
 	var b [4]byte
 	rand.Read(b[:])
 	a := &agentConn{
 		conn:   conn,
 		prefix: hex.EncodeToString(b[:]),
+		seeds:  seeds,
 		pongs:  make(chan pong, pongQueueLen),
 		done:   make(chan struct{}),
 	}
@@ -103,11 +112,12 @@ func (a *agentConn) read() {
 	}
 }
 
-// parsePong reads "PONG <nonce> <token> <uptime_ms> <digest>", and the
-// answer of agents that predate the digest, without it.
+// parsePong reads "PONG <nonce> <token> <uptime_ms> <digest> <random>
+// <reseed>", and the answers of agents that predate the last two, or the
+// last three.
 func parsePong(line string) (pong, bool) {
 	f := strings.Fields(line)
-	if len(f) < 4 || len(f) > 5 || f[0] != "PONG" {
+	if len(f) < 4 || len(f) > 7 || len(f) == 6 || f[0] != "PONG" {
 		return pong{}, false
 	}
 	ms, err := strconv.ParseInt(f[3], 10, 64)
@@ -115,8 +125,11 @@ func parsePong(line string) (pong, bool) {
 		return pong{}, false
 	}
 	p := pong{nonce: f[1], token: f[2], uptime: time.Duration(ms) * time.Millisecond}
-	if len(f) == 5 {
+	if len(f) >= 5 {
 		p.digest = f[4]
+	}
+	if len(f) == 7 {
+		p.random, p.reseed = f[5], f[6]
 	}
 	return p, true
 }
@@ -164,7 +177,7 @@ func (a *agentConn) ping(ctx context.Context, exited <-chan struct{}) (pong, err
 		// The leading newline ends any partial line left in the guest's
 		// input, such as the rest of a ping cut off by a write deadline.
 		a.conn.SetWriteDeadline(time.Now().Add(interval))
-		n, err := a.conn.Write([]byte("\nPING " + nonce + "\n"))
+		n, err := a.conn.Write(a.request(nonce))
 		if n > 0 {
 			sent[nonce] = true
 		}
@@ -193,6 +206,21 @@ func (a *agentConn) ping(ctx context.Context, exited <-chan struct{}) (pong, err
 		}
 		interval = min(2*interval, maxProbeInterval)
 	}
+}
+
+// seedBytes is the host entropy sent with each ping.
+const seedBytes = 32
+
+// request is what one ping writes: the ping, after fresh host entropy for
+// the guest's RNG when the connection sends seeds. One write carries both,
+// so the seed the agent holds when the ping arrives is this ping's.
+func (a *agentConn) request(nonce string) []byte {
+	if !a.seeds {
+		return []byte("\nPING " + nonce + "\n")
+	}
+	seed := make([]byte, seedBytes)
+	rand.Read(seed)
+	return []byte("\nSEED " + hex.EncodeToString(seed) + "\nPING " + nonce + "\n")
 }
 
 func (a *agentConn) close() {

@@ -56,7 +56,7 @@ func (d *Driver) Boot(ctx context.Context, spec BootSpec) (*Machine, error) {
 	if err := createMemoryFile(memPath, d.MemoryBytes()); err != nil {
 		return nil, fmt.Errorf("boot: %w", err)
 	}
-	args := machineArgs(accel, d.opts.MemoryMiB, d.opts.VCPUs)
+	args := machineArgs(accel, d.opts.Machine, d.opts.MemoryMiB, d.opts.VCPUs)
 	args = append(args, memoryArgs(d.opts.MemoryMiB, memPath, true)...)
 	args = append(args, "-kernel", kernel, "-initrd", spec.Initrd, "-append", BootAppend)
 	m, err := d.start(ctx, spec.RuntimeDir, args)

@@ -84,13 +84,15 @@ var (
 const TCGICount = "shift=0,sleep=on"
 
 // machineArgs are the arguments shared by every QEMU the driver starts:
-// a microvm with no firmware option ROMs and no default devices, which
-// exits instead of resetting (a guest panic with reboot=t ends QEMU).
-func machineArgs(accel string, memoryMiB, vcpus int) []string {
-	args := []string{
-		"-M", "microvm,x-option-roms=off,rtc=on",
-		"-accel", accel,
+// a machine with no default devices, which exits instead of resetting (a
+// guest panic with reboot=t ends QEMU); a microvm without firmware option
+// ROMs, a PC with its generation ID device.
+func machineArgs(accel, machine string, memoryMiB, vcpus int) []string {
+	args := []string{"-M", "microvm,x-option-roms=off,rtc=on"}
+	if machine == MachinePC {
+		args = []string{"-M", "pc", "-device", vmgenidDevice}
 	}
+	args = append(args, "-accel", accel)
 	if accel == AccelKVM {
 		args = append(args, "-cpu", "host")
 	} else {
@@ -206,7 +208,7 @@ func (d *Driver) start(ctx context.Context, dir string, args []string) (m *Machi
 	if err != nil {
 		return m, fmt.Errorf("connect serial console: %w", err)
 	}
-	m.agent = newAgentConn(conn)
+	m.agent = newAgentConn(conn, !d.withoutGuestEntropy)
 	if m.mon, err = dialMonitor(ctx, qmpPath); err != nil {
 		return m, err
 	}
@@ -278,14 +280,21 @@ func (m *Machine) Ready() vmm.ReadyInfo {
 // WaitReady pings the agent until it answers a ping sent after the guest
 // was last started or continued. Detail carries the agent's "token", its
 // guest "uptime_ms", the "digest" of its memory state after the resume work
-// it does before its first answer to a new connection (absent from an agent
-// that predates it; see cmd/warmstart-agent) and QEMU's "pid" (for callers
-// that check no VMM outlives its stop). It may be called again to ping a
+// it does before its first answer to a new connection, the "guest_random"
+// bytes it drew from the guest's RNG after reseeding it and how that
+// "reseed" went (absent from agents that predate them; see
+// cmd/warmstart-agent), and QEMU's "pid" (for callers that check no VMM
+// outlives its stop). A guest that says it could not reseed its RNG from
+// the host's entropy is not ready: it would share its RNG state with every
+// other restore of the snapshot. WaitReady may be called again to ping a
 // ready guest.
 func (m *Machine) WaitReady(ctx context.Context) (vmm.ReadyInfo, error) {
 	p, err := m.agent.ping(ctx, m.exited)
 	if err != nil {
 		return vmm.ReadyInfo{}, m.withLog(fmt.Errorf("wait for guest agent: %w", err))
+	}
+	if p.reseed == reseedFailed {
+		return vmm.ReadyInfo{}, m.withLog(fmt.Errorf("wait for guest agent: %w", ErrGuestNotReseeded))
 	}
 	info := vmm.ReadyInfo{
 		Started: m.started,
@@ -298,6 +307,9 @@ func (m *Machine) WaitReady(ctx context.Context) (vmm.ReadyInfo, error) {
 	}
 	if p.digest != "" {
 		info.Detail["digest"] = p.digest
+	}
+	if p.random != "" {
+		info.Detail["guest_random"], info.Detail["reseed"] = p.random, p.reseed
 	}
 	m.readyMu.Lock()
 	m.ready = info

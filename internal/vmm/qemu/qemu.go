@@ -1,5 +1,6 @@
-// Package qemu drives QEMU's microvm machine as warmstart's real guest on
-// hosts where Firecracker cannot run (no usable KVM). It boots a Linux
+// Package qemu drives QEMU's microvm machine (or, for a VM Generation ID,
+// its pc machine) as warmstart's real guest on hosts where Firecracker
+// cannot run (no usable KVM). It boots a Linux
 // kernel with the warmstart-agent initramfs, captures the running guest and
 // restores it with the same memory semantics as Firecracker's File backend:
 //
@@ -19,10 +20,16 @@
 // of the agent's heap and data files, sampled after it walked them on
 // resume, which must equal the captured guest's.
 //
+// Every restore is a machine of its own: restores of one snapshot start
+// with the same guest RNG state, so each ping carries fresh host entropy,
+// which the agent mixes into the guest kernel's RNG and reseeds it from
+// before its first answer after a resume, and on the pc machine each
+// restore gets a fresh VM Generation ID (vmgen.go).
+//
 // A restore needs only the device state and the memory file: the kernel
 // and initramfs are not passed, as on Firecracker. Capture and restore must
-// use the same accelerator, CPU model, memory size and vCPU count; callers
-// should record Driver.Accel with each snapshot. Under TCG the guest's
+// use the same accelerator, machine type, CPU model, memory size and vCPU
+// count; callers should record Driver.Accel with each snapshot. Under TCG the guest's
 // clock counts instructions (TCGICount), which keeps its boot independent
 // of host load.
 //
@@ -69,9 +76,25 @@ const (
 	AccelTCG = "tcg"
 )
 
+// Machine types for Options.Machine.
+const (
+	// MachineMicrovm is QEMU's microvm, the machine closest to
+	// Firecracker's: no PCI, no firmware beyond what Linux needs. Its ACPI
+	// tables carry no VM Generation ID device, so a restored guest learns
+	// that it is a new machine only from the agent's entropy step (see
+	// Machine.WaitReady).
+	MachineMicrovm = "microvm"
+	// MachinePC is the i440FX PC. It boots through SeaBIOS, a few seconds
+	// slower under TCG, and carries QEMU's vmgenid device: each restore
+	// gives the guest a fresh VM Generation ID, on which Linux 5.18 and
+	// later reseed their RNG.
+	MachinePC = "pc"
+)
+
 // Defaults applied by New to zero fields of Options.
 const (
 	DefaultBinary      = "qemu-system-x86_64"
+	DefaultMachine     = MachineMicrovm
 	DefaultMemoryMiB   = 128
 	DefaultVCPUs       = 1
 	DefaultStopTimeout = 5 * time.Second
@@ -104,6 +127,9 @@ type Options struct {
 	Binary string `json:"binary"`
 	// Accel is AccelAuto, AccelKVM or AccelTCG.
 	Accel string `json:"accel"`
+	// Machine is MachineMicrovm or MachinePC. A snapshot restores only on
+	// the machine type it was captured on.
+	Machine string `json:"machine"`
 	// Kernel is the guest kernel for Boot. Empty means the newest
 	// KernelGlob by version. Restore does not use it.
 	Kernel string `json:"kernel"`
@@ -123,10 +149,13 @@ type Options struct {
 	KeepHugePageAdvice bool `json:"keep_huge_page_advice"`
 }
 
-// Driver boots, captures and restores QEMU microvm guests. It is safe for
+// Driver boots, captures and restores QEMU guests. It is safe for
 // concurrent use; each Machine needs its own runtime directory.
 type Driver struct {
 	opts Options
+	// withoutGuestEntropy leaves the host's entropy out of the agent's
+	// pings, so a test sees the generation ID change alone at work.
+	withoutGuestEntropy bool
 }
 
 var _ vmm.VMM = (*Driver)(nil)
@@ -147,6 +176,13 @@ func New(opts Options) (*Driver, error) {
 	case AccelAuto, AccelKVM, AccelTCG:
 	default:
 		return nil, fmt.Errorf("qemu driver: accel %q is not %q, %q or %q", opts.Accel, AccelAuto, AccelKVM, AccelTCG)
+	}
+	switch opts.Machine {
+	case "":
+		opts.Machine = DefaultMachine
+	case MachineMicrovm, MachinePC:
+	default:
+		return nil, fmt.Errorf("qemu driver: machine %q is not %q or %q", opts.Machine, MachineMicrovm, MachinePC)
 	}
 	if opts.MemoryMiB == 0 {
 		opts.MemoryMiB = DefaultMemoryMiB

@@ -55,7 +55,7 @@ func (d *Driver) RestoreMachine(ctx context.Context, spec vmm.RestoreSpec) (m *M
 	// -S keeps the guest paused after the incoming migration, so that cont
 	// is the moment it resumes; -incoming defer waits for the QMP
 	// migrate-incoming, after x-ignore-shared is set on this side too.
-	args := machineArgs(accel, d.opts.MemoryMiB, d.opts.VCPUs)
+	args := machineArgs(accel, d.opts.Machine, d.opts.MemoryMiB, d.opts.VCPUs)
 	args = append(args, memoryArgs(d.opts.MemoryMiB, memPath, false)...)
 	args = append(args, "-S", "-incoming", "defer")
 	m, err = d.start(ctx, spec.RuntimeDir, args)

@@ -79,6 +79,10 @@ func TestParsePong(t *testing.T) {
 	if !ok || p.nonce != "n-1" || p.token != "0123abcd" || p.uptime != 4567*time.Millisecond || p.digest != "00ff00ff00ff00ff" {
 		t.Errorf("parsePong = %+v, %v", p, ok)
 	}
+	p, ok = parsePong("PONG n-1 0123abcd 4567 00ff00ff00ff00ff 0a0b host")
+	if !ok || p.digest != "00ff00ff00ff00ff" || p.random != "0a0b" || p.reseed != "host" {
+		t.Errorf("parsePong with random bytes and reseed = %+v, %v", p, ok)
+	}
 	// The answer of an agent without the digest.
 	p, ok = parsePong("PONG n-1 0123abcd 4567")
 	if !ok || p.nonce != "n-1" || p.token != "0123abcd" || p.uptime != 4567*time.Millisecond || p.digest != "" {
@@ -150,7 +154,7 @@ func fakeGuest(conn net.Conn, token string, pings chan<- string) {
 func TestPingIgnoresNoiseAndStaleAnswers(t *testing.T) {
 	host, guest := socketPair(t)
 	go fakeGuest(guest, "tok", nil)
-	a := newAgentConn(host)
+	a := newAgentConn(host, true)
 	defer a.close()
 	p, err := a.ping(context.Background(), nil)
 	if err != nil {
@@ -169,7 +173,7 @@ func TestPingIgnoresNoiseAndStaleAnswers(t *testing.T) {
 // is pinged again and its answer to any ping of this call counts.
 func TestPingRetriesUntilAnswered(t *testing.T) {
 	host, guest := socketPair(t)
-	a := newAgentConn(host)
+	a := newAgentConn(host, true)
 	defer a.close()
 	// The guest reads two pings without answering, then answers.
 	go func() {
@@ -194,10 +198,66 @@ func TestPingRetriesUntilAnswered(t *testing.T) {
 	}
 }
 
+// TestPingCarriesFreshHostEntropy: every ping is preceded, in the same
+// write, by a SEED line of fresh host entropy for the guest's RNG, unless
+// the connection was made without seeds.
+func TestPingCarriesFreshHostEntropy(t *testing.T) {
+	for _, seeds := range []bool{true, false} {
+		host, guest := socketPair(t)
+		a := newAgentConn(host, seeds)
+		got := make(chan []string, 1)
+		go func() {
+			sc := bufio.NewScanner(guest)
+			var seen []string
+			for sc.Scan() {
+				line := sc.Text()
+				if line == "" {
+					continue
+				}
+				seen = append(seen, line)
+				// Unanswered, the first pings are sent again.
+				if f := strings.Fields(line); len(f) == 2 && f[0] == "PING" && len(seen) >= 4 {
+					select {
+					case got <- seen:
+					default:
+					}
+					guest.Write([]byte("PONG " + f[1] + " tok 1\n"))
+				}
+			}
+		}()
+		if _, err := a.ping(context.Background(), nil); err != nil {
+			t.Fatal(err)
+		}
+		a.close()
+		lines := <-got
+		var seedsSeen []string
+		for i, line := range lines {
+			f := strings.Fields(line)
+			switch {
+			case f[0] == "SEED":
+				if !seeds {
+					t.Fatalf("a connection without seeds sent %q", line)
+				}
+				if len(f) != 2 || len(f[1]) != 2*seedBytes || i+1 >= len(lines) || !strings.HasPrefix(lines[i+1], "PING ") {
+					t.Fatalf("seed line %q is not 32 bytes of hex right before a ping: %q", line, lines)
+				}
+				seedsSeen = append(seedsSeen, f[1])
+			case f[0] == "PING":
+				if seeds && (i == 0 || !strings.HasPrefix(lines[i-1], "SEED ")) {
+					t.Fatalf("ping %q came without a seed: %q", line, lines)
+				}
+			}
+		}
+		if seeds && (len(seedsSeen) < 2 || seedsSeen[0] == seedsSeen[1]) {
+			t.Errorf("seeds %q: want a fresh one with each ping", seedsSeen)
+		}
+	}
+}
+
 func TestPingEnds(t *testing.T) {
 	t.Run("qemu exited", func(t *testing.T) {
 		host, _ := socketPair(t)
-		a := newAgentConn(host)
+		a := newAgentConn(host, true)
 		defer a.close()
 		exited := make(chan struct{})
 		close(exited)
@@ -207,7 +267,7 @@ func TestPingEnds(t *testing.T) {
 	})
 	t.Run("context", func(t *testing.T) {
 		host, _ := socketPair(t)
-		a := newAgentConn(host)
+		a := newAgentConn(host, true)
 		defer a.close()
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
@@ -217,7 +277,7 @@ func TestPingEnds(t *testing.T) {
 	})
 	t.Run("console closed", func(t *testing.T) {
 		host, guest := socketPair(t)
-		a := newAgentConn(host)
+		a := newAgentConn(host, true)
 		defer a.close()
 		guest.Close()
 		if _, err := a.ping(context.Background(), nil); err == nil {
