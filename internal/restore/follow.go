@@ -88,3 +88,62 @@ func (o *deviceObserver) stopFollowing() {
 	defer o.mu.Unlock()
 	o.sub, o.finished = nil, true
 }
+
+// guest is the restore following its guest until ready: the timeline of
+// what the device served, the observer routing its faults to the
+// prefetch task, and when that task ended.
+type guest struct {
+	timeline *startupset.Recorder
+	observer *deviceObserver
+	sub      *prefetch.Subscription
+	// ended is when the task was seen ending; it is set before endedCh
+	// closes.
+	ended   time.Time
+	endedCh chan struct{}
+}
+
+func newGuest(t0 time.Time) *guest {
+	timeline := startupset.NewRecorder(t0)
+	return &guest{timeline: timeline, observer: newDeviceObserver(timeline)}
+}
+
+// follow routes the guest's faults to sub from now on, notes when its task
+// ends, then runs onEnd (possibly nil).
+func (g *guest) follow(sub *prefetch.Subscription, onEnd func()) {
+	g.sub = sub
+	g.observer.startFollowing(sub)
+	g.endedCh = make(chan struct{})
+	go func() {
+		<-sub.Done()
+		g.ended = time.Now()
+		close(g.endedCh)
+		if onEnd != nil {
+			onEnd()
+		}
+	}()
+}
+
+// finish stops following at ready: faults after it are the guest's
+// workload, not its start-up, and the device, which may serve other VMs
+// on, hears of this one no more.
+func (g *guest) finish(dev memdev.Device) {
+	g.observer.stopFollowing()
+	g.timeline.Stop()
+	stopObserving(dev)
+}
+
+// report records, at ready, the task's state and when it ended.
+func (g *guest) report(t0 time.Time, rep *PrefetchReport) {
+	if g.sub == nil {
+		return
+	}
+	select {
+	case <-g.endedCh:
+		rep.EndedAfter = g.ended.Sub(t0)
+	default:
+	}
+	rep.State = g.sub.State().String()
+	if err := g.sub.Err(); err != nil {
+		rep.Reason = err.Error()
+	}
+}

@@ -1,11 +1,7 @@
 package restore
 
 import (
-	"sync"
-	"time"
-
 	"warmstart/internal/manifest"
-	"warmstart/internal/memdev"
 	"warmstart/internal/repository"
 )
 
@@ -63,18 +59,18 @@ type PackSkipper interface {
 
 // notePackSkipped reports, at ready, why the memory source went without
 // its startup pack, if it did: one warning and the prefetch report.
-func (inst *Instance) notePackSkipped(src Source) {
-	s, ok := src.Memory.(PackSkipper)
+func (s *sequence) notePackSkipped() {
+	p, ok := s.src.Memory.(PackSkipper)
 	if !ok {
 		return
 	}
-	err := s.StartupPackSkipped()
+	err := p.StartupPackSkipped()
 	if err == nil {
 		return
 	}
-	inst.Prefetch.StartupPackSkipped = err.Error()
-	if inst.r.Log != nil {
-		inst.r.Log.Warn("startup pack skipped", "snapshot", src.SnapshotID, "err", err)
+	s.inst.Prefetch.StartupPackSkipped = err.Error()
+	if s.r.Log != nil {
+		s.r.Log.Warn("startup pack skipped", "snapshot", s.src.SnapshotID, "err", err)
 	}
 }
 
@@ -90,79 +86,5 @@ type ReadyNotifier interface {
 func noteReady(src Source) {
 	if n, ok := src.Memory.(ReadyNotifier); ok {
 		n.RestoreReady()
-	}
-}
-
-// streamStartup starts streaming the source's startup pack at the very
-// start of a restore that may prefetch. A cold node's floor is the wire
-// time of the startup set, so the wire starts before the device is
-// acquired, the manifest validated and the VMM started; the frames check
-// themselves against their digests, so nothing of that is needed first.
-// If the restore then does not prefetch, run stops it. It reports whether
-// a stream started.
-func (inst *Instance) streamStartup(src Source, opts Options, op memdev.Opener) bool {
-	w, ok := src.Memory.(CacheWarmer)
-	if !ok || !inst.r.meansToPrefetch(src, opts, op) {
-		return false
-	}
-	warm, err := w.StreamStartup()
-	if err != nil {
-		inst.logWarmFailure(src, err)
-		return false
-	}
-	if warm == nil {
-		return false
-	}
-	inst.setWarm(warm)
-	return true
-}
-
-// startCacheWarm starts warming the memory source's cache with m's ranges
-// when the source has a cache and is not streaming its startup set yet. A
-// failure to start only means the device prefetch and the guest fetch on
-// demand.
-func (inst *Instance) startCacheWarm(src Source, m *manifest.Manifest) {
-	w, ok := src.Memory.(CacheWarmer)
-	if !ok || inst.warm != nil {
-		return
-	}
-	warm, err := w.WarmCache(m.Ranges)
-	if err != nil {
-		inst.logWarmFailure(src, err)
-		return
-	}
-	inst.setWarm(warm)
-}
-
-func (inst *Instance) setWarm(w repository.CacheWarm) {
-	inst.warm = w
-	inst.warmStop = sync.OnceFunc(w.Stop)
-}
-
-func (inst *Instance) logWarmFailure(src Source, err error) {
-	if inst.r.Log != nil {
-		inst.r.Log.Warn("cache prefetch not started", "snapshot", src.SnapshotID, "err", err)
-	}
-}
-
-// stopCacheWarm cancels the cache prefetch and waits for its fetches.
-func (inst *Instance) stopCacheWarm() {
-	if inst.warmStop != nil {
-		inst.warmStop()
-	}
-}
-
-// noteStreamArrival records, at ready, when the cache prefetch's first
-// block arrived and when it ended, if it did by then.
-func (inst *Instance) noteStreamArrival(t0 time.Time) {
-	if inst.warm == nil {
-		return
-	}
-	first, ended := inst.warm.Arrival()
-	if !first.IsZero() {
-		inst.Timings.StreamFirstBlock = first.Sub(t0)
-	}
-	if !ended.IsZero() {
-		inst.Timings.StreamEnded = ended.Sub(t0)
 	}
 }
