@@ -16,7 +16,6 @@ import (
 	"warmstart/internal/config"
 	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/fusedev"
-	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/node"
 	"warmstart/internal/pagecache"
 	"warmstart/internal/prefetch"
@@ -223,53 +222,44 @@ func (t *trial) failIf(err error) TrialResult {
 	return t.res
 }
 
-// setUp mounts the trial's device and builds its restorer; the returned
-// function unmounts it.
+// setUp assembles the trial's restorer and its device mounts as a node
+// does (node.OpenRestorer), with the trial's windows and VMM; the returned
+// function unmounts them.
 func (t *trial) setUp() (func() error, error) {
 	var err error
 	if t.mode, t.policy, t.unverified, err = policyOf(t.spec.Condition.Prefetch); err != nil {
 		return nil, err
 	}
-	vm, mountOpts, err := trialVMM(t.spec)
+	vm, err := trialVMM(t.spec)
 	if err != nil {
 		return nil, err
 	}
-	mountOpts.ReadAheadBytes = t.spec.Readaround.ServingBytes
-	srv, err := fusedev.Mount(filepath.Join(t.spec.WorkDir, "mnt"), mountOpts)
-	if err != nil {
-		return nil, err
-	}
-	prefetching, err := t.mountPrefetching(srv, mountOpts)
-	if err != nil {
-		srv.Close()
-		return nil, err
-	}
-	unmount := func() error {
-		if prefetching != nil {
-			prefetching.Close()
-		}
-		return srv.Close()
-	}
-	t.r = &restore.Restorer{
-		Devices: memdev.Devices{fusedev.NewOpener(srv, prefetching), uffd.NewOpener(0)},
+	rs, err := node.OpenRestorer(node.RestorerOptions{
+		VMM:                    vm,
+		RuntimeDir:             t.spec.WorkDir,
+		Mount:                  filepath.Join(t.spec.WorkDir, "mnt"),
+		FUSE:                   fusedev.Options{ReadAheadBytes: t.spec.Readaround.ServingBytes},
+		PrefetchReadAheadBytes: t.prefetchingWindow(),
 		// The engine runs as many readers as the policy was designed for
 		// (config.DefaultPrefetchMaxReaders says why).
-		Engine:     prefetch.NewEngine(prefetch.Options{MaxReaders: max(t.policy.MaxReaders, prefetch.DefaultMaxReaders)}),
-		VMM:        vm,
-		RuntimeDir: t.spec.WorkDir,
+		Engine: prefetch.Options{MaxReaders: max(t.policy.MaxReaders, prefetch.DefaultMaxReaders)},
+	})
+	if err != nil {
+		return nil, err
 	}
+	t.r = rs.Restorer
 	t.base = restore.Options{Device: t.spec.Device, IOEngine: t.spec.IOEngine}
-	return unmount, nil
+	return rs.Close, nil
 }
 
-// mountPrefetching mounts the file device of a trial whose timed restore
-// prefetches as a node does (node.MountPrefetching); nil otherwise.
-func (t *trial) mountPrefetching(serving *fusedev.Server, opts fusedev.Options) (*fusedev.Server, error) {
+// prefetchingWindow is the readaround window of the mount of a trial
+// whose timed restore prefetches on the file device, as a node's; 0 (no
+// such mount) otherwise.
+func (t *trial) prefetchingWindow() int {
 	if t.mode == restore.ModeOff || t.spec.Device != config.DeviceFile {
-		return nil, nil
+		return 0
 	}
-	window := t.spec.Readaround.withDefaults().PrefetchingBytes
-	return node.MountPrefetching(filepath.Join(t.spec.WorkDir, "mnt-prefetching"), serving, opts, window)
+	return t.spec.Readaround.withDefaults().PrefetchingBytes
 }
 
 // track notes the replay VMM a restore ran, so the parent can check that
@@ -389,20 +379,16 @@ func admitted(cache string, r pagecache.Residency) bool {
 	return r.Full()
 }
 
-// trialVMM builds the trial's VMM driver and the options of its FUSE mount.
-func trialVMM(spec TrialSpec) (vmm.VMM, fusedev.Options, error) {
+// trialVMM builds the trial's VMM driver; node.OpenRestorer lets QEMU
+// open the device file for writing, as it does before mapping it private.
+func trialVMM(spec TrialSpec) (vmm.VMM, error) {
 	switch spec.VMM {
 	case "", config.DriverReplay:
-		return &replay.VMM{TracePath: spec.TracePath}, fusedev.Options{}, nil
+		return &replay.VMM{TracePath: spec.TracePath}, nil
 	case config.DriverQEMU:
-		d, err := qemu.New(spec.QEMU)
-		if err != nil {
-			return nil, fusedev.Options{}, err
-		}
-		// QEMU opens the device file read-write before mapping it private.
-		return d, fusedev.Options{AllowWriteOpen: true}, nil
+		return qemu.New(spec.QEMU)
 	}
-	return nil, fusedev.Options{}, fmt.Errorf("trial VMM %q: want %s or %s", spec.VMM, config.DriverReplay, config.DriverQEMU)
+	return nil, fmt.Errorf("trial VMM %q: want %s or %s", spec.VMM, config.DriverReplay, config.DriverQEMU)
 }
 
 // checkRealGuest is a real guest's stand-in for the replay VMM's hash: the

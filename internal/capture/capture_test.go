@@ -22,6 +22,7 @@ import (
 	"warmstart/internal/manifest"
 	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/node"
 	"warmstart/internal/pagecache"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/recorder"
@@ -151,17 +152,16 @@ func (g *guestFixture) build() error {
 		return err
 	}
 	// The recorder runs on its own restorer with a one-page-readahead
-	// tracing mount, which QEMU must be able to open read-write.
-	base := &restore.Restorer{VMM: g.driver, RuntimeDir: run}
-	tr, closeTr, err := recorder.TracingRestorerWith(base, filepath.Join(dir, "trace"), fusedev.Options{AllowWriteOpen: true})
+	// tracing mount, which QEMU can open read-write (node.FUSEOptions).
+	tr, err := node.OpenRestorer(node.TracingOptions(node.RestorerOptions{VMM: g.driver, RuntimeDir: run}, filepath.Join(dir, "trace")))
 	if err != nil {
 		return err
 	}
-	g.closers = append(g.closers, func() { closeTr() })
+	g.closers = append(g.closers, func() { tr.Close() })
 	gated := &gatedRepo{Repository: g.repo, open: make(chan struct{})}
 	// Two traced restores, as a node records by default: the guest's
 	// start-up drifts between them (TestQEMUGuestDrift reports how much).
-	rec := &recorder.Recorder{Repo: gated, Restorer: tr, Device: config.DeviceFile, Timeout: restoreTimeout, Recordings: 2}
+	rec := &recorder.Recorder{Repo: gated, Restorer: tr.Restorer, Device: config.DeviceFile, Timeout: restoreTimeout, Recordings: 2}
 
 	snap, job, err := capture.Publish(ctx, g.repo, rec, capture.Options{
 		Booter:     &capture.QEMU{Driver: g.driver, Initramfs: initramfs.Options{CacheDir: filepath.Join(dir, "initramfs")}},

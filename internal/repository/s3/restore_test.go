@@ -79,12 +79,19 @@ func newWorld(t *testing.T, endpoint string) *world {
 		VMM:        &replay.VMM{},
 		RuntimeDir: filepath.Join(w.dir, "run"),
 	}
-	tr, closeTracing, err := recorder.TracingRestorer(w.restorer, filepath.Join(w.dir, "recmnt"))
+	// The recorder's restorer, as a node assembles it
+	// (node.TracingOptions): its own one-page-window mount and engine.
+	tracing, err := fusedev.Mount(filepath.Join(w.dir, "recmnt"), fusedev.Options{ReadAheadBytes: recorder.TraceReadAheadBytes})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeTracing() })
-	w.tracing = tr
+	t.Cleanup(func() { tracing.Close() })
+	w.tracing = &restore.Restorer{
+		Devices:    restoretest.Devices(tracing, nil),
+		Engine:     prefetch.NewEngine(prefetch.Options{}),
+		VMM:        w.restorer.VMM,
+		RuntimeDir: w.restorer.RuntimeDir,
+	}
 	return w
 }
 

@@ -15,6 +15,7 @@ import (
 	"warmstart/internal/config"
 	"warmstart/internal/manifest"
 	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/node"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
@@ -85,13 +86,13 @@ func newPublishFlow(t *testing.T, d *firecracker.Driver, recordTimeout time.Dura
 	}
 	t.Cleanup(func() { f.serving.Close() })
 	f.restorer = &restore.Restorer{Devices: restoretest.Devices(f.serving, nil), Engine: prefetch.NewEngine(prefetch.Options{}), VMM: d, RuntimeDir: f.run}
-	tr, closeTr, err := recorder.TracingRestorer(f.restorer, f.traceDir)
+	tr, err := node.OpenRestorer(node.TracingOptions(node.RestorerOptions{VMM: d, RuntimeDir: f.run}, f.traceDir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeTr() })
+	t.Cleanup(func() { tr.Close() })
 	f.gate = &gatedRepo{Repository: f.repo, open: make(chan struct{})}
-	f.recorder = &recorder.Recorder{Repo: f.gate, Restorer: tr, Device: config.DeviceFile, Timeout: recordTimeout}
+	f.recorder = &recorder.Recorder{Repo: f.gate, Restorer: tr.Restorer, Device: config.DeviceFile, Timeout: recordTimeout}
 	return f
 }
 
