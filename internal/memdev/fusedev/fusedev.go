@@ -209,38 +209,7 @@ func Mount(dir string, opts Options) (*Server, error) {
 		byName: make(map[string]*generation),
 	}
 	s.root = &rootNode{srv: s}
-	mountFlags := uintptr(syscall.MS_NOSUID | syscall.MS_NODEV)
-	if !opts.AllowWriteOpen {
-		// The VFS then refuses writable opens itself, while a writable
-		// MAP_PRIVATE mapping of a read-only descriptor still works.
-		mountFlags |= syscall.MS_RDONLY
-	}
-	timeout := cacheTimeout
-	var noNegative time.Duration
-	fsOpts := &fs.Options{
-		MountOptions: fuse.MountOptions{
-			FsName:            fsName,
-			Name:              fsName,
-			DirectMountStrict: true,
-			DirectMountFlags:  mountFlags,
-			MaxWrite:          opts.MaxReadBytes,
-			MaxReadAhead:      min(opts.ReadAheadBytes, kernelReadAheadLimitBytes),
-			MaxBackground:     maxBackgroundRequests,
-			DisableXAttrs:     true,
-			// Replies are copied from request buffers; go-fuse's splice
-			// path only pays off for file-descriptor results.
-			DisableSplice:            true,
-			ExplicitDataCacheControl: true,
-			Debug:                    opts.Debug,
-			Logger:                   libraryLogger(opts.Log),
-		},
-		EntryTimeout:    &timeout,
-		AttrTimeout:     &timeout,
-		NegativeTimeout: &noNegative,
-		// Device files take inode numbers from their generation numbers
-		// (generation.ino); keep go-fuse's own numbers clear of them.
-		FirstAutomaticIno: 1 << 62,
-	}
+	fsOpts := mountOptions(opts)
 
 	// go-fuse opens /dev/fuse without O_CLOEXEC on the direct-mount path.
 	// A VMM child that inherited it would keep a dead daemon's mount
@@ -268,6 +237,42 @@ func Mount(dir string, opts Options) (*Server, error) {
 		s.readAheadBytes = ra
 	}
 	return s, nil
+}
+
+// mountOptions are go-fuse's options for a mount with opts.
+func mountOptions(opts Options) *fs.Options {
+	mountFlags := uintptr(syscall.MS_NOSUID | syscall.MS_NODEV)
+	if !opts.AllowWriteOpen {
+		// The VFS then refuses writable opens itself, while a writable
+		// MAP_PRIVATE mapping of a read-only descriptor still works.
+		mountFlags |= syscall.MS_RDONLY
+	}
+	timeout := cacheTimeout
+	var noNegative time.Duration
+	return &fs.Options{
+		MountOptions: fuse.MountOptions{
+			FsName:            fsName,
+			Name:              fsName,
+			DirectMountStrict: true,
+			DirectMountFlags:  mountFlags,
+			MaxWrite:          opts.MaxReadBytes,
+			MaxReadAhead:      min(opts.ReadAheadBytes, kernelReadAheadLimitBytes),
+			MaxBackground:     maxBackgroundRequests,
+			DisableXAttrs:     true,
+			// Replies are copied from request buffers; go-fuse's splice
+			// path only pays off for file-descriptor results.
+			DisableSplice:            true,
+			ExplicitDataCacheControl: true,
+			Debug:                    opts.Debug,
+			Logger:                   libraryLogger(opts.Log),
+		},
+		EntryTimeout:    &timeout,
+		AttrTimeout:     &timeout,
+		NegativeTimeout: &noNegative,
+		// Device files take inode numbers from their generation numbers
+		// (generation.ino); keep go-fuse's own numbers clear of them.
+		FirstAutomaticIno: 1 << 62,
+	}
 }
 
 // Dir is the mount point.

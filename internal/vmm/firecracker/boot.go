@@ -151,16 +151,23 @@ func (d *Driver) bootDefaults(spec BootSpec) (BootSpec, error) {
 	if spec.VsockCID != 0 && spec.VsockCID < minGuestCID {
 		return spec, fmt.Errorf("vsock guest CID %d is below %d", spec.VsockCID, minGuestCID)
 	}
-	ifaces := make([]NetworkInterface, len(spec.NetworkInterfaces))
-	for i, iface := range spec.NetworkInterfaces {
+	ifaces, err := interfaceDefaults(spec.NetworkInterfaces)
+	spec.NetworkInterfaces = ifaces
+	return spec, err
+}
+
+// interfaceDefaults are ifaces, each named after its index when it has
+// no id; one without a host device is refused.
+func interfaceDefaults(ifaces []NetworkInterface) ([]NetworkInterface, error) {
+	out := make([]NetworkInterface, len(ifaces))
+	for i, iface := range ifaces {
 		if iface.HostDevName == "" {
-			return spec, fmt.Errorf("network interface %d has no host device", i)
+			return ifaces, fmt.Errorf("network interface %d has no host device", i)
 		}
 		if iface.IfaceID == "" {
 			iface.IfaceID = fmt.Sprintf("%s%d", defaultIfacePrefix, i)
 		}
-		ifaces[i] = iface
+		out[i] = iface
 	}
-	spec.NetworkInterfaces = ifaces
-	return spec, nil
+	return out, nil
 }

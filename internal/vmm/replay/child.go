@@ -85,6 +85,12 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%w: region %d has %d-byte pages: the File backend maps only %d-byte pages", ErrConfig, i, r.PageSize, trace.PageBytes)
 		}
 	}
+	return c.checkRemove()
+}
+
+// checkRemove checks the remove ranges: the Uffd backend's only, each
+// aligned to the pages of the one region it lies in.
+func (c Config) checkRemove() error {
 	if len(c.Remove) > 0 && c.Backend != vmm.BackendUffd {
 		return fmt.Errorf("%w: remove ranges need the %s backend", ErrConfig, vmm.BackendUffd)
 	}
