@@ -22,6 +22,7 @@ import (
 	"warmstart/internal/layout"
 	"warmstart/internal/memdev"
 	"warmstart/internal/role"
+	"warmstart/internal/vmm/replay"
 )
 
 // The test binary doubles as the consumer process: in role roleConsumer,
@@ -88,7 +89,10 @@ type childResult struct {
 }
 
 func TestMain(m *testing.M) {
-	role.Roles{roleConsumer: func() int { return runChild(os.Getenv(childSpecEnv)) }}.Dispatch()
+	role.Roles{
+		roleConsumer:         func() int { return runChild(os.Getenv(childSpecEnv)) },
+		replay.RoleReplayVMM: replay.ChildMain,
+	}.Dispatch()
 	os.Exit(m.Run())
 }
 

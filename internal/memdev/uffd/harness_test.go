@@ -25,6 +25,7 @@ import (
 	"warmstart/internal/memdev"
 	"warmstart/internal/role"
 	"warmstart/internal/userfaultfd"
+	"warmstart/internal/vmm/replay"
 )
 
 // In role roleVMM the test binary runs as a stand-in VMM, configured by
@@ -40,7 +41,8 @@ const guardTimeout = 30 * time.Second
 
 func TestMain(m *testing.M) {
 	role.Roles{
-		roleVMM: func() int { runChild(os.Getenv(childEnv)); return 0 },
+		roleVMM:              func() int { runChild(os.Getenv(childEnv)); return 0 },
+		replay.RoleReplayVMM: replay.ChildMain,
 	}.Dispatch()
 	os.Exit(m.Run())
 }
