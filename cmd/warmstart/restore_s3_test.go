@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"warmstart/internal/miniotest"
 	"warmstart/internal/synth"
@@ -29,38 +26,20 @@ func TestRestoreUffdOfAnS3Snapshot(t *testing.T) {
 	if err := srv.MakeBucket(context.Background(), bucket); err != nil {
 		t.Fatal(err)
 	}
-	// The uffd socket lies in the verb's runtime directory: keep it short.
-	dir, err := os.MkdirTemp("", "wsu3-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := filepath.Join(dir, "run")
-	t.Cleanup(func() {
-		// A verb killed by a failing test leaves dead mounts behind.
-		for _, m := range mountPointsBelow(t, run) {
-			unix.Unmount(m, unix.MNT_DETACH)
-		}
-		os.RemoveAll(dir)
-	})
-	ref, err := synth.Generate(context.Background(), synth.Options{MemoryBytes: 16 << 20, Seed: 11, Dir: filepath.Join(dir, "ref")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := expectedHash(t, ref)
-	cfg := filepath.Join(dir, "warmstart.toml")
+	// A short root (the uffd socket lies in the verb's runtime
+	// directory), its configuration naming the bucket instead of a store.
+	root := newCLIRoot(t, "wsu3-", 11)
+	want := expectedHash(t, root.ref)
 	text := fmt.Sprintf("[runtime]\ndir = %q\n[snapshot]\nrepository_backend = \"s3\"\n"+
 		"[backend.s3]\nendpoint = %q\nbucket = %q\nregion = \"us-east-1\"\naddressing_style = \"path\"\n"+
 		"access_key_id = %q\nsecret_access_key = %q\ncache_dir = %q\n",
-		run, "http://"+srv.Endpoint, bucket, miniotest.AccessKey, miniotest.SecretKey, filepath.Join(dir, "cache"))
-	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		root.run, "http://"+srv.Endpoint, bucket, miniotest.AccessKey, miniotest.SecretKey, filepath.Join(root.dir, "cache"))
+	if err := os.WriteFile(root.cfg, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	layout, err := os.ReadFile(ref.Layout)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, ref, run := root.cfg, root.ref, root.run
 	if _, _, err := runVerb(t, "--config", cfg, "snapshot", "import", "--vm-state", ref.VMState, "--memory", ref.Memory,
-		"--alias", "remote", "--layout", strings.TrimSpace(string(layout))); err != nil {
+		"--alias", "remote", "--layout", root.layout); err != nil {
 		t.Fatalf("import into S3: %v", err)
 	}
 	for _, device := range []string{"uffd", "file"} {

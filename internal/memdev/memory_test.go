@@ -42,11 +42,11 @@ func writeFile(t *testing.T, data []byte) string {
 	return p
 }
 
-// TestScopeEndsWithItsLastHolder: the reads of a lower shared by two
+// TestGenerationReadsEndWithTheirLastRestore: the reads of a lower shared by two
 // restores go on when one of them leaves, end with the cause of the last
 // one to leave, and a restore joining after that reads under a context of
 // its own.
-func TestScopeEndsWithItsLastHolder(t *testing.T) {
+func TestGenerationReadsEndWithTheirLastRestore(t *testing.T) {
 	s := NewReadScope()
 	s.bind()
 	s.Join()
