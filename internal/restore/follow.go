@@ -25,8 +25,8 @@ type deviceObserver struct {
 	// ready are its workload, not its start-up).
 	sub *prefetch.Subscription
 	// last is the latest demand request before the task was joined: on
-	// the uffd device the guest runs before prefetch starts, and the task
-	// starts where the guest is.
+	// a device the VMM connects to (memdev.Connecter) the guest runs
+	// before prefetch starts, and the task starts where the guest is.
 	last     demandRequest
 	finished bool
 }

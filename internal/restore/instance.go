@@ -20,8 +20,8 @@ type Instance struct {
 	Ready       vmm.ReadyInfo
 	// Trace holds the first touches until ready when Options.Trace was set.
 	Trace []memdev.Touch
-	// Generation is the device's number (memdev.ID.Generation): a shared
-	// file device generation, or one VM's uffd session.
+	// Generation is the device's number (memdev.ID.Generation): a
+	// generation shared by restores, or the number of one VM's own device.
 	Generation uint64
 	// StartupSet accounts for the startup set at ready (startupset).
 	StartupSet startupset.Report

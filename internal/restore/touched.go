@@ -26,8 +26,8 @@ func (s *sequence) touched() refine.Touched {
 // mapped at ready: on a device the VMM maps as a file (memdev.Mapped), the
 // guest's touches of pages that prefetch had already brought in, which
 // the device cannot see. It is nil where that cannot be known: a device
-// the VMM does not map (the uffd device installs pages into the VM's own
-// memory, so every installed page is mapped, touched or not), or a VMM
+// the VMM does not map (one that installs pages into the VM's own memory,
+// where every installed page is mapped, touched or not), or a VMM
 // that is not one host process. A failure is logged and means "unknown",
 // never a failed restore.
 func (h *holdings) touchedAtReady(memoryBytes int64) *residency.Pages {
