@@ -13,7 +13,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
+	"warmstart/internal/agentspec"
 	"warmstart/internal/initramfs"
 )
 
@@ -208,80 +210,230 @@ func TestFailedStepsAnswerWithoutTheirResult(t *testing.T) {
 	}
 }
 
-func TestStartup(t *testing.T) {
-	data := t.TempDir()
-	files := map[string]string{"b.bin": "bravo", "a.conf": "alpha", "sub/c.bin": "charlie"}
+// writeFiles writes files (name to content) under a new directory.
+func writeFiles(t *testing.T, files map[string][]byte) string {
+	t.Helper()
+	dir := t.TempDir()
 	for name, content := range files {
-		p := filepath.Join(data, name)
+		p := filepath.Join(dir, name)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		if err := os.WriteFile(p, content, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return dir
+}
+
+// counterRandom is a stand-in for the guest's RNG: each draw is different.
+func counterRandom() func([]byte) error {
+	var n byte
+	return func(b []byte) error {
+		n++
+		for i := range b {
+			b[i] = n + byte(i)
+		}
+		return nil
+	}
+}
+
+func TestStartup(t *testing.T) {
+	data := writeFiles(t, map[string][]byte{"b.bin": []byte("bravo"), "a.conf": []byte("alpha"), "sub/c.bin": []byte("charlie")})
 	proc := filepath.Join(t.TempDir(), "version")
 	if err := os.WriteFile(proc, []byte("Linux version x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 
-	st, err := startup([]string{proc}, data)
+	st, err := startup(agentspec.Workload{}, []string{proc}, data, counterRandom())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.heap) != heapBytes {
-		t.Errorf("heap is %d bytes, want %d", len(st.heap), heapBytes)
+	// The light start-up: one block of LightHeapMiB, filled.
+	if len(st.heap.objects) != 1 || st.heap.bytes() != agentspec.LightHeapMiB<<20 || st.pool != nil {
+		t.Errorf("light start-up built %d heap objects of %d bytes (pool %v), want one of %d MiB and no pool",
+			len(st.heap.objects), st.heap.bytes(), st.pool != nil, agentspec.LightHeapMiB)
 	}
-	for i := 0; i < len(st.heap); i += 4096 {
-		if st.heap[i] == 0 && st.heap[i+1] == 0 && st.heap[i+2] == 0 && st.heap[i+3] == 0 {
-			t.Fatalf("heap page at %d was not filled", i)
+	for off := range samples(len(st.heap.objects[0])) {
+		if word(st.heap.objects[0], off) == 0 {
+			t.Fatalf("heap word at %d was not filled", off)
 		}
 	}
 	if st.filesRead != 4 || st.bytesRead != int64(len("Linux version x")+len("bravo")+len("alpha")+len("charlie")) {
 		t.Errorf("read %d files, %d bytes", st.filesRead, st.bytesRead)
 	}
-
-	again, err := startup([]string{proc}, data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if again.digest != st.digest {
-		t.Error("digest differs between two runs over the same inputs")
+	if _, err := hex.DecodeString(st.filesDigest); err != nil || len(st.filesDigest) != 2*sha256.Size {
+		t.Errorf("files digest %q is not a hex SHA-256", st.filesDigest)
 	}
 	if err := os.WriteFile(filepath.Join(data, "a.conf"), []byte("changed"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	changed, err := startup([]string{proc}, data)
-	if err != nil {
-		t.Fatal(err)
+	if changed, err := startup(agentspec.Workload{}, []string{proc}, data, counterRandom()); err != nil || changed.filesDigest == st.filesDigest {
+		t.Errorf("files digest ignores the data files (%v)", err)
 	}
-	if changed.digest == st.digest {
-		t.Error("digest ignores the data files")
-	}
-	if _, err := hex.DecodeString(st.digest); err != nil || len(st.digest) != 2*sha256.Size {
-		t.Errorf("digest %q is not a hex SHA-256", st.digest)
-	}
-
-	if _, err := startup([]string{filepath.Join(data, "missing")}, data); err == nil {
+	if _, err := startup(agentspec.Workload{}, []string{filepath.Join(data, "missing")}, data, counterRandom()); err == nil {
 		t.Error("startup ignored a missing /proc file")
 	}
 }
 
-// TestResume: the resume digest is stable while the state is, and moves
-// when any heap page or data file page does.
-func TestResume(t *testing.T) {
-	data := t.TempDir()
+// TestMixedSizesLookLikeARuntimesHeap: the heap's object sizes add up to
+// the heap, stay within the bounds, are mostly small by count and mostly
+// large by bytes, and are the same at every boot.
+func TestMixedSizesLookLikeARuntimesHeap(t *testing.T) {
+	const total = 40 << 20
+	sizes := mixedSizes(total, heapSizeSeed1, heapSizeSeed2)
+	var sum int64
+	small, largeBytes := 0, int64(0)
+	for i, n := range sizes {
+		sum += int64(n)
+		if n%agentspec.WordBytes != 0 || n > agentspec.ObjectMaxBytes || (n < agentspec.ObjectMinBytes && i != len(sizes)-1) {
+			t.Fatalf("object %d is %d bytes", i, n)
+		}
+		if n <= 1<<10 {
+			small++
+		}
+		if n >= 16<<10 {
+			largeBytes += int64(n)
+		}
+	}
+	if sum != total {
+		t.Fatalf("sizes add up to %d, want %d", sum, total)
+	}
+	if 3*small < len(sizes) || 2*largeBytes < total {
+		t.Errorf("%d objects: %d of at most 1 KiB, %d MiB in objects of at least 16 KiB; want a third small by count and half large by bytes",
+			len(sizes), small, largeBytes>>20)
+	}
+	if again := mixedSizes(total, heapSizeSeed1, heapSizeSeed2); !slices.Equal(again, sizes) {
+		t.Error("two boots build different heaps")
+	}
+	t.Logf("a 40 MiB heap: %d objects, %d of at most 1 KiB, %.1f MiB in objects of 16 KiB or more", len(sizes), small, float64(largeBytes)/(1<<20))
+}
+
+// TestHeapWalkTouchesEveryPage: the words a walk reads of each object lie
+// on every page the object spans, wherever the allocator put it.
+func TestHeapWalkTouchesEveryPage(t *testing.T) {
+	st, err := startup(agentspec.Workload{HeapMiB: 2}, nil, t.TempDir(), counterRandom())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, o := range st.heap.objects {
+		base := uintptr(unsafe.Pointer(&o[0]))
+		first, last := base/pageBytes, (base+uintptr(len(o))-1)/pageBytes
+		touched := map[uintptr]bool{}
+		for off := range samples(len(o)) {
+			touched[(base+uintptr(off))/pageBytes] = true
+		}
+		for p := first; p <= last; p++ {
+			if !touched[p] {
+				t.Fatalf("object %d (%d bytes at %#x): page %#x is never read", k, len(o), base, p*pageBytes)
+			}
+		}
+	}
+}
+
+// TestResumeWalksInAFreshOrderWithTheSameDigest: each resume draws a new
+// walk order from the guest's RNG, visits every object, and reports the
+// same digest.
+func TestResumeWalksInAFreshOrderWithTheSameDigest(t *testing.T) {
+	st, err := startup(agentspec.Workload{HeapMiB: 1}, nil, t.TempDir(), counterRandom())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1, err := st.resume()
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := slices.Clone(st.heap.order)
+	d2, err := st.resume()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d1 != d2 {
+		t.Errorf("two resumes report digests %s and %s", d1, d2)
+	}
+	if slices.Equal(first, st.heap.order) {
+		t.Error("two resumes walked the heap in the same order")
+	}
+	sorted := slices.Clone(first)
+	slices.Sort(sorted)
+	for i, k := range sorted {
+		if int(k) != i {
+			t.Fatalf("a resume's order %v is no permutation of the %d objects", first, len(first))
+		}
+	}
+	// The same draw gives the same order: the order is the RNG's, nothing else's.
+	st.random = func(b []byte) error { clear(b); return nil }
+	if _, err := st.resume(); err != nil {
+		t.Fatal(err)
+	}
+	again := slices.Clone(st.heap.order)
+	if _, err := st.resume(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(again, st.heap.order) {
+		t.Error("one draw of the RNG gave two orders")
+	}
+}
+
+// TestDigestDoesNotDependOnTheOrder: the digest of one heap walked in
+// different orders is the same; the walk's sum is a sum.
+func TestDigestDoesNotDependOnTheOrder(t *testing.T) {
+	set := newObjectSet("heap", heapStream, mixedSizes(256<<10, 1, 2))
+	var sums []uint64
+	for seed := range 3 {
+		var s [walkSeedBytes]byte
+		s[0] = byte(seed)
+		sum, err := set.walk(newWalkRand(s), len(set.objects))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sums = append(sums, sum)
+	}
+	if sums[0] != sums[1] || sums[1] != sums[2] {
+		t.Errorf("one heap walked in three orders sums to %x", sums)
+	}
+}
+
+// TestPoolWalksADifferentShareEachResume: each resume walks the pool's
+// fraction of its objects, a different sample each time, and the digest
+// stays the snapshot's.
+func TestPoolWalksADifferentShareEachResume(t *testing.T) {
+	w := agentspec.Workload{HeapMiB: 1, PoolMiB: 3, PoolFraction: 0.25}
+	st, err := startup(w, nil, t.TempDir(), counterRandom())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(st.pool.objects); n != 3<<20/agentspec.PoolObjectBytes || st.poolWalked != n/4 {
+		t.Fatalf("pool of %d objects, %d walked per resume; want %d and a quarter", n, st.poolWalked, 3<<20/agentspec.PoolObjectBytes)
+	}
+	walked := func() []int32 {
+		t.Helper()
+		if _, err := st.resume(); err != nil {
+			t.Fatal(err)
+		}
+		s := slices.Clone(st.pool.order[:st.poolWalked])
+		slices.Sort(s)
+		return s
+	}
+	a, b := walked(), walked()
+	if slices.Equal(a, b) {
+		t.Error("two resumes walked the same objects of the pool")
+	}
+	if len(slices.Compact(slices.Clone(a))) != len(a) {
+		t.Error("a resume walked one pool object twice")
+	}
+}
+
+// TestResumeFailsOnADamagedPage: a page of the heap or of the walked pool
+// whose word is not the pattern's fails the resume and names it; a damaged
+// data file page changes the digest.
+func TestResumeFailsOnADamagedPage(t *testing.T) {
 	big := make([]byte, 3*pageBytes+100) // a tail shorter than a page
 	for i := range big {
 		big[i] = byte(i * 7)
 	}
-	files := map[string][]byte{"a.bin": big, "b.conf": []byte("short")}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(data, name), content, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	st, err := startup(nil, data)
+	data := writeFiles(t, map[string][]byte{"a.bin": big, "b.conf": []byte("short")})
+	st, err := startup(agentspec.Workload{HeapMiB: 1, PoolMiB: 1, PoolFraction: 1}, nil, data, counterRandom())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,33 +444,38 @@ func TestResume(t *testing.T) {
 	if len(d1) != 16 {
 		t.Fatalf("digest %q is not 16 hex digits", d1)
 	}
-	if d2, err := st.resume(); err != nil || d2 != d1 {
-		t.Fatalf("second resume: %q, %v; want %q", d2, err, d1)
+	for _, set := range []*objectSet{st.heap, st.pool} {
+		k := len(set.objects) / 2
+		o := set.objects[k]
+		var offs []int
+		for off := range samples(len(o)) {
+			offs = append(offs, off)
+		}
+		off := offs[len(offs)-1] // the last word, on the object's last page
+		o[off] ^= 1
+		_, err := st.resume()
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%s object %d ", set.name, k)) {
+			t.Errorf("resume over a damaged %s object %d returned %v", set.name, k, err)
+		}
+		o[off] ^= 1
 	}
-	// A heap page whose sampled word differs, as a page served from the
-	// wrong offset would.
-	page := 100
-	off := page*pageBytes + (page%wordsPerPage)*wordBytes
-	st.heap[off] ^= 1
-	if d, _ := st.resume(); d == d1 {
-		t.Error("digest ignores a changed heap page")
-	}
-	st.heap[off] ^= 1
-	// A data file page.
-	changed := append([]byte(nil), big...)
-	changed[pageBytes+wordBytes] ^= 1 // the word page 1 samples
+	changed := slices.Clone(big)
+	changed[pageBytes] ^= 1 // the word page 1 samples
 	if err := os.WriteFile(filepath.Join(data, "a.bin"), changed, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if d, _ := st.resume(); d == d1 {
-		t.Error("digest ignores a changed data file page")
+	if d, err := st.resume(); err != nil || d == d1 {
+		t.Errorf("digest %s (%v) ignores a changed data file page", d, err)
 	}
-	// A data file that outgrew its start-up size.
 	if err := os.WriteFile(filepath.Join(data, "a.bin"), append(big, 0), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.resume(); err == nil {
 		t.Error("resume accepted a data file larger than at start-up")
+	}
+	st.random = func([]byte) error { return errors.New("no entropy") }
+	if _, err := st.resume(); err == nil {
+		t.Error("resume walked without drawing its order")
 	}
 }
 

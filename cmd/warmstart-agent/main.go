@@ -3,15 +3,47 @@
 // Command warmstart-agent is the in-guest agent of warmstart's test guest.
 // It runs as /init (PID 1) of an initramfs that internal/initramfs builds:
 // it mounts /proc, /sys and /dev, does the start-up work a sandbox agent
-// does (fills a few MiB of heap, reads files), draws a random token that
-// lives only in its memory, then answers health pings on the serial console
-// for ever.
+// does (builds its heap, reads files), draws a random token that lives
+// only in its memory, then answers requests on the serial console for
+// ever.
 //
-// Protocol on /dev/ttyS0 (raw mode, one request per line):
+// # Workload
+//
+// What the agent builds at boot and walks at each resume is its workload,
+// read from the kernel command line (/proc/cmdline) so that one binary
+// serves every guest; internal/agentspec defines the parameters, and the
+// host sets them with [qemu] agent_workload:
+//
+//   - warmstart.heap_mib=N: a heap of N MiB of separately allocated
+//     objects of mixed sizes, 64 B to 64 KiB drawn log-uniform (the same
+//     sizes at every boot), filled at boot and walked, every page of every
+//     object, in a fresh random order at each resume. Absent or 0: the
+//     light start-up, one 8 MiB block walked in order (about a 12 MiB
+//     startup set with the files and the kernel's share).
+//   - warmstart.pool_mib=P: beside the heap, a pool of P MiB of 16 KiB
+//     objects, of which each resume walks a different random share: a
+//     guest whose start-up drifts from one restore to the next. Absent or
+//     0: no pool.
+//   - warmstart.pool_fraction=F: that share, in (0, 1]; 1/3 when a pool is
+//     given without it.
+//
+// Each resume's order and pool share are drawn from the guest's RNG after
+// the host's entropy has reseeded it, so two restores of one snapshot walk
+// differently. An invalid parameter stops the agent before it answers.
+//
+// # Protocol
+//
+// On /dev/ttyS0 (raw mode, one request per line, answers in request order):
 //
 //	host:  SEED <entropy>\n          entropy: 32 bytes in hex, optional
 //	host:  PING <nonce>\n            nonce: 1-64 of [0-9A-Za-z_-]
 //	agent: PONG <nonce> <token> <uptime_ms> <digest> <random> <reseed>\n
+//
+//	host:  WRITE <nonce> <key> <n_kib> <seed>\n
+//	agent: WROTE <nonce> <key> <digest>\n
+//	host:  STATE <nonce>\n
+//	agent: STATE <nonce> <key>=<digest> <key>=<digest> ...\n
+//	agent: ERR <nonce> <reason>\n     a WRITE or STATE refused or malformed
 //
 // Every other line is ignored. After a snapshot restore the same process
 // carries on, so an answer carrying the token drawn at first boot proves
@@ -31,10 +63,25 @@
 //     reason is logged on the console).
 //  2. It draws 16 bytes of getrandom(2), reported in hex as random: two
 //     restores of one snapshot that report the same bytes share their RNG.
-//  3. It walks its heap, touching every page, and re-reads its data
-//     files. digest (16 hex digits, or "-" if that work failed) samples one
-//     word of every page of both, so it equals the captured guest's only if
-//     the restored memory is intact.
+//  3. It walks its workload and re-reads its data files. Every word it
+//     reads is checked against the pattern it was filled with; digest (16
+//     hex digits, or "-" if that work failed, the reason logged) sums one
+//     word of every page of the heap and the files, independent of the
+//     walk's order, so it equals the captured guest's only if the restored
+//     memory is intact.
+//
+// WRITE and STATE let a host change the guest's state and read it back, so
+// that a test can prove a snapshot of a running guest kept what it wrote.
+// WRITE makes key (1-64 of [0-9A-Za-z._-]) a buffer of n_kib KiB, filled
+// with pattern stream seed (decimal, see agentspec.Fill), every page
+// written, held for the life of the process; a buffer of the same size is
+// refilled in place. Its digest (agentspec.Digest) is computed by reading
+// the buffer back. STATE reads every buffer again and answers their
+// digests sorted by key, so a guest that lost a page of one answers a
+// different digest. All buffers together are capped at half the guest's
+// memory and 32 keys, and a WRITE that would leave the guest less than
+// 16 MiB available is refused: those answer ERR. Neither request opens a
+// nonce series.
 //
 // See responder.
 //
@@ -51,6 +98,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"warmstart/internal/agentspec"
 )
 
 // serialPath is the guest's first serial port, wired to the host's socket.
@@ -78,22 +127,67 @@ func run() error {
 	}
 	openConsole()
 
-	var err error
-	if state, err = startup(procFiles, dataDir); err != nil {
+	w, err := readWorkload()
+	if err != nil {
+		return err
+	}
+	if state, err = startup(w, procFiles, dataDir, readRandom); err != nil {
 		return fmt.Errorf("start-up work: %w", err)
+	}
+	store, err := newGuestStateStore()
+	if err != nil {
+		return err
 	}
 	var raw [16]byte
 	if _, err := rand.Read(raw[:]); err != nil {
 		return fmt.Errorf("draw token: %w", err)
 	}
 	token := hex.EncodeToString(raw[:])
-	logf("started: %d files, %d bytes read, %d MiB heap, digest %s", state.filesRead, state.bytesRead, len(state.heap)>>20, state.digest)
+	logStarted(state)
 
-	r := &responder{token: token, uptime: uptime, resume: state.resume, reseed: reseedFromHost, draw: drawRandom, logf: logf}
+	r := &responder{token: token, uptime: uptime, resume: state.resume, reseed: reseedFromHost, draw: drawRandom, logf: logf, state: store}
 	for {
 		err := serveSerial(r)
 		logf("serial: %v; reopening", err)
 		time.Sleep(reopenDelay)
+	}
+}
+
+// readWorkload reads the workload from the kernel command line.
+func readWorkload() (agentspec.Workload, error) {
+	cmdline, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		return agentspec.Workload{}, fmt.Errorf("read the workload: %w", err)
+	}
+	w, err := agentspec.FromCmdline(string(cmdline))
+	if err != nil {
+		return agentspec.Workload{}, fmt.Errorf("kernel command line: %w", err)
+	}
+	return w, nil
+}
+
+// newGuestStateStore caps state buffers at a share of the guest's memory.
+func newGuestStateStore() (*stateStore, error) {
+	meminfo, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return nil, fmt.Errorf("size the state store: %w", err)
+	}
+	total, err := meminfoBytes(meminfo, "MemTotal:")
+	if err != nil {
+		return nil, fmt.Errorf("size the state store: %w", err)
+	}
+	return newStateStore(total/agentspec.StateShareOfMemory, memAvailable), nil
+}
+
+func logStarted(st *startupState) {
+	light := ""
+	if st.workload.HeapMiB == 0 {
+		light = " (light start-up)"
+	}
+	logf("started: workload %q%s: heap of %d objects, %d MiB; %d files, %d bytes read, files digest %.16s",
+		st.workload.String(), light, len(st.heap.objects), st.heap.bytes()>>20, st.filesRead, st.bytesRead, st.filesDigest)
+	if st.pool != nil {
+		logf("pool of %d objects, %d MiB, %d walked per resume", len(st.pool.objects), st.pool.bytes()>>20, st.poolWalked)
 	}
 }
 
@@ -208,14 +302,23 @@ func reseedFromHost(seed []byte) error {
 // drawRandom returns randomBytes of getrandom(2) in hex.
 func drawRandom() (string, error) {
 	var b [randomBytes]byte
-	n, err := unix.Getrandom(b[:], 0)
-	if err != nil {
-		return "", fmt.Errorf("getrandom: %w", err)
-	}
-	if n != len(b) {
-		return "", fmt.Errorf("getrandom: %d of %d bytes", n, len(b))
+	if err := readRandom(b[:]); err != nil {
+		return "", err
 	}
 	return hex.EncodeToString(b[:]), nil
+}
+
+// readRandom fills b with getrandom(2): straight from the kernel's CRNG,
+// which the responder reseeds before a resume draws from it.
+func readRandom(b []byte) error {
+	n, err := unix.Getrandom(b, 0)
+	if err != nil {
+		return fmt.Errorf("getrandom: %w", err)
+	}
+	if n != len(b) {
+		return fmt.Errorf("getrandom: %d of %d bytes", n, len(b))
+	}
+	return nil
 }
 
 // uptime is the guest's time since boot, which a restore carries on from

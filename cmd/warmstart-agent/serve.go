@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -22,7 +23,7 @@ const maxNonceBytes = 64
 const seedBytes = 32
 
 // responder answers pings: "PONG <nonce> <token> <uptime_ms> <digest>
-// <random> <reseed>".
+// <random> <reseed>", and the state requests WRITE and STATE (see handle).
 //
 // Before the first answer of a new nonce series it does the resume work:
 // it mixes the host's entropy into the kernel's RNG, draws random bytes
@@ -47,6 +48,8 @@ type responder struct {
 	// logf reports a failed step; the answer then carries "-" for a
 	// digest or random bytes, "failed" for a reseed.
 	logf func(format string, args ...any)
+	// state holds the buffers WRITE makes; nil answers WRITE with ERR.
+	state *stateStore
 
 	series   string // series of the last answered ping
 	digest   string // "" until the first resume
@@ -115,10 +118,9 @@ func nonceSeries(nonce string) string {
 	return nonce
 }
 
-// serve answers health pings read from rw until reading or writing fails.
-// A line "PING <nonce>" is answered by r, a line "SEED <hex>" hands r the
-// entropy for the next ping; every other line is ignored so that console
-// noise, echoes and partial lines cannot confuse the host.
+// serve answers the requests read from rw until reading or writing fails.
+// Each line is handed to r.handle; lines that are no request are ignored,
+// so that console noise, echoes and partial lines cannot confuse the host.
 func serve(rw io.ReadWriter, r *responder) error {
 	br := bufio.NewReaderSize(rw, maxLineBytes)
 	skipping := false // inside an over-long line, until its newline
@@ -135,18 +137,108 @@ func serve(rw io.ReadWriter, r *responder) error {
 			skipping = false
 			continue
 		}
-		if seed, ok := parseSeed(line); ok {
-			r.offer(seed)
-			continue
-		}
-		nonce, ok := parsePing(line)
+		reply, ok := r.handle(line)
 		if !ok {
 			continue
 		}
-		if _, err := io.WriteString(rw, r.answer(nonce)); err != nil {
+		if _, err := io.WriteString(rw, reply); err != nil {
 			return fmt.Errorf("write reply: %w", err)
 		}
 	}
+}
+
+// handle answers one request line: "PING <nonce>" with r.answer, "SEED
+// <hex>" by keeping the entropy for the next ping (no answer), "WRITE" and
+// "STATE" with the state store. ok is false when there is nothing to send.
+func (r *responder) handle(line []byte) (reply string, ok bool) {
+	if seed, ok := parseSeed(line); ok {
+		r.offer(seed)
+		return "", false
+	}
+	if nonce, ok := parsePing(line); ok {
+		return r.answer(nonce), true
+	}
+	req, ok := parseRequest(line)
+	if !ok {
+		return "", false
+	}
+	switch req.verb {
+	case verbWrite:
+		return r.write(req), true
+	case verbState:
+		return r.readState(req), true
+	}
+	return "", false
+}
+
+// State requests.
+const (
+	verbWrite = "WRITE"
+	verbState = "STATE"
+	// usageWrite and usageState are what a malformed request is told.
+	usageWrite = "usage: WRITE <nonce> <key> <n_kib> <seed>"
+	usageState = "usage: STATE <nonce>"
+)
+
+// request is a state request with a well-formed nonce.
+type request struct {
+	verb, nonce string
+	args        []string
+}
+
+// parseRequest reads "<verb> <nonce> <args...>" for the state verbs. A line
+// whose nonce is malformed is no request: there is no nonce to answer.
+func parseRequest(line []byte) (request, bool) {
+	f := strings.Fields(string(bytes.TrimRight(line, "\r\n")))
+	if len(f) < 2 || (f[0] != verbWrite && f[0] != verbState) || !validNonce(f[1]) {
+		return request{}, false
+	}
+	return request{verb: f[0], nonce: f[1], args: f[2:]}, true
+}
+
+// write answers "WRITE <nonce> <key> <n_kib> <seed>": "WROTE <nonce> <key>
+// <digest>", or "ERR <nonce> <reason>".
+func (r *responder) write(req request) string {
+	if len(req.args) != 3 {
+		return errAnswer(req.nonce, usageWrite)
+	}
+	kib, err1 := strconv.ParseInt(req.args[1], 10, 64)
+	seed, err2 := strconv.ParseUint(req.args[2], 10, 64)
+	if err1 != nil || err2 != nil {
+		return errAnswer(req.nonce, usageWrite+" (n_kib and seed are decimal)")
+	}
+	if r.state == nil {
+		return errAnswer(req.nonce, "this agent keeps no state")
+	}
+	digest, err := r.state.write(req.args[0], kib, seed)
+	if err != nil {
+		return errAnswer(req.nonce, err.Error())
+	}
+	return fmt.Sprintf("WROTE %s %s %s\n", req.nonce, req.args[0], digest)
+}
+
+// readState answers "STATE <nonce>": "STATE <nonce> <key>=<digest>...",
+// sorted by key.
+func (r *responder) readState(req request) string {
+	if len(req.args) != 0 {
+		return errAnswer(req.nonce, usageState)
+	}
+	if r.state == nil {
+		return fmt.Sprintf("STATE %s\n", req.nonce)
+	}
+	return strings.Join(append([]string{"STATE", req.nonce}, r.state.digests()...), " ") + "\n"
+}
+
+// maxReasonBytes keeps an ERR answer within one reply line.
+const maxReasonBytes = 512
+
+// errAnswer is "ERR <nonce> <reason>", the reason on one line.
+func errAnswer(nonce, reason string) string {
+	reason = strings.Join(strings.Fields(reason), " ")
+	if len(reason) > maxReasonBytes {
+		reason = reason[:maxReasonBytes]
+	}
+	return fmt.Sprintf("ERR %s %s\n", nonce, reason)
 }
 
 // parsePing returns the nonce of a well-formed ping line.
@@ -158,16 +250,24 @@ func parsePing(line []byte) (string, bool) {
 	if len(line) <= len(prefix) || string(line[:len(prefix)]) != prefix {
 		return "", false
 	}
-	nonce := line[len(prefix):]
-	if len(nonce) > maxNonceBytes {
+	nonce := string(line[len(prefix):])
+	if !validNonce(nonce) {
 		return "", false
 	}
-	for _, c := range nonce {
-		if !isNonceByte(c) {
-			return "", false
+	return nonce, true
+}
+
+// validNonce: 1 to maxNonceBytes of [0-9A-Za-z_-].
+func validNonce(nonce string) bool {
+	if nonce == "" || len(nonce) > maxNonceBytes {
+		return false
+	}
+	for i := 0; i < len(nonce); i++ {
+		if !isNonceByte(nonce[i]) {
+			return false
 		}
 	}
-	return string(nonce), true
+	return true
 }
 
 // parseSeed returns the entropy of a well-formed seed line:

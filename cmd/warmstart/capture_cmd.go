@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/spf13/cobra"
 
+	"warmstart/internal/agentspec"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/local"
 	"warmstart/internal/usage"
@@ -16,6 +19,20 @@ type captureFlags struct {
 	alias  string
 	agent  string
 	asJSON bool
+}
+
+// checkAgentWorkload refuses an --agent-workload no capture can use.
+func (f *captureFlags) checkAgentWorkload() error {
+	if f.vf.agentWorkload == "" {
+		return nil
+	}
+	if f.vf.kind != "qemu" {
+		return errors.New("--agent-workload: only the QEMU test guest's agent has a workload")
+	}
+	if _, err := agentspec.ParseWorkload(f.vf.agentWorkload); err != nil {
+		return fmt.Errorf("--agent-workload: %w", err)
+	}
+	return nil
 }
 
 func init() { rootCmd.AddCommand(newCaptureCmd()) }
@@ -45,13 +62,18 @@ holding the capture lease, as a publish does; this command waits for the
 recording and reports what was attached (a daemon would not wait).
 
 For QEMU the agent is built from the module source with the go tool unless
---agent names a prebuilt binary. A QEMU snapshot restores only under the
+--agent names a prebuilt binary, and --agent-workload (default: [qemu]
+agent_workload) sets what it walks at each resume, e.g.
+heap_mib=40,pool_mib=24,pool_fraction=0.33; the snapshot keeps it. A QEMU snapshot restores only under the
 accelerator, memory size and vCPU count it was captured with: restore it
 with the same [qemu] configuration (the accelerator used is printed; the
 record does not keep it).`,
 		Args: usage.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			if err := local.CheckCapture(f.vf.kind, f.agent, f.alias); err != nil {
+				return usageError{Err: err}
+			}
+			if err := f.checkAgentWorkload(); err != nil {
 				return usageError{Err: err}
 			}
 			// A signal stops the capture; the deferred cleanup runs before
@@ -64,6 +86,7 @@ record does not keep it).`,
 	fl.StringVar(&f.vf.kind, "vmm", "qemu", "VMM driver that boots and captures the guest: qemu or firecracker")
 	fl.StringVar(&f.alias, "alias", "", "bind this alias to the new snapshot")
 	fl.StringVar(&f.agent, "agent", "", "prebuilt warmstart-agent binary for the QEMU guest (default: build it from the module source)")
+	fl.StringVar(&f.vf.agentWorkload, "agent-workload", "", "the QEMU guest agent's resume workload, e.g. heap_mib=40,pool_mib=24,pool_fraction=0.33 (default: [qemu] agent_workload)")
 	fl.BoolVar(&f.asJSON, "json", false, "print the result as JSON")
 	fl.String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
 	return cmd

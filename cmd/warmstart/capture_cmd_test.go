@@ -200,3 +200,34 @@ func benchGuestVerb(t *testing.T, cfg, report, token string) {
 		}
 	}
 }
+
+// TestCaptureAgentWorkloadFlag: --agent-workload is checked before
+// anything starts: malformed, or on a VMM whose guest has no such agent,
+// it is a usage error naming the flag; well-formed, it replaces [qemu]
+// agent_workload, whose bounds (half the guest's memory) then apply.
+func TestCaptureAgentWorkloadFlag(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "ws.toml")
+	conf := "[runtime]\ndir = \"" + filepath.Join(dir, "run") + "\"\n[backend.posix_fs]\nsnapshot_store = \"" + filepath.Join(dir, "store") + "\"\n" +
+		"[qemu]\nbinary = \"" + os.Args[0] + "\"\naccel = \"tcg\"\nagent_workload = \"heap_mib=4\"\n"
+	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"--agent-workload", "heap=4"}, 2, `--agent-workload: invalid agent workload: unknown parameter "heap"`},
+		{[]string{"--agent-workload", "heap_mib=4", "--vmm", "firecracker"}, 2, "--agent-workload: only the QEMU test guest's agent"},
+		{[]string{"--agent-workload", "heap_mib=100"}, 1, "heap_mib=100 takes 100 MiB, more than half of the guest's 128 MiB"},
+	} {
+		r := runCLI(t, append([]string{"--config", cfg, "capture"}, tc.args...)...)
+		if r.code != tc.code || !strings.Contains(r.stderr, tc.says) {
+			t.Errorf("capture %q: exit %d, %q; want %d saying %q", tc.args, r.code, r.stderr, tc.code, tc.says)
+		}
+	}
+	if records, _ := os.ReadDir(filepath.Join(dir, "store", "catalog", "records")); len(records) > 0 {
+		t.Errorf("refused captures published %d records", len(records))
+	}
+}

@@ -16,6 +16,8 @@ type vmmFlags struct {
 	trace string
 	// readOnly opens the repository read-only (restore only reads it).
 	readOnly bool
+	// agentWorkload, when set, overrides [qemu] agent_workload (capture).
+	agentWorkload string
 }
 
 func (f *vmmFlags) register(cmd *cobra.Command) {
@@ -49,6 +51,9 @@ func openSystem(cmd *cobra.Command, vf *vmmFlags) (*node.Node, error) {
 		return nil, err
 	}
 	vf.fromConfig(cmd, cfg)
+	if vf.agentWorkload != "" {
+		cfg.QEMU.AgentWorkload = vf.agentWorkload
+	}
 	if cfg, err = node.WithVMM(cfg, vf.kind, vf.trace); err != nil {
 		if fe := (*node.FlagError)(nil); errors.As(err, &fe) {
 			return nil, usageError{Err: err}

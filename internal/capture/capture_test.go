@@ -125,14 +125,16 @@ func (g *gatedRepo) AttachManifest(ctx context.Context, lease repository.Lease, 
 func captured(t *testing.T) *guestFixture {
 	t.Helper()
 	requireGuest(t)
-	guestOnce.Do(func() { guest.err = guest.build() })
+	guestOnce.Do(func() { guest.err = guest.build(qemu.Options{}) })
 	if guest.err != nil {
 		t.Fatalf("capture the shared guest: %v", guest.err)
 	}
 	return &guest
 }
 
-func (g *guestFixture) build() error {
+// build boots, captures and publishes a guest of a driver with opts, and
+// records its manifest in the background, as the shared guest is.
+func (g *guestFixture) build(opts qemu.Options) error {
 	ctx, cancel := context.WithTimeout(context.Background(), captureTimeout)
 	defer cancel()
 	// A short root keeps socket paths within the Unix limit.
@@ -144,7 +146,7 @@ func (g *guestFixture) build() error {
 	if g.repo, err = posixfs.Open(filepath.Join(dir, "store"), posixfs.Options{}); err != nil {
 		return err
 	}
-	if g.driver, err = qemu.New(qemu.Options{}); err != nil {
+	if g.driver, err = qemu.New(opts); err != nil {
 		return err
 	}
 	run := filepath.Join(dir, "run")

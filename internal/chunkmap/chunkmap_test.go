@@ -166,3 +166,42 @@ func TestStoredBytesBeyond(t *testing.T) {
 		t.Errorf("beyond an empty map: %d bytes, want all %d", got, want)
 	}
 }
+
+func TestListRoundTrip(t *testing.T) {
+	a, b := Sum([]byte("a")), Sum([]byte("b"))
+	got, err := DecodeList(EncodeList([]Digest{a, b, a}))
+	if err != nil || !slices.Equal(got, []Digest{a, b, a}) {
+		t.Fatalf("DecodeList = %v, %v", got, err)
+	}
+	if got, err := DecodeList(EncodeList(nil)); err != nil || len(got) != 0 {
+		t.Fatalf("empty list: %v, %v", got, err)
+	}
+}
+
+func TestReferencedReadsMapsAndLists(t *testing.T) {
+	a, b := Sum([]byte("a")), Sum([]byte("b"))
+	m := Map{ChunkBytes: 4096, Size: 3 * 4096, Chunks: []Chunk{{Digest: a, StoredBytes: 9}, {Zero: true}, {Digest: a, StoredBytes: 9}}}
+	for name, c := range map[string]struct {
+		data []byte
+		want []Digest
+	}{
+		"map":  {m.Encode(), []Digest{a}},
+		"list": {EncodeList([]Digest{b, a, b}), []Digest{b, a}},
+	} {
+		if got, err := Referenced(c.data); err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("%s: Referenced = %v, %v; want %v", name, got, err, c.want)
+		}
+	}
+	list := EncodeList([]Digest{a, b})
+	for name, data := range map[string][]byte{
+		"truncated list": list[:len(list)-1],
+		"long list":      append(bytes.Clone(list), 0),
+		"truncated map":  m.Encode()[:40],
+		"other magic":    append([]byte("WSPACK02"), list[8:]...),
+		"empty":          nil,
+	} {
+		if got, err := Referenced(data); err == nil {
+			t.Errorf("%s: Referenced = %v, want an error", name, got)
+		}
+	}
+}

@@ -326,6 +326,10 @@ type QEMUConfig struct {
 	MemoryMiB   int64         `toml:"memory_mib"`
 	VCPUs       int           `toml:"vcpus"`
 	StopTimeout time.Duration `toml:"stop_timeout"`
+	// AgentWorkload is the test guest agent's resume workload
+	// ("heap_mib=40,pool_mib=24,pool_fraction=0.33"; see
+	// internal/agentspec); empty is its light start-up.
+	AgentWorkload string `toml:"agent_workload"`
 }
 
 // EnvdConfig is [envd]: the in-guest agent whose answer means "ready".

@@ -195,6 +195,8 @@ func TestValidateErrors(t *testing.T) {
 		{"[qemu]\nmemory_mib = -128", "qemu.memory_mib", "-128 out of range"},
 		{"[qemu]\nvcpus = 256", "qemu.vcpus", "256 out of range 1..255"},
 		{"[qemu]\nstop_timeout = \"-1s\"", "qemu.stop_timeout", "-1s is not a positive duration"},
+		{"[qemu]\nagent_workload = \"heap=4\"", "qemu.agent_workload", `unknown parameter "heap"`},
+		{"[qemu]\nagent_workload = \"heap_mib=41,pool_mib=24\"", "qemu.agent_workload", "more than half of the guest's 128 MiB"},
 		{"[envd]\npoll_interval = \"0ms\"", "envd.poll_interval", "is not a positive duration"},
 		{"[envd]\ntimeout = \"0s\"", "envd.timeout", "is not a positive duration"},
 		{"[envd]\npoll_interval = \"1m\"\ntimeout = \"1s\"", "envd.poll_interval", "longer than envd.timeout"},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/minio/minio-go/v7/pkg/s3utils"
 
+	"warmstart/internal/agentspec"
 	"warmstart/internal/trace"
 )
 
@@ -152,6 +153,7 @@ func (c *Config) Validate() error {
 		func() error { return inRange("qemu.memory_mib", c.QEMU.MemoryMiB, 1, MaxGuestMemoryMiB) },
 		func() error { return inRange("qemu.vcpus", int64(c.QEMU.VCPUs), 1, MaxQEMUVCPUs) },
 		func() error { return positive("qemu.stop_timeout", c.QEMU.StopTimeout) },
+		func() error { return agentWorkload("qemu.agent_workload", c.QEMU.AgentWorkload, c.QEMU.MemoryMiB) },
 		func() error { return positive("envd.poll_interval", c.Envd.PollInterval) },
 		func() error { return positive("envd.timeout", c.Envd.Timeout) },
 		func() error {
@@ -191,6 +193,22 @@ func absolutePaths(key string, paths []string) error {
 
 func invalid(key, format string, args ...any) error {
 	return &ConfigError{Key: key, Err: kindError{ErrInvalidValue, fmt.Sprintf(format, args...)}}
+}
+
+// agentWorkload checks a test guest agent's workload, and that it fits a
+// guest of memoryMiB. Empty, the light start-up, is always valid.
+func agentWorkload(key, v string, memoryMiB int64) error {
+	if v == "" {
+		return nil
+	}
+	w, err := agentspec.ParseWorkload(v)
+	if err == nil {
+		err = w.Fits(int(min(memoryMiB, MaxGuestMemoryMiB)))
+	}
+	if err != nil {
+		return invalid(key, "%v", err)
+	}
+	return nil
 }
 
 func inRange(key string, v, lo, hi int64) error {

@@ -26,7 +26,7 @@ func CollectGarbage(ctx context.Context, repo repository.Repository, o report.Ou
 	if err != nil {
 		return fmt.Errorf("snapshot gc: %w", err)
 	}
-	_, err = fmt.Fprintf(o.Out, "%d chunks: %d in use, %d unused but within their grace, %d kept for publishes in progress, %d removed (%d bytes); %d tombstones removed\n",
-		st.Chunks, st.Live, st.Young, st.Publishing, st.Removed, st.RemovedBytes, st.Tombstones)
+	_, err = fmt.Fprintf(o.Out, "%d chunks: %d in use, %d unused but within their grace, %d kept for publishes in progress, %d removed (%d bytes; %d of them left by publishes that never finished); %d tombstones removed\n",
+		st.Chunks, st.Live, st.Young, st.Publishing, st.Removed, st.RemovedBytes, st.Abandoned, st.Tombstones)
 	return err
 }

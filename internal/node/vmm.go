@@ -51,13 +51,14 @@ func NewVMM(ctx context.Context, cfg *config.Config) (vmm.VMM, error) {
 // machine type, memory size and vCPU count it was captured with.
 func NewQEMU(ctx context.Context, cfg *config.Config) (*qemu.Driver, error) {
 	d, err := qemu.New(qemu.Options{
-		Binary:      cfg.QEMU.Binary,
-		Accel:       cfg.QEMU.Accel,
-		Machine:     cfg.QEMU.Machine,
-		Kernel:      cfg.QEMU.Kernel,
-		MemoryMiB:   int(cfg.QEMU.MemoryMiB),
-		VCPUs:       cfg.QEMU.VCPUs,
-		StopTimeout: cfg.QEMU.StopTimeout,
+		Binary:        cfg.QEMU.Binary,
+		Accel:         cfg.QEMU.Accel,
+		Machine:       cfg.QEMU.Machine,
+		Kernel:        cfg.QEMU.Kernel,
+		MemoryMiB:     int(cfg.QEMU.MemoryMiB),
+		VCPUs:         cfg.QEMU.VCPUs,
+		StopTimeout:   cfg.QEMU.StopTimeout,
+		AgentWorkload: cfg.QEMU.AgentWorkload,
 	})
 	if err != nil {
 		return nil, err

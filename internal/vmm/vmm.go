@@ -7,6 +7,7 @@ package vmm
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"warmstart/internal/layout"
@@ -54,6 +55,31 @@ type Resumer interface {
 	// Resume lets the guest run.
 	Resume() error
 }
+
+// StateAgent is implemented by instances whose guest agent keeps named
+// state a caller can change and read back (the QEMU test guest's agent
+// does): the proof that a snapshot of a running guest kept what the guest
+// wrote before it. Call it once the instance is ready.
+type StateAgent interface {
+	// WriteState has the agent make key a buffer of kib KiB filled with a
+	// deterministic pattern from seed, every page written and held for
+	// the life of the guest, and returns its digest as the agent read it
+	// back.
+	WriteState(ctx context.Context, key string, kib int64, seed uint64) (digest string, err error)
+	// State returns every buffer's digest by key, each read again from
+	// guest memory, so a buffer that lost a page reports another digest.
+	State(ctx context.Context) (map[string]string, error)
+}
+
+var (
+	// ErrStateRefused is wrapped by a StateAgent's errors when the agent
+	// refused the request (a malformed key, a size over its cap, too
+	// little guest memory); the error says why.
+	ErrStateRefused = errors.New("guest agent refused the state request")
+	// ErrNoStateAgent is wrapped when the guest's agent does not know
+	// state requests: it was captured with an agent older than them.
+	ErrNoStateAgent = errors.New("guest agent keeps no state")
+)
 
 // Process is implemented by instances that run as one host process: the
 // process that maps guest memory. A restore on the file device reads that

@@ -25,24 +25,29 @@ import (
 // SHA-256 before any byte of it reaches the chunk cache.
 
 const (
-	// publishWorkers bounds the chunks compressed and uploaded at once
-	// (and so the memory a publish holds: workers+1 chunks).
+	// publishWorkers bounds the chunks hashed at once, and those looked
+	// for, compressed and uploaded at once (and so the memory a publish
+	// holds: 2*workers+1 chunks).
 	publishWorkers = 8
 	// chunkFetchConcurrency bounds the chunk GETs one cache run issues.
 	chunkFetchConcurrency = 4
-	// ChunkGrace is how long an unreferenced chunk object lives before
-	// garbage collection may remove it: a publish that found it in the
-	// bucket (and so skipped uploading it) has this long to write the
-	// record that references it.
+	// ChunkGrace is how long after its last write garbage collection
+	// keeps a chunk object that nothing names (no chunk map, journal or
+	// young tombstone) and no list of a publish that never finished
+	// names, and how long a deleted snapshot's tombstone keeps its chunks
+	// (gc.go).
 	ChunkGrace = 6 * time.Hour
 )
 
 // A publish that finds a chunk older than half the chunk grace uploads it
 // again, which renews its modification time, so the chunk is younger than
-// the grace for the rest of the publish. (A server-side copy onto itself
-// would save the upload, but MinIO was seen to keep the old time.)
+// the grace for the rest of the publish: a collection that read the
+// journals before this publish named the chunk keeps it all the same, and
+// the publish's final check (confirmChunks) rarely has one to upload
+// again. (A server-side copy onto itself would save the upload, but MinIO
+// was seen to keep the old time.)
 
-// chunkJob is one chunk read from the memory file, on its way to a worker.
+// chunkJob is one chunk read from the memory file, on its way to a hasher.
 type chunkJob struct {
 	index int
 	data  []byte
@@ -51,7 +56,13 @@ type chunkJob struct {
 // uploadChunked stores the memory file at path as chunks and returns it as
 // stored (size and SHA-256 of the whole file) with its chunk map. digests
 // is fed every byte in order, so the digest table is built in this pass.
-func (r *Repo) uploadChunked(ctx context.Context, path string, size int64, digests io.Writer,
+//
+// It runs as a pipeline: the feeder reads the file in order, hashing it
+// whole and feeding digests; hashers name each chunk (its SHA-256, or
+// zero); the journaler names them in the journal of publish id, in file
+// order (journal.go); workers store the chunks a journal write named,
+// reading again from the file those they upload.
+func (r *Repo) uploadChunked(ctx context.Context, id, path string, size int64, digests io.Writer,
 	progress func(repository.ImportProgress)) (storedArtifact, chunkmap.Map, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -60,38 +71,56 @@ func (r *Repo) uploadChunked(ctx context.Context, path string, size int64, diges
 	defer f.Close()
 	m := chunkmap.Map{ChunkBytes: r.chunkBytes, Size: size}
 	m.Chunks = make([]chunkmap.Chunk, (size+m.ChunkBytes-1)/m.ChunkBytes)
-	// The first failed chunk stops the others; its error is the one
-	// reported, not the cancellation it caused.
+	stored := make([]int64, len(m.Chunks))
+	// The first failure stops every stage; its error is the one reported,
+	// not the cancellation it caused.
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	report := r.chunkProgress(size, progress)
-	jobs := make(chan chunkJob)
-	var wg sync.WaitGroup
+	jobs, hashed, ready := make(chan chunkJob), make(chan int, publishWorkers), make(chan int, 2*journalMaxStep)
+	var hashers, workers sync.WaitGroup
 	for range publishWorkers {
-		wg.Go(func() {
-			for j := range jobs {
-				if err := r.storeChunk(wctx, j.data, &m.Chunks[j.index]); err != nil {
+		hashers.Go(func() { hashChunks(wctx, m, jobs, hashed) })
+		workers.Go(func() {
+			for i := range ready {
+				n, err := r.storeChunk(wctx, f, m, i)
+				if err != nil {
 					cancel(err)
 					continue
 				}
-				report(int64(len(j.data)))
+				stored[i] = n
+				report(m.Length(i))
 			}
 		})
 	}
+	journaled := make(chan struct{})
+	go func() {
+		defer close(journaled)
+		defer close(ready)
+		if err := r.newJournal(id).follow(wctx, m, hashed, ready); err != nil {
+			cancel(err)
+		}
+	}()
 	whole, readErr := feedChunks(wctx, f, m, digests, jobs)
 	close(jobs)
-	wg.Wait()
+	hashers.Wait()
+	close(hashed)
+	<-journaled
+	workers.Wait()
 	if cause := context.Cause(wctx); cause != nil && readErr == nil {
 		readErr = ctxErr(ctx, cause)
 	}
 	if readErr != nil {
 		return storedArtifact{}, chunkmap.Map{}, readErr
 	}
+	for i := range m.Chunks {
+		m.Chunks[i].StoredBytes = stored[i]
+	}
 	return storedArtifact{size: size, sha256: whole}, m, nil
 }
 
 // feedChunks reads the memory file chunk by chunk, hashing it whole and
-// feeding digests, and hands the chunks to the workers. It returns the
+// feeding digests, and hands the chunks to the hashers. It returns the
 // file's SHA-256; a file whose size changed since it was checked is an
 // integrity error.
 func feedChunks(ctx context.Context, f *os.File, m chunkmap.Map, digests io.Writer, jobs chan<- chunkJob) (string, error) {
@@ -121,6 +150,28 @@ func feedChunks(ctx context.Context, f *os.File, m chunkmap.Map, digests io.Writ
 	return hex.EncodeToString(whole.Sum(nil)), nil
 }
 
+// hashChunks describes in m each chunk it takes from jobs (its digest, or
+// zero) and passes its index on to hashed. The chunk's bytes are dropped:
+// a worker that uploads the chunk reads it again.
+func hashChunks(ctx context.Context, m chunkmap.Map, jobs <-chan chunkJob, hashed chan<- int) {
+	for j := range jobs {
+		m.Chunks[j.index] = describeChunk(j.data)
+		select {
+		case hashed <- j.index:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// describeChunk is the map entry of a chunk's bytes, its stored size not
+// known yet.
+func describeChunk(data []byte) chunkmap.Chunk {
+	if chunkmap.IsZero(data) {
+		return chunkmap.Chunk{Zero: true}
+	}
+	return chunkmap.Chunk{Digest: chunkmap.Sum(data)}
+}
+
 func sizeChangedError(want, got int64) error {
 	return &repository.IntegrityError{Artifact: repository.MemoryFileName,
 		Want: strconv.FormatInt(want, 10) + " bytes", Got: strconv.FormatInt(got, 10) + " bytes (changed during publish)"}
@@ -140,31 +191,49 @@ func (r *Repo) chunkProgress(size int64, progress func(repository.ImportProgress
 	}
 }
 
-// storeChunk fills c for data and uploads the chunk unless it is all
-// zeros or the bucket holds it already (uploaded by this or any snapshot).
-func (r *Repo) storeChunk(ctx context.Context, data []byte, c *chunkmap.Chunk) error {
-	if chunkmap.IsZero(data) {
-		*c = chunkmap.Chunk{Zero: true}
-		return nil
+// storeChunk makes sure chunk i of m, read from the memory file f, is in
+// the bucket: found there (uploaded by this or any snapshot), or uploaded
+// now. It returns the size of its object; an all-zero chunk has none.
+func (r *Repo) storeChunk(ctx context.Context, f *os.File, m chunkmap.Map, i int) (int64, error) {
+	c := m.Chunks[i]
+	if c.Zero {
+		return 0, nil
 	}
-	c.Digest = chunkmap.Sum(data)
 	key := r.keys.chunk(c.Digest)
 	info, err := r.core.StatObject(ctx, r.bucket, key, minio.StatObjectOptions{})
 	switch {
 	case err == nil && time.Since(info.LastModified) < r.chunkGrace/2:
-		c.StoredBytes = info.Size
 		r.chunksSkipped.Add(1)
-		return nil
+		return info.Size, nil
 	case err != nil && !isNotFound(err):
-		return ctxErr(ctx, fmt.Errorf("stat %s: %w", key, err))
+		return 0, ctxErr(ctx, fmt.Errorf("stat %s: %w", key, err))
+	}
+	return r.uploadChunk(ctx, f, m, i)
+}
+
+// uploadChunk reads chunk i of m from the memory file f and uploads it
+// under its digest, returning the stored size. Bytes that no longer hash
+// to the digest the feeder found mean the file changed under the publish.
+func (r *Repo) uploadChunk(ctx context.Context, f *os.File, m chunkmap.Map, i int) (int64, error) {
+	c := m.Chunks[i]
+	data := make([]byte, m.Length(i))
+	n, err := f.ReadAt(data, int64(i)*m.ChunkBytes)
+	switch {
+	case n < len(data) && errors.Is(err, io.EOF):
+		return 0, sizeChangedError(m.Size, int64(i)*m.ChunkBytes+int64(n))
+	case err != nil && n < len(data):
+		return 0, fmt.Errorf("read %s: %w", f.Name(), err)
+	case chunkmap.Sum(data) != c.Digest:
+		return 0, &repository.IntegrityError{Artifact: repository.MemoryFileName,
+			Want: fmt.Sprintf("chunk %d as hashed, %s", i, c.Digest), Got: "other bytes (changed during publish)"}
 	}
 	stored := chunkmap.Compress(data)
-	c.StoredBytes = int64(len(stored))
+	key := r.keys.chunk(c.Digest)
 	if _, err := r.core.PutObject(ctx, r.bucket, key, bytes.NewReader(stored), int64(len(stored)), "", sha256Hex(stored),
 		minio.PutObjectOptions{ContentType: "application/zstd"}); err != nil {
-		return ctxErr(ctx, r.integrityOr(repository.MemoryFileName, fmt.Errorf("upload %s: %w", key, err)))
+		return 0, ctxErr(ctx, r.integrityOr(repository.MemoryFileName, fmt.Errorf("upload %s: %w", key, err)))
 	}
-	return nil
+	return int64(len(stored)), nil
 }
 
 // fetchChunk returns chunk c's length bytes: zeros without a request for a
@@ -275,17 +344,8 @@ func (r *Repo) confirmChunks(ctx context.Context, path string, m chunkmap.Map) e
 		if !isNotFound(err) {
 			return ctxErr(ctx, fmt.Errorf("stat %s: %w", key, err))
 		}
-		data := make([]byte, m.Length(i))
-		if _, err := f.ReadAt(data, int64(i)*m.ChunkBytes); err != nil {
-			return fmt.Errorf("read %s: %w", path, err)
-		}
-		if chunkmap.Sum(data) != c.Digest {
-			return sizeChangedError(m.Size, m.Size) // the file changed under the publish
-		}
-		stored := chunkmap.Compress(data)
-		if _, err := r.core.PutObject(ctx, r.bucket, key, bytes.NewReader(stored), int64(len(stored)), "", sha256Hex(stored),
-			minio.PutObjectOptions{ContentType: "application/zstd"}); err != nil {
-			return ctxErr(ctx, fmt.Errorf("upload %s: %w", key, err))
+		if _, err := r.uploadChunk(ctx, f, m, i); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -54,13 +54,14 @@ func chunkyRepo(t *testing.T, prefix string) *Repo {
 
 // snapshotKeys are the keys under r's prefix that belong to snapshots:
 // all but the shared chunks (garbage collection removes them, not delete
-// or a failed publish) and deletion tombstones (which keep chunks for
-// restores in progress).
+// or a failed publish), deletion tombstones (which keep chunks for
+// restores in progress) and the lists of chunks publishes that never
+// finished left (which the next collection reads).
 func snapshotKeys(t *testing.T, r *Repo) []string {
 	t.Helper()
 	var out []string
 	for _, k := range keysUnder(t, r) {
-		if !strings.HasPrefix(k, chunksDir) && !strings.HasPrefix(k, tombstonesDir) {
+		if !strings.HasPrefix(k, chunksDir) && !strings.HasPrefix(k, tombstonesDir) && !strings.HasPrefix(k, abandonedDir) {
 			out = append(out, k)
 		}
 	}

@@ -2,7 +2,10 @@ package s3
 
 import (
 	"context"
+	"errors"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -188,6 +191,17 @@ func TestCollectWhileAnotherNodePublishes(t *testing.T) {
 // gone and upload it again: its snapshot reads back whole.
 func TestPublishWaitsForACollectionThatMissedItsMap(t *testing.T) {
 	nodeA, nodeB, _, inY := twoNodesAfterDelete(t, 16)
+	_, y := collectRacingAPublish(t, nodeA, nodeB, inY)
+	readsBack(t, nodeA.keys.prefix, y.ID, inY.MemorySHA256)
+}
+
+// collectRacingAPublish collects garbage on nodeA; right before the
+// collection removes a chunk of inY's memory, nodeB publishes inY, and the
+// removal waits until that publish waits for the collection (or, without
+// that wait, has ended). It returns the collection's stats and the
+// publish's record.
+func collectRacingAPublish(t *testing.T, nodeA, nodeB *Repo, inY repotest.Inputs) (GCStats, repository.Record) {
+	t.Helper()
 	shared := keysOfMemory(t, nodeA, inY.MemoryPath)
 	waiting := make(chan struct{})
 	var waitOnce sync.Once
@@ -211,9 +225,86 @@ func TestPublishWaitsForACollectionThatMissedItsMap(t *testing.T) {
 			}
 		})
 	}
-	if _, err := nodeA.CollectGarbage(bg()); err != nil {
+	st, err := nodeA.CollectGarbage(bg())
+	if err != nil {
 		t.Fatal(err)
 	}
-	y := <-published
+	return st, <-published
+}
+
+// failPublish publishes in on r and makes it fail right before its record
+// (the context is cancelled): its chunks stay, listed as abandoned.
+func failPublish(t *testing.T, r *Repo, in repotest.Inputs) {
+	t.Helper()
+	lease, err := r.BeginCapture(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.End()
+	ctx, cancel := context.WithCancel(bg())
+	defer cancel()
+	r.beforeRecord = cancel
+	_, err = r.Publish(ctx, lease, in.Request(""))
+	r.beforeRecord = nil
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("publish: %v, want context.Canceled", err)
+	}
+}
+
+// TestFailedPublishesChunksGoAtTheNextCollection: a publish that failed
+// before its record leaves its chunks, and the next collection removes
+// those no snapshot holds at once, under the default chunk grace, while
+// those a published snapshot shares stay and it still reads right.
+func TestFailedPublishesChunksGoAtTheNextCollection(t *testing.T) {
+	r := chunkyRepo(t, "")
+	inA := chunkyInputs(t, 81)
+	a, _ := repotest.PublishInputs(t, r, inA, "")
+	inB := sharingInputs(t, inA, 82)
+	failPublish(t, r, inB)
+	onlyB := map[string]bool{}
+	for _, k := range chunkKeysOf(t, r, inB.MemoryPath) {
+		onlyB[k] = true
+	}
+	ofA := chunkKeysOf(t, r, inA.MemoryPath)
+	for _, k := range ofA {
+		delete(onlyB, k)
+	}
+	if got := len(present(t, r, slices.Collect(maps.Keys(onlyB)))); got != len(onlyB) {
+		t.Fatalf("the failed publish stored %d of its %d own chunks: the test needs all", got, len(onlyB))
+	}
+	st, err := r.CollectGarbage(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("collection: %+v", st)
+	if got := present(t, r, slices.Collect(maps.Keys(onlyB))); len(got) != 0 || st.Abandoned != len(onlyB) {
+		t.Fatalf("the failed publish's own chunks left: %v (%d removed as abandoned, want %d)", got, st.Abandoned, len(onlyB))
+	}
+	if got := present(t, r, ofA); !slices.Equal(got, ofA) {
+		t.Fatalf("of the published snapshot's chunks %v, %v stayed", ofA, got)
+	}
+	readsBack(t, r.keys.prefix, a.ID, inA.MemorySHA256)
+}
+
+// TestPublishReusingAnAbandonedChunkWaitsForTheCollection: a collection
+// has read the journals and is about to remove a chunk a failed publish
+// left; meanwhile another node publishes a snapshot holding that chunk,
+// names it in its journal (too late for this collection), finds it in the
+// bucket and stores its map. The publish must wait for the collection
+// before its record, then find the chunk gone and upload it again: its
+// snapshot reads back whole.
+func TestPublishReusingAnAbandonedChunkWaitsForTheCollection(t *testing.T) {
+	nodeA := chunkyRepo(t, "")
+	nodeB := chunkyRepo(t, nodeA.keys.prefix)
+	inX := chunkyInputs(t, 83)
+	failPublish(t, nodeA, inX)
+	inY := sharingInputs(t, inX, 84)
+	st, y := collectRacingAPublish(t, nodeA, nodeB, inY)
+	if st.Abandoned == 0 {
+		t.Fatalf("the collection removed no abandoned chunk: %+v", st)
+	}
+	if nodeB.ChunksSkipped() == 0 {
+		t.Fatal("the racing publish reused no chunk of the failed one")
+	}
 	readsBack(t, nodeA.keys.prefix, y.ID, inY.MemorySHA256)
 }

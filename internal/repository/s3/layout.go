@@ -17,6 +17,7 @@ import (
 //	artifacts/<id>/memory.chunks       the chunk map of guest memory (chunks-v1)
 //	artifacts/<id>/memory.bin          guest memory as one object (raw, older records)
 //	artifacts/<id>/memory.digests      its per-block digest table
+//	artifacts/<id>/memory.journal      the chunks a publish in progress relies on (journal.go)
 //	artifacts/<id>/startup-manifest.bin
 //	artifacts/<id>/startup-pack.bin    the startup set, first-touch order, zstd frames
 //	artifacts/<id>/startup-pack.idx    its frame index
@@ -24,6 +25,10 @@ import (
 //	                                   SHA-256 of its bytes, shared by snapshots
 //	leases/<id>/<holder>.json          a live capture lease on id (lease.go)
 //	leases/<id>/claim.json             the one claim on id (ClaimLease)
+//	gc/deleted/<id>.chunks             a deleted snapshot's chunk map (gc.go)
+//	gc/abandoned/<id>.chunks           the chunks a publish that never finished
+//	                                   relied on (leftovers.go)
+//	gc/collecting/<id>.json            a collection in progress (collecting.go)
 //
 // Memory is chunked and compressed since guests are ~45 % zero pages and
 // captures of one guest share most chunks; a chunk is one GET of one cache
@@ -41,6 +46,7 @@ const (
 // Artifact names of chunked memory and of the startup pack.
 const (
 	chunkMapName  = "memory.chunks"
+	journalName   = "memory.journal"
 	packName      = "startup-pack.bin"
 	packIndexName = "startup-pack.idx"
 	// A refined pack's names differ from a recorded pack's, so a refined
@@ -111,18 +117,4 @@ func (k keys) idFromArtifactsKey(key string) (string, bool) {
 		return "", false
 	}
 	return id, true
-}
-
-// idFromLeaseKey returns the id a lease object key stands for, "" for any
-// other key.
-func (k keys) idFromLeaseKey(key string) string {
-	rest, ok := strings.CutPrefix(key, k.prefix+leasesDir)
-	if !ok {
-		return ""
-	}
-	id, _, ok := strings.Cut(rest, "/")
-	if !ok || repository.ValidateID(id) != nil {
-		return ""
-	}
-	return id
 }

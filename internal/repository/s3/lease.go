@@ -192,16 +192,33 @@ func (r *Repo) leaseLive(id string) bool {
 // reclaimed the snapshot's objects. It fails with ErrLeaseEnded when that
 // happened, or no lease on id is held here.
 func (r *Repo) confirmLease(ctx context.Context, id string) error {
-	r.leaseMu.Lock()
-	var h *leaseHold
-	if holds := r.liveLeases[id]; len(holds) > 0 {
-		h = holds[0]
-	}
-	r.leaseMu.Unlock()
+	h := r.heldLease(id)
 	if h == nil {
 		return fmt.Errorf("%w: no lease on %s is held here", repository.ErrLeaseEnded, id)
 	}
 	return r.rewrite(ctx, h)
+}
+
+// heldLease is the first lease this process holds on id, nil for none.
+func (r *Repo) heldLease(id string) *leaseHold {
+	r.leaseMu.Lock()
+	defer r.leaseMu.Unlock()
+	if holds := r.liveLeases[id]; len(holds) > 0 {
+		return holds[0]
+	}
+	return nil
+}
+
+// leaseLost reports whether the lease this process holds on id lost its
+// lease object: a write of it found it revoked, taken over or removed.
+func (r *Repo) leaseLost(id string) bool {
+	h := r.heldLease(id)
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lost
 }
 
 // leaseObjectsLive reports whether any node holds a lease on id: a lease
@@ -220,14 +237,19 @@ func (r *Repo) leaseObjectsLive(ctx context.Context, id string) (bool, error) {
 }
 
 // sweepLeases removes lease objects that have expired: their holders
-// crashed (a live holder rewrites its object long before).
+// crashed, or cannot reach the store (a live holder rewrites its object
+// long before). An object stays for the abandoned grace at least: it is
+// its publisher's last sign of life, which the reclaim of an abandoned
+// publish must see to revoke (leftovers.go). Without it, a publisher that
+// confirmed its lease and then could not write it for twice the TTL would
+// be taken for dead while its record may still land unchecked.
 func (r *Repo) sweepLeases(ctx context.Context) error {
 	objs, err := r.list(ctx, r.keys.prefix+leasesDir)
 	if err != nil {
 		return err
 	}
 	for _, o := range objs {
-		if time.Since(o.LastModified) >= 2*r.leaseTTL {
+		if age := time.Since(o.LastModified); age >= 2*r.leaseTTL && age > r.abandonedGrace {
 			if err := r.remove(ctx, o.Key); err != nil {
 				return err
 			}

@@ -47,11 +47,13 @@ func TestLeaseSeenAcrossNodes(t *testing.T) {
 
 // A live holder keeps its lease past the TTL by writing it again; a
 // holder that crashed (its lease object is left, no longer written) loses
-// it once the TTL has passed, and Sweep removes the object after twice that.
+// it once the TTL has passed, and Sweep removes the object after twice that
+// and the abandoned grace.
 func TestLeaseRenewedWhileHeldAndExpiresAfterCrash(t *testing.T) {
 	t.Parallel()
 	a, b := twoNodes(t)
 	a.leaseTTL, b.leaseTTL = time.Second, time.Second
+	a.abandonedGrace, b.abandonedGrace = 2*time.Second, 2*time.Second
 	rec, capture := repotest.Publish(t, a, "web")
 	capture.End()
 	lease, err := a.LeaseExisting(bg(), rec.ID)

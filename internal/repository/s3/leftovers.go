@@ -13,12 +13,16 @@ import (
 )
 
 // What publishes that never wrote their record leave: the objects under
-// artifacts/<id>/ of an id without a record (its VM state, digest table
-// and chunk map; the chunk map would otherwise keep its chunks from
-// garbage collection). A failed publish removes them itself at once
-// (undoPublish), trying again for a while if the store does not answer;
-// Sweep reclaims those of publishers that were killed, or whose cleanup
-// the store never answered (reclaimAbandoned).
+// artifacts/<id>/ of an id without a record (its VM state, digest tables,
+// chunk journal and chunk map; the journal and the map would otherwise
+// keep its chunks from garbage collection), and the chunks it uploaded. A
+// failed publish removes its objects itself at once (undoPublish), trying
+// again for a while if the store does not answer; Sweep reclaims those of
+// publishers that were killed, or whose cleanup the store never answered
+// (reclaimAbandoned). Either first copies the list of the chunks the
+// publish relied on (its journal, journal.go, else its chunk map) to
+// gc/abandoned/<id>.chunks, and the next collection removes those of them
+// nothing else keeps (gc.go).
 //
 // The capture lease tells a publish in progress from an abandoned one: a
 // publisher writes its lease object before its first upload and again
@@ -34,7 +38,8 @@ import (
 //     object with a revoked copy, conditionally on the ETag it listed,
 //     and gives up if the publisher wrote the object meanwhile. Exactly
 //     one of the two conditional writes wins, and a publisher whose
-//     lease was revoked fails every later write of it (rewrite);
+//     lease was revoked fails every later write of it (rewrite), and
+//     every later write of its journal;
 //   - the record is still absent after the revocation.
 //
 // The publisher's side (publish): right before it writes its record it
@@ -43,14 +48,14 @@ import (
 // for the next abandoned grace, so a record that lands within half of it
 // (the other half absorbs clock skew) cannot follow a reclaim. A record
 // that landed later (a publisher stalled for minutes) is taken back if the
-// lease turns out revoked.
-//
-// Chunks are content-addressed and shared, so no lease names them. A
-// collection keeps every unreferenced chunk younger than ChunkGrace, and
-// also every chunk written since the oldest publish in progress began
-// (liveCapturesSince), however long that publish takes; chunks of an
-// abandoned publish go once they are older than ChunkGrace and no
-// publish in progress began before them.
+// lease turns out revoked. A reclaimed publish therefore never commits a
+// record, and the chunks it listed are nobody's unless another snapshot
+// or publish names them: a chunk map, a young tombstone or a journal,
+// which a collection honours (gc.go). A publish that named a listed
+// chunk in its journal only after a collection read the journals, and
+// found it in the bucket before that collection removed it, waits for the
+// collection to end before its record and uploads the chunk again
+// (collecting.go, confirmChunks).
 
 // AbandonedPublishGraceMinutes is how long, in minutes, the objects of a
 // publish that wrote no record stay after the last sign of life of its
@@ -70,6 +75,9 @@ func (r *Repo) commitUnderLease(ctx context.Context, rec repository.Record) erro
 	confirmed := time.Now()
 	if err := r.confirmLease(ctx, rec.ID); err != nil {
 		return err
+	}
+	if r.afterConfirmLease != nil {
+		r.afterConfirmLease()
 	}
 	if err := r.commitRecord(ctx, rec); err != nil {
 		return err
@@ -91,7 +99,8 @@ func (r *Repo) commitUnderLease(ctx context.Context, rec repository.Record) erro
 // answer, for up to cleanupTimeout, even when ctx was cancelled. It
 // returns the publish's error, saying what was left if it could not
 // remove it all. Chunks stay: others may have found them in the bucket
-// meanwhile, and garbage collection removes those no snapshot uses.
+// meanwhile; the next garbage collection removes those nothing else
+// names (abandonArtifacts).
 func (r *Repo) undoPublish(ctx context.Context, id, alias string, aliasBound bool, cause error) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
@@ -102,7 +111,7 @@ func (r *Repo) undoPublish(ctx context.Context, id, alias string, aliasBound boo
 			}
 			aliasBound = false
 		}
-		return r.removeArtifacts(cctx, id)
+		return r.abandonArtifacts(cctx, id)
 	})
 	if err != nil {
 		return fmt.Errorf("%w; what it stored could not be removed (%v): snapshot gc removes it %d minutes after its lease ends",
@@ -171,7 +180,7 @@ func (r *Repo) reclaimAbandoned(ctx context.Context, id string) error {
 	case !errors.Is(err, repository.ErrNotFound):
 		return err
 	}
-	if err := r.removeArtifacts(ctx, id); err != nil {
+	if err := r.abandonArtifacts(ctx, id); err != nil {
 		return err
 	}
 	for _, o := range leases {
@@ -200,49 +209,25 @@ func (r *Repo) revokeLease(ctx context.Context, id string, o minio.ObjectInfo) (
 	return false, fmt.Errorf("revoke lease %s: %w", o.Key, err)
 }
 
-// liveCapturesSince returns when the oldest publish in progress began: the
-// time in the UUIDv7 id of the oldest id that has a live lease object,
-// artifacts and no record, less the lease TTL, which (as for leases)
-// absorbs the skew between the publisher's clock and the store's. ok is
-// false when no publish is in progress. (A publish stores its VM state
-// before any chunk; a published snapshot's lease is a recording's, which
-// writes no chunks; a deleted snapshot has no artifacts, whatever leases
-// on it are still held.)
-func (r *Repo) liveCapturesSince(ctx context.Context) (since time.Time, ok bool, err error) {
-	objs, err := r.list(ctx, r.keys.prefix+leasesDir)
-	if err != nil {
-		return time.Time{}, false, err
-	}
-	seen := map[string]bool{}
-	for _, o := range objs {
-		id, live := r.keys.idFromLeaseKey(o.Key), time.Since(o.LastModified) < r.leaseTTL
-		if id == "" || !live || seen[id] {
-			continue
-		}
-		seen[id] = true
-		began, err := idTime(id)
-		if err != nil || (ok && !began.Before(since)) {
-			continue
-		}
-		publishing, err := r.publishing(ctx, id)
-		if err != nil {
-			return time.Time{}, false, err
-		}
-		if publishing {
-			since, ok = began, true
-		}
-	}
-	return since.Add(-r.leaseTTL), ok, nil
-}
+const abandonedDir = "gc/abandoned/"
 
-// publishing reports whether id has artifacts and no record.
-func (r *Repo) publishing(ctx context.Context, id string) (bool, error) {
-	switch _, _, err := r.getRecord(ctx, id); {
-	case err == nil || errors.Is(err, repository.ErrIntegrity):
-		return false, nil
-	case !errors.Is(err, repository.ErrNotFound):
-		return false, err
+func (k keys) abandonedPrefix() string    { return k.prefix + abandonedDir }
+func (k keys) abandoned(id string) string { return k.prefix + abandonedDir + id + ".chunks" }
+
+// abandonArtifacts removes the artifacts of id, whose publish will never
+// write its record, once the chunks it relied on are listed under
+// gc/abandoned/: a copy of its journal, or of its chunk map when it has
+// none (a publisher of a build without journals). A publish that relied
+// on no chunk yet leaves no list.
+func (r *Repo) abandonArtifacts(ctx context.Context, id string) error {
+	for _, name := range []string{journalName, chunkMapName} {
+		copied, err := r.copyObject(ctx, r.keys.artifact(id, name), r.keys.abandoned(id))
+		if err != nil {
+			return fmt.Errorf("list the chunks of %s as abandoned: %w", id, err)
+		}
+		if copied {
+			break
+		}
 	}
-	arts, err := r.list(ctx, r.keys.artifactsPrefix(id))
-	return len(arts) > 0, err
+	return r.removeArtifacts(ctx, id)
 }

@@ -34,15 +34,18 @@
 // it into chunks of Options.ChunkBytes (1 MiB), leaves all-zero chunks
 // out, compresses each other chunk on its own with zstd and uploads it as
 // chunks/<SHA-256 of its bytes>.zst unless the bucket holds it already
-// (one HEAD per chunk, 8 in parallel), then writes the chunk map, the
-// digest table and, last, the record, which names the memory format
-// (record format 2: memory_format "chunks-v1"). Records of format 1 (one
+// (one HEAD per chunk, 8 in parallel; each chunk named first in the
+// publish's journal, journal.go), then writes the chunk map, the digest
+// table and, last, the record, which names the memory format (record
+// format 2: memory_format "chunks-v1"). Records of format 1 (one
 // memory.bin object) are still read. A publish that fails removes what it
-// wrote under artifacts/ at once; one killed before its record leaves its
+// wrote under artifacts/ at once, leaving the list of its chunks to the
+// next garbage collection; one killed before its record leaves its
 // artifacts, which Sweep reclaims once its lease has gone unrenewed for
-// AbandonedPublishGraceMinutes (leftovers.go), and chunks, which the next
-// publish of the same bytes reuses and garbage collection (gc.go) removes
-// after ChunkGrace otherwise.
+// AbandonedPublishGraceMinutes (leftovers.go), listing its chunks the same
+// way. A collection (gc.go) removes the listed chunks no snapshot, deleted
+// snapshot within its grace, or publish in progress names, and any other
+// unnamed chunk after ChunkGrace.
 //
 // # Reading memory
 //
@@ -223,8 +226,9 @@ type Repo struct {
 	// abandonedGrace is AbandonedPublishGrace; tests shorten it.
 	abandonedGrace time.Duration
 	// beforeRecord, when a test sets it, runs between binding the alias
-	// and writing the record of a publish.
-	beforeRecord func()
+	// and writing the record of a publish; afterConfirmLease between the
+	// publish's confirmation of its lease and the record's write.
+	beforeRecord, afterConfirmLease func()
 	// cleanupRetry, when a test sets it, is told of each failed attempt to
 	// remove what a failed publish wrote.
 	cleanupRetry func(error)
@@ -485,6 +489,9 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 		return repository.Record{}, err
 	}
 	published = true
+	// The chunk map names the journal's chunks now. Best effort: a journal
+	// left names what the map names, and goes with the other artifacts.
+	_ = r.remove(ctx, r.keys.artifact(id, journalName))
 	return rec, nil
 }
 
@@ -507,12 +514,13 @@ type storedMemory struct {
 	tables   repository.DigestTables
 }
 
-// storeMemory uploads the memory file's chunks the bucket lacks, then the
-// digest tables and the chunk map, then (once every collection that may
-// have missed that map has ended) confirms every chunk is there.
+// storeMemory uploads the memory file's chunks the bucket lacks, each
+// named in the publish's journal first, then the digest tables and the
+// chunk map, then (once every collection that may have missed the journal
+// or the map has ended) confirms every chunk is there.
 func (r *Repo) storeMemory(ctx context.Context, id, path string, size int64, progress func(repository.ImportProgress)) (storedMemory, error) {
 	tables := integrity.NewTables(size)
-	up, chunks, err := r.uploadChunked(ctx, path, size, tables, progress)
+	up, chunks, err := r.uploadChunked(ctx, id, path, size, tables, progress)
 	if err != nil {
 		return storedMemory{}, err
 	}

@@ -14,6 +14,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"warmstart/internal/agentspec"
+	"warmstart/internal/vmm"
 )
 
 // Probe pacing. The first ping goes out at once and later ones back off:
@@ -27,7 +30,7 @@ const (
 
 // Serial console reading limits.
 const (
-	maxConsoleLineBytes = 4096
+	maxConsoleLineBytes = agentspec.MaxReplyBytes
 	recentLinesKept     = 16
 	pongQueueLen        = 16
 )
@@ -47,10 +50,36 @@ type pong struct {
 	at             time.Time // when the answer was read
 }
 
-// agentConn speaks the agent's ping protocol over the guest's serial
-// console (see cmd/warmstart-agent). A reader goroutine splits the console
-// into lines: answers go to pongs, everything else (kernel messages, agent
-// logs) is kept for error reports.
+// answer is the agent's answer to a state request: "WROTE", "STATE" or
+// "ERR", with the fields after the nonce.
+type answer struct {
+	verb, nonce string
+	args        []string
+}
+
+// Verbs of the state requests and their answers.
+const (
+	verbWrite = "WRITE"
+	verbWrote = "WROTE"
+	verbState = "STATE"
+	verbErr   = "ERR"
+)
+
+// parseAnswer reads "<verb> <nonce> <fields...>" for the answers of state
+// requests.
+func parseAnswer(line string) (answer, bool) {
+	f := strings.Fields(line)
+	if len(f) < 2 || (f[0] != verbWrote && f[0] != verbState && f[0] != verbErr) {
+		return answer{}, false
+	}
+	return answer{verb: f[0], nonce: f[1], args: f[2:]}, true
+}
+
+// agentConn speaks the agent's protocol over the guest's serial console
+// (see cmd/warmstart-agent). A reader goroutine splits the console into
+// lines: answers to pings go to pongs, answers to state requests to
+// answers, everything else (kernel messages, agent logs) is kept for error
+// reports.
 type agentConn struct {
 	conn net.Conn
 	// prefix starts every nonce of this connection ("<prefix>-<seq>"). The
@@ -61,13 +90,14 @@ type agentConn struct {
 	// seeds sends host entropy with every ping (a SEED line before it),
 	// which the agent mixes into the guest's RNG when the ping opens a
 	// series; agents that predate it ignore the line.
-	seeds bool
-	seq   atomic.Uint64
-	pongs chan pong
-	done  chan struct{} // closed when the reader stops
-	err   error         // why the reader stopped; read after done closes
+	seeds   bool
+	seq     atomic.Uint64
+	pongs   chan pong
+	answers chan answer
+	done    chan struct{} // closed when the reader stops
+	err     error         // why the reader stopped; read after done closes
 
-	pingMu sync.Mutex // one ping exchange at a time
+	exchangeMu sync.Mutex // one ping or request exchange at a time
 
 	linesMu sync.Mutex
 	lines   []string
@@ -77,11 +107,12 @@ func newAgentConn(conn net.Conn, seeds bool) *agentConn {
 	var b [4]byte
 	rand.Read(b[:])
 	a := &agentConn{
-		conn:   conn,
-		prefix: hex.EncodeToString(b[:]),
-		seeds:  seeds,
-		pongs:  make(chan pong, pongQueueLen),
-		done:   make(chan struct{}),
+		conn:    conn,
+		prefix:  hex.EncodeToString(b[:]),
+		seeds:   seeds,
+		pongs:   make(chan pong, pongQueueLen),
+		answers: make(chan answer, pongQueueLen),
+		done:    make(chan struct{}),
 	}
 	go a.read()
 	return a
@@ -103,6 +134,13 @@ func (a *agentConn) read() {
 			select {
 			case a.pongs <- p:
 			default: // nobody is waiting and the queue is full of stale answers
+			}
+			continue
+		}
+		if ans, ok := parseAnswer(text); ok {
+			select {
+			case a.answers <- ans:
+			default:
 			}
 			continue
 		}
@@ -158,26 +196,20 @@ func (a *agentConn) recentLines() []string {
 // ping sends pings until the agent answers one of them, QEMU exits, the
 // console closes or ctx ends. Only answers to pings of this call count.
 func (a *agentConn) ping(ctx context.Context, exited <-chan struct{}) (pong, error) {
-	a.pingMu.Lock()
-	defer a.pingMu.Unlock()
-	for drained := false; !drained; {
-		select {
-		case <-a.pongs:
-		default:
-			drained = true
-		}
-	}
+	a.exchangeMu.Lock()
+	defer a.exchangeMu.Unlock()
+	drain(a.pongs)
 	sent := make(map[string]bool)
 	interval := firstProbeInterval
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	<-timer.C
 	for {
-		nonce := a.prefix + "-" + strconv.FormatUint(a.seq.Add(1), 10)
+		nonce := a.nextNonce()
 		// The leading newline ends any partial line left in the guest's
 		// input, such as the rest of a ping cut off by a write deadline.
 		a.conn.SetWriteDeadline(time.Now().Add(interval))
-		n, err := a.conn.Write(a.request(nonce))
+		n, err := a.conn.Write(a.pingRequest(nonce))
 		if n > 0 {
 			sent[nonce] = true
 		}
@@ -211,16 +243,103 @@ func (a *agentConn) ping(ctx context.Context, exited <-chan struct{}) (pong, err
 // seedBytes is the host entropy sent with each ping.
 const seedBytes = 32
 
-// request is what one ping writes: the ping, after fresh host entropy for
-// the guest's RNG when the connection sends seeds. One write carries both,
-// so the seed the agent holds when the ping arrives is this ping's.
-func (a *agentConn) request(nonce string) []byte {
+// nextNonce is the connection's next nonce: "<prefix>-<seq>".
+func (a *agentConn) nextNonce() string {
+	return a.prefix + "-" + strconv.FormatUint(a.seq.Add(1), 10)
+}
+
+// drain empties a queue of stale answers.
+func drain[T any](c chan T) {
+	for {
+		select {
+		case <-c:
+		default:
+			return
+		}
+	}
+}
+
+// pingRequest is what one ping writes: the ping, after fresh host entropy
+// for the guest's RNG when the connection sends seeds. One write carries
+// both, so the seed the agent holds when the ping arrives is this ping's.
+func (a *agentConn) pingRequest(nonce string) []byte {
 	if !a.seeds {
 		return []byte("\nPING " + nonce + "\n")
 	}
 	seed := make([]byte, seedBytes)
 	rand.Read(seed)
 	return []byte("\nSEED " + hex.EncodeToString(seed) + "\nPING " + nonce + "\n")
+}
+
+// ask sends one state request and returns the agent's answer to it. The
+// agent answers requests in order and ignores lines it does not know, so a
+// fence ping follows the request in the same write: its answer arriving
+// first means an agent without state requests (ErrNoStateAgent), where
+// waiting would last until ctx ends. A fence that opens the connection's
+// nonce series has the agent do its resume work, with a seed, as any first
+// ping does. The request is sent once: the console is a reliable stream.
+func (a *agentConn) ask(ctx context.Context, exited <-chan struct{}, verb string, args ...string) (answer, error) {
+	a.exchangeMu.Lock()
+	defer a.exchangeMu.Unlock()
+	drain(a.pongs)
+	drain(a.answers)
+	nonce, fence := a.nextNonce(), a.nextNonce()
+	req := append([]byte("\n"+strings.Join(append([]string{verb, nonce}, args...), " ")+"\n"), a.pingRequest(fence)...)
+	if err := a.write(ctx, req); err != nil {
+		return answer{}, fmt.Errorf("send %s: %w", verb, err)
+	}
+	for {
+		select {
+		case ans := <-a.answers:
+			if ans.nonce == nonce {
+				return ans, nil
+			}
+		case p := <-a.pongs:
+			if p.nonce != fence {
+				continue
+			}
+			// The reader queues lines in the agent's order, so an
+			// answer to the request is queued by now: select picks
+			// among ready channels at random, and may have picked
+			// the fence first.
+			if ans, ok := a.queuedAnswer(nonce); ok {
+				return ans, nil
+			}
+			return answer{}, fmt.Errorf("%s: %w: it answered the ping after the request, not the request", verb, vmm.ErrNoStateAgent)
+		case <-exited:
+			return answer{}, ErrExited
+		case <-a.done:
+			return answer{}, a.err
+		case <-ctx.Done():
+			return answer{}, ctx.Err()
+		}
+	}
+}
+
+// queuedAnswer takes the answer to nonce from the queue, if it is there.
+func (a *agentConn) queuedAnswer(nonce string) (answer, bool) {
+	for {
+		select {
+		case ans := <-a.answers:
+			if ans.nonce == nonce {
+				return ans, true
+			}
+		default:
+			return answer{}, false
+		}
+	}
+}
+
+// write writes b to the console, giving up when ctx ends.
+func (a *agentConn) write(ctx context.Context, b []byte) error {
+	a.conn.SetWriteDeadline(time.Time{})
+	stop := context.AfterFunc(ctx, func() { a.conn.SetWriteDeadline(time.Now()) })
+	_, err := a.conn.Write(b)
+	stop()
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
 }
 
 func (a *agentConn) close() {

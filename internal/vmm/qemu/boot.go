@@ -58,7 +58,7 @@ func (d *Driver) Boot(ctx context.Context, spec BootSpec) (*Machine, error) {
 	}
 	args := machineArgs(accel, d.opts.Machine, d.opts.MemoryMiB, d.opts.VCPUs)
 	args = append(args, memoryArgs(d.opts.MemoryMiB, memPath, true)...)
-	args = append(args, "-kernel", kernel, "-initrd", spec.Initrd, "-append", BootAppend)
+	args = append(args, "-kernel", kernel, "-initrd", spec.Initrd, "-append", d.kernelCmdline())
 	m, err := d.start(ctx, spec.RuntimeDir, args)
 	if err != nil {
 		return nil, fmt.Errorf("boot: %w", err)
@@ -70,6 +70,14 @@ func (d *Driver) Boot(ctx context.Context, spec BootSpec) (*Machine, error) {
 		return nil, fmt.Errorf("boot: %w", err)
 	}
 	return m, nil
+}
+
+// kernelCmdline is BootAppend with the agent's workload parameters.
+func (d *Driver) kernelCmdline() string {
+	if w := d.workload.KernelArgs(); w != "" {
+		return BootAppend + " " + w
+	}
+	return BootAppend
 }
 
 // createMemoryFile makes path an all-zero (sparse) file of size bytes.

@@ -20,6 +20,13 @@
 // of the agent's heap and data files, sampled after it walked them on
 // resume, which must equal the captured guest's.
 //
+// What the agent builds at boot and walks at each resume is
+// Options.AgentWorkload, passed on the guest kernel's command line at boot
+// (see internal/agentspec); a snapshot keeps the workload it was captured
+// with. A ready Machine also implements vmm.StateAgent: the agent writes
+// named state buffers into guest memory and reads them back on request,
+// so a test can tell what a guest held when it was snapshotted.
+//
 // Every restore is a machine of its own: restores of one snapshot start
 // with the same guest RNG state, so each ping carries fresh host entropy,
 // which the agent mixes into the guest kernel's RNG and reseeds it from
@@ -62,6 +69,7 @@ import (
 	"os/exec"
 	"time"
 
+	"warmstart/internal/agentspec"
 	"warmstart/internal/layout"
 	"warmstart/internal/vmm"
 )
@@ -147,12 +155,20 @@ type Options struct {
 	// Firecracker's File backend faults page by page. Turning it on gives
 	// back huge pages for QEMU's own buffers at the cost of that fidelity.
 	KeepHugePageAdvice bool `json:"keep_huge_page_advice"`
+	// AgentWorkload is the resume workload a booted guest's agent builds
+	// and walks, as agentspec.ParseWorkload reads it
+	// ("heap_mib=40,pool_mib=24,pool_fraction=0.33"); empty is the light
+	// start-up. Boot passes it on the guest kernel's command line, so it
+	// is part of what a capture snapshots; Restore does not use it.
+	AgentWorkload string `json:"agent_workload,omitempty"`
 }
 
 // Driver boots, captures and restores QEMU guests. It is safe for
 // concurrent use; each Machine needs its own runtime directory.
 type Driver struct {
 	opts Options
+	// workload is opts.AgentWorkload, parsed.
+	workload agentspec.Workload
 	// withoutGuestEntropy leaves the host's entropy out of the agent's
 	// pings, so a test sees the generation ID change alone at work.
 	withoutGuestEntropy bool
@@ -202,7 +218,20 @@ func New(opts Options) (*Driver, error) {
 	if opts.StopTimeout < 0 {
 		return nil, fmt.Errorf("qemu driver: negative stop timeout %v", opts.StopTimeout)
 	}
-	return &Driver{opts: opts}, nil
+	w, err := agentWorkload(opts)
+	if err != nil {
+		return nil, fmt.Errorf("qemu driver: agent workload: %w", err)
+	}
+	return &Driver{opts: opts, workload: w}, nil
+}
+
+// agentWorkload parses opts.AgentWorkload and checks that it fits the guest.
+func agentWorkload(opts Options) (agentspec.Workload, error) {
+	w, err := agentspec.ParseWorkload(opts.AgentWorkload)
+	if err != nil {
+		return agentspec.Workload{}, err
+	}
+	return w, w.Fits(opts.MemoryMiB)
 }
 
 // Options returns the driver's options with defaults filled in.
