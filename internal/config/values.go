@@ -1,20 +1,25 @@
 package config
 
-import "warmstart/internal/prefetch"
+import (
+	"warmstart/internal/memdev"
+	"warmstart/internal/prefetch"
+	"warmstart/internal/restore"
+)
 
 // The values of the enumerated settings a restore is made of, as the
 // configuration names them. Those whose meaning a package below gives
-// (the prefetch engine's default readers) are that package's, named here
-// under the configuration's name; the others have their one home here.
+// (memdev's device kinds and I/O engines, restore's policies, the prefetch
+// engine's default readers) are that package's, named here under the
+// configuration's name; the VMM drivers have their one home here.
 
 // Memory devices ([memory] device; restore's --device; the API's device).
 const (
 	// DeviceFile is a read-only file on warmstart's FUSE mount that the
 	// VMM maps MAP_PRIVATE (Firecracker's File backend).
-	DeviceFile = "file"
+	DeviceFile = memdev.KindFile
 	// DeviceUffd is Firecracker's Uffd backend: the VMM hands over its
 	// userfaultfd and warmstart serves the faults.
-	DeviceUffd = "uffd"
+	DeviceUffd = memdev.KindUffd
 )
 
 // Devices lists the memory devices.
@@ -29,22 +34,23 @@ func ValidDevice(s string) bool { return s == DeviceFile || s == DeviceUffd }
 // device); 2 is direct I/O, for which device prefetch is skipped (as in the
 // seed) because it has not been validated.
 const (
-	IOEngineBuffered      = 0
-	IOEngineBufferedAsync = 1
-	IOEngineDirect        = 2
+	IOEngineBuffered      = memdev.IOEngineBuffered
+	IOEngineBufferedAsync = memdev.IOEngineBufferedAsync
+	IOEngineDirect        = memdev.IOEngineDirect
 )
 
-// ValidIOEngine reports whether n is an I/O engine: the one range check of
-// io_engine, whoever receives it (configuration, flags, API, device).
-func ValidIOEngine(n int) bool { return n >= IOEngineBuffered && n <= IOEngineDirect }
+// ValidIOEngine reports whether n is an I/O engine: memdev's range check,
+// the one of io_engine, whoever receives it (configuration, flags, API,
+// device).
+func ValidIOEngine(n int) bool { return memdev.ValidIOEngine(n) }
 
 // Prefetch policies ([prefetch] policy; --policy). restore.LookupPolicy
 // holds what each one does.
 const (
-	PolicyWarmstart = "warmstart"
-	PolicySeed      = "seed"
-	PolicyREAP      = "reap"
-	PolicyE2B       = "e2b"
+	PolicyWarmstart = restore.PolicyWarmstart
+	PolicySeed      = restore.PolicySeed
+	PolicyREAP      = restore.PolicyREAP
+	PolicyE2B       = restore.PolicyE2B
 )
 
 // Policies lists the prefetch policies.

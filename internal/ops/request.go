@@ -71,11 +71,6 @@ func RestoreOptions(cfg *config.Config, req api.RestoreRequest, n Names) (restor
 		return restore.Options{}, err
 	}
 	device := cmp.Or(req.Device, cfg.Memory.Device)
-	if device == config.DeviceUffd && cfg.Snapshot.RepositoryBackend == config.BackendS3 {
-		// Every S3 snapshot's memory is remote.
-		return restore.Options{}, n.fieldError("device", fmt.Errorf("%s %s: the uffd device serves a local memory file; "+
-			"snapshots read from a remote repository restore on the file device", n.name("device"), device))
-	}
 	ioEngine := cfg.Memory.IOEngine
 	if req.IOEngine != nil {
 		// Checked again with the configured device, which CheckRestoreRequest

@@ -5,7 +5,6 @@ import (
 	"sort"
 	"strings"
 
-	"warmstart/internal/config"
 	"warmstart/internal/layout"
 	"warmstart/internal/manifest"
 	"warmstart/internal/prefetch"
@@ -22,16 +21,17 @@ type Policy struct {
 	BufferBytes int `json:"buffer_bytes"`
 	// MaxReaders is the per-process limit on reads in progress that the
 	// policy was designed for; the engine enforces the process's own
-	// (config.DefaultPrefetchMaxReaders says how the two relate).
+	// (prefetch.DefaultMaxReaders says how the two relate).
 	MaxReaders int `json:"max_readers"`
 	// Sorted reads the working set in file order instead of first-touch order.
 	Sorted bool `json:"sorted"`
 	// BeforeStart finishes the prefetch before the guest runs: the VM is
 	// restored paused and resumed once every range is in.
 	BeforeStart bool `json:"before_start"`
-	// Fill, on the file device, has the device read the lower file and
-	// store the bytes straight into the device file's page cache, instead
-	// of a buffered read through the device file (see fusedev.Device.Fill).
+	// Fill, on a device with a page cache of its own (the file device),
+	// has the device read the lower file and store the bytes straight
+	// into that cache, instead of a buffered read through the device file
+	// (memdev.TargetOptions.Fill).
 	Fill bool `json:"fill"`
 	// Hint advises the kernel of the whole plan up front
 	// (POSIX_FADV_WILLNEED on the lower file), so storage reads every range
@@ -48,17 +48,25 @@ type Policy struct {
 	GapBytes int64 `json:"gap_bytes,omitempty"`
 }
 
+// The policies' names ([prefetch] policy, --policy, the API's "policy").
+const (
+	PolicyWarmstart = "warmstart"
+	PolicySeed      = "seed"
+	PolicyREAP      = "reap"
+	PolicyE2B       = "e2b"
+)
+
 // Policies known by name.
 var policies = map[string]Policy{
 	// The seed: one reader per task, a 1 MiB buffer, at most four readers per
 	// process, through the device, in first-touch order, concurrently with
 	// the restore.
-	config.PolicySeed: {Name: config.PolicySeed, Readers: 1, BufferBytes: 1 << 20, MaxReaders: config.DefaultPrefetchMaxReaders},
+	PolicySeed: {Name: PolicySeed, Readers: 1, BufferBytes: 1 << 20, MaxReaders: prefetch.DefaultMaxReaders},
 	// REAP (vHive): the whole recorded working set in one sequential pass,
 	// installed before the VM runs.
-	config.PolicyREAP: {Name: config.PolicyREAP, Readers: 1, BufferBytes: 4 << 20, MaxReaders: 1, Sorted: true, BeforeStart: true},
+	PolicyREAP: {Name: PolicyREAP, Readers: 1, BufferBytes: 4 << 20, MaxReaders: 1, Sorted: true, BeforeStart: true},
 	// E2B: first-touch order, page by page, several workers, concurrently.
-	config.PolicyE2B: {Name: config.PolicyE2B, Readers: 8, BufferBytes: 4096, MaxReaders: 8},
+	PolicyE2B: {Name: PolicyE2B, Readers: 8, BufferBytes: 4096, MaxReaders: 8},
 	// warmstart (measured on the reference snapshot, see README): the
 	// device fills its own page cache (one lower-file read and one store
 	// per run, where a buffered read through the device file costs a FUSE
@@ -66,11 +74,11 @@ var policies = map[string]Policy{
 	// up front, and two readers (one per core here) fill in first-touch
 	// order concurrently with the restore, following the guest: a fault
 	// ahead of them moves them to it.
-	config.PolicyWarmstart: {Name: config.PolicyWarmstart, Readers: 2, BufferBytes: 1 << 20, MaxReaders: config.DefaultPrefetchMaxReaders, Fill: true, Hint: true, Follow: true, GapBytes: 16 << 10},
+	PolicyWarmstart: {Name: PolicyWarmstart, Readers: 2, BufferBytes: 1 << 20, MaxReaders: prefetch.DefaultMaxReaders, Fill: true, Hint: true, Follow: true, GapBytes: 16 << 10},
 }
 
 // DefaultPolicy is the policy a restore uses unless told otherwise.
-const DefaultPolicy = config.PolicyWarmstart
+const DefaultPolicy = PolicyWarmstart
 
 // PolicyNames lists the known policies in a stable order.
 func PolicyNames() []string {
@@ -122,8 +130,8 @@ func (p Policy) TaskOptions() prefetch.TaskOptions {
 
 // absorbGaps extends each range over the gap to the next range in memory
 // order, where that gap is at most gapBytes and lies inside the region
-// holding both: a hole between regions is no guest memory (a uffd device
-// refuses to install it). Order is kept.
+// holding both: a hole between regions is no guest memory (a device that
+// installs into the VM's memory refuses it). Order is kept.
 func absorbGaps(rs []prefetch.Range, gapBytes int64, l layout.Layout) {
 	byOffset := make([]int, len(rs))
 	for i := range byOffset {
