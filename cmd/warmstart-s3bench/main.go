@@ -39,8 +39,8 @@ import (
 	"warmstart/internal/interrupt"
 	"warmstart/internal/layout"
 	"warmstart/internal/node"
+	"warmstart/internal/reexec"
 	"warmstart/internal/restore"
-	"warmstart/internal/role"
 	"warmstart/internal/s3bench"
 	"warmstart/internal/vmm/replay"
 )
@@ -52,8 +52,8 @@ const (
 )
 
 // roles are the parts this executable plays besides the command itself
-// (role.Env).
-var roles = role.Roles{replay.RoleReplayVMM: replay.ChildMain}
+// (reexec.Env).
+var roles = reexec.Roles{replay.RoleReplayVMM: replay.ChildMain}
 
 func main() {
 	// Restores re-execute this binary as the replay VMM.

@@ -17,7 +17,7 @@ import (
 	"warmstart/internal/bench"
 	"warmstart/internal/cli"
 	"warmstart/internal/lab/labcmd"
-	"warmstart/internal/role"
+	"warmstart/internal/reexec"
 	"warmstart/internal/vmm/qemu"
 	"warmstart/internal/vmm/replay"
 )
@@ -50,8 +50,8 @@ func init() {
 type usageError = cli.Error
 
 // roles are the parts this executable plays besides the CLI, chosen by
-// role.Env: warmstart re-executes itself as each of them.
-var roles = role.Roles{
+// reexec.Env: warmstart re-executes itself as each of them.
+var roles = reexec.Roles{
 	replay.RoleReplayVMM: replay.ChildMain,  // the replay VMM a restore starts
 	qemu.RoleLauncher:    qemu.LauncherMain, // denies QEMU huge-page advice, then execs QEMU
 	bench.RoleTrial:      bench.TrialMain,   // one trial of the benchmark, in its own process

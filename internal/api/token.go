@@ -5,7 +5,7 @@ import (
 	"os"
 	"strings"
 
-	"warmstart/internal/fsx"
+	"warmstart/internal/untrusted"
 )
 
 // TokenEnv names the environment variable that carries the API token of a
@@ -17,7 +17,7 @@ const maxTokenFileBytes = 4096
 
 // ReadToken reads a token file: one line of hex, at most 4 KiB.
 func ReadToken(path string) (string, error) {
-	data, err := fsx.ReadBounded(path, maxTokenFileBytes)
+	data, err := untrusted.ReadBounded(path, maxTokenFileBytes)
 	if err != nil {
 		return "", fmt.Errorf("daemon token: %w", err)
 	}

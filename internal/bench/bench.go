@@ -31,8 +31,8 @@ import (
 	"warmstart/internal/config"
 	"warmstart/internal/memdev"
 	"warmstart/internal/node"
+	"warmstart/internal/reexec"
 	"warmstart/internal/restore"
-	"warmstart/internal/role"
 	"warmstart/internal/synth"
 	"warmstart/internal/trace"
 	"warmstart/internal/vmm/qemu"
@@ -563,7 +563,7 @@ func (l trialLauncher) run(ctx context.Context, spec TrialSpec) (res TrialResult
 	spec.WorkDir = dir
 	in, _ := json.Marshal(spec)
 	cmd := exec.CommandContext(ctx, l.exe)
-	cmd.Env = role.Environ(os.Environ(), RoleTrial)
+	cmd.Env = reexec.Environ(os.Environ(), RoleTrial)
 	cmd.Stdin = bytes.NewReader(in)
 	var out, errBuf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errBuf

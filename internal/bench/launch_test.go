@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warmstart/internal/memdev/fusedev"
-	"warmstart/internal/role"
+	"warmstart/internal/reexec"
 	"warmstart/internal/vmm/replay"
 )
 
@@ -26,7 +26,7 @@ import (
 const stuckTrialEnv = "WARMSTART_BENCH_TEST_STUCK_TRIAL"
 
 func TestMain(m *testing.M) {
-	role.Roles{
+	reexec.Roles{
 		RoleTrial: func() int {
 			if os.Getenv(stuckTrialEnv) == "1" {
 				runStuckTrial()

@@ -117,7 +117,7 @@ type TrialResult struct {
 	Err        string `json:"error,omitempty"`
 }
 
-// RoleTrial is the role (role.Env) of a benchmark trial: TrialMain.
+// RoleTrial is the role (reexec.Env) of a benchmark trial: TrialMain.
 const RoleTrial = "bench-trial"
 
 // TrialMain runs one trial: the entry point of role RoleTrial, which the

@@ -19,7 +19,7 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgsvg"
 
-	"warmstart/internal/fsx"
+	"warmstart/internal/untrusted"
 )
 
 // PNGDPI is the resolution of PNG pictures: a picture of W×H inches is
@@ -46,7 +46,7 @@ func CheckPath(path string) error {
 	}
 	// The picture is drawn after the work it shows (a whole restore or
 	// benchmark); a directory it cannot be written to is refused now.
-	return fsx.CheckCreatable(path)
+	return untrusted.CheckCreatable(path)
 }
 
 // save lays plots out in rows and columns on a w×h picture at path. The

@@ -17,7 +17,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
-	"warmstart/internal/fsx"
+	"warmstart/internal/untrusted"
 )
 
 // AddressingStyles lists the values of [backend.s3] addressing_style.
@@ -492,7 +492,7 @@ func readFile(path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return fsx.ReadBounded(resolved, MaxFileBytes)
+	return untrusted.ReadBounded(resolved, MaxFileBytes)
 }
 
 // Parse decodes and validates configuration text; file names it in errors.

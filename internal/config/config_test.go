@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"warmstart/internal/fsx"
 	"warmstart/internal/prefetch"
+	"warmstart/internal/untrusted"
 )
 
 func TestDefaultIsValid(t *testing.T) {
@@ -318,8 +318,8 @@ func TestLoadRefusesWhatIsNotARegularFile(t *testing.T) {
 	for _, path := range []string{fifo, "/dev/null", dir} {
 		err := loadWithin(t, path, fifo)
 		var ce *ConfigError
-		if !errors.As(err, &ce) || ce.File != path || !errors.Is(err, fsx.ErrNotRegular) || !strings.Contains(err.Error(), path) {
-			t.Errorf("Load(%s) = %v, want a *ConfigError naming the file, wrapping fsx.ErrNotRegular", path, err)
+		if !errors.As(err, &ce) || ce.File != path || !errors.Is(err, untrusted.ErrNotRegular) || !strings.Contains(err.Error(), path) {
+			t.Errorf("Load(%s) = %v, want a *ConfigError naming the file, wrapping untrusted.ErrNotRegular", path, err)
 		}
 	}
 }
@@ -342,8 +342,8 @@ func TestLoadBoundsTheRead(t *testing.T) {
 	err := loadWithin(t, path, "")
 	runtime.ReadMemStats(&after)
 	var ce *ConfigError
-	if !errors.As(err, &ce) || ce.File != path || !errors.Is(err, fsx.ErrTooLarge) {
-		t.Fatalf("Load(64 MiB file) = %v, want a *ConfigError wrapping fsx.ErrTooLarge", err)
+	if !errors.As(err, &ce) || ce.File != path || !errors.Is(err, untrusted.ErrTooLarge) {
+		t.Fatalf("Load(64 MiB file) = %v, want a *ConfigError wrapping untrusted.ErrTooLarge", err)
 	}
 	if allocated := after.TotalAlloc - before.TotalAlloc; allocated > 16*MaxFileBytes {
 		t.Errorf("Load allocated %d bytes refusing the file, want about the %d-byte bound", allocated, MaxFileBytes)

@@ -31,10 +31,10 @@ import (
 	"warmstart/internal/daemon"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/node"
+	"warmstart/internal/reexec"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/repository/s3"
-	"warmstart/internal/role"
 	"warmstart/internal/synth"
 	"warmstart/internal/trace"
 	"warmstart/internal/vmm/replay"
@@ -80,7 +80,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	role.Roles{
+	reexec.Roles{
 		replay.RoleReplayVMM: replay.ChildMain,
 		roleChildDaemon:      runChild,
 		roleSocketProber:     runSocketProber,
@@ -702,7 +702,7 @@ func newChildCmd(cfgPath string, extra ...string) *exec.Cmd {
 		exe = os.Args[0]
 	}
 	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(append(role.Environ(os.Environ(), roleChildDaemon), childConfigEnv+"="+cfgPath), extra...)
+	cmd.Env = append(append(reexec.Environ(os.Environ(), roleChildDaemon), childConfigEnv+"="+cfgPath), extra...)
 	// A child whose test died must not keep serving its mount.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd

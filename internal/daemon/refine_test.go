@@ -26,7 +26,7 @@ type switchedVMM struct {
 	path atomic.Pointer[string]
 }
 
-func (v *switchedVMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.Instance, error) {
+func (v *switchedVMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.VM, error) {
 	played := replay.VMM{TracePath: *v.path.Load()}
 	return played.Restore(ctx, spec)
 }

@@ -21,7 +21,7 @@ import (
 // the page-fault handler.
 type killedAtStartVMM struct{ replay.VMM }
 
-func (v *killedAtStartVMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.Instance, error) {
+func (v *killedAtStartVMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.VM, error) {
 	inst, err := v.Start(ctx, spec)
 	if err != nil {
 		return nil, err

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"warmstart/internal/pace"
+	"warmstart/internal/ratelimit"
 )
 
 // Link is a node's network link to the object store: a TCP forwarder on
@@ -25,7 +25,7 @@ type Link struct {
 
 	upstream string
 	ln       net.Listener
-	meter    *pace.Meter
+	limit    *ratelimit.Limiter
 	ctx      context.Context
 	cancel   context.CancelFunc
 
@@ -39,7 +39,7 @@ type Link struct {
 const linkSliceBytes = 16 << 10
 
 // linkSlack is how much of the link's time a forwarder that was not
-// running may make up for: the meter's bucket. A real link keeps
+// running may make up for: the limiter's bucket. A real link keeps
 // delivering into the receiver's socket buffers while the receiving
 // process waits for a core; a forwarder goroutine that wakes late (the
 // benchmark shares 2 cores between MinIO, the node and the guest) would
@@ -57,7 +57,7 @@ func NewLink(upstream string) (*Link, error) {
 		return nil, fmt.Errorf("link to %s: %w", upstream, err)
 	}
 	l := &Link{Addr: ln.Addr().String(), upstream: upstream, ln: ln,
-		meter: pace.New(rate.Inf, linkSliceBytes), conns: map[net.Conn]bool{}}
+		limit: ratelimit.New(rate.Inf, linkSliceBytes), conns: map[net.Conn]bool{}}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.wg.Go(l.accept)
 	return l, nil
@@ -67,11 +67,11 @@ func NewLink(upstream string) (*Link, error) {
 // zero or less removes the cap.
 func (l *Link) SetRate(bitsPerSecond int64) {
 	if bitsPerSecond <= 0 {
-		l.meter.Set(rate.Inf, linkSliceBytes)
+		l.limit.Set(rate.Inf, linkSliceBytes)
 		return
 	}
 	bytesPerSec := float64(bitsPerSecond) / 8
-	l.meter.Set(rate.Limit(bytesPerSec), max(4*linkSliceBytes, int(bytesPerSec*linkSlack.Seconds())))
+	l.limit.Set(rate.Limit(bytesPerSec), max(4*linkSliceBytes, int(bytesPerSec*linkSlack.Seconds())))
 }
 
 // Close stops accepting, closes every connection and waits for the copies.
@@ -111,7 +111,7 @@ func (l *Link) accept() {
 }
 
 // serve forwards one connection: client bytes as they come, server bytes
-// through the shared meter.
+// through the shared limiter.
 func (l *Link) serve(client net.Conn) {
 	defer client.Close()
 	server, err := net.Dial("tcp", l.upstream)
@@ -140,7 +140,7 @@ func (l *Link) copyLimited(dst io.Writer, src io.Reader) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if werr := l.meter.Wait(l.ctx, n); werr != nil {
+			if werr := l.limit.Wait(l.ctx, n); werr != nil {
 				return // closed
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {

@@ -101,7 +101,7 @@ func TestLinkDeliversItsRateToAllConnectionsTogether(t *testing.T) {
 		// The limiter allows at most linkSlack of burst. Runs on loaded
 		// nodes once came in 1.2 and 15 ms under that: the meter granted
 		// a preempted forwarder's time twice
-		// (pace.TestMeterHoldsItsRateWhenACallerStalls).
+		// (ratelimit.TestLimiterHoldsItsRateWhenACallerStalls).
 		if took < ideal-linkSlack {
 			t.Errorf("%d bytes took %v, faster than the %d bit/s link allows (%v)", n, took, rateBits, ideal)
 		}

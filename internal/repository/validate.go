@@ -8,8 +8,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"warmstart/internal/fsx"
 	"warmstart/internal/integrity"
+	"warmstart/internal/untrusted"
 )
 
 // MaxAliasBytes is the longest alias accepted.
@@ -248,7 +248,7 @@ func regularFileSize(path, what string) (int64, error) {
 	if !fi.Mode().IsRegular() {
 		return 0, fmt.Errorf("%w: %s file %s is not a regular file", ErrInvalidRequest, what, path)
 	}
-	if err := fsx.CheckOnDisk(path); err != nil {
+	if err := untrusted.CheckOnDisk(path); err != nil {
 		return 0, fmt.Errorf("%w: %s file: %w", ErrInvalidRequest, what, err)
 	}
 	return fi.Size(), nil

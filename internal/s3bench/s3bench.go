@@ -307,7 +307,7 @@ type harness struct {
 
 // Run prepares the store and the reference snapshot, runs the blocks and
 // summarizes them. It needs the MinIO binary (miniotest.Find) and a
-// process whose main dispatches replay.RoleReplayVMM (internal/role) first.
+// process whose main dispatches replay.RoleReplayVMM (internal/reexec) first.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := o.fill(); err != nil {
 		return nil, err

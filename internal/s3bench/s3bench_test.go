@@ -11,14 +11,14 @@ import (
 	"warmstart/internal/chunkcache"
 	"warmstart/internal/memdev"
 	"warmstart/internal/miniotest"
+	"warmstart/internal/reexec"
 	"warmstart/internal/repository/s3"
-	"warmstart/internal/role"
 	"warmstart/internal/startupset"
 	"warmstart/internal/vmm/replay"
 )
 
 func TestMain(m *testing.M) {
-	role.Roles{replay.RoleReplayVMM: replay.ChildMain}.Dispatch()
+	reexec.Roles{replay.RoleReplayVMM: replay.ChildMain}.Dispatch()
 	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	os.Exit(m.Run())
 }

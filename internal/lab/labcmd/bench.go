@@ -17,10 +17,10 @@ import (
 	"warmstart/internal/chart"
 	"warmstart/internal/cli"
 	"warmstart/internal/config"
-	"warmstart/internal/fsx"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/node"
 	"warmstart/internal/restore"
+	"warmstart/internal/untrusted"
 )
 
 // benchFlags are bench's flags.
@@ -109,7 +109,7 @@ func (f *benchFlags) run(cmd *cobra.Command, args []string) error {
 	if err := cli.CheckFileFlag("--plot", f.b.Plot, chart.CheckPath); err != nil {
 		return err
 	}
-	if err := cli.CheckFileFlag("--json", f.jsonPath, fsx.CheckCreatable); err != nil {
+	if err := cli.CheckFileFlag("--json", f.jsonPath, untrusted.CheckCreatable); err != nil {
 		return err
 	}
 	if f.b.Repository == "s3" {

@@ -66,7 +66,7 @@ type Machine struct {
 }
 
 var (
-	_ vmm.Instance     = (*Machine)(nil)
+	_ vmm.VM           = (*Machine)(nil)
 	_ vmm.ExitReporter = (*Machine)(nil)
 )
 

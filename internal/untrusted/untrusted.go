@@ -1,9 +1,9 @@
-// Package fsx opens the files warmstart trusts least — snapshot artifacts,
+// Package untrusted opens the files warmstart trusts least — snapshot artifacts,
 // startup manifests and configuration files — so that a path an operator or
 // an attacker put something odd at (a symlink, a FIFO, a device, a
 // directory, /dev/zero) fails at once with an error naming it, instead of
 // blocking in open(2) or reading without bound.
-package fsx
+package untrusted
 
 import (
 	"errors"
@@ -22,18 +22,18 @@ var ErrNotRegular = errors.New("not a regular file")
 // ErrTooLarge is wrapped when a file is longer than a reader's bound.
 var ErrTooLarge = errors.New("file too large")
 
-// OpenRegular opens path read-only without following a final symlink and
+// Open opens path read-only without following a final symlink and
 // without blocking (a FIFO or a device would otherwise block or stream), and
 // returns it only if it is a regular file. The returned file is in blocking
 // mode again, so reads behave as usual.
-func OpenRegular(path string) (*os.File, error) {
+func Open(path string) (*os.File, error) {
 	return openRegular(path, unix.O_NOFOLLOW)
 }
 
-// OpenRegularFollowing is OpenRegular for a file an operator names
+// OpenFollowing is Open for a file an operator names
 // directly (a trace given with --trace): a symlink to a regular file is
 // followed, and anything else still fails at once.
-func OpenRegularFollowing(path string) (*os.File, error) {
+func OpenFollowing(path string) (*os.File, error) {
 	return openRegular(path, 0)
 }
 
@@ -53,10 +53,10 @@ func openRegular(path string, flags int) (*os.File, error) {
 var ErrOutside = errors.New("leads outside its directory")
 
 // ErrNoOpenat2 is wrapped when the kernel (before Linux 5.6) or a seccomp
-// profile does not offer openat2, which OpenRegularBeneath needs.
+// profile does not offer openat2, which OpenBeneath needs.
 var ErrNoOpenat2 = errors.New("openat2 (Linux 5.6 or later) is not available")
 
-// OpenRegularBeneath is OpenRegularFollowing for rel, a path relative to
+// OpenBeneath is OpenFollowing for rel, a path relative to
 // dir, whose every component is resolved beneath dir (openat2 with
 // RESOLVE_BENEATH): a "..", an absolute symlink (even one naming a file
 // inside dir: the kernel refuses them all) or a relative one that climbs
@@ -65,7 +65,7 @@ var ErrNoOpenat2 = errors.New("openat2 (Linux 5.6 or later) is not available")
 // Relative symlinks that stay inside dir are followed. The check and the
 // open are one step, so no path swapped afterwards can change what the
 // returned file reads.
-func OpenRegularBeneath(dir, rel string) (*os.File, error) {
+func OpenBeneath(dir, rel string) (*os.File, error) {
 	path := filepath.Join(dir, rel)
 	d, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -121,7 +121,7 @@ func regularFile(fd int, path string) (*os.File, error) {
 // ReadBounded reads the whole regular file at path, refusing one longer
 // than limit bytes before reading more than limit+1 of them.
 func ReadBounded(path string, limit int64) ([]byte, error) {
-	f, err := OpenRegular(path)
+	f, err := Open(path)
 	if err != nil {
 		return nil, err
 	}

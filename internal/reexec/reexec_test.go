@@ -1,4 +1,4 @@
-package role_test
+package reexec_test
 
 import (
 	"os"
@@ -7,14 +7,14 @@ import (
 	"strings"
 	"testing"
 
-	"warmstart/internal/role"
+	"warmstart/internal/reexec"
 )
 
 func TestMain(m *testing.M) {
-	role.Roles{
+	reexec.Roles{
 		"echo-role": func() int {
 			// The role sees its own variable cleared.
-			if _, set := os.LookupEnv(role.Env); set {
+			if _, set := os.LookupEnv(reexec.Env); set {
 				return 3
 			}
 			return 7
@@ -24,12 +24,12 @@ func TestMain(m *testing.M) {
 }
 
 func TestWithout(t *testing.T) {
-	env := role.Env
-	got := role.Without([]string{"A=1", env + "=x", env + "X=2", "B=" + env + "=y"})
+	env := reexec.Env
+	got := reexec.Without([]string{"A=1", env + "=x", env + "X=2", "B=" + env + "=y"})
 	if want := []string{"A=1", env + "X=2", "B=" + env + "=y"}; !slices.Equal(got, want) {
 		t.Errorf("Without = %q, want %q", got, want)
 	}
-	got = role.Environ([]string{env + "=old", "A=1"}, "new")
+	got = reexec.Environ([]string{env + "=old", "A=1"}, "new")
 	if want := []string{"A=1", env + "=new"}; !slices.Equal(got, want) {
 		t.Errorf("Environ = %q, want %q", got, want)
 	}
@@ -41,7 +41,7 @@ func TestWithout(t *testing.T) {
 func TestDispatch(t *testing.T) {
 	run := func(name string) (int, string) {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = role.Environ(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), name)
+		cmd.Env = reexec.Environ(append(os.Environ(), "GORACE=atexit_sleep_ms=0"), name)
 		out, _ := cmd.CombinedOutput()
 		return cmd.ProcessState.ExitCode(), string(out)
 	}

@@ -1,11 +1,11 @@
-// Package role is the registry of the parts one executable can play, after
+// Package reexec is the registry of the parts one executable can play, after
 // moby's reexec: warmstart re-executes itself as the replay VMM, as QEMU's
 // launcher and as a benchmark trial, and its test binaries as their own
 // children. The environment variable Env names the role; each main (and
 // each TestMain) lists the roles its executable has in one Roles value and
 // calls Dispatch first, so a reader sees every part the executable can
 // play in one place.
-package role
+package reexec
 
 import (
 	"fmt"

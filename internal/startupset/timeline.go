@@ -42,9 +42,9 @@ func (e Event) ByReady(ready time.Duration) bool {
 	return e.At <= ready
 }
 
-// Recorder is a memdev.Observer that keeps every event of one restore,
+// Timeline is a memdev.Observer that keeps every event of one restore,
 // timed from its start.
-type Recorder struct {
+type Timeline struct {
 	t0 time.Time
 
 	mu      sync.Mutex
@@ -52,13 +52,13 @@ type Recorder struct {
 	events  []Event
 }
 
-var _ memdev.Observer = (*Recorder)(nil)
+var _ memdev.Observer = (*Timeline)(nil)
 
-// NewRecorder times events from t0, the start of the restore.
-func NewRecorder(t0 time.Time) *Recorder { return &Recorder{t0: t0} }
+// NewTimeline times events from t0, the start of the restore.
+func NewTimeline(t0 time.Time) *Timeline { return &Timeline{t0: t0} }
 
 // Served implements memdev.Observer.
-func (r *Recorder) Served(kind memdev.Kind, off int64, n int, took time.Duration) {
+func (r *Timeline) Served(kind memdev.Kind, off int64, n int, took time.Duration) {
 	at := time.Since(r.t0)
 	if kind == memdev.Resident {
 		at, took = 0, 0
@@ -71,14 +71,14 @@ func (r *Recorder) Served(kind memdev.Kind, off int64, n int, took time.Duration
 }
 
 // Stop ends recording: later events are dropped.
-func (r *Recorder) Stop() {
+func (r *Timeline) Stop() {
 	r.mu.Lock()
 	r.stopped = true
 	r.mu.Unlock()
 }
 
 // Events returns a copy of the events recorded so far, in arrival order.
-func (r *Recorder) Events() []Event {
+func (r *Timeline) Events() []Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.events)

@@ -1,4 +1,4 @@
-package pace
+package ratelimit
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // up to 24 ms, well under the 196 ms floor, so a meter that let callers
 // through early would show. With the clock read outside the lock, as
 // rate.Limiter.WaitN reads it, 24 MiB passed in 84 ms (3 ms stalls).
-func TestMeterHoldsItsRateWhenACallerStalls(t *testing.T) {
+func TestLimiterHoldsItsRateWhenACallerStalls(t *testing.T) {
 	const (
 		bytesPerSec = 125_000_000
 		burst       = 625_000

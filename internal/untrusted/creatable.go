@@ -1,4 +1,4 @@
-package fsx
+package untrusted
 
 import (
 	"fmt"

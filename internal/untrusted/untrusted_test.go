@@ -1,4 +1,4 @@
-package fsx
+package untrusted
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-func TestOpenRegularRefusesWhatIsNotAFile(t *testing.T) {
+func TestOpenRefusesWhatIsNotAFile(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "file")
 	if err := os.WriteFile(file, []byte("hello"), 0o600); err != nil {
@@ -25,19 +25,19 @@ func TestOpenRegularRefusesWhatIsNotAFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []string{link, fifo, dir, "/dev/zero"} {
-		f, err := OpenRegular(p)
+		f, err := Open(p)
 		if err == nil {
 			f.Close()
-			t.Errorf("OpenRegular(%s) succeeded", p)
+			t.Errorf("Open(%s) succeeded", p)
 			continue
 		}
 		if !errors.Is(err, ErrNotRegular) {
-			t.Errorf("OpenRegular(%s) = %v, want ErrNotRegular", p, err)
+			t.Errorf("Open(%s) = %v, want ErrNotRegular", p, err)
 		}
 	}
-	f, err := OpenRegular(file)
+	f, err := Open(file)
 	if err != nil {
-		t.Fatalf("OpenRegular(file): %v", err)
+		t.Fatalf("Open(file): %v", err)
 	}
 	f.Close()
 }
@@ -117,11 +117,11 @@ func TestCheckCreatable(t *testing.T) {
 	}
 }
 
-// OpenRegularBeneath resolves every component beneath its directory: a
+// OpenBeneath resolves every component beneath its directory: a
 // symlink or ".." that leads out fails with ErrOutside, and the same way
 // whatever is outside (a file, nothing, a FIFO), so the error tells
 // nothing of it; symlinks that stay inside are followed.
-func TestOpenRegularBeneath(t *testing.T) {
+func TestOpenBeneath(t *testing.T) {
 	root, outside := t.TempDir(), t.TempDir()
 	write := func(path string) {
 		t.Helper()
@@ -147,18 +147,18 @@ func TestOpenRegularBeneath(t *testing.T) {
 	symlink("../"+strings.Repeat("../", strings.Count(root, "/"))+outside, filepath.Join(root, "sub", "rel"))
 	symlink("../file", filepath.Join(root, "sub", "inside"))
 	for _, rel := range []string{"abs/secret", "abs/absent", "abs/fifo", "abs/secret/x", "sub/rel/secret", "../" + filepath.Base(root) + "/file", "sub/../../x"} {
-		f, err := OpenRegularBeneath(root, rel)
+		f, err := OpenBeneath(root, rel)
 		if err == nil {
 			f.Close()
 		}
 		if !errors.Is(err, ErrOutside) {
-			t.Errorf("OpenRegularBeneath(%s) = %v, want ErrOutside", rel, err)
+			t.Errorf("OpenBeneath(%s) = %v, want ErrOutside", rel, err)
 		}
 	}
 	for _, rel := range []string{"file", "sub/inside"} {
-		f, err := OpenRegularBeneath(root, rel)
+		f, err := OpenBeneath(root, rel)
 		if err != nil {
-			t.Errorf("OpenRegularBeneath(%s): %v", rel, err)
+			t.Errorf("OpenBeneath(%s): %v", rel, err)
 			continue
 		}
 		f.Close()
@@ -169,11 +169,11 @@ func TestOpenRegularBeneath(t *testing.T) {
 	}
 	defer ln.Close()
 	for _, rel := range []string{"sub", "sock"} {
-		if f, err := OpenRegularBeneath(root, rel); err == nil || !errors.Is(err, ErrNotRegular) {
+		if f, err := OpenBeneath(root, rel); err == nil || !errors.Is(err, ErrNotRegular) {
 			if err == nil {
 				f.Close()
 			}
-			t.Errorf("OpenRegularBeneath(%s) = %v, want ErrNotRegular", rel, err)
+			t.Errorf("OpenBeneath(%s) = %v, want ErrNotRegular", rel, err)
 		}
 	}
 }
