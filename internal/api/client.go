@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -193,14 +194,29 @@ func (c *Client) DeleteSnapshot(ctx context.Context, ref string) (DeleteResponse
 // this process's working directory.
 func (c *Client) Import(ctx context.Context, req ImportRequest) (ImportResponse, error) {
 	var err error
-	if req.VMState, err = filepath.Abs(req.VMState); err != nil {
+	if req.VMState, err = absolute(req.VMState); err != nil {
 		return ImportResponse{}, err
 	}
-	if req.Memory, err = filepath.Abs(req.Memory); err != nil {
+	if req.Memory, err = absolute(req.Memory); err != nil {
 		return ImportResponse{}, err
 	}
 	var out ImportResponse
 	return out, c.do(ctx, http.MethodPost, "/snapshots/import", req, &out)
+}
+
+// absolute puts the working directory before a relative path and leaves
+// the rest as given: not cleaned, since ".." after a symbolic link is not
+// the link's parent, and the daemon judges the path it is sent (and names
+// it in its errors). An empty path stays empty, for the daemon to refuse.
+func absolute(path string) (string, error) {
+	if path == "" || filepath.IsAbs(path) {
+		return path, nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("make %s absolute: %w", path, err)
+	}
+	return wd + string(filepath.Separator) + path, nil
 }
 
 // RecordManifest records the snapshot's startup manifest now and attaches it.
