@@ -8,7 +8,7 @@
 // It is a command of its own, not a verb of warmstart, because what it
 // runs is test infrastructure: the MinIO server process and Toxiproxy
 // (with its logging and HTTP API libraries) come from the test harness
-// internal/miniotest, which imports package testing. Kept here, none of
+// internal/lab/miniotest, which imports package testing. Kept here, none of
 // that is linked into the warmstart binary operators install, and the
 // harness stays the one the S3 tests use, so the benchmark's link is the
 // one they test.
@@ -34,14 +34,14 @@ import (
 	"os"
 	"strings"
 
-	localbench "warmstart/internal/bench" // bench is this file's own function
 	wsconfig "warmstart/internal/config"
 	"warmstart/internal/interrupt"
+	localbench "warmstart/internal/lab/bench" // bench is this file's own function
+	"warmstart/internal/lab/s3bench"
 	"warmstart/internal/layout"
 	"warmstart/internal/node"
 	"warmstart/internal/reexec"
 	"warmstart/internal/restore"
-	"warmstart/internal/s3bench"
 	"warmstart/internal/vmm/replay"
 )
 

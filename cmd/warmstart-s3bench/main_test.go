@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"warmstart/internal/miniotest"
+	"warmstart/internal/lab/miniotest"
+	"warmstart/internal/lab/s3bench"
 	"warmstart/internal/reexec"
-	"warmstart/internal/s3bench"
 	"warmstart/internal/vmm/replay"
 )
 

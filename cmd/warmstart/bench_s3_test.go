@@ -10,11 +10,11 @@ import (
 	"strings"
 	"testing"
 
-	"warmstart/internal/bench"
+	"warmstart/internal/lab/bench"
 )
 
 // harnessPackages are what the test harness behind the S3 benchmark links:
-// package testing (through internal/miniotest), Toxiproxy and the modules
+// package testing (through internal/lab/miniotest), Toxiproxy and the modules
 // it brings (zerolog, gorilla/mux, tomb), and the harness packages
 // themselves. The warmstart binary must link none of them.
 var harnessPackages = []string{
@@ -23,8 +23,8 @@ var harnessPackages = []string{
 	"github.com/rs/zerolog",
 	"github.com/gorilla/mux",
 	"gopkg.in/tomb",
-	"warmstart/internal/miniotest",
-	"warmstart/internal/s3bench",
+	"warmstart/internal/lab/miniotest",
+	"warmstart/internal/lab/s3bench",
 }
 
 // TestProductBinaryLinksNoTestHarness builds warmstart as an operator

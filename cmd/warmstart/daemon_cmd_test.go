@@ -21,10 +21,10 @@ import (
 	"warmstart/internal/api"
 	"warmstart/internal/config"
 	"warmstart/internal/daemon"
+	"warmstart/internal/lab/synth"
 	"warmstart/internal/node"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
-	"warmstart/internal/synth"
 	"warmstart/internal/trace"
 )
 

@@ -18,8 +18,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"warmstart/internal/bench"
-	"warmstart/internal/miniotest"
+	"warmstart/internal/lab/bench"
+	"warmstart/internal/lab/miniotest"
 )
 
 const (

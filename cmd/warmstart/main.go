@@ -14,8 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/bench"
 	"warmstart/internal/cli"
+	"warmstart/internal/lab/bench"
 	"warmstart/internal/lab/labcmd"
 	"warmstart/internal/reexec"
 	"warmstart/internal/vmm/qemu"

@@ -5,8 +5,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/chart"
 	"warmstart/internal/cli"
+	"warmstart/internal/lab/chart"
 	"warmstart/internal/ops"
 	"warmstart/internal/report"
 	"warmstart/internal/repository"

@@ -9,9 +9,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/api"
-	"warmstart/internal/chart"
 	"warmstart/internal/cli"
 	"warmstart/internal/interrupt"
+	"warmstart/internal/lab/chart"
 	"warmstart/internal/ops"
 	"warmstart/internal/report"
 	"warmstart/internal/restore"

@@ -16,7 +16,7 @@ import (
 
 	"warmstart/internal/api"
 	"warmstart/internal/config"
-	"warmstart/internal/miniotest"
+	"warmstart/internal/lab/miniotest"
 	"warmstart/internal/node"
 	"warmstart/internal/repository/repotest"
 	"warmstart/internal/repository/s3"

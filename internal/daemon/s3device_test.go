@@ -8,7 +8,7 @@ import (
 
 	"warmstart/internal/api"
 	"warmstart/internal/daemon"
-	"warmstart/internal/miniotest"
+	"warmstart/internal/lab/miniotest"
 	"warmstart/internal/repository/s3"
 )
 

@@ -17,7 +17,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"warmstart/internal/api"
-	"warmstart/internal/miniotest"
+	"warmstart/internal/lab/miniotest"
 	"warmstart/internal/trust"
 )
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"warmstart/internal/config"
+	"warmstart/internal/lab/synth"
 	"warmstart/internal/layout"
 	"warmstart/internal/manifest"
 	"warmstart/internal/memdev/fusedev"
@@ -22,7 +23,6 @@ import (
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/restore"
 	"warmstart/internal/restore/restoretest"
-	"warmstart/internal/synth"
 	"warmstart/internal/trace"
 	"warmstart/internal/vmm"
 	"warmstart/internal/vmm/replay"

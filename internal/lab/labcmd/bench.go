@@ -13,11 +13,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/bench"
-	"warmstart/internal/chart"
 	"warmstart/internal/cli"
 	"warmstart/internal/config"
 	"warmstart/internal/interrupt"
+	"warmstart/internal/lab/bench"
+	"warmstart/internal/lab/chart"
 	"warmstart/internal/node"
 	"warmstart/internal/restore"
 	"warmstart/internal/untrusted"

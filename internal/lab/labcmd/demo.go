@@ -3,10 +3,10 @@ package labcmd
 import (
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/bench"
 	"warmstart/internal/cli"
-	"warmstart/internal/demo"
 	"warmstart/internal/interrupt"
+	"warmstart/internal/lab/bench"
+	"warmstart/internal/lab/demo"
 )
 
 // Demo is the demo verb.

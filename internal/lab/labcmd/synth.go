@@ -7,8 +7,8 @@ import (
 
 	"warmstart/internal/cli"
 	"warmstart/internal/interrupt"
+	"warmstart/internal/lab/synth"
 	"warmstart/internal/layout"
-	"warmstart/internal/synth"
 )
 
 // Synth is the synth verb.

@@ -9,10 +9,10 @@ import (
 	"path/filepath"
 
 	"warmstart/internal/config"
+	"warmstart/internal/lab/synth"
 	"warmstart/internal/node"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
-	"warmstart/internal/synth"
 	"warmstart/internal/vmm"
 	"warmstart/internal/vmm/replay"
 )

@@ -16,7 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/minio/minio-go/v7"
 
-	"warmstart/internal/miniotest"
+	"warmstart/internal/lab/miniotest"
 	"warmstart/internal/reexec"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"

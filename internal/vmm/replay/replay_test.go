@@ -15,9 +15,9 @@ import (
 
 	crand "crypto/rand"
 
+	"warmstart/internal/lab/synth"
 	"warmstart/internal/layout"
 	"warmstart/internal/reexec"
-	"warmstart/internal/synth"
 	"warmstart/internal/trace"
 	"warmstart/internal/vmm"
 )

@@ -1,5 +1,5 @@
 // Package reference prepares the reference workload every benchmark and the
-// demo run on: the synthetic snapshot of internal/synth, published into a
+// demo run on: the synthetic snapshot of internal/lab/synth, published into a
 // repository, with its startup manifest recorded by the same recorder a
 // production publish uses.
 package reference
@@ -10,10 +10,10 @@ import (
 	"io"
 	"os"
 
+	"warmstart/internal/lab/synth"
 	"warmstart/internal/layout"
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
-	"warmstart/internal/synth"
 )
 
 // Options say what to prepare.

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"warmstart/internal/chunkcache"
+	"warmstart/internal/lab/miniotest"
 	"warmstart/internal/memdev"
-	"warmstart/internal/miniotest"
 	"warmstart/internal/reexec"
 	"warmstart/internal/repository/s3"
 	"warmstart/internal/startupset"

@@ -9,8 +9,8 @@ import (
 	"warmstart/internal/capture"
 	"warmstart/internal/config"
 	"warmstart/internal/initramfs"
+	"warmstart/internal/lab/reference"
 	"warmstart/internal/lab/workspace"
-	"warmstart/internal/reference"
 	"warmstart/internal/restore"
 	"warmstart/internal/vmm/qemu"
 )

@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"warmstart/internal/config"
+	"warmstart/internal/lab/pagecache"
 	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/node"
-	"warmstart/internal/pagecache"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/refine"
 	"warmstart/internal/restore"

@@ -29,11 +29,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warmstart/internal/config"
+	"warmstart/internal/lab/synth"
 	"warmstart/internal/memdev"
 	"warmstart/internal/node"
 	"warmstart/internal/reexec"
 	"warmstart/internal/restore"
-	"warmstart/internal/synth"
 	"warmstart/internal/trace"
 	"warmstart/internal/vmm/qemu"
 	"warmstart/internal/vmm/replay"

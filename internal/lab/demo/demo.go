@@ -13,15 +13,15 @@ import (
 	"path/filepath"
 	"time"
 
-	"warmstart/internal/bench"
 	"warmstart/internal/config"
+	"warmstart/internal/lab/bench"
+	"warmstart/internal/lab/pagecache"
+	"warmstart/internal/lab/reference"
+	"warmstart/internal/lab/synth"
 	"warmstart/internal/lab/workspace"
 	"warmstart/internal/node"
-	"warmstart/internal/pagecache"
-	"warmstart/internal/reference"
 	"warmstart/internal/report"
 	"warmstart/internal/restore"
-	"warmstart/internal/synth"
 )
 
 // Run runs the demo until ctx ends, writing its steps to out. Restores it

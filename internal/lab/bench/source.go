@@ -13,9 +13,9 @@ import (
 
 	"warmstart/internal/config"
 	"warmstart/internal/durable"
+	"warmstart/internal/lab/synth"
 	"warmstart/internal/node"
 	"warmstart/internal/restore"
-	"warmstart/internal/synth"
 	"warmstart/internal/vmm/qemu"
 )
 

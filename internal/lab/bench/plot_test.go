@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"warmstart/internal/chart"
+	"warmstart/internal/lab/chart"
 	"warmstart/internal/memdev"
 )
 

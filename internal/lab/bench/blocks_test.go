@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"warmstart/internal/pagecache"
+	"warmstart/internal/lab/pagecache"
 )
 
 // call is one trial runBlocks asked for.

@@ -5,7 +5,7 @@ import (
 
 	"gonum.org/v1/plot/vg"
 
-	"warmstart/internal/chart"
+	"warmstart/internal/lab/chart"
 )
 
 // Series names in the bench picture's legends, which tests look for (the

@@ -11,7 +11,7 @@ import (
 )
 
 // The S3 benchmark runs a MinIO on loopback behind a Toxiproxy link: test
-// infrastructure (internal/miniotest imports package testing, Toxiproxy
+// infrastructure (internal/lab/miniotest imports package testing, Toxiproxy
 // brings zerolog, gorilla/mux and tomb) that the warmstart binary must not
 // link. It lives in the companion command warmstart-s3bench
 // (cmd/warmstart-s3bench); the bench verb checks its flags and ExecS3

@@ -7,10 +7,10 @@ import (
 
 	"warmstart/internal/api"
 	"warmstart/internal/config"
+	"warmstart/internal/lab/synth"
 	"warmstart/internal/layout"
 	"warmstart/internal/ops"
 	"warmstart/internal/restore"
-	"warmstart/internal/synth"
 )
 
 // Flags are the bench verb's settings as given: Options plus the values
