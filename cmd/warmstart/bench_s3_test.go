@@ -38,7 +38,7 @@ func TestProductBinaryLinksNoTestHarness(t *testing.T) {
 		t.Errorf("warmstart links the test harness: %s", strings.Join(got, ", "))
 	}
 	got := strings.Join(harnessLinkedInto(t, filepath.Join(dir, bench.S3Command)), ", ")
-	for _, want := range []string{"module github.com/Shopify/toxiproxy", "symbol testing.", "symbol warmstart/internal/miniotest."} {
+	for _, want := range []string{"module github.com/Shopify/toxiproxy", "symbol testing.", "symbol warmstart/internal/lab/miniotest."} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the check finds no %q in %s, which links the harness; it found: %s", want, bench.S3Command, got)
 		}
