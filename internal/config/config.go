@@ -176,7 +176,8 @@ type MemoryConfig struct {
 	Device string `toml:"device"`
 	// IOEngine is one of IOEngineBuffered, IOEngineBufferedAsync, IOEngineDirect.
 	IOEngine int `toml:"io_engine"`
-	// FUSEMount is where the file device mounts its file system.
+	// FUSEMount is where the file device mounts its file system; empty
+	// means DefaultFUSEMountName under [runtime] dir.
 	FUSEMount string `toml:"fuse_mount"`
 	// UffdConnectTimeout bounds how long a restore on the uffd device waits
 	// for the VMM to connect to the page-fault handler. A VMM that exits
@@ -259,13 +260,15 @@ type PrefetchConfig struct {
 
 // RuntimeConfig is [runtime].
 type RuntimeConfig struct {
-	// Dir holds per-instance sockets and logs.
+	// Dir holds per-instance sockets and logs, and is the root the FUSE
+	// mount and the daemon socket derive from unless set.
 	Dir string `toml:"dir"`
 }
 
 // DaemonConfig is [daemon].
 type DaemonConfig struct {
-	// Socket is the Unix socket of the HTTP API.
+	// Socket is the Unix socket of the HTTP API; empty means
+	// DefaultSocketName under [runtime] dir.
 	Socket string `toml:"socket"`
 	// Listen is an optional TCP address (host:port) served instead.
 	Listen string `toml:"listen"`
@@ -292,7 +295,7 @@ func (c *Config) DaemonTokenFile() string {
 
 // VMMConfig is [vmm]: which VMM driver the daemon restores with.
 type VMMConfig struct {
-	// Driver is DriverFirecracker, DriverQEMU or DriverReplay.
+	// Driver is DriverAuto, DriverFirecracker, DriverQEMU or DriverReplay.
 	Driver string `toml:"driver"`
 }
 
@@ -348,10 +351,41 @@ type EnvdConfig struct {
 
 // Default returns the built-in configuration. It is what DefaultTOML spells out.
 func Default() *Config {
+	c := defaults()
+	c.deriveRuntimePaths()
+	return c
+}
+
+// Names of the paths under [runtime] dir that [memory] fuse_mount and
+// [daemon] socket default to.
+const (
+	DefaultFUSEMountName = "mem"
+	DefaultSocketName    = "warmstart.sock"
+)
+
+// deriveRuntimePaths puts the FUSE mount and the daemon socket under
+// [runtime] dir where the file leaves them empty or unset: the runtime
+// directory is the one root a node's run-time files live under, so moving
+// it moves them all.
+func (c *Config) deriveRuntimePaths() {
+	if !filepath.IsAbs(c.Runtime.Dir) {
+		return // Validate names runtime.dir
+	}
+	if c.Memory.FUSEMount == "" {
+		c.Memory.FUSEMount = filepath.Join(c.Runtime.Dir, DefaultFUSEMountName)
+	}
+	if c.Daemon.Socket == "" {
+		c.Daemon.Socket = filepath.Join(c.Runtime.Dir, DefaultSocketName)
+	}
+}
+
+// defaults is Default before the paths derived from [runtime] dir are
+// filled in, which Parse does after it has read the file's runtime.dir.
+func defaults() *Config {
 	return &Config{
 		Snapshot: SnapshotConfig{
 			RepositoryBackend: BackendPosixFS,
-			MemoryStartupPack: StartupPackConfig{Refine: true, Recordings: DefaultRecordings},
+			MemoryStartupPack: StartupPackConfig{Enabled: true, ConsumeEnabled: true, Refine: true, Recordings: DefaultRecordings},
 		},
 		Backend: BackendConfig{
 			PosixFS: PosixFSConfig{SnapshotStore: "/var/lib/warmstart/snapshots"},
@@ -367,14 +401,14 @@ func Default() *Config {
 			},
 		},
 		Memory: MemoryConfig{
-			Device: DeviceFile, IOEngine: IOEngineBuffered, FUSEMount: "/run/warmstart/mem", UffdConnectTimeout: 10 * time.Second,
+			Device: DeviceFile, IOEngine: IOEngineBuffered, UffdConnectTimeout: 10 * time.Second,
 			PrefetchReadaroundKiB: DefaultPrefetchReadaroundKiB,
 		},
 		Prefetch: PrefetchConfig{Policy: PolicyWarmstart, MaxReaders: DefaultPrefetchMaxReaders, BufferBytes: 1 << 20},
 		Runtime:  RuntimeConfig{Dir: "/run/warmstart"},
-		Daemon:   DaemonConfig{Socket: "/run/warmstart/warmstart.sock", ImportDirs: []string{}},
+		Daemon:   DaemonConfig{ImportDirs: []string{}},
 		Log:      LogConfig{Format: LogFormatText, Level: LogLevelInfo},
-		VMM:      VMMConfig{Driver: DriverFirecracker},
+		VMM:      VMMConfig{Driver: DriverAuto},
 		Firecracker: FirecrackerConfig{
 			Binary: "firecracker", VCPUs: 1, MemoryMiB: 128, StopTimeout: 5 * time.Second, LoadTimeout: 30 * time.Second,
 		},
@@ -497,7 +531,7 @@ func readFile(path string) ([]byte, error) {
 
 // Parse decodes and validates configuration text; file names it in errors.
 func Parse(data []byte, file string) (*Config, error) {
-	cfg := Default()
+	cfg := defaults()
 	md, decodeErr := toml.Decode(string(data), cfg)
 	keys := md.Keys()
 	var pe toml.ParseError
@@ -534,6 +568,7 @@ func Parse(data []byte, file string) (*Config, error) {
 		}
 		return nil, &ConfigError{File: file, Err: decodeErr}
 	}
+	cfg.deriveRuntimePaths()
 	if err := cfg.Validate(); err != nil {
 		var ce *ConfigError
 		if errors.As(err, &ce) {

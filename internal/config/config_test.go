@@ -174,7 +174,6 @@ func TestValidateErrors(t *testing.T) {
 		{"[memory]\ndevice = \"nbd\"", "memory.device", `"nbd" is not one of "file", "uffd"`},
 		{"[memory]\nio_engine = 3", "memory.io_engine", "3 out of range 0..2"},
 		{"[memory]\nio_engine = -1", "memory.io_engine", "-1 out of range 0..2"},
-		{"[memory]\nfuse_mount = \"\"", "memory.fuse_mount", "must not be empty"},
 		{"[memory]\nuffd_connect_timeout = \"0s\"", "memory.uffd_connect_timeout", "0s is not a positive duration"},
 		{"[memory]\nreadaround_kib = -4", "memory.readaround_kib", "-4 out of range 4..1024"},
 		{"[memory]\nreadaround_kib = 2048", "memory.readaround_kib", "2048 out of range 4..1024"},
@@ -188,7 +187,6 @@ func TestValidateErrors(t *testing.T) {
 		{"[prefetch]\nbuffer_bytes = 67112960", "prefetch.buffer_bytes", "67112960 out of range 4096..67108864"},
 		{"[prefetch]\nbuffer_bytes = 5000", "prefetch.buffer_bytes", "5000 is not a multiple of 4096"},
 		{"[runtime]\ndir = \"\"", "runtime.dir", "must not be empty"},
-		{"[daemon]\nsocket = \"\"", "daemon.socket", "must not be empty"},
 		// A relative path would name a different place for every working
 		// directory a verb or the daemon runs in.
 		{"[backend.posix_fs]\nsnapshot_store = \"relative/store\"", "backend.posix_fs.snapshot_store", `"relative/store" is not an absolute path`},
@@ -201,7 +199,7 @@ func TestValidateErrors(t *testing.T) {
 		{"[daemon]\nlisten = \"localhost\"", "daemon.listen", "not host:port"},
 		{"[daemon]\nlisten = \"localhost:http\"", "daemon.listen", "is not a number"},
 		{"[daemon]\nlisten = \"localhost:70000\"", "daemon.listen", "is not a number"},
-		{"[vmm]\ndriver = \"kvmtool\"", "vmm.driver", `"kvmtool" is not one of "firecracker", "qemu", "replay"`},
+		{"[vmm]\ndriver = \"kvmtool\"", "vmm.driver", `"kvmtool" is not one of "auto", "replay", "firecracker", "qemu"`},
 		{"[vmm]\ndriver = \"replay\"", "replay.trace", "must not be empty"},
 		{"[firecracker]\nbinary = \"\"", "firecracker.binary", "must not be empty"},
 		{"[firecracker]\nvcpus = 0", "firecracker.vcpus", "0 out of range 1..32"},
@@ -407,5 +405,40 @@ func TestReadaroundFollowsTheBackend(t *testing.T) {
 		if got := m.ReadaroundBytes(b); got != 64<<10 {
 			t.Errorf("%s with readaround_kib = 64: %d bytes, want %d", b, got, 64<<10)
 		}
+	}
+}
+
+// The runtime directory is the one root: moving it moves the FUSE mount
+// and the daemon socket, unless the file sets them.
+func TestRuntimeDirDerivesMountAndSocket(t *testing.T) {
+	cfg, err := Parse([]byte("[runtime]\ndir = \"/srv/ws/run\"\n"), "t.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Memory.FUSEMount != "/srv/ws/run/mem" || cfg.Daemon.Socket != "/srv/ws/run/warmstart.sock" {
+		t.Errorf("fuse_mount %q, socket %q, want both under /srv/ws/run", cfg.Memory.FUSEMount, cfg.Daemon.Socket)
+	}
+	cfg, err = Parse([]byte("[runtime]\ndir = \"/srv/ws/run\"\n[memory]\nfuse_mount = \"/mnt/m\"\n[daemon]\nsocket = \"/s/d.sock\"\n"), "t.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Memory.FUSEMount != "/mnt/m" || cfg.Daemon.Socket != "/s/d.sock" {
+		t.Errorf("fuse_mount %q, socket %q, want the file's", cfg.Memory.FUSEMount, cfg.Daemon.Socket)
+	}
+}
+
+// Recording after publish and prefetch on restore are on unless the file
+// turns them off.
+func TestRecordAndPrefetchOnByDefault(t *testing.T) {
+	sp := Default().Snapshot.MemoryStartupPack
+	if !sp.Enabled || !sp.ConsumeEnabled {
+		t.Fatalf("defaults enabled=%v consume_enabled=%v, want both on", sp.Enabled, sp.ConsumeEnabled)
+	}
+	cfg, err := Parse([]byte("[snapshot.memory_startup_pack]\nenabled = false\nconsume_enabled = false\n"), "t.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp := cfg.Snapshot.MemoryStartupPack; sp.Enabled || sp.ConsumeEnabled {
+		t.Errorf("explicit false: enabled=%v consume_enabled=%v, want both off", sp.Enabled, sp.ConsumeEnabled)
 	}
 }

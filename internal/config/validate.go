@@ -132,7 +132,7 @@ func (c *Config) memoryChecks() []func() error {
 			}
 			return inRange("memory.io_engine", int64(c.Memory.IOEngine), IOEngineBuffered, IOEngineDirect)
 		},
-		func() error { return absolutePath("memory.fuse_mount", c.Memory.FUSEMount) },
+		func() error { return derivedPath("memory.fuse_mount", c.Memory.FUSEMount) },
 		func() error { return positive("memory.uffd_connect_timeout", c.Memory.UffdConnectTimeout) },
 		func() error { return readaround("memory.readaround_kib", c.Memory.ReadaroundKiB, true) },
 		func() error {
@@ -167,7 +167,7 @@ func (c *Config) prefetchChecks() []func() error {
 func (c *Config) servingChecks() []func() error {
 	return []func() error{
 		func() error { return absolutePath("runtime.dir", c.Runtime.Dir) },
-		func() error { return absolutePath("daemon.socket", c.Daemon.Socket) },
+		func() error { return derivedPath("daemon.socket", c.Daemon.Socket) },
 		func() error { return tcpAddress("daemon.listen", c.Daemon.Listen) },
 		func() error {
 			if c.Daemon.TokenFile == "" {
@@ -183,7 +183,7 @@ func (c *Config) servingChecks() []func() error {
 func (c *Config) vmmChecks() []func() error {
 	return []func() error{
 		func() error {
-			return oneOf("vmm.driver", c.VMM.Driver, DriverFirecracker, DriverQEMU, DriverReplay)
+			return oneOf("vmm.driver", c.VMM.Driver, Drivers()...)
 		},
 		func() error {
 			if c.VMM.Driver == DriverReplay {
@@ -295,6 +295,15 @@ func validBucket(key, name string) error {
 // absolutePath accepts a non-empty absolute path: a relative one would
 // name another place for every working directory a verb or the daemon
 // runs in.
+// derivedPath checks a path that defaults to one under [runtime] dir: it
+// is empty only when runtime.dir is invalid, which its own check names.
+func derivedPath(key, v string) error {
+	if v == "" {
+		return nil
+	}
+	return absolutePath(key, v)
+}
+
 func absolutePath(key, v string) error {
 	if err := nonEmpty(key, v); err != nil {
 		return err
