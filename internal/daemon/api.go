@@ -337,6 +337,9 @@ func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
 	if se := (*ops.SnapshotError)(nil); errors.As(err, &se) {
 		return refError("snapshot", req.Snapshot, se.Err)
 	}
+	if errors.Is(err, ops.ErrNoManifest) {
+		return statusError(http.StatusConflict, "prefetch", err)
+	}
 	if err != nil {
 		return d.restoreFailed(err)
 	}
