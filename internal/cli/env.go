@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 
 	"github.com/spf13/cobra"
@@ -43,6 +45,21 @@ func (e *Env) reset() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.config = nil
+	e.daemonEnv()
+}
+
+// daemonEnv takes the daemon's address from $WARMSTART_DAEMON when no
+// --daemon names one: the variable is the flag said once for a shell. A
+// malformed value stays as it is, for the dial to name.
+func (e *Env) daemonEnv() {
+	v := strings.TrimSpace(os.Getenv(DaemonEnv))
+	if e.Daemon != "" || v == "" {
+		return
+	}
+	if addr, err := DaemonAddress(v); err == nil {
+		v = addr
+	}
+	e.Daemon = v
 }
 
 // Config is the configuration config.Path resolves from --config (else
