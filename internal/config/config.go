@@ -549,7 +549,7 @@ func Parse(data []byte, file string) (*Config, error) {
 		name := k.String()
 		spec, ok := schema[name]
 		if !ok {
-			return nil, &ConfigError{File: file, Key: name, Err: ErrUnknownKey}
+			return nil, &ConfigError{File: file, Key: name, Err: unknownKey(name)}
 		}
 		if got := md.Type(k...); got != spec.tomlType {
 			want := tomlTypeName(spec.tomlType)

@@ -442,3 +442,24 @@ func TestRecordAndPrefetchOnByDefault(t *testing.T) {
 		t.Errorf("explicit false: enabled=%v consume_enabled=%v, want both off", sp.Enabled, sp.ConsumeEnabled)
 	}
 }
+
+// An unknown key that is a typo of a known one names the known one.
+func TestUnknownKeySuggestsTheNearest(t *testing.T) {
+	for text, want := range map[string]string{
+		"[memory]\nio_engin = 1":      "did you mean memory.io_engine?",
+		"[memory]\nIO_ENGINE = 1":     "did you mean memory.io_engine?",
+		"[backend.s3]\nbuckt = \"b\"": "did you mean backend.s3.bucket?",
+		"[daemon]\nsockett = \"/s\"":  "did you mean daemon.socket?",
+		"[runtime]\ndri = \"/r\"":     "did you mean runtime.dir?",
+		"[mystery]\nx = 1":            "unknown key",
+		"[prefetch]\nmax_readerz = 2": "did you mean prefetch.max_readers?",
+	} {
+		_, err := Parse([]byte(text), "t.toml")
+		if !errors.Is(err, ErrUnknownKey) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v; want an unknown key error saying %q", text, err, want)
+		}
+		if want == "unknown key" && strings.Contains(err.Error(), "did you mean") {
+			t.Errorf("%q: %v; want no suggestion", text, err)
+		}
+	}
+}
