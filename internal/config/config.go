@@ -174,8 +174,9 @@ type MemoryConfig struct {
 	// Device is DeviceFile (a FUSE file the VMM maps) or DeviceUffd
 	// (Firecracker's Uffd backend).
 	Device string `toml:"device"`
-	// IOEngine is one of IOEngineBuffered, IOEngineBufferedAsync, IOEngineDirect.
-	IOEngine int `toml:"io_engine"`
+	// IOEngine is one of IOEngineBuffered, IOEngineBufferedAsync,
+	// IOEngineDirect, written by name or integer.
+	IOEngine IOEngineSetting `toml:"io_engine"`
 	// FUSEMount is where the file device mounts its file system; empty
 	// means DefaultFUSEMountName under [runtime] dir.
 	FUSEMount string `toml:"fuse_mount"`
@@ -551,8 +552,11 @@ func Parse(data []byte, file string) (*Config, error) {
 		if !ok {
 			return nil, &ConfigError{File: file, Key: name, Err: unknownKey(name)}
 		}
-		if got := md.Type(k...); got != spec.tomlType {
+		if got := md.Type(k...); got != spec.tomlType && (!spec.orString || got != "String") {
 			want := tomlTypeName(spec.tomlType)
+			if spec.orString {
+				want = "string or " + want
+			}
 			if spec.duration {
 				want += ` holding a duration such as "5s"`
 			}
@@ -585,6 +589,8 @@ type keySpec struct {
 	tomlType string
 	// duration marks a string parsed with time.ParseDuration.
 	duration bool
+	// orString marks an integer key that also takes a name (io_engine).
+	orString bool
 }
 
 // schema maps every dotted key of Config to its spec.
@@ -602,6 +608,8 @@ func schemaOf(root reflect.Type) map[string]keySpec {
 				key = prefix + "." + key
 			}
 			switch {
+			case f.Type == reflect.TypeFor[IOEngineSetting]():
+				out[key] = keySpec{tomlType: "Integer", orString: true}
 			case f.Type == reflect.TypeFor[time.Duration]():
 				out[key] = keySpec{tomlType: "String", duration: true}
 			case f.Type.Kind() == reflect.Struct:

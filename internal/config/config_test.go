@@ -133,7 +133,9 @@ func TestParseErrors(t *testing.T) {
 		{"unknown backend subtable", "[backend.nfs]\nserver = \"x\"", "backend.nfs", ErrUnknownKey, ""},
 		{"key in wrong case", "[memory]\nIO_ENGINE = 1", "memory.IO_ENGINE", ErrUnknownKey, ""},
 		{"dotted key outside its table", "memory.device = \"file\"\nmemory.colour = 1", "memory.colour", ErrUnknownKey, ""},
-		{"string for integer", "[memory]\nio_engine = \"2\"", "memory.io_engine", ErrWrongType, "has type string, want integer"},
+		{"string for integer", "[prefetch]\nmax_readers = \"2\"", "prefetch.max_readers", ErrWrongType, "has type string, want integer"},
+		{"boolean for the engine", "[memory]\nio_engine = true", "memory.io_engine", ErrWrongType, "has type boolean, want string or integer"},
+		{"unknown engine name", "[memory]\nio_engine = \"2\"", "memory.io_engine", ErrInvalidValue, `"2" is not one of "buffered"`},
 		{"integer for string", "[memory]\ndevice = 1", "memory.device", ErrWrongType, "has type integer, want string"},
 		{"string for bool", "[snapshot.memory_startup_pack]\nenabled = \"yes\"", "snapshot.memory_startup_pack.enabled", ErrWrongType, "want boolean"},
 		{"float for integer", "[prefetch]\nmax_readers = 4.0", "prefetch.max_readers", ErrWrongType, "has type float"},
@@ -143,7 +145,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad duration", "[firecracker]\nstop_timeout = \"5 parsecs\"", "firecracker.stop_timeout", ErrInvalidValue, "5 parsecs"},
 		{"wrong type after a valid key", "[memory]\ndevice = \"uffd\"\nfuse_mount = false", "memory.fuse_mount", ErrWrongType, ""},
 		{"refine not a bool", "[snapshot.memory_startup_pack]\nrefine = \"yes\"", "snapshot.memory_startup_pack.refine", ErrWrongType, ""},
-		{"first error in file order", "[memory]\nio_engine = \"x\"\nbogus = 1", "memory.io_engine", ErrWrongType, ""},
+		{"first error in file order", "[memory]\nio_engine = true\nbogus = 1", "memory.io_engine", ErrWrongType, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checkConfigError(t, tc.text, tc.key, tc.kind, tc.message)
@@ -460,6 +462,22 @@ func TestUnknownKeySuggestsTheNearest(t *testing.T) {
 		}
 		if want == "unknown key" && strings.Contains(err.Error(), "did you mean") {
 			t.Errorf("%q: %v; want no suggestion", text, err)
+		}
+	}
+}
+
+// The I/O engine is written by name; the seed's integers still work.
+func TestIOEngineByNameOrInteger(t *testing.T) {
+	for text, want := range map[string]IOEngineSetting{
+		`io_engine = "buffered"`:       IOEngineBuffered,
+		`io_engine = "buffered_async"`: IOEngineBufferedAsync,
+		`io_engine = "direct"`:         IOEngineDirect,
+		`io_engine = 1`:                IOEngineBufferedAsync,
+		`io_engine = 2`:                IOEngineDirect,
+	} {
+		cfg, err := Parse([]byte("[memory]\n"+text+"\n"), "t.toml")
+		if err != nil || cfg.Memory.IOEngine != want {
+			t.Errorf("%s: %v, %v; want %v", text, cfg.Memory.IOEngine, err, want)
 		}
 	}
 }

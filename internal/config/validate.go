@@ -127,7 +127,7 @@ func (c *Config) memoryChecks() []func() error {
 	return []func() error{
 		func() error { return oneOf("memory.device", c.Memory.Device, Devices()...) },
 		func() error {
-			if ValidIOEngine(c.Memory.IOEngine) {
+			if ValidIOEngine(int(c.Memory.IOEngine)) {
 				return nil
 			}
 			return inRange("memory.io_engine", int64(c.Memory.IOEngine), IOEngineBuffered, IOEngineDirect)

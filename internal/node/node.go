@@ -207,7 +207,7 @@ func (n *Node) mount(o Options) error {
 		Repo:     n.Repo,
 		Restorer: tracing.Restorer,
 		Device:   cfg.Memory.Device,
-		IOEngine: cfg.Memory.IOEngine,
+		IOEngine: int(cfg.Memory.IOEngine),
 		Log:      log,
 		Timeout:  RecordTimeout(cfg),
 		// Each run restores the snapshot once more, within its own
