@@ -117,7 +117,7 @@ func startVerbDaemon(t *testing.T) (string, synth.Paths, string) {
 		t.Fatal(err)
 	}
 	cfg := replayDaemonConfig(dir, ref.Trace)
-	cfg.Snapshot.MemoryStartupPack.ConsumeEnabled = true
+	cfg.Prefetch.OnRestore = true
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -34,8 +34,8 @@ optional alias ([A-Za-z0-9_-], 1 to 128 characters).
 type snapshotImportOptions struct {
 	vmState, memory, alias, layout string
 	link                           bool
-	// vmm restores the recording when [snapshot.memory_startup_pack]
-	// enabled is on.
+	// vmm restores the recording when [manifest] record_after_publish
+	// is on.
 	vmm cli.VMMFlags
 }
 
@@ -65,7 +65,7 @@ offset:size[:pagesize] in bytes (suffixes K, M, G, KiB, MiB, GiB), e.g.
 
 --alias binds a name to the snapshot; it fails if another snapshot holds it.
 
-With [snapshot.memory_startup_pack] enabled = true the startup manifest is
+With [manifest] record_after_publish = true the startup manifest is
 then recorded, as a daemon does after an import, holding the capture lease;
 this command waits for it (progress on standard error) with the VMM that
 [vmm] driver, [replay] trace, --vmm and --trace name.`,
@@ -139,7 +139,7 @@ func (f snapshotImportOptions) publishRequest(cmd *cobra.Command, lay layout.Lay
 }
 
 // importInProcess publishes the snapshot and prints its id. With
-// [snapshot.memory_startup_pack] enabled it then records the startup
+// [manifest] record_after_publish it then records the startup
 // manifest, holding the capture lease from publish to attach, and waits
 // for it.
 func importInProcess(ctx context.Context, cmd *cobra.Command, f snapshotImportOptions, lay layout.Layout) error {
@@ -148,7 +148,7 @@ func importInProcess(ctx context.Context, cmd *cobra.Command, f snapshotImportOp
 		return err
 	}
 	req := f.publishRequest(cmd, lay)
-	req.RecordManifest = cfg.Snapshot.MemoryStartupPack.Enabled
+	req.RecordManifest = cfg.Manifest.RecordAfterPublish
 	var n *node.Node
 	var repo repository.Repository
 	if req.RecordManifest {

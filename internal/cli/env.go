@@ -69,7 +69,15 @@ func (e *Env) Config() (*config.Config, error) {
 	e.mu.Lock()
 	if e.config == nil {
 		path := config.Path(e.ConfigPath)
-		e.config = sync.OnceValues(func() (*config.Config, error) { return config.Load(path) })
+		e.config = sync.OnceValues(func() (*config.Config, error) {
+			cfg, err := config.Load(path)
+			if err == nil {
+				for _, d := range cfg.Deprecations() {
+					fmt.Fprintf(os.Stderr, "warmstart: warning: %s\n", d)
+				}
+			}
+			return cfg, err
+		})
 	}
 	load := e.config
 	e.mu.Unlock()

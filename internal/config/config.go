@@ -45,6 +45,7 @@ const (
 // Config is the whole configuration file.
 type Config struct {
 	Snapshot    SnapshotConfig    `toml:"snapshot"`
+	Manifest    ManifestConfig    `toml:"manifest"`
 	Backend     BackendConfig     `toml:"backend"`
 	Memory      MemoryConfig      `toml:"memory"`
 	Prefetch    PrefetchConfig    `toml:"prefetch"`
@@ -54,9 +55,34 @@ type Config struct {
 	Replay      ReplayConfig      `toml:"replay"`
 	Firecracker FirecrackerConfig `toml:"firecracker"`
 	QEMU        QEMUConfig        `toml:"qemu"`
-	Envd        EnvdConfig        `toml:"envd"`
+	Agent       AgentConfig       `toml:"agent"`
 	Log         LogConfig         `toml:"log"`
 	Trust       TrustConfig       `toml:"trust"`
+
+	// Envd is the seed's name of [agent], read only to be moved there
+	// (deprecated.go).
+	Envd AgentConfig `toml:"envd"`
+
+	// deprecations are the warnings of the deprecated keys the file set.
+	deprecations []string
+}
+
+// Deprecations are one-line warnings, one for each deprecated key the
+// file set, naming the key that replaces it.
+func (c *Config) Deprecations() []string { return c.deprecations }
+
+// ManifestConfig is [manifest]: recording the startup manifest and
+// learning from the restores that prefetch it.
+type ManifestConfig struct {
+	// RecordAfterPublish records a startup manifest in the background
+	// after each publish.
+	RecordAfterPublish bool `toml:"record_after_publish"`
+	// Refine learns from every restore that prefetched (package refine)
+	// and has later restores prefetch the learned manifest.
+	Refine bool `toml:"refine"`
+	// Recordings is how many traced restores a background recording
+	// makes (1 or 2); with 2 the manifest keeps the pages both touched.
+	Recordings int64 `toml:"recordings"`
 }
 
 // TrustConfig is [trust]: which key signs what this node publishes and
@@ -94,24 +120,18 @@ type LogConfig struct {
 // SnapshotConfig is the [snapshot] table.
 type SnapshotConfig struct {
 	// RepositoryBackend selects where snapshots live: BackendPosixFS or BackendS3.
-	RepositoryBackend string            `toml:"repository_backend"`
+	RepositoryBackend string `toml:"repository_backend"`
+	// MemoryStartupPack is the seed's section for [manifest] and
+	// [prefetch] on_restore, read only to be moved there (deprecated.go).
 	MemoryStartupPack StartupPackConfig `toml:"memory_startup_pack"`
 }
 
-// StartupPackConfig is [snapshot.memory_startup_pack]: the startup manifest
-// feature. Recording and consumption are switched separately so consumption
-// can be turned off for snapshots that already carry a manifest.
+// StartupPackConfig is the seed's [snapshot.memory_startup_pack].
 type StartupPackConfig struct {
-	// Enabled records a startup manifest after each publish.
-	Enabled bool `toml:"enabled"`
-	// ConsumeEnabled prefetches a snapshot's manifest on restore.
-	ConsumeEnabled bool `toml:"consume_enabled"`
-	// Refine learns from every restore that prefetched (package refine)
-	// and has later restores prefetch the learned manifest.
-	Refine bool `toml:"refine"`
-	// Recordings is how many traced restores a background recording
-	// makes (1 or 2); with 2 the manifest keeps the pages both touched.
-	Recordings int64 `toml:"recordings"`
+	Enabled        bool  `toml:"enabled"`
+	ConsumeEnabled bool  `toml:"consume_enabled"`
+	Refine         bool  `toml:"refine"`
+	Recordings     int64 `toml:"recordings"`
 }
 
 // BackendConfig is the [backend] table, one subtable per repository backend.
@@ -257,6 +277,9 @@ type PrefetchConfig struct {
 	MaxReaders int `toml:"max_readers"`
 	// BufferBytes is each reader's buffer.
 	BufferBytes int64 `toml:"buffer_bytes"`
+	// OnRestore prefetches a snapshot's manifest on restore (--prefetch
+	// auto) whenever a valid one is attached.
+	OnRestore bool `toml:"on_restore"`
 }
 
 // RuntimeConfig is [runtime].
@@ -341,8 +364,9 @@ type QEMUConfig struct {
 	AgentWorkload string `toml:"agent_workload"`
 }
 
-// EnvdConfig is [envd]: the in-guest agent whose answer means "ready".
-type EnvdConfig struct {
+// AgentConfig is [agent]: the in-guest agent whose answer means "ready"
+// (the seed's [envd]).
+type AgentConfig struct {
 	// Address is the agent's health endpoint; empty lets the VMM driver
 	// choose its own transport.
 	Address      string        `toml:"address"`
@@ -384,10 +408,8 @@ func (c *Config) deriveRuntimePaths() {
 // filled in, which Parse does after it has read the file's runtime.dir.
 func defaults() *Config {
 	return &Config{
-		Snapshot: SnapshotConfig{
-			RepositoryBackend: BackendPosixFS,
-			MemoryStartupPack: StartupPackConfig{Enabled: true, ConsumeEnabled: true, Refine: true, Recordings: DefaultRecordings},
-		},
+		Snapshot: SnapshotConfig{RepositoryBackend: BackendPosixFS},
+		Manifest: ManifestConfig{RecordAfterPublish: true, Refine: true, Recordings: DefaultRecordings},
 		Backend: BackendConfig{
 			PosixFS: PosixFSConfig{SnapshotStore: "/var/lib/warmstart/snapshots"},
 			S3: S3Config{
@@ -405,7 +427,7 @@ func defaults() *Config {
 			Device: DeviceFile, IOEngine: IOEngineBuffered, UffdConnectTimeout: 10 * time.Second,
 			PrefetchReadaroundKiB: DefaultPrefetchReadaroundKiB,
 		},
-		Prefetch: PrefetchConfig{Policy: PolicyWarmstart, MaxReaders: DefaultPrefetchMaxReaders, BufferBytes: 1 << 20},
+		Prefetch: PrefetchConfig{Policy: PolicyWarmstart, MaxReaders: DefaultPrefetchMaxReaders, BufferBytes: 1 << 20, OnRestore: true},
 		Runtime:  RuntimeConfig{Dir: "/run/warmstart"},
 		Daemon:   DaemonConfig{ImportDirs: []string{}},
 		Log:      LogConfig{Format: LogFormatText, Level: LogLevelInfo},
@@ -416,7 +438,7 @@ func defaults() *Config {
 		QEMU: QEMUConfig{
 			Binary: "qemu-system-x86_64", Accel: AccelAuto, Machine: MachineMicrovm, MemoryMiB: 128, VCPUs: 1, StopTimeout: 5 * time.Second,
 		},
-		Envd:  EnvdConfig{PollInterval: 5 * time.Millisecond, Timeout: 30 * time.Second},
+		Agent: AgentConfig{PollInterval: 5 * time.Millisecond, Timeout: 30 * time.Second},
 		Trust: TrustConfig{TrustedKeys: []string{}},
 	}
 }
@@ -572,6 +594,9 @@ func Parse(data []byte, file string) (*Config, error) {
 		}
 		return nil, &ConfigError{File: file, Err: decodeErr}
 	}
+	if err := cfg.moveDeprecated(md, file); err != nil {
+		return nil, err
+	}
 	cfg.deriveRuntimePaths()
 	if err := cfg.Validate(); err != nil {
 		var ce *ConfigError
@@ -603,6 +628,9 @@ func schemaOf(root reflect.Type) map[string]keySpec {
 	walk = func(prefix string, t reflect.Type) {
 		for i := range t.NumField() {
 			f := t.Field(i)
+			if !f.IsExported() {
+				continue
+			}
 			key := f.Tag.Get("toml")
 			if prefix != "" {
 				key = prefix + "." + key

@@ -88,6 +88,12 @@ func TestDefaultTOMLSetsAndExplainsEveryKey(t *testing.T) {
 		if spec.tomlType == "Hash" {
 			continue // a table is there when its keys are
 		}
+		if _, old := Deprecated(key); old {
+			if set[key] {
+				t.Errorf("default file sets deprecated key %s", key)
+			}
+			continue
+		}
 		if !set[key] {
 			t.Errorf("default file does not set %s", key)
 		}
@@ -96,22 +102,20 @@ func TestDefaultTOMLSetsAndExplainsEveryKey(t *testing.T) {
 
 func TestPartialFileKeepsDefaults(t *testing.T) {
 	cfg, err := Parse([]byte(`
-[snapshot.memory_startup_pack]
-enabled = true
-consume_enabled = true
+[manifest]
 refine = false
 [memory]
 io_engine = 2
-[envd]
+[agent]
 poll_interval = "1ms"
 `), "partial.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Default()
-	want.Snapshot.MemoryStartupPack = StartupPackConfig{Enabled: true, ConsumeEnabled: true, Refine: false, Recordings: DefaultRecordings}
+	want.Manifest.Refine = false
 	want.Memory.IOEngine = IOEngineDirect
-	want.Envd.PollInterval = time.Millisecond
+	want.Agent.PollInterval = time.Millisecond
 	if !reflect.DeepEqual(cfg, want) {
 		t.Fatalf("Parse = %+v\nwant %+v", cfg, want)
 	}
@@ -167,8 +171,8 @@ func TestValidateErrors(t *testing.T) {
 		{"[backend.s3]\naddressing_style = \"dns\"", "backend.s3.addressing_style", `"dns" is not one of "auto", "path", "virtual"`},
 		{"[backend.s3]\naccess_key_id = \"AKIA\"", "backend.s3.secret_access_key", "set together"},
 		{"[backend.s3]\ncache_dir = \"\"", "backend.s3.cache_dir", "must not be empty"},
-		{"[snapshot.memory_startup_pack]\nrecordings = 0", "snapshot.memory_startup_pack.recordings", "0 out of range 1..2"},
-		{"[snapshot.memory_startup_pack]\nrecordings = 3", "snapshot.memory_startup_pack.recordings", "3 out of range 1..2"},
+		{"[manifest]\nrecordings = 0", "manifest.recordings", "0 out of range 1..2"},
+		{"[manifest]\nrecordings = 3", "manifest.recordings", "3 out of range 1..2"},
 		{"[backend.s3]\ncache_max_size_gb = 0", "backend.s3.cache_max_size_gb", "0 out of range 1..1048576"},
 		{"[backend.s3]\nchunk_size_mib = 0", "backend.s3.chunk_size_mib", "0 out of range 1..64"},
 		{"[backend.s3]\nchunk_size_mib = 128", "backend.s3.chunk_size_mib", "128 out of range 1..64"},
@@ -216,9 +220,9 @@ func TestValidateErrors(t *testing.T) {
 		{"[qemu]\nstop_timeout = \"-1s\"", "qemu.stop_timeout", "-1s is not a positive duration"},
 		{"[qemu]\nagent_workload = \"heap=4\"", "qemu.agent_workload", `unknown parameter "heap"`},
 		{"[qemu]\nagent_workload = \"heap_mib=41,pool_mib=24\"", "qemu.agent_workload", "more than half of the guest's 128 MiB"},
-		{"[envd]\npoll_interval = \"0ms\"", "envd.poll_interval", "is not a positive duration"},
-		{"[envd]\ntimeout = \"0s\"", "envd.timeout", "is not a positive duration"},
-		{"[envd]\npoll_interval = \"1m\"\ntimeout = \"1s\"", "envd.poll_interval", "longer than envd.timeout"},
+		{"[agent]\npoll_interval = \"0ms\"", "agent.poll_interval", "is not a positive duration"},
+		{"[agent]\ntimeout = \"0s\"", "agent.timeout", "is not a positive duration"},
+		{"[agent]\npoll_interval = \"1m\"\ntimeout = \"1s\"", "agent.poll_interval", "longer than agent.timeout"},
 		{"[log]\nformat = \"logfmt\"", "log.format", `"logfmt" is not one of "text", "json"`},
 		{"[log]\nlevel = \"verbose\"", "log.level", `"verbose" is not one of "debug", "info", "warn", "error"`},
 	} {
@@ -432,16 +436,21 @@ func TestRuntimeDirDerivesMountAndSocket(t *testing.T) {
 // Recording after publish and prefetch on restore are on unless the file
 // turns them off.
 func TestRecordAndPrefetchOnByDefault(t *testing.T) {
-	sp := Default().Snapshot.MemoryStartupPack
-	if !sp.Enabled || !sp.ConsumeEnabled {
-		t.Fatalf("defaults enabled=%v consume_enabled=%v, want both on", sp.Enabled, sp.ConsumeEnabled)
+	d := Default()
+	if !d.Manifest.RecordAfterPublish || !d.Prefetch.OnRestore {
+		t.Fatalf("defaults record_after_publish=%v on_restore=%v, want both on", d.Manifest.RecordAfterPublish, d.Prefetch.OnRestore)
 	}
-	cfg, err := Parse([]byte("[snapshot.memory_startup_pack]\nenabled = false\nconsume_enabled = false\n"), "t.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sp := cfg.Snapshot.MemoryStartupPack; sp.Enabled || sp.ConsumeEnabled {
-		t.Errorf("explicit false: enabled=%v consume_enabled=%v, want both off", sp.Enabled, sp.ConsumeEnabled)
+	for _, text := range []string{
+		"[manifest]\nrecord_after_publish = false\n[prefetch]\non_restore = false\n",
+		"[snapshot.memory_startup_pack]\nenabled = false\nconsume_enabled = false\n", // the seed's keys
+	} {
+		cfg, err := Parse([]byte(text), "t.toml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Manifest.RecordAfterPublish || cfg.Prefetch.OnRestore {
+			t.Errorf("%q: record_after_publish=%v on_restore=%v, want both off", text, cfg.Manifest.RecordAfterPublish, cfg.Prefetch.OnRestore)
+		}
 	}
 }
 
@@ -479,5 +488,40 @@ func TestIOEngineByNameOrInteger(t *testing.T) {
 		if err != nil || cfg.Memory.IOEngine != want {
 			t.Errorf("%s: %v, %v; want %v", text, cfg.Memory.IOEngine, err, want)
 		}
+	}
+}
+
+// The seed's key names still work, each with a one-line warning naming
+// the key that replaced it; setting both names of one key is an error.
+func TestDeprecatedKeysMoveWithAWarning(t *testing.T) {
+	cfg, err := Parse([]byte(`
+[snapshot.memory_startup_pack]
+refine = false
+recordings = 1
+[envd]
+address = "vsock:49983"
+timeout = "7s"
+`), "/etc/w.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Manifest.Refine || cfg.Manifest.Recordings != 1 || cfg.Agent.Address != "vsock:49983" || cfg.Agent.Timeout != 7*time.Second {
+		t.Errorf("moved values: manifest %+v, agent %+v", cfg.Manifest, cfg.Agent)
+	}
+	want := []string{
+		"config /etc/w.toml: key snapshot.memory_startup_pack.refine is deprecated; use manifest.refine",
+		"config /etc/w.toml: key snapshot.memory_startup_pack.recordings is deprecated; use manifest.recordings",
+		"config /etc/w.toml: key envd.address is deprecated; use agent.address",
+		"config /etc/w.toml: key envd.timeout is deprecated; use agent.timeout",
+	}
+	if got := cfg.Deprecations(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Deprecations() = %q\nwant %q", got, want)
+	}
+	if len(Default().Deprecations()) != 0 {
+		t.Error("the defaults use a deprecated key")
+	}
+	_, err = Parse([]byte("[envd]\ntimeout = \"7s\"\n[agent]\ntimeout = \"8s\"\n"), "t.toml")
+	if !errors.Is(err, ErrInvalidValue) || !strings.Contains(err.Error(), "keep agent.timeout only") {
+		t.Errorf("both names set: %v; want an error saying which to keep", err)
 	}
 }

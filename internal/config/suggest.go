@@ -20,7 +20,9 @@ func unknownKey(name string) error {
 func suggestKey(name string) string {
 	known := make([]string, 0, len(schema))
 	for k := range schema {
-		known = append(known, k)
+		if _, old := Deprecated(k); !old {
+			known = append(known, k)
+		}
 	}
 	sort.Strings(known) // ties resolve the same way every run
 	best, bestDist := "", -1

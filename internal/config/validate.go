@@ -68,7 +68,7 @@ func (c *Config) snapshotChecks() []func() error {
 			return oneOf("snapshot.repository_backend", c.Snapshot.RepositoryBackend, BackendPosixFS, BackendS3)
 		},
 		func() error {
-			return inRange("snapshot.memory_startup_pack.recordings", c.Snapshot.MemoryStartupPack.Recordings, MinRecordings, MaxRecordings)
+			return inRange("manifest.recordings", c.Manifest.Recordings, MinRecordings, MaxRecordings)
 		},
 	}
 }
@@ -179,7 +179,7 @@ func (c *Config) servingChecks() []func() error {
 	}
 }
 
-// vmmChecks are the checks of [vmm], [replay], [firecracker], [qemu] and [envd], in file order.
+// vmmChecks are the checks of [vmm], [replay], [firecracker], [qemu] and [agent], in file order.
 func (c *Config) vmmChecks() []func() error {
 	return []func() error{
 		func() error {
@@ -203,11 +203,11 @@ func (c *Config) vmmChecks() []func() error {
 		func() error { return inRange("qemu.vcpus", int64(c.QEMU.VCPUs), 1, MaxQEMUVCPUs) },
 		func() error { return positive("qemu.stop_timeout", c.QEMU.StopTimeout) },
 		func() error { return agentWorkload("qemu.agent_workload", c.QEMU.AgentWorkload, c.QEMU.MemoryMiB) },
-		func() error { return positive("envd.poll_interval", c.Envd.PollInterval) },
-		func() error { return positive("envd.timeout", c.Envd.Timeout) },
+		func() error { return positive("agent.poll_interval", c.Agent.PollInterval) },
+		func() error { return positive("agent.timeout", c.Agent.Timeout) },
 		func() error {
-			if c.Envd.PollInterval > c.Envd.Timeout {
-				return invalid("envd.poll_interval", "%s is longer than envd.timeout %s", c.Envd.PollInterval, c.Envd.Timeout)
+			if c.Agent.PollInterval > c.Agent.Timeout {
+				return invalid("agent.poll_interval", "%s is longer than agent.timeout %s", c.Agent.PollInterval, c.Agent.Timeout)
 			}
 			return nil
 		},

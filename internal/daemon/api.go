@@ -197,7 +197,7 @@ func (d *Daemon) checkImport(req api.ImportRequest) (in importFiles, lay layout.
 func (d *Daemon) publishImport(ctx context.Context, req api.ImportRequest, in importFiles, lay layout.Layout) (repository.Lease, repository.Record, error) {
 	rec, lease, err := ops.Publish(ctx, d.repo, repository.PublishRequest{
 		VMStatePath: procPath(in.vmState), MemoryPath: procPath(in.memory), Layout: lay, Alias: req.Alias, Link: req.Link,
-		RecordManifest: d.cfg.Snapshot.MemoryStartupPack.Enabled,
+		RecordManifest: d.cfg.Manifest.RecordAfterPublish,
 	})
 	if err == nil {
 		return lease, rec, nil

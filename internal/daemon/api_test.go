@@ -232,7 +232,7 @@ func deleteTwice(t *testing.T, c *api.Client, id string) {
 	}
 }
 
-// With [snapshot.memory_startup_pack] enabled an import records the
+// With [manifest] record_after_publish an import records the
 // manifest in the background; restores with prefetch auto then use it.
 func TestImportRecordsInBackground(t *testing.T) {
 	f := newFixture(t, fixtureOptions{recordOnPublish: true})

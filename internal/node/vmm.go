@@ -34,17 +34,17 @@ func NewVMM(ctx context.Context, cfg *config.Config) (vmm.VMM, error) {
 		if _, err := os.Stat(cfg.Replay.Trace); err != nil {
 			return nil, fmt.Errorf("replay vmm: [replay] trace: %w", err)
 		}
-		return &replay.VMM{TracePath: cfg.Replay.Trace, ReadyTimeout: cfg.Envd.Timeout}, nil
+		return &replay.VMM{TracePath: cfg.Replay.Trace, ReadyTimeout: cfg.Agent.Timeout}, nil
 	case config.DriverFirecracker:
 		d, err := firecracker.New(firecracker.Options{
 			Binary:          cfg.Firecracker.Binary,
-			EnvdAddress:     cfg.Envd.Address,
-			PollInterval:    cfg.Envd.PollInterval,
-			ReadyTimeout:    cfg.Envd.Timeout,
+			EnvdAddress:     cfg.Agent.Address,
+			PollInterval:    cfg.Agent.PollInterval,
+			ReadyTimeout:    cfg.Agent.Timeout,
 			StopTimeout:     cfg.Firecracker.StopTimeout,
 			LoadTimeout:     cfg.Firecracker.LoadTimeout,
 			TrackDirtyPages: cfg.Firecracker.TrackDirtyPages,
-			Vsock:           strings.HasPrefix(cfg.Envd.Address, "vsock:"),
+			Vsock:           strings.HasPrefix(cfg.Agent.Address, "vsock:"),
 			Uffd:            cfg.Memory.Device == config.DeviceUffd,
 		})
 		if err != nil {
@@ -143,8 +143,8 @@ func WithVMM(cfg *config.Config, driver, trace string) (*config.Config, error) {
 		}
 		// Ready is the guest agent answering: refused here rather than
 		// after the first VM has started.
-		if cfg.Envd.Address == "" {
-			return nil, fmt.Errorf("--vmm firecracker: [envd] address is empty; set it to the guest agent's health endpoint (vsock:PORT, unix:PATH or http://HOST:PORT/health), or use --vmm qemu, whose guest agent needs no address")
+		if cfg.Agent.Address == "" {
+			return nil, fmt.Errorf("--vmm firecracker: [agent] address is empty; set it to the guest agent's health endpoint (vsock:PORT, unix:PATH or http://HOST:PORT/health), or use --vmm qemu, whose guest agent needs no address")
 		}
 	case config.DriverAuto:
 		return nil, fmt.Errorf("--vmm auto: resolve it first (ResolveDriver)")

@@ -50,7 +50,7 @@ func Restore(ctx context.Context, n *node.Node, ref string, opts restore.Options
 		return nil, api.RestoreInfo{}, err
 	}
 	if opts.Prefetch == restore.ModeOn && src.Manifest == nil {
-		return nil, api.RestoreInfo{}, fmt.Errorf("%w: snapshot %s has none to prefetch: record one with `warmstart snapshot record-manifest %s` (publish records one in the background unless [snapshot.memory_startup_pack] enabled = false), or restore with --prefetch auto or off", ErrNoManifest, ref, ref)
+		return nil, api.RestoreInfo{}, fmt.Errorf("%w: snapshot %s has none to prefetch: record one with `warmstart snapshot record-manifest %s` (publish records one in the background unless [manifest] record_after_publish = false), or restore with --prefetch auto or off", ErrNoManifest, ref, ref)
 	}
 	started := time.Now()
 	inst, err := n.Restorer.Restore(ctx, src, opts)
