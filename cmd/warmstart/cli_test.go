@@ -115,7 +115,7 @@ func restoreFixture(t *testing.T) (cfg, run, trace string) {
 	dir := t.TempDir()
 	run = filepath.Join(dir, "run")
 	cfg = filepath.Join(dir, "warmstart.toml")
-	text := "[runtime]\ndir = \"" + run + "\"\n[backend.posix_fs]\nsnapshot_store = \"" + filepath.Join(dir, "store") + "\"\n"
+	text := "[runtime]\ndir = \"" + run + "\"\n[backend.posix_fs]\nsnapshot_store = \"" + filepath.Join(dir, "store") + "\"\n" + noRecording
 	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,13 @@ import (
 
 func TestFirecrackerDriverFromConfig(t *testing.T) {
 	cfg := config.Default()
-	cfg.Firecracker.Binary = "/opt/firecracker"
+	// Building the driver runs nothing, but --vmm firecracker needs a
+	// binary that is there.
+	fcBin := filepath.Join(t.TempDir(), "firecracker")
+	if err := os.WriteFile(fcBin, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Firecracker.Binary = fcBin
 	cfg.Firecracker.StopTimeout = 7 * time.Second
 	cfg.Agent = config.AgentConfig{Address: "vsock:49983", PollInterval: 3 * time.Millisecond, Timeout: 9 * time.Second}
 	vf := cli.VMMFlags{Kind: "firecracker"}
@@ -34,7 +40,7 @@ func TestFirecrackerDriverFromConfig(t *testing.T) {
 		t.Fatalf("--vmm firecracker built a %T", vm)
 	}
 	o := d.Options()
-	if o.Binary != "/opt/firecracker" || o.EnvdAddress != "vsock:49983" || !o.Vsock ||
+	if o.Binary != fcBin || o.EnvdAddress != "vsock:49983" || !o.Vsock ||
 		o.PollInterval != 3*time.Millisecond || o.ReadyTimeout != 9*time.Second || o.StopTimeout != 7*time.Second {
 		t.Errorf("driver options %+v do not follow [firecracker] and [agent]", o)
 	}

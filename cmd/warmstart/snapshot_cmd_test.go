@@ -35,7 +35,7 @@ func runSnapshotVerb(t *testing.T, store string, args ...string) (string, string
 	var stdout, stderr bytes.Buffer
 	rootCmd.SetOut(&stdout)
 	rootCmd.SetErr(&stderr)
-	rootCmd.SetArgs(append(append([]string{"snapshot"}, args...), "--store", store))
+	rootCmd.SetArgs(append(append([]string{"--config", noRecordingConfig(t), "snapshot"}, args...), "--store", store))
 	t.Cleanup(func() { rootCmd.SetOut(nil); rootCmd.SetErr(nil); rootCmd.SetArgs(nil) })
 	err := rootCmd.ExecuteContext(context.Background())
 	return stdout.String(), stderr.String(), err
