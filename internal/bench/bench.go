@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warmstart/internal/config"
+	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/restore"
 	"warmstart/internal/role"
@@ -353,7 +354,7 @@ func (b *runner) spec(block int, reserve bool, c Condition) (TrialSpec, error) {
 		src = o.Source
 	}
 	return TrialSpec{Block: block, Reserve: reserve, Condition: c, Device: o.Device, IOEngine: o.IOEngine,
-		Source: src, VMM: o.VMM, QEMU: o.QEMU, TracePath: path, Variant: variant, ExpectedSHA256: want,
+		Source: src, MemoryPath: memdev.FilePath(src.Memory), VMM: o.VMM, QEMU: o.QEMU, TracePath: path, Variant: variant, ExpectedSHA256: want,
 		ExpectedToken: o.ExpectedToken, ExpectedDigest: o.ExpectedDigest, Readaround: o.Readaround}, nil
 }
 
@@ -415,7 +416,7 @@ func (b *runner) expectedHash(path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("bench: %w", err)
 	}
-	want, err := replay.ExpectedHash(b.o.Source.MemoryPath, entries, nil)
+	want, err := replay.ExpectedHash(memdev.FilePath(b.o.Source.Memory), entries, nil)
 	if err != nil {
 		return "", fmt.Errorf("bench: expected hash: %w", err)
 	}

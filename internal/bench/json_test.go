@@ -18,9 +18,10 @@ import (
 func TestReportJSONIsSnakeCase(t *testing.T) {
 	trial := TrialResult{Spec: TrialSpec{
 		Condition: Condition{CacheCold, "warmstart"},
-		Source: restore.Source{SnapshotID: "s", VMStatePath: "v", MemoryPath: "m",
+		Source: restore.Source{SnapshotID: "s", VMStatePath: "v",
 			Layout: layout.Layout{Regions: []layout.Region{{Size: 4096}}}},
-		QEMU: qemu.Options{Binary: "qemu"},
+		MemoryPath: "m",
+		QEMU:       qemu.Options{Binary: "qemu"},
 	}, Events: []startupset.Event{{Kind: memdev.Demand, Offset: 4096, Length: 4096}}}
 	rep := Report{Options: ReportOptions{Drift: 0.2}, Trials: []TrialResult{trial}, Pilot: &trial,
 		Summary: summarize(Options{Blocks: 1}, []TrialResult{trial})}

@@ -13,6 +13,7 @@ import (
 
 	"warmstart/internal/durable"
 	"warmstart/internal/manifest"
+	"warmstart/internal/memdev"
 	"warmstart/internal/refine"
 	"warmstart/internal/restore"
 )
@@ -157,7 +158,7 @@ func (b *runner) learnOnce(ctx context.Context, col string, src restore.Source, 
 		return LearnStep{}, err
 	}
 	spec := TrialSpec{Block: -1, Condition: Condition{CacheCold, col}, Device: b.o.Device, IOEngine: b.o.IOEngine,
-		Source: src, VMM: b.o.VMM, QEMU: b.o.QEMU, TracePath: path, Variant: variant, ExpectedSHA256: want,
+		Source: src, MemoryPath: memdev.FilePath(src.Memory), VMM: b.o.VMM, QEMU: b.o.QEMU, TracePath: path, Variant: variant, ExpectedSHA256: want,
 		ExpectedToken: b.o.ExpectedToken, ExpectedDigest: b.o.ExpectedDigest, Readaround: b.o.Readaround}
 	for range maxLearnAttempts {
 		res, err := b.launch.run(ctx, spec)

@@ -53,10 +53,11 @@ func TestTrialMountsItsSpecsReadaround(t *testing.T) {
 					t.Error(err)
 				}
 			}()
-			if got := tr.r.FUSE.ReadAheadBytes(); got != tc.wantServing {
+			mounts := tr.r.Devices[0].(*fusedev.Opener)
+			if got := mounts.Serving.ReadAheadBytes(); got != tc.wantServing {
 				t.Errorf("serving mount's window %d, want %d", got, tc.wantServing)
 			}
-			switch p := tr.r.PrefetchFUSE; {
+			switch p := mounts.Prefetching; {
 			case tc.wantPrefetching == 0 && p != nil:
 				t.Errorf("a prefetching mount (window %d) beside a serving mount of the same window", p.ReadAheadBytes())
 			case tc.wantPrefetching != 0 && p == nil:

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -52,6 +53,9 @@ type TrialSpec struct {
 	Device    string         `json:"device"`
 	IOEngine  int            `json:"io_engine"`
 	Source    restore.Source `json:"source"`
+	// MemoryPath is the snapshot's memory file: the trial serves a private
+	// copy of it (Source.Memory is set in the trial's process).
+	MemoryPath string `json:"memory_path"`
 	// VMM is the driver the trial restores with: config.DriverReplay (also when
 	// empty) or config.DriverQEMU.
 	VMM string `json:"vmm,omitempty"`
@@ -149,6 +153,10 @@ func RunTrial(ctx context.Context, spec TrialSpec) TrialResult {
 		// reads nor for the device's release acknowledgement before the
 		// mount goes.
 		stopCtx: context.WithoutCancel(ctx)}
+	if spec.MemoryPath == "" {
+		return t.fail(errors.New("trial spec names no memory file (a snapshot whose memory is not a local file)"))
+	}
+	t.spec.Source.Memory = memdev.File(spec.MemoryPath)
 	closeMount, err := t.setUp()
 	if err != nil {
 		return t.fail(err)
@@ -196,6 +204,8 @@ type trial struct {
 	mode       restore.Mode
 	policy     restore.Policy
 	unverified bool
+	// lowerPath is the trial's private copy of the memory file.
+	lowerPath string
 	// probed is when the admission probe ended.
 	probed time.Time
 }
@@ -212,56 +222,44 @@ func (t *trial) failIf(err error) TrialResult {
 	return t.res
 }
 
-// setUp mounts the trial's device and builds its restorer; the returned
-// function unmounts it.
+// setUp assembles the trial's restorer and its device mounts as a node
+// does (node.OpenRestorer), with the trial's windows and VMM; the returned
+// function unmounts them.
 func (t *trial) setUp() (func() error, error) {
 	var err error
 	if t.mode, t.policy, t.unverified, err = policyOf(t.spec.Condition.Prefetch); err != nil {
 		return nil, err
 	}
-	vm, mountOpts, err := trialVMM(t.spec)
+	vm, err := trialVMM(t.spec)
 	if err != nil {
 		return nil, err
 	}
-	mountOpts.ReadAheadBytes = t.spec.Readaround.ServingBytes
-	srv, err := fusedev.Mount(filepath.Join(t.spec.WorkDir, "mnt"), mountOpts)
-	if err != nil {
-		return nil, err
-	}
-	prefetching, err := t.mountPrefetching(srv, mountOpts)
-	if err != nil {
-		srv.Close()
-		return nil, err
-	}
-	unmount := func() error {
-		if prefetching != nil {
-			prefetching.Close()
-		}
-		return srv.Close()
-	}
-	t.r = &restore.Restorer{
-		FUSE:         srv,
-		PrefetchFUSE: prefetching,
+	rs, err := node.OpenRestorer(node.RestorerOptions{
+		VMM:                    vm,
+		RuntimeDir:             t.spec.WorkDir,
+		Mount:                  filepath.Join(t.spec.WorkDir, "mnt"),
+		FUSE:                   fusedev.Options{ReadAheadBytes: t.spec.Readaround.ServingBytes},
+		PrefetchReadAheadBytes: t.prefetchingWindow(),
 		// The engine runs as many readers as the policy was designed for
 		// (config.DefaultPrefetchMaxReaders says why).
-		Engine:     prefetch.NewEngine(prefetch.Options{MaxReaders: max(t.policy.MaxReaders, prefetch.DefaultMaxReaders)}),
-		VMM:        vm,
-		RuntimeDir: t.spec.WorkDir,
-		// Only the timed restore of an unverified column skips
-		// verification; the flag is set just before it.
+		Engine: prefetch.Options{MaxReaders: max(t.policy.MaxReaders, prefetch.DefaultMaxReaders)},
+	})
+	if err != nil {
+		return nil, err
 	}
+	t.r = rs.Restorer
 	t.base = restore.Options{Device: t.spec.Device, IOEngine: t.spec.IOEngine}
-	return unmount, nil
+	return rs.Close, nil
 }
 
-// mountPrefetching mounts the file device of a trial whose timed restore
-// prefetches as a node does (node.MountPrefetching); nil otherwise.
-func (t *trial) mountPrefetching(serving *fusedev.Server, opts fusedev.Options) (*fusedev.Server, error) {
+// prefetchingWindow is the readaround window of the mount of a trial
+// whose timed restore prefetches on the file device, as a node's; 0 (no
+// such mount) otherwise.
+func (t *trial) prefetchingWindow() int {
 	if t.mode == restore.ModeOff || t.spec.Device != config.DeviceFile {
-		return nil, nil
+		return 0
 	}
-	window := t.spec.Readaround.withDefaults().PrefetchingBytes
-	return node.MountPrefetching(filepath.Join(t.spec.WorkDir, "mnt-prefetching"), serving, opts, window)
+	return t.spec.Readaround.withDefaults().PrefetchingBytes
 }
 
 // track notes the replay VMM a restore ran, so the parent can check that
@@ -293,8 +291,9 @@ func (t *trial) baseline() error {
 // other file, and returns the source on the copy and its SHA-256.
 func (t *trial) privateLower() (restore.Source, string, error) {
 	src := t.spec.Source
-	src.MemoryPath = filepath.Join(t.spec.WorkDir, "memory.bin")
-	sum, err := pagecache.CopyVerified(t.spec.Source.MemoryPath, src.MemoryPath)
+	t.lowerPath = filepath.Join(t.spec.WorkDir, "memory.bin")
+	src.Memory = memdev.File(t.lowerPath)
+	sum, err := pagecache.CopyVerified(t.spec.MemoryPath, t.lowerPath)
 	if err != nil {
 		return src, "", err
 	}
@@ -310,7 +309,7 @@ func (t *trial) privateLower() (restore.Source, string, error) {
 func (t *trial) treatCache(src restore.Source) (*restore.Instance, error) {
 	switch t.spec.Condition.Cache {
 	case CacheCold:
-		return nil, pagecache.Evict(src.MemoryPath)
+		return nil, pagecache.Evict(t.lowerPath)
 	case CacheHot:
 		hot, err := t.r.Restore(t.ctx, src, withMode(t.base, restore.ModeOff, restore.Policy{}, "timed"))
 		if err != nil {
@@ -325,7 +324,7 @@ func (t *trial) treatCache(src restore.Source) (*restore.Instance, error) {
 // admit probes residency, the last thing before the timer.
 func (t *trial) admit(src restore.Source) (bool, error) {
 	var err error
-	if t.res.Residency, err = pagecache.Probe(src.MemoryPath); err != nil {
+	if t.res.Residency, err = pagecache.Probe(t.lowerPath); err != nil {
 		return false, err
 	}
 	t.probed = time.Now()
@@ -335,9 +334,10 @@ func (t *trial) admit(src restore.Source) (bool, error) {
 
 // timed is the timed restore, stopped with its report.
 func (t *trial) timed(src restore.Source) (*restore.Instance, error) {
-	t.r.SkipVerification = t.unverified
 	t.res.ProbeGap = time.Since(t.probed)
-	inst, err := t.r.Restore(t.ctx, src, withMode(t.base, t.mode, t.policy, "timed"))
+	opts := withMode(t.base, t.mode, t.policy, "timed")
+	opts.Unverified = t.unverified
+	inst, err := t.r.Restore(t.ctx, src, opts)
 	if err != nil {
 		return nil, fmt.Errorf("timed restore: %w", err)
 	}
@@ -356,7 +356,7 @@ func (t *trial) timed(src restore.Source) (*restore.Instance, error) {
 // real guest's answer and the private lower file.
 func (t *trial) check(inst *restore.Instance, src restore.Source, copySHA256 string) error {
 	if t.spec.VMM == config.DriverQEMU {
-		if err := checkRealGuest(t.spec, t.res.Token, t.res.Digest, src.MemoryPath, copySHA256); err != nil {
+		if err := checkRealGuest(t.spec, t.res.Token, t.res.Digest, t.lowerPath, copySHA256); err != nil {
 			return err
 		}
 		t.res.HashOK = true
@@ -379,20 +379,16 @@ func admitted(cache string, r pagecache.Residency) bool {
 	return r.Full()
 }
 
-// trialVMM builds the trial's VMM driver and the options of its FUSE mount.
-func trialVMM(spec TrialSpec) (vmm.VMM, fusedev.Options, error) {
+// trialVMM builds the trial's VMM driver; node.OpenRestorer lets QEMU
+// open the device file for writing, as it does before mapping it private.
+func trialVMM(spec TrialSpec) (vmm.VMM, error) {
 	switch spec.VMM {
 	case "", config.DriverReplay:
-		return &replay.VMM{TracePath: spec.TracePath}, fusedev.Options{}, nil
+		return &replay.VMM{TracePath: spec.TracePath}, nil
 	case config.DriverQEMU:
-		d, err := qemu.New(spec.QEMU)
-		if err != nil {
-			return nil, fusedev.Options{}, err
-		}
-		// QEMU opens the device file read-write before mapping it private.
-		return d, fusedev.Options{AllowWriteOpen: true}, nil
+		return qemu.New(spec.QEMU)
 	}
-	return nil, fusedev.Options{}, fmt.Errorf("trial VMM %q: want %s or %s", spec.VMM, config.DriverReplay, config.DriverQEMU)
+	return nil, fmt.Errorf("trial VMM %q: want %s or %s", spec.VMM, config.DriverReplay, config.DriverQEMU)
 }
 
 // checkRealGuest is a real guest's stand-in for the replay VMM's hash: the

@@ -20,13 +20,16 @@ import (
 	"warmstart/internal/config"
 	"warmstart/internal/initramfs"
 	"warmstart/internal/manifest"
+	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/node"
 	"warmstart/internal/pagecache"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/restore"
+	"warmstart/internal/restore/restoretest"
 	"warmstart/internal/role"
 	"warmstart/internal/vmm/qemu"
 )
@@ -151,17 +154,16 @@ func (g *guestFixture) build(opts qemu.Options) error {
 		return err
 	}
 	// The recorder runs on its own restorer with a one-page-readahead
-	// tracing mount, which QEMU must be able to open read-write.
-	base := &restore.Restorer{VMM: g.driver, RuntimeDir: run}
-	tr, closeTr, err := recorder.TracingRestorerWith(base, filepath.Join(dir, "trace"), fusedev.Options{AllowWriteOpen: true})
+	// tracing mount, which QEMU can open read-write (node.FUSEOptions).
+	tr, err := node.OpenRestorer(node.TracingOptions(node.RestorerOptions{VMM: g.driver, RuntimeDir: run}, filepath.Join(dir, "trace")))
 	if err != nil {
 		return err
 	}
-	g.closers = append(g.closers, func() { closeTr() })
+	g.closers = append(g.closers, func() { tr.Close() })
 	gated := &gatedRepo{Repository: g.repo, open: make(chan struct{})}
 	// Two traced restores, as a node records by default: the guest's
 	// start-up drifts between them (TestQEMUGuestDrift reports how much).
-	rec := &recorder.Recorder{Repo: gated, Restorer: tr, Device: config.DeviceFile, Timeout: restoreTimeout, Recordings: 2}
+	rec := &recorder.Recorder{Repo: gated, Restorer: tr.Restorer, Device: config.DeviceFile, Timeout: restoreTimeout, Recordings: 2}
 
 	snap, job, err := capture.Publish(ctx, g.repo, rec, capture.Options{
 		Booter:     &capture.QEMU{Driver: g.driver, Initramfs: initramfs.Options{CacheDir: filepath.Join(dir, "initramfs")}},
@@ -356,7 +358,7 @@ func restoreOnce(t *testing.T, g *guestFixture, src restore.Source, opts restore
 	})
 	run := filepath.Join(dir, "run")
 	r := &restore.Restorer{
-		FUSE:       srv,
+		Devices:    restoretest.Devices(srv, nil),
 		Engine:     prefetch.NewEngine(prefetch.Options{}),
 		VMM:        g.driver,
 		RuntimeDir: run,
@@ -484,7 +486,7 @@ func TestRestoreThroughFUSEDevice(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// Cold: the lower file leaves the page cache, so every page the
 			// guest needs comes through the device.
-			if err := pagecache.Evict(src.MemoryPath); err != nil {
+			if err := pagecache.Evict(memdev.FilePath(src.Memory)); err != nil {
 				t.Fatal(err)
 			}
 			inst := restoreOnce(t, g, src, tc.opts)
@@ -516,7 +518,7 @@ func TestRestoreThroughFUSEDevice(t *testing.T) {
 	}
 	// Guest writes stay in QEMU's private copies: the lower file is the
 	// file that was published.
-	sum, err := pagecache.HashFile(src.MemoryPath)
+	sum, err := pagecache.HashFile(memdev.FilePath(src.Memory))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -96,13 +96,6 @@ func (c *Config) Validate() error {
 		},
 		func() error { return oneOf("memory.device", c.Memory.Device, Devices()...) },
 		func() error {
-			// Every restore and recording would fail: say so at load.
-			if c.Memory.Device == DeviceUffd && c.Snapshot.RepositoryBackend == BackendS3 {
-				return invalid("memory.device", "%q serves a local memory file, and an s3 repository's memory is remote: use %q", DeviceUffd, DeviceFile)
-			}
-			return nil
-		},
-		func() error {
 			if ValidIOEngine(c.Memory.IOEngine) {
 				return nil
 			}

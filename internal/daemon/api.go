@@ -10,10 +10,8 @@ import (
 	"syscall"
 	"time"
 
-	"warmstart/internal/config"
 	"warmstart/internal/layout"
 	"warmstart/internal/memdev"
-	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
@@ -548,7 +546,7 @@ func (d *Daemon) restoreFailed(err error) error {
 		return statusError(http.StatusBadRequest, fe.Field, err)
 	case errors.Is(err, trust.ErrUntrusted):
 		return statusError(http.StatusForbidden, "snapshot", err)
-	case errors.Is(err, fusedev.ErrAttachConflict):
+	case errors.Is(err, memdev.ErrConflict):
 		return statusError(http.StatusConflict, "io_engine", err)
 	}
 	return err
@@ -566,22 +564,6 @@ func (d *Daemon) restoreOptions(req *RestoreRequest) (restore.Options, error) {
 		return restore.Options{}, statusError(http.StatusBadRequest, fe.Field, fe.Err)
 	}
 	return opts, err
-}
-
-// countDevice takes the daemon's reference to a file device generation,
-// or counts what a uffd session read by ready. Callers hold d.mu.
-func (d *Daemon) countDevice(run *running) {
-	if run.info.Device != config.DeviceFile {
-		// A uffd session is the VM's own device: what it read by ready is
-		// what the daemon learns of it.
-		d.uffdBytes.Add(run.inst.DeviceBytes.BytesRead)
-		return
-	}
-	if err := d.holdDevice(run.inst.FileServer(), run.info.Snapshot, run.info.Generation); err != nil {
-		// Only the byte counts and the separate release step are lost;
-		// the restore itself is fine.
-		d.log.Warn("restore runs without the daemon's device reference", "restore", run.info.ID, "err", err)
-	}
 }
 
 // register lists a ready restore and takes the daemon's hold on its
@@ -656,12 +638,9 @@ func (d *Daemon) deleteRestore(w http.ResponseWriter, r *http.Request) error {
 // on it; the release's acknowledgement is part of the report.
 func (d *Daemon) stopAndRelease(ctx context.Context, run *running) (restore.StopReport, error) {
 	rep, err := d.stopRestore(ctx, run)
-	if run.info.Device != config.DeviceFile {
-		return rep, err
-	}
 	ctx, cancel := context.WithTimeout(ctx, d.stopWithin)
 	defer cancel()
-	ack, relErr := d.releaseDevice(ctx, run.info.Generation)
+	ack, relErr := d.releaseDevice(ctx, deviceOf(run))
 	rep.ReleaseAck += ack
 	return rep, errors.Join(err, relErr)
 }

@@ -88,6 +88,7 @@ import (
 	"warmstart/internal/config"
 	"warmstart/internal/daemon/metrics"
 	"warmstart/internal/logging"
+	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/node"
 	"warmstart/internal/prefetch"
@@ -195,9 +196,9 @@ type Daemon struct {
 
 	// devMu guards devices; it orders the daemon's attaches and releases.
 	devMu         sync.Mutex
-	devices       map[uint64]*fusedev.Device // the daemon's references, by file device generation
-	releasedBytes atomic.Uint64              // read by released generations
-	uffdBytes     atomic.Uint64              // read by uffd sessions up to ready
+	devices       map[memdev.ID]memdev.Device // the daemon's references to shared device generations
+	releasedBytes atomic.Uint64               // read by released generations
+	uffdBytes     atomic.Uint64               // read by uffd sessions up to ready
 
 	// token is the bearer token TCP requests must carry; "" on the socket.
 	token string
@@ -265,7 +266,7 @@ func newDaemon(opts Options) *Daemon {
 		retryEvery: cmp.Or(opts.ResumeRetry, DefaultResumeRetry),
 		restores:   map[string]*running{},
 		recordings: map[*recorder.Job]string{},
-		devices:    map[uint64]*fusedev.Device{},
+		devices:    map[memdev.ID]memdev.Device{},
 	}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
@@ -626,12 +627,10 @@ func (d *Daemon) releaseDevices(ctx context.Context, stopped []*running, errs *e
 	devices := d.heldDevices()
 	var wg sync.WaitGroup
 	for _, r := range stopped {
-		if r.info.Device == config.DeviceFile {
-			wg.Go(func() {
-				_, err := d.releaseDevice(ctx, r.info.Generation)
-				errs.add(err)
-			})
-		}
+		wg.Go(func() {
+			_, err := d.releaseDevice(ctx, deviceOf(r))
+			errs.add(err)
+		})
 	}
 	wg.Wait()
 	d.log.Info("shutdown: devices released", "generations", devices)

@@ -2,89 +2,96 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
-	"warmstart/internal/config"
-	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/memdev"
 )
 
-// The daemon holds its own reference to every file device generation its
-// restores run on. Holding it lets the daemon read the generation's
-// counters for as long as any restore uses it, and makes the release of the
-// device a step of its own: each restore's stop drops only its reference,
-// and the daemon drops this last one once no listed restore runs on the
-// generation, waiting for the acknowledgement that no read is in flight.
-// The device counts the references; the daemon keeps no count of its own,
-// only which generations it holds (d.devices) and which restores it lists
-// (d.restores).
+// The daemon holds its own reference to every shared device generation
+// its restores run on (memdev.Sharer: the file device's). Holding it lets
+// the daemon read the generation's counters for as long as any restore
+// uses it, and makes the release of the device a step of its own: each
+// restore's stop drops only its reference, and the daemon drops this last
+// one once no listed restore runs on the generation, waiting for the
+// acknowledgement that no read is in flight. The device counts the
+// references; the daemon keeps no count of its own, only which
+// generations it holds (d.devices) and which restores it lists
+// (d.restores). A device that is one VM's (the uffd device) has nothing to
+// share: what it read by ready is what the daemon learns of it.
 
-// holdDevice takes the daemon's reference to generation gen of the file
-// device key on srv, the mount the restore runs on (its serving or its
-// prefetching mount), unless it holds it already. The restore holds its
-// own reference, so the daemon joins that generation (fusedev.Server.Hold)
-// whatever its lower: a local memory file or an S3 memory source.
-// Generation numbers are unique across mounts. Callers hold d.mu, so no
-// release can decide in between that no restore runs on gen.
-func (d *Daemon) holdDevice(srv *fusedev.Server, key string, gen uint64) error {
-	d.devMu.Lock()
-	defer d.devMu.Unlock()
-	if _, ok := d.devices[gen]; ok {
-		return nil
-	}
-	if srv == nil {
-		srv = d.fuse
-	}
-	dev, err := srv.Hold(key, gen)
-	if err != nil {
-		return fmt.Errorf("hold memory device %s: %w", key, err)
-	}
-	d.devices[gen] = dev
-	return nil
+// deviceOf is the device a listed restore runs on.
+func deviceOf(run *running) memdev.ID {
+	return memdev.ID{Kind: run.info.Device, Generation: run.info.Generation}
 }
 
-// releaseDevice is called once a restore on gen has stopped and left
-// d.restores. When no listed restore runs on gen any more it releases the
+// countDevice takes the daemon's reference to the restore's device
+// generation, unless it holds it already, or counts what a device of the
+// VM's own read by ready. The restore holds its own reference, so the
+// daemon joins that generation whatever its memory: a local file or an S3
+// memory source. Callers hold d.mu, so no release can decide in between
+// that no restore runs on it.
+func (d *Daemon) countDevice(run *running) {
+	id := deviceOf(run)
+	d.devMu.Lock()
+	defer d.devMu.Unlock()
+	if _, ok := d.devices[id]; ok {
+		return
+	}
+	dev, err := run.inst.Share()
+	switch {
+	case errors.Is(err, memdev.ErrNotShared):
+		d.uffdBytes.Add(run.inst.DeviceBytes.BytesRead)
+	case err != nil:
+		// Only the byte counts and the separate release step are lost;
+		// the restore itself is fine.
+		d.log.Warn("restore runs without the daemon's device reference", "restore", run.info.ID, "err", err)
+	default:
+		d.devices[id] = dev
+	}
+}
+
+// releaseDevice is called once a restore on id has stopped and left
+// d.restores. When no listed restore runs on id any more it releases the
 // daemon's reference, waits for the acknowledgement and, when that was the
 // generation's last reference, forgets its prefetch tasks: no later
-// restore can join them. It returns
-// how long the acknowledgement took.
-func (d *Daemon) releaseDevice(ctx context.Context, gen uint64) (time.Duration, error) {
-	dev := d.takeUnusedDevice(gen)
+// restore can join them. It returns how long the acknowledgement took.
+func (d *Daemon) releaseDevice(ctx context.Context, id memdev.ID) (time.Duration, error) {
+	dev := d.takeUnusedDevice(id)
 	if dev == nil {
 		return 0, nil
 	}
 	t := time.Now()
-	select {
-	case <-dev.Release():
-	case <-ctx.Done():
-		return time.Since(t), fmt.Errorf("release memory device generation %d: %w", gen, ctx.Err())
-	}
+	last, err := dev.Release(ctx)
 	took := time.Since(t)
+	if err != nil {
+		return took, fmt.Errorf("release memory device generation %d: %w", id.Generation, err)
+	}
 	// A restore that has not reached the listing yet may still hold the
 	// generation: only the last release ends it, its bytes and its tasks.
-	if dev.ReleasedLast() {
+	if last {
 		d.releasedBytes.Add(dev.Counters().BytesRead)
-		d.engine.Forget(config.DeviceFile, gen)
+		d.engine.Forget(id.Kind, id.Generation)
 	}
-	d.log.Info("device released", "generation", gen, "release_ack", took)
+	d.log.Info("device released", "generation", id.Generation, "release_ack", took)
 	return took, nil
 }
 
-// takeUnusedDevice removes and returns the daemon's reference to gen when
+// takeUnusedDevice removes and returns the daemon's reference to id when
 // no listed restore runs on it; nil otherwise.
-func (d *Daemon) takeUnusedDevice(gen uint64) *fusedev.Device {
+func (d *Daemon) takeUnusedDevice(id memdev.ID) memdev.Device {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, r := range d.restores {
-		if r.info.Device == config.DeviceFile && r.info.Generation == gen {
+		if deviceOf(r) == id {
 			return nil
 		}
 	}
 	d.devMu.Lock()
 	defer d.devMu.Unlock()
-	dev := d.devices[gen]
-	delete(d.devices, gen)
+	dev := d.devices[id]
+	delete(d.devices, id)
 	return dev
 }
 
@@ -96,8 +103,8 @@ func (d *Daemon) heldDevices() int {
 }
 
 // deviceBytes is every byte the restores' memory devices have read from
-// lower files: released file device generations, held ones now, and each
-// uffd restore's session up to ready.
+// lower files: released shared generations, held ones now, and each
+// device of a VM's own up to ready.
 func (d *Daemon) deviceBytes() uint64 {
 	total := d.releasedBytes.Load() + d.uffdBytes.Load()
 	d.devMu.Lock()

@@ -75,7 +75,7 @@ func Run(ctx, stopCtx context.Context, out io.Writer, blocks int) (err error) {
 	src := restore.SourceOf(resolved)
 	for _, mode := range []restore.Mode{restore.ModeOff, restore.ModeOn} {
 		// Cold: the lower file leaves the page cache first.
-		if err := pagecache.Evict(src.MemoryPath); err != nil {
+		if err := pagecache.Evict(resolved.MemoryPath); err != nil {
 			return err
 		}
 		inst, err := r.Restore(ctx, src, restore.Options{Device: config.DeviceFile, Prefetch: mode})

@@ -1,8 +1,3 @@
-// Package memdev holds what every memory device shares: the counters a
-// device keeps per generation and the access trace it records. The devices
-// themselves live in subpackages, one per mechanism: fusedev (a file on a
-// FUSE mount, mapped by the VMM like Firecracker's File backend) and uffd
-// (Firecracker's Uffd backend).
 package memdev
 
 import (

@@ -28,7 +28,6 @@ import (
 	"warmstart/internal/restore"
 	"warmstart/internal/trust"
 	"warmstart/internal/vmm"
-	"warmstart/internal/vmm/qemu"
 )
 
 // Metrics is what a node reports to: every restore decision of the serving
@@ -128,11 +127,6 @@ func Open(ctx context.Context, o Options) (_ *Node, err error) {
 	if o.RemoveRuntimeDir {
 		n.closers = append(n.closers, func() error { return os.RemoveAll(o.RuntimeDir) })
 	}
-	n.Engine = NewEngine(o.Config)
-	if o.Metrics != nil {
-		n.Metrics = o.Metrics(n.Engine)
-		n.Repo = n.Metrics.Repository(n.Repo)
-	}
 	if err := n.mount(o); err != nil {
 		return nil, err
 	}
@@ -161,57 +155,58 @@ func (n *Node) Learn(snapshotID string, inst *restore.Instance) {
 	n.Learner.Submit(learner.Observed{SnapshotID: snapshotID, Observation: *inst.Observation})
 }
 
-// mount mounts the serving device and the tracing device and builds the
-// restorers and the recorder on them.
-func (n *Node) mount(o Options) error {
-	cfg, log := o.Config, o.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	serving := FUSEOptions(o.FUSE, n.VMM)
+// restorerOptions are the serving restorer's, from the configuration.
+func (n *Node) restorerOptions(o Options, log *slog.Logger) RestorerOptions {
+	cfg := o.Config
+	serving := o.FUSE
 	serving.Log = log
 	if serving.ReadAheadBytes == 0 {
 		serving.ReadAheadBytes = cfg.Memory.ReadaroundBytes(cfg.Snapshot.RepositoryBackend)
 	}
-	servingDir := orDefault(o.FUSEMount, filepath.Join(o.RuntimeDir, "mem"))
-	var err error
-	if n.FUSE, err = fusedev.Mount(servingDir, serving); err != nil {
-		return fmt.Errorf("node: %w", err)
+	return RestorerOptions{
+		VMM:                    n.VMM,
+		RuntimeDir:             o.RuntimeDir,
+		Mount:                  orDefault(o.FUSEMount, filepath.Join(o.RuntimeDir, "mem")),
+		PrefetchMount:          o.PrefetchMount,
+		FUSE:                   serving,
+		PrefetchReadAheadBytes: cfg.Memory.PrefetchReadaroundBytes(),
+		Engine:                 EngineOptions(cfg),
+		ConsumeEnabled:         cfg.Snapshot.MemoryStartupPack.ConsumeEnabled,
+		Refine:                 cfg.Snapshot.MemoryStartupPack.Refine,
+		UffdConnectTimeout:     cfg.Memory.UffdConnectTimeout,
+		Log:                    log,
+		Trust:                  n.Trust,
 	}
-	n.closers = append(n.closers, n.FUSE.Close)
-	if n.PrefetchFUSE, err = MountPrefetching(orDefault(o.PrefetchMount, servingDir+"-prefetching"), n.FUSE, serving, cfg.Memory.PrefetchReadaroundBytes()); err != nil {
-		return fmt.Errorf("node: %w", err)
+}
+
+// mount assembles the serving restorer and its mounts, the metrics that
+// watch its engine, and the recorder on a tracing restorer of its own.
+func (n *Node) mount(o Options) error {
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
-	if n.PrefetchFUSE != nil {
-		n.closers = append(n.closers, n.PrefetchFUSE.Close)
+	ro := n.restorerOptions(o, log)
+	serving, err := OpenRestorer(ro)
+	if err != nil {
+		return err
 	}
-	n.Restorer = &restore.Restorer{
-		FUSE:           n.FUSE,
-		PrefetchFUSE:   n.PrefetchFUSE,
-		Engine:         n.Engine,
-		VMM:            n.VMM,
-		ConsumeEnabled: cfg.Snapshot.MemoryStartupPack.ConsumeEnabled,
-		Refine:         cfg.Snapshot.MemoryStartupPack.Refine,
-		RuntimeDir:     o.RuntimeDir,
-		Log:            log,
-		ConnectTimeout: cfg.Memory.UffdConnectTimeout,
-		Trust:          n.Trust,
-	}
-	if n.Metrics != nil {
+	n.closers = append(n.closers, serving.Close)
+	n.Restorer, n.FUSE, n.PrefetchFUSE, n.Engine = serving.Restorer, serving.FUSE, serving.PrefetchFUSE, serving.Restorer.Engine
+	if o.Metrics != nil {
+		n.Metrics = o.Metrics(n.Engine)
+		n.Repo = n.Metrics.Repository(n.Repo)
 		n.Restorer.Observe = n.Metrics
 	}
-	// The tracing mount takes the serving mount's AllowWriteOpen (the same
-	// VMM restores on it) but not its test hooks.
-	tracing, closeTracing, err := recorder.TracingRestorerWith(n.Restorer,
-		orDefault(o.TraceMount, filepath.Join(o.RuntimeDir, "trace-mem")),
-		fusedev.Options{AllowWriteOpen: serving.AllowWriteOpen, Log: log})
+	tracing, err := OpenRestorer(TracingOptions(ro, orDefault(o.TraceMount, filepath.Join(o.RuntimeDir, "trace-mem"))))
 	if err != nil {
-		return fmt.Errorf("node: %w", err)
+		return err
 	}
-	n.closers = append(n.closers, closeTracing)
+	n.closers = append(n.closers, tracing.Close)
+	cfg := o.Config
 	n.Recorder = &recorder.Recorder{
 		Repo:     n.Repo,
-		Restorer: tracing,
+		Restorer: tracing.Restorer,
 		Device:   cfg.Memory.Device,
 		IOEngine: cfg.Memory.IOEngine,
 		Log:      log,
@@ -228,36 +223,9 @@ func (n *Node) mount(o Options) error {
 // not hold the snapshot's capture lease forever.
 func RecordTimeout(cfg *config.Config) time.Duration { return 2 * cfg.Envd.Timeout }
 
-// NewEngine is the prefetch engine [prefetch] configures.
-func NewEngine(cfg *config.Config) *prefetch.Engine {
-	return prefetch.NewEngine(prefetch.Options{MaxReaders: cfg.Prefetch.MaxReaders, BufferBytes: int(cfg.Prefetch.BufferBytes)})
-}
-
-// MountPrefetching mounts at dir the file device of restores that
-// prefetch: serving's options (opts) with their readaround window
-// (config.MemoryConfig.PrefetchReadaroundBytes). It returns nil, nil when
-// the serving mount's window is that one already: the serving mount then
-// serves those restores too.
-func MountPrefetching(dir string, serving *fusedev.Server, opts fusedev.Options, window int) (*fusedev.Server, error) {
-	if serving.ReadAheadBytes() == window {
-		return nil, nil
-	}
-	opts.ReadAheadBytes = window
-	srv, err := fusedev.Mount(dir, opts)
-	if err != nil {
-		return nil, fmt.Errorf("prefetching mount: %w", err)
-	}
-	return srv, nil
-}
-
-// FUSEOptions are base, with writable opens when vm is QEMU, which opens
-// its memory file read-write before it maps it private (the device still
-// refuses writes).
-func FUSEOptions(base fusedev.Options, vm vmm.VMM) fusedev.Options {
-	if _, ok := vm.(*qemu.Driver); ok {
-		base.AllowWriteOpen = true
-	}
-	return base
+// EngineOptions are the prefetch engine's options [prefetch] configures.
+func EngineOptions(cfg *config.Config) prefetch.Options {
+	return prefetch.Options{MaxReaders: cfg.Prefetch.MaxReaders, BufferBytes: int(cfg.Prefetch.BufferBytes)}
 }
 
 func orDefault(s, def string) string {

@@ -10,9 +10,12 @@ import (
 
 	"warmstart/internal/config"
 	"warmstart/internal/daemon/metrics"
+	"warmstart/internal/memdev"
+	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/node"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/repository/posixfs"
+	"warmstart/internal/restore"
 	"warmstart/internal/vmm/replay"
 )
 
@@ -55,7 +58,7 @@ func TestOpenWiresOnce(t *testing.T) {
 	if n.Recorder.Restorer.Observe != nil {
 		t.Error("the recorder's tracing restorer reports to the metrics; recording restores must not")
 	}
-	if n.Recorder.Restorer.FUSE == n.FUSE {
+	if fileOpener(t, n.Recorder.Restorer).Serving == n.FUSE {
 		t.Error("the recorder restores on the serving mount, want its own tracing mount")
 	}
 	if n.Repo == repo || n.Recorder.Repo != n.Repo {
@@ -65,7 +68,7 @@ func TestOpenWiresOnce(t *testing.T) {
 		t.Errorf("recorder timeout %v on %q, %d runs; want 14s (2 × [envd] timeout) per run on uffd, 1 run ([snapshot.memory_startup_pack] recordings)",
 			n.Recorder.Timeout, n.Recorder.Device, n.Recorder.Recordings)
 	}
-	if n.Restorer.PrefetchFUSE == nil || n.Restorer.PrefetchFUSE == n.FUSE ||
+	if p := fileOpener(t, n.Restorer).Prefetching; p == nil || p == n.FUSE ||
 		n.PrefetchFUSE.ReadAheadBytes() != cfg.Memory.PrefetchReadaroundBytes() || n.FUSE.ReadAheadBytes() == n.PrefetchFUSE.ReadAheadBytes() {
 		t.Errorf("restores that prefetch are not served by a mount of their own with the prefetch readaround window")
 	}
@@ -154,10 +157,20 @@ func TestS3NodeServesPrefetchingRestoresFromOneMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	if n.PrefetchFUSE != nil || n.Restorer.PrefetchFUSE != nil {
+	if n.PrefetchFUSE != nil || fileOpener(t, n.Restorer).Prefetching != nil {
 		t.Error("a second mount for restores that prefetch, with the same window as the serving one")
 	}
 	if got := n.FUSE.ReadAheadBytes(); got != config.RemoteReadaroundKiB<<10 {
 		t.Errorf("S3 node's readaround window %d bytes, want one page", got)
 	}
+}
+
+// fileOpener is r's file device opener, holding its mounts.
+func fileOpener(t *testing.T, r *restore.Restorer) *fusedev.Opener {
+	t.Helper()
+	op, err := r.Devices.Opener(memdev.KindFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return op.(*fusedev.Opener)
 }

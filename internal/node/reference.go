@@ -3,11 +3,11 @@ package node
 import (
 	"context"
 	"path/filepath"
-	"warmstart/internal/repository/s3"
 
 	"warmstart/internal/config"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
+	"warmstart/internal/repository/s3"
 	"warmstart/internal/synth"
 	"warmstart/internal/vmm"
 	"warmstart/internal/vmm/replay"

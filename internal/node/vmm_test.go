@@ -8,11 +8,11 @@ import (
 	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"warmstart/internal/config"
 	"warmstart/internal/node"
 	"warmstart/internal/vmm/qemu"
-
-	"golang.org/x/sys/unix"
 )
 
 // TestWithVMMMarksOnlyFlagMistakes: a missing --trace, one naming nothing,

@@ -20,6 +20,7 @@ import (
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/restore"
+	"warmstart/internal/restore/restoretest"
 	"warmstart/internal/role"
 	"warmstart/internal/synth"
 	"warmstart/internal/trace"
@@ -133,7 +134,7 @@ func newEnv(t *testing.T) *env {
 	t.Cleanup(func() { srv.Close() })
 	e.vm = &gatedVMM{VMM: replay.VMM{TracePath: e.ref.paths.Trace}}
 	e.restorer = &restore.Restorer{
-		FUSE:       srv,
+		Devices:    restoretest.Devices(srv, nil),
 		Engine:     prefetch.NewEngine(prefetch.Options{}),
 		VMM:        e.vm,
 		RuntimeDir: filepath.Join(dir, "run"),

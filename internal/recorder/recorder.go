@@ -24,7 +24,15 @@ import (
 	"warmstart/internal/restore"
 )
 
-// Recorder records startup manifests.
+// TraceReadAheadBytes is the readahead window of the recorder's FUSE mount:
+// one page, so that every read request is a page the guest touched. With
+// the serving mount's window (128 KiB) each fault would also record the
+// neighbours the kernel reads around it, and the manifest of the reference
+// snapshot would cover 120 MiB for a 40 MiB working set.
+const TraceReadAheadBytes = 4096
+
+// Recorder records startup manifests, on a restorer of its own whose file
+// device reads with TraceReadAheadBytes (node.TracingOptions).
 type Recorder struct {
 	Repo     repository.Repository
 	Restorer *restore.Restorer

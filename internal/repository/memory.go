@@ -1,30 +1,31 @@
 package repository
 
-import "time"
+import (
+	"time"
+
+	"warmstart/internal/memdev"
+)
 
 // MemorySource is the memory file of a snapshot whose backend keeps it
 // remotely and serves it through a node-local cache instead of as a local
-// file (Resolved.MemoryPath is then ""). A memory device opens one
-// MemoryReader per device generation and serves guest memory from it, so
-// a restore reads only what the guest touches (and what prefetch asks for).
+// file (Resolved.MemoryPath is then ""). A memory device opens one reader
+// of it per device generation (memdev.Source.Open) and serves guest memory
+// from it, so a restore reads only what the guest touches (and what
+// prefetch asks for). What a reader reads stays cached at least until it
+// is closed; it never returns bytes it could not verify.
 type MemorySource interface {
-	// Ref names the bytes: sources with equal Refs serve equal bytes. A
-	// memory device shares a generation only between attaches of one Ref.
-	Ref() string
+	memdev.Source
 	// Size is the memory file's size (Record.MemorySize).
 	Size() int64
-	// OpenMemory returns a reader of the memory file. What it reads stays
-	// cached at least until it is closed.
-	OpenMemory() (MemoryReader, error)
 }
 
-// MemoryReader reads a remote memory file. ReadAt returns len(p) bytes (or
-// fewer, with io.EOF, at the end of the file) or an error; it never returns
-// bytes it could not verify. It is safe for concurrent use.
-type MemoryReader interface {
-	ReadAt(p []byte, off int64) (int, error)
-	Size() int64
-	Close() error
+// MemorySource is the memory a device serves for r: the backend's remote
+// source when it has one, else the local memory file.
+func (r Resolved) MemorySource() memdev.Source {
+	if r.Memory != nil {
+		return r.Memory
+	}
+	return memdev.File(r.MemoryPath)
 }
 
 // CacheWarm is one prefetch of remote memory into a node-local cache, in

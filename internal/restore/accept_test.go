@@ -70,7 +70,7 @@ func TestUffdVMMDiesBeforeConnecting(t *testing.T) {
 	r := *e.restorer
 	r.VMM = vm
 	r.RuntimeDir = shortTempDir(t)
-	r.ConnectTimeout = time.Minute
+	r.Devices = e.devicesWithConnectTimeout(time.Minute)
 	beforeConnect := 0
 	for i := range tries {
 		delay := maxDelay * time.Duration(i) / (tries - 1)
@@ -189,7 +189,8 @@ func TestUffdRestoreFailsAfterConnectTimeout(t *testing.T) {
 	r := *e.restorer
 	r.VMM = vm
 	r.RuntimeDir = shortTempDir(t)
-	r.ConnectTimeout = 200 * time.Millisecond
+	const connectTimeout = 200 * time.Millisecond
+	r.Devices = e.devicesWithConnectTimeout(connectTimeout)
 
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -206,8 +207,8 @@ func TestUffdRestoreFailsAfterConnectTimeout(t *testing.T) {
 	}
 	// The upper bound leaves a loaded host time to start and reap the VMM;
 	// the restore's other bound, the ready timeout, is longer still.
-	if took < r.ConnectTimeout || took > r.ConnectTimeout+8*time.Second {
-		t.Errorf("restore failed after %v, want soon after the %v connect timeout", took, r.ConnectTimeout)
+	if took < connectTimeout || took > connectTimeout+8*time.Second {
+		t.Errorf("restore failed after %v, want soon after the %v connect timeout", took, connectTimeout)
 	}
 	checkGone(t, vm.last(t))
 	checkNoSockets(t, r.RuntimeDir)
@@ -228,7 +229,7 @@ func TestUffdRestoreEndsWithItsContext(t *testing.T) {
 	r := *e.restorer
 	r.VMM = vm
 	r.RuntimeDir = shortTempDir(t)
-	r.ConnectTimeout = time.Hour
+	r.Devices = e.devicesWithConnectTimeout(time.Hour)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

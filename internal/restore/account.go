@@ -32,9 +32,9 @@ type ReadyOutcome struct {
 }
 
 // prefetchLabel says whether the restore prefetched.
-func (inst *Instance) prefetchLabel(opts Options) string {
+func prefetchLabel(prefetched bool, opts Options) string {
 	switch {
-	case inst.sub != nil:
+	case prefetched:
 		return PrefetchLabelOn
 	case opts.Prefetch == ModeOff:
 		return PrefetchLabelOff
@@ -42,23 +42,20 @@ func (inst *Instance) prefetchLabel(opts Options) string {
 	return PrefetchLabelSkipped
 }
 
-// account stops recording what the device served and classifies the
-// startup set at ready. m is the manifest the restore prefetched; when it
-// did not, the attached manifest is read again, outside the timed path,
-// so that a restore without prefetch still says what it would have needed.
-func (inst *Instance) account(src Source, m *manifest.Manifest, opts Options) {
-	inst.observer.stopFollowing()
-	inst.rec.Stop()
-	if inst.stopObserving != nil {
-		inst.stopObserving()
-	}
+// account stops following the guest and classifies the startup set at
+// ready. m is the manifest the restore prefetched; when it did not, the
+// attached manifest is read again, outside the timed path, so that a
+// restore without prefetch still says what it would have needed.
+func (s *sequence) account(m *manifest.Manifest) {
+	inst, g := s.inst, s.guest
+	g.finish(s.held.dev)
 	if m == nil {
-		m = attachedManifest(src)
+		m = attachedManifest(s.src)
 	}
 	in := startupset.Input{
-		Events:      inst.rec.Events(),
+		Events:      g.timeline.Events(),
 		Ready:       inst.Timings.Ready,
-		PrefetchRan: inst.sub != nil,
+		PrefetchRan: g.sub != nil,
 	}
 	if m != nil {
 		for _, r := range m.Ranges {
@@ -70,13 +67,13 @@ func (inst *Instance) account(src Source, m *manifest.Manifest, opts Options) {
 	}
 	inst.StartupSet = startupset.Account(in)
 	inst.Events = in.Events
-	if inst.sub != nil {
-		obs := refine.FromEvents(m.Ranges, in.Events, in.Ready, inst.touched(opts, src))
+	if g.sub != nil {
+		obs := refine.FromEvents(m.Ranges, in.Events, in.Ready, s.touched())
 		inst.Observation = &obs
 	}
-	inst.PrefetchLabel = inst.prefetchLabel(opts)
-	if o, ok := inst.r.Observe.(ReadyObserver); ok {
-		o.RestoreReady(ReadyOutcome{Device: opts.Device, Prefetch: inst.PrefetchLabel, Policy: opts.Policy.Name,
+	inst.PrefetchLabel = prefetchLabel(g.sub != nil, s.opts)
+	if o, ok := s.r.Observe.(ReadyObserver); ok {
+		o.RestoreReady(ReadyOutcome{Device: s.op.Kind(), Prefetch: inst.PrefetchLabel, Policy: s.opts.Policy.Name,
 			Timings: inst.Timings, StartupSet: inst.StartupSet, Events: inst.Events})
 	}
 }

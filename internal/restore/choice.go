@@ -32,9 +32,6 @@ func OptionsFor(cfg *config.Config, c Choice) (Options, error) {
 	if !config.ValidDevice(device) {
 		return Options{}, &FieldError{"device", fmt.Errorf("unknown memory device %q (want %s or %s)", device, config.DeviceFile, config.DeviceUffd)}
 	}
-	if device == config.DeviceUffd && cfg.Snapshot.RepositoryBackend == config.BackendS3 {
-		return Options{}, remoteUffdError() // every S3 snapshot's memory is remote
-	}
 	mode, err := ParseMode(cmp.Or(c.Prefetch, string(ModeAuto)))
 	if err != nil {
 		return Options{}, &FieldError{"prefetch", err}

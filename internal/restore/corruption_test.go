@@ -83,7 +83,7 @@ func TestCorruptionSweep(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	other := otherSnapshot(t, e)
 	touched, untouched := pagesOf(t, e)
-	dir := filepath.Dir(e.source(t).MemoryPath)
+	dir := filepath.Dir(e.memoryPath(t))
 	artifacts := map[string]string{
 		repository.MemoryFileName:   other.Memory,
 		repository.VMStateFileName:  other.VMState,
@@ -184,7 +184,7 @@ func (e *env) resolveAndRestore(device string, mode restore.Mode) (*restore.Inst
 func TestCorruptTouchedPageNamesTheBlock(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	touched, _ := pagesOf(t, e)
-	path := e.source(t).MemoryPath
+	path := e.memoryPath(t)
 	backup, putBack := setAside(t, path)
 	defer putBack()
 	copyFile(t, backup, path)

@@ -20,7 +20,7 @@ func TestRecordWithoutItsDigestTableIsRefused(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	touched, _ := pagesOf(t, e)
 	posixfstest.EditRecord(t, e.repo.Root(), e.id, func(f map[string]any) { delete(f, "memory_digests") })
-	path := e.source(t).MemoryPath
+	path := e.memoryPath(t)
 	backup, putBack := setAside(t, path)
 	defer putBack()
 	copyFile(t, backup, path)

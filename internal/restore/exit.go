@@ -1,6 +1,7 @@
 package restore
 
 import (
+	"log/slog"
 	"sync"
 
 	"warmstart/internal/vmm"
@@ -32,34 +33,37 @@ type ExitObserver interface {
 
 // exitWatch is what an instance knows of its VM's exit after ready.
 type exitWatch struct {
+	id      string
+	log     *slog.Logger
+	observe Observer
+
 	mu       sync.Mutex
 	stopping bool             // Stop has begun: an exit from now on is its doing
 	status   *vmm.ProcessExit // set when the VM exited on its own
 	exited   chan struct{}    // closed when status is set; nil before ready
 }
 
-// watchExit watches, from ready on, for the VM's process to exit. A driver
-// that cannot tell (it does not implement vmm.ExitReporter) leaves the
-// instance running until it is stopped.
-func (inst *Instance) watchExit() {
-	inst.exit.exited = make(chan struct{})
-	ex, ok := inst.vm.(vmm.ExitReporter)
+// watch watches, from ready on, for vm's process to exit. A driver that
+// cannot tell (it does not implement vmm.ExitReporter) leaves the instance
+// running until it is stopped.
+func (w *exitWatch) watch(vm vmm.Instance) {
+	w.exited = make(chan struct{})
+	ex, ok := vm.(vmm.ExitReporter)
 	if !ok {
 		return
 	}
 	// The goroutine lives as long as the VMM process, which Stop ends.
 	go func() {
 		<-ex.Exited()
-		inst.noteExit(ex)
+		w.note(ex)
 	}()
 }
 
-// noteExit records the VM's exit as its own doing, unless Stop came first.
-func (inst *Instance) noteExit(ex vmm.ExitReporter) {
-	w := &inst.exit
+// note records the VM's exit as its own doing, unless Stop came first.
+func (w *exitWatch) note(ex vmm.ExitReporter) {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.stopping || w.status != nil {
-		w.mu.Unlock()
 		return
 	}
 	st := ex.ProcessExit()
@@ -67,39 +71,37 @@ func (inst *Instance) noteExit(ex vmm.ExitReporter) {
 	// The observer hears of the exit before the lock is let go, so a Stop
 	// that finds the exit recorded returns only after the observer knows
 	// (observers count; they do not block).
-	if o, ok := inst.r.Observe.(ExitObserver); ok {
+	if o, ok := w.observe.(ExitObserver); ok {
 		o.VMExited(st)
 	}
 	// The warning is written before Exited closes: a caller that reports
 	// the exit as its last word (restore --hold) must not have this line
 	// printed after it.
-	if inst.r.Log != nil {
-		inst.r.Log.Warn("VM exited after ready; its restore holds the memory device until it is stopped",
-			"restore", inst.ID, "exit", st.String(), "detail", ex.ExitStatus())
+	if w.log != nil {
+		w.log.Warn("VM exited after ready; its restore holds the memory device until it is stopped",
+			"restore", w.id, "exit", st.String(), "detail", ex.ExitStatus())
 	}
 	close(w.exited)
-	w.mu.Unlock()
 }
 
 // beginStop marks the start of Stop. An exit that already happened is
 // recorded first, even if the watcher has not run yet: a stop racing the
 // watcher must not take the VM's own exit for its own.
-func (inst *Instance) beginStop() {
-	if ex, ok := inst.vm.(vmm.ExitReporter); ok && inst.exit.exited != nil {
+func (w *exitWatch) beginStop(vm vmm.Instance) {
+	if ex, ok := vm.(vmm.ExitReporter); ok && w.exited != nil {
 		select {
 		case <-ex.Exited():
-			inst.noteExit(ex)
+			w.note(ex)
 		default:
 		}
 	}
-	inst.exit.mu.Lock()
-	inst.exit.stopping = true
-	inst.exit.mu.Unlock()
+	w.mu.Lock()
+	w.stopping = true
+	w.mu.Unlock()
 }
 
-// State is StateRunning, StateExited or StateStopped.
-func (inst *Instance) State() string {
-	w := &inst.exit
+// state is StateRunning, StateExited or StateStopped.
+func (w *exitWatch) state() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
@@ -112,14 +114,8 @@ func (inst *Instance) State() string {
 	}
 }
 
-// Exited is closed when the VM's process exits on its own after ready. It
-// never closes for a VM that Stop stopped.
-func (inst *Instance) Exited() <-chan struct{} { return inst.exit.exited }
-
-// Exit is how the VM's process ended, with ok true, once it exited on its
-// own after ready.
-func (inst *Instance) Exit() (exit vmm.ProcessExit, ok bool) {
-	w := &inst.exit
+// exit is how the VM's process ended, once it exited on its own.
+func (w *exitWatch) exit() (vmm.ProcessExit, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.status == nil {

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"warmstart/internal/config"
+	"warmstart/internal/memdev"
 	"warmstart/internal/restore"
 	"warmstart/internal/vmm"
 )
@@ -63,14 +64,14 @@ func (e *env) checkKilledAfterReadyFile(t *testing.T, src restore.Source) {
 	}()
 	// The generation is still attached while the read is held: a new
 	// reference to the key shares it.
-	same, err := e.srv.Attach(e.id, src.MemoryPath, 0)
+	same, err := e.srv.Attach(e.id, memdev.Request{Memory: src.Memory, IOEngine: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if same.Generation() != inst.Generation {
 		t.Errorf("attach during stop got generation %d, want the held %d: the device was released under a read", same.Generation(), inst.Generation)
 	}
-	<-same.Release() // not the last reference
+	release(t, same) // not the last reference
 	select {
 	case res := <-stopped:
 		t.Fatalf("stop returned (%v) while a prefetch read was held in the server", res.err)
@@ -88,11 +89,11 @@ func (e *env) checkKilledAfterReadyFile(t *testing.T, src restore.Source) {
 	if res.rep.PrefetchDrain <= 0 {
 		t.Errorf("stop report %+v: the stop did not wait for the held prefetch read", res.rep)
 	}
-	next, err := e.srv.Attach(e.id, src.MemoryPath, 0)
+	next, err := e.srv.Attach(e.id, memdev.Request{Memory: src.Memory, IOEngine: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { <-next.Release() }()
+	defer release(t, next)
 	if next.Generation() == inst.Generation {
 		t.Errorf("generation %d still attached after stop returned", inst.Generation)
 	}

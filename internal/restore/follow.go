@@ -18,8 +18,6 @@ import (
 // task's Follow never blocks.
 type deviceObserver struct {
 	rec *startupset.Recorder
-	// also, set by tests, is told of every range after the rest.
-	also memdev.Observer
 
 	mu sync.Mutex
 	// sub is where demand requests go: set once the restore has joined
@@ -27,8 +25,8 @@ type deviceObserver struct {
 	// ready are its workload, not its start-up).
 	sub *prefetch.Subscription
 	// last is the latest demand request before the task was joined: on
-	// the uffd device the guest runs before prefetch starts, and the task
-	// starts where the guest is.
+	// a device the VMM connects to (memdev.Connecter) the guest runs
+	// before prefetch starts, and the task starts where the guest is.
 	last     demandRequest
 	finished bool
 }
@@ -40,8 +38,8 @@ type demandRequest struct {
 
 var _ memdev.Observer = (*deviceObserver)(nil)
 
-func newDeviceObserver(rec *startupset.Recorder, also memdev.Observer) *deviceObserver {
-	return &deviceObserver{rec: rec, also: also}
+func newDeviceObserver(rec *startupset.Recorder) *deviceObserver {
+	return &deviceObserver{rec: rec}
 }
 
 // Served implements memdev.Observer.
@@ -51,9 +49,6 @@ func (o *deviceObserver) Served(kind memdev.Kind, off int64, n int, took time.Du
 		if sub := o.route(demandRequest{off, n}); sub != nil {
 			sub.Follow(off, n)
 		}
-	}
-	if o.also != nil {
-		o.also.Served(kind, off, n, took)
 	}
 }
 
@@ -92,4 +87,63 @@ func (o *deviceObserver) stopFollowing() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.sub, o.finished = nil, true
+}
+
+// guest is the restore following its guest until ready: the timeline of
+// what the device served, the observer routing its faults to the
+// prefetch task, and when that task ended.
+type guest struct {
+	timeline *startupset.Recorder
+	observer *deviceObserver
+	sub      *prefetch.Subscription
+	// ended is when the task was seen ending; it is set before endedCh
+	// closes.
+	ended   time.Time
+	endedCh chan struct{}
+}
+
+func newGuest(t0 time.Time) *guest {
+	timeline := startupset.NewRecorder(t0)
+	return &guest{timeline: timeline, observer: newDeviceObserver(timeline)}
+}
+
+// follow routes the guest's faults to sub from now on, notes when its task
+// ends, then runs onEnd (possibly nil).
+func (g *guest) follow(sub *prefetch.Subscription, onEnd func()) {
+	g.sub = sub
+	g.observer.startFollowing(sub)
+	g.endedCh = make(chan struct{})
+	go func() {
+		<-sub.Done()
+		g.ended = time.Now()
+		close(g.endedCh)
+		if onEnd != nil {
+			onEnd()
+		}
+	}()
+}
+
+// finish stops following at ready: faults after it are the guest's
+// workload, not its start-up, and the device, which may serve other VMs
+// on, hears of this one no more.
+func (g *guest) finish(dev memdev.Device) {
+	g.observer.stopFollowing()
+	g.timeline.Stop()
+	stopObserving(dev)
+}
+
+// report records, at ready, the task's state and when it ended.
+func (g *guest) report(t0 time.Time, rep *PrefetchReport) {
+	if g.sub == nil {
+		return
+	}
+	select {
+	case <-g.endedCh:
+		rep.EndedAfter = g.ended.Sub(t0)
+	default:
+	}
+	rep.State = g.sub.State().String()
+	if err := g.sub.Err(); err != nil {
+		rep.Reason = err.Error()
+	}
 }

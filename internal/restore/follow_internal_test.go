@@ -29,7 +29,7 @@ func TestDeviceObserverRoutesDemandUntilStopped(t *testing.T) {
 		plan = append(plan, prefetch.Range{Offset: int64(i) * 8192, Length: 4096})
 	}
 	rec := startupset.NewRecorder(time.Now())
-	o := newDeviceObserver(rec, nil)
+	o := newDeviceObserver(rec)
 	jumps := func() uint64 { return e.Stats().Jumps }
 
 	o.Served(memdev.Demand, plan[2].Offset, 4096, 0) // before the task exists

@@ -14,6 +14,7 @@ import (
 	"warmstart/internal/memdev"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/restore"
+	"warmstart/internal/restore/restoretest"
 	"warmstart/internal/startupset"
 	"warmstart/internal/trace"
 )
@@ -42,12 +43,13 @@ func newHeldTarget() *heldTarget {
 	return h
 }
 
-// holdPrefetch makes every restore of r prefetch through h.
-func holdPrefetch(t *testing.T, r *restore.Restorer, h *heldTarget) {
-	restore.SetTargetHook(r, func(inner prefetch.Target) prefetch.Target {
+// holdPrefetch makes every restore of r prefetch through h; watch, if
+// set, is told of every range the devices serve.
+func holdPrefetch(t *testing.T, r *restore.Restorer, h *heldTarget, watch memdev.Observer) {
+	r.Devices = restoretest.Watch{Target: func(inner prefetch.Target) prefetch.Target {
 		h.inner = inner
 		return h
-	})
+	}, Observer: watch}.Devices(r.Devices)
 	t.Cleanup(h.open)
 }
 
@@ -174,8 +176,7 @@ func newFollowCase(t *testing.T, e *env, device string) *followCase {
 func (c *followCase) restoreHeld(t *testing.T, p restore.Policy, entries []trace.Entry, h *heldTarget, onMiddle func()) (*restore.Instance, *restore.Restorer) {
 	t.Helper()
 	r, _, expected := c.e.restorerWithTrace(t, entries)
-	holdPrefetch(t, r, h)
-	restore.SetDeviceHook(r, &faultWatch{off: c.middle, onFault: onMiddle})
+	holdPrefetch(t, r, h, &faultWatch{off: c.middle, onFault: onMiddle})
 	inst := c.e.restore(t, r, c.src, restore.Options{Device: c.device, Prefetch: restore.ModeOn, Policy: p})
 	checkHash(t, inst, expected)
 	return inst, r
@@ -284,7 +285,7 @@ func TestFollowIgnoresFaultsOutsideThePlan(t *testing.T) {
 			}
 			r, _, expected := e.restorerWithTrace(t, far)
 			h := newHeldTarget()
-			holdPrefetch(t, r, h)
+			holdPrefetch(t, r, h, nil)
 			before := e.restorer.Engine.Stats()
 			inst := e.restore(t, r, src, restore.Options{Device: device, Prefetch: restore.ModeOn, Policy: followPolicy(t, 1, true)})
 			checkHash(t, inst, expected)

@@ -23,7 +23,7 @@ func TestCRCPreservingPatchIsNotServed(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	publisher := e.sign(t)
 	touched, _ := pagesOf(t, e)
-	path := e.source(t).MemoryPath
+	path := e.memoryPath(t)
 	backup, putBack := setAside(t, path)
 	defer putBack()
 	copyFile(t, backup, path)

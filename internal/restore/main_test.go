@@ -17,13 +17,16 @@ import (
 	"warmstart/internal/layout"
 	"warmstart/internal/logtest"
 	"warmstart/internal/manifest"
+	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/recorder"
 	"warmstart/internal/reference"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/restore"
+	"warmstart/internal/restore/restoretest"
 	"warmstart/internal/role"
 	"warmstart/internal/synth"
 	"warmstart/internal/trace"
@@ -165,7 +168,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 		e.vm = &trackingVMM{VMM: replay.VMM{TracePath: e.ref.paths.Trace}}
 	}
 	e.restorer = &restore.Restorer{
-		FUSE:       e.srv,
+		Devices:    restoretest.Devices(e.srv, nil),
 		Engine:     prefetch.NewEngine(o.engine),
 		VMM:        e.vm,
 		RuntimeDir: filepath.Join(dir, "run"),
@@ -666,16 +669,39 @@ func (e *env) checkEndToEndRestore(t *testing.T, device string, src restore.Sour
 	}
 }
 
+// release releases dev, a reference a test attached, and waits for the
+// acknowledgement.
+func release(t *testing.T, dev memdev.Device) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if _, err := dev.Release(ctx); err != nil {
+		t.Error(err)
+	}
+}
+
+// devicesWithConnectTimeout are the env's devices, the uffd device
+// waiting d for its VMM to connect.
+func (e *env) devicesWithConnectTimeout(d time.Duration) memdev.Devices {
+	return memdev.Devices{fusedev.NewOpener(e.srv, nil), uffd.NewOpener(d)}
+}
+
+// memoryPath is the snapshot's memory file.
+func (e *env) memoryPath(t *testing.T) string {
+	t.Helper()
+	return memdev.FilePath(e.source(t).Memory)
+}
+
 // checkGenerationReleased: the release was acknowledged, so the key's next
 // attach gets a new generation.
 func (e *env) checkGenerationReleased(t *testing.T, src restore.Source, gen uint64) {
 	t.Helper()
-	dev, err := e.srv.Attach(e.id, src.MemoryPath, 0)
+	dev, err := e.srv.Attach(e.id, memdev.Request{Memory: src.Memory, IOEngine: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if dev.Generation() == gen {
 		t.Errorf("generation %d still attached after stop", gen)
 	}
-	<-dev.Release()
+	release(t, dev)
 }

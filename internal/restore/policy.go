@@ -29,9 +29,10 @@ type Policy struct {
 	// BeforeStart finishes the prefetch before the guest runs: the VM is
 	// restored paused and resumed once every range is in.
 	BeforeStart bool `json:"before_start"`
-	// Fill, on the file device, has the device read the lower file and
-	// store the bytes straight into the device file's page cache, instead
-	// of a buffered read through the device file (see fusedev.Device.Fill).
+	// Fill, on a device with a page cache of its own (the file device),
+	// has the device read the lower file and store the bytes straight
+	// into that cache, instead of a buffered read through the device file
+	// (memdev.TargetOptions.Fill).
 	Fill bool `json:"fill"`
 	// Hint advises the kernel of the whole plan up front
 	// (POSIX_FADV_WILLNEED on the lower file), so storage reads every range
@@ -122,8 +123,8 @@ func (p Policy) TaskOptions() prefetch.TaskOptions {
 
 // absorbGaps extends each range over the gap to the next range in memory
 // order, where that gap is at most gapBytes and lies inside the region
-// holding both: a hole between regions is no guest memory (a uffd device
-// refuses to install it). Order is kept.
+// holding both: a hole between regions is no guest memory (a device that
+// installs into the VM's memory refuses it). Order is kept.
 func absorbGaps(rs []prefetch.Range, gapBytes int64, l layout.Layout) {
 	byOffset := make([]int, len(rs))
 	for i := range byOffset {

@@ -10,6 +10,7 @@ import (
 	"warmstart/internal/config"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/restore"
+	"warmstart/internal/restore/restoretest"
 	"warmstart/internal/vmm"
 )
 
@@ -28,7 +29,7 @@ func TestPrefetchingRestoreFaultsOnePageAtATime(t *testing.T) {
 	}
 	t.Cleanup(func() { prefetching.Close() })
 	r := *e.restorer
-	r.PrefetchFUSE = prefetching
+	r.Devices = restoretest.Devices(e.srv, prefetching)
 	vm := &memPathVMM{VMM: e.vm}
 	r.VMM = vm
 

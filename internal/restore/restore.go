@@ -8,26 +8,16 @@ package restore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"warmstart/internal/config"
-	"warmstart/internal/fsx"
 	"warmstart/internal/layout"
 	"warmstart/internal/manifest"
 	"warmstart/internal/memdev"
-	"warmstart/internal/memdev/fusedev"
-	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/refine"
 	"warmstart/internal/repository"
-	"warmstart/internal/startupset"
 	"warmstart/internal/trust"
 	"warmstart/internal/vmm"
 )
@@ -58,14 +48,15 @@ func ParseMode(s string) (Mode, error) {
 type Source struct {
 	SnapshotID   string        `json:"snapshot_id"`
 	VMStatePath  string        `json:"vm_state_path"`
-	MemoryPath   string        `json:"memory_path"`
 	Layout       layout.Layout `json:"layout"`
 	ManifestPath string        `json:"manifest_path,omitempty"`
 	// Manifest is the descriptor the record carries; nil when none is attached.
 	Manifest *manifest.Descriptor `json:"manifest,omitempty"`
-	// Memory, when set, serves the memory instead of MemoryPath (snapshots
-	// in a remote repository; see remote.go).
-	Memory repository.MemorySource `json:"-"`
+	// Memory is the snapshot's memory, which the device serves: a local
+	// file (memdev.File) or a remote store's (repository.MemorySource);
+	// required. What it can do besides serving bytes, the restore asks
+	// for with capability interfaces (source.go).
+	Memory memdev.Source `json:"-"`
 	// VMStateSize and VMStateSHA256 are what the record says of the VMM
 	// state file; the restore checks it before the VMM reads it.
 	VMStateSize   int64  `json:"vm_state_size"`
@@ -99,10 +90,9 @@ func SourceOf(r repository.Resolved) Source {
 	s := Source{
 		SnapshotID:   r.Record.ID,
 		VMStatePath:  r.VMStatePath,
-		MemoryPath:   r.MemoryPath,
 		Layout:       r.Record.Layout,
 		ManifestPath: r.ManifestPath,
-		Memory:       r.Memory,
+		Memory:       r.MemorySource(),
 
 		VMStateSize:   r.Record.VMStateSize,
 		VMStateSHA256: r.Record.VMStateSHA256,
@@ -125,6 +115,8 @@ func SourceOf(r repository.Resolved) Source {
 
 // Options choose how one restore runs.
 type Options struct {
+	// Device is the kind of memory device (memdev.Opener.Kind); the
+	// restorer's first when empty.
 	Device   string
 	IOEngine int
 	Prefetch Mode
@@ -141,17 +133,17 @@ type Options struct {
 	// process's page tables at ready (package residency); elsewhere the
 	// device's own view (refine).
 	Touched refine.Touched `json:"-"`
+	// Unverified serves memory without checking it against the snapshot's
+	// digest table: the lab's +noverify columns, which measure what
+	// verification costs. The request layer never sets it.
+	Unverified bool `json:"-"`
 }
 
 // Restorer restores snapshots. One per process (the daemon) or per trial.
 type Restorer struct {
-	// FUSE serves file devices; required for Device "file".
-	FUSE *fusedev.Server
-	// PrefetchFUSE, when set, serves the file devices of restores that
-	// prefetch: a mount whose readaround window is narrower than FUSE's
-	// (config.MemoryConfig.PrefetchReadaroundBytes says why). Nil serves
-	// every restore from FUSE.
-	PrefetchFUSE *fusedev.Server
+	// Devices attach the memory devices restores run on; the first is the
+	// default (Options.Device empty).
+	Devices memdev.Devices
 	// Engine runs prefetch tasks; shared so tasks are shared.
 	Engine *prefetch.Engine
 	VMM    vmm.VMM
@@ -165,28 +157,9 @@ type Restorer struct {
 	Log        *slog.Logger
 	// Observe, when set, is told of each decision (for metrics).
 	Observe Observer
-	// ConnectTimeout bounds how long a restore on the uffd device waits
-	// for its VMM to connect to the page-fault handler, from just before
-	// the VMM is started; uffd.DefaultConnectTimeout when zero. A VMM
-	// that exits first ends the wait at once.
-	ConnectTimeout time.Duration
-
 	// Trust, when it trusts keys, refuses before anything of a snapshot
 	// is read one whose record no trusted key signed (verify.go).
 	Trust *trust.Policy
-
-	// SkipVerification serves memory without checking it against the
-	// snapshot's digest table. It exists to measure what verification
-	// costs (the benchmark) and is never set by the daemon or the CLI.
-	SkipVerification bool
-
-	// sessionHook, set by tests, is called with each uffd session as soon
-	// as it is accepted.
-	sessionHook func(*uffd.Session)
-	// targetHook, set by tests, wraps each prefetch target (to hold reads);
-	// deviceHook, set by tests, observes what each restore's device serves.
-	targetHook func(prefetch.Target) prefetch.Target
-	deviceHook memdev.Observer
 }
 
 // Observer receives restore events; every method may be called concurrently.
@@ -254,59 +227,6 @@ type PrefetchReport struct {
 	EndedAfter time.Duration `json:"ended_after_ns,omitempty"`
 }
 
-// Instance is one restored VM and everything it holds.
-type Instance struct {
-	ID       string
-	Timings  Timings
-	Prefetch PrefetchReport
-	// DeviceBytes are the device counters from acquisition to ready.
-	DeviceBytes memdev.Counters
-	Ready       vmm.ReadyInfo
-	// Trace holds the first touches until ready when Options.Trace was set.
-	Trace []memdev.Touch
-	// Generation is the device generation (file) or session number (uffd).
-	Generation uint64
-	// StartupSet accounts for the startup set at ready (startupset).
-	StartupSet startupset.Report
-	// PrefetchLabel is PrefetchLabelOn, PrefetchLabelOff or PrefetchLabelSkipped.
-	PrefetchLabel string
-	// Events are what the memory device served until ready, timed from
-	// the start of the restore (the timeline).
-	Events []startupset.Event
-	// Observation is what the restore saw of the manifest it prefetched,
-	// for learning (package refine); nil when it did not prefetch.
-	Observation *refine.Observation
-
-	// rec records what the device serves until ready; observer is the
-	// device's observer (rec, and the prefetch task following the guest);
-	// stopObserving unregisters it from a shared file device.
-	rec           *startupset.Recorder
-	observer      *deviceObserver
-	stopObserving func()
-
-	r      *Restorer
-	vm     vmm.Instance
-	sub    *prefetch.Subscription
-	device memoryDevice
-	runDir string
-	// prefetchEnded is when the task was seen ending; it is set before
-	// prefetchEndedCh closes.
-	prefetchEnded   time.Time
-	prefetchEndedCh chan struct{}
-	// warm is the remote memory cache's prefetch, warmStop stops it
-	// once (remote.go).
-	warm     repository.CacheWarm
-	warmStop func()
-	// exit tracks the VM's process exiting on its own after ready (exit.go).
-	exit exitWatch
-	// stall is the memory source, when it reports what its store keeps
-	// waiting; readsEnded is set when the stop ended the remote reads.
-	stall      StallReporter
-	readsEnded atomic.Bool
-	stopOnce   sync.Once
-	stopErr    error
-}
-
 // Restore restores src and returns once its guest is ready, in the seed's
 // sequence: acquire the memory device, validate the manifest, prefetch
 // alongside the VMM loading the snapshot, wait for ready. On error every
@@ -317,433 +237,26 @@ func (r *Restorer) Restore(ctx context.Context, src Source, opts Options) (*Inst
 	if err := r.checkTrust(src); err != nil {
 		return nil, fmt.Errorf("restore %s: %w", src.SnapshotID, err)
 	}
-	inst, err := r.newInstance(src)
+	s, err := r.newSequence(t0, src, opts)
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", src.SnapshotID, err)
 	}
-	if err := inst.run(ctx, t0, src, opts); err != nil {
+	if err := s.run(ctx); err != nil {
 		err = fmt.Errorf("restore %s: %w", src.SnapshotID, err)
-		inst.abandon(err)
+		s.abandon(err)
 		return nil, err
 	}
 	if r.Observe != nil {
-		r.Observe.Phases(inst.Timings)
+		r.Observe.Phases(s.inst.Timings)
 	}
-	inst.watchExit()
-	return inst, nil
+	s.held.exit.watch(s.held.vm)
+	return s.inst, nil
 }
 
-// withDefaults fills in the file device and the default policy.
+// withDefaults fills in the default policy.
 func (o Options) withDefaults() Options {
-	if o.Device == "" {
-		o.Device = config.DeviceFile
-	}
 	if o.Policy.Name == "" {
 		o.Policy, _ = LookupPolicy(DefaultPolicy)
 	}
 	return o
-}
-
-var restoreSeq atomic.Uint64
-
-func (r *Restorer) newInstance(src Source) (*Instance, error) {
-	id := fmt.Sprintf("%s-%d-%d", shortID(src.SnapshotID), os.Getpid(), restoreSeq.Add(1))
-	inst := &Instance{ID: id, r: r, runDir: filepath.Join(r.RuntimeDir, "restores", id)}
-	if err := os.MkdirAll(inst.runDir, 0o700); err != nil {
-		return nil, err
-	}
-	return inst, nil
-}
-
-// run is the restore sequence; its timings are measured from t0.
-func (inst *Instance) run(ctx context.Context, t0 time.Time, src Source, opts Options) error {
-	inst.rec = startupset.NewRecorder(t0)
-	inst.stall, _ = src.Memory.(StallReporter)
-	inst.observer = newDeviceObserver(inst.rec, inst.r.deviceHook)
-	// 0. Start the wire first: a remote source's startup pack streams
-	// into the node cache while the rest of the sequence runs.
-	if inst.streamStartup(src, opts) {
-		inst.Timings.StreamStarted = time.Since(t0)
-	}
-	// 1. Acquire the memory device, checked against the digest table.
-	if err := inst.acquire(src, opts); err != nil {
-		return err
-	}
-	base := inst.device.counters()
-	inst.Timings.DeviceAcquired = time.Since(t0)
-
-	// 2. Validate the manifest; any failure means on-demand reads.
-	m, digest := inst.r.planPrefetch(src, opts, &inst.Prefetch)
-	inst.Timings.ManifestValidated = time.Since(t0)
-	if m == nil {
-		inst.stopCacheWarm() // a stream started in step 0 that nothing will use
-	}
-
-	// 3. Prefetch concurrently with the VMM loading the snapshot.
-	if err := inst.startVM(ctx, src, opts, prefetchPlan{m, digest}); err != nil {
-		return err
-	}
-	inst.Timings.VMStarted = time.Since(t0)
-
-	// 4. Wait for ready, watching the device: if it stops serving, the
-	// guest would hang on its next fault, so the VM is stopped instead.
-	if err := inst.waitReady(ctx, t0, src.SnapshotID); err != nil {
-		return inst.withMemoryState(err, src)
-	}
-	noteReady(src)
-	inst.noteStreamArrival(t0)
-	inst.DeviceBytes = inst.device.counters().Sub(base)
-	inst.reportPrefetch(t0)
-	inst.notePackSkipped(src)
-	if opts.Trace {
-		inst.Trace = inst.device.stopTrace()
-	}
-	inst.account(src, m, opts)
-	return nil
-}
-
-// FileServer is the FUSE mount serving the restore's file device (the
-// restorer's serving or prefetching mount), nil on the uffd device: where
-// another reference to its generation is taken (fusedev.Server.Hold finds
-// the generation only on that mount).
-func (inst *Instance) FileServer() *fusedev.Server {
-	if d, ok := inst.device.(*fileDevice); ok {
-		return d.srv
-	}
-	return nil
-}
-
-// acquire checks the VMM state file and attaches the memory device.
-func (inst *Instance) acquire(src Source, opts Options) error {
-	r := inst.r
-	if err := r.checkVMState(src); err != nil {
-		return err
-	}
-	digests, err := r.loadDigests(src)
-	if err != nil {
-		return err
-	}
-	switch opts.Device {
-	case config.DeviceFile:
-		d, err := r.attachFile(src, opts, digests)
-		if err != nil {
-			return err
-		}
-		inst.device = d
-		inst.stopObserving = d.dev.Observe(inst.observer)
-	case config.DeviceUffd:
-		d, err := r.listenUffd(src, opts, inst.runDir, digests, inst.observer)
-		if err != nil {
-			return err
-		}
-		inst.device = d
-	default:
-		return fmt.Errorf("unknown memory device %q (want file or uffd)", opts.Device)
-	}
-	inst.Generation = inst.device.generation()
-	return nil
-}
-
-// prefetchPlan is a validated manifest and its digest; m is nil when the
-// restore does not prefetch.
-type prefetchPlan struct {
-	m      *manifest.Manifest
-	digest string
-}
-
-// startVM starts the VMM with prefetch alongside it: before it where the
-// device serves already (the file device), once it has connected
-// otherwise (uffd). A policy that prefetches before the guest runs has the
-// VM restored paused and resumed once every range is in.
-func (inst *Instance) startVM(ctx context.Context, src Source, opts Options, pp prefetchPlan) error {
-	dev := inst.device
-	paused := pp.m != nil && opts.Policy.BeforeStart
-	if pp.m != nil && dev.servesBeforeVM() {
-		if err := inst.startPrefetch(ctx, src, opts.Policy, pp, paused); err != nil {
-			return err
-		}
-		paused = false
-	}
-	spec := vmm.RestoreSpec{SnapshotID: src.SnapshotID, VMStatePath: src.VMStatePath, Layout: src.Layout,
-		RuntimeDir: inst.runDir, Paused: paused}
-	dev.configure(&spec)
-	connected := dev.connect(ctx)
-	vm, err := inst.r.VMM.Restore(ctx, spec)
-	if err != nil {
-		if derr := connected(nil); derr != nil {
-			return fmt.Errorf("%w; then start VMM: %w", derr, err)
-		}
-		return fmt.Errorf("start VMM: %w", err)
-	}
-	inst.vm = vm
-	if err := connected(vm); err != nil {
-		return err
-	}
-	if pp.m != nil && !dev.servesBeforeVM() {
-		if err := inst.startPrefetch(ctx, src, opts.Policy, pp, paused); err != nil {
-			return err
-		}
-	}
-	if paused {
-		return resume(vm)
-	}
-	return nil
-}
-
-func resume(vm vmm.Instance) error {
-	res, ok := vm.(vmm.Resumer)
-	if !ok {
-		return errors.New("VMM cannot resume a paused restore")
-	}
-	if err := res.Resume(); err != nil {
-		return fmt.Errorf("resume: %w", err)
-	}
-	return nil
-}
-
-// startPrefetch joins the prefetch task of the device and manifest, and
-// with wait, waits for it to finish. A device that cannot prefetch means
-// on-demand reads, with a log line.
-func (inst *Instance) startPrefetch(ctx context.Context, src Source, p Policy, pp prefetchPlan, wait bool) error {
-	trimmed := prefetchable(src, pp.m)
-	plan := p.Plan(trimmed, src.Memory == nil)
-	inst.Prefetch.PlannedBytes = pp.m.TotalBytes()
-	inst.Prefetch.LeftToDemandBytes = pp.m.TotalBytes() - trimmed.TotalBytes()
-	inst.Prefetch.Generation, inst.Prefetch.Digest = inst.Generation, pp.digest
-	if src.Memory != nil {
-		inst.startCacheWarm(src, pp.m)
-	}
-	target, onEnd, err := inst.device.target(p, plan)
-	if err != nil {
-		inst.r.skip(&inst.Prefetch, src.SnapshotID, err.Error())
-		return nil
-	}
-	if inst.r.targetHook != nil {
-		target = inst.r.targetHook(target)
-	}
-	key := prefetch.Key{Device: inst.device.kind(), Generation: inst.Generation, Digest: pp.digest}
-	inst.sub = inst.r.Engine.Join(key, target, plan, p.TaskOptions())
-	if src.Memory == nil {
-		// The task joined may be another restore's, with its own plan.
-		inst.Prefetch.GapBytes = max(0, inst.sub.PlanBytes()-trimmed.TotalBytes())
-	}
-	inst.observer.startFollowing(inst.sub)
-	// When Join found a running task, target is unused and onEnd frees it
-	// with that task.
-	inst.watchPrefetch(onEnd)
-	if wait {
-		if err := inst.sub.Wait(ctx); err != nil && ctx.Err() != nil {
-			return fmt.Errorf("prefetch before start: %w", err)
-		}
-	}
-	return nil
-}
-
-// reportPrefetch records, at ready, the task's state and when it ended.
-func (inst *Instance) reportPrefetch(t0 time.Time) {
-	if inst.sub == nil {
-		return
-	}
-	select {
-	case <-inst.prefetchEndedCh:
-		inst.Prefetch.EndedAfter = inst.prefetchEnded.Sub(t0)
-	default:
-	}
-	inst.Prefetch.State = inst.sub.State().String()
-	if err := inst.sub.Err(); err != nil {
-		inst.Prefetch.Reason = err.Error()
-	}
-}
-
-// abandon releases what a failed restore took. A VM whose device can no
-// longer serve it is killed first: it could not act on a stop request.
-// The remote reads it waits on end at once (with why, the restore's
-// error), not after the stop's grace: nothing wants their bytes.
-func (inst *Instance) abandon(why error) {
-	if inst.stopObserving != nil {
-		inst.stopObserving()
-	}
-	if inst.device != nil {
-		inst.device.endReads(errStopped(inst.ID, why))
-	}
-	if inst.vm != nil && inst.device != nil && inst.device.orphans() {
-		if k, ok := inst.vm.(killer); ok {
-			k.Kill()
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	inst.Stop(ctx)
-}
-
-// acceptVMM waits for the VMM to connect to the page-fault handler and
-// hand over its userfaultfd. The wait ends with an error when exited
-// closes first (the VMM is gone) or the connect timeout passes, so that a
-// VMM that died during startup fails the restore at once rather than leave
-// it waiting.
-func (r *Restorer) acceptVMM(ctx context.Context, h *uffd.Handler, exited <-chan struct{}) (*uffd.Session, error) {
-	opts := uffd.AcceptOptions{ConnectTimeout: r.ConnectTimeout, VMMExited: exited}
-	if opts.ConnectTimeout <= 0 {
-		opts.ConnectTimeout = uffd.DefaultConnectTimeout
-	}
-	s, err := h.AcceptWith(ctx, opts)
-	if err != nil {
-		return nil, fmt.Errorf("accept the VMM's userfaultfd: %w", err)
-	}
-	return s, nil
-}
-
-// killer is implemented by VMM instances that can be ended at once.
-type killer interface{ Kill() }
-
-// waitReady waits for the guest agent, or for the device to stop serving,
-// and records the time to ready.
-func (inst *Instance) waitReady(ctx context.Context, t0 time.Time, snapshot string) error {
-	ready, err := waitReady(ctx, inst.vm, inst.device)
-	if err != nil {
-		return inst.device.explain(snapshot, err)
-	}
-	inst.Timings.Ready = time.Since(t0)
-	if !ready.Ready.IsZero() && ready.Ready.After(t0) {
-		// The driver saw the guest become ready; what it did after that
-		// (the replay VMM hashes what it read) is not the guest's time.
-		inst.Timings.Ready = ready.Ready.Sub(t0)
-	}
-	inst.Ready = ready
-	return nil
-}
-
-func waitReady(ctx context.Context, vm vmm.Instance, dev memoryDevice) (vmm.ReadyInfo, error) {
-	gone := dev.gone()
-	if gone == nil {
-		return vm.WaitReady(ctx)
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type result struct {
-		info vmm.ReadyInfo
-		err  error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		info, err := vm.WaitReady(wctx)
-		ch <- result{info, err}
-	}()
-	select {
-	case res := <-ch:
-		return res.info, res.err
-	case <-gone:
-		vm.RequestStop()
-		cancel()
-		<-ch
-		return vmm.ReadyInfo{}, fmt.Errorf("page-fault handler stopped before ready; VM stopped: %w", dev.whyGone())
-	}
-}
-
-// meansToPrefetch says, before the device is acquired, whether the
-// restore will prefetch if its manifest then validates: what planPrefetch
-// decides without reading the manifest.
-func (r *Restorer) meansToPrefetch(src Source, opts Options) bool {
-	switch {
-	case opts.Prefetch == ModeOff, opts.Prefetch == ModeAuto && !r.ConsumeEnabled, src.Manifest == nil:
-		return false
-	}
-	return opts.Device != config.DeviceFile || opts.IOEngine != config.IOEngineDirect
-}
-
-// planPrefetch decides whether this restore prefetches and returns the
-// validated manifest and its digest, or nil with the reason in rep.
-func (r *Restorer) planPrefetch(src Source, opts Options, rep *PrefetchReport) (*manifest.Manifest, string) {
-	switch {
-	case opts.Prefetch == ModeOff:
-		r.skipQuiet(rep, "prefetch off")
-		return nil, ""
-	case opts.Prefetch == ModeAuto && !r.ConsumeEnabled:
-		r.skipQuiet(rep, "consume_enabled is off")
-		return nil, ""
-	case src.Manifest == nil:
-		r.skipQuiet(rep, "snapshot has no startup manifest")
-		return nil, ""
-	case opts.Device == config.DeviceFile && opts.IOEngine == config.IOEngineDirect:
-		// Device prefetch through direct I/O would bypass the very cache
-		// the VMM faults from; the seed skips it and so do we.
-		r.skip(rep, src.SnapshotID, "io_engine 2 (direct I/O): prefetch not validated for this engine")
-		return nil, ""
-	}
-	if m, digest := r.refinedManifest(src, rep); m != nil {
-		return m, digest
-	}
-	data, err := manifest.ReadFile(src.ManifestPath)
-	if err == nil {
-		var m *manifest.Manifest
-		m, err = manifest.Verify(data, *src.Manifest, src.Layout)
-		if err == nil {
-			rep.Manifest = ManifestRecorded
-			return m, src.Manifest.SHA256
-		}
-	}
-	reason := reasonOf(err)
-	if r.Observe != nil {
-		r.Observe.ManifestRejected(reason)
-	}
-	r.skip(rep, src.SnapshotID, fmt.Sprintf("manifest rejected (%s): %v", reason, err))
-	return nil, ""
-}
-
-// reasonOf names a manifest validation failure for logs and metrics.
-func reasonOf(err error) string {
-	for _, c := range []struct {
-		err  error
-		name string
-	}{
-		{os.ErrNotExist, "missing"},
-		{fsx.ErrNotRegular, "not_regular"},
-		{manifest.ErrSizeMismatch, "size"},
-		{manifest.ErrDigestMismatch, "digest"},
-		{manifest.ErrLayoutMismatch, "layout"},
-		{manifest.ErrOversize, "oversize"},
-	} {
-		if errors.Is(err, c.err) {
-			return c.name
-		}
-	}
-	for _, format := range []error{
-		manifest.ErrTruncated, manifest.ErrTrailingData, manifest.ErrBadMagic, manifest.ErrUnsupportedVersion,
-		manifest.ErrOverlap, manifest.ErrUnaligned, manifest.ErrOutsideLayout, layout.ErrInvalid,
-	} {
-		if errors.Is(err, format) {
-			return "corrupt"
-		}
-	}
-	// Anything else failed to read the file at all (EIO, EACCES).
-	return "unreadable"
-}
-
-func (r *Restorer) skipQuiet(rep *PrefetchReport, reason string) {
-	rep.State, rep.Reason = "skipped", reason
-	if r.Observe != nil {
-		r.Observe.PrefetchSkipped(reason)
-	}
-}
-
-// skip records a skip worth an operator's attention: one log line naming
-// the snapshot and the reason.
-func (r *Restorer) skip(rep *PrefetchReport, snapshot, reason string) {
-	r.skipQuiet(rep, reason)
-	if r.Log != nil {
-		r.Log.Warn("startup prefetch skipped; restoring with on-demand reads", "snapshot", snapshot, "reason", reason)
-	}
-}
-
-// watchPrefetch notes when the task ends, then runs onEnd.
-func (inst *Instance) watchPrefetch(onEnd func()) {
-	inst.prefetchEndedCh = make(chan struct{})
-	go func() {
-		<-inst.sub.Done()
-		inst.prefetchEnded = time.Now()
-		close(inst.prefetchEndedCh)
-		if onEnd != nil {
-			onEnd()
-		}
-	}()
 }

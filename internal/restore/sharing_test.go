@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"warmstart/internal/config"
+	"warmstart/internal/memdev"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/restore"
 )
@@ -310,11 +311,11 @@ func TestPrefetchKeysSeparateDevices(t *testing.T) {
 	bumps := 0
 	lastFUSE := func() uint64 {
 		bumps++
-		dev, err := e.srv.Attach(fmt.Sprintf("bump-%d", bumps), src.MemoryPath, 0)
+		dev, err := e.srv.Attach(fmt.Sprintf("bump-%d", bumps), memdev.Request{Memory: src.Memory, IOEngine: 0})
 		if err != nil {
 			t.Fatal(err)
 		}
-		<-dev.Release()
+		release(t, dev)
 		return dev.Generation()
 	}
 	lastUffd := func() uint64 {

@@ -4,39 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"warmstart/internal/memdev/fusedev"
-	"warmstart/internal/memdev/uffd"
+	"warmstart/internal/memdev"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/vmm"
 )
 
-// fileTarget reads through the device file the VMM maps: a buffered pread
-// there is what warms the page cache the guest will fault from.
-type fileTarget struct{ f *os.File }
-
-func (t fileTarget) Fetch(ctx context.Context, off int64, buf []byte) error {
-	return prefetch.ReaderTarget(t.f).Fetch(ctx, off, buf)
-}
-
-// fillTarget has the device read the lower file and store the bytes in the
-// device file's page cache.
-type fillTarget struct{ dev *fusedev.Device }
-
-func (t fillTarget) Fetch(_ context.Context, off int64, buf []byte) error {
-	return t.dev.Fill(off, buf)
-}
-
-// installTarget installs ranges into one VM's memory through its uffd
-// session. The engine's buffer is unused: the session stages its own copy.
-type installTarget struct{ s *uffd.Session }
-
-func (t installTarget) Fetch(ctx context.Context, off int64, buf []byte) error {
-	return t.s.Install(ctx, off, int64(len(buf)))
-}
+// stopReadGrace is how long the stop of a restore that got ready lets
+// the reads of its memory in progress complete before it ends them
+// (memdev.ReadScope): a healthy store answers well within it, and a
+// stalled one costs no more than this.
+const stopReadGrace = 500 * time.Millisecond
 
 // StopReport says how the shutdown went.
 type StopReport struct {
@@ -49,68 +32,80 @@ type StopReport struct {
 	Exit *vmm.ProcessExit `json:"exit,omitempty"`
 }
 
-// Stop shuts the instance down in the seed's order and is safe to call
-// more than once:
-//  1. request that the VM stop, so no new faults arrive;
-//  2. leave the prefetch task and wait for its reads to exit (a read
-//     blocked in the kernel cannot be interrupted; other consumers keep
-//     the task running);
-//  3. wait for the VMM to exit, keeping the device reference all along;
-//  4. release the device and wait for its acknowledgement that no read
-//     is in flight.
-func (inst *Instance) Stop(ctx context.Context) error {
-	inst.stopOnce.Do(func() { inst.stopErr = inst.stop(ctx, nil) })
-	return inst.stopErr
+// holdings are what a restore holds until it is stopped, and the stop.
+// The restore sequence fills them in as it takes each; a failed restore
+// stops with what it got.
+type holdings struct {
+	id      string
+	log     *slog.Logger
+	observe Observer
+	engine  *prefetch.Engine
+	runDir  string
+	exit    *exitWatch
+
+	dev memdev.Device
+	vm  vmm.Instance
+	sub *prefetch.Subscription
+	// unfollow ends the routing of the guest's faults to the prefetch
+	// task; stopWarm stops the memory source's cache prefetch (nil when
+	// none runs); stall is the memory source, when it says what its store
+	// keeps waiting.
+	unfollow func()
+	stopWarm func()
+	stall    StallReporter
+
+	// readsEnded is set when the stop ended the memory reads.
+	readsEnded atomic.Bool
+	once       sync.Once
+	stopErr    error
 }
 
-// StopReported is Stop returning the shutdown's timings.
-func (inst *Instance) StopReported(ctx context.Context) (StopReport, error) {
+// stopOnce stops, the first time it is called; every call returns that
+// stop's error, and the first its report.
+func (h *holdings) stopOnce(ctx context.Context) (StopReport, error) {
 	var rep StopReport
-	inst.stopOnce.Do(func() { inst.stopErr = inst.stop(ctx, &rep) })
-	return rep, inst.stopErr
+	h.once.Do(func() { h.stopErr = h.stop(ctx, &rep) })
+	return rep, h.stopErr
 }
 
-func (inst *Instance) stop(ctx context.Context, rep *StopReport) error {
-	if rep == nil {
-		rep = new(StopReport)
+// stop is Instance.Stop's order: stop the VM, wait for the prefetch
+// reads, wait for the VMM to exit, then release the device. Remote reads
+// still waiting after a grace are ended meanwhile: the VMM cannot exit,
+// nor the prefetch reads drain, while the store keeps them.
+func (h *holdings) stop(ctx context.Context, rep *StopReport) error {
+	h.exit.beginStop(h.vm)
+	if h.unfollow != nil {
+		h.unfollow()
 	}
-	inst.beginStop()
-	if inst.observer != nil {
-		inst.observer.stopFollowing()
-	}
-	if st, ok := inst.Exit(); ok {
+	if st, ok := h.exit.exit(); ok {
 		rep.Exit = &st
 	}
-	// The seed's order: stop the VM, wait for the prefetch reads, wait for
-	// the VMM to exit, then release the device. Remote reads still waiting
-	// after a grace are ended meanwhile: the VMM cannot exit, nor the
-	// prefetch reads drain, while the store keeps them.
-	endReads := inst.endReadsAfter(stopReadGrace)
-	errs := inst.requestVMStop()
-	errs = append(errs, inst.drainPrefetch(ctx, rep)...)
-	if inst.vm != nil {
-		if err := inst.waitError(inst.vm.Wait(ctx)); err != nil {
-			errs = append(errs, inst.withEndedReads(err))
+	endReads := h.endReadsAfter(stopReadGrace)
+	errs := h.requestVMStop()
+	errs = append(errs, h.drainPrefetch(ctx, rep)...)
+	if h.vm != nil {
+		if err := h.waitError(h.vm.Wait(ctx)); err != nil {
+			errs = append(errs, h.withEndedReads(err))
 		}
 	}
 	endReads() // the VM is gone: nothing of this restore reads any more
-	errs = append(errs, inst.releaseDevice(ctx, rep)...)
+	errs = append(errs, h.releaseDevice(ctx, rep)...)
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("stop restore %s: %w", inst.ID, err)
+		return fmt.Errorf("stop restore %s: %w", h.id, err)
 	}
 	return nil
 }
 
-// endReadsAfter ends the device's remote reads for this restore once
+// endReadsAfter ends the device's memory reads for this restore once
 // grace has passed, or when the returned function is called, whichever
 // comes first.
-func (inst *Instance) endReadsAfter(grace time.Duration) func() {
-	if inst.device == nil {
+func (h *holdings) endReadsAfter(grace time.Duration) func() {
+	if h.dev == nil {
 		return func() {}
 	}
 	end := sync.OnceFunc(func() {
-		if inst.device.endReads(errStopped(inst.ID, inst.unanswered())) {
-			inst.readsEnded.Store(true)
+		if endReads(h.dev, errStopped(h.id, h.unanswered())) {
+			h.readsEnded.Store(true)
 		}
 	})
 	t := time.AfterFunc(grace, end)
@@ -122,11 +117,11 @@ func (inst *Instance) endReadsAfter(grace time.Duration) func() {
 
 // withEndedReads adds to a failure of the VM's exit that the stop ended
 // its remote memory reads, which the VMM then got as errors.
-func (inst *Instance) withEndedReads(err error) error {
-	if !inst.readsEnded.Load() {
+func (h *holdings) withEndedReads(err error) error {
+	if !h.readsEnded.Load() {
 		return err
 	}
-	if why := inst.unanswered(); why != nil {
+	if why := h.unanswered(); why != nil {
 		return fmt.Errorf("%w (the stop ended the VM's memory reads: %w)", err, why)
 	}
 	return fmt.Errorf("%w (the stop ended the VM's memory reads, which had not completed)", err)
@@ -135,47 +130,60 @@ func (inst *Instance) withEndedReads(err error) error {
 // requestVMStop asks the VM to stop, then stops the remote memory cache's
 // prefetch: its GETs are cancelled at once, and device reads waiting on
 // them fetch for themselves.
-func (inst *Instance) requestVMStop() []error {
+func (h *holdings) requestVMStop() []error {
 	var errs []error
-	if inst.vm != nil {
-		if err := inst.vm.RequestStop(); err != nil {
+	if h.vm != nil {
+		if err := h.vm.RequestStop(); err != nil {
 			errs = append(errs, fmt.Errorf("request VM stop: %w", err))
 		}
 	}
-	inst.stopCacheWarm()
+	h.stopCacheWarm()
 	return errs
 }
 
+// stopCacheWarm cancels the cache prefetch and waits for its fetches.
+func (h *holdings) stopCacheWarm() {
+	if h.stopWarm != nil {
+		h.stopWarm()
+	}
+}
+
 // drainPrefetch leaves the prefetch task and waits for its reads.
-func (inst *Instance) drainPrefetch(ctx context.Context, rep *StopReport) []error {
-	if inst.sub == nil {
+func (h *holdings) drainPrefetch(ctx context.Context, rep *StopReport) []error {
+	if h.sub == nil {
 		return nil
 	}
 	var errs []error
 	t := time.Now()
-	if err := inst.sub.LeaveWait(ctx); err != nil {
+	if err := h.sub.LeaveWait(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	rep.PrefetchDrain = time.Since(t)
-	if inst.r.Observe != nil {
-		inst.r.Observe.PrefetchEnded(inst.sub.State())
+	if h.observe != nil {
+		h.observe.PrefetchEnded(h.sub.State())
 	}
 	return errs
 }
 
 // releaseDevice releases the memory device, timing the acknowledgement,
-// and removes the restore's runtime directory.
-func (inst *Instance) releaseDevice(ctx context.Context, rep *StopReport) []error {
+// forgets its prefetch tasks once no restore can join them again (so a
+// daemon does not keep every task it ever ran), and removes the restore's
+// runtime directory.
+func (h *holdings) releaseDevice(ctx context.Context, rep *StopReport) []error {
 	var errs []error
 	t := time.Now()
-	if inst.device != nil {
-		if err := inst.device.release(ctx, inst.forgetPrefetch); err != nil {
+	if h.dev != nil {
+		last, err := h.dev.Release(ctx)
+		if err != nil {
 			errs = append(errs, err)
+		}
+		if id := h.dev.ID(); last && h.engine != nil {
+			h.engine.Forget(id.Kind, id.Generation)
 		}
 	}
 	rep.ReleaseAck = time.Since(t)
-	if inst.runDir != "" {
-		if err := os.RemoveAll(inst.runDir); err != nil {
+	if h.runDir != "" {
+		if err := os.RemoveAll(h.runDir); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -185,31 +193,42 @@ func (inst *Instance) releaseDevice(ctx context.Context, rep *StopReport) []erro
 // waitError is the stop's error for what the VMM's Wait returned: nil
 // when Wait succeeded or only tells again of an exit after ready that is
 // already reported (drivers report an exit nobody asked for as an error).
-func (inst *Instance) waitError(err error) error {
+func (h *holdings) waitError(err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, exited := inst.Exit(); exited {
-		if inst.r.Log != nil {
-			inst.r.Log.Info("reaped a VM that had exited after ready", "restore", inst.ID, "detail", err.Error())
+	if _, exited := h.exit.exit(); exited {
+		if h.log != nil {
+			h.log.Info("reaped a VM that had exited after ready", "restore", h.id, "detail", err.Error())
 		}
 		return nil
 	}
 	return fmt.Errorf("wait for VM exit: %w", err)
 }
 
-// forgetPrefetch drops the prefetch tasks of the instance's device once no
-// restore can join them again, so a daemon does not keep every task it
-// ever ran.
-func (inst *Instance) forgetPrefetch() {
-	if inst.r.Engine != nil {
-		inst.r.Engine.Forget(inst.device.kind(), inst.device.generation())
+// errStopped is the cause the reads of a device end with when its last
+// restore stops or fails: a cancellation, so no read of it counts as a
+// failure of the store.
+func errStopped(id string, why error) error {
+	if why != nil {
+		return fmt.Errorf("restore %s is over (%w): %w", id, why, context.Canceled)
 	}
+	return fmt.Errorf("restore %s is over: %w", id, context.Canceled)
 }
 
-func shortID(id string) string {
-	if len(id) > 8 {
-		return id[len(id)-8:]
+// endReads has dev end this restore's reads of its memory (memdev.ReadEnder)
+// and reports whether that ended reads in progress.
+func endReads(dev memdev.Device, cause error) bool {
+	if e, ok := dev.(memdev.ReadEnder); ok {
+		return e.EndReads(cause)
 	}
-	return id
+	return false
+}
+
+// stopObserving drops the restore's observer from a device that serves on
+// (memdev.ObserverRemover).
+func stopObserving(dev memdev.Device) {
+	if r, ok := dev.(memdev.ObserverRemover); ok {
+		r.StopObserving()
+	}
 }

@@ -8,12 +8,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"warmstart/internal/config"
+	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
+	"warmstart/internal/restore/restoretest"
 )
 
 // TestStopKeepsDeviceUntilBlockedReadReturns: with a prefetch read held in
@@ -49,18 +52,19 @@ func TestStopKeepsDeviceUntilBlockedReadReturns(t *testing.T) {
 	default:
 	}
 	// The generation is still attached: a new reference to the key shares it.
-	same, err := e.srv.Attach(e.id, src.MemoryPath, 0)
+	same, err := e.srv.Attach(e.id, memdev.Request{Memory: src.Memory, IOEngine: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if same.Generation() != inst.Generation {
 		t.Errorf("attach during stop got generation %d, want the held %d: the device was released under a read", same.Generation(), inst.Generation)
 	}
-	select {
-	case <-same.Release(): // not the last reference: closed at once
-	default:
-		t.Error("releasing a reference that is not the last waited")
+	// Not the last reference: released at once, whatever the held read.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if last, err := same.Release(ctx); last || err != nil {
+		t.Errorf("release of a reference that is not the last: last %v, %v; want at once, not last", last, err)
 	}
+	cancel()
 
 	gate.open()
 	if err := waitFor(t, stopped, "the stop to return"); err != nil {
@@ -74,11 +78,11 @@ func TestStopKeepsDeviceUntilBlockedReadReturns(t *testing.T) {
 		t.Errorf("engine stats %+v: want the task cancelled", st)
 	}
 	// The release was acknowledged: the key now gets a new generation.
-	next, err := e.srv.Attach(e.id, src.MemoryPath, 0)
+	next, err := e.srv.Attach(e.id, memdev.Request{Memory: src.Memory, IOEngine: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { <-next.Release() }()
+	defer release(t, next)
 	if next.Generation() == inst.Generation {
 		t.Errorf("generation %d still attached after stop returned", inst.Generation)
 	}
@@ -92,7 +96,8 @@ func TestUffdHandlerDeathFailsRestore(t *testing.T) {
 	for _, mode := range []restore.Mode{restore.ModeOff, restore.ModeOn} {
 		t.Run("session closed/prefetch "+string(mode), func(t *testing.T) {
 			r := *e.restorer
-			restore.SetSessionHook(&r, func(s *uffd.Session) { s.Close() })
+			// The handler stops as soon as the VMM has connected.
+			r.Devices = restoretest.Watch{Connected: func(d memdev.Device) { d.(*uffd.Device).Session().Close() }}.Devices(r.Devices)
 			err := restoreFails(t, &r, src, restore.Options{Device: config.DeviceUffd, Prefetch: mode})
 			if !strings.Contains(err.Error(), "page-fault handler stopped") {
 				t.Errorf("error %q does not say the handler stopped", err)
@@ -104,9 +109,9 @@ func TestUffdHandlerDeathFailsRestore(t *testing.T) {
 		// A lower file shorter than the layout: the handler refuses the
 		// VMM's regions and never serves it.
 		short := filepath.Join(t.TempDir(), "memory.bin")
-		copyPrefix(t, src.MemoryPath, short, memoryBytes/2)
+		copyPrefix(t, memdev.FilePath(src.Memory), short, memoryBytes/2)
 		bad := src
-		bad.MemoryPath = short
+		bad.Memory = memdev.File(short)
 		// Without a digest table (and a record that would require one)
 		// the handler finds out only from the VMM's regions.
 		bad.Digests, bad.Record = nil, nil
@@ -118,9 +123,9 @@ func TestUffdHandlerDeathFailsRestore(t *testing.T) {
 	})
 	t.Run("lower file shorter than its digest table", func(t *testing.T) {
 		short := filepath.Join(t.TempDir(), "memory.bin")
-		copyPrefix(t, src.MemoryPath, short, memoryBytes/2)
+		copyPrefix(t, memdev.FilePath(src.Memory), short, memoryBytes/2)
 		bad := src
-		bad.MemoryPath = short
+		bad.Memory = memdev.File(short)
 		err := restoreFails(t, e.restorer, bad, restore.Options{Device: config.DeviceUffd, Prefetch: restore.ModeOn})
 		if !errors.Is(err, repository.ErrIntegrity) {
 			t.Errorf("error %q is not an integrity error", err)
@@ -195,15 +200,15 @@ func TestDirectIOSkipsPrefetch(t *testing.T) {
 		}
 		// The generation still serves with direct I/O: attaching the key
 		// with io_engine 2 shares it, with io_engine 0 conflicts.
-		same, err := e.srv.Attach(e.id, src.MemoryPath, config.IOEngineDirect)
+		same, err := e.srv.Attach(e.id, memdev.Request{Memory: src.Memory, IOEngine: config.IOEngineDirect})
 		if err != nil {
 			t.Fatalf("attach with io_engine 2: %v", err)
 		}
 		if same.Generation() != inst.Generation || same.IOEngine() != config.IOEngineDirect {
 			t.Errorf("generation %d io_engine %d, want %d with io_engine 2", same.Generation(), same.IOEngine(), inst.Generation)
 		}
-		<-same.Release()
-		if _, err := e.srv.Attach(e.id, src.MemoryPath, config.IOEngineBuffered); !errors.Is(err, fusedev.ErrAttachConflict) {
+		release(t, same)
+		if _, err := e.srv.Attach(e.id, memdev.Request{Memory: src.Memory, IOEngine: config.IOEngineBuffered}); !errors.Is(err, fusedev.ErrAttachConflict) {
 			t.Errorf("attach with io_engine 0 during a direct I/O restore: %v, want ErrAttachConflict", err)
 		}
 		stop(t, inst)

@@ -12,10 +12,8 @@ import (
 
 	"warmstart/internal/fsx"
 	"warmstart/internal/integrity"
-	"warmstart/internal/memdev/fusedev"
-	"warmstart/internal/memdev/uffd"
+	"warmstart/internal/memdev"
 	"warmstart/internal/repository"
-	"warmstart/internal/trust"
 )
 
 // Memory integrity on restore: the VMM state file is checked whole against
@@ -24,51 +22,6 @@ import (
 // digest table before any byte of it reaches the VM. A snapshot published
 // before digest tables existed (a record of format 1) restores unverified,
 // and says so once; a record of a later format without a table is refused.
-
-// checkTrust refuses, before anything of the snapshot is read, a source
-// whose record the node's trusted keys do not vouch for: unsigned,
-// signed by no trusted key, or changed since (trust.Policy.Check). What
-// the restore serves by (the id, layout, VM state and digest table
-// descriptors) must be the record's, so the signature covers it.
-func (r *Restorer) checkTrust(src Source) error {
-	if !r.Trust.Enforcing() {
-		return nil
-	}
-	err := anchored(src)
-	if err == nil {
-		err = r.Trust.Check(*src.Record)
-	}
-	if err != nil && r.Log != nil {
-		r.Log.Error("snapshot refused: no key this node trusts vouches for it; nothing of it is served",
-			"snapshot", src.SnapshotID, "err", err)
-	}
-	return err
-}
-
-// anchored refuses a source that is not made from its record as SourceOf
-// makes it.
-func anchored(src Source) error {
-	rec := src.Record
-	why := ""
-	switch {
-	case rec == nil:
-		why = "the restore was given no record to check"
-	case rec.ID != src.SnapshotID || !rec.Layout.Equal(src.Layout):
-		why = "the restore's id or layout is not its record's"
-	case rec.VMStateSize != src.VMStateSize || rec.VMStateSHA256 != src.VMStateSHA256:
-		why = "the restore's VM state is not its record's"
-	case !sameDigests(rec.MemoryDigests, src.Digests) || rec.MemorySHA256Digests == nil ||
-		!sameDigests(rec.MemorySHA256Digests, src.SHA256Digests):
-		why = "the restore's digest tables are not its record's"
-	default:
-		return nil
-	}
-	return &trust.RefusedError{Snapshot: src.SnapshotID, Reason: why}
-}
-
-func sameDigests(a, b *repository.DigestsDescriptor) bool {
-	return a == nil && b == nil || a != nil && b != nil && *a == *b
-}
 
 // Integrity artifacts, as IntegrityObserver names them.
 const (
@@ -109,8 +62,8 @@ func (r *Restorer) checkVMState(src Source) error {
 // verification is off. A record of a format that always has a table and
 // has none was changed after publish: taking the table away must not turn
 // the checks off, so the restore is refused.
-func (r *Restorer) loadDigests(src Source) (*integrity.Table, error) {
-	if r.SkipVerification {
+func (r *Restorer) loadDigests(src Source, opts Options) (*integrity.Table, error) {
+	if opts.Unverified {
 		return nil, nil
 	}
 	if src.Digests == nil && src.Record != nil && src.Record.RequiresDigests() {
@@ -150,10 +103,18 @@ type digestsFile struct {
 // digests, which catches every accident SHA-256 would, at a tenth of the
 // cost (package integrity).
 func (r *Restorer) tableFor(src Source) digestsFile {
-	if src.SHA256Digests != nil && (r.Trust.Enforcing() || src.Memory != nil) {
+	if src.SHA256Digests != nil && (r.Trust.Enforcing() || cached(src)) {
 		return digestsFile{repository.SHA256DigestsFileName, src.SHA256DigestsPath, src.SHA256Digests}
 	}
 	return digestsFile{repository.DigestsFileName, src.DigestsPath, src.Digests}
+}
+
+// cached reports whether src's memory is served through a node-local
+// cache below the device (CacheWarmer): the bytes then come from that
+// cache, the table from the store.
+func cached(src Source) bool {
+	_, ok := src.Memory.(CacheWarmer)
+	return ok
 }
 
 // read reads the table and checks it against its descriptor.
@@ -242,19 +203,13 @@ func (r *Restorer) integrityFailed(snapshot, artifact string, err error) {
 	}
 }
 
-func (r *Restorer) fileVerifier(src Source, t *integrity.Table) *fusedev.Verifier {
+// verifier is what the device checks src's memory with: t, reporting
+// each bad block; nil (unverified) without a table.
+func (r *Restorer) verifier(src Source, t *integrity.Table) *memdev.Verifier {
 	if t == nil {
 		return nil
 	}
-	return &fusedev.Verifier{Table: t, OnCorrupt: r.corruptionReporter(src.SnapshotID)}
-}
-
-func (r *Restorer) uffdOptions(src Source, t *integrity.Table, trace bool) uffd.Options {
-	o := uffd.Options{Trace: trace}
-	if t != nil {
-		o.Digests, o.OnCorrupt = t, r.corruptionReporter(src.SnapshotID)
-	}
-	return o
+	return &memdev.Verifier{Table: t, OnCorrupt: r.corruptionReporter(src.SnapshotID)}
 }
 
 // markIntegrity makes a chain holding a bad block match ErrIntegrity too.

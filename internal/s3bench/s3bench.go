@@ -534,7 +534,7 @@ const (
 // fill reads the whole memory through the node cache, in parallel parts,
 // until ctx ends.
 func fill(ctx context.Context, src repository.MemorySource) error {
-	rd, err := src.OpenMemory()
+	rd, err := src.Open()
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"warmstart/internal/fsx"
 	"warmstart/internal/integrity"
+	"warmstart/internal/memdev"
 	"warmstart/internal/repository"
 )
 
@@ -23,7 +24,7 @@ type memoryFile struct {
 // storeMemory is a remote memory source that can read straight from its
 // store, past the node's cache (s3's memory source).
 type storeMemory interface {
-	OpenStoreMemory(ctx context.Context) repository.MemoryReader
+	OpenStoreMemory(ctx context.Context) memdev.Lower
 }
 
 // openMemory opens the local memory file, or a reader of a remote one:
@@ -35,7 +36,7 @@ func (c *checker) openMemory() (memoryFile, error) {
 		return memoryFile{src: rd, size: rd.Size(), close: rd.Close}, nil
 	}
 	if m := c.res.Memory; m != nil {
-		rd, err := m.OpenMemory()
+		rd, err := m.Open()
 		if err != nil {
 			return memoryFile{}, fmt.Errorf("open remote memory: %w", err)
 		}

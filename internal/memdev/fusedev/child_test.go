@@ -19,9 +19,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"warmstart/internal/config"
 	"warmstart/internal/layout"
+	"warmstart/internal/memdev"
 	"warmstart/internal/role"
+	"warmstart/internal/vmm/replay"
 )
 
 // The test binary doubles as the consumer process: in role roleConsumer,
@@ -88,7 +89,10 @@ type childResult struct {
 }
 
 func TestMain(m *testing.M) {
-	role.Roles{roleConsumer: func() int { return runChild(os.Getenv(childSpecEnv)) }}.Dispatch()
+	role.Roles{
+		roleConsumer:         func() int { return runChild(os.Getenv(childSpecEnv)) },
+		replay.RoleReplayVMM: replay.ChildMain,
+	}.Dispatch()
 	os.Exit(m.Run())
 }
 
@@ -340,7 +344,7 @@ func childServeOwnOpen(spec childSpec) int {
 	if err != nil {
 		return fail("mount", err)
 	}
-	d, err := srv.Attach("own", spec.Path, config.IOEngineBuffered)
+	d, err := srv.Attach("own", fileReq(spec.Path, memdev.IOEngineBuffered))
 	if err != nil {
 		return fail("attach", err)
 	}

@@ -6,35 +6,34 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"golang.org/x/sys/unix"
 
-	"warmstart/internal/config"
-	"warmstart/internal/fsx"
 	"warmstart/internal/memdev"
 )
 
-// I/O engines are config's (config.IOEngine*): the buffered ones open
-// device files with FOPEN_KEEP_CACHE, config.IOEngineDirect with
+// I/O engines are memdev's (memdev.IOEngine*): the buffered ones open
+// device files with FOPEN_KEEP_CACHE, memdev.IOEngineDirect with
 // FOPEN_DIRECT_IO.
 
 // maxNameBytes is the longest file name Linux accepts.
 const maxNameBytes = 255
 
-// generation is one attached lower file, shared by every reference to its key.
+// generation is one attached memory, shared by every reference to its key.
 type generation struct {
-	srv      *Server
-	key      string
-	name     string
-	number   uint64
-	lower    lowerFile
-	lowerRef string
+	srv    *Server
+	key    string
+	name   string
+	number uint64
+	// mem is what the generation reads: the request's memory, checked
+	// and bound to scope (memdev.Memory); ref is its Source's Ref.
+	mem      *memdev.Memory
+	scope    *memdev.ReadScope
+	ref      string
 	size     int64
 	mtime    uint64
 	ioEngine int
@@ -58,135 +57,26 @@ type generation struct {
 	lowerOnce sync.Once
 }
 
-// Device is one reference to a device generation, as returned by Attach.
-// References to the same generation share its file, counters and trace.
+// Device is one reference to a device generation, as returned by Attach
+// and Share. References to the same generation share its file, counters
+// and trace. It implements memdev.Device and the optional interfaces the
+// file device can: Tracer, ReadEnder, CorruptionReporter, Sharer, Mapped
+// and ObserverRemover.
 type Device struct {
 	gen *generation
+
+	// joined: this reference counts in the generation's read scope (an
+	// attach does, a Share does not), until EndReads.
+	joined  bool
+	endOnce sync.Once
+	ended   bool
+	// unobserve drops the attach's observer (StopObserving).
+	unobserve func()
+	obsOnce   sync.Once
 
 	releaseOnce sync.Once
 	ack         <-chan struct{}
 	last        bool // the release dropped the generation's last reference
-}
-
-// Attach returns a reference to the device generation of key, creating a
-// new generation serving lowerPath if key has none. key identifies the
-// snapshot and becomes part of the device file's name. A second attach of
-// an attached key must name the same lower file and io_engine.
-func (s *Server) Attach(key, lowerPath string, ioEngine int) (*Device, error) {
-	return s.AttachVerified(key, lowerPath, ioEngine, nil)
-}
-
-// AttachVerified is Attach with every block read from the lower file
-// checked by v before it is served; a nil v checks nothing. Attaches of one
-// key must agree on whether they verify.
-func (s *Server) AttachVerified(key, lowerPath string, ioEngine int, v *Verifier) (*Device, error) {
-	if err := validKey(key); err != nil {
-		return nil, fmt.Errorf("attach %q: %w", key, err)
-	}
-	if !config.ValidIOEngine(ioEngine) {
-		return nil, fmt.Errorf("attach %q: %w: %d", key, ErrInvalidIOEngine, ioEngine)
-	}
-	path, err := filepath.Abs(lowerPath)
-	if err != nil {
-		return nil, fmt.Errorf("attach %q: %w", key, err)
-	}
-	lowerRef := path
-
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, fmt.Errorf("attach %q: %w", key, ErrClosed)
-	}
-	if g, ok := s.byKey[key]; ok {
-		defer s.mu.Unlock()
-		return g.share(lowerRef, ioEngine, v != nil)
-	}
-	s.mu.Unlock()
-
-	// Open outside the lock: the lower file may sit on slow storage.
-	f, err := fsx.OpenRegular(path)
-	if err != nil {
-		return nil, fmt.Errorf("attach %q: open lower file: %w", key, err)
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("attach %q: stat lower file: %w", key, err)
-	}
-	if fi.Size() <= 0 {
-		f.Close()
-		return nil, fmt.Errorf("attach %q: lower file %s is empty", key, path)
-	}
-	lower, err := wrapFile(f, fi.Size(), v)
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("attach %q: %s: %w", key, path, err)
-	}
-	return s.install(key, lower, lowerRef, fi.Size(), fi.ModTime(), ioEngine)
-}
-
-// Hold returns another reference to generation gen of key, which some
-// holder still has attached. It joins what a restore attached without
-// naming the lower again: a remote lower (AttachLower) has no local path
-// for Attach to compare, and the restore's reference proves the lower.
-func (s *Server) Hold(key string, gen uint64) (*Device, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, fmt.Errorf("hold %q: %w", key, ErrClosed)
-	}
-	g, ok := s.byKey[key]
-	if !ok || g.number != gen {
-		return nil, fmt.Errorf("hold %q generation %d: %w", key, gen, ErrNotAttached)
-	}
-	g.refs++
-	return &Device{gen: g}, nil
-}
-
-// install makes a new generation of key serving lower, which was opened
-// outside the server's lock, unless the server closed or another attach of
-// key won the race meanwhile: then lower is closed, and the winner shared.
-func (s *Server) install(key string, lower lowerFile, lowerRef string, size int64, mtime time.Time, ioEngine int) (*Device, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		lower.Close()
-		return nil, fmt.Errorf("attach %q: %w", key, ErrClosed)
-	}
-	if g, ok := s.byKey[key]; ok {
-		verify := isVerified(lower)
-		lower.Close()
-		return g.share(lowerRef, ioEngine, verify)
-	}
-	return &Device{gen: s.newGenerationLocked(key, lower, lowerRef, size, mtime, ioEngine)}, nil
-}
-
-// share adds a reference to g for an attach of its key; s.mu is held.
-func (g *generation) share(lowerRef string, ioEngine int, verify bool) (*Device, error) {
-	if g.lowerRef != lowerRef || g.ioEngine != ioEngine {
-		return nil, fmt.Errorf("attach %q: %w: generation %d serves %s with io_engine %d, not %s with %d",
-			g.key, ErrAttachConflict, g.number, g.lowerRef, g.ioEngine, lowerRef, ioEngine)
-	}
-	if verify && !g.verified() {
-		// An attach that asks for checked bytes never shares a generation
-		// that serves unchecked ones; the reverse is harmless.
-		return nil, fmt.Errorf("attach %q: %w: generation %d serves %s unverified",
-			g.key, ErrAttachConflict, g.number, g.lowerRef)
-	}
-	g.refs++
-	return &Device{gen: g}, nil
-}
-
-func validKey(key string) error {
-	switch {
-	case key == "" || key == "." || key == "..":
-		return fmt.Errorf("%w: empty or a dot name", ErrInvalidKey)
-	case strings.ContainsAny(key, "/\x00"):
-		return fmt.Errorf("%w: contains '/' or NUL", ErrInvalidKey)
-	case len(key) > maxNameBytes-32:
-		return fmt.Errorf("%w: longer than %d bytes", ErrInvalidKey, maxNameBytes-32)
-	}
-	return nil
 }
 
 // Path is the device file the VMM maps and the prefetcher reads.
@@ -213,24 +103,36 @@ func (d *Device) Trace() []memdev.Touch { return d.gen.trace.snapshot() }
 // StopTrace stops tracing and returns the recorded first touches.
 func (d *Device) StopTrace() []memdev.Touch { return d.gen.trace.stop() }
 
-// Release drops this reference. When it is the generation's last, the file
-// is detached at once (new opens fail with ENOENT, reads through files
-// still open fail with EIO) and the returned channel closes once every read
-// the generation had in flight has returned and the lower file is closed.
-// For any other reference the channel is already closed. Calling Release
-// again returns the same channel.
-func (d *Device) Release() <-chan struct{} {
-	d.releaseOnce.Do(func() { d.ack, d.last = d.gen.srv.release(d.gen) })
+// Release implements memdev.Device: it drops this reference (leaving the
+// read scope and dropping the observer first, if this reference had not).
+// When it is the generation's last, the file is detached at once (new
+// opens fail with ENOENT, reads through files still open fail with EIO),
+// and Release waits until every read the generation had in flight has
+// returned and the lower is closed; last then reports that the generation
+// is gone, and what was keyed by its number (prefetch tasks) can go too.
+// Calling it again waits for the same release.
+func (d *Device) Release(ctx context.Context) (last bool, err error) {
+	select {
+	case <-d.release():
+		return d.last, nil
+	case <-ctx.Done():
+		return false, fmt.Errorf("wait for memory device release: %w", ctx.Err())
+	}
+}
+
+// release drops the reference once and returns the channel that closes
+// with the acknowledgement.
+func (d *Device) release() <-chan struct{} {
+	d.releaseOnce.Do(func() {
+		d.StopObserving()
+		d.EndReads(errReleased)
+		d.ack, d.last = d.gen.srv.release(d.gen)
+	})
 	return d.ack
 }
 
-// ReleasedLast reports, after Release, whether that release dropped the
-// generation's last reference: once its channel closes the generation is
-// gone, and what was keyed by its number (prefetch tasks) can go too.
-func (d *Device) ReleasedLast() bool {
-	d.Release()
-	return d.last
-}
+// errReleased ends the reads of a reference released without EndReads.
+var errReleased = fmt.Errorf("memory device released: %w", context.Canceled)
 
 func (s *Server) release(g *generation) (<-chan struct{}, bool) {
 	s.mu.Lock()
@@ -262,7 +164,7 @@ func (s *Server) release(g *generation) (<-chan struct{}, bool) {
 }
 
 func (g *generation) closeLower() {
-	g.lowerOnce.Do(func() { g.lower.Close() })
+	g.lowerOnce.Do(func() { g.mem.Close() })
 }
 
 // beginRead admits a read unless the generation is detached. Reads admitted
@@ -301,7 +203,7 @@ func (g *generation) read(ctx context.Context, dest []byte, off int64) ([]byte, 
 	}
 	kind := requestKind(ctx)
 	g.readAroundLower(kind, off)
-	n, err = g.lower.ReadAt(dest[:want], off)
+	n, err = g.mem.ReadAt(dest[:want], off)
 	switch {
 	case n == want:
 		err = nil // ReadAt reports io.EOF for a read ending at EOF
@@ -396,7 +298,7 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	// /dev/fuse descriptor would wait for an answer from a server that is
 	// gone, leaving the process unkillable (TestServerExitsWithItsOwnFileOpen).
 	// The RELEASE a close still sends does not wait.
-	if f.gen.ioEngine == config.IOEngineDirect {
+	if f.gen.ioEngine == memdev.IOEngineDirect {
 		return nil, fuse.FOPEN_DIRECT_IO | fuse.FOPEN_NOFLUSH, 0
 	}
 	return nil, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0
@@ -410,7 +312,7 @@ func (f *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAt
 	return syscall.EROFS
 }
 
-// lowerReadaroundBytes is how much of a local lower file a demand read on
+// lowerReadaroundBytes is how much of a lower a demand read on
 // a mount with a narrower readaround window asks storage for around it.
 const lowerReadaroundBytes = DefaultReadAheadBytes
 
@@ -421,18 +323,14 @@ const lowerReadaroundBytes = DefaultReadAheadBytes
 // neighbours a guest missing a page tends to fault next, as the wide
 // window would, while each of its faults still reaches the device as the
 // one page it touched, which is what the accounting and the learned
-// manifest need. It changes no byte anyone reads; lowers that are not
-// local files, and failures, are ignored.
+// manifest need. It changes no byte anyone reads; lowers that cannot be
+// advised (memdev.Advisor), and failures, are ignored.
 func (g *generation) readAroundLower(kind memdev.Kind, off int64) {
-	if g.srv.readAheadBytes >= lowerReadaroundBytes || kind != memdev.Demand {
-		return
-	}
-	f, ok := g.lower.(interface{ Fd() uintptr })
-	if !ok {
+	if g.srv.readAheadBytes >= lowerReadaroundBytes || kind != memdev.Demand || !g.mem.Advisable() {
 		return
 	}
 	start := max(0, off-lowerReadaroundBytes/2) &^ (fillPageBytes - 1)
-	_ = unix.Fadvise(int(f.Fd()), start, lowerReadaroundBytes, unix.FADV_WILLNEED)
+	_ = g.mem.Advise(start, lowerReadaroundBytes)
 }
 
 func (f *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {

@@ -8,10 +8,6 @@ import (
 	"syscall"
 	"time"
 
-	"warmstart/internal/config"
-
-	"golang.org/x/sys/unix"
-
 	"warmstart/internal/memdev"
 )
 
@@ -40,7 +36,7 @@ const fillPageBytes = 4096
 // device file open while filling, so the kernel keeps its inode.
 func (d *Device) Fill(off int64, buf []byte) error {
 	g := d.gen
-	if g.ioEngine == config.IOEngineDirect {
+	if g.ioEngine == memdev.IOEngineDirect {
 		return fmt.Errorf("fill %s: %w: io_engine 2", g.name, ErrNotCached)
 	}
 	if off < 0 || off >= g.size {
@@ -64,7 +60,7 @@ func (d *Device) Fill(off int64, buf []byte) error {
 		run := buf[lo-off : hi-off]
 		began := time.Now()
 		g.counters.Begin(len(run))
-		n, err := g.lower.ReadAt(run, lo)
+		n, err := g.mem.ReadAt(run, lo)
 		switch {
 		case n == len(run):
 			err = nil
@@ -154,24 +150,23 @@ func (s *pageSet) nextMarkedFrom(off, end int64) int64 {
 	return s.nextMarked(off, end)
 }
 
-// Advise tells the kernel that [off, off+length) of a local lower file will
-// be read soon (POSIX_FADV_WILLNEED), so it starts reading it from storage
-// asynchronously. A prefetch that hints its whole plan up front lets the
-// storage queue work on every range at once while fills proceed in
-// first-touch order; it changes no byte anyone reads. Lowers that are not
-// local files ignore it. Like a read, it is refused once the generation is
-// released, and release waits for one in progress.
+// Advise tells storage that [off, off+length) of the lower will be read
+// soon (memdev.Advisor: POSIX_FADV_WILLNEED on a local file), so it starts
+// reading it asynchronously. A prefetch that hints its whole plan up front
+// lets the storage queue work on every range at once while fills proceed
+// in first-touch order; it changes no byte anyone reads. Lowers that
+// cannot be advised ignore it. Like a read, it is refused once the
+// generation is released, and release waits for one in progress.
 func (d *Device) Advise(off, length int64) error {
-	f, ok := d.gen.lower.(interface{ Fd() uintptr })
-	if !ok {
+	if !d.gen.mem.Advisable() {
 		return nil
 	}
 	if !d.gen.beginRead() {
 		return fmt.Errorf("advise %s: %w", d.gen.name, syscall.EIO)
 	}
 	defer d.gen.inflight.Done()
-	if err := unix.Fadvise(int(f.Fd()), off, length, unix.FADV_WILLNEED); err != nil {
-		return fmt.Errorf("advise %s [%d, %d): %w", d.gen.name, off, off+length, err)
+	if err := d.gen.mem.Advise(off, length); err != nil {
+		return fmt.Errorf("advise %s: %w", d.gen.name, err)
 	}
 	return nil
 }

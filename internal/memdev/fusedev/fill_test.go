@@ -5,8 +5,8 @@ import (
 	"os"
 	"testing"
 
-	"warmstart/internal/config"
 	"warmstart/internal/layout"
+	"warmstart/internal/memdev"
 )
 
 // TestFillServesMappedFaultsFromCache fills part of the device and checks
@@ -16,8 +16,8 @@ func TestFillServesMappedFaultsFromCache(t *testing.T) {
 	const fileBytes = 8 << 20
 	lower := writeLower(t, fileBytes, 11)
 	srv := newServer(t, Options{})
-	d := attach(t, srv, "fill", lower, config.IOEngineBuffered)
-	defer func() { waitAck(t, d.Release()) }()
+	d := attach(t, srv, "fill", lower, memdev.IOEngineBuffered)
+	defer func() { waitAck(t, d.release()) }()
 	f, err := os.Open(d.Path()) // keeps the kernel inode, as restore does
 	if err != nil {
 		t.Fatal(err)
@@ -79,13 +79,13 @@ func TestFillServesMappedFaultsFromCache(t *testing.T) {
 func TestFillRefusedWithoutPageCache(t *testing.T) {
 	lower := writeLower(t, 1<<20, 12)
 	srv := newServer(t, Options{})
-	direct := attach(t, srv, "direct", lower, config.IOEngineDirect)
-	defer func() { waitAck(t, direct.Release()) }()
+	direct := attach(t, srv, "direct", lower, memdev.IOEngineDirect)
+	defer func() { waitAck(t, direct.release()) }()
 	if err := direct.Fill(0, make([]byte, pageBytes)); !errors.Is(err, ErrNotCached) {
 		t.Fatalf("fill with io_engine 2: %v, want ErrNotCached", err)
 	}
-	unopened := attach(t, srv, "unopened", lower, config.IOEngineBuffered)
-	defer func() { waitAck(t, unopened.Release()) }()
+	unopened := attach(t, srv, "unopened", lower, memdev.IOEngineBuffered)
+	defer func() { waitAck(t, unopened.release()) }()
 	if err := unopened.Fill(0, make([]byte, pageBytes)); !errors.Is(err, ErrNotCached) {
 		t.Fatalf("fill before any lookup: %v, want ErrNotCached", err)
 	}

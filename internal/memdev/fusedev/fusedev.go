@@ -128,11 +128,11 @@ var (
 	ErrInvalidKey = errors.New("invalid device key")
 	// ErrInvalidIOEngine rejects an io_engine other than 0, 1 or 2.
 	ErrInvalidIOEngine = errors.New("invalid io_engine")
-	// ErrAttachConflict means a key is attached with a different lower file
-	// or io_engine than the generation that holds it.
-	ErrAttachConflict = errors.New("device key attached with different parameters")
-	// ErrNotAttached is returned by Hold when the generation asked for is
-	// no longer (or not) the key's attached one.
+	// ErrAttachConflict means a key is attached with a different lower
+	// or io_engine than the generation that holds it (memdev.ErrConflict).
+	ErrAttachConflict = memdev.ErrConflict
+	// ErrNotAttached is returned by Share when the generation is no longer
+	// the key's attached one.
 	ErrNotAttached = errors.New("device generation not attached")
 )
 
@@ -209,38 +209,7 @@ func Mount(dir string, opts Options) (*Server, error) {
 		byName: make(map[string]*generation),
 	}
 	s.root = &rootNode{srv: s}
-	mountFlags := uintptr(syscall.MS_NOSUID | syscall.MS_NODEV)
-	if !opts.AllowWriteOpen {
-		// The VFS then refuses writable opens itself, while a writable
-		// MAP_PRIVATE mapping of a read-only descriptor still works.
-		mountFlags |= syscall.MS_RDONLY
-	}
-	timeout := cacheTimeout
-	var noNegative time.Duration
-	fsOpts := &fs.Options{
-		MountOptions: fuse.MountOptions{
-			FsName:            fsName,
-			Name:              fsName,
-			DirectMountStrict: true,
-			DirectMountFlags:  mountFlags,
-			MaxWrite:          opts.MaxReadBytes,
-			MaxReadAhead:      min(opts.ReadAheadBytes, kernelReadAheadLimitBytes),
-			MaxBackground:     maxBackgroundRequests,
-			DisableXAttrs:     true,
-			// Replies are copied from request buffers; go-fuse's splice
-			// path only pays off for file-descriptor results.
-			DisableSplice:            true,
-			ExplicitDataCacheControl: true,
-			Debug:                    opts.Debug,
-			Logger:                   libraryLogger(opts.Log),
-		},
-		EntryTimeout:    &timeout,
-		AttrTimeout:     &timeout,
-		NegativeTimeout: &noNegative,
-		// Device files take inode numbers from their generation numbers
-		// (generation.ino); keep go-fuse's own numbers clear of them.
-		FirstAutomaticIno: 1 << 62,
-	}
+	fsOpts := mountOptions(opts)
 
 	// go-fuse opens /dev/fuse without O_CLOEXEC on the direct-mount path.
 	// A VMM child that inherited it would keep a dead daemon's mount
@@ -268,6 +237,42 @@ func Mount(dir string, opts Options) (*Server, error) {
 		s.readAheadBytes = ra
 	}
 	return s, nil
+}
+
+// mountOptions are go-fuse's options for a mount with opts.
+func mountOptions(opts Options) *fs.Options {
+	mountFlags := uintptr(syscall.MS_NOSUID | syscall.MS_NODEV)
+	if !opts.AllowWriteOpen {
+		// The VFS then refuses writable opens itself, while a writable
+		// MAP_PRIVATE mapping of a read-only descriptor still works.
+		mountFlags |= syscall.MS_RDONLY
+	}
+	timeout := cacheTimeout
+	var noNegative time.Duration
+	return &fs.Options{
+		MountOptions: fuse.MountOptions{
+			FsName:            fsName,
+			Name:              fsName,
+			DirectMountStrict: true,
+			DirectMountFlags:  mountFlags,
+			MaxWrite:          opts.MaxReadBytes,
+			MaxReadAhead:      min(opts.ReadAheadBytes, kernelReadAheadLimitBytes),
+			MaxBackground:     maxBackgroundRequests,
+			DisableXAttrs:     true,
+			// Replies are copied from request buffers; go-fuse's splice
+			// path only pays off for file-descriptor results.
+			DisableSplice:            true,
+			ExplicitDataCacheControl: true,
+			Debug:                    opts.Debug,
+			Logger:                   libraryLogger(opts.Log),
+		},
+		EntryTimeout:    &timeout,
+		AttrTimeout:     &timeout,
+		NegativeTimeout: &noNegative,
+		// Device files take inode numbers from their generation numbers
+		// (generation.ino); keep go-fuse's own numbers clear of them.
+		FirstAutomaticIno: 1 << 62,
+	}
 }
 
 // Dir is the mount point.

@@ -22,8 +22,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"warmstart/internal/config"
 	"warmstart/internal/layout"
+	"warmstart/internal/memdev"
 )
 
 const pageBytes = layout.DefaultPageSize
@@ -93,9 +93,28 @@ func randomPages(l layout.Layout, n int, seed uint64) []int64 {
 	return pages
 }
 
+// fileReq asks for the local memory file at path with ioEngine.
+func fileReq(path string, ioEngine int) memdev.Request {
+	return memdev.Request{Memory: memdev.File(path), IOEngine: ioEngine}
+}
+
+// funcSource is memory named ref whose lower open makes.
+type funcSource struct {
+	ref  string
+	open func() (memdev.Lower, error)
+}
+
+func (s funcSource) Ref() string                 { return s.ref }
+func (s funcSource) Open() (memdev.Lower, error) { return s.open() }
+
+// lowerReq asks for the memory named ref whose lower open makes.
+func lowerReq(ref string, open func() (memdev.Lower, error), ioEngine int) memdev.Request {
+	return memdev.Request{Memory: funcSource{ref, open}, IOEngine: ioEngine}
+}
+
 func attach(t *testing.T, srv *Server, key, lower string, ioEngine int) *Device {
 	t.Helper()
-	d, err := srv.Attach(key, lower, ioEngine)
+	d, err := srv.Attach(key, fileReq(lower, ioEngine))
 	if err != nil {
 		t.Fatalf("Attach(%q, io_engine %d): %v", key, ioEngine, err)
 	}
@@ -123,7 +142,7 @@ func TestMappedReadsMatchLowerFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := newServer(t, Options{})
-	for _, engine := range []int{config.IOEngineBuffered, config.IOEngineBufferedAsync, config.IOEngineDirect} {
+	for _, engine := range []int{memdev.IOEngineBuffered, memdev.IOEngineBufferedAsync, memdev.IOEngineDirect} {
 		for _, seed := range []uint64{11, 12} {
 			pages := randomPages(lay, 3000, seed+uint64(engine)*100)
 			want := lowerHash(t, lower, pages, pageBytes)
@@ -140,7 +159,7 @@ func TestMappedReadsMatchLowerFile(t *testing.T) {
 			if c := d.Counters(); c.ReadRequests == 0 || c.BytesRead == 0 || c.ReadErrors != 0 || c.BytesInFlight != 0 {
 				t.Errorf("io_engine %d seed %d: counters %+v", engine, seed, c)
 			}
-			waitAck(t, d.Release())
+			waitAck(t, d.release())
 		}
 	}
 }
@@ -161,8 +180,8 @@ func TestKeepCacheSharesPageCache(t *testing.T) {
 	srv := newServer(t, Options{})
 
 	t.Run("one after the other", func(t *testing.T) {
-		d := attach(t, srv, "snap", lower, config.IOEngineBuffered)
-		defer func() { waitAck(t, d.Release()) }()
+		d := attach(t, srv, "snap", lower, memdev.IOEngineBuffered)
+		defer func() { waitAck(t, d.release()) }()
 		spec := childSpec{Mode: childMmap, Path: d.Path(), Layout: lay, Pages: pages}
 		if res := runChildSpec(t, spec); res.Hash != want {
 			t.Fatalf("first VMM: hash %s err %q, want %s", res.Hash, res.Err, want)
@@ -178,14 +197,14 @@ func TestKeepCacheSharesPageCache(t *testing.T) {
 
 	t.Run("concurrently", func(t *testing.T) {
 		// The first VMM alone, on its own generation, sets the budget.
-		solo := attach(t, srv, "snap", lower, config.IOEngineBuffered)
+		solo := attach(t, srv, "snap", lower, memdev.IOEngineBuffered)
 		spec := childSpec{Mode: childMmap, Path: solo.Path(), Layout: lay, Pages: pages}
 		runChildSpec(t, spec)
 		one := solo.Counters().BytesRead
-		waitAck(t, solo.Release())
+		waitAck(t, solo.release())
 
-		d := attach(t, srv, "snap", lower, config.IOEngineBuffered)
-		defer func() { waitAck(t, d.Release()) }()
+		d := attach(t, srv, "snap", lower, memdev.IOEngineBuffered)
+		defer func() { waitAck(t, d.release()) }()
 		if d.Generation() <= solo.Generation() {
 			t.Fatalf("generation %d after %d", d.Generation(), solo.Generation())
 		}
@@ -205,8 +224,8 @@ func TestKeepCacheSharesPageCache(t *testing.T) {
 	})
 
 	t.Run("buffered reads warm mappings", func(t *testing.T) {
-		d := attach(t, srv, "snap", lower, config.IOEngineBuffered)
-		defer func() { waitAck(t, d.Release()) }()
+		d := attach(t, srv, "snap", lower, memdev.IOEngineBuffered)
+		defer func() { waitAck(t, d.release()) }()
 		var whole []int64
 		for off := int64(0); off < fileBytes; off += 1 << 20 {
 			whole = append(whole, off)
@@ -234,8 +253,8 @@ func TestDirectIO(t *testing.T) {
 	pages := randomPages(lay, 800, 31)
 	want := lowerHash(t, lower, pages, pageBytes)
 	srv := newServer(t, Options{})
-	d := attach(t, srv, "snap", lower, config.IOEngineDirect)
-	defer func() { waitAck(t, d.Release()) }()
+	d := attach(t, srv, "snap", lower, memdev.IOEngineDirect)
+	defer func() { waitAck(t, d.release()) }()
 
 	if err := CheckMappable(d.Path()); err != nil {
 		t.Fatalf("CheckMappable on io_engine 2: %v (MAP_PRIVATE of a direct I/O file is documented to work)", err)
@@ -292,7 +311,7 @@ func TestReleaseWaitsForBlockedRead(t *testing.T) {
 	var unblockOnce sync.Once
 	release := func() { unblockOnce.Do(func() { close(unblock) }) }
 	t.Cleanup(release)
-	d := attach(t, srv, "snap", lower, config.IOEngineBuffered)
+	d := attach(t, srv, "snap", lower, memdev.IOEngineBuffered)
 	gen.Store(d.Generation())
 	path := d.Path()
 
@@ -308,11 +327,11 @@ func TestReleaseWaitsForBlockedRead(t *testing.T) {
 	if c := d.Counters(); c.BytesInFlight <= 0 {
 		t.Errorf("blocked read: bytes in flight %d", c.BytesInFlight)
 	}
-	ack := d.Release()
+	ack := d.release()
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("stat of a released device file: %v, want ENOENT", err)
 	}
-	if again := d.Release(); again != ack {
+	if again := d.release(); again != ack {
 		t.Error("second Release returned a different channel")
 	}
 	// The lookup above took a round trip through the server: a release
@@ -344,11 +363,11 @@ func TestReleaseWaitsForBlockedRead(t *testing.T) {
 func TestReadAfterReleaseFails(t *testing.T) {
 	lower := writeLower(t, 4<<20, 12)
 	srv := newServer(t, Options{})
-	d := attach(t, srv, "snap", lower, config.IOEngineBuffered)
+	d := attach(t, srv, "snap", lower, memdev.IOEngineBuffered)
 	// The file is opened before the release and read after it.
 	c := startChild(t, childSpec{Mode: childRead, Path: d.Path(), Pages: []int64{1 << 20}, Pause: true})
 	c.waitPaused()
-	waitAck(t, d.Release())
+	waitAck(t, d.release())
 	c.resume()
 	if res := c.result(); res.Errno != int(unix.EIO) {
 		t.Errorf("read of a released device: errno %d (%s), want EIO", res.Errno, res.Err)
@@ -359,8 +378,8 @@ func TestLowerFileTruncated(t *testing.T) {
 	const fileBytes = 16 << 20
 	lower := writeLower(t, fileBytes, 5)
 	srv := newServer(t, Options{})
-	d := attach(t, srv, "snap", lower, config.IOEngineBuffered)
-	defer func() { waitAck(t, d.Release()) }()
+	d := attach(t, srv, "snap", lower, memdev.IOEngineBuffered)
+	defer func() { waitAck(t, d.release()) }()
 
 	// The VMM touches a page, the lower file shrinks, the VMM touches a
 	// page past the new end, far beyond any readaround of the first.
@@ -384,8 +403,8 @@ func TestLowerFileTruncated(t *testing.T) {
 
 	// The server keeps serving other devices.
 	other := writeLower(t, 4<<20, 6)
-	o := attach(t, srv, "other", other, config.IOEngineBuffered)
-	defer func() { waitAck(t, o.Release()) }()
+	o := attach(t, srv, "other", other, memdev.IOEngineBuffered)
+	defer func() { waitAck(t, o.release()) }()
 	pages := randomPages(layout.Single(4<<20), 100, 61)
 	if res := runChildSpec(t, childSpec{Mode: childMmap, Path: o.Path(), Layout: layout.Single(4 << 20), Pages: pages}); res.Hash != lowerHash(t, other, pages, pageBytes) {
 		t.Errorf("another device after a lower-file failure: hash %s err %q", res.Hash, res.Err)
@@ -396,29 +415,29 @@ func TestGenerations(t *testing.T) {
 	lower := writeLower(t, 1<<20, 7)
 	srv := newServer(t, Options{})
 
-	a := attach(t, srv, "snap", lower, config.IOEngineBuffered)
-	b := attach(t, srv, "snap", lower, config.IOEngineBuffered)
+	a := attach(t, srv, "snap", lower, memdev.IOEngineBuffered)
+	b := attach(t, srv, "snap", lower, memdev.IOEngineBuffered)
 	if a.Generation() != b.Generation() || a.Path() != b.Path() {
 		t.Fatalf("same key attached twice: generations %d, %d; paths %s, %s", a.Generation(), b.Generation(), a.Path(), b.Path())
 	}
-	if a.Size() != 1<<20 || a.IOEngine() != config.IOEngineBuffered {
+	if a.Size() != 1<<20 || a.IOEngine() != memdev.IOEngineBuffered {
 		t.Errorf("size %d io_engine %d", a.Size(), a.IOEngine())
 	}
-	other := attach(t, srv, "other", lower, config.IOEngineDirect)
+	other := attach(t, srv, "other", lower, memdev.IOEngineDirect)
 	if other.Generation() == a.Generation() {
 		t.Errorf("two keys share generation %d", a.Generation())
 	}
-	if _, err := srv.Attach("snap", lower, config.IOEngineDirect); !errors.Is(err, ErrAttachConflict) {
+	if _, err := srv.Attach("snap", fileReq(lower, memdev.IOEngineDirect)); !errors.Is(err, ErrAttachConflict) {
 		t.Errorf("attach with another io_engine: %v, want ErrAttachConflict", err)
 	}
 
-	ackA := a.Release()
+	ackA := a.release()
 	select {
 	case <-ackA:
 	default:
 		t.Fatal("releasing a reference that is not the last was not acknowledged at once")
 	}
-	if a.Release() != ackA {
+	if a.release() != ackA {
 		t.Error("second Release returned a different channel")
 	}
 	// a's double release must not have dropped b's reference.
@@ -434,16 +453,16 @@ func TestGenerations(t *testing.T) {
 	}
 
 	old, oldPath := b.Generation(), b.Path()
-	waitAck(t, b.Release())
+	waitAck(t, b.release())
 	if _, err := os.Open(oldPath); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("open after the last release: %v, want ENOENT", err)
 	}
-	c := attach(t, srv, "snap", lower, config.IOEngineBuffered)
-	defer func() { waitAck(t, c.Release()) }()
+	c := attach(t, srv, "snap", lower, memdev.IOEngineBuffered)
+	defer func() { waitAck(t, c.release()) }()
 	if c.Generation() <= old || c.Generation() <= other.Generation() || c.Path() == oldPath {
 		t.Errorf("re-attach: generation %d path %s after generation %d path %s", c.Generation(), c.Path(), old, oldPath)
 	}
-	waitAck(t, other.Release())
+	waitAck(t, other.release())
 
 	entries, err := os.ReadDir(srv.Dir())
 	if err != nil || len(entries) != 1 || filepath.Join(srv.Dir(), entries[0].Name()) != c.Path() {
@@ -463,8 +482,8 @@ func TestWritableOpens(t *testing.T) {
 	want := lowerHash(t, lower, pages, pageBytes)
 	wantWhole := lowerHash(t, lower, []int64{0}, fileBytes)
 	srv := newServer(t, Options{AllowWriteOpen: true})
-	d := attach(t, srv, "snap", lower, config.IOEngineBuffered)
-	defer func() { waitAck(t, d.Release()) }()
+	d := attach(t, srv, "snap", lower, memdev.IOEngineBuffered)
+	defer func() { waitAck(t, d.release()) }()
 
 	// A VMM that opens the file for writing and writes its private copy.
 	vmm := childSpec{Mode: childMmap, Path: d.Path(), Layout: lay, Pages: pages, ReadWrite: true, Write: true}
@@ -503,12 +522,12 @@ func TestAttachRejects(t *testing.T) {
 		{"missing lower file", "k", filepath.Join(t.TempDir(), "absent"), 0, os.ErrNotExist},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := srv.Attach(tc.key, tc.lower, tc.ioEngine); !errors.Is(err, tc.want) {
+			if _, err := srv.Attach(tc.key, fileReq(tc.lower, tc.ioEngine)); !errors.Is(err, tc.want) {
 				t.Errorf("Attach: %v, want %v", err, tc.want)
 			}
 		})
 	}
-	if _, err := srv.Attach("dir", t.TempDir(), 0); err == nil {
+	if _, err := srv.Attach("dir", fileReq(t.TempDir(), 0)); err == nil {
 		t.Error("attach of a directory succeeded")
 	}
 	held := attach(t, srv, "held", lower, 0)
@@ -518,10 +537,10 @@ func TestAttachRejects(t *testing.T) {
 	if err := srv.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if _, err := srv.Attach("k", lower, 0); !errors.Is(err, ErrClosed) {
+	if _, err := srv.Attach("k", fileReq(lower, 0)); !errors.Is(err, ErrClosed) {
 		t.Errorf("Attach after Close: %v, want ErrClosed", err)
 	}
-	waitAck(t, held.Release())
+	waitAck(t, held.release())
 }
 
 func TestTraceRecordsFirstTouches(t *testing.T) {
@@ -531,8 +550,8 @@ func TestTraceRecordsFirstTouches(t *testing.T) {
 
 	t.Run("direct reads", func(t *testing.T) {
 		// Direct I/O sends each read as one request: the trace is exact.
-		d := attach(t, srv, "direct", lower, config.IOEngineDirect)
-		defer func() { waitAck(t, d.Release()) }()
+		d := attach(t, srv, "direct", lower, memdev.IOEngineDirect)
+		defer func() { waitAck(t, d.release()) }()
 		runChildSpec(t, childSpec{Mode: childRead, Path: d.Path(), Pages: []int64{0}})
 		d.StartTrace()
 		offs := []int64{9 * pageBytes, 2 * pageBytes, 9 * pageBytes, 100 * pageBytes, 2 * pageBytes}
@@ -563,8 +582,8 @@ func TestTraceRecordsFirstTouches(t *testing.T) {
 	})
 
 	t.Run("mapped faults", func(t *testing.T) {
-		d := attach(t, srv, "mapped", lower, config.IOEngineBuffered)
-		defer func() { waitAck(t, d.Release()) }()
+		d := attach(t, srv, "mapped", lower, memdev.IOEngineBuffered)
+		defer func() { waitAck(t, d.release()) }()
 		d.StartTrace()
 		// Pages far enough apart that no readaround window holds two.
 		touched := []int64{11 << 20, 3 << 20, 7 << 20, 1 << 20, 14 << 20}
@@ -620,8 +639,8 @@ func TestMountCleansStaleMount(t *testing.T) {
 		t.Errorf("Mount over a live mount: %v, want ErrMountBusy", err)
 	}
 	lower := writeLower(t, 1<<20, 10)
-	d := attach(t, srv, "snap", lower, config.IOEngineBuffered)
-	defer func() { waitAck(t, d.Release()) }()
+	d := attach(t, srv, "snap", lower, memdev.IOEngineBuffered)
+	defer func() { waitAck(t, d.release()) }()
 	pages := []int64{0, 5 * pageBytes}
 	if res := runChildSpec(t, childSpec{Mode: childRead, Path: d.Path(), Pages: pages}); res.Hash != lowerHash(t, lower, pages, pageBytes) {
 		t.Errorf("read through the new mount: hash %s err %q", res.Hash, res.Err)
@@ -733,7 +752,7 @@ func TestCloseWhileMapped(t *testing.T) {
 	const fileBytes = 8 << 20
 	lower := writeLower(t, fileBytes, 11)
 	srv := newServer(t, Options{})
-	d := attach(t, srv, "snap", lower, config.IOEngineBuffered)
+	d := attach(t, srv, "snap", lower, memdev.IOEngineBuffered)
 	pages := []int64{0, 6 << 20}
 	vmm := startChild(t, childSpec{Mode: childMmap, Path: d.Path(), Layout: layout.Single(fileBytes), Pages: pages, Pause: true, PauseAt: 1})
 	vmm.waitPaused()
@@ -748,7 +767,7 @@ func TestCloseWhileMapped(t *testing.T) {
 	if res := vmm.result(); res.Hash != lowerHash(t, lower, pages, pageBytes) {
 		t.Errorf("VMM after Close: hash %s err %q", res.Hash, res.Err)
 	}
-	waitAck(t, d.Release())
+	waitAck(t, d.release())
 }
 
 func TestReadAheadWindow(t *testing.T) {
@@ -772,8 +791,8 @@ func TestReadAheadWindow(t *testing.T) {
 			if got := srv.ReadAheadBytes(); got != tc.want {
 				t.Errorf("kernel readahead %d, want %d", got, tc.want)
 			}
-			d := attach(t, srv, "snap", lower, config.IOEngineBuffered)
-			defer func() { waitAck(t, d.Release()) }()
+			d := attach(t, srv, "snap", lower, memdev.IOEngineBuffered)
+			defer func() { waitAck(t, d.release()) }()
 			// One fault in a cold file reads the window around it.
 			if res := runChildSpec(t, childSpec{Mode: childMmap, Path: d.Path(), Layout: layout.Single(fileBytes), Pages: []int64{8 << 20}}); res.Err != "" {
 				t.Fatal(res.Err)

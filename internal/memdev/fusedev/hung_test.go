@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"warmstart/internal/config"
 	"warmstart/internal/layout"
+	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/hungtest"
 )
 
@@ -23,7 +23,7 @@ func TestCloseIsBoundedWhileTheLowerHangs(t *testing.T) {
 	}
 	lower := hungtest.NewLower(size)
 	t.Cleanup(lower.Release)
-	d, err := srv.AttachLower("hung", "hung-1", func() (Lower, error) { return lower, nil }, config.IOEngineBuffered)
+	d, err := srv.Attach("hung", lowerReq("hung-1", func() (memdev.Lower, error) { return lower, nil }, memdev.IOEngineBuffered))
 	if err != nil {
 		t.Fatal(err)
 	}

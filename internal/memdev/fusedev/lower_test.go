@@ -8,8 +8,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"warmstart/internal/config"
 	"warmstart/internal/layout"
+	"warmstart/internal/memdev"
 )
 
 // fileBackedLower is a Lower that is not an *os.File: it reads through a
@@ -41,7 +41,7 @@ func TestAttachLower(t *testing.T) {
 	srv := newServer(t, Options{})
 	var opened, closed atomic.Int32
 	var current atomic.Pointer[fileBackedLower]
-	open := func() (Lower, error) {
+	open := func() (memdev.Lower, error) {
 		opened.Add(1)
 		f, err := os.Open(path)
 		if err != nil {
@@ -51,12 +51,12 @@ func TestAttachLower(t *testing.T) {
 		current.Store(l)
 		return l, nil
 	}
-	d, err := srv.AttachLower("remote", "object-1", open, config.IOEngineBuffered)
+	d, err := srv.Attach("remote", lowerReq("object-1", open, memdev.IOEngineBuffered))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Same key and ref: the generation is shared, nothing is opened again.
-	d2, err := srv.AttachLower("remote", "object-1", open, config.IOEngineBuffered)
+	d2, err := srv.Attach("remote", lowerReq("object-1", open, memdev.IOEngineBuffered))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,10 +64,10 @@ func TestAttachLower(t *testing.T) {
 		t.Fatalf("second attach: generation %d vs %d, %d opens, size %d", d2.Generation(), d.Generation(), opened.Load(), d.Size())
 	}
 	// Another ref, or a local file, under the same key is a conflict.
-	if _, err := srv.AttachLower("remote", "object-2", open, config.IOEngineBuffered); !errors.Is(err, ErrAttachConflict) {
+	if _, err := srv.Attach("remote", lowerReq("object-2", open, memdev.IOEngineBuffered)); !errors.Is(err, ErrAttachConflict) {
 		t.Fatalf("attach with another ref: %v", err)
 	}
-	if _, err := srv.Attach("remote", path, config.IOEngineBuffered); !errors.Is(err, ErrAttachConflict) {
+	if _, err := srv.Attach("remote", fileReq(path, memdev.IOEngineBuffered)); !errors.Is(err, ErrAttachConflict) {
 		t.Fatalf("attach of a file under a lower's key: %v", err)
 	}
 
@@ -82,20 +82,20 @@ func TestAttachLower(t *testing.T) {
 	if res := runChildSpec(t, childSpec{Mode: childRead, Path: d.Path(), Pages: []int64{fileBytes - pageBytes}}); res.Errno != int(unix.EIO) {
 		t.Fatalf("read through a failing lower: errno %d (%s), want EIO", res.Errno, res.Err)
 	}
-	waitAck(t, d2.Release())
+	waitAck(t, d2.release())
 	if closed.Load() != 0 {
 		t.Fatal("lower closed while a reference remains")
 	}
-	waitAck(t, d.Release())
+	waitAck(t, d.release())
 	if closed.Load() != 1 {
 		t.Fatalf("lower closed %d times after the last release, want 1", closed.Load())
 	}
 
-	failing := func() (Lower, error) { return nil, errors.New("no such object") }
-	if _, err := srv.AttachLower("other", "object-3", failing, config.IOEngineBuffered); err == nil {
+	failing := func() (memdev.Lower, error) { return nil, errors.New("no such object") }
+	if _, err := srv.Attach("other", lowerReq("object-3", failing, memdev.IOEngineBuffered)); err == nil {
 		t.Fatal("attach whose open fails succeeded")
 	}
-	if _, err := srv.AttachLower("bad/key", "object-3", open, config.IOEngineBuffered); !errors.Is(err, ErrInvalidKey) {
+	if _, err := srv.Attach("bad/key", lowerReq("object-3", open, memdev.IOEngineBuffered)); !errors.Is(err, ErrInvalidKey) {
 		t.Fatalf("bad key: %v", err)
 	}
 }

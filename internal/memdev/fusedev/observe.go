@@ -46,10 +46,10 @@ func (s *observerSet) served(kind memdev.Kind, off int64, n int, took time.Durat
 	}
 }
 
-// Observe registers o for every range the generation serves from now on,
-// and first tells it, as Resident, of every page the generation served
-// before: those are in the page cache the VM maps. The returned function
-// unregisters o.
+// observe registers o (the attach's memdev.Request.Observer, if any) for
+// every range the generation serves from now on, and first tells it, as
+// Resident, of every page the generation served before: those are in the
+// page cache the VM maps. StopObserving unregisters it.
 //
 // What the file device sees: read requests reaching the server (a VM's
 // fault and the kernel's readaround around it, or a read through the
@@ -57,9 +57,21 @@ func (s *observerSet) served(kind memdev.Kind, off int64, n int, took time.Durat
 // invisible: a guest touching a prefetched page makes no request. A read
 // from this process is prefetch (a buffered read through the device
 // file), any other process's read is demand.
-func (d *Device) Observe(o memdev.Observer) (stop func()) {
+func (d *Device) observe(o memdev.Observer) {
+	if o == nil {
+		return
+	}
 	g := d.gen
-	stop = g.observers.add(o)
+	d.unobserve = g.observers.add(o)
 	g.served.runs(g.size, func(off, n int64) { o.Served(memdev.Resident, off, int(n), 0) })
-	return stop
+}
+
+// StopObserving implements memdev.ObserverRemover: the attach's observer
+// hears of nothing more (the generation may serve other VMs on).
+func (d *Device) StopObserving() {
+	d.obsOnce.Do(func() {
+		if d.unobserve != nil {
+			d.unobserve()
+		}
+	})
 }

@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
-	"warmstart/internal/config"
 	"warmstart/internal/durable"
 	"warmstart/internal/layout"
+	"warmstart/internal/memdev"
 	"warmstart/internal/pagecache"
 )
 
@@ -19,8 +19,8 @@ func TestNarrowWindowReadsAroundTheLowerFile(t *testing.T) {
 	const fileBytes = 4 << 20
 	lower := writeLower(t, fileBytes, 7)
 	srv := newServer(t, Options{ReadAheadBytes: pageBytes})
-	d := attach(t, srv, "narrow", lower, config.IOEngineBuffered)
-	defer func() { waitAck(t, d.Release()) }()
+	d := attach(t, srv, "narrow", lower, memdev.IOEngineBuffered)
+	defer func() { waitAck(t, d.release()) }()
 	if err := durable.Sync(lower); err != nil { // dirty pages cannot be evicted
 		t.Fatal(err)
 	}

@@ -6,9 +6,11 @@ package hungtest
 import (
 	"errors"
 	"sync"
+
+	"warmstart/internal/memdev"
 )
 
-// Lower is a memory device's lower (fusedev.Lower) whose every read blocks
+// Lower is a memory device's lower (memdev.Lower) whose every read blocks
 // until Release. Entered is closed when the first read has begun.
 type Lower struct {
 	size    int64
@@ -17,6 +19,8 @@ type Lower struct {
 	release chan struct{}
 	freed   sync.Once
 }
+
+var _ memdev.Lower = (*Lower)(nil)
 
 // NewLower returns a hung lower of size bytes.
 func NewLower(size int64) *Lower {

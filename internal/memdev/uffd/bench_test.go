@@ -3,6 +3,8 @@ package uffd
 import (
 	"context"
 	"testing"
+
+	"warmstart/internal/userfaultfd"
 )
 
 const benchMemoryBytes = 64 << 20
@@ -27,7 +29,7 @@ func BenchmarkFaults(b *testing.B) {
 		b.StartTimer()
 	}
 	b.SetBytes(benchMemoryBytes)
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchMemoryBytes/PageSizeBytes), "ns/fault")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchMemoryBytes/userfaultfd.PageSizeBytes), "ns/fault")
 }
 
 // BenchmarkInstall measures the prefetch path: Install of a whole 64 MiB

@@ -1,11 +1,11 @@
 // Package uffd is warmstart's userfaultfd memory device, the handler side of
-// Firecracker's Uffd memory backend, and the VMM side of its handshake for
-// the replay VMM.
+// Firecracker's Uffd memory backend.
 //
 // The VMM maps guest memory as anonymous private regions, registers them
 // with a userfaultfd for MISSING faults, connects to the handler's Unix
-// stream socket and sends, in one message, a JSON array of Mapping plus the
-// userfaultfd by SCM_RIGHTS (Firecracker's GuestRegionUffdMapping protocol).
+// stream socket and sends, in one message, a JSON array of mappings plus
+// the userfaultfd by SCM_RIGHTS (Firecracker's GuestRegionUffdMapping
+// protocol, package userfaultfd, which also holds the kernel API).
 // A Handler listens on that socket for one snapshot memory file (the lower
 // file); each accepted connection becomes a Session that serves the VM's
 // page faults with UFFDIO_COPY from the lower file, and that a prefetcher can

@@ -2,28 +2,18 @@ package uffd
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"math/bits"
 	"net"
 	"os"
-	"sort"
-	"strconv"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"warmstart/internal/fsx"
-	"warmstart/internal/integrity"
 	"warmstart/internal/memdev"
+	"warmstart/internal/userfaultfd"
 )
-
-// HandshakeMaxBytes bounds the JSON region list a VMM may send: enough for
-// hundreds of regions, far more than any Firecracker guest has.
-const HandshakeMaxBytes = 64 << 10
 
 // HandshakeTimeout bounds how long Accept waits for a connected VMM's
 // handshake.
@@ -38,14 +28,10 @@ const DefaultConnectTimeout = 10 * time.Second
 // file and copies into the guest in one UFFDIO_COPY.
 const DefaultInstallChunkBytes = 1 << 20
 
-// maxPageSizeBytes is the largest page size a mapping may declare (1 GiB
-// huge pages).
-const maxPageSizeBytes = 1 << 30
-
 var (
 	// ErrBadHandshake is wrapped by every error that rejects a VMM's
 	// handshake: malformed JSON, invalid mappings, a missing or foreign fd.
-	ErrBadHandshake = errors.New("bad uffd handshake")
+	ErrBadHandshake = userfaultfd.ErrBadHandshake
 	// ErrClosed is returned by operations on a closed Handler or Session.
 	ErrClosed = errors.New("uffd handler closed")
 	// ErrSocketInUse is returned by Listen when another handler serves the path.
@@ -66,13 +52,6 @@ type Options struct {
 	// InstallChunkBytes bounds one Install run; DefaultInstallChunkBytes
 	// when zero. It is raised to the region's page size when smaller.
 	InstallChunkBytes int
-	// Digests, when set, is the lower file's per-block digest table: every
-	// page is checked against it before it is copied into a VM, and a
-	// fault on a bad block fails the session instead (ErrLowerFile, with
-	// the *integrity.BlockError in the chain).
-	Digests *integrity.Table
-	// OnCorrupt, when not nil, is told once of each bad block met.
-	OnCorrupt func(*integrity.BlockError)
 	// Observer, when not nil, is told of every page a fault brought in
 	// (memdev.Demand) and every run an Install copied (memdev.Prefetch).
 	// A page Install placed before the guest reached it never faults, so
@@ -94,17 +73,18 @@ type testHooks struct {
 }
 
 // Handler listens on a Unix socket for VMMs restoring one snapshot whose
-// guest memory is the lower file, and serves each one's page faults.
+// guest memory is the lower, and serves each one's page faults.
 // One handler per VM is how Firecracker is deployed; a Handler also accepts
 // several VMMs in turn or at once, each as its own Session.
 type Handler struct {
 	socketPath string
 	ln         *net.UnixListener
-	lower      *os.File
-	// reader is what sessions read pages through: the lower file, or the
-	// lower file checked against Options.Digests.
-	reader io.ReaderAt
-	opts   Options
+	// lower is what sessions read pages through: a memdev.Memory checks
+	// every block against its digest table before the page is copied in
+	// (a fault on a bad block then fails the session, ErrLowerFile with
+	// the *integrity.BlockError in the chain).
+	lower memdev.Lower
+	opts  Options
 
 	acceptMu sync.Mutex
 	// closing is cancelled by Close, to abandon a handshake in progress.
@@ -116,32 +96,23 @@ type Handler struct {
 	closed   bool
 }
 
-// Listen opens lowerPath for reading and listens on socketPath. A stale
-// socket file that nobody listens on is replaced.
-func Listen(socketPath, lowerPath string, opts Options) (*Handler, error) {
+// Listen listens on socketPath for VMMs whose guest memory lower serves.
+// A stale socket file that nobody listens on is replaced. On success the
+// handler owns lower and closes it on Close; on failure the caller still
+// owns it.
+func Listen(socketPath string, lower memdev.Lower, opts Options) (*Handler, error) {
 	if opts.InstallChunkBytes < 0 {
 		return nil, fmt.Errorf("uffd listen: negative install chunk %d", opts.InstallChunkBytes)
 	}
 	if opts.InstallChunkBytes == 0 {
 		opts.InstallChunkBytes = DefaultInstallChunkBytes
 	}
-	opts.InstallChunkBytes = max(PageSizeBytes, opts.InstallChunkBytes/PageSizeBytes*PageSizeBytes)
-	lower, err := fsx.OpenRegular(lowerPath)
-	if err != nil {
-		return nil, fmt.Errorf("uffd listen: open lower file: %w", err)
-	}
-	reader, err := readerOf(lower, opts)
-	if err != nil {
-		lower.Close()
-		return nil, fmt.Errorf("uffd listen: %s: %w", lowerPath, err)
-	}
+	opts.InstallChunkBytes = max(userfaultfd.PageSizeBytes, opts.InstallChunkBytes/userfaultfd.PageSizeBytes*userfaultfd.PageSizeBytes)
 	if err := removeStaleSocket(socketPath); err != nil {
-		lower.Close()
 		return nil, err
 	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: socketPath, Net: "unix"})
 	if err != nil {
-		lower.Close()
 		return nil, fmt.Errorf("uffd listen on %s: %w", socketPath, err)
 	}
 	// The listener unlinks the socket file when closed.
@@ -151,29 +122,11 @@ func Listen(socketPath, lowerPath string, opts Options) (*Handler, error) {
 		socketPath:  socketPath,
 		ln:          ln,
 		lower:       lower,
-		reader:      reader,
 		opts:        opts,
 		closing:     closing,
 		markClosing: markClosing,
 		sessions:    make(map[*Session]struct{}),
 	}, nil
-}
-
-// readerOf returns what pages are read through: the lower file itself, or
-// the lower file checked against its digest table.
-func readerOf(lower *os.File, opts Options) (io.ReaderAt, error) {
-	if opts.Digests == nil {
-		return lower, nil
-	}
-	fi, err := lower.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("stat lower file: %w", err)
-	}
-	if fi.Size() != opts.Digests.FileSize() {
-		return nil, fmt.Errorf("%w: lower file has %d bytes, its digest table describes %d",
-			integrity.ErrSizeChanged, fi.Size(), opts.Digests.FileSize())
-	}
-	return integrity.NewReader(lower, opts.Digests, opts.OnCorrupt), nil
 }
 
 // removeStaleSocket deletes a socket file left by a handler that died, and
@@ -259,7 +212,7 @@ func (h *Handler) AcceptWith(ctx context.Context, opts AcceptOptions) (*Session,
 	unlink := context.AfterFunc(h.closing, cancel)
 	defer unlink()
 	stop := interruptOnDone(hctx, conn.SetDeadline)
-	mappings, uffd, err := receiveHandshake(conn)
+	mappings, uffd, err := userfaultfd.ReceiveHandshake(conn)
 	stop()
 	if err != nil {
 		switch {
@@ -270,12 +223,7 @@ func (h *Handler) AcceptWith(ctx context.Context, opts AcceptOptions) (*Session,
 		}
 		return nil, err
 	}
-	fi, err := h.lower.Stat()
-	if err != nil {
-		unix.Close(uffd)
-		return nil, fmt.Errorf("uffd handshake: stat lower file: %w", err)
-	}
-	if err := validateMappings(mappings, fi.Size()); err != nil {
+	if err := userfaultfd.ValidateMappings(mappings, h.lower.Size()); err != nil {
 		unix.Close(uffd)
 		return nil, err
 	}
@@ -444,211 +392,6 @@ func (h *Handler) Close() error {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("uffd handler close: %w", err)
-	}
-	return nil
-}
-
-// wireMapping accepts both fields Firecracker has carried the page size
-// in, both in bytes: page_size_kib since 1.7, misnamed (it never held KiB),
-// and since 1.12 page_size beside it (CHANGELOG 1.12.0, #4948).
-type wireMapping struct {
-	BaseHostVirtAddr *uint64 `json:"base_host_virt_addr"`
-	Size             *uint64 `json:"size"`
-	Offset           *uint64 `json:"offset"`
-	PageSize         *uint64 `json:"page_size"`
-	PageSizeKiB      *uint64 `json:"page_size_kib"`
-}
-
-// receiveHandshake reads the JSON region list and the userfaultfd. The fd
-// arrives with the first bytes; a long list may need further reads, which
-// stop as soon as the JSON is complete because Firecracker keeps its end of
-// the socket open.
-func receiveHandshake(conn *net.UnixConn) ([]Mapping, int, error) {
-	raw, err := conn.SyscallConn()
-	if err != nil {
-		return nil, -1, fmt.Errorf("uffd handshake: %w", err)
-	}
-	buf := make([]byte, HandshakeMaxBytes)
-	// Room for a few descriptors, so that a sender passing more than one
-	// is detected and its extras closed rather than truncated.
-	oob := make([]byte, unix.CmsgSpace(4*4))
-	var (
-		total int
-		fds   []int
-	)
-	closeFds := func() {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-	}
-	for total < len(buf) {
-		var (
-			n, oobn, flags int
-			rerr           error
-		)
-		err := raw.Read(func(fd uintptr) bool {
-			n, oobn, flags, _, rerr = unix.Recvmsg(int(fd), buf[total:], oob, unix.MSG_CMSG_CLOEXEC)
-			return rerr != unix.EAGAIN
-		})
-		if err == nil {
-			err = rerr
-		}
-		if err != nil {
-			closeFds()
-			return nil, -1, fmt.Errorf("uffd handshake: receive: %w", err)
-		}
-		if oobn > 0 {
-			got, perr := parseRights(oob[:oobn])
-			fds = append(fds, got...)
-			if perr != nil {
-				closeFds()
-				return nil, -1, fmt.Errorf("%w: control message: %v", ErrBadHandshake, perr)
-			}
-		}
-		if flags&unix.MSG_CTRUNC != 0 {
-			closeFds()
-			return nil, -1, fmt.Errorf("%w: control message truncated (too many descriptors)", ErrBadHandshake)
-		}
-		if n == 0 {
-			closeFds()
-			if total == 0 {
-				return nil, -1, fmt.Errorf("%w: connection closed before the handshake: %w", ErrBadHandshake, io.ErrUnexpectedEOF)
-			}
-			return nil, -1, fmt.Errorf("%w: connection closed inside the region list: %v", ErrBadHandshake, json.Unmarshal(buf[:total], new([]wireMapping)))
-		}
-		total += n
-		if json.Valid(buf[:total]) {
-			break
-		}
-	}
-	if !json.Valid(buf[:total]) {
-		closeFds()
-		return nil, -1, fmt.Errorf("%w: region list longer than %d bytes", ErrBadHandshake, HandshakeMaxBytes)
-	}
-	if len(fds) != 1 {
-		closeFds()
-		return nil, -1, fmt.Errorf("%w: want exactly one userfaultfd, got %d descriptors", ErrBadHandshake, len(fds))
-	}
-	uffd := fds[0]
-	if err := checkUserfaultfd(uffd); err != nil {
-		unix.Close(uffd)
-		return nil, -1, err
-	}
-	var wire []wireMapping
-	if err := json.Unmarshal(buf[:total], &wire); err != nil {
-		unix.Close(uffd)
-		return nil, -1, fmt.Errorf("%w: region list: %v", ErrBadHandshake, err)
-	}
-	mappings, err := fromWire(wire)
-	if err != nil {
-		unix.Close(uffd)
-		return nil, -1, err
-	}
-	return mappings, uffd, nil
-}
-
-func parseRights(oob []byte) ([]int, error) {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil, err
-	}
-	var fds []int
-	for _, m := range msgs {
-		if m.Header.Level != unix.SOL_SOCKET || m.Header.Type != unix.SCM_RIGHTS {
-			continue
-		}
-		got, err := unix.ParseUnixRights(&m)
-		fds = append(fds, got...)
-		if err != nil {
-			return fds, err
-		}
-	}
-	return fds, nil
-}
-
-// checkUserfaultfd refuses a descriptor that is not a userfaultfd, and makes
-// sure it is non-blocking: poll reports POLLERR on a blocking userfaultfd.
-// O_NONBLOCK lives on the shared open file; the VMM never reads the fd, so
-// setting it here does not change the VMM's behaviour.
-func checkUserfaultfd(fd int) error {
-	target, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
-	if err != nil {
-		return fmt.Errorf("uffd handshake: inspect received fd: %w", err)
-	}
-	if target != "anon_inode:[userfaultfd]" {
-		return fmt.Errorf("%w: received fd is %q, not a userfaultfd", ErrBadHandshake, target)
-	}
-	if err := unix.SetNonblock(fd, true); err != nil {
-		return fmt.Errorf("uffd handshake: set userfaultfd non-blocking: %w", err)
-	}
-	return nil
-}
-
-func fromWire(wire []wireMapping) ([]Mapping, error) {
-	if len(wire) == 0 {
-		return nil, fmt.Errorf("%w: empty region list", ErrBadHandshake)
-	}
-	out := make([]Mapping, len(wire))
-	for i, w := range wire {
-		if w.BaseHostVirtAddr == nil || w.Size == nil || w.Offset == nil {
-			return nil, fmt.Errorf("%w: region %d lacks base_host_virt_addr, size or offset", ErrBadHandshake, i)
-		}
-		m := Mapping{BaseHostVirtAddr: *w.BaseHostVirtAddr, Size: *w.Size, Offset: *w.Offset}
-		switch {
-		case w.PageSize != nil && w.PageSizeKiB != nil && *w.PageSize != *w.PageSizeKiB:
-			return nil, fmt.Errorf("%w: region %d: page_size %d and page_size_kib %d disagree (both are bytes)", ErrBadHandshake, i, *w.PageSize, *w.PageSizeKiB)
-		case w.PageSize != nil:
-			m.PageSize = *w.PageSize
-		case w.PageSizeKiB != nil:
-			m.PageSize = *w.PageSizeKiB
-		default:
-			return nil, fmt.Errorf("%w: region %d lacks page_size", ErrBadHandshake, i)
-		}
-		out[i] = m
-	}
-	return out, nil
-}
-
-// validateMappings checks that every region is page aligned, lies inside
-// the lower file, and overlaps no other region in the VMM's address space or
-// in the file. Serving a region that fails here would copy wrong bytes or
-// read past the file.
-func validateMappings(ms []Mapping, lowerSize int64) error {
-	if len(ms) == 0 {
-		return fmt.Errorf("%w: empty region list", ErrBadHandshake)
-	}
-	for i, m := range ms {
-		ps := m.PageSize
-		switch {
-		case ps < PageSizeBytes || ps > maxPageSizeBytes || bits.OnesCount64(ps) != 1:
-			return fmt.Errorf("%w: region %d: page size %d is not a power of two in [%d, %d]", ErrBadHandshake, i, ps, PageSizeBytes, maxPageSizeBytes)
-		case m.Size == 0:
-			return fmt.Errorf("%w: region %d: size is zero", ErrBadHandshake, i)
-		case m.BaseHostVirtAddr%ps != 0 || m.Size%ps != 0 || m.Offset%ps != 0:
-			return fmt.Errorf("%w: region %d: base %#x, size %d or offset %d not aligned to page size %d", ErrBadHandshake, i, m.BaseHostVirtAddr, m.Size, m.Offset, ps)
-		case m.BaseHostVirtAddr+m.Size < m.BaseHostVirtAddr:
-			return fmt.Errorf("%w: region %d: address range overflows", ErrBadHandshake, i)
-		case m.Offset+m.Size < m.Offset || m.Offset+m.Size > uint64(lowerSize):
-			return fmt.Errorf("%w: region %d: file range [%d, %d) extends past the lower file (%d bytes)", ErrBadHandshake, i, m.Offset, m.Offset+m.Size, lowerSize)
-		}
-	}
-	idx := make([]int, len(ms))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.Slice(idx, func(a, b int) bool { return ms[idx[a]].BaseHostVirtAddr < ms[idx[b]].BaseHostVirtAddr })
-	for k := 1; k < len(idx); k++ {
-		p, c := ms[idx[k-1]], ms[idx[k]]
-		if c.BaseHostVirtAddr < p.BaseHostVirtAddr+p.Size {
-			return fmt.Errorf("%w: regions %d and %d overlap in the VMM address space", ErrBadHandshake, idx[k-1], idx[k])
-		}
-	}
-	sort.Slice(idx, func(a, b int) bool { return ms[idx[a]].Offset < ms[idx[b]].Offset })
-	for k := 1; k < len(idx); k++ {
-		p, c := ms[idx[k-1]], ms[idx[k]]
-		if c.Offset < p.Offset+p.Size {
-			return fmt.Errorf("%w: regions %d and %d overlap in the memory file", ErrBadHandshake, idx[k-1], idx[k])
-		}
 	}
 	return nil
 }

@@ -20,9 +20,12 @@ import (
 	"testing"
 	"time"
 
-	"warmstart/internal/role"
-
 	"golang.org/x/sys/unix"
+
+	"warmstart/internal/memdev"
+	"warmstart/internal/role"
+	"warmstart/internal/userfaultfd"
+	"warmstart/internal/vmm/replay"
 )
 
 // In role roleVMM the test binary runs as a stand-in VMM, configured by
@@ -38,8 +41,8 @@ const guardTimeout = 30 * time.Second
 
 func TestMain(m *testing.M) {
 	role.Roles{
-		roleVMM:          func() int { runChild(os.Getenv(childEnv)); return 0 },
-		roleCheckAsOther: runCheckAvailable,
+		roleVMM:              func() int { runChild(os.Getenv(childEnv)); return 0 },
+		replay.RoleReplayVMM: replay.ChildMain,
 	}.Dispatch()
 	os.Exit(m.Run())
 }
@@ -95,12 +98,12 @@ func runChild(cfgJSON string) {
 	if err := json.Unmarshal([]byte(cfgJSON), &cfg); err != nil {
 		die("config: %v", err)
 	}
-	fd, err := Open()
+	fd, err := userfaultfd.Open()
 	if err != nil {
 		die("%v", err)
 	}
 	mems := make([][]byte, len(cfg.Regions))
-	var mappings []Mapping
+	var mappings []userfaultfd.Mapping
 	for i, r := range cfg.Regions {
 		b, err := unix.Mmap(-1, 0, int(r.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
 		if err != nil {
@@ -108,16 +111,16 @@ func runChild(cfgJSON string) {
 		}
 		mems[i] = b
 		base := bufAddr(b)
-		if err := RegisterMissing(fd, base, uintptr(r.Size)); err != nil {
+		if err := userfaultfd.RegisterMissing(fd, base, uintptr(r.Size)); err != nil {
 			die("%v", err)
 		}
-		mappings = append(mappings, Mapping{BaseHostVirtAddr: uint64(base), Size: uint64(r.Size), Offset: uint64(r.Offset), PageSize: PageSizeBytes})
+		mappings = append(mappings, userfaultfd.Mapping{BaseHostVirtAddr: uint64(base), Size: uint64(r.Size), Offset: uint64(r.Offset), PageSize: userfaultfd.PageSizeBytes})
 	}
 	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: cfg.Socket, Net: "unix"})
 	if err != nil {
 		die("connect: %v", err)
 	}
-	if err := SendHandshake(conn, mappings, fd); err != nil {
+	if err := userfaultfd.SendHandshake(conn, mappings, fd); err != nil {
 		die("%v", err)
 	}
 	// The userfaultfd stays open (as in Firecracker); the socket need not.
@@ -154,9 +157,9 @@ func runChild(cfgJSON string) {
 			switch c.Op {
 			case "touch":
 				h := sha256.New()
-				tmp := make([]byte, PageSizeBytes)
+				tmp := make([]byte, userfaultfd.PageSizeBytes)
 				for _, s := range c.Steps {
-					p := span(s.Off, PageSizeBytes)
+					p := span(s.Off, userfaultfd.PageSizeBytes)
 					if s.Mode != "w" {
 						copy(tmp, p)
 						h.Write(tmp)
@@ -183,8 +186,8 @@ func runChild(cfgJSON string) {
 	os.Exit(0)
 }
 
-// vmm is the parent's handle on a VMM child.
-type vmm struct {
+// childVMM is the parent's handle on a VMM child.
+type childVMM struct {
 	t      testing.TB
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
@@ -197,7 +200,7 @@ type vmm struct {
 
 // startVMM starts a VMM child that maps regions and hands them to the
 // handler listening on socket. It returns once the handshake is sent.
-func startVMM(t testing.TB, socket string, regions []testRegion) *vmm {
+func startVMM(t testing.TB, socket string, regions []testRegion) *childVMM {
 	t.Helper()
 	cfg, err := json.Marshal(childConfig{Socket: socket, Regions: regions})
 	if err != nil {
@@ -220,7 +223,7 @@ func startVMM(t testing.TB, socket string, regions []testRegion) *vmm {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	v := &vmm{t: t, cmd: cmd, stdin: stdin, exited: make(chan struct{}), nextID: 1, waiters: map[int]chan childReply{0: make(chan childReply, 1)}}
+	v := &childVMM{t: t, cmd: cmd, stdin: stdin, exited: make(chan struct{}), nextID: 1, waiters: map[int]chan childReply{0: make(chan childReply, 1)}}
 	ready := v.waiters[0]
 	go func() {
 		defer close(v.exited)
@@ -252,13 +255,13 @@ func startVMM(t testing.TB, socket string, regions []testRegion) *vmm {
 
 // kill ends the child; a child blocked in a fault no handler serves dies
 // only this way.
-func (v *vmm) kill() {
+func (v *childVMM) kill() {
 	v.cmd.Process.Kill()
 	v.cmd.Wait()
 }
 
 // send issues a command and returns where its reply will arrive.
-func (v *vmm) send(c childCmd) <-chan childReply {
+func (v *childVMM) send(c childCmd) <-chan childReply {
 	v.t.Helper()
 	ch := make(chan childReply, 1)
 	v.mu.Lock()
@@ -277,7 +280,7 @@ func (v *vmm) send(c childCmd) <-chan childReply {
 }
 
 // wait returns the reply on ch, failing if the child dies first.
-func (v *vmm) wait(ch <-chan childReply) childReply {
+func (v *childVMM) wait(ch <-chan childReply) childReply {
 	v.t.Helper()
 	select {
 	case r := <-ch:
@@ -293,12 +296,12 @@ func (v *vmm) wait(ch <-chan childReply) childReply {
 	return childReply{}
 }
 
-func (v *vmm) touch(steps ...step) string {
+func (v *childVMM) touch(steps ...step) string {
 	v.t.Helper()
 	return v.wait(v.send(childCmd{Op: "touch", Steps: steps})).Hash
 }
 
-func (v *vmm) madvise(off, length int64) {
+func (v *childVMM) madvise(off, length int64) {
 	v.t.Helper()
 	v.wait(v.send(childCmd{Op: "madvise", Off: off, Len: length}))
 }
@@ -323,7 +326,7 @@ type model struct{ mem []byte }
 func (m *model) touch(steps ...step) string {
 	h := sha256.New()
 	for _, s := range steps {
-		p := m.mem[s.Off : s.Off+PageSizeBytes]
+		p := m.mem[s.Off : s.Off+userfaultfd.PageSizeBytes]
 		if s.Mode != "w" {
 			h.Write(p)
 		}
@@ -347,7 +350,7 @@ type fixture struct {
 	regions   []testRegion
 	h         *Handler
 	s         *Session
-	v         *vmm
+	v         *childVMM
 }
 
 // twoRegions is a 4 MiB memory file with two mapped regions and a hole.
@@ -361,14 +364,24 @@ func newLowerFile(t testing.TB, dir string, size int) (string, []byte) {
 	t.Helper()
 	data := make([]byte, size)
 	rand.Read(data)
-	for off := 0; off < size; off += 7 * PageSizeBytes {
-		clear(data[off : off+PageSizeBytes])
+	for off := 0; off < size; off += 7 * userfaultfd.PageSizeBytes {
+		clear(data[off : off+userfaultfd.PageSizeBytes])
 	}
 	path := filepath.Join(dir, "memory")
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path, data
+}
+
+// openLower opens the memory file at path as a device does.
+func openLower(t testing.TB, path string) memdev.Lower {
+	t.Helper()
+	l, err := memdev.File(path).Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 // newHandler listens on a fresh socket for a fresh lower file of
@@ -389,7 +402,7 @@ func newHandlerFor(t testing.TB, opts Options, size int, regions []testRegion) *
 	f := &fixture{t: t, dir: dir, socket: filepath.Join(dir, "uffd.sock"), regions: regions}
 	f.lowerPath, f.lower = newLowerFile(t, dir, size)
 	f.model = &model{mem: append([]byte(nil), f.lower...)}
-	f.h, err = Listen(f.socket, f.lowerPath, opts)
+	f.h, err = Listen(f.socket, openLower(t, f.lowerPath), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +411,7 @@ func newHandlerFor(t testing.TB, opts Options, size int, regions []testRegion) *
 }
 
 // connect starts a VMM child and accepts its session.
-func (f *fixture) connect(regions []testRegion) (*vmm, *Session) {
+func (f *fixture) connect(regions []testRegion) (*childVMM, *Session) {
 	f.t.Helper()
 	type result struct {
 		s   *Session
@@ -430,7 +443,7 @@ func newFixture(t testing.TB, opts Options) *fixture {
 func (f *fixture) pages() []int64 {
 	var out []int64
 	for _, r := range f.regions {
-		for off := r.Offset; off < r.End(); off += PageSizeBytes {
+		for off := r.Offset; off < r.End(); off += userfaultfd.PageSizeBytes {
 			out = append(out, off)
 		}
 	}

@@ -8,10 +8,16 @@ import (
 	"testing"
 	"time"
 
-	"warmstart/internal/config"
+	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/memdev/hungtest"
 )
+
+// hungSource is memory whose lower never answers.
+type hungSource struct{ l *hungtest.Lower }
+
+func (s hungSource) Ref() string                 { return "hung-1" }
+func (s hungSource) Open() (memdev.Lower, error) { return s.l, nil }
 
 // hungLowerFile mounts a FUSE device whose lower never answers and
 // returns its device file's path and the lower.
@@ -24,7 +30,7 @@ func hungLowerFile(t *testing.T, dir string, size int64) (string, *hungtest.Lowe
 	lower := hungtest.NewLower(size)
 	t.Cleanup(func() { srv.Close() })
 	t.Cleanup(lower.Release)
-	d, err := srv.AttachLower("hung", "hung-1", func() (fusedev.Lower, error) { return lower, nil }, config.IOEngineBuffered)
+	d, err := srv.Attach("hung", memdev.Request{Memory: hungSource{lower}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +47,7 @@ func TestCloseIsBoundedWhileTheLowerHangs(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	lowerPath, lower := hungLowerFile(t, dir, lowerBytes)
-	h, err := Listen(filepath.Join(dir, "uffd.sock"), lowerPath, Options{})
+	h, err := Listen(filepath.Join(dir, "uffd.sock"), openLower(t, lowerPath), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

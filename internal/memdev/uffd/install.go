@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warmstart/internal/memdev"
+	"warmstart/internal/userfaultfd"
 )
 
 // Install places the logical range [off, off+length) of the memory file
@@ -107,7 +108,6 @@ func (s *Session) installRun(ctx context.Context, r *region, logical uint64, dat
 	if rerr != nil {
 		return fmt.Errorf("%w: [%d, %d): %w", ErrLowerFile, logical, logical+uint64(n), rerr)
 	}
-	ps := r.PageSize
 	size := uint64(n)
 	defer func() {
 		if werr := s.wakeRange(r.hostAddr(logical), size); err == nil {
@@ -121,63 +121,80 @@ func (s *Session) installRun(ctx context.Context, r *region, logical uint64, dat
 		if s.hooks != nil && s.hooks.beforeInstallCopy != nil {
 			s.hooks.beforeInstallCopy(int64(logical+pos), int64(size-pos))
 		}
-		// The removal marks are read and the copy issued under mu held
-		// for reading. A REMOVE event read before this point is marked;
-		// one raised after it makes the kernel refuse the copy (EAGAIN)
-		// until it is read, and the discarding thread zaps the pages only
-		// after that. So no removed page is ever filled from the lower file.
-		s.mu.RLock()
-		if s.closed {
-			cerr := s.closedErr()
-			s.mu.RUnlock()
-			return cerr
-		}
-		for pos < size && s.removed.test(r.pageIndexLogical(logical+pos)) {
-			pos += ps
-		}
-		q := pos
-		for q < size && !s.removed.test(r.pageIndexLogical(logical+q)) {
-			q += ps
-		}
-		if pos == q {
-			s.mu.RUnlock()
-			break
-		}
-		drained := s.drainedSignal()
-		dst := r.hostAddr(logical + pos)
-		src := data[pos:q]
-		copied, cerr := copyPages(s.uffd, uintptr(dst), bufAddr(src), q-pos, copyModeDontWake)
-		runtime.KeepAlive(src)
-		s.mu.RUnlock()
-
-		for x := pos; x < pos+copied; x += ps {
-			s.present.set(r.pageIndexLogical(logical + x))
-		}
-		s.stats.installedBytes.Add(copied)
-		pos += copied
-		switch cerr {
-		case nil:
-		case unix.EEXIST:
-			// The guest faulted this page in first.
-			s.stats.installExisting.Add(1)
-			s.present.set(r.pageIndexLogical(logical + pos))
-			pos += ps
-		case unix.EAGAIN:
-			if copied > 0 {
-				// Stopped short: the next page may exist; try from there.
-				continue
-			}
-			s.stats.againRetries.Add(1)
-			if err := s.waitDrain(ctx, drained); err != nil {
-				return err
-			}
-		case unix.ESRCH:
-			return ErrVMMExited
-		default:
-			return fmt.Errorf("UFFDIO_COPY [%#x, +%d): %w", dst, q-pos, cerr)
+		if pos, err = s.copyKept(ctx, r, logical, data, pos); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// copyKept copies into the guest the next run of data, from pos on, that
+// the guest has not discarded, and returns where the next copy starts
+// (len(data) once nothing is left).
+//
+// The removal marks are read and the copy issued under mu held for
+// reading. A REMOVE event read before this point is marked; one raised
+// after it makes the kernel refuse the copy (EAGAIN) until it is read, and
+// the discarding thread zaps the pages only after that. So no removed page
+// is ever filled from the lower file.
+func (s *Session) copyKept(ctx context.Context, r *region, logical uint64, data []byte, pos uint64) (uint64, error) {
+	size := uint64(len(data))
+	s.mu.RLock()
+	if s.closed {
+		cerr := s.closedErr()
+		s.mu.RUnlock()
+		return pos, cerr
+	}
+	pos, q := s.keptRun(r, logical, pos, size)
+	if pos == q {
+		s.mu.RUnlock()
+		return size, nil
+	}
+	drained := s.drainedSignal()
+	dst := r.hostAddr(logical + pos)
+	src := data[pos:q]
+	copied, cerr := userfaultfd.Copy(s.uffd, uintptr(dst), bufAddr(src), q-pos, userfaultfd.CopyModeDontWake)
+	runtime.KeepAlive(src)
+	s.mu.RUnlock()
+
+	for x := pos; x < pos+copied; x += r.PageSize {
+		s.present.set(r.pageIndexLogical(logical + x))
+	}
+	s.stats.installedBytes.Add(copied)
+	pos += copied
+	switch cerr {
+	case nil:
+		return pos, nil
+	case unix.EEXIST:
+		// The guest faulted this page in first.
+		s.stats.installExisting.Add(1)
+		s.present.set(r.pageIndexLogical(logical + pos))
+		return pos + r.PageSize, nil
+	case unix.EAGAIN:
+		if copied > 0 {
+			// Stopped short: the next page may exist; try from there.
+			return pos, nil
+		}
+		s.stats.againRetries.Add(1)
+		return pos, s.waitDrain(ctx, drained)
+	case unix.ESRCH:
+		return pos, ErrVMMExited
+	}
+	return pos, fmt.Errorf("UFFDIO_COPY [%#x, +%d): %w", dst, q-pos, cerr)
+}
+
+// keptRun is the run [from, to) of pages at or after pos, below size, that
+// the guest has not discarded, starting at the first such page. Called
+// with mu held.
+func (s *Session) keptRun(r *region, logical, pos, size uint64) (from, to uint64) {
+	for pos < size && s.removed.test(r.pageIndexLogical(logical+pos)) {
+		pos += r.PageSize
+	}
+	q := pos
+	for q < size && !s.removed.test(r.pageIndexLogical(logical+q)) {
+		q += r.PageSize
+	}
+	return pos, q
 }
 
 // waitDrain waits until the serving goroutine has drained events again, or
@@ -205,7 +222,7 @@ func (s *Session) wakeRange(addr, length uint64) error {
 	if s.closed {
 		return nil
 	}
-	if err := wake(s.uffd, uintptr(addr), length); err != nil {
+	if err := userfaultfd.Wake(s.uffd, uintptr(addr), length); err != nil {
 		return fmt.Errorf("UFFDIO_WAKE [%#x, +%d): %w", addr, length, err)
 	}
 	return nil

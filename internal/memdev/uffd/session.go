@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warmstart/internal/memdev"
+	"warmstart/internal/userfaultfd"
 )
 
 var (
@@ -92,7 +93,7 @@ func (s *statSet) load() Stats {
 // region is one validated mapping with the index of its first page in the
 // session's page bitmaps.
 type region struct {
-	Mapping
+	userfaultfd.Mapping
 	firstPage int
 }
 
@@ -159,14 +160,14 @@ type Session struct {
 	buffers    sync.Pool
 }
 
-func newSession(h *Handler, mappings []Mapping, uffd, pidfd int) (*Session, error) {
+func newSession(h *Handler, mappings []userfaultfd.Mapping, uffd, pidfd int) (*Session, error) {
 	stopfd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		return nil, fmt.Errorf("uffd session: eventfd: %w", err)
 	}
 	s := &Session{
 		h:       h,
-		lower:   h.reader,
+		lower:   h.lower,
 		uffd:    uffd,
 		pidfd:   pidfd,
 		stopfd:  stopfd,
@@ -198,8 +199,8 @@ func newSession(h *Handler, mappings []Mapping, uffd, pidfd int) (*Session, erro
 }
 
 // Mappings returns the regions the VMM registered, sorted by file offset.
-func (s *Session) Mappings() []Mapping {
-	out := make([]Mapping, len(s.byOffset))
+func (s *Session) Mappings() []userfaultfd.Mapping {
+	out := make([]userfaultfd.Mapping, len(s.byOffset))
 	for i, r := range s.byOffset {
 		out[i] = r.Mapping
 	}
@@ -302,7 +303,7 @@ type fault struct {
 }
 
 func (s *Session) loop() error {
-	msgs := make([]byte, uffdMsgBytes*msgBatch)
+	msgs := make([]byte, userfaultfd.MsgBytes*msgBatch)
 	var pending []fault
 	var pageBuf, zeroBuf []byte
 	maxPage := 0
@@ -310,7 +311,7 @@ func (s *Session) loop() error {
 		maxPage = max(maxPage, int(r.PageSize))
 	}
 	pageBuf = make([]byte, maxPage)
-	if maxPage > PageSizeBytes {
+	if maxPage > userfaultfd.PageSizeBytes {
 		zeroBuf = make([]byte, maxPage)
 	}
 	pfds := []unix.PollFd{
@@ -375,25 +376,23 @@ func (s *Session) drain(buf []byte, pending []fault) ([]fault, error) {
 		if err != nil {
 			return pending, fmt.Errorf("read userfaultfd: %w", err)
 		}
-		if n == 0 || n%uffdMsgBytes != 0 {
+		if n == 0 || n%userfaultfd.MsgBytes != 0 {
 			return pending, fmt.Errorf("read userfaultfd: %d bytes is not a whole number of messages", n)
 		}
-		for off := 0; off < n; off += uffdMsgBytes {
-			m := buf[off : off+uffdMsgBytes]
-			arg0 := binary.NativeEndian.Uint64(m[8:16])
-			arg1 := binary.NativeEndian.Uint64(m[16:24])
-			switch m[0] {
-			case eventPagefault:
+		for off := 0; off < n; off += userfaultfd.MsgBytes {
+			m := userfaultfd.DecodeMsg(buf[off : off+userfaultfd.MsgBytes])
+			switch m.Event {
+			case userfaultfd.EventPagefault:
 				s.stats.faults.Add(1)
-				pending = append(pending, fault{addr: arg1})
-				s.noteFault(arg1)
-			case eventRemove:
+				pending = append(pending, fault{addr: m.Arg1})
+				s.noteFault(m.Arg1)
+			case userfaultfd.EventRemove:
 				s.stats.removes.Add(1)
-				s.markRemoved(arg0, arg1)
+				s.markRemoved(m.Arg0, m.Arg1)
 			default:
 				// FORK, REMAP and UNMAP are only sent when asked for at
 				// UFFDIO_API time, which the VMM does not do.
-				return pending, fmt.Errorf("userfaultfd: unexpected event %#x", m[0])
+				return pending, fmt.Errorf("userfaultfd: unexpected event %#x", m.Event)
 			}
 		}
 	}
@@ -487,7 +486,7 @@ func (s *Session) copyFromLower(addr, page, ps uint64, idx int, logical int64, b
 	}
 	// buf is a Go heap slice: the collector does not move it, and
 	// KeepAlive keeps it allocated until the kernel has copied it.
-	_, err := copyPages(s.uffd, uintptr(page), bufAddr(buf), ps, 0)
+	_, err := userfaultfd.Copy(s.uffd, uintptr(page), bufAddr(buf), ps, 0)
 	runtime.KeepAlive(buf)
 	if rerr := s.countRefused(page, err); rerr != nil {
 		return fmt.Errorf("fault at %#x (%d-byte page at offset %d): %w", addr, ps, logical, rerr)
@@ -550,11 +549,11 @@ func (s *Session) serveFault(f fault, pageBuf, zeroBuf []byte) error {
 		// Counted before the ioctl wakes the guest, so that whoever sees
 		// the guest read the page also sees it counted.
 		s.stats.zeroPages.Add(1)
-		if ps == PageSizeBytes {
-			_, err = zeroPages(s.uffd, uintptr(page), ps, 0)
+		if ps == userfaultfd.PageSizeBytes {
+			_, err = userfaultfd.ZeroPage(s.uffd, uintptr(page), ps, 0)
 		} else {
 			// Hugetlbfs has no UFFDIO_ZEROPAGE.
-			_, err = copyPages(s.uffd, uintptr(page), bufAddr(zeroBuf), ps, 0)
+			_, err = userfaultfd.Copy(s.uffd, uintptr(page), bufAddr(zeroBuf), ps, 0)
 			runtime.KeepAlive(zeroBuf)
 		}
 		if err != nil {
@@ -585,7 +584,7 @@ func (s *Session) serveFault(f fault, pageBuf, zeroBuf []byte) error {
 		if o := s.h.opts.Observer; o != nil && !s.demanded.test(idx) {
 			o.Served(memdev.Demand, logical, int(ps), 0)
 		}
-		if werr := wake(s.uffd, uintptr(page), ps); werr != nil {
+		if werr := userfaultfd.Wake(s.uffd, uintptr(page), ps); werr != nil {
 			return fmt.Errorf("UFFDIO_WAKE at %#x: %w", page, werr)
 		}
 		return nil

@@ -8,52 +8,19 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
-	"warmstart/internal/memdev"
 
 	"golang.org/x/sys/unix"
-)
 
-func TestABIMatchesKernelHeaders(t *testing.T) {
-	sizes := []struct {
-		name      string
-		got, want uintptr
-	}{
-		{"uffdio_api", unsafe.Sizeof(uffdioAPI{}), 24},
-		{"uffdio_range", unsafe.Sizeof(uffdioRange{}), 16},
-		{"uffdio_register", unsafe.Sizeof(uffdioRegister{}), 32},
-		{"uffdio_copy", unsafe.Sizeof(uffdioCopy{}), 40},
-		{"uffdio_zeropage", unsafe.Sizeof(uffdioZeropage{}), 32},
-	}
-	for _, s := range sizes {
-		if s.got != s.want {
-			t.Errorf("sizeof(%s) = %d, want %d", s.name, s.got, s.want)
-		}
-	}
-	// Values as printed by a C program including <linux/userfaultfd.h>.
-	ioctls := []struct {
-		name      string
-		got, want uintptr
-	}{
-		{"UFFDIO_API", ioctlAPI, 0xC018AA3F},
-		{"UFFDIO_REGISTER", ioctlRegister, 0xC020AA00},
-		{"UFFDIO_UNREGISTER", ioctlUnregister, 0x8010AA01},
-		{"UFFDIO_WAKE", ioctlWake, 0x8010AA02},
-		{"UFFDIO_COPY", ioctlCopy, 0xC028AA03},
-		{"UFFDIO_ZEROPAGE", ioctlZeropage, 0xC020AA04},
-	}
-	for _, c := range ioctls {
-		if c.got != c.want {
-			t.Errorf("%s = %#x, want %#x", c.name, c.got, c.want)
-		}
-	}
-}
+	"warmstart/internal/memdev"
+	"warmstart/internal/userfaultfd"
+)
 
 // TestRandomTracesReadLowerFileBytes: the VMM reads, in random orders with
 // repeats and writes, exactly the bytes of the lower file, each page is read
@@ -104,7 +71,7 @@ func TestRandomTracesReadLowerFileBytes(t *testing.T) {
 			}
 			st, c := f.s.Stats(), f.s.Counters()
 			n := uint64(len(first))
-			if st.Faults != n || c.ReadRequests != n || c.BytesRead != n*PageSizeBytes {
+			if st.Faults != n || c.ReadRequests != n || c.BytesRead != n*userfaultfd.PageSizeBytes {
 				t.Fatalf("faults %d, read requests %d, bytes read %d; want %d pages", st.Faults, c.ReadRequests, c.BytesRead, n)
 			}
 			if c.ReadErrors != 0 || c.BytesInFlight != 0 {
@@ -121,11 +88,11 @@ func TestStopTraceStopsRecording(t *testing.T) {
 		t.Fatalf("trace has %d touches before StartTrace", n)
 	}
 	f.s.StartTrace()
-	f.touchAndCheck(reads(PageSizeBytes, 0, 2*PageSizeBytes)...)
+	f.touchAndCheck(reads(userfaultfd.PageSizeBytes, 0, 2*userfaultfd.PageSizeBytes)...)
 	f.s.StopTrace()
-	f.touchAndCheck(reads(3 * PageSizeBytes)...)
+	f.touchAndCheck(reads(3 * userfaultfd.PageSizeBytes)...)
 	got := f.s.Trace()
-	if len(got) != 2 || got[0].Offset != PageSizeBytes || got[1].Offset != 2*PageSizeBytes {
+	if len(got) != 2 || got[0].Offset != userfaultfd.PageSizeBytes || got[1].Offset != 2*userfaultfd.PageSizeBytes {
 		t.Fatalf("trace %+v, want pages 1 and 2", got)
 	}
 }
@@ -137,21 +104,21 @@ func TestRemovedPagesReadZeros(t *testing.T) {
 	base := int64(2 << 20)
 	var before []int64
 	for i := int64(0); i < 32; i += 2 {
-		before = append(before, base+i*PageSizeBytes)
+		before = append(before, base+i*userfaultfd.PageSizeBytes)
 	}
 	f.touchAndCheck(reads(before...)...)
-	f.touchAndCheck(step{Off: base + 4*PageSizeBytes, Mode: "w"})
+	f.touchAndCheck(step{Off: base + 4*userfaultfd.PageSizeBytes, Mode: "w"})
 
-	removeOff, removeLen := base+PageSizeBytes*8, int64(16*PageSizeBytes)
+	removeOff, removeLen := base+userfaultfd.PageSizeBytes*8, int64(16*userfaultfd.PageSizeBytes)
 	f.v.madvise(removeOff, removeLen)
 	f.model.remove(removeOff, removeLen)
 
-	if err := f.s.Install(context.Background(), base, 32*PageSizeBytes); err != nil {
+	if err := f.s.Install(context.Background(), base, 32*userfaultfd.PageSizeBytes); err != nil {
 		t.Fatal(err)
 	}
 	var all []step
 	for i := int64(0); i < 32; i++ {
-		all = append(all, step{Off: base + i*PageSizeBytes, Mode: "r"})
+		all = append(all, step{Off: base + i*userfaultfd.PageSizeBytes, Mode: "r"})
 	}
 	all = append(all, step{Off: removeOff, Mode: "rw"}, step{Off: removeOff, Mode: "r"})
 	f.touchAndCheck(all...)
@@ -165,8 +132,8 @@ func TestRemovedPagesReadZeros(t *testing.T) {
 	if st.ZeroPages != 16 {
 		t.Fatalf("zero pages %d, want 16", st.ZeroPages)
 	}
-	if st.InstalledBytes != 8*PageSizeBytes {
-		t.Fatalf("installed %d bytes, want %d", st.InstalledBytes, 8*PageSizeBytes)
+	if st.InstalledBytes != 8*userfaultfd.PageSizeBytes {
+		t.Fatalf("installed %d bytes, want %d", st.InstalledBytes, 8*userfaultfd.PageSizeBytes)
 	}
 }
 
@@ -177,22 +144,22 @@ func TestInstalledPagesDoNotFault(t *testing.T) {
 	ctx := context.Background()
 	// Unaligned ranges are rounded out to pages; the second crosses the
 	// end of region 0 into nothing, so it is cut to one page at the end.
-	if err := f.s.Install(ctx, 100, 3*PageSizeBytes); err != nil { // pages 0..3
+	if err := f.s.Install(ctx, 100, 3*userfaultfd.PageSizeBytes); err != nil { // pages 0..3
 		t.Fatal(err)
 	}
-	if err := f.s.Install(ctx, (2<<20)+10*PageSizeBytes, 300*PageSizeBytes); err != nil {
+	if err := f.s.Install(ctx, (2<<20)+10*userfaultfd.PageSizeBytes, 300*userfaultfd.PageSizeBytes); err != nil {
 		t.Fatal(err)
 	}
 	installed := map[int64]bool{}
 	for i := int64(0); i < 4; i++ {
-		installed[i*PageSizeBytes] = true
+		installed[i*userfaultfd.PageSizeBytes] = true
 	}
 	for i := int64(10); i < 310; i++ {
-		installed[(2<<20)+i*PageSizeBytes] = true
+		installed[(2<<20)+i*userfaultfd.PageSizeBytes] = true
 	}
 	st := f.s.Stats()
-	if st.InstalledBytes != uint64(len(installed))*PageSizeBytes {
-		t.Fatalf("installed %d bytes, want %d", st.InstalledBytes, len(installed)*PageSizeBytes)
+	if st.InstalledBytes != uint64(len(installed))*userfaultfd.PageSizeBytes {
+		t.Fatalf("installed %d bytes, want %d", st.InstalledBytes, len(installed)*userfaultfd.PageSizeBytes)
 	}
 
 	rng := rand.New(rand.NewPCG(7, 7))
@@ -222,7 +189,7 @@ func TestInstalledPagesDoNotFault(t *testing.T) {
 		t.Fatalf("trace %v\nwant %v", traced, faulting)
 	}
 	c := f.s.Counters()
-	if want := st.InstalledBytes + uint64(len(faulting))*PageSizeBytes; c.BytesRead != want {
+	if want := st.InstalledBytes + uint64(len(faulting))*userfaultfd.PageSizeBytes; c.BytesRead != want {
 		t.Fatalf("bytes read %d, want %d", c.BytesRead, want)
 	}
 }
@@ -230,7 +197,7 @@ func TestInstalledPagesDoNotFault(t *testing.T) {
 func TestInstallRejectsUnmappedRange(t *testing.T) {
 	f := newFixture(t, Options{})
 	// [1 MiB, 2 MiB) is the hole between the regions.
-	for _, r := range [][2]int64{{1 << 20, PageSizeBytes}, {(1 << 20) - PageSizeBytes, 2 * PageSizeBytes}, {lowerBytes, PageSizeBytes}} {
+	for _, r := range [][2]int64{{1 << 20, userfaultfd.PageSizeBytes}, {(1 << 20) - userfaultfd.PageSizeBytes, 2 * userfaultfd.PageSizeBytes}, {lowerBytes, userfaultfd.PageSizeBytes}} {
 		if err := f.s.Install(context.Background(), r[0], r[1]); !errors.Is(err, ErrNotMapped) {
 			t.Errorf("Install(%d, %d) = %v, want ErrNotMapped", r[0], r[1], err)
 		}
@@ -239,7 +206,7 @@ func TestInstallRejectsUnmappedRange(t *testing.T) {
 		t.Error("Install of an empty range succeeded")
 	}
 	// The first page was installed before the hole was found.
-	f.touchAndCheck(reads((1 << 20) - PageSizeBytes)...)
+	f.touchAndCheck(reads((1 << 20) - userfaultfd.PageSizeBytes)...)
 	if st := f.s.Stats(); st.Faults != 0 {
 		t.Fatalf("%d faults on an installed page", st.Faults)
 	}
@@ -249,7 +216,7 @@ func TestInstallRejectsUnmappedRange(t *testing.T) {
 // while the handler is between reading the fault and copying gets EEXIST
 // and is answered with a wake.
 func TestFaultOnPageInstalledMeanwhileWakes(t *testing.T) {
-	const p = 5 * PageSizeBytes
+	const p = 5 * userfaultfd.PageSizeBytes
 	paused, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	f := newFixture(t, Options{hooks: &testHooks{beforeFaultCopy: func(logical int64) {
@@ -260,7 +227,7 @@ func TestFaultOnPageInstalledMeanwhileWakes(t *testing.T) {
 	want := f.model.touch(reads(p)...)
 	touched := f.v.send(childCmd{Op: "touch", Steps: reads(p)})
 	await(t, paused, "fault on the page")
-	if err := f.s.Install(context.Background(), p, PageSizeBytes); err != nil {
+	if err := f.s.Install(context.Background(), p, userfaultfd.PageSizeBytes); err != nil {
 		t.Fatal(err)
 	}
 	// Install's wake lets the VMM read the page before the handler copies.
@@ -270,9 +237,9 @@ func TestFaultOnPageInstalledMeanwhileWakes(t *testing.T) {
 	close(release)
 	// Faults are served in order: once a later fault is served, the
 	// handler has answered the first one.
-	f.touchAndCheck(reads(9 * PageSizeBytes)...)
+	f.touchAndCheck(reads(9 * userfaultfd.PageSizeBytes)...)
 	st := f.s.Stats()
-	if st.ExistWakes != 1 || st.InstalledBytes != PageSizeBytes || st.Faults != 2 {
+	if st.ExistWakes != 1 || st.InstalledBytes != userfaultfd.PageSizeBytes || st.Faults != 2 {
 		t.Fatalf("stats %+v, want 1 exist wake, 1 page installed, 2 faults", st)
 	}
 }
@@ -282,22 +249,22 @@ func TestFaultOnPageInstalledMeanwhileWakes(t *testing.T) {
 // with EEXIST on that page; Install continues after it.
 func TestInstallStepsOverPageFaultedMeanwhile(t *testing.T) {
 	base := int64(2 << 20)
-	p := base + 5*PageSizeBytes
+	p := base + 5*userfaultfd.PageSizeBytes
 	var f *fixture
 	var once sync.Once
 	f = newFixture(t, Options{hooks: &testHooks{beforeInstallCopy: func(logical, length int64) {
 		once.Do(func() { f.touchAndCheck(reads(p)...) })
 	}}})
-	if err := f.s.Install(context.Background(), base, 16*PageSizeBytes); err != nil {
+	if err := f.s.Install(context.Background(), base, 16*userfaultfd.PageSizeBytes); err != nil {
 		t.Fatal(err)
 	}
 	st := f.s.Stats()
-	if st.InstallExisting != 1 || st.InstalledBytes != 15*PageSizeBytes || st.Faults != 1 {
+	if st.InstallExisting != 1 || st.InstalledBytes != 15*userfaultfd.PageSizeBytes || st.Faults != 1 {
 		t.Fatalf("stats %+v, want 1 existing page, 15 pages installed, 1 fault", st)
 	}
 	var all []step
 	for i := int64(0); i < 16; i++ {
-		all = append(all, step{Off: base + i*PageSizeBytes, Mode: "rw"})
+		all = append(all, step{Off: base + i*userfaultfd.PageSizeBytes, Mode: "rw"})
 	}
 	f.touchAndCheck(all...)
 	if st := f.s.Stats(); st.Faults != 1 {
@@ -309,13 +276,13 @@ func TestInstallStepsOverPageFaultedMeanwhile(t *testing.T) {
 // is queued is refused with EAGAIN; the handler reads the event and then
 // serves the fault, with zeros if the page was discarded.
 func TestFaultDeferredWhileRemovePending(t *testing.T) {
-	const p = 20 * PageSizeBytes
+	const p = 20 * userfaultfd.PageSizeBytes
 	for _, tc := range []struct {
 		name                 string
 		removeOff, removeLen int64
 	}{
-		{"fault inside removed range", 16 * PageSizeBytes, 8 * PageSizeBytes},
-		{"fault outside removed range", 40 * PageSizeBytes, 8 * PageSizeBytes},
+		{"fault inside removed range", 16 * userfaultfd.PageSizeBytes, 8 * userfaultfd.PageSizeBytes},
+		{"fault outside removed range", 40 * userfaultfd.PageSizeBytes, 8 * userfaultfd.PageSizeBytes},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			paused, release := make(chan struct{}), make(chan struct{})
@@ -372,7 +339,7 @@ func TestInstallRacingFaults(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 9))
 	var steps []step
 	for _, i := range rng.Perm(n) {
-		steps = append(steps, step{Off: base + int64(i)*PageSizeBytes, Mode: []string{"r", "rw"}[i%2]})
+		steps = append(steps, step{Off: base + int64(i)*userfaultfd.PageSizeBytes, Mode: []string{"r", "rw"}[i%2]})
 	}
 	want := f.model.touch(steps...)
 	touched := f.v.send(childCmd{Op: "touch", Steps: steps})
@@ -381,7 +348,7 @@ func TestInstallRacingFaults(t *testing.T) {
 	errs := make(chan error, 3)
 	for _, r := range [][2]int64{{0, 300}, {200, 512}, {100, 400}} {
 		wg.Go(func() {
-			errs <- f.s.Install(context.Background(), base+r[0]*PageSizeBytes, (r[1]-r[0])*PageSizeBytes)
+			errs <- f.s.Install(context.Background(), base+r[0]*userfaultfd.PageSizeBytes, (r[1]-r[0])*userfaultfd.PageSizeBytes)
 		})
 	}
 	wg.Wait()
@@ -400,7 +367,7 @@ func TestInstallRacingFaults(t *testing.T) {
 	if c.ReadErrors != 0 || c.BytesInFlight != 0 {
 		t.Fatalf("counters %+v", c)
 	}
-	t.Logf("faults %d, installed %d pages, existing %d, exist wakes %d", st.Faults, st.InstalledBytes/PageSizeBytes, st.InstallExisting, st.ExistWakes)
+	t.Logf("faults %d, installed %d pages, existing %d, exist wakes %d", st.Faults, st.InstalledBytes/userfaultfd.PageSizeBytes, st.InstallExisting, st.ExistWakes)
 }
 
 // TestTruncatedLowerFileFailsSession: a page the lower file can no longer
@@ -412,7 +379,7 @@ func TestTruncatedLowerFileFailsSession(t *testing.T) {
 	if err := os.Truncate(f.lowerPath, 3<<20); err != nil {
 		t.Fatal(err)
 	}
-	stuck := f.v.send(childCmd{Op: "touch", Steps: reads((3 << 20) + 8*PageSizeBytes)})
+	stuck := f.v.send(childCmd{Op: "touch", Steps: reads((3 << 20) + 8*userfaultfd.PageSizeBytes)})
 	await(t, f.s.Done(), "session to fail")
 	if err := f.s.Err(); !errors.Is(err, ErrLowerFile) {
 		t.Fatalf("session error %v, want ErrLowerFile", err)
@@ -420,7 +387,7 @@ func TestTruncatedLowerFileFailsSession(t *testing.T) {
 	if c := f.s.Counters(); c.ReadErrors != 1 {
 		t.Fatalf("read errors %d, want 1", c.ReadErrors)
 	}
-	if err := f.s.Install(context.Background(), 0, PageSizeBytes); !errors.Is(err, ErrClosed) {
+	if err := f.s.Install(context.Background(), 0, userfaultfd.PageSizeBytes); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Install on failed session: %v, want ErrClosed", err)
 	}
 	// The VMM is stuck in the fault; only killing it ends it.
@@ -432,7 +399,16 @@ func TestTruncatedLowerFileFailsSession(t *testing.T) {
 	default:
 	}
 
-	// A VMM whose regions reach past the file is refused at the handshake.
+	// A handler of the shorter file (its size is the lower's when it is
+	// opened) refuses at the handshake a VMM whose regions reach past it.
+	f.h.Close()
+	f.socket = filepath.Join(f.dir, "short.sock")
+	h, err := Listen(f.socket, openLower(t, f.lowerPath), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.h = h
+	t.Cleanup(func() { h.Close() })
 	accepted := make(chan error, 1)
 	go func() {
 		s, err := f.h.Accept(context.Background())
@@ -447,7 +423,7 @@ func TestTruncatedLowerFileFailsSession(t *testing.T) {
 	}
 	// One inside it is served.
 	f.v, f.s = f.connect([]testRegion{{Offset: 0, Size: 3 << 20}})
-	f.touchAndCheck(reads(0, (3<<20)-PageSizeBytes)...)
+	f.touchAndCheck(reads(0, (3<<20)-userfaultfd.PageSizeBytes)...)
 }
 
 // TestVMMExitEndsSession: the VMM's exit ends the session, which learns of
@@ -472,7 +448,7 @@ func TestCloseStopsServing(t *testing.T) {
 	if err := f.s.Err(); err != nil {
 		t.Fatalf("Err after Close = %v, want nil", err)
 	}
-	if err := f.s.Install(context.Background(), 0, PageSizeBytes); !errors.Is(err, ErrClosed) {
+	if err := f.s.Install(context.Background(), 0, userfaultfd.PageSizeBytes); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Install after Close: %v, want ErrClosed", err)
 	}
 	if err := f.h.Close(); err != nil {
@@ -498,12 +474,12 @@ func TestHandlerCloseClosesSessions(t *testing.T) {
 // memory is registered, so nothing faults here.
 func TestHandshake(t *testing.T) {
 	f := newHandler(t, Options{})
-	uffd, err := Open()
+	uffd, err := userfaultfd.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer unix.Close(uffd)
-	uffd2, err := Open()
+	uffd2, err := userfaultfd.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -531,7 +507,7 @@ func TestHandshake(t *testing.T) {
 		fds      []int
 		split    bool   // send the body in two writes
 		ok       bool   // accepted, with pageSize
-		pageSize uint64 // PageSizeBytes when zero
+		pageSize uint64 // userfaultfd.PageSizeBytes when zero
 	}{
 		{name: "valid", body: one, fds: []int{uffd}, ok: true},
 		{name: "page_size_kib in bytes (1.7 to 1.11)", body: kib(4096, 0, 1<<20), fds: []int{uffd}, ok: true},
@@ -595,7 +571,7 @@ func TestHandshake(t *testing.T) {
 				defer s.Close()
 				want := tc.pageSize
 				if want == 0 {
-					want = PageSizeBytes
+					want = userfaultfd.PageSizeBytes
 				}
 				if ms := s.Mappings(); ms[0].PageSize != want {
 					t.Fatalf("mappings %+v, want page size %d", ms, want)
@@ -642,7 +618,7 @@ func TestAcceptHonoursContext(t *testing.T) {
 
 func TestListenReplacesStaleSocket(t *testing.T) {
 	f := newHandler(t, Options{})
-	if _, err := Listen(f.socket, f.lowerPath, Options{}); !errors.Is(err, ErrSocketInUse) {
+	if _, err := Listen(f.socket, openLower(t, f.lowerPath), Options{}); !errors.Is(err, ErrSocketInUse) {
 		t.Fatalf("second Listen on a live socket: %v, want ErrSocketInUse", err)
 	}
 	stale := f.socket + ".stale"
@@ -652,12 +628,12 @@ func TestListenReplacesStaleSocket(t *testing.T) {
 	}
 	ln.SetUnlinkOnClose(false)
 	ln.Close()
-	h, err := Listen(stale, f.lowerPath, Options{})
+	h, err := Listen(stale, openLower(t, f.lowerPath), Options{})
 	if err != nil {
 		t.Fatalf("Listen over a stale socket: %v", err)
 	}
 	h.Close()
-	if _, err := Listen(f.lowerPath, f.lowerPath, Options{}); err == nil {
+	if _, err := Listen(f.lowerPath, openLower(t, f.lowerPath), Options{}); err == nil {
 		t.Fatal("Listen over a regular file succeeded")
 	}
 }
@@ -689,8 +665,8 @@ func TestCloseAbandonsSilentHandshake(t *testing.T) {
 // it and then skips the discarded pages.
 func TestInstallDeferredWhileRemovePending(t *testing.T) {
 	base := int64(2 << 20)
-	q := base + 100*PageSizeBytes
-	removeOff, removeLen := base+8*PageSizeBytes, int64(8*PageSizeBytes)
+	q := base + 100*userfaultfd.PageSizeBytes
+	removeOff, removeLen := base+8*userfaultfd.PageSizeBytes, int64(8*userfaultfd.PageSizeBytes)
 	faultPaused, releaseFault := make(chan struct{}), make(chan struct{})
 	var pauseOnce sync.Once
 	var f *fixture
@@ -723,7 +699,7 @@ func TestInstallDeferredWhileRemovePending(t *testing.T) {
 	}})
 	touched := f.v.send(childCmd{Op: "touch", Steps: reads(q)})
 	await(t, faultPaused, "fault on q")
-	if err := f.s.Install(context.Background(), base, 32*PageSizeBytes); err != nil {
+	if err := f.s.Install(context.Background(), base, 32*userfaultfd.PageSizeBytes); err != nil {
 		t.Fatal(err)
 	}
 	f.v.wait(removed)
@@ -736,12 +712,12 @@ func TestInstallDeferredWhileRemovePending(t *testing.T) {
 	if st.AgainRetries < 2 {
 		t.Fatalf("%d EAGAIN retries, want the install's and the fault's", st.AgainRetries)
 	}
-	if st.InstalledBytes != uint64(32*PageSizeBytes-removeLen) {
-		t.Fatalf("installed %d bytes, want %d (removed pages skipped)", st.InstalledBytes, 32*PageSizeBytes-removeLen)
+	if st.InstalledBytes != uint64(32*userfaultfd.PageSizeBytes-removeLen) {
+		t.Fatalf("installed %d bytes, want %d (removed pages skipped)", st.InstalledBytes, 32*userfaultfd.PageSizeBytes-removeLen)
 	}
 	var all []step
 	for i := int64(0); i < 32; i++ {
-		all = append(all, step{Off: base + i*PageSizeBytes, Mode: "r"})
+		all = append(all, step{Off: base + i*userfaultfd.PageSizeBytes, Mode: "r"})
 	}
 	f.touchAndCheck(all...)
 	if st := f.s.Stats(); st.ZeroPages != 8 || st.Faults != 9 {
@@ -775,7 +751,7 @@ func (l *demandLog) has(off int64) (bool, int) {
 // takes its events at ready, so the demand must be reported by then. A
 // page that Install placed meanwhile is still one report, not two.
 func TestFaultIsReportedBeforeTheCopyWakesTheGuest(t *testing.T) {
-	const p = 7 * PageSizeBytes
+	const p = 7 * userfaultfd.PageSizeBytes
 	log := &demandLog{}
 	var reportedFirst atomic.Bool
 	f := newFixture(t, Options{Observer: log, hooks: &testHooks{beforeFaultCopy: func(logical int64) {

@@ -20,7 +20,7 @@ func ResolvedMemorySHA256(t testing.TB, res repository.Resolved) string {
 	if res.MemoryPath != "" {
 		t.Errorf("resolved memory has both a path (%s) and a source", res.MemoryPath)
 	}
-	rd, err := res.Memory.OpenMemory()
+	rd, err := res.Memory.Open()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"warmstart/internal/chunkmap"
 	"warmstart/internal/layout"
+	"warmstart/internal/memdev"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
 )
@@ -116,13 +117,13 @@ func TestChunkedPublishStoresEachChunkOnce(t *testing.T) {
 
 // openMemory resolves snapshot id on node and opens its memory for
 // reading; the reader is closed when the test ends.
-func openMemory(t *testing.T, node *Repo, id string) repository.MemoryReader {
+func openMemory(t *testing.T, node *Repo, id string) memdev.Lower {
 	t.Helper()
 	res, err := node.Resolve(bg(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rd, err := res.Memory.OpenMemory()
+	rd, err := res.Memory.Open()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -79,7 +79,7 @@ func TestBrokenConnectionsNeverServeWrongBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rd, err := res.Memory.OpenMemory()
+	rd, err := res.Memory.Open()
 	if err != nil {
 		t.Fatal(err)
 	}

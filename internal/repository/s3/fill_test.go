@@ -51,7 +51,7 @@ func TestFillRequestsAreCountedApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rd, err := res.Memory.OpenMemory()
+	rd, err := res.Memory.Open()
 	if err != nil {
 		t.Fatal(err)
 	}

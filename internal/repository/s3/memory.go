@@ -16,6 +16,7 @@ import (
 	"warmstart/internal/chunkcache"
 	"warmstart/internal/chunkmap"
 	"warmstart/internal/manifest"
+	"warmstart/internal/memdev"
 	"warmstart/internal/repository"
 )
 
@@ -153,15 +154,17 @@ func (r *Repo) rangedGet(ctx context.Context, key, etag string, off, length int6
 	return body, nil
 }
 
-// Ref implements repository.MemorySource.
+// Ref implements memdev.Source.
 func (m *memorySource) Ref() string { return "s3-memory:" + m.obj.ID }
 
 // Size implements repository.MemorySource.
 func (m *memorySource) Size() int64 { return m.obj.Size }
 
-// OpenMemory implements repository.MemorySource: the reader pins the
-// object (and its startup pack) in the chunk cache until it is closed.
-func (m *memorySource) OpenMemory() (repository.MemoryReader, error) {
+// Open implements memdev.Source: the reader pins the object (and its
+// startup pack) in the chunk cache until it is closed. Its reads end with
+// their context (memdev.ContextReaderAt), and it drops a copy the
+// device's check refused (integrity.Uncacher).
+func (m *memorySource) Open() (memdev.Lower, error) {
 	rd, err := m.r.cache.Open(m.obj)
 	if err != nil {
 		return nil, err
@@ -182,11 +185,11 @@ func (m *memorySource) OpenMemory() (repository.MemoryReader, error) {
 // do not stand in for the store's copy, which every other node reads.
 // Chunks are checked against their digests as fetched; only the last
 // chunk fetched is kept, for the reads within it. ctx bounds every read.
-func (m *memorySource) OpenStoreMemory(ctx context.Context) repository.MemoryReader {
+func (m *memorySource) OpenStoreMemory(ctx context.Context) memdev.Lower {
 	return &storeReader{ctx: ctx, obj: m.obj, window: m.chunkBytes}
 }
 
-// storeReader is a MemoryReader of an object's fetches. With a window (a
+// storeReader is a memdev.Lower of an object's fetches. With a window (a
 // chunked memory's chunk size) it fetches whole chunk-aligned windows and
 // serves reads from the last one: a chunk object is compressed whole, so
 // a read of part of a chunk costs the whole chunk, and reading a chunk in

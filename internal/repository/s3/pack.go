@@ -75,7 +75,7 @@ func readPackContents(src *memorySource, m *manifest.Manifest) ([]byte, error) {
 	if total <= 0 || total > maxPackLogicalBytes {
 		return nil, fmt.Errorf("a startup set of %d bytes is outside 1..%d", total, maxPackLogicalBytes)
 	}
-	rd, err := src.OpenMemory()
+	rd, err := src.Open()
 	if err != nil {
 		return nil, err
 	}
@@ -345,7 +345,7 @@ type piece struct {
 // pieces cuts memory [off, end) into runs from the pack and gaps.
 func (p *packedReader) pieces(off, end int64) []piece { return cutBySpans(p.spans, off, end) }
 
-// ReadAt implements repository.MemoryReader.
+// ReadAt implements memdev.Lower.
 //
 // Demand jumps the stream: a guest read (a fault's readaround window) may
 // cover pages outside the startup set whose chunk is not cached. Their

@@ -156,7 +156,7 @@ func coldPrefetch(t *testing.T, node *Repo, id string, ranges []manifest.Range, 
 			t.Fatal(err)
 		}
 	}
-	rd, err := src.OpenMemory()
+	rd, err := src.Open()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +299,7 @@ func TestOlderRefinedPackServesANewerRefinement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	staleRd, err := stale.Memory.OpenMemory()
+	staleRd, err := stale.Memory.Open()
 	if err != nil {
 		t.Fatal(err)
 	}

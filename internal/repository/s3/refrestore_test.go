@@ -10,6 +10,7 @@ import (
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
+	"warmstart/internal/restore/restoretest"
 )
 
 // TestColdRestoreOfARefinedSnapshot restores, on cold nodes with refine
@@ -37,7 +38,7 @@ func TestColdRestoreOfARefinedSnapshot(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { prefetching.Close() })
-			w.restorer.PrefetchFUSE = prefetching
+			w.restorer.Devices = restoretest.Devices(w.srv, prefetching)
 			publisher := w.repo(t, 0)
 			snap := w.publish(t, publisher, tc.seed)
 			if tc.buildFails {

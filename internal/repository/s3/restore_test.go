@@ -12,13 +12,16 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 
 	"warmstart/internal/chunkcache"
 	"warmstart/internal/chunkmap"
 	"warmstart/internal/config"
+	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/miniotest"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/recorder"
@@ -48,7 +51,26 @@ type world struct {
 	srv      *fusedev.Server
 	restorer *restore.Restorer
 	tracing  *restore.Restorer
+	// readHook runs in every demand read of a device: in the file
+	// device's FUSE read handler before the lower is read, in the uffd
+	// device's fault loop once it is.
 	readHook atomic.Pointer[func(off int64)]
+	// device is the memory device restores run on; the file device when
+	// empty.
+	device string
+}
+
+// deviceKinds are the memory devices the S3 restore tests run on.
+var deviceKinds = []string{config.DeviceFile, config.DeviceUffd}
+
+// hookObserver runs the world's read hook for every demand read a device
+// served.
+type hookObserver struct{ w *world }
+
+func (o hookObserver) Served(kind memdev.Kind, off int64, _ int, _ time.Duration) {
+	if h := o.w.readHook.Load(); h != nil && kind == memdev.Demand {
+		(*h)(off)
+	}
 }
 
 // snapshot is a published reference snapshot with its manifest recorded.
@@ -72,18 +94,26 @@ func newWorld(t *testing.T, endpoint string) *world {
 	}
 	t.Cleanup(func() { srv.Close() })
 	w.srv = srv
+	uffdWatched := restoretest.Watch{Observer: hookObserver{w}}.Devices(memdev.Devices{uffd.NewOpener(0)})
 	w.restorer = &restore.Restorer{
-		FUSE:       srv,
+		Devices:    memdev.Devices{fusedev.NewOpener(srv, nil), uffdWatched[0]},
 		Engine:     prefetch.NewEngine(prefetch.Options{}),
 		VMM:        &replay.VMM{},
 		RuntimeDir: filepath.Join(w.dir, "run"),
 	}
-	tr, closeTracing, err := recorder.TracingRestorer(w.restorer, filepath.Join(w.dir, "recmnt"))
+	// The recorder's restorer, as a node assembles it
+	// (node.TracingOptions): its own one-page-window mount and engine.
+	tracing, err := fusedev.Mount(filepath.Join(w.dir, "recmnt"), fusedev.Options{ReadAheadBytes: recorder.TraceReadAheadBytes})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeTracing() })
-	w.tracing = tr
+	t.Cleanup(func() { tracing.Close() })
+	w.tracing = &restore.Restorer{
+		Devices:    restoretest.Devices(tracing, nil),
+		Engine:     prefetch.NewEngine(prefetch.Options{}),
+		VMM:        w.restorer.VMM,
+		RuntimeDir: w.restorer.RuntimeDir,
+	}
 	return w
 }
 
@@ -147,7 +177,7 @@ func (w *world) restoreCtx(t *testing.T, ctx context.Context, repo *Repo, snap s
 	}
 	w.restorer.VMM = &replay.VMM{TracePath: snap.paths.Trace}
 	before()
-	return w.restorer.Restore(ctx, src, restore.Options{Device: config.DeviceFile, Prefetch: mode})
+	return w.restorer.Restore(ctx, src, restore.Options{Device: w.device, Prefetch: mode})
 }
 
 // restoreOK restores and checks the guest read exactly the memory file.
@@ -204,16 +234,23 @@ func TestRestoreThroughChunkCache(t *testing.T) {
 // process and its mount survive, nothing wrong is served or cached, and
 // once MinIO is back the next restore succeeds.
 func TestStoreStoppedMidRestore(t *testing.T) {
+	for _, device := range deviceKinds {
+		t.Run(device, func(t *testing.T) { testStoreStoppedMidRestore(t, device) })
+	}
+}
+
+func testStoreStoppedMidRestore(t *testing.T, device string) {
 	own := miniotest.Start(t)
 	if err := own.MakeBucket(bg(), testBucket); err != nil {
 		t.Fatal(err)
 	}
 	w := newWorld(t, own.Endpoint)
+	w.device = device
 	snap := w.publish(t, w.repo(t, 0), 11)
 	repo := w.repo(t, 0) // cold: the restore needs the store
 
-	// Stop the store in the read handler of the fifth read request: the
-	// reads after it find the store gone.
+	// Stop the store at the fifth demand read: the reads after it find
+	// the store gone.
 	var reads atomic.Int64
 	stopped := make(chan struct{})
 	hook := func(int64) {
@@ -233,7 +270,10 @@ func TestStoreStoppedMidRestore(t *testing.T) {
 	default:
 		t.Fatalf("the store was never stopped: %v", err)
 	}
-	if !strings.Contains(err.Error(), "memory fault") {
+	// The file device answers the failed read with EIO, which the guest
+	// takes as a memory fault; the uffd device cannot serve the fault,
+	// so its handler stops and the VM with it.
+	if !strings.Contains(err.Error(), "memory fault") && !strings.Contains(err.Error(), "page-fault handler stopped") {
 		t.Fatalf("restore failed, but not on a memory fault: %v", err)
 	}
 	// The failure says that memory reads failed and why the first did,
@@ -287,11 +327,11 @@ func probeUncached(t *testing.T, w *world, repo *Repo, snap snapshot) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev, err := w.srv.AttachLower("probe-"+snap.id, src.Ref(), func() (fusedev.Lower, error) { return src.OpenMemory() }, config.IOEngineBuffered)
+	dev, err := w.srv.Attach("probe-"+snap.id, memdev.Request{Memory: src, IOEngine: memdev.IOEngineBuffered})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { <-dev.Release() }()
+	defer dev.Release(context.Background())
 	var off int64 = -1
 	for b := int64(0); b*repo.Cache().BlockBytes() < rec.MemorySize; b++ {
 		if !repo.Cache().Cached(rec.MemorySHA256, b) {
@@ -361,7 +401,14 @@ func (w *world) restoredOnce(t *testing.T, seed uint64) (snapshot, Options) {
 }
 
 func TestCorruptChunkRefetchedOnRestore(t *testing.T) {
+	for _, device := range deviceKinds {
+		t.Run(device, func(t *testing.T) { testCorruptChunkRefetchedOnRestore(t, device) })
+	}
+}
+
+func testCorruptChunkRefetchedOnRestore(t *testing.T, device string) {
 	w := newWorld(t, server.Endpoint)
+	w.device = device
 	snap, o := w.restoredOnce(t, 7)
 
 	files, err := filepath.Glob(filepath.Join(o.CacheDir, "chunks", "*", "*.blk"))
@@ -440,8 +487,8 @@ func TestCacheBoundUnderRestoreLoop(t *testing.T) {
 
 // A chunk object replaced in the bucket by another snapshot's chunk (valid
 // zstd, other bytes) fails its digest check on fetch: the restore fails
-// with an integrity error, never serving those bytes; a chunk map replaced
-// by another snapshot's fails Resolve.
+// with an integrity error, never serving those bytes, on either device; a
+// chunk map replaced by another snapshot's fails Resolve.
 func TestReplacedMemoryObjectIsNeverServed(t *testing.T) {
 	w := newWorld(t, server.Endpoint)
 	publisher := w.repo(t, 0)
@@ -471,20 +518,23 @@ func TestReplacedMemoryObjectIsNeverServed(t *testing.T) {
 	myPack, _ := packKeys(publisher.keys, snap.id, mineRec.StartupPack.ManifestSHA256)
 	theirPack, _ := packKeys(publisher.keys, other.id, theirRec.StartupPack.ManifestSHA256)
 	rewriteObject(t, publisher, myPack, func([]byte) []byte { return readObject(t, publisher, theirPack) })
-	for _, mode := range []restore.Mode{restore.ModeOff, restore.ModeOn} {
-		counter := &restoretest.IntegrityCounter{}
-		w.restorer.Observe = counter
-		inst, err := w.restore(t, w.repo(t, 0), snap, mode)
-		if err == nil {
-			inst.Stop(bg())
-			t.Fatalf("prefetch %s: restore of a snapshot whose chunks were replaced succeeded (guest sha %s, published %s)",
-				mode, inst.Ready.Detail["sha256"], snap.expected)
-		}
-		if !strings.Contains(err.Error(), snap.id) || !errors.Is(err, repository.ErrIntegrity) {
-			t.Fatalf("prefetch %s: restore = %v, want an integrity error naming %s", mode, err, snap.id)
-		}
-		if got := counter.Failures(); !slices.Contains(got, restore.ArtifactMemory) {
-			t.Fatalf("prefetch %s: integrity failures counted %v; want memory among them", mode, got)
+	for _, device := range deviceKinds {
+		w.device = device
+		for _, mode := range []restore.Mode{restore.ModeOff, restore.ModeOn} {
+			counter := &restoretest.IntegrityCounter{}
+			w.restorer.Observe = counter
+			inst, err := w.restore(t, w.repo(t, 0), snap, mode)
+			if err == nil {
+				inst.Stop(bg())
+				t.Fatalf("%s device, prefetch %s: restore of a snapshot whose chunks were replaced succeeded (guest sha %s, published %s)",
+					device, mode, inst.Ready.Detail["sha256"], snap.expected)
+			}
+			if !strings.Contains(err.Error(), snap.id) || !errors.Is(err, repository.ErrIntegrity) {
+				t.Fatalf("%s device, prefetch %s: restore = %v, want an integrity error naming %s", device, mode, err, snap.id)
+			}
+			if got := counter.Failures(); !slices.Contains(got, restore.ArtifactMemory) {
+				t.Fatalf("%s device, prefetch %s: integrity failures counted %v; want memory among them", device, mode, got)
+			}
 		}
 	}
 	w.restorer.Observe = nil
@@ -587,25 +637,40 @@ func TestCorruptPackFrameIsNeverServed(t *testing.T) {
 	}
 }
 
-// TestRefusedRestoreStreamsNothing: a restore its device refuses (uffd
-// cannot serve remote memory) fails without fetching any of the pack.
-func TestRefusedRestoreStreamsNothing(t *testing.T) {
+// TestUffdRestoresAnS3Snapshot: the uffd device serves remote memory as
+// the file device does: through the node cache, every block checked, the
+// startup pack streamed before the VMM starts and the startup set
+// prefetched; the guest reads exactly the memory file.
+func TestUffdRestoresAnS3Snapshot(t *testing.T) {
 	w := newWorld(t, server.Endpoint)
 	snap := w.publish(t, w.repo(t, 0), 13)
-	repo := w.repo(t, 0)
+	repo := w.repo(t, 0) // cold node cache
 	res, err := repo.Resolve(bg(), snap.id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	w.restorer.VMM = &replay.VMM{TracePath: snap.paths.Trace}
 	before := repo.RequestStats()
-	inst, err := w.restorer.Restore(bg(), restore.SourceOf(res), restore.Options{Device: config.DeviceUffd, Prefetch: restore.ModeOn})
-	if err == nil {
-		inst.Stop(bg())
-		t.Fatal("a uffd restore of remote memory succeeded")
+	inst, err := w.restorer.Restore(bg(), restore.SourceIn(bg(), repo, res), restore.Options{Device: config.DeviceUffd, Prefetch: restore.ModeOn})
+	if err != nil {
+		t.Fatalf("uffd restore of an S3 snapshot: %v", err)
 	}
-	if gets := repo.RequestStats().Sub(before).Gets; gets != 0 {
-		t.Fatalf("the refused restore sent %d GETs", gets)
+	defer inst.Stop(bg())
+	if got := inst.Ready.Detail["sha256"]; got != snap.expected {
+		t.Fatalf("guest read sha256 %s, want %s", got, snap.expected)
+	}
+	if inst.Prefetch.State == "skipped" || inst.Prefetch.StartupPackSkipped != "" {
+		t.Fatalf("prefetch %s (%s), pack skipped %q: want the startup set prefetched from the pack",
+			inst.Prefetch.State, inst.Prefetch.Reason, inst.Prefetch.StartupPackSkipped)
+	}
+	if tm := inst.Timings; tm.StreamStarted <= 0 || tm.StreamStarted > tm.DeviceAcquired || tm.StreamFirstBlock <= 0 {
+		t.Fatalf("timings %+v: want the startup pack streaming before the device was acquired", tm)
+	}
+	if gets := repo.RequestStats().Sub(before).Gets; gets == 0 {
+		t.Fatal("a cold node restored without a GET")
+	}
+	if err := inst.Stop(bg()); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -615,7 +680,14 @@ func TestRefusedRestoreStreamsNothing(t *testing.T) {
 // snapshot and counts an integrity failure of the memory, as for a chunk
 // with other bytes; only a snapshot deleted meanwhile excuses it.
 func TestMissingChunkOfALiveSnapshotIsAnIntegrityFailure(t *testing.T) {
+	for _, device := range deviceKinds {
+		t.Run(device, func(t *testing.T) { testMissingChunkOfALiveSnapshot(t, device) })
+	}
+}
+
+func testMissingChunkOfALiveSnapshot(t *testing.T, device string) {
 	w := newWorld(t, server.Endpoint)
+	w.device = device
 	publisher := w.repo(t, 0)
 	snap := w.publish(t, publisher, 9)
 	for _, c := range chunkMapOf(t, publisher, snap.id).Chunks {

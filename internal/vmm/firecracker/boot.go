@@ -123,6 +123,8 @@ func bootSupported(v Version, spec BootSpec) error {
 	return nil
 }
 
+// bootDefaults is spec with the defaults of what it leaves out, or why
+// no VM can boot from it.
 func (d *Driver) bootDefaults(spec BootSpec) (BootSpec, error) {
 	if spec.RuntimeDir == "" {
 		return spec, errors.New("runtime directory is empty")
@@ -151,16 +153,23 @@ func (d *Driver) bootDefaults(spec BootSpec) (BootSpec, error) {
 	if spec.VsockCID != 0 && spec.VsockCID < minGuestCID {
 		return spec, fmt.Errorf("vsock guest CID %d is below %d", spec.VsockCID, minGuestCID)
 	}
-	ifaces := make([]NetworkInterface, len(spec.NetworkInterfaces))
-	for i, iface := range spec.NetworkInterfaces {
+	var err error
+	spec.NetworkInterfaces, err = interfaceDefaults(spec.NetworkInterfaces)
+	return spec, err
+}
+
+// interfaceDefaults are the network interfaces with their default ids; an
+// interface without a host device is refused.
+func interfaceDefaults(in []NetworkInterface) ([]NetworkInterface, error) {
+	ifaces := make([]NetworkInterface, len(in))
+	for i, iface := range in {
 		if iface.HostDevName == "" {
-			return spec, fmt.Errorf("network interface %d has no host device", i)
+			return in, fmt.Errorf("network interface %d has no host device", i)
 		}
 		if iface.IfaceID == "" {
 			iface.IfaceID = fmt.Sprintf("%s%d", defaultIfacePrefix, i)
 		}
 		ifaces[i] = iface
 	}
-	spec.NetworkInterfaces = ifaces
-	return spec, nil
+	return ifaces, nil
 }

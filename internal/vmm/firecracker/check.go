@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 
-	"warmstart/internal/memdev/uffd"
+	"warmstart/internal/userfaultfd"
 	"warmstart/internal/vmm"
 )
 
@@ -31,7 +31,7 @@ func (d *Driver) Check() error {
 		return fmt.Errorf("%w: %s is not a character device", vmm.ErrUnusable, kvmDevice)
 	}
 	if d.opts.Uffd {
-		if err := uffd.CheckAvailable(); err != nil {
+		if err := userfaultfd.CheckAvailable(); err != nil {
 			return fmt.Errorf("%w: firecracker's Uffd backend: %w", vmm.ErrUnusable, err)
 		}
 	}

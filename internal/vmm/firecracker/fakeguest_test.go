@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"warmstart/internal/memdev/uffd"
+	"warmstart/internal/userfaultfd"
 	"warmstart/internal/vmm"
 )
 
@@ -38,7 +38,7 @@ const (
 	generationIDOffset = 0xe0000 - generationIDBytes
 	generationIDBytes  = 16
 	// generationIDPage is the page the generation ID lies in.
-	generationIDPage = generationIDOffset &^ (uffd.PageSizeBytes - 1)
+	generationIDPage = generationIDOffset &^ (userfaultfd.PageSizeBytes - 1)
 	// pageMarkerBytes is the length of a page marker: the offset, and a
 	// token as rand.Text draws it.
 	pageMarkerBytes = 8 + 26
@@ -234,7 +234,7 @@ type handshakeRegion struct {
 // descriptor stays open (and the ranges registered) for the life of the
 // process.
 func (f *fakeVM) mapUffd(socket string, size int64) ([]byte, io.Closer, error) {
-	fd, err := uffd.Open()
+	fd, err := userfaultfd.Open()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -243,7 +243,7 @@ func (f *fakeVM) mapUffd(socket string, size int64) ([]byte, io.Closer, error) {
 		return nil, nil, err
 	}
 	addr := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
-	if err := uffd.RegisterMissing(fd, addr, uintptr(size)); err != nil {
+	if err := userfaultfd.RegisterMissing(fd, addr, uintptr(size)); err != nil {
 		return nil, nil, err
 	}
 	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: socket, Net: "unix"})
@@ -251,7 +251,7 @@ func (f *fakeVM) mapUffd(socket string, size int64) ([]byte, io.Closer, error) {
 		return nil, nil, err
 	}
 	// Both fields hold the page size in bytes (CHANGELOG 1.12.0, #4948).
-	pageSize := uint64(uffd.PageSizeBytes)
+	pageSize := uint64(userfaultfd.PageSizeBytes)
 	region := handshakeRegion{BaseHostVirtAddr: uint64(addr), Size: uint64(size)}
 	if f.version.AtLeast(pageSizeKiBSince) {
 		region.PageSizeKiB = &pageSize

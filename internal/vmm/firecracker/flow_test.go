@@ -15,11 +15,13 @@ import (
 	"warmstart/internal/config"
 	"warmstart/internal/manifest"
 	"warmstart/internal/memdev/fusedev"
+	"warmstart/internal/node"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/restore"
+	"warmstart/internal/restore/restoretest"
 	"warmstart/internal/vmm/firecracker"
 )
 
@@ -83,14 +85,14 @@ func newPublishFlow(t *testing.T, d *firecracker.Driver, recordTimeout time.Dura
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.serving.Close() })
-	f.restorer = &restore.Restorer{FUSE: f.serving, Engine: prefetch.NewEngine(prefetch.Options{}), VMM: d, RuntimeDir: f.run}
-	tr, closeTr, err := recorder.TracingRestorer(f.restorer, f.traceDir)
+	f.restorer = &restore.Restorer{Devices: restoretest.Devices(f.serving, nil), Engine: prefetch.NewEngine(prefetch.Options{}), VMM: d, RuntimeDir: f.run}
+	tr, err := node.OpenRestorer(node.TracingOptions(node.RestorerOptions{VMM: d, RuntimeDir: f.run}, f.traceDir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeTr() })
+	t.Cleanup(func() { tr.Close() })
 	f.gate = &gatedRepo{Repository: f.repo, open: make(chan struct{})}
-	f.recorder = &recorder.Recorder{Repo: f.gate, Restorer: tr, Device: config.DeviceFile, Timeout: recordTimeout}
+	f.recorder = &recorder.Recorder{Repo: f.gate, Restorer: tr.Restorer, Device: config.DeviceFile, Timeout: recordTimeout}
 	return f
 }
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/vmm"
 )
@@ -65,7 +66,11 @@ func uffdRestore(t *testing.T, memMiB int64) (vmm.RestoreSpec, <-chan *uffd.Sess
 // the test ends. It returns the socket and the sessions it accepted.
 func serveUffd(t *testing.T, mem string) (string, <-chan *uffd.Session) {
 	t.Helper()
-	h, err := uffd.Listen(filepath.Join(t.TempDir(), "uffd.sock"), mem, uffd.Options{})
+	lower, err := memdev.File(mem).Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := uffd.Listen(filepath.Join(t.TempDir(), "uffd.sock"), lower, uffd.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 
 	"warmstart/internal/config"
 	"warmstart/internal/layout"
+	"warmstart/internal/memdev"
+	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/restore"
 	"warmstart/internal/vmm/firecracker"
@@ -78,8 +80,8 @@ func uffdSetup(t *testing.T, cfg firecracker.FakeConfig, loadTimeout time.Durati
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &restore.Restorer{Engine: prefetch.NewEngine(prefetch.Options{}), VMM: d, RuntimeDir: filepath.Join(dir, "run")}
-	src := restore.Source{SnapshotID: "fc-uffd", VMStatePath: vmState, MemoryPath: mem, Layout: layout.Single(memMiB << 20)}
+	r := &restore.Restorer{Devices: memdev.Devices{uffd.NewOpener(0)}, Engine: prefetch.NewEngine(prefetch.Options{}), VMM: d, RuntimeDir: filepath.Join(dir, "run")}
+	src := restore.Source{SnapshotID: "fc-uffd", VMStatePath: vmState, Memory: memdev.File(mem), Layout: layout.Single(memMiB << 20)}
 	return r, src
 }
 

@@ -23,8 +23,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warmstart/internal/layout"
-	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/trace"
+	"warmstart/internal/userfaultfd"
 	"warmstart/internal/vmm"
 )
 
@@ -85,6 +85,12 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%w: region %d has %d-byte pages: the File backend maps only %d-byte pages", ErrConfig, i, r.PageSize, trace.PageBytes)
 		}
 	}
+	return c.checkRemove()
+}
+
+// checkRemove checks the remove ranges: the Uffd backend's only, each
+// aligned to the pages of the one region it lies in.
+func (c Config) checkRemove() error {
 	if len(c.Remove) > 0 && c.Backend != vmm.BackendUffd {
 		return fmt.Errorf("%w: remove ranges need the %s backend", ErrConfig, vmm.BackendUffd)
 	}
@@ -293,12 +299,12 @@ func mapMemory(cfg Config) (_ *memory, err error) {
 		return m, nil
 	}
 
-	fd, err := uffd.Open()
+	fd, err := userfaultfd.Open()
 	if err != nil {
 		return nil, err
 	}
 	m.uffd = fd
-	var mappings []uffd.Mapping
+	var mappings []userfaultfd.Mapping
 	for i, r := range cfg.Layout.Regions {
 		flags := unix.MAP_PRIVATE | unix.MAP_ANONYMOUS | unix.MAP_NORESERVE
 		if r.PageSize != trace.PageBytes {
@@ -310,16 +316,16 @@ func mapMemory(cfg Config) (_ *memory, err error) {
 		}
 		m.maps = append(m.maps, b)
 		addr := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-		if err := uffd.RegisterMissing(fd, addr, uintptr(r.Size)); err != nil {
+		if err := userfaultfd.RegisterMissing(fd, addr, uintptr(r.Size)); err != nil {
 			return nil, fmt.Errorf("region %d: %w", i, err)
 		}
-		mappings = append(mappings, uffd.Mapping{BaseHostVirtAddr: uint64(addr), Size: uint64(r.Size), Offset: uint64(r.Offset), PageSize: uint64(r.PageSize)})
+		mappings = append(mappings, userfaultfd.Mapping{BaseHostVirtAddr: uint64(addr), Size: uint64(r.Size), Offset: uint64(r.Offset), PageSize: uint64(r.PageSize)})
 	}
 	m.conn, err = net.DialUnix("unix", nil, &net.UnixAddr{Name: cfg.MemPath, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("connect to page-fault handler: %w", err)
 	}
-	if err := uffd.SendHandshake(m.conn, mappings, fd); err != nil {
+	if err := userfaultfd.SendHandshake(m.conn, mappings, fd); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -104,6 +104,9 @@ type Instance struct {
 	ready        chan struct{} // closed when the ready event arrives
 	exited       chan struct{} // closed when the process is reaped and its control channel drained
 
+	// extraOutput also receives the child's output (VMM.Output).
+	extraOutput io.Writer
+
 	stdinMu  sync.Mutex // orders commands against the close that stops
 	resumed  bool
 	stopSent bool
@@ -124,25 +127,60 @@ func (v *VMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.Instance, 
 
 // Start is Restore returning the concrete instance.
 func (v *VMM) Start(ctx context.Context, spec vmm.RestoreSpec) (*Instance, error) {
+	exe, raw, err := v.child(ctx, spec)
+	if err != nil {
+		return nil, fmt.Errorf("replay vmm %s: %w", spec.SnapshotID, err)
+	}
+	inst := v.newInstance(spec)
+	f, err := inst.openFiles(spec)
+	if err != nil {
+		return nil, fmt.Errorf("replay vmm %s: %w", spec.SnapshotID, err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(role.Environ(withoutChildEnv(os.Environ()), RoleReplayVMM), ConfigEnv+"="+string(raw))
+	cmd.Stdin = f.stdinR
+	cmd.Stdout, cmd.Stderr = f.output, f.output
+	cmd.ExtraFiles = []*os.File{f.controlW}
+	// The child is killed if the thread that started it dies; that thread
+	// stays locked and alive in the goroutine of run until the child is
+	// reaped, so this fires only when this process dies. Its own process
+	// group: a terminal's Ctrl-C goes to the foreground group, and the
+	// VM is stopped by warmstart's shutdown order, not by that signal.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	inst.cmd = cmd
+	if err := inst.run(f); err != nil {
+		// The control reader ends when its write end closes here.
+		f.closeAll()
+		return nil, fmt.Errorf("replay vmm %s: start %s: %w", spec.SnapshotID, exe, err)
+	}
+	f.closeAfterStart()
+	go inst.killWhenAbandoned(ctx)
+	return inst, nil
+}
+
+// child is the executable a replay VMM for spec runs as and its
+// configuration, checked.
+func (v *VMM) child(ctx context.Context, spec vmm.RestoreSpec) (exe string, raw []byte, err error) {
 	cfg := Config{Backend: spec.Backend, MemPath: spec.MemPath, Layout: spec.Layout, TracePath: v.TracePath, Remove: v.Remove, Paused: spec.Paused}
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("replay vmm %s: %w", spec.SnapshotID, err)
+		return "", nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("replay vmm %s: %w", spec.SnapshotID, err)
+		return "", nil, err
 	}
-	exe := v.Exe
+	exe = v.Exe
 	if exe == "" {
-		var err error
 		if exe, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("replay vmm: find own executable: %w", err)
+			return "", nil, fmt.Errorf("find own executable: %w", err)
 		}
 	}
-	raw, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("replay vmm: encode configuration: %w", err)
+	if raw, err = json.Marshal(cfg); err != nil {
+		return "", nil, fmt.Errorf("encode configuration: %w", err)
 	}
+	return exe, raw, nil
+}
 
+func (v *VMM) newInstance(spec vmm.RestoreSpec) *Instance {
 	inst := &Instance{
 		output:       &tailBuffer{max: outputTailBytes},
 		paused:       spec.Paused,
@@ -151,110 +189,115 @@ func (v *VMM) Start(ctx context.Context, spec vmm.RestoreSpec) (*Instance, error
 		held:         make(chan struct{}),
 		ready:        make(chan struct{}),
 		exited:       make(chan struct{}),
+		extraOutput:  v.Output,
 	}
 	if v.StopTimeout > 0 {
 		inst.stopTimeout = v.StopTimeout
 	}
-	// Files the parent no longer needs once the child runs; on failure
-	// before that, everything here is closed.
-	var closeAfterStart, closeOnError []io.Closer
-	fail := func(err error) (*Instance, error) {
-		for _, c := range append(closeAfterStart, closeOnError...) {
-			c.Close()
-		}
-		return nil, fmt.Errorf("replay vmm %s: %w", spec.SnapshotID, err)
-	}
-	controlR, controlW, err := os.Pipe()
-	if err != nil {
-		return fail(err)
-	}
-	closeAfterStart = append(closeAfterStart, controlW)
-	closeOnError = append(closeOnError, controlR)
-	stdinR, stdinW, err := os.Pipe()
-	if err != nil {
-		return fail(err)
-	}
-	closeAfterStart = append(closeAfterStart, stdinR)
-	closeOnError = append(closeOnError, stdinW)
-	inst.stdin = stdinW
+	return inst
+}
 
+// childFiles are the files between the parent and one child: the
+// control channel, its stdin, and where its output goes.
+type childFiles struct {
+	controlR, controlW *os.File
+	stdinR, stdinW     *os.File
+	logFile            *os.File // nil without a runtime directory
+	output             io.Writer
+}
+
+// openFiles opens the pipes and the log of inst's child; on error nothing
+// is left open.
+func (inst *Instance) openFiles(spec vmm.RestoreSpec) (*childFiles, error) {
+	f := &childFiles{}
+	var err error
+	if f.controlR, f.controlW, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	if f.stdinR, f.stdinW, err = os.Pipe(); err != nil {
+		f.closeAll()
+		return nil, err
+	}
+	inst.stdin = f.stdinW
 	out := []io.Writer{inst.output}
-	var logFile *os.File
 	if spec.RuntimeDir != "" {
 		inst.logPath = filepath.Join(spec.RuntimeDir, LogFile)
-		logFile, err = os.OpenFile(inst.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			return fail(fmt.Errorf("open log: %w", err))
+		if f.logFile, err = os.OpenFile(inst.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+			f.closeAll()
+			return nil, fmt.Errorf("open log: %w", err)
 		}
-		closeOnError = append(closeOnError, logFile)
-		out = append(out, logFile)
+		out = append(out, f.logFile)
 	}
-	if v.Output != nil {
-		out = append(out, v.Output)
+	if inst.extraOutput != nil {
+		out = append(out, inst.extraOutput)
 	}
-	output := io.MultiWriter(out...)
+	f.output = io.MultiWriter(out...)
+	return f, nil
+}
 
-	cmd := exec.Command(exe)
-	cmd.Env = append(role.Environ(withoutChildEnv(os.Environ()), RoleReplayVMM), ConfigEnv+"="+string(raw))
-	cmd.Stdin = stdinR
-	cmd.Stdout, cmd.Stderr = output, output
-	cmd.ExtraFiles = []*os.File{controlW}
-	// The child is killed if the thread that started it dies; that thread
-	// stays locked and alive in the goroutine below until the child is
-	// reaped, so this fires only when this process dies. Its own process
-	// group: a terminal's Ctrl-C goes to the foreground group, and the
-	// VM is stopped by warmstart's shutdown order, not by that signal.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	inst.cmd = cmd
+// closeAfterStart closes the child's ends, which the parent no longer
+// needs once the child runs.
+func (f *childFiles) closeAfterStart() {
+	f.controlW.Close()
+	f.stdinR.Close()
+}
 
+// closeAll closes everything opened, when the child could not start.
+func (f *childFiles) closeAll() {
+	for _, c := range []*os.File{f.controlR, f.controlW, f.stdinR, f.stdinW, f.logFile} {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
+// run starts the child and the goroutines that follow it: one reads its
+// control channel; one, locked to the thread that started the child (its
+// Pdeathsig), reaps it and closes exited once every event it wrote is in.
+func (inst *Instance) run(f *childFiles) error {
 	controlDone := make(chan struct{})
 	go func() {
 		defer close(controlDone)
-		defer controlR.Close()
-		inst.readControl(controlR)
+		defer f.controlR.Close()
+		inst.readControl(f.controlR)
 	}()
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
+		if err := inst.cmd.Start(); err != nil {
 			started <- err
 			return
 		}
 		started <- nil
-		err := cmd.Wait()
+		err := inst.cmd.Wait()
 		<-controlDone // every event the child wrote is in before exited closes
-		if logFile != nil {
-			logFile.Close()
+		if f.logFile != nil {
+			f.logFile.Close()
 		}
 		inst.mu.Lock()
 		inst.waitErr = err
 		inst.mu.Unlock()
 		close(inst.exited)
 	}()
-	if err := <-started; err != nil {
-		// The control reader ends when its write end closes in fail.
-		return fail(fmt.Errorf("start %s: %w", exe, err))
-	}
-	for _, c := range closeAfterStart {
-		c.Close()
-	}
-	go func() {
+	return <-started
+}
+
+// killWhenAbandoned kills the VMM when ctx ends before it reports ready.
+func (inst *Instance) killWhenAbandoned(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		// Both may be ready at once and select picks at random: a VMM
+		// that reported ready outlives the restore's context.
 		select {
-		case <-ctx.Done():
-			// Both may be ready at once and select picks at random: a VMM
-			// that reported ready outlives the restore's context.
-			select {
-			case <-inst.ready:
-				return
-			default:
-			}
-			inst.kill("restore context ended before ready: " + context.Cause(ctx).Error())
 		case <-inst.ready:
-		case <-inst.exited:
+			return
+		default:
 		}
-	}()
-	return inst, nil
+		inst.kill("restore context ended before ready: " + context.Cause(ctx).Error())
+	case <-inst.ready:
+	case <-inst.exited:
+	}
 }
 
 // withoutChildEnv drops a parent's own replay configuration (role.Environ

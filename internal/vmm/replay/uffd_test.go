@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"warmstart/internal/layout"
+	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/trace"
 	"warmstart/internal/vmm"
@@ -17,12 +18,22 @@ import (
 // guardTimeout fails a test that would otherwise hang; it paces nothing.
 const guardTimeout = 30 * time.Second
 
+// openLower opens the memory file at path as the uffd device does.
+func openLower(t *testing.T, path string) memdev.Lower {
+	t.Helper()
+	l, err := memdev.File(path).Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 // serveUffd starts a handler for mem, restores a replay VMM against it and
 // accepts its session.
 func serveUffd(t *testing.T, v *VMM, mem string, l layout.Layout) (*Instance, *uffd.Session) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "uffd.sock")
-	h, err := uffd.Listen(sock, mem, uffd.Options{})
+	h, err := uffd.Listen(sock, openLower(t, mem), uffd.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +167,7 @@ func TestPausedRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(t.TempDir(), "uffd.sock")
-	h, err := uffd.Listen(sock, p.Memory, uffd.Options{})
+	h, err := uffd.Listen(sock, openLower(t, p.Memory), uffd.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

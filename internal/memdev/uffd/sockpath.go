@@ -1,4 +1,4 @@
-package restore
+package uffd
 
 import (
 	"errors"

@@ -18,11 +18,11 @@ type StallReporter interface {
 
 // unanswered is what the restore's memory source reports waiting, nil
 // when it cannot tell or nothing waits.
-func (inst *Instance) unanswered() error {
-	if inst.stall == nil {
+func (h *holdings) unanswered() error {
+	if h.stall == nil {
 		return nil
 	}
-	return inst.stall.Unanswered()
+	return h.stall.Unanswered()
 }
 
 // withMemoryState adds to a restore that did not get ready what the
@@ -32,22 +32,20 @@ func (inst *Instance) unanswered() error {
 // only as "not ready in time"), reads that failed (the VMM reports only
 // the fault they caused), and why a remote source went without its
 // startup pack (a stalled or failed stream).
-func (inst *Instance) withMemoryState(err error, src Source) error {
+func (s *sequence) withMemoryState(err error) error {
 	var notes []string
-	c := inst.device.counters()
+	c := s.held.dev.Counters()
 	if c.BytesInFlight > 0 {
 		notes = append(notes, fmt.Sprintf("%d bytes of memory reads still in progress on the device: its memory source has not answered them", c.BytesInFlight))
 	}
 	if c.ReadErrors > 0 {
 		notes = append(notes, fmt.Sprintf("memory reads failed on the device (%d), the first: %s", c.ReadErrors, c.FirstReadError))
 	}
-	if s, ok := src.Memory.(StallReporter); ok {
-		if why := s.Unanswered(); why != nil {
-			notes = append(notes, why.Error())
-		}
+	if why := s.held.unanswered(); why != nil {
+		notes = append(notes, why.Error())
 	}
-	if s, ok := src.Memory.(PackSkipper); ok {
-		if skipped := s.StartupPackSkipped(); skipped != nil {
+	if p, ok := s.src.Memory.(PackSkipper); ok {
+		if skipped := p.StartupPackSkipped(); skipped != nil {
 			notes = append(notes, skipped.Error())
 		}
 	}

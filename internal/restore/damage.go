@@ -1,23 +1,23 @@
 package restore
 
 import (
-	"context"
 	"errors"
 	"sync/atomic"
 
-	"warmstart/internal/integrity"
 	"warmstart/internal/repository"
 )
 
 // A remote memory source checks what it fetches (the S3 chunks against
 // their digests, a raw object against the ETag it was resolved with) and
 // refuses bytes that are not the published ones with
-// repository.ErrIntegrity. To the file device that is a failed read of
-// its lower (EIO for the guest), never a bad block its digest table
-// caught, so the restore watches the reader itself: the first damaged
+// repository.ErrIntegrity. To a memory device that is a failed read of its
+// lower (EIO for the guest, or a fault the handler cannot serve), never a
+// bad block its digest table caught, so the restore has the device tell
+// it of every failed read (memdev.Request.OnReadError): the first damaged
 // read of a device generation is counted and logged as an integrity
 // failure of the memory, and a restore that then fails says so, as it
-// does for a bad block. An object missing (repository.ErrNotFound) is
+// does for a bad block. A device shared with an earlier restore tells the
+// restore that made the generation. An object missing (repository.ErrNotFound) is
 // damage too while the snapshot is still published: a published
 // snapshot's memory is never removed, so that is lost data; only a
 // snapshot deleted meanwhile excuses it (see Source.Gone).
@@ -74,56 +74,6 @@ func (d *remoteDamage) err() error {
 		return *p
 	}
 	return nil
-}
-
-// watchedLower is a remote memory reader whose failed reads go to damage
-// and whose reads end with its generation's restores (reads).
-type watchedLower struct {
-	repository.MemoryReader
-	damage *remoteDamage
-	reads  *generationReads
-}
-
-// contextReader is a memory reader whose reads can be ended early.
-type contextReader interface {
-	ReadAtContext(ctx context.Context, p []byte, off int64) (int, error)
-}
-
-func (l *watchedLower) ReadAt(p []byte, off int64) (int, error) {
-	var n int
-	var err error
-	if cr, ok := l.MemoryReader.(contextReader); ok {
-		n, err = cr.ReadAtContext(l.reads.context(), p, off)
-	} else {
-		n, err = l.MemoryReader.ReadAt(p, off)
-	}
-	if err != nil {
-		l.damage.note(err)
-	}
-	return n, err
-}
-
-var _ integrity.Uncacher = (*watchedLower)(nil)
-
-// Uncache implements integrity.Uncacher for a reader that keeps a copy
-// (the S3 node cache): the device's digest check refused bytes it served.
-func (l *watchedLower) Uncache(off, length int64) {
-	if u, ok := l.MemoryReader.(integrity.Uncacher); ok {
-		u.Uncache(off, length)
-	}
-}
-
-// Refuse implements integrity.Uncacher, as Uncache does.
-func (l *watchedLower) Refuse(off, length int64) {
-	if u, ok := l.MemoryReader.(integrity.Uncacher); ok {
-		u.Refuse(off, length)
-	}
-}
-
-// Close closes the reader once its generation has drained.
-func (l *watchedLower) Close() error {
-	l.reads.forget()
-	return l.MemoryReader.Close()
 }
 
 // remoteDamageOf is the watch of src's remote memory for this restore:

@@ -1,10 +1,9 @@
-package uffd
+package userfaultfd
 
 import (
-	"encoding/json"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -17,17 +16,6 @@ const PageSizeBytes = 4096
 // ioctl that warmstart relies on.
 var ErrUnsupported = errors.New("userfaultfd feature not supported")
 
-// Mapping is one guest memory region as Firecracker describes it to its
-// page-fault handler (GuestRegionUffdMapping): the region's host virtual
-// address in the VMM, its size, its offset in the memory file, and the page
-// size backing it, in bytes.
-type Mapping struct {
-	BaseHostVirtAddr uint64 `json:"base_host_virt_addr"`
-	Size             uint64 `json:"size"`
-	Offset           uint64 `json:"offset"`
-	PageSize         uint64 `json:"page_size"`
-}
-
 // The userfaultfd ABI from include/uapi/linux/userfaultfd.h. golang.org/x/sys
 // does not carry it. The layouts are checked against their C sizes in tests.
 
@@ -37,11 +25,16 @@ const (
 	featureEventRemove = 1 << 3 // UFFD_FEATURE_EVENT_REMOVE
 
 	registerModeMissing = 1 << 0 // UFFDIO_REGISTER_MODE_MISSING
+)
 
-	copyModeDontWake = 1 << 0 // UFFDIO_COPY_MODE_DONTWAKE
+// CopyModeDontWake is UFFDIO_COPY_MODE_DONTWAKE: the copy leaves the
+// threads that faulted on the range asleep, for one Wake over a run.
+const CopyModeDontWake = 1 << 0
 
-	eventPagefault = 0x12 // UFFD_EVENT_PAGEFAULT
-	eventRemove    = 0x15 // UFFD_EVENT_REMOVE
+// Events a userfaultfd reports (uffd_msg.event).
+const (
+	EventPagefault = 0x12 // UFFD_EVENT_PAGEFAULT: Arg1 is the faulting address
+	EventRemove    = 0x15 // UFFD_EVENT_REMOVE: [Arg0, Arg1) was discarded
 )
 
 // Ioctl command numbers within the 0xAA ("UFFDIO") type; bit i of the ioctls
@@ -118,10 +111,21 @@ type uffdioZeropage struct {
 	Zeropage int64
 }
 
-// uffdMsgBytes is sizeof(struct uffd_msg): an 8-byte header (event, then
+// MsgBytes is sizeof(struct uffd_msg): an 8-byte header (event, then
 // reserved fields) and a 24-byte union. For PAGEFAULT the union holds flags,
 // address, thread id; for REMOVE it holds start, end.
-const uffdMsgBytes = 32
+const MsgBytes = 32
+
+// Msg is one struct uffd_msg read from a userfaultfd.
+type Msg struct {
+	Event      uint8
+	Arg0, Arg1 uint64
+}
+
+// DecodeMsg decodes the uffd_msg at the start of m (MsgBytes long).
+func DecodeMsg(m []byte) Msg {
+	return Msg{Event: m[0], Arg0: binary.NativeEndian.Uint64(m[8:16]), Arg1: binary.NativeEndian.Uint64(m[16:24])}
+}
 
 // Open creates a userfaultfd the way Firecracker does for its Uffd backend:
 // close-on-exec and non-blocking (a handler polls it, and poll on a blocking
@@ -178,40 +182,6 @@ func RegisterMissing(fd int, addr, length uintptr) error {
 	return nil
 }
 
-// SendHandshake sends mappings as one JSON message with fd attached by
-// SCM_RIGHTS, as Firecracker does after loading a snapshot. The caller keeps
-// its own copy of fd open for as long as the memory is in use: if every copy
-// of a userfaultfd is closed, the kernel unregisters the ranges and later
-// faults fill zero pages instead of snapshot memory.
-func SendHandshake(conn *net.UnixConn, mappings []Mapping, fd int) error {
-	if conn == nil {
-		return errors.New("uffd handshake: nil connection")
-	}
-	if len(mappings) == 0 {
-		return errors.New("uffd handshake: no mappings")
-	}
-	body, err := json.Marshal(mappings)
-	if err != nil {
-		return fmt.Errorf("uffd handshake: encode mappings: %w", err)
-	}
-	oob := unix.UnixRights(fd)
-	n, oobn, err := conn.WriteMsgUnix(body, oob, nil)
-	if err != nil {
-		return fmt.Errorf("uffd handshake: send: %w", err)
-	}
-	if oobn != len(oob) {
-		return fmt.Errorf("uffd handshake: sent %d of %d control bytes", oobn, len(oob))
-	}
-	// A stream socket may take a very long region list in more than one
-	// write; the handler reassembles until the JSON is complete.
-	if n < len(body) {
-		if _, err := conn.Write(body[n:]); err != nil {
-			return fmt.Errorf("uffd handshake: send rest: %w", err)
-		}
-	}
-	return nil
-}
-
 func ioctl(fd int, req uintptr, arg unsafe.Pointer) error {
 	_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), req, uintptr(arg))
 	if errno != 0 {
@@ -220,11 +190,11 @@ func ioctl(fd int, req uintptr, arg unsafe.Pointer) error {
 	return nil
 }
 
-// copyPages issues UFFDIO_COPY of length bytes from src to dst. It returns
+// Copy issues UFFDIO_COPY of length bytes from src to dst. It returns
 // the bytes the kernel copied, which may be fewer than length with an error
 // (EAGAIN for a partial copy, EEXIST when the first page is present).
 // The caller keeps src alive across the call.
-func copyPages(fd int, dst, src uintptr, length uint64, mode uint64) (uint64, error) {
+func Copy(fd int, dst, src uintptr, length uint64, mode uint64) (uint64, error) {
 	c := uffdioCopy{Dst: uint64(dst), Src: uint64(src), Len: length, Mode: mode}
 	err := ioctl(fd, ioctlCopy, unsafe.Pointer(&c))
 	if c.Copy > 0 {
@@ -233,8 +203,8 @@ func copyPages(fd int, dst, src uintptr, length uint64, mode uint64) (uint64, er
 	return 0, err
 }
 
-// zeroPages maps the zero page over [dst, dst+length).
-func zeroPages(fd int, dst uintptr, length uint64, mode uint64) (uint64, error) {
+// ZeroPage maps the zero page over [dst, dst+length).
+func ZeroPage(fd int, dst uintptr, length uint64, mode uint64) (uint64, error) {
 	z := uffdioZeropage{Range: uffdioRange{Start: uint64(dst), Len: length}, Mode: mode}
 	err := ioctl(fd, ioctlZeropage, unsafe.Pointer(&z))
 	if z.Zeropage > 0 {
@@ -243,8 +213,8 @@ func zeroPages(fd int, dst uintptr, length uint64, mode uint64) (uint64, error) 
 	return 0, err
 }
 
-// wake wakes the threads blocked on faults in [start, start+length).
-func wake(fd int, start uintptr, length uint64) error {
+// Wake wakes the threads blocked on faults in [start, start+length).
+func Wake(fd int, start uintptr, length uint64) error {
 	r := uffdioRange{Start: uint64(start), Len: length}
 	return ioctl(fd, ioctlWake, unsafe.Pointer(&r))
 }

@@ -1,0 +1,137 @@
+package memdev
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"warmstart/internal/integrity"
+)
+
+// Verifier checks a lower's blocks against the snapshot's digest table
+// before a device serves them.
+type Verifier struct {
+	Table *integrity.Table
+	// OnCorrupt, when not nil, is told once of each bad block met.
+	OnCorrupt func(*integrity.BlockError)
+}
+
+// Memory is a Request's memory as every device reads it: Source.Open's
+// Lower, its reads bound to the device's ReadScope, failed reads told to
+// Request.OnReadError, and each block checked by Request.Verifier before it
+// is returned. A Memory is a Lower (uffd.Listen takes one). Advise and the
+// lower's ModTime reach the opened Lower directly, so no wrapper has to
+// forward optional interfaces.
+type Memory struct {
+	raw      Lower
+	chain    io.ReaderAt
+	size     int64
+	verified bool
+	opened   time.Time
+}
+
+// OpenMemory opens req.Memory and builds the chain; scope may be nil (the
+// reads then never end early). It fails, wrapping integrity.ErrSizeChanged,
+// when the lower's size is not the table's.
+func OpenMemory(req Request, scope *ReadScope) (*Memory, error) {
+	if req.Memory == nil {
+		return nil, errors.New("open memory: no memory source")
+	}
+	raw, err := req.Memory.Open()
+	if err != nil {
+		return nil, err
+	}
+	m := &Memory{raw: raw, chain: raw, size: raw.Size(), opened: time.Now()}
+	if cr, ok := raw.(ContextReaderAt); ok && scope != nil {
+		scope.bind()
+		m.chain = boundReader{cr: cr, scope: scope}
+	}
+	if req.OnReadError != nil {
+		m.chain = watchedReader{r: m.chain, onError: req.OnReadError}
+	}
+	if v := req.Verifier; v != nil {
+		if v.Table.FileSize() != m.size {
+			raw.Close()
+			return nil, fmt.Errorf("%w: lower %s has %d bytes, its digest table describes %d",
+				integrity.ErrSizeChanged, req.Memory.Ref(), m.size, v.Table.FileSize())
+		}
+		src := m.chain
+		if u, ok := raw.(integrity.Uncacher); ok {
+			src = uncachingReader{ReaderAt: src, u: u}
+		}
+		m.chain, m.verified = integrity.NewReader(src, v.Table, v.OnCorrupt), true
+	}
+	return m, nil
+}
+
+// ReadAt reads through the chain: only bytes that passed every check.
+func (m *Memory) ReadAt(p []byte, off int64) (int, error) { return m.chain.ReadAt(p, off) }
+
+// Size is the lower's size when it was opened.
+func (m *Memory) Size() int64 { return m.size }
+
+// Close closes the lower.
+func (m *Memory) Close() error { return m.raw.Close() }
+
+// Verified reports whether m checks what it serves. An attach asking for
+// checked bytes never shares a generation that serves unchecked ones.
+func (m *Memory) Verified() bool { return m.verified }
+
+// Advise is the lower's Advisor; it does nothing (and returns nil) when
+// the lower cannot be advised.
+func (m *Memory) Advise(off, length int64) error {
+	if a, ok := m.raw.(Advisor); ok {
+		return a.Advise(off, length)
+	}
+	return nil
+}
+
+// Advisable reports whether Advise reaches storage.
+func (m *Memory) Advisable() bool {
+	_, ok := m.raw.(Advisor)
+	return ok
+}
+
+// ModTime is the lower's modification time when it reports one (a local
+// file), else when it was opened.
+func (m *Memory) ModTime() time.Time {
+	if t, ok := m.raw.(interface{ ModTime() time.Time }); ok {
+		return t.ModTime()
+	}
+	return m.opened
+}
+
+// boundReader runs each read under the scope's context.
+type boundReader struct {
+	cr    ContextReaderAt
+	scope *ReadScope
+}
+
+func (b boundReader) ReadAt(p []byte, off int64) (int, error) {
+	return b.cr.ReadAtContext(b.scope.Context(), p, off)
+}
+
+// watchedReader tells onError of every failed read.
+type watchedReader struct {
+	r       io.ReaderAt
+	onError func(error)
+}
+
+func (w watchedReader) ReadAt(p []byte, off int64) (int, error) {
+	n, err := w.r.ReadAt(p, off)
+	if err != nil && !(errors.Is(err, io.EOF) && n == len(p)) {
+		w.onError(err)
+	}
+	return n, err
+}
+
+// uncachingReader is the chain below the check, which asks the lower to
+// drop a copy the check refused (integrity.Uncacher).
+type uncachingReader struct {
+	io.ReaderAt
+	u integrity.Uncacher
+}
+
+func (r uncachingReader) Uncache(off, length int64) { r.u.Uncache(off, length) }
+func (r uncachingReader) Refuse(off, length int64)  { r.u.Refuse(off, length) }
