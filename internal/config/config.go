@@ -562,29 +562,8 @@ func Parse(data []byte, file string) (*Config, error) {
 		return nil, &ConfigError{File: file, Key: pe.LastKey,
 			Err: kindError{ErrSyntax, fmt.Sprintf("syntax error on line %d: %s", pe.Position.Line, pe.Message)}}
 	}
-	// Check every key the file sets, in file order, against the schema
-	// before trusting the decode. This names the first offending key
-	// whatever went wrong, and catches what the decoder lets through:
-	// keys that match a field only case-insensitively (MetaData.Undecoded
-	// counts them as decoded) and durations written as bare integers
-	// (which the decoder would take as nanoseconds).
-	for _, k := range keys {
-		name := k.String()
-		spec, ok := schema[name]
-		if !ok {
-			return nil, &ConfigError{File: file, Key: name, Err: unknownKey(name)}
-		}
-		if got := md.Type(k...); got != spec.tomlType && (!spec.orString || got != "String") {
-			want := tomlTypeName(spec.tomlType)
-			if spec.orString {
-				want = "string or " + want
-			}
-			if spec.duration {
-				want += ` holding a duration such as "5s"`
-			}
-			return nil, &ConfigError{File: file, Key: name,
-				Err: kindError{ErrWrongType, fmt.Sprintf("has type %s, want %s", tomlTypeName(got), want)}}
-		}
+	if err := checkKeys(md, file); err != nil {
+		return nil, err
 	}
 	if decodeErr != nil {
 		// What remains are values the decoder refused to convert: a
@@ -606,6 +585,34 @@ func Parse(data []byte, file string) (*Config, error) {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// checkKeys checks every key the file sets, in file order, against the
+// schema before the decode is trusted. This names the first offending key
+// whatever went wrong, and catches what the decoder lets through: keys
+// that match a field only case-insensitively (MetaData.Undecoded counts
+// them as decoded) and durations written as bare integers (which the
+// decoder would take as nanoseconds).
+func checkKeys(md toml.MetaData, file string) error {
+	for _, k := range md.Keys() {
+		name := k.String()
+		spec, ok := schema[name]
+		if !ok {
+			return &ConfigError{File: file, Key: name, Err: unknownKey(name)}
+		}
+		if got := md.Type(k...); got != spec.tomlType && (!spec.orString || got != "String") {
+			want := tomlTypeName(spec.tomlType)
+			if spec.orString {
+				want = "string or " + want
+			}
+			if spec.duration {
+				want += ` holding a duration such as "5s"`
+			}
+			return &ConfigError{File: file, Key: name,
+				Err: kindError{ErrWrongType, fmt.Sprintf("has type %s, want %s", tomlTypeName(got), want)}}
+		}
+	}
+	return nil
 }
 
 // keySpec is what the schema knows of one key.
