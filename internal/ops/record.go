@@ -37,5 +37,5 @@ func NotRecorded(id string, err error) error {
 	if errors.Is(err, recorder.ErrDiscarded) {
 		return fmt.Errorf("snapshot %s was published, then deleted (or its capture lease lost) before its startup manifest could be attached: %w", id, err)
 	}
-	return fmt.Errorf("snapshot %s published, but its startup manifest was not: %w", id, err)
+	return fmt.Errorf("snapshot %s published, but its startup manifest was not (it restores with on-demand reads; record it with `warmstart snapshot record-manifest %s --vmm VMM` on the VMM it was captured with, or publish without recording: [manifest] record_after_publish = false): %w", id, id, err)
 }
