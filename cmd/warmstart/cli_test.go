@@ -333,3 +333,13 @@ func TestDemoRefusesBadBlocksUpFront(t *testing.T) {
 		}
 	}
 }
+
+// A verb called with the wrong arguments says so once, under the
+// program's name, and shows what it takes.
+func TestWrongArgumentsNameWhatTheVerbTakes(t *testing.T) {
+	r := runCLI(t, "restore")
+	want := "warmstart: restore: accepts 1 arg(s), received 0; usage: warmstart restore ID|ALIAS\n"
+	if r.code != 2 || r.stderr != want {
+		t.Errorf("restore without an argument: exit %d, stderr %q; want exit 2, %q", r.code, r.stderr, want)
+	}
+}
