@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"os"
-	"path/filepath"
 	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"warmstart/internal/config"

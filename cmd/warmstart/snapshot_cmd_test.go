@@ -187,6 +187,10 @@ func TestSnapshotImportUsageErrors(t *testing.T) {
 		"bad alias":           {"import", "--vm-state", in.VMStatePath, "--memory", in.MemoryPath, "--alias", "a/b"},
 		"layout past the end": {"import", "--vm-state", in.VMStatePath, "--memory", in.MemoryPath, "--layout", "0:1MiB"},
 		"extra argument":      {"import", "--vm-state", in.VMStatePath, "--memory", in.MemoryPath, "extra"},
+		"both layout flags": {"import", "--vm-state", in.VMStatePath, "--memory", in.MemoryPath, "--layout", "0:64KiB",
+			"--layout-file", in.VMStatePath},
+		"no layout file":    {"import", "--vm-state", in.VMStatePath, "--memory", in.MemoryPath, "--layout-file", store + ".layout"},
+		"layout file wrong": {"import", "--vm-state", in.VMStatePath, "--memory", in.MemoryPath, "--layout-file", in.VMStatePath},
 	}
 	for name, args := range cases {
 		_, _, err := runSnapshotVerb(t, store, args...)
