@@ -14,6 +14,10 @@ import (
 // began, when not nil, is told the snapshot's id once the lease is held,
 // before the recording restores it.
 func RecordManifest(ctx context.Context, n *node.Node, ref string, began func(id string)) (recorder.Result, error) {
+	ref, err := ExpandRef(ctx, n.Repo, ref)
+	if err != nil {
+		return recorder.Result{}, &SnapshotError{ref, err}
+	}
 	rec, err := n.Repo.Lookup(ctx, ref)
 	if err != nil {
 		return recorder.Result{}, &SnapshotError{ref, err}

@@ -30,6 +30,10 @@ func (e *SnapshotError) Unwrap() error { return e.Err }
 
 // Resolve turns an id or alias into the source a restore reads, in repo.
 func Resolve(ctx context.Context, repo repository.Repository, ref string) (restore.Source, error) {
+	ref, err := ExpandRef(ctx, repo, ref)
+	if err != nil {
+		return restore.Source{}, &SnapshotError{ref, err}
+	}
 	rec, err := repo.Lookup(ctx, ref)
 	if err != nil {
 		return restore.Source{}, &SnapshotError{ref, err}
