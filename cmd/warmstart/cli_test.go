@@ -343,3 +343,23 @@ func TestWrongArgumentsNameWhatTheVerbTakes(t *testing.T) {
 		t.Errorf("restore without an argument: exit %d, stderr %q; want exit 2, %q", r.code, r.stderr, want)
 	}
 }
+
+// Shell completion offers the snapshots a verb can name (aliases, with
+// their ids) and the values of enumerated flags.
+func TestCompletionOffersSnapshotsAndValues(t *testing.T) {
+	root := importedCLIRoot(t, "wscomp-", 13, "web")
+	r := runCLI(t, "--config", root.cfg, "__complete", "restore", "")
+	if r.code != 0 || !strings.Contains(r.stdout, "web\t") {
+		t.Errorf("restore's argument: exit %d, %q; want the alias web offered", r.code, r.stdout)
+	}
+	r = runCLI(t, "--config", root.cfg, "__complete", "snapshot", "show", "w")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "web\t") {
+		t.Errorf("snapshot show w: exit %d, %q; want web", r.code, r.stdout)
+	}
+	for flag, want := range map[string]string{"--prefetch": "auto\non\noff\n", "--vmm": "auto\nreplay\nfirecracker\nqemu\n"} {
+		r = runCLI(t, "__complete", "restore", flag, "")
+		if r.code != 0 || !strings.HasPrefix(r.stdout, want) {
+			t.Errorf("restore %s: exit %d, %q; want %q", flag, r.code, r.stdout, want)
+		}
+	}
+}
