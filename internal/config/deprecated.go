@@ -7,17 +7,25 @@ import (
 	"github.com/BurntSushi/toml"
 )
 
-// renamed maps each deprecated key (the seed's names) to the key that
-// replaced it. A file may still use the old name: Parse moves its value
-// to the new key and records a one-line warning (Deprecations).
-var renamed = []struct{ old, new string }{
-	{"snapshot.memory_startup_pack.enabled", "manifest.record_after_publish"},
-	{"snapshot.memory_startup_pack.consume_enabled", "prefetch.on_restore"},
-	{"snapshot.memory_startup_pack.refine", "manifest.refine"},
-	{"snapshot.memory_startup_pack.recordings", "manifest.recordings"},
-	{"envd.address", "agent.address"},
-	{"envd.poll_interval", "agent.poll_interval"},
-	{"envd.timeout", "agent.timeout"},
+// renamed lists each deprecated key (the seed's names), the key that
+// replaced it and how its value moves there. A file may still use the old
+// name: Parse moves its value to the new key and records a one-line
+// warning (Deprecations).
+var renamed = []struct {
+	old, new string
+	move     func(c *Config)
+}{
+	{"snapshot.memory_startup_pack.enabled", "manifest.record_after_publish",
+		func(c *Config) { c.Manifest.RecordAfterPublish = c.Snapshot.MemoryStartupPack.Enabled }},
+	{"snapshot.memory_startup_pack.consume_enabled", "prefetch.on_restore",
+		func(c *Config) { c.Prefetch.OnRestore = c.Snapshot.MemoryStartupPack.ConsumeEnabled }},
+	{"snapshot.memory_startup_pack.refine", "manifest.refine",
+		func(c *Config) { c.Manifest.Refine = c.Snapshot.MemoryStartupPack.Refine }},
+	{"snapshot.memory_startup_pack.recordings", "manifest.recordings",
+		func(c *Config) { c.Manifest.Recordings = c.Snapshot.MemoryStartupPack.Recordings }},
+	{"envd.address", "agent.address", func(c *Config) { c.Agent.Address = c.Envd.Address }},
+	{"envd.poll_interval", "agent.poll_interval", func(c *Config) { c.Agent.PollInterval = c.Envd.PollInterval }},
+	{"envd.timeout", "agent.timeout", func(c *Config) { c.Agent.Timeout = c.Envd.Timeout }},
 }
 
 // moveDeprecated moves the value of every deprecated key the file set to
@@ -32,7 +40,7 @@ func (c *Config) moveDeprecated(md toml.MetaData, file string) error {
 			return &ConfigError{File: file, Key: r.old, Err: kindError{ErrInvalidValue,
 				fmt.Sprintf("set together with %s, which replaces it; keep %s only", r.new, r.new)}}
 		}
-		c.moveValue(r.old)
+		r.move(c)
 		where := "config"
 		if file != "" {
 			where += " " + file
@@ -43,27 +51,6 @@ func (c *Config) moveDeprecated(md toml.MetaData, file string) error {
 	// equals another that says the same under the new names.
 	c.Snapshot.MemoryStartupPack, c.Envd = StartupPackConfig{}, AgentConfig{}
 	return nil
-}
-
-// moveValue copies the deprecated key old's value to its new field.
-func (c *Config) moveValue(old string) {
-	sp, envd := c.Snapshot.MemoryStartupPack, c.Envd
-	switch old {
-	case "snapshot.memory_startup_pack.enabled":
-		c.Manifest.RecordAfterPublish = sp.Enabled
-	case "snapshot.memory_startup_pack.consume_enabled":
-		c.Prefetch.OnRestore = sp.ConsumeEnabled
-	case "snapshot.memory_startup_pack.refine":
-		c.Manifest.Refine = sp.Refine
-	case "snapshot.memory_startup_pack.recordings":
-		c.Manifest.Recordings = sp.Recordings
-	case "envd.address":
-		c.Agent.Address = envd.Address
-	case "envd.poll_interval":
-		c.Agent.PollInterval = envd.PollInterval
-	case "envd.timeout":
-		c.Agent.Timeout = envd.Timeout
-	}
 }
 
 // Deprecated reports whether key is a deprecated name, and the key that
