@@ -142,3 +142,30 @@ rm -rf $WS/cache
 ./warmstart restore ref --json > $WS/cold.json
 `, minioBin, block)
 }
+
+// A missing bucket says to run store init; store init creates it once and
+// leaves it as it is the next time.
+func TestStoreInitCreatesTheBucket(t *testing.T) {
+	srv := miniotest.Start(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "s3.toml")
+	text := fmt.Sprintf("[snapshot]\nrepository_backend = \"s3\"\n[backend.s3]\nendpoint = %q\nbucket = \"fresh\"\n"+
+		"access_key_id = %q\nsecret_access_key = %q\ncache_dir = %q\n[runtime]\ndir = %q\n",
+		"http://"+srv.Endpoint, miniotest.AccessKey, miniotest.SecretKey, filepath.Join(dir, "cache"), filepath.Join(dir, "run"))
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := runCLI(t, "--config", cfg, "snapshot", "list"); r.code != 1 || !strings.Contains(r.stderr, "bucket fresh") ||
+		!strings.Contains(r.stderr, "warmstart store init") {
+		t.Errorf("list before the bucket exists: exit %d, stderr %q; want exit 1 saying to run warmstart store init", r.code, r.stderr)
+	}
+	if r := runCLI(t, "--config", cfg, "store", "init"); r.code != 0 || !strings.HasPrefix(r.stdout, "created bucket fresh") {
+		t.Errorf("store init: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := runCLI(t, "--config", cfg, "store", "init"); r.code != 0 || !strings.Contains(r.stdout, "exists") {
+		t.Errorf("store init again: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := runCLI(t, "--config", cfg, "snapshot", "list"); r.code != 0 {
+		t.Errorf("list after store init: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
