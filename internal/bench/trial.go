@@ -91,6 +91,8 @@ type TrialResult struct {
 	Timings     restore.Timings        `json:"timings"`
 	Prefetch    restore.PrefetchReport `json:"prefetch"`
 	DeviceBytes memdev.Counters        `json:"device_bytes"`
+	// Cost is the timed restore's CPU and I/O until ready.
+	Cost restore.Cost `json:"cost"`
 	// HashOK says the guest saw the snapshot's memory: for the replay VMM
 	// its hash over the bytes it read matched; for a real guest the agent
 	// answered with the snapshot's token and the private lower file's
@@ -343,7 +345,7 @@ func (t *trial) timed(src restore.Source) (*restore.Instance, error) {
 	}
 	t.res.ReadyMs = float64(inst.Timings.Ready) / float64(time.Millisecond)
 	t.track(inst)
-	t.res.Timings, t.res.Prefetch, t.res.DeviceBytes = inst.Timings, inst.Prefetch, inst.DeviceBytes
+	t.res.Timings, t.res.Prefetch, t.res.DeviceBytes, t.res.Cost = inst.Timings, inst.Prefetch, inst.DeviceBytes, inst.Cost
 	t.res.StartupSet, t.res.Events, t.res.Observation = inst.StartupSet, inst.Events, inst.Observation
 	t.res.Token, t.res.Digest = inst.Ready.Detail["token"], inst.Ready.Detail["digest"]
 	t.res.HashOK = inst.Ready.Detail["sha256"] == t.spec.ExpectedSHA256

@@ -129,6 +129,9 @@ type RestoreInfo struct {
 	Timings     restore.Timings        `json:"timings"`
 	Prefetch    restore.PrefetchReport `json:"prefetch"`
 	DeviceBytes memdev.Counters        `json:"device_bytes"`
+	// Cost is what the restore cost the host until ready: CPU, faults and
+	// storage reads of the node and VMM processes, bytes read and copied.
+	Cost restore.Cost `json:"cost"`
 	// StartupSet accounts for the startup set at ready.
 	StartupSet startupset.Report `json:"startup_set"`
 	// Ready is what the VMM driver reported at ready (the replay VMM's
@@ -161,7 +164,7 @@ func NewRestoreInfo(inst *restore.Instance, snapshot string, opts restore.Option
 	return RestoreInfo{
 		ID: inst.ID, Snapshot: snapshot, Device: opts.Device, IOEngine: opts.IOEngine, Policy: opts.Policy.Name,
 		Generation: inst.Generation, StartedAt: started, Timings: inst.Timings, Prefetch: inst.Prefetch,
-		DeviceBytes: inst.DeviceBytes, Ready: inst.Ready.Detail, State: inst.State(), StartupSet: inst.StartupSet,
+		DeviceBytes: inst.DeviceBytes, Cost: inst.Cost, Ready: inst.Ready.Detail, State: inst.State(), StartupSet: inst.StartupSet,
 	}
 }
 

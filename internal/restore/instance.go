@@ -17,7 +17,9 @@ type Instance struct {
 	Prefetch PrefetchReport
 	// DeviceBytes are the device counters from acquisition to ready.
 	DeviceBytes memdev.Counters
-	Ready       vmm.ReadyInfo
+	// Cost is what the restore cost the host until ready (cost.go).
+	Cost  Cost
+	Ready vmm.ReadyInfo
 	// Trace holds the first touches until ready when Options.Trace was set.
 	Trace []memdev.Touch
 	// Generation is the device's number (memdev.ID.Generation): a

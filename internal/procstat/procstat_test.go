@@ -1,0 +1,76 @@
+package procstat
+
+import (
+	"bufio"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+func TestSelfCountsCPUThisProcessSpends(t *testing.T) {
+	before, err := Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := 0
+	for deadline := time.Now().Add(50 * time.Millisecond); time.Now().Before(deadline); {
+		x++
+	}
+	after, err := Self()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := after.Sub(before); d.CPU() < 20*time.Millisecond || x == 0 {
+		t.Fatalf("50 ms of busy loop counted as %v of CPU", d.CPU())
+	}
+}
+
+func TestProcessReadsAnotherProcessesCPU(t *testing.T) {
+	// The child spins, says so, and waits on its stdin until we have read it.
+	cmd := exec.Command("sh", "-c", `i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; echo spun; read x`)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer stdin.Close()
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "spun\n" {
+		t.Fatalf("child said %q, %v", line, err)
+	}
+	u, err := Process(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.CPU() < time.Millisecond || u.MinorFaults == 0 {
+		t.Fatalf("a shell that counted to 100000 is reported as %+v", u)
+	}
+}
+
+func TestProcessOfNoProcessIsAnError(t *testing.T) {
+	if _, err := Process(-1); err == nil {
+		t.Fatal("no error for pid -1")
+	}
+}
+
+func TestParseStatCountsFieldsAfterTheCommandName(t *testing.T) {
+	// A command name with spaces and a ')' must not shift the fields.
+	line := "42 (a) b (c) S 1 42 42 0 -1 4194560 310 0 7 0 250 125 0 0 20 0 1 0 100 1000 10\n"
+	u, err := parseStat([]byte(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Usage{MinorFaults: 310, MajorFaults: 7, User: 2500 * time.Millisecond, System: 1250 * time.Millisecond}
+	if u != want {
+		t.Fatalf("parsed %+v, want %+v", u, want)
+	}
+	if _, err := parseStat([]byte("42 (x) S 1 2")); err == nil {
+		t.Fatal("a truncated stat line parsed")
+	}
+}
