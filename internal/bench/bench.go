@@ -89,6 +89,10 @@ type Options struct {
 	// (ReadaroundOf the operator's configuration); the zero value is the
 	// defaults'.
 	Readaround Readaround
+	// CPUProfileDir, when set, receives a CPU profile (pprof) of the node
+	// process during each formal trial's timed restore, from its start to
+	// ready: ProfileName says which file is which trial's.
+	CPUProfileDir string
 	// OnTrial, when set, is handed every trial's result as it ends, with
 	// the device events of its timed restore, which the report drops.
 	OnTrial func(TrialResult)
@@ -279,6 +283,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		o.VMM = config.DriverReplay
 	}
 	o.Readaround = o.Readaround.withDefaults()
+	if o.CPUProfileDir != "" {
+		if err := os.MkdirAll(o.CPUProfileDir, 0o755); err != nil {
+			return nil, fmt.Errorf("bench: --cpuprofile: %w", err)
+		}
+	}
 	launch := trialLauncher{exe: o.Exe, workRoot: o.WorkDir, grace: trialStopGrace, kill: o.Kill}
 	if launch.exe == "" {
 		var err error
@@ -355,7 +364,28 @@ func (b *runner) spec(block int, reserve bool, c Condition) (TrialSpec, error) {
 	}
 	return TrialSpec{Block: block, Reserve: reserve, Condition: c, Device: o.Device, IOEngine: o.IOEngine,
 		Source: src, MemoryPath: memdev.FilePath(src.Memory), VMM: o.VMM, QEMU: o.QEMU, TracePath: path, Variant: variant, ExpectedSHA256: want,
-		ExpectedToken: o.ExpectedToken, ExpectedDigest: o.ExpectedDigest, Readaround: o.Readaround}, nil
+		ExpectedToken: o.ExpectedToken, ExpectedDigest: o.ExpectedDigest, Readaround: o.Readaround,
+		CPUProfile: o.profilePath(block, reserve, c)}, nil
+}
+
+// profilePath is where the trial of c in block writes its CPU profile,
+// "" without --cpuprofile or for a pilot trial.
+func (o Options) profilePath(block int, reserve bool, c Condition) string {
+	if o.CPUProfileDir == "" || block < 0 {
+		return ""
+	}
+	return filepath.Join(o.CPUProfileDir, ProfileName(block, reserve, c))
+}
+
+// ProfileName names the CPU profile of the trial of c in block (counted
+// from 0): block-2-cold-warmstart.pprof; reserve blocks start "reserve-".
+func ProfileName(block int, reserve bool, c Condition) string {
+	kind := "block"
+	if reserve {
+		kind = "reserve"
+	}
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(c.Prefetch)
+	return fmt.Sprintf("%s-%d-%s-%s.pprof", kind, block+1, c.Cache, name)
 }
 
 // runOne runs one trial, says so on progress, notes leaks and hands the

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"syscall"
 	"time"
@@ -77,6 +78,9 @@ type TrialSpec struct {
 	WorkDir string `json:"work_dir"`
 	// Readaround is the windows the trial's file devices mount with.
 	Readaround Readaround `json:"readaround"`
+	// CPUProfile, when set, is the file the trial writes a CPU profile of
+	// its timed restore to (start to ready).
+	CPUProfile string `json:"cpu_profile,omitempty"`
 }
 
 // TrialResult is what one trial process reports.
@@ -264,6 +268,29 @@ func (t *trial) prefetchingWindow() int {
 	return t.spec.Readaround.withDefaults().PrefetchingBytes
 }
 
+// startProfile starts a CPU profile into path; the returned function
+// stops it and closes the file. No path, no profile.
+func startProfile(path string) (func() error, error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile %s: %w", path, err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("cpu profile %s: %w", path, err)
+		}
+		return nil
+	}, nil
+}
+
 // track notes the replay VMM a restore ran, so the parent can check that
 // it is gone.
 func (t *trial) track(inst *restore.Instance) {
@@ -339,7 +366,20 @@ func (t *trial) timed(src restore.Source) (*restore.Instance, error) {
 	t.res.ProbeGap = time.Since(t.probed)
 	opts := withMode(t.base, t.mode, t.policy, "timed")
 	opts.Unverified = t.unverified
+	stopProfile, err := startProfile(t.spec.CPUProfile)
+	if err != nil {
+		return nil, err
+	}
 	inst, err := t.r.Restore(t.ctx, src, opts)
+	perr := stopProfile()
+	if err == nil && perr != nil {
+		// The profile is lost, not the restore: stop it in order.
+		err = perr
+		if serr := inst.Stop(t.stopCtx); serr != nil {
+			err = fmt.Errorf("%w; stop: %w", perr, serr)
+		}
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("timed restore: %w", err)
 	}
