@@ -165,6 +165,32 @@ func TestS3NodeServesPrefetchingRestoresFromOneMount(t *testing.T) {
 	}
 }
 
+// On a POSIX node the prefetching mount has a one-page window and fills
+// the serving mount's window around a guest's miss, so a page outside the
+// manifest costs no more than with prefetch off.
+func TestPrefetchingMountFillsTheServingWindowAroundMisses(t *testing.T) {
+	cfg := config.Default()
+	repo, err := posixfs.Open(t.TempDir(), posixfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := filepath.Join(t.TempDir(), "run")
+	n, err := node.Open(context.Background(), node.Options{Config: cfg, Repository: repo, VMM: &replay.VMM{TracePath: "unused"}, RuntimeDir: run})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if n.PrefetchFUSE == nil {
+		t.Fatal("no prefetching mount on a POSIX node")
+	}
+	if got, want := n.PrefetchFUSE.MissFillBytes(), n.FUSE.ReadAheadBytes(); got != want || got <= n.PrefetchFUSE.ReadAheadBytes() {
+		t.Errorf("prefetching mount fills %d bytes around a miss, want the serving window %d", got, want)
+	}
+	if n.FUSE.MissFillBytes() != 0 {
+		t.Errorf("the serving mount fills %d bytes around a miss, its own window does", n.FUSE.MissFillBytes())
+	}
+}
+
 // fileOpener is r's file device opener, holding its mounts.
 func fileOpener(t *testing.T, r *restore.Restorer) *fusedev.Opener {
 	t.Helper()

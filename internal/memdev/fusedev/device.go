@@ -46,6 +46,9 @@ type generation struct {
 	// read or fill). KEEP_CACHE keeps them cached for the generation's life
 	// unless memory pressure reclaims them, so a fill can skip them.
 	served pageSet
+	// missFill fills around demand misses (missfill.go); nil on a mount
+	// without Options.MissFillBytes.
+	missFill *missFill
 
 	refs int // guarded by srv.mu
 
@@ -220,6 +223,7 @@ func (g *generation) read(ctx context.Context, dest []byte, off int64) ([]byte, 
 	if !g.observers.empty() {
 		g.observers.served(kind, off, n, time.Since(began))
 	}
+	g.fillAroundMiss(kind, off, n)
 	return dest[:n], 0
 }
 

@@ -42,6 +42,11 @@ func (d *Device) Fill(off int64, buf []byte) error {
 	if off < 0 || off >= g.size {
 		return fmt.Errorf("fill %s at %d: outside the device (size %d)", g.name, off, g.size)
 	}
+	return g.fill(off, buf)
+}
+
+// fill is Fill without the checks of its arguments.
+func (g *generation) fill(off int64, buf []byte) error {
 	inode := g.srv.root.GetChild(g.name)
 	if inode == nil {
 		return fmt.Errorf("fill %s: %w: the file was never looked up", g.name, ErrNotCached)
