@@ -19,7 +19,9 @@ type served struct {
 // servedEvents passes on what a device serves.
 type servedEvents chan served
 
-func (s servedEvents) Served(kind memdev.Kind, off int64, n int, _ time.Duration) { s <- served{kind, off, n} }
+func (s servedEvents) Served(kind memdev.Kind, off int64, n int, _ time.Duration) {
+	s <- served{kind, off, n}
+}
 
 // missFillServer is a one-page-window mount, as the prefetching mount, that
 // fills window bytes around a demand miss.
