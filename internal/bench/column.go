@@ -13,12 +13,26 @@ import (
 // verification costs within one run.
 const UnverifiedSuffix = "+noverify"
 
+// PassthroughSuffix marks a column whose trials mount their file devices
+// with FUSE passthrough ("warmstart+passthrough"): the kernel serves the
+// guest from the lower file, no block is checked. It may stand before
+// UnverifiedSuffix.
+const PassthroughSuffix = "+passthrough"
+
 // splitColumn returns a column's prefetch setting ("off" or a policy) and
 // whether its restores skip verification.
 func splitColumn(name string) (prefetch string, unverified bool) {
 	base, _ := cutLearned(name)
 	base, cut := strings.CutSuffix(base, UnverifiedSuffix)
+	base, _ = strings.CutSuffix(base, PassthroughSuffix)
 	return base, cut
+}
+
+// passthroughColumn reports whether a column's trials use FUSE passthrough.
+func passthroughColumn(name string) bool {
+	base, _ := cutLearned(name)
+	base, _ = strings.CutSuffix(base, UnverifiedSuffix)
+	return strings.HasSuffix(base, PassthroughSuffix)
 }
 
 // CheckColumn refuses a column name no trial could run.

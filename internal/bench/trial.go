@@ -244,7 +244,7 @@ func (t *trial) setUp() (func() error, error) {
 		VMM:                    vm,
 		RuntimeDir:             t.spec.WorkDir,
 		Mount:                  filepath.Join(t.spec.WorkDir, "mnt"),
-		FUSE:                   fusedev.Options{ReadAheadBytes: t.spec.Readaround.ServingBytes},
+		FUSE:                   fusedev.Options{ReadAheadBytes: t.spec.Readaround.ServingBytes, Passthrough: passthroughColumn(t.spec.Condition.Prefetch)},
 		PrefetchReadAheadBytes: t.prefetchingWindow(),
 		// The engine runs as many readers as the policy was designed for
 		// (config.DefaultPrefetchMaxReaders says why).

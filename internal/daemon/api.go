@@ -132,6 +132,10 @@ type RestoreInfo struct {
 	// Cost is what the restore cost the host until ready: CPU, faults and
 	// storage reads of the node and VMM processes, bytes read and copied.
 	Cost restore.Cost `json:"cost"`
+	// Passthrough, when true, says the kernel served the guest's memory
+	// from the local lower file (FUSE passthrough, [memory] passthrough):
+	// no block was checked before the guest saw it.
+	Passthrough bool `json:"passthrough,omitempty"`
 	// StartupSet accounts for the startup set at ready.
 	StartupSet startupset.Report `json:"startup_set"`
 	// Ready is what the VMM driver reported at ready (the replay VMM's
@@ -164,7 +168,7 @@ func NewRestoreInfo(inst *restore.Instance, snapshot string, opts restore.Option
 	return RestoreInfo{
 		ID: inst.ID, Snapshot: snapshot, Device: opts.Device, IOEngine: opts.IOEngine, Policy: opts.Policy.Name,
 		Generation: inst.Generation, StartedAt: started, Timings: inst.Timings, Prefetch: inst.Prefetch,
-		DeviceBytes: inst.DeviceBytes, Cost: inst.Cost, Ready: inst.Ready.Detail, State: inst.State(), StartupSet: inst.StartupSet,
+		DeviceBytes: inst.DeviceBytes, Cost: inst.Cost, Passthrough: inst.Passthrough, Ready: inst.Ready.Detail, State: inst.State(), StartupSet: inst.StartupSet,
 	}
 }
 

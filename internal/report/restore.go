@@ -45,6 +45,9 @@ func Restore(out io.Writer, in daemon.RestoreInfo) {
 		fmt.Fprintf(out, "\n  startup pack        skipped, startup set read from the chunks (%s)", in.Prefetch.StartupPackSkipped)
 	}
 	fmt.Fprintf(out, "\n  device read         %.1f MiB in %d requests\n", float64(in.DeviceBytes.BytesRead)/(1<<20), in.DeviceBytes.ReadRequests)
+	if in.Passthrough {
+		fmt.Fprintf(out, "  memory              FUSE passthrough: the kernel served the lower file, no block checked before the guest saw it\n")
+	}
 	fmt.Fprintf(out, "  %s\n", costLine(in.Cost))
 	fmt.Fprintf(out, "  %s\n", startupset.Line(in.StartupSet))
 }

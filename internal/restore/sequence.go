@@ -109,6 +109,9 @@ func (s *sequence) run(ctx context.Context) error {
 func (s *sequence) atReady(base memdev.Counters) {
 	s.inst.DeviceBytes = s.held.dev.Counters().Sub(base)
 	s.inst.Cost = s.cost.atReady(s.held.vm, s.inst.DeviceBytes)
+	if p, ok := s.held.dev.(memdev.Passthrougher); ok {
+		s.inst.Passthrough = p.Passthrough()
+	}
 	noteReady(s.src)
 	s.noteStreamArrival()
 	s.guest.report(s.t0, &s.inst.Prefetch)

@@ -49,6 +49,7 @@ type generation struct {
 	// missFill fills around demand misses (missfill.go); nil on a mount
 	// without Options.MissFillBytes.
 	missFill *missFill
+	passthroughState
 
 	refs int // guarded by srv.mu
 
@@ -205,6 +206,7 @@ func (g *generation) read(ctx context.Context, dest []byte, off int64) ([]byte, 
 		hook(g.number, off, want)
 	}
 	kind := requestKind(ctx)
+	g.notePassthroughRead()
 	g.readAroundLower(kind, off)
 	n, err = g.mem.ReadAt(dest[:want], off)
 	switch {
@@ -304,6 +306,10 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	// The RELEASE a close still sends does not wait.
 	if f.gen.ioEngine == memdev.IOEngineDirect {
 		return nil, fuse.FOPEN_DIRECT_IO | fuse.FOPEN_NOFLUSH, 0
+	}
+	if lower, ok := f.gen.passthroughFile(); ok {
+		// go-fuse adds FOPEN_PASSTHROUGH and drops KEEP_CACHE.
+		return passthroughHandle{fd: int(lower.Fd())}, fuse.FOPEN_NOFLUSH, 0
 	}
 	return nil, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0
 }

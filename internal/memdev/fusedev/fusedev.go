@@ -161,6 +161,13 @@ type Options struct {
 	// the neighbours a wide window would have read (missfill.go). Zero
 	// fills nothing (the recorder's mount, whose trace needs every touch).
 	MissFillBytes int
+	// Passthrough opens device files of local lowers (memdev.File) in
+	// FUSE passthrough mode: the kernel reads the lower file itself for
+	// read(2) and mmap, so no block is checked against the digest table
+	// before the guest sees it, the device sees no fault, and a fill is
+	// readahead of the lower file (passthrough.go). Off by default; other
+	// lowers, and io_engine 2, are served as without it.
+	Passthrough bool
 	// ReadHook, if set, is called in the read handler of every request,
 	// after it counts as in flight and before the lower file is read. A
 	// test blocks in it to hold a read inside the server.
