@@ -89,6 +89,10 @@ type Options struct {
 	// (ReadaroundOf the operator's configuration); the zero value is the
 	// defaults'.
 	Readaround Readaround
+	// Concurrency is how many timed restores each trial starts at once on
+	// its node (1 when 0): the concurrent mode measures N cold restores of
+	// one snapshot against N hot ones, each trial's time the slowest's.
+	Concurrency int
 	// CPUProfileDir, when set, receives a CPU profile (pprof) of the node
 	// process during each formal trial's timed restore, from its start to
 	// ready: ProfileName says which file is which trial's.
@@ -130,6 +134,9 @@ type ReportOptions struct {
 	Policies []string `json:"policies"`
 	Drift    float64  `json:"drift,omitempty"`
 	Learn    int      `json:"learn,omitempty"`
+	// Concurrency is the number of timed restores each trial ran at once
+	// (omitted: one).
+	Concurrency int `json:"concurrency,omitempty"`
 	// Readaround is the windows the trials mounted with.
 	Readaround Readaround `json:"readaround"`
 }
@@ -205,6 +212,9 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("bench: snapshot %s has no startup manifest; record one first (warmstart snapshot record-manifest)", o.Source.SnapshotID)
 	}
 	if err := o.validateLearn(); err != nil {
+		return err
+	}
+	if err := o.validateConcurrency(); err != nil {
 		return err
 	}
 	return o.validateDrift()
@@ -297,7 +307,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep := &Report{
 		Options: ReportOptions{Snapshot: o.Source.SnapshotID, VMM: o.VMM, Device: o.Device, IOEngine: o.IOEngine,
-			Blocks: o.Blocks, Seed: o.Seed, Policies: o.Policies, Drift: o.Drift, Learn: o.learnRestores(), Readaround: o.Readaround},
+			Blocks: o.Blocks, Seed: o.Seed, Policies: o.Policies, Drift: o.Drift, Learn: o.learnRestores(), Readaround: o.Readaround,
+			Concurrency: o.Concurrency},
 		Orders:  o.Orders(),
 		Started: time.Now(),
 	}
@@ -365,7 +376,7 @@ func (b *runner) spec(block int, reserve bool, c Condition) (TrialSpec, error) {
 	return TrialSpec{Block: block, Reserve: reserve, Condition: c, Device: o.Device, IOEngine: o.IOEngine,
 		Source: src, MemoryPath: memdev.FilePath(src.Memory), VMM: o.VMM, QEMU: o.QEMU, TracePath: path, Variant: variant, ExpectedSHA256: want,
 		ExpectedToken: o.ExpectedToken, ExpectedDigest: o.ExpectedDigest, Readaround: o.Readaround,
-		CPUProfile: o.profilePath(block, reserve, c)}, nil
+		CPUProfile: o.profilePath(block, reserve, c), Concurrency: o.Concurrency}, nil
 }
 
 // profilePath is where the trial of c in block writes its CPU profile,

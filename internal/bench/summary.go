@@ -183,6 +183,9 @@ func (r *Report) WriteTable(w io.Writer) {
 	if o.Drift > 0 {
 		drift = fmt.Sprintf(", drift %.2f (every trial plays its own variant of the trace)", o.Drift)
 	}
+	if o.Concurrency > 1 {
+		drift += fmt.Sprintf(", %d concurrent restores per trial (time: the slowest)", o.Concurrency)
+	}
 	fmt.Fprintf(w, "snapshot %s, vmm %s, device %s, io_engine %d, %d blocks, seed %d%s, %d admitted trials, %s\n",
 		o.Snapshot, o.VMM, o.Device, o.IOEngine, o.Blocks, o.Seed, drift, r.Summary.Admitted, r.Elapsed.Round(time.Second))
 	r.writeSection(w, "time to ready, mean / median (ms)", func(c *Cell) string {
