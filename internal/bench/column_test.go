@@ -63,7 +63,12 @@ func TestPassthroughColumnsMountWithPassthroughAndRunTheirPolicy(t *testing.T) {
 		{"warmstart+passthrough+noverify", true, true},
 		{"off+passthrough+noverify", true, true},
 		{"warmstart+noverify", false, true},
+		{"warmstart+sha256", false, false},
+		{"warmstart+sha256+passthrough", true, false},
 	} {
+		if got := strongColumn(tc.column); got != strings.Contains(tc.column, StrongSuffix) {
+			t.Errorf("%s: sha256 %v", tc.column, got)
+		}
 		if got := passthroughColumn(tc.column); got != tc.passthrough {
 			t.Errorf("%s: passthrough %v, want %v", tc.column, got, tc.passthrough)
 		}

@@ -373,6 +373,7 @@ func (t *trial) timed(src restore.Source) (*restore.Instance, error) {
 	t.res.ProbeGap = time.Since(t.probed)
 	opts := withMode(t.base, t.mode, t.policy, "timed")
 	opts.Unverified = t.unverified
+	opts.StrongDigests = strongColumn(t.spec.Condition.Prefetch)
 	stopProfile, err := startProfile(t.spec.CPUProfile)
 	if err != nil {
 		return nil, err

@@ -307,9 +307,13 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	if f.gen.ioEngine == memdev.IOEngineDirect {
 		return nil, fuse.FOPEN_DIRECT_IO | fuse.FOPEN_NOFLUSH, 0
 	}
-	if lower, ok := f.gen.passthroughFile(); ok {
+	h, errno := f.gen.passthroughOpen()
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	if h != nil {
 		// go-fuse adds FOPEN_PASSTHROUGH and drops KEEP_CACHE.
-		return passthroughHandle{fd: int(lower.Fd())}, fuse.FOPEN_NOFLUSH, 0
+		return h, fuse.FOPEN_NOFLUSH, 0
 	}
 	return nil, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0
 }

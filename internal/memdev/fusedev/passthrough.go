@@ -1,12 +1,14 @@
 package fusedev
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fs"
 	"golang.org/x/sys/unix"
 
 	"warmstart/internal/memdev"
@@ -16,10 +18,47 @@ import (
 // registers its descriptor with the kernel (FUSE_DEV_IOC_BACKING_OPEN) and
 // answers the open with FOPEN_PASSTHROUGH, after which the kernel serves
 // reads and mappings of the device file from the lower file's own page
-// cache. go-fuse keeps one registration per inode.
+// cache. go-fuse keeps one registration per inode, and the kernel its
+// own reference to the file. The handle owns a duplicate of the lower's
+// descriptor, closed when the kernel releases the open: the generation
+// may close the lower itself meanwhile.
 type passthroughHandle struct{ fd int }
 
-func (h passthroughHandle) PassthroughFd() (int, bool) { return h.fd, true }
+func (h *passthroughHandle) PassthroughFd() (int, bool) { return h.fd, true }
+
+// Release implements fs.FileReleaser.
+func (h *passthroughHandle) Release(context.Context) syscall.Errno {
+	if err := unix.Close(h.fd); err != nil {
+		return fs.ToErrno(err)
+	}
+	return 0
+}
+
+// passthroughOpen is the handle of a passthrough open of g's file, nil
+// when g does not serve in that mode; errno when g was released.
+func (g *generation) passthroughOpen() (*passthroughHandle, syscall.Errno) {
+	lower, ok := g.passthroughFile()
+	if !ok {
+		return nil, 0
+	}
+	// As a read: a release waits for it, and closes the lower only after.
+	if !g.beginRead() {
+		return nil, syscall.ENOENT
+	}
+	defer g.inflight.Done()
+	rc, err := lower.SyscallConn()
+	if err != nil {
+		return nil, fs.ToErrno(err)
+	}
+	fd := -1
+	if cerr := rc.Control(func(f uintptr) { fd, err = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0) }); cerr != nil {
+		return nil, fs.ToErrno(cerr)
+	}
+	if err != nil {
+		return nil, fs.ToErrno(err)
+	}
+	return &passthroughHandle{fd: fd}, 0
+}
 
 // passthroughFile is the lower file a passthrough open of g hands the
 // kernel, when g serves one in that mode.
