@@ -147,16 +147,7 @@ func mountsUnder(t *testing.T, dir string) []string {
 func TestS3NodeServesPrefetchingRestoresFromOneMount(t *testing.T) {
 	cfg := config.Default()
 	cfg.Snapshot.RepositoryBackend = config.BackendS3
-	repo, err := posixfs.Open(t.TempDir(), posixfs.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := filepath.Join(t.TempDir(), "run")
-	n, err := node.Open(context.Background(), node.Options{Config: cfg, Repository: repo, VMM: &replay.VMM{TracePath: "unused"}, RuntimeDir: run})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
+	n := openTestNode(t, cfg)
 	if n.PrefetchFUSE != nil || fileOpener(t, n.Restorer).Prefetching != nil {
 		t.Error("a second mount for restores that prefetch, with the same window as the serving one")
 	}
@@ -170,16 +161,7 @@ func TestS3NodeServesPrefetchingRestoresFromOneMount(t *testing.T) {
 // manifest costs no more than with prefetch off.
 func TestPrefetchingMountFillsTheServingWindowAroundMisses(t *testing.T) {
 	cfg := config.Default()
-	repo, err := posixfs.Open(t.TempDir(), posixfs.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := filepath.Join(t.TempDir(), "run")
-	n, err := node.Open(context.Background(), node.Options{Config: cfg, Repository: repo, VMM: &replay.VMM{TracePath: "unused"}, RuntimeDir: run})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
+	n := openTestNode(t, cfg)
 	if n.PrefetchFUSE == nil {
 		t.Fatal("no prefetching mount on a POSIX node")
 	}
@@ -189,6 +171,23 @@ func TestPrefetchingMountFillsTheServingWindowAroundMisses(t *testing.T) {
 	if n.FUSE.MissFillBytes() != 0 {
 		t.Errorf("the serving mount fills %d bytes around a miss, its own window does", n.FUSE.MissFillBytes())
 	}
+}
+
+// openTestNode opens a node of cfg on an empty POSIX repository, closed
+// at the test's end.
+func openTestNode(t *testing.T, cfg *config.Config) *node.Node {
+	t.Helper()
+	repo, err := posixfs.Open(t.TempDir(), posixfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := filepath.Join(t.TempDir(), "run")
+	n, err := node.Open(context.Background(), node.Options{Config: cfg, Repository: repo, VMM: &replay.VMM{TracePath: "unused"}, RuntimeDir: run})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
 }
 
 // fileOpener is r's file device opener, holding its mounts.
