@@ -208,6 +208,9 @@ func (o *Options) Validate() error {
 	if err := CheckPolicies(o.Policies); err != nil {
 		return fmt.Errorf("bench: --policies: %w", err)
 	}
+	if err := o.validatePassthrough(); err != nil {
+		return err
+	}
 	if o.Source.Manifest == nil {
 		return fmt.Errorf("bench: snapshot %s has no startup manifest; record one first (warmstart snapshot record-manifest)", o.Source.SnapshotID)
 	}
@@ -218,6 +221,17 @@ func (o *Options) Validate() error {
 		return err
 	}
 	return o.validateDrift()
+}
+
+// validatePassthrough refuses a +passthrough column on a device other
+// than the file device, which alone has it.
+func (o *Options) validatePassthrough() error {
+	for _, p := range o.Policies {
+		if passthroughColumn(p) && o.Device != config.DeviceFile {
+			return fmt.Errorf("bench: column %q: FUSE passthrough is the file device's; device %q", p, o.Device)
+		}
+	}
+	return nil
 }
 
 // validateDrift checks that a drifting run has a variant for every trial

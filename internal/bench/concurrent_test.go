@@ -45,6 +45,13 @@ func TestConcurrentTrialsTimeTheSlowestOfNRestores(t *testing.T) {
 	}
 }
 
+func TestPassthroughColumnNeedsTheFileDevice(t *testing.T) {
+	o := Options{Device: config.DeviceUffd, Blocks: 1, Policies: []string{"warmstart+passthrough"}}
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "FUSE passthrough is the file device's") {
+		t.Fatalf("uffd with a passthrough column: %v", err)
+	}
+}
+
 func TestConcurrencyIsChecked(t *testing.T) {
 	for _, tc := range []struct {
 		o    Options
