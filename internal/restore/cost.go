@@ -38,7 +38,7 @@ func startCost() costMeter {
 
 // atReady is the restore's cost now, given the VMM instance and the
 // device's counters since acquisition.
-func (m costMeter) atReady(vm vmm.Instance, dev memdev.Counters) Cost {
+func (m costMeter) atReady(vm vmm.VM, dev memdev.Counters) Cost {
 	c := Cost{LowerBytesRead: dev.BytesRead, CopiedBytes: memdev.CopiesPerByteRead * dev.BytesRead}
 	if now, err := procstat.Self(); err == nil && m.ok {
 		c.Node = now.Sub(m.start)
