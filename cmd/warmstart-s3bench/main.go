@@ -52,7 +52,7 @@ const (
 
 // roles are the parts this executable plays besides the command itself
 // (role.Env).
-var roles = role.Roles{replay.RoleReplayVMM: replay.ChildMain}
+var roles = role.Roles{replay.RoleReplayVMM: replay.ChildMain, s3bench.RoleLink: s3bench.LinkMain}
 
 func main() {
 	// Restores re-execute this binary as the replay VMM.

@@ -189,6 +189,8 @@ type Trial struct {
 	// was waiting on the memory device: the guest's wait on memory.
 	DemandStallMs float64          `json:"demand_stall_ms"`
 	Cache         chunkcache.Stats `json:"cache"`
+	// CPU is what each process ran from the restore call to ready.
+	CPU CPUAccount `json:"cpu_ms"`
 }
 
 // Summary describes one condition over the blocks.
@@ -204,6 +206,8 @@ type Summary struct {
 	// Phases are the mean restore phases, in ms from the restore call:
 	// where a cold node's time goes.
 	Phases Phases `json:"phases_ms"`
+	// CPU is the mean CPU each process ran until ready.
+	CPU CPUAccount `json:"cpu_ms"`
 }
 
 // Phases are mean times from the restore call, in milliseconds. A stream
@@ -293,9 +297,9 @@ type Report struct {
 type harness struct {
 	o        Options
 	store    *miniotest.Server
-	proxy    *miniotest.Proxy
+	link     *linkProcess
 	node     *node.Node
-	link     *miniotest.Link
+	cpu      cpuClock
 	restorer *restore.Restorer
 	repoOpts s3.Options
 	snapID   string
@@ -354,12 +358,10 @@ func prepare(ctx context.Context, o Options) (*harness, error) {
 	if err := h.store.MakeBucket(ctx, bucket); err != nil {
 		return h, fmt.Errorf("s3 bench: %w", err)
 	}
-	if h.proxy, err = miniotest.NewProxy(h.store.Endpoint); err != nil {
+	if h.link, err = startLink(h.store.Endpoint); err != nil {
 		return h, fmt.Errorf("s3 bench: %w", err)
 	}
-	if h.link, err = miniotest.NewLink(h.proxy.Addr); err != nil {
-		return h, fmt.Errorf("s3 bench: %w", err)
-	}
+	h.cpu = cpuClock{node: os.Getpid(), store: h.store.PID(), link: h.link.PID()}
 	h.repoOpts = s3.Options{
 		Endpoint: "http://" + h.link.Addr, Bucket: bucket, Region: "us-east-1", Prefix: "bench",
 		AddressingStyle: "path", AccessKeyID: miniotest.AccessKey, SecretAccessKey: miniotest.SecretKey,
@@ -400,13 +402,9 @@ func prepare(ctx context.Context, o Options) (*harness, error) {
 		return h, fmt.Errorf("s3 bench: %w", err)
 	}
 
-	if err := h.proxy.Latency(o.LatencyMs); err != nil {
+	if err := h.shapeLink(); err != nil {
 		return h, fmt.Errorf("s3 bench: %w", err)
 	}
-	if err := h.proxy.Bandwidth(o.BandwidthBits); err != nil {
-		return h, fmt.Errorf("s3 bench: %w", err)
-	}
-	h.link.SetRate(o.LinkBits)
 	pack := s3.PackWarmOptions(o.Warm)
 	fmt.Fprintf(o.Progress, "link: %d ms added per response, %d Mbit/s per connection, %d Mbit/s in all; "+
 		"cache block %d KiB; startup pack in GETs of up to %d KiB, %d at once; readaround %d KiB without prefetch, %d KiB with it\n",
@@ -431,12 +429,20 @@ func (h *harness) close() {
 	if h.link != nil {
 		h.link.Close()
 	}
-	if h.proxy != nil {
-		h.proxy.Close()
-	}
 	if h.store != nil {
 		h.store.Stop()
 	}
+}
+
+// shapeLink slows the link down to the run's latency and bandwidths.
+func (h *harness) shapeLink() error {
+	if err := h.link.set("latency", int64(h.o.LatencyMs)); err != nil {
+		return err
+	}
+	if err := h.link.set("bandwidth", h.o.BandwidthBits); err != nil {
+		return err
+	}
+	return h.link.set("rate", h.o.LinkBits)
 }
 
 // openRepo opens the repository with a fresh, empty node cache.
@@ -483,10 +489,13 @@ func (h *harness) trial(ctx context.Context, block int, c Condition) (Trial, err
 	}
 	cacheBefore := repo.Cache().Stats()
 	before := repo.RequestStats()
+	cpuBefore := h.cpu.read()
 	inst, err := h.restorer.Restore(ctx, restore.SourceOf(res), opts)
 	if err != nil {
 		return Trial{}, err
 	}
+	cpuReady := h.cpu.read()
+	vmmCPU := cpuTime(vmmPID(inst))
 	atReady := repo.RequestStats()
 	stopErr := inst.Stop(context.WithoutCancel(ctx))
 	after := repo.RequestStats()
@@ -511,6 +520,7 @@ func (h *harness) trial(ctx context.Context, block int, c Condition) (Trial, err
 		Timings:       inst.Timings,
 		DemandStallMs: ms(demandStall(inst.Events, inst.Timings.Ready)),
 		Cache:         cs,
+		CPU:           account(cpuBefore, cpuReady, vmmCPU),
 	}, nil
 }
 
@@ -582,7 +592,7 @@ func (r *Report) summarize() {
 			getsReady += float64(t.GetsToReady)
 			bytesReady += float64(t.BytesToReady)
 		}
-		s := Summary{Condition: c, Ready: bench.Summarize(ready), Phases: meanPhases(ts)}
+		s := Summary{Condition: c, Ready: bench.Summarize(ready), Phases: meanPhases(ts), CPU: meanCPU(ts)}
 		if n := float64(len(ts)); n > 0 {
 			s.MeanGets, s.MeanMiB = gets/n, bytes/n/(1<<20)
 			s.GetsBeforeReady, s.FetchedBytesBeforeReady = getsReady/n, bytesReady/n
@@ -624,6 +634,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	tw.Flush()
 	r.writePhases(w)
+	r.writeCPU(w)
 	fmt.Fprintf(w, "stored: %.1f MiB of %.1f MiB raw (%.2fx); startup set stored %.1f MiB\n",
 		mib(uint64(r.StoredBytes)), mib(uint64(r.RawBytes)), float64(r.StoredBytes)/float64(max(1, r.RawBytes)), mib(uint64(r.StartupSetStoredBytes)))
 	fmt.Fprintf(w, "cold cache: prefetch on / off = %.2fx of the mean time to ready; paired on-off %.1f ms [%.1f, %.1f]\n",
@@ -648,6 +659,19 @@ func (r *Report) writePhases(w io.Writer) {
 		p := s.Phases
 		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", s.Condition,
 			p.DeviceAcquired, p.ManifestValidated, p.StreamFirstBlock, p.VMStarted, p.StreamEnded, p.Ready, p.DemandStall)
+	}
+	tw.Flush()
+}
+
+// writeCPU prints what each process ran until ready, mean ms of CPU: the
+// product's (node and VMM) and the benchmark's own (MinIO and the link).
+func (r *Report) writeCPU(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "CPU to ready (mean ms)	node	VMM	node+VMM	MinIO	link	ready	")
+	for _, s := range r.Summary {
+		a := s.CPU
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", s.Condition,
+			a.Node, a.VMM, a.Product(), a.Store, a.Link, s.Ready.Mean)
 	}
 	tw.Flush()
 }

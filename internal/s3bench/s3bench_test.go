@@ -18,7 +18,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	role.Roles{replay.RoleReplayVMM: replay.ChildMain}.Dispatch()
+	role.Roles{replay.RoleReplayVMM: replay.ChildMain, RoleLink: LinkMain}.Dispatch()
 	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	os.Exit(m.Run())
 }
