@@ -111,7 +111,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Int64Var(&mbit, "s3-bandwidth-mbit", s3bench.DefaultBandwidthBits/1_000_000, "bandwidth of each object-store connection")
 	fs.Int64Var(&link, "s3-link-mbit", s3bench.DefaultLinkBits/1_000_000, "bandwidth of the node's link: all object-store connections together")
 	fs.StringVar(&c.jsonPath, "json", "", "write all raw trials and the summary to this file")
-	fs.StringVar(&conds, "conditions", "", "comma-separated conditions each block runs (cold-off,cold-on,warm-off,warm-on; default all)")
+	fs.StringVar(&conds, "conditions", "", "comma-separated conditions each block runs (cold-off,cold-on,warm-off,warm-on, each optionally +noverify: without the digest check; default the four)")
 	fs.IntVar(&c.opts.Warm.Concurrency, "warm-runs", 0, "cache prefetch GETs in flight (default: the repository's)")
 	fs.Int64Var(&runKiB, "warm-run-kib", 0, "cache prefetch bytes per GET, KiB (default: the repository's)")
 	fs.Int64Var(&c.opts.ReadaroundKiB, "readaround-kib", 0, "file device readaround of restores without prefetch, KiB ([memory] readaround_kib; default: the backend's)")

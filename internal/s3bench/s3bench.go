@@ -30,6 +30,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -145,27 +146,42 @@ func (o *Options) fill() error {
 	return nil
 }
 
-// ParseCondition reads a condition written as cache-prefetch ("cold-on").
+// ParseCondition reads a condition written as cache-prefetch ("cold-on"),
+// with bench.UnverifiedSuffix for restores that skip verification
+// ("cold-on+noverify").
 func ParseCondition(s string) (Condition, error) {
+	name, unverified := strings.CutSuffix(s, bench.UnverifiedSuffix)
 	for _, c := range Conditions {
-		if s == c.Cache+"-"+c.Prefetch {
+		if name == c.Cache+"-"+c.Prefetch {
+			c.Unverified = unverified
 			return c, nil
 		}
 	}
-	return Condition{}, fmt.Errorf("condition %q: want cold-off, cold-on, warm-off or warm-on", s)
+	return Condition{}, fmt.Errorf("condition %q: want cold-off, cold-on, warm-off or warm-on, each optionally with %s", s, bench.UnverifiedSuffix)
 }
 
-// Condition is one cell: a node cache state and prefetch off or on.
+// Condition is one cell: a node cache state and prefetch off or on, and
+// whether the device checks memory against the snapshot's digest table
+// (Unverified: it does not, which measures what the check costs when run
+// beside the same condition with it).
 type Condition struct {
-	Cache    string `json:"cache"`
-	Prefetch string `json:"prefetch"`
+	Cache      string `json:"cache"`
+	Prefetch   string `json:"prefetch"`
+	Unverified bool   `json:"unverified,omitempty"`
 }
 
-func (c Condition) String() string { return c.Cache + "-cache/prefetch-" + c.Prefetch }
+func (c Condition) String() string {
+	s := c.Cache + "-cache/prefetch-" + c.Prefetch
+	if c.Unverified {
+		s += bench.UnverifiedSuffix
+	}
+	return s
+}
 
 // Conditions in report order.
 var Conditions = []Condition{
-	{CacheCold, PrefetchOff}, {CacheCold, PrefetchOn}, {CacheWarm, PrefetchOff}, {CacheWarm, PrefetchOn},
+	{Cache: CacheCold, Prefetch: PrefetchOff}, {Cache: CacheCold, Prefetch: PrefetchOn},
+	{Cache: CacheWarm, Prefetch: PrefetchOff}, {Cache: CacheWarm, Prefetch: PrefetchOn},
 }
 
 // Trial is one timed restore.
@@ -335,7 +351,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			if err != nil {
 				return nil, fmt.Errorf("s3 bench: block %d %s: %w", b, c, err)
 			}
-			fmt.Fprintf(o.Progress, "block %d %-26s ready %8.1f ms  %4d GETs %7.1f MiB to ready, %4d GETs %7.1f MiB in all  hash ok %v\n",
+			fmt.Fprintf(o.Progress, "block %d %-35s ready %8.1f ms  %4d GETs %7.1f MiB to ready, %4d GETs %7.1f MiB in all  hash ok %v\n",
 				b, c, t.ReadyMs, t.GetsToReady, mib(t.BytesToReady), t.Gets, mib(t.Bytes), t.HashOK)
 			rep.Trials = append(rep.Trials, t)
 		}
@@ -480,7 +496,7 @@ func (h *harness) trial(ctx context.Context, block int, c Condition) (Trial, err
 			return Trial{}, fmt.Errorf("fill the node cache: %w", err)
 		}
 	}
-	opts := restore.Options{Device: config.DeviceFile, Prefetch: restore.ModeOff}
+	opts := restore.Options{Device: config.DeviceFile, Prefetch: restore.ModeOff, Unverified: c.Unverified}
 	if c.Prefetch == PrefetchOn {
 		opts.Prefetch = restore.ModeOn
 		if opts.Policy, err = restore.LookupPolicy(h.o.Policy); err != nil {
