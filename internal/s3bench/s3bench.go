@@ -29,6 +29,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"sync"
@@ -104,6 +105,9 @@ type Options struct {
 	// prefetch-off trial takes most of a block's time.
 	Conditions []Condition
 	Progress   io.Writer `json:"-"`
+	// CPUProfile, when set, takes a CPU profile of this process (the
+	// node) over the trials.
+	CPUProfile io.Writer `json:"-"`
 }
 
 func (o *Options) fill() error {
@@ -339,6 +343,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{Options: o, Storage: h.storage}
+	if o.CPUProfile != nil {
+		// After the publish: the profile is the trials'.
+		if err := pprof.StartCPUProfile(o.CPUProfile); err != nil {
+			return nil, fmt.Errorf("s3 bench: CPU profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
 	for b := range o.Blocks {
 		order := append([]Condition(nil), o.Conditions...)
