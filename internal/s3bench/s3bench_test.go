@@ -66,12 +66,19 @@ func TestSmallRun(t *testing.T) {
 		// A cold node fetches the startup pack and nothing else before
 		// ready: the guest touches only startup pages, and a fault reads
 		// no neighbour outside the set around them (one-page readaround).
+		// Every process of a cold trial ran until ready: the node and the
+		// VMM restoring, MinIO serving and the link process forwarding.
+		if a := tr.CPU; tr.Condition.Cache == CacheCold && (a.Node <= 0 || a.VMM <= 0 || a.Store <= 0 || a.Link <= 0) {
+			t.Errorf("%s: CPU account %+v: a process ran for nothing", tr.Condition, a)
+		}
 		if tr.Condition == (Condition{Cache: CacheCold, Prefetch: PrefetchOn}) && tr.BytesToReady > uint64(rep.StartupSetStoredBytes) {
 			t.Errorf("%s: %d bytes fetched before ready, more than the %d-byte startup pack", tr.Condition, tr.BytesToReady, rep.StartupSetStoredBytes)
 		}
 	}
-	if !strings.Contains(out.String(), "phases (mean ms)") {
-		t.Error("no phases table")
+	for _, table := range []string{"phases (mean ms)", "CPU to ready (mean ms)"} {
+		if !strings.Contains(out.String(), table) {
+			t.Errorf("no %q table", table)
+		}
 	}
 }
 
