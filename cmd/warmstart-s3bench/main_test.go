@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"warmstart/internal/miniotest"
-	"warmstart/internal/s3bench"
+	"warmstart/internal/lab/miniotest"
+	"warmstart/internal/lab/s3bench"
 )
 
 func TestMain(m *testing.M) {
