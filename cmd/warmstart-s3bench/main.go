@@ -53,7 +53,7 @@ const (
 
 // roles are the parts this executable plays besides the command itself
 // (reexec.Env).
-var roles = reexec.Roles{replay.RoleReplayVMM: replay.ChildMain}
+var roles = reexec.Roles{replay.RoleReplayVMM: replay.ChildMain, s3bench.RoleLink: s3bench.LinkMain}
 
 func main() {
 	// Restores re-execute this binary as the replay VMM.
@@ -63,8 +63,9 @@ func main() {
 
 // config is what the flags ask for.
 type config struct {
-	opts     s3bench.Options
-	jsonPath string
+	opts       s3bench.Options
+	jsonPath   string
+	cpuProfile string
 }
 
 // run runs the command with args and returns its exit status.
@@ -112,7 +113,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Int64Var(&mbit, "s3-bandwidth-mbit", s3bench.DefaultBandwidthBits/1_000_000, "bandwidth of each object-store connection")
 	fs.Int64Var(&link, "s3-link-mbit", s3bench.DefaultLinkBits/1_000_000, "bandwidth of the node's link: all object-store connections together")
 	fs.StringVar(&c.jsonPath, "json", "", "write all raw trials and the summary to this file")
-	fs.StringVar(&conds, "conditions", "", "comma-separated conditions each block runs (cold-off,cold-on,warm-off,warm-on; default all)")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the node process over the trials to this file (go tool pprof)")
+	fs.StringVar(&conds, "conditions", "", "comma-separated conditions each block runs (cold-off,cold-on,warm-off,warm-on, each optionally +noverify: without the digest check; default the four)")
 	fs.IntVar(&c.opts.Warm.Concurrency, "warm-runs", 0, "cache prefetch GETs in flight (default: the repository's)")
 	fs.Int64Var(&runKiB, "warm-run-kib", 0, "cache prefetch bytes per GET, KiB (default: the repository's)")
 	fs.Int64Var(&c.opts.ReadaroundKiB, "readaround-kib", 0, "file device readaround of restores without prefetch, KiB ([memory] readaround_kib; default: the backend's)")
@@ -181,6 +183,14 @@ func bench(ctx context.Context, c config, out io.Writer) (err error) {
 	defer func() { err = errors.Join(err, node.RemoveWorkDir(work)) }()
 	o := c.opts
 	o.WorkDir = work
+	if c.cpuProfile != "" {
+		f, err := os.Create(c.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer func() { err = errors.Join(err, f.Close()) }()
+		o.CPUProfile = f
+	}
 	rep, err := s3bench.Run(ctx, o)
 	if err != nil {
 		return err

@@ -12,13 +12,12 @@ import (
 
 	"warmstart/internal/lab/miniotest"
 	"warmstart/internal/lab/s3bench"
-	"warmstart/internal/reexec"
-	"warmstart/internal/vmm/replay"
 )
 
 func TestMain(m *testing.M) {
-	// The benchmark's restores re-execute this test binary as the replay VMM.
-	reexec.Roles{replay.RoleReplayVMM: replay.ChildMain}.Dispatch()
+	// The benchmark re-executes this test binary as the replay VMM and
+	// as the link process: the roles of the command itself.
+	roles.Dispatch()
 	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	os.Exit(m.Run())
 }

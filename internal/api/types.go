@@ -124,6 +124,13 @@ type RestoreInfo struct {
 	Timings     restore.Timings        `json:"timings"`
 	Prefetch    restore.PrefetchReport `json:"prefetch"`
 	DeviceBytes memdev.Counters        `json:"device_bytes"`
+	// Cost is what the restore cost the host until ready: CPU, faults and
+	// storage reads of the node and VMM processes, bytes read and copied.
+	Cost restore.Cost `json:"cost"`
+	// Passthrough, when true, says the kernel served the guest's memory
+	// from the local lower file (FUSE passthrough, [memory] passthrough):
+	// no block was checked before the guest saw it.
+	Passthrough bool `json:"passthrough,omitempty"`
 	// StartupSet accounts for the startup set at ready.
 	StartupSet startupset.Report `json:"startup_set"`
 	// Ready is what the VMM driver reported at ready (the replay VMM's

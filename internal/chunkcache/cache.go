@@ -23,7 +23,8 @@
 //     block fetched again; it is never served.
 //
 // Blocks are served from memory as soon as their fetch completes; writing
-// them to disk happens in the background, so no reader waits for an fsync.
+// them to disk happens in the background, so no reader waits for an fsync,
+// and waits while a warming runs (hold.go).
 // Lost renames after a crash only cost a refetch, so the directory is not
 // synced per block.
 //
@@ -195,6 +196,7 @@ type Cache struct {
 
 	persistQ  chan *entry
 	persistWG sync.WaitGroup
+	holds     writeHolds // hold.go
 	// lock is held from Open to Close (lock.go).
 	lock *dirLock
 
@@ -280,6 +282,7 @@ func Open(o Options) (*Cache, error) {
 		failures:     make(map[blockKey]failure),
 		persistQ:     make(chan *entry, persistQueueBlocks),
 	}
+	c.holds.pressure = make(chan struct{}, 1)
 	// Guest memory: no one else may list or read it (0700; a directory
 	// that already exists keeps its mode).
 	if err := os.MkdirAll(c.chunksDir(), 0o700); err != nil {
@@ -317,6 +320,7 @@ func (c *Cache) Close() error {
 	c.closed = true
 	c.mu.Unlock()
 	c.ops.Wait()
+	c.releaseAllWrites()
 	close(c.persistQ)
 	c.persistWG.Wait()
 	if err := c.lock.release(); err != nil {

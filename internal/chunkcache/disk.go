@@ -191,6 +191,7 @@ func (c *Cache) discard(path, why string) {
 // persistLoop writes blocks handed over by insert until Close.
 func (c *Cache) persistLoop() {
 	for e := range c.persistQ {
+		c.awaitWriteTurn()
 		c.mu.Lock()
 		live := c.entries[e.key] == e
 		c.mu.Unlock()

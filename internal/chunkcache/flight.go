@@ -37,14 +37,34 @@ func newFlight(job *fetchJob) *flight {
 	return &flight{job: job, done: make(chan struct{}), more: make(chan struct{})}
 }
 
+// UnitReader is a fetch body that yields its bytes in units it checks
+// whole (a startup pack's frames): a Read of a whole unit, at a unit's
+// start, takes the unit straight into the reader's buffer with no copy in
+// between. A flight then receives its block in the body's units rather
+// than in progressBytes steps.
+type UnitReader interface {
+	io.Reader
+	// UnitBytes is the length of the body's units.
+	UnitBytes() int
+}
+
+// stepOf is the step in which a flight receives from body.
+func stepOf(body io.Reader) int {
+	if u, ok := body.(UnitReader); ok && u.UnitBytes() > 0 {
+		return u.UnitBytes()
+	}
+	return progressBytes
+}
+
 // receive reads the block from body into buf in steps, letting waiting
 // readers at each step's bytes as it completes.
 func (f *flight) receive(body io.Reader, buf []byte) error {
 	f.mu.Lock()
 	f.buf = buf
 	f.mu.Unlock()
+	step := stepOf(body)
 	for got := 0; got < len(buf); {
-		n, err := io.ReadFull(body, buf[got:min(got+progressBytes, len(buf))])
+		n, err := io.ReadFull(body, buf[got:min(got+step, len(buf))])
 		got += n
 		if err != nil {
 			return err

@@ -392,6 +392,7 @@ func (c *Cache) complete(key blockKey, f *flight, data []byte) {
 		// Blocks while the writers are behind: that bounds the blocks held
 		// in memory. Close waits for every fetch before closing the queue.
 		c.persistQ <- e
+		c.noteQueued()
 	}
 }
 

@@ -26,6 +26,10 @@ type WarmOptions struct {
 	// Ramp staggers the first runs (see Ramp): for a plan read front to
 	// back over a link that every run shares.
 	Ramp bool
+	// HoldWrites keeps the cache's disk writes held (hold.go) after the
+	// warming has ended, until ReleaseWrites or Stop: for a restore's
+	// startup set, whose restore is still starting when the set is in.
+	HoldWrites bool
 }
 
 // Warming is the executor of one prefetch plan: it fetches the plan's runs
@@ -41,6 +45,8 @@ type Warming struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	next   atomic.Int64
+	// release ends the warming's hold on the cache's disk writes.
+	release func()
 
 	gets, fetchedBlocks, skippedBlocks atomic.Int64
 	// firstBlockNanos and endedNanos are Unix times (0 until then): when
@@ -86,12 +92,15 @@ func (c *Cache) Warm(obj Object, ranges []Range, o WarmOptions) (*Warming, error
 		return nil, fmt.Errorf("warm %s: %w", obj.ID, err)
 	}
 	c.pin(obj.ID)
-	w := &Warming{c: c, obj: obj, runs: runs, done: make(chan struct{})}
+	w := &Warming{c: c, obj: obj, runs: runs, done: make(chan struct{}), release: c.holdWrites()}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	workers := min(o.Concurrency, len(runs))
 	go func() {
 		defer c.ops.Done()
 		defer c.unpin(obj.ID)
+		if !o.HoldWrites {
+			defer w.release()
+		}
 		defer close(w.done)
 		defer func() { w.endedNanos.Store(time.Now().UnixNano()) }()
 		defer w.cancel()
@@ -112,13 +121,19 @@ func (w *Warming) Runs() []Run { return w.runs }
 func (w *Warming) Done() <-chan struct{} { return w.done }
 
 // Stop cancels the runs not yet fetched and the GETs in progress that no
-// demand read waits on, and waits for the warming to end; a GET a demand
+// demand read waits on, waits for the warming to end and releases its
+// hold on the disk writes; a GET a demand
 // read waits on goes on for that read. Readers that were waiting on a
 // cancelled run fetch the block themselves. Safe to call more than once.
 func (w *Warming) Stop() {
 	w.cancel()
 	<-w.done
+	w.release()
 }
+
+// ReleaseWrites ends the warming's hold on the cache's disk writes
+// (WarmOptions.HoldWrites); Stop ends it too.
+func (w *Warming) ReleaseWrites() { w.release() }
 
 // Arrival says when the warming's first fetched block arrived and when the
 // warming ended; each is zero until it happened.

@@ -58,7 +58,13 @@ func codecs() (*zstd.Encoder, *zstd.Decoder) {
 		// EncodeAll and DecodeAll are safe for concurrent use; one of each
 		// per process keeps their window buffers shared.
 		encoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(Level), zstd.WithEncoderConcurrency(2))
-		decoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(2), zstd.WithDecoderMaxMemory(256<<20))
+		// Lowmem off: the decoders keep their buffers between frames
+		// instead of allocating them per frame (a cold node decodes
+		// hundreds of frames before ready). The cap limit makes DecodeAll
+		// refuse a frame that decodes to more than its destination holds
+		// rather than allocate for it: every caller knows the length.
+		decoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(2), zstd.WithDecoderMaxMemory(256<<20),
+			zstd.WithDecoderLowmem(false), zstd.WithDecodeAllCapLimit(true))
 	})
 	return encoder, decoder
 }
@@ -72,18 +78,31 @@ func Compress(data []byte) []byte {
 // Decompress decodes stored, which must hold exactly want bytes whose
 // SHA-256 is digest; anything else is ErrCorrupt.
 func Decompress(stored []byte, want int, digest Digest) ([]byte, error) {
-	_, dec := codecs()
-	out, err := dec.DecodeAll(stored, make([]byte, 0, want))
-	if err != nil {
-		return nil, fmt.Errorf("%w %s: %v", ErrCorrupt, digest, err)
-	}
-	if len(out) != want {
-		return nil, fmt.Errorf("%w %s: %d bytes decoded, want %d", ErrCorrupt, digest, len(out), want)
-	}
-	if Sum(out) != digest {
-		return nil, fmt.Errorf("%w %s: the decoded bytes have another digest", ErrCorrupt, digest)
+	out := make([]byte, want)
+	if err := DecompressInto(out, stored, digest); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// DecompressInto decodes stored into dst, which it must fill exactly with
+// bytes whose SHA-256 is digest; anything else is ErrCorrupt. On error
+// dst holds undefined bytes, which the caller must not use: the decoder
+// writes into dst before the digest can be checked, which saves a copy of
+// every byte a cold node streams.
+func DecompressInto(dst, stored []byte, digest Digest) error {
+	_, dec := codecs()
+	out, err := dec.DecodeAll(stored, dst[:0:len(dst)])
+	if err != nil {
+		return fmt.Errorf("%w %s: %v", ErrCorrupt, digest, err)
+	}
+	if len(out) != len(dst) {
+		return fmt.Errorf("%w %s: %d bytes decoded, want %d", ErrCorrupt, digest, len(out), len(dst))
+	}
+	if Sum(dst) != digest {
+		return fmt.Errorf("%w %s: the decoded bytes have another digest", ErrCorrupt, digest)
+	}
+	return nil
 }
 
 // IsZero reports whether every byte of data is zero. Such chunks are not

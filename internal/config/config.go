@@ -211,6 +211,16 @@ type MemoryConfig struct {
 	// PrefetchReadaroundKiB is the window for restores that prefetch a
 	// startup manifest (PrefetchReadaroundBytes).
 	PrefetchReadaroundKiB int64 `toml:"prefetch_readaround_kib"`
+	// Passthrough has the file device open a local (POSIX) snapshot's
+	// memory file in FUSE passthrough mode: the kernel serves the VMM's
+	// mapping from the memory file's own page cache, with no copy and no
+	// round trip through warmstart, and prefetch becomes readahead of that
+	// file. No block is then checked against the digest table before the
+	// guest sees it, and the device sees none of the guest's faults (no
+	// missed pages counted, nothing learned): for a store the node trusts
+	// as it trusts its own disk. Off by default; refused with
+	// [trust] trusted_keys, which need every block checked.
+	Passthrough bool `toml:"passthrough"`
 }
 
 // Readaround bounds and defaults of [memory] readaround_kib.

@@ -186,6 +186,7 @@ func TestValidateErrors(t *testing.T) {
 		{"[memory]\nreadaround_kib = 6", "memory.readaround_kib", "6 is not a whole number of 4 KiB pages"},
 		{"[memory]\nprefetch_readaround_kib = 0", "memory.prefetch_readaround_kib", "0 out of range 4..1024"},
 		{"[memory]\nprefetch_readaround_kib = 10", "memory.prefetch_readaround_kib", "10 is not a whole number of 4 KiB pages"},
+		{"[memory]\npassthrough = true\n[trust]\ntrusted_keys = [\"/etc/warmstart/k.pem\"]", "memory.passthrough", "trust.trusted_keys needs every block checked"},
 		{"[prefetch]\npolicy = \"greedy\"", "prefetch.policy", `"greedy" is not one of "warmstart", "seed", "reap", "e2b"`},
 		{"[prefetch]\nmax_readers = 0", "prefetch.max_readers", "0 out of range 1..64"},
 		{"[prefetch]\nmax_readers = 65", "prefetch.max_readers", "65 out of range 1..64"},

@@ -228,6 +228,12 @@ func (c *Config) logAndTrustChecks() []func() error {
 			return absolutePath("trust.signing_key", c.Trust.SigningKey)
 		},
 		func() error { return absolutePaths("trust.trusted_keys", c.Trust.TrustedKeys) },
+		func() error {
+			if c.Memory.Passthrough && len(c.Trust.TrustedKeys) > 0 {
+				return invalid("memory.passthrough", "serves memory unchecked; trust.trusted_keys needs every block checked")
+			}
+			return nil
+		},
 	}
 }
 

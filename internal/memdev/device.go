@@ -76,6 +76,17 @@ type Device interface {
 	Release(ctx context.Context) (last bool, err error)
 }
 
+// Passthrougher is a device that can have the kernel serve the guest's
+// reads of a local lower file itself (FUSE passthrough): no block is
+// checked before the guest sees it, and the device sees none of the
+// guest's faults.
+type Passthrougher interface {
+	// Passthrough reports whether the device's file is opened in
+	// passthrough mode, as far as the device can tell: on, and no read
+	// request reached it that passthrough would have kept from it.
+	Passthrough() bool
+}
+
 // Connecter is a device the VMM connects to once it runs (uffd). A device
 // without it serves before the VMM runs: prefetch may start first.
 type Connecter interface {

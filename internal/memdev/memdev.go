@@ -129,3 +129,11 @@ type Observer interface {
 // stopped answering, which the kernel will not interrupt. Past it, the
 // device closes anyway and says so, and the read ends by itself.
 const StuckReadWait = 10 * time.Second
+
+// CopiesPerByteRead is how many times a device copies each byte it counts
+// in Counters.BytesRead: once from the lower into its read buffer, once
+// from there into the page cache (a FUSE reply or fill) or into the
+// guest's memory (UFFDIO_COPY). A byte the kernel reads for the guest
+// without the device (readahead it started, FUSE passthrough) is neither
+// read nor copied by the device.
+const CopiesPerByteRead = 2

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"warmstart/internal/integrity"
@@ -85,6 +86,18 @@ func (m *Memory) Advise(off, length int64) error {
 		return a.Advise(off, length)
 	}
 	return nil
+}
+
+// LocalFile is the open local file the memory reads, when it is one (a
+// File source): what FUSE passthrough hands the kernel to read instead
+// of the device, unchecked. The descriptor stays the Memory's: it is
+// valid until Close.
+func (m *Memory) LocalFile() (*os.File, bool) {
+	l, ok := m.raw.(*fileLower)
+	if !ok {
+		return nil, false
+	}
+	return l.File, true
 }
 
 // Advisable reports whether Advise reaches storage.

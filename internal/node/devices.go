@@ -61,6 +61,10 @@ func mountPrefetching(dir string, serving *fusedev.Server, opts fusedev.Options,
 		return nil, nil
 	}
 	opts.ReadAheadBytes = window
+	// A guest that misses its manifest gets the serving mount's window
+	// around the miss, filled after the one-page read is answered: it
+	// pays no more for a page outside the manifest than with prefetch off.
+	opts.MissFillBytes = serving.ReadAheadBytes()
 	srv, err := fusedev.Mount(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("prefetching mount: %w", err)

@@ -162,6 +162,7 @@ func (n *Node) restorerOptions(o Options, log *slog.Logger) RestorerOptions {
 	if serving.ReadAheadBytes == 0 {
 		serving.ReadAheadBytes = cfg.Memory.ReadaroundBytes(cfg.Snapshot.RepositoryBackend)
 	}
+	serving.Passthrough = serving.Passthrough || cfg.Memory.Passthrough
 	return RestorerOptions{
 		VMM:                    n.VMM,
 		RuntimeDir:             o.RuntimeDir,

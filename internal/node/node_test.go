@@ -147,6 +147,36 @@ func mountsUnder(t *testing.T, dir string) []string {
 func TestS3NodeServesPrefetchingRestoresFromOneMount(t *testing.T) {
 	cfg := config.Default()
 	cfg.Snapshot.RepositoryBackend = config.BackendS3
+	n := openTestNode(t, cfg)
+	if n.PrefetchFUSE != nil || fileOpener(t, n.Restorer).Prefetching != nil {
+		t.Error("a second mount for restores that prefetch, with the same window as the serving one")
+	}
+	if got := n.FUSE.ReadAheadBytes(); got != config.RemoteReadaroundKiB<<10 {
+		t.Errorf("S3 node's readaround window %d bytes, want one page", got)
+	}
+}
+
+// On a POSIX node the prefetching mount has a one-page window and fills
+// the serving mount's window around a guest's miss, so a page outside the
+// manifest costs no more than with prefetch off.
+func TestPrefetchingMountFillsTheServingWindowAroundMisses(t *testing.T) {
+	cfg := config.Default()
+	n := openTestNode(t, cfg)
+	if n.PrefetchFUSE == nil {
+		t.Fatal("no prefetching mount on a POSIX node")
+	}
+	if got, want := n.PrefetchFUSE.MissFillBytes(), n.FUSE.ReadAheadBytes(); got != want || got <= n.PrefetchFUSE.ReadAheadBytes() {
+		t.Errorf("prefetching mount fills %d bytes around a miss, want the serving window %d", got, want)
+	}
+	if n.FUSE.MissFillBytes() != 0 {
+		t.Errorf("the serving mount fills %d bytes around a miss, its own window does", n.FUSE.MissFillBytes())
+	}
+}
+
+// openTestNode opens a node of cfg on an empty POSIX repository, closed
+// at the test's end.
+func openTestNode(t *testing.T, cfg *config.Config) *node.Node {
+	t.Helper()
 	repo, err := posixfs.Open(t.TempDir(), posixfs.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -156,13 +186,8 @@ func TestS3NodeServesPrefetchingRestoresFromOneMount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer n.Close()
-	if n.PrefetchFUSE != nil || fileOpener(t, n.Restorer).Prefetching != nil {
-		t.Error("a second mount for restores that prefetch, with the same window as the serving one")
-	}
-	if got := n.FUSE.ReadAheadBytes(); got != config.RemoteReadaroundKiB<<10 {
-		t.Errorf("S3 node's readaround window %d bytes, want one page", got)
-	}
+	t.Cleanup(func() { n.Close() })
+	return n
 }
 
 // fileOpener is r's file device opener, holding its mounts.

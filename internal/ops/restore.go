@@ -72,6 +72,6 @@ func Describe(inst *restore.Instance, snapshot string, opts restore.Options, sta
 	return api.RestoreInfo{
 		ID: inst.ID, Snapshot: snapshot, Device: opts.Device, IOEngine: opts.IOEngine, Policy: opts.Policy.Name,
 		Generation: inst.Generation, StartedAt: started, Timings: inst.Timings, Prefetch: inst.Prefetch,
-		DeviceBytes: inst.DeviceBytes, Ready: inst.Ready.Detail, State: inst.State(), StartupSet: inst.StartupSet,
+		DeviceBytes: inst.DeviceBytes, Cost: inst.Cost, Passthrough: inst.Passthrough, Ready: inst.Ready.Detail, State: inst.State(), StartupSet: inst.StartupSet,
 	}
 }

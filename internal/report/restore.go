@@ -45,7 +45,22 @@ func Restore(out io.Writer, in api.RestoreInfo) {
 		fmt.Fprintf(out, "\n  startup pack        skipped, startup set read from the chunks (%s)", in.Prefetch.StartupPackSkipped)
 	}
 	fmt.Fprintf(out, "\n  device read         %.1f MiB in %d requests\n", float64(in.DeviceBytes.BytesRead)/(1<<20), in.DeviceBytes.ReadRequests)
+	if in.Passthrough {
+		fmt.Fprintf(out, "  memory              FUSE passthrough: the kernel served the lower file, no block checked before the guest saw it\n")
+	}
+	fmt.Fprintf(out, "  %s\n", costLine(in.Cost))
 	fmt.Fprintf(out, "  %s\n", startupset.Line(in.StartupSet))
+}
+
+// costLine is the restore's CPU and I/O until ready in one line.
+func costLine(c restore.Cost) string {
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	s := fmt.Sprintf("cost until ready    node CPU %.1f ms (user %.1f, system %.1f)", ms(c.Node.CPU()), ms(c.Node.User), ms(c.Node.System))
+	if c.VMM != nil {
+		s += fmt.Sprintf(", VMM CPU %.1f ms, VMM major faults %d", ms(c.VMM.CPU()), c.VMM.MajorFaults)
+	}
+	return s + fmt.Sprintf(", %.1f MiB read from storage, %.1f MiB copied",
+		float64(c.Node.StorageReadBytes)/(1<<20), float64(c.CopiedBytes)/(1<<20))
 }
 
 // gapsTaken notes what the plan read beyond the manifest, "" when

@@ -67,7 +67,7 @@ func (s *sequence) account(m *manifest.Manifest) {
 	}
 	inst.StartupSet = startupset.Account(in)
 	inst.Events = in.Events
-	if g.sub != nil {
+	if g.sub != nil && !inst.Passthrough {
 		obs := refine.FromEvents(m.Ranges, in.Events, in.Ready, s.touched())
 		inst.Observation = &obs
 	}

@@ -17,6 +17,15 @@ type Instance struct {
 	Prefetch PrefetchReport
 	// DeviceBytes are the device counters from acquisition to ready.
 	DeviceBytes memdev.Counters
+	// Cost is what the restore cost the host until ready (cost.go).
+	Cost Cost
+	// Passthrough says the kernel served the guest's memory from the
+	// local lower file itself (memdev.Passthrougher): no block was checked
+	// against the digest table before the guest saw it, and the device
+	// saw none of its faults, so the startup-set accounting knows only
+	// what was prefetched and the restore leaves nothing to learn from
+	// (Observation is nil).
+	Passthrough bool
 	Ready       vmm.ReadyInfo
 	// Trace holds the first touches until ready when Options.Trace was set.
 	Trace []memdev.Touch

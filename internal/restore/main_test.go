@@ -647,6 +647,7 @@ func (e *env) checkEndToEndRestore(t *testing.T, device string, src restore.Sour
 	inst := e.restore(t, e.restorer, src, restore.Options{Device: device, Prefetch: mode})
 	t.Logf("%s prefetch %s: ready %v, prefetch %+v, device %+v", device, mode, inst.Timings.Ready, inst.Prefetch, inst.DeviceBytes)
 	checkHash(t, inst, e.ref.expected)
+	checkCost(t, inst)
 	tm := inst.Timings
 	if !(0 < tm.DeviceAcquired && tm.DeviceAcquired <= tm.ManifestValidated && tm.ManifestValidated <= tm.VMStarted && tm.VMStarted <= tm.Ready) {
 		t.Errorf("phases out of order: %+v", tm)
@@ -666,6 +667,22 @@ func (e *env) checkEndToEndRestore(t *testing.T, device string, src restore.Sour
 	checkGone(t, vm)
 	if device == config.DeviceFile {
 		e.checkGenerationReleased(t, src, inst.Generation)
+	}
+}
+
+// checkCost: a restore accounts for the CPU of both processes until
+// ready, and for what its device read and copied.
+func checkCost(t *testing.T, inst *restore.Instance) {
+	t.Helper()
+	c := inst.Cost
+	if c.Node.CPU() <= 0 {
+		t.Errorf("node CPU until ready %v, want > 0", c.Node.CPU())
+	}
+	if c.VMM == nil || c.VMM.CPU() <= 0 || c.VMM.MinorFaults+c.VMM.MajorFaults == 0 {
+		t.Errorf("VMM cost until ready %+v, want CPU and page faults of the replay VMM", c.VMM)
+	}
+	if c.LowerBytesRead != inst.DeviceBytes.BytesRead || c.LowerBytesRead == 0 || c.CopiedBytes != 2*c.LowerBytesRead {
+		t.Errorf("cost %+v with device counters %+v: want the bytes read, copied twice", c, inst.DeviceBytes)
 	}
 }
 

@@ -114,6 +114,7 @@ func (p Policy) Plan(m *manifest.Manifest, gaps bool) []prefetch.Range {
 	}
 	if gaps && p.GapBytes > 0 {
 		absorbGaps(rs, p.GapBytes, m.Layout)
+		rs = mergeNearRanks(rs, mergeRanks, int64(p.BufferBytes))
 	}
 	if p.Sorted {
 		// The engine merges ranges that are exactly contiguous, so sorting
@@ -126,6 +127,45 @@ func (p Policy) Plan(m *manifest.Manifest, gaps bool) []prefetch.Range {
 // TaskOptions is the engine's view of the policy.
 func (p Policy) TaskOptions() prefetch.TaskOptions {
 	return prefetch.TaskOptions{Readers: p.Readers, BufferBytes: p.BufferBytes, Follow: p.Follow && !p.BeforeStart}
+}
+
+// mergeRanks is how far ahead in the plan mergeNearRanks looks for a
+// range that continues one in memory.
+const mergeRanks = 32
+
+// mergeNearRanks makes fewer, larger reads of a plan whose ranges touch
+// in memory (after absorbGaps) but not in plan order: a range that begins
+// where an earlier one ends, at most window ranks after it, is read with
+// it, up to maxBytes per read. Each read costs a system call or two and a
+// trip through the prefetch engine whatever its size; a range brought
+// forward by a few ranks is one the guest touches a moment later. Every
+// byte stays in the plan exactly once; the first range keeps its rank.
+func mergeNearRanks(rs []prefetch.Range, window int, maxBytes int64) []prefetch.Range {
+	if maxBytes <= 0 {
+		return rs
+	}
+	starts := make(map[int64]int, len(rs)) // offset -> rank of the range starting there
+	for i, r := range rs {
+		starts[r.Offset] = i
+	}
+	merged := make([]bool, len(rs))
+	out := rs[:0:0]
+	for i := range rs {
+		if merged[i] {
+			continue
+		}
+		r := rs[i]
+		for {
+			j, ok := starts[r.Offset+r.Length]
+			if !ok || j <= i || j > i+window || merged[j] || r.Length+rs[j].Length > maxBytes {
+				break
+			}
+			merged[j] = true
+			r.Length += rs[j].Length
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // absorbGaps extends each range over the gap to the next range in memory

@@ -7,6 +7,7 @@ import (
 	"warmstart/internal/layout"
 	"warmstart/internal/manifest"
 	"warmstart/internal/prefetch"
+	"warmstart/internal/repository"
 )
 
 func TestPolicies(t *testing.T) {
@@ -76,12 +77,12 @@ func TestWarmstartPlanTakesSmallGaps(t *testing.T) {
 		{Offset: 4*page + 2*gap, Length: page}, // gap to the last of one page
 		{Offset: 4*page + 2*gap + 2*page, Length: page},
 	}}
+	// Ranges that touch in memory once the gaps are taken, and follow
+	// each other closely in the plan, are read together.
 	want := []prefetch.Range{
 		{Offset: 100 * page, Length: page},
-		{Offset: 0, Length: page + gap},
-		{Offset: page + gap, Length: 2 * page},
-		{Offset: 4*page + 2*gap, Length: 2 * page},
-		{Offset: 4*page + 2*gap + 2*page, Length: page},
+		{Offset: 0, Length: page + gap + 2*page},
+		{Offset: 4*page + 2*gap, Length: 2*page + page},
 	}
 	if got := p.Plan(m, true); !slices.Equal(got, want) {
 		t.Errorf("local plan\n got %v\nwant %v", got, want)
@@ -115,7 +116,8 @@ func TestPlanTakesNoGapAcrossAHole(t *testing.T) {
 		regions []layout.Region
 		want    int64 // the first range's planned length
 	}{
-		{"one region", []layout.Region{{Offset: 0, Size: 2 * mib, PageSize: page}}, 3 * page},
+		// The gap taken, the two ranges touch and are read at once.
+		{"one region", []layout.Region{{Offset: 0, Size: 2 * mib, PageSize: page}}, 4 * page},
 		{"adjacent regions", []layout.Region{{Offset: 0, Size: mib, PageSize: page}, {Offset: mib, Size: mib, PageSize: page}}, page},
 		{"a hole between them", []layout.Region{{Offset: 0, Size: mib, PageSize: page}, {Offset: mib + 2*page, Size: mib, PageSize: page}}, page},
 	} {
@@ -124,8 +126,66 @@ func TestPlanTakesNoGapAcrossAHole(t *testing.T) {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		got := p.Plan(&manifest.Manifest{Layout: l, Ranges: ranges}, true)
-		if got[0].Length != tc.want || got[1] != (prefetch.Range{Offset: mib + 2*page, Length: page}) {
+		if got[0].Length != tc.want || (tc.want == page && got[1] != (prefetch.Range{Offset: mib + 2*page, Length: page})) {
 			t.Errorf("%s: plan %v, want the first range %d bytes long", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A plan's ranges that continue each other in memory are read together
+// when the later one comes at most mergeRanks after the earlier, up to a
+// reader's buffer; further apart in the plan, or too large, they stay
+// apart. No byte is read twice or left out.
+func TestPlanReadsRangesThatContinueEachOtherTogether(t *testing.T) {
+	const page = 4096
+	rs := []prefetch.Range{
+		{Offset: 10 * page, Length: page}, // continued by rank 2, then rank 3
+		{Offset: 50 * page, Length: page},
+		{Offset: 11 * page, Length: page},
+		{Offset: 12 * page, Length: 2 * page},
+		{Offset: 40 * page, Length: page}, // continued only far later
+	}
+	for i := 0; i < mergeRanks; i++ {
+		rs = append(rs, prefetch.Range{Offset: int64(100+2*i) * page, Length: page})
+	}
+	rs = append(rs, prefetch.Range{Offset: 41 * page, Length: page})
+	got := mergeNearRanks(slices.Clone(rs), mergeRanks, 1<<20)
+	if got[0] != (prefetch.Range{Offset: 10 * page, Length: 4 * page}) || got[1] != rs[1] || got[2] != rs[4] {
+		t.Fatalf("merged plan starts %v", got[:3])
+	}
+	if got[len(got)-1] != rs[len(rs)-1] || len(got) != len(rs)-2 {
+		t.Fatalf("a range %d ranks later was merged: %d reads of %d", mergeRanks+1, len(got), len(rs))
+	}
+	var want, have int64
+	for _, r := range rs {
+		want += r.Length
+	}
+	for _, r := range got {
+		have += r.Length
+	}
+	if have != want {
+		t.Fatalf("merged plan reads %d bytes, the ranges hold %d", have, want)
+	}
+	if small := mergeNearRanks(slices.Clone(rs), mergeRanks, 2*page); small[0].Length != 2*page {
+		t.Fatalf("a 2-page buffer read %v", small[0])
+	}
+}
+
+// The lab's StrongDigests checks against the SHA-256 table on a node that
+// trusts no key, which otherwise checks a POSIX store's memory against
+// the CRC-32C one; a snapshot without a SHA-256 table keeps its CRC-32C.
+func TestStrongDigestsChoosesTheSHA256Table(t *testing.T) {
+	src := Source{Digests: &repository.DigestsDescriptor{SHA256: "crc"}, DigestsPath: "/crc",
+		SHA256Digests: &repository.DigestsDescriptor{SHA256: "sha"}, SHA256DigestsPath: "/sha"}
+	r := &Restorer{}
+	if f := r.tableFor(src, false); f.path != "/crc" {
+		t.Errorf("default: table %s, want the CRC-32C one", f.path)
+	}
+	if f := r.tableFor(src, true); f.path != "/sha" || f.name != repository.SHA256DigestsFileName {
+		t.Errorf("strong: table %s (%s), want the SHA-256 one", f.path, f.name)
+	}
+	src.SHA256Digests, src.SHA256DigestsPath = nil, ""
+	if f := r.tableFor(src, true); f.path != "/crc" {
+		t.Errorf("strong without a SHA-256 table: %s, want the CRC-32C one", f.path)
 	}
 }

@@ -137,6 +137,11 @@ type Options struct {
 	// digest table: the lab's +noverify columns, which measure what
 	// verification costs. The request layer never sets it.
 	Unverified bool `json:"-"`
+	// StrongDigests checks memory against the SHA-256 table, as a node
+	// that trusts keys does, on a node that does not: the lab's +sha256
+	// columns, which measure what a trusting node's checks cost. The
+	// request layer never sets it.
+	StrongDigests bool `json:"-"`
 }
 
 // Restorer restores snapshots. One per process (the daemon) or per trial.

@@ -31,6 +31,8 @@ type sequence struct {
 	// the first damaged read of the memory the device told of (damage.go).
 	warm   repository.CacheWarm
 	damage *remoteDamage
+	// cost is the node's reading at t0 (cost.go).
+	cost costMeter
 }
 
 var restoreSeq atomic.Uint64
@@ -48,7 +50,7 @@ func (r *Restorer) newSequence(t0 time.Time, src Source, opts Options) (*sequenc
 		unfollow: g.observer.stopFollowing}
 	held.stall, _ = src.Memory.(StallReporter)
 	inst := &Instance{ID: id, held: held, exit: exit}
-	return &sequence{r: r, src: src, opts: opts, t0: t0, inst: inst, held: held, guest: g}, nil
+	return &sequence{r: r, src: src, opts: opts, t0: t0, inst: inst, held: held, guest: g, cost: startCost()}, nil
 }
 
 func shortID(id string) string {
@@ -105,9 +107,13 @@ func (s *sequence) run(ctx context.Context) error {
 // atReady records what the restore found by ready; base is the device's
 // counters when it was acquired.
 func (s *sequence) atReady(base memdev.Counters) {
+	s.inst.DeviceBytes = s.held.dev.Counters().Sub(base)
+	s.inst.Cost = s.cost.atReady(s.held.vm, s.inst.DeviceBytes)
+	if p, ok := s.held.dev.(memdev.Passthrougher); ok {
+		s.inst.Passthrough = p.Passthrough()
+	}
 	noteReady(s.src)
 	s.noteStreamArrival()
-	s.inst.DeviceBytes = s.held.dev.Counters().Sub(base)
 	s.guest.report(s.t0, &s.inst.Prefetch)
 	s.notePackSkipped()
 	if t, ok := s.held.dev.(memdev.Tracer); ok && s.opts.Trace {

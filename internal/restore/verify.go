@@ -72,7 +72,7 @@ func (r *Restorer) loadDigests(src Source, opts Options) (*integrity.Table, erro
 		r.integrityFailed(src.SnapshotID, ArtifactDigests, err)
 		return nil, fmt.Errorf("digest table: %w", err)
 	}
-	f := r.tableFor(src)
+	f := r.tableFor(src, opts.StrongDigests)
 	if f.desc == nil {
 		if src.VMStateSHA256 != "" {
 			r.warnUnverified(src.SnapshotID)
@@ -101,9 +101,10 @@ type digestsFile struct {
 // Elsewhere (a POSIX store on a node that trusts no key, where a writer of
 // the bytes can rewrite the table and the record too) the one of CRC-32C
 // digests, which catches every accident SHA-256 would, at a tenth of the
-// cost (package integrity).
-func (r *Restorer) tableFor(src Source) digestsFile {
-	if src.SHA256Digests != nil && (r.Trust.Enforcing() || cached(src)) {
+// cost (package integrity). strong asks for the SHA-256 table anyway
+// (Options.StrongDigests).
+func (r *Restorer) tableFor(src Source, strong bool) digestsFile {
+	if src.SHA256Digests != nil && (strong || r.Trust.Enforcing() || cached(src)) {
 		return digestsFile{repository.SHA256DigestsFileName, src.SHA256DigestsPath, src.SHA256Digests}
 	}
 	return digestsFile{repository.DigestsFileName, src.DigestsPath, src.Digests}

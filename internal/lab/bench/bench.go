@@ -89,6 +89,14 @@ type Options struct {
 	// (ReadaroundOf the operator's configuration); the zero value is the
 	// defaults'.
 	Readaround Readaround
+	// Concurrency is how many timed restores each trial starts at once on
+	// its node (1 when 0): the concurrent mode measures N cold restores of
+	// one snapshot against N hot ones, each trial's time the slowest's.
+	Concurrency int
+	// CPUProfileDir, when set, receives a CPU profile (pprof) of the node
+	// process during each formal trial's timed restore, from its start to
+	// ready: ProfileName says which file is which trial's.
+	CPUProfileDir string
 	// OnTrial, when set, is handed every trial's result as it ends, with
 	// the device events of its timed restore, which the report drops.
 	OnTrial func(TrialResult)
@@ -126,6 +134,9 @@ type ReportOptions struct {
 	Policies []string `json:"policies"`
 	Drift    float64  `json:"drift,omitempty"`
 	Learn    int      `json:"learn,omitempty"`
+	// Concurrency is the number of timed restores each trial ran at once
+	// (omitted: one).
+	Concurrency int `json:"concurrency,omitempty"`
 	// Readaround is the windows the trials mounted with.
 	Readaround Readaround `json:"readaround"`
 }
@@ -197,13 +208,30 @@ func (o *Options) Validate() error {
 	if err := CheckPolicies(o.Policies); err != nil {
 		return fmt.Errorf("bench: --policies: %w", err)
 	}
+	if err := o.validatePassthrough(); err != nil {
+		return err
+	}
 	if o.Source.Manifest == nil {
 		return fmt.Errorf("bench: snapshot %s has no startup manifest; record one first (warmstart snapshot record-manifest)", o.Source.SnapshotID)
 	}
 	if err := o.validateLearn(); err != nil {
 		return err
 	}
+	if err := o.validateConcurrency(); err != nil {
+		return err
+	}
 	return o.validateDrift()
+}
+
+// validatePassthrough refuses a +passthrough column on a device other
+// than the file device, which alone has it.
+func (o *Options) validatePassthrough() error {
+	for _, p := range o.Policies {
+		if passthroughColumn(p) && o.Device != config.DeviceFile {
+			return fmt.Errorf("bench: column %q: FUSE passthrough is the file device's; device %q", p, o.Device)
+		}
+	}
+	return nil
 }
 
 // validateDrift checks that a drifting run has a variant for every trial
@@ -279,6 +307,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		o.VMM = config.DriverReplay
 	}
 	o.Readaround = o.Readaround.withDefaults()
+	if o.CPUProfileDir != "" {
+		if err := os.MkdirAll(o.CPUProfileDir, 0o755); err != nil {
+			return nil, fmt.Errorf("bench: --cpuprofile: %w", err)
+		}
+	}
 	launch := trialLauncher{exe: o.Exe, workRoot: o.WorkDir, grace: trialStopGrace, kill: o.Kill}
 	if launch.exe == "" {
 		var err error
@@ -288,7 +321,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep := &Report{
 		Options: ReportOptions{Snapshot: o.Source.SnapshotID, VMM: o.VMM, Device: o.Device, IOEngine: o.IOEngine,
-			Blocks: o.Blocks, Seed: o.Seed, Policies: o.Policies, Drift: o.Drift, Learn: o.learnRestores(), Readaround: o.Readaround},
+			Blocks: o.Blocks, Seed: o.Seed, Policies: o.Policies, Drift: o.Drift, Learn: o.learnRestores(), Readaround: o.Readaround,
+			Concurrency: o.Concurrency},
 		Orders:  o.Orders(),
 		Started: time.Now(),
 	}
@@ -355,7 +389,28 @@ func (b *runner) spec(block int, reserve bool, c Condition) (TrialSpec, error) {
 	}
 	return TrialSpec{Block: block, Reserve: reserve, Condition: c, Device: o.Device, IOEngine: o.IOEngine,
 		Source: src, MemoryPath: memdev.FilePath(src.Memory), VMM: o.VMM, QEMU: o.QEMU, TracePath: path, Variant: variant, ExpectedSHA256: want,
-		ExpectedToken: o.ExpectedToken, ExpectedDigest: o.ExpectedDigest, Readaround: o.Readaround}, nil
+		ExpectedToken: o.ExpectedToken, ExpectedDigest: o.ExpectedDigest, Readaround: o.Readaround,
+		CPUProfile: o.profilePath(block, reserve, c), Concurrency: o.Concurrency}, nil
+}
+
+// profilePath is where the trial of c in block writes its CPU profile,
+// "" without --cpuprofile or for a pilot trial.
+func (o Options) profilePath(block int, reserve bool, c Condition) string {
+	if o.CPUProfileDir == "" || block < 0 {
+		return ""
+	}
+	return filepath.Join(o.CPUProfileDir, ProfileName(block, reserve, c))
+}
+
+// ProfileName names the CPU profile of the trial of c in block (counted
+// from 0): block-2-cold-warmstart.pprof; reserve blocks start "reserve-".
+func ProfileName(block int, reserve bool, c Condition) string {
+	kind := "block"
+	if reserve {
+		kind = "reserve"
+	}
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(c.Prefetch)
+	return fmt.Sprintf("%s-%d-%s-%s.pprof", kind, block+1, c.Cache, name)
 }
 
 // runOne runs one trial, says so on progress, notes leaks and hands the

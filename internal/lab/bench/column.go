@@ -13,12 +13,41 @@ import (
 // verification costs within one run.
 const UnverifiedSuffix = "+noverify"
 
+// PassthroughSuffix marks a column whose trials mount their file devices
+// with FUSE passthrough ("warmstart+passthrough"): the kernel serves the
+// guest from the lower file, no block is checked. It may stand before
+// UnverifiedSuffix.
+const PassthroughSuffix = "+passthrough"
+
+// StrongSuffix marks a column whose restores check memory against the
+// SHA-256 digest table, as a node with [trust] trusted_keys does
+// ("warmstart+sha256"); beside "warmstart+noverify" it measures what a
+// trusting node's checks cost. It stands before any other suffix.
+const StrongSuffix = "+sha256"
+
 // splitColumn returns a column's prefetch setting ("off" or a policy) and
 // whether its restores skip verification.
 func splitColumn(name string) (prefetch string, unverified bool) {
 	base, _ := cutLearned(name)
 	base, cut := strings.CutSuffix(base, UnverifiedSuffix)
+	base, _ = strings.CutSuffix(base, PassthroughSuffix)
+	base, _ = strings.CutSuffix(base, StrongSuffix)
 	return base, cut
+}
+
+// strongColumn reports whether a column's restores check SHA-256 digests.
+func strongColumn(name string) bool {
+	base, _ := cutLearned(name)
+	base, _ = strings.CutSuffix(base, UnverifiedSuffix)
+	base, _ = strings.CutSuffix(base, PassthroughSuffix)
+	return strings.HasSuffix(base, StrongSuffix)
+}
+
+// passthroughColumn reports whether a column's trials use FUSE passthrough.
+func passthroughColumn(name string) bool {
+	base, _ := cutLearned(name)
+	base, _ = strings.CutSuffix(base, UnverifiedSuffix)
+	return strings.HasSuffix(base, PassthroughSuffix)
 }
 
 // CheckColumn refuses a column name no trial could run.

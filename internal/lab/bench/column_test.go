@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"strings"
 	"testing"
 
 	"warmstart/internal/restore"
@@ -47,6 +48,36 @@ func TestVerificationPairsCompareEachUnverifiedColumnWithItsTwin(t *testing.T) {
 	for i := range want {
 		if compared[i] != want[i] {
 			t.Errorf("pair %d compares %v, want %v", i, compared[i], want[i])
+		}
+	}
+}
+
+func TestPassthroughColumnsMountWithPassthroughAndRunTheirPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		column      string
+		passthrough bool
+		unverified  bool
+	}{
+		{"warmstart", false, false},
+		{"warmstart+passthrough", true, false},
+		{"warmstart+passthrough+noverify", true, true},
+		{"off+passthrough+noverify", true, true},
+		{"warmstart+noverify", false, true},
+		{"warmstart+sha256", false, false},
+		{"warmstart+sha256+passthrough", true, false},
+	} {
+		if got := strongColumn(tc.column); got != strings.Contains(tc.column, StrongSuffix) {
+			t.Errorf("%s: sha256 %v", tc.column, got)
+		}
+		if got := passthroughColumn(tc.column); got != tc.passthrough {
+			t.Errorf("%s: passthrough %v, want %v", tc.column, got, tc.passthrough)
+		}
+		if err := CheckColumn(tc.column); err != nil {
+			t.Errorf("%s: %v", tc.column, err)
+		}
+		mode, _, unverified, err := policyOf(tc.column)
+		if err != nil || unverified != tc.unverified || (mode == "off") != strings.HasPrefix(tc.column, "off") {
+			t.Errorf("%s: mode %s, unverified %v, %v", tc.column, mode, unverified, err)
 		}
 	}
 }

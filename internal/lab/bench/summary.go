@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"warmstart/internal/config"
+	"warmstart/internal/restore"
 	"warmstart/internal/startupset"
 )
 
@@ -20,6 +21,8 @@ type Cell struct {
 	Ratio float64 `json:"ratio_to_off,omitempty"`
 	// StartupSet is the mean of the admitted trials' startup-set outcomes.
 	StartupSet StartupSetMeans `json:"startup_set"`
+	// Cost is the mean of the admitted trials' CPU and I/O until ready.
+	Cost CostMeans `json:"cost"`
 }
 
 // StartupSetMeans are the means, over a condition's admitted trials, of
@@ -77,9 +80,10 @@ type Summary struct {
 func summarize(o Options, trials []TrialResult) Summary {
 	s := Summary{FasterEveryPair: map[string]bool{}, AllHashesOK: true}
 	byBlock, mib, sets := s.tally(o.Blocks, trials)
+	costs := costsOf(trials)
 	for _, c := range o.Conditions() {
 		cell := Cell{Condition: c, Sample: Summarize(byBlock.values(c)), DeviceMiB: Summarize(mib[c]).Mean,
-			StartupSet: meanStartupSet(sets[c])}
+			StartupSet: meanStartupSet(sets[c]), Cost: meanCost(costs[c])}
 		if off := Summarize(byBlock.values(Condition{c.Cache, PrefetchOff})); off.Mean > 0 && c.Cache != CacheHot {
 			cell.Ratio = cell.Sample.Mean / off.Mean
 		}
@@ -130,6 +134,17 @@ func (s *Summary) tally(blocks int, trials []TrialResult) (blockTimes, map[Condi
 	return byBlock, mib, sets
 }
 
+// costsOf are the admitted trials' costs by condition.
+func costsOf(trials []TrialResult) map[Condition][]restore.Cost {
+	m := map[Condition][]restore.Cost{}
+	for _, t := range trials {
+		if t.Admitted {
+			m[t.Spec.Condition] = append(m[t.Spec.Condition], t.Cost)
+		}
+	}
+	return m
+}
+
 // blockTimes are admitted times to ready (ms) by condition and block.
 type blockTimes struct {
 	blocks int
@@ -168,6 +183,9 @@ func (r *Report) WriteTable(w io.Writer) {
 	if o.Drift > 0 {
 		drift = fmt.Sprintf(", drift %.2f (every trial plays its own variant of the trace)", o.Drift)
 	}
+	if o.Concurrency > 1 {
+		drift += fmt.Sprintf(", %d concurrent restores per trial (time: the slowest)", o.Concurrency)
+	}
 	fmt.Fprintf(w, "snapshot %s, vmm %s, device %s, io_engine %d, %d blocks, seed %d%s, %d admitted trials, %s\n",
 		o.Snapshot, o.VMM, o.Device, o.IOEngine, o.Blocks, o.Seed, drift, r.Summary.Admitted, r.Elapsed.Round(time.Second))
 	r.writeSection(w, "time to ready, mean / median (ms)", func(c *Cell) string {
@@ -182,6 +200,8 @@ func (r *Report) WriteTable(w io.Writer) {
 	r.writeSection(w, "device bytes read, acquisition to ready (MiB, mean)", func(c *Cell) string {
 		return fmt.Sprintf("%.1f", c.DeviceMiB)
 	})
+	r.writeSection(w, "CPU until ready: node (user+system) / VMM (ms, mean)", cpuCell)
+	r.writeSection(w, "I/O until ready: node storage reads / bytes copied (MiB) / VMM major faults (mean)", ioCell)
 	r.writeSection(w, "startup-set pages in time / late / unused by ready (mean)", func(c *Cell) string {
 		m := c.StartupSet
 		return fmt.Sprintf("%.0f / %.0f / %.0f", m.InTimePages, m.LatePages, m.UnusedPages)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"warmstart/internal/config"
+	"warmstart/internal/procstat"
+	"warmstart/internal/restore"
 )
 
 var (
@@ -302,5 +304,29 @@ func TestNoPairPrintsNeitherMeanNorInterval(t *testing.T) {
 	writePairs(&out, []Pair{{"seed", "file-warm: prefetch on minus off", PairedInterval(nil)}})
 	if got := fieldsOfLine(out.String(), "file-warm"); got != "seed file-warm: prefetch on minus off - n=0, no interval" {
 		t.Errorf("printed %q", got)
+	}
+}
+
+func TestCellCostIsTheMeanOfItsAdmittedTrialsAndIsPrinted(t *testing.T) {
+	o := Options{Blocks: 2, Policies: []string{"seed"}}
+	a, b := admittedTrial(0, coldSeed, 10), admittedTrial(1, coldSeed, 12)
+	a.Cost = restore.Cost{Node: procstat.Usage{User: 2 * time.Millisecond, System: 6 * time.Millisecond, StorageReadBytes: 1 << 20},
+		VMM: &procstat.Usage{User: 90 * time.Millisecond, MajorFaults: 10}, CopiedBytes: 2 << 20}
+	b.Cost = restore.Cost{Node: procstat.Usage{User: 4 * time.Millisecond, System: 8 * time.Millisecond, StorageReadBytes: 3 << 20},
+		VMM: &procstat.Usage{User: 110 * time.Millisecond, MajorFaults: 30}, CopiedBytes: 6 << 20}
+	missed := missedTrial(0, coldSeed)
+	missed.Cost.Node.User = time.Hour
+	rep := &Report{Options: ReportOptions{Blocks: 2, Policies: o.Policies}, Summary: summarize(o, []TrialResult{a, b, missed})}
+	got := cellOf(t, rep.Summary, coldSeed).Cost
+	want := CostMeans{NodeUser: 3 * time.Millisecond, NodeSystem: 7 * time.Millisecond, VMMCPU: 100 * time.Millisecond,
+		VMMMajorFaults: 20, StorageReadBytes: 2 << 20, CopiedBytes: 4 << 20}
+	if got != want {
+		t.Fatalf("cell cost %+v, want %+v", got, want)
+	}
+	var out bytes.Buffer
+	rep.WriteTable(&out)
+	if line := fieldsOfLine(out.String(), "file-cold"); !strings.Contains(out.String(), "10.0 (3.0+7.0) / 100.0") ||
+		!strings.Contains(out.String(), "2.0 / 4.0 / 20") {
+		t.Fatalf("the table does not print the cell's CPU and I/O (%q):\n%s", line, out.String())
 	}
 }

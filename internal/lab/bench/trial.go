@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"syscall"
 	"time"
@@ -77,6 +78,12 @@ type TrialSpec struct {
 	WorkDir string `json:"work_dir"`
 	// Readaround is the windows the trial's file devices mount with.
 	Readaround Readaround `json:"readaround"`
+	// CPUProfile, when set, is the file the trial writes a CPU profile of
+	// its timed restore to (start to ready).
+	CPUProfile string `json:"cpu_profile,omitempty"`
+	// Concurrency is how many timed restores of the snapshot the trial
+	// starts at once on its node (concurrent.go); 0 and 1 mean one.
+	Concurrency int `json:"concurrency,omitempty"`
 }
 
 // TrialResult is what one trial process reports.
@@ -86,11 +93,17 @@ type TrialResult struct {
 	Admitted  bool                `json:"admitted"`
 	Residency pagecache.Residency `json:"residency"`
 	// ProbeGap is the time from the end of the residency probe to the timer start.
-	ProbeGap    time.Duration          `json:"probe_gap_ns"`
-	ReadyMs     float64                `json:"ready_ms"`
-	Timings     restore.Timings        `json:"timings"`
-	Prefetch    restore.PrefetchReport `json:"prefetch"`
-	DeviceBytes memdev.Counters        `json:"device_bytes"`
+	ProbeGap time.Duration `json:"probe_gap_ns"`
+	// ReadyMs is the time to ready of the timed restore; of the slowest
+	// one when several ran at once (TrialSpec.Concurrency), each of which
+	// ConcurrentReadyMs then holds.
+	ReadyMs           float64                `json:"ready_ms"`
+	ConcurrentReadyMs []float64              `json:"concurrent_ready_ms,omitempty"`
+	Timings           restore.Timings        `json:"timings"`
+	Prefetch          restore.PrefetchReport `json:"prefetch"`
+	DeviceBytes       memdev.Counters        `json:"device_bytes"`
+	// Cost is the timed restore's CPU and I/O until ready.
+	Cost restore.Cost `json:"cost"`
 	// HashOK says the guest saw the snapshot's memory: for the replay VMM
 	// its hash over the bytes it read matched; for a real guest the agent
 	// answered with the snapshot's token and the private lower file's
@@ -238,7 +251,7 @@ func (t *trial) setUp() (func() error, error) {
 		VMM:                    vm,
 		RuntimeDir:             t.spec.WorkDir,
 		Mount:                  filepath.Join(t.spec.WorkDir, "mnt"),
-		FUSE:                   fusedev.Options{ReadAheadBytes: t.spec.Readaround.ServingBytes},
+		FUSE:                   fusedev.Options{ReadAheadBytes: t.spec.Readaround.ServingBytes, Passthrough: passthroughColumn(t.spec.Condition.Prefetch)},
 		PrefetchReadAheadBytes: t.prefetchingWindow(),
 		// The engine runs as many readers as the policy was designed for
 		// (config.DefaultPrefetchMaxReaders says why).
@@ -260,6 +273,29 @@ func (t *trial) prefetchingWindow() int {
 		return 0
 	}
 	return t.spec.Readaround.withDefaults().PrefetchingBytes
+}
+
+// startProfile starts a CPU profile into path; the returned function
+// stops it and closes the file. No path, no profile.
+func startProfile(path string) (func() error, error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile %s: %w", path, err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("cpu profile %s: %w", path, err)
+		}
+		return nil
+	}, nil
 }
 
 // track notes the replay VMM a restore ran, so the parent can check that
@@ -337,18 +373,36 @@ func (t *trial) timed(src restore.Source) (*restore.Instance, error) {
 	t.res.ProbeGap = time.Since(t.probed)
 	opts := withMode(t.base, t.mode, t.policy, "timed")
 	opts.Unverified = t.unverified
-	inst, err := t.r.Restore(t.ctx, src, opts)
+	opts.StrongDigests = strongColumn(t.spec.Condition.Prefetch)
+	stopProfile, err := startProfile(t.spec.CPUProfile)
+	if err != nil {
+		return nil, err
+	}
+	insts, err := t.restoreConcurrently(src, opts)
+	perr := stopProfile()
+	if err == nil && perr != nil {
+		// The profile is lost, not the restores: stop them in order.
+		return nil, errors.Join(perr, t.stopAll(insts))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("timed restore: %w", err)
 	}
-	t.res.ReadyMs = float64(inst.Timings.Ready) / float64(time.Millisecond)
-	t.track(inst)
-	t.res.Timings, t.res.Prefetch, t.res.DeviceBytes = inst.Timings, inst.Prefetch, inst.DeviceBytes
+	inst := insts[0]
+	t.res.Timings, t.res.Prefetch, t.res.DeviceBytes, t.res.Cost = inst.Timings, inst.Prefetch, inst.DeviceBytes, inst.Cost
 	t.res.StartupSet, t.res.Events, t.res.Observation = inst.StartupSet, inst.Events, inst.Observation
 	t.res.Token, t.res.Digest = inst.Ready.Detail["token"], inst.Ready.Detail["digest"]
-	t.res.HashOK = inst.Ready.Detail["sha256"] == t.spec.ExpectedSHA256
+	t.res.HashOK = true
+	for _, in := range insts {
+		t.track(in)
+		ms := float64(in.Timings.Ready) / float64(time.Millisecond)
+		t.res.ReadyMs = max(t.res.ReadyMs, ms)
+		if len(insts) > 1 {
+			t.res.ConcurrentReadyMs = append(t.res.ConcurrentReadyMs, ms)
+		}
+		t.res.HashOK = t.res.HashOK && in.Ready.Detail["sha256"] == t.spec.ExpectedSHA256
+	}
 	t.res.Stop, err = inst.StopReported(t.stopCtx)
-	return inst, err
+	return inst, errors.Join(err, t.stopAll(insts[1:]))
 }
 
 // check verifies what the timed restore's guest read: the replay VMM's

@@ -118,6 +118,16 @@ func Launch(dataDir string) (*Server, error) {
 	return s, nil
 }
 
+// PID is the server process's id, 0 when it is not running.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.stopped {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // YieldCPU lowers the running server's CPU priority to the lowest (nice
 // 19), every thread of it: it then runs on what the processes beside it
 // leave idle. A benchmark of a node restoring from an object store runs

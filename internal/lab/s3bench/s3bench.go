@@ -29,7 +29,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -104,6 +106,9 @@ type Options struct {
 	// prefetch-off trial takes most of a block's time.
 	Conditions []Condition
 	Progress   io.Writer `json:"-"`
+	// CPUProfile, when set, takes a CPU profile of this process (the
+	// node) over the trials.
+	CPUProfile io.Writer `json:"-"`
 }
 
 func (o *Options) fill() error {
@@ -146,27 +151,42 @@ func (o *Options) fill() error {
 	return nil
 }
 
-// ParseCondition reads a condition written as cache-prefetch ("cold-on").
+// ParseCondition reads a condition written as cache-prefetch ("cold-on"),
+// with bench.UnverifiedSuffix for restores that skip verification
+// ("cold-on+noverify").
 func ParseCondition(s string) (Condition, error) {
+	name, unverified := strings.CutSuffix(s, bench.UnverifiedSuffix)
 	for _, c := range Conditions {
-		if s == c.Cache+"-"+c.Prefetch {
+		if name == c.Cache+"-"+c.Prefetch {
+			c.Unverified = unverified
 			return c, nil
 		}
 	}
-	return Condition{}, fmt.Errorf("condition %q: want cold-off, cold-on, warm-off or warm-on", s)
+	return Condition{}, fmt.Errorf("condition %q: want cold-off, cold-on, warm-off or warm-on, each optionally with %s", s, bench.UnverifiedSuffix)
 }
 
-// Condition is one cell: a node cache state and prefetch off or on.
+// Condition is one cell: a node cache state and prefetch off or on, and
+// whether the device checks memory against the snapshot's digest table
+// (Unverified: it does not, which measures what the check costs when run
+// beside the same condition with it).
 type Condition struct {
-	Cache    string `json:"cache"`
-	Prefetch string `json:"prefetch"`
+	Cache      string `json:"cache"`
+	Prefetch   string `json:"prefetch"`
+	Unverified bool   `json:"unverified,omitempty"`
 }
 
-func (c Condition) String() string { return c.Cache + "-cache/prefetch-" + c.Prefetch }
+func (c Condition) String() string {
+	s := c.Cache + "-cache/prefetch-" + c.Prefetch
+	if c.Unverified {
+		s += bench.UnverifiedSuffix
+	}
+	return s
+}
 
 // Conditions in report order.
 var Conditions = []Condition{
-	{CacheCold, PrefetchOff}, {CacheCold, PrefetchOn}, {CacheWarm, PrefetchOff}, {CacheWarm, PrefetchOn},
+	{Cache: CacheCold, Prefetch: PrefetchOff}, {Cache: CacheCold, Prefetch: PrefetchOn},
+	{Cache: CacheWarm, Prefetch: PrefetchOff}, {Cache: CacheWarm, Prefetch: PrefetchOn},
 }
 
 // Trial is one timed restore.
@@ -190,6 +210,8 @@ type Trial struct {
 	// was waiting on the memory device: the guest's wait on memory.
 	DemandStallMs float64          `json:"demand_stall_ms"`
 	Cache         chunkcache.Stats `json:"cache"`
+	// CPU is what each process ran from the restore call to ready.
+	CPU CPUAccount `json:"cpu_ms"`
 }
 
 // Summary describes one condition over the blocks.
@@ -205,6 +227,8 @@ type Summary struct {
 	// Phases are the mean restore phases, in ms from the restore call:
 	// where a cold node's time goes.
 	Phases Phases `json:"phases_ms"`
+	// CPU is the mean CPU each process ran until ready.
+	CPU CPUAccount `json:"cpu_ms"`
 }
 
 // Phases are mean times from the restore call, in milliseconds. A stream
@@ -294,9 +318,9 @@ type Report struct {
 type harness struct {
 	o        Options
 	store    *miniotest.Server
-	proxy    *miniotest.Proxy
+	link     *linkProcess
 	node     *node.Node
-	link     *miniotest.Link
+	cpu      cpuClock
 	restorer *restore.Restorer
 	repoOpts s3.Options
 	snapID   string
@@ -320,6 +344,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{Options: o, Storage: h.storage}
+	if o.CPUProfile != nil {
+		// After the publish: the profile is the trials'.
+		if err := pprof.StartCPUProfile(o.CPUProfile); err != nil {
+			return nil, fmt.Errorf("s3 bench: CPU profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
 	for b := range o.Blocks {
 		order := append([]Condition(nil), o.Conditions...)
@@ -332,7 +363,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			if err != nil {
 				return nil, fmt.Errorf("s3 bench: block %d %s: %w", b, c, err)
 			}
-			fmt.Fprintf(o.Progress, "block %d %-26s ready %8.1f ms  %4d GETs %7.1f MiB to ready, %4d GETs %7.1f MiB in all  hash ok %v\n",
+			fmt.Fprintf(o.Progress, "block %d %-35s ready %8.1f ms  %4d GETs %7.1f MiB to ready, %4d GETs %7.1f MiB in all  hash ok %v\n",
 				b, c, t.ReadyMs, t.GetsToReady, mib(t.BytesToReady), t.Gets, mib(t.Bytes), t.HashOK)
 			rep.Trials = append(rep.Trials, t)
 		}
@@ -355,12 +386,10 @@ func prepare(ctx context.Context, o Options) (*harness, error) {
 	if err := h.store.MakeBucket(ctx, bucket); err != nil {
 		return h, fmt.Errorf("s3 bench: %w", err)
 	}
-	if h.proxy, err = miniotest.NewProxy(h.store.Endpoint); err != nil {
+	if h.link, err = startLink(h.store.Endpoint); err != nil {
 		return h, fmt.Errorf("s3 bench: %w", err)
 	}
-	if h.link, err = miniotest.NewLink(h.proxy.Addr); err != nil {
-		return h, fmt.Errorf("s3 bench: %w", err)
-	}
+	h.cpu = cpuClock{node: os.Getpid(), store: h.store.PID(), link: h.link.PID()}
 	h.repoOpts = s3.Options{
 		Endpoint: "http://" + h.link.Addr, Bucket: bucket, Region: "us-east-1", Prefix: "bench",
 		AddressingStyle: "path", AccessKeyID: miniotest.AccessKey, SecretAccessKey: miniotest.SecretKey,
@@ -401,13 +430,9 @@ func prepare(ctx context.Context, o Options) (*harness, error) {
 		return h, fmt.Errorf("s3 bench: %w", err)
 	}
 
-	if err := h.proxy.Latency(o.LatencyMs); err != nil {
+	if err := h.shapeLink(); err != nil {
 		return h, fmt.Errorf("s3 bench: %w", err)
 	}
-	if err := h.proxy.Bandwidth(o.BandwidthBits); err != nil {
-		return h, fmt.Errorf("s3 bench: %w", err)
-	}
-	h.link.SetRate(o.LinkBits)
 	pack := s3.PackWarmOptions(o.Warm)
 	fmt.Fprintf(o.Progress, "link: %d ms added per response, %d Mbit/s per connection, %d Mbit/s in all; "+
 		"cache block %d KiB; startup pack in GETs of up to %d KiB, %d at once; readaround %d KiB without prefetch, %d KiB with it\n",
@@ -432,12 +457,20 @@ func (h *harness) close() {
 	if h.link != nil {
 		h.link.Close()
 	}
-	if h.proxy != nil {
-		h.proxy.Close()
-	}
 	if h.store != nil {
 		h.store.Stop()
 	}
+}
+
+// shapeLink slows the link down to the run's latency and bandwidths.
+func (h *harness) shapeLink() error {
+	if err := h.link.set("latency", int64(h.o.LatencyMs)); err != nil {
+		return err
+	}
+	if err := h.link.set("bandwidth", h.o.BandwidthBits); err != nil {
+		return err
+	}
+	return h.link.set("rate", h.o.LinkBits)
 }
 
 // openRepo opens the repository with a fresh, empty node cache.
@@ -475,7 +508,7 @@ func (h *harness) trial(ctx context.Context, block int, c Condition) (Trial, err
 			return Trial{}, fmt.Errorf("fill the node cache: %w", err)
 		}
 	}
-	opts := restore.Options{Device: config.DeviceFile, Prefetch: restore.ModeOff}
+	opts := restore.Options{Device: config.DeviceFile, Prefetch: restore.ModeOff, Unverified: c.Unverified}
 	if c.Prefetch == PrefetchOn {
 		opts.Prefetch = restore.ModeOn
 		if opts.Policy, err = restore.LookupPolicy(h.o.Policy); err != nil {
@@ -484,10 +517,13 @@ func (h *harness) trial(ctx context.Context, block int, c Condition) (Trial, err
 	}
 	cacheBefore := repo.Cache().Stats()
 	before := repo.RequestStats()
+	cpuBefore := h.cpu.read()
 	inst, err := h.restorer.Restore(ctx, restore.SourceOf(res), opts)
 	if err != nil {
 		return Trial{}, err
 	}
+	cpuReady := h.cpu.read()
+	vmmCPU := cpuTime(vmmPID(inst))
 	atReady := repo.RequestStats()
 	stopErr := inst.Stop(context.WithoutCancel(ctx))
 	after := repo.RequestStats()
@@ -512,6 +548,7 @@ func (h *harness) trial(ctx context.Context, block int, c Condition) (Trial, err
 		Timings:       inst.Timings,
 		DemandStallMs: ms(demandStall(inst.Events, inst.Timings.Ready)),
 		Cache:         cs,
+		CPU:           account(cpuBefore, cpuReady, vmmCPU),
 	}, nil
 }
 
@@ -583,7 +620,7 @@ func (r *Report) summarize() {
 			getsReady += float64(t.GetsToReady)
 			bytesReady += float64(t.BytesToReady)
 		}
-		s := Summary{Condition: c, Ready: bench.Summarize(ready), Phases: meanPhases(ts)}
+		s := Summary{Condition: c, Ready: bench.Summarize(ready), Phases: meanPhases(ts), CPU: meanCPU(ts)}
 		if n := float64(len(ts)); n > 0 {
 			s.MeanGets, s.MeanMiB = gets/n, bytes/n/(1<<20)
 			s.GetsBeforeReady, s.FetchedBytesBeforeReady = getsReady/n, bytesReady/n
@@ -625,6 +662,7 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	tw.Flush()
 	r.writePhases(w)
+	r.writeCPU(w)
 	fmt.Fprintf(w, "stored: %.1f MiB of %.1f MiB raw (%.2fx); startup set stored %.1f MiB\n",
 		mib(uint64(r.StoredBytes)), mib(uint64(r.RawBytes)), float64(r.StoredBytes)/float64(max(1, r.RawBytes)), mib(uint64(r.StartupSetStoredBytes)))
 	fmt.Fprintf(w, "cold cache: prefetch on / off = %.2fx of the mean time to ready; paired on-off %.1f ms [%.1f, %.1f]\n",
@@ -649,6 +687,19 @@ func (r *Report) writePhases(w io.Writer) {
 		p := s.Phases
 		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", s.Condition,
 			p.DeviceAcquired, p.ManifestValidated, p.StreamFirstBlock, p.VMStarted, p.StreamEnded, p.Ready, p.DemandStall)
+	}
+	tw.Flush()
+}
+
+// writeCPU prints what each process ran until ready, mean ms of CPU: the
+// product's (node and VMM) and the benchmark's own (MinIO and the link).
+func (r *Report) writeCPU(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "CPU to ready (mean ms)	node	VMM	node+VMM	MinIO	link	ready	")
+	for _, s := range r.Summary {
+		a := s.CPU
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", s.Condition,
+			a.Node, a.VMM, a.Product(), a.Store, a.Link, s.Ready.Mean)
 	}
 	tw.Flush()
 }

@@ -18,7 +18,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	reexec.Roles{replay.RoleReplayVMM: replay.ChildMain}.Dispatch()
+	reexec.Roles{replay.RoleReplayVMM: replay.ChildMain, RoleLink: LinkMain}.Dispatch()
 	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	os.Exit(m.Run())
 }
@@ -60,18 +60,25 @@ func TestSmallRun(t *testing.T) {
 		if tr.Condition.Prefetch == PrefetchOn && tr.Prefetch.State == "skipped" {
 			t.Errorf("%s: prefetch skipped: %s", tr.Condition, tr.Prefetch.Reason)
 		}
-		if tr.Condition == (Condition{CacheCold, PrefetchOn}) && tr.Timings.StreamFirstBlock <= 0 {
+		if tr.Condition == (Condition{Cache: CacheCold, Prefetch: PrefetchOn}) && tr.Timings.StreamFirstBlock <= 0 {
 			t.Errorf("%s: no streamed block before ready: %+v", tr.Condition, tr.Timings)
 		}
 		// A cold node fetches the startup pack and nothing else before
 		// ready: the guest touches only startup pages, and a fault reads
 		// no neighbour outside the set around them (one-page readaround).
-		if tr.Condition == (Condition{CacheCold, PrefetchOn}) && tr.BytesToReady > uint64(rep.StartupSetStoredBytes) {
+		// Every process of a cold trial ran until ready: the node and the
+		// VMM restoring, MinIO serving and the link process forwarding.
+		if a := tr.CPU; tr.Condition.Cache == CacheCold && (a.Node <= 0 || a.VMM <= 0 || a.Store <= 0 || a.Link <= 0) {
+			t.Errorf("%s: CPU account %+v: a process ran for nothing", tr.Condition, a)
+		}
+		if tr.Condition == (Condition{Cache: CacheCold, Prefetch: PrefetchOn}) && tr.BytesToReady > uint64(rep.StartupSetStoredBytes) {
 			t.Errorf("%s: %d bytes fetched before ready, more than the %d-byte startup pack", tr.Condition, tr.BytesToReady, rep.StartupSetStoredBytes)
 		}
 	}
-	if !strings.Contains(out.String(), "phases (mean ms)") {
-		t.Error("no phases table")
+	for _, table := range []string{"phases (mean ms)", "CPU to ready (mean ms)"} {
+		if !strings.Contains(out.String(), table) {
+			t.Errorf("no %q table", table)
+		}
 	}
 }
 
@@ -153,5 +160,31 @@ func TestRestoreFetchLeavesTheFillOut(t *testing.T) {
 	got := restoreFetch(s3.RequestStats{Gets: 12, GetBytes: 9230278, FillGets: 1, FillGetBytes: 252224, Puts: 3})
 	if got.Gets != 11 || got.GetBytes != 8978054 || got.FillGets != 0 || got.FillGetBytes != 0 || got.Puts != 3 {
 		t.Fatalf("restore fetch %+v, want 11 GETs of 8978054 bytes and the rest as given", got)
+	}
+}
+
+// TestParseCondition: the four conditions, each also without the digest
+// check, and nothing else.
+func TestParseCondition(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Condition
+	}{
+		{"cold-on", Condition{Cache: CacheCold, Prefetch: PrefetchOn}},
+		{"warm-off", Condition{Cache: CacheWarm, Prefetch: PrefetchOff}},
+		{"cold-on+noverify", Condition{Cache: CacheCold, Prefetch: PrefetchOn, Unverified: true}},
+	} {
+		got, err := ParseCondition(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("ParseCondition(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
+		}
+	}
+	if got := (Condition{Cache: CacheCold, Prefetch: PrefetchOn, Unverified: true}).String(); got != "cold-cache/prefetch-on+noverify" {
+		t.Errorf("String = %q", got)
+	}
+	for _, bad := range []string{"", "cold", "hot-on", "cold-on+verify", "+noverify"} {
+		if _, err := ParseCondition(bad); err == nil {
+			t.Errorf("ParseCondition(%q) accepted", bad)
+		}
 	}
 }

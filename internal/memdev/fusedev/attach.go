@@ -168,6 +168,7 @@ func (s *Server) newGenerationLocked(key, ref string, mem *memdev.Memory, scope 
 		ref:      ref,
 		size:     mem.Size(),
 		served:   newPageSet(mem.Size()),
+		missFill: newMissFill(s.missFillBytes()),
 		mtime:    uint64(mem.ModTime().Unix()),
 		ioEngine: ioEngine,
 		drained:  make(chan struct{}),

@@ -46,6 +46,10 @@ type generation struct {
 	// read or fill). KEEP_CACHE keeps them cached for the generation's life
 	// unless memory pressure reclaims them, so a fill can skip them.
 	served pageSet
+	// missFill fills around demand misses (missfill.go); nil on a mount
+	// without Options.MissFillBytes.
+	missFill *missFill
+	passthroughState
 
 	refs int // guarded by srv.mu
 
@@ -202,6 +206,7 @@ func (g *generation) read(ctx context.Context, dest []byte, off int64) ([]byte, 
 		hook(g.number, off, want)
 	}
 	kind := requestKind(ctx)
+	g.notePassthroughRead()
 	g.readAroundLower(kind, off)
 	n, err = g.mem.ReadAt(dest[:want], off)
 	switch {
@@ -220,6 +225,7 @@ func (g *generation) read(ctx context.Context, dest []byte, off int64) ([]byte, 
 	if !g.observers.empty() {
 		g.observers.served(kind, off, n, time.Since(began))
 	}
+	g.fillAroundMiss(kind, off, n)
 	return dest[:n], 0
 }
 
@@ -300,6 +306,14 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	// The RELEASE a close still sends does not wait.
 	if f.gen.ioEngine == memdev.IOEngineDirect {
 		return nil, fuse.FOPEN_DIRECT_IO | fuse.FOPEN_NOFLUSH, 0
+	}
+	h, errno := f.gen.passthroughOpen()
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	if h != nil {
+		// go-fuse adds FOPEN_PASSTHROUGH and drops KEEP_CACHE.
+		return h, fuse.FOPEN_NOFLUSH, 0
 	}
 	return nil, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0
 }

@@ -42,6 +42,14 @@ func (d *Device) Fill(off int64, buf []byte) error {
 	if off < 0 || off >= g.size {
 		return fmt.Errorf("fill %s at %d: outside the device (size %d)", g.name, off, g.size)
 	}
+	if lower, ok := g.passthroughFile(); ok && !g.passthroughRefused.Load() {
+		return g.readaheadLower(lower, off, int64(len(buf)))
+	}
+	return g.fill(off, buf)
+}
+
+// fill is Fill without the checks of its arguments.
+func (g *generation) fill(off int64, buf []byte) error {
 	inode := g.srv.root.GetChild(g.name)
 	if inode == nil {
 		return fmt.Errorf("fill %s: %w: the file was never looked up", g.name, ErrNotCached)
@@ -158,7 +166,8 @@ func (s *pageSet) nextMarkedFrom(off, end int64) int64 {
 // cannot be advised ignore it. Like a read, it is refused once the
 // generation is released, and release waits for one in progress.
 func (d *Device) Advise(off, length int64) error {
-	if !d.gen.mem.Advisable() {
+	if !d.gen.mem.Advisable() || d.gen.passthrough() {
+		// A passthrough fill is itself readahead of the lower file.
 		return nil
 	}
 	if !d.gen.beginRead() {

@@ -153,6 +153,21 @@ type Options struct {
 	// A writable MAP_SHARED mapping would modify the page cache every
 	// consumer shares; no consumer may make one.
 	AllowWriteOpen bool
+	// MissFillBytes, above the mount's readaround window, is the window
+	// around a guest's demand read on a local lower that the device
+	// brings into the page cache once it has answered the read: the
+	// prefetching mount's one-page window keeps each fault exact for the
+	// accounting, and this fill gives a guest that misses its manifest
+	// the neighbours a wide window would have read (missfill.go). Zero
+	// fills nothing (the recorder's mount, whose trace needs every touch).
+	MissFillBytes int
+	// Passthrough opens device files of local lowers (memdev.File) in
+	// FUSE passthrough mode: the kernel reads the lower file itself for
+	// read(2) and mmap, so no block is checked against the digest table
+	// before the guest sees it, the device sees no fault, and a fill is
+	// readahead of the lower file (passthrough.go). Off by default; other
+	// lowers, and io_engine 2, are served as without it.
+	Passthrough bool
 	// ReadHook, if set, is called in the read handler of every request,
 	// after it counts as in flight and before the lower file is read. A
 	// test blocks in it to hold a read inside the server.

@@ -411,12 +411,21 @@ func PackWarmOptions(o chunkcache.WarmOptions) chunkcache.WarmOptions {
 		o.RunCapBytes = 2 << 20
 	}
 	o.Ramp = true
+	// The restore is still starting when its startup set is in: the
+	// cache writes the set to disk once it is ready (RestoreReady) or
+	// stopped.
+	o.HoldWrites = true
 	return o
 }
 
 // RestoreReady implements restore.ReadyNotifier: a restore of this memory
 // is ready, so the rest of it may follow into the node cache.
-func (m *memorySource) RestoreReady() { m.r.fill.start(m.obj) }
+func (m *memorySource) RestoreReady() {
+	if w := m.stream.Load(); w != nil {
+		w.ReleaseWrites()
+	}
+	m.r.fill.start(m.obj)
+}
 
 // idTime is the creation time a UUIDv7 id carries.
 func idTime(id string) (time.Time, error) {

@@ -211,7 +211,7 @@ func packRanges(m *manifest.Manifest) []chunkmap.PackRange {
 
 // packFetch is the chunk cache's FetchFunc of a pack: the frames that
 // span [off, off+length) with one ranged GET, each decoded and checked
-// against its digest as it arrives.
+// against its digest as it arrives (packBody).
 func (r *Repo) packFetch(key string, idx chunkmap.PackIndex) chunkcache.FetchFunc {
 	return func(ctx context.Context, off, length int64) (io.ReadCloser, error) {
 		if off < 0 || length <= 0 || off+length > idx.LogicalBytes {
@@ -223,30 +223,7 @@ func (r *Repo) packFetch(key string, idx chunkmap.PackIndex) chunkcache.FetchFun
 		if err != nil {
 			return nil, err
 		}
-		pr, pw := io.Pipe()
-		go func() {
-			defer body.Close()
-			for i := first; i <= last; i++ {
-				f := idx.Frames[i]
-				stored := make([]byte, f.StoredBytes)
-				if _, err := io.ReadFull(body, stored); err != nil {
-					pw.CloseWithError(fmt.Errorf("get %s frame %d: %w", key, i, err))
-					return
-				}
-				data, err := chunkmap.Decompress(stored, int(idx.FrameLength(i)), f.Digest)
-				if err != nil {
-					pw.CloseWithError(fmt.Errorf("%w: %s frame %d: %w", repository.ErrIntegrity, key, i, err))
-					return
-				}
-				start := int64(i) * idx.FrameBytes
-				a, b := max(off, start)-start, min(off+length, start+int64(len(data)))-start
-				if _, err := pw.Write(data[a:b]); err != nil {
-					return
-				}
-			}
-			pw.Close()
-		}()
-		return pr, nil
+		return newPackBody(body, key, &idx, off, off+length), nil
 	}
 }
 

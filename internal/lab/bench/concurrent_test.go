@@ -1,0 +1,74 @@
+package bench
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"warmstart/internal/config"
+)
+
+// TestConcurrentTrialsTimeTheSlowestOfNRestores runs one block with two
+// concurrent restores per trial: every trial starts two VMMs that both
+// read the right bytes, and its time is the slower one's.
+func TestConcurrentTrialsTimeTheSlowestOfNRestores(t *testing.T) {
+	ctx := context.Background()
+	o := Options{Device: config.DeviceFile, Blocks: 1, ReserveBlocks: 1, Seed: 6, Policies: []string{"warmstart"},
+		Hot: true, WorkDir: t.TempDir(), Progress: t.Output(), Concurrency: 2}
+	if err := UseReference(ctx, &o, 8<<20); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Run(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Summary.AllHashesOK || rep.Options.Concurrency != 2 {
+		t.Fatalf("hashes ok %v, concurrency %d", rep.Summary.AllHashesOK, rep.Options.Concurrency)
+	}
+	for _, res := range rep.Trials {
+		if res.Spec.Block < 0 || !res.Admitted {
+			continue
+		}
+		if len(res.ConcurrentReadyMs) != 2 || res.ReadyMs != slices.Max(res.ConcurrentReadyMs) {
+			t.Errorf("%s: ready %v ms of %v, want the slowest of two", res.Spec.Condition, res.ReadyMs, res.ConcurrentReadyMs)
+		}
+		// The baseline and the timed two (and a hot control's own).
+		if len(res.ReplayPIDs) < 3 {
+			t.Errorf("%s: %d VMM processes, want the baseline's and two timed", res.Spec.Condition, len(res.ReplayPIDs))
+		}
+	}
+	var out strings.Builder
+	rep.WriteTable(&out)
+	if !strings.Contains(out.String(), "2 concurrent restores per trial") {
+		t.Errorf("the table does not say the run was concurrent:\n%s", out.String())
+	}
+}
+
+func TestPassthroughColumnNeedsTheFileDevice(t *testing.T) {
+	o := Options{Device: config.DeviceUffd, Blocks: 1, Policies: []string{"warmstart+passthrough"}}
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "FUSE passthrough is the file device's") {
+		t.Fatalf("uffd with a passthrough column: %v", err)
+	}
+}
+
+func TestConcurrencyIsChecked(t *testing.T) {
+	for _, tc := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{Concurrency: -1}, "want 1..16"},
+		{Options{Concurrency: 17}, "want 1..16"},
+		{Options{Concurrency: 4, VMM: config.DriverQEMU}, "needs the replay VMM"},
+		{Options{Concurrency: 4, Policies: []string{"warmstart" + LearnedSuffix}}, "learns from one restore"},
+	} {
+		if err := tc.o.validateConcurrency(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.o, err, tc.want)
+		}
+	}
+	for _, n := range []int{0, 1, 4, 16} {
+		if err := (&Options{Concurrency: n, Policies: []string{"warmstart"}}).validateConcurrency(); err != nil {
+			t.Errorf("--concurrency %d: %v", n, err)
+		}
+	}
+}

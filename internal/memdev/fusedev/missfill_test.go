@@ -1,0 +1,115 @@
+package fusedev
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"warmstart/internal/layout"
+	"warmstart/internal/memdev"
+)
+
+// served is one range a device served.
+type served struct {
+	kind memdev.Kind
+	off  int64
+	n    int
+}
+
+// servedEvents passes on what a device serves.
+type servedEvents chan served
+
+func (s servedEvents) Served(kind memdev.Kind, off int64, n int, _ time.Duration) {
+	s <- served{kind, off, n}
+}
+
+// missFillServer is a one-page-window mount, as the prefetching mount, that
+// fills window bytes around a demand miss.
+func missFillServer(t *testing.T, window int) *Server {
+	return newServer(t, Options{ReadAheadBytes: pageBytes, MissFillBytes: window})
+}
+
+// TestDemandMissFillsItsNeighbours: on a one-page-window mount, a guest's
+// fault is one page read on demand, and once it is answered the device
+// fills the window around it, so the guest's next faults nearby cost no
+// read request, as the serving mount's readaround would have given it.
+func TestDemandMissFillsItsNeighbours(t *testing.T) {
+	const fileBytes = 8 << 20
+	lower := writeLower(t, fileBytes, 31)
+	srv := missFillServer(t, 128<<10)
+	events := make(servedEvents, 64)
+	req := fileReq(lower, memdev.IOEngineBuffered)
+	req.Observer = events
+	d, err := srv.Attach("miss", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { waitAck(t, d.release()) }()
+	f, err := os.Open(d.Path()) // keeps the kernel inode, as restore does
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+
+	l := layout.Single(fileBytes)
+	const miss = 3 << 20
+	if res := runChildSpec(t, childSpec{Mode: childMmap, Path: d.Path(), Layout: l, Pages: []int64{miss}}); res.Err != "" {
+		t.Fatalf("child: %s", res.Err)
+	}
+	// The fault reaches the device as its one page; the fill around it,
+	// on both sides, is prefetch.
+	if e := waitServed(t, events); e != (served{memdev.Demand, miss, pageBytes}) {
+		t.Fatalf("first event %+v, want the one-page demand read at %d", e, miss)
+	}
+	var around int
+	for around < 128<<10-pageBytes {
+		e := waitServed(t, events)
+		if e.kind != memdev.Prefetch || e.off < miss-64<<10 || e.off+int64(e.n) > miss+64<<10 {
+			t.Fatalf("event %+v after the miss, want a fill of the 128 KiB around it", e)
+		}
+		around += e.n
+	}
+	filled := d.Counters()
+	var near []int64
+	for off := int64(miss - 60<<10); off < miss+60<<10; off += pageBytes {
+		if off != miss {
+			near = append(near, off)
+		}
+	}
+	res := runChildSpec(t, childSpec{Mode: childMmap, Path: d.Path(), Layout: l, Pages: near})
+	if want := lowerHash(t, lower, near, pageBytes); res.Err != "" || res.Hash != want {
+		t.Fatalf("neighbours of the miss: %+v, want hash %s", res, want)
+	}
+	if got := d.Counters().Sub(filled); got.ReadRequests != 0 {
+		t.Fatalf("faults next to a filled miss sent %d read requests, want 0", got.ReadRequests)
+	}
+}
+
+// TestNoMissFillWithoutAWiderWindow: a mount without MissFillBytes (the
+// recorder's, whose trace needs every touch) serves each fault alone.
+func TestNoMissFillWithoutAWiderWindow(t *testing.T) {
+	const fileBytes = 4 << 20
+	lower := writeLower(t, fileBytes, 32)
+	srv := missFillServer(t, 0)
+	d := attach(t, srv, "exact", lower, memdev.IOEngineBuffered)
+	defer func() { waitAck(t, d.release()) }()
+	l := layout.Single(fileBytes)
+	pages := []int64{1 << 20, 1<<20 + pageBytes, 1<<20 + 2*pageBytes}
+	if res := runChildSpec(t, childSpec{Mode: childMmap, Path: d.Path(), Layout: l, Pages: pages}); res.Err != "" {
+		t.Fatalf("child: %s", res.Err)
+	}
+	if got := d.Counters(); got.ReadRequests != 3 || got.BytesRead != 3*pageBytes {
+		t.Fatalf("three touched pages read %+v, want three one-page requests", got)
+	}
+}
+
+func waitServed(t *testing.T, events servedEvents) served {
+	t.Helper()
+	select {
+	case e := <-events:
+		return e
+	case <-time.After(resultTimeout):
+		t.Fatal("the device served nothing more")
+		return served{}
+	}
+}
