@@ -38,11 +38,11 @@ The new snapshot's id is printed on the first line of standard output.
 configuration whose /init is warmstart-agent. --vmm firecracker boots the
 [firecracker] kernel and rootfs (attached read-only: every restore of the
 snapshot opens the same image) with [firecracker] vcpus and memory_mib,
-waits for the agent at [envd] address, then pauses the VM, creates a Full
+waits for the agent at [agent] address, then pauses the VM, creates a Full
 snapshot and stops the VM; the memory layout comes from the VM's machine
 config.
 
-With [snapshot.memory_startup_pack] enabled = true the startup manifest is
+With [manifest] record_after_publish = true the startup manifest is
 then recorded in the background from the real guest's memory-device reads,
 holding the capture lease, as a publish does; this command waits for the
 recording and reports what was attached (a daemon would not wait).

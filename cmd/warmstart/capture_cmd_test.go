@@ -47,9 +47,11 @@ func runGuestVerb(t *testing.T, args ...string) (string, error) {
 	return stdout.String(), err
 }
 
-// TestRealGuestVerbs captures the real guest with recording enabled, then
-// restores it with prefetch through the FUSE device and runs one block of
-// the benchmark protocol on it: the whole path an operator takes.
+// TestRealGuestVerbs captures the real guest on a configuration that sets
+// only the store and the runtime root, then restores it with no flags
+// (the default VMM is the one this host runs; the default prefetches
+// through the FUSE device) and runs one block of the benchmark protocol on
+// it: the whole path an operator takes.
 func TestRealGuestVerbs(t *testing.T) {
 	requireRealGuest(t)
 	dir, cfg := writeGuestConfig(t)
@@ -77,8 +79,9 @@ func requireRealGuest(t *testing.T) {
 }
 
 // writeGuestConfig writes, in a short temporary root, a configuration
-// that records and consumes startup manifests; it returns the root and
-// the configuration's path.
+// that sets only the store and the runtime root: the defaults record and
+// consume startup manifests. It returns the root and the configuration's
+// path.
 func writeGuestConfig(t *testing.T) (string, string) {
 	t.Helper()
 	// A short root: the guest's sockets live under the runtime directory.
@@ -89,10 +92,6 @@ func writeGuestConfig(t *testing.T) (string, string) {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	cfg := filepath.Join(dir, "config.toml")
 	if err := os.WriteFile(cfg, []byte(`
-[snapshot.memory_startup_pack]
-enabled = true
-consume_enabled = true
-
 [backend.posix_fs]
 snapshot_store = "`+filepath.Join(dir, "store")+`"
 
@@ -137,11 +136,12 @@ func captureGuestVerb(t *testing.T, cfg string) capturedGuest {
 	return captured
 }
 
-// restoreGuestVerb restores guest and checks it is the captured guest and
-// that it prefetched the whole manifest.
+// restoreGuestVerb restores guest with no flag but --json and checks it
+// is the captured guest, that it prefetched the whole manifest, and that
+// the startup set arrived in time.
 func restoreGuestVerb(t *testing.T, cfg string, captured capturedGuest) {
 	t.Helper()
-	out, err := runGuestVerb(t, "--config", cfg, "restore", "--vmm", "qemu", "--json", "guest")
+	out, err := runGuestVerb(t, "--config", cfg, "restore", "--json", "guest")
 	if err != nil {
 		t.Fatalf("restore: %v", err)
 	}
@@ -151,7 +151,11 @@ func restoreGuestVerb(t *testing.T, cfg string, captured capturedGuest) {
 			State        string
 			PlannedBytes int64 `json:"planned_bytes"`
 		}
-		Ready map[string]string
+		Ready      map[string]string
+		StartupSet struct {
+			PrefetchRan bool  `json:"prefetch_ran"`
+			InTimePages int64 `json:"in_time_pages"`
+		} `json:"startup_set"`
 	}
 	if err := json.Unmarshal([]byte(out), &restored); err != nil {
 		t.Fatalf("restore printed %q: %v", out, err)
@@ -162,6 +166,9 @@ func restoreGuestVerb(t *testing.T, cfg string, captured capturedGuest) {
 	// consume_enabled is on and the manifest is valid: the restore prefetches.
 	if restored.Prefetch.State == "skipped" || restored.Prefetch.PlannedBytes != captured.Manifest.Bytes {
 		t.Errorf("restore prefetch %s of %d bytes; want the %d-byte manifest prefetched", restored.Prefetch.State, restored.Prefetch.PlannedBytes, captured.Manifest.Bytes)
+	}
+	if ss := restored.StartupSet; !ss.PrefetchRan || ss.InTimePages == 0 {
+		t.Errorf("restore reported the startup set %+v; want prefetch run and pages in time", ss)
 	}
 }
 

@@ -115,7 +115,7 @@ func restoreFixture(t *testing.T) (cfg, run, trace string) {
 	dir := t.TempDir()
 	run = filepath.Join(dir, "run")
 	cfg = filepath.Join(dir, "warmstart.toml")
-	text := "[runtime]\ndir = \"" + run + "\"\n[backend.posix_fs]\nsnapshot_store = \"" + filepath.Join(dir, "store") + "\"\n"
+	text := "[runtime]\ndir = \"" + run + "\"\n[backend.posix_fs]\nsnapshot_store = \"" + filepath.Join(dir, "store") + "\"\n" + noRecording
 	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -330,6 +330,36 @@ func TestDemoRefusesBadBlocksUpFront(t *testing.T) {
 		r := runCLI(t, "demo", "--blocks", n)
 		if r.code != 2 || !strings.Contains(r.stderr, "--blocks "+n+": want 1 to 1000") || r.stdout != "" {
 			t.Errorf("demo --blocks %s: exit %d, stdout %q, stderr %q; want exit 2 and nothing done", n, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
+// A verb called with the wrong arguments says so once, under the
+// program's name, and shows what it takes.
+func TestWrongArgumentsNameWhatTheVerbTakes(t *testing.T) {
+	r := runCLI(t, "restore")
+	want := "warmstart: restore: accepts 1 arg(s), received 0; usage: warmstart restore ID|ALIAS\n"
+	if r.code != 2 || r.stderr != want {
+		t.Errorf("restore without an argument: exit %d, stderr %q; want exit 2, %q", r.code, r.stderr, want)
+	}
+}
+
+// Shell completion offers the snapshots a verb can name (aliases, with
+// their ids) and the values of enumerated flags.
+func TestCompletionOffersSnapshotsAndValues(t *testing.T) {
+	root := importedCLIRoot(t, "wscomp-", 13, "web")
+	r := runCLI(t, "--config", root.cfg, "__complete", "restore", "")
+	if r.code != 0 || !strings.Contains(r.stdout, "web\t") {
+		t.Errorf("restore's argument: exit %d, %q; want the alias web offered", r.code, r.stdout)
+	}
+	r = runCLI(t, "--config", root.cfg, "__complete", "snapshot", "show", "w")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "web\t") {
+		t.Errorf("snapshot show w: exit %d, %q; want web", r.code, r.stdout)
+	}
+	for flag, want := range map[string]string{"--prefetch": "auto\non\noff\n", "--vmm": "auto\nreplay\nfirecracker\nqemu\n"} {
+		r = runCLI(t, "__complete", "restore", flag, "")
+		if r.code != 0 || !strings.HasPrefix(r.stdout, want) {
+			t.Errorf("restore %s: exit %d, %q; want %q", flag, r.code, r.stdout, want)
 		}
 	}
 }

@@ -13,8 +13,9 @@ import (
 var configCmd = &cobra.Command{
 	Use:   "config",
 	Short: "Show the default configuration or check a configuration file",
-	Long: `warmstart reads its settings from a TOML file given with --config; without
-one it runs on built-in defaults. Keys a file leaves out keep their defaults.
+	Long: `warmstart reads its settings from a TOML file: --config FILE, else
+$WARMSTART_CONFIG, else ` + config.SystemFile + ` when it exists, else
+it runs on built-in defaults. Keys a file leaves out keep their defaults.
 An unknown key, a value of the wrong type or a value out of range is an
 error naming the file and the key.`,
 }
@@ -24,9 +25,10 @@ var configDefaultsCmd = &cobra.Command{
 	Short: "Print the default configuration file, every key explained",
 	Long: `Print the complete default configuration: every key set to its default
 value under a comment saying what it does and which values it accepts.
-It is the configuration reference, and a starting point for a file:
+It is the configuration reference, and a starting point for the file
+warmstart reads when neither --config nor $WARMSTART_CONFIG names one:
 
-  warmstart config defaults > /etc/warmstart/warmstart.toml`,
+  warmstart config defaults > ` + config.SystemFile,
 	Args: cli.Args(cobra.NoArgs),
 	RunE: func(cmd *cobra.Command, _ []string) error {
 		_, err := fmt.Fprint(cmd.OutOrStdout(), config.DefaultTOML())

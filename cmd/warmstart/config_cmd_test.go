@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"warmstart/internal/config"
 )
 
 // Bounds on a CLI child: past them it is killed, so that a CLI that blocks
@@ -134,5 +136,13 @@ func TestConfigCheckReadsReplayTrace(t *testing.T) {
 		if res.exitCode != 1 || !strings.HasPrefix(res.stderr, want) || !strings.Contains(res.stderr, c.trace) || !strings.Contains(res.stderr, c.want) {
 			t.Errorf("trace %s: exit %d, stderr %q; want exit 1, %q... naming the path and %q", c.trace, res.exitCode, res.stderr, want, c.want)
 		}
+	}
+}
+
+// "config defaults --help" suggests writing the file warmstart reads.
+func TestConfigDefaultsHelpNamesTheFileRead(t *testing.T) {
+	res := runCLI(t, "config", "defaults", "--help")
+	if res.code != 0 || !strings.Contains(res.stdout, "> "+config.SystemFile) {
+		t.Errorf("exit %d, help %q; want it to suggest > %s", res.code, res.stdout, config.SystemFile)
 	}
 }

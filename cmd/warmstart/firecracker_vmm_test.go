@@ -21,9 +21,15 @@ import (
 
 func TestFirecrackerDriverFromConfig(t *testing.T) {
 	cfg := config.Default()
-	cfg.Firecracker.Binary = "/opt/firecracker"
+	// Building the driver runs nothing, but --vmm firecracker needs a
+	// binary that is there.
+	fcBin := filepath.Join(t.TempDir(), "firecracker")
+	if err := os.WriteFile(fcBin, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Firecracker.Binary = fcBin
 	cfg.Firecracker.StopTimeout = 7 * time.Second
-	cfg.Envd = config.EnvdConfig{Address: "vsock:49983", PollInterval: 3 * time.Millisecond, Timeout: 9 * time.Second}
+	cfg.Agent = config.AgentConfig{Address: "vsock:49983", PollInterval: 3 * time.Millisecond, Timeout: 9 * time.Second}
 	vf := cli.VMMFlags{Kind: "firecracker"}
 	vm, err := buildVMM(vf, cfg)
 	if err != nil {
@@ -34,17 +40,17 @@ func TestFirecrackerDriverFromConfig(t *testing.T) {
 		t.Fatalf("--vmm firecracker built a %T", vm)
 	}
 	o := d.Options()
-	if o.Binary != "/opt/firecracker" || o.EnvdAddress != "vsock:49983" || !o.Vsock ||
+	if o.Binary != fcBin || o.EnvdAddress != "vsock:49983" || !o.Vsock ||
 		o.PollInterval != 3*time.Millisecond || o.ReadyTimeout != 9*time.Second || o.StopTimeout != 7*time.Second {
-		t.Errorf("driver options %+v do not follow [firecracker] and [envd]", o)
+		t.Errorf("driver options %+v do not follow [firecracker] and [agent]", o)
 	}
 	if node.FUSEOptions(fusedev.Options{}, vm).AllowWriteOpen {
 		t.Error("Firecracker opens its memory file read-only, yet the FUSE mount lets it be opened for writing")
 	}
 
-	cfg.Envd.Address = ""
-	if _, err := buildVMM(vf, cfg); err == nil || !strings.Contains(err.Error(), "[envd] address") {
-		t.Errorf("without an [envd] address: %v, want an error naming it", err)
+	cfg.Agent.Address = ""
+	if _, err := buildVMM(vf, cfg); err == nil || !strings.Contains(err.Error(), "[agent] address") {
+		t.Errorf("without an [agent] address: %v, want an error naming it", err)
 	}
 }
 
@@ -122,7 +128,7 @@ dir = "`+fc.run+`"
 binary = "`+fc.bin+`"
 kernel = "`+kernel+`"
 
-[envd]
+[agent]
 address = "unix:agent.sock"
 `), 0o644); err != nil {
 		t.Fatal(err)

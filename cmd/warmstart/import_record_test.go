@@ -12,7 +12,7 @@ import (
 )
 
 // TestSnapshotImportRecordsWhenEnabled: with
-// [snapshot.memory_startup_pack] enabled = true, an in-process import
+// [manifest] record_after_publish = true, an in-process import
 // records the startup manifest and waits for it, as capture does, saying
 // so on standard error; the snapshot has its manifest when the verb ends.
 func TestSnapshotImportRecordsWhenEnabled(t *testing.T) {
@@ -34,7 +34,7 @@ func TestSnapshotImportRecordsWhenEnabled(t *testing.T) {
 	}
 	store := filepath.Join(dir, "store")
 	cfg := filepath.Join(dir, "warmstart.toml")
-	text := "[snapshot.memory_startup_pack]\nenabled = true\n[runtime]\ndir = \"" + filepath.Join(dir, "run") +
+	text := "[manifest]\nrecord_after_publish = true\n[runtime]\ndir = \"" + filepath.Join(dir, "run") +
 		"\"\n[backend.posix_fs]\nsnapshot_store = \"" + store + "\"\n[vmm]\ndriver = \"replay\"\n[replay]\ntrace = \"" + ref.Trace + "\"\n"
 	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
 		t.Fatal(err)

@@ -61,6 +61,7 @@ func main() {
 	// Before anything reads the arguments: a role's are not the CLI's.
 	roles.Dispatch()
 	cli.MarkTree(rootCmd)
+	env.RegisterCompletions(rootCmd)
 	if err := rootCmd.Execute(); err != nil {
 		fmt.Fprintf(os.Stderr, "warmstart: %v\n", err)
 		os.Exit(cli.ExitCode(err))

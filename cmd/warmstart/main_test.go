@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"warmstart/internal/config"
@@ -37,6 +38,22 @@ func TestMain(m *testing.M) {
 // cliEnv is the environment of a child playing the warmstart command.
 func cliEnv(extra ...string) []string {
 	return append(reexec.Environ(os.Environ(), roleCLI), extra...)
+}
+
+// noRecording is a configuration table that turns recording after
+// publish off, for tests that import a snapshot only to restore it with
+// the replay VMM (--trace), which a recording would not use.
+const noRecording = "[manifest]\nrecord_after_publish = false\n"
+
+// noRecordingConfig writes a configuration of noRecording alone, for
+// verbs run with --store, and returns its path.
+func noRecordingConfig(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "no-recording.toml")
+	if err := os.WriteFile(path, []byte(noRecording), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // cliRun is what one warmstart process did.

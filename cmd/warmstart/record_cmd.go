@@ -21,7 +21,7 @@ func init() {
 the memory it touches until the guest agent is ready, build the startup
 manifest (first-touch order, adjacent pages coalesced) and attach it to the
 snapshot atomically, replacing any manifest it had. This is what a publish
-does in the background when [snapshot.memory_startup_pack] enabled is on.`,
+does in the background when [manifest] record_after_publish is on.`,
 		Args: cli.Args(cli.SnapshotArg),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if env.Daemon != "" {

@@ -40,7 +40,7 @@ manifest, prefetch it concurrently with the VMM loading the snapshot, wait
 for the guest agent, print the phase timings, then stop in order (stop the
 VM, wait for prefetch reads, release the device).
 
---prefetch auto follows [snapshot.memory_startup_pack] consume_enabled;
+--prefetch auto follows [prefetch] on_restore;
 on prefetches whenever a valid manifest is attached; off never does.
 
 --json prints the same document in process and with --daemon: id,
@@ -70,7 +70,7 @@ after it still sends the stop.`,
 	}
 	f.vf.Register(cmd)
 	fl := cmd.Flags()
-	fl.StringVar(&f.req.Prefetch, "prefetch", "auto", "startup prefetch: auto (config consume_enabled), on or off")
+	fl.StringVar(&f.req.Prefetch, "prefetch", "auto", "startup prefetch: auto ([prefetch] on_restore), on or off")
 	fl.StringVar(&f.req.Device, "device", "", "memory device: file (FUSE) or uffd (default from [memory] device)")
 	fl.StringVar(&f.req.Policy, "policy", "", "prefetch policy: seed, reap, e2b or warmstart (default from [prefetch] policy)")
 	fl.IntVar(&f.ioEngine, "io-engine", 0, "I/O engine: 0 or 1 buffered, 2 direct I/O (default from [memory] io_engine)")

@@ -32,7 +32,7 @@ func TestRestoreUffdOfAnS3Snapshot(t *testing.T) {
 	want := expectedHash(t, root.ref)
 	text := fmt.Sprintf("[runtime]\ndir = %q\n[snapshot]\nrepository_backend = \"s3\"\n"+
 		"[backend.s3]\nendpoint = %q\nbucket = %q\nregion = \"us-east-1\"\naddressing_style = \"path\"\n"+
-		"access_key_id = %q\nsecret_access_key = %q\ncache_dir = %q\n",
+		"access_key_id = %q\nsecret_access_key = %q\ncache_dir = %q\n"+noRecording,
 		root.run, "http://"+srv.Endpoint, bucket, miniotest.AccessKey, miniotest.SecretKey, filepath.Join(root.dir, "cache"))
 	if err := os.WriteFile(root.cfg, []byte(text), 0o600); err != nil {
 		t.Fatal(err)

@@ -15,7 +15,7 @@ import (
 func init() {
 	restoresCmd := &cobra.Command{
 		Use:   "restores",
-		Short: "List or stop the restores a daemon holds (needs --daemon)",
+		Short: "List or stop the restores a daemon holds (--daemon, $WARMSTART_DAEMON or [daemon] socket)",
 		Long: `A restore run with --daemon and --hold stays with the daemon after the verb
 exits. "restores list" shows them; "restores stop ID" stops one in the
 seed's order (stop the VM, wait for prefetch reads, release the device).`,

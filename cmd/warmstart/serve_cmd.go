@@ -36,7 +36,7 @@ root, or a token under 16 printable characters, is refused at start.
   GET    /restores                        DELETE /restores/{id}
 
 Other verbs run against it with --daemon SOCKET. With
-[snapshot.memory_startup_pack] enabled, an import records the startup
+[manifest] record_after_publish, an import records the startup
 manifest in the background.
 
 At start, a socket left by a crashed daemon and a dead FUSE mount are

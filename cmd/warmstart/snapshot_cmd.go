@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -15,6 +16,7 @@ import (
 	"warmstart/internal/ops"
 	"warmstart/internal/report"
 	"warmstart/internal/repository"
+	"warmstart/internal/untrusted"
 )
 
 var snapshotCmd = &cobra.Command{
@@ -33,16 +35,19 @@ optional alias ([A-Za-z0-9_-], 1 to 128 characters).
 // snapshotImportOptions are the flags of snapshot import.
 type snapshotImportOptions struct {
 	vmState, memory, alias, layout string
-	link                           bool
-	// vmm restores the recording when [snapshot.memory_startup_pack]
-	// enabled is on.
+	// layoutFile is --layout-file: a file holding the layout (synth
+	// writes one).
+	layoutFile string
+	link       bool
+	// vmm restores the recording when [manifest] record_after_publish
+	// is on.
 	vmm cli.VMMFlags
 }
 
 var snapshotImportFlags snapshotImportOptions
 
 var snapshotImportCmd = &cobra.Command{
-	Use:   "import --vm-state FILE --memory FILE [--alias NAME] [--layout SPEC] [--link]",
+	Use:   "import --vm-state FILE --memory FILE [--alias NAME] [--layout SPEC | --layout-file FILE] [--link]",
 	Short: "Publish a snapshot from a VM state file and a memory file; print its id",
 	Long: `Publish the VMM state file and guest memory file as a new snapshot and print
 its id on stdout. Progress (copying, hashing) goes to stderr.
@@ -62,10 +67,12 @@ digests catch that on restore, and the restore fails).
 --layout gives the guest memory regions as comma-separated
 offset:size[:pagesize] in bytes (suffixes K, M, G, KiB, MiB, GiB), e.g.
 "0:2GiB,3GiB:1GiB:2MiB". Without it one region covers the whole file.
+--layout-file reads the same from a file, such as the layout file
+warmstart synth writes.
 
 --alias binds a name to the snapshot; it fails if another snapshot holds it.
 
-With [snapshot.memory_startup_pack] enabled = true the startup manifest is
+With [manifest] record_after_publish = true the startup manifest is
 then recorded, as a daemon does after an import, holding the capture lease;
 this command waits for it (progress on standard error) with the VMM that
 [vmm] driver, [replay] trace, --vmm and --trace name.`,
@@ -83,6 +90,9 @@ func runSnapshotImport(cmd *cobra.Command, _ []string) error {
 			return usageError{Err: fmt.Errorf("snapshot import: --alias: %w", err)}
 		}
 	}
+	if err := f.readLayoutFile(); err != nil {
+		return err
+	}
 	if env.Daemon != "" {
 		return env.OnDaemon(cmd, func(ctx context.Context, c *api.Client, o report.Output) error {
 			return importOn(ctx, c, o, api.ImportRequest{VMState: f.vmState, Memory: f.memory, Alias: f.alias, Layout: f.layout, Link: f.link})
@@ -93,6 +103,30 @@ func runSnapshotImport(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	return cli.Interruptible(cmd, func(ctx context.Context) error { return importInProcess(ctx, cmd, f, lay) })
+}
+
+// maxLayoutFileBytes bounds --layout-file: a layout is one line.
+const maxLayoutFileBytes = 64 << 10
+
+// readLayoutFile takes --layout from the file --layout-file names. Both
+// flags at once is a usage error; so is a file that cannot be read, which
+// the flag named.
+func (f *snapshotImportOptions) readLayoutFile() error {
+	if f.layoutFile == "" {
+		return nil
+	}
+	if f.layout != "" {
+		return usageError{Err: errors.New("snapshot import: --layout and --layout-file: give one")}
+	}
+	data, err := untrusted.ReadBounded(f.layoutFile, maxLayoutFileBytes)
+	if err != nil {
+		return usageError{Err: fmt.Errorf("snapshot import: --layout-file: %w", err)}
+	}
+	f.layout = strings.TrimSpace(string(data))
+	if f.layout == "" {
+		return usageError{Err: fmt.Errorf("snapshot import: --layout-file %s is empty", f.layoutFile)}
+	}
+	return nil
 }
 
 // importOn publishes a snapshot on the daemon and prints its id.
@@ -139,7 +173,7 @@ func (f snapshotImportOptions) publishRequest(cmd *cobra.Command, lay layout.Lay
 }
 
 // importInProcess publishes the snapshot and prints its id. With
-// [snapshot.memory_startup_pack] enabled it then records the startup
+// [manifest] record_after_publish it then records the startup
 // manifest, holding the capture lease from publish to attach, and waits
 // for it.
 func importInProcess(ctx context.Context, cmd *cobra.Command, f snapshotImportOptions, lay layout.Layout) error {
@@ -148,7 +182,7 @@ func importInProcess(ctx context.Context, cmd *cobra.Command, f snapshotImportOp
 		return err
 	}
 	req := f.publishRequest(cmd, lay)
-	req.RecordManifest = cfg.Snapshot.MemoryStartupPack.Enabled
+	req.RecordManifest = cfg.Manifest.RecordAfterPublish
 	var n *node.Node
 	var repo repository.Repository
 	if req.RecordManifest {
@@ -321,6 +355,7 @@ func init() {
 	fl.StringVar(&snapshotImportFlags.memory, "memory", "", "guest memory file of the snapshot (required)")
 	fl.StringVar(&snapshotImportFlags.alias, "alias", "", "name to bind to the snapshot")
 	fl.StringVar(&snapshotImportFlags.layout, "layout", "", "memory regions offset:size[:pagesize],... (default: one region over the whole file)")
+	fl.StringVar(&snapshotImportFlags.layoutFile, "layout-file", "", "file holding --layout's SPEC, such as the layout file synth writes")
 	snapshotImportFlags.vmm.Register(snapshotImportCmd)
 	fl.BoolVar(&snapshotImportFlags.link, "link", false, "hard-link the files instead of copying them and make them read-only; never write them again")
 

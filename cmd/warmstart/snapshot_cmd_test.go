@@ -35,7 +35,7 @@ func runSnapshotVerb(t *testing.T, store string, args ...string) (string, string
 	var stdout, stderr bytes.Buffer
 	rootCmd.SetOut(&stdout)
 	rootCmd.SetErr(&stderr)
-	rootCmd.SetArgs(append(append([]string{"snapshot"}, args...), "--store", store))
+	rootCmd.SetArgs(append(append([]string{"--config", noRecordingConfig(t), "snapshot"}, args...), "--store", store))
 	t.Cleanup(func() { rootCmd.SetOut(nil); rootCmd.SetErr(nil); rootCmd.SetArgs(nil) })
 	err := rootCmd.ExecuteContext(context.Background())
 	return stdout.String(), stderr.String(), err
@@ -187,6 +187,10 @@ func TestSnapshotImportUsageErrors(t *testing.T) {
 		"bad alias":           {"import", "--vm-state", in.VMStatePath, "--memory", in.MemoryPath, "--alias", "a/b"},
 		"layout past the end": {"import", "--vm-state", in.VMStatePath, "--memory", in.MemoryPath, "--layout", "0:1MiB"},
 		"extra argument":      {"import", "--vm-state", in.VMStatePath, "--memory", in.MemoryPath, "extra"},
+		"both layout flags": {"import", "--vm-state", in.VMStatePath, "--memory", in.MemoryPath, "--layout", "0:64KiB",
+			"--layout-file", in.VMStatePath},
+		"no layout file":    {"import", "--vm-state", in.VMStatePath, "--memory", in.MemoryPath, "--layout-file", store + ".layout"},
+		"layout file wrong": {"import", "--vm-state", in.VMStatePath, "--memory", in.MemoryPath, "--layout-file", in.VMStatePath},
 	}
 	for name, args := range cases {
 		_, _, err := runSnapshotVerb(t, store, args...)

@@ -47,7 +47,7 @@ func TestImportInterrupt(t *testing.T) {
 func TestVerifyInterrupt(t *testing.T) {
 	store := t.TempDir()
 	vmState, memory := largeSnapshotFiles(t)
-	run := runCLI(t, "snapshot", "import", "--store", store, "--vm-state", vmState, "--memory", memory, "--link")
+	run := runCLI(t, "--config", noRecordingConfig(t), "snapshot", "import", "--store", store, "--vm-state", vmState, "--memory", memory, "--link")
 	if run.code != 0 {
 		t.Fatalf("import exited %d: %s", run.code, run.stderr)
 	}

@@ -51,7 +51,7 @@ type ImportRequest struct {
 type ImportResponse struct {
 	repository.Record
 	// Recording is true when the startup manifest is being recorded in
-	// the background ([snapshot.memory_startup_pack] enabled).
+	// the background ([manifest] record_after_publish).
 	Recording bool `json:"recording"`
 }
 
@@ -102,8 +102,8 @@ type RestoreRequest struct {
 	Snapshot string `json:"snapshot"`
 	// Device is "file" or "uffd"; default [memory] device.
 	Device string `json:"device,omitempty"`
-	// Prefetch is "auto" (the default: [snapshot.memory_startup_pack]
-	// consume_enabled), "on" or "off".
+	// Prefetch is "auto" (the default: [prefetch] on_restore),
+	// "on" or "off".
 	Prefetch string `json:"prefetch,omitempty"`
 	// Policy is a prefetch policy name; default [prefetch] policy.
 	Policy string `json:"policy,omitempty"`

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -22,17 +26,58 @@ import (
 type daemonFlag struct{ socket *string }
 
 func (f daemonFlag) String() string { return *f.socket }
-func (f daemonFlag) Type() string   { return "socket" }
+func (f daemonFlag) Type() string   { return "address" }
 
 func (f daemonFlag) Set(v string) error {
 	if strings.TrimSpace(v) == "" {
-		return errors.New("empty: want the path of a Unix socket or http(s)://host:port; leave --daemon out to run in this process")
+		return errors.New("empty: want unix:PATH, a socket PATH, http(s)://HOST:PORT or HOST:PORT; leave --daemon out to run in this process")
 	}
-	if err := checkDaemonURL(v); err != nil {
+	addr, err := DaemonAddress(v)
+	if err != nil {
 		return err
 	}
-	*f.socket = v
+	*f.socket = addr
 	return nil
+}
+
+// DaemonEnv names the environment variable that names the daemon when
+// --daemon does not.
+const DaemonEnv = "WARMSTART_DAEMON"
+
+// DaemonAddress turns the forms a daemon's address is written in into the
+// endpoint api.Dial takes: unix:PATH and PATH are a Unix socket,
+// http(s)://HOST:PORT is TCP, and HOST:PORT (a port number after the last
+// colon, no slash) is http://HOST:PORT, unless a file of that name exists
+// (a socket may be called anything).
+func DaemonAddress(v string) (string, error) {
+	if path, ok := strings.CutPrefix(v, "unix:"); ok && !strings.HasPrefix(path, "//") {
+		if path == "" {
+			return "", fmt.Errorf("%q: no socket path after unix:", v)
+		}
+		return path, nil
+	}
+	if strings.Contains(v, "://") {
+		return v, checkDaemonURL(v)
+	}
+	if hostPort(v) {
+		if _, err := os.Stat(v); errors.Is(err, os.ErrNotExist) {
+			return "http://" + v, nil
+		}
+	}
+	return v, nil
+}
+
+// hostPort reports whether v reads as HOST:PORT rather than a path.
+func hostPort(v string) bool {
+	if strings.Contains(v, "/") {
+		return false
+	}
+	host, port, err := net.SplitHostPort(v)
+	if err != nil || port == "" {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n > 0 && n < 65536 && (host != "" || strings.HasPrefix(v, ":"))
 }
 
 // Reset sets the flag back to unset, which Set refuses to do (tests run
@@ -66,7 +111,7 @@ func checkDaemonURL(v string) error {
 // flag (exit 2), never silently ignored.
 func (e *Env) AddDaemonFlag(cmd *cobra.Command) {
 	cmd.PersistentFlags().Var(daemonFlag{&e.Daemon}, "daemon",
-		"run the verb on the daemon at this Unix socket (or http://host:port) instead of in this process")
+		"run the verb on the daemon at this address (unix:PATH, PATH, http://HOST:PORT or HOST:PORT; default: $"+DaemonEnv+") instead of in this process")
 }
 
 // OnDaemon runs a verb on the daemon --daemon names. It first refuses the
@@ -85,16 +130,39 @@ func (e *Env) OnDaemon(cmd *cobra.Command, run func(context.Context, *api.Client
 	return refusedAsUsage(run(cmd.Context(), c, Output(cmd)))
 }
 
-// daemonClient returns a client for --daemon, or a usage error without it.
+// daemonClient returns a client for the daemon --daemon names, else
+// $WARMSTART_DAEMON, else the configuration's [daemon] socket when a
+// daemon answers there; without any, an error saying how to name one.
 func (e *Env) daemonClient(cmd *cobra.Command) (*api.Client, error) {
 	if e.Daemon == "" {
-		return nil, Error{Err: fmt.Errorf("%s needs --daemon SOCKET", cmd.CommandPath())}
+		addr, err := e.configuredDaemon(cmd)
+		if err != nil {
+			return nil, err
+		}
+		e.Daemon = addr
 	}
 	c, err := api.Dial(e.Daemon, e.TokenFile)
 	if err != nil {
 		return nil, fmt.Errorf("%s --daemon %s: %w", cmd.CommandPath(), e.Daemon, err)
 	}
 	return c, nil
+}
+
+// configuredDaemon is the configuration's [daemon] socket when a daemon
+// answers on it.
+func (e *Env) configuredDaemon(cmd *cobra.Command) (string, error) {
+	cfg, err := e.Config()
+	if err != nil {
+		return "", err
+	}
+	sock := cfg.Daemon.Socket
+	conn, err := net.DialTimeout("unix", sock, 2*time.Second)
+	if err != nil {
+		return "", fmt.Errorf("%s needs a daemon: none answers on [daemon] socket %s (%w); start one with `warmstart serve`, or name one with --daemon ADDRESS or $%s (unix:PATH, PATH, http://HOST:PORT or HOST:PORT)",
+			cmd.CommandPath(), sock, errors.Unwrap(err), DaemonEnv)
+	}
+	conn.Close()
+	return sock, nil
 }
 
 // LocalOnly refuses flags that configure the in-process system, which a

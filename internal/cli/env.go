@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 
 	"github.com/spf13/cobra"
@@ -43,6 +45,21 @@ func (e *Env) reset() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.config = nil
+	e.daemonEnv()
+}
+
+// daemonEnv takes the daemon's address from $WARMSTART_DAEMON when no
+// --daemon names one: the variable is the flag said once for a shell. A
+// malformed value stays as it is, for the dial to name.
+func (e *Env) daemonEnv() {
+	v := strings.TrimSpace(os.Getenv(DaemonEnv))
+	if e.Daemon != "" || v == "" {
+		return
+	}
+	if addr, err := DaemonAddress(v); err == nil {
+		v = addr
+	}
+	e.Daemon = v
 }
 
 // Config is the configuration config.Path resolves from --config (else
@@ -52,7 +69,15 @@ func (e *Env) Config() (*config.Config, error) {
 	e.mu.Lock()
 	if e.config == nil {
 		path := config.Path(e.ConfigPath)
-		e.config = sync.OnceValues(func() (*config.Config, error) { return config.Load(path) })
+		e.config = sync.OnceValues(func() (*config.Config, error) {
+			cfg, err := config.Load(path)
+			if err == nil {
+				for _, d := range cfg.Deprecations() {
+					fmt.Fprintf(os.Stderr, "warmstart: warning: %s\n", d)
+				}
+			}
+			return cfg, err
+		})
 	}
 	load := e.config
 	e.mu.Unlock()

@@ -22,7 +22,7 @@ type VMMFlags struct {
 
 // Register gives cmd --vmm and --trace.
 func (f *VMMFlags) Register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.Kind, "vmm", "", "VMM driver: replay (stand-in process), qemu or firecracker (default: [vmm] driver; replay when --trace is given)")
+	cmd.Flags().StringVar(&f.Kind, "vmm", "", "VMM driver: auto (firecracker where it and KVM work, else qemu), replay (stand-in process), qemu or firecracker (default: [vmm] driver; replay when --trace is given)")
 	cmd.Flags().StringVar(&f.Trace, "trace", "", "startup trace the replay VMM plays, from warmstart synth (default: [replay] trace)")
 }
 
@@ -53,6 +53,11 @@ func (e *Env) OpenNode(cmd *cobra.Command, vf *VMMFlags) (*node.Node, error) {
 		return nil, err
 	}
 	vf.fromConfig(cmd, cfg)
+	if vf.Kind == config.DriverAuto {
+		if vf.Kind, err = node.ResolveDriver(cmd.Context(), cfg); err != nil {
+			return nil, err
+		}
+	}
 	if vf.AgentWorkload != "" {
 		c := *cfg
 		c.QEMU.AgentWorkload = vf.AgentWorkload

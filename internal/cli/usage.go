@@ -66,7 +66,10 @@ func MarkTree(root *cobra.Command) {
 func Args(check cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if err := check(cmd, args); err != nil {
-			return Error{Err: fmt.Errorf("%s: %w", cmd.CommandPath(), err)}
+			// main prefixes the program's name: the verb is named without it,
+			// and the usage line says which arguments it takes (ID|ALIAS).
+			verb := strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
+			return Error{Err: fmt.Errorf("%s: %w; usage: %s", verb, err, strings.TrimSuffix(cmd.UseLine(), " [flags]"))}
 		}
 		return nil
 	}

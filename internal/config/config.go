@@ -45,6 +45,7 @@ const (
 // Config is the whole configuration file.
 type Config struct {
 	Snapshot    SnapshotConfig    `toml:"snapshot"`
+	Manifest    ManifestConfig    `toml:"manifest"`
 	Backend     BackendConfig     `toml:"backend"`
 	Memory      MemoryConfig      `toml:"memory"`
 	Prefetch    PrefetchConfig    `toml:"prefetch"`
@@ -54,9 +55,34 @@ type Config struct {
 	Replay      ReplayConfig      `toml:"replay"`
 	Firecracker FirecrackerConfig `toml:"firecracker"`
 	QEMU        QEMUConfig        `toml:"qemu"`
-	Envd        EnvdConfig        `toml:"envd"`
+	Agent       AgentConfig       `toml:"agent"`
 	Log         LogConfig         `toml:"log"`
 	Trust       TrustConfig       `toml:"trust"`
+
+	// Envd is the seed's name of [agent], read only to be moved there
+	// (deprecated.go).
+	Envd AgentConfig `toml:"envd"`
+
+	// deprecations are the warnings of the deprecated keys the file set.
+	deprecations []string
+}
+
+// Deprecations are one-line warnings, one for each deprecated key the
+// file set, naming the key that replaces it.
+func (c *Config) Deprecations() []string { return c.deprecations }
+
+// ManifestConfig is [manifest]: recording the startup manifest and
+// learning from the restores that prefetch it.
+type ManifestConfig struct {
+	// RecordAfterPublish records a startup manifest in the background
+	// after each publish.
+	RecordAfterPublish bool `toml:"record_after_publish"`
+	// Refine learns from every restore that prefetched (package refine)
+	// and has later restores prefetch the learned manifest.
+	Refine bool `toml:"refine"`
+	// Recordings is how many traced restores a background recording
+	// makes (1 or 2); with 2 the manifest keeps the pages both touched.
+	Recordings int64 `toml:"recordings"`
 }
 
 // TrustConfig is [trust]: which key signs what this node publishes and
@@ -94,24 +120,18 @@ type LogConfig struct {
 // SnapshotConfig is the [snapshot] table.
 type SnapshotConfig struct {
 	// RepositoryBackend selects where snapshots live: BackendPosixFS or BackendS3.
-	RepositoryBackend string            `toml:"repository_backend"`
+	RepositoryBackend string `toml:"repository_backend"`
+	// MemoryStartupPack is the seed's section for [manifest] and
+	// [prefetch] on_restore, read only to be moved there (deprecated.go).
 	MemoryStartupPack StartupPackConfig `toml:"memory_startup_pack"`
 }
 
-// StartupPackConfig is [snapshot.memory_startup_pack]: the startup manifest
-// feature. Recording and consumption are switched separately so consumption
-// can be turned off for snapshots that already carry a manifest.
+// StartupPackConfig is the seed's [snapshot.memory_startup_pack].
 type StartupPackConfig struct {
-	// Enabled records a startup manifest after each publish.
-	Enabled bool `toml:"enabled"`
-	// ConsumeEnabled prefetches a snapshot's manifest on restore.
-	ConsumeEnabled bool `toml:"consume_enabled"`
-	// Refine learns from every restore that prefetched (package refine)
-	// and has later restores prefetch the learned manifest.
-	Refine bool `toml:"refine"`
-	// Recordings is how many traced restores a background recording
-	// makes (1 or 2); with 2 the manifest keeps the pages both touched.
-	Recordings int64 `toml:"recordings"`
+	Enabled        bool  `toml:"enabled"`
+	ConsumeEnabled bool  `toml:"consume_enabled"`
+	Refine         bool  `toml:"refine"`
+	Recordings     int64 `toml:"recordings"`
 }
 
 // BackendConfig is the [backend] table, one subtable per repository backend.
@@ -174,9 +194,11 @@ type MemoryConfig struct {
 	// Device is DeviceFile (a FUSE file the VMM maps) or DeviceUffd
 	// (Firecracker's Uffd backend).
 	Device string `toml:"device"`
-	// IOEngine is one of IOEngineBuffered, IOEngineBufferedAsync, IOEngineDirect.
-	IOEngine int `toml:"io_engine"`
-	// FUSEMount is where the file device mounts its file system.
+	// IOEngine is one of IOEngineBuffered, IOEngineBufferedAsync,
+	// IOEngineDirect, written by name or integer.
+	IOEngine IOEngineSetting `toml:"io_engine"`
+	// FUSEMount is where the file device mounts its file system; empty
+	// means DefaultFUSEMountName under [runtime] dir.
 	FUSEMount string `toml:"fuse_mount"`
 	// UffdConnectTimeout bounds how long a restore on the uffd device waits
 	// for the VMM to connect to the page-fault handler. A VMM that exits
@@ -265,17 +287,22 @@ type PrefetchConfig struct {
 	MaxReaders int `toml:"max_readers"`
 	// BufferBytes is each reader's buffer.
 	BufferBytes int64 `toml:"buffer_bytes"`
+	// OnRestore prefetches a snapshot's manifest on restore (--prefetch
+	// auto) whenever a valid one is attached.
+	OnRestore bool `toml:"on_restore"`
 }
 
 // RuntimeConfig is [runtime].
 type RuntimeConfig struct {
-	// Dir holds per-instance sockets and logs.
+	// Dir holds per-instance sockets and logs, and is the root the FUSE
+	// mount and the daemon socket derive from unless set.
 	Dir string `toml:"dir"`
 }
 
 // DaemonConfig is [daemon].
 type DaemonConfig struct {
-	// Socket is the Unix socket of the HTTP API.
+	// Socket is the Unix socket of the HTTP API; empty means
+	// DefaultSocketName under [runtime] dir.
 	Socket string `toml:"socket"`
 	// Listen is an optional TCP address (host:port) served instead.
 	Listen string `toml:"listen"`
@@ -302,7 +329,7 @@ func (c *Config) DaemonTokenFile() string {
 
 // VMMConfig is [vmm]: which VMM driver the daemon restores with.
 type VMMConfig struct {
-	// Driver is DriverFirecracker, DriverQEMU or DriverReplay.
+	// Driver is DriverAuto, DriverFirecracker, DriverQEMU or DriverReplay.
 	Driver string `toml:"driver"`
 }
 
@@ -347,8 +374,9 @@ type QEMUConfig struct {
 	AgentWorkload string `toml:"agent_workload"`
 }
 
-// EnvdConfig is [envd]: the in-guest agent whose answer means "ready".
-type EnvdConfig struct {
+// AgentConfig is [agent]: the in-guest agent whose answer means "ready"
+// (the seed's [envd]).
+type AgentConfig struct {
 	// Address is the agent's health endpoint; empty lets the VMM driver
 	// choose its own transport.
 	Address      string        `toml:"address"`
@@ -358,11 +386,40 @@ type EnvdConfig struct {
 
 // Default returns the built-in configuration. It is what DefaultTOML spells out.
 func Default() *Config {
+	c := defaults()
+	c.deriveRuntimePaths()
+	return c
+}
+
+// Names of the paths under [runtime] dir that [memory] fuse_mount and
+// [daemon] socket default to.
+const (
+	DefaultFUSEMountName = "mem"
+	DefaultSocketName    = "warmstart.sock"
+)
+
+// deriveRuntimePaths puts the FUSE mount and the daemon socket under
+// [runtime] dir where the file leaves them empty or unset: the runtime
+// directory is the one root a node's run-time files live under, so moving
+// it moves them all.
+func (c *Config) deriveRuntimePaths() {
+	if !filepath.IsAbs(c.Runtime.Dir) {
+		return // Validate names runtime.dir
+	}
+	if c.Memory.FUSEMount == "" {
+		c.Memory.FUSEMount = filepath.Join(c.Runtime.Dir, DefaultFUSEMountName)
+	}
+	if c.Daemon.Socket == "" {
+		c.Daemon.Socket = filepath.Join(c.Runtime.Dir, DefaultSocketName)
+	}
+}
+
+// defaults is Default before the paths derived from [runtime] dir are
+// filled in, which Parse does after it has read the file's runtime.dir.
+func defaults() *Config {
 	return &Config{
-		Snapshot: SnapshotConfig{
-			RepositoryBackend: BackendPosixFS,
-			MemoryStartupPack: StartupPackConfig{Refine: true, Recordings: DefaultRecordings},
-		},
+		Snapshot: SnapshotConfig{RepositoryBackend: BackendPosixFS},
+		Manifest: ManifestConfig{RecordAfterPublish: true, Refine: true, Recordings: DefaultRecordings},
 		Backend: BackendConfig{
 			PosixFS: PosixFSConfig{SnapshotStore: "/var/lib/warmstart/snapshots"},
 			S3: S3Config{
@@ -377,21 +434,21 @@ func Default() *Config {
 			},
 		},
 		Memory: MemoryConfig{
-			Device: DeviceFile, IOEngine: IOEngineBuffered, FUSEMount: "/run/warmstart/mem", UffdConnectTimeout: 10 * time.Second,
+			Device: DeviceFile, IOEngine: IOEngineBuffered, UffdConnectTimeout: 10 * time.Second,
 			PrefetchReadaroundKiB: DefaultPrefetchReadaroundKiB,
 		},
-		Prefetch: PrefetchConfig{Policy: PolicyWarmstart, MaxReaders: DefaultPrefetchMaxReaders, BufferBytes: 1 << 20},
+		Prefetch: PrefetchConfig{Policy: PolicyWarmstart, MaxReaders: DefaultPrefetchMaxReaders, BufferBytes: 1 << 20, OnRestore: true},
 		Runtime:  RuntimeConfig{Dir: "/run/warmstart"},
-		Daemon:   DaemonConfig{Socket: "/run/warmstart/warmstart.sock", ImportDirs: []string{}},
+		Daemon:   DaemonConfig{ImportDirs: []string{}},
 		Log:      LogConfig{Format: LogFormatText, Level: LogLevelInfo},
-		VMM:      VMMConfig{Driver: DriverFirecracker},
+		VMM:      VMMConfig{Driver: DriverAuto},
 		Firecracker: FirecrackerConfig{
 			Binary: "firecracker", VCPUs: 1, MemoryMiB: 128, StopTimeout: 5 * time.Second, LoadTimeout: 30 * time.Second,
 		},
 		QEMU: QEMUConfig{
 			Binary: "qemu-system-x86_64", Accel: AccelAuto, Machine: MachineMicrovm, MemoryMiB: 128, VCPUs: 1, StopTimeout: 5 * time.Second,
 		},
-		Envd:  EnvdConfig{PollInterval: 5 * time.Millisecond, Timeout: 30 * time.Second},
+		Agent: AgentConfig{PollInterval: 5 * time.Millisecond, Timeout: 30 * time.Second},
 		Trust: TrustConfig{TrustedKeys: []string{}},
 	}
 }
@@ -507,7 +564,7 @@ func readFile(path string) ([]byte, error) {
 
 // Parse decodes and validates configuration text; file names it in errors.
 func Parse(data []byte, file string) (*Config, error) {
-	cfg := Default()
+	cfg := defaults()
 	md, decodeErr := toml.Decode(string(data), cfg)
 	keys := md.Keys()
 	var pe toml.ParseError
@@ -515,26 +572,8 @@ func Parse(data []byte, file string) (*Config, error) {
 		return nil, &ConfigError{File: file, Key: pe.LastKey,
 			Err: kindError{ErrSyntax, fmt.Sprintf("syntax error on line %d: %s", pe.Position.Line, pe.Message)}}
 	}
-	// Check every key the file sets, in file order, against the schema
-	// before trusting the decode. This names the first offending key
-	// whatever went wrong, and catches what the decoder lets through:
-	// keys that match a field only case-insensitively (MetaData.Undecoded
-	// counts them as decoded) and durations written as bare integers
-	// (which the decoder would take as nanoseconds).
-	for _, k := range keys {
-		name := k.String()
-		spec, ok := schema[name]
-		if !ok {
-			return nil, &ConfigError{File: file, Key: name, Err: ErrUnknownKey}
-		}
-		if got := md.Type(k...); got != spec.tomlType {
-			want := tomlTypeName(spec.tomlType)
-			if spec.duration {
-				want += ` holding a duration such as "5s"`
-			}
-			return nil, &ConfigError{File: file, Key: name,
-				Err: kindError{ErrWrongType, fmt.Sprintf("has type %s, want %s", tomlTypeName(got), want)}}
-		}
+	if err := checkKeys(md, file); err != nil {
+		return nil, err
 	}
 	if decodeErr != nil {
 		// What remains are values the decoder refused to convert: a
@@ -544,6 +583,10 @@ func Parse(data []byte, file string) (*Config, error) {
 		}
 		return nil, &ConfigError{File: file, Err: decodeErr}
 	}
+	if err := cfg.moveDeprecated(md, file); err != nil {
+		return nil, err
+	}
+	cfg.deriveRuntimePaths()
 	if err := cfg.Validate(); err != nil {
 		var ce *ConfigError
 		if errors.As(err, &ce) {
@@ -554,12 +597,42 @@ func Parse(data []byte, file string) (*Config, error) {
 	return cfg, nil
 }
 
+// checkKeys checks every key the file sets, in file order, against the
+// schema before the decode is trusted. This names the first offending key
+// whatever went wrong, and catches what the decoder lets through: keys
+// that match a field only case-insensitively (MetaData.Undecoded counts
+// them as decoded) and durations written as bare integers (which the
+// decoder would take as nanoseconds).
+func checkKeys(md toml.MetaData, file string) error {
+	for _, k := range md.Keys() {
+		name := k.String()
+		spec, ok := schema[name]
+		if !ok {
+			return &ConfigError{File: file, Key: name, Err: unknownKey(name)}
+		}
+		if got := md.Type(k...); got != spec.tomlType && (!spec.orString || got != "String") {
+			want := tomlTypeName(spec.tomlType)
+			if spec.orString {
+				want = "string or " + want
+			}
+			if spec.duration {
+				want += ` holding a duration such as "5s"`
+			}
+			return &ConfigError{File: file, Key: name,
+				Err: kindError{ErrWrongType, fmt.Sprintf("has type %s, want %s", tomlTypeName(got), want)}}
+		}
+	}
+	return nil
+}
+
 // keySpec is what the schema knows of one key.
 type keySpec struct {
 	// tomlType is the type its value must have, named as MetaData.Type does.
 	tomlType string
 	// duration marks a string parsed with time.ParseDuration.
 	duration bool
+	// orString marks an integer key that also takes a name (io_engine).
+	orString bool
 }
 
 // schema maps every dotted key of Config to its spec.
@@ -572,11 +645,16 @@ func schemaOf(root reflect.Type) map[string]keySpec {
 	walk = func(prefix string, t reflect.Type) {
 		for i := range t.NumField() {
 			f := t.Field(i)
+			if !f.IsExported() {
+				continue
+			}
 			key := f.Tag.Get("toml")
 			if prefix != "" {
 				key = prefix + "." + key
 			}
 			switch {
+			case f.Type == reflect.TypeFor[IOEngineSetting]():
+				out[key] = keySpec{tomlType: "Integer", orString: true}
 			case f.Type == reflect.TypeFor[time.Duration]():
 				out[key] = keySpec{tomlType: "String", duration: true}
 			case f.Type.Kind() == reflect.Struct:

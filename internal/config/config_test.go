@@ -88,6 +88,12 @@ func TestDefaultTOMLSetsAndExplainsEveryKey(t *testing.T) {
 		if spec.tomlType == "Hash" {
 			continue // a table is there when its keys are
 		}
+		if _, old := Deprecated(key); old {
+			if set[key] {
+				t.Errorf("default file sets deprecated key %s", key)
+			}
+			continue
+		}
 		if !set[key] {
 			t.Errorf("default file does not set %s", key)
 		}
@@ -96,22 +102,20 @@ func TestDefaultTOMLSetsAndExplainsEveryKey(t *testing.T) {
 
 func TestPartialFileKeepsDefaults(t *testing.T) {
 	cfg, err := Parse([]byte(`
-[snapshot.memory_startup_pack]
-enabled = true
-consume_enabled = true
+[manifest]
 refine = false
 [memory]
 io_engine = 2
-[envd]
+[agent]
 poll_interval = "1ms"
 `), "partial.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := Default()
-	want.Snapshot.MemoryStartupPack = StartupPackConfig{Enabled: true, ConsumeEnabled: true, Refine: false, Recordings: DefaultRecordings}
+	want.Manifest.Refine = false
 	want.Memory.IOEngine = IOEngineDirect
-	want.Envd.PollInterval = time.Millisecond
+	want.Agent.PollInterval = time.Millisecond
 	if !reflect.DeepEqual(cfg, want) {
 		t.Fatalf("Parse = %+v\nwant %+v", cfg, want)
 	}
@@ -133,7 +137,9 @@ func TestParseErrors(t *testing.T) {
 		{"unknown backend subtable", "[backend.nfs]\nserver = \"x\"", "backend.nfs", ErrUnknownKey, ""},
 		{"key in wrong case", "[memory]\nIO_ENGINE = 1", "memory.IO_ENGINE", ErrUnknownKey, ""},
 		{"dotted key outside its table", "memory.device = \"file\"\nmemory.colour = 1", "memory.colour", ErrUnknownKey, ""},
-		{"string for integer", "[memory]\nio_engine = \"2\"", "memory.io_engine", ErrWrongType, "has type string, want integer"},
+		{"string for integer", "[prefetch]\nmax_readers = \"2\"", "prefetch.max_readers", ErrWrongType, "has type string, want integer"},
+		{"boolean for the engine", "[memory]\nio_engine = true", "memory.io_engine", ErrWrongType, "has type boolean, want string or integer"},
+		{"unknown engine name", "[memory]\nio_engine = \"2\"", "memory.io_engine", ErrInvalidValue, `"2" is not one of "buffered"`},
 		{"integer for string", "[memory]\ndevice = 1", "memory.device", ErrWrongType, "has type integer, want string"},
 		{"string for bool", "[snapshot.memory_startup_pack]\nenabled = \"yes\"", "snapshot.memory_startup_pack.enabled", ErrWrongType, "want boolean"},
 		{"float for integer", "[prefetch]\nmax_readers = 4.0", "prefetch.max_readers", ErrWrongType, "has type float"},
@@ -143,7 +149,7 @@ func TestParseErrors(t *testing.T) {
 		{"bad duration", "[firecracker]\nstop_timeout = \"5 parsecs\"", "firecracker.stop_timeout", ErrInvalidValue, "5 parsecs"},
 		{"wrong type after a valid key", "[memory]\ndevice = \"uffd\"\nfuse_mount = false", "memory.fuse_mount", ErrWrongType, ""},
 		{"refine not a bool", "[snapshot.memory_startup_pack]\nrefine = \"yes\"", "snapshot.memory_startup_pack.refine", ErrWrongType, ""},
-		{"first error in file order", "[memory]\nio_engine = \"x\"\nbogus = 1", "memory.io_engine", ErrWrongType, ""},
+		{"first error in file order", "[memory]\nio_engine = true\nbogus = 1", "memory.io_engine", ErrWrongType, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checkConfigError(t, tc.text, tc.key, tc.kind, tc.message)
@@ -165,8 +171,8 @@ func TestValidateErrors(t *testing.T) {
 		{"[backend.s3]\naddressing_style = \"dns\"", "backend.s3.addressing_style", `"dns" is not one of "auto", "path", "virtual"`},
 		{"[backend.s3]\naccess_key_id = \"AKIA\"", "backend.s3.secret_access_key", "set together"},
 		{"[backend.s3]\ncache_dir = \"\"", "backend.s3.cache_dir", "must not be empty"},
-		{"[snapshot.memory_startup_pack]\nrecordings = 0", "snapshot.memory_startup_pack.recordings", "0 out of range 1..2"},
-		{"[snapshot.memory_startup_pack]\nrecordings = 3", "snapshot.memory_startup_pack.recordings", "3 out of range 1..2"},
+		{"[manifest]\nrecordings = 0", "manifest.recordings", "0 out of range 1..2"},
+		{"[manifest]\nrecordings = 3", "manifest.recordings", "3 out of range 1..2"},
 		{"[backend.s3]\ncache_max_size_gb = 0", "backend.s3.cache_max_size_gb", "0 out of range 1..1048576"},
 		{"[backend.s3]\nchunk_size_mib = 0", "backend.s3.chunk_size_mib", "0 out of range 1..64"},
 		{"[backend.s3]\nchunk_size_mib = 128", "backend.s3.chunk_size_mib", "128 out of range 1..64"},
@@ -174,7 +180,6 @@ func TestValidateErrors(t *testing.T) {
 		{"[memory]\ndevice = \"nbd\"", "memory.device", `"nbd" is not one of "file", "uffd"`},
 		{"[memory]\nio_engine = 3", "memory.io_engine", "3 out of range 0..2"},
 		{"[memory]\nio_engine = -1", "memory.io_engine", "-1 out of range 0..2"},
-		{"[memory]\nfuse_mount = \"\"", "memory.fuse_mount", "must not be empty"},
 		{"[memory]\nuffd_connect_timeout = \"0s\"", "memory.uffd_connect_timeout", "0s is not a positive duration"},
 		{"[memory]\nreadaround_kib = -4", "memory.readaround_kib", "-4 out of range 4..1024"},
 		{"[memory]\nreadaround_kib = 2048", "memory.readaround_kib", "2048 out of range 4..1024"},
@@ -189,7 +194,6 @@ func TestValidateErrors(t *testing.T) {
 		{"[prefetch]\nbuffer_bytes = 67112960", "prefetch.buffer_bytes", "67112960 out of range 4096..67108864"},
 		{"[prefetch]\nbuffer_bytes = 5000", "prefetch.buffer_bytes", "5000 is not a multiple of 4096"},
 		{"[runtime]\ndir = \"\"", "runtime.dir", "must not be empty"},
-		{"[daemon]\nsocket = \"\"", "daemon.socket", "must not be empty"},
 		// A relative path would name a different place for every working
 		// directory a verb or the daemon runs in.
 		{"[backend.posix_fs]\nsnapshot_store = \"relative/store\"", "backend.posix_fs.snapshot_store", `"relative/store" is not an absolute path`},
@@ -202,7 +206,7 @@ func TestValidateErrors(t *testing.T) {
 		{"[daemon]\nlisten = \"localhost\"", "daemon.listen", "not host:port"},
 		{"[daemon]\nlisten = \"localhost:http\"", "daemon.listen", "is not a number"},
 		{"[daemon]\nlisten = \"localhost:70000\"", "daemon.listen", "is not a number"},
-		{"[vmm]\ndriver = \"kvmtool\"", "vmm.driver", `"kvmtool" is not one of "firecracker", "qemu", "replay"`},
+		{"[vmm]\ndriver = \"kvmtool\"", "vmm.driver", `"kvmtool" is not one of "auto", "replay", "firecracker", "qemu"`},
 		{"[vmm]\ndriver = \"replay\"", "replay.trace", "must not be empty"},
 		{"[firecracker]\nbinary = \"\"", "firecracker.binary", "must not be empty"},
 		{"[firecracker]\nvcpus = 0", "firecracker.vcpus", "0 out of range 1..32"},
@@ -217,9 +221,9 @@ func TestValidateErrors(t *testing.T) {
 		{"[qemu]\nstop_timeout = \"-1s\"", "qemu.stop_timeout", "-1s is not a positive duration"},
 		{"[qemu]\nagent_workload = \"heap=4\"", "qemu.agent_workload", `unknown parameter "heap"`},
 		{"[qemu]\nagent_workload = \"heap_mib=41,pool_mib=24\"", "qemu.agent_workload", "more than half of the guest's 128 MiB"},
-		{"[envd]\npoll_interval = \"0ms\"", "envd.poll_interval", "is not a positive duration"},
-		{"[envd]\ntimeout = \"0s\"", "envd.timeout", "is not a positive duration"},
-		{"[envd]\npoll_interval = \"1m\"\ntimeout = \"1s\"", "envd.poll_interval", "longer than envd.timeout"},
+		{"[agent]\npoll_interval = \"0ms\"", "agent.poll_interval", "is not a positive duration"},
+		{"[agent]\ntimeout = \"0s\"", "agent.timeout", "is not a positive duration"},
+		{"[agent]\npoll_interval = \"1m\"\ntimeout = \"1s\"", "agent.poll_interval", "longer than agent.timeout"},
 		{"[log]\nformat = \"logfmt\"", "log.format", `"logfmt" is not one of "text", "json"`},
 		{"[log]\nlevel = \"verbose\"", "log.level", `"verbose" is not one of "debug", "info", "warn", "error"`},
 	} {
@@ -408,5 +412,117 @@ func TestReadaroundFollowsTheBackend(t *testing.T) {
 		if got := m.ReadaroundBytes(b); got != 64<<10 {
 			t.Errorf("%s with readaround_kib = 64: %d bytes, want %d", b, got, 64<<10)
 		}
+	}
+}
+
+// The runtime directory is the one root: moving it moves the FUSE mount
+// and the daemon socket, unless the file sets them.
+func TestRuntimeDirDerivesMountAndSocket(t *testing.T) {
+	cfg, err := Parse([]byte("[runtime]\ndir = \"/srv/ws/run\"\n"), "t.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Memory.FUSEMount != "/srv/ws/run/mem" || cfg.Daemon.Socket != "/srv/ws/run/warmstart.sock" {
+		t.Errorf("fuse_mount %q, socket %q, want both under /srv/ws/run", cfg.Memory.FUSEMount, cfg.Daemon.Socket)
+	}
+	cfg, err = Parse([]byte("[runtime]\ndir = \"/srv/ws/run\"\n[memory]\nfuse_mount = \"/mnt/m\"\n[daemon]\nsocket = \"/s/d.sock\"\n"), "t.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Memory.FUSEMount != "/mnt/m" || cfg.Daemon.Socket != "/s/d.sock" {
+		t.Errorf("fuse_mount %q, socket %q, want the file's", cfg.Memory.FUSEMount, cfg.Daemon.Socket)
+	}
+}
+
+// Recording after publish and prefetch on restore are on unless the file
+// turns them off.
+func TestRecordAndPrefetchOnByDefault(t *testing.T) {
+	d := Default()
+	if !d.Manifest.RecordAfterPublish || !d.Prefetch.OnRestore {
+		t.Fatalf("defaults record_after_publish=%v on_restore=%v, want both on", d.Manifest.RecordAfterPublish, d.Prefetch.OnRestore)
+	}
+	for _, text := range []string{
+		"[manifest]\nrecord_after_publish = false\n[prefetch]\non_restore = false\n",
+		"[snapshot.memory_startup_pack]\nenabled = false\nconsume_enabled = false\n", // the seed's keys
+	} {
+		cfg, err := Parse([]byte(text), "t.toml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Manifest.RecordAfterPublish || cfg.Prefetch.OnRestore {
+			t.Errorf("%q: record_after_publish=%v on_restore=%v, want both off", text, cfg.Manifest.RecordAfterPublish, cfg.Prefetch.OnRestore)
+		}
+	}
+}
+
+// An unknown key that is a typo of a known one names the known one.
+func TestUnknownKeySuggestsTheNearest(t *testing.T) {
+	for text, want := range map[string]string{
+		"[memory]\nio_engin = 1":      "did you mean memory.io_engine?",
+		"[memory]\nIO_ENGINE = 1":     "did you mean memory.io_engine?",
+		"[backend.s3]\nbuckt = \"b\"": "did you mean backend.s3.bucket?",
+		"[daemon]\nsockett = \"/s\"":  "did you mean daemon.socket?",
+		"[runtime]\ndri = \"/r\"":     "did you mean runtime.dir?",
+		"[mystery]\nx = 1":            "unknown key",
+		"[prefetch]\nmax_readerz = 2": "did you mean prefetch.max_readers?",
+	} {
+		_, err := Parse([]byte(text), "t.toml")
+		if !errors.Is(err, ErrUnknownKey) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v; want an unknown key error saying %q", text, err, want)
+		}
+		if want == "unknown key" && strings.Contains(err.Error(), "did you mean") {
+			t.Errorf("%q: %v; want no suggestion", text, err)
+		}
+	}
+}
+
+// The I/O engine is written by name; the seed's integers still work.
+func TestIOEngineByNameOrInteger(t *testing.T) {
+	for text, want := range map[string]IOEngineSetting{
+		`io_engine = "buffered"`:       IOEngineBuffered,
+		`io_engine = "buffered_async"`: IOEngineBufferedAsync,
+		`io_engine = "direct"`:         IOEngineDirect,
+		`io_engine = 1`:                IOEngineBufferedAsync,
+		`io_engine = 2`:                IOEngineDirect,
+	} {
+		cfg, err := Parse([]byte("[memory]\n"+text+"\n"), "t.toml")
+		if err != nil || cfg.Memory.IOEngine != want {
+			t.Errorf("%s: %v, %v; want %v", text, cfg.Memory.IOEngine, err, want)
+		}
+	}
+}
+
+// The seed's key names still work, each with a one-line warning naming
+// the key that replaced it; setting both names of one key is an error.
+func TestDeprecatedKeysMoveWithAWarning(t *testing.T) {
+	cfg, err := Parse([]byte(`
+[snapshot.memory_startup_pack]
+refine = false
+recordings = 1
+[envd]
+address = "vsock:49983"
+timeout = "7s"
+`), "/etc/w.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Manifest.Refine || cfg.Manifest.Recordings != 1 || cfg.Agent.Address != "vsock:49983" || cfg.Agent.Timeout != 7*time.Second {
+		t.Errorf("moved values: manifest %+v, agent %+v", cfg.Manifest, cfg.Agent)
+	}
+	want := []string{
+		"config /etc/w.toml: key snapshot.memory_startup_pack.refine is deprecated; use manifest.refine",
+		"config /etc/w.toml: key snapshot.memory_startup_pack.recordings is deprecated; use manifest.recordings",
+		"config /etc/w.toml: key envd.address is deprecated; use agent.address",
+		"config /etc/w.toml: key envd.timeout is deprecated; use agent.timeout",
+	}
+	if got := cfg.Deprecations(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Deprecations() = %q\nwant %q", got, want)
+	}
+	if len(Default().Deprecations()) != 0 {
+		t.Error("the defaults use a deprecated key")
+	}
+	_, err = Parse([]byte("[envd]\ntimeout = \"7s\"\n[agent]\ntimeout = \"8s\"\n"), "t.toml")
+	if !errors.Is(err, ErrInvalidValue) || !strings.Contains(err.Error(), "keep agent.timeout only") {
+		t.Errorf("both names set: %v; want an error saying which to keep", err)
 	}
 }

@@ -68,7 +68,7 @@ func (c *Config) snapshotChecks() []func() error {
 			return oneOf("snapshot.repository_backend", c.Snapshot.RepositoryBackend, BackendPosixFS, BackendS3)
 		},
 		func() error {
-			return inRange("snapshot.memory_startup_pack.recordings", c.Snapshot.MemoryStartupPack.Recordings, MinRecordings, MaxRecordings)
+			return inRange("manifest.recordings", c.Manifest.Recordings, MinRecordings, MaxRecordings)
 		},
 	}
 }
@@ -127,12 +127,12 @@ func (c *Config) memoryChecks() []func() error {
 	return []func() error{
 		func() error { return oneOf("memory.device", c.Memory.Device, Devices()...) },
 		func() error {
-			if ValidIOEngine(c.Memory.IOEngine) {
+			if ValidIOEngine(int(c.Memory.IOEngine)) {
 				return nil
 			}
 			return inRange("memory.io_engine", int64(c.Memory.IOEngine), IOEngineBuffered, IOEngineDirect)
 		},
-		func() error { return absolutePath("memory.fuse_mount", c.Memory.FUSEMount) },
+		func() error { return derivedPath("memory.fuse_mount", c.Memory.FUSEMount) },
 		func() error { return positive("memory.uffd_connect_timeout", c.Memory.UffdConnectTimeout) },
 		func() error { return readaround("memory.readaround_kib", c.Memory.ReadaroundKiB, true) },
 		func() error {
@@ -167,7 +167,7 @@ func (c *Config) prefetchChecks() []func() error {
 func (c *Config) servingChecks() []func() error {
 	return []func() error{
 		func() error { return absolutePath("runtime.dir", c.Runtime.Dir) },
-		func() error { return absolutePath("daemon.socket", c.Daemon.Socket) },
+		func() error { return derivedPath("daemon.socket", c.Daemon.Socket) },
 		func() error { return tcpAddress("daemon.listen", c.Daemon.Listen) },
 		func() error {
 			if c.Daemon.TokenFile == "" {
@@ -179,11 +179,11 @@ func (c *Config) servingChecks() []func() error {
 	}
 }
 
-// vmmChecks are the checks of [vmm], [replay], [firecracker], [qemu] and [envd], in file order.
+// vmmChecks are the checks of [vmm], [replay], [firecracker], [qemu] and [agent], in file order.
 func (c *Config) vmmChecks() []func() error {
 	return []func() error{
 		func() error {
-			return oneOf("vmm.driver", c.VMM.Driver, DriverFirecracker, DriverQEMU, DriverReplay)
+			return oneOf("vmm.driver", c.VMM.Driver, Drivers()...)
 		},
 		func() error {
 			if c.VMM.Driver == DriverReplay {
@@ -203,11 +203,11 @@ func (c *Config) vmmChecks() []func() error {
 		func() error { return inRange("qemu.vcpus", int64(c.QEMU.VCPUs), 1, MaxQEMUVCPUs) },
 		func() error { return positive("qemu.stop_timeout", c.QEMU.StopTimeout) },
 		func() error { return agentWorkload("qemu.agent_workload", c.QEMU.AgentWorkload, c.QEMU.MemoryMiB) },
-		func() error { return positive("envd.poll_interval", c.Envd.PollInterval) },
-		func() error { return positive("envd.timeout", c.Envd.Timeout) },
+		func() error { return positive("agent.poll_interval", c.Agent.PollInterval) },
+		func() error { return positive("agent.timeout", c.Agent.Timeout) },
 		func() error {
-			if c.Envd.PollInterval > c.Envd.Timeout {
-				return invalid("envd.poll_interval", "%s is longer than envd.timeout %s", c.Envd.PollInterval, c.Envd.Timeout)
+			if c.Agent.PollInterval > c.Agent.Timeout {
+				return invalid("agent.poll_interval", "%s is longer than agent.timeout %s", c.Agent.PollInterval, c.Agent.Timeout)
 			}
 			return nil
 		},
@@ -301,6 +301,15 @@ func validBucket(key, name string) error {
 // absolutePath accepts a non-empty absolute path: a relative one would
 // name another place for every working directory a verb or the daemon
 // runs in.
+// derivedPath checks a path that defaults to one under [runtime] dir: it
+// is empty only when runtime.dir is invalid, which its own check names.
+func derivedPath(key, v string) error {
+	if v == "" {
+		return nil
+	}
+	return absolutePath(key, v)
+}
+
 func absolutePath(key, v string) error {
 	if err := nonEmpty(key, v); err != nil {
 		return err

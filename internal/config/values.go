@@ -62,10 +62,14 @@ const DefaultPrefetchMaxReaders = prefetch.DefaultMaxReaders
 
 // VMM drivers ([vmm] driver; --vmm).
 const (
+	// DriverAuto is the VMM this host can run: Firecracker where its
+	// binary is installed and KVM boots guests, else QEMU where it is
+	// installed (node.ResolveDriver decides).
+	DriverAuto        = "auto"
 	DriverReplay      = "replay"
 	DriverFirecracker = "firecracker"
 	DriverQEMU        = "qemu"
 )
 
 // Drivers lists the VMM drivers.
-func Drivers() []string { return []string{DriverReplay, DriverFirecracker, DriverQEMU} }
+func Drivers() []string { return []string{DriverAuto, DriverReplay, DriverFirecracker, DriverQEMU} }

@@ -197,7 +197,7 @@ func (d *Daemon) checkImport(req api.ImportRequest) (in importFiles, lay layout.
 func (d *Daemon) publishImport(ctx context.Context, req api.ImportRequest, in importFiles, lay layout.Layout) (repository.Lease, repository.Record, error) {
 	rec, lease, err := ops.Publish(ctx, d.repo, repository.PublishRequest{
 		VMStatePath: procPath(in.vmState), MemoryPath: procPath(in.memory), Layout: lay, Alias: req.Alias, Link: req.Link,
-		RecordManifest: d.cfg.Snapshot.MemoryStartupPack.Enabled,
+		RecordManifest: d.cfg.Manifest.RecordAfterPublish,
 	})
 	if err == nil {
 		return lease, rec, nil
@@ -336,6 +336,9 @@ func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
 	inst, info, err := ops.Restore(ctx, d.node, req.Snapshot, opts)
 	if se := (*ops.SnapshotError)(nil); errors.As(err, &se) {
 		return refError("snapshot", req.Snapshot, se.Err)
+	}
+	if errors.Is(err, ops.ErrNoManifest) {
+		return statusError(http.StatusConflict, "prefetch", err)
 	}
 	if err != nil {
 		return d.restoreFailed(err)

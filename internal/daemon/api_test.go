@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -231,7 +232,7 @@ func deleteTwice(t *testing.T, c *api.Client, id string) {
 	}
 }
 
-// With [snapshot.memory_startup_pack] enabled an import records the
+// With [manifest] record_after_publish an import records the
 // manifest in the background; restores with prefetch auto then use it.
 func TestImportRecordsInBackground(t *testing.T) {
 	f := newFixture(t, fixtureOptions{recordOnPublish: true})
@@ -298,10 +299,15 @@ func TestMetricsAfterRestores(t *testing.T) {
 	}
 	before := metricsOf(t, c)
 
-	// Before its manifest is recorded a snapshot restores on demand.
-	restoreThenStop(t, c, api.RestoreRequest{Snapshot: "m", Prefetch: "on"}, "restore without a manifest", func(in api.RestoreInfo) bool {
+	// Before its manifest is recorded a snapshot restores on demand, and
+	// asking to prefetch it is refused.
+	restoreThenStop(t, c, api.RestoreRequest{Snapshot: "m", Prefetch: "auto"}, "restore without a manifest", func(in api.RestoreInfo) bool {
 		return in.Prefetch.State == "skipped" && in.Ready["sha256"] == f.expected
 	})
+	var apiErr *api.APIError
+	if _, err := c.Restore(ctx, api.RestoreRequest{Snapshot: "m", Prefetch: "on"}); !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusConflict || !strings.Contains(err.Error(), "record-manifest") {
+		t.Fatalf("prefetch on without a manifest: %v, want 409 saying how to record one", err)
+	}
 	if _, err := c.RecordManifest(ctx, imp.ID); err != nil {
 		t.Fatal(err)
 	}

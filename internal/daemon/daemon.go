@@ -32,7 +32,7 @@
 // with the exit status or signal, and keeps its device until DELETE, which
 // releases it as for a running VM and answers 200 with that exit.
 //
-// With [snapshot.memory_startup_pack] enabled, an import records the
+// With [manifest] record_after_publish, an import records the
 // startup manifest in the background, holding the capture lease until the
 // manifest is attached (or the recording is discarded).
 //
@@ -249,7 +249,7 @@ func New(opts Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	d.log.Info("daemon ready", "address", d.Address(), "fuse_mount", d.fuse.Dir(),
-		"consume_enabled", d.cfg.Snapshot.MemoryStartupPack.ConsumeEnabled, "record_enabled", d.cfg.Snapshot.MemoryStartupPack.Enabled)
+		"prefetch_on_restore", d.cfg.Prefetch.OnRestore, "record_after_publish", d.cfg.Manifest.RecordAfterPublish)
 	return d, nil
 }
 

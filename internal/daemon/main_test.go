@@ -159,9 +159,10 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 func (f *fixture) writeConfig(t *testing.T, o fixtureOptions) {
 	t.Helper()
 	text := fmt.Sprintf(`
-[snapshot.memory_startup_pack]
-enabled = %t
-consume_enabled = true
+[manifest]
+record_after_publish = %t
+[prefetch]
+on_restore = true
 [backend.posix_fs]
 snapshot_store = %q
 [memory]

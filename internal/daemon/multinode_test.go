@@ -33,7 +33,7 @@ const clusterBucket = "nodes"
 type cluster struct {
 	f   *fixture
 	srv *miniotest.Server
-	// recordOnPublish is [snapshot.memory_startup_pack] enabled of the
+	// recordOnPublish is [manifest] record_after_publish of the
 	// nodes started from then on.
 	recordOnPublish bool
 	// trust is the [trust] table of each node by name ("" for none).
@@ -69,9 +69,10 @@ func (c *cluster) nodeConfig(t *testing.T, name, endpoint string) (string, *conf
 	text := fmt.Sprintf(`
 [snapshot]
 repository_backend = "s3"
-[snapshot.memory_startup_pack]
-enabled = %t
-consume_enabled = true
+[manifest]
+record_after_publish = %t
+[prefetch]
+on_restore = true
 [backend.s3]
 endpoint = "http://%s"
 bucket = %q

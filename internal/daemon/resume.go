@@ -11,7 +11,7 @@ import (
 // resumeRecordings starts again, once at start, the background recording
 // of every snapshot whose publisher recorded its startup manifest in the
 // background (Record.ManifestRequested: published while
-// [snapshot.memory_startup_pack] enabled was true) that has no manifest and
+// [manifest] record_after_publish was true) that has no manifest and
 // no recording in progress (no capture lease held). Such a recording died
 // with its process, a kill -9 or a crash after the publish, and nothing
 // else would ever finish it. Each one is logged. The snapshot is claimed

@@ -90,7 +90,7 @@ type Node struct {
 	// Recorder records startup manifests through its own tracing mount.
 	Recorder *recorder.Recorder
 	// Learner refines startup manifests from restores (Learn); nil when
-	// [snapshot.memory_startup_pack] refine is off.
+	// [manifest] refine is off.
 	Learner *learner.Learner
 	// Metrics is what Options.Metrics returned, or nil.
 	Metrics Metrics
@@ -129,7 +129,7 @@ func Open(ctx context.Context, o Options) (_ *Node, err error) {
 	if err := n.mount(o); err != nil {
 		return nil, err
 	}
-	if o.Config.Snapshot.MemoryStartupPack.Refine && !o.ReadOnly {
+	if o.Config.Manifest.Refine && !o.ReadOnly {
 		n.Learner = learner.New(n.Repo, o.Log, refine.Options{})
 		// Closed first: it stops taking lessons before anything else goes.
 		n.closers = append(n.closers, func() error {
@@ -171,8 +171,8 @@ func (n *Node) restorerOptions(o Options, log *slog.Logger) RestorerOptions {
 		FUSE:                   serving,
 		PrefetchReadAheadBytes: cfg.Memory.PrefetchReadaroundBytes(),
 		Engine:                 EngineOptions(cfg),
-		ConsumeEnabled:         cfg.Snapshot.MemoryStartupPack.ConsumeEnabled,
-		Refine:                 cfg.Snapshot.MemoryStartupPack.Refine,
+		ConsumeEnabled:         cfg.Prefetch.OnRestore,
+		Refine:                 cfg.Manifest.Refine,
 		UffdConnectTimeout:     cfg.Memory.UffdConnectTimeout,
 		Log:                    log,
 		Trust:                  n.Trust,
@@ -208,12 +208,12 @@ func (n *Node) mount(o Options) error {
 		Repo:     n.Repo,
 		Restorer: tracing.Restorer,
 		Device:   cfg.Memory.Device,
-		IOEngine: cfg.Memory.IOEngine,
+		IOEngine: int(cfg.Memory.IOEngine),
 		Log:      log,
 		Timeout:  RecordTimeout(cfg),
 		// Each run restores the snapshot once more, within its own
 		// Timeout, under the same capture lease.
-		Recordings: int(cfg.Snapshot.MemoryStartupPack.Recordings),
+		Recordings: int(cfg.Manifest.Recordings),
 	}
 	return nil
 }
@@ -221,7 +221,7 @@ func (n *Node) mount(o Options) error {
 // RecordTimeout bounds each traced restore of a recording: twice the time
 // a guest agent gets to answer, so a guest that never becomes ready does
 // not hold the snapshot's capture lease forever.
-func RecordTimeout(cfg *config.Config) time.Duration { return 2 * cfg.Envd.Timeout }
+func RecordTimeout(cfg *config.Config) time.Duration { return 2 * cfg.Agent.Timeout }
 
 // EngineOptions are the prefetch engine's options [prefetch] configures.
 func EngineOptions(cfg *config.Config) prefetch.Options {

@@ -35,9 +35,9 @@ func TestOpenWiresOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := config.Default()
-	cfg.Envd.Timeout = 7 * time.Second
+	cfg.Agent.Timeout = 7 * time.Second
 	cfg.Memory.Device = config.DeviceUffd
-	cfg.Snapshot.MemoryStartupPack.Recordings = 1
+	cfg.Manifest.Recordings = 1
 	run := filepath.Join(dir, "run")
 	var set *metrics.Set
 	n, err := node.Open(context.Background(), node.Options{
@@ -65,7 +65,7 @@ func TestOpenWiresOnce(t *testing.T) {
 		t.Error("the repository is not the timed one everywhere")
 	}
 	if n.Recorder.Timeout != 14*time.Second || n.Recorder.Device != config.DeviceUffd || n.Recorder.Recordings != 1 {
-		t.Errorf("recorder timeout %v on %q, %d runs; want 14s (2 × [envd] timeout) per run on uffd, 1 run ([snapshot.memory_startup_pack] recordings)",
+		t.Errorf("recorder timeout %v on %q, %d runs; want 14s (2 × [agent] timeout) per run on uffd, 1 run ([manifest] recordings)",
 			n.Recorder.Timeout, n.Recorder.Device, n.Recorder.Recordings)
 	}
 	if p := fileOpener(t, n.Restorer).Prefetching; p == nil || p == n.FUSE ||

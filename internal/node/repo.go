@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -47,6 +48,9 @@ func OpenRepository(ctx context.Context, cfg *config.Config, o RepositoryOptions
 		so := S3Options(cfg.Backend.S3)
 		so.ReadOnly, so.Log, so.SigningKey = o.ReadOnly, o.Log, key
 		repo, err := s3.Open(ctx, so)
+		if errors.Is(err, s3.ErrNoBucket) {
+			return nil, fmt.Errorf("%w at %s: create it with `warmstart store init` (it needs the s3:CreateBucket permission), or set [backend.s3] bucket to one that exists", err, endpointName(cfg.Backend.S3.Endpoint))
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -114,6 +118,41 @@ func TrustPolicy(cfg *config.Config) (*trust.Policy, error) {
 		return nil, fmt.Errorf("[trust] trusted_keys: %w", err)
 	}
 	return p, nil
+}
+
+// endpointName is how an error names the object store [backend.s3]
+// endpoint points at.
+func endpointName(endpoint string) string {
+	if endpoint == "" {
+		return "AWS S3"
+	}
+	return endpoint
+}
+
+// InitRepository creates the repository cfg names, where it does not
+// exist yet, and says what it did: the S3 bucket (in [backend.s3]
+// region), or the POSIX store directory. Safe to repeat.
+func InitRepository(ctx context.Context, cfg *config.Config) (string, error) {
+	switch cfg.Snapshot.RepositoryBackend {
+	case config.BackendS3:
+		c := cfg.Backend.S3
+		created, err := s3.CreateBucket(ctx, S3Options(c))
+		if err != nil {
+			return "", err
+		}
+		if !created {
+			return fmt.Sprintf("bucket %s at %s exists", c.Bucket, endpointName(c.Endpoint)), nil
+		}
+		return fmt.Sprintf("created bucket %s at %s (region %s)", c.Bucket, endpointName(c.Endpoint), c.Region), nil
+	case config.BackendPosixFS:
+		store := cfg.Backend.PosixFS.SnapshotStore
+		// A writable open creates the store's layout; it holds nothing open.
+		if _, err := posixfs.Open(store, posixfs.Options{}); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("store %s is ready", store), nil
+	}
+	return "", fmt.Errorf("snapshot.repository_backend %q is not available in this build", cfg.Snapshot.RepositoryBackend)
 }
 
 func openPosixFS(store string, o RepositoryOptions, key ed25519.PrivateKey) (repository.Repository, error) {

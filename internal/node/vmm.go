@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -19,22 +20,31 @@ import (
 // NewVMM returns the driver [vmm] driver names, configured from cfg. It is
 // the one VMM factory of the program.
 func NewVMM(ctx context.Context, cfg *config.Config) (vmm.VMM, error) {
+	if cfg.VMM.Driver == config.DriverAuto {
+		driver, err := ResolveDriver(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		c := *cfg
+		c.VMM.Driver = driver
+		cfg = &c
+	}
 	switch cfg.VMM.Driver {
 	case config.DriverReplay:
 		if _, err := os.Stat(cfg.Replay.Trace); err != nil {
 			return nil, fmt.Errorf("replay vmm: [replay] trace: %w", err)
 		}
-		return &replay.VMM{TracePath: cfg.Replay.Trace, ReadyTimeout: cfg.Envd.Timeout}, nil
+		return &replay.VMM{TracePath: cfg.Replay.Trace, ReadyTimeout: cfg.Agent.Timeout}, nil
 	case config.DriverFirecracker:
 		d, err := firecracker.New(firecracker.Options{
 			Binary:          cfg.Firecracker.Binary,
-			EnvdAddress:     cfg.Envd.Address,
-			PollInterval:    cfg.Envd.PollInterval,
-			ReadyTimeout:    cfg.Envd.Timeout,
+			EnvdAddress:     cfg.Agent.Address,
+			PollInterval:    cfg.Agent.PollInterval,
+			ReadyTimeout:    cfg.Agent.Timeout,
 			StopTimeout:     cfg.Firecracker.StopTimeout,
 			LoadTimeout:     cfg.Firecracker.LoadTimeout,
 			TrackDirtyPages: cfg.Firecracker.TrackDirtyPages,
-			Vsock:           strings.HasPrefix(cfg.Envd.Address, "vsock:"),
+			Vsock:           strings.HasPrefix(cfg.Agent.Address, "vsock:"),
 			Uffd:            cfg.Memory.Device == config.DeviceUffd,
 		})
 		if err != nil {
@@ -61,6 +71,7 @@ func NewQEMU(ctx context.Context, cfg *config.Config) (*qemu.Driver, error) {
 		VCPUs:         cfg.QEMU.VCPUs,
 		StopTimeout:   cfg.QEMU.StopTimeout,
 		AgentWorkload: cfg.QEMU.AgentWorkload,
+		ProbeCacheDir: ProbeCacheDir(cfg),
 	})
 	if err != nil {
 		return nil, err
@@ -73,6 +84,10 @@ func NewQEMU(ctx context.Context, cfg *config.Config) (*qemu.Driver, error) {
 	opts.Accel = accel
 	return qemu.New(opts)
 }
+
+// ProbeCacheDir is where the QEMU accelerator probe keeps its verdict
+// between runs: under [runtime] dir, beside the other run-time files.
+func ProbeCacheDir(cfg *config.Config) string { return filepath.Join(cfg.Runtime.Dir, "probe") }
 
 // InitramfsCache is where built guest initramfs images are kept between
 // runs.
@@ -119,14 +134,22 @@ func WithVMM(cfg *config.Config, driver, trace string) (*config.Config, error) {
 			return nil, &FlagError{fmt.Errorf("--trace %s: %w", trace, err)}
 		}
 	case config.DriverQEMU:
+		if _, err := exec.LookPath(cfg.QEMU.Binary); err != nil {
+			return nil, fmt.Errorf("--vmm qemu: no QEMU binary %q on this host ([qemu] binary; apt-get install qemu-system-x86); %s", cfg.QEMU.Binary, replayHint)
+		}
 	case config.DriverFirecracker:
+		if _, err := exec.LookPath(cfg.Firecracker.Binary); err != nil {
+			return nil, fmt.Errorf("--vmm firecracker: no Firecracker binary %q on this host ([firecracker] binary); use --vmm qemu for a real guest under QEMU, or %s", cfg.Firecracker.Binary, replayHint)
+		}
 		// Ready is the guest agent answering: refused here rather than
 		// after the first VM has started.
-		if cfg.Envd.Address == "" {
-			return nil, fmt.Errorf("--vmm firecracker: [envd] address is empty; set it to the guest agent's health endpoint (vsock:PORT, unix:PATH or http://HOST:PORT/health)")
+		if cfg.Agent.Address == "" {
+			return nil, fmt.Errorf("--vmm firecracker: [agent] address is empty; set it to the guest agent's health endpoint (vsock:PORT, unix:PATH or http://HOST:PORT/health), or use --vmm qemu, whose guest agent needs no address")
 		}
+	case config.DriverAuto:
+		return nil, fmt.Errorf("--vmm auto: resolve it first (ResolveDriver)")
 	default:
-		return nil, &FlagError{fmt.Errorf("--vmm %q: want replay, qemu or firecracker", driver)}
+		return nil, &FlagError{fmt.Errorf("--vmm %q: want auto, replay, qemu or firecracker", driver)}
 	}
 	return &c, nil
 }

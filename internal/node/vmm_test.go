@@ -17,11 +17,11 @@ import (
 
 // TestWithVMMMarksOnlyFlagMistakes: a missing --trace, one naming nothing,
 // a directory, a FIFO or no startup trace, or an unknown --vmm is a
-// *FlagError; a Firecracker without [envd] address is not, because the
+// *FlagError; a Firecracker without [agent] address is not, because the
 // flags were spelled right.
 func TestWithVMMMarksOnlyFlagMistakes(t *testing.T) {
 	cfg := config.Default()
-	cfg.Envd.Address = ""
+	cfg.Agent.Address = ""
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "no-trace")
 	notATrace := filepath.Join(dir, "notes.txt")

@@ -18,7 +18,7 @@ import (
 
 // Capture boots, captures and publishes a guest into n's repository with
 // n's VMM (agent is a prebuilt warmstart-agent for a QEMU guest, "" to
-// build it). When [snapshot.memory_startup_pack] enabled is on, the
+// build it). When [manifest] record_after_publish is on, the
 // returned job records its manifest in the background.
 func Capture(ctx context.Context, n *node.Node, alias, agent string, progress io.Writer) (capture.Snapshot, *recorder.Job, error) {
 	booter, err := booter(n, agent)
@@ -26,7 +26,7 @@ func Capture(ctx context.Context, n *node.Node, alias, agent string, progress io
 		return capture.Snapshot{}, nil, err
 	}
 	var rec *recorder.Recorder
-	if n.Config.Snapshot.MemoryStartupPack.Enabled {
+	if n.Config.Manifest.RecordAfterPublish {
 		rec = n.Recorder
 	}
 	return capture.Publish(ctx, n.Repo, rec, capture.Options{

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -140,5 +142,17 @@ func TestUnknownSnapshotIsASnapshotError(t *testing.T) {
 	}
 	if err := ops.Sign(ctx, n.Repo, ops.Signer{}, "nope", false, nil); !errors.As(err, &se) || !errors.Is(err, repository.ErrNotFound) {
 		t.Errorf("Sign of an unknown snapshot: %v", err)
+	}
+}
+
+// A publish refused for its input names no snapshot id: none was created.
+func TestRefusedPublishNamesNoID(t *testing.T) {
+	repo := openStore(t)
+	in := repotest.NewInputs(t, repotest.SmallMemoryBytes)
+	req := in.Request("web")
+	req.VMStatePath = filepath.Join(t.TempDir(), "absent")
+	_, _, err := ops.Publish(context.Background(), repo, req)
+	if !errors.Is(err, repository.ErrInvalidRequest) || regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-`).MatchString(err.Error()) {
+		t.Errorf("publish of an absent vm state: %v; want an invalid request naming no id", err)
 	}
 }

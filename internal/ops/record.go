@@ -14,6 +14,10 @@ import (
 // began, when not nil, is told the snapshot's id once the lease is held,
 // before the recording restores it.
 func RecordManifest(ctx context.Context, n *node.Node, ref string, began func(id string)) (recorder.Result, error) {
+	ref, err := ExpandRef(ctx, n.Repo, ref)
+	if err != nil {
+		return recorder.Result{}, &SnapshotError{ref, err}
+	}
 	rec, err := n.Repo.Lookup(ctx, ref)
 	if err != nil {
 		return recorder.Result{}, &SnapshotError{ref, err}
@@ -37,5 +41,5 @@ func NotRecorded(id string, err error) error {
 	if errors.Is(err, recorder.ErrDiscarded) {
 		return fmt.Errorf("snapshot %s was published, then deleted (or its capture lease lost) before its startup manifest could be attached: %w", id, err)
 	}
-	return fmt.Errorf("snapshot %s published, but its startup manifest was not: %w", id, err)
+	return fmt.Errorf("snapshot %s published, but its startup manifest was not (it restores with on-demand reads; record it with `warmstart snapshot record-manifest %s --vmm VMM` on the VMM it was captured with, or publish without recording: [manifest] record_after_publish = false): %w", id, id, err)
 }

@@ -71,7 +71,7 @@ func RestoreOptions(cfg *config.Config, req api.RestoreRequest, n Names) (restor
 		return restore.Options{}, err
 	}
 	device := cmp.Or(req.Device, cfg.Memory.Device)
-	ioEngine := cfg.Memory.IOEngine
+	ioEngine := int(cfg.Memory.IOEngine)
 	if req.IOEngine != nil {
 		// Checked again with the configured device, which CheckRestoreRequest
 		// could not know.

@@ -2,6 +2,7 @@ package ops
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +11,11 @@ import (
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
 )
+
+// ErrNoManifest is the error of a restore that asked to prefetch
+// (--prefetch on) a snapshot without a startup manifest: it was asked for
+// explicitly, so restoring on demand instead would hide the mistake.
+var ErrNoManifest = errors.New("--prefetch on: no startup manifest")
 
 // SnapshotError is the error of an operation that could not look up or
 // resolve the snapshot Ref names (Err keeps the repository's sentinel),
@@ -24,6 +30,10 @@ func (e *SnapshotError) Unwrap() error { return e.Err }
 
 // Resolve turns an id or alias into the source a restore reads, in repo.
 func Resolve(ctx context.Context, repo repository.Repository, ref string) (restore.Source, error) {
+	ref, err := ExpandRef(ctx, repo, ref)
+	if err != nil {
+		return restore.Source{}, &SnapshotError{ref, err}
+	}
 	rec, err := repo.Lookup(ctx, ref)
 	if err != nil {
 		return restore.Source{}, &SnapshotError{ref, err}
@@ -42,6 +52,9 @@ func Restore(ctx context.Context, n *node.Node, ref string, opts restore.Options
 	src, err := Resolve(ctx, n.Repo, ref)
 	if err != nil {
 		return nil, api.RestoreInfo{}, err
+	}
+	if opts.Prefetch == restore.ModeOn && src.Manifest == nil {
+		return nil, api.RestoreInfo{}, fmt.Errorf("%w: snapshot %s has none to prefetch: record one with `warmstart snapshot record-manifest %s` (publish records one in the background unless [manifest] record_after_publish = false), or restore with --prefetch auto or off", ErrNoManifest, ref, ref)
 	}
 	started := time.Now()
 	inst, err := n.Restorer.Restore(ctx, src, opts)

@@ -66,6 +66,10 @@ func signTargets(ctx context.Context, repo repository.Repository, ref string, al
 		}
 		return recs, nil
 	}
+	ref, err := ExpandRef(ctx, repo, ref)
+	if err != nil {
+		return nil, &SnapshotError{ref, err}
+	}
 	rec, err := repo.Lookup(ctx, ref)
 	if err != nil {
 		return nil, &SnapshotError{ref, err}

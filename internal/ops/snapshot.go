@@ -13,6 +13,10 @@ import (
 // of the snapshot ref names, what policy (the node's trusted keys) makes
 // of it and, when its artifacts check out, where its files are.
 func Show(ctx context.Context, repo repository.Repository, policy *trust.Policy, ref string) (api.SnapshotInfo, error) {
+	ref, err := ExpandRef(ctx, repo, ref)
+	if err != nil {
+		return api.SnapshotInfo{}, err
+	}
 	rec, err := repo.Lookup(ctx, ref)
 	if err != nil {
 		return api.SnapshotInfo{}, err
@@ -39,12 +43,20 @@ func List(ctx context.Context, repo repository.Repository, f repository.Filter) 
 // publish or delete of that id left is reclaimed; an alias naming a
 // snapshot that no longer exists is released.
 func Delete(ctx context.Context, repo repository.Repository, ref string) (repository.Deletion, error) {
+	ref, err := ExpandRef(ctx, repo, ref)
+	if err != nil {
+		return repository.Deletion{}, err
+	}
 	return repository.DeleteRef(ctx, repo, ref)
 }
 
 // Verify reads every artifact of the snapshot ref names whole and reports
 // what does not match its record; problems found are in the report.
 func Verify(ctx context.Context, repo repository.Repository, ref string, opts snapcheck.Options) (snapcheck.Report, error) {
+	ref, err := ExpandRef(ctx, repo, ref)
+	if err != nil {
+		return snapcheck.Report{}, err
+	}
 	return snapcheck.Verify(ctx, repo, ref, opts)
 }
 

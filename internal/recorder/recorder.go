@@ -45,7 +45,7 @@ type Recorder struct {
 	Timeout time.Duration
 	// Recordings is how many traced restores a recording makes, one after
 	// the other under the same lease: 2 keeps the pages both touched
-	// ([snapshot.memory_startup_pack] recordings); below 2 means one.
+	// ([manifest] recordings); below 2 means one.
 	Recordings int
 }
 

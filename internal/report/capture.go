@@ -52,7 +52,7 @@ func captureText(w io.Writer, kind string, out capture.Snapshot, rec *recorder.R
 	fmt.Fprintf(w, "  memory              %d bytes, sha256 %s\n", out.Record.MemorySize, out.Record.MemorySHA256)
 	switch {
 	case rec == nil:
-		fmt.Fprintln(w, "  startup manifest    not recorded ([snapshot.memory_startup_pack] enabled is off)")
+		fmt.Fprintln(w, "  startup manifest    not recorded ([manifest] record_after_publish is off)")
 	case recErr == nil:
 		fmt.Fprintf(w, "  startup manifest    attached: sha256 %s, %d ranges, %.1f MiB from %d touches, recorder ready after %v\n",
 			rec.Descriptor.SHA256, rec.Ranges, float64(rec.Bytes)/(1<<20), rec.Touches, rec.ReadyAfter.Round(time.Millisecond))

@@ -33,12 +33,21 @@ func Snapshot(w io.Writer, info api.SnapshotInfo, asJSON bool) error {
 		fmt.Fprintf(tw, "files:\tunavailable: %s\n", info.FilesError)
 	} else {
 		fmt.Fprintf(tw, "vm state file:\t%s\n", f.VMState)
-		fmt.Fprintf(tw, "memory file:\t%s\n", f.Memory)
+		fmt.Fprintf(tw, "memory file:\t%s\n", memoryFileLine(f.Memory))
 		if f.Manifest != "" {
 			fmt.Fprintf(tw, "manifest file:\t%s\n", f.Manifest)
 		}
 	}
 	return tw.Flush()
+}
+
+// memoryFileLine is where a snapshot's memory is read from: its file, or,
+// in an S3 repository, which has no memory file, its chunks.
+func memoryFileLine(path string) string {
+	if path == "" {
+		return "none: read in chunks from the object store through the node cache"
+	}
+	return path
 }
 
 // manifestLines prints what a record holds of its startup manifest: the

@@ -119,3 +119,17 @@ func TestSnapshotTextShowsThePacks(t *testing.T) {
 		}
 	}
 }
+
+// An S3 snapshot has no memory file: show says where its memory is read
+// from instead of printing an empty row.
+func TestSnapshotTextWithoutAMemoryFile(t *testing.T) {
+	var b strings.Builder
+	if err := Snapshot(&b, api.SnapshotInfo{Files: &api.SnapshotFiles{VMState: "/c/vm_state.bin"}}, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(b.String(), "\n") {
+		if strings.HasPrefix(line, "memory file:") && !strings.Contains(line, "object store") {
+			t.Errorf("row %q: want it to say the memory is read from the object store", line)
+		}
+	}
+}

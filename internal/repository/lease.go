@@ -1,6 +1,7 @@
 package repository
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 )
@@ -89,6 +90,9 @@ func PublishUnderLease(issuer any, lz Lease, publish func(id string) (Record, er
 		return opErr
 	})
 	switch {
+	case errors.Is(opErr, ErrInvalidRequest):
+		// Refused before anything was created: the id names nothing.
+		return Record{}, fmt.Errorf("publish: %w", opErr)
 	case opErr != nil:
 		return Record{}, fmt.Errorf("publish %s: %w", l.id, opErr)
 	case err != nil:

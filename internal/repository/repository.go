@@ -85,7 +85,7 @@ type Record struct {
 	// when its attacher did not say (and always when Manifest is nil).
 	ManifestRecording *Recording `json:"manifest_recording,omitempty"`
 	// ManifestRequested is set when the publisher records the manifest in
-	// the background ([snapshot.memory_startup_pack] enabled). With
+	// the background ([manifest] record_after_publish). With
 	// Manifest nil and no capture lease held, that recording was
 	// interrupted (its process died), and a daemon resumes it at start.
 	ManifestRequested bool `json:"manifest_requested,omitempty"`

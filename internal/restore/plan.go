@@ -34,7 +34,7 @@ func (s *sequence) quietSkip() string {
 	case s.opts.Prefetch == ModeOff:
 		return "prefetch off"
 	case s.opts.Prefetch == ModeAuto && !s.r.ConsumeEnabled:
-		return "consume_enabled is off"
+		return "prefetch.on_restore is off"
 	case s.src.Manifest == nil:
 		return "snapshot has no startup manifest"
 	}

@@ -26,7 +26,7 @@ import (
 type Mode string
 
 const (
-	// ModeAuto prefetches when consume_enabled is on and a valid manifest exists.
+	// ModeAuto prefetches when [prefetch] on_restore is on and a valid manifest exists.
 	ModeAuto Mode = "auto"
 	// ModeOn prefetches whenever a valid manifest exists.
 	ModeOn Mode = "on"
@@ -152,9 +152,9 @@ type Restorer struct {
 	// Engine runs prefetch tasks; shared so tasks are shared.
 	Engine *prefetch.Engine
 	VMM    vmm.VMM
-	// ConsumeEnabled is [snapshot.memory_startup_pack] consume_enabled.
+	// ConsumeEnabled is [prefetch] on_restore.
 	ConsumeEnabled bool
-	// Refine is [snapshot.memory_startup_pack] refine: prefetch the
+	// Refine is [manifest] refine: prefetch the
 	// snapshot's learned manifest when it has one (refined.go).
 	Refine bool
 	// RuntimeDir holds a private directory per restore.

@@ -225,8 +225,8 @@ func TestConsumeDisabledSkipsValidManifest(t *testing.T) {
 			if !c.prefetch && (p.State != "skipped" || started != 0) {
 				t.Errorf("%s consume_enabled=%v prefetch %s: report %+v, %d tasks started; want skipped", device, c.consume, c.mode, p, started)
 			}
-			if !c.consume && c.mode == restore.ModeAuto && !strings.Contains(p.Reason, "consume_enabled") {
-				t.Errorf("%s: skip reason %q does not name consume_enabled", device, p.Reason)
+			if !c.consume && c.mode == restore.ModeAuto && !strings.Contains(p.Reason, "on_restore") {
+				t.Errorf("%s: skip reason %q does not name on_restore", device, p.Reason)
 			}
 			stop(t, inst)
 		}

@@ -213,7 +213,7 @@ func skipReason(reason string) string {
 	switch {
 	case reason == "prefetch off":
 		return "mode_off"
-	case reason == "consume_enabled is off":
+	case reason == "prefetch.on_restore is off":
 		return "consume_disabled"
 	case reason == "snapshot has no startup manifest":
 		return "no_manifest"

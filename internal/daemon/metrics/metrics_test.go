@@ -93,7 +93,7 @@ func TestPhasesAreDifferences(t *testing.T) {
 func TestSkipReasonsAreBounded(t *testing.T) {
 	for reason, want := range map[string]string{
 		"prefetch off":                     "mode_off",
-		"consume_enabled is off":           "consume_disabled",
+		"prefetch.on_restore is off":       "consume_disabled",
 		"snapshot has no startup manifest": "no_manifest",
 		"io_engine 2 (direct I/O): prefetch not validated for this engine":        "direct_io",
 		"manifest rejected (digest): sha256 abc of /x/startup-manifest.bin":       "manifest_rejected",

@@ -235,7 +235,7 @@ func Mount(dir string, opts Options) (*Server, error) {
 	cloexecErr := closeOnExecFuseFds()
 	syscall.ForkLock.RUnlock()
 	if err != nil {
-		return nil, fmt.Errorf("fuse device mount %s: %w", abs, err)
+		return nil, mountError(abs, err)
 	}
 	s.fuse = srv
 	if cloexecErr != nil {
@@ -556,4 +556,13 @@ func readAhead(dir string) (int, error) {
 		return 0, err
 	}
 	return kb << 10, nil
+}
+
+// mountError is the error of a FUSE mount at dir that failed with err: a
+// refusal for want of privilege says what the mount needs.
+func mountError(dir string, err error) error {
+	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES) {
+		return fmt.Errorf("fuse device mount %s: %w (mounting FUSE needs root, or CAP_SYS_ADMIN)", dir, err)
+	}
+	return fmt.Errorf("fuse device mount %s: %w", dir, err)
 }

@@ -269,7 +269,7 @@ func Open(ctx context.Context, o Options) (*Repo, error) {
 		return nil, fmt.Errorf("open s3 repository %s: %w", o.Bucket, ctxErr(ctx, err))
 	}
 	if !ok {
-		return nil, fmt.Errorf("open s3 repository: bucket %s does not exist", o.Bucket)
+		return nil, fmt.Errorf("open s3 repository: bucket %s: %w", o.Bucket, ErrNoBucket)
 	}
 	if o.ReadOnly {
 		return r, nil

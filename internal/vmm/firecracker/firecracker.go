@@ -68,7 +68,7 @@ var (
 	ErrInvalidOptions = errors.New("invalid firecracker options")
 )
 
-// Options configure the driver. They come from the [firecracker] and [envd]
+// Options configure the driver. They come from the [firecracker] and [agent]
 // sections of the configuration.
 type Options struct {
 	// Binary is the Firecracker executable.

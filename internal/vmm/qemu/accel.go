@@ -30,7 +30,8 @@ var accelProbes sync.Map // binary + "\x00" + kernel → *accelProbe
 
 // Accel returns the accelerator this driver runs guests with. For
 // AccelAuto it probes once per process whether KVM can boot the guest
-// kernel and answers AccelKVM if so, AccelTCG otherwise.
+// kernel and answers AccelKVM if so, AccelTCG otherwise; with
+// Options.ProbeCacheDir, once per QEMU binary, kernel and host boot.
 //
 // The probe is a real boot, not a check that /dev/kvm opens: some hosts
 // (PVM, for one) expose a /dev/kvm that runs real-mode code but cannot
@@ -54,6 +55,11 @@ func (d *Driver) Accel(ctx context.Context) (string, error) {
 	if p.done {
 		return p.accel, nil
 	}
+	cache := accelCacheFile(d.opts.ProbeCacheDir, d.opts.Binary, kernel)
+	if accel, ok := readAccelCache(cache); ok {
+		p.done, p.accel = true, accel
+		return accel, nil
+	}
 	ok := probeKVM(ctx, d.opts.Binary, kernel)
 	if err := ctx.Err(); err != nil {
 		// An interrupted probe says nothing about the host; do not cache it.
@@ -63,6 +69,7 @@ func (d *Driver) Accel(ctx context.Context) (string, error) {
 	if ok {
 		p.accel = AccelKVM
 	}
+	writeAccelCache(cache, p.accel)
 	return p.accel, nil
 }
 

@@ -161,6 +161,9 @@ type Options struct {
 	// start-up. Boot passes it on the guest kernel's command line, so it
 	// is part of what a capture snapshots; Restore does not use it.
 	AgentWorkload string `json:"agent_workload,omitempty"`
+	// ProbeCacheDir, when set, keeps AccelAuto's verdict across processes
+	// (see accelcache.go), so a verb does not pay a probe boot each run.
+	ProbeCacheDir string `json:"probe_cache_dir,omitempty"`
 }
 
 // Driver boots, captures and restores QEMU guests. It is safe for

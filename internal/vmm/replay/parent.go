@@ -53,7 +53,7 @@ type VMM struct {
 	Remove []Range
 	// Output, when set, also receives the child's standard output and error.
 	Output io.Writer
-	// ReadyTimeout bounds WaitReady, as [envd] timeout bounds a real
+	// ReadyTimeout bounds WaitReady, as [agent] timeout bounds a real
 	// guest's: a VMM stuck on memory that never comes fails the restore
 	// rather than holding it for ever. Zero means no bound.
 	ReadyTimeout time.Duration

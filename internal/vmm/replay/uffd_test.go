@@ -252,7 +252,7 @@ func TestResumeNotPaused(t *testing.T) {
 
 // TestReadyTimeout: a VMM that does not report ready within the driver's
 // ReadyTimeout (here one paused and never resumed) fails WaitReady with
-// ErrNotReady, as Firecracker's driver does after [envd] timeout, instead
+// ErrNotReady, as Firecracker's driver does after [agent] timeout, instead
 // of leaving the restore waiting for ever.
 func TestReadyTimeout(t *testing.T) {
 	p := reference(t, 3)
