@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"warmstart/internal/daemon"
 	"warmstart/internal/memdev/fusedev"
 )
@@ -19,6 +21,13 @@ func TestStartBesideAStoppedDaemonDoesNotHang(t *testing.T) {
 	c := startChild(t, f.cfgPath)
 	if err := syscall.Kill(c.pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
+	}
+	// kill returns before the child's threads have stopped: on a loaded
+	// host one of them could still answer the new daemon's probe. The
+	// stop is reported to the parent once every thread has stopped.
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PID, c.pid, &info, unix.WSTOPPED|unix.WNOWAIT, nil); err != nil {
+		t.Fatalf("wait for the daemon to stop: %v", err)
 	}
 	t.Cleanup(func() {
 		syscall.Kill(c.pid, syscall.SIGCONT)
