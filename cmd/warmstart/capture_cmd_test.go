@@ -151,13 +151,13 @@ func restoreGuestVerb(t *testing.T, cfg string, captured capturedGuest) {
 			State        string
 			PlannedBytes int64 `json:"planned_bytes"`
 		}
-		Ready map[string]string
+		Ready struct{ Token string }
 	}
 	if err := json.Unmarshal([]byte(out), &restored); err != nil {
 		t.Fatalf("restore printed %q: %v", out, err)
 	}
-	if restored.Snapshot != captured.ID || restored.Ready["token"] != captured.Token {
-		t.Errorf("restore of %s answered with token %q; captured %s drew %q", restored.Snapshot, restored.Ready["token"], captured.ID, captured.Token)
+	if restored.Snapshot != captured.ID || restored.Ready.Token != captured.Token {
+		t.Errorf("restore of %s answered with token %q; captured %s drew %q", restored.Snapshot, restored.Ready.Token, captured.ID, captured.Token)
 	}
 	// consume_enabled is on and the manifest is valid: the restore prefetches.
 	if restored.Prefetch.State == "skipped" || restored.Prefetch.PlannedBytes != captured.Manifest.Bytes {

@@ -31,7 +31,7 @@ func UseGuest(ctx context.Context, o *Options, cfg *config.Config, agent string)
 	if err != nil {
 		return err
 	}
-	o.Source, o.ExpectedToken, o.ExpectedDigest = src, ready["token"], ready["digest"]
+	o.Source, o.ExpectedToken, o.ExpectedDigest = src, ready.Token, ready.Digest
 	o.VMM, o.QEMU = config.DriverQEMU, d.Options()
 	return nil
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -265,7 +264,7 @@ func (t *trial) prefetchingWindow() int {
 // track notes the replay VMM a restore ran, so the parent can check that
 // it is gone.
 func (t *trial) track(inst *restore.Instance) {
-	if pid, err := strconv.Atoi(inst.Ready.Detail["pid"]); err == nil {
+	if pid := inst.Ready.Detail.PID; pid > 0 {
 		t.res.ReplayPIDs = append(t.res.ReplayPIDs, pid)
 	}
 }
@@ -345,8 +344,8 @@ func (t *trial) timed(src restore.Source) (*restore.Instance, error) {
 	t.track(inst)
 	t.res.Timings, t.res.Prefetch, t.res.DeviceBytes = inst.Timings, inst.Prefetch, inst.DeviceBytes
 	t.res.StartupSet, t.res.Events, t.res.Observation = inst.StartupSet, inst.Events, inst.Observation
-	t.res.Token, t.res.Digest = inst.Ready.Detail["token"], inst.Ready.Detail["digest"]
-	t.res.HashOK = inst.Ready.Detail["sha256"] == t.spec.ExpectedSHA256
+	t.res.Token, t.res.Digest = inst.Ready.Detail.Token, inst.Ready.Detail.Digest
+	t.res.HashOK = inst.Ready.Detail.SHA256 == t.spec.ExpectedSHA256
 	t.res.Stop, err = inst.StopReported(t.stopCtx)
 	return inst, err
 }
@@ -362,7 +361,7 @@ func (t *trial) check(inst *restore.Instance, src restore.Source, copySHA256 str
 		t.res.HashOK = true
 	}
 	if !t.res.HashOK {
-		return fmt.Errorf("replay VMM read wrong bytes: sha256 %s, want %s", inst.Ready.Detail["sha256"], t.spec.ExpectedSHA256)
+		return fmt.Errorf("replay VMM read wrong bytes: sha256 %s, want %s", inst.Ready.Detail.SHA256, t.spec.ExpectedSHA256)
 	}
 	return nil
 }

@@ -507,7 +507,7 @@ func (h *harness) trial(ctx context.Context, block int, c Condition) (Trial, err
 		ReadyMs:     float64(inst.Timings.Ready.Microseconds()) / 1000,
 		GetsToReady: toReady.Gets, BytesToReady: toReady.GetBytes,
 		Gets: all.Gets, Bytes: all.GetBytes,
-		HashOK:        inst.Ready.Detail["sha256"] == h.expected,
+		HashOK:        inst.Ready.Detail.SHA256 == h.expected,
 		Prefetch:      inst.Prefetch,
 		Timings:       inst.Timings,
 		DemandStallMs: ms(demandStall(inst.Events, inst.Timings.Ready)),
