@@ -64,7 +64,8 @@ func main() {
 // config is what the flags ask for.
 type config struct {
 	opts     s3bench.Options
-	jsonPath string
+	asJSON   bool
+	jsonFile string
 }
 
 // run runs the command with args and returns its exit status.
@@ -111,7 +112,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.opts.LatencyMs, "s3-latency-ms", s3bench.DefaultLatencyMs, "latency added to every object-store response")
 	fs.Int64Var(&mbit, "s3-bandwidth-mbit", s3bench.DefaultBandwidthBits/1_000_000, "bandwidth of each object-store connection")
 	fs.Int64Var(&link, "s3-link-mbit", s3bench.DefaultLinkBits/1_000_000, "bandwidth of the node's link: all object-store connections together")
-	fs.StringVar(&c.jsonPath, "json", "", "write all raw trials and the summary to this file")
+	fs.BoolVar(&c.asJSON, "json", false, "print all raw trials and the summary as JSON on stdout (the table goes to stderr)")
+	fs.StringVar(&c.jsonFile, "json-file", "", "also write the JSON report to this file")
 	fs.StringVar(&conds, "conditions", "", "comma-separated conditions each block runs (cold-off,cold-on,warm-off,warm-on; default all)")
 	fs.IntVar(&c.opts.Warm.Concurrency, "warm-runs", 0, "cache prefetch GETs in flight (default: the repository's)")
 	fs.Int64Var(&runKiB, "warm-run-kib", 0, "cache prefetch bytes per GET, KiB (default: the repository's)")
@@ -171,8 +173,8 @@ func checkReadaround(kib, prefetchKiB int64) error {
 }
 
 // bench runs the measurement in a temporary directory of its own, which
-// it removes whatever happens, and prints the table (and writes the JSON
-// report when asked).
+// it removes whatever happens, and prints the table or the JSON report
+// (and writes it to a file when asked).
 func bench(ctx context.Context, c config, out io.Writer) (err error) {
 	work, err := os.MkdirTemp("", "warmstart-s3bench-")
 	if err != nil {
@@ -185,11 +187,5 @@ func bench(ctx context.Context, c config, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	rep.WriteTable(out)
-	if c.jsonPath != "" {
-		if err := os.WriteFile(c.jsonPath, rep.JSON(), 0o644); err != nil {
-			return fmt.Errorf("--json: %w", err)
-		}
-	}
-	return nil
+	return localbench.Emit(out, c.opts.Progress, c.asJSON, c.jsonFile, rep.WriteTable, rep.JSON())
 }

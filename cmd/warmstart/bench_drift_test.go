@@ -29,11 +29,11 @@ func TestBenchRefusesBadDriftUpFront(t *testing.T) {
 }
 
 // TestBenchDriftReportsTheStartupSet: bench --drift prints the startup-set
-// outcomes per policy and writes them, and each trial's variant, to --json.
+// outcomes per policy and writes them, and each trial's variant, to --json-file.
 func TestBenchDriftReportsTheStartupSet(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "bench.json")
 	r := runCLI(t, "bench", "--drift", "0.2", "--blocks", "1", "--reserve-blocks", "1", "--no-hot", "--device", "uffd",
-		"--memory-size", "8MiB", "--policies", "warmstart", "--json", out)
+		"--memory-size", "8MiB", "--policies", "warmstart", "--json-file", out)
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}

@@ -198,9 +198,9 @@ func TestBenchRefusesBadPlotUpFront(t *testing.T) {
 	}{
 		{[]string{"--plot", "bench.pdf"}, "must end in .svg or .png"},
 		{[]string{"--plot", "bench.svg", "--repository", "s3"}, "not available with --repository s3"},
-		{[]string{"--json", "/nonexistent-dir/x.json"}, "--json: /nonexistent-dir/x.json: directory /nonexistent-dir"},
-		{[]string{"--json", dir}, "is a directory"},
-		{[]string{"--json", "/nonexistent-dir/x.json", "--repository", "s3"}, "--json"},
+		{[]string{"--json-file", "/nonexistent-dir/x.json"}, "--json-file: /nonexistent-dir/x.json: directory /nonexistent-dir"},
+		{[]string{"--json-file", dir}, "is a directory"},
+		{[]string{"--json-file", "/nonexistent-dir/x.json", "--repository", "s3"}, "--json-file"},
 	} {
 		r := runCLI(t, append([]string{"bench", "--blocks", "1", "--memory-size", "8MiB", "--policies", "seed"}, c.args...)...)
 		if r.code != 2 || !strings.Contains(r.stderr, c.want) || r.stdout != "" {

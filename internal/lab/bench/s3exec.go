@@ -36,7 +36,10 @@ type S3Options struct {
 	Seed          uint64
 	MemBytes      int64
 	Policy        string
-	JSONPath      string
+	// JSON prints the report as JSON on stdout; JSONFile also writes it
+	// to that file.
+	JSON     bool
+	JSONFile string
 	LatencyMs     int
 	BandwidthMbit int64
 	LinkMbit      int64
@@ -57,7 +60,8 @@ func (o S3Options) args() []string {
 		"--s3-link-mbit", strconv.FormatInt(o.LinkMbit, 10),
 		"--readaround-kib", strconv.FormatInt(o.ReadaroundKiB, 10),
 		"--prefetch-readaround-kib", strconv.FormatInt(o.PrefetchReadaroundKiB, 10),
-		"--json", o.JSONPath,
+		"--json=" + strconv.FormatBool(o.JSON),
+		"--json-file", o.JSONFile,
 	}
 }
 

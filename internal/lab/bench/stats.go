@@ -1,12 +1,12 @@
 package bench
 
 import (
-	"encoding/json"
 	"math"
 	"sort"
 )
 
-// Sample describes one condition's sample of times to ready, in milliseconds.
+// Sample describes one condition's sample of times to ready, in
+// milliseconds; its JSON is in integer nanoseconds (jsonform.go).
 type Sample struct {
 	N      int     `json:"n"`
 	Mean   float64 `json:"mean_ms"`
@@ -33,7 +33,8 @@ func Summarize(xs []float64) Sample {
 	return Sample{N: len(s), Mean: sum / float64(len(s)), Median: med, Min: s[0], Max: s[len(s)-1]}
 }
 
-// Interval is a descriptive 95% Student-t interval over paired differences.
+// Interval is a descriptive 95% Student-t interval over paired differences
+// in milliseconds; its JSON is in integer nanoseconds (jsonform.go).
 type Interval struct {
 	N    int     `json:"n"`
 	Mean float64 `json:"mean_ms"`
@@ -46,19 +47,6 @@ type Interval struct {
 	// n-1 < 1 there is no Student-t interval, and bounds equal to the mean
 	// would read as a zero-width one.
 	NoInterval bool `json:"no_interval,omitempty"`
-}
-
-// MarshalJSON leaves the bounds out of an interval that has none.
-func (iv Interval) MarshalJSON() ([]byte, error) {
-	type plain Interval // without this method
-	if !iv.NoInterval {
-		return json.Marshal(plain(iv))
-	}
-	return json.Marshal(struct {
-		plain
-		Low  *float64 `json:"low_ms,omitempty"`
-		High *float64 `json:"high_ms,omitempty"`
-	}{plain: plain(iv)})
 }
 
 // PairedInterval computes the mean of d and its 95% Student-t interval with

@@ -86,7 +86,7 @@ type TrialResult struct {
 	Residency pagecache.Residency `json:"residency"`
 	// ProbeGap is the time from the end of the residency probe to the timer start.
 	ProbeGap    time.Duration          `json:"probe_gap_ns"`
-	ReadyMs     float64                `json:"ready_ms"`
+	ReadyMs     float64                `json:"-"` // Timings.Ready in ms, for the tables and charts
 	Timings     restore.Timings        `json:"timings"`
 	Prefetch    restore.PrefetchReport `json:"prefetch"`
 	DeviceBytes memdev.Counters        `json:"device_bytes"`
@@ -423,5 +423,6 @@ func readResult(r io.Reader) (TrialResult, error) {
 	if err := json.NewDecoder(r).Decode(&res); err != nil {
 		return res, fmt.Errorf("read trial result: %w", err)
 	}
+	res.ReadyMs = float64(res.Timings.Ready) / float64(time.Millisecond)
 	return res, nil
 }
