@@ -32,14 +32,14 @@ var errNoS3Companion = errors.New("bench --repository s3 runs the companion comm
 
 // S3Options are the S3 benchmark's parameters, passed on to the companion.
 type S3Options struct {
-	Blocks        int
-	Seed          uint64
-	MemBytes      int64
-	Policy        string
+	Blocks   int
+	Seed     uint64
+	MemBytes int64
+	Policy   string
 	// JSON prints the report as JSON on stdout; JSONFile also writes it
 	// to that file.
-	JSON     bool
-	JSONFile string
+	JSON          bool
+	JSONFile      string
 	LatencyMs     int
 	BandwidthMbit int64
 	LinkMbit      int64
