@@ -169,6 +169,16 @@ func (s Schemas) Check(t testing.TB, what, name string, doc []byte, array bool) 
 	}
 }
 
+// Undescribed lists the keys of the JSON document doc, by path, that
+// schema does not name: fields no client of the document knows of.
+func Undescribed(schema *openapi3.Schema, doc []byte) []string {
+	var v any
+	if err := json.Unmarshal(doc, &v); err != nil {
+		return []string{fmt.Sprintf("not JSON: %v", err)}
+	}
+	return undescribed("$", schema, v)
+}
+
 // undescribed lists the keys of v, by path, that schema does not name.
 // Objects whose schema names no properties (free-form maps) are not
 // looked into.
