@@ -13,6 +13,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"warmstart/internal/api/apitest"
+	"warmstart/internal/daemon"
 	"warmstart/internal/lab/bench"
 	"warmstart/internal/vmm/qemu"
 )
@@ -128,6 +130,7 @@ func captureGuestVerb(t *testing.T, cfg string) capturedGuest {
 	if err := json.Unmarshal([]byte(out), &captured); err != nil {
 		t.Fatalf("capture printed %q: %v", out, err)
 	}
+	apitest.LoadSchemas(t, daemon.OpenAPI()).Check(t, "capture --json", "CaptureResult", []byte(out), false)
 	if captured.Manifest == nil || captured.Manifest.Bytes == 0 || captured.ManifestError != "" {
 		t.Fatalf("capture with recording enabled attached no manifest: %s", out)
 	}
@@ -145,6 +148,7 @@ func restoreGuestVerb(t *testing.T, cfg string, captured capturedGuest) {
 	if err != nil {
 		t.Fatalf("restore: %v", err)
 	}
+	apitest.LoadSchemas(t, daemon.OpenAPI()).Check(t, "restore --json (QEMU)", "RestoreInfo", []byte(out), false)
 	var restored struct {
 		Snapshot string
 		Prefetch struct {
