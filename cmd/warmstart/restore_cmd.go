@@ -46,7 +46,9 @@ on prefetches whenever a valid manifest is attached; off never does.
 --json prints the same document in process and with --daemon: id,
 snapshot, device, io_engine, policy, generation, started_at, the phase
 timings (integer nanoseconds, keys ending in _ns), prefetch, device_bytes,
-ready and state.
+ready, startup_set and state (docs/json.md). It prints it once the verb
+has stopped the restore (state "stopped", and how under "stop"); with
+--hold, at ready (state "running").
 
 SIGINT or SIGTERM stops the restore in order and the verb exits
 128+signal; a held restore (--hold) ends that way and exits 0. With
