@@ -37,6 +37,7 @@ import (
 	wsconfig "warmstart/internal/config"
 	"warmstart/internal/interrupt"
 	localbench "warmstart/internal/lab/bench" // bench is this file's own function
+	"warmstart/internal/lab/chart"
 	"warmstart/internal/lab/s3bench"
 	"warmstart/internal/layout"
 	"warmstart/internal/node"
@@ -66,6 +67,7 @@ type config struct {
 	opts     s3bench.Options
 	asJSON   bool
 	jsonFile string
+	plot     string
 }
 
 // run runs the command with args and returns its exit status.
@@ -114,6 +116,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Int64Var(&link, "s3-link-mbit", s3bench.DefaultLinkBits/1_000_000, "bandwidth of the node's link: all object-store connections together")
 	fs.BoolVar(&c.asJSON, "json", false, "print all raw trials and the summary as JSON on stdout (the table goes to stderr)")
 	fs.StringVar(&c.jsonFile, "json-file", "", "also write the JSON report to this file")
+	fs.StringVar(&c.plot, "plot", "", "draw every trial's time to ready and MiB fetched before ready per cache state to FILE.svg or FILE.png")
 	fs.StringVar(&conds, "conditions", "", "comma-separated conditions each block runs (cold-off,cold-on,warm-off,warm-on; default all)")
 	fs.IntVar(&c.opts.Warm.Concurrency, "warm-runs", 0, "cache prefetch GETs in flight (default: the repository's)")
 	fs.Int64Var(&runKiB, "warm-run-kib", 0, "cache prefetch bytes per GET, KiB (default: the repository's)")
@@ -127,6 +130,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if err := localbench.CheckBlocks("blocks", c.opts.Blocks, 1); err != nil {
 		return config{}, err
+	}
+	if c.plot != "" {
+		if err := chart.CheckPath(c.plot); err != nil {
+			return config{}, fmt.Errorf("--plot: %w", err)
+		}
 	}
 	size, err := layout.ParseSize(memSize)
 	if err != nil {
@@ -187,5 +195,12 @@ func bench(ctx context.Context, c config, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	return localbench.Emit(out, c.opts.Progress, c.asJSON, c.jsonFile, rep.WriteTable, rep.JSON())
+	if err := localbench.Emit(out, c.opts.Progress, c.asJSON, c.jsonFile, rep.WriteTable, rep.JSON()); err != nil || c.plot == "" {
+		return err
+	}
+	if err := rep.Plot(c.plot); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.opts.Progress, "wrote %s\n", c.plot)
+	return nil
 }

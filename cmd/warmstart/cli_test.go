@@ -197,7 +197,7 @@ func TestBenchRefusesBadPlotUpFront(t *testing.T) {
 		want string
 	}{
 		{[]string{"--plot", "bench.pdf"}, "must end in .svg or .png"},
-		{[]string{"--plot", "bench.svg", "--repository", "s3"}, "not available with --repository s3"},
+		{[]string{"--plot", "/nonexistent-dir/b.svg", "--repository", "s3"}, "--plot"},
 		{[]string{"--json-file", "/nonexistent-dir/x.json"}, "--json-file: /nonexistent-dir/x.json: directory /nonexistent-dir"},
 		{[]string{"--json-file", dir}, "is a directory"},
 		{[]string{"--json-file", "/nonexistent-dir/x.json", "--repository", "s3"}, "--json-file"},

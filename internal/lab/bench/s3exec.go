@@ -40,6 +40,7 @@ type S3Options struct {
 	// to that file.
 	JSON          bool
 	JSONFile      string
+	Plot          string // the picture the companion draws, "" for none
 	LatencyMs     int
 	BandwidthMbit int64
 	LinkMbit      int64
@@ -62,6 +63,7 @@ func (o S3Options) args() []string {
 		"--prefetch-readaround-kib", strconv.FormatInt(o.PrefetchReadaroundKiB, 10),
 		"--json=" + strconv.FormatBool(o.JSON),
 		"--json-file", o.JSONFile,
+		"--plot", o.Plot,
 	}
 }
 

@@ -24,9 +24,10 @@ import (
 	"warmstart/internal/restore"
 )
 
-// Run runs the demo until ctx ends, writing its steps to out. Restores it
-// made are stopped in full even then, unless stopCtx ends too.
-func Run(ctx, stopCtx context.Context, out io.Writer, blocks int) (err error) {
+// Run runs the demo until ctx ends, writing its steps to out, and draws
+// the closing benchmark to plot unless it is "". Restores it made are
+// stopped in full even then, unless stopCtx ends too.
+func Run(ctx, stopCtx context.Context, out io.Writer, blocks int, plot string) (err error) {
 	start := time.Now()
 	step := func(format string, args ...any) {
 		fmt.Fprintf(out, "[%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
@@ -101,5 +102,12 @@ func Run(ctx, stopCtx context.Context, out io.Writer, blocks int) (err error) {
 	}
 	step("6/6 results")
 	rep.WriteTable(out)
+	if plot == "" {
+		return nil
+	}
+	if err := rep.Plot(plot); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "wrote %s\n", plot)
 	return nil
 }

@@ -124,7 +124,9 @@ func (f *benchFlags) run(cmd *cobra.Command, args []string) error {
 		err = rep.Write(cmd.OutOrStdout(), cmd.ErrOrStderr(), f.asJSON, f.jsonFile)
 	}
 	if err == nil && f.b.Plot != "" {
-		err = rep.Plot(f.b.Plot)
+		if err = rep.Plot(f.b.Plot); err == nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", f.b.Plot)
+		}
 	}
 	return in.Result(err)
 }
@@ -188,7 +190,7 @@ func (f *benchFlags) execS3(cmd *cobra.Command, size int64) error {
 		return err
 	}
 	return bench.ExecS3(bench.S3Options{Blocks: f.b.Blocks, Seed: f.b.Seed, MemBytes: size, Policy: f.b.Policies[0],
-		JSON: f.asJSON, JSONFile: f.jsonFile, LatencyMs: f.s3f.latencyMs, BandwidthMbit: f.s3f.bandwidthMbit,
+		JSON: f.asJSON, JSONFile: f.jsonFile, Plot: f.b.Plot, LatencyMs: f.s3f.latencyMs, BandwidthMbit: f.s3f.bandwidthMbit,
 		LinkMbit: f.s3f.linkMbit, ReadaroundKiB: cfg.Memory.ReadaroundKiB,
 		PrefetchReadaroundKiB: cfg.Memory.PrefetchReadaroundKiB})
 }
