@@ -102,7 +102,7 @@ func TestBenchUsesTheConfiguredReadaround(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := runCLI(t, "--config", configFile, "bench", "--blocks", "1", "--reserve-blocks", "1", "--no-hot", "--device", "file",
-		"--memory-size", "8MiB", "--policies", "warmstart", "--json", out)
+		"--memory-size", "8MiB", "--policies", "warmstart", "--json-file", out)
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}

@@ -174,7 +174,7 @@ func restoreGuestVerb(t *testing.T, cfg string, captured capturedGuest) {
 func benchGuestVerb(t *testing.T, cfg, report, token string) {
 	t.Helper()
 	if _, err := runGuestVerb(t, "--config", cfg, "bench", "--vmm", "qemu", "--blocks", "1", "--reserve-blocks", "1", "--no-hot",
-		"--policies", "seed", "--json", report, "guest"); err != nil {
+		"--policies", "seed", "--json-file", report, "guest"); err != nil {
 		t.Fatalf("bench: %v", err)
 	}
 	data, err := os.ReadFile(report)

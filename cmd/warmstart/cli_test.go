@@ -312,8 +312,8 @@ func TestOutputFilesRefusedUpFront(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"bench", "--json", absent, "--blocks", "1", "--memory-size", "8MiB", "--policies", "seed"}, "--json: " + absent},
-		{[]string{"bench", "--json", dir, "--blocks", "1", "--memory-size", "8MiB", "--policies", "seed"}, "--json: " + dir + ": is a directory"},
+		{[]string{"bench", "--json-file", absent, "--blocks", "1", "--memory-size", "8MiB", "--policies", "seed"}, "--json-file: " + absent},
+		{[]string{"bench", "--json-file", dir, "--blocks", "1", "--memory-size", "8MiB", "--policies", "seed"}, "--json-file: " + dir + ": is a directory"},
 		{[]string{"manifest", "inspect", filepath.Join(dir, "no.manifest"), "--plot", dirSVG}, "--plot"},
 	} {
 		r := runCLI(t, c.args...)
