@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -10,7 +9,6 @@ import (
 
 	"warmstart/internal/api/apitest"
 	"warmstart/internal/daemon"
-	"warmstart/internal/lab/synth"
 	"warmstart/internal/layout"
 	"warmstart/internal/manifest"
 )
@@ -31,30 +29,16 @@ type jsonVerb struct {
 // values, durations in integer _ns, every key described, and state
 // "stopped" once a verb stopped the restore it started.
 func TestJSONConvention(t *testing.T) {
-	dir, err := os.MkdirTemp("", "wsjc-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	ref, err := synth.Generate(context.Background(), synth.Options{MemoryBytes: 8 << 20, Seed: 7, Dir: filepath.Join(dir, "ref")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := os.ReadFile(ref.Layout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := replayDaemonConfig(dir, ref.Trace)
-	serveDaemon(t, cfg, "")
+	dir, cfg, ref := replayDaemonWithWeb(t, "wsjc-", 7)
 	sock := cfg.Daemon.Socket
-	if _, _, err := runVerb(t, "--daemon", sock, "snapshot", "import", "--vm-state", ref.VMState, "--memory", ref.Memory,
-		"--alias", "web", "--layout", strings.TrimSpace(string(spec))); err != nil {
-		t.Fatalf("import: %v", err)
-	}
 	local := filepath.Join(dir, "cli.toml")
 	text := "[runtime]\ndir = \"" + filepath.Join(dir, "clirun") + "\"\n[backend.posix_fs]\nsnapshot_store = \"" +
 		cfg.Backend.PosixFS.SnapshotStore + "\"\n[vmm]\ndriver = \"replay\"\n[replay]\ntrace = \"" + ref.Trace + "\"\n"
 	if err := os.WriteFile(local, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := os.ReadFile(ref.Layout)
+	if err != nil {
 		t.Fatal(err)
 	}
 	manifestFile := writeTestManifest(t, dir, strings.TrimSpace(string(spec)), 8<<20)

@@ -101,6 +101,11 @@ func Run(ctx, stopCtx context.Context, out io.Writer, blocks int, plot string) (
 		return err
 	}
 	step("6/6 results")
+	return results(out, rep, plot)
+}
+
+// results prints the benchmark's table and draws it to plot unless "".
+func results(out io.Writer, rep *bench.Report, plot string) error {
 	rep.WriteTable(out)
 	if plot == "" {
 		return nil
