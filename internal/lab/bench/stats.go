@@ -8,11 +8,8 @@ import (
 // Sample describes one condition's sample of times to ready, in
 // milliseconds; its JSON is in integer nanoseconds (jsonform.go).
 type Sample struct {
-	N      int     `json:"n"`
-	Mean   float64 `json:"mean_ms"`
-	Median float64 `json:"median_ms"`
-	Min    float64 `json:"min_ms"`
-	Max    float64 `json:"max_ms"`
+	N                      int
+	Mean, Median, Min, Max float64
 }
 
 // Summarize describes a sample; an empty one gives a zero Sample.
@@ -36,17 +33,16 @@ func Summarize(xs []float64) Sample {
 // Interval is a descriptive 95% Student-t interval over paired differences
 // in milliseconds; its JSON is in integer nanoseconds (jsonform.go).
 type Interval struct {
-	N    int     `json:"n"`
-	Mean float64 `json:"mean_ms"`
+	N    int
+	Mean float64
 	// Low and High bound the interval. Without one (NoInterval) they hold
 	// the mean, and the JSON leaves them out.
-	Low         float64 `json:"low_ms"`
-	High        float64 `json:"high_ms"`
-	AllNegative bool    `json:"all_negative"`
+	Low, High   float64
+	AllNegative bool
 	// NoInterval is set when there are fewer than two pairs: with df =
 	// n-1 < 1 there is no Student-t interval, and bounds equal to the mean
 	// would read as a zero-width one.
-	NoInterval bool `json:"no_interval,omitempty"`
+	NoInterval bool
 }
 
 // PairedInterval computes the mean of d and its 95% Student-t interval with
