@@ -37,6 +37,7 @@ import (
 	wsconfig "warmstart/internal/config"
 	"warmstart/internal/interrupt"
 	localbench "warmstart/internal/lab/bench" // bench is this file's own function
+	"warmstart/internal/lab/chart"
 	"warmstart/internal/lab/s3bench"
 	"warmstart/internal/layout"
 	"warmstart/internal/node"
@@ -64,7 +65,9 @@ func main() {
 // config is what the flags ask for.
 type config struct {
 	opts       s3bench.Options
-	jsonPath   string
+	asJSON     bool
+	jsonFile   string
+	plot       string
 	cpuProfile string
 }
 
@@ -112,9 +115,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.opts.LatencyMs, "s3-latency-ms", s3bench.DefaultLatencyMs, "latency added to every object-store response")
 	fs.Int64Var(&mbit, "s3-bandwidth-mbit", s3bench.DefaultBandwidthBits/1_000_000, "bandwidth of each object-store connection")
 	fs.Int64Var(&link, "s3-link-mbit", s3bench.DefaultLinkBits/1_000_000, "bandwidth of the node's link: all object-store connections together")
-	fs.StringVar(&c.jsonPath, "json", "", "write all raw trials and the summary to this file")
-	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the node process over the trials to this file (go tool pprof)")
+	fs.BoolVar(&c.asJSON, "json", false, "print all raw trials and the summary as JSON on stdout (the table goes to stderr)")
+	fs.StringVar(&c.jsonFile, "json-file", "", "also write the JSON report to this file")
+	fs.StringVar(&c.plot, "plot", "", "draw every trial's time to ready and MiB fetched before ready per cache state to FILE.svg or FILE.png")
 	fs.StringVar(&conds, "conditions", "", "comma-separated conditions each block runs (cold-off,cold-on,warm-off,warm-on, each optionally +noverify: without the digest check; default the four)")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the node process over the trials to this file (go tool pprof)")
 	fs.IntVar(&c.opts.Warm.Concurrency, "warm-runs", 0, "cache prefetch GETs in flight (default: the repository's)")
 	fs.Int64Var(&runKiB, "warm-run-kib", 0, "cache prefetch bytes per GET, KiB (default: the repository's)")
 	fs.Int64Var(&c.opts.ReadaroundKiB, "readaround-kib", 0, "file device readaround of restores without prefetch, KiB ([memory] readaround_kib; default: the backend's)")
@@ -127,6 +132,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if err := localbench.CheckBlocks("blocks", c.opts.Blocks, 1); err != nil {
 		return config{}, err
+	}
+	if c.plot != "" {
+		if err := chart.CheckPath(c.plot); err != nil {
+			return config{}, fmt.Errorf("--plot: %w", err)
+		}
 	}
 	size, err := layout.ParseSize(memSize)
 	if err != nil {
@@ -173,8 +183,8 @@ func checkReadaround(kib, prefetchKiB int64) error {
 }
 
 // bench runs the measurement in a temporary directory of its own, which
-// it removes whatever happens, and prints the table (and writes the JSON
-// report when asked).
+// it removes whatever happens, and prints the table or the JSON report
+// (and writes it to a file when asked).
 func bench(ctx context.Context, c config, out io.Writer) (err error) {
 	work, err := os.MkdirTemp("", "warmstart-s3bench-")
 	if err != nil {
@@ -195,11 +205,12 @@ func bench(ctx context.Context, c config, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	rep.WriteTable(out)
-	if c.jsonPath != "" {
-		if err := os.WriteFile(c.jsonPath, rep.JSON(), 0o644); err != nil {
-			return fmt.Errorf("--json: %w", err)
-		}
+	if err := localbench.Emit(out, c.opts.Progress, c.asJSON, c.jsonFile, rep.WriteTable, rep.JSON()); err != nil || c.plot == "" {
+		return err
 	}
+	if err := rep.Plot(c.plot); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.opts.Progress, "wrote %s\n", c.plot)
 	return nil
 }

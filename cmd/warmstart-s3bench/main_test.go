@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"warmstart/internal/api/apitest"
 	"warmstart/internal/lab/miniotest"
 	"warmstart/internal/lab/s3bench"
 )
@@ -59,17 +60,18 @@ func TestConditionsFlag(t *testing.T) {
 	}
 }
 
-// TestRun measures one block on a small reference snapshot: the table goes
-// to stdout, the report to --json with every trial reading the right
-// bytes, the node mounts with the readaround windows asked for, and the
-// temporary directory is removed.
+// TestRun measures one block on a small reference snapshot: with --json
+// the report goes to stdout and the table to stderr, --json-file gets the
+// same report, every trial reads the right bytes, the node mounts with
+// the readaround windows asked for, and the temporary directory is
+// removed.
 func TestRun(t *testing.T) {
 	miniotest.Require(t)
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
 	jsonPath := filepath.Join(t.TempDir(), "report.json")
 	var stdout, stderr bytes.Buffer
-	code := run([]string{"--blocks", "1", "--memory-size", "8MiB", "--policy", "seed", "--json", jsonPath,
+	code := run([]string{"--blocks", "1", "--memory-size", "8MiB", "--policy", "seed", "--json", "--json-file", jsonPath,
 		"--readaround-kib", "64", "--prefetch-readaround-kib", "8"}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
@@ -77,13 +79,17 @@ func TestRun(t *testing.T) {
 	if !strings.Contains(stderr.String(), "readaround 64 KiB without prefetch, 8 KiB with it") {
 		t.Errorf("the node did not mount with the windows asked for:\n%s", stderr.String())
 	}
-	if !strings.Contains(stdout.String(), "cold-cache/prefetch-on") || !strings.Contains(stdout.String(), "cold cache: prefetch on / off") {
-		t.Errorf("no summary table on stdout:\n%s", stdout.String())
+	if !strings.Contains(stderr.String(), "cold-cache/prefetch-on") || !strings.Contains(stderr.String(), "cold cache: prefetch on / off") {
+		t.Errorf("no summary table on stderr:\n%s", stderr.String())
 	}
 	data, err := os.ReadFile(jsonPath)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !bytes.Equal(data, stdout.Bytes()) {
+		t.Errorf("--json-file holds other bytes than --json printed on stdout:\n%s", stdout.String())
+	}
+	apitest.CheckConvention(t, "warmstart-s3bench --json", data)
 	var rep s3bench.Report
 	if err := json.Unmarshal(data, &rep); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"warmstart/internal/api/apitest"
 )
 
 // TestBenchRefusesBadDriftUpFront: a --drift no run can play is a usage
@@ -29,23 +30,29 @@ func TestBenchRefusesBadDriftUpFront(t *testing.T) {
 }
 
 // TestBenchDriftReportsTheStartupSet: bench --drift prints the startup-set
-// outcomes per policy and writes them, and each trial's variant, to --json.
+// outcomes per policy and prints them, and each trial's variant, with
+// --json on stdout (the table on stderr) and to --json-file, in the JSON
+// convention.
 func TestBenchDriftReportsTheStartupSet(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "bench.json")
 	r := runCLI(t, "bench", "--drift", "0.2", "--blocks", "1", "--reserve-blocks", "1", "--no-hot", "--device", "uffd",
-		"--memory-size", "8MiB", "--policies", "warmstart", "--json", out)
+		"--memory-size", "8MiB", "--policies", "warmstart", "--json", "--json-file", out)
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
 	for _, want := range []string{"drift 0.20", "startup-set pages in time / late / unused", "pages missed"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("table lacks %q:\n%s", want, r.stdout)
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("table lacks %q:\n%s", want, r.stderr)
 		}
 	}
 	data, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if string(data) != r.stdout {
+		t.Errorf("--json-file holds other bytes than --json printed:\n%s", r.stdout)
+	}
+	apitest.CheckConvention(t, "bench --json", data)
 	var rep struct {
 		Options struct {
 			Drift float64 `json:"drift"`
@@ -95,7 +102,7 @@ func TestBenchUsesTheConfiguredReadaround(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := runCLI(t, "--config", configFile, "bench", "--blocks", "1", "--reserve-blocks", "1", "--no-hot", "--device", "file",
-		"--memory-size", "8MiB", "--policies", "warmstart", "--json", out)
+		"--memory-size", "8MiB", "--policies", "warmstart", "--json-file", out)
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}

@@ -143,9 +143,9 @@ func TestBenchS3ExecsTheCompanion(t *testing.T) {
 	}
 	t.Setenv(bench.S3BinaryEnv, fake)
 	r := runCLI(t, "bench", "--repository", "s3", "--blocks", "3", "--seed", "5", "--memory-size", "8MiB",
-		"--policies", "seed", "--s3-latency-ms", "9", "--s3-bandwidth-mbit", "100", "--json", "out.json")
+		"--policies", "seed", "--s3-latency-ms", "9", "--s3-bandwidth-mbit", "100", "--json", "--json-file", "out.json")
 	want := "companion --blocks 3 --seed 5 --memory-size 8388608 --policy seed --s3-latency-ms 9 --s3-bandwidth-mbit 100 --s3-link-mbit 1000" +
-		" --readaround-kib 0 --prefetch-readaround-kib 4 --json out.json\n"
+		" --readaround-kib 0 --prefetch-readaround-kib 4 --json=true --json-file out.json --plot \n"
 	if r.code != 7 || r.stdout != want {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want exit 7 and stdout %q", r.code, r.stdout, r.stderr, want)
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"warmstart/internal/api/apitest"
+	"warmstart/internal/daemon"
 	"warmstart/internal/lab/bench"
 	"warmstart/internal/vmm/qemu"
 )
@@ -127,6 +129,7 @@ func captureGuestVerb(t *testing.T, cfg string) capturedGuest {
 	if err := json.Unmarshal([]byte(out), &captured); err != nil {
 		t.Fatalf("capture printed %q: %v", out, err)
 	}
+	apitest.LoadSchemas(t, daemon.OpenAPI()).Check(t, "capture --json", "CaptureResult", []byte(out), false)
 	if captured.Manifest == nil || captured.Manifest.Bytes == 0 || captured.ManifestError != "" {
 		t.Fatalf("capture with recording enabled attached no manifest: %s", out)
 	}
@@ -145,13 +148,14 @@ func restoreGuestVerb(t *testing.T, cfg string, captured capturedGuest) {
 	if err != nil {
 		t.Fatalf("restore: %v", err)
 	}
+	apitest.LoadSchemas(t, daemon.OpenAPI()).Check(t, "restore --json (QEMU)", "RestoreInfo", []byte(out), false)
 	var restored struct {
 		Snapshot string
 		Prefetch struct {
 			State        string
 			PlannedBytes int64 `json:"planned_bytes"`
 		}
-		Ready      map[string]string
+		Ready      struct{ Token string }
 		StartupSet struct {
 			PrefetchRan bool  `json:"prefetch_ran"`
 			InTimePages int64 `json:"in_time_pages"`
@@ -160,8 +164,8 @@ func restoreGuestVerb(t *testing.T, cfg string, captured capturedGuest) {
 	if err := json.Unmarshal([]byte(out), &restored); err != nil {
 		t.Fatalf("restore printed %q: %v", out, err)
 	}
-	if restored.Snapshot != captured.ID || restored.Ready["token"] != captured.Token {
-		t.Errorf("restore of %s answered with token %q; captured %s drew %q", restored.Snapshot, restored.Ready["token"], captured.ID, captured.Token)
+	if restored.Snapshot != captured.ID || restored.Ready.Token != captured.Token {
+		t.Errorf("restore of %s answered with token %q; captured %s drew %q", restored.Snapshot, restored.Ready.Token, captured.ID, captured.Token)
 	}
 	// consume_enabled is on and the manifest is valid: the restore prefetches.
 	if restored.Prefetch.State == "skipped" || restored.Prefetch.PlannedBytes != captured.Manifest.Bytes {
@@ -177,7 +181,7 @@ func restoreGuestVerb(t *testing.T, cfg string, captured capturedGuest) {
 func benchGuestVerb(t *testing.T, cfg, report, token string) {
 	t.Helper()
 	if _, err := runGuestVerb(t, "--config", cfg, "bench", "--vmm", "qemu", "--blocks", "1", "--reserve-blocks", "1", "--no-hot",
-		"--policies", "seed", "--json", report, "guest"); err != nil {
+		"--policies", "seed", "--json-file", report, "guest"); err != nil {
 		t.Fatalf("bench: %v", err)
 	}
 	data, err := os.ReadFile(report)

@@ -197,10 +197,10 @@ func TestBenchRefusesBadPlotUpFront(t *testing.T) {
 		want string
 	}{
 		{[]string{"--plot", "bench.pdf"}, "must end in .svg or .png"},
-		{[]string{"--plot", "bench.svg", "--repository", "s3"}, "not available with --repository s3"},
-		{[]string{"--json", "/nonexistent-dir/x.json"}, "--json: /nonexistent-dir/x.json: directory /nonexistent-dir"},
-		{[]string{"--json", dir}, "is a directory"},
-		{[]string{"--json", "/nonexistent-dir/x.json", "--repository", "s3"}, "--json"},
+		{[]string{"--plot", "/nonexistent-dir/b.svg", "--repository", "s3"}, "--plot"},
+		{[]string{"--json-file", "/nonexistent-dir/x.json"}, "--json-file: /nonexistent-dir/x.json: directory /nonexistent-dir"},
+		{[]string{"--json-file", dir}, "is a directory"},
+		{[]string{"--json-file", "/nonexistent-dir/x.json", "--repository", "s3"}, "--json-file"},
 	} {
 		r := runCLI(t, append([]string{"bench", "--blocks", "1", "--memory-size", "8MiB", "--policies", "seed"}, c.args...)...)
 		if r.code != 2 || !strings.Contains(r.stderr, c.want) || r.stdout != "" {
@@ -312,8 +312,8 @@ func TestOutputFilesRefusedUpFront(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"bench", "--json", absent, "--blocks", "1", "--memory-size", "8MiB", "--policies", "seed"}, "--json: " + absent},
-		{[]string{"bench", "--json", dir, "--blocks", "1", "--memory-size", "8MiB", "--policies", "seed"}, "--json: " + dir + ": is a directory"},
+		{[]string{"bench", "--json-file", absent, "--blocks", "1", "--memory-size", "8MiB", "--policies", "seed"}, "--json-file: " + absent},
+		{[]string{"bench", "--json-file", dir, "--blocks", "1", "--memory-size", "8MiB", "--policies", "seed"}, "--json-file: " + dir + ": is a directory"},
 		{[]string{"manifest", "inspect", filepath.Join(dir, "no.manifest"), "--plot", dirSVG}, "--plot"},
 	} {
 		r := runCLI(t, c.args...)

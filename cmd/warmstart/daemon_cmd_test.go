@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -195,8 +194,8 @@ func restoreHeld(t *testing.T, sock string) api.RestoreInfo {
 // stop releases it and tells.
 func killHeldAndStop(t *testing.T, sock string, held api.RestoreInfo) {
 	t.Helper()
-	vmPID, err := strconv.Atoi(held.Ready["pid"])
-	if err != nil {
+	vmPID := held.Ready.PID
+	if vmPID <= 0 {
 		t.Fatalf("ready detail %v has no VMM pid", held.Ready)
 	}
 	if err := syscall.Kill(vmPID, syscall.SIGKILL); err != nil {
@@ -424,8 +423,8 @@ func TestServeSecondSignalSaysItIsStillShuttingDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vmm, err := strconv.Atoi(held.Ready["pid"])
-	if err != nil {
+	vmm := held.Ready.PID
+	if vmm <= 0 {
 		t.Fatalf("restore's ready detail %v has no VMM pid", held.Ready)
 	}
 	if err := syscall.Kill(vmm, syscall.SIGSTOP); err != nil {

@@ -72,7 +72,7 @@ func TestBenchS3Interrupt(t *testing.T) {
 	// MinIO/Toxiproxy harness; this test binary has none beside it.
 	t.Setenv(bench.S3BinaryEnv, filepath.Join(buildCommands(t), bench.S3Command))
 	cli := startCLI(t, false, "bench", "--repository", "s3", "--blocks", "3", "--memory-size", "8MiB", "--policies", "seed")
-	cli.waitOutput("block 0 ") // a trial has ended; the next one runs
+	cli.waitOutput("block 1 ") // a trial of the first block (numbered from 1) has ended; the next one runs
 	cli.signal(syscall.SIGINT)
 	cli.wantExit(130, syscall.SIGINT)
 	cli.wantNothingLeft(0)

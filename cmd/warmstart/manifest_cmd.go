@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/spf13/cobra"
 
@@ -64,6 +65,7 @@ error naming the file and the rule it breaks.`,
 			if err := chart.Manifest(manifestPlot, m); err != nil {
 				return err
 			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", manifestPlot)
 		}
 		return report.Manifest(cmd.OutOrStdout(), path, data, m, manifestInspectJSON, manifestInspectVerbose)
 	},

@@ -33,6 +33,12 @@ func (root cliRoot) mustRun(t *testing.T, args ...string) string {
 	if r.code != 0 {
 		t.Fatalf("warmstart %s: exit %d\n%s", strings.Join(args, " "), r.code, r.stderr)
 	}
+	// Every --plot says where it wrote the picture.
+	for i, a := range args {
+		if a == "--plot" && i+1 < len(args) && !strings.Contains(r.stderr, "wrote "+args[i+1]+"\n") {
+			t.Errorf("warmstart %s did not say \"wrote %s\"; stderr:\n%s", strings.Join(args, " "), args[i+1], r.stderr)
+		}
+	}
 	return r.stdout
 }
 

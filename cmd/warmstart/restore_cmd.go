@@ -46,7 +46,9 @@ on prefetches whenever a valid manifest is attached; off never does.
 --json prints the same document in process and with --daemon: id,
 snapshot, device, io_engine, policy, generation, started_at, the phase
 timings (integer nanoseconds, keys ending in _ns), prefetch, device_bytes,
-ready and state.
+ready, startup_set and state (docs/json.md). It prints it once the verb
+has stopped the restore (state "stopped", and how under "stop"); with
+--hold, at ready (state "running").
 
 SIGINT or SIGTERM stops the restore in order and the verb exits
 128+signal; a held restore (--hold) ends that way and exits 0. With
@@ -148,26 +150,45 @@ func restoreWatched(ctx context.Context, cmd *cobra.Command, f *restoreFlags) er
 	if err != nil {
 		return err
 	}
-	return f.stopped(o, info.Snapshot, rep)
+	return f.stopped(o, info, rep)
 }
 
-// print prints a ready restore, as JSON or for people, and draws the
-// timeline of an in-process one (inst) when asked.
+// print prints a ready restore for people, or as JSON when the verb holds
+// it (--hold: the document says "running", the truth while it is held),
+// and draws the timeline of an in-process one (inst) when asked. Without
+// --hold, --json prints once the restore has stopped (stopped).
 func (f *restoreFlags) print(o report.Output, info api.RestoreInfo, inst *restore.Instance) error {
-	if err := report.RestoreResult(o.Out, info, f.asJSON); err != nil || f.plotPath == "" {
+	if !f.asJSON || f.hold {
+		if err := report.RestoreResult(o.Out, info, f.asJSON); err != nil {
+			return err
+		}
+	}
+	if f.plotPath == "" {
+		return nil
+	}
+	if err := chart.Timeline(f.plotPath, inst.Timings, inst.Events, inst.StartupSet); err != nil {
 		return err
 	}
-	return chart.Timeline(f.plotPath, inst.Timings, inst.Events, inst.StartupSet)
+	fmt.Fprintf(o.Err, "wrote %s\n", f.plotPath)
+	return nil
 }
 
-// stopped prints how the restore of name stopped. A VM that exited after
-// ready fails the restore once everything is released.
-func (f *restoreFlags) stopped(o report.Output, name string, rep restore.StopReport) error {
-	if !f.asJSON {
+// stopped prints how the restore in info stopped: for people, or, with
+// --json and without --hold, the restore's document with state "stopped"
+// and the stop report (docs/json.md). A VM that exited after ready fails
+// the restore once everything is released.
+func (f *restoreFlags) stopped(o report.Output, info api.RestoreInfo, rep restore.StopReport) error {
+	switch {
+	case !f.asJSON:
 		report.Stopped(o.Out, rep)
+	case !f.hold:
+		info.State, info.Exit, info.Stop = restore.StateStopped, rep.Exit, &rep
+		if err := report.JSON(o.Out, info); err != nil {
+			return err
+		}
 	}
 	if rep.Exit != nil {
-		return fmt.Errorf("restore %s: the VM exited after ready: %v", name, rep.Exit)
+		return fmt.Errorf("restore %s: the VM exited after ready: %v", info.Snapshot, rep.Exit)
 	}
 	return nil
 }
@@ -212,5 +233,5 @@ func (f *restoreFlags) restoreOn(ctx context.Context, c *api.Client, o report.Ou
 	if err != nil {
 		return fmt.Errorf("restore %s: stop: %w", f.req.Snapshot, err)
 	}
-	return f.stopped(o, info.ID, rep.StopReport)
+	return f.stopped(o, info, rep.StopReport)
 }

@@ -144,22 +144,24 @@ func checkHeldVMExit(t *testing.T, root cliRoot, device string) {
 	cli := startVerb(t, "--config", root.cfg, "restore", "held", "--hold", "--json", "--device", device, "--trace", root.ref.Trace)
 	dec := json.NewDecoder(cli.stdout)
 	var report struct {
-		Ready map[string]string `json:"ready"`
+		Ready struct {
+			PID int `json:"pid"`
+		} `json:"ready"`
 	}
 	if err := dec.Decode(&report); err != nil {
 		cli.cmd.Process.Kill()
 		cli.wait(t, cli.stdout)
 		t.Fatalf("restore --hold printed no report (%v); stderr:\n%s", err, cli.stderr.String())
 	}
-	vmPID, err := strconv.Atoi(report.Ready["pid"])
-	if err != nil {
+	vmPID := report.Ready.PID
+	if vmPID <= 0 {
 		t.Fatalf("report's ready detail %v has no VMM pid", report.Ready)
 	}
 	if err := syscall.Kill(vmPID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 
-	err = cli.wait(t, io.MultiReader(dec.Buffered(), cli.stdout))
+	err := cli.wait(t, io.MultiReader(dec.Buffered(), cli.stdout))
 	checkVerbReportedExit(t, err, cli.stderr.String())
 	if err := syscall.Kill(vmPID, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("VMM pid %d: signal 0 gave %v, want ESRCH", vmPID, err)

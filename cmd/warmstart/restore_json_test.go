@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"warmstart/internal/config"
 	"warmstart/internal/lab/synth"
 )
 
@@ -19,26 +20,8 @@ import (
 // case, numbers as JSON numbers and the phase timings in integer
 // nanoseconds (keys ending in _ns).
 func TestRestoreJSONOneSchema(t *testing.T) {
-	dir, err := os.MkdirTemp("", "wsj-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	ref, err := synth.Generate(context.Background(), synth.Options{MemoryBytes: 8 << 20, Seed: 5, Dir: filepath.Join(dir, "ref")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec, err := os.ReadFile(ref.Layout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := replayDaemonConfig(dir, ref.Trace)
-	serveDaemon(t, cfg, "")
+	dir, cfg, ref := replayDaemonWithWeb(t, "wsj-", 5)
 	sock := cfg.Daemon.Socket
-	if _, _, err := runVerb(t, "--daemon", sock, "snapshot", "import", "--vm-state", ref.VMState, "--memory", ref.Memory,
-		"--alias", "web", "--layout", strings.TrimSpace(string(spec))); err != nil {
-		t.Fatalf("import: %v", err)
-	}
 
 	onDaemon, _, err := runVerb(t, "--daemon", sock, "restore", "web", "--json")
 	if err != nil {
@@ -110,4 +93,31 @@ func decodeRestoreJSON(t *testing.T, mode, out string) map[string]any {
 		}
 	}
 	return doc
+}
+
+// replayDaemonWithWeb serves a replay daemon whose files lie in a fresh
+// directory (removed at the end) and imports a reference snapshot of
+// seed under the alias web.
+func replayDaemonWithWeb(t *testing.T, prefix string, seed uint64) (string, *config.Config, synth.Paths) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ref, err := synth.Generate(context.Background(), synth.Options{MemoryBytes: 8 << 20, Seed: seed, Dir: filepath.Join(dir, "ref")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := os.ReadFile(ref.Layout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := replayDaemonConfig(dir, ref.Trace)
+	serveDaemon(t, cfg, "")
+	if _, _, err := runVerb(t, "--daemon", cfg.Daemon.Socket, "snapshot", "import", "--vm-state", ref.VMState, "--memory", ref.Memory,
+		"--alias", "web", "--layout", strings.TrimSpace(string(spec))); err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	return dir, cfg, ref
 }

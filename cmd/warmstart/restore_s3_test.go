@@ -48,14 +48,14 @@ func TestRestoreUffdOfAnS3Snapshot(t *testing.T) {
 			t.Fatalf("restore --device %s of an S3 snapshot: exit %d, stderr:\n%s", device, r.code, r.stderr)
 		}
 		var info struct {
-			Device string            `json:"device"`
-			Ready  map[string]string `json:"ready"`
+			Device string                  `json:"device"`
+			Ready  struct{ SHA256 string } `json:"ready"`
 		}
 		if err := json.Unmarshal([]byte(r.stdout), &info); err != nil {
 			t.Fatalf("restore --device %s --json printed %q: %v", device, r.stdout, err)
 		}
-		if info.Device != device || info.Ready["sha256"] != want {
-			t.Errorf("restore --device %s: device %q, guest read sha256 %s; want %s", device, info.Device, info.Ready["sha256"], want)
+		if info.Device != device || info.Ready.SHA256 != want {
+			t.Errorf("restore --device %s: device %q, guest read sha256 %s; want %s", device, info.Device, info.Ready.SHA256, want)
 		}
 	}
 	if ms := mountPointsBelow(t, run); len(ms) > 0 {

@@ -134,13 +134,16 @@ type RestoreInfo struct {
 	// StartupSet accounts for the startup set at ready.
 	StartupSet startupset.Report `json:"startup_set"`
 	// Ready is what the VMM driver reported at ready (the replay VMM's
-	// hash of what it read, a real guest's token).
-	Ready map[string]string `json:"ready,omitempty"`
+	// hash of what it read, a real guest's token), typed.
+	Ready vmm.ReadyDetail `json:"ready"`
 	// State is "running", or "exited" once the VM's process has exited on
 	// its own (crashed, killed, shut down by its guest); Exit then says
 	// how. An exited restore is held until DELETE releases its device.
+	// A verb that stopped the restore prints "stopped" and Stop.
 	State string           `json:"state"`
 	Exit  *vmm.ProcessExit `json:"exit,omitempty"`
+	// Stop is how the restore stopped, once a verb stopped it.
+	Stop *restore.StopReport `json:"stop,omitempty"`
 }
 
 // StopResponse is the body of DELETE /restores/{id}.

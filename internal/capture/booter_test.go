@@ -39,7 +39,7 @@ func (b *scriptedBooter) Boot(_ context.Context, spec capture.BootSpec) (capture
 	if err := os.WriteFile(filepath.Join(spec.RuntimeDir, "api.sock"), nil, 0o600); err != nil {
 		return nil, vmm.ReadyInfo{}, err
 	}
-	return scriptedGuest{b}, vmm.ReadyInfo{Detail: map[string]string{"token": "t0"}}, nil
+	return scriptedGuest{b}, vmm.ReadyInfo{Detail: vmm.ReadyDetail{Token: "t0"}}, nil
 }
 
 type scriptedGuest struct{ b *scriptedBooter }

@@ -185,7 +185,7 @@ func captureAndPublish(ctx context.Context, repo repository.Repository, lease re
 		return snap, fmt.Errorf("capture %s: %w", id, err)
 	}
 	snap.Ready = ready
-	snap.Token = ready.Detail["token"]
+	snap.Token = ready.Detail.Token
 	snap.Boot = ready.Ready.Sub(ready.Started)
 	fmt.Fprintf(progress, "agent answered after %v; capturing\n", snap.Boot.Round(time.Millisecond))
 	t := time.Now()

@@ -370,18 +370,18 @@ func restoreOnce(t *testing.T, g *guestFixture, src restore.Source, opts restore
 	if err != nil {
 		t.Fatal(err)
 	}
-	pid, _ := strconv.Atoi(inst.Ready.Detail["pid"])
+	pid := inst.Ready.Detail.PID
 	if pid <= 0 {
-		t.Errorf("restore reported QEMU pid %q", inst.Ready.Detail["pid"])
+		t.Errorf("restore reported QEMU pid %d", pid)
 	}
-	if got := inst.Ready.Detail["token"]; got != g.snap.Token {
+	if got := inst.Ready.Detail.Token; got != g.snap.Token {
 		inst.Stop(ctx)
 		t.Fatalf("restored agent answered with token %q; the captured guest drew %q", got, g.snap.Token)
 	}
 	// The agent walks its heap and re-reads its files before answering a
 	// restored guest's first ping; its digest of them must be the one the
 	// booted guest reported.
-	if got, want := inst.Ready.Detail["digest"], g.snap.Ready.Detail["digest"]; want == "" || got != want {
+	if got, want := inst.Ready.Detail.Digest, g.snap.Ready.Detail.Digest; want == "" || got != want {
 		inst.Stop(ctx)
 		t.Fatalf("restored agent's state digest %q; the captured guest's was %q", got, want)
 	}

@@ -72,7 +72,7 @@ func PublishTwice(ctx context.Context, repo repository.Repository, o Options) ([
 		return nil, errors.Join(fmt.Errorf("capture twice: a %T guest cannot be captured while it runs", guest), err)
 	}
 	return captureTwice(ctx, repo, cp, staging, memPath, Snapshot{Accel: info.Accel, Ready: ready,
-		Token: ready.Detail["token"], Boot: ready.Ready.Sub(ready.Started)}, progress)
+		Token: ready.Detail.Token, Boot: ready.Ready.Sub(ready.Started)}, progress)
 }
 
 // captureTwice checkpoints and publishes the running guest, has it answer
@@ -92,15 +92,15 @@ func captureTwice(ctx context.Context, repo repository.Repository, g Checkpointe
 	}
 	out := []Snapshot{first}
 	ready, err := g.Ping(ctx)
-	if err == nil && ready.Detail["token"] != base.Token {
+	if err == nil && ready.Detail.Token != base.Token {
 		// The token lives only in the guest's memory: another token is
 		// another guest, and the second snapshot would not be of it.
-		err = fmt.Errorf("the agent answers with token %q, not the booted guest's %q", ready.Detail["token"], base.Token)
+		err = fmt.Errorf("the agent answers with token %q, not the booted guest's %q", ready.Detail.Token, base.Token)
 	}
 	if err != nil {
 		return out, errors.Join(fmt.Errorf("capture twice: ping after the first capture: %w", err), g.Stop(context.WithoutCancel(ctx)))
 	}
-	fmt.Fprintf(progress, "agent answered again (uptime %s ms)\n", ready.Detail["uptime_ms"])
+	fmt.Fprintf(progress, "agent answered again (uptime %v)\n", ready.Detail.Uptime)
 	second, err := publishOne(ctx, repo, base, progress, func(state string) (string, layout.Layout, error) {
 		l, err := g.Capture(ctx, state, memPath)
 		return memPath, l, err

@@ -48,7 +48,7 @@ func (g *checkpointGuest) Checkpoint(_ context.Context, vmStatePath, memPath str
 }
 
 func (g *checkpointGuest) Ping(context.Context) (vmm.ReadyInfo, error) {
-	return vmm.ReadyInfo{Detail: map[string]string{"token": g.token}}, nil
+	return vmm.ReadyInfo{Detail: vmm.ReadyDetail{Token: g.token}}, nil
 }
 
 func (g *checkpointGuest) Stop(context.Context) error { g.stopped++; return nil }

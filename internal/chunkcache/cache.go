@@ -469,28 +469,35 @@ func (c *Cache) removeFiles(paths []string) {
 type Stats struct {
 	// Hits, Misses and Joins count block lookups of demand reads: found
 	// cached, fetched by this read, or waited for a fetch in flight.
-	Hits, Misses, Joins uint64
+	Hits   uint64 `json:"hits"`
+	Misses uint64 `json:"misses"`
+	Joins  uint64 `json:"joins"`
 	// Fetches counts ranged GETs issued (demand and prefetch);
 	// FetchedBytes the bytes they returned; FetchErrors the failed ones.
-	Fetches, FetchedBytes, FetchErrors uint64
+	Fetches      uint64 `json:"fetches"`
+	FetchedBytes uint64 `json:"fetched_bytes"`
+	FetchErrors  uint64 `json:"fetch_errors"`
 	// PrefetchedBlocks counts blocks fetched by warmings.
-	PrefetchedBlocks uint64
+	PrefetchedBlocks uint64 `json:"prefetched_blocks"`
 	// Evictions counts blocks evicted to make room; Uncached counts
 	// fetched blocks not kept because every cached block was pinned.
-	Evictions, Uncached uint64
+	Evictions uint64 `json:"evictions"`
+	Uncached  uint64 `json:"uncached"`
 	// Corrupt counts blocks found torn, truncated or corrupted on disk and
 	// discarded; Refused counts blocks dropped because a reader's own check
 	// (the memory's digest table) refused their bytes (see Uncache).
-	Corrupt, Refused uint64
+	Corrupt uint64 `json:"corrupt"`
+	Refused uint64 `json:"refused"`
 	// HeldOff counts demand reads failed at once because their block's
 	// fetch had just failed (see DefaultFailureHoldoff); FailedBlocks is the
 	// number of blocks in their holdoff now.
-	HeldOff      uint64
-	FailedBlocks int
+	HeldOff      uint64 `json:"held_off"`
+	FailedBlocks int    `json:"failed_blocks"`
 	// UsedBytes is the bytes cached now; PeakBytes the most there have been.
-	UsedBytes, PeakBytes int64
+	UsedBytes int64 `json:"used_bytes"`
+	PeakBytes int64 `json:"peak_bytes"`
 	// Blocks is the number of blocks cached now.
-	Blocks int
+	Blocks int `json:"blocks"`
 }
 
 type counters struct {

@@ -20,16 +20,16 @@ const DefaultWarmConcurrency = 8
 // WarmOptions tune a warming. Zero fields take the defaults.
 type WarmOptions struct {
 	// Concurrency bounds the runs fetched at once.
-	Concurrency int
+	Concurrency int `json:"concurrency"`
 	// RunCapBytes caps one run (one GET).
-	RunCapBytes int64
+	RunCapBytes int64 `json:"run_cap_bytes"`
 	// Ramp staggers the first runs (see Ramp): for a plan read front to
 	// back over a link that every run shares.
-	Ramp bool
+	Ramp bool `json:"ramp"`
 	// HoldWrites keeps the cache's disk writes held (hold.go) after the
 	// warming has ended, until ReleaseWrites or Stop: for a restore's
 	// startup set, whose restore is still starting when the set is in.
-	HoldWrites bool
+	HoldWrites bool `json:"hold_writes"`
 }
 
 // Warming is the executor of one prefetch plan: it fetches the plan's runs

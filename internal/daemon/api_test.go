@@ -133,7 +133,7 @@ func checkLifecycleRestore(t *testing.T, i int, in api.RestoreInfo, expected, id
 	if in.Prefetch.State == "skipped" {
 		t.Errorf("restore %d skipped prefetch: %s", i, in.Prefetch.Reason)
 	}
-	if got := in.Ready["sha256"]; got != expected {
+	if got := in.Ready.SHA256; got != expected {
 		t.Errorf("restore %d: guest read sha256 %s, want %s", i, got, expected)
 	}
 	if in.Snapshot != id || in.Policy != "warmstart" || in.Timings.Ready <= 0 {
@@ -255,7 +255,7 @@ func TestImportRecordsInBackground(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if in.Prefetch.State == "skipped" || in.Ready["sha256"] != f.expected || in.Device != "file" {
+	if in.Prefetch.State == "skipped" || in.Ready.SHA256 != f.expected || in.Device != "file" {
 		t.Fatalf("restore with defaults = %+v", in)
 	}
 	checkStartupSetReported(t, r, in)
@@ -302,7 +302,7 @@ func TestMetricsAfterRestores(t *testing.T) {
 	// Before its manifest is recorded a snapshot restores on demand, and
 	// asking to prefetch it is refused.
 	restoreThenStop(t, c, api.RestoreRequest{Snapshot: "m", Prefetch: "auto"}, "restore without a manifest", func(in api.RestoreInfo) bool {
-		return in.Prefetch.State == "skipped" && in.Ready["sha256"] == f.expected
+		return in.Prefetch.State == "skipped" && in.Ready.SHA256 == f.expected
 	})
 	var apiErr *api.APIError
 	if _, err := c.Restore(ctx, api.RestoreRequest{Snapshot: "m", Prefetch: "on"}); !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusConflict || !strings.Contains(err.Error(), "record-manifest") {
@@ -312,14 +312,14 @@ func TestMetricsAfterRestores(t *testing.T) {
 		t.Fatal(err)
 	}
 	off := restoreThenStop(t, c, api.RestoreRequest{Snapshot: "m", Device: "uffd", Prefetch: "off"}, "uffd restore with prefetch off", func(in api.RestoreInfo) bool {
-		return in.Prefetch.State == "skipped" && in.DeviceBytes.BytesRead != 0 && in.Ready["sha256"] == f.expected
+		return in.Prefetch.State == "skipped" && in.DeviceBytes.BytesRead != 0 && in.Ready.SHA256 == f.expected
 	})
 
 	// A manifest whose bytes changed on disk is rejected by its digest;
 	// the restore goes on with on-demand reads.
 	corruptManifest(t, c, "m")
 	restoreThenStop(t, c, api.RestoreRequest{Snapshot: "m", Prefetch: "on"}, "restore with a corrupt manifest", func(in api.RestoreInfo) bool {
-		return in.Prefetch.State == "skipped" && strings.Contains(in.Prefetch.Reason, "digest") && in.Ready["sha256"] == f.expected
+		return in.Prefetch.State == "skipped" && strings.Contains(in.Prefetch.Reason, "digest") && in.Ready.SHA256 == f.expected
 	})
 
 	checkMetricDeltas(t, before, metricsOf(t, c), off)

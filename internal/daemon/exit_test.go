@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -93,8 +92,8 @@ func restoreAndKillVMM(t *testing.T, c *api.Client, device string) (api.RestoreI
 	if in.State != restore.StateRunning || in.Exit != nil {
 		t.Errorf("restore answered state %q exit %v, want running", in.State, in.Exit)
 	}
-	pid, err := strconv.Atoi(in.Ready["pid"])
-	if err != nil {
+	pid := in.Ready.PID
+	if pid <= 0 {
 		t.Fatalf("ready detail %v has no VMM pid", in.Ready)
 	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {

@@ -149,7 +149,7 @@ func (c *cluster) restoreChecked(t *testing.T, n *s3Node, ref string) string {
 	if err != nil {
 		t.Fatalf("restore %s on %s: %v", ref, n.name, err)
 	}
-	if got := in.Ready["sha256"]; got != c.f.expected {
+	if got := in.Ready.SHA256; got != c.f.expected {
 		t.Fatalf("restore %s on %s: the guest read sha256 %s, want %s", ref, n.name, got, c.f.expected)
 	}
 	return in.ID
@@ -255,7 +255,7 @@ func TestMultiNodeDeleteWhileRestoring(t *testing.T) {
 			t.Errorf("restore on B: %v", err)
 			return
 		}
-		if got := in.Ready["sha256"]; got != c.f.expected {
+		if got := in.Ready.SHA256; got != c.f.expected {
 			t.Errorf("restore on B after the delete: the guest read sha256 %s, want %s", got, c.f.expected)
 		}
 		restored <- in.ID

@@ -21,6 +21,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"warmstart/internal/api"
+	"warmstart/internal/api/apitest"
 	"warmstart/internal/daemon"
 )
 
@@ -105,7 +106,31 @@ func (c *apiCheck) do(method, path string, body any) int {
 	if err := openapi3filter.ValidateResponse(ctx, out); err != nil {
 		c.t.Errorf("%s %s: %d response does not match the document: %v", method, path, rec.Code, err)
 	}
+	c.checkConvention(method, path, route.Operation, rec)
 	return rec.Code
+}
+
+// checkConvention checks a JSON answer against the JSON convention
+// (docs/json.md), and that its schema names every key it has.
+func (c *apiCheck) checkConvention(method, path string, op *openapi3.Operation, rec *httptest.ResponseRecorder) {
+	c.t.Helper()
+	if path == "/openapi.json" || !strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json") {
+		return
+	}
+	what := method + " " + path
+	apitest.CheckConvention(c.t, what, rec.Body.Bytes())
+	resp := op.Responses.Status(rec.Code)
+	if resp == nil {
+		resp = op.Responses.Default()
+	}
+	if resp == nil || resp.Value == nil {
+		return
+	}
+	if mt := resp.Value.Content.Get("application/json"); mt != nil && mt.Schema != nil && mt.Schema.Value != nil {
+		for _, k := range apitest.Undescribed(mt.Schema.Value, rec.Body.Bytes()) {
+			c.t.Errorf("%s: %d answer has %s, which the document does not describe", what, rec.Code, k)
+		}
+	}
 }
 
 // decode reads the last response body into v.

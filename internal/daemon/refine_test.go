@@ -127,7 +127,7 @@ func TestRestoresRefineTheManifest(t *testing.T) {
 	if p := second.Prefetch; p.Manifest != restore.ManifestRefined || p.Digest != info.Refinement.ManifestSHA256 {
 		t.Fatalf("next restore prefetched %+v, want the refined manifest %s", p, info.Refinement.ManifestSHA256)
 	}
-	if second.StartupSet.MissedPages != 0 || second.Ready["sha256"] == "" {
+	if second.StartupSet.MissedPages != 0 || second.Ready.SHA256 == "" {
 		t.Fatalf("next restore still missed %d pages", second.StartupSet.MissedPages)
 	}
 }

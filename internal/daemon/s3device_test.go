@@ -24,7 +24,7 @@ func TestDaemonHoldsTheDeviceOfARemoteRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := info.Ready["sha256"]; got != f.expected {
+	if got := info.Ready.SHA256; got != f.expected {
 		t.Errorf("guest read sha256 %s, want %s", got, f.expected)
 	}
 	select {
@@ -58,7 +58,7 @@ func TestDaemonRestoresS3SnapshotsOnUffd(t *testing.T) {
 		if err != nil {
 			t.Fatalf("uffd restore of a remote snapshot, prefetch %s: %v", prefetch, err)
 		}
-		if got := info.Ready["sha256"]; got != f.expected {
+		if got := info.Ready.SHA256; got != f.expected {
 			t.Errorf("prefetch %s: guest read sha256 %s, want %s", prefetch, got, f.expected)
 		}
 		if info.Device != "uffd" || info.DeviceBytes.BytesRead == 0 {

@@ -187,8 +187,8 @@ func TestRestartAfterCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if in.Ready["sha256"] != f.expected {
-		t.Fatalf("restore after restart read sha256 %s, want %s", in.Ready["sha256"], f.expected)
+	if in.Ready.SHA256 != f.expected {
+		t.Fatalf("restore after restart read sha256 %s, want %s", in.Ready.SHA256, f.expected)
 	}
 	if _, err := r.client.StopRestore(ctx, in.ID); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 
 	"warmstart/internal/config"
 )
@@ -32,7 +33,23 @@ func New(w io.Writer, c config.LogConfig) (*slog.Logger, error) {
 	case config.LogFormatText, "":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
 	case config.LogFormatJSON:
+		opts.ReplaceAttr = durationNanos
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("log.format: %q is not one of text, json", c.Format)
+}
+
+// durationNanos writes a duration as the JSON convention has it
+// (docs/json.md): an integer of nanoseconds under a key ending in _ns, so
+// "duration" becomes "duration_ns". slog's JSON handler would write the
+// integer under the bare key, its unit nowhere.
+func durationNanos(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() != slog.KindDuration {
+		return a
+	}
+	key := a.Key
+	if !strings.HasSuffix(key, "_ns") {
+		key += "_ns"
+	}
+	return slog.Int64(key, int64(a.Value.Duration()))
 }

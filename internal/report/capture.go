@@ -45,7 +45,7 @@ func captureText(w io.Writer, kind string, out capture.Snapshot, rec *recorder.R
 		fmt.Fprintf(w, "  accelerator         %s (restore with the same [qemu] accel, memory_mib and vcpus)\n", out.Accel)
 		fmt.Fprintf(w, "  agent token         %s\n", out.Token)
 	} else {
-		fmt.Fprintf(w, "  agent answered      %q\n", strings.TrimSpace(out.Ready.Detail["agent_answer"]))
+		fmt.Fprintf(w, "  agent answered      %q\n", strings.TrimSpace(out.Ready.Detail.AgentAnswer))
 	}
 	fmt.Fprintf(w, "  boot to agent       %v\n", out.Boot.Round(time.Millisecond))
 	fmt.Fprintf(w, "  capture             %v\n", out.Capture.Round(time.Millisecond))

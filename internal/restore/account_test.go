@@ -97,8 +97,8 @@ func (c *accountingCase) traceManifestPrefetchFirst(t *testing.T) {
 	if rep.PrefetchBytes < n*startupset.PageBytes {
 		t.Errorf("prefetch %d bytes: want at least %d", rep.PrefetchBytes, n*startupset.PageBytes)
 	}
-	if rep.PrefetchEndedBeforeReadySeconds == nil || *rep.PrefetchEndedBeforeReadySeconds <= 0 {
-		t.Errorf("prefetch before start ended %v before ready, want > 0", rep.PrefetchEndedBeforeReadySeconds)
+	if rep.PrefetchEndedBeforeReady == nil || *rep.PrefetchEndedBeforeReady <= 0 {
+		t.Errorf("prefetch before start ended %v before ready, want > 0", rep.PrefetchEndedBeforeReady)
 	}
 }
 

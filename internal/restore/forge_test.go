@@ -32,7 +32,7 @@ func TestCRCPreservingPatchIsNotServed(t *testing.T) {
 	for _, device := range devices {
 		inst, err := e.restoreWith(trusting, device)
 		if err == nil {
-			got := inst.Ready.Detail["sha256"]
+			got := inst.Ready.Detail.SHA256
 			stop(t, inst)
 			t.Fatalf("%s: a page patched to keep its CRC-32C was served (guest read sha256 %s, published %s)",
 				device, got, e.ref.expected)

@@ -368,7 +368,7 @@ func stop(t *testing.T, inst *restore.Instance) {
 // checkHash fails unless the guest read exactly the lower file's bytes.
 func checkHash(t *testing.T, inst *restore.Instance, want string) {
 	t.Helper()
-	if got := inst.Ready.Detail["sha256"]; got != want {
+	if got := inst.Ready.Detail.SHA256; got != want {
 		t.Errorf("restore %s: guest read sha256 %q, want %q (the lower file's bytes)", inst.ID, got, want)
 	}
 }

@@ -91,7 +91,7 @@ func TestRewrittenStoreIsRefusedByANodeTrustingThePublisher(t *testing.T) {
 	}
 	inst, err := e.restoreWith(e.restorer, devices[0])
 	must(t, err)
-	if inst.Ready.Detail["sha256"] == e.ref.expected {
+	if inst.Ready.Detail.SHA256 == e.ref.expected {
 		t.Error("a node that trusts no key read the published bytes from the rewritten store")
 	}
 	stop(t, inst)

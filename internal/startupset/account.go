@@ -55,9 +55,10 @@ type Report struct {
 
 	// PrefetchRan is true when the restore joined a prefetch task.
 	PrefetchRan bool `json:"prefetch_ran"`
-	// PrefetchEndedBeforeReadySeconds is how long before ready the
-	// prefetch task ended; absent when it had not ended by ready.
-	PrefetchEndedBeforeReadySeconds *float64 `json:"prefetch_ended_before_ready_seconds,omitempty"`
+	// PrefetchEndedBeforeReady is how long before ready the prefetch task
+	// ended, negative when it ended while the ready answer was on its way;
+	// absent when it had not ended by ready.
+	PrefetchEndedBeforeReady *time.Duration `json:"prefetch_ended_before_ready_ns,omitempty"`
 }
 
 // pageTimes holds, per page, when it first arrived in the guest's reach
@@ -107,8 +108,8 @@ func Account(in Input) Report {
 	rep.MissedBytes = rep.MissedPages * PageBytes
 	rep.PrefetchRan = in.PrefetchRan
 	if in.PrefetchRan && in.PrefetchEnded > 0 {
-		s := (in.Ready - in.PrefetchEnded).Seconds()
-		rep.PrefetchEndedBeforeReadySeconds = &s
+		d := in.Ready - in.PrefetchEnded
+		rep.PrefetchEndedBeforeReady = &d
 	}
 	return rep
 }

@@ -33,11 +33,11 @@ func TestAccountClassifiesEveryPage(t *testing.T) {
 		MissedPages: 2, MissedBytes: page(2), DemandRequests: 2, DemandBytes: page(3), PrefetchRequests: 2,
 		PrefetchBytes: page(2), PrefetchRan: true}
 	got := rep
-	got.PrefetchEndedBeforeReadySeconds = nil
+	got.PrefetchEndedBeforeReady = nil
 	if got != want {
 		t.Fatalf("report\n got %+v\nwant %+v", got, want)
 	}
-	if s := rep.PrefetchEndedBeforeReadySeconds; s == nil || *s < 0.0019 || *s > 0.0021 {
+	if s := rep.PrefetchEndedBeforeReady; s == nil || *s != 2*ms {
 		t.Fatalf("prefetch ended before ready = %v, want 2 ms", s)
 	}
 	line := Line(rep)
@@ -61,9 +61,9 @@ func TestAccountWithoutPrefetchIsAllLateOrUnused(t *testing.T) {
 }
 
 func TestLineReadsLikeTheExample(t *testing.T) {
-	s := 0.012
+	s := 12 * time.Millisecond
 	rep := Report{StartupSetBytes: 40 << 20, StartupSetPages: 100, InTimePages: 96, LatePages: 3, UnusedPages: 1,
-		MissedBytes: 4 << 17, PrefetchRan: true, PrefetchEndedBeforeReadySeconds: &s}
+		MissedBytes: 4 << 17, PrefetchRan: true, PrefetchEndedBeforeReady: &s}
 	want := "startup set 40.0 MiB: 96 % in time, 3 % late, 1 % unused; 0.5 MiB missed; prefetch ended 12 ms before ready"
 	if got := Line(rep); got != want {
 		t.Fatalf("got  %q\nwant %q", got, want)

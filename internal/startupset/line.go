@@ -31,10 +31,10 @@ func prefetchEnd(r Report) string {
 	switch {
 	case !r.PrefetchRan:
 		return "no prefetch"
-	case r.PrefetchEndedBeforeReadySeconds == nil:
+	case r.PrefetchEndedBeforeReady == nil:
 		return "prefetch still running at ready"
 	}
-	ms := *r.PrefetchEndedBeforeReadySeconds * 1000
+	ms := float64(*r.PrefetchEndedBeforeReady) / 1e6
 	if ms < 0 {
 		// The task ended while the guest's ready answer was on its way.
 		return fmt.Sprintf("prefetch ended %.0f ms after ready", math.Abs(ms))
@@ -51,8 +51,8 @@ func (r Report) LogValue() slog.Value {
 		slog.Int64("demand_requests", r.DemandRequests), slog.Int64("demand_bytes", r.DemandBytes),
 		slog.Int64("prefetch_requests", r.PrefetchRequests), slog.Int64("prefetch_bytes", r.PrefetchBytes),
 	}
-	if s := r.PrefetchEndedBeforeReadySeconds; s != nil {
-		attrs = append(attrs, slog.Float64("prefetch_ended_before_ready_seconds", *s))
+	if d := r.PrefetchEndedBeforeReady; d != nil {
+		attrs = append(attrs, slog.Duration("prefetch_ended_before_ready", *d))
 	}
 	return slog.GroupValue(attrs...)
 }

@@ -111,7 +111,36 @@ type ReadyInfo struct {
 	Ready time.Time
 	// Detail carries driver-specific facts: the replay VMM's hash over the
 	// bytes it read, a real guest's token.
-	Detail map[string]string
+	Detail ReadyDetail
+}
+
+// ReadyDetail is what a driver reports at ready, typed: the daemon's API
+// and every verb's --json print it as it is (docs/json.md). A fact a
+// driver does not report is left zero and absent from the JSON.
+type ReadyDetail struct {
+	// PID is the VMM process's id.
+	PID int `json:"pid"`
+	// Token is the guest agent's token (QEMU's agent), drawn at boot.
+	Token string `json:"token,omitempty"`
+	// Uptime is the guest's uptime when its agent answered.
+	Uptime time.Duration `json:"uptime_ns,omitzero"`
+	// Digest is the agent's digest over its workload's memory.
+	Digest string `json:"digest,omitempty"`
+	// GuestRandom is hex of bytes the agent drew from the guest's RNG after
+	// reseeding it; Reseed says how reseeding went ("host", "none", ...).
+	GuestRandom string `json:"guest_random,omitempty"`
+	Reseed      string `json:"reseed,omitempty"`
+	// APISocket, AgentAnswer and FirecrackerVersion are Firecracker's.
+	APISocket          string `json:"api_socket,omitempty"`
+	AgentAnswer        string `json:"agent_answer,omitempty"`
+	FirecrackerVersion string `json:"firecracker_version,omitempty"`
+	// SHA256 is the replay VMM's hash over the bytes it read; TouchedPages
+	// the distinct trace pages it touched, RemovedPages those touched again
+	// after removal; FirstTouch when it first touched memory.
+	SHA256       string    `json:"sha256,omitempty"`
+	TouchedPages int       `json:"touched_pages,omitzero"`
+	RemovedPages int       `json:"removed_pages,omitzero"`
+	FirstTouch   time.Time `json:"first_touch_at,omitzero"`
 }
 
 // VM is one restored VM.

@@ -30,8 +30,8 @@ func TestConcurrentTrialsTimeTheSlowestOfNRestores(t *testing.T) {
 		if res.Spec.Block < 0 || !res.Admitted {
 			continue
 		}
-		if len(res.ConcurrentReadyMs) != 2 || res.ReadyMs != slices.Max(res.ConcurrentReadyMs) {
-			t.Errorf("%s: ready %v ms of %v, want the slowest of two", res.Spec.Condition, res.ReadyMs, res.ConcurrentReadyMs)
+		if len(res.ConcurrentReady) != 2 || res.SlowestReady != slices.Max(res.ConcurrentReady) {
+			t.Errorf("%s: ready %v of %v, want the slowest of two", res.Spec.Condition, res.SlowestReady, res.ConcurrentReady)
 		}
 		// The baseline and the timed two (and a hot control's own).
 		if len(res.ReplayPIDs) < 3 {

@@ -102,9 +102,6 @@ func (f *Flags) checkRepository(snapshot string) error {
 		if _, err := restore.LookupPolicy(f.Policies[0]); err != nil {
 			return fmt.Errorf("--policies %s: --repository s3 takes one of %s: %w", f.Policies[0], strings.Join(restore.PolicyNames(), ", "), err)
 		}
-		if f.Plot != "" {
-			return errors.New("--plot: not available with --repository s3")
-		}
 		return nil
 	}
 	return fmt.Errorf("--repository %q: want posix_fs or s3", f.Repository)

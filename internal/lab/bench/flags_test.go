@@ -36,7 +36,6 @@ func TestFlagsCheckNamesTheFlag(t *testing.T) {
 		"--memory-size":      func(f *Flags) { f.MemorySize = "lots" },
 		"--repository \"x\"": func(f *Flags) { f.Repository = "x" },
 		"--repository s3":    func(f *Flags) { f.Repository = "s3" },
-		"--plot":             func(f *Flags) { f.Repository, f.PolicyList, f.Plot = "s3", "seed", "a.svg" },
 	} {
 		f := validFlags()
 		edit(&f)

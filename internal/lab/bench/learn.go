@@ -67,7 +67,7 @@ type LearnReport struct {
 // prefetched and how the state changed.
 type LearnStep struct {
 	Variant int     `json:"variant"`
-	ReadyMs float64 `json:"ready_ms"`
+	ReadyMs float64 `json:"-"` // in JSON ready_ns (jsonform.go)
 	refine.Result
 }
 

@@ -41,14 +41,17 @@ func (r *Report) Plot(path string) error {
 			Samples: byColumn(columns, trials, func(t TrialResult) float64 { return t.ReadyMs }),
 		})
 		bottom = append(bottom, &chart.ColumnPanel{
-			XLabel: "prefetch", YLabel: "device read until ready (MiB)", Series: SeriesBytesMB, Marks: chart.Triangles, LegendLeft: true,
+			XLabel: "prefetch", YLabel: "device read until ready (MiB)", Series: SeriesBytesMB, Marks: chart.Triangles,
 			Samples: byColumn(columns, trials, func(t TrialResult) float64 { return float64(t.DeviceBytes.BytesRead) / (1 << 20) }),
 		})
 	}
 	if len(top) == 0 {
 		return fmt.Errorf("bench picture %s: no admitted trial to draw", path)
 	}
-	return chart.Columns(path, PlotWidth, PlotHeight, columns, [][]*chart.ColumnPanel{top, bottom})
+	o := r.Options
+	title := fmt.Sprintf("warmstart bench: snapshot %s, %s VMM, %s device, %d blocks, seed %d, %s",
+		o.Snapshot, o.VMM, o.Device, o.Blocks, o.Seed, r.Started.UTC().Format("2006-01-02 15:04 UTC"))
+	return chart.Columns(path, PlotWidth, PlotHeight, title, columns, [][]*chart.ColumnPanel{top, bottom})
 }
 
 func admittedTrials(all []TrialResult, cache string) []TrialResult {

@@ -12,6 +12,7 @@ import (
 	"warmstart/internal/lab/reference"
 	"warmstart/internal/lab/workspace"
 	"warmstart/internal/restore"
+	"warmstart/internal/vmm"
 	"warmstart/internal/vmm/qemu"
 )
 
@@ -45,10 +46,10 @@ func PrepareReference(ctx context.Context, dir, device string, memBytes int64, s
 // device reads, as warmstart capture with recording enabled does. It
 // returns the snapshot and what its agent answered before the capture
 // (token and heap digest), which every restored guest must answer again.
-func PrepareGuest(ctx context.Context, d *qemu.Driver, dir, initramfsCache, agent string, progress io.Writer) (restore.Source, map[string]string, error) {
+func PrepareGuest(ctx context.Context, d *qemu.Driver, dir, initramfsCache, agent string, progress io.Writer) (restore.Source, vmm.ReadyDetail, error) {
 	n, err := workspace.Workspace{Dir: dir, Device: config.DeviceFile, VMM: d}.Open(ctx)
 	if err != nil {
-		return restore.Source{}, nil, err
+		return restore.Source{}, vmm.ReadyDetail{}, err
 	}
 	defer n.Close()
 	snap, job, err := capture.Publish(ctx, n.Repo, n.Recorder, capture.Options{
@@ -58,11 +59,11 @@ func PrepareGuest(ctx context.Context, d *qemu.Driver, dir, initramfsCache, agen
 		Progress:   progress,
 	})
 	if err != nil {
-		return restore.Source{}, nil, err
+		return restore.Source{}, vmm.ReadyDetail{}, err
 	}
 	res, err := job.Result()
 	if err != nil {
-		return restore.Source{}, nil, err
+		return restore.Source{}, vmm.ReadyDetail{}, err
 	}
 	fmt.Fprintf(progress, "guest snapshot %s captured under %s (boot to agent %v); startup manifest recorded from its device reads and attached: %d ranges, %.1f MiB, sha256 %s\n",
 		snap.Record.ID, snap.Accel, snap.Boot.Round(time.Millisecond), res.Ranges, float64(res.Bytes)/(1<<20), res.Descriptor.SHA256[:16])

@@ -32,11 +32,15 @@ var errNoS3Companion = errors.New("bench --repository s3 runs the companion comm
 
 // S3Options are the S3 benchmark's parameters, passed on to the companion.
 type S3Options struct {
-	Blocks        int
-	Seed          uint64
-	MemBytes      int64
-	Policy        string
-	JSONPath      string
+	Blocks   int
+	Seed     uint64
+	MemBytes int64
+	Policy   string
+	// JSON prints the report as JSON on stdout; JSONFile also writes it
+	// to that file.
+	JSON          bool
+	JSONFile      string
+	Plot          string // the picture the companion draws, "" for none
 	LatencyMs     int
 	BandwidthMbit int64
 	LinkMbit      int64
@@ -57,7 +61,9 @@ func (o S3Options) args() []string {
 		"--s3-link-mbit", strconv.FormatInt(o.LinkMbit, 10),
 		"--readaround-kib", strconv.FormatInt(o.ReadaroundKiB, 10),
 		"--prefetch-readaround-kib", strconv.FormatInt(o.PrefetchReadaroundKiB, 10),
-		"--json", o.JSONPath,
+		"--json=" + strconv.FormatBool(o.JSON),
+		"--json-file", o.JSONFile,
+		"--plot", o.Plot,
 	}
 }
 

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,7 +32,7 @@ func UseGuest(ctx context.Context, o *Options, cfg *config.Config, agent string)
 	if err != nil {
 		return err
 	}
-	o.Source, o.ExpectedToken, o.ExpectedDigest = src, ready["token"], ready["digest"]
+	o.Source, o.ExpectedToken, o.ExpectedDigest = src, ready.Token, ready.Digest
 	o.VMM, o.QEMU = config.DriverQEMU, d.Options()
 	return nil
 }
@@ -72,17 +73,36 @@ func CheckPolicies(policies []string) error {
 }
 
 // Write prints the table, and writes the raw trials and the summary to
-// jsonPath when it is set, saying so on progress.
-func (r *Report) Write(out, progress io.Writer, jsonPath string) error {
-	r.WriteTable(out)
-	if jsonPath == "" {
+// Write prints the report as Emit does: the table, and the JSON when asked.
+func (r *Report) Write(out, progress io.Writer, asJSON bool, jsonFile string) error {
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return Emit(out, progress, asJSON, jsonFile, r.WriteTable, data)
+}
+
+// Emit prints a benchmark's report as every verb's --json has it
+// (docs/json.md): the table on out, or with asJSON the JSON document doc
+// on out and the table on progress; with jsonFile it also writes doc
+// there durably and says so on progress.
+func Emit(out, progress io.Writer, asJSON bool, jsonFile string, table func(io.Writer), doc []byte) error {
+	doc = append(bytes.TrimRight(doc, "\n"), '\n')
+	if asJSON {
+		table(progress)
+		if _, err := out.Write(doc); err != nil {
+			return err
+		}
+	} else {
+		table(out)
+	}
+	if jsonFile == "" {
 		return nil
 	}
-	data, _ := json.MarshalIndent(r, "", "  ")
-	if err := durable.WriteBytes(jsonPath, 0o644, append(data, '\n')); err != nil {
-		return fmt.Errorf("--json: %w", err)
+	if err := durable.WriteBytes(jsonFile, 0o644, doc); err != nil {
+		return fmt.Errorf("--json-file: %w", err)
 	}
-	fmt.Fprintf(progress, "wrote raw trials and summary to %s\n", jsonPath)
+	fmt.Fprintf(progress, "wrote %s\n", jsonFile)
 	return nil
 }
 

@@ -1,18 +1,15 @@
 package bench
 
 import (
-	"encoding/json"
 	"math"
 	"sort"
 )
 
-// Sample describes one condition's sample of times to ready, in milliseconds.
+// Sample describes one condition's sample of times to ready, in
+// milliseconds; its JSON is in integer nanoseconds (jsonform.go).
 type Sample struct {
-	N      int     `json:"n"`
-	Mean   float64 `json:"mean_ms"`
-	Median float64 `json:"median_ms"`
-	Min    float64 `json:"min_ms"`
-	Max    float64 `json:"max_ms"`
+	N                      int
+	Mean, Median, Min, Max float64
 }
 
 // Summarize describes a sample; an empty one gives a zero Sample.
@@ -33,32 +30,19 @@ func Summarize(xs []float64) Sample {
 	return Sample{N: len(s), Mean: sum / float64(len(s)), Median: med, Min: s[0], Max: s[len(s)-1]}
 }
 
-// Interval is a descriptive 95% Student-t interval over paired differences.
+// Interval is a descriptive 95% Student-t interval over paired differences
+// in milliseconds; its JSON is in integer nanoseconds (jsonform.go).
 type Interval struct {
-	N    int     `json:"n"`
-	Mean float64 `json:"mean_ms"`
+	N    int
+	Mean float64
 	// Low and High bound the interval. Without one (NoInterval) they hold
 	// the mean, and the JSON leaves them out.
-	Low         float64 `json:"low_ms"`
-	High        float64 `json:"high_ms"`
-	AllNegative bool    `json:"all_negative"`
+	Low, High   float64
+	AllNegative bool
 	// NoInterval is set when there are fewer than two pairs: with df =
 	// n-1 < 1 there is no Student-t interval, and bounds equal to the mean
 	// would read as a zero-width one.
-	NoInterval bool `json:"no_interval,omitempty"`
-}
-
-// MarshalJSON leaves the bounds out of an interval that has none.
-func (iv Interval) MarshalJSON() ([]byte, error) {
-	type plain Interval // without this method
-	if !iv.NoInterval {
-		return json.Marshal(plain(iv))
-	}
-	return json.Marshal(struct {
-		plain
-		Low  *float64 `json:"low_ms,omitempty"`
-		High *float64 `json:"high_ms,omitempty"`
-	}{plain: plain(iv)})
+	NoInterval bool
 }
 
 // PairedInterval computes the mean of d and its 95% Student-t interval with

@@ -16,7 +16,9 @@ type Cell struct {
 	Condition Condition `json:"condition"`
 	Sample    Sample    `json:"ready"`
 	// DeviceMiB is the mean of device bytes read from acquisition to ready.
-	DeviceMiB float64 `json:"device_mib"`
+	DeviceMiB float64 `json:"-"`
+	// MeanDeviceBytes is the same in bytes, as the JSON has it.
+	MeanDeviceBytes float64 `json:"mean_device_bytes"`
 	// Ratio is the mean over the same cache state's prefetch-off mean.
 	Ratio float64 `json:"ratio_to_off,omitempty"`
 	// StartupSet is the mean of the admitted trials' startup-set outcomes.
@@ -82,7 +84,7 @@ func summarize(o Options, trials []TrialResult) Summary {
 	byBlock, mib, sets := s.tally(o.Blocks, trials)
 	costs := costsOf(trials)
 	for _, c := range o.Conditions() {
-		cell := Cell{Condition: c, Sample: Summarize(byBlock.values(c)), DeviceMiB: Summarize(mib[c]).Mean,
+		cell := Cell{Condition: c, Sample: Summarize(byBlock.values(c)), DeviceMiB: Summarize(mib[c]).Mean, MeanDeviceBytes: Summarize(mib[c]).Mean * (1 << 20),
 			StartupSet: meanStartupSet(sets[c]), Cost: meanCost(costs[c])}
 		if off := Summarize(byBlock.values(Condition{c.Cache, PrefetchOff})); off.Mean > 0 && c.Cache != CacheHot {
 			cell.Ratio = cell.Sample.Mean / off.Mean

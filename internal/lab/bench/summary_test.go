@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"warmstart/internal/api/apitest"
 	"warmstart/internal/config"
 	"warmstart/internal/procstat"
 	"warmstart/internal/restore"
@@ -247,8 +248,8 @@ func TestOneBlockJSONMarksNoInterval(t *testing.T) {
 	}
 	for _, p := range rep.Summary.Pairs {
 		iv := p.Interval
-		_, low := iv["low_ms"]
-		_, high := iv["high_ms"]
+		_, low := iv["low_ns"]
+		_, high := iv["high_ns"]
 		if iv["no_interval"] != true || low || high || iv["n"] != 1.0 {
 			t.Errorf("interval %v; want n=1 marked no_interval, without bounds", iv)
 		}
@@ -264,7 +265,9 @@ func TestIntervalJSONKeepsBoundsFromTwoPairs(t *testing.T) {
 	if err := json.Unmarshal(data, &iv); err != nil {
 		t.Fatal(err)
 	}
-	if _, marked := iv["no_interval"]; marked || !near(iv["low_ms"].(float64), -2-12.706) || !near(iv["high_ms"].(float64), -2+12.706) {
+	low, _ := iv["low_ns"].(float64)
+	high, _ := iv["high_ns"].(float64)
+	if _, marked := iv["no_interval"]; marked || math.Abs(low/1e6-(-2-12.706)) > 1e-6 || math.Abs(high/1e6-(-2+12.706)) > 1e-6 {
 		t.Errorf("two pairs: %s", data)
 	}
 }
@@ -328,5 +331,51 @@ func TestCellCostIsTheMeanOfItsAdmittedTrialsAndIsPrinted(t *testing.T) {
 	if line := fieldsOfLine(out.String(), "file-cold"); !strings.Contains(out.String(), "10.0 (3.0+7.0) / 100.0") ||
 		!strings.Contains(out.String(), "2.0 / 4.0 / 20") {
 		t.Fatalf("the table does not print the cell's CPU and I/O (%q):\n%s", line, out.String())
+	}
+}
+
+// TestReportJSONFollowsTheConvention: the report's JSON has durations in
+// integer nanoseconds (no _ms key) and blocks numbered from 1, as the
+// table numbers them (docs/json.md); the trial child reads a spec back
+// with its 0-based block.
+func TestReportJSONFollowsTheConvention(t *testing.T) {
+	rep := oneBlockReport()
+	rep.Trials = trialsOf(map[Condition][]float64{warmOff: {10, 11}})
+	data, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apitest.CheckConvention(t, "bench report", data)
+	var doc struct {
+		Trials []struct {
+			Spec struct {
+				Block int `json:"block"`
+			} `json:"spec"`
+		} `json:"trials"`
+		Summary struct {
+			Cells []struct {
+				Ready map[string]any `json:"ready"`
+			} `json:"cells"`
+		} `json:"summary"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Trials) == 0 || len(doc.Summary.Cells) == 0 {
+		t.Fatalf("no trials or cells: %s", data)
+	}
+	for i, tr := range doc.Trials {
+		if want := rep.Trials[i].Spec.Block + 1; tr.Spec.Block != want {
+			t.Errorf("trial %d: JSON block %d, want %d (1-based)", i, tr.Spec.Block, want)
+		}
+	}
+	cell := rep.Summary.Cells[0]
+	if got := doc.Summary.Cells[0].Ready["mean_ns"]; got != float64(nanos(cell.Sample.Mean)) || cell.Sample.Mean == 0 {
+		t.Errorf("cell mean_ns %v, want %d (mean %v ms)", got, nanos(cell.Sample.Mean), cell.Sample.Mean)
+	}
+	var back TrialSpec
+	spec, _ := json.Marshal(TrialSpec{Block: 3})
+	if err := json.Unmarshal(spec, &back); err != nil || back.Block != 3 {
+		t.Errorf("spec round trip: block %d (%v), want 3", back.Block, err)
 	}
 }

@@ -49,10 +49,44 @@ func CheckPath(path string) error {
 	return untrusted.CheckCreatable(path)
 }
 
-// save lays plots out in rows and columns on a w×h picture at path. The
-// file is written whole to a temporary name and renamed, so a reader never
-// sees half a picture.
-func save(path string, w, h vg.Length, plots [][]*plot.Plot) error {
+// save lays plots out in rows and columns on a w×h picture at path, under
+// title (none when empty), each legend beside its plot's data.
+func save(path string, w, h vg.Length, title string, plots [][]*plot.Plot) error {
+	return render(path, w, h, title, func(dc draw.Canvas) {
+		tiles := draw.Tiles{Rows: len(plots), Cols: len(plots[0]), PadX: vg.Centimeter, PadY: vg.Centimeter,
+			PadTop: vg.Millimeter * 3, PadBottom: vg.Millimeter * 3, PadLeft: vg.Millimeter * 3, PadRight: vg.Millimeter * 3}
+		canvases := plot.Align(plots, tiles, dc)
+		for i, row := range plots {
+			for j, p := range row {
+				if p != nil {
+					drawPanel(p, canvases[i][j])
+				}
+			}
+		}
+	})
+}
+
+// saveRow lays plots out side by side on a w×h picture at path, under
+// title, plot i taking the fraction widths[i] of the width.
+func saveRow(path string, w, h vg.Length, title string, plots []*plot.Plot, widths []float64) error {
+	return render(path, w, h, title, func(dc draw.Canvas) {
+		dc = draw.Crop(dc, 3*vg.Millimeter, -3*vg.Millimeter, 3*vg.Millimeter, -3*vg.Millimeter)
+		full, left := dc.Size().X, vg.Length(0)
+		for i, p := range plots {
+			width := full * vg.Length(widths[i])
+			c := dc
+			c.Min.X, c.Max.X = dc.Min.X+left, dc.Min.X+left+width-5*vg.Millimeter
+			drawPanel(p, c)
+			left += width
+		}
+	})
+}
+
+// render draws a w×h picture, white, with title along its top and lay
+// filling the rest, and writes it whole to path (SVG or PNG by the name)
+// under a temporary name renamed into place, so a reader never sees half
+// a picture.
+func render(path string, w, h vg.Length, title string, lay func(draw.Canvas)) error {
 	if err := CheckPath(path); err != nil {
 		return err
 	}
@@ -66,16 +100,7 @@ func save(path string, w, h vg.Length, plots [][]*plot.Plot) error {
 	// A white background: a transparent PNG is unreadable on a dark page.
 	dc.SetColor(color.White)
 	dc.Fill(dc.Rectangle.Path())
-	tiles := draw.Tiles{Rows: len(plots), Cols: len(plots[0]), PadX: vg.Centimeter, PadY: vg.Centimeter,
-		PadTop: vg.Millimeter * 3, PadBottom: vg.Millimeter * 3, PadLeft: vg.Millimeter * 3, PadRight: vg.Millimeter * 3}
-	canvases := plot.Align(plots, tiles, dc)
-	for i, row := range plots {
-		for j, p := range row {
-			if p != nil {
-				p.Draw(canvases[i][j])
-			}
-		}
-	}
+	lay(drawTitle(dc, title))
 	return writeFile(path, c)
 }
 

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 
 	"warmstart/internal/layout"
 	"warmstart/internal/manifest"
@@ -131,11 +133,11 @@ func TestColumnsPicture(t *testing.T) {
 		{Title: "cold memory file", YLabel: "ms", Series: "trials", Samples: samples(400), Summaries: true},
 	}
 	bottom := []*ColumnPanel{
-		{XLabel: "prefetch", YLabel: "MiB", Series: "MiB read", Samples: samples(200), Marks: Triangles, LegendLeft: true},
-		{XLabel: "prefetch", YLabel: "MiB", Series: "MiB read", Samples: samples(250), Marks: Triangles, LegendLeft: true},
+		{XLabel: "prefetch", YLabel: "MiB", Series: "MiB read", Samples: samples(200), Marks: Triangles},
+		{XLabel: "prefetch", YLabel: "MiB", Series: "MiB read", Samples: samples(250), Marks: Triangles},
 	}
 	w, h := 11*vg.Inch, 7*vg.Inch
-	base := drawBoth(t, func(p string) error { return Columns(p, w, h, columns, [][]*ColumnPanel{top, bottom}) })
+	base := drawBoth(t, func(p string) error { return Columns(p, w, h, "bench run", columns, [][]*ColumnPanel{top, bottom}) })
 	checkPictures(t, base, w, h, "trials", SeriesMean, SeriesMedian, "hot control", "MiB read",
 		"warm memory file", "cold memory file", "off", "seed", "warmstart")
 }
@@ -176,5 +178,102 @@ func TestUnknownFormatIsRefused(t *testing.T) {
 	}
 	if err := Manifest(filepath.Join(t.TempDir(), "m.jpeg"), &manifest.Manifest{}); !errors.Is(err, ErrFormat) {
 		t.Fatalf("Manifest(.jpeg) = %v", err)
+	}
+}
+
+// testPanels are a bench-like figure: warm and cold times over three
+// columns, the cold ones higher, and the MiB read below.
+func testPanels() ([]string, [][]*ColumnPanel) {
+	columns := []string{"off", "seed", "warmstart"}
+	samples := func(base float64) [][]float64 {
+		return [][]float64{{base, base + 5}, {base - 80, base - 70}, {base - 100, base - 90}}
+	}
+	return columns, [][]*ColumnPanel{
+		{
+			{Title: "warm", Series: "trials", Samples: samples(300), Summaries: true, Line: 90, LineName: "hot control"},
+			{Title: "cold", Series: "trials", Samples: samples(600), Summaries: true},
+		},
+		{{Series: "MiB read", Samples: samples(200), Marks: Triangles}, {Series: "MiB read", Samples: samples(250), Marks: Triangles}},
+	}
+}
+
+// Every legend is drawn beside its panel's data area, never on it.
+func TestLegendsSitOutsideTheData(t *testing.T) {
+	columns, panels := testPanels()
+	plots, err := columnPlots(columns, panels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := draw.New(vgimg.New(5*vg.Inch, 3*vg.Inch))
+	for i, row := range plots {
+		for j, p := range row {
+			area, legArea, leg := splitLegend(p, c)
+			if leg == nil {
+				t.Fatalf("panel %d,%d: no legend", i, j)
+			}
+			data := p.DataCanvas(area).Rectangle
+			box := leg.Rectangle(legArea)
+			if box.Min.X < data.Max.X || box.Max.Y > data.Max.Y+vg.Points(1) {
+				t.Errorf("panel %d,%d: legend %v overlaps the data area %v", i, j, box, data)
+			}
+		}
+	}
+}
+
+// The panels of a row share one y range, which holds every sample.
+func TestPanelsOfARowShareTheirYAxis(t *testing.T) {
+	columns, panels := testPanels()
+	plots, err := columnPlots(columns, panels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, row := range plots {
+		for _, p := range row[1:] {
+			if p.Y.Min != row[0].Y.Min || p.Y.Max != row[0].Y.Max {
+				t.Errorf("row %d: y ranges [%v, %v] and [%v, %v] differ", i, row[0].Y.Min, row[0].Y.Max, p.Y.Min, p.Y.Max)
+			}
+		}
+	}
+	if top := plots[0][0].Y.Max; top < 605 {
+		t.Errorf("the warm panel's y axis ends at %v, below the cold panel's 605 ms", top)
+	}
+}
+
+// The memory map has a colour bar: its axis, labelled with the ranks.
+func TestManifestPictureHasAColourBar(t *testing.T) {
+	m, err := manifest.Build(layout.Single(8<<20), []int64{0, 4096, 8192, 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(t.TempDir(), "m")
+	if err := Manifest(base+".svg", m); err != nil {
+		t.Fatal(err)
+	}
+	texts := strings.Join(readSVG(t, base+".svg").texts, "|")
+	if !strings.Contains(texts, SeriesMap+" (pages, dark first)") {
+		t.Errorf("no colour bar axis among the picture's texts: %s", texts)
+	}
+}
+
+// Ticks fall on round values and read without needless decimals.
+func TestTicksAreRound(t *testing.T) {
+	for _, c := range []struct {
+		min, max float64
+		want     string
+	}{
+		{0, 600, "0 200 400 600"},
+		{0, 480, "0 100 200 300 400"},
+		{0, 0.9, "0 0.2 0.4 0.6 0.8"},
+		{-3, 12, "0 5 10"},
+	} {
+		var labels []string
+		for _, tk := range (niceTicks{}).Ticks(c.min, c.max) {
+			if tk.Label != "" {
+				labels = append(labels, tk.Label)
+			}
+		}
+		if got := strings.Join(labels, " "); got != c.want {
+			t.Errorf("ticks over [%v, %v]: %q, want %q", c.min, c.max, got, c.want)
+		}
 	}
 }

@@ -44,27 +44,51 @@ type ColumnPanel struct {
 	// columns, named LineName in the legend.
 	Line     float64
 	LineName string
-	// LegendLeft puts the legend on the left.
-	LegendLeft bool
 }
 
 // Columns draws panels, in rows, each over the same named columns (the x
-// axis lines up across them), to path: a figure of w×h as SVG or PNG.
-func Columns(path string, w, h vg.Length, columns []string, panels [][]*ColumnPanel) error {
+// axis lines up across them), to path: a figure of w×h as SVG or PNG,
+// under title. The panels of a row share their y axis, so that they
+// compare at a glance.
+func Columns(path string, w, h vg.Length, title string, columns []string, panels [][]*ColumnPanel) error {
 	if err := CheckPath(path); err != nil {
 		return err
 	}
+	plots, err := columnPlots(columns, panels)
+	if err != nil {
+		return err
+	}
+	return save(path, w, h, title, plots)
+}
+
+// columnPlots are the plots of panels, those of a row on one y range.
+func columnPlots(columns []string, panels [][]*ColumnPanel) ([][]*plot.Plot, error) {
 	plots := make([][]*plot.Plot, len(panels))
 	for i, row := range panels {
 		for _, cp := range row {
 			p, err := cp.plot(columns)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			plots[i] = append(plots[i], p)
 		}
+		shareY(plots[i])
 	}
-	return save(path, w, h, plots)
+	return plots, nil
+}
+
+// shareY gives plots one y range, the union of theirs.
+func shareY(plots []*plot.Plot) {
+	if len(plots) == 0 {
+		return
+	}
+	lo, hi := plots[0].Y.Min, plots[0].Y.Max
+	for _, p := range plots[1:] {
+		lo, hi = min(lo, p.Y.Min), max(hi, p.Y.Max)
+	}
+	for _, p := range plots {
+		p.Y.Min, p.Y.Max = lo, hi
+	}
 }
 
 func (cp *ColumnPanel) plot(columns []string) (*plot.Plot, error) {
@@ -91,7 +115,6 @@ func (cp *ColumnPanel) plot(columns []string) (*plot.Plot, error) {
 		p.Legend.Add(cp.LineName, l)
 	}
 	nominal(p, columns)
-	p.Legend.Left = cp.LegendLeft
 	return p, nil
 }
 
@@ -134,6 +157,7 @@ func nominal(p *plot.Plot, columns []string) {
 func newPlot(title, x, y string) *plot.Plot {
 	p := plot.New()
 	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = title, x, y
+	p.X.Tick.Marker, p.Y.Tick.Marker = niceTicks{}, niceTicks{}
 	p.Legend.Top = true
 	p.Add(plotter.NewGrid())
 	return p

@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/palette"
 	"gonum.org/v1/plot/palette/moreland"
 	"gonum.org/v1/plot/plotter"
 
@@ -45,7 +46,9 @@ func Manifest(path string, m *manifest.Manifest) error {
 	if err != nil {
 		return err
 	}
-	return save(path, ManifestWidth, ManifestHeight, [][]*plot.Plot{{mp, cp}})
+	title := fmt.Sprintf("startup manifest: %d ranges, %.1f MiB of %.1f MiB", len(m.Ranges),
+		float64(len(pages)*mapPageBytes)/(1<<20), float64(m.Layout.FileSize)/(1<<20))
+	return saveRow(path, ManifestWidth, ManifestHeight, title, []*plot.Plot{mp, colourBar(len(pages)), cp}, []float64{0.54, 0.1, 0.36})
 }
 
 // rankedPages lists the manifest's pages in first-touch order.
@@ -83,16 +86,32 @@ func memoryMap(fileSize int64, pages []int64) (*plot.Plot, error) {
 			g.rank[i] = float64(rank)
 		}
 	}
-	pal := moreland.Kindlmann()
-	pal.SetMin(0)
-	pal.SetMax(float64(max(len(pages)-1, 1)))
-	h := plotter.NewHeatMap(g, pal.Palette(256))
+	h := plotter.NewHeatMap(g, rankColours(len(pages)).Palette(256))
 	h.NaN = color.White
-	p := newPlot(fmt.Sprintf("guest memory, %d pages touched; colour: %s (dark first)", len(pages), SeriesMap),
+	p := newPlot(fmt.Sprintf("guest memory, %d pages touched, coloured by first-touch rank", len(pages)),
 		"offset within the MiB (KiB)", "MiB")
 	p.Add(h)
 	p.Y.Min, p.Y.Max = -0.5, float64(rows)-0.5
 	return p, nil
+}
+
+// rankColours maps a first-touch rank among n pages to its colour: the
+// memory map and its colour bar use the same map.
+func rankColours(n int) palette.ColorMap {
+	pal := moreland.Kindlmann()
+	pal.SetMin(0)
+	pal.SetMax(float64(max(n-1, 1)))
+	return pal
+}
+
+// colourBar is the key of the memory map's colours: first-touch rank,
+// from 0 (touched first, dark) at the bottom to the last page at the top.
+func colourBar(n int) *plot.Plot {
+	p := newPlot("", "", SeriesMap+" (pages, dark first)")
+	p.Add(&plotter.ColorBar{ColorMap: rankColours(n), Vertical: true})
+	p.HideX()
+	p.Y.Min, p.Y.Max = 0, float64(max(n-1, 1))
+	return p
 }
 
 // cumulative is the startup set's bytes against the first-touch rank of
@@ -110,9 +129,9 @@ func cumulative(ranges []manifest.Range) (*plot.Plot, error) {
 		return nil, err
 	}
 	l.Color = color.RGBA{R: 70, G: 110, B: 180, A: 255}
-	p := newPlot("startup set by first-touch rank", "first-touch rank (ranges)", "cumulative MiB")
+	// One series, named by its axis: no legend.
+	p := newPlot("startup set by first-touch rank", "first-touch rank (ranges)", SeriesCumulative)
 	p.Add(l)
-	p.Legend.Add(SeriesCumulative, l)
 	p.Y.Min = 0
 	return p, nil
 }

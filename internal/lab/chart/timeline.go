@@ -9,6 +9,7 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 
 	"warmstart/internal/memdev"
 	"warmstart/internal/restore"
@@ -26,15 +27,14 @@ const (
 
 // Timeline draws one restore: the MiB prefetch and demand requests brought
 // in over time (milliseconds from the restore call), each demand request a
-// point, and vertical lines where the device was acquired, the VM started
-// and the guest became ready.
+// point, and vertical lines, each in its own colour and labelled where it
+// stands, where the device was acquired, the VM started and the guest
+// became ready.
 func Timeline(path string, t restore.Timings, events []startupset.Event, r startupset.Report) error {
 	if err := CheckPath(path); err != nil {
 		return err
 	}
-	title := fmt.Sprintf("restore timeline: %s", startupset.Line(r))
-	p := newPlot(title, "time since the restore call (ms)", "MiB brought in")
-	p.Title.TextStyle.Font.Size = vg.Points(9)
+	p := newPlot("", "time since the restore call (ms)", "MiB brought in")
 	top := 1.0 // MiB: the height of the phase marks
 	for _, s := range []struct {
 		name  string
@@ -50,19 +50,25 @@ func Timeline(path string, t restore.Timings, events []startupset.Event, r start
 			return err
 		}
 	}
-	for _, m := range []struct {
+	end := max(ms(t.Ready), 1)
+	for i, m := range []struct {
 		name string
 		at   time.Duration
-		gray uint8
+		c    color.Color
 	}{
-		{SeriesDeviceAcquire, t.DeviceAcquired, 160}, {SeriesVMStarted, t.VMStarted, 100}, {SeriesReady, t.Ready, 0},
+		{SeriesDeviceAcquire, t.DeviceAcquired, color.RGBA{R: 120, G: 60, B: 170, A: 255}},
+		{SeriesVMStarted, t.VMStarted, color.RGBA{R: 20, G: 140, B: 70, A: 255}},
+		{SeriesReady, t.Ready, color.Black},
 	} {
-		if err := addMark(p, m.name, m.at, top, color.Gray{Y: m.gray}); err != nil {
+		// Staggered heights keep labels of marks close in time apart.
+		if err := addMark(p, m.name, m.at, top, top*(1.22-0.08*float64(i)), m.at > t.Ready/2, m.c); err != nil {
 			return err
 		}
 	}
 	p.X.Min, p.Y.Min = 0, 0
-	return save(path, TimelineWidth, TimelineHeight, [][]*plot.Plot{{p}})
+	p.X.Max, p.Y.Max = end*1.02, top*1.28
+	title := "restore timeline\n" + startupset.Line(r)
+	return save(path, TimelineWidth, TimelineHeight, title, [][]*plot.Plot{{p}})
 }
 
 // cumulativeOf is the cumulative MiB of events of kind, in time order.
@@ -95,16 +101,31 @@ func addCumulative(p *plot.Plot, name string, pts plotter.XYs, c color.Color) er
 	return nil
 }
 
-// addMark draws a vertical line at at, from 0 to top.
-func addMark(p *plot.Plot, name string, at time.Duration, top float64, c color.Color) error {
-	l, err := plotter.NewLine(plotter.XYs{{X: ms(at), Y: 0}, {X: ms(at), Y: top}})
+// addMark draws a vertical line at at, from 0 to top, in colour c, and
+// labels it at height labelY with its name and time: to the right of the
+// line, or to its left when toLeft (a mark near the right edge).
+func addMark(p *plot.Plot, name string, at time.Duration, top, labelY float64, toLeft bool, c color.Color) error {
+	l, err := plotter.NewLine(plotter.XYs{{X: ms(at), Y: 0}, {X: ms(at), Y: labelY}})
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	l.Color, l.Width = c, vg.Points(1.5)
 	l.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
-	p.Add(l)
-	p.Legend.Add(fmt.Sprintf("%s %.1f ms", name, ms(at)), l)
+	labels, err := plotter.NewLabels(plotter.XYLabels{
+		XYs:    plotter.XYs{{X: ms(at), Y: labelY}},
+		Labels: []string{fmt.Sprintf("%s %.1f ms", name, ms(at))},
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	sty := &labels.TextStyle[0]
+	sty.Color, sty.YAlign = c, draw.YTop
+	sty.Font.Size = vg.Points(10)
+	labels.Offset = vg.Point{X: vg.Points(3)}
+	if toLeft {
+		sty.XAlign, labels.Offset.X = draw.XRight, -vg.Points(3)
+	}
+	p.Add(l, labels)
 	return nil
 }
 

@@ -24,9 +24,10 @@ import (
 	"warmstart/internal/restore"
 )
 
-// Run runs the demo until ctx ends, writing its steps to out. Restores it
-// made are stopped in full even then, unless stopCtx ends too.
-func Run(ctx, stopCtx context.Context, out io.Writer, blocks int) (err error) {
+// Run runs the demo until ctx ends, writing its steps to out, and draws
+// the closing benchmark to plot unless it is "". Restores it made are
+// stopped in full even then, unless stopCtx ends too.
+func Run(ctx, stopCtx context.Context, out io.Writer, blocks int, plot string) (err error) {
 	start := time.Now()
 	step := func(format string, args ...any) {
 		fmt.Fprintf(out, "[%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
@@ -100,6 +101,18 @@ func Run(ctx, stopCtx context.Context, out io.Writer, blocks int) (err error) {
 		return err
 	}
 	step("6/6 results")
+	return results(out, rep, plot)
+}
+
+// results prints the benchmark's table and draws it to plot unless "".
+func results(out io.Writer, rep *bench.Report, plot string) error {
 	rep.WriteTable(out)
+	if plot == "" {
+		return nil
+	}
+	if err := rep.Plot(plot); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "wrote %s\n", plot)
 	return nil
 }

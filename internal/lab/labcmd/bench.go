@@ -28,7 +28,8 @@ type benchFlags struct {
 	env      *cli.Env
 	vf       cli.VMMFlags
 	b        bench.Flags
-	jsonPath string
+	asJSON   bool
+	jsonFile string
 	s3f      s3BenchFlags
 	agent    string
 }
@@ -109,7 +110,7 @@ func (f *benchFlags) run(cmd *cobra.Command, args []string) error {
 	if err := cli.CheckFileFlag("--plot", f.b.Plot, chart.CheckPath); err != nil {
 		return err
 	}
-	if err := cli.CheckFileFlag("--json", f.jsonPath, untrusted.CheckCreatable); err != nil {
+	if err := cli.CheckFileFlag("--json-file", f.jsonFile, untrusted.CheckCreatable); err != nil {
 		return err
 	}
 	if f.b.Repository == "s3" {
@@ -120,10 +121,12 @@ func (f *benchFlags) run(cmd *cobra.Command, args []string) error {
 	f.b.Kill = in.Force.Done()
 	rep, err := f.runBench(in.Work, cmd, snapshot, size)
 	if err == nil {
-		err = rep.Write(cmd.OutOrStdout(), cmd.ErrOrStderr(), f.jsonPath)
+		err = rep.Write(cmd.OutOrStdout(), cmd.ErrOrStderr(), f.asJSON, f.jsonFile)
 	}
 	if err == nil && f.b.Plot != "" {
-		err = rep.Plot(f.b.Plot)
+		if err = rep.Plot(f.b.Plot); err == nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", f.b.Plot)
+		}
 	}
 	return in.Result(err)
 }
@@ -142,7 +145,8 @@ func (f *benchFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.b.IOEngine, "io-engine", 0, "I/O engine of the file device (0 or 1; 2 skips prefetch by design)")
 	fl.Uint64Var(&f.b.Seed, "seed", 1, "seed of the frozen random order (and of the reference snapshot)")
 	fl.StringVar(&f.b.PolicyList, "policies", "seed,warmstart", "prefetch policies to compare: "+strings.Join(restore.PolicyNames(), ","))
-	fl.StringVar(&f.jsonPath, "json", "", "write all raw trials and the summary to this file")
+	fl.BoolVar(&f.asJSON, "json", false, "print all raw trials and the summary as JSON on stdout (the table goes to stderr)")
+	fl.StringVar(&f.jsonFile, "json-file", "", "also write the JSON report to this file")
 	fl.StringVar(&f.b.Plot, "plot", "", "draw every trial's time to ready and bytes read per cache state and policy to FILE.svg or FILE.png")
 	fl.StringVar(&f.b.MemorySize, "memory-size", "128MiB", "guest memory of the reference snapshot")
 	fl.BoolVar(&f.b.NoHot, "no-hot", false, "leave out the hot control")
@@ -188,7 +192,7 @@ func (f *benchFlags) execS3(cmd *cobra.Command, size int64) error {
 		return err
 	}
 	return bench.ExecS3(bench.S3Options{Blocks: f.b.Blocks, Seed: f.b.Seed, MemBytes: size, Policy: f.b.Policies[0],
-		JSONPath: f.jsonPath, LatencyMs: f.s3f.latencyMs, BandwidthMbit: f.s3f.bandwidthMbit,
+		JSON: f.asJSON, JSONFile: f.jsonFile, Plot: f.b.Plot, LatencyMs: f.s3f.latencyMs, BandwidthMbit: f.s3f.bandwidthMbit,
 		LinkMbit: f.s3f.linkMbit, ReadaroundKiB: cfg.Memory.ReadaroundKiB,
 		PrefetchReadaroundKiB: cfg.Memory.PrefetchReadaroundKiB})
 }

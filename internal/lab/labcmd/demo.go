@@ -6,29 +6,38 @@ import (
 	"warmstart/internal/cli"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/lab/bench"
+	"warmstart/internal/lab/chart"
 	"warmstart/internal/lab/demo"
 )
 
 // Demo is the demo verb.
 func Demo() *cobra.Command {
-	var blocks int
+	var (
+		blocks int
+		plot   string
+	)
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run the whole job on the reference snapshot, in a temporary directory",
 		Long: `Synthesize the reference snapshot, publish it to a temporary POSIX
 repository, record its startup manifest in the background and show it
 attached, restore it cold with prefetch off and then on, run a short
-benchmark, print the table, and remove everything. Needs root (FUSE).`,
+benchmark, print the table, and remove everything. Needs root (FUSE).
+--plot FILE also draws the benchmark (as bench --plot does).`,
 		Args: cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// Refused before the reference is synthesized, not at step 5.
 			if err := bench.CheckBlocks("blocks", blocks, 1); err != nil {
 				return cli.Error{Err: err}
 			}
+			if err := cli.CheckFileFlag("--plot", plot, chart.CheckPath); err != nil {
+				return err
+			}
 			in := interrupt.Notify(cmd.ErrOrStderr())
-			return in.Result(demo.Run(in.Work, in.Force, cmd.OutOrStdout(), blocks))
+			return in.Result(demo.Run(in.Work, in.Force, cmd.OutOrStdout(), blocks, plot))
 		},
 	}
 	cmd.Flags().IntVar(&blocks, "blocks", 3, "blocks of the closing benchmark")
+	cmd.Flags().StringVar(&plot, "plot", "", "draw the closing benchmark to FILE.svg or FILE.png")
 	return cmd
 }

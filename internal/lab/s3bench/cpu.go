@@ -19,17 +19,18 @@ import (
 // real node pays, MinIO's and the link's are the benchmark's own.
 
 // CPUAccount is the CPU time, in milliseconds, each process of a trial ran
-// between the restore call and ready.
+// between the restore call and ready. Its JSON is in integer nanoseconds
+// (jsonform.go).
 type CPUAccount struct {
 	// Node is this process: the node (repository, chunk cache, memory
 	// device, restore) and the benchmark's bookkeeping, which is small.
-	Node float64 `json:"node"`
+	Node float64
 	// VMM is the replay VMM, from its start to ready.
-	VMM float64 `json:"vmm"`
+	VMM float64
 	// Store is the MinIO server; Link the Toxiproxy and link forwarder
 	// process. Neither runs on a real node.
-	Store float64 `json:"store"`
-	Link  float64 `json:"link"`
+	Store float64
+	Link  float64
 }
 
 // Product is the CPU a real node pays: the node's and the VMM's.
@@ -92,8 +93,7 @@ func account(from, to cpuSample, vmm time.Duration) CPUAccount {
 // vmmPID is the replay VMM's process id, which its ready detail names; 0
 // when it does not.
 func vmmPID(inst *restore.Instance) int {
-	pid, _ := strconv.Atoi(inst.Ready.Detail["pid"])
-	return pid
+	return inst.Ready.Detail.PID
 }
 
 // meanCPU averages the trials' CPU accounts.

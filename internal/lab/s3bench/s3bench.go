@@ -26,11 +26,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -79,33 +81,34 @@ const (
 // Options configure a run.
 type Options struct {
 	// WorkDir holds MinIO's data, the reference files and the caches.
-	WorkDir     string
-	MemoryBytes int64
+	WorkDir     string `json:"work_dir"`
+	MemoryBytes int64  `json:"memory_bytes"`
 	// Seed picks the reference snapshot and freezes the trial order.
-	Seed   uint64
-	Blocks int
+	Seed   uint64 `json:"seed"`
+	Blocks int    `json:"blocks"`
 	// LatencyMs is added to every response; BandwidthBits limits each
-	// connection.
-	LatencyMs     int
-	BandwidthBits int64
+	// connection. (The JSON has latency_ns, jsonform.go.)
+	LatencyMs     int   `json:"-"`
+	BandwidthBits int64 `json:"bandwidth_bits_per_second"`
 	// LinkBits caps the sum over all connections of the node (one shared
 	// rate limiter in front of the proxy).
-	LinkBits int64
+	LinkBits int64 `json:"link_bits_per_second"`
 	// BlockBytes is the chunk cache block; Warm tunes the cache prefetch.
-	BlockBytes int64
-	Warm       chunkcache.WarmOptions
+	BlockBytes int64                  `json:"block_bytes"`
+	Warm       chunkcache.WarmOptions `json:"warm"`
 	// Policy is the device prefetch policy of prefetch-on trials.
-	Policy string
+	Policy string `json:"policy"`
 	// ReadaroundKiB and PrefetchReadaroundKiB are the file device's
 	// readaround windows ([memory] readaround_kib and
-	// prefetch_readaround_kib); 0 keeps the built-in ones.
-	ReadaroundKiB         int64 `json:"readaround_kib"`
-	PrefetchReadaroundKiB int64 `json:"prefetch_readaround_kib"`
+	// prefetch_readaround_kib); 0 keeps the built-in ones. (The JSON has
+	// them in bytes, jsonform.go.)
+	ReadaroundKiB         int64 `json:"-"`
+	PrefetchReadaroundKiB int64 `json:"-"`
 	// Conditions are the conditions each block runs; all four when empty.
 	// Tuning the cold path needs only the prefetch-on pair, and the cold
 	// prefetch-off trial takes most of a block's time.
-	Conditions []Condition
-	Progress   io.Writer `json:"-"`
+	Conditions []Condition `json:"conditions"`
+	Progress   io.Writer   `json:"-"`
 	// CPUProfile, when set, takes a CPU profile of this process (the
 	// node) over the trials.
 	CPUProfile io.Writer `json:"-"`
@@ -193,7 +196,7 @@ var Conditions = []Condition{
 type Trial struct {
 	Block     int       `json:"block"`
 	Condition Condition `json:"condition"`
-	ReadyMs   float64   `json:"ready_ms"`
+	ReadyMs   float64   `json:"-"` // JSON: ready_ns (jsonform.go)
 	// GetsToReady and BytesToReady are the GETs (and their body bytes) the
 	// restore sent from its call until it returned at ready; Gets and
 	// Bytes until the instance had stopped. The background fill's are
@@ -208,10 +211,10 @@ type Trial struct {
 	Timings restore.Timings `json:"timings"`
 	// DemandStallMs is how long, until ready, at least one guest request
 	// was waiting on the memory device: the guest's wait on memory.
-	DemandStallMs float64          `json:"demand_stall_ms"`
+	DemandStallMs float64          `json:"-"` // JSON: demand_stall_ns
 	Cache         chunkcache.Stats `json:"cache"`
 	// CPU is what each process ran from the restore call to ready.
-	CPU CPUAccount `json:"cpu_ms"`
+	CPU CPUAccount `json:"cpu"`
 }
 
 // Summary describes one condition over the blocks.
@@ -219,16 +222,16 @@ type Summary struct {
 	Condition Condition    `json:"condition"`
 	Ready     bench.Sample `json:"ready"`
 	MeanGets  float64      `json:"mean_gets"`
-	MeanMiB   float64      `json:"mean_mib"`
+	MeanMiB   float64      `json:"-"` // JSON: mean_bytes
 	// GetsBeforeReady and FetchedBytesBeforeReady are the means over the
 	// trials of what was fetched until ready.
-	GetsBeforeReady         float64 `json:"gets_before_ready"`
-	FetchedBytesBeforeReady float64 `json:"fetched_bytes_before_ready"`
+	GetsBeforeReady         float64 `json:"mean_gets_before_ready"`
+	FetchedBytesBeforeReady float64 `json:"mean_fetched_bytes_before_ready"`
 	// Phases are the mean restore phases, in ms from the restore call:
 	// where a cold node's time goes.
-	Phases Phases `json:"phases_ms"`
+	Phases Phases `json:"-"` // JSON: phases, integer _ns (jsonform.go)
 	// CPU is the mean CPU each process ran until ready.
-	CPU CPUAccount `json:"cpu_ms"`
+	CPU CPUAccount `json:"cpu"`
 }
 
 // Phases are mean times from the restore call, in milliseconds. A stream
@@ -310,7 +313,7 @@ type Report struct {
 	// ColdPaired is prefetch on minus off, cold cache, paired by block.
 	ColdPaired bench.Interval `json:"cold_paired"`
 	// ManifestMiB is what the startup manifest covers.
-	ManifestMiB float64 `json:"manifest_mib"`
+	ManifestMiB float64 `json:"-"` // JSON: manifest_bytes
 	Storage
 }
 
@@ -352,7 +355,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		defer pprof.StopCPUProfile()
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
-	for b := range o.Blocks {
+	for b := 1; b <= o.Blocks; b++ { // numbered from 1, in the JSON too
 		order := append([]Condition(nil), o.Conditions...)
 		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		for _, c := range order {
@@ -543,7 +546,7 @@ func (h *harness) trial(ctx context.Context, block int, c Condition) (Trial, err
 		ReadyMs:     float64(inst.Timings.Ready.Microseconds()) / 1000,
 		GetsToReady: toReady.Gets, BytesToReady: toReady.GetBytes,
 		Gets: all.Gets, Bytes: all.GetBytes,
-		HashOK:        inst.Ready.Detail["sha256"] == h.expected,
+		HashOK:        inst.Ready.Detail.SHA256 == h.expected,
 		Prefetch:      inst.Prefetch,
 		Timings:       inst.Timings,
 		DemandStallMs: ms(demandStall(inst.Events, inst.Timings.Ready)),
@@ -657,8 +660,8 @@ func (r *Report) WriteTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "condition\tn\tmean ms\tmedian ms\tmin ms\tmax ms\tGETs to ready\tMiB to ready\tGETs\tMiB fetched\t")
 	for _, s := range r.Summary {
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", s.Condition, s.Ready.N,
-			s.Ready.Mean, s.Ready.Median, s.Ready.Min, s.Ready.Max, s.GetsBeforeReady, s.FetchedBytesBeforeReady/(1<<20), s.MeanGets, s.MeanMiB)
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%.1f\t%s\t%.1f\t\n", s.Condition, s.Ready.N,
+			s.Ready.Mean, s.Ready.Median, s.Ready.Min, s.Ready.Max, count(s.GetsBeforeReady), s.FetchedBytesBeforeReady/(1<<20), count(s.MeanGets), s.MeanMiB)
 	}
 	tw.Flush()
 	r.writePhases(w)
@@ -676,6 +679,15 @@ func (r *Report) WriteTable(w io.Writer) {
 	if bad > 0 {
 		fmt.Fprintf(w, "WARNING: %d trials read wrong bytes\n", bad)
 	}
+}
+
+// count prints a mean of counts as a count when it is whole ("40", not
+// "40.0"), else with one decimal.
+func count(mean float64) string {
+	if mean == math.Trunc(mean) {
+		return strconv.FormatFloat(mean, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(mean, 'f', 1, 64)
 }
 
 // writePhases prints where each condition's time went, mean ms from the

@@ -167,7 +167,7 @@ func (g *guest) ready() (string, error) {
 	}()
 	select {
 	case r := <-ch:
-		return r.info.Detail["sha256"], r.err
+		return r.info.Detail.SHA256, r.err
 	case <-g.dev.Done():
 		g.vm.Kill()
 		<-ch

@@ -188,7 +188,7 @@ func (w *world) restoreOK(t *testing.T, repo *Repo, snap snapshot, mode restore.
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { inst.Stop(bg()) })
-	if got := inst.Ready.Detail["sha256"]; got != snap.expected {
+	if got := inst.Ready.Detail.SHA256; got != snap.expected {
 		t.Fatalf("prefetch %s: guest read sha256 %s, want %s", mode, got, snap.expected)
 	}
 	if mode == restore.ModeOn && inst.Prefetch.State == "skipped" {
@@ -527,7 +527,7 @@ func TestReplacedMemoryObjectIsNeverServed(t *testing.T) {
 			if err == nil {
 				inst.Stop(bg())
 				t.Fatalf("%s device, prefetch %s: restore of a snapshot whose chunks were replaced succeeded (guest sha %s, published %s)",
-					device, mode, inst.Ready.Detail["sha256"], snap.expected)
+					device, mode, inst.Ready.Detail.SHA256, snap.expected)
 			}
 			if !strings.Contains(err.Error(), snap.id) || !errors.Is(err, repository.ErrIntegrity) {
 				t.Fatalf("%s device, prefetch %s: restore = %v, want an integrity error naming %s", device, mode, err, snap.id)
@@ -656,7 +656,7 @@ func TestUffdRestoresAnS3Snapshot(t *testing.T) {
 		t.Fatalf("uffd restore of an S3 snapshot: %v", err)
 	}
 	defer inst.Stop(bg())
-	if got := inst.Ready.Detail["sha256"]; got != snap.expected {
+	if got := inst.Ready.Detail.SHA256; got != snap.expected {
 		t.Fatalf("guest read sha256 %s, want %s", got, snap.expected)
 	}
 	if inst.Prefetch.State == "skipped" || inst.Prefetch.StartupPackSkipped != "" {

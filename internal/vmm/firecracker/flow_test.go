@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -182,7 +181,7 @@ func (f *publishFlow) restoreOnce(t *testing.T, ctx context.Context, p published
 	if err != nil {
 		t.Fatal(err)
 	}
-	pid, _ := strconv.Atoi(inst.Ready.Detail["pid"])
+	pid := inst.Ready.Detail.PID
 	if err := inst.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -117,12 +117,12 @@ func TestFirecrackerIntegration(t *testing.T) {
 		Kernel: vars["WARMSTART_KERNEL"], Rootfs: vars["WARMSTART_ROOTFS"], RootfsReadOnly: true,
 		VCPUs: 1, MemoryMiB: 128,
 	})
-	t.Logf("booted agent answered %q", p.snap.Ready.Detail["agent_answer"])
+	t.Logf("booted agent answered %q", p.snap.Ready.Detail.AgentAnswer)
 	for _, c := range restoreCases(t) {
 		t.Run(c.name, func(t *testing.T) {
 			inst := f.restoreOnce(t, ctx, p, c.opts)
 			checkPrefetch(t, p, c.opts, inst)
-			t.Logf("restored agent answered %q", inst.Ready.Detail["agent_answer"])
+			t.Logf("restored agent answered %q", inst.Ready.Detail.AgentAnswer)
 		})
 	}
 }

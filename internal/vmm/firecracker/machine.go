@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -183,11 +182,9 @@ func (m *Machine) WaitReady(ctx context.Context) (vmm.ReadyInfo, error) {
 	return vmm.ReadyInfo{
 		Started: m.started,
 		Ready:   time.Now(),
-		Detail: map[string]string{
-			"pid":                 strconv.Itoa(m.PID()),
-			"api_socket":          m.proc.apiSocket,
-			"agent_answer":        answer,
-			"firecracker_version": m.version.String(),
+		Detail: vmm.ReadyDetail{
+			PID: m.PID(), APISocket: m.proc.apiSocket,
+			AgentAnswer: answer, FirecrackerVersion: m.version.String(),
 		},
 	}, nil
 }

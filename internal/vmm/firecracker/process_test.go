@@ -130,8 +130,8 @@ func TestRestoreReadyStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Started.IsZero() || info.Ready.Before(info.Started) || !strings.HasPrefix(info.Detail["agent_answer"], "ready ") ||
-		info.Detail["pid"] != strconv.Itoa(m.PID()) || info.Detail["firecracker_version"] != newestFakeVersion {
+	if info.Started.IsZero() || info.Ready.Before(info.Started) || !strings.HasPrefix(info.Detail.AgentAnswer, "ready ") ||
+		info.Detail.PID != m.PID() || info.Detail.FirecrackerVersion != newestFakeVersion {
 		t.Fatalf("ready info %+v", info)
 	}
 	// The release is asked first, and a load that does not want dirty
@@ -216,7 +216,7 @@ func TestRestorePausedThenResume(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := info.Detail["agent_answer"]; !strings.HasSuffix(strings.TrimSpace(got), " token "+token) {
+			if got := info.Detail.AgentAnswer; !strings.HasSuffix(strings.TrimSpace(got), " token "+token) {
 				t.Fatalf("agent answered %q; the snapshot holds token %s", got, token)
 			}
 		})

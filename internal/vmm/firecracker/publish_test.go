@@ -63,9 +63,9 @@ func TestPublishRecordRestoreThroughFake(t *testing.T) {
 		}
 	}
 	p := f.publish(t, ctx, spec)
-	token := agentToken(p.snap.Ready.Detail["agent_answer"])
+	token := agentToken(p.snap.Ready.Detail.AgentAnswer)
 	if token == "" {
-		t.Fatalf("the booted agent answered %q, without a token", p.snap.Ready.Detail["agent_answer"])
+		t.Fatalf("the booted agent answered %q, without a token", p.snap.Ready.Detail.AgentAnswer)
 	}
 
 	// Boot, capture and the recording's restore.
@@ -118,8 +118,8 @@ func TestPublishRecordRestoreThroughFake(t *testing.T) {
 			before := len(firecracker.ReadRecords(t, record))
 			inst := f.restoreOnce(t, ctx, p, c.opts)
 			checkPrefetch(t, p, c.opts, inst)
-			if got := agentToken(inst.Ready.Detail["agent_answer"]); got != token {
-				t.Errorf("restored agent answered %q; the captured guest drew token %s", inst.Ready.Detail["agent_answer"], token)
+			if got := agentToken(inst.Ready.Detail.AgentAnswer); got != token {
+				t.Errorf("restored agent answered %q; the captured guest drew token %s", inst.Ready.Detail.AgentAnswer, token)
 			}
 			reqs := firecracker.ReadRecords(t, record)[before:]
 			firecracker.CheckRecords(t, firecracker.FakeNewestVersion, reqs)

@@ -40,7 +40,7 @@ func TestUffdRestoreServesTheLoadsFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	answer := inst.Ready.Detail["agent_answer"]
+	answer := inst.Ready.Detail.AgentAnswer
 	reads := inst.DeviceBytes.ReadRequests
 	if err := inst.Stop(ctx); err != nil {
 		t.Fatal(err)

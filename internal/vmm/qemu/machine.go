@@ -316,17 +316,10 @@ func (m *Machine) WaitReady(ctx context.Context) (vmm.ReadyInfo, error) {
 	info := vmm.ReadyInfo{
 		Started: m.started,
 		Ready:   p.at,
-		Detail: map[string]string{
-			"token":     p.token,
-			"uptime_ms": strconv.FormatInt(p.uptime.Milliseconds(), 10),
-			"pid":       strconv.Itoa(m.PID()),
+		Detail: vmm.ReadyDetail{
+			Token: p.token, Uptime: p.uptime, PID: m.PID(),
+			Digest: p.digest, GuestRandom: p.random, Reseed: p.reseed,
 		},
-	}
-	if p.digest != "" {
-		info.Detail["digest"] = p.digest
-	}
-	if p.random != "" {
-		info.Detail["guest_random"], info.Detail["reseed"] = p.random, p.reseed
 	}
 	m.readyMu.Lock()
 	m.ready = info

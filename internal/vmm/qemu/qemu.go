@@ -64,6 +64,7 @@
 package qemu
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -142,8 +143,9 @@ type Options struct {
 	// KernelGlob by version. Restore does not use it.
 	Kernel string `json:"kernel"`
 	// MemoryMiB is the guest's memory size, which is also the size of the
-	// memory file.
-	MemoryMiB int `json:"memory_mib"`
+	// memory file. The JSON has it in bytes (memory_bytes), as every size
+	// in warmstart's JSON (docs/json.md).
+	MemoryMiB int `json:"-"`
 	// VCPUs is the number of virtual CPUs.
 	VCPUs int `json:"vcpus"`
 	// StopTimeout is how long Wait lets QEMU exit before killing it.
@@ -164,6 +166,30 @@ type Options struct {
 	// ProbeCacheDir, when set, keeps AccelAuto's verdict across processes
 	// (see accelcache.go), so a verb does not pay a probe boot each run.
 	ProbeCacheDir string `json:"probe_cache_dir,omitempty"`
+}
+
+type plainOptions Options
+
+// MarshalJSON writes the options with the memory size in bytes.
+func (o Options) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		plainOptions
+		MemoryBytes int64 `json:"memory_bytes"`
+	}{plainOptions(o), int64(o.MemoryMiB) << 20})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (o *Options) UnmarshalJSON(data []byte) error {
+	var j struct {
+		plainOptions
+		MemoryBytes int64 `json:"memory_bytes"`
+	}
+	if err := json.Unmarshal(data, &j); err != nil {
+		return err
+	}
+	*o = Options(j.plainOptions)
+	o.MemoryMiB = int(j.MemoryBytes >> 20)
+	return nil
 }
 
 // Driver boots, captures and restores QEMU guests. It is safe for

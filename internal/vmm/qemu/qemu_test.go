@@ -124,9 +124,9 @@ func (f *fixture) build(d *Driver) error {
 		return err
 	}
 	ready := m.Ready()
-	f.token = ready.Detail["token"]
-	f.digest = ready.Detail["digest"]
-	f.uptimeMS, _ = strconv.ParseInt(ready.Detail["uptime_ms"], 10, 64)
+	f.token = ready.Detail.Token
+	f.digest = ready.Detail.Digest
+	f.uptimeMS = ready.Detail.Uptime.Milliseconds()
 	f.bootTime = ready.Ready.Sub(ready.Started)
 	if len(f.token) != 32 {
 		m.kill()
@@ -197,11 +197,11 @@ func restoreReady(t testing.TB, d *Driver, f *fixture, dir, memPath string) (*Ma
 		m.kill()
 		t.Fatal(err)
 	}
-	if got := info.Detail["token"]; got != f.token {
+	if got := info.Detail.Token; got != f.token {
 		m.kill()
 		t.Fatalf("restored agent answered with token %q, the captured guest drew %q", got, f.token)
 	}
-	if got := info.Detail["digest"]; got != f.digest {
+	if got := info.Detail.Digest; got != f.digest {
 		m.kill()
 		t.Fatalf("restored agent's state digest is %q, the captured guest's was %q", got, f.digest)
 	}
@@ -249,9 +249,9 @@ func TestRestoreResumesCapturedGuest(t *testing.T) {
 	f.copyMemory(t, mem)
 
 	m, info := restoreReady(t, d, f, dir, mem)
-	uptime, err := strconv.ParseInt(info.Detail["uptime_ms"], 10, 64)
-	if err != nil {
-		t.Errorf("uptime_ms %q: %v", info.Detail["uptime_ms"], err)
+	uptime := info.Detail.Uptime.Milliseconds()
+	if uptime <= 0 {
+		t.Errorf("restored guest reported no uptime: %+v", info.Detail)
 	}
 	if uptime < f.uptimeMS {
 		t.Errorf("restored guest's uptime %d ms is before the captured guest's %d ms", uptime, f.uptimeMS)

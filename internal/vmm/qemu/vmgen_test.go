@@ -46,14 +46,14 @@ func TestRestoresOfOneSnapshotDrawDifferentRandomBytes(t *testing.T) {
 	d := requireQEMU(t)
 	infos := restoreTwice(t, d, f)
 	for i, info := range infos {
-		if got := info.Detail["reseed"]; got != "host" {
+		if got := info.Detail.Reseed; got != "host" {
 			t.Errorf("restore %d: the agent's reseed was %q, want host", i, got)
 		}
-		if got := info.Detail["guest_random"]; len(got) != 32 {
+		if got := info.Detail.GuestRandom; len(got) != 32 {
 			t.Fatalf("restore %d: the agent reported random bytes %q, want 16 bytes of hex", i, got)
 		}
 	}
-	if a, b := infos[0].Detail["guest_random"], infos[1].Detail["guest_random"]; a == b {
+	if a, b := infos[0].Detail.GuestRandom, infos[1].Detail.GuestRandom; a == b {
 		t.Fatalf("two restores of one snapshot drew the same random bytes %s: they share their RNG state", a)
 	}
 }
@@ -85,11 +85,11 @@ func TestPCRestoresGetNewGenerationIDs(t *testing.T) {
 	}
 	infos := restoreTwice(t, d, &pcFix)
 	for i, info := range infos {
-		if got := info.Detail["reseed"]; got != "none" {
+		if got := info.Detail.Reseed; got != "none" {
 			t.Errorf("restore %d: the agent's reseed was %q, want none (no host entropy sent)", i, got)
 		}
 	}
-	if a, b := infos[0].Detail["guest_random"], infos[1].Detail["guest_random"]; a == b || len(a) != 32 {
+	if a, b := infos[0].Detail.GuestRandom, infos[1].Detail.GuestRandom; a == b || len(a) != 32 {
 		t.Fatalf("two restores of one pc snapshot drew random bytes %q and %q: the generation ID did not reseed the guest", a, b)
 	}
 }

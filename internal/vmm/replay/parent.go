@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -405,12 +404,9 @@ func (i *VM) WaitReady(ctx context.Context) (vmm.ReadyInfo, error) {
 	return vmm.ReadyInfo{
 		Started: r.Start,
 		Ready:   r.Ready,
-		Detail: map[string]string{
-			"sha256":        r.SHA256,
-			"touched_pages": strconv.Itoa(r.TouchedPages),
-			"removed_pages": strconv.Itoa(r.RemovedPages),
-			"first_touch":   strconv.FormatInt(r.FirstTouch.UnixNano(), 10),
-			"pid":           strconv.Itoa(i.PID()),
+		Detail: vmm.ReadyDetail{
+			SHA256: r.SHA256, TouchedPages: r.TouchedPages, RemovedPages: r.RemovedPages,
+			FirstTouch: r.FirstTouch, PID: i.PID(),
 		},
 	}, nil
 }

@@ -87,12 +87,12 @@ func TestFileModeMatchesMemoryFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := info.Detail["sha256"]; got != want {
+	if got := info.Detail.SHA256; got != want {
 		t.Fatalf("replay vmm hash %s, memory file hash %s", got, want)
 	}
 	r, ok := inst.Report()
 	stats := trace.Summarize(entries)
-	if !ok || r.TouchedPages != stats.Pages || info.Detail["touched_pages"] == "" {
+	if !ok || r.TouchedPages != stats.Pages || info.Detail.TouchedPages == 0 {
 		t.Fatalf("report %+v (ok %v), want %d touched pages", r, ok, stats.Pages)
 	}
 	if !(r.Start.Before(r.FirstTouch) || r.Start.Equal(r.FirstTouch)) || r.Ready.Before(r.FirstTouch) {
@@ -153,8 +153,8 @@ func TestFileModeRandomTraces(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.Detail["sha256"] != want {
-			t.Fatalf("seed %d: hash %s, want %s", seed, info.Detail["sha256"], want)
+		if info.Detail.SHA256 != want {
+			t.Fatalf("seed %d: hash %s, want %s", seed, info.Detail.SHA256, want)
 		}
 		inst.RequestStop()
 		if err := inst.Wait(t.Context()); err != nil {
@@ -368,8 +368,8 @@ func TestWritesCopyPages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Detail["sha256"] != want {
-		t.Fatalf("hash %s, want %s: a write changed what was read", info.Detail["sha256"], want)
+	if info.Detail.SHA256 != want {
+		t.Fatalf("hash %s, want %s: a write changed what was read", info.Detail.SHA256, want)
 	}
 	if got := privatePages(t, inst.PID(), p.Memory); got != writes {
 		t.Fatalf("%d private pages in the memory mapping, want one per write entry (%d)", got, writes)
@@ -393,7 +393,7 @@ func TestEmptyTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, _ := inst.Report()
-	if info.Detail["sha256"] != want || r.TouchedPages != 0 || r.FirstTouch.Before(r.Start) || r.Ready.Before(r.FirstTouch) {
+	if info.Detail.SHA256 != want || r.TouchedPages != 0 || r.FirstTouch.Before(r.Start) || r.Ready.Before(r.FirstTouch) {
 		t.Fatalf("empty trace: %+v, want hash %s, no pages and ordered times", r, want)
 	}
 	inst.RequestStop()

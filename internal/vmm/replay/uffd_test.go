@@ -74,8 +74,8 @@ func TestUffdModeMatchesMemoryFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Detail["sha256"] != want {
-		t.Fatalf("replay vmm hash %s, memory file hash %s", info.Detail["sha256"], want)
+	if info.Detail.SHA256 != want {
+		t.Fatalf("replay vmm hash %s, memory file hash %s", info.Detail.SHA256, want)
 	}
 	if r, _ := inst.Report(); r.RemovedPages != 17 {
 		t.Fatalf("%d pages touched after removal, want 17", r.RemovedPages)
@@ -134,8 +134,8 @@ func TestUffdModeRegions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Detail["sha256"] != want {
-		t.Fatalf("hash %s, want %s", info.Detail["sha256"], want)
+	if info.Detail.SHA256 != want {
+		t.Fatalf("hash %s, want %s", info.Detail.SHA256, want)
 	}
 	inst.RequestStop()
 	if err := inst.Wait(ctx); err != nil {
@@ -202,8 +202,8 @@ func TestPausedRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Detail["sha256"] != want {
-		t.Fatalf("hash %s, want %s", info.Detail["sha256"], want)
+	if info.Detail.SHA256 != want {
+		t.Fatalf("hash %s, want %s", info.Detail.SHA256, want)
 	}
 	if r, _ := inst.Report(); r.FirstTouch.Before(resumed) {
 		t.Fatalf("first touch at %v, before resume at %v", r.FirstTouch, resumed)
