@@ -97,8 +97,8 @@ func aliasAlphabet(s string) bool {
 // is reported as ErrIntegrity by Get and never listed.
 func (r Record) Validate() error {
 	switch {
-	case r.Format < 1 || r.Format > RecordFormatVersion:
-		return fmt.Errorf("%w: record format %d is not supported (this build reads 1..%d)", ErrIntegrity, r.Format, RecordFormatVersion)
+	case r.Format < 1 || r.Format > RecordFormatLayered:
+		return fmt.Errorf("%w: record format %d is not supported (this build reads 1..%d)", ErrIntegrity, r.Format, RecordFormatLayered)
 	case ValidateID(r.ID) != nil:
 		return fmt.Errorf("%w: record id %q is not a UUIDv7", ErrIntegrity, r.ID)
 	case r.Alias != "" && ValidateAlias(r.Alias) != nil:
@@ -107,7 +107,7 @@ func (r Record) Validate() error {
 		return fmt.Errorf("%w: record layout: %v", ErrIntegrity, r.Layout.Validate())
 	case r.Layout.FileSize != r.MemorySize:
 		return fmt.Errorf("%w: layout file size %d differs from memory size %d", ErrIntegrity, r.Layout.FileSize, r.MemorySize)
-	case r.VMStateSize < 0 || !isSHA256Hex(r.VMStateSHA256) || !isSHA256Hex(r.MemorySHA256):
+	case r.VMStateSize < 0 || !isSHA256Hex(r.VMStateSHA256) || (!r.Layered() && !isSHA256Hex(r.MemorySHA256)):
 		return fmt.Errorf("%w: record artifact sizes or digests are malformed", ErrIntegrity)
 	case r.Manifest != nil && (r.Manifest.Size <= 0 || r.Manifest.Size > MaxManifestBytes || !isSHA256Hex(r.Manifest.SHA256)):
 		return fmt.Errorf("%w: record manifest descriptor is malformed", ErrIntegrity)
@@ -117,6 +117,9 @@ func (r Record) Validate() error {
 		return fmt.Errorf("%w: record manifest %v", ErrIntegrity, r.ManifestRecording.Validate())
 	}
 	if err := r.validateDigests(); err != nil {
+		return err
+	}
+	if err := r.validateLayered(); err != nil {
 		return err
 	}
 	return r.validateStorage()
