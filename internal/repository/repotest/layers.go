@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"warmstart/internal/layers"
+	"warmstart/internal/manifest"
 	"warmstart/internal/repository"
 )
 
@@ -151,8 +152,16 @@ func LayerRequest(t testing.TB, parent repository.Record, built *layers.Built, a
 	t.Helper()
 	vm := filepath.Join(t.TempDir(), "vm_state.bin")
 	writeRandom(t, vm, VMStateBytes)
+	m, err := manifest.Build(parent.Layout, []int64{0, 2 * layers.PageBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := manifest.Encode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return repository.LayerPublishRequest{Parent: parent, VMStatePath: vm, Layer: built, Alias: alias,
-		Manifest: ManifestBytes(t, 1), Recording: &repository.Recording{Harvested: &repository.Harvest{FromRestore: "r1", StartupPages: 3}}}
+		Manifest: data, Recording: &repository.Recording{Harvested: &repository.Harvest{FromRestore: "r1", StartupPages: 2}}}
 }
 
 // PublishChild pauses parent into a child with change and checks what
