@@ -181,3 +181,33 @@ func (r *Repo) removeDependentsDir(id string) {
 		_ = durable.Sync(r.paths.dependentsDir())
 	}
 }
+
+// sweepDependents removes stale markers, each under its owner's record
+// lock (tried, never waited for), and the markers directory of an owner
+// with none left and no record.
+func (r *Repo) sweepDependents(context.Context) error {
+	entries, err := os.ReadDir(r.paths.dependentsDir())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		owner := e.Name()
+		if repository.ValidateID(owner) != nil {
+			continue
+		}
+		errs = append(errs, underTryLock(r.paths.recordLockPath(owner), func() error {
+			if err := r.checkNoDependents(owner); err != nil && !errors.Is(err, repository.ErrHasDependents) {
+				return err
+			}
+			if ok, err := r.recordExists(owner); err == nil && !ok {
+				r.removeDependentsDir(owner)
+			}
+			return nil
+		}))
+	}
+	return errors.Join(errs...)
+}
