@@ -102,7 +102,7 @@ func ChildMain(role string, open Opener, extra map[string]Role) int {
 var sharedRoles = map[string]Role{
 	"publish":        childPublish,
 	"publish-midway": childPublishMidway,
-	"publish-layer":  childPublishLayer,
+	"publish-layer":  ChildPublishLayer,
 	"attach":         childAttach,
 	"delete":         childDelete,
 }
@@ -341,9 +341,9 @@ func LayerPublishEnv(parent, dir, vmState string) map[string]string {
 	return map[string]string{ChildIDEnv: parent, childLayerEnv: dir, childVMEnv: vmState}
 }
 
-// childPublishLayer begins a capture, says its id, and publishes the layer
+// ChildPublishLayer (the publish-layer role) begins a capture, says its id, and publishes the layer
 // the environment names as a child of the snapshot ChildIDEnv names.
-func childPublishLayer(ctx context.Context, repo repository.Repository) int {
+func ChildPublishLayer(ctx context.Context, repo repository.Repository) int {
 	parent, err := repo.Get(ctx, os.Getenv(ChildIDEnv))
 	if err != nil {
 		return Report(err)

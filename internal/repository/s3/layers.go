@@ -55,22 +55,47 @@ func (r *Repo) publishLayer(ctx context.Context, id string, req repository.Layer
 	if err := r.register(ctx, id, c.Owners); err != nil {
 		return repository.Record{}, err
 	}
+	r.fault(FaultLayerAfterMarkers)
 	rec, err := r.storeLayerArtifacts(ctx, id, req, c)
 	if err != nil {
 		return repository.Record{}, err
 	}
+	r.fault(FaultLayerAfterArtifacts)
 	if req.Alias != "" {
 		if err := r.bindAlias(ctx, req.Alias, id); err != nil {
 			return repository.Record{}, err
 		}
 		aliasBound = true
 	}
+	r.fault(FaultLayerBeforeRecord)
 	if err := r.commitUnderLease(ctx, rec); err != nil {
 		return repository.Record{}, err
 	}
 	published = true
+	r.fault(FaultLayerAfterRecord)
 	_ = r.remove(ctx, r.keys.artifact(id, journalName))
 	return rec, nil
+}
+
+// Steps of a layer publish at which the crash tests stop the publishing
+// process (layerFault).
+const (
+	FaultLayerAfterMarkers   = "layer.after-markers"
+	FaultLayerAfterVMState   = "layer.after-vmstate"
+	FaultLayerAfterData      = "layer.after-data"
+	FaultLayerAfterArtifacts = "layer.after-artifacts"
+	FaultLayerBeforeRecord   = "layer.before-record"
+	FaultLayerAfterRecord    = "layer.after-record"
+)
+
+// LayerFaultPoints lists them in order.
+var LayerFaultPoints = []string{FaultLayerAfterMarkers, FaultLayerAfterVMState, FaultLayerAfterData,
+	FaultLayerAfterArtifacts, FaultLayerBeforeRecord, FaultLayerAfterRecord}
+
+func (r *Repo) fault(point string) {
+	if r.layerFault != nil {
+		r.layerFault(point)
+	}
 }
 
 // storeLayerArtifacts uploads the VM state, the child's own layer and its
@@ -80,6 +105,7 @@ func (r *Repo) storeLayerArtifacts(ctx context.Context, id string, req repositor
 	if err != nil {
 		return repository.Record{}, err
 	}
+	r.fault(FaultLayerAfterVMState)
 	var own *repository.LayerDescriptor
 	if req.Layer != nil {
 		d, err := r.storeLayer(ctx, id, req.Layer, req.Progress)
@@ -88,6 +114,7 @@ func (r *Repo) storeLayerArtifacts(ctx context.Context, id string, req repositor
 		}
 		own = &d
 	}
+	r.fault(FaultLayerAfterData)
 	if len(req.Manifest) > 0 {
 		if _, err := r.putSmall(ctx, r.keys.artifact(id, repository.ManifestFileName), req.Manifest, putCondition{}); err != nil {
 			return repository.Record{}, err

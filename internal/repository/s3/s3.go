@@ -229,6 +229,9 @@ type Repo struct {
 	// and writing the record of a publish; afterConfirmLease between the
 	// publish's confirmation of its lease and the record's write.
 	beforeRecord, afterConfirmLease func()
+	// layerFault, when a test sets it, runs at each step of a layer
+	// publish (LayerFaultPoints); nil everywhere else.
+	layerFault func(point string)
 	// cleanupRetry, when a test sets it, is told of each failed attempt to
 	// remove what a failed publish wrote.
 	cleanupRetry func(error)
