@@ -45,6 +45,9 @@ func (r *Repo) register(ctx context.Context, id string, owners []string) error {
 		if _, err := r.putSmall(ctx, r.keys.dependent(owner, id), []byte("{}\n"), putCondition{}); err != nil {
 			return err
 		}
+		if r.afterMarker != nil {
+			r.afterMarker(owner)
+		}
 		rec, _, err := r.getRecord(ctx, owner)
 		if err != nil {
 			return fmt.Errorf("layer owner %s (an ancestor whose memory the child reads): %w", owner, err)
@@ -174,6 +177,9 @@ func (r *Repo) markDeleting(ctx context.Context, rec repository.Record, etag str
 	}
 	if err != nil {
 		return err
+	}
+	if r.afterMarkDeleting != nil {
+		r.afterMarkDeleting()
 	}
 	check := r.checkNoDependents(ctx, rec.ID)
 	if check == nil && time.Since(now) > DeleteGrace/2 {

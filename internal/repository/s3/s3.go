@@ -232,6 +232,12 @@ type Repo struct {
 	// layerFault, when a test sets it, runs at each step of a layer
 	// publish (LayerFaultPoints); nil everywhere else.
 	layerFault func(point string)
+	// afterMarker and afterMarkDeleting, when a test sets them, run
+	// between the write and the read of each side of the dependents
+	// protocol (dependents.go): after a publish PUT its marker at owner,
+	// after a delete marked its record deleting.
+	afterMarker       func(owner string)
+	afterMarkDeleting func()
 	// cleanupRetry, when a test sets it, is told of each failed attempt to
 	// remove what a failed publish wrote.
 	cleanupRetry func(error)
