@@ -51,14 +51,8 @@ func (r *Repo) publishLayer(ctx context.Context, id string, req repository.Layer
 		return repository.Record{}, err
 	}
 	r.fault(FaultLayerAfterMarkers)
-	if err := r.removeSnapshotDir(id); err != nil {
-		return repository.Record{}, err
-	}
-	dir := r.paths.snapshotDir(id)
-	if err := os.Mkdir(dir, dirMode); err != nil {
-		return repository.Record{}, fmt.Errorf("create %s: %w", dir, err)
-	}
-	if err := durable.Sync(r.paths.snapshotsDir()); err != nil {
+	dir, err := r.freshSnapshotDir(id)
+	if err != nil {
 		return repository.Record{}, err
 	}
 	rec, err := r.storeLayerArtifacts(ctx, id, dir, req, c)

@@ -86,64 +86,32 @@ func (r *Repo) classifyMarkers(ctx context.Context, owner string) (live, inProgr
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	var children []string
 	for _, o := range objs {
 		child, ok := strings.CutSuffix(strings.TrimPrefix(o.Key, r.keys.dependentsOf(owner)), jsonSuffix)
-		if !ok || repository.ValidateID(child) != nil {
-			continue
-		}
-		state, err := r.markerState(ctx, owner, child)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		switch state {
-		case markerLive:
-			live = append(live, child)
-		case markerInProgress:
-			inProgress = append(inProgress, child)
-		default:
-			stale = append(stale, child)
+		if ok && repository.ValidateID(child) == nil {
+			children = append(children, child)
 		}
 	}
-	return live, inProgress, stale, nil
+	return repository.SortMarkers(children, func(child string) (repository.MarkerState, error) { return r.markerState(ctx, owner, child) })
 }
 
-type markerState int
-
-const (
-	markerStale markerState = iota
-	markerLive
-	markerInProgress
-)
-
-// markerState decides one marker. The lease is asked first: a publish
-// holds its lease until its record is written, so a record still absent
-// after the lease was seen ended stays absent.
-func (r *Repo) markerState(ctx context.Context, owner, child string) (markerState, error) {
+// markerState decides one marker: the lease is asked first (see
+// repository.MarkerOf).
+func (r *Repo) markerState(ctx context.Context, owner, child string) (repository.MarkerState, error) {
 	held, err := r.LeaseHeld(ctx, child)
 	if err != nil {
-		return markerStale, err
+		return repository.MarkerStale, err
 	}
 	rec, _, err := r.getRecord(ctx, child)
-	switch {
-	case err == nil:
-		for _, l := range rec.Layers() {
-			if l.Snapshot == owner && child != owner {
-				return markerLive, nil
-			}
-		}
-		return markerStale, nil
-	case errors.Is(err, repository.ErrIntegrity):
-		return markerLive, nil
-	case !errors.Is(err, repository.ErrNotFound):
-		return markerStale, err
+	if err != nil && !errors.Is(err, repository.ErrNotFound) && !errors.Is(err, repository.ErrIntegrity) {
+		return repository.MarkerStale, err
 	}
-	if q, err := r.exists(ctx, r.keys.quarantinedRecord(child)); err != nil || q {
-		return markerLive, err
+	quarantined, qerr := r.exists(ctx, r.keys.quarantinedRecord(child))
+	if qerr != nil {
+		return repository.MarkerStale, qerr
 	}
-	if held {
-		return markerInProgress, nil
-	}
-	return markerStale, nil
+	return repository.MarkerOf(owner, held, rec, err, quarantined), nil
 }
 
 // checkNoDependents refuses while id has live or in-progress dependents

@@ -34,16 +34,8 @@ func (r *Repo) publishLayer(ctx context.Context, id string, req repository.Layer
 	}
 	unlock := r.locks.lock(id)
 	defer unlock()
-	switch _, _, err := r.getRecord(ctx, id); {
-	case err == nil || errors.Is(err, repository.ErrIntegrity):
-		return repository.Record{}, fmt.Errorf("%w: the lease's snapshot is already published", repository.ErrInvalidRequest)
-	case !errors.Is(err, repository.ErrNotFound):
+	if err := r.checkUnpublished(ctx, id, req.Alias); err != nil {
 		return repository.Record{}, err
-	}
-	if req.Alias != "" {
-		if err := r.checkAliasFree(ctx, req.Alias, id); err != nil {
-			return repository.Record{}, err
-		}
 	}
 	published, aliasBound := false, false
 	defer func() {

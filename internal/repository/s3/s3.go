@@ -453,20 +453,9 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	}
 	unlock := r.locks.lock(id)
 	defer unlock()
-	switch _, _, err := r.getRecord(ctx, id); {
-	case err == nil || errors.Is(err, repository.ErrIntegrity):
-		return repository.Record{}, fmt.Errorf("%w: the lease's snapshot is already published", repository.ErrInvalidRequest)
-	case !errors.Is(err, repository.ErrNotFound):
+	if err := r.checkUnpublished(ctx, id, req.Alias); err != nil {
 		return repository.Record{}, err
 	}
-	if req.Alias != "" {
-		// Fail fast, before a long upload, if the alias is plainly taken;
-		// the binding itself is decided by one conditional PUT at the end.
-		if err := r.checkAliasFree(ctx, req.Alias, id); err != nil {
-			return repository.Record{}, err
-		}
-	}
-
 	published, aliasBound := false, false
 	defer func() {
 		if !published {
@@ -502,6 +491,23 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	// left names what the map names, and goes with the other artifacts.
 	_ = r.remove(ctx, r.keys.artifact(id, journalName))
 	return rec, nil
+}
+
+// checkUnpublished refuses a publish of id that has a record already,
+// and fails fast, before a long upload, if alias is plainly taken (the
+// binding itself is decided by one conditional PUT at the end). The
+// caller holds id's lock.
+func (r *Repo) checkUnpublished(ctx context.Context, id, alias string) error {
+	switch _, _, err := r.getRecord(ctx, id); {
+	case err == nil || errors.Is(err, repository.ErrIntegrity):
+		return fmt.Errorf("%w: the lease's snapshot is already published", repository.ErrInvalidRequest)
+	case !errors.Is(err, repository.ErrNotFound):
+		return err
+	}
+	if alias != "" {
+		return r.checkAliasFree(ctx, alias, id)
+	}
+	return nil
 }
 
 // newRecord is the record a publish of id commits: its chunked memory
