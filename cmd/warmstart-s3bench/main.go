@@ -8,7 +8,7 @@
 // It is a command of its own, not a verb of warmstart, because what it
 // runs is test infrastructure: the MinIO server process and Toxiproxy
 // (with its logging and HTTP API libraries) come from the test harness
-// internal/miniotest, which imports package testing. Kept here, none of
+// internal/lab/miniotest, which imports package testing. Kept here, none of
 // that is linked into the warmstart binary operators install, and the
 // harness stays the one the S3 tests use, so the benchmark's link is the
 // one they test.
@@ -34,13 +34,14 @@ import (
 	"os"
 	"strings"
 
-	localbench "warmstart/internal/bench" // bench is this file's own function
 	wsconfig "warmstart/internal/config"
 	"warmstart/internal/interrupt"
+	localbench "warmstart/internal/lab/bench" // bench is this file's own function
+	"warmstart/internal/lab/s3bench"
 	"warmstart/internal/layout"
+	"warmstart/internal/node"
+	"warmstart/internal/reexec"
 	"warmstart/internal/restore"
-	"warmstart/internal/role"
-	"warmstart/internal/s3bench"
 	"warmstart/internal/vmm/replay"
 )
 
@@ -51,8 +52,8 @@ const (
 )
 
 // roles are the parts this executable plays besides the command itself
-// (role.Env).
-var roles = role.Roles{replay.RoleReplayVMM: replay.ChildMain}
+// (reexec.Env).
+var roles = reexec.Roles{replay.RoleReplayVMM: replay.ChildMain}
 
 func main() {
 	// Restores re-execute this binary as the replay VMM.
@@ -177,7 +178,7 @@ func bench(ctx context.Context, c config, out io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, interrupt.RemoveWorkDir(work)) }()
+	defer func() { err = errors.Join(err, node.RemoveWorkDir(work)) }()
 	o := c.opts
 	o.WorkDir = work
 	rep, err := s3bench.Run(ctx, o)

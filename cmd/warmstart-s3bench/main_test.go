@@ -10,15 +10,15 @@ import (
 	"strings"
 	"testing"
 
-	"warmstart/internal/miniotest"
-	"warmstart/internal/role"
-	"warmstart/internal/s3bench"
+	"warmstart/internal/lab/miniotest"
+	"warmstart/internal/lab/s3bench"
+	"warmstart/internal/reexec"
 	"warmstart/internal/vmm/replay"
 )
 
 func TestMain(m *testing.M) {
 	// The benchmark's restores re-execute this test binary as the replay VMM.
-	role.Roles{replay.RoleReplayVMM: replay.ChildMain}.Dispatch()
+	reexec.Roles{replay.RoleReplayVMM: replay.ChildMain}.Dispatch()
 	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	os.Exit(m.Run())
 }

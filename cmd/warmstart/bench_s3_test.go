@@ -9,10 +9,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"warmstart/internal/lab/bench"
 )
 
 // harnessPackages are what the test harness behind the S3 benchmark links:
-// package testing (through internal/miniotest), Toxiproxy and the modules
+// package testing (through internal/lab/miniotest), Toxiproxy and the modules
 // it brings (zerolog, gorilla/mux, tomb), and the harness packages
 // themselves. The warmstart binary must link none of them.
 var harnessPackages = []string{
@@ -21,8 +23,8 @@ var harnessPackages = []string{
 	"github.com/rs/zerolog",
 	"github.com/gorilla/mux",
 	"gopkg.in/tomb",
-	"warmstart/internal/miniotest",
-	"warmstart/internal/s3bench",
+	"warmstart/internal/lab/miniotest",
+	"warmstart/internal/lab/s3bench",
 }
 
 // TestProductBinaryLinksNoTestHarness builds warmstart as an operator
@@ -35,10 +37,10 @@ func TestProductBinaryLinksNoTestHarness(t *testing.T) {
 	if got := harnessLinkedInto(t, filepath.Join(dir, "warmstart")); len(got) > 0 {
 		t.Errorf("warmstart links the test harness: %s", strings.Join(got, ", "))
 	}
-	got := strings.Join(harnessLinkedInto(t, filepath.Join(dir, s3BenchCommand)), ", ")
-	for _, want := range []string{"module github.com/Shopify/toxiproxy", "symbol testing.", "symbol warmstart/internal/miniotest."} {
+	got := strings.Join(harnessLinkedInto(t, filepath.Join(dir, bench.S3Command)), ", ")
+	for _, want := range []string{"module github.com/Shopify/toxiproxy", "symbol testing.", "symbol warmstart/internal/lab/miniotest."} {
 		if !strings.Contains(got, want) {
-			t.Errorf("the check finds no %q in %s, which links the harness; it found: %s", want, s3BenchCommand, got)
+			t.Errorf("the check finds no %q in %s, which links the harness; it found: %s", want, bench.S3Command, got)
 		}
 	}
 }
@@ -122,7 +124,7 @@ func buildCommands(t *testing.T) string {
 		t.Skipf("no go command to build the binaries with: %v", err)
 	}
 	dir := t.TempDir()
-	cmd := exec.Command(goBin, "build", "-o", dir+"/", "warmstart/cmd/warmstart", "warmstart/cmd/"+s3BenchCommand)
+	cmd := exec.Command(goBin, "build", "-o", dir+"/", "warmstart/cmd/warmstart", "warmstart/cmd/"+bench.S3Command)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
@@ -134,12 +136,12 @@ func buildCommands(t *testing.T) string {
 // and the companion's exit status becomes bench's.
 func TestBenchS3ExecsTheCompanion(t *testing.T) {
 	dir := t.TempDir()
-	fake := filepath.Join(dir, s3BenchCommand)
+	fake := filepath.Join(dir, bench.S3Command)
 	script := "#!/bin/sh\necho \"companion $*\"\nexit 7\n"
 	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(s3BenchBinaryEnv, fake)
+	t.Setenv(bench.S3BinaryEnv, fake)
 	r := runCLI(t, "bench", "--repository", "s3", "--blocks", "3", "--seed", "5", "--memory-size", "8MiB",
 		"--policies", "seed", "--s3-latency-ms", "9", "--s3-bandwidth-mbit", "100", "--json", "out.json")
 	want := "companion --blocks 3 --seed 5 --memory-size 8388608 --policy seed --s3-latency-ms 9 --s3-bandwidth-mbit 100 --s3-link-mbit 1000" +
@@ -153,11 +155,11 @@ func TestBenchS3ExecsTheCompanion(t *testing.T) {
 // and exits 7.
 func fakeCompanion(t *testing.T) {
 	t.Helper()
-	fake := filepath.Join(t.TempDir(), s3BenchCommand)
+	fake := filepath.Join(t.TempDir(), bench.S3Command)
 	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho \"companion $*\"\nexit 7\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(s3BenchBinaryEnv, fake)
+	t.Setenv(bench.S3BinaryEnv, fake)
 }
 
 // TestBenchS3MeasuresTheConfiguredReadaround runs bench --repository s3
@@ -202,13 +204,13 @@ func TestBenchS3RefusesFlagsItWouldNotHeed(t *testing.T) {
 func TestBenchS3WithoutCompanionSaysHowToBuildIt(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	for _, binary := range []string{"", filepath.Join(t.TempDir(), "missing")} {
-		t.Setenv(s3BenchBinaryEnv, binary)
+		t.Setenv(bench.S3BinaryEnv, binary)
 		r := runCLI(t, "bench", "--repository", "s3", "--policies", "seed")
 		if r.code != 1 || !strings.Contains(r.stderr, "go build -o DIR ./cmd/warmstart ./cmd/warmstart-s3bench") {
-			t.Errorf("%s=%q: exit %d, stderr %q; want exit 1 and how to build the companion", s3BenchBinaryEnv, binary, r.code, r.stderr)
+			t.Errorf("%s=%q: exit %d, stderr %q; want exit 1 and how to build the companion", bench.S3BinaryEnv, binary, r.code, r.stderr)
 		}
 		if binary != "" && !strings.Contains(r.stderr, binary+" is not an executable file") {
-			t.Errorf("%s=%q: stderr %q does not name it", s3BenchBinaryEnv, binary, r.stderr)
+			t.Errorf("%s=%q: stderr %q does not name it", bench.S3BinaryEnv, binary, r.stderr)
 		}
 	}
 }

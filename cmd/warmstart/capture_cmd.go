@@ -2,37 +2,23 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/agentspec"
+	"warmstart/internal/cli"
 	"warmstart/internal/interrupt"
-	"warmstart/internal/local"
-	"warmstart/internal/usage"
+	"warmstart/internal/ops"
+	"warmstart/internal/recorder"
+	"warmstart/internal/report"
 )
 
 // captureFlags are capture's flags.
 type captureFlags struct {
-	vf     vmmFlags
+	vf     cli.VMMFlags
 	alias  string
 	agent  string
 	asJSON bool
-}
-
-// checkAgentWorkload refuses an --agent-workload no capture can use.
-func (f *captureFlags) checkAgentWorkload() error {
-	if f.vf.agentWorkload == "" {
-		return nil
-	}
-	if f.vf.kind != "qemu" {
-		return errors.New("--agent-workload: only the QEMU test guest's agent has a workload")
-	}
-	if _, err := agentspec.ParseWorkload(f.vf.agentWorkload); err != nil {
-		return fmt.Errorf("--agent-workload: %w", err)
-	}
-	return nil
 }
 
 func init() { rootCmd.AddCommand(newCaptureCmd()) }
@@ -68,12 +54,9 @@ heap_mib=40,pool_mib=24,pool_fraction=0.33; the snapshot keeps it. A QEMU snapsh
 accelerator, memory size and vCPU count it was captured with: restore it
 with the same [qemu] configuration (the accelerator used is printed; the
 record does not keep it).`,
-		Args: usage.Args(cobra.NoArgs),
+		Args: cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) (err error) {
-			if err := local.CheckCapture(f.vf.kind, f.agent, f.alias); err != nil {
-				return usageError{Err: err}
-			}
-			if err := f.checkAgentWorkload(); err != nil {
+			if err := ops.CheckCapture(f.vf.Kind, f.agent, f.vf.AgentWorkload, f.alias); err != nil {
 				return usageError{Err: err}
 			}
 			// A signal stops the capture; the deferred cleanup runs before
@@ -83,22 +66,41 @@ record does not keep it).`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.vf.kind, "vmm", "qemu", "VMM driver that boots and captures the guest: qemu or firecracker")
+	fl.StringVar(&f.vf.Kind, "vmm", "qemu", "VMM driver that boots and captures the guest: qemu or firecracker")
 	fl.StringVar(&f.alias, "alias", "", "bind this alias to the new snapshot")
 	fl.StringVar(&f.agent, "agent", "", "prebuilt warmstart-agent binary for the QEMU guest (default: build it from the module source)")
-	fl.StringVar(&f.vf.agentWorkload, "agent-workload", "", "the QEMU guest agent's resume workload, e.g. heap_mib=40,pool_mib=24,pool_fraction=0.33 (default: [qemu] agent_workload)")
+	fl.StringVar(&f.vf.AgentWorkload, "agent-workload", "", "the QEMU guest agent's resume workload, e.g. heap_mib=40,pool_mib=24,pool_fraction=0.33 (default: [qemu] agent_workload)")
 	fl.BoolVar(&f.asJSON, "json", false, "print the result as JSON")
-	fl.String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
+	fl.String(cli.StoreFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
 	return cmd
 }
 
 // runCapture boots, captures and publishes a guest, waits for its
 // manifest's recording when there is one, and prints the result.
 func runCapture(ctx context.Context, cmd *cobra.Command, f *captureFlags) error {
-	n, err := openSystem(cmd, &f.vf)
+	n, err := env.OpenNode(cmd, &f.vf)
 	if err != nil {
 		return err
 	}
 	defer n.Close()
-	return local.Capture(ctx, n, cmdOutput(cmd), f.alias, f.agent, f.vf.kind, f.asJSON)
+	o := cli.Output(cmd)
+	out, job, err := ops.Capture(ctx, n, f.alias, f.agent, o.Err)
+	if err != nil {
+		return err
+	}
+	var rec *recorder.Result
+	var recErr error
+	if job != nil {
+		fmt.Fprintln(o.Err, "recording the startup manifest in the background; waiting for it")
+		r, err := job.Result()
+		rec, recErr = &r, err
+	}
+	if err := report.Capture(o.Out, f.vf.Kind, out, rec, recErr, f.asJSON); err != nil {
+		return err
+	}
+	if recErr != nil {
+		// The snapshot is published and restores with on-demand reads.
+		return ops.NotRecorded(out.Record.ID, recErr)
+	}
+	return nil
 }

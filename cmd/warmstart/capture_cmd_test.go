@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"warmstart/internal/bench"
+	"warmstart/internal/lab/bench"
 	"warmstart/internal/vmm/qemu"
 )
 

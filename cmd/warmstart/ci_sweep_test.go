@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"warmstart/internal/role"
+	"warmstart/internal/reexec"
 
 	"golang.org/x/sys/unix"
 )
@@ -66,7 +66,7 @@ func TestCISweepMountsStaysUnderItsRoot(t *testing.T) {
 func startMountingCLI(t *testing.T, root string) []string {
 	t.Helper()
 	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(role.Environ(os.Environ(), roleCrashedCLI), crashedCLIRootEnv+"="+root, "GORACE=atexit_sleep_ms=0")
+	child.Env = append(reexec.Environ(os.Environ(), roleCrashedCLI), crashedCLIRootEnv+"="+root, "GORACE=atexit_sleep_ms=0")
 	child.Stderr = os.Stderr
 	stdin, err := child.StdinPipe()
 	if err != nil {

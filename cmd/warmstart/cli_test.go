@@ -71,7 +71,7 @@ func TestRestoreRefusesBadFlagsUpFront(t *testing.T) {
 		{[]string{"--device", "nvme"}, `--device "nvme": want file or uffd`},
 		{[]string{"--io-engine", "7"}, "--io-engine 7: want 0 or 1 (buffered) or 2 (direct I/O)"},
 		{[]string{"--io-engine", "-1"}, "--io-engine -1"},
-		{[]string{"--prefetch", "maybe"}, `prefetch mode "maybe": want auto, on or off`},
+		{[]string{"--prefetch", "maybe"}, `--prefetch "maybe": want auto, on or off`},
 		{[]string{"--policy", "fastest"}, `--policy: unknown prefetch policy "fastest"`},
 		{[]string{"--plot", "timeline.pdf"}, `--plot: "timeline.pdf": picture file must end in .svg or .png`},
 		{[]string{"--device", ""}, `--device "": want file or uffd`},

@@ -1,13 +1,13 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
+	"warmstart/internal/cli"
 	"warmstart/internal/config"
-	"warmstart/internal/usage"
+	"warmstart/internal/ops"
 )
 
 var configCmd = &cobra.Command{
@@ -27,7 +27,7 @@ value under a comment saying what it does and which values it accepts.
 It is the configuration reference, and a starting point for a file:
 
   warmstart config defaults > /etc/warmstart/warmstart.toml`,
-	Args: usage.Args(cobra.NoArgs),
+	Args: cli.Args(cobra.NoArgs),
 	RunE: func(cmd *cobra.Command, _ []string) error {
 		_, err := fmt.Fprint(cmd.OutOrStdout(), config.DefaultTOML())
 		return err
@@ -46,17 +46,13 @@ and the key, e.g.
   warmstart: config /etc/w.toml: key memory.io_engine: 3 out of range 0..2
 
 and exit with status 1.`,
-	Args: usage.Args(cobra.NoArgs),
+	Args: cli.Args(cobra.NoArgs),
 	RunE: func(cmd *cobra.Command, _ []string) error {
-		cfg, err := loadConfig()
+		cfg, err := env.Config()
 		if err != nil {
 			return err
 		}
-		if err := cfg.CheckTrace(); err != nil {
-			var ce *config.ConfigError
-			if errors.As(err, &ce) {
-				ce.File = config.Path(configPath)
-			}
+		if err := ops.CheckConfig(cfg, config.Path(env.ConfigPath)); err != nil {
 			return err
 		}
 		_, err = fmt.Fprintln(cmd.OutOrStdout(), "ok")

@@ -18,12 +18,13 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"warmstart/internal/api"
 	"warmstart/internal/config"
 	"warmstart/internal/daemon"
+	"warmstart/internal/lab/synth"
 	"warmstart/internal/node"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
-	"warmstart/internal/synth"
 	"warmstart/internal/trace"
 )
 
@@ -32,8 +33,8 @@ import (
 func resetFlags(c *cobra.Command) {
 	for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
 		fs.VisitAll(func(f *pflag.Flag) {
-			if r, ok := f.Value.(interface{ reset() }); ok {
-				r.reset() // a flag that refuses its own empty default
+			if r, ok := f.Value.(interface{ Reset() }); ok {
+				r.Reset() // a flag that refuses its own empty default
 			} else {
 				_ = f.Value.Set(f.DefValue)
 			}
@@ -81,7 +82,7 @@ func TestVerbsAgainstDaemon(t *testing.T) {
 
 	// Without --hold the verb stops the restore after printing it.
 	out, _, err := runVerb(t, "--daemon", sock, "restore", "web", "--prefetch", "on", "--json")
-	var in daemon.RestoreInfo
+	var in api.RestoreInfo
 	if err != nil || json.Unmarshal([]byte(out), &in) != nil || in.Snapshot != id || in.Prefetch.State == "skipped" {
 		t.Fatalf("restore --json = %q, %v", out, err)
 	}
@@ -173,14 +174,14 @@ func verifyOverDaemon(t *testing.T, sock, id string) {
 
 // restoreHeld restores web with --hold: the daemon keeps it until
 // "restores stop", and lists it running. It returns the held restore.
-func restoreHeld(t *testing.T, sock string) daemon.RestoreInfo {
+func restoreHeld(t *testing.T, sock string) api.RestoreInfo {
 	t.Helper()
 	out, stderr, err := runVerb(t, "--daemon", sock, "restore", "web", "--hold")
 	if err != nil || !strings.Contains(out, "ready") || !strings.Contains(stderr, "restores stop") {
 		t.Fatalf("restore --hold = %q %q, %v", out, stderr, err)
 	}
 	out, _, err = runVerb(t, "--daemon", sock, "restores", "list", "--json")
-	var held []daemon.RestoreInfo
+	var held []api.RestoreInfo
 	if err != nil || json.Unmarshal([]byte(out), &held) != nil || len(held) != 1 {
 		t.Fatalf("restores list = %q, %v", out, err)
 	}
@@ -192,7 +193,7 @@ func restoreHeld(t *testing.T, sock string) daemon.RestoreInfo {
 
 // killHeldAndStop: its VM killed, the list says it exited and how; the
 // stop releases it and tells.
-func killHeldAndStop(t *testing.T, sock string, held daemon.RestoreInfo) {
+func killHeldAndStop(t *testing.T, sock string, held api.RestoreInfo) {
 	t.Helper()
 	vmPID, err := strconv.Atoi(held.Ready["pid"])
 	if err != nil {
@@ -256,7 +257,7 @@ func TestDaemonOverTCPNeedsTheToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := serveDaemon(t, cfg, "127.0.0.1:0")
-	token, err := daemon.ReadToken(cfg.DaemonTokenFile())
+	token, err := api.ReadToken(cfg.DaemonTokenFile())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +369,7 @@ func TestDaemonRestoreInterrupted(t *testing.T) {
 	}
 	cli.signal(syscall.SIGINT)
 	cli.wantExit(128+int(syscall.SIGINT), syscall.SIGINT)
-	c := daemon.NewClient(sock)
+	c := api.NewClient(sock)
 	defer c.Close()
 	if held, err := c.Restores(context.Background()); err != nil || len(held) != 0 {
 		t.Fatalf("after the interrupted restore the daemon holds %v (%v), want nothing", held, err)
@@ -410,9 +411,9 @@ func TestServeSecondSignalSaysItIsStillShuttingDown(t *testing.T) {
 	}
 	serve := startCLI(t, true, "--config", cfg, "serve")
 	serve.waitOutput("daemon ready")
-	c := daemon.NewClient(sock)
+	c := api.NewClient(sock)
 	defer c.Close()
-	held, err := c.Restore(context.Background(), daemon.RestoreRequest{Snapshot: "held"})
+	held, err := c.Restore(context.Background(), api.RestoreRequest{Snapshot: "held"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"warmstart/internal/cli"
 	"warmstart/internal/config"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/node"
@@ -23,7 +24,7 @@ func TestFirecrackerDriverFromConfig(t *testing.T) {
 	cfg.Firecracker.Binary = "/opt/firecracker"
 	cfg.Firecracker.StopTimeout = 7 * time.Second
 	cfg.Envd = config.EnvdConfig{Address: "vsock:49983", PollInterval: 3 * time.Millisecond, Timeout: 9 * time.Second}
-	vf := vmmFlags{kind: "firecracker"}
+	vf := cli.VMMFlags{Kind: "firecracker"}
 	vm, err := buildVMM(vf, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -156,8 +157,8 @@ func (fc dyingFirecracker) checkNothingLeft(t *testing.T) {
 }
 
 // buildVMM is the driver the CLI builds for vf over cfg.
-func buildVMM(vf vmmFlags, cfg *config.Config) (vmm.VMM, error) {
-	c, err := node.WithVMM(cfg, vf.kind, vf.trace)
+func buildVMM(vf cli.VMMFlags, cfg *config.Config) (vmm.VMM, error) {
+	c, err := node.WithVMM(cfg, vf.Kind, vf.Trace)
 	if err != nil {
 		return nil, err
 	}

@@ -8,9 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	flattenop "warmstart/internal/flatten"
+	"warmstart/internal/cli"
+	"warmstart/internal/ops"
 	"warmstart/internal/report"
-	"warmstart/internal/usage"
 )
 
 var snapshotFlattenFlags struct {
@@ -37,23 +37,23 @@ this node cannot sign is refused rather than left unsigned.
 
 Exit status: 0 when the snapshot was flattened or had nothing to flatten,
 1 otherwise, 2 for a usage error.`,
-	Args: usage.Args(cobra.ExactArgs(1)),
+	Args: cli.Args(cobra.ExactArgs(1)),
 	RunE: runSnapshotFlatten,
 }
 
 func runSnapshotFlatten(cmd *cobra.Command, args []string) error {
-	if daemonSocket != "" {
+	if env.Daemon != "" {
 		return usageError{Err: errors.New("snapshot flatten has no --daemon yet: it runs in this process, on the repository its configuration names")}
 	}
-	repo, err := openRepository(cmd)
+	repo, err := env.OpenRepository(cmd)
 	if err != nil {
 		return fmt.Errorf("snapshot flatten: %w", err)
 	}
 	if c, ok := repo.(io.Closer); ok {
 		defer c.Close()
 	}
-	return interruptible(cmd, func(ctx context.Context) error {
-		res, err := flattenop.Run(ctx, repo, args[0], flattenop.Options{Full: snapshotFlattenFlags.full})
+	return cli.Interruptible(cmd, func(ctx context.Context) error {
+		res, err := ops.Flatten(ctx, repo, args[0], ops.FlattenOptions{Full: snapshotFlattenFlags.full})
 		if err != nil {
 			return err
 		}

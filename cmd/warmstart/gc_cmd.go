@@ -8,9 +8,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/local"
+	"warmstart/internal/cli"
+	"warmstart/internal/ops"
+	"warmstart/internal/report"
 	"warmstart/internal/repository/s3"
-	"warmstart/internal/usage"
 )
 
 var snapshotGCCmd = &cobra.Command{
@@ -25,22 +26,26 @@ every publish still running; a deleted snapshot keeps its chunks that
 long for restores still running on other nodes). It is safe to run while
 other nodes publish, restore and delete. A POSIX store has nothing to
 collect: it reclaims crashed publishes whenever it is opened.`, s3.AbandonedPublishGraceMinutes),
-	Args: usage.Args(cobra.NoArgs),
+	Args: cli.Args(cobra.NoArgs),
 	RunE: func(cmd *cobra.Command, _ []string) error {
-		if daemonSocket != "" {
+		if env.Daemon != "" {
 			// Inherited from "snapshot": collecting in this process instead
 			// would ignore the operator's choice without a word.
 			return usageError{Err: errors.New("snapshot gc has no --daemon: it runs in this process, on the repository its configuration names")}
 		}
-		repo, err := openRepository(cmd)
+		repo, err := env.OpenRepository(cmd)
 		if err != nil {
 			return err
 		}
 		if c, ok := repo.(io.Closer); ok {
 			defer c.Close()
 		}
-		return interruptible(cmd, func(ctx context.Context) error {
-			return local.CollectGarbage(ctx, repo, cmdOutput(cmd))
+		return cli.Interruptible(cmd, func(ctx context.Context) error {
+			st, collected, err := ops.CollectGarbage(ctx, repo)
+			if err != nil {
+				return err
+			}
+			return report.Collected(cmd.OutOrStdout(), st, collected)
 		})
 	},
 }

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"warmstart/internal/lab/synth"
 	"warmstart/internal/repository/posixfs"
-	"warmstart/internal/synth"
 )
 
 // TestSnapshotImportRecordsWhenEnabled: with

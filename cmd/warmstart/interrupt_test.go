@@ -18,7 +18,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"warmstart/internal/miniotest"
+	"warmstart/internal/lab/bench"
+	"warmstart/internal/lab/miniotest"
 )
 
 const (
@@ -69,7 +70,7 @@ func TestBenchS3Interrupt(t *testing.T) {
 	miniotest.Require(t)
 	// bench --repository s3 execs the companion command that holds the
 	// MinIO/Toxiproxy harness; this test binary has none beside it.
-	t.Setenv(s3BenchBinaryEnv, filepath.Join(buildCommands(t), s3BenchCommand))
+	t.Setenv(bench.S3BinaryEnv, filepath.Join(buildCommands(t), bench.S3Command))
 	cli := startCLI(t, false, "bench", "--repository", "s3", "--blocks", "3", "--memory-size", "8MiB", "--policies", "seed")
 	cli.waitOutput("block 0 ") // a trial has ended; the next one runs
 	cli.signal(syscall.SIGINT)

@@ -6,10 +6,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/local"
-	"warmstart/internal/node"
+	"warmstart/internal/cli"
+	"warmstart/internal/report"
+	"warmstart/internal/repository"
 	"warmstart/internal/trust"
-	"warmstart/internal/usage"
 )
 
 var keyCmd = &cobra.Command{
@@ -47,7 +47,7 @@ var keyGenerateCmd = &cobra.Command{
 PKCS #8, mode 0600) and PREFIX.pub (the public key, PEM PKIX, mode 0644),
 each durably. Nothing is overwritten: if either file exists the command
 fails before writing anything. It prints the key's id.`,
-	Args: usage.Args(cobra.NoArgs),
+	Args: cli.Args(cobra.NoArgs),
 	RunE: func(cmd *cobra.Command, _ []string) error {
 		if keyGenerateOut == "" {
 			return usageError{Err: errors.New("key generate: --out PREFIX is required")}
@@ -72,9 +72,14 @@ file, public or private; a private key's file must pass the same checks as
 [trust] signing_key (owned by this user or root, mode 0600), a public
 key's those of [trust] trusted_keys (writable by no one else). With --json,
 {"id", "algorithm", "private", "public_key"}.`,
-	Args: usage.Args(cobra.ExactArgs(1)),
+	Args: cli.Args(cobra.ExactArgs(1)),
 	RunE: func(cmd *cobra.Command, args []string) error {
-		return local.ShowKey(cmdOutput(cmd), args[0], keyShowJSON)
+		k, err := trust.LoadPublic(args[0])
+		if err != nil {
+			return fmt.Errorf("key show: %w", err)
+		}
+		return report.Key(cmd.OutOrStdout(), report.KeyInfo{ID: k.ID(), Algorithm: repository.SignatureAlgorithm,
+			Private: k.Private != nil, PublicKey: string(trust.EncodePublic(k.Public))}, keyShowJSON)
 	},
 }
 
@@ -83,13 +88,4 @@ func init() {
 	keyShowCmd.Flags().BoolVar(&keyShowJSON, "json", false, "print JSON")
 	keyCmd.AddCommand(keyGenerateCmd, keyShowCmd)
 	rootCmd.AddCommand(keyCmd)
-}
-
-// trustPolicy is the policy of this node's configuration.
-func trustPolicy() (*trust.Policy, error) {
-	cfg, err := loadConfig()
-	if err != nil {
-		return nil, err
-	}
-	return node.TrustPolicy(cfg)
 }

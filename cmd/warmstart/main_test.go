@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"warmstart/internal/config"
-	"warmstart/internal/role"
+	"warmstart/internal/reexec"
 )
 
 // Roles of the test binary besides warmstart's own (trials and replay VMMs
@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 	// No test, nor a CLI child it starts, reads the host's system
 	// configuration file.
 	config.SystemFile = ""
-	roles.With(role.Roles{
+	roles.With(reexec.Roles{
 		roleCLI:        func() int { main(); return 0 },
 		roleCrashedCLI: func() int { return runCrashedCLI(os.Getenv(crashedCLIRootEnv)) },
 	}).Dispatch()
@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 
 // cliEnv is the environment of a child playing the warmstart command.
 func cliEnv(extra ...string) []string {
-	return append(role.Environ(os.Environ(), roleCLI), extra...)
+	return append(reexec.Environ(os.Environ(), roleCLI), extra...)
 }
 
 // cliRun is what one warmstart process did.

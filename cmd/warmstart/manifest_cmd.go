@@ -5,9 +5,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/local"
+	"warmstart/internal/cli"
+	"warmstart/internal/lab/chart"
+	"warmstart/internal/ops"
+	"warmstart/internal/report"
 	"warmstart/internal/repository"
-	"warmstart/internal/usage"
 )
 
 var manifestCmd = &cobra.Command{
@@ -44,18 +46,26 @@ against first-touch rank.
 A file that is not a valid manifest (truncated, bad magic number, unknown
 version, overlapping, unaligned or out-of-layout ranges, over 16 MiB) is an
 error naming the file and the rule it breaks.`,
-	Args: usage.Args(cobra.ExactArgs(1)),
+	Args: cli.Args(cobra.ExactArgs(1)),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		if args[0] == "" {
 			return usageError{Err: errors.New("manifest inspect: the manifest argument is empty: give a FILE, ID or ALIAS")}
 		}
-		if err := checkPlotFlag(manifestPlot); err != nil {
+		if err := cli.CheckFileFlag("--plot", manifestPlot, chart.CheckPath); err != nil {
 			return err
 		}
-		req := local.InspectRequest{Ref: args[0], JSON: manifestInspectJSON, Verbose: manifestInspectVerbose, Plot: manifestPlot}
-		return local.InspectManifest(cmd.Context(), cmdOutput(cmd), req, func() (repository.Repository, error) {
-			return openReadOnlyRepository(cmd)
+		path, data, m, err := ops.InspectManifest(cmd.Context(), args[0], func() (repository.Repository, error) {
+			return env.OpenReadOnlyRepository(cmd)
 		})
+		if err != nil {
+			return err
+		}
+		if manifestPlot != "" {
+			if err := chart.Manifest(manifestPlot, m); err != nil {
+				return err
+			}
+		}
+		return report.Manifest(cmd.OutOrStdout(), path, data, m, manifestInspectJSON, manifestInspectVerbose)
 	},
 }
 
@@ -63,7 +73,7 @@ func init() {
 	manifestInspectCmd.Flags().BoolVar(&manifestInspectJSON, "json", false, "print the manifest as JSON, every range included")
 	manifestInspectCmd.Flags().BoolVar(&manifestInspectVerbose, "verbose", false, "list every range, not only the first 20")
 	manifestInspectCmd.Flags().StringVar(&manifestPlot, "plot", "", "draw the memory map and cumulative bytes to FILE.svg or FILE.png")
-	manifestInspectCmd.Flags().String(storeFlag, "", "POSIX snapshot store directory, for an id or alias (overrides [backend.posix_fs] snapshot_store)")
+	manifestInspectCmd.Flags().String(cli.StoreFlag, "", "POSIX snapshot store directory, for an id or alias (overrides [backend.posix_fs] snapshot_store)")
 	manifestCmd.AddCommand(manifestInspectCmd)
 	rootCmd.AddCommand(manifestCmd)
 }

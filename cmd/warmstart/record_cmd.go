@@ -2,18 +2,18 @@ package main
 
 import (
 	"context"
+	"fmt"
 
-	"warmstart/internal/daemon"
-	"warmstart/internal/local"
-	"warmstart/internal/remote"
+	"warmstart/internal/api"
+	"warmstart/internal/cli"
+	"warmstart/internal/ops"
 	"warmstart/internal/report"
-	"warmstart/internal/usage"
 
 	"github.com/spf13/cobra"
 )
 
 func init() {
-	var vf vmmFlags
+	var vf cli.VMMFlags
 	cmd := &cobra.Command{
 		Use:   "record-manifest ID|ALIAS",
 		Short: "Record a snapshot's startup manifest now and attach it",
@@ -22,25 +22,36 @@ the memory it touches until the guest agent is ready, build the startup
 manifest (first-touch order, adjacent pages coalesced) and attach it to the
 snapshot atomically, replacing any manifest it had. This is what a publish
 does in the background when [snapshot.memory_startup_pack] enabled is on.`,
-		Args: usage.Args(snapshotArg),
+		Args: cli.Args(cli.SnapshotArg),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if daemonSocket != "" {
-				return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
-					return remote.RecordManifest(ctx, c, o, args[0])
+			if env.Daemon != "" {
+				return env.OnDaemon(cmd, func(ctx context.Context, c *api.Client, o report.Output) error {
+					fmt.Fprintf(o.Err, "recording %s on the daemon...\n", args[0])
+					res, err := c.RecordManifest(ctx, args[0])
+					if err != nil {
+						return fmt.Errorf("record-manifest %s: %w", args[0], err)
+					}
+					return report.Recorded(o.Out, res)
 				}, "vmm", "trace")
 			}
 			// Signals are watched from before the recording's devices are
 			// mounted, so that one arriving at any point unmounts them.
-			return interruptible(cmd, func(ctx context.Context) error {
-				s, err := openSystem(cmd, &vf)
+			return cli.Interruptible(cmd, func(ctx context.Context) error {
+				s, err := env.OpenNode(cmd, &vf)
 				if err != nil {
 					return err
 				}
 				defer s.Close()
-				return local.RecordManifest(ctx, s, cmdOutput(cmd), args[0])
+				res, err := ops.RecordManifest(ctx, s, args[0], func(id string) {
+					fmt.Fprintf(cmd.ErrOrStderr(), "recording %s on the %s device...\n", id, s.Config.Memory.Device)
+				})
+				if err != nil {
+					return cli.OpError("record-manifest", args[0], err)
+				}
+				return report.Recorded(cmd.OutOrStdout(), res)
 			})
 		},
 	}
-	vf.register(cmd)
+	vf.Register(cmd)
 	snapshotCmd.AddCommand(cmd)
 }

@@ -3,25 +3,26 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/daemon"
+	"warmstart/internal/api"
+	"warmstart/internal/cli"
 	"warmstart/internal/interrupt"
-	"warmstart/internal/local"
-	"warmstart/internal/remote"
+	"warmstart/internal/lab/chart"
+	"warmstart/internal/ops"
 	"warmstart/internal/report"
 	"warmstart/internal/restore"
-	"warmstart/internal/usage"
 )
 
-// restoreFlags are restore's flags.
+// restoreFlags are restore's flags: what the restore should do, bound
+// straight into the request the daemon takes too, and how to present it.
 type restoreFlags struct {
-	vf       vmmFlags
-	mode     string
-	device   string
-	policy   string
-	ioEngine int
+	vf       cli.VMMFlags
+	req      api.RestoreRequest
+	ioEngine int // req.IOEngine once --io-engine is given
 	hold     bool
 	asJSON   bool
 	plotPath string
@@ -52,54 +53,49 @@ SIGINT or SIGTERM stops the restore in order and the verb exits
 --daemon and without --hold, a signal before the daemon answers cancels
 the request (the daemon stops a restore whose client left), and one
 after it still sends the stop.`,
-		Args: usage.Args(snapshotArg),
+		Args: cli.Args(cli.SnapshotArg),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := restore.ParseMode(f.mode)
-			if err != nil {
-				return usageError{Err: err}
-			}
+			f.req.Snapshot = args[0]
 			if err := f.check(cmd); err != nil {
 				return usageError{Err: err}
 			}
-			if err := checkPlotFlag(f.plotPath); err != nil {
+			if err := cli.CheckFileFlag("--plot", f.plotPath, chart.CheckPath); err != nil {
 				return err
 			}
-			if daemonSocket != "" {
-				return f.onDaemon(cmd, args[0], m)
+			if env.Daemon != "" {
+				return f.onDaemon(cmd)
 			}
-			return restoreInProcess(cmd, args[0], m, &f)
+			return restoreInProcess(cmd, &f)
 		},
 	}
-	f.vf.register(cmd)
+	f.vf.Register(cmd)
 	fl := cmd.Flags()
-	fl.StringVar(&f.mode, "prefetch", "auto", "startup prefetch: auto (config consume_enabled), on or off")
-	fl.StringVar(&f.device, "device", "", "memory device: file (FUSE) or uffd (default from [memory] device)")
-	fl.StringVar(&f.policy, "policy", "", "prefetch policy: seed, reap, e2b or warmstart (default from [prefetch] policy)")
+	fl.StringVar(&f.req.Prefetch, "prefetch", "auto", "startup prefetch: auto (config consume_enabled), on or off")
+	fl.StringVar(&f.req.Device, "device", "", "memory device: file (FUSE) or uffd (default from [memory] device)")
+	fl.StringVar(&f.req.Policy, "policy", "", "prefetch policy: seed, reap, e2b or warmstart (default from [prefetch] policy)")
 	fl.IntVar(&f.ioEngine, "io-engine", 0, "I/O engine: 0 or 1 buffered, 2 direct I/O (default from [memory] io_engine)")
 	fl.BoolVar(&f.hold, "hold", false, "keep the VM running until Ctrl-C; if it exits first, say how and exit 1 (with --daemon: leave it with the daemon)")
 	fl.BoolVar(&f.asJSON, "json", false, "print the result as JSON")
 	fl.StringVar(&f.plotPath, "plot", "", "draw the restore's timeline (device acquired, VM started, prefetch and demand bytes over time, ready) to FILE.svg or FILE.png")
-	fl.String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
-	addDaemonFlag(cmd)
+	fl.String(cli.StoreFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
+	env.AddDaemonFlag(cmd)
 	return cmd
 }
 
-// ioEngineFlag is --io-engine when given, nil for the configured engine.
-// check refuses what no restore can use before anything is mounted. An
-// empty --device given explicitly is refused here: restore.CheckFlags
-// reads "" as "not given" and would fall back to the configuration.
+// check refuses what no restore can use before anything is mounted
+// (ops.CheckRestoreRequest). An --io-engine given is the request's; left
+// out, the configured engine applies. An empty --device given explicitly
+// is refused: the request reads "" as the configured device.
 func (f *restoreFlags) check(cmd *cobra.Command) error {
-	if cmd.Flags().Changed("device") && f.device == "" {
-		return errors.New(`--device "": want file or uffd`)
-	}
-	return restore.CheckFlags(f.device, f.ioEngine, f.policy)
-}
-
-func (f *restoreFlags) ioEngineFlag(cmd *cobra.Command) *int {
 	if cmd.Flags().Changed("io-engine") {
-		return &f.ioEngine
+		f.req.IOEngine = &f.ioEngine
 	}
-	return nil
+	if cmd.Flags().Changed("device") {
+		if err := ops.CheckDevice(f.req.Device, ops.Flags); err != nil {
+			return err
+		}
+	}
+	return ops.CheckRestoreRequest(f.req, ops.Flags)
 }
 
 // restoreInProcess restores in this process, prints the restore as the
@@ -108,9 +104,9 @@ func (f *restoreFlags) ioEngineFlag(cmd *cobra.Command) *int {
 // any point stops the restore in order and unmounts, and the verb exits
 // 128+signal, except that a signal is how a held restore ends, which
 // exits 0 once it has stopped cleanly.
-func restoreInProcess(cmd *cobra.Command, ref string, m restore.Mode, f *restoreFlags) error {
+func restoreInProcess(cmd *cobra.Command, f *restoreFlags) error {
 	in := interrupt.NotifyBounded(cmd.ErrOrStderr())
-	err := in.Result(restoreWatched(in.Work, cmd, ref, m, f))
+	err := in.Result(restoreWatched(in.Work, cmd, f))
 	if stopped := (interrupt.Error{}); f.hold && errors.As(err, &stopped) && stopped.Err == nil {
 		return nil
 	}
@@ -118,35 +114,103 @@ func restoreInProcess(cmd *cobra.Command, ref string, m restore.Mode, f *restore
 }
 
 // restoreWatched is restoreInProcess's work; ctx ends at the first signal.
-func restoreWatched(ctx context.Context, cmd *cobra.Command, ref string, m restore.Mode, f *restoreFlags) error {
-	f.vf.readOnly = true
-	n, err := openSystem(cmd, &f.vf)
+func restoreWatched(ctx context.Context, cmd *cobra.Command, f *restoreFlags) error {
+	f.vf.ReadOnly = true
+	n, err := env.OpenNode(cmd, &f.vf)
 	if err != nil {
 		return err
 	}
 	defer n.Close()
-	opts, err := restore.OptionsFor(n.Config, restore.Choice{Device: f.device, Prefetch: string(m), Policy: f.policy, IOEngine: f.ioEngineFlag(cmd)})
+	opts, err := ops.RestoreOptions(n.Config, f.req, ops.Flags)
 	if err != nil {
 		return usageError{Err: err}
 	}
-	return local.Restore(ctx, n, cmdOutput(cmd), local.RestoreRequest{Ref: ref, Options: opts, Hold: f.hold, JSON: f.asJSON, Plot: f.plotPath})
+	o := cli.Output(cmd)
+	inst, info, err := ops.Restore(ctx, n, f.req.Snapshot, opts)
+	if err != nil {
+		return err
+	}
+	if err := f.print(o, info, inst); err != nil {
+		inst.Stop(context.Background())
+		return err
+	}
+	if f.hold {
+		fmt.Fprintln(o.Err, "holding the VM; Ctrl-C stops it")
+		// A held VM that exited on its own holds nothing worth waiting for.
+		select {
+		case <-ctx.Done():
+		case <-inst.Exited():
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, err := inst.StopReported(sctx)
+	if err != nil {
+		return err
+	}
+	return f.stopped(o, info.Snapshot, rep)
+}
+
+// print prints a ready restore, as JSON or for people, and draws the
+// timeline of an in-process one (inst) when asked.
+func (f *restoreFlags) print(o report.Output, info api.RestoreInfo, inst *restore.Instance) error {
+	if err := report.RestoreResult(o.Out, info, f.asJSON); err != nil || f.plotPath == "" {
+		return err
+	}
+	return chart.Timeline(f.plotPath, inst.Timings, inst.Events, inst.StartupSet)
+}
+
+// stopped prints how the restore of name stopped. A VM that exited after
+// ready fails the restore once everything is released.
+func (f *restoreFlags) stopped(o report.Output, name string, rep restore.StopReport) error {
+	if !f.asJSON {
+		report.Stopped(o.Out, rep)
+	}
+	if rep.Exit != nil {
+		return fmt.Errorf("restore %s: the VM exited after ready: %v", name, rep.Exit)
+	}
+	return nil
 }
 
 // onDaemon restores on the daemon. The daemon keeps no timeline, so --plot
 // is refused here.
-func (f *restoreFlags) onDaemon(cmd *cobra.Command, ref string, m restore.Mode) error {
+func (f *restoreFlags) onDaemon(cmd *cobra.Command) error {
 	if cmd.Flags().Changed("plot") {
-		if err := localOnly(cmd, "vmm", "trace", storeFlag); err != nil {
+		if err := cli.LocalOnly(cmd, "vmm", "trace", cli.StoreFlag); err != nil {
 			return err
 		}
 		return usageError{Err: errors.New("--plot draws the timeline of an in-process restore; the daemon keeps none")}
 	}
-	req := daemon.RestoreRequest{Snapshot: ref, Device: f.device, Prefetch: string(m), Policy: f.policy, IOEngine: f.ioEngineFlag(cmd)}
-	return onDaemon(cmd, func(_ context.Context, c *daemon.Client, o report.Output) error {
+	return env.OnDaemon(cmd, func(_ context.Context, c *api.Client, o report.Output) error {
 		// A signal cancels the request (the daemon then stops a restore
 		// whose client left) or, once the answer is in, still lets the
 		// verb stop the restore it does not hold, then exits 128+signal.
 		in := interrupt.NotifyBounded(o.Err)
-		return in.Result(remote.Restore(in.Work, c, o, req, daemonSocket, f.hold, f.asJSON))
-	}, "vmm", "trace", storeFlag)
+		return in.Result(f.restoreOn(in.Work, c, o))
+	}, "vmm", "trace", cli.StoreFlag)
+}
+
+// restoreOn restores on the daemon and prints what restore prints in
+// process. With --hold the daemon keeps the VM, and the verb names the
+// command that stops it; without, the verb stops the VM after printing.
+func (f *restoreFlags) restoreOn(ctx context.Context, c *api.Client, o report.Output) error {
+	info, err := c.Restore(ctx, f.req)
+	if err != nil {
+		return fmt.Errorf("restore %s: %w", f.req.Snapshot, err)
+	}
+	if err := f.print(o, info, nil); err != nil {
+		return err
+	}
+	if f.hold {
+		fmt.Fprintf(o.Err, "the daemon holds restore %s; stop it with: warmstart --daemon %s restores stop %s\n", info.ID, env.Daemon, info.ID)
+		return nil
+	}
+	// Stopped even when ctx ended since the answer (the verb was
+	// interrupted): nothing else would stop this restore, which the
+	// caller does not hold. The daemon bounds the stop.
+	rep, err := c.StopRestore(context.WithoutCancel(ctx), info.ID)
+	if err != nil {
+		return fmt.Errorf("restore %s: stop: %w", f.req.Snapshot, err)
+	}
+	return f.stopped(o, info.ID, rep.StopReport)
 }

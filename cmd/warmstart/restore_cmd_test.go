@@ -18,8 +18,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warmstart/internal/lab/synth"
 	"warmstart/internal/node"
-	"warmstart/internal/synth"
 )
 
 // verbTimeout bounds a verb run as a separate process.

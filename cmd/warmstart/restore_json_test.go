@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"warmstart/internal/synth"
+	"warmstart/internal/lab/synth"
 )
 
 // TestRestoreJSONOneSchema restores the same snapshot in process and on a

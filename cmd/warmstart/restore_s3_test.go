@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"warmstart/internal/miniotest"
-	"warmstart/internal/synth"
+	"warmstart/internal/lab/miniotest"
+	"warmstart/internal/lab/synth"
 	"warmstart/internal/trace"
 	"warmstart/internal/vmm/replay"
 )

@@ -18,7 +18,7 @@ import (
 
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/node"
-	"warmstart/internal/role"
+	"warmstart/internal/reexec"
 )
 
 // crashedCLIRootEnv names the directory under which a child playing
@@ -80,7 +80,7 @@ func TestSweepDeadCLIDirs(t *testing.T) {
 func killCLIWithMounts(t *testing.T, root string) (string, int) {
 	t.Helper()
 	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(role.Environ(os.Environ(), roleCrashedCLI), crashedCLIRootEnv+"="+root, "GORACE=atexit_sleep_ms=0")
+	child.Env = append(reexec.Environ(os.Environ(), roleCrashedCLI), crashedCLIRootEnv+"="+root, "GORACE=atexit_sleep_ms=0")
 	stdin, err := child.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

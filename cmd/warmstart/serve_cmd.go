@@ -1,17 +1,11 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"io"
-	"os"
-	"os/signal"
-	"syscall"
-
 	"github.com/spf13/cobra"
 
+	"warmstart/internal/cli"
 	"warmstart/internal/daemon"
-	"warmstart/internal/usage"
+	"warmstart/internal/interrupt"
 )
 
 func init() {
@@ -51,52 +45,22 @@ SIGINT shuts down in order: stop accepting requests, stop the restores
 (stop the VM, wait for prefetch reads), release the memory devices, unmount
 FUSE, remove the socket. Every step is bounded, so the shutdown ends by
 itself; a second signal says so and changes nothing.`,
-		Args: usage.Args(cobra.NoArgs),
+		Args: cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig()
+			cfg, err := env.Config()
 			if err != nil {
 				return err
 			}
-			repo, err := openRepository(cmd)
+			repo, err := env.OpenRepository(cmd)
 			if err != nil {
 				return err
 			}
-			// One registration for every signal, made before serving: a
-			// second signal that comes right after the first must not
-			// land before a later registration exists and be swallowed.
-			sigs := make(chan os.Signal, 2)
-			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-			defer signal.Stop(sigs)
-			ctx, cancel := context.WithCancelCause(context.Background())
-			defer cancel(nil)
-			served := make(chan struct{})
-			defer close(served)
-			go watchServeSignals(sigs, cancel, served, cmd.ErrOrStderr())
+			ctx, done := interrupt.Shutdown(cmd.ErrOrStderr())
+			defer done()
 			return daemon.Serve(ctx, cfg, repo, listen, cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "", "serve the API on this TCP address (host:port) instead of [daemon] socket")
-	cmd.Flags().String(storeFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
+	cmd.Flags().String(cli.StoreFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
 	rootCmd.AddCommand(cmd)
-}
-
-// watchServeSignals begins the shutdown at the first signal (cancel, with
-// the signal as the cause the daemon logs) and answers every later one,
-// until the daemon has served (served closed): the shutdown goes on in
-// order and ends by itself, so a later signal changes nothing, and says so
-// rather than nothing.
-func watchServeSignals(sigs <-chan os.Signal, cancel context.CancelCauseFunc, served <-chan struct{}, log io.Writer) {
-	for first := true; ; first = false {
-		var sig os.Signal
-		select {
-		case sig = <-sigs:
-		case <-served:
-			return
-		}
-		if first {
-			cancel(fmt.Errorf("%v signal received", sig))
-			continue
-		}
-		fmt.Fprintf(log, "warmstart serve: %v again: still shutting down in order; every step is bounded, so it ends by itself\n", sig)
-	}
 }

@@ -8,10 +8,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/local"
+	"warmstart/internal/cli"
+	"warmstart/internal/ops"
 	"warmstart/internal/report"
 	"warmstart/internal/trust"
-	"warmstart/internal/usage"
 )
 
 var snapshotSignAll bool
@@ -40,18 +40,18 @@ to stderr, one line per signed snapshot to stdout.
 It runs in this process only (no --daemon): the key is this host's.
 Exit status: 0 when every snapshot was signed, 1 otherwise, 2 for a usage
 error.`,
-	Args: usage.Args(optionalSnapshotArg),
+	Args: cli.Args(cli.OptionalSnapshotArg),
 	RunE: runSnapshotSign,
 }
 
 func runSnapshotSign(cmd *cobra.Command, args []string) error {
-	if daemonSocket != "" {
+	if env.Daemon != "" {
 		return usageError{Err: errors.New("snapshot sign has no --daemon: it signs with this host's [trust] signing_key, in this process")}
 	}
 	if snapshotSignAll == (len(args) == 1) {
 		return usageError{Err: errors.New("snapshot sign: give one ID or ALIAS, or --all")}
 	}
-	cfg, err := loadConfig()
+	cfg, err := env.Config()
 	if err != nil {
 		return err
 	}
@@ -62,24 +62,31 @@ func runSnapshotSign(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return fmt.Errorf("snapshot sign: %w", err)
 	}
-	policy, err := trustPolicy()
+	policy, err := env.TrustPolicy()
 	if err != nil {
 		return fmt.Errorf("snapshot sign: %w", err)
 	}
-	repo, err := openRepository(cmd)
+	repo, err := env.OpenRepository(cmd)
 	if err != nil {
 		return fmt.Errorf("snapshot sign: %w", err)
 	}
 	if c, ok := repo.(io.Closer); ok {
 		defer c.Close()
 	}
-	s := local.Signer{Key: key, Policy: policy, Progress: report.VerifyProgress(cmd.ErrOrStderr())}
+	s := ops.Signer{Key: key, Policy: policy, Progress: report.VerifyProgress(cmd.ErrOrStderr())}
 	ref := ""
 	if len(args) == 1 {
 		ref = args[0]
 	}
-	return interruptible(cmd, func(ctx context.Context) error {
-		return invalidAsUsage(local.Sign(ctx, repo, s, cmdOutput(cmd), ref, snapshotSignAll))
+	return cli.Interruptible(cmd, func(ctx context.Context) error {
+		err := ops.Sign(ctx, repo, s, ref, snapshotSignAll, func(r ops.Signed) {
+			if r.Err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warmstart: %v\n", r.Err)
+				return
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s\tsigned with key %s (%s)\n", r.ID, key.ID(), r.How)
+		})
+		return cli.InvalidAsUsage(cli.OpError("snapshot sign", ref, err))
 	})
 }
 

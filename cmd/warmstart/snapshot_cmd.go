@@ -8,14 +8,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/daemon"
+	"warmstart/internal/api"
+	"warmstart/internal/cli"
 	"warmstart/internal/layout"
-	"warmstart/internal/local"
 	"warmstart/internal/node"
-	"warmstart/internal/remote"
+	"warmstart/internal/ops"
 	"warmstart/internal/report"
 	"warmstart/internal/repository"
-	"warmstart/internal/usage"
 )
 
 var snapshotCmd = &cobra.Command{
@@ -37,7 +36,7 @@ type snapshotImportOptions struct {
 	link                           bool
 	// vmm restores the recording when [snapshot.memory_startup_pack]
 	// enabled is on.
-	vmm vmmFlags
+	vmm cli.VMMFlags
 }
 
 var snapshotImportFlags snapshotImportOptions
@@ -70,7 +69,7 @@ With [snapshot.memory_startup_pack] enabled = true the startup manifest is
 then recorded, as a daemon does after an import, holding the capture lease;
 this command waits for it (progress on standard error) with the VMM that
 [vmm] driver, [replay] trace, --vmm and --trace name.`,
-	Args: usage.Args(cobra.NoArgs),
+	Args: cli.Args(cobra.NoArgs),
 	RunE: runSnapshotImport,
 }
 
@@ -84,34 +83,29 @@ func runSnapshotImport(cmd *cobra.Command, _ []string) error {
 			return usageError{Err: fmt.Errorf("snapshot import: --alias: %w", err)}
 		}
 	}
-	if daemonSocket != "" {
-		return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
-			return remote.Import(ctx, c, o, daemon.ImportRequest{VMState: f.vmState, Memory: f.memory, Alias: f.alias, Layout: f.layout, Link: f.link})
-		}, storeFlag)
+	if env.Daemon != "" {
+		return env.OnDaemon(cmd, func(ctx context.Context, c *api.Client, o report.Output) error {
+			return importOn(ctx, c, o, api.ImportRequest{VMState: f.vmState, Memory: f.memory, Alias: f.alias, Layout: f.layout, Link: f.link})
+		}, cli.StoreFlag)
 	}
 	lay, err := importLayout(f)
 	if err != nil {
 		return err
 	}
-	cfg, err := loadConfig()
-	if err != nil {
-		return err
-	}
-	if cfg.Snapshot.MemoryStartupPack.Enabled {
-		return interruptible(cmd, func(ctx context.Context) error { return importAndRecord(ctx, cmd, f, lay) })
-	}
-	repo, err := openRepository(cmd)
+	return cli.Interruptible(cmd, func(ctx context.Context) error { return importInProcess(ctx, cmd, f, lay) })
+}
+
+// importOn publishes a snapshot on the daemon and prints its id.
+func importOn(ctx context.Context, c *api.Client, o report.Output, req api.ImportRequest) error {
+	rec, err := c.Import(ctx, req)
 	if err != nil {
 		return fmt.Errorf("snapshot import: %w", err)
 	}
-	return interruptible(cmd, func(ctx context.Context) error {
-		rec, err := node.Import(ctx, repo, f.publishRequest(cmd, lay))
-		if err != nil {
-			return fmt.Errorf("snapshot import: %w", err)
-		}
-		_, err = fmt.Fprintln(cmd.OutOrStdout(), rec.ID)
-		return err
-	})
+	if rec.Recording {
+		fmt.Fprintf(o.Err, "the daemon is recording the startup manifest of %s in the background\n", rec.ID)
+	}
+	_, err = fmt.Fprintln(o.Out, rec.ID)
+	return err
 }
 
 // importLayout is the memory layout --layout gives for the memory file,
@@ -124,12 +118,13 @@ func importLayout(f snapshotImportOptions) (layout.Layout, error) {
 	if !mem.Mode().IsRegular() {
 		return layout.Layout{}, fmt.Errorf("snapshot import: memory file %s is not a regular file", f.memory)
 	}
-	lay, err := layout.Parse(f.layout, mem.Size())
+	lay, err := ops.ImportLayout(f.layout, f.memory, mem.Size(), ops.Flags)
+	var fe *ops.FieldError
 	switch {
-	case err != nil && f.layout == "":
-		return lay, fmt.Errorf("snapshot import: memory file %s: %w", f.memory, err)
+	case errors.As(err, &fe) && fe.Field == "layout":
+		return lay, usageError{Err: fmt.Errorf("snapshot import: %w", err)}
 	case err != nil:
-		return lay, usageError{Err: fmt.Errorf("snapshot import: --layout %q for memory file %s (%d bytes): %w", f.layout, f.memory, mem.Size(), err)}
+		return lay, fmt.Errorf("snapshot import: %w", err)
 	}
 	return lay, nil
 }
@@ -143,15 +138,46 @@ func (f snapshotImportOptions) publishRequest(cmd *cobra.Command, lay layout.Lay
 	}
 }
 
-// importAndRecord publishes the snapshot and records its startup manifest,
-// holding the capture lease from publish to attach, and waits for it.
-func importAndRecord(ctx context.Context, cmd *cobra.Command, f snapshotImportOptions, lay layout.Layout) error {
-	n, err := openSystem(cmd, &snapshotImportFlags.vmm)
+// importInProcess publishes the snapshot and prints its id. With
+// [snapshot.memory_startup_pack] enabled it then records the startup
+// manifest, holding the capture lease from publish to attach, and waits
+// for it.
+func importInProcess(ctx context.Context, cmd *cobra.Command, f snapshotImportOptions, lay layout.Layout) error {
+	cfg, err := env.Config()
+	if err != nil {
+		return err
+	}
+	req := f.publishRequest(cmd, lay)
+	req.RecordManifest = cfg.Snapshot.MemoryStartupPack.Enabled
+	var n *node.Node
+	var repo repository.Repository
+	if req.RecordManifest {
+		if n, err = env.OpenNode(cmd, &snapshotImportFlags.vmm); err == nil {
+			defer n.Close()
+			repo = n.Repo
+		}
+	} else {
+		repo, err = env.OpenRepository(cmd)
+	}
 	if err != nil {
 		return fmt.Errorf("snapshot import: %w", err)
 	}
-	defer n.Close()
-	return local.ImportAndRecord(ctx, n, cmdOutput(cmd), f.publishRequest(cmd, lay))
+	rec, lease, err := ops.Publish(ctx, repo, req)
+	if err != nil {
+		return fmt.Errorf("snapshot import: %w", err)
+	}
+	fmt.Fprintln(cmd.OutOrStdout(), rec.ID)
+	if lease == nil {
+		return nil
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "recording the startup manifest of %s on the %s device; waiting for it\n", rec.ID, n.Config.Memory.Device)
+	res, err := n.Recorder.Start(ctx, lease).Result()
+	if err != nil {
+		// The snapshot is published and restores with on-demand reads.
+		return ops.NotRecorded(rec.ID, err)
+	}
+	report.Attached(cmd.ErrOrStderr(), rec.ID, res)
+	return nil
 }
 
 // snapshotListCheck is `snapshot list --check`: exit 1 when the catalog
@@ -178,22 +204,30 @@ has its alias marked (ALIAS MISMATCH) (in JSON: "alias_mismatch": {...})
 and a warning. With --check the command exits 1 when there is either.
 Listing never changes the store: writers move damaged entries to
 catalog/quarantine/.`,
-	Args: usage.Args(cobra.NoArgs),
+	Args: cli.Args(cobra.NoArgs),
 	RunE: func(cmd *cobra.Command, _ []string) error {
 		f := repository.Filter{AliasPrefix: snapshotListFlags.aliasPrefix}
 		if err := repository.ValidateFilter(f); err != nil {
 			return usageError{Err: fmt.Errorf("snapshot list: --alias-prefix: %w", err)}
 		}
-		if daemonSocket != "" {
-			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
-				return remote.List(ctx, c, o, f, snapshotListFlags.json, snapshotListCheck)
-			}, storeFlag)
+		if env.Daemon != "" {
+			return env.OnDaemon(cmd, func(ctx context.Context, c *api.Client, o report.Output) error {
+				rows, err := c.Catalog(ctx, f)
+				if err != nil {
+					return fmt.Errorf("snapshot list: %w", err)
+				}
+				return report.Catalog(o, rows, snapshotListFlags.json, snapshotListCheck)
+			}, cli.StoreFlag)
 		}
-		repo, err := openReadOnlyRepository(cmd)
+		repo, err := env.OpenReadOnlyRepository(cmd)
 		if err != nil {
 			return fmt.Errorf("snapshot list: %w", err)
 		}
-		return local.List(cmd.Context(), repo, cmdOutput(cmd), f, snapshotListFlags.json, snapshotListCheck)
+		rows, _, err := ops.List(cmd.Context(), repo, f)
+		if err != nil {
+			return fmt.Errorf("snapshot list: %w", err)
+		}
+		return report.Catalog(cli.Output(cmd), rows, snapshotListFlags.json, snapshotListCheck)
 	},
 }
 
@@ -217,23 +251,31 @@ signatures: "verified" (signed by a trusted key: it names the key),
 by keys not trusted here, or changed after it was signed) or "unverified"
 (the node trusts no key and checks none); either way it lists the keys
 whose signatures verify and those whose no longer do.`,
-	Args: usage.Args(snapshotArg),
+	Args: cli.Args(cli.SnapshotArg),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		ref := args[0]
-		if daemonSocket != "" {
-			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
-				return remote.Show(ctx, c, o, ref, snapshotShowJSON)
-			}, storeFlag)
+		if env.Daemon != "" {
+			return env.OnDaemon(cmd, func(ctx context.Context, c *api.Client, o report.Output) error {
+				info, err := c.Snapshot(ctx, ref)
+				if err != nil {
+					return fmt.Errorf("snapshot show %s: %w", ref, err)
+				}
+				return report.Snapshot(o.Out, info, snapshotShowJSON)
+			}, cli.StoreFlag)
 		}
-		repo, err := openReadOnlyRepository(cmd)
+		repo, err := env.OpenReadOnlyRepository(cmd)
 		if err != nil {
 			return fmt.Errorf("snapshot show: %w", err)
 		}
-		policy, err := trustPolicy()
+		policy, err := env.TrustPolicy()
 		if err != nil {
 			return fmt.Errorf("snapshot show: %w", err)
 		}
-		return invalidAsUsage(local.Show(cmd.Context(), repo, policy, cmdOutput(cmd), ref, snapshotShowJSON))
+		info, err := ops.Show(cmd.Context(), repo, policy, ref)
+		if err != nil {
+			return cli.RefError("snapshot show", ref, err)
+		}
+		return report.Snapshot(cmd.OutOrStdout(), info, snapshotShowJSON)
 	},
 }
 
@@ -244,50 +286,42 @@ var snapshotDeleteCmd = &cobra.Command{
 its files. Deleting a snapshot that does not exist succeeds and says so; a
 delete that was interrupted is finished by running it again. An alias that
 names a snapshot which no longer exists is released, and the verb says so.`,
-	Args: usage.Args(snapshotArg),
+	Args: cli.Args(cli.SnapshotArg),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		ref := args[0]
-		if daemonSocket != "" {
-			return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
-				return remote.Delete(ctx, c, o, ref)
-			}, storeFlag)
+		if env.Daemon != "" {
+			return env.OnDaemon(cmd, func(ctx context.Context, c *api.Client, o report.Output) error {
+				del, err := c.DeleteSnapshot(ctx, ref)
+				switch {
+				case errors.Is(err, repository.ErrNotFound):
+					return report.NothingToDelete(o.Out, ref)
+				case err != nil:
+					return fmt.Errorf("snapshot delete %s: %w", ref, err)
+				}
+				return report.Deletion(o.Out, ref, repository.Deletion{ID: del.ID, Alias: del.Alias, Released: del.Released})
+			}, cli.StoreFlag)
 		}
-		repo, err := openRepository(cmd)
+		repo, err := env.OpenRepository(cmd)
 		if err != nil {
 			return fmt.Errorf("snapshot delete: %w", err)
 		}
-		return invalidAsUsage(local.Delete(cmd.Context(), repo, cmdOutput(cmd), ref))
+		del, err := ops.Delete(cmd.Context(), repo, ref)
+		if err != nil {
+			return cli.RefError("snapshot delete", ref, err)
+		}
+		return report.Deletion(cmd.OutOrStdout(), ref, del)
 	},
 }
 
-// refError names the snapshot a verb failed on (local.RefError); a
-// malformed id or alias is a usage error.
-func refError(verb, ref string, err error) error {
-	return invalidAsUsage(local.RefError(verb, ref, err))
-}
-
-// invalidAsUsage makes a malformed id or alias a usage error.
-func invalidAsUsage(err error) error {
-	if errors.Is(err, repository.ErrInvalidRequest) {
-		return usageError{Err: err}
-	}
-	return err
-}
-
-// cmdOutput is where cmd prints.
-func cmdOutput(cmd *cobra.Command) report.Output {
-	return report.Output{Out: cmd.OutOrStdout(), Err: cmd.ErrOrStderr()}
-}
-
 func init() {
-	snapshotCmd.PersistentFlags().String(storeFlag, "", "POSIX snapshot store directory (overrides the configuration)")
+	snapshotCmd.PersistentFlags().String(cli.StoreFlag, "", "POSIX snapshot store directory (overrides the configuration)")
 
 	fl := snapshotImportCmd.Flags()
 	fl.StringVar(&snapshotImportFlags.vmState, "vm-state", "", "VMM state file of the snapshot (required)")
 	fl.StringVar(&snapshotImportFlags.memory, "memory", "", "guest memory file of the snapshot (required)")
 	fl.StringVar(&snapshotImportFlags.alias, "alias", "", "name to bind to the snapshot")
 	fl.StringVar(&snapshotImportFlags.layout, "layout", "", "memory regions offset:size[:pagesize],... (default: one region over the whole file)")
-	snapshotImportFlags.vmm.register(snapshotImportCmd)
+	snapshotImportFlags.vmm.Register(snapshotImportCmd)
 	fl.BoolVar(&snapshotImportFlags.link, "link", false, "hard-link the files instead of copying them and make them read-only; never write them again")
 
 	snapshotListCmd.Flags().BoolVar(&snapshotListFlags.json, "json", false, "print JSON")
@@ -296,6 +330,6 @@ func init() {
 	snapshotShowCmd.Flags().BoolVar(&snapshotShowJSON, "json", false, "print JSON")
 
 	snapshotCmd.AddCommand(snapshotImportCmd, snapshotListCmd, snapshotShowCmd, snapshotDeleteCmd)
-	addDaemonFlag(snapshotCmd)
+	env.AddDaemonFlag(snapshotCmd)
 	rootCmd.AddCommand(snapshotCmd)
 }

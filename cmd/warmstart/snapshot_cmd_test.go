@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"warmstart/internal/report"
+	"warmstart/internal/api"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/repository/repotest"
@@ -140,7 +140,7 @@ func checkShown(t *testing.T, store, id string, in repotest.Inputs, desc reposit
 	if err != nil {
 		t.Fatal(err)
 	}
-	var shown report.SnapshotShow
+	var shown api.SnapshotInfo
 	if err := json.Unmarshal([]byte(out), &shown); err != nil || shown.ID != id || shown.Manifest == nil || shown.Files == nil ||
 		repotest.FileSHA256(t, shown.Files.Memory) != in.MemorySHA256 {
 		t.Fatalf("show --json: %v\n%s", err, out)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"warmstart/internal/synth"
+	"warmstart/internal/lab/synth"
 	"warmstart/internal/trace"
 )
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"warmstart/internal/cli"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
 	"warmstart/internal/trust"
@@ -88,8 +89,8 @@ func TestSigningFromTheCommandLine(t *testing.T) {
 	if r := restore(trustsOld); r.code != 0 {
 		t.Fatalf("restore on a node trusting the publisher: exit %d, %q", r.code, r.stderr)
 	}
-	if r := restore(trustsNew); r.code != exitUntrusted || !strings.Contains(r.stderr, "signed only by keys this node does not trust") {
-		t.Fatalf("restore on a node trusting another key: exit %d, %q; want %d naming why", r.code, r.stderr, exitUntrusted)
+	if r := restore(trustsNew); r.code != cli.ExitUntrusted || !strings.Contains(r.stderr, "signed only by keys this node does not trust") {
+		t.Fatalf("restore on a node trusting another key: exit %d, %q; want %d naming why", r.code, r.stderr, cli.ExitUntrusted)
 	}
 	// Rotation: the new key signs what the old one signed, at once.
 	if r := runCLI(t, "--config", rotated, "snapshot", "sign", "web"); r.code != 0 || !strings.Contains(r.stdout, "already signed by trusted key "+oldKey.ID()) {

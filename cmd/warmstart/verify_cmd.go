@@ -8,12 +8,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/daemon"
-	"warmstart/internal/local"
-	"warmstart/internal/remote"
+	"warmstart/internal/api"
+	"warmstart/internal/cli"
+	"warmstart/internal/ops"
 	"warmstart/internal/report"
 	"warmstart/internal/snapcheck"
-	"warmstart/internal/usage"
 )
 
 // snapshotVerifyOptions are the flags of snapshot verify.
@@ -69,7 +68,7 @@ keys; "ok" says whether problems were found.
 
 Exit status: 0 when no problem was found, 1 when one was (or the
 verification itself failed), 2 for a usage error.`,
-	Args: usage.Args(optionalSnapshotArg),
+	Args: cli.Args(cli.OptionalSnapshotArg),
 	RunE: runSnapshotVerify,
 }
 
@@ -78,24 +77,55 @@ func runSnapshotVerify(cmd *cobra.Command, args []string) error {
 	if f.all == (len(args) == 1) {
 		return usageError{Err: errors.New("snapshot verify: give one ID or ALIAS, or --all")}
 	}
-	if daemonSocket != "" {
+	if env.Daemon != "" {
 		ref := strings.Join(args, "") // empty with --all
-		return onDaemon(cmd, func(ctx context.Context, c *daemon.Client, o report.Output) error {
-			return remote.Verify(ctx, c, o, ref, f.all, f.json, daemon.VerifyRequest{AddDigests: f.addDigests, Cache: &f.cache})
-		}, storeFlag)
+		return env.OnDaemon(cmd, func(ctx context.Context, c *api.Client, o report.Output) error {
+			return verifyOn(ctx, c, o, ref, f, api.VerifyRequest{AddDigests: f.addDigests, Cache: &f.cache})
+		}, cli.StoreFlag)
 	}
-	open := openReadOnlyRepository
+	open := env.OpenReadOnlyRepository
 	if f.addDigests {
-		open = openRepository
+		open = env.OpenRepository
 	}
 	repo, err := open(cmd)
 	if err != nil {
 		return fmt.Errorf("snapshot verify: %w", err)
 	}
-	return interruptible(cmd, func(ctx context.Context) error {
-		opts := snapcheck.Options{AddDigests: f.addDigests, Cache: f.cache}
-		return invalidAsUsage(local.Verify(ctx, repo, cmdOutput(cmd), strings.Join(args, ""), f.all, f.json, opts))
+	return cli.Interruptible(cmd, func(ctx context.Context) error {
+		o := cli.Output(cmd)
+		opts := snapcheck.Options{AddDigests: f.addDigests, Cache: f.cache, Progress: report.VerifyProgress(o.Err)}
+		if f.all {
+			reports, err := ops.VerifyAll(ctx, repo, opts)
+			if err != nil {
+				return fmt.Errorf("snapshot verify --all: %w", err)
+			}
+			return report.VerifyReports(o.Out, reports, f.json, "")
+		}
+		ref := args[0]
+		rep, err := ops.Verify(ctx, repo, ref, opts)
+		if err != nil {
+			return cli.RefError("snapshot verify", ref, err)
+		}
+		return report.VerifyReports(o.Out, []snapcheck.Report{rep}, f.json, ref)
 	})
+}
+
+// verifyOn verifies one snapshot on the daemon, or with --all every
+// snapshot it lists, and prints the reports; it fails when any found a
+// problem.
+func verifyOn(ctx context.Context, c *api.Client, o report.Output, ref string, f snapshotVerifyOptions, req api.VerifyRequest) error {
+	if !f.all {
+		rep, err := c.VerifySnapshot(ctx, ref, req)
+		if err != nil {
+			return fmt.Errorf("snapshot verify %s: %w", ref, err)
+		}
+		return report.VerifyReports(o.Out, []snapcheck.Report{rep}, f.json, ref)
+	}
+	reports, err := c.VerifyAll(ctx, req, func(id string) { fmt.Fprintf(o.Err, "verifying %s on the daemon\n", id) })
+	if err != nil {
+		return fmt.Errorf("snapshot verify --all: %w", err)
+	}
+	return report.VerifyReports(o.Out, reports, f.json, "")
 }
 
 func init() {

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"runtime/debug"
 
+	"warmstart/internal/cli"
 	"warmstart/internal/report"
-	"warmstart/internal/usage"
 
 	"github.com/spf13/cobra"
 )
@@ -14,7 +14,7 @@ func init() {
 	rootCmd.AddCommand(&cobra.Command{
 		Use:   "version",
 		Short: "Print the module version, VCS revision and Go version of this binary (as --version does)",
-		Args:  usage.Args(cobra.NoArgs),
+		Args:  cli.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_, err := fmt.Fprint(cmd.OutOrStdout(), buildVersion())
 			return err

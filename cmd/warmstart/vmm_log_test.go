@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"warmstart/internal/synth"
+	"warmstart/internal/lab/synth"
 	"warmstart/internal/trace"
 )
 

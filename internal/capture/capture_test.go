@@ -19,18 +19,18 @@ import (
 	"warmstart/internal/capture"
 	"warmstart/internal/config"
 	"warmstart/internal/initramfs"
+	"warmstart/internal/lab/pagecache"
 	"warmstart/internal/manifest"
 	"warmstart/internal/memdev"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/node"
-	"warmstart/internal/pagecache"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/recorder"
+	"warmstart/internal/reexec"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/restore"
 	"warmstart/internal/restore/restoretest"
-	"warmstart/internal/role"
 	"warmstart/internal/vmm/qemu"
 )
 
@@ -41,7 +41,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	role.Roles{qemu.RoleLauncher: qemu.LauncherMain}.Dispatch()
+	reexec.Roles{qemu.RoleLauncher: qemu.LauncherMain}.Dispatch()
 	code := m.Run()
 	guest.close()
 	os.Exit(code)

@@ -9,7 +9,7 @@ import (
 	"warmstart/internal/capture"
 	"warmstart/internal/chunkmap"
 	"warmstart/internal/initramfs"
-	"warmstart/internal/miniotest"
+	"warmstart/internal/lab/miniotest"
 	"warmstart/internal/repository/s3"
 	"warmstart/internal/vmm/qemu"
 )

@@ -111,46 +111,16 @@ func (c *Cache) scan(discard func(path, why string)) ([]*entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	type found struct {
-		e     *entry
-		mtime time.Time
-	}
-	var all []found
+	var all []foundBlock
 	for _, od := range objects {
 		if !od.IsDir() || !validID(od.Name()) {
 			continue
 		}
-		dir := c.objectDir(od.Name())
-		files, err := os.ReadDir(dir)
+		found, err := c.scanObject(od.Name(), discard)
 		if err != nil {
 			return nil, err
 		}
-		for _, f := range files {
-			path := filepath.Join(dir, f.Name())
-			if strings.HasPrefix(f.Name(), tempPrefix) {
-				discard(path, "interrupted write")
-				continue
-			}
-			bs, idx, length, crc, ok := parseChunkName(f.Name())
-			if !ok || !f.Type().IsRegular() {
-				continue
-			}
-			if bs != c.blockBytes || length > bs {
-				discard(path, "other block size")
-				continue
-			}
-			fi, err := f.Info()
-			if err != nil {
-				continue // removed under us
-			}
-			if fi.Size() != length {
-				c.stats.corrupt.Add(1)
-				discard(path, fmt.Sprintf("size %d, name says %d", fi.Size(), length))
-				continue
-			}
-			e := &entry{key: blockKey{od.Name(), idx}, length: length, crc: crc, onDisk: true}
-			all = append(all, found{e, fi.ModTime()})
-		}
+		all = append(all, found...)
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].mtime.Before(all[j].mtime) })
 	out := make([]*entry, 0, len(all))
@@ -166,6 +136,49 @@ func (c *Cache) scan(discard func(path, why string)) ([]*entry, error) {
 		out = append(out, f.e)
 	}
 	return out, nil
+}
+
+// foundBlock is a block file scan found, with when it was last written.
+type foundBlock struct {
+	e     *entry
+	mtime time.Time
+}
+
+// scanObject finds the blocks of one object on disk, as scan does.
+func (c *Cache) scanObject(id string, discard func(path, why string)) ([]foundBlock, error) {
+	dir := c.objectDir(id)
+	files, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var found []foundBlock
+	for _, f := range files {
+		path := filepath.Join(dir, f.Name())
+		if strings.HasPrefix(f.Name(), tempPrefix) {
+			discard(path, "interrupted write")
+			continue
+		}
+		bs, idx, length, crc, ok := parseChunkName(f.Name())
+		if !ok || !f.Type().IsRegular() {
+			continue
+		}
+		if bs != c.blockBytes || length > bs {
+			discard(path, "other block size")
+			continue
+		}
+		fi, err := f.Info()
+		if err != nil {
+			continue // removed under us
+		}
+		if fi.Size() != length {
+			c.stats.corrupt.Add(1)
+			discard(path, fmt.Sprintf("size %d, name says %d", fi.Size(), length))
+			continue
+		}
+		e := &entry{key: blockKey{id, idx}, length: length, crc: crc, onDisk: true}
+		found = append(found, foundBlock{e, fi.ModTime()})
+	}
+	return found, nil
 }
 
 func (c *Cache) discard(path, why string) {

@@ -39,25 +39,12 @@ func Plan(ranges []Range, size, blockBytes, runCapBytes int64) ([]Run, error) {
 	if size <= 0 || blockBytes <= 0 {
 		return nil, fmt.Errorf("plan: object size %d and block size %d must be positive", size, blockBytes)
 	}
-	capBlocks := max(1, runCapBytes/blockBytes)
 	blocks := (size + blockBytes - 1) / blockBytes
-	touched := make([]bool, blocks)
-	var order []int64
-	for i, r := range ranges {
-		if r.Offset < 0 || r.Length < 0 || r.Offset > size || r.Length > size {
-			return nil, fmt.Errorf("plan: range %d [%d, +%d) is outside the %d-byte object", i, r.Offset, r.Length, size)
-		}
-		end := min(r.Offset+r.Length, size)
-		if end <= r.Offset {
-			continue
-		}
-		for b := r.Offset / blockBytes; b <= (end-1)/blockBytes; b++ {
-			if !touched[b] {
-				touched[b] = true
-				order = append(order, b)
-			}
-		}
+	touched, order, err := touchOrder(ranges, size, blockBytes, blocks)
+	if err != nil {
+		return nil, err
 	}
+	capBlocks := max(1, runCapBytes/blockBytes)
 	planned := make([]bool, blocks)
 	var runs []Run
 	for _, b := range order {
@@ -77,6 +64,28 @@ func Plan(ranges []Range, size, blockBytes, runCapBytes int64) ([]Run, error) {
 		runs = append(runs, run)
 	}
 	return runs, nil
+}
+
+// touchOrder marks the blocks (of blocks) that ranges touch, and lists
+// them in the order of their first touch.
+func touchOrder(ranges []Range, size, blockBytes, blocks int64) (touched []bool, order []int64, err error) {
+	touched = make([]bool, blocks)
+	for i, r := range ranges {
+		if r.Offset < 0 || r.Length < 0 || r.Offset > size || r.Length > size {
+			return nil, nil, fmt.Errorf("plan: range %d [%d, +%d) is outside the %d-byte object", i, r.Offset, r.Length, size)
+		}
+		end := min(r.Offset+r.Length, size)
+		if end <= r.Offset {
+			continue
+		}
+		for b := r.Offset / blockBytes; b <= (end-1)/blockBytes; b++ {
+			if !touched[b] {
+				touched[b] = true
+				order = append(order, b)
+			}
+		}
+	}
+	return touched, order, nil
 }
 
 // Ramp cuts each of the first workers runs of a plan to a head whose

@@ -199,25 +199,31 @@ func Decode(data []byte, size int64) (Map, error) {
 	}
 	m.Chunks = make([]Chunk, count)
 	for i := range m.Chunks {
-		e := data[mapHeaderBytes+i*mapEntryBytes:]
-		c := &m.Chunks[i]
-		copy(c.Digest[:], e[1:1+sha256.Size])
-		c.StoredBytes = int64(binary.LittleEndian.Uint32(e[1+sha256.Size:]))
-		switch e[0] {
-		case 0:
-			c.Zero = true
-			if c.StoredBytes != 0 || c.Digest != (Digest{}) {
-				return Map{}, fmt.Errorf("chunk map: chunk %d: a zero chunk with a digest or stored size", i)
-			}
-		case 1:
-			if c.StoredBytes <= 0 || c.StoredBytes > MaxChunkBytes*2 {
-				return Map{}, fmt.Errorf("chunk map: chunk %d: stored_bytes %d out of range", i, c.StoredBytes)
-			}
-		default:
-			return Map{}, fmt.Errorf("chunk map: chunk %d: kind %d unknown", i, e[0])
+		if err := decodeChunk(&m.Chunks[i], data[mapHeaderBytes+i*mapEntryBytes:]); err != nil {
+			return Map{}, fmt.Errorf("chunk map: chunk %d: %w", i, err)
 		}
 	}
 	return m, nil
+}
+
+// decodeChunk parses one entry of an encoded map into c.
+func decodeChunk(c *Chunk, e []byte) error {
+	copy(c.Digest[:], e[1:1+sha256.Size])
+	c.StoredBytes = int64(binary.LittleEndian.Uint32(e[1+sha256.Size:]))
+	switch e[0] {
+	case 0:
+		c.Zero = true
+		if c.StoredBytes != 0 || c.Digest != (Digest{}) {
+			return errors.New("a zero chunk with a digest or stored size")
+		}
+	case 1:
+		if c.StoredBytes <= 0 || c.StoredBytes > MaxChunkBytes*2 {
+			return fmt.Errorf("stored_bytes %d out of range", c.StoredBytes)
+		}
+	default:
+		return fmt.Errorf("kind %d unknown", e[0])
+	}
+	return nil
 }
 
 // DecodeAny decodes an encoded map of whatever size its header names (for

@@ -17,14 +17,19 @@ import (
 
 	"github.com/BurntSushi/toml"
 
-	"warmstart/internal/fsx"
+	"warmstart/internal/untrusted"
 )
+
+// AddressingStyles lists the values of [backend.s3] addressing_style.
+func AddressingStyles() []string { return []string{AddressingAuto, AddressingPath, AddressingVirtual} }
 
 // Allowed values of the enumerated keys.
 const (
 	BackendPosixFS = "posix_fs"
 	BackendS3      = "s3"
 
+	// [backend.s3] addressing_style: the s3 package's styles
+	// (node.S3Options passes them on as they are).
 	AddressingAuto    = "auto"
 	AddressingPath    = "path"
 	AddressingVirtual = "virtual"
@@ -397,6 +402,12 @@ var (
 	ErrInvalidValue = errors.New("invalid value")
 )
 
+// InvalidValue is the error of a value of key found invalid outside
+// Validate: what Load does not read, such as the file [replay] trace names.
+func InvalidValue(key string, err error) *ConfigError {
+	return &ConfigError{Key: key, Err: kindError{ErrInvalidValue, err.Error()}}
+}
+
 // ConfigError is every error Load, Parse and Validate return.
 type ConfigError struct {
 	// File is the configuration file; empty for the built-in defaults or
@@ -481,7 +492,7 @@ func readFile(path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return fsx.ReadBounded(resolved, MaxFileBytes)
+	return untrusted.ReadBounded(resolved, MaxFileBytes)
 }
 
 // Parse decodes and validates configuration text; file names it in errors.

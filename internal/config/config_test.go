@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"warmstart/internal/fsx"
+	"warmstart/internal/prefetch"
+	"warmstart/internal/untrusted"
 )
 
 func TestDefaultIsValid(t *testing.T) {
@@ -43,6 +44,24 @@ func TestDefaultTOMLRoundTrip(t *testing.T) {
 
 // The default file is the configuration reference: it must set every key
 // of the schema, each under its own comment.
+// TestDefaultsAreTheirOwners: a default whose meaning another package
+// gives is that package's, in the built-in configuration and in the file
+// config defaults prints.
+func TestDefaultsAreTheirOwners(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "default.toml")
+	if err := os.WriteFile(path, []byte(DefaultTOML()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Prefetch.MaxReaders != prefetch.DefaultMaxReaders || Default().Prefetch.MaxReaders != prefetch.DefaultMaxReaders {
+		t.Errorf("[prefetch] max_readers defaults to %d (file) and %d (built in), the prefetch engine to %d",
+			cfg.Prefetch.MaxReaders, Default().Prefetch.MaxReaders, prefetch.DefaultMaxReaders)
+	}
+}
+
 func TestDefaultTOMLSetsAndExplainsEveryKey(t *testing.T) {
 	set := map[string]bool{}
 	table := ""
@@ -299,8 +318,8 @@ func TestLoadRefusesWhatIsNotARegularFile(t *testing.T) {
 	for _, path := range []string{fifo, "/dev/null", dir} {
 		err := loadWithin(t, path, fifo)
 		var ce *ConfigError
-		if !errors.As(err, &ce) || ce.File != path || !errors.Is(err, fsx.ErrNotRegular) || !strings.Contains(err.Error(), path) {
-			t.Errorf("Load(%s) = %v, want a *ConfigError naming the file, wrapping fsx.ErrNotRegular", path, err)
+		if !errors.As(err, &ce) || ce.File != path || !errors.Is(err, untrusted.ErrNotRegular) || !strings.Contains(err.Error(), path) {
+			t.Errorf("Load(%s) = %v, want a *ConfigError naming the file, wrapping untrusted.ErrNotRegular", path, err)
 		}
 	}
 }
@@ -323,8 +342,8 @@ func TestLoadBoundsTheRead(t *testing.T) {
 	err := loadWithin(t, path, "")
 	runtime.ReadMemStats(&after)
 	var ce *ConfigError
-	if !errors.As(err, &ce) || ce.File != path || !errors.Is(err, fsx.ErrTooLarge) {
-		t.Fatalf("Load(64 MiB file) = %v, want a *ConfigError wrapping fsx.ErrTooLarge", err)
+	if !errors.As(err, &ce) || ce.File != path || !errors.Is(err, untrusted.ErrTooLarge) {
+		t.Fatalf("Load(64 MiB file) = %v, want a *ConfigError wrapping untrusted.ErrTooLarge", err)
 	}
 	if allocated := after.TotalAlloc - before.TotalAlloc; allocated > 16*MaxFileBytes {
 		t.Errorf("Load allocated %d bytes refusing the file, want about the %d-byte bound", allocated, MaxFileBytes)

@@ -12,7 +12,6 @@ import (
 	"github.com/minio/minio-go/v7/pkg/s3utils"
 
 	"warmstart/internal/agentspec"
-	"warmstart/internal/trace"
 )
 
 // Bounds of the numeric keys.
@@ -44,13 +43,39 @@ const (
 // Validate checks every value against its allowed range and returns the
 // first violation, in file order, as a *ConfigError naming the key.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{
+	for _, section := range [][]func() error{
+		c.snapshotChecks(),
+		c.backendChecks(),
+		c.memoryChecks(),
+		c.prefetchChecks(),
+		c.servingChecks(),
+		c.vmmChecks(),
+		c.logAndTrustChecks(),
+	} {
+		for _, check := range section {
+			if err := check(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// snapshotChecks are the checks of [snapshot], in file order.
+func (c *Config) snapshotChecks() []func() error {
+	return []func() error{
 		func() error {
 			return oneOf("snapshot.repository_backend", c.Snapshot.RepositoryBackend, BackendPosixFS, BackendS3)
 		},
 		func() error {
 			return inRange("snapshot.memory_startup_pack.recordings", c.Snapshot.MemoryStartupPack.Recordings, MinRecordings, MaxRecordings)
 		},
+	}
+}
+
+// backendChecks are the checks of [backend.posix_fs] and [backend.s3], in file order.
+func (c *Config) backendChecks() []func() error {
+	return []func() error{
 		func() error {
 			if c.Snapshot.RepositoryBackend == BackendPosixFS {
 				return absolutePath("backend.posix_fs.snapshot_store", c.Backend.PosixFS.SnapshotStore)
@@ -66,7 +91,7 @@ func (c *Config) Validate() error {
 			return validBucket("backend.s3.bucket", c.Backend.S3.Bucket)
 		},
 		func() error {
-			return oneOf("backend.s3.addressing_style", c.Backend.S3.AddressingStyle, AddressingAuto, AddressingPath, AddressingVirtual)
+			return oneOf("backend.s3.addressing_style", c.Backend.S3.AddressingStyle, AddressingStyles()...)
 		},
 		func() error {
 			if (c.Backend.S3.AccessKeyID == "") != (c.Backend.S3.SecretAccessKey == "") {
@@ -94,6 +119,12 @@ func (c *Config) Validate() error {
 		func() error {
 			return inRange("backend.s3.background_fill_mbit", c.Backend.S3.BackgroundFillMbit, 1, MaxBackgroundFillMbit)
 		},
+	}
+}
+
+// memoryChecks are the checks of [memory], in file order.
+func (c *Config) memoryChecks() []func() error {
+	return []func() error{
 		func() error { return oneOf("memory.device", c.Memory.Device, Devices()...) },
 		func() error {
 			if ValidIOEngine(c.Memory.IOEngine) {
@@ -107,6 +138,12 @@ func (c *Config) Validate() error {
 		func() error {
 			return readaround("memory.prefetch_readaround_kib", c.Memory.PrefetchReadaroundKiB, false)
 		},
+	}
+}
+
+// prefetchChecks are the checks of [prefetch], in file order.
+func (c *Config) prefetchChecks() []func() error {
+	return []func() error{
 		func() error {
 			return oneOf("prefetch.policy", c.Prefetch.Policy, Policies()...)
 		},
@@ -123,6 +160,12 @@ func (c *Config) Validate() error {
 			}
 			return nil
 		},
+	}
+}
+
+// servingChecks are the checks of [runtime] and [daemon], in file order.
+func (c *Config) servingChecks() []func() error {
+	return []func() error{
 		func() error { return absolutePath("runtime.dir", c.Runtime.Dir) },
 		func() error { return absolutePath("daemon.socket", c.Daemon.Socket) },
 		func() error { return tcpAddress("daemon.listen", c.Daemon.Listen) },
@@ -133,6 +176,12 @@ func (c *Config) Validate() error {
 			return absolutePath("daemon.token_file", c.Daemon.TokenFile)
 		},
 		func() error { return absolutePaths("daemon.import_dirs", c.Daemon.ImportDirs) },
+	}
+}
+
+// vmmChecks are the checks of [vmm], [replay], [firecracker], [qemu] and [envd], in file order.
+func (c *Config) vmmChecks() []func() error {
+	return []func() error{
 		func() error {
 			return oneOf("vmm.driver", c.VMM.Driver, DriverFirecracker, DriverQEMU, DriverReplay)
 		},
@@ -162,6 +211,12 @@ func (c *Config) Validate() error {
 			}
 			return nil
 		},
+	}
+}
+
+// logAndTrustChecks are the checks of [log] and [trust], in file order.
+func (c *Config) logAndTrustChecks() []func() error {
+	return []func() error{
 		func() error { return oneOf("log.format", c.Log.Format, LogFormatText, LogFormatJSON) },
 		func() error {
 			return oneOf("log.level", c.Log.Level, LogLevelDebug, LogLevelInfo, LogLevelWarn, LogLevelError)
@@ -173,12 +228,7 @@ func (c *Config) Validate() error {
 			return absolutePath("trust.signing_key", c.Trust.SigningKey)
 		},
 		func() error { return absolutePaths("trust.trusted_keys", c.Trust.TrustedKeys) },
-	} {
-		if err := check(); err != nil {
-			return err
-		}
 	}
-	return nil
 }
 
 // absolutePaths checks every path of a list with absolutePath.
@@ -295,21 +345,6 @@ func readaround(key string, kib int64, zero bool) error {
 	}
 	if kib%4 != 0 {
 		return invalid(key, "%d is not a whole number of 4 KiB pages", kib)
-	}
-	return nil
-}
-
-// CheckTrace reads [replay] trace when one is set, so that `config check`
-// reports a trace the replay VMM could not play (absent, a FIFO or device
-// that would block or stream, or no startup trace) under its key. Load does
-// not do this: it would read the trace for every verb, even those that
-// never restore.
-func (c *Config) CheckTrace() error {
-	if c.Replay.Trace == "" {
-		return nil
-	}
-	if _, err := trace.ReadFile(c.Replay.Trace); err != nil {
-		return invalid("replay.trace", "%v", err)
 	}
 	return nil
 }

@@ -1,18 +1,25 @@
 package config
 
-// The values of the enumerated settings a restore is made of. This file is
-// their one home: the memory devices, the prefetch engine, the restorer,
-// the daemon's API, the CLI's flags and the benchmark all name them from
-// here, so a value added or renamed here is one everywhere.
+import (
+	"warmstart/internal/memdev"
+	"warmstart/internal/prefetch"
+	"warmstart/internal/restore"
+)
+
+// The values of the enumerated settings a restore is made of, as the
+// configuration names them. Those whose meaning a package below gives
+// (memdev's device kinds and I/O engines, restore's policies, the prefetch
+// engine's default readers) are that package's, named here under the
+// configuration's name; the VMM drivers have their one home here.
 
 // Memory devices ([memory] device; restore's --device; the API's device).
 const (
 	// DeviceFile is a read-only file on warmstart's FUSE mount that the
 	// VMM maps MAP_PRIVATE (Firecracker's File backend).
-	DeviceFile = "file"
+	DeviceFile = memdev.KindFile
 	// DeviceUffd is Firecracker's Uffd backend: the VMM hands over its
 	// userfaultfd and warmstart serves the faults.
-	DeviceUffd = "uffd"
+	DeviceUffd = memdev.KindUffd
 )
 
 // Devices lists the memory devices.
@@ -27,36 +34,31 @@ func ValidDevice(s string) bool { return s == DeviceFile || s == DeviceUffd }
 // device); 2 is direct I/O, for which device prefetch is skipped (as in the
 // seed) because it has not been validated.
 const (
-	IOEngineBuffered      = 0
-	IOEngineBufferedAsync = 1
-	IOEngineDirect        = 2
+	IOEngineBuffered      = memdev.IOEngineBuffered
+	IOEngineBufferedAsync = memdev.IOEngineBufferedAsync
+	IOEngineDirect        = memdev.IOEngineDirect
 )
 
-// ValidIOEngine reports whether n is an I/O engine: the one range check of
-// io_engine, whoever receives it (configuration, flags, API, device).
-func ValidIOEngine(n int) bool { return n >= IOEngineBuffered && n <= IOEngineDirect }
+// ValidIOEngine reports whether n is an I/O engine: memdev's range check,
+// the one of io_engine, whoever receives it (configuration, flags, API,
+// device).
+func ValidIOEngine(n int) bool { return memdev.ValidIOEngine(n) }
 
 // Prefetch policies ([prefetch] policy; --policy). restore.LookupPolicy
 // holds what each one does.
 const (
-	PolicyWarmstart = "warmstart"
-	PolicySeed      = "seed"
-	PolicyREAP      = "reap"
-	PolicyE2B       = "e2b"
+	PolicyWarmstart = restore.PolicyWarmstart
+	PolicySeed      = restore.PolicySeed
+	PolicyREAP      = restore.PolicyREAP
+	PolicyE2B       = restore.PolicyE2B
 )
 
 // Policies lists the prefetch policies.
 func Policies() []string { return []string{PolicyWarmstart, PolicySeed, PolicyREAP, PolicyE2B} }
 
-// DefaultPrefetchMaxReaders is how many prefetch reads a process has in
-// flight at once unless told otherwise: the seed's four. It is a default,
-// not a cap: [prefetch] max_readers may raise it (up to
-// MaxPrefetchReaders) for storage that rewards more parallel reads, and
-// the benchmark raises a trial's engine to what its policy was designed
-// for (restore.Policy.MaxReaders: eight for e2b), so each policy is
-// measured as its authors run it rather than throttled by the seed's
-// figure.
-const DefaultPrefetchMaxReaders = 4
+// DefaultPrefetchMaxReaders is [prefetch] max_readers's default: the
+// prefetch engine's (prefetch.DefaultMaxReaders says why four).
+const DefaultPrefetchMaxReaders = prefetch.DefaultMaxReaders
 
 // VMM drivers ([vmm] driver; --vmm).
 const (

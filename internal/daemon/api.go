@@ -8,164 +8,27 @@ import (
 	"slices"
 	"strconv"
 	"syscall"
-	"time"
 
+	"warmstart/internal/api"
 	"warmstart/internal/layout"
 	"warmstart/internal/memdev"
+	"warmstart/internal/ops"
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
 	"warmstart/internal/snapcheck"
 	"warmstart/internal/startupset"
 	"warmstart/internal/trust"
-	"warmstart/internal/vmm"
 )
-
-// Error is the body of every answer with a 4xx or 5xx status.
-type Error struct {
-	Error string `json:"error"`
-	// Field names the request field at fault: a JSON field, a path
-	// parameter ("id"), a query parameter, or "body" for the body as a whole.
-	Field string `json:"field,omitempty"`
-}
-
-// Health is the body of GET /healthz (always HTTP 200 while serving).
-type Health struct {
-	// Status is "ok", or "degraded" when restores will fail: the
-	// configured VMM cannot run on this host (Reason says why).
-	Status   string `json:"status"`
-	Reason   string `json:"reason,omitempty"`
-	Restores int    `json:"restores"`
-}
-
-// ImportRequest is the body of POST /snapshots/import: files on the
-// daemon's host, given by absolute paths.
-type ImportRequest struct {
-	VMState string `json:"vm_state"`
-	Memory  string `json:"memory"`
-	Alias   string `json:"alias,omitempty"`
-	// Layout is offset:size[:pagesize],... as layout.Parse reads it; empty
-	// means one region over the whole memory file.
-	Layout string `json:"layout,omitempty"`
-	// Link hard-links the files into the store instead of copying them
-	// and makes them read-only: the caller must never write them again.
-	Link bool `json:"link,omitempty"`
-}
-
-// ImportResponse is the published record.
-type ImportResponse struct {
-	repository.Record
-	// Recording is true when the startup manifest is being recorded in
-	// the background ([snapshot.memory_startup_pack] enabled).
-	Recording bool `json:"recording"`
-}
-
-// SnapshotInfo is the body of GET /snapshots/{id}.
-type SnapshotInfo struct {
-	repository.Record
-	// Files are where the artifacts are on the daemon's host; absent, with
-	// FilesError saying why, when they do not check out.
-	Files      *SnapshotFiles `json:"files,omitempty"`
-	FilesError string         `json:"files_error,omitempty"`
-	// Trust is what the daemon's trusted keys make of the record's
-	// signatures: verified, refused (restores fail with 403) or
-	// unverified (it trusts no key).
-	Trust trust.Status `json:"trust"`
-}
-
-// SnapshotFiles are a snapshot's artifacts.
-type SnapshotFiles struct {
-	VMState  string `json:"vm_state"`
-	Memory   string `json:"memory"`
-	Manifest string `json:"manifest,omitempty"`
-}
-
-// DeleteResponse is the body of a successful DELETE /snapshots/{id}.
-type DeleteResponse struct {
-	ID    string `json:"id"`
-	Alias string `json:"alias,omitempty"`
-	// Released: the alias named a snapshot that no longer exists (ID),
-	// and its binding was released; no snapshot was deleted.
-	Released bool `json:"released,omitempty"`
-}
-
-// VerifyRequest is the optional body of POST /snapshots/{id}/verify.
-type VerifyRequest struct {
-	// AddDigests attaches the freshly computed digest tables a snapshot
-	// lacks, if its memory file matches the record's SHA-256.
-	AddDigests bool `json:"add_digests,omitempty"`
-	// Cache, unless false, also checks what the daemon's node cache holds
-	// of the snapshot's memory and evicts blocks that fail
-	// (snapcheck.Options.Cache).
-	Cache *bool `json:"cache,omitempty"`
-}
-
-// RestoreRequest is the body of POST /restores. Empty fields take the
-// daemon's configuration.
-type RestoreRequest struct {
-	// Snapshot is an id or alias.
-	Snapshot string `json:"snapshot"`
-	// Device is "file" or "uffd"; default [memory] device.
-	Device string `json:"device,omitempty"`
-	// Prefetch is "auto" (the default: [snapshot.memory_startup_pack]
-	// consume_enabled), "on" or "off".
-	Prefetch string `json:"prefetch,omitempty"`
-	// Policy is a prefetch policy name; default [prefetch] policy.
-	Policy string `json:"policy,omitempty"`
-	// IOEngine is 0, 1 or 2; default [memory] io_engine.
-	IOEngine *int `json:"io_engine,omitempty"`
-}
-
-// RestoreInfo describes a restore the daemon holds. Prefetch and
-// DeviceBytes are as they were at ready.
-type RestoreInfo struct {
-	ID          string                 `json:"id"`
-	Snapshot    string                 `json:"snapshot"`
-	Device      string                 `json:"device"`
-	IOEngine    int                    `json:"io_engine"`
-	Policy      string                 `json:"policy"`
-	Generation  uint64                 `json:"generation"`
-	StartedAt   time.Time              `json:"started_at"`
-	Timings     restore.Timings        `json:"timings"`
-	Prefetch    restore.PrefetchReport `json:"prefetch"`
-	DeviceBytes memdev.Counters        `json:"device_bytes"`
-	// StartupSet accounts for the startup set at ready.
-	StartupSet startupset.Report `json:"startup_set"`
-	// Ready is what the VMM driver reported at ready (the replay VMM's
-	// hash of what it read, a real guest's token).
-	Ready map[string]string `json:"ready,omitempty"`
-	// State is "running", or "exited" once the VM's process has exited on
-	// its own (crashed, killed, shut down by its guest); Exit then says
-	// how. An exited restore is held until DELETE releases its device.
-	State string           `json:"state"`
-	Exit  *vmm.ProcessExit `json:"exit,omitempty"`
-}
-
-// StopResponse is the body of DELETE /restores/{id}.
-type StopResponse struct {
-	ID string `json:"id"`
-	restore.StopReport
-}
 
 // running is a restore the daemon holds.
 type running struct {
-	info RestoreInfo
+	info api.RestoreInfo
 	inst *restore.Instance
 }
 
 // current is the restore's info with its VM's state as of now.
-// NewRestoreInfo describes a ready restore of snapshot, made with opts
-// and started at started. The daemon answers POST /restores with it and
-// the CLI prints it for an in-process restore: one schema in both modes.
-func NewRestoreInfo(inst *restore.Instance, snapshot string, opts restore.Options, started time.Time) RestoreInfo {
-	return RestoreInfo{
-		ID: inst.ID, Snapshot: snapshot, Device: opts.Device, IOEngine: opts.IOEngine, Policy: opts.Policy.Name,
-		Generation: inst.Generation, StartedAt: started, Timings: inst.Timings, Prefetch: inst.Prefetch,
-		DeviceBytes: inst.DeviceBytes, Ready: inst.Ready.Detail, State: inst.State(), StartupSet: inst.StartupSet,
-	}
-}
-
-func (r *running) current() RestoreInfo {
+func (r *running) current() api.RestoreInfo {
 	info := r.info
 	info.State = r.inst.State()
 	if st, ok := r.inst.Exit(); ok {
@@ -205,17 +68,6 @@ func checkRef(field, ref string) error {
 	return nil
 }
 
-func (d *Daemon) lookup(ctx context.Context, field, ref string) (repository.Record, error) {
-	if err := checkRef(field, ref); err != nil {
-		return repository.Record{}, err
-	}
-	rec, err := d.repo.Lookup(ctx, ref)
-	if err != nil {
-		return rec, refError(field, ref, err)
-	}
-	return rec, nil
-}
-
 func (d *Daemon) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 	var f repository.Filter
 	for name, values := range r.URL.Query() {
@@ -236,7 +88,7 @@ func (d *Daemon) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 	if err := repository.ValidateFilter(f); err != nil {
 		return statusError(http.StatusBadRequest, "alias_prefix", err)
 	}
-	rows, damaged, err := repository.Listing(r.Context(), d.repo, f)
+	rows, damaged, err := ops.List(r.Context(), d.repo, f)
 	if err != nil {
 		return fmt.Errorf("list snapshots: %w", err)
 	}
@@ -248,15 +100,13 @@ func (d *Daemon) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (d *Daemon) getSnapshot(w http.ResponseWriter, r *http.Request) error {
-	rec, err := d.lookup(r.Context(), "id", r.PathValue("id"))
-	if err != nil {
+	ref := r.PathValue("id")
+	if err := checkRef("id", ref); err != nil {
 		return err
 	}
-	info := SnapshotInfo{Record: rec, Trust: d.node.Trust.Status(rec)}
-	if res, err := d.repo.Resolve(r.Context(), rec.ID); err != nil {
-		info.FilesError = err.Error()
-	} else {
-		info.Files = &SnapshotFiles{VMState: res.VMStatePath, Memory: res.MemoryPath, Manifest: res.ManifestPath}
+	info, err := ops.Show(r.Context(), d.repo, d.node.Trust, ref)
+	if err != nil {
+		return refError("id", ref, err)
 	}
 	writeJSON(w, http.StatusOK, info)
 	return nil
@@ -267,7 +117,7 @@ func (d *Daemon) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err := checkRef("id", ref); err != nil {
 		return err
 	}
-	del, err := repository.DeleteRef(r.Context(), d.repo, ref)
+	del, err := ops.Delete(r.Context(), d.repo, ref)
 	switch {
 	case err != nil:
 		return refError("id", ref, err)
@@ -278,12 +128,12 @@ func (d *Daemon) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
 	default:
 		d.log.Info("snapshot deleted", "snapshot", del.ID, "alias", del.Alias)
 	}
-	writeJSON(w, http.StatusOK, DeleteResponse{ID: del.ID, Alias: del.Alias, Released: del.Released})
+	writeJSON(w, http.StatusOK, api.DeleteResponse{ID: del.ID, Alias: del.Alias, Released: del.Released})
 	return nil
 }
 
 func (d *Daemon) importSnapshot(w http.ResponseWriter, r *http.Request) error {
-	var req ImportRequest
+	var req api.ImportRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		return err
 	}
@@ -300,11 +150,9 @@ func (d *Daemon) importSnapshot(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	d.log.Info("snapshot published", "snapshot", rec.ID, "alias", rec.Alias, "memory_bytes", rec.MemorySize)
-	resp := ImportResponse{Record: rec}
-	if d.cfg.Snapshot.MemoryStartupPack.Enabled {
+	resp := api.ImportResponse{Record: rec}
+	if lease != nil {
 		resp.Recording = d.startRecording(lease)
-	} else if err := lease.End(); err != nil {
-		return fmt.Errorf("import %s: end capture lease: %w", rec.ID, err)
 	}
 	writeJSON(w, http.StatusCreated, resp)
 	return nil
@@ -314,7 +162,7 @@ func (d *Daemon) importSnapshot(w http.ResponseWriter, r *http.Request) error {
 // files (openImportable), returning them with the memory layout the
 // request names, so that a bad request is refused before any capture
 // lease is taken. The caller closes the files once the publish has ended.
-func (d *Daemon) checkImport(req ImportRequest) (in importFiles, lay layout.Layout, err error) {
+func (d *Daemon) checkImport(req api.ImportRequest) (in importFiles, lay layout.Layout, err error) {
 	defer func() {
 		if err != nil {
 			in.Close()
@@ -336,32 +184,24 @@ func (d *Daemon) checkImport(req ImportRequest) (in importFiles, lay layout.Layo
 	if err != nil {
 		return in, lay, statusError(http.StatusBadRequest, "memory", fmt.Errorf("memory: %w", err))
 	}
-	if lay, err = layout.Parse(req.Layout, mem.Size()); err != nil {
-		field := "layout"
-		if req.Layout == "" {
-			field = "memory"
-		}
-		return in, lay, badRequest(field, "layout of memory file %s (%d bytes): %v", req.Memory, mem.Size(), err)
+	if lay, err = ops.ImportLayout(req.Layout, req.Memory, mem.Size(), ops.JSONFields); err != nil {
+		fe := err.(*ops.FieldError)
+		return in, lay, statusError(http.StatusBadRequest, fe.Field, fe)
 	}
 	return in, lay, nil
 }
 
-// publishImport publishes a checked import under a fresh capture lease and
-// returns the lease still held (the caller ends it or hands it to the
-// recorder); on failure the lease is ended and the error carries its status.
-func (d *Daemon) publishImport(ctx context.Context, req ImportRequest, in importFiles, lay layout.Layout) (repository.Lease, repository.Record, error) {
-	lease, err := d.repo.BeginCapture(ctx)
-	if err != nil {
-		return nil, repository.Record{}, fmt.Errorf("import: %w", err)
-	}
-	rec, err := d.repo.Publish(ctx, lease, repository.PublishRequest{
+// publishImport publishes a checked import (ops.Publish) and returns its
+// capture lease still held when the manifest is to be recorded, for the
+// recorder; on failure the error carries its status.
+func (d *Daemon) publishImport(ctx context.Context, req api.ImportRequest, in importFiles, lay layout.Layout) (repository.Lease, repository.Record, error) {
+	rec, lease, err := ops.Publish(ctx, d.repo, repository.PublishRequest{
 		VMStatePath: procPath(in.vmState), MemoryPath: procPath(in.memory), Layout: lay, Alias: req.Alias, Link: req.Link,
 		RecordManifest: d.cfg.Snapshot.MemoryStartupPack.Enabled,
 	})
 	if err == nil {
 		return lease, rec, nil
 	}
-	lease.End()
 	err = in.namedAsSent(err, req)
 	if d.reqCtx.Err() != nil {
 		// Shutdown cut the copy short: the import may be sent again, to
@@ -406,7 +246,7 @@ func (d *Daemon) startRecording(lease repository.Lease) bool {
 // report: 200 whether or not it found problems (the report's ok says), 404
 // for an unknown snapshot.
 func (d *Daemon) verifySnapshot(w http.ResponseWriter, r *http.Request) error {
-	var req VerifyRequest
+	var req api.VerifyRequest
 	if err := decodeOptionalJSON(w, r, &req); err != nil {
 		return err
 	}
@@ -417,7 +257,7 @@ func (d *Daemon) verifySnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err := d.checkOpen(); err != nil {
 		return err
 	}
-	rep, err := snapcheck.Verify(r.Context(), d.repo, ref, snapcheck.Options{AddDigests: req.AddDigests, Cache: req.Cache == nil || *req.Cache})
+	rep, err := ops.Verify(r.Context(), d.repo, ref, snapcheck.Options{AddDigests: req.AddDigests, Cache: req.Cache == nil || *req.Cache})
 	switch {
 	case err != nil && d.reqCtx.Err() != nil:
 		return statusError(http.StatusServiceUnavailable, "", fmt.Errorf("%w: %w", ErrShuttingDown, err))
@@ -447,19 +287,15 @@ func (d *Daemon) snapshotAction(w http.ResponseWriter, r *http.Request) error {
 	if err := d.checkOpen(); err != nil {
 		return err
 	}
-	ctx := r.Context()
 	ref := r.PathValue("id")
-	rec, err := d.lookup(ctx, "id", ref)
-	if err != nil {
+	if err := checkRef("id", ref); err != nil {
 		return err
 	}
-	lease, err := d.repo.LeaseExisting(ctx, rec.ID)
-	if err != nil {
-		return refError("id", ref, err)
-	}
-	defer lease.End()
-	res, err := d.recorder.Record(ctx, lease)
+	res, err := ops.RecordManifest(r.Context(), d.node, ref, nil)
+	var se *ops.SnapshotError
 	switch {
+	case errors.As(err, &se):
+		return refError("id", ref, se.Err)
 	case errors.Is(err, recorder.ErrDiscarded):
 		return statusError(http.StatusNotFound, "id", err)
 	case errors.Is(err, trust.ErrUntrusted):
@@ -485,7 +321,7 @@ func (d *Daemon) checkOpen() error {
 }
 
 func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
-	var req RestoreRequest
+	var req api.RestoreRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		return err
 	}
@@ -497,28 +333,21 @@ func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ctx := r.Context()
-	rec, err := d.lookup(ctx, "snapshot", req.Snapshot)
-	if err != nil {
-		return err
+	inst, info, err := ops.Restore(ctx, d.node, req.Snapshot, opts)
+	if se := (*ops.SnapshotError)(nil); errors.As(err, &se) {
+		return refError("snapshot", req.Snapshot, se.Err)
 	}
-	res, err := d.repo.Resolve(ctx, rec.ID)
-	if err != nil {
-		return refError("snapshot", req.Snapshot, err)
-	}
-	started := time.Now()
-	inst, err := d.restorer.Restore(ctx, restore.SourceIn(ctx, d.repo, res), opts)
 	if err != nil {
 		return d.restoreFailed(err)
 	}
 	if testHookRestoreReady != nil {
 		testHookRestoreReady(ctx)
 	}
-	run := &running{inst: inst, info: NewRestoreInfo(inst, rec.ID, opts, started)}
+	run := &running{inst: inst, info: info}
 	if err := d.register(ctx, run); err != nil {
 		return err
 	}
-	d.node.Learn(rec.ID, inst)
-	d.log.Info("restore ready", "restore", inst.ID, "snapshot", rec.ID, "device", opts.Device, "generation", inst.Generation,
+	d.log.Info("restore ready", "restore", inst.ID, "snapshot", info.Snapshot, "device", opts.Device, "generation", inst.Generation,
 		"ready", inst.Timings.Ready, "prefetch", inst.Prefetch.State, "reason", inst.Prefetch.Reason, "manifest", inst.Prefetch.Manifest,
 		"phases", inst.Timings, "startup_set", inst.StartupSet, "outcome", startupset.Line(inst.StartupSet))
 	writeJSON(w, http.StatusCreated, run.current())
@@ -534,16 +363,12 @@ var testHookRestoreReady func(context.Context)
 const statusClientClosedRequest = 499
 
 // restoreFailed is the answer to a restore that failed: a request this
-// snapshot cannot take (a device it cannot use, an io_engine other than
-// the one its held device generation serves) is the client's to change,
-// and names the field.
+// snapshot cannot take (an io_engine other than the one its held device
+// generation serves) is the client's to change, and names the field.
 func (d *Daemon) restoreFailed(err error) error {
-	var fe *restore.FieldError
 	switch {
 	case d.reqCtx.Err() != nil:
 		return statusError(http.StatusServiceUnavailable, "", fmt.Errorf("%w: %w", ErrShuttingDown, err))
-	case errors.As(err, &fe):
-		return statusError(http.StatusBadRequest, fe.Field, err)
 	case errors.Is(err, trust.ErrUntrusted):
 		return statusError(http.StatusForbidden, "snapshot", err)
 	case errors.Is(err, memdev.ErrConflict):
@@ -555,13 +380,13 @@ func (d *Daemon) restoreFailed(err error) error {
 // restoreOptions checks a restore request, fills what it leaves out from
 // the configuration, and returns the restore's options; a bad field is a
 // 400 naming it.
-func (d *Daemon) restoreOptions(req *RestoreRequest) (restore.Options, error) {
+func (d *Daemon) restoreOptions(req *api.RestoreRequest) (restore.Options, error) {
 	if err := checkRef("snapshot", req.Snapshot); err != nil {
 		return restore.Options{}, err
 	}
-	opts, err := restore.OptionsFor(d.cfg, restore.Choice{Device: req.Device, Prefetch: req.Prefetch, Policy: req.Policy, IOEngine: req.IOEngine})
-	if fe := (*restore.FieldError)(nil); errors.As(err, &fe) {
-		return restore.Options{}, statusError(http.StatusBadRequest, fe.Field, fe.Err)
+	opts, err := ops.RestoreOptions(d.cfg, *req, ops.JSONFields)
+	if fe := (*ops.FieldError)(nil); errors.As(err, &fe) {
+		return restore.Options{}, statusError(http.StatusBadRequest, fe.Field, fe)
 	}
 	return opts, err
 }
@@ -593,12 +418,12 @@ func (d *Daemon) register(ctx context.Context, run *running) error {
 
 func (d *Daemon) listRestores(w http.ResponseWriter, _ *http.Request) error {
 	d.mu.Lock()
-	out := make([]RestoreInfo, 0, len(d.restores))
+	out := make([]api.RestoreInfo, 0, len(d.restores))
 	for _, r := range d.restores {
 		out = append(out, r.current())
 	}
 	d.mu.Unlock()
-	slices.SortFunc(out, func(a, b RestoreInfo) int { return a.StartedAt.Compare(b.StartedAt) })
+	slices.SortFunc(out, func(a, b api.RestoreInfo) int { return a.StartedAt.Compare(b.StartedAt) })
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
@@ -629,7 +454,7 @@ func (d *Daemon) deleteRestore(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, StopResponse{ID: id, StopReport: rep})
+	writeJSON(w, http.StatusOK, api.StopResponse{ID: id, StopReport: rep})
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 
+	"warmstart/internal/api"
 	"warmstart/internal/daemon"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
@@ -53,7 +54,7 @@ func TestLifecycle(t *testing.T) {
 
 // importAndList imports the fixture's snapshot under alias ref and checks
 // that the listing holds it alone.
-func importAndList(t *testing.T, c *daemon.Client, f *fixture) daemon.ImportResponse {
+func importAndList(t *testing.T, c *api.Client, f *fixture) api.ImportResponse {
 	t.Helper()
 	ctx := context.Background()
 	imp, err := c.Import(ctx, f.importRequest("ref"))
@@ -72,7 +73,7 @@ func importAndList(t *testing.T, c *daemon.Client, f *fixture) daemon.ImportResp
 
 // recordAndList records ref's manifest and checks the snapshot shows it
 // and the filtered listing finds it.
-func recordAndList(t *testing.T, c *daemon.Client, id string) {
+func recordAndList(t *testing.T, c *api.Client, id string) {
 	t.Helper()
 	ctx := context.Background()
 	res, err := c.RecordManifest(ctx, "ref")
@@ -94,17 +95,17 @@ func recordAndList(t *testing.T, c *daemon.Client, id string) {
 
 // restoreTwiceConcurrently restores ref twice at once and checks both read
 // the published bytes on one shared generation and are both held.
-func restoreTwiceConcurrently(t *testing.T, c *daemon.Client, f *fixture, id string) [2]daemon.RestoreInfo {
+func restoreTwiceConcurrently(t *testing.T, c *api.Client, f *fixture, id string) [2]api.RestoreInfo {
 	t.Helper()
 	ctx := context.Background()
 	var (
 		wg    sync.WaitGroup
-		infos [2]daemon.RestoreInfo
+		infos [2]api.RestoreInfo
 		errs  [2]error
 	)
 	for i := range infos {
 		wg.Go(func() {
-			infos[i], errs[i] = c.Restore(ctx, daemon.RestoreRequest{Snapshot: "ref", Device: "file", Prefetch: "on"})
+			infos[i], errs[i] = c.Restore(ctx, api.RestoreRequest{Snapshot: "ref", Device: "file", Prefetch: "on"})
 		})
 	}
 	wg.Wait()
@@ -126,7 +127,7 @@ func restoreTwiceConcurrently(t *testing.T, c *daemon.Client, f *fixture, id str
 
 // checkLifecycleRestore checks restore i prefetched, read the expected
 // bytes and reports the snapshot, policy and ready time.
-func checkLifecycleRestore(t *testing.T, i int, in daemon.RestoreInfo, expected, id string) {
+func checkLifecycleRestore(t *testing.T, i int, in api.RestoreInfo, expected, id string) {
 	t.Helper()
 	if in.Prefetch.State == "skipped" {
 		t.Errorf("restore %d skipped prefetch: %s", i, in.Prefetch.Reason)
@@ -141,7 +142,7 @@ func checkLifecycleRestore(t *testing.T, i int, in daemon.RestoreInfo, expected,
 
 // checkSharedRestoreMetrics: two held restores, one prefetch task, every
 // phase observed twice.
-func checkSharedRestoreMetrics(t *testing.T, c *daemon.Client) {
+func checkSharedRestoreMetrics(t *testing.T, c *api.Client) {
 	t.Helper()
 	m := metricsOf(t, c)
 	if got := value(m, "warmstart_prefetch_tasks_started_total", nil); got != 1 {
@@ -162,7 +163,7 @@ func checkSharedRestoreMetrics(t *testing.T, c *daemon.Client) {
 
 // stopBoth stops both restores, checks none is held afterwards and that a
 // second stop is a 404.
-func stopBoth(t *testing.T, c *daemon.Client, infos [2]daemon.RestoreInfo) {
+func stopBoth(t *testing.T, c *api.Client, infos [2]api.RestoreInfo) {
 	t.Helper()
 	ctx := context.Background()
 	for _, in := range infos {
@@ -184,7 +185,7 @@ func stopBoth(t *testing.T, c *daemon.Client, infos [2]daemon.RestoreInfo) {
 
 // checkMetricsAfterStops: the one shared task ended, each restore has its
 // outcome, the device and repository counters moved.
-func checkMetricsAfterStops(t *testing.T, c *daemon.Client, plannedBytes int64) {
+func checkMetricsAfterStops(t *testing.T, c *api.Client, plannedBytes int64) {
 	t.Helper()
 	m := metricsOf(t, c)
 	ended := value(m, "warmstart_prefetch_tasks_total", map[string]string{"outcome": "completed"}) +
@@ -215,7 +216,7 @@ func checkMetricsAfterStops(t *testing.T, c *daemon.Client, plannedBytes int64) 
 
 // deleteTwice deletes ref, then checks the snapshot is gone and a second
 // delete is a 404.
-func deleteTwice(t *testing.T, c *daemon.Client, id string) {
+func deleteTwice(t *testing.T, c *api.Client, id string) {
 	t.Helper()
 	ctx := context.Background()
 	del, err := c.DeleteSnapshot(ctx, "ref")
@@ -249,7 +250,7 @@ func TestImportRecordsInBackground(t *testing.T) {
 	if err != nil || info.Manifest == nil {
 		t.Fatalf("after background recording: %+v, %v; want a manifest", info, err)
 	}
-	in, err := r.client.Restore(ctx, daemon.RestoreRequest{Snapshot: imp.ID})
+	in, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: imp.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +266,7 @@ func TestImportRecordsInBackground(t *testing.T) {
 // checkStartupSetReported: a prefetching restore's startup set adds up,
 // its ready log line carries the phases and the outcome, and the listing
 // of restores repeats the startup set.
-func checkStartupSetReported(t *testing.T, r *running, in daemon.RestoreInfo) {
+func checkStartupSetReported(t *testing.T, r *running, in api.RestoreInfo) {
 	t.Helper()
 	ss := in.StartupSet
 	if ss.StartupSetPages == 0 || ss.InTimePages+ss.LatePages+ss.UnusedPages != ss.StartupSetPages || !ss.PrefetchRan {
@@ -298,20 +299,20 @@ func TestMetricsAfterRestores(t *testing.T) {
 	before := metricsOf(t, c)
 
 	// Before its manifest is recorded a snapshot restores on demand.
-	restoreThenStop(t, c, daemon.RestoreRequest{Snapshot: "m", Prefetch: "on"}, "restore without a manifest", func(in daemon.RestoreInfo) bool {
+	restoreThenStop(t, c, api.RestoreRequest{Snapshot: "m", Prefetch: "on"}, "restore without a manifest", func(in api.RestoreInfo) bool {
 		return in.Prefetch.State == "skipped" && in.Ready["sha256"] == f.expected
 	})
 	if _, err := c.RecordManifest(ctx, imp.ID); err != nil {
 		t.Fatal(err)
 	}
-	off := restoreThenStop(t, c, daemon.RestoreRequest{Snapshot: "m", Device: "uffd", Prefetch: "off"}, "uffd restore with prefetch off", func(in daemon.RestoreInfo) bool {
+	off := restoreThenStop(t, c, api.RestoreRequest{Snapshot: "m", Device: "uffd", Prefetch: "off"}, "uffd restore with prefetch off", func(in api.RestoreInfo) bool {
 		return in.Prefetch.State == "skipped" && in.DeviceBytes.BytesRead != 0 && in.Ready["sha256"] == f.expected
 	})
 
 	// A manifest whose bytes changed on disk is rejected by its digest;
 	// the restore goes on with on-demand reads.
 	corruptManifest(t, c, "m")
-	restoreThenStop(t, c, daemon.RestoreRequest{Snapshot: "m", Prefetch: "on"}, "restore with a corrupt manifest", func(in daemon.RestoreInfo) bool {
+	restoreThenStop(t, c, api.RestoreRequest{Snapshot: "m", Prefetch: "on"}, "restore with a corrupt manifest", func(in api.RestoreInfo) bool {
 		return in.Prefetch.State == "skipped" && strings.Contains(in.Prefetch.Reason, "digest") && in.Ready["sha256"] == f.expected
 	})
 
@@ -321,7 +322,7 @@ func TestMetricsAfterRestores(t *testing.T) {
 
 // restoreThenStop restores req, fails the test (naming the restore as
 // what) unless ok holds for the result, stops the restore and returns it.
-func restoreThenStop(t *testing.T, c *daemon.Client, req daemon.RestoreRequest, what string, ok func(daemon.RestoreInfo) bool) daemon.RestoreInfo {
+func restoreThenStop(t *testing.T, c *api.Client, req api.RestoreRequest, what string, ok func(api.RestoreInfo) bool) api.RestoreInfo {
 	t.Helper()
 	ctx := context.Background()
 	in, err := c.Restore(ctx, req)
@@ -339,7 +340,7 @@ func restoreThenStop(t *testing.T, c *daemon.Client, req daemon.RestoreRequest, 
 
 // corruptManifest flips the last byte of ref's stored manifest file, so
 // that its size holds and only its digest tells.
-func corruptManifest(t *testing.T, c *daemon.Client, ref string) {
+func corruptManifest(t *testing.T, c *api.Client, ref string) {
 	t.Helper()
 	info, err := c.Snapshot(context.Background(), ref)
 	if err != nil || info.Files == nil || info.Files.Manifest == "" {
@@ -357,7 +358,7 @@ func corruptManifest(t *testing.T, c *daemon.Client, ref string) {
 
 // checkMetricDeltas checks what the three restores of
 // TestMetricsAfterRestores moved; off is its uffd restore.
-func checkMetricDeltas(t *testing.T, before, after map[string]*dto.MetricFamily, off daemon.RestoreInfo) {
+func checkMetricDeltas(t *testing.T, before, after map[string]*dto.MetricFamily, off api.RestoreInfo) {
 	t.Helper()
 	delta := func(name string, labels map[string]string) float64 {
 		return value(after, name, labels) - value(before, name, labels)
@@ -392,7 +393,7 @@ func checkMetricDeltas(t *testing.T, before, after map[string]*dto.MetricFamily,
 
 // lintMetrics fails on any lint problem promlint finds in a warmstart_
 // metric of the exposition.
-func lintMetrics(t *testing.T, c *daemon.Client) {
+func lintMetrics(t *testing.T, c *api.Client) {
 	t.Helper()
 	text, err := c.Metrics(context.Background())
 	if err != nil {
@@ -438,7 +439,7 @@ func TestDeleteOfADanglingAliasReleasesIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	del, err := c.DeleteSnapshot(ctx, "ghost")
-	if want := (daemon.DeleteResponse{ID: imp.ID, Alias: "ghost", Released: true}); err != nil || del != want {
+	if want := (api.DeleteResponse{ID: imp.ID, Alias: "ghost", Released: true}); err != nil || del != want {
 		t.Fatalf("delete of a dangling alias = %+v, %v; want %+v", del, err, want)
 	}
 	if _, err := c.DeleteSnapshot(ctx, "ghost"); !errors.Is(err, repository.ErrNotFound) {
@@ -470,7 +471,7 @@ func TestDeleteOfAnAliasSweptAtOpenReleasesIt(t *testing.T) {
 	}
 	c := startDaemon(t, f, nil).client
 	del, err := c.DeleteSnapshot(context.Background(), "swept")
-	if want := (daemon.DeleteResponse{ID: rec.ID, Alias: "swept", Released: true}); err != nil || del != want {
+	if want := (api.DeleteResponse{ID: rec.ID, Alias: "swept", Released: true}); err != nil || del != want {
 		t.Fatalf("delete of an alias swept at open = %+v, %v; want %+v", del, err, want)
 	}
 }
@@ -500,7 +501,7 @@ func TestListingAndVerifyReportAnAliasMismatch(t *testing.T) {
 	if err != nil || len(rows) != 1 || rows[0].AliasMismatch == nil || *rows[0].AliasMismatch != want {
 		t.Fatalf("GET /snapshots = %+v, %v; want one row with alias_mismatch %+v", rows, err, want)
 	}
-	rep, err := c.VerifySnapshot(ctx, imp.ID, daemon.VerifyRequest{})
+	rep, err := c.VerifySnapshot(ctx, imp.ID, api.VerifyRequest{})
 	if err != nil || rep.OK || len(rep.Problems) != 1 || rep.Problems[0].Message != want.String() {
 		t.Fatalf("verify = %+v, %v; want the problem %q", rep, err, want.String())
 	}

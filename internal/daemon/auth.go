@@ -14,9 +14,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warmstart/internal/api"
 	"warmstart/internal/config"
 	"warmstart/internal/durable"
-	"warmstart/internal/fsx"
 )
 
 // The TCP API is reachable by every local user (and, off loopback, by the
@@ -26,9 +26,6 @@ import (
 
 // tokenBytes is the token's entropy; it is stored hex-encoded.
 const tokenBytes = 32
-
-// maxTokenFileBytes bounds a token file read.
-const maxTokenFileBytes = 4096
 
 // ErrNoToken is returned when a non-loopback address is to be served
 // without a configured token file.
@@ -43,7 +40,7 @@ func serveToken(cfg *config.Config, addr string) (token, path string, created bo
 		return "", "", false, fmt.Errorf("daemon: listen %s: %w", addr, ErrNoToken)
 	}
 	path = cfg.DaemonTokenFile()
-	token, err = ReadToken(path)
+	token, err = api.ReadToken(path)
 	if err == nil {
 		return token, path, false, checkServedToken(path, token)
 	}
@@ -84,19 +81,6 @@ func checkServedToken(path, token string) error {
 		return fmt.Errorf("daemon token: %s holds a character a header cannot carry (byte %d): want printable ASCII without spaces", path, i)
 	}
 	return nil
-}
-
-// ReadToken reads a token file: one line of hex, at most 4 KiB.
-func ReadToken(path string) (string, error) {
-	data, err := fsx.ReadBounded(path, maxTokenFileBytes)
-	if err != nil {
-		return "", fmt.Errorf("daemon token: %w", err)
-	}
-	token := strings.TrimSpace(string(data))
-	if token == "" {
-		return "", fmt.Errorf("daemon token: %s is empty", path)
-	}
-	return token, nil
 }
 
 // createToken writes a fresh random token to path, mode 0600, durably.
@@ -152,7 +136,7 @@ func requireToken(token string, next http.Handler) http.Handler {
 		scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="warmstart"`)
-			writeJSON(w, http.StatusUnauthorized, Error{Error: "missing or wrong bearer token (see [daemon] token_file)"})
+			writeJSON(w, http.StatusUnauthorized, api.Error{Error: "missing or wrong bearer token (see [daemon] token_file)"})
 			return
 		}
 		next.ServeHTTP(w, r)

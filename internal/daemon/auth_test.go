@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"warmstart/internal/api"
 	"warmstart/internal/daemon"
 	"warmstart/internal/repository/repotest"
 )
@@ -27,12 +28,12 @@ func TestTCPRequiresTheToken(t *testing.T) {
 		t.Fatalf("token file %s: mode %v, %v; want 0600", f.cfg.DaemonTokenFile(), fi.Mode().Perm(), err)
 	}
 	ctx := context.Background()
-	for name, c := range map[string]*daemon.Client{
-		"no token":    daemon.NewClient(r.d.Endpoint()),
-		"wrong token": daemon.NewClient(r.d.Endpoint()).WithToken("0123"),
+	for name, c := range map[string]*api.Client{
+		"no token":    api.NewClient(r.d.Endpoint()),
+		"wrong token": api.NewClient(r.d.Endpoint()).WithToken("0123"),
 	} {
 		_, err := c.Health(ctx)
-		var ae *daemon.APIError
+		var ae *api.APIError
 		if !errors.As(err, &ae) || ae.StatusCode != http.StatusUnauthorized {
 			t.Errorf("%s: health = %v, want HTTP 401", name, err)
 		}
@@ -85,7 +86,7 @@ func TestImportOnlyFromImportDirs(t *testing.T) {
 		req := f.importRequest("")
 		req.Memory, req.Layout = path, ""
 		_, err := r.client.Import(ctx, req)
-		var ae *daemon.APIError
+		var ae *api.APIError
 		if !errors.As(err, &ae) || ae.StatusCode != http.StatusForbidden || ae.Field != "memory" ||
 			!strings.Contains(ae.Message, "import_dirs") {
 			t.Errorf("%s: import = %v, want a 403 on memory naming import_dirs", name, err)
@@ -153,7 +154,7 @@ func TestImportOutsideImportDirsTellsNothing(t *testing.T) {
 				req.Memory, req.Layout = path, ""
 			}
 			_, err := r.client.Import(context.Background(), req)
-			var ae *daemon.APIError
+			var ae *api.APIError
 			want := field + " " + path + " is outside [daemon] import_dirs (no absolute symlinks)"
 			if !errors.As(err, &ae) || ae.StatusCode != http.StatusForbidden || ae.Field != field || ae.Message != want {
 				t.Errorf("%s %s: import = %v, want a 403 %q", field, path, err, want)
@@ -170,9 +171,9 @@ func TestImportsOffWithoutImportDirs(t *testing.T) {
 	r := startDaemon(t, f, nil)
 	absent := f.importRequest("")
 	absent.VMState = filepath.Join(t.TempDir(), "absent")
-	for _, req := range []daemon.ImportRequest{f.importRequest(""), absent} {
+	for _, req := range []api.ImportRequest{f.importRequest(""), absent} {
 		_, err := r.client.Import(context.Background(), req)
-		var ae *daemon.APIError
+		var ae *api.APIError
 		if !errors.As(err, &ae) || ae.StatusCode != http.StatusForbidden || !strings.Contains(ae.Message, "import_dirs") {
 			t.Errorf("import of %s with no import_dirs = %v, want a 403 naming import_dirs", req.VMState, err)
 		}
@@ -326,9 +327,9 @@ func TestImportReadsTheFilesItChecked(t *testing.T) {
 	if err := os.WriteFile(vmState, make([]byte, 128<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	req := daemon.ImportRequest{VMState: vmState, Memory: filepath.Join(sub, "memory"), Layout: f.layout}
+	req := api.ImportRequest{VMState: vmState, Memory: filepath.Join(sub, "memory"), Layout: f.layout}
 	type result struct {
-		resp daemon.ImportResponse
+		resp api.ImportResponse
 		err  error
 	}
 	done := make(chan result, 1)
@@ -383,7 +384,7 @@ const guardWait = 30 * time.Second
 func TestLinkedImportLinksTheCheckedFiles(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
 	r := startDaemon(t, f, nil)
-	req := daemon.ImportRequest{Layout: f.layout, Link: true}
+	req := api.ImportRequest{Layout: f.layout, Link: true}
 	for _, c := range []struct {
 		src string
 		dst *string
@@ -503,7 +504,7 @@ func TestImportErrorsNameTheSentPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = r.client.Import(context.Background(), req)
-	var ae *daemon.APIError
+	var ae *api.APIError
 	if !errors.As(err, &ae) || ae.StatusCode != http.StatusBadRequest || ae.Field != "link" ||
 		!strings.Contains(err.Error(), req.Memory) || strings.Contains(err.Error(), "/proc/self/fd") {
 		t.Fatalf("linked import across file systems = %v, want a 400 on link naming %s", err, req.Memory)

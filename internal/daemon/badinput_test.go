@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"warmstart/internal/daemon"
+	"warmstart/internal/api"
 	"warmstart/internal/layout"
 	"warmstart/internal/repository"
 )
@@ -184,7 +184,7 @@ func checkBadRequest(t *testing.T, hc *http.Client, tc badRequest) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var e daemon.Error
+	var e api.Error
 	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
 		t.Fatalf("status %d with a body that is not a JSON error: %v", resp.StatusCode, err)
 	}

@@ -1,7 +1,8 @@
 // Package daemon is `warmstart serve`: one long-lived process that owns the
 // FUSE memory device, the shared prefetch engine and the restored VMs, and
 // offers them over an HTTP API with JSON in and out, on a Unix socket
-// ([daemon] socket) or a TCP address. Client is its Go client.
+// ([daemon] socket) or a TCP address. Package api holds the bodies of its
+// requests and answers and its Go client.
 //
 // # API
 //
@@ -94,7 +95,6 @@ import (
 	"warmstart/internal/prefetch"
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
-	"warmstart/internal/restore"
 	"warmstart/internal/vmm"
 )
 
@@ -167,7 +167,6 @@ type Daemon struct {
 	fuse       *fusedev.Server
 	node       *node.Node // the parts below, assembled once
 	engine     *prefetch.Engine
-	restorer   *restore.Restorer
 	recorder   *recorder.Recorder
 	metrics    *metrics.Set
 	requests   *inflight
@@ -323,7 +322,7 @@ func (d *Daemon) openNode(opts Options) error {
 	}
 	d.node = n
 	d.repo, d.fuse, d.engine = n.Repo, n.FUSE, n.Engine
-	d.restorer, d.recorder = n.Restorer, n.Recorder
+	d.recorder = n.Recorder
 	return nil
 }
 

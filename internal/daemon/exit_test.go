@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"warmstart/internal/api"
 	"warmstart/internal/config"
-	"warmstart/internal/daemon"
 	"warmstart/internal/restore"
 	"warmstart/internal/vmm"
 )
@@ -65,7 +65,7 @@ var killedExit = vmm.ProcessExit{Code: -1, Signal: int(syscall.SIGKILL), SignalN
 
 // checkExitSeriesAtZero: every series of the exit counter is there, at
 // zero, before any exit.
-func checkExitSeriesAtZero(t *testing.T, c *daemon.Client) {
+func checkExitSeriesAtZero(t *testing.T, c *api.Client) {
 	t.Helper()
 	m := metricsOf(t, c)
 	for _, how := range []string{"signal", "error", "clean"} {
@@ -84,9 +84,9 @@ func checkExitSeriesAtZero(t *testing.T, c *daemon.Client) {
 
 // restoreAndKillVMM restores k on device, checks it runs and kills its
 // VMM with SIGKILL; it returns the restore and the VMM's pid.
-func restoreAndKillVMM(t *testing.T, c *daemon.Client, device string) (daemon.RestoreInfo, int) {
+func restoreAndKillVMM(t *testing.T, c *api.Client, device string) (api.RestoreInfo, int) {
 	t.Helper()
-	in, err := c.Restore(context.Background(), daemon.RestoreRequest{Snapshot: "k", Device: device, Prefetch: "on"})
+	in, err := c.Restore(context.Background(), api.RestoreRequest{Snapshot: "k", Device: device, Prefetch: "on"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func restoreAndKillVMM(t *testing.T, c *daemon.Client, device string) (daemon.Re
 
 // checkExitReported: the listing and GET /restores/{id} say exited with
 // the signal, and the signal series of the exit counter reads exits.
-func checkExitReported(t *testing.T, c *daemon.Client, raw *http.Client, id string, exits int) {
+func checkExitReported(t *testing.T, c *api.Client, raw *http.Client, id string, exits int) {
 	t.Helper()
 	listed := waitListedExited(t, c, id)
 	if listed.Exit == nil || *listed.Exit != killedExit {
@@ -122,7 +122,7 @@ func checkExitReported(t *testing.T, c *daemon.Client, raw *http.Client, id stri
 
 // checkExitedRestoreStops: DELETE of the exited restore answers its exit
 // and leaves no restore, no VMM process and no runtime directory.
-func checkExitedRestoreStops(t *testing.T, c *daemon.Client, f *fixture, id string, pid int) {
+func checkExitedRestoreStops(t *testing.T, c *api.Client, f *fixture, id string, pid int) {
 	t.Helper()
 	ctx := context.Background()
 	rep, err := c.StopRestore(ctx, id)
@@ -146,7 +146,7 @@ func checkExitedRestoreStops(t *testing.T, c *daemon.Client, f *fixture, id stri
 
 // waitListedExited polls GET /restores until restore id is listed as
 // exited; the daemon learns of the exit asynchronously.
-func waitListedExited(t *testing.T, c *daemon.Client, id string) daemon.RestoreInfo {
+func waitListedExited(t *testing.T, c *api.Client, id string) api.RestoreInfo {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -154,7 +154,7 @@ func waitListedExited(t *testing.T, c *daemon.Client, id string) daemon.RestoreI
 		if err != nil {
 			t.Fatal(err)
 		}
-		var found *daemon.RestoreInfo
+		var found *api.RestoreInfo
 		for i := range infos {
 			if infos[i].ID == id {
 				found = &infos[i]
@@ -174,7 +174,7 @@ func waitListedExited(t *testing.T, c *daemon.Client, id string) daemon.RestoreI
 	}
 }
 
-func getRestore(t *testing.T, c *http.Client, id string) daemon.RestoreInfo {
+func getRestore(t *testing.T, c *http.Client, id string) api.RestoreInfo {
 	t.Helper()
 	resp, err := c.Get("http://warmstart/restores/" + id)
 	if err != nil {
@@ -184,7 +184,7 @@ func getRestore(t *testing.T, c *http.Client, id string) daemon.RestoreInfo {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /restores/%s: HTTP %d", id, resp.StatusCode)
 	}
-	var info daemon.RestoreInfo
+	var info api.RestoreInfo
 	if err := json.NewDecoder(resp.Body).Decode(&info); err != nil {
 		t.Fatal(err)
 	}

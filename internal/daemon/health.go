@@ -3,6 +3,7 @@ package daemon
 import (
 	"log/slog"
 
+	"warmstart/internal/api"
 	"warmstart/internal/vmm"
 )
 
@@ -29,8 +30,8 @@ func vmmHealth(v vmm.VMM, log *slog.Logger) string {
 }
 
 // health is the body of GET /healthz now.
-func (d *Daemon) health() Health {
-	h := Health{Status: healthOK, Restores: d.activeRestores()}
+func (d *Daemon) health() api.Health {
+	h := api.Health{Status: healthOK, Restores: d.activeRestores()}
 	if d.degraded != "" {
 		h.Status, h.Reason = healthDegraded, d.degraded
 	}

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"warmstart/internal/api"
 )
 
 // maxRequestBytes bounds a request body; every request is a small JSON object.
@@ -65,7 +67,7 @@ func (d *Daemon) serve(h handlerFunc) http.Handler {
 			d.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 			ae = &apiError{status: http.StatusInternalServerError, err: err}
 		}
-		writeJSON(w, ae.status, Error{Error: bounded(ae.err.Error(), maxEchoBytes), Field: bounded(ae.field, maxFieldEchoBytes)})
+		writeJSON(w, ae.status, api.Error{Error: bounded(ae.err.Error(), maxEchoBytes), Field: bounded(ae.field, maxFieldEchoBytes)})
 	})
 }
 
@@ -209,13 +211,13 @@ func routed(mux *http.ServeMux) http.Handler {
 		}
 		if len(allowed) > 0 {
 			w.Header().Set("Allow", strings.Join(allowed, ", "))
-			writeJSON(w, http.StatusMethodNotAllowed, Error{
+			writeJSON(w, http.StatusMethodNotAllowed, api.Error{
 				Error: fmt.Sprintf("method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allowed, ", ")),
 				Field: "method",
 			})
 			return
 		}
-		writeJSON(w, http.StatusNotFound, Error{Error: fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path), Field: "path"})
+		writeJSON(w, http.StatusNotFound, api.Error{Error: fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path), Field: "path"})
 	})
 }
 
@@ -234,7 +236,7 @@ func recovered(log *slog.Logger, next http.Handler) http.Handler {
 			}
 			log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			if sw.status == 0 {
-				writeJSON(sw, http.StatusInternalServerError, Error{Error: "internal error; see the daemon's log"})
+				writeJSON(sw, http.StatusInternalServerError, api.Error{Error: "internal error; see the daemon's log"})
 			}
 		}()
 		next.ServeHTTP(sw, r)
@@ -314,7 +316,7 @@ func (f *inflight) close() (<-chan struct{}, int) {
 func (f *inflight) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !f.enter() {
-			writeJSON(w, http.StatusServiceUnavailable, Error{Error: "the daemon is shutting down"})
+			writeJSON(w, http.StatusServiceUnavailable, api.Error{Error: "the daemon is shutting down"})
 			return
 		}
 		defer f.leave()

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warmstart/internal/api"
 	"warmstart/internal/daemon"
 )
 
@@ -36,11 +37,11 @@ func TestImportCutByShutdownIs503(t *testing.T) {
 	}
 	served := make(chan error, 1)
 	go func() { served <- d.Serve() }()
-	client := daemon.NewClient(d.Endpoint())
+	client := api.NewClient(d.Endpoint())
 	defer client.Close()
 	imported := make(chan error, 1)
 	go func() {
-		_, err := client.Import(context.Background(), daemon.ImportRequest{VMState: f.ref.VMState, Memory: memory})
+		_, err := client.Import(context.Background(), api.ImportRequest{VMState: f.ref.VMState, Memory: memory})
 		imported <- err
 	}()
 	waitForTempMemory(t, filepath.Join(f.dir, "store", "snapshots"))
@@ -53,7 +54,7 @@ func TestImportCutByShutdownIs503(t *testing.T) {
 		t.Errorf("serve: %v", err)
 	}
 	err = <-imported
-	var ae *daemon.APIError
+	var ae *api.APIError
 	if !errors.As(err, &ae) || ae.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("import cut by shutdown: %v, want HTTP 503", err)
 	}

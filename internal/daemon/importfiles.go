@@ -9,7 +9,8 @@ import (
 	"slices"
 	"strings"
 
-	"warmstart/internal/fsx"
+	"warmstart/internal/api"
+	"warmstart/internal/untrusted"
 )
 
 // importFiles are the two files an API import names, opened once, when
@@ -30,7 +31,7 @@ func (in importFiles) Close() {
 
 // namedAsSent is err with the /proc/self/fd paths the repository was
 // handed (procPath) named as the client sent them, its chain kept.
-func (in importFiles) namedAsSent(err error, req ImportRequest) error {
+func (in importFiles) namedAsSent(err error, req api.ImportRequest) error {
 	pairs := [][2]string{{procPath(in.vmState), req.VMState}, {procPath(in.memory), req.Memory}}
 	// Longer first, so that /proc/self/fd/1 never matches inside /10.
 	slices.SortFunc(pairs, func(a, b [2]string) int { return len(b[0]) - len(a[0]) })
@@ -57,7 +58,7 @@ func procPath(f *os.File) string { return fmt.Sprintf("/proc/self/fd/%d", f.Fd()
 // openImportable opens path for an import if it lies in one of [daemon]
 // import_dirs, and answers 403 if it does not. The path must lie lexically
 // in a directory, and is then resolved component by component beneath it
-// (fsx.OpenRegularBeneath): a symlink or ".." that leads out is refused
+// (untrusted.OpenBeneath): a symlink or ".." that leads out is refused
 // during the walk, with the same 403 as any outside path, so a client
 // learns nothing of what is outside (not whether it exists, nor its type
 // or size), and nothing outside is ever looked at. Relative symlinks that
@@ -81,10 +82,10 @@ func (d *Daemon) openImportable(field, path string) (*os.File, error) {
 	// as root, and its answer would tell (or hang on) what is there.
 	f, err := d.openBeneathImportDirs(filepath.Clean(path))
 	switch {
-	case errors.Is(err, fsx.ErrOutside):
+	case errors.Is(err, untrusted.ErrOutside):
 		// Short: an error body quotes at most maxEchoBytes of a path.
 		return nil, statusError(http.StatusForbidden, field, fmt.Errorf("%s %s is outside [daemon] import_dirs (no absolute symlinks)", field, path))
-	case errors.Is(err, fsx.ErrNoOpenat2):
+	case errors.Is(err, untrusted.ErrNoOpenat2):
 		return nil, fmt.Errorf("%s: %w", field, err) // the host's, not the client's
 	case err != nil:
 		return nil, statusError(http.StatusBadRequest, field, fmt.Errorf("%s: %w", field, err))
@@ -104,12 +105,12 @@ func (d *Daemon) openBeneathImportDirs(clean string) (*os.File, error) {
 		if !ok {
 			continue
 		}
-		f, err := fsx.OpenRegularBeneath(root, rel)
-		if !errors.Is(err, fsx.ErrOutside) {
+		f, err := untrusted.OpenBeneath(root, rel)
+		if !errors.Is(err, untrusted.ErrOutside) {
 			return f, err
 		}
 	}
-	return nil, fsx.ErrOutside
+	return nil, untrusted.ErrOutside
 }
 
 // importRoots are the import dirs as configured and as resolved (an import
@@ -146,7 +147,7 @@ func checkImportFile(f *os.File, path string) error {
 	if fi.Size() == 0 {
 		return fmt.Errorf("%s is empty", path)
 	}
-	if err := fsx.CheckFileOnDisk(f); err != nil {
+	if err := untrusted.CheckFileOnDisk(f); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil

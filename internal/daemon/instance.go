@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"warmstart/internal/fsx"
+	"warmstart/internal/untrusted"
 )
 
 // One daemon per runtime directory: the first takes an exclusive flock on
@@ -45,7 +45,7 @@ func lockRuntimeDir(runtimeDir string) (*instanceLock, error) {
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		f.Close()
 		if err == nil {
-			err = fmt.Errorf("%w: it is a %s; remove it", fsx.ErrNotRegular, fsx.KindOf(fi.Mode()))
+			err = fmt.Errorf("%w: it is a %s; remove it", untrusted.ErrNotRegular, untrusted.KindOf(fi.Mode()))
 		}
 		return nil, fmt.Errorf("daemon: lock %s: %w", path, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"warmstart/internal/api"
 	"warmstart/internal/daemon"
 	"warmstart/internal/node"
 	"warmstart/internal/trace"
@@ -32,7 +33,7 @@ func TestRestoreOfAClientThatLeftIsStopped(t *testing.T) {
 		cancel()
 		<-request.Done() // the daemon has seen the client go
 	})
-	if _, err := r.client.Restore(ctx, daemon.RestoreRequest{Snapshot: "left"}); !errors.Is(err, context.Canceled) {
+	if _, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: "left"}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("client restore = %v, want it cancelled", err)
 	}
 	waitLogged(t, r.log, "request", "path", "/restores") // its handler has ended
@@ -89,7 +90,7 @@ func TestRestoreCancelledByItsClientIsNoServerError(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := r.client.Restore(ctx, daemon.RestoreRequest{Snapshot: "gone"})
+		_, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: "gone"})
 		done <- err
 	}()
 	if !waitForGlob(t, filepath.Join(f.cfg.Runtime.Dir, "daemon", "restores", "*", "replay-vmm.log"), done) {

@@ -26,15 +26,16 @@ import (
 	"github.com/prometheus/common/model"
 	"golang.org/x/sys/unix"
 
+	"warmstart/internal/api"
 	"warmstart/internal/config"
 	"warmstart/internal/daemon"
+	"warmstart/internal/lab/synth"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/node"
+	"warmstart/internal/reexec"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/repository/s3"
-	"warmstart/internal/role"
-	"warmstart/internal/synth"
 	"warmstart/internal/trace"
 	"warmstart/internal/vmm/replay"
 )
@@ -79,7 +80,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	role.Roles{
+	reexec.Roles{
 		replay.RoleReplayVMM: replay.ChildMain,
 		roleChildDaemon:      runChild,
 		roleSocketProber:     runSocketProber,
@@ -188,8 +189,8 @@ trace = %q
 }
 
 // importRequest imports the reference snapshot under alias.
-func (f *fixture) importRequest(alias string) daemon.ImportRequest {
-	return daemon.ImportRequest{VMState: f.ref.VMState, Memory: f.ref.Memory, Alias: alias, Layout: f.layout}
+func (f *fixture) importRequest(alias string) api.ImportRequest {
+	return api.ImportRequest{VMState: f.ref.VMState, Memory: f.ref.Memory, Alias: alias, Layout: f.layout}
 }
 
 // logSink keeps a daemon's log records and tells waiters when a message
@@ -286,7 +287,7 @@ func (h *sinkHandler) WithGroup(string) slog.Handler { return h }
 // running is an in-process daemon.
 type running struct {
 	d      *daemon.Daemon
-	client *daemon.Client
+	client *api.Client
 	log    *logSink
 }
 
@@ -320,9 +321,9 @@ func startDaemon(t *testing.T, f *fixture, tweak func(*daemon.Options)) *running
 	}
 	served := make(chan error, 1)
 	go func() { served <- d.Serve() }()
-	client := daemon.NewClient(d.Endpoint())
+	client := api.NewClient(d.Endpoint())
 	if opts.Listen != "" {
-		token, err := daemon.ReadToken(f.cfg.DaemonTokenFile())
+		token, err := api.ReadToken(f.cfg.DaemonTokenFile())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -360,7 +361,7 @@ func rawClient(t *testing.T, socket string) *http.Client {
 }
 
 // metricsOf scrapes and parses /metrics.
-func metricsOf(t *testing.T, c *daemon.Client) map[string]*dto.MetricFamily {
+func metricsOf(t *testing.T, c *api.Client) map[string]*dto.MetricFamily {
 	t.Helper()
 	text, err := c.Metrics(context.Background())
 	if err != nil {
@@ -503,7 +504,7 @@ func childRepository(cfg *config.Config, leaseTTL time.Duration) (repository.Rep
 		}
 		return repo, nil
 	}
-	o := s3.OptionsFromConfig(cfg.Backend.S3)
+	o := node.S3Options(cfg.Backend.S3)
 	grace, err := envDuration(childChunkGraceEnv)
 	if err != nil {
 		return nil, err
@@ -701,7 +702,7 @@ func newChildCmd(cfgPath string, extra ...string) *exec.Cmd {
 		exe = os.Args[0]
 	}
 	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(append(role.Environ(os.Environ(), roleChildDaemon), childConfigEnv+"="+cfgPath), extra...)
+	cmd.Env = append(append(reexec.Environ(os.Environ(), roleChildDaemon), childConfigEnv+"="+cfgPath), extra...)
 	// A child whose test died must not keep serving its mount.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd

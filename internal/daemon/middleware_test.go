@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+
+	"warmstart/internal/api"
 )
 
 func TestRecoveredTurnsPanicsInto500(t *testing.T) {
@@ -19,7 +21,7 @@ func TestRecoveredTurnsPanicsInto500(t *testing.T) {
 	h := recovered(log, http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/restores", nil))
-	var e Error
+	var e api.Error
 	if rec.Code != http.StatusInternalServerError || json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Error == "" {
 		t.Fatalf("panicking handler answered %d %q", rec.Code, rec.Body)
 	}
@@ -98,7 +100,7 @@ func TestDecodeJSONNamesWhatFollowsTheObject(t *testing.T) {
 		{strings.NewReader(`{"snapshot":"a"} {"a"`), "request body holds more than one JSON value"},
 		{io.MultiReader(strings.NewReader(`{"snapshot":"a"}`), iotest.ErrReader(io.ErrUnexpectedEOF)), "read the request body: unexpected EOF"},
 	} {
-		var req RestoreRequest
+		var req api.RestoreRequest
 		r := httptest.NewRequest(http.MethodPost, "/restores", c.body)
 		err := decodeJSON(httptest.NewRecorder(), r, &req)
 		var ae *apiError

@@ -14,9 +14,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warmstart/internal/api"
 	"warmstart/internal/config"
-	"warmstart/internal/daemon"
-	"warmstart/internal/miniotest"
+	"warmstart/internal/lab/miniotest"
+	"warmstart/internal/node"
 	"warmstart/internal/repository/repotest"
 	"warmstart/internal/repository/s3"
 )
@@ -54,7 +55,7 @@ type s3Node struct {
 	cfgPath string
 	cfg     *config.Config
 	child   *child
-	client  *daemon.Client
+	client  *api.Client
 }
 
 // nodeConfig writes the configuration of node name: the bucket reached
@@ -113,7 +114,7 @@ func (c *cluster) start(t *testing.T, name, endpoint string, extra ...string) *s
 	n := &s3Node{name: name}
 	n.cfgPath, n.cfg = c.nodeConfig(t, name, endpoint)
 	n.child = startChild(t, n.cfgPath, extra...)
-	n.client = daemon.NewClient(n.cfg.Daemon.Socket)
+	n.client = api.NewClient(n.cfg.Daemon.Socket)
 	t.Cleanup(func() { n.stop(t) })
 	return n
 }
@@ -143,7 +144,7 @@ func (n *s3Node) stop(t *testing.T) {
 // reference's bytes; it returns the restore's id.
 func (c *cluster) restoreChecked(t *testing.T, n *s3Node, ref string) string {
 	t.Helper()
-	in, err := n.client.Restore(context.Background(), daemon.RestoreRequest{Snapshot: ref, Device: "file", Prefetch: "off"})
+	in, err := n.client.Restore(context.Background(), api.RestoreRequest{Snapshot: ref, Device: "file", Prefetch: "off"})
 	if err != nil {
 		t.Fatalf("restore %s on %s: %v", ref, n.name, err)
 	}
@@ -157,7 +158,7 @@ func (c *cluster) restoreChecked(t *testing.T, n *s3Node, ref string) string {
 func wantGone(t *testing.T, n *s3Node, ref string) {
 	t.Helper()
 	_, err := n.client.Snapshot(context.Background(), ref)
-	var apiErr *daemon.APIError
+	var apiErr *api.APIError
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusNotFound {
 		t.Fatalf("snapshot %s on %s: %v; want 404", ref, n.name, err)
 	}
@@ -191,7 +192,7 @@ func TestMultiNodeSameAliasAtOnce(t *testing.T) {
 	nodes := []*s3Node{c.start(t, "a", c.srv.Endpoint), c.start(t, "b", c.srv.Endpoint)}
 	start := make(chan struct{})
 	type result struct {
-		imp daemon.ImportResponse
+		imp api.ImportResponse
 		err error
 	}
 	results := make(chan result, len(nodes))
@@ -207,7 +208,7 @@ func TestMultiNodeSameAliasAtOnce(t *testing.T) {
 	conflicts := 0
 	for range nodes {
 		r := <-results
-		var apiErr *daemon.APIError
+		var apiErr *api.APIError
 		switch {
 		case r.err == nil:
 			winners = append(winners, r.imp.ID)
@@ -248,7 +249,7 @@ func TestMultiNodeDeleteWhileRestoring(t *testing.T) {
 	restored := make(chan string, 1)
 	go func() {
 		defer close(restored)
-		in, err := b.client.Restore(ctx, daemon.RestoreRequest{Snapshot: imp.ID, Device: "file", Prefetch: "off"})
+		in, err := b.client.Restore(ctx, api.RestoreRequest{Snapshot: imp.ID, Device: "file", Prefetch: "off"})
 		if err != nil {
 			t.Errorf("restore on B: %v", err)
 			return
@@ -336,7 +337,7 @@ func TestMultiNodeGCWhilePublishing(t *testing.T) {
 	gc := c.openNodeRepository(t, a.cfg, false)
 	req := c.f.importRequest("new")
 	req.Memory = writeOneChunkChanged(t, c.f.ref.Memory, filepath.Join(c.f.dir, "new-memory.bin"))
-	published := make(chan daemon.ImportResponse, 1)
+	published := make(chan api.ImportResponse, 1)
 	go func() {
 		defer close(published)
 		imp, err := b.client.Import(ctx, req)
@@ -352,7 +353,7 @@ func TestMultiNodeGCWhilePublishing(t *testing.T) {
 		removed += st.Removed
 		runs++
 	}
-	var imp daemon.ImportResponse
+	var imp api.ImportResponse
 	for done := false; !done; {
 		collect()
 		select {
@@ -383,7 +384,7 @@ func TestMultiNodeGCWhilePublishing(t *testing.T) {
 // test's chunk grace; read-only ones get a fresh node cache of their own.
 func (c *cluster) openNodeRepository(t *testing.T, cfg *config.Config, readOnly bool) *s3.Repo {
 	t.Helper()
-	o := s3.OptionsFromConfig(cfg.Backend.S3)
+	o := node.S3Options(cfg.Backend.S3)
 	o.ChunkGrace, o.ReadOnly = gcGrace, readOnly
 	if readOnly {
 		o.CacheDir = t.TempDir()
@@ -518,7 +519,7 @@ func TestReadOnlyVerbBesideDaemonKeepsItsFiles(t *testing.T) {
 	}
 	before := filesUnder(t, chunks)
 
-	o := s3.OptionsFromConfig(a.cfg.Backend.S3)
+	o := node.S3Options(a.cfg.Backend.S3)
 	o.ReadOnly, o.CacheMaxBytes = true, 4096 // it evicts whatever it found
 	verb, err := s3.Open(ctx, o)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
+	"warmstart/internal/api"
 	"warmstart/internal/daemon"
 )
 
@@ -171,14 +172,14 @@ func TestOpenAPIDescribesTheAPI(t *testing.T) {
 	want("metrics", c.do("GET", "/metrics", nil), 200)
 	want("openapi", c.do("GET", "/openapi.json", nil), 200)
 	want("import", c.do("POST", "/snapshots/import", f.importRequest("doc")), 201)
-	var imp daemon.ImportResponse
+	var imp api.ImportResponse
 	c.decode(&imp)
 	want("list", c.do("GET", "/snapshots?has_manifest=false&alias_prefix=d", nil), 200)
 	want("get", c.do("GET", "/snapshots/doc", nil), 200)
 	want("record", c.do("POST", "/snapshots/doc/manifest:record", nil), 200)
-	want("verify", c.do("POST", "/snapshots/doc/verify", daemon.VerifyRequest{}), 200)
-	want("restore", c.do("POST", "/restores", daemon.RestoreRequest{Snapshot: "doc", Device: "file", Prefetch: "on"}), 201)
-	var in daemon.RestoreInfo
+	want("verify", c.do("POST", "/snapshots/doc/verify", api.VerifyRequest{}), 200)
+	want("restore", c.do("POST", "/restores", api.RestoreRequest{Snapshot: "doc", Device: "file", Prefetch: "on"}), 201)
+	var in api.RestoreInfo
 	c.decode(&in)
 	want("restores", c.do("GET", "/restores", nil), 200)
 	want("restore by id", c.do("GET", "/restores/"+in.ID, nil), 200)

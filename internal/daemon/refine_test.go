@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"warmstart/internal/api"
 	"warmstart/internal/daemon"
 	"warmstart/internal/manifest"
 	"warmstart/internal/repository"
@@ -25,7 +26,7 @@ type switchedVMM struct {
 	path atomic.Pointer[string]
 }
 
-func (v *switchedVMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.Instance, error) {
+func (v *switchedVMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.VM, error) {
 	played := replay.VMM{TracePath: *v.path.Load()}
 	return played.Restore(ctx, spec)
 }
@@ -134,7 +135,7 @@ func TestRestoresRefineTheManifest(t *testing.T) {
 // waitRefined waits for the daemon's refinement line after the restore
 // that missed added pages of the manifest with digest recorded, checks it,
 // and returns the snapshot as it then is.
-func waitRefined(t *testing.T, r *running, refined <-chan struct{}, id string, added int, recorded string) daemon.SnapshotInfo {
+func waitRefined(t *testing.T, r *running, refined <-chan struct{}, id string, added int, recorded string) api.SnapshotInfo {
 	t.Helper()
 	select {
 	case <-refined:
@@ -154,10 +155,10 @@ func waitRefined(t *testing.T, r *running, refined <-chan struct{}, id string, a
 
 // restoreAndStop restores id on the uffd device (a fault is one page
 // there, so missed pages are exact) with prefetch on, and stops it.
-func restoreAndStop(t *testing.T, r *running, id string) daemon.RestoreInfo {
+func restoreAndStop(t *testing.T, r *running, id string) api.RestoreInfo {
 	t.Helper()
 	ctx := context.Background()
-	in, err := r.client.Restore(ctx, daemon.RestoreRequest{Snapshot: id, Device: "uffd", Prefetch: "on"})
+	in, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: id, Device: "uffd", Prefetch: "on"})
 	if err != nil {
 		t.Fatal(err)
 	}

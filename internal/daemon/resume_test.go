@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"warmstart/internal/daemon"
+	"warmstart/internal/api"
 	"warmstart/internal/repository/posixfs"
 )
 
@@ -17,7 +17,7 @@ func TestRecordingResumedAfterKill(t *testing.T) {
 	f := newFixture(t, fixtureOptions{recordOnPublish: true})
 	c := startChild(t, f.cfgPath, childStallRecordingEnv+"=1")
 	ctx := context.Background()
-	client := daemon.NewClient(f.cfg.Daemon.Socket)
+	client := api.NewClient(f.cfg.Daemon.Socket)
 	imp, err := client.Import(ctx, f.importRequest("ref"))
 	client.Close()
 	if err != nil {

@@ -6,8 +6,9 @@ import (
 	"net/http"
 	"testing"
 
+	"warmstart/internal/api"
 	"warmstart/internal/daemon"
-	"warmstart/internal/miniotest"
+	"warmstart/internal/lab/miniotest"
 	"warmstart/internal/repository/s3"
 )
 
@@ -19,7 +20,7 @@ import (
 func TestDaemonHoldsTheDeviceOfARemoteRestore(t *testing.T) {
 	ctx := context.Background()
 	f, r := s3Daemon(t, "held", false)
-	info, err := r.client.Restore(ctx, daemon.RestoreRequest{Snapshot: "remote", Device: "file", Prefetch: "off"})
+	info, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: "remote", Device: "file", Prefetch: "off"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,8 +36,8 @@ func TestDaemonHoldsTheDeviceOfARemoteRestore(t *testing.T) {
 	// A held generation serves one io_engine: another is bad input naming
 	// its field, not a daemon failure.
 	direct := 2
-	_, err = r.client.Restore(ctx, daemon.RestoreRequest{Snapshot: "remote", Device: "file", IOEngine: &direct})
-	var ae *daemon.APIError
+	_, err = r.client.Restore(ctx, api.RestoreRequest{Snapshot: "remote", Device: "file", IOEngine: &direct})
+	var ae *api.APIError
 	if !errors.As(err, &ae) || ae.StatusCode != http.StatusConflict || ae.Field != "io_engine" {
 		t.Errorf("restore on io_engine 2 beside a held generation: %v, want HTTP 409 naming field io_engine", err)
 	}
@@ -53,7 +54,7 @@ func TestDaemonRestoresS3SnapshotsOnUffd(t *testing.T) {
 	ctx := context.Background()
 	f, r := s3Daemon(t, "uffd", true)
 	for _, prefetch := range []string{"off", "on"} {
-		info, err := r.client.Restore(ctx, daemon.RestoreRequest{Snapshot: "remote", Device: "uffd", Prefetch: prefetch})
+		info, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: "remote", Device: "uffd", Prefetch: prefetch})
 		if err != nil {
 			t.Fatalf("uffd restore of a remote snapshot, prefetch %s: %v", prefetch, err)
 		}

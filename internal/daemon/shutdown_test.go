@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"warmstart/internal/api"
 	"warmstart/internal/daemon"
 	"warmstart/internal/trace"
 )
@@ -35,11 +36,11 @@ func TestSIGTERMWhilePrefetching(t *testing.T) {
 	f.writeConfig(t, fixtureOptions{trace: writeLowTrace(t, f)})
 
 	c := startChild(t, f.cfgPath, childHoldEnv+"="+strconv.Itoa(holdFromBytes))
-	client := daemon.NewClient(f.cfg.Daemon.Socket)
+	client := api.NewClient(f.cfg.Daemon.Socket)
 	defer client.Close()
 	// The seed's policy prefetches with buffered reads through the device
 	// file, which reach the FUSE server and so its read hook.
-	in, err := client.Restore(context.Background(), daemon.RestoreRequest{Snapshot: "ref", Device: "file", Prefetch: "on", Policy: "seed"})
+	in, err := client.Restore(context.Background(), api.RestoreRequest{Snapshot: "ref", Device: "file", Prefetch: "on", Policy: "seed"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +162,7 @@ func checkShutdownOrder(t *testing.T, lines []map[string]any) {
 func TestRestartAfterCrash(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
 	c := startChild(t, f.cfgPath)
-	if _, err := daemon.NewClient(f.cfg.Daemon.Socket).Health(context.Background()); err != nil {
+	if _, err := api.NewClient(f.cfg.Daemon.Socket).Health(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := syscall.Kill(c.pid, syscall.SIGKILL); err != nil {
@@ -182,7 +183,7 @@ func TestRestartAfterCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := r.client.Restore(ctx, daemon.RestoreRequest{Snapshot: imp.ID, Prefetch: "off"})
+	in, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: imp.ID, Prefetch: "off"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +273,7 @@ func TestShutdownCancelsRequestsAfterGrace(t *testing.T) {
 	}
 	restored := make(chan error, 1)
 	go func() {
-		_, err := r.client.Restore(ctx, daemon.RestoreRequest{Snapshot: imp.ID, Prefetch: "off"})
+		_, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: imp.ID, Prefetch: "off"})
 		restored <- err
 	}()
 	<-held
@@ -283,7 +284,7 @@ func TestShutdownCancelsRequestsAfterGrace(t *testing.T) {
 	// The guest's held fault can only complete now; its restore was
 	// cancelled first.
 	close(release)
-	var ae *daemon.APIError
+	var ae *api.APIError
 	if err := <-restored; !errors.As(err, &ae) || ae.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("restore cut by shutdown: %v, want 503", err)
 	}

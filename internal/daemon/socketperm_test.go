@@ -22,8 +22,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warmstart/internal/daemon"
+	"warmstart/internal/reexec"
 	"warmstart/internal/repository"
-	"warmstart/internal/role"
 )
 
 // The attack these tests reproduce: a local user who is not the daemon's
@@ -205,7 +205,7 @@ func startProber(t *testing.T, dir, rel string, after int) *prober {
 	// ExtraFiles[i] is descriptor 3+i in the prober.
 	cmd := &exec.Cmd{Path: "/proc/self/fd/3", Args: []string{"prober", "-test.run=^$"}, Dir: "/"}
 	cmd.ExtraFiles = []*os.File{bin, base}
-	cmd.Env = append(role.Environ(os.Environ(), roleSocketProber),
+	cmd.Env = append(reexec.Environ(os.Environ(), roleSocketProber),
 		proberSocketEnv+"="+filepath.Join("/proc/self/fd/4", rel), proberAfterEnv+"="+strconv.Itoa(after))
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Credential: &syscall.Credential{Uid: otherUID, Gid: otherUID, Groups: []uint32{}},

@@ -16,8 +16,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
-	"warmstart/internal/daemon"
-	"warmstart/internal/miniotest"
+	"warmstart/internal/api"
+	"warmstart/internal/lab/miniotest"
 	"warmstart/internal/trust"
 )
 
@@ -51,8 +51,8 @@ func TestMultiNodeTrustingNodeRefusesARewrittenRecord(t *testing.T) {
 	}
 
 	rewriteVMState(t, c.srv.Endpoint, imp.ID, []byte("a VM state of the attacker's"))
-	_, err = b.client.Restore(ctx, daemon.RestoreRequest{Snapshot: "signed", Device: "file", Prefetch: "off"})
-	var ae *daemon.APIError
+	_, err = b.client.Restore(ctx, api.RestoreRequest{Snapshot: "signed", Device: "file", Prefetch: "off"})
+	var ae *api.APIError
 	if !errors.As(err, &ae) || ae.StatusCode != http.StatusForbidden || ae.Field != "snapshot" || !errors.Is(err, trust.ErrUntrusted) ||
 		!strings.Contains(ae.Message, imp.ID) || !strings.Contains(ae.Message, "changed after it was signed by trusted key "+key.ID()) {
 		t.Fatalf("restore of the rewritten snapshot on B = %v; want a 403 on snapshot naming %s and the change", err, imp.ID)
@@ -80,20 +80,20 @@ func TestRestoreOfAnUnsignedSnapshotIsA403(t *testing.T) {
 	if got := c.do("GET", "/snapshots/unsigned", nil); got != http.StatusOK {
 		t.Fatalf("get: %d", got)
 	}
-	var info daemon.SnapshotInfo
+	var info api.SnapshotInfo
 	c.decode(&info)
 	if info.Trust.State != trust.StateRefused || !strings.Contains(info.Trust.Reason, "unsigned") {
 		t.Fatalf("trust of an unsigned snapshot on a daemon trusting %s: %+v", other.ID(), info.Trust)
 	}
-	if got := c.do("POST", "/restores", daemon.RestoreRequest{Snapshot: "unsigned", Device: "file"}); got != http.StatusForbidden {
+	if got := c.do("POST", "/restores", api.RestoreRequest{Snapshot: "unsigned", Device: "file"}); got != http.StatusForbidden {
 		t.Fatalf("restore of an unsigned snapshot: %d (%s), want 403", got, c.lastBody)
 	}
-	var e daemon.Error
+	var e api.Error
 	c.decode(&e)
 	if e.Field != "snapshot" || !strings.Contains(e.Error, imp.ID) || !strings.Contains(e.Error, "unsigned") {
 		t.Fatalf("403 body %+v; want field snapshot naming %s and why", e, imp.ID)
 	}
-	_, err = r.client.Restore(context.Background(), daemon.RestoreRequest{Snapshot: "unsigned", Device: "file"})
+	_, err = r.client.Restore(context.Background(), api.RestoreRequest{Snapshot: "unsigned", Device: "file"})
 	if !errors.Is(err, trust.ErrUntrusted) {
 		t.Fatalf("client error %v does not match trust.ErrUntrusted", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"warmstart/internal/api"
 	"warmstart/internal/daemon"
 	"warmstart/internal/vmm"
 	"warmstart/internal/vmm/replay"
@@ -20,7 +21,7 @@ import (
 // the page-fault handler.
 type killedAtStartVMM struct{ replay.VMM }
 
-func (v *killedAtStartVMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.Instance, error) {
+func (v *killedAtStartVMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.VM, error) {
 	inst, err := v.Start(ctx, spec)
 	if err != nil {
 		return nil, err
@@ -49,9 +50,9 @@ func TestRestoreAnswersWhenUffdVMMDiesBeforeConnecting(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	t0 := time.Now()
-	info, err := r.client.Restore(ctx, daemon.RestoreRequest{Snapshot: "ref", Device: "uffd", Prefetch: "off"})
+	info, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: "ref", Device: "uffd", Prefetch: "off"})
 	took := time.Since(t0)
-	var apiErr *daemon.APIError
+	var apiErr *api.APIError
 	if !errors.As(err, &apiErr) {
 		t.Fatalf("POST /restores with a dead VMM = %+v, %v after %v; want an error answer", info, err, took)
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"warmstart/internal/daemon"
+	"warmstart/internal/api"
 	"warmstart/internal/integrity"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs/posixfstest"
@@ -28,7 +28,7 @@ func TestVerifyEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rep, err := c.VerifySnapshot(ctx, "ref", daemon.VerifyRequest{})
+	rep, err := c.VerifySnapshot(ctx, "ref", api.VerifyRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,21 +37,21 @@ func TestVerifyEndpoint(t *testing.T) {
 	}
 	checkLegacyGetsDigests(t, c, f, imp)
 	checkFlippedByteReported(t, c, f, imp.ID)
-	if _, err := c.VerifySnapshot(ctx, "nobody", daemon.VerifyRequest{}); !errors.Is(err, repository.ErrNotFound) {
+	if _, err := c.VerifySnapshot(ctx, "nobody", api.VerifyRequest{}); !errors.Is(err, repository.ErrNotFound) {
 		t.Fatalf("verify of an unknown alias: %v, want 404", err)
 	}
 }
 
 // checkLegacyGetsDigests: a legacy snapshot verifies unverified, then
 // add_digests gives it the table published with it.
-func checkLegacyGetsDigests(t *testing.T, c *daemon.Client, f *fixture, imp daemon.ImportResponse) {
+func checkLegacyGetsDigests(t *testing.T, c *api.Client, f *fixture, imp api.ImportResponse) {
 	t.Helper()
 	ctx := context.Background()
 	posixfstest.StripDigests(t, f.cfg.Backend.PosixFS.SnapshotStore, imp.ID)
-	if rep, err := c.VerifySnapshot(ctx, imp.ID, daemon.VerifyRequest{}); err != nil || !rep.OK || !rep.Unverified {
+	if rep, err := c.VerifySnapshot(ctx, imp.ID, api.VerifyRequest{}); err != nil || !rep.OK || !rep.Unverified {
 		t.Fatalf("verify of a legacy snapshot: %+v, %v", rep, err)
 	}
-	rep, err := c.VerifySnapshot(ctx, imp.ID, daemon.VerifyRequest{AddDigests: true})
+	rep, err := c.VerifySnapshot(ctx, imp.ID, api.VerifyRequest{AddDigests: true})
 	if err != nil || !rep.OK || rep.DigestsAdded == nil || *rep.DigestsAdded != *imp.MemoryDigests ||
 		rep.SHA256DigestsAdded == nil || *rep.SHA256DigestsAdded != *imp.MemorySHA256Digests {
 		t.Fatalf("verify add_digests: %+v, %v; want the published tables %+v and %+v", rep, err, *imp.MemoryDigests, *imp.MemorySHA256Digests)
@@ -64,7 +64,7 @@ func checkLegacyGetsDigests(t *testing.T, c *daemon.Client, f *fixture, imp daem
 
 // checkFlippedByteReported: after a flipped byte the verify still answers
 // 200, and the report names the block.
-func checkFlippedByteReported(t *testing.T, c *daemon.Client, f *fixture, id string) {
+func checkFlippedByteReported(t *testing.T, c *api.Client, f *fixture, id string) {
 	t.Helper()
 	info, err := c.Snapshot(context.Background(), id)
 	if err != nil || info.Files == nil {

@@ -2,7 +2,8 @@
 // commands that clean up after themselves (warmstart bench, demo, capture,
 // restore, synth, the snapshot verbs that write or read at length, and
 // warmstart-s3bench, which bench --repository s3 runs), so that each ends
-// with the same messages and exit status however it was started.
+// with the same messages and exit status however it was started; and for
+// warmstart serve, whose shutdown a signal begins (Shutdown).
 package interrupt
 
 import (
@@ -14,8 +15,6 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
-
-	"warmstart/internal/memdev/fusedev"
 )
 
 // Watch turns SIGINT and SIGTERM into cancellation. The first signal ends
@@ -125,17 +124,3 @@ func (e Error) Unwrap() error { return e.Err }
 
 // ExitCode is the status a shell reports for a process the signal ended.
 func (e Error) ExitCode() int { return 128 + int(e.Signal) }
-
-// RemoveWorkDir removes a command's temporary directory. A child killed
-// before it unmounted (a trial after a second signal) would leave a dead
-// FUSE mount there, which RemoveAll cannot descend; such mounts are
-// detached first, and a live one is reported rather than removed under.
-func RemoveWorkDir(dir string) error {
-	if err := fusedev.CleanStale(dir); err != nil {
-		return fmt.Errorf("remove %s: %w", dir, err)
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("remove %s: %w", dir, err)
-	}
-	return nil
-}

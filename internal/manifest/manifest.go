@@ -35,8 +35,8 @@ import (
 	"slices"
 	"strings"
 
-	"warmstart/internal/fsx"
 	"warmstart/internal/layout"
+	"warmstart/internal/untrusted"
 )
 
 // Version is the encoding version this package writes and reads.
@@ -321,12 +321,12 @@ func Verify(data []byte, want Descriptor, snapshotLayout layout.Layout) (*Manife
 
 // ReadFile reads an encoded manifest, refusing one over MaxEncodedBytes
 // without reading it whole. Anything but a regular file is refused at once
-// with an error wrapping fsx.ErrNotRegular: a FIFO would block the restore
+// with an error wrapping untrusted.ErrNotRegular: a FIFO would block the restore
 // in open(2), a device would stream without end, a symlink would point the
 // restore at whatever it names.
 func ReadFile(path string) ([]byte, error) {
-	data, err := fsx.ReadBounded(path, MaxEncodedBytes)
-	if errors.Is(err, fsx.ErrTooLarge) {
+	data, err := untrusted.ReadBounded(path, MaxEncodedBytes)
+	if errors.Is(err, untrusted.ErrTooLarge) {
 		return nil, fmt.Errorf("%s: %w: more than %d bytes", path, ErrOversize, MaxEncodedBytes)
 	}
 	return data, err

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"warmstart/internal/fsx"
 	"warmstart/internal/layout"
+	"warmstart/internal/untrusted"
 )
 
 const (
@@ -397,8 +397,8 @@ func TestReadFileRefusesWhatIsNotAFile(t *testing.T) {
 		}()
 		select {
 		case err := <-done:
-			if !errors.Is(err, fsx.ErrNotRegular) || !strings.Contains(err.Error(), path) {
-				t.Errorf("ReadFile(%s) = %v, want fsx.ErrNotRegular naming the path", path, err)
+			if !errors.Is(err, untrusted.ErrNotRegular) || !strings.Contains(err.Error(), path) {
+				t.Errorf("ReadFile(%s) = %v, want untrusted.ErrNotRegular naming the path", path, err)
 			}
 		case <-time.After(10 * time.Second):
 			// A writer lets a reader blocked in open(2) go on.

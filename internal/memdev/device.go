@@ -85,7 +85,7 @@ type Connecter interface {
 	// With a nil vm (the VMM failed to start) it stops waiting and returns
 	// the device's own failure, when the device failed first (its VMM
 	// driver then stopped the VMM for it), else nil.
-	Connect(ctx context.Context, vm vmm.Instance) error
+	Connect(ctx context.Context, vm vmm.VM) error
 }
 
 // Tracer is a device that records the first touch of each page

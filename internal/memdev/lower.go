@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"warmstart/internal/fsx"
+	"warmstart/internal/untrusted"
 )
 
 // Lower is the memory a device serves: a snapshot's memory file, local or
@@ -47,7 +47,7 @@ type Source interface {
 }
 
 // File is the Source of the local memory file at path: opened with
-// fsx.OpenRegular (a regular file, never a FIFO or a device), its Ref the
+// untrusted.Open (a regular file, never a FIFO or a device), its Ref the
 // absolute path. Its Lower is an Advisor and reports the file's ModTime.
 func File(path string) Source {
 	if abs, err := filepath.Abs(path); err == nil {
@@ -71,7 +71,7 @@ type fileSource string
 func (f fileSource) Ref() string { return string(f) }
 
 func (f fileSource) Open() (Lower, error) {
-	file, err := fsx.OpenRegular(string(f))
+	file, err := untrusted.Open(string(f))
 	if err != nil {
 		return nil, fmt.Errorf("open lower file: %w", err)
 	}

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"warmstart/internal/fsx"
 	"warmstart/internal/integrity"
 	"warmstart/internal/prefetch"
+	"warmstart/internal/untrusted"
 )
 
 func randomBytes(n int, seed uint64) []byte {
@@ -275,8 +275,8 @@ func TestFileRefusesWhatIsNotARegularFile(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		if !errors.Is(err, fsx.ErrNotRegular) {
-			t.Fatalf("open of a FIFO: %v, want fsx.ErrNotRegular", err)
+		if !errors.Is(err, untrusted.ErrNotRegular) {
+			t.Fatalf("open of a FIFO: %v, want untrusted.ErrNotRegular", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("open of a FIFO hangs")

@@ -75,6 +75,20 @@ func sweepCLIDir(dir string, log *slog.Logger) {
 	log.Info("removed a dead CLI's runtime directory", "dir", dir)
 }
 
+// RemoveWorkDir removes a command's temporary directory. A child killed
+// before it unmounted (a trial after a second signal) would leave a dead
+// FUSE mount there, which RemoveAll cannot descend; such mounts are
+// detached first, and a live one is reported rather than removed under.
+func RemoveWorkDir(dir string) error {
+	if err := fusedev.CleanStale(dir); err != nil {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	return nil
+}
+
 // processExists reports whether a process with this id runs (possibly
 // under another user).
 func processExists(pid int) bool {

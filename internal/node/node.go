@@ -4,9 +4,8 @@
 // of refined manifests, the VMM driver and the metrics hook. The daemon,
 // every CLI verb, the benchmark, the demo and the S3 benchmark get their
 // parts here and nowhere else, so the wiring exists once and cannot drift
-// between them. The operations
-// that need several of those parts at once (Capture, ImportAndRecord) live
-// here too.
+// between them. What a node does with its parts (restore, import and
+// record, capture) is package ops.
 package node
 
 import (

@@ -44,7 +44,7 @@ func OpenRepository(ctx context.Context, cfg *config.Config, o RepositoryOptions
 	case config.BackendPosixFS:
 		return openPosixFS(cfg.Backend.PosixFS.SnapshotStore, o, key)
 	case config.BackendS3:
-		so := s3.OptionsFromConfig(cfg.Backend.S3)
+		so := S3Options(cfg.Backend.S3)
 		so.ReadOnly, so.Log, so.SigningKey = o.ReadOnly, o.Log, key
 		repo, err := s3.Open(ctx, so)
 		if err != nil {
@@ -53,6 +53,27 @@ func OpenRepository(ctx context.Context, cfg *config.Config, o RepositoryOptions
 		return repo, nil
 	default:
 		return nil, fmt.Errorf("snapshot.repository_backend %q is not available in this build", cfg.Snapshot.RepositoryBackend)
+	}
+}
+
+// S3Options are the s3 repository's options from [backend.s3]: the
+// configuration's addressing_style values are the s3 package's
+// (TestS3TakesTheConfiguredAddressingStyles).
+func S3Options(c config.S3Config) s3.Options {
+	return s3.Options{
+		Endpoint:        c.Endpoint,
+		Bucket:          c.Bucket,
+		Region:          c.Region,
+		Prefix:          c.Prefix,
+		AddressingStyle: c.AddressingStyle,
+		AccessKeyID:     c.AccessKeyID,
+		SecretAccessKey: c.SecretAccessKey,
+		CacheDir:        c.CacheDir,
+		CacheMaxBytes:   c.CacheMaxBytes(),
+		BlockBytes:      c.ChunkSizeBytes(),
+		ChunkBytes:      c.ChunkSizeBytes(),
+		Fill: s3.FillOptions{Disabled: !c.BackgroundFill, Concurrency: int(c.BackgroundFillConcurrency),
+			BitsPerSec: c.BackgroundFillMbit * 1_000_000},
 	}
 }
 

@@ -2,8 +2,10 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"warmstart/internal/config"
@@ -72,6 +74,10 @@ func NewQEMU(ctx context.Context, cfg *config.Config) (*qemu.Driver, error) {
 	return qemu.New(opts)
 }
 
+// InitramfsCache is where built guest initramfs images are kept between
+// runs.
+func InitramfsCache(cfg *config.Config) string { return filepath.Join(cfg.Runtime.Dir, "initramfs") }
+
 // FlagError marks an error in how a verb's --vmm or --trace was given,
 // which the CLI reports as a usage error (exit 2); a trace file that
 // cannot be read or a configuration the driver cannot use is no FlagError.
@@ -80,17 +86,19 @@ type FlagError struct{ Err error }
 func (e *FlagError) Error() string { return e.Err.Error() }
 func (e *FlagError) Unwrap() error { return e.Err }
 
-// checkTrace refuses a trace the replay VMM could not play, before a
-// device is mounted or a VMM started: the VMM's own complaint would end
-// in a log inside a runtime directory the verb removes on its way out.
-// trace.ReadFile opens it without blocking, so a FIFO or a device at
-// path is refused at once instead of hanging the verb in open(2).
-func checkTrace(path string) error {
+// CheckReplayTrace refuses a trace the replay VMM could not play (--trace,
+// [replay] trace), before a device is mounted or a VMM started: the VMM's
+// own complaint would end in a log inside a runtime directory the verb
+// removes on its way out. trace.ReadFile opens it without blocking, so a
+// FIFO or a device at path is refused at once instead of hanging the
+// verb in open(2). The error does not name path; the caller says where
+// path came from.
+func CheckReplayTrace(path string) error {
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return fmt.Errorf("--trace %s: is a directory, want a startup trace file (warmstart synth writes one)", path)
+		return errors.New("is a directory, want a startup trace file (warmstart synth writes one)")
 	}
 	if _, err := trace.ReadFile(path); err != nil {
-		return fmt.Errorf("--trace %s: not a startup trace: %w", path, err)
+		return fmt.Errorf("not a startup trace: %w", err)
 	}
 	return nil
 }
@@ -107,8 +115,8 @@ func WithVMM(cfg *config.Config, driver, trace string) (*config.Config, error) {
 		}
 		// Whatever is wrong with the file --trace names (absent, no
 		// regular file, no trace), the flag named it: a usage error.
-		if err := checkTrace(trace); err != nil {
-			return nil, &FlagError{err}
+		if err := CheckReplayTrace(trace); err != nil {
+			return nil, &FlagError{fmt.Errorf("--trace %s: %w", trace, err)}
 		}
 	case config.DriverQEMU:
 	case config.DriverFirecracker:

@@ -12,24 +12,24 @@ import (
 	"time"
 
 	"warmstart/internal/config"
+	"warmstart/internal/lab/synth"
 	"warmstart/internal/layout"
 	"warmstart/internal/manifest"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/recorder"
+	"warmstart/internal/reexec"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/restore"
 	"warmstart/internal/restore/restoretest"
-	"warmstart/internal/role"
-	"warmstart/internal/synth"
 	"warmstart/internal/trace"
 	"warmstart/internal/vmm"
 	"warmstart/internal/vmm/replay"
 )
 
 func TestMain(m *testing.M) {
-	role.Roles{replay.RoleReplayVMM: replay.ChildMain}.Dispatch()
+	reexec.Roles{replay.RoleReplayVMM: replay.ChildMain}.Dispatch()
 	os.Setenv("GORACE", os.Getenv("GORACE")+" atexit_sleep_ms=0")
 	dir, err := os.MkdirTemp("", "warmstart-recorder-test-")
 	if err != nil {
@@ -329,7 +329,7 @@ func (v *gatedVMM) setBeforeStart(f func()) {
 	v.beforeStart = f
 }
 
-func (v *gatedVMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.Instance, error) {
+func (v *gatedVMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.VM, error) {
 	v.mu.Lock()
 	before, startErr := v.beforeStart, v.startErr
 	played := v.VMM

@@ -10,9 +10,20 @@ import (
 	"warmstart/internal/recorder"
 )
 
-// CaptureJSON prints `capture --json`: the snapshot, and the startup
+// Capture prints what `capture` made, as JSON or for people (kind is the
+// VMM that booted the guest): the snapshot, and its startup manifest or
+// why it was not recorded (rec is nil when no recording was asked for).
+func Capture(w io.Writer, kind string, out capture.Snapshot, rec *recorder.Result, recErr error, asJSON bool) error {
+	if asJSON {
+		return captureJSON(w, out, rec, recErr)
+	}
+	captureText(w, kind, out, rec, recErr)
+	return nil
+}
+
+// captureJSON prints `capture --json`: the snapshot, and the startup
 // manifest or why it was not recorded.
-func CaptureJSON(w io.Writer, out capture.Snapshot, rec *recorder.Result, recErr error) error {
+func captureJSON(w io.Writer, out capture.Snapshot, rec *recorder.Result, recErr error) error {
 	doc := map[string]any{
 		"id": out.Record.ID, "alias": out.Record.Alias, "accel": out.Accel, "token": out.Token,
 		"boot_ns": out.Boot, "capture_ns": out.Capture, "record": out.Record, "ready": out.Ready.Detail,
@@ -26,8 +37,8 @@ func CaptureJSON(w io.Writer, out capture.Snapshot, rec *recorder.Result, recErr
 	return JSON(w, doc)
 }
 
-// CaptureText prints a capture for people.
-func CaptureText(w io.Writer, kind string, out capture.Snapshot, rec *recorder.Result, recErr error) {
+// captureText prints a capture for people.
+func captureText(w io.Writer, kind string, out capture.Snapshot, rec *recorder.Result, recErr error) {
 	fmt.Fprintln(w, out.Record.ID)
 	fmt.Fprintf(w, "  alias               %s\n", OrDash(out.Record.Alias))
 	if kind == "qemu" {

@@ -28,8 +28,17 @@ type manifestReport struct {
 	Ranges     []manifest.Range `json:"ranges"`
 }
 
-// ManifestJSON prints `manifest inspect --json`.
-func ManifestJSON(w io.Writer, path string, data []byte, m *manifest.Manifest) error {
+// Manifest prints `manifest inspect`: the manifest at path (data, which
+// decodes to m), as JSON or for people.
+func Manifest(w io.Writer, path string, data []byte, m *manifest.Manifest, asJSON, verbose bool) error {
+	if asJSON {
+		return manifestJSON(w, path, data, m)
+	}
+	return manifestText(w, path, data, m, verbose)
+}
+
+// manifestJSON prints `manifest inspect --json`.
+func manifestJSON(w io.Writer, path string, data []byte, m *manifest.Manifest) error {
 	d := manifest.Describe(data)
 	ranges := m.Ranges
 	if ranges == nil {
@@ -43,9 +52,9 @@ func ManifestJSON(w io.Writer, path string, data []byte, m *manifest.Manifest) e
 	})
 }
 
-// ManifestText prints `manifest inspect` for people: the header, then the
+// manifestText prints `manifest inspect` for people: the header, then the
 // first ranges (all of them when verbose).
-func ManifestText(w io.Writer, path string, data []byte, m *manifest.Manifest, verbose bool) error {
+func manifestText(w io.Writer, path string, data []byte, m *manifest.Manifest, verbose bool) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	d := manifest.Describe(data)
 	fmt.Fprintf(tw, "file\t%s\n", path)
@@ -85,6 +94,13 @@ func ManifestText(w io.Writer, path string, data []byte, m *manifest.Manifest, v
 }
 
 func mibString(n int64) string { return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20)) }
+
+// Attached prints, on w, that the startup manifest recorded after an
+// import was attached, and what it holds.
+func Attached(w io.Writer, id string, res recorder.Result) {
+	fmt.Fprintf(w, "attached startup manifest to %s: sha256 %s, %d ranges, %.1f MiB, ready after %v; %s\n",
+		id, res.Descriptor.SHA256, res.Ranges, float64(res.Bytes)/(1<<20), res.ReadyAfter, RecordingLine(res.Recording, res.Fallback))
+}
 
 // Recorded reports a startup manifest recorded and attached, and how its
 // runs agreed.

@@ -6,13 +6,13 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"warmstart/internal/daemon"
+	"warmstart/internal/api"
 	"warmstart/internal/restore"
 	"warmstart/internal/startupset"
 )
 
 // restoreState is a restore's state for people: running, or exited and how.
-func restoreState(in daemon.RestoreInfo) string {
+func restoreState(in api.RestoreInfo) string {
 	if in.Exit != nil {
 		return in.State + ": " + in.Exit.String()
 	}
@@ -21,7 +21,7 @@ func restoreState(in daemon.RestoreInfo) string {
 
 // Restore prints a ready restore for people: its phase timings, prefetch,
 // device reads and startup-set line.
-func Restore(out io.Writer, in daemon.RestoreInfo) {
+func Restore(out io.Writer, in api.RestoreInfo) {
 	ms := func(d time.Duration) string { return fmt.Sprintf("%8.2f ms", float64(d)/1e6) }
 	fmt.Fprintf(out, "restore %s of snapshot %s on %s device, generation %d\n", in.ID, in.Snapshot, in.Device, in.Generation)
 	fmt.Fprintf(out, "  device acquired     %s\n", ms(in.Timings.DeviceAcquired))
@@ -78,7 +78,7 @@ func Stopped(out io.Writer, rep restore.StopReport) {
 
 // Restores writes the table of `restores list`: the restores a daemon
 // holds, oldest first.
-func Restores(w io.Writer, infos []daemon.RestoreInfo) error {
+func Restores(w io.Writer, infos []api.RestoreInfo) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSNAPSHOT\tDEVICE\tSTARTED\tREADY\tPREFETCH\tSTATE")
 	for _, in := range infos {
@@ -89,7 +89,7 @@ func Restores(w io.Writer, infos []daemon.RestoreInfo) error {
 }
 
 // RestoreResult prints a ready restore, as JSON or for people.
-func RestoreResult(w io.Writer, in daemon.RestoreInfo, asJSON bool) error {
+func RestoreResult(w io.Writer, in api.RestoreInfo, asJSON bool) error {
 	if asJSON {
 		return JSON(w, in)
 	}

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"warmstart/internal/daemon"
+	"warmstart/internal/api"
 	"warmstart/internal/restore"
 )
 
@@ -20,7 +20,7 @@ func TestRestoreSaysWhatThePlanTookAlong(t *testing.T) {
 		{8_912_896, ", 40.0 MiB planned (+8.5 MiB of small gaps taken along), policy warmstart"},
 	} {
 		var b strings.Builder
-		Restore(&b, daemon.RestoreInfo{Policy: "warmstart", Prefetch: restore.PrefetchReport{
+		Restore(&b, api.RestoreInfo{Policy: "warmstart", Prefetch: restore.PrefetchReport{
 			State: "completed", PlannedBytes: 40 << 20, GapBytes: tc.gap}})
 		if !strings.Contains(b.String(), "prefetch            completed"+tc.want) {
 			t.Errorf("gap %d bytes: printed\n%s\nwant a prefetch line ending %q", tc.gap, b.String(), tc.want)

@@ -7,30 +7,19 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"warmstart/internal/api"
 	"warmstart/internal/repository"
 	"warmstart/internal/snapcheck"
-	"warmstart/internal/trust"
 )
 
-// SnapshotShow is show's JSON output: the record's fields plus where
-// its files are and what this node's trusted keys make of it.
-type SnapshotShow struct {
-	repository.Record
-	Files *SnapshotFiles `json:"files,omitempty"`
-	Trust trust.Status   `json:"trust"`
-}
-
-// SnapshotFiles is where a snapshot's files are.
-type SnapshotFiles struct {
-	VMState  string `json:"vm_state"`
-	Memory   string `json:"memory"`
-	Manifest string `json:"manifest,omitempty"`
-}
-
-// SnapshotText prints a snapshot's record for people, with what the
-// node's trusted keys make of it (st) and its file locations or why they
-// are unavailable.
-func SnapshotText(w io.Writer, rec repository.Record, st trust.Status, res repository.Resolved, resErr error) error {
+// Snapshot prints `snapshot show`: the record of a snapshot, what the
+// node's trusted keys make of it and where its files are (or why they
+// are unavailable), as JSON or for people.
+func Snapshot(w io.Writer, info api.SnapshotInfo, asJSON bool) error {
+	if asJSON {
+		return JSON(w, info)
+	}
+	rec := info.Record
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "id:\t%s\n", rec.ID)
 	fmt.Fprintf(tw, "alias:\t%s\n", OrDash(rec.Alias))
@@ -38,6 +27,23 @@ func SnapshotText(w io.Writer, rec repository.Record, st trust.Status, res repos
 	fmt.Fprintf(tw, "vm state:\t%d bytes, sha256 %s\n", rec.VMStateSize, rec.VMStateSHA256)
 	fmt.Fprintf(tw, "memory:\t%d bytes (%s), sha256 %s\n", rec.MemorySize, Size(rec.MemorySize), rec.MemorySHA256)
 	fmt.Fprintf(tw, "layout:\t%s (offset:size:page size; %s of the file mapped)\n", rec.Layout, Size(rec.Layout.MappedSize()))
+	manifestLines(tw, rec)
+	fmt.Fprintf(tw, "trust:\t%s\n", info.Trust.Line())
+	if f := info.Files; f == nil {
+		fmt.Fprintf(tw, "files:\tunavailable: %s\n", info.FilesError)
+	} else {
+		fmt.Fprintf(tw, "vm state file:\t%s\n", f.VMState)
+		fmt.Fprintf(tw, "memory file:\t%s\n", f.Memory)
+		if f.Manifest != "" {
+			fmt.Fprintf(tw, "manifest file:\t%s\n", f.Manifest)
+		}
+	}
+	return tw.Flush()
+}
+
+// manifestLines prints what a record holds of its startup manifest: the
+// recorded one, the startup pack, the refined manifest and its pack.
+func manifestLines(tw io.Writer, rec repository.Record) {
 	if m := rec.Manifest; m != nil {
 		fmt.Fprintf(tw, "manifest:\tsha256 %s, %d bytes\n", m.SHA256, m.Size)
 		if r := rec.ManifestRecording; r != nil {
@@ -57,17 +63,6 @@ func SnapshotText(w io.Writer, rec repository.Record, st trust.Status, res repos
 	if p := rec.RefinedPack; p != nil {
 		fmt.Fprintf(tw, "refined pack:\t%s, built after %d restores\n", packLine(*p), p.Restores)
 	}
-	fmt.Fprintf(tw, "trust:\t%s\n", st.Line())
-	if resErr != nil {
-		fmt.Fprintf(tw, "files:\tunavailable: %v\n", resErr)
-	} else {
-		fmt.Fprintf(tw, "vm state file:\t%s\n", res.VMStatePath)
-		fmt.Fprintf(tw, "memory file:\t%s\n", res.MemoryPath)
-		if res.ManifestPath != "" {
-			fmt.Fprintf(tw, "manifest file:\t%s\n", res.ManifestPath)
-		}
-	}
-	return tw.Flush()
 }
 
 // packLine describes a startup pack: its sizes, the manifest it was built

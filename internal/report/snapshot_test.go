@@ -1,12 +1,11 @@
 package report
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
+	"warmstart/internal/api"
 	"warmstart/internal/repository"
-	"warmstart/internal/trust"
 )
 
 // TestDeleteLines: both delete paths (in process and on a daemon) print
@@ -49,7 +48,7 @@ func TestSnapshotTextShowsTheRefinement(t *testing.T) {
 		Manifest:   &repository.ManifestDescriptor{SHA256: "aa", Size: 100},
 		Refinement: &repository.RefinementDescriptor{ManifestSHA256: "bb", Pages: 1404, Restores: 3}}
 	var b strings.Builder
-	if err := SnapshotText(&b, rec, trust.Status{}, repository.Resolved{}, nil); err != nil {
+	if err := Snapshot(&b, api.SnapshotInfo{Record: rec, Files: &api.SnapshotFiles{}}, false); err != nil {
 		t.Fatal(err)
 	}
 	if want := "refined manifest:  sha256 bb, 1404 pages, learned from 3 restores"; !strings.Contains(b.String(), want) {
@@ -81,7 +80,7 @@ func TestRecordingLine(t *testing.T) {
 	rec := repository.Record{ID: id, Manifest: &repository.ManifestDescriptor{SHA256: "ab", Size: 10},
 		ManifestRecording: &repository.Recording{Runs: 2, Overlap: &overlap, RankCorrelation: &rho}}
 	var b strings.Builder
-	if err := SnapshotText(&b, rec, trust.Status{}, repository.Resolved{}, errors.New("not resolved")); err != nil {
+	if err := Snapshot(&b, api.SnapshotInfo{Record: rec, FilesError: "not resolved"}, false); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(b.String(), "recorded from:  pages both of 2 recording runs touched; runs overlap 0.812") {
@@ -99,7 +98,7 @@ func TestSnapshotTextShowsThePacks(t *testing.T) {
 		Refinement:  &repository.RefinementDescriptor{ManifestSHA256: "bb", Pages: 1404, Restores: 3},
 		RefinedPack: &repository.StartupPackDescriptor{ManifestSHA256: "bb", IndexSHA256: "dd", IndexSize: 80, StoredBytes: 5 << 20, LogicalBytes: 6 << 20, Restores: 2}}
 	var b strings.Builder
-	if err := SnapshotText(&b, rec, trust.Status{}, repository.Resolved{}, nil); err != nil {
+	if err := Snapshot(&b, api.SnapshotInfo{Record: rec, Files: &api.SnapshotFiles{}}, false); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
@@ -111,7 +110,7 @@ func TestSnapshotTextShowsThePacks(t *testing.T) {
 		}
 	}
 	var j strings.Builder
-	if err := JSON(&j, SnapshotShow{Record: rec}); err != nil {
+	if err := Snapshot(&j, api.SnapshotInfo{Record: rec}, true); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{`"startup_pack": {`, `"refined_pack": {`, `"index_sha256": "dd"`, `"restores": 2`} {

@@ -9,7 +9,7 @@ import (
 	"io"
 	"strings"
 
-	"warmstart/internal/fsx"
+	"warmstart/internal/untrusted"
 )
 
 // A refinement is the learned startup manifest of a snapshot (package
@@ -124,7 +124,7 @@ func (a Attachment) RefinedManifest() []byte {
 // refinement file at path: what a restore needs, without hashing the
 // state. The caller verifies the bytes against d.ManifestSHA256.
 func ReadRefinedManifest(path string, d RefinementDescriptor) ([]byte, error) {
-	f, err := fsx.OpenRegular(path)
+	f, err := untrusted.Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +149,7 @@ func ReadRefinedManifest(path string, d RefinementDescriptor) ([]byte, error) {
 // ReadRefinement reads the whole refinement file at path, checks it
 // against d and returns its refined manifest and state.
 func ReadRefinement(path string, d RefinementDescriptor) (manifest, state []byte, err error) {
-	data, err := fsx.ReadBounded(path, MaxRefinementBytes)
+	data, err := untrusted.ReadBounded(path, MaxRefinementBytes)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"warmstart/internal/fsx"
 	"warmstart/internal/integrity"
+	"warmstart/internal/untrusted"
 )
 
 // MaxAliasBytes is the longest alias accepted.
@@ -96,6 +96,16 @@ func aliasAlphabet(s string) bool {
 // Validate checks a record read back from storage: a record that fails here
 // is reported as ErrIntegrity by Get and never listed.
 func (r Record) Validate() error {
+	for _, check := range []func() error{r.validateCore, r.validateManifest, r.validateDigests, r.validateLayered, r.validateStorage} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateCore checks the record's identity, layout and artifacts.
+func (r Record) validateCore() error {
 	switch {
 	case r.Format < 1 || r.Format > RecordFormatLayered:
 		return fmt.Errorf("%w: record format %d is not supported (this build reads 1..%d)", ErrIntegrity, r.Format, RecordFormatLayered)
@@ -109,6 +119,14 @@ func (r Record) Validate() error {
 		return fmt.Errorf("%w: layout file size %d differs from memory size %d", ErrIntegrity, r.Layout.FileSize, r.MemorySize)
 	case r.VMStateSize < 0 || !isSHA256Hex(r.VMStateSHA256) || (!r.Layered() && !isSHA256Hex(r.MemorySHA256)):
 		return fmt.Errorf("%w: record artifact sizes or digests are malformed", ErrIntegrity)
+	}
+	return nil
+}
+
+// validateManifest checks the startup manifest's descriptor and how it
+// was recorded.
+func (r Record) validateManifest() error {
+	switch {
 	case r.Manifest != nil && (r.Manifest.Size <= 0 || r.Manifest.Size > MaxManifestBytes || !isSHA256Hex(r.Manifest.SHA256)):
 		return fmt.Errorf("%w: record manifest descriptor is malformed", ErrIntegrity)
 	case r.ManifestRecording != nil && r.Manifest == nil:
@@ -116,13 +134,7 @@ func (r Record) Validate() error {
 	case r.ManifestRecording != nil && r.ManifestRecording.Validate() != nil:
 		return fmt.Errorf("%w: record manifest %v", ErrIntegrity, r.ManifestRecording.Validate())
 	}
-	if err := r.validateDigests(); err != nil {
-		return err
-	}
-	if err := r.validateLayered(); err != nil {
-		return err
-	}
-	return r.validateStorage()
+	return nil
 }
 
 // validateDigests checks the digest table descriptors.
@@ -236,7 +248,7 @@ func regularFileSize(path, what string) (int64, error) {
 	if !fi.Mode().IsRegular() {
 		return 0, fmt.Errorf("%w: %s file %s is not a regular file", ErrInvalidRequest, what, path)
 	}
-	if err := fsx.CheckOnDisk(path); err != nil {
+	if err := untrusted.CheckOnDisk(path); err != nil {
 		return 0, fmt.Errorf("%w: %s file: %w", ErrInvalidRequest, what, err)
 	}
 	return fi.Size(), nil

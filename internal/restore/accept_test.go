@@ -28,12 +28,12 @@ type killingVMM struct {
 	delay atomic.Int64 // a time.Duration
 }
 
-func (v *killingVMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.Instance, error) {
+func (v *killingVMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.VM, error) {
 	inst, err := v.trackingVMM.Restore(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
-	time.AfterFunc(time.Duration(v.delay.Load()), inst.(*replay.Instance).Kill)
+	time.AfterFunc(time.Duration(v.delay.Load()), inst.(*replay.VM).Kill)
 	return inst, nil
 }
 
@@ -167,7 +167,7 @@ type elsewhereVMM struct {
 	socket string
 }
 
-func (v *elsewhereVMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.Instance, error) {
+func (v *elsewhereVMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.VM, error) {
 	spec.MemPath = v.socket
 	return v.trackingVMM.Restore(ctx, spec)
 }

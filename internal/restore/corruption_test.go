@@ -12,12 +12,12 @@ import (
 	"testing"
 
 	"warmstart/internal/config"
+	"warmstart/internal/lab/synth"
 	"warmstart/internal/manifest"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
 	"warmstart/internal/restore"
 	"warmstart/internal/snapcheck"
-	"warmstart/internal/synth"
 )
 
 // The corruption sweep: every artifact of a published snapshot, damaged in

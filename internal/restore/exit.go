@@ -46,7 +46,7 @@ type exitWatch struct {
 // watch watches, from ready on, for vm's process to exit. A driver that
 // cannot tell (it does not implement vmm.ExitReporter) leaves the instance
 // running until it is stopped.
-func (w *exitWatch) watch(vm vmm.Instance) {
+func (w *exitWatch) watch(vm vmm.VM) {
 	w.exited = make(chan struct{})
 	ex, ok := vm.(vmm.ExitReporter)
 	if !ok {
@@ -87,7 +87,7 @@ func (w *exitWatch) note(ex vmm.ExitReporter) {
 // beginStop marks the start of Stop. An exit that already happened is
 // recorded first, even if the watcher has not run yet: a stop racing the
 // watcher must not take the VM's own exit for its own.
-func (w *exitWatch) beginStop(vm vmm.Instance) {
+func (w *exitWatch) beginStop(vm vmm.VM) {
 	if ex, ok := vm.(vmm.ExitReporter); ok && w.exited != nil {
 		select {
 		case <-ex.Exited():

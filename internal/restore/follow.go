@@ -17,7 +17,7 @@ import (
 // The device calls it while serving, so it only records and forwards: the
 // task's Follow never blocks.
 type deviceObserver struct {
-	rec *startupset.Recorder
+	rec *startupset.Timeline
 
 	mu sync.Mutex
 	// sub is where demand requests go: set once the restore has joined
@@ -38,7 +38,7 @@ type demandRequest struct {
 
 var _ memdev.Observer = (*deviceObserver)(nil)
 
-func newDeviceObserver(rec *startupset.Recorder) *deviceObserver {
+func newDeviceObserver(rec *startupset.Timeline) *deviceObserver {
 	return &deviceObserver{rec: rec}
 }
 
@@ -93,7 +93,7 @@ func (o *deviceObserver) stopFollowing() {
 // what the device served, the observer routing its faults to the
 // prefetch task, and when that task ended.
 type guest struct {
-	timeline *startupset.Recorder
+	timeline *startupset.Timeline
 	observer *deviceObserver
 	sub      *prefetch.Subscription
 	// ended is when the task was seen ending; it is set before endedCh
@@ -103,7 +103,7 @@ type guest struct {
 }
 
 func newGuest(t0 time.Time) *guest {
-	timeline := startupset.NewRecorder(t0)
+	timeline := startupset.NewTimeline(t0)
 	return &guest{timeline: timeline, observer: newDeviceObserver(timeline)}
 }
 

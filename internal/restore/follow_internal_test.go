@@ -28,7 +28,7 @@ func TestDeviceObserverRoutesDemandUntilStopped(t *testing.T) {
 	for i := range 8 {
 		plan = append(plan, prefetch.Range{Offset: int64(i) * 8192, Length: 4096})
 	}
-	rec := startupset.NewRecorder(time.Now())
+	rec := startupset.NewTimeline(time.Now())
 	o := newDeviceObserver(rec)
 	jumps := func() uint64 { return e.Stats().Jumps }
 

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"warmstart/internal/config"
+	"warmstart/internal/lab/reference"
+	"warmstart/internal/lab/synth"
 	"warmstart/internal/layout"
 	"warmstart/internal/logtest"
 	"warmstart/internal/manifest"
@@ -22,20 +24,18 @@ import (
 	"warmstart/internal/memdev/uffd"
 	"warmstart/internal/prefetch"
 	"warmstart/internal/recorder"
-	"warmstart/internal/reference"
+	"warmstart/internal/reexec"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/restore"
 	"warmstart/internal/restore/restoretest"
-	"warmstart/internal/role"
-	"warmstart/internal/synth"
 	"warmstart/internal/trace"
 	"warmstart/internal/vmm"
 	"warmstart/internal/vmm/replay"
 )
 
 func TestMain(m *testing.M) {
-	role.Roles{replay.RoleReplayVMM: replay.ChildMain}.Dispatch()
+	reexec.Roles{replay.RoleReplayVMM: replay.ChildMain}.Dispatch()
 	os.Setenv("GORACE", os.Getenv("GORACE")+" atexit_sleep_ms=0")
 	dir, err := os.MkdirTemp("", "warmstart-restore-test-")
 	if err != nil {
@@ -409,7 +409,7 @@ type trackingVMM struct {
 	replay.VMM
 
 	mu          sync.Mutex
-	started     []*replay.Instance
+	started     []*replay.VM
 	beforeStart func()
 }
 
@@ -419,7 +419,7 @@ func (v *trackingVMM) setBeforeStart(f func()) {
 	v.beforeStart = f
 }
 
-func (v *trackingVMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.Instance, error) {
+func (v *trackingVMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.VM, error) {
 	v.mu.Lock()
 	before := v.beforeStart
 	v.mu.Unlock()
@@ -437,7 +437,7 @@ func (v *trackingVMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.In
 }
 
 // last is the most recently started VMM.
-func (v *trackingVMM) last(t *testing.T) *replay.Instance {
+func (v *trackingVMM) last(t *testing.T) *replay.VM {
 	t.Helper()
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -448,14 +448,14 @@ func (v *trackingVMM) last(t *testing.T) *replay.Instance {
 }
 
 // all returns every VMM started so far.
-func (v *trackingVMM) all() []*replay.Instance {
+func (v *trackingVMM) all() []*replay.VM {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return append([]*replay.Instance(nil), v.started...)
+	return append([]*replay.VM(nil), v.started...)
 }
 
 // checkGone fails unless the VMM process has exited and been reaped.
-func checkGone(t *testing.T, inst *replay.Instance) {
+func checkGone(t *testing.T, inst *replay.VM) {
 	t.Helper()
 	select {
 	case <-inst.Exited():

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"os"
 
-	"warmstart/internal/fsx"
 	"warmstart/internal/layout"
 	"warmstart/internal/manifest"
 	"warmstart/internal/memdev"
 	"warmstart/internal/prefetch"
+	"warmstart/internal/untrusted"
 )
 
 // prefetchPlan is a validated manifest and its digest; m is nil when the
@@ -126,7 +126,7 @@ func reasonOf(err error) string {
 		name string
 	}{
 		{os.ErrNotExist, "missing"},
-		{fsx.ErrNotRegular, "not_regular"},
+		{untrusted.ErrNotRegular, "not_regular"},
 		{manifest.ErrSizeMismatch, "size"},
 		{manifest.ErrDigestMismatch, "digest"},
 		{manifest.ErrLayoutMismatch, "layout"},

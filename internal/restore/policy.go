@@ -5,7 +5,6 @@ import (
 	"sort"
 	"strings"
 
-	"warmstart/internal/config"
 	"warmstart/internal/layout"
 	"warmstart/internal/manifest"
 	"warmstart/internal/prefetch"
@@ -22,7 +21,7 @@ type Policy struct {
 	BufferBytes int `json:"buffer_bytes"`
 	// MaxReaders is the per-process limit on reads in progress that the
 	// policy was designed for; the engine enforces the process's own
-	// (config.DefaultPrefetchMaxReaders says how the two relate).
+	// (prefetch.DefaultMaxReaders says how the two relate).
 	MaxReaders int `json:"max_readers"`
 	// Sorted reads the working set in file order instead of first-touch order.
 	Sorted bool `json:"sorted"`
@@ -49,17 +48,25 @@ type Policy struct {
 	GapBytes int64 `json:"gap_bytes,omitempty"`
 }
 
+// The policies' names ([prefetch] policy, --policy, the API's "policy").
+const (
+	PolicyWarmstart = "warmstart"
+	PolicySeed      = "seed"
+	PolicyREAP      = "reap"
+	PolicyE2B       = "e2b"
+)
+
 // Policies known by name.
 var policies = map[string]Policy{
 	// The seed: one reader per task, a 1 MiB buffer, at most four readers per
 	// process, through the device, in first-touch order, concurrently with
 	// the restore.
-	config.PolicySeed: {Name: config.PolicySeed, Readers: 1, BufferBytes: 1 << 20, MaxReaders: config.DefaultPrefetchMaxReaders},
+	PolicySeed: {Name: PolicySeed, Readers: 1, BufferBytes: 1 << 20, MaxReaders: prefetch.DefaultMaxReaders},
 	// REAP (vHive): the whole recorded working set in one sequential pass,
 	// installed before the VM runs.
-	config.PolicyREAP: {Name: config.PolicyREAP, Readers: 1, BufferBytes: 4 << 20, MaxReaders: 1, Sorted: true, BeforeStart: true},
+	PolicyREAP: {Name: PolicyREAP, Readers: 1, BufferBytes: 4 << 20, MaxReaders: 1, Sorted: true, BeforeStart: true},
 	// E2B: first-touch order, page by page, several workers, concurrently.
-	config.PolicyE2B: {Name: config.PolicyE2B, Readers: 8, BufferBytes: 4096, MaxReaders: 8},
+	PolicyE2B: {Name: PolicyE2B, Readers: 8, BufferBytes: 4096, MaxReaders: 8},
 	// warmstart (measured on the reference snapshot, see README): the
 	// device fills its own page cache (one lower-file read and one store
 	// per run, where a buffered read through the device file costs a FUSE
@@ -67,11 +74,11 @@ var policies = map[string]Policy{
 	// up front, and two readers (one per core here) fill in first-touch
 	// order concurrently with the restore, following the guest: a fault
 	// ahead of them moves them to it.
-	config.PolicyWarmstart: {Name: config.PolicyWarmstart, Readers: 2, BufferBytes: 1 << 20, MaxReaders: config.DefaultPrefetchMaxReaders, Fill: true, Hint: true, Follow: true, GapBytes: 16 << 10},
+	PolicyWarmstart: {Name: PolicyWarmstart, Readers: 2, BufferBytes: 1 << 20, MaxReaders: prefetch.DefaultMaxReaders, Fill: true, Hint: true, Follow: true, GapBytes: 16 << 10},
 }
 
 // DefaultPolicy is the policy a restore uses unless told otherwise.
-const DefaultPolicy = config.PolicyWarmstart
+const DefaultPolicy = PolicyWarmstart
 
 // PolicyNames lists the known policies in a stable order.
 func PolicyNames() []string {

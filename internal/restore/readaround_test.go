@@ -62,7 +62,7 @@ type memPathVMM struct {
 	path string
 }
 
-func (v *memPathVMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.Instance, error) {
+func (v *memPathVMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.VM, error) {
 	v.mu.Lock()
 	v.path = spec.MemPath
 	v.mu.Unlock()

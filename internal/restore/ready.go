@@ -30,7 +30,7 @@ func (s *sequence) waitReady(ctx context.Context) error {
 
 // waitReadyOrGone waits for vm's guest to be ready, or stops vm when dev
 // stops serving first.
-func waitReadyOrGone(ctx context.Context, vm vmm.Instance, dev memdev.Device) (vmm.ReadyInfo, error) {
+func waitReadyOrGone(ctx context.Context, vm vmm.VM, dev memdev.Device) (vmm.ReadyInfo, error) {
 	gone := dev.Done()
 	if gone == nil {
 		return vm.WaitReady(ctx)

@@ -203,7 +203,7 @@ func startError(ctx context.Context, conn memdev.Connecter, err error) error {
 	return fmt.Errorf("start VMM: %w", err)
 }
 
-func resume(vm vmm.Instance) error {
+func resume(vm vmm.VM) error {
 	res, ok := vm.(vmm.Resumer)
 	if !ok {
 		return errors.New("VMM cannot resume a paused restore")

@@ -44,7 +44,7 @@ type holdings struct {
 	exit    *exitWatch
 
 	dev memdev.Device
-	vm  vmm.Instance
+	vm  vmm.VM
 	sub *prefetch.Subscription
 	// unfollow ends the routing of the guest's faults to the prefetch
 	// task; stopWarm stops the memory source's cache prefetch (nil when

@@ -10,10 +10,10 @@ import (
 	"io/fs"
 	"sync"
 
-	"warmstart/internal/fsx"
 	"warmstart/internal/integrity"
 	"warmstart/internal/memdev"
 	"warmstart/internal/repository"
+	"warmstart/internal/untrusted"
 )
 
 // Memory integrity on restore: the VMM state file is checked whole against
@@ -122,7 +122,7 @@ func (f digestsFile) read(fileSize int64) (*integrity.Table, error) {
 	if f.path == "" {
 		return nil, &repository.IntegrityError{Artifact: f.name, Want: "a table", Got: "no file"}
 	}
-	data, err := fsx.ReadBounded(f.path, f.desc.Size)
+	data, err := untrusted.ReadBounded(f.path, f.desc.Size)
 	if err != nil {
 		return nil, err
 	}
@@ -270,7 +270,7 @@ func integrityIf(err error) error {
 
 // hashRegular returns the SHA-256 and size of the regular file at path.
 func hashRegular(path string) (string, int64, error) {
-	f, err := fsx.OpenRegular(path)
+	f, err := untrusted.Open(path)
 	if err != nil {
 		return "", 0, err
 	}

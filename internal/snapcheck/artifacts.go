@@ -9,10 +9,10 @@ import (
 	"io"
 	"os"
 
-	"warmstart/internal/fsx"
 	"warmstart/internal/integrity"
 	"warmstart/internal/manifest"
 	"warmstart/internal/repository"
+	"warmstart/internal/untrusted"
 )
 
 // vmState reads the VM state file whole and compares its size and SHA-256
@@ -21,7 +21,7 @@ func (c *checker) vmState() error {
 	rec := c.res.Record
 	a := c.r.artifact(repository.VMStateFileName)
 	a.Status = StatusOK
-	f, err := fsx.OpenRegular(c.res.VMStatePath)
+	f, err := untrusted.Open(c.res.VMStatePath)
 	if err != nil {
 		openProblem(a, err)
 		return nil
@@ -108,7 +108,7 @@ func readTable(a *Artifact, st storedTable, fileSize int64) *integrity.Table {
 		a.problem(KindMissing, "the repository gives no digest table file")
 		return nil
 	}
-	data, err := fsx.ReadBounded(st.path, d.Size)
+	data, err := untrusted.ReadBounded(st.path, d.Size)
 	if err != nil {
 		openProblem(a, err)
 		return nil
@@ -176,9 +176,9 @@ func openProblem(a *Artifact, err error) {
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		a.problem(KindMissing, "%v", err)
-	case errors.Is(err, fsx.ErrNotRegular):
+	case errors.Is(err, untrusted.ErrNotRegular):
 		a.problem(KindNotRegular, "%v", err)
-	case errors.Is(err, fsx.ErrTooLarge):
+	case errors.Is(err, untrusted.ErrTooLarge):
 		a.problem(KindSize, "%v", err)
 	default:
 		a.problem(KindRead, "%v", err)

@@ -8,10 +8,10 @@ import (
 	"fmt"
 	"io"
 
-	"warmstart/internal/fsx"
 	"warmstart/internal/integrity"
 	"warmstart/internal/memdev"
 	"warmstart/internal/repository"
+	"warmstart/internal/untrusted"
 )
 
 // memoryFile is the memory file opened for one pass.
@@ -42,7 +42,7 @@ func (c *checker) openMemory() (memoryFile, error) {
 		}
 		return memoryFile{src: rd, size: rd.Size(), close: rd.Close}, nil
 	}
-	f, err := fsx.OpenRegular(c.res.MemoryPath)
+	f, err := untrusted.Open(c.res.MemoryPath)
 	if err != nil {
 		return memoryFile{}, err
 	}

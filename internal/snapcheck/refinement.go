@@ -4,10 +4,10 @@ import (
 	"errors"
 	"os"
 
-	"warmstart/internal/fsx"
 	"warmstart/internal/manifest"
 	"warmstart/internal/refine"
 	"warmstart/internal/repository"
+	"warmstart/internal/untrusted"
 )
 
 // refinement reads the learned manifest file whole, when the record has
@@ -26,7 +26,7 @@ func (c *checker) refinement() {
 	case errors.Is(err, os.ErrNotExist) || c.res.RefinementPath == "":
 		a.problem(KindMissing, "the refinement file is not there")
 		return
-	case errors.Is(err, fsx.ErrNotRegular):
+	case errors.Is(err, untrusted.ErrNotRegular):
 		a.problem(KindNotRegular, "%v", err)
 		return
 	case errors.Is(err, repository.ErrRefinementCorrupt):

@@ -16,7 +16,7 @@ import (
 
 	"warmstart/internal/chunkmap"
 	"warmstart/internal/integrity"
-	"warmstart/internal/miniotest"
+	"warmstart/internal/lab/miniotest"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
 	"warmstart/internal/repository/s3"

@@ -29,8 +29,8 @@ import (
 	"time"
 
 	"warmstart/internal/durable"
-	"warmstart/internal/fsx"
 	"warmstart/internal/layout"
+	"warmstart/internal/untrusted"
 )
 
 // PageBytes is the size of one traced page: the host base page. A touch of
@@ -169,7 +169,7 @@ func parseEntry(text string) (Entry, error) {
 func ReadFile(path string) ([]Entry, error) {
 	// A FIFO or a device named as a trace would block open(2) or stream
 	// for ever: only a regular file (or a symlink to one) is a trace.
-	f, err := fsx.OpenRegularFollowing(path)
+	f, err := untrusted.OpenFollowing(path)
 	if err != nil {
 		return nil, fmt.Errorf("open trace: %w", err)
 	}

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"warmstart/internal/fsx"
 	"warmstart/internal/layout"
+	"warmstart/internal/untrusted"
 
 	"golang.org/x/sys/unix"
 )
@@ -199,8 +199,8 @@ func TestReadFileRefusesWhatIsNotAFile(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		if !errors.Is(err, fsx.ErrNotRegular) {
-			t.Errorf("ReadFile(FIFO): %v; want %v", err, fsx.ErrNotRegular)
+		if !errors.Is(err, untrusted.ErrNotRegular) {
+			t.Errorf("ReadFile(FIFO): %v; want %v", err, untrusted.ErrNotRegular)
 		}
 	case <-time.After(10 * time.Second):
 		// Unblock the open so the goroutine ends with the test.

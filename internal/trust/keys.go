@@ -14,8 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warmstart/internal/durable"
-	"warmstart/internal/fsx"
 	"warmstart/internal/repository"
+	"warmstart/internal/untrusted"
 )
 
 // Key files. A private key is PEM "PRIVATE KEY" holding PKCS #8 (RFC
@@ -198,7 +198,7 @@ func readKeyFile(path string, secret bool) ([]byte, error) {
 	if err := checkKeyFile(resolved, secret); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", what, path, err)
 	}
-	data, err := fsx.ReadBounded(resolved, maxKeyFileBytes)
+	data, err := untrusted.ReadBounded(resolved, maxKeyFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}

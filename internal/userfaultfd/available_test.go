@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"warmstart/internal/role"
+	"warmstart/internal/reexec"
 )
 
 // TestCheckAvailable: this host's tests create userfaultfds themselves, so
@@ -87,7 +87,7 @@ func TestCheckAvailableUnprivileged(t *testing.T) {
 	// whoever may search it.
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Dir = "/"
-	cmd.Env = role.Environ(os.Environ(), roleCheckAsOther)
+	cmd.Env = reexec.Environ(os.Environ(), roleCheckAsOther)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
 	out, err := cmd.Output()
 	var exit *exec.ExitError

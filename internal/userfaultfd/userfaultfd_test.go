@@ -5,11 +5,11 @@ import (
 	"testing"
 	"unsafe"
 
-	"warmstart/internal/role"
+	"warmstart/internal/reexec"
 )
 
 func TestMain(m *testing.M) {
-	role.Roles{roleCheckAsOther: runCheckAvailable}.Dispatch()
+	reexec.Roles{roleCheckAsOther: runCheckAvailable}.Dispatch()
 	os.Exit(m.Run())
 }
 

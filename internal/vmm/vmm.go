@@ -114,8 +114,8 @@ type ReadyInfo struct {
 	Detail map[string]string
 }
 
-// Instance is one restored VM.
-type Instance interface {
+// VM is one restored VM.
+type VM interface {
 	// WaitReady blocks until the guest agent answers, the VM dies, or ctx ends.
 	WaitReady(ctx context.Context) (ReadyInfo, error)
 	// RequestStop asks the VM to stop and returns without waiting. It is the
@@ -128,5 +128,5 @@ type Instance interface {
 
 // VMM restores snapshots.
 type VMM interface {
-	Restore(ctx context.Context, spec RestoreSpec) (Instance, error)
+	Restore(ctx context.Context, spec RestoreSpec) (VM, error)
 }

@@ -21,7 +21,7 @@ import (
 
 	"warmstart/internal/layout"
 	"warmstart/internal/memdev"
-	"warmstart/internal/role"
+	"warmstart/internal/reexec"
 	"warmstart/internal/vmm/replay"
 )
 
@@ -89,7 +89,7 @@ type childResult struct {
 }
 
 func TestMain(m *testing.M) {
-	role.Roles{
+	reexec.Roles{
 		roleConsumer:         func() int { return runChild(os.Getenv(childSpecEnv)) },
 		replay.RoleReplayVMM: replay.ChildMain,
 	}.Dispatch()
@@ -266,7 +266,7 @@ func startChild(t *testing.T, spec childSpec) *child {
 	}
 	c := &child{t: t, cmd: exec.Command(os.Args[0], "-test.run=^$")}
 	// The race detector otherwise sleeps a second at every child's exit.
-	c.cmd.Env = append(role.Environ(os.Environ(), roleConsumer), childSpecEnv+"="+string(raw),
+	c.cmd.Env = append(reexec.Environ(os.Environ(), roleConsumer), childSpecEnv+"="+string(raw),
 		"GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	c.cmd.Stderr = &c.stderr
 	if c.stdin, err = c.cmd.StdinPipe(); err != nil {

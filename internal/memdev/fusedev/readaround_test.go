@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"warmstart/internal/durable"
+	"warmstart/internal/lab/pagecache"
 	"warmstart/internal/layout"
 	"warmstart/internal/memdev"
-	"warmstart/internal/pagecache"
 )
 
 // On a mount with a one-page readaround window, a guest's fault reaches

@@ -112,7 +112,7 @@ func (f *files) request(t *testing.T, memory memdev.Source) memdev.Request {
 // guest is one VM restored on a device; ctx bounds it until it is ready.
 type guest struct {
 	dev  memdev.Device
-	vm   *replay.Instance
+	vm   *replay.VM
 	spec vmm.RestoreSpec
 	ctx  context.Context
 }

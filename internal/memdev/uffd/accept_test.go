@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"warmstart/internal/role"
+	"warmstart/internal/reexec"
 )
 
 // startDyingVMM starts a VMM child that exits at once, before it connects
@@ -17,7 +17,7 @@ import (
 func startDyingVMM(t *testing.T) <-chan struct{} {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(role.Environ(os.Environ(), roleVMM), childEnv+"={", "GORACE=atexit_sleep_ms=0")
+	cmd.Env = append(reexec.Environ(os.Environ(), roleVMM), childEnv+"={", "GORACE=atexit_sleep_ms=0")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -153,7 +153,7 @@ func (d *Device) accept(ctx context.Context) {
 // exit ends the wait, and the error carries its exit status. A nil vm (it
 // failed to start) ends the wait at once: Connect then returns why the
 // device stopped serving, when it did first, else nil.
-func (d *Device) Connect(ctx context.Context, vm vmm.Instance) error {
+func (d *Device) Connect(ctx context.Context, vm vmm.VM) error {
 	if d.cancelAccept == nil {
 		return errors.New("uffd device: Connect before Configure")
 	}

@@ -23,7 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warmstart/internal/memdev"
-	"warmstart/internal/role"
+	"warmstart/internal/reexec"
 	"warmstart/internal/userfaultfd"
 	"warmstart/internal/vmm/replay"
 )
@@ -40,7 +40,7 @@ const (
 const guardTimeout = 30 * time.Second
 
 func TestMain(m *testing.M) {
-	role.Roles{
+	reexec.Roles{
 		roleVMM:              func() int { runChild(os.Getenv(childEnv)); return 0 },
 		replay.RoleReplayVMM: replay.ChildMain,
 	}.Dispatch()
@@ -210,7 +210,7 @@ func startVMM(t testing.TB, socket string, regions []testRegion) *childVMM {
 	// No asynchronous preemption signals: a signal interrupting a fault
 	// makes the thread fault again, which would blur exact fault counts.
 	// The race runtime otherwise lingers a second in os.Exit.
-	cmd.Env = append(role.Environ(os.Environ(), roleVMM), childEnv+"="+string(cfg), "GODEBUG=asyncpreemptoff=1", "GORACE=atexit_sleep_ms=0")
+	cmd.Env = append(reexec.Environ(os.Environ(), roleVMM), childEnv+"="+string(cfg), "GODEBUG=asyncpreemptoff=1", "GORACE=atexit_sleep_ms=0")
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -15,9 +15,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warmstart/internal/durable"
-	"warmstart/internal/fsx"
 	"warmstart/internal/integrity"
 	"warmstart/internal/repository"
+	"warmstart/internal/untrusted"
 )
 
 // Importing artifacts: by default a copy, so that nothing the publisher
@@ -298,7 +298,7 @@ func checkArtifact(path, name string, size int64) error {
 	if !fi.Mode().IsRegular() {
 		// Its size is the entry's own (a symlink's target path, a
 		// directory's blocks), nothing to compare.
-		return &repository.IntegrityError{Artifact: name, Want: "a regular file of " + want, Got: "a " + fsx.KindOf(fi.Mode())}
+		return &repository.IntegrityError{Artifact: name, Want: "a regular file of " + want, Got: "a " + untrusted.KindOf(fi.Mode())}
 	}
 	if fi.Size() != size {
 		return &repository.IntegrityError{Artifact: name, Want: want, Got: strconv.FormatInt(fi.Size(), 10) + " bytes"}

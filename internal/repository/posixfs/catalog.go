@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"os"
 
-	"warmstart/internal/fsx"
 	"warmstart/internal/repository"
+	"warmstart/internal/untrusted"
 )
 
 // maxCatalogFile bounds a record or alias read: real ones are a few KiB.
@@ -22,8 +22,8 @@ const maxCatalogFile = 1 << 20
 // (a symlink could quote a file outside the store) or failing every
 // reader with an I/O error.
 func readCatalogFile(path string) ([]byte, error) {
-	data, err := fsx.ReadBounded(path, maxCatalogFile)
-	if errors.Is(err, fsx.ErrNotRegular) || errors.Is(err, fsx.ErrTooLarge) {
+	data, err := untrusted.ReadBounded(path, maxCatalogFile)
+	if errors.Is(err, untrusted.ErrNotRegular) || errors.Is(err, untrusted.ErrTooLarge) {
 		return nil, fmt.Errorf("%w: %v", repository.ErrIntegrity, err)
 	}
 	return data, err

@@ -7,9 +7,9 @@ import (
 	"os"
 
 	"warmstart/internal/durable"
-	"warmstart/internal/fsx"
 	"warmstart/internal/layers"
 	"warmstart/internal/repository"
+	"warmstart/internal/untrusted"
 )
 
 // Layered memory on POSIX: a child's own layer lies in its snapshot
@@ -165,7 +165,7 @@ func (r *Repo) resolveLayer(d repository.LayerDescriptor) (repository.ResolvedLa
 // readBoundedArtifact reads a small artifact of at most size bytes; a
 // missing one is an IntegrityError naming it.
 func readBoundedArtifact(path, name string, size int64) ([]byte, error) {
-	data, err := fsx.ReadBounded(path, size)
+	data, err := untrusted.ReadBounded(path, size)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, &repository.IntegrityError{Artifact: name, Want: fmt.Sprint(size, " bytes"), Got: "no file"}
 	}

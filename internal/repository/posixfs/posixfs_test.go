@@ -14,13 +14,13 @@ import (
 	"syscall"
 	"testing"
 
+	"warmstart/internal/reexec"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
-	"warmstart/internal/role"
 )
 
 func TestMain(m *testing.M) {
-	role.Roles{repotest.ChildExecRole: func() int { return childMain(repotest.ChildRole()) }}.Dispatch()
+	reexec.Roles{repotest.ChildExecRole: func() int { return childMain(repotest.ChildRole()) }}.Dispatch()
 	os.Exit(m.Run())
 }
 

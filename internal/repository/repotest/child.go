@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	exerole "warmstart/internal/role"
+	"warmstart/internal/reexec"
 
 	"warmstart/internal/layers"
 	"warmstart/internal/layout"
@@ -30,7 +30,7 @@ import (
 // blocks reading it until the parent closes the write end, which releases
 // every child at once.
 
-// ChildExecRole is the executable role (internal/role) of a child; its
+// ChildExecRole is the executable role (internal/reexec) of a child; its
 // TestMain dispatches it to the backend's child main with ChildRole's
 // scenario.
 const ChildExecRole = "repotest-child"
@@ -246,7 +246,7 @@ func StartChild(t *testing.T, role, repo string, env map[string]string, b *Barri
 	gorace := strings.TrimSpace(os.Getenv("GORACE") + " atexit_sleep_ms=0")
 	// Whatever the child makes in its temporary directory is the test's
 	// to remove: a killed child cannot clean up.
-	cmd.Env = append(exerole.Environ(os.Environ(), ChildExecRole), childRoleEnv+"="+role, childRepoEnv+"="+repo, "GORACE="+gorace,
+	cmd.Env = append(reexec.Environ(os.Environ(), ChildExecRole), childRoleEnv+"="+role, childRepoEnv+"="+repo, "GORACE="+gorace,
 		"TMPDIR="+t.TempDir())
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)

@@ -60,23 +60,7 @@ func testProcessesPublishSameAlias(t *testing.T, cp CrossProcess) {
 			ids[i] = c.Ready(t)
 		}
 		b.Release()
-		winner, conflicts := "", 0
-		for i, c := range children {
-			switch code, sig := c.Wait(t); code {
-			case ExitOK:
-				if winner != "" {
-					t.Fatalf("round %d: two processes won alias %s", round, alias)
-				}
-				winner = ids[i]
-			case ExitConflict:
-				conflicts++
-			default:
-				t.Fatalf("round %d: child exited %d (signal %v): %s", round, code, sig, c.Stderr())
-			}
-		}
-		if winner == "" || conflicts != cp.Publishers-1 {
-			t.Fatalf("round %d: winner %q, %d conflicts", round, winner, conflicts)
-		}
+		winner := onlyWinner(t, round, children, ids)
 		recs, err := r.List(bg(), repository.Filter{AliasPrefix: alias})
 		if err != nil || len(recs) != 1 || recs[0].ID != winner {
 			t.Fatalf("round %d: List = %v, %v; want only %s", round, recs, err, winner)
@@ -90,6 +74,31 @@ func testProcessesPublishSameAlias(t *testing.T, cp CrossProcess) {
 			}
 		}
 	}
+}
+
+// onlyWinner waits for the publishers of one contended alias (children,
+// publishing ids) and returns the id of the one that won: every other
+// must have lost with an alias conflict.
+func onlyWinner(t *testing.T, round int, children []*Child, ids []string) string {
+	t.Helper()
+	winner, conflicts := "", 0
+	for i, c := range children {
+		switch code, sig := c.Wait(t); code {
+		case ExitOK:
+			if winner != "" {
+				t.Fatalf("round %d: two processes won the alias", round)
+			}
+			winner = ids[i]
+		case ExitConflict:
+			conflicts++
+		default:
+			t.Fatalf("round %d: child exited %d (signal %v): %s", round, code, sig, c.Stderr())
+		}
+	}
+	if winner == "" || conflicts != len(children)-1 {
+		t.Fatalf("round %d: winner %q, %d conflicts", round, winner, conflicts)
+	}
+	return winner
 }
 
 // testAttachRacingDeleteAcrossProcesses races an attach in a child against

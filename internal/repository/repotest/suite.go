@@ -184,7 +184,14 @@ func testPublishThenRead(t *testing.T, repo repository.Repository) {
 	if rec.Manifest != nil {
 		t.Errorf("fresh record has a manifest: %+v", rec.Manifest)
 	}
+	checkReadsBack(t, repo, rec, in)
+	checkResolves(t, repo, rec, in)
+}
 
+// checkReadsBack: the record of a publish of in under alias web reads
+// back by id and alias, and is the only one listed.
+func checkReadsBack(t *testing.T, repo repository.Repository, rec repository.Record, in Inputs) {
+	t.Helper()
 	got, err := repo.Get(bg(), rec.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +212,12 @@ func testPublishThenRead(t *testing.T, repo repository.Repository) {
 	if recs := mustList(t, repo, repository.Filter{}); len(recs) != 1 || recs[0].ID != rec.ID {
 		t.Errorf("List = %v", ids(recs))
 	}
+}
 
+// checkResolves: a published snapshot resolves to artifacts with in's
+// bytes and layout, which stay when the caller removes its input files.
+func checkResolves(t *testing.T, repo repository.Repository, rec repository.Record, in Inputs) {
+	t.Helper()
 	res, err := repo.Resolve(bg(), rec.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -706,9 +718,14 @@ func testAttach(t *testing.T, repo repository.Repository) {
 		t.Fatalf("descriptor %+v, want sha %s size %d", desc, SHA256Hex(data), len(data))
 	}
 	checkAttached(t, repo, rec.ID, data)
+	checkReattached(t, repo, rec, lease, data)
+}
 
-	// Attaching again replaces the manifest, and the recording comes and
-	// goes with the manifest it describes.
+// checkReattached: attaching again to rec (under lease, data attached)
+// replaces the manifest, the recording comes and goes with the manifest
+// it describes, and the rest of the record stays.
+func checkReattached(t *testing.T, repo repository.Repository, rec repository.Record, lease repository.Lease, data []byte) {
+	t.Helper()
 	overlap, rho := 0.75, -0.25
 	recording := &repository.Recording{Runs: 2, Overlap: &overlap, RankCorrelation: &rho}
 	data2 := ManifestBytes(t, 777)
@@ -720,7 +737,7 @@ func testAttach(t *testing.T, repo repository.Repository) {
 		t.Fatalf("recording in the record %+v, attached %+v", got, recording)
 	}
 	bad := &repository.Recording{Runs: 3}
-	_, err = repo.AttachManifest(bg(), lease, ManifestBytes(t, 5), bad)
+	_, err := repo.AttachManifest(bg(), lease, ManifestBytes(t, 5), bad)
 	wantErr(t, "attach with a recording of three runs", err, repository.ErrInvalidRequest)
 	checkAttached(t, repo, rec.ID, data2)
 	if _, err := repo.AttachManifest(bg(), lease, data, nil); err != nil {

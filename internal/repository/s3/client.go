@@ -16,7 +16,6 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
-	"warmstart/internal/config"
 	"warmstart/internal/repository"
 )
 
@@ -142,22 +141,45 @@ func (b *countingBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Addressing styles (Options.AddressingStyle): how a request names the
+// bucket.
+const (
+	// AddressingAuto lets the client choose: virtual-hosted style where
+	// the endpoint is known to support it (AWS), else path style.
+	AddressingAuto = "auto"
+	// AddressingPath puts the bucket in the path: host/bucket/key.
+	AddressingPath = "path"
+	// AddressingVirtual puts it in the host name: bucket.host/key.
+	AddressingVirtual = "virtual"
+)
+
+// CheckAddressingStyle refuses an addressing style Open would refuse.
+func CheckAddressingStyle(style string) error {
+	_, err := bucketLookup(style)
+	return err
+}
+
+func bucketLookup(style string) (minio.BucketLookupType, error) {
+	switch style {
+	case "", AddressingAuto:
+		return minio.BucketLookupAuto, nil
+	case AddressingPath:
+		return minio.BucketLookupPath, nil
+	case AddressingVirtual:
+		return minio.BucketLookupDNS, nil
+	}
+	return 0, fmt.Errorf("%w: addressing style %q (want %s, %s or %s)", repository.ErrInvalidRequest, style, AddressingAuto, AddressingPath, AddressingVirtual)
+}
+
 // newClient builds the minio-go client for o.
 func newClient(o Options) (*minio.Core, *countingTransport, error) {
 	host, secure, err := parseEndpoint(o.Endpoint)
 	if err != nil {
 		return nil, nil, err
 	}
-	var lookup minio.BucketLookupType
-	switch o.AddressingStyle {
-	case "", config.AddressingAuto:
-		lookup = minio.BucketLookupAuto
-	case config.AddressingPath:
-		lookup = minio.BucketLookupPath
-	case config.AddressingVirtual:
-		lookup = minio.BucketLookupDNS
-	default:
-		return nil, nil, fmt.Errorf("%w: addressing style %q (want auto, path or virtual)", repository.ErrInvalidRequest, o.AddressingStyle)
+	lookup, err := bucketLookup(o.AddressingStyle)
+	if err != nil {
+		return nil, nil, err
 	}
 	next := o.Transport
 	if next == nil {

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"warmstart/internal/lab/miniotest"
 	"warmstart/internal/layout"
-	"warmstart/internal/miniotest"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
 )

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"warmstart/internal/chunkcache"
-	"warmstart/internal/miniotest"
+	"warmstart/internal/lab/miniotest"
 	"warmstart/internal/repository/repotest"
 	"warmstart/internal/restore"
 )

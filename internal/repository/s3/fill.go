@@ -7,7 +7,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"warmstart/internal/chunkcache"
-	"warmstart/internal/pace"
+	"warmstart/internal/ratelimit"
 )
 
 // The background fill: once a restore is ready (its startup set is in the
@@ -38,7 +38,7 @@ type FillOptions struct {
 type filler struct {
 	cache *chunkcache.Cache
 	o     FillOptions
-	limit *pace.Meter
+	limit *ratelimit.Limiter
 	ctx   context.Context
 	stop  context.CancelFunc
 	wg    sync.WaitGroup // every goroutine of the filler
@@ -60,7 +60,7 @@ func newFiller(c *chunkcache.Cache, o FillOptions) *filler {
 	}
 	bytesPerSec := float64(o.BitsPerSec) / 8
 	f := &filler{cache: c, o: o, running: map[string]bool{}, quiet: make(chan struct{}),
-		limit: pace.New(rate.Limit(bytesPerSec), int(max(c.BlockBytes(), int64(bytesPerSec)/10)))}
+		limit: ratelimit.New(rate.Limit(bytesPerSec), int(max(c.BlockBytes(), int64(bytesPerSec)/10)))}
 	close(f.quiet)
 	f.ctx, f.stop = context.WithCancel(context.Background())
 	return f

@@ -34,7 +34,7 @@ func (r *Repo) publishLayer(ctx context.Context, id string, req repository.Layer
 	}
 	unlock := r.locks.lock(id)
 	defer unlock()
-	if err := r.checkUnpublished(ctx, id, req.Alias); err != nil {
+	if err := r.checkPublishable(ctx, id, req.Alias); err != nil {
 		return repository.Record{}, err
 	}
 	published, aliasBound := false, false

@@ -92,7 +92,6 @@ import (
 
 	"warmstart/internal/chunkcache"
 	"warmstart/internal/chunkmap"
-	"warmstart/internal/config"
 	"warmstart/internal/integrity"
 	"warmstart/internal/repository"
 )
@@ -112,7 +111,8 @@ type Options struct {
 	// Prefix is prepended to every key ("" or a path; a trailing slash is
 	// added).
 	Prefix string
-	// AddressingStyle is "auto", "path" or "virtual".
+	// AddressingStyle is AddressingAuto (also ""), AddressingPath or
+	// AddressingVirtual.
 	AddressingStyle string
 	// AccessKeyID and SecretAccessKey are static credentials; when both
 	// are empty the AWS environment and credential chain apply.
@@ -169,25 +169,6 @@ type Options struct {
 	// Log receives the node cache's warnings (a damaged block discarded, a
 	// cache too small for what restores read); nil discards them.
 	Log *slog.Logger
-}
-
-// OptionsFromConfig maps [backend.s3] to Options.
-func OptionsFromConfig(c config.S3Config) Options {
-	return Options{
-		Endpoint:        c.Endpoint,
-		Bucket:          c.Bucket,
-		Region:          c.Region,
-		Prefix:          c.Prefix,
-		AddressingStyle: c.AddressingStyle,
-		AccessKeyID:     c.AccessKeyID,
-		SecretAccessKey: c.SecretAccessKey,
-		CacheDir:        c.CacheDir,
-		CacheMaxBytes:   c.CacheMaxBytes(),
-		BlockBytes:      c.ChunkSizeBytes(),
-		ChunkBytes:      c.ChunkSizeBytes(),
-		Fill: FillOptions{Disabled: !c.BackgroundFill, Concurrency: int(c.BackgroundFillConcurrency),
-			BitsPerSec: c.BackgroundFillMbit * 1_000_000},
-	}
 }
 
 // Repo is a snapshot repository in one bucket under one prefix.
@@ -453,9 +434,10 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	}
 	unlock := r.locks.lock(id)
 	defer unlock()
-	if err := r.checkUnpublished(ctx, id, req.Alias); err != nil {
+	if err := r.checkPublishable(ctx, id, req.Alias); err != nil {
 		return repository.Record{}, err
 	}
+
 	published, aliasBound := false, false
 	defer func() {
 		if !published {
@@ -493,21 +475,21 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	return rec, nil
 }
 
-// checkUnpublished refuses a publish of id that has a record already,
-// and fails fast, before a long upload, if alias is plainly taken (the
-// binding itself is decided by one conditional PUT at the end). The
-// caller holds id's lock.
-func (r *Repo) checkUnpublished(ctx context.Context, id, alias string) error {
+// checkPublishable refuses a publish of id the repository cannot take:
+// one already published, and, failing fast before a long upload, one
+// under an alias plainly taken (the binding itself is decided by one
+// conditional PUT at the end).
+func (r *Repo) checkPublishable(ctx context.Context, id, alias string) error {
 	switch _, _, err := r.getRecord(ctx, id); {
 	case err == nil || errors.Is(err, repository.ErrIntegrity):
 		return fmt.Errorf("%w: the lease's snapshot is already published", repository.ErrInvalidRequest)
 	case !errors.Is(err, repository.ErrNotFound):
 		return err
 	}
-	if alias != "" {
-		return r.checkAliasFree(ctx, alias, id)
+	if alias == "" {
+		return nil
 	}
-	return nil
+	return r.checkAliasFree(ctx, alias, id)
 }
 
 // newRecord is the record a publish of id commits: its chunked memory

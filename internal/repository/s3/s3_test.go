@@ -16,10 +16,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/minio/minio-go/v7"
 
-	"warmstart/internal/miniotest"
+	"warmstart/internal/lab/miniotest"
+	"warmstart/internal/reexec"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
-	"warmstart/internal/role"
 	"warmstart/internal/vmm/replay"
 )
 
@@ -30,7 +30,7 @@ var server *miniotest.Server
 const testBucket = "warmstart-test"
 
 func TestMain(m *testing.M) {
-	role.Roles{
+	reexec.Roles{
 		repotest.ChildExecRole: func() int { return childMain(repotest.ChildRole()) },
 		replay.RoleReplayVMM:   replay.ChildMain,
 	}.Dispatch()

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"warmstart/internal/miniotest"
+	"warmstart/internal/lab/miniotest"
 )
 
 // TestUnansweringStoreFailsInTime: a store that accepts connections and

@@ -144,7 +144,7 @@ func (d *watched) StopObserving() {
 // watchedConnecter is a watched device the VMM connects to.
 type watchedConnecter struct{ *watched }
 
-func (d *watchedConnecter) Connect(ctx context.Context, vm vmm.Instance) error {
+func (d *watchedConnecter) Connect(ctx context.Context, vm vmm.VM) error {
 	err := d.Device.(memdev.Connecter).Connect(ctx, vm)
 	if err == nil && vm != nil && d.w.Connected != nil {
 		d.w.Connected(d.Device)

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"warmstart/internal/role"
+	"warmstart/internal/reexec"
 )
 
 // In role roleFake the test binary acts as a fake Firecracker configured
@@ -31,7 +31,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	role.Roles{roleFake: func() int { return runFakeFirecracker(os.Getenv(fakeEnv), os.Args[1:]) }}.Dispatch()
+	reexec.Roles{roleFake: func() int { return runFakeFirecracker(os.Getenv(fakeEnv), os.Args[1:]) }}.Dispatch()
 	os.Exit(m.Run())
 }
 
@@ -114,7 +114,7 @@ func fakeBinary(t *testing.T, cfg fakeConfig) string {
 	// The race detector otherwise lingers a second at exit, which would
 	// stretch every stop.
 	script := fmt.Sprintf("#!/bin/sh\nGORACE=\"${GORACE:+$GORACE }atexit_sleep_ms=0\" %s=%s %s=%s exec %s \"$@\"\n",
-		role.Env, roleFake, fakeEnv, shellQuote(cfgPath), shellQuote(exe))
+		reexec.Env, roleFake, fakeEnv, shellQuote(cfgPath), shellQuote(exe))
 	path := filepath.Join(dir, "firecracker")
 	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
 		t.Fatal(err)

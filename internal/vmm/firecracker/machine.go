@@ -12,7 +12,7 @@ import (
 )
 
 // Machine is one Firecracker VM, restored or booted, and the process
-// running it. It implements vmm.Instance.
+// running it. It implements vmm.VM.
 type Machine struct {
 	opts       Options
 	runtimeDir string
@@ -35,9 +35,9 @@ type Machine struct {
 }
 
 var (
-	_ vmm.Instance = (*Machine)(nil)
-	_ vmm.Resumer  = (*Machine)(nil)
-	_ vmm.Exiter   = (*Machine)(nil)
+	_ vmm.VM      = (*Machine)(nil)
+	_ vmm.Resumer = (*Machine)(nil)
+	_ vmm.Exiter  = (*Machine)(nil)
 
 	_ vmm.ExitReporter = (*Machine)(nil)
 )

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"warmstart/internal/config"
+	"warmstart/internal/lab/pagecache"
 	"warmstart/internal/manifest"
-	"warmstart/internal/pagecache"
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
 	"warmstart/internal/vmm"

@@ -24,7 +24,7 @@ type RestoreOptions struct {
 // Restore spawns Firecracker and loads the snapshot. It implements
 // vmm.VMM; RestoreMachine takes the page-fault handler's done channel as
 // well.
-func (d *Driver) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.Instance, error) {
+func (d *Driver) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.VM, error) {
 	m, err := d.RestoreMachine(ctx, spec, RestoreOptions{HandlerDone: spec.HandlerDone})
 	if err != nil {
 		return nil, err

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"unsafe"
 
-	"warmstart/internal/role"
+	"warmstart/internal/reexec"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,7 +35,7 @@ import (
 // signal the driver sets on the launcher: QEMU runs in the launcher's
 // process, with its pid.
 
-// Roles of this executable, chosen by role.Env.
+// Roles of this executable, chosen by reexec.Env.
 const (
 	// RoleLauncher makes the executable QEMU's launcher: argv[1] is QEMU's
 	// binary and the rest its arguments.
@@ -77,7 +77,7 @@ func launch(argv []string) error {
 	if err := denyHugePageAdvice(); err != nil {
 		return err
 	}
-	env := role.Without(os.Environ())
+	env := reexec.Without(os.Environ())
 	if err := syscall.Exec(argv[0], argv, env); err != nil {
 		return fmt.Errorf("exec %s: %w", argv[0], err)
 	}
@@ -88,7 +88,7 @@ func launch(argv []string) error {
 // args through the launcher.
 func launcherCommand(binary string, args []string) (path string, argv, env []string) {
 	argv = append([]string{launcherArgv0, binary}, args...)
-	env = role.Environ(os.Environ(), RoleLauncher)
+	env = reexec.Environ(os.Environ(), RoleLauncher)
 	return selfExe, argv, env
 }
 

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"unsafe"
 
-	"warmstart/internal/role"
+	"warmstart/internal/reexec"
 
 	"golang.org/x/sys/unix"
 )
@@ -31,7 +31,7 @@ const probeEnv = "WARMSTART_QEMU_TEST_ADVICE"
 // process that is to play a role first (the launcher the probe is started
 // through) leaves it to TestMain's dispatch.
 func init() {
-	if mode := os.Getenv(probeEnv); mode != "" && os.Getenv(role.Env) == "" {
+	if mode := os.Getenv(probeEnv); mode != "" && os.Getenv(reexec.Env) == "" {
 		os.Exit(runAdviceProbe(mode))
 	}
 }
@@ -43,7 +43,7 @@ type adviceReport struct {
 	other     string // the same for madvise(MADV_NOHUGEPAGE)
 	hg        bool   // the mapping's VmFlags show "hg"
 	pdeathsig int
-	role      string // role.Env as the probe sees it
+	role      string // reexec.Env as the probe sees it
 }
 
 // runAdviceProbe maps 4 MiB of anonymous memory, advises half of it
@@ -85,7 +85,7 @@ func runAdviceProbe(mode string) int {
 		return 1
 	}
 	fmt.Printf("REPORT pid=%d advice=%s other=%s hg=%t pdeathsig=%d role=%q\n",
-		os.Getpid(), advice, other, slices.Contains(flags, "hg"), pdeath, os.Getenv(role.Env))
+		os.Getpid(), advice, other, slices.Contains(flags, "hg"), pdeath, os.Getenv(reexec.Env))
 	return 0
 }
 
@@ -241,7 +241,7 @@ func TestLauncherExecsQEMUInPlace(t *testing.T) {
 		t.Errorf("parent-death signal after the exec is %d, want SIGKILL", r.pdeathsig)
 	}
 	if r.role != "" {
-		t.Errorf("the launched program sees %s=%q", role.Env, r.role)
+		t.Errorf("the launched program sees %s=%q", reexec.Env, r.role)
 	}
 }
 

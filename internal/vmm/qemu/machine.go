@@ -66,7 +66,7 @@ type Machine struct {
 }
 
 var (
-	_ vmm.Instance     = (*Machine)(nil)
+	_ vmm.VM           = (*Machine)(nil)
 	_ vmm.ExitReporter = (*Machine)(nil)
 )
 
@@ -137,20 +137,14 @@ func (d *Driver) start(ctx context.Context, dir string, args []string) (m *Machi
 	}
 	qmpPath := filepath.Join(dir, QMPSocketName)
 	serialPath := filepath.Join(dir, SerialSocketName)
-	var inherited []*os.File
+	inherited, err := m.listenSockets(qmpPath, serialPath)
 	defer func() {
 		for _, f := range inherited {
 			f.Close()
 		}
 	}()
-	for _, p := range []string{qmpPath, serialPath} {
-		f, err := listenUnix(p)
-		if err != nil {
-			m.removeSockets()
-			return nil, err
-		}
-		m.sockets = append(m.sockets, p)
-		inherited = append(inherited, f)
+	if err != nil {
+		return nil, err
 	}
 	logFile, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -158,33 +152,7 @@ func (d *Driver) start(ctx context.Context, dir string, args []string) (m *Machi
 		return nil, fmt.Errorf("create qemu log: %w", err)
 	}
 	defer logFile.Close()
-
-	// ExtraFiles[i] becomes descriptor 3+i in QEMU.
-	args = append(args,
-		"-chardev", "socket,id=qmp,fd=3,server=on,wait=off",
-		"-mon", "chardev=qmp,mode=control",
-		"-chardev", "socket,id=serial0,fd=4,server=on,wait=off",
-		"-serial", "chardev:serial0",
-	)
-	if d.opts.KeepHugePageAdvice {
-		m.cmd = exec.Command(d.opts.Binary, args...)
-	} else {
-		path, argv, env := launcherCommand(d.opts.Binary, args)
-		m.cmd = exec.Command(path)
-		m.cmd.Args, m.cmd.Env = argv, env
-	}
-	m.cmd.Stdout = logFile
-	m.cmd.Stderr = logFile
-	m.cmd.ExtraFiles = inherited
-	// Pdeathsig fires when the thread that forked QEMU dies; Go keeps its
-	// threads for the life of the process unless a locked goroutine exits,
-	// and no caller starts machines from one.
-	// Its own process group: a terminal's Ctrl-C goes to the foreground
-	// group, and QEMU ends itself on SIGINT; the VM is stopped by
-	// warmstart's shutdown order, not by that signal.
-	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	fmt.Fprintf(logFile, "+ %s %s\n", d.opts.Binary, strings.Join(args, " "))
-
+	m.cmd = d.command(args, logFile, inherited)
 	m.started = time.Now()
 	if err := m.cmd.Start(); err != nil {
 		m.removeSockets()
@@ -213,6 +181,55 @@ func (d *Driver) start(ctx context.Context, dir string, args []string) (m *Machi
 		return m, err
 	}
 	return m, nil
+}
+
+// listenSockets creates the listening sockets at paths, in order, and
+// returns them as the files QEMU inherits; on failure none is left.
+func (m *Machine) listenSockets(paths ...string) ([]*os.File, error) {
+	var files []*os.File
+	for _, p := range paths {
+		f, err := listenUnix(p)
+		if err != nil {
+			m.removeSockets()
+			return files, err
+		}
+		m.sockets = append(m.sockets, p)
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+// command is the QEMU process of args, with the monitor and the serial
+// console on the inherited sockets (descriptors 3 and 4) and its output
+// in logFile, where the command line is written first.
+func (d *Driver) command(args []string, logFile *os.File, inherited []*os.File) *exec.Cmd {
+	// ExtraFiles[i] becomes descriptor 3+i in QEMU.
+	args = append(args,
+		"-chardev", "socket,id=qmp,fd=3,server=on,wait=off",
+		"-mon", "chardev=qmp,mode=control",
+		"-chardev", "socket,id=serial0,fd=4,server=on,wait=off",
+		"-serial", "chardev:serial0",
+	)
+	var cmd *exec.Cmd
+	if d.opts.KeepHugePageAdvice {
+		cmd = exec.Command(d.opts.Binary, args...)
+	} else {
+		path, argv, env := launcherCommand(d.opts.Binary, args)
+		cmd = exec.Command(path)
+		cmd.Args, cmd.Env = argv, env
+	}
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.ExtraFiles = inherited
+	// Pdeathsig fires when the thread that forked QEMU dies; Go keeps its
+	// threads for the life of the process unless a locked goroutine exits,
+	// and no caller starts machines from one.
+	// Its own process group: a terminal's Ctrl-C goes to the foreground
+	// group, and QEMU ends itself on SIGINT; the VM is stopped by
+	// warmstart's shutdown order, not by that signal.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	fmt.Fprintf(logFile, "+ %s %s\n", d.opts.Binary, strings.Join(args, " "))
+	return cmd
 }
 
 // listenUnix creates a listening Unix socket at path and returns it as a

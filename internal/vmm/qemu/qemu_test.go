@@ -23,7 +23,7 @@ import (
 	"warmstart/internal/agentspec"
 	"warmstart/internal/initramfs"
 	"warmstart/internal/layout"
-	"warmstart/internal/role"
+	"warmstart/internal/reexec"
 	"warmstart/internal/vmm"
 )
 
@@ -38,7 +38,7 @@ const (
 const roleRestoringChild = "test-qemu-restoring-child"
 
 func TestMain(m *testing.M) {
-	role.Roles{
+	reexec.Roles{
 		RoleLauncher:       LauncherMain,
 		roleRestoringChild: runChild,
 	}.Dispatch()
@@ -434,7 +434,7 @@ func TestParentDeathKillsQEMU(t *testing.T) {
 	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 
 	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(role.Environ(os.Environ(), roleRestoringChild),
+	child.Env = append(reexec.Environ(os.Environ(), roleRestoringChild),
 		"CHILD_VMSTATE="+f.vmState, "CHILD_MEM="+mem, "CHILD_DIR="+dir)
 	stdin, err := child.StdinPipe()
 	if err != nil {

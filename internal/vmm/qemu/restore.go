@@ -11,7 +11,7 @@ import (
 )
 
 // Restore starts QEMU on a captured guest; see RestoreMachine.
-func (d *Driver) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.Instance, error) {
+func (d *Driver) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.VM, error) {
 	m, err := d.RestoreMachine(ctx, spec)
 	if err != nil {
 		return nil, err

@@ -30,7 +30,7 @@ import (
 
 // Environment of the child process.
 const (
-	// RoleReplayVMM is the role (role.Env) of the replay VMM: ChildMain.
+	// RoleReplayVMM is the role (reexec.Env) of the replay VMM: ChildMain.
 	RoleReplayVMM = "replay-vmm"
 	// ConfigEnv carries the child's Config as JSON.
 	ConfigEnv = "WARMSTART_REPLAY_CONFIG"

@@ -54,7 +54,7 @@
 // and its configuration, as JSON, in WARMSTART_REPLAY_CONFIG. Every main
 // (cmd/warmstart, and TestMain of test packages that restore with this VMM)
 // lists RoleReplayVMM → ChildMain in the roles it dispatches first
-// (internal/role). The child writes JSON lines to file
+// (internal/reexec). The child writes JSON lines to file
 // descriptor 3 (an os.Pipe the parent passes in ExtraFiles):
 //
 //	{"event":"started","pid":N,"start_ns":T}

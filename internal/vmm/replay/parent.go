@@ -18,7 +18,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"warmstart/internal/role"
+	"warmstart/internal/reexec"
 	"warmstart/internal/vmm"
 )
 
@@ -44,7 +44,7 @@ var ErrNotReady = errors.New("replay vmm not ready in time")
 // VMM restores snapshots by starting a replay VMM process per restore.
 type VMM struct {
 	// Exe is the executable to run as the VMM; empty means this process's
-	// own executable. It must dispatch RoleReplayVMM (internal/role) first thing.
+	// own executable. It must dispatch RoleReplayVMM (internal/reexec) first thing.
 	Exe string
 	// TracePath is the startup trace each restore plays.
 	TracePath string
@@ -69,12 +69,12 @@ type VMM struct {
 const DefaultStopTimeout = 5 * time.Second
 
 var (
-	_ vmm.VMM      = (*VMM)(nil)
-	_ vmm.Instance = (*Instance)(nil)
-	_ vmm.Resumer  = (*Instance)(nil)
-	_ vmm.Exiter   = (*Instance)(nil)
+	_ vmm.VMM     = (*VMM)(nil)
+	_ vmm.VM      = (*VM)(nil)
+	_ vmm.Resumer = (*VM)(nil)
+	_ vmm.Exiter  = (*VM)(nil)
 
-	_ vmm.ExitReporter = (*Instance)(nil)
+	_ vmm.ExitReporter = (*VM)(nil)
 )
 
 // Report is what the replay VMM reported when it became ready.
@@ -90,8 +90,8 @@ type Report struct {
 	TouchedPages, RemovedPages int
 }
 
-// Instance is one running replay VMM.
-type Instance struct {
+// VM is one running replay VMM.
+type VM struct {
 	cmd     *exec.Cmd
 	stdin   *os.File
 	logPath string
@@ -121,23 +121,23 @@ type Instance struct {
 // Restore starts a replay VMM for spec and returns at once; WaitReady waits
 // for it. ctx bounds the restore: if it ends before the VMM reports ready,
 // the VMM is killed. Once ready, the instance outlives ctx.
-func (v *VMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.Instance, error) {
+func (v *VMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.VM, error) {
 	return v.Start(ctx, spec)
 }
 
 // Start is Restore returning the concrete instance.
-func (v *VMM) Start(ctx context.Context, spec vmm.RestoreSpec) (*Instance, error) {
+func (v *VMM) Start(ctx context.Context, spec vmm.RestoreSpec) (*VM, error) {
 	exe, raw, err := v.child(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("replay vmm %s: %w", spec.SnapshotID, err)
 	}
-	inst := v.newInstance(spec)
+	inst := v.newVM(spec)
 	f, err := inst.openFiles(spec)
 	if err != nil {
 		return nil, fmt.Errorf("replay vmm %s: %w", spec.SnapshotID, err)
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(role.Environ(withoutChildEnv(os.Environ()), RoleReplayVMM), ConfigEnv+"="+string(raw))
+	cmd.Env = append(reexec.Environ(withoutChildEnv(os.Environ()), RoleReplayVMM), ConfigEnv+"="+string(raw))
 	cmd.Stdin = f.stdinR
 	cmd.Stdout, cmd.Stderr = f.output, f.output
 	cmd.ExtraFiles = []*os.File{f.controlW}
@@ -180,8 +180,8 @@ func (v *VMM) child(ctx context.Context, spec vmm.RestoreSpec) (exe string, raw 
 	return exe, raw, nil
 }
 
-func (v *VMM) newInstance(spec vmm.RestoreSpec) *Instance {
-	inst := &Instance{
+func (v *VMM) newVM(spec vmm.RestoreSpec) *VM {
+	inst := &VM{
 		output:       &tailBuffer{max: outputTailBytes},
 		paused:       spec.Paused,
 		readyTimeout: v.ReadyTimeout,
@@ -208,7 +208,7 @@ type childFiles struct {
 
 // openFiles opens the pipes and the log of inst's child; on error nothing
 // is left open.
-func (inst *Instance) openFiles(spec vmm.RestoreSpec) (*childFiles, error) {
+func (inst *VM) openFiles(spec vmm.RestoreSpec) (*childFiles, error) {
 	f := &childFiles{}
 	var err error
 	if f.controlR, f.controlW, err = os.Pipe(); err != nil {
@@ -254,7 +254,7 @@ func (f *childFiles) closeAll() {
 // run starts the child and the goroutines that follow it: one reads its
 // control channel; one, locked to the thread that started the child (its
 // Pdeathsig), reaps it and closes exited once every event it wrote is in.
-func (inst *Instance) run(f *childFiles) error {
+func (inst *VM) run(f *childFiles) error {
 	controlDone := make(chan struct{})
 	go func() {
 		defer close(controlDone)
@@ -284,7 +284,7 @@ func (inst *Instance) run(f *childFiles) error {
 }
 
 // killWhenAbandoned kills the VMM when ctx ends before it reports ready.
-func (inst *Instance) killWhenAbandoned(ctx context.Context) {
+func (inst *VM) killWhenAbandoned(ctx context.Context) {
 	select {
 	case <-ctx.Done():
 		// Both may be ready at once and select picks at random: a VMM
@@ -300,7 +300,7 @@ func (inst *Instance) killWhenAbandoned(ctx context.Context) {
 	}
 }
 
-// withoutChildEnv drops a parent's own replay configuration (role.Environ
+// withoutChildEnv drops a parent's own replay configuration (reexec.Environ
 // replaces its role), so a replay VMM started
 // from inside one (a test child) is configured only by what Start sets.
 func withoutChildEnv(env []string) []string {
@@ -313,7 +313,7 @@ func withoutChildEnv(env []string) []string {
 	return out
 }
 
-func (i *Instance) readControl(r io.Reader) {
+func (i *VM) readControl(r io.Reader) {
 	sc := bufio.NewScanner(r)
 	readyClosed, heldClosed := false, false
 	for sc.Scan() {
@@ -348,20 +348,20 @@ func (i *Instance) readControl(r io.Reader) {
 }
 
 // PID is the replay VMM's process id.
-func (i *Instance) PID() int { return i.cmd.Process.Pid }
+func (i *VM) PID() int { return i.cmd.Process.Pid }
 
 // LogPath is the child's output log, empty without a RuntimeDir.
-func (i *Instance) LogPath() string { return i.logPath }
+func (i *VM) LogPath() string { return i.logPath }
 
 // Exited is closed once the process has been reaped.
-func (i *Instance) Exited() <-chan struct{} { return i.exited }
+func (i *VM) Exited() <-chan struct{} { return i.exited }
 
 // ExitStatus tells how the process ended: its exit status, why it was
 // killed, its error and last output. Call it after Exited has closed.
-func (i *Instance) ExitStatus() string { return i.exitDescription() }
+func (i *VM) ExitStatus() string { return i.exitDescription() }
 
 // Report returns what the VMM reported at ready; ok is false before that.
-func (i *Instance) Report() (r Report, ok bool) {
+func (i *VM) Report() (r Report, ok bool) {
 	select {
 	case <-i.ready:
 	default:
@@ -373,7 +373,7 @@ func (i *Instance) Report() (r Report, ok bool) {
 }
 
 // ProcessExit is how the process ended, once Exited has closed.
-func (i *Instance) ProcessExit() vmm.ProcessExit {
+func (i *VM) ProcessExit() vmm.ProcessExit {
 	select {
 	case <-i.exited: // cmd.Wait has set ProcessState
 		return vmm.ProcessExitOf(i.cmd.ProcessState)
@@ -384,7 +384,7 @@ func (i *Instance) ProcessExit() vmm.ProcessExit {
 
 // WaitReady waits for the ready report. If the VMM exits first, the error
 // wraps ErrExited and quotes its exit status, its error and its last output.
-func (i *Instance) WaitReady(ctx context.Context) (vmm.ReadyInfo, error) {
+func (i *VM) WaitReady(ctx context.Context) (vmm.ReadyInfo, error) {
 	if i.readyTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, i.readyTimeout, fmt.Errorf("%w: no ready report within %v", ErrNotReady, i.readyTimeout))
@@ -417,11 +417,11 @@ func (i *Instance) WaitReady(ctx context.Context) (vmm.ReadyInfo, error) {
 
 // Paused is closed when a VMM restored with RestoreSpec.Paused has mapped
 // its memory (and handed it to the page-fault handler) and waits for Resume.
-func (i *Instance) Paused() <-chan struct{} { return i.held }
+func (i *VM) Paused() <-chan struct{} { return i.held }
 
 // Resume lets a VMM restored with RestoreSpec.Paused run its trace. It does
 // not wait; calling it again is a no-op.
-func (i *Instance) Resume() error {
+func (i *VM) Resume() error {
 	if !i.paused {
 		return fmt.Errorf("replay vmm pid %d: resume: not restored paused", i.PID())
 	}
@@ -443,7 +443,7 @@ func (i *Instance) Resume() error {
 // RequestStop asks the VMM to stop by closing its standard input, and has
 // it killed if it has not exited within its stop timeout. It does not
 // wait; a VMM that already exited is not an error.
-func (i *Instance) RequestStop() error {
+func (i *VM) RequestStop() error {
 	i.stdinMu.Lock()
 	defer i.stdinMu.Unlock()
 	if i.stopSent {
@@ -460,9 +460,9 @@ func (i *Instance) RequestStop() error {
 }
 
 // Kill kills the VMM with SIGKILL without waiting.
-func (i *Instance) Kill() { i.kill("killed by its owner") }
+func (i *VM) Kill() { i.kill("killed by its owner") }
 
-func (i *Instance) kill(reason string) {
+func (i *VM) kill(reason string) {
 	select {
 	case <-i.exited:
 		return
@@ -481,7 +481,7 @@ func (i *Instance) kill(reason string) {
 // clean exit after stop; otherwise an error with the exit status, the
 // VMM's error and its last output. If ctx ends first, the VMM is killed and
 // reaped before Wait returns, so no process is left behind.
-func (i *Instance) Wait(ctx context.Context) error {
+func (i *VM) Wait(ctx context.Context) error {
 	select {
 	case <-i.exited:
 	case <-ctx.Done():
@@ -499,7 +499,7 @@ func (i *Instance) Wait(ctx context.Context) error {
 }
 
 // exitDescription tells how the process ended; call after exited closed.
-func (i *Instance) exitDescription() string {
+func (i *VM) exitDescription() string {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	var parts []string

@@ -15,15 +15,15 @@ import (
 
 	crand "crypto/rand"
 
+	"warmstart/internal/lab/synth"
 	"warmstart/internal/layout"
-	"warmstart/internal/role"
-	"warmstart/internal/synth"
+	"warmstart/internal/reexec"
 	"warmstart/internal/trace"
 	"warmstart/internal/vmm"
 )
 
 func TestMain(m *testing.M) {
-	role.Roles{RoleReplayVMM: ChildMain}.Dispatch()
+	reexec.Roles{RoleReplayVMM: ChildMain}.Dispatch()
 	// Under -race a process sleeps a second at exit to catch late reports;
 	// children that exit on stop need not.
 	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
@@ -43,7 +43,7 @@ func reference(t *testing.T, seed uint64) synth.Paths {
 }
 
 // start restores with v and makes sure the child is gone when the test ends.
-func start(t *testing.T, ctx context.Context, v *VMM, spec vmm.RestoreSpec) *Instance {
+func start(t *testing.T, ctx context.Context, v *VMM, spec vmm.RestoreSpec) *VM {
 	t.Helper()
 	if spec.RuntimeDir == "" {
 		spec.RuntimeDir = t.TempDir()

@@ -30,7 +30,7 @@ func openLower(t *testing.T, path string) memdev.Lower {
 
 // serveUffd starts a handler for mem, restores a replay VMM against it and
 // accepts its session.
-func serveUffd(t *testing.T, v *VMM, mem string, l layout.Layout) (*Instance, *uffd.Session) {
+func serveUffd(t *testing.T, v *VMM, mem string, l layout.Layout) (*VM, *uffd.Session) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "uffd.sock")
 	h, err := uffd.Listen(sock, openLower(t, mem), uffd.Options{})
