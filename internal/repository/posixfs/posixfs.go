@@ -172,25 +172,8 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 		return repository.Record{}, err
 	}
 	vmSize, memSize := sizes.VMState, sizes.Memory
-	if exists, err := r.recordExists(id); err != nil || exists {
-		return repository.Record{}, errors.Join(err, alreadyPublished(exists))
-	}
-	if req.Alias != "" {
-		// Fail fast, before a long copy, if the alias is plainly taken;
-		// the binding itself is decided under the alias lock at the end.
-		if err := r.checkAliasFree(req.Alias, id); err != nil {
-			return repository.Record{}, err
-		}
-	}
-
-	// The lease is ours and no record exists, so whatever is in the
-	// directory is a leftover of an earlier failed attempt under it.
-	if err := r.removeSnapshotDir(id); err != nil {
+	if err := r.checkPublishable(id, req.Alias); err != nil {
 		return repository.Record{}, err
-	}
-	dir := r.paths.snapshotDir(id)
-	if err := os.Mkdir(dir, dirMode); err != nil {
-		return repository.Record{}, fmt.Errorf("create %s: %w", dir, err)
 	}
 	published := false
 	defer func() {
@@ -198,7 +181,8 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 			_ = r.removeSnapshotDir(id)
 		}
 	}()
-	if err := durable.Sync(r.paths.snapshotsDir()); err != nil {
+	dir, err := r.freshSnapshotDir(id)
+	if err != nil {
 		return repository.Record{}, err
 	}
 	r.fault(FaultPublishAfterDir)
@@ -227,6 +211,33 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	}
 	published = true
 	return rec, nil
+}
+
+// checkPublishable refuses a publish of id that has a record already, and
+// fails fast, before a long copy, if alias is plainly taken (the binding
+// itself is decided under the alias lock at the end).
+func (r *Repo) checkPublishable(id, alias string) error {
+	if exists, err := r.recordExists(id); err != nil || exists {
+		return errors.Join(err, alreadyPublished(exists))
+	}
+	if alias == "" {
+		return nil
+	}
+	return r.checkAliasFree(alias, id)
+}
+
+// freshSnapshotDir makes id's snapshot directory anew, durably. The
+// caller holds the lease and no record of id exists, so whatever is there
+// is a leftover of an earlier failed attempt under it.
+func (r *Repo) freshSnapshotDir(id string) (string, error) {
+	if err := r.removeSnapshotDir(id); err != nil {
+		return "", err
+	}
+	dir := r.paths.snapshotDir(id)
+	if err := os.Mkdir(dir, dirMode); err != nil {
+		return "", fmt.Errorf("create %s: %w", dir, err)
+	}
+	return dir, durable.Sync(r.paths.snapshotsDir())
 }
 
 // writeTables stores the memory file's digest tables in dir, durably.
@@ -387,13 +398,21 @@ func (r *Repo) Resolve(ctx context.Context, id string) (repository.Resolved, err
 	res := repository.Resolved{
 		Record:      rec,
 		VMStatePath: r.paths.artifactPath(id, repository.VMStateFileName),
-		MemoryPath:  r.paths.artifactPath(id, repository.MemoryFileName),
 	}
 	if err := checkArtifact(res.VMStatePath, repository.VMStateFileName, rec.VMStateSize); err != nil {
 		return repository.Resolved{}, r.goneOr(ctx, id, fmt.Errorf("resolve %s: %w", id, err))
 	}
-	if err := checkArtifact(res.MemoryPath, repository.MemoryFileName, rec.MemorySize); err != nil {
-		return repository.Resolved{}, r.goneOr(ctx, id, fmt.Errorf("resolve %s: %w", id, err))
+	if rec.Layered() {
+		chain, err := r.resolveLayers(rec)
+		if err != nil {
+			return repository.Resolved{}, r.goneOr(ctx, id, fmt.Errorf("resolve %s: %w", id, err))
+		}
+		res.Memory = chain
+	} else {
+		res.MemoryPath = r.paths.artifactPath(id, repository.MemoryFileName)
+		if err := checkArtifact(res.MemoryPath, repository.MemoryFileName, rec.MemorySize); err != nil {
+			return repository.Resolved{}, r.goneOr(ctx, id, fmt.Errorf("resolve %s: %w", id, err))
+		}
 	}
 	if rec.Manifest != nil {
 		res.ManifestPath = r.paths.artifactPath(id, repository.ManifestFileName)
@@ -456,6 +475,10 @@ func (r *Repo) delete(ctx context.Context, id string, recorded bool) error {
 		return err
 	}
 	defer rl.release()
+	if err := r.checkNoDependents(id); err != nil {
+		return err
+	}
+	defer r.removeDependentsDir(id)
 	rec, err := r.readRecord(id)
 	switch {
 	case errors.Is(err, repository.ErrNotFound):
@@ -484,6 +507,8 @@ func (r *Repo) delete(ctx context.Context, id string, recorded bool) error {
 	if err := r.deleteRecord(ctx, rec); err != nil {
 		return err
 	}
+	// Its markers at its owners went stale with the record.
+	r.unregister(id, rec.Owners())
 	if err := r.unbindAliasesOf(ctx, id); err != nil {
 		return err
 	}

@@ -54,6 +54,11 @@ const tombstonesDir = "gc/deleted/"
 func (k keys) tombstonesPrefix() string   { return k.prefix + tombstonesDir }
 func (k keys) tombstone(id string) string { return k.prefix + tombstonesDir + id + ".chunks" }
 
+// layerTombstone keeps the chunks of a layer a flatten retired.
+func (k keys) layerTombstone(id, name string) string {
+	return k.prefix + tombstonesDir + id + "-" + strings.TrimPrefix(name, "layer-") + ".chunks"
+}
+
 // GCStats say what a collection did.
 type GCStats struct {
 	// Chunks is the chunk objects listed, Live those a chunk map or a
@@ -252,7 +257,8 @@ func (r *Repo) markArtifacts(ctx context.Context, mk marks) error {
 	for _, o := range arts {
 		into := mk.live
 		switch {
-		case strings.HasSuffix(o.Key, "/"+chunkMapName):
+		case strings.HasSuffix(o.Key, chunkMapSuffix):
+			// memory.chunks and every layer's layer-<h>.chunks
 		case strings.HasSuffix(o.Key, "/"+journalName):
 			into = mk.publishing
 		default:
@@ -297,9 +303,16 @@ func (r *Repo) markList(ctx context.Context, key string, into map[string]bool) e
 
 // writeTombstone keeps the chunks of snapshot id for ChunkGrace after its
 // delete: a server-side copy of its chunk map under gc/deleted/.
-func (r *Repo) writeTombstone(ctx context.Context, id string) error {
+//
+// For a paused child the map is its own layer's (its ancestors' chunks
+// stay with their owners, which cannot be deleted under it).
+func (r *Repo) writeTombstone(ctx context.Context, rec repository.Record) error {
+	id, name := rec.ID, chunkMapName
+	if ls := rec.MemoryLayers; len(ls) > 0 && ls[len(ls)-1].Snapshot == id {
+		name = layerChunkMapName(ls[len(ls)-1].Name)
+	}
 	// Without a chunk map there is nothing to keep.
-	if _, err := r.copyObject(ctx, r.keys.artifact(id, chunkMapName), r.keys.tombstone(id)); err != nil {
+	if _, err := r.copyObject(ctx, r.keys.artifact(id, name), r.keys.tombstone(id)); err != nil {
 		return fmt.Errorf("tombstone %s: %w", id, err)
 	}
 	return nil
