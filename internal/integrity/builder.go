@@ -1,5 +1,7 @@
 package integrity
 
+import "fmt"
+
 // Builder computes a table from a file's bytes written to it in order, so
 // that a pass that already reads every byte (hashing at publish) builds the
 // table on the way.
@@ -37,6 +39,20 @@ func (b *Builder) Write(p []byte) (int, error) {
 	}
 	b.partial = append(b.partial, p...)
 	return n, nil
+}
+
+// AppendDigest adds a whole block whose digest d (of the builder's
+// algorithm) is already known, so a pass that hashed the block for
+// another purpose, or copies it from a table that pins it, does not hash
+// it again. It fails if d has the wrong length or a partial block is
+// pending (the block would not start on a block boundary).
+func (b *Builder) AppendDigest(d []byte) error {
+	if len(d) != b.alg.digestBytes() || len(b.partial) != 0 {
+		return fmt.Errorf("append a %d-byte %s digest after %d pending bytes: %w", len(d), b.alg, len(b.partial), ErrBadTable)
+	}
+	b.sums = append(b.sums, d...)
+	b.written += BlockBytes
+	return nil
 }
 
 // add appends the digest of one block.

@@ -132,6 +132,11 @@ func (t *Table) FileSize() int64 { return t.fileSize }
 // Blocks is the number of blocks.
 func (t *Table) Blocks() int { return len(t.sums) / t.alg.digestBytes() }
 
+// Digest is the stored digest of block i (the caller must not change it),
+// for a consumer that compares a block's digest with one it computed
+// without reading the block again.
+func (t *Table) Digest(i int) []byte { return t.sum(i) }
+
 // sum is the stored digest of block i.
 func (t *Table) sum(i int) []byte {
 	n := t.alg.digestBytes()

@@ -24,6 +24,21 @@ type Recording struct {
 	// orders over their common pages; absent when undefined (fewer than
 	// two common pages) or when only one run ended.
 	RankCorrelation *float64 `json:"rank_correlation,omitempty"`
+	// Harvested, when set, says the manifest was not recorded by traced
+	// restores but harvested from a running restore at a pause; Runs is
+	// then 0.
+	Harvested *Harvest `json:"harvested,omitempty"`
+}
+
+// Harvest says where a harvested manifest's pages came from.
+type Harvest struct {
+	// FromRestore is the restore that was paused.
+	FromRestore string `json:"from_restore"`
+	// StartupPages were on its path to ready, WrittenPages written since,
+	// LaterPages touched after ready.
+	StartupPages int64 `json:"startup_pages"`
+	WrittenPages int64 `json:"written_pages"`
+	LaterPages   int64 `json:"later_pages"`
 }
 
 // MaxRecordingRuns is the most traced restores a recording makes.
@@ -31,6 +46,13 @@ const MaxRecordingRuns = 2
 
 // Validate checks a recording read back from a record.
 func (r Recording) Validate() error {
+	if h := r.Harvested; h != nil {
+		if r.Runs != 0 || r.Overlap != nil || r.RankCorrelation != nil || h.FromRestore == "" ||
+			h.StartupPages < 0 || h.WrittenPages < 0 || h.LaterPages < 0 {
+			return fmt.Errorf("harvested recording has runs %d or a malformed origin or page count", r.Runs)
+		}
+		return nil
+	}
 	switch {
 	case r.Runs < 1 || r.Runs > MaxRecordingRuns:
 		return fmt.Errorf("recording runs %d out of range 1..%d", r.Runs, MaxRecordingRuns)

@@ -107,6 +107,20 @@ type Record struct {
 	// one still close enough to it (its index names the memory ranges it
 	// holds); nil when none. It goes with the refinement.
 	RefinedPack *StartupPackDescriptor `json:"refined_pack,omitempty"`
+	// Parent is the snapshot this one was paused from ("" for a captured
+	// or imported one): lineage only, the memory is named by MemoryLayers
+	// and never found through Parent.
+	Parent string `json:"parent,omitempty"`
+	// MemoryLayers is the memory as a chain of layers, bottom first, set
+	// exactly when MemoryFormat is MemoryFormatLayers: [0] is a full
+	// memory file (the chain's base), each next one the pages that differ
+	// from everything below it (Depth is its length less one).
+	// MemorySHA256, MemoryDigests and MemorySHA256Digests then describe
+	// nothing (each layer carries its own), and MemorySHA256 is empty.
+	MemoryLayers []LayerDescriptor `json:"memory_layers,omitempty"`
+	// DeletingSince marks a record a delete is checking for dependents
+	// (backends without cross-node locks); outside the signed core.
+	DeletingSince *time.Time `json:"deleting_since,omitempty"`
 	// Signatures are Ed25519 signatures of the record's core
 	// (SignedCore): the publisher's, made as Publish commits the record
 	// when the backend was opened with a signing key, and any added
@@ -422,4 +436,7 @@ type Repository interface {
 	// was read and signed; read it again and sign anew). Whether its key
 	// is to be trusted is not the repository's to judge.
 	AttachSignature(ctx context.Context, lease Lease, sig Signature) error
+
+	// Layers: PublishLayer, ReplaceMemory and Dependents.
+	Layers
 }

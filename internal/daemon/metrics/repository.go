@@ -156,3 +156,18 @@ func (r *timedRepository) AttachRefinement(ctx context.Context, lease repository
 	defer r.timed("attach_refinement")(&err)
 	return r.inner.AttachRefinement(ctx, lease, ref)
 }
+
+func (r *timedRepository) PublishLayer(ctx context.Context, lease repository.Lease, req repository.LayerPublishRequest) (rec repository.Record, err error) {
+	defer r.timed("publish_layer")(&err)
+	return r.inner.PublishLayer(ctx, lease, req)
+}
+
+func (r *timedRepository) ReplaceMemory(ctx context.Context, lease repository.Lease, req repository.ReplaceMemoryRequest) (rec repository.Record, err error) {
+	defer r.timed("replace_memory")(&err)
+	return r.inner.ReplaceMemory(ctx, lease, req)
+}
+
+func (r *timedRepository) Dependents(ctx context.Context, id string) (live, inProgress []string, err error) {
+	defer r.timed("dependents")(&err)
+	return r.inner.Dependents(ctx, id)
+}
