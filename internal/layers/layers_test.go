@@ -162,3 +162,10 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	must(t, err)
+	return b
+}

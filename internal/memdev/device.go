@@ -125,6 +125,10 @@ type Request struct {
 	// Verifier checks every block before it is served; nil serves it
 	// unverified (no table, or the lab's +noverify).
 	Verifier *Verifier
+	// Verifiers check a Layered source's layers, one per layer,
+	// index-aligned with its chain (Verifier is then unused); empty
+	// serves them unverified.
+	Verifiers []*Verifier
 	// Observer, when set, is told of every range served.
 	Observer Observer
 	// OnReadError, when set, is told of each failed read of the lower a

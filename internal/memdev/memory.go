@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"warmstart/internal/integrity"
+	"warmstart/internal/layers"
 )
 
 // Verifier checks a lower's blocks against the snapshot's digest table
@@ -15,6 +16,17 @@ type Verifier struct {
 	Table *integrity.Table
 	// OnCorrupt, when not nil, is told once of each bad block met.
 	OnCorrupt func(*integrity.BlockError)
+}
+
+// Layered is a Source whose memory is a chain of layers (package layers):
+// a device opens each layer, checks it with its own Verifier
+// (Request.Verifiers) and reads them through the chain, so neither device
+// knows layers exist.
+type Layered interface {
+	Source
+	Chain() *layers.Chain
+	// OpenLayers opens every layer's data, base first.
+	OpenLayers() ([]Lower, error)
 }
 
 // Memory is a Request's memory as every device reads it: Source.Open's
@@ -33,37 +45,112 @@ type Memory struct {
 
 // OpenMemory opens req.Memory and builds the chain; scope may be nil (the
 // reads then never end early). It fails, wrapping integrity.ErrSizeChanged,
-// when the lower's size is not the table's.
+// when the lower's size is not the table's. A Layered source's layers are
+// each opened and wrapped so, with its own Verifier of req.Verifiers, and
+// read through the chain.
 func OpenMemory(req Request, scope *ReadScope) (*Memory, error) {
 	if req.Memory == nil {
 		return nil, errors.New("open memory: no memory source")
+	}
+	if l, ok := req.Memory.(Layered); ok {
+		return openLayered(req, l, scope)
 	}
 	raw, err := req.Memory.Open()
 	if err != nil {
 		return nil, err
 	}
-	m := &Memory{raw: raw, chain: raw, size: raw.Size(), opened: time.Now()}
+	chain, verified, err := wrapLower(raw, req.Memory.Ref(), req.Verifier, req.OnReadError, scope)
+	if err != nil {
+		raw.Close()
+		return nil, err
+	}
+	return &Memory{raw: raw, chain: chain, size: raw.Size(), verified: verified, opened: time.Now()}, nil
+}
+
+// wrapLower binds raw's reads to scope, tells onError of failed ones and
+// checks every block with v (when not nil).
+func wrapLower(raw Lower, ref string, v *Verifier, onError func(error), scope *ReadScope) (io.ReaderAt, bool, error) {
+	var chain io.ReaderAt = raw
 	if cr, ok := raw.(ContextReaderAt); ok && scope != nil {
 		scope.bind()
-		m.chain = boundReader{cr: cr, scope: scope}
+		chain = boundReader{cr: cr, scope: scope}
 	}
-	if req.OnReadError != nil {
-		m.chain = watchedReader{r: m.chain, onError: req.OnReadError}
+	if onError != nil {
+		chain = watchedReader{r: chain, onError: onError}
 	}
-	if v := req.Verifier; v != nil {
-		if v.Table.FileSize() != m.size {
-			raw.Close()
-			return nil, fmt.Errorf("%w: lower %s has %d bytes, its digest table describes %d",
-				integrity.ErrSizeChanged, req.Memory.Ref(), m.size, v.Table.FileSize())
-		}
-		src := m.chain
-		if u, ok := raw.(integrity.Uncacher); ok {
-			src = uncachingReader{ReaderAt: src, u: u}
-		}
-		m.chain, m.verified = integrity.NewReader(src, v.Table, v.OnCorrupt), true
+	if v == nil {
+		return chain, false, nil
 	}
-	return m, nil
+	if v.Table.FileSize() != raw.Size() {
+		return nil, false, fmt.Errorf("%w: lower %s has %d bytes, its digest table describes %d",
+			integrity.ErrSizeChanged, ref, raw.Size(), v.Table.FileSize())
+	}
+	src := chain
+	if u, ok := raw.(integrity.Uncacher); ok {
+		src = uncachingReader{ReaderAt: src, u: u}
+	}
+	return integrity.NewReader(src, v.Table, v.OnCorrupt), true, nil
 }
+
+// openLayered opens every layer of l, each wrapped as a plain memory is,
+// and reads them through l's chain. The Memory is verified only if every
+// layer is.
+func openLayered(req Request, l Layered, scope *ReadScope) (*Memory, error) {
+	if len(req.Verifiers) != 0 && len(req.Verifiers) != l.Chain().Depth()+1 {
+		return nil, fmt.Errorf("open memory %s: %d verifiers for %d layers", l.Ref(), len(req.Verifiers), l.Chain().Depth()+1)
+	}
+	raws, err := l.OpenLayers()
+	if err != nil {
+		return nil, err
+	}
+	readers := make([]io.ReaderAt, len(raws))
+	verified := len(req.Verifiers) != 0
+	for i, raw := range raws {
+		var v *Verifier
+		if len(req.Verifiers) != 0 {
+			v = req.Verifiers[i]
+		}
+		chain, ok, err := wrapLower(raw, fmt.Sprintf("%s layer %d", l.Ref(), i), v, req.OnReadError, scope)
+		if err != nil {
+			closeAll(raws)
+			return nil, err
+		}
+		verified = verified && ok
+		readers[i] = layerReader{ReaderAt: chain, raw: raw}
+	}
+	r, err := layers.NewReader(l.Chain(), readers)
+	if err != nil {
+		closeAll(raws)
+		return nil, err
+	}
+	return &Memory{raw: chainLower{r}, chain: r, size: r.Size(), verified: verified, opened: time.Now()}, nil
+}
+
+func closeAll(ls []Lower) {
+	for _, l := range ls {
+		l.Close()
+	}
+}
+
+// layerReader is one layer as the chain reads it: its checked reads, and
+// its lower for advice and closing.
+type layerReader struct {
+	io.ReaderAt
+	raw Lower
+}
+
+func (l layerReader) Close() error { return l.raw.Close() }
+
+func (l layerReader) Advise(off, length int64) error {
+	if a, ok := l.raw.(Advisor); ok {
+		return a.Advise(off, length)
+	}
+	return nil
+}
+
+// chainLower is the Lower of a layered memory: the chain reader, which
+// advises each layer's span and closes every layer.
+type chainLower struct{ *layers.Reader }
 
 // ReadAt reads through the chain: only bytes that passed every check.
 func (m *Memory) ReadAt(p []byte, off int64) (int, error) { return m.chain.ReadAt(p, off) }

@@ -58,7 +58,7 @@ func ManifestAttachment(data []byte, rec *Recording) (Attachment, error) {
 		if err := rec.Validate(); err != nil {
 			return Attachment{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 		}
-		rec = &Recording{Runs: rec.Runs, Overlap: rec.Overlap, RankCorrelation: rec.RankCorrelation}
+		rec = &Recording{Runs: rec.Runs, Overlap: rec.Overlap, RankCorrelation: rec.RankCorrelation, Harvested: rec.Harvested}
 	}
 	sum := sha256.Sum256(data)
 	d := ManifestDescriptor{SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))}

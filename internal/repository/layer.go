@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"warmstart/internal/integrity"
 	"warmstart/internal/layers"
 )
 
@@ -234,4 +235,106 @@ type Layers interface {
 	// id: live ones (a record that still does) and in progress ones (a
 	// publish under a live lease). Stale registrations are not listed.
 	Dependents(ctx context.Context, id string) (live, inProgress []string, err error)
+}
+
+// validateLayered checks what a record of RecordFormatLayered adds: its
+// format, and for a layered memory every layer's descriptor.
+func (r Record) validateLayered() error {
+	if (r.Layered() || r.Parent != "") && r.Format < RecordFormatLayered {
+		return fmt.Errorf("%w: record format %d has a parent or memory layers (format %d)", ErrIntegrity, r.Format, RecordFormatLayered)
+	}
+	if r.Parent != "" && ValidateID(r.Parent) != nil {
+		return fmt.Errorf("%w: record parent %q is not a UUIDv7", ErrIntegrity, r.Parent)
+	}
+	if !r.Layered() {
+		if len(r.MemoryLayers) > 0 {
+			return fmt.Errorf("%w: record has memory layers but memory_format %q", ErrIntegrity, r.MemoryFormat)
+		}
+		return nil
+	}
+	switch {
+	case len(r.MemoryLayers) == 0 || len(r.MemoryLayers) > MaxDepth+1:
+		return fmt.Errorf("%w: record has %d memory layers (want 1..%d)", ErrIntegrity, len(r.MemoryLayers), MaxDepth+1)
+	case r.MemorySHA256 != "" || r.MemoryDigests != nil || r.MemorySHA256Digests != nil || r.MemoryChunks != nil:
+		return fmt.Errorf("%w: layered record describes its memory outside its layers", ErrIntegrity)
+	case r.MemorySize%layers.PageBytes != 0:
+		return fmt.Errorf("%w: layered memory of %d bytes is not whole pages", ErrIntegrity, r.MemorySize)
+	}
+	for i, l := range r.MemoryLayers {
+		if err := l.validate(i, r.MemorySize); err != nil {
+			return fmt.Errorf("%w: record memory layer %d: %v", ErrIntegrity, i, err)
+		}
+		if l.Snapshot == r.ID && i != len(r.MemoryLayers)-1 {
+			return fmt.Errorf("%w: record memory layer %d is its own but not its top layer", ErrIntegrity, i)
+		}
+	}
+	return nil
+}
+
+// validate checks descriptor i of a chain of a memorySize-byte memory.
+func (l LayerDescriptor) validate(i int, memorySize int64) error {
+	if ValidateID(l.Snapshot) != nil || !isSHA256Hex(l.SHA256) || l.Size < 0 {
+		return fmt.Errorf("owner %q, size %d or SHA-256 %q malformed", l.Snapshot, l.Size, l.SHA256)
+	}
+	if err := l.validateKind(i, memorySize); err != nil {
+		return err
+	}
+	switch {
+	case l.Format != LayerRaw && l.Format != LayerChunks:
+		return fmt.Errorf("format %q is not one this build reads", l.Format)
+	case (l.Format == LayerChunks) != (l.Chunks != nil):
+		return fmt.Errorf("chunk map descriptor does not go with format %q", l.Format)
+	case l.Chunks != nil && (!isSHA256Hex(l.Chunks.SHA256) || l.Chunks.Size <= 0 || l.Chunks.ChunkBytes <= 0 ||
+		l.Chunks.ChunkBytes%layers.PageBytes != 0 || l.Chunks.StoredBytes < 0):
+		return fmt.Errorf("chunk map descriptor malformed")
+	case l.Digests == nil || l.SHA256Digests == nil:
+		return fmt.Errorf("a layer needs both digest tables")
+	}
+	if err := l.Digests.validateAs(integrity.CRC32C, l.Size); err != nil {
+		return fmt.Errorf("digest table: %v", err)
+	}
+	if err := l.SHA256Digests.validateAs(integrity.SHA256, l.Size); err != nil {
+		return fmt.Errorf("SHA-256 digest table: %v", err)
+	}
+	return nil
+}
+
+// validateKind checks that layer 0 is the full base and the rest diff
+// layers whose page map and name agree with their data.
+func (l LayerDescriptor) validateKind(i int, memorySize int64) error {
+	if i == 0 {
+		if l.Kind != LayerFull || l.Name != BaseLayerName || l.Size != memorySize || l.PageMap != nil {
+			return fmt.Errorf("layer 0 must be the full memory %q of %d bytes without a page map", BaseLayerName, memorySize)
+		}
+		return nil
+	}
+	p := l.PageMap
+	switch {
+	case l.Kind != LayerDiff || l.Name != layers.LayerName(l.SHA256):
+		return fmt.Errorf("want a diff layer named %s, have %s %q", layers.LayerName(l.SHA256), l.Kind, l.Name)
+	case p == nil || !isSHA256Hex(p.SHA256) || p.DataPages < 0 || p.ZeroPages < 0:
+		return fmt.Errorf("page map descriptor missing or malformed")
+	case p.DataPages > memorySize/layers.PageBytes || p.ZeroPages > memorySize/layers.PageBytes-p.DataPages:
+		return fmt.Errorf("page map of %d data and %d zero pages does not fit a %d-byte memory", p.DataPages, p.ZeroPages, memorySize)
+	case l.Size != p.DataPages*layers.PageBytes:
+		return fmt.Errorf("%d bytes of data for %d data pages", l.Size, p.DataPages)
+	case p.Size < 40 || (p.Size-40)%16 != 0 || p.Size > 40+16*(p.DataPages+p.ZeroPages):
+		return fmt.Errorf("page map of %d bytes cannot hold runs of %d pages", p.Size, p.DataPages+p.ZeroPages)
+	}
+	return nil
+}
+
+// writeLayeredCore appends what core version 2 adds to version 1's lines:
+// the parent and every layer's canonical line.
+func writeLayeredCore(b *strings.Builder, rec Record) {
+	parent := rec.Parent
+	if parent == "" {
+		parent = "-"
+	}
+	fmt.Fprintf(b, "parent %s\n", parent)
+	fmt.Fprintf(b, "memory_layers %d\n", len(rec.MemoryLayers))
+	for i, l := range rec.MemoryLayers {
+		b.WriteString(layerLine(i, l))
+		b.WriteByte('\n')
+	}
 }

@@ -26,9 +26,25 @@ import (
 // signature carries its public key so anyone can check it, and only the
 // node's own list decides whether that key counts.
 
-// CoreVersion is the version of the core encoding (SignedCore) this
-// build signs and checks.
-const CoreVersion = 1
+// CoreVersion is the version of the core encoding (SignedCore) of a
+// plain record; CoreVersionLayered that of a record of
+// RecordFormatLayered, which adds its parent and every memory layer's
+// descriptor (owner, name, kind, size, SHA-256, format, chunk map, page
+// map and both tables), so one signature pins every byte of every
+// ancestor layer the record reads. Plain records keep version 1, so
+// their signatures stay valid.
+const (
+	CoreVersion        = 1
+	CoreVersionLayered = 2
+)
+
+// coreVersionOf is the core version rec is signed with.
+func coreVersionOf(rec Record) int {
+	if rec.Format >= RecordFormatLayered {
+		return CoreVersionLayered
+	}
+	return CoreVersion
+}
 
 // SignatureAlgorithm is the signature scheme: Ed25519 (RFC 8032), pure,
 // over the core's bytes.
@@ -36,7 +52,10 @@ const SignatureAlgorithm = "ed25519"
 
 // coreHeader starts the core encoding; it names what is signed, so that
 // a signature over one never passes for a signature of anything else.
-const coreHeader = "warmstart snapshot record core v1\n"
+const (
+	coreHeader        = "warmstart snapshot record core v1\n"
+	coreHeaderLayered = "warmstart snapshot record core v2\n"
+)
 
 // Signature is one signature of a record's core.
 type Signature struct {
@@ -94,7 +113,11 @@ func SignedCore(rec Record) ([]byte, error) {
 		return nil, err
 	}
 	var b strings.Builder
-	b.WriteString(coreHeader)
+	if coreVersionOf(rec) == CoreVersionLayered {
+		b.WriteString(coreHeaderLayered)
+	} else {
+		b.WriteString(coreHeader)
+	}
 	line := func(name string, values ...any) {
 		b.WriteString(name)
 		for _, v := range values {
@@ -108,7 +131,7 @@ func SignedCore(rec Record) ([]byte, error) {
 	line("format", rec.Format)
 	line("layout", rec.Layout.FileSize, rec.Layout.String())
 	line("vm_state", rec.VMStateSize, rec.VMStateSHA256)
-	line("memory", rec.MemorySize, rec.MemorySHA256, rec.MemoryFormat)
+	line("memory", rec.MemorySize, orDash(rec.MemorySHA256), rec.MemoryFormat)
 	for _, t := range []struct {
 		name string
 		d    *DigestsDescriptor
@@ -124,6 +147,9 @@ func SignedCore(rec Record) ([]byte, error) {
 	} else {
 		line("memory_chunks", "-")
 	}
+	if coreVersionOf(rec) == CoreVersionLayered {
+		writeLayeredCore(&b, rec)
+	}
 	return []byte(b.String()), nil
 }
 
@@ -131,6 +157,9 @@ func SignedCore(rec Record) ([]byte, error) {
 func signable(rec Record) error {
 	if err := rec.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnsignable, err)
+	}
+	if rec.Layered() {
+		return nil // validateLayered: every layer has both tables
 	}
 	switch {
 	case rec.MemorySHA256Digests == nil:
@@ -151,7 +180,7 @@ func Sign(rec Record, key ed25519.PrivateKey) (Signature, error) {
 		return Signature{}, err
 	}
 	pub := key.Public().(ed25519.PublicKey)
-	return Signature{KeyID: KeyID(pub), Algorithm: SignatureAlgorithm, Core: CoreVersion,
+	return Signature{KeyID: KeyID(pub), Algorithm: SignatureAlgorithm, Core: coreVersionOf(rec),
 		PublicKey: slices.Clone(pub), Value: ed25519.Sign(key, core)}, nil
 }
 
@@ -162,8 +191,8 @@ func (s Signature) WellFormed() error {
 	switch {
 	case s.Algorithm != SignatureAlgorithm:
 		return fmt.Errorf("%w: algorithm %q (this build checks %q)", ErrBadSignature, s.Algorithm, SignatureAlgorithm)
-	case s.Core != CoreVersion:
-		return fmt.Errorf("%w: core encoding version %d (this build checks %d)", ErrBadSignature, s.Core, CoreVersion)
+	case s.Core != CoreVersion && s.Core != CoreVersionLayered:
+		return fmt.Errorf("%w: core encoding version %d (this build checks %d and %d)", ErrBadSignature, s.Core, CoreVersion, CoreVersionLayered)
 	case len(s.PublicKey) != ed25519.PublicKeySize || len(s.Value) != ed25519.SignatureSize:
 		return fmt.Errorf("%w: a %d-byte key and a %d-byte signature (Ed25519 has %d and %d)",
 			ErrBadSignature, len(s.PublicKey), len(s.Value), ed25519.PublicKeySize, ed25519.SignatureSize)
@@ -178,6 +207,9 @@ func (s Signature) WellFormed() error {
 func (s Signature) Verify(rec Record) error {
 	if err := s.WellFormed(); err != nil {
 		return err
+	}
+	if want := coreVersionOf(rec); s.Core != want {
+		return fmt.Errorf("%w: key %s signed core version %d, a record of format %d has %d", ErrBadSignature, s.KeyID, s.Core, rec.Format, want)
 	}
 	core, err := SignedCore(rec)
 	if err != nil {
@@ -220,4 +252,13 @@ func validSignatures(rec Record) []Signature {
 		}
 	}
 	return out
+}
+
+// orDash is s, or "-" for an empty s (a field a layered record leaves
+// empty), so every core line has its fields.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

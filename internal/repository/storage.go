@@ -56,7 +56,7 @@ func (r Record) validateStorage() error {
 		if r.Format >= 2 {
 			return fmt.Errorf("%w: record format %d names no memory_format", ErrIntegrity, r.Format)
 		}
-	case MemoryFormatRaw:
+	case MemoryFormatRaw, MemoryFormatLayers:
 	case MemoryFormatChunks:
 		c := r.MemoryChunks
 		if c == nil || !isSHA256Hex(c.SHA256) || c.Size <= 0 || c.ChunkBytes <= 0 || c.ChunkBytes%4096 != 0 || c.StoredBytes < 0 {

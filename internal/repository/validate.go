@@ -96,7 +96,7 @@ func aliasAlphabet(s string) bool {
 // Validate checks a record read back from storage: a record that fails here
 // is reported as ErrIntegrity by Get and never listed.
 func (r Record) Validate() error {
-	for _, check := range []func() error{r.validateCore, r.validateManifest, r.validateDigests, r.validateStorage} {
+	for _, check := range []func() error{r.validateCore, r.validateManifest, r.validateDigests, r.validateLayered, r.validateStorage} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -107,8 +107,8 @@ func (r Record) Validate() error {
 // validateCore checks the record's identity, layout and artifacts.
 func (r Record) validateCore() error {
 	switch {
-	case r.Format < 1 || r.Format > RecordFormatVersion:
-		return fmt.Errorf("%w: record format %d is not supported (this build reads 1..%d)", ErrIntegrity, r.Format, RecordFormatVersion)
+	case r.Format < 1 || r.Format > RecordFormatLayered:
+		return fmt.Errorf("%w: record format %d is not supported (this build reads 1..%d)", ErrIntegrity, r.Format, RecordFormatLayered)
 	case ValidateID(r.ID) != nil:
 		return fmt.Errorf("%w: record id %q is not a UUIDv7", ErrIntegrity, r.ID)
 	case r.Alias != "" && ValidateAlias(r.Alias) != nil:
@@ -117,7 +117,7 @@ func (r Record) validateCore() error {
 		return fmt.Errorf("%w: record layout: %v", ErrIntegrity, r.Layout.Validate())
 	case r.Layout.FileSize != r.MemorySize:
 		return fmt.Errorf("%w: layout file size %d differs from memory size %d", ErrIntegrity, r.Layout.FileSize, r.MemorySize)
-	case r.VMStateSize < 0 || !isSHA256Hex(r.VMStateSHA256) || !isSHA256Hex(r.MemorySHA256):
+	case r.VMStateSize < 0 || !isSHA256Hex(r.VMStateSHA256) || (!r.Layered() && !isSHA256Hex(r.MemorySHA256)):
 		return fmt.Errorf("%w: record artifact sizes or digests are malformed", ErrIntegrity)
 	}
 	return nil

@@ -118,7 +118,9 @@ func TestRecordValidate(t *testing.T) {
 		t.Fatalf("a format-1 record with no memory format: %v", err)
 	}
 	breaks := map[string]func(*Record){
-		"future format":       func(r *Record) { r.Format = RecordFormatVersion + 1 },
+		"future format":       func(r *Record) { r.Format = RecordFormatLayered + 1 },
+		"plain format 3":      func(r *Record) { r.MemoryFormat = MemoryFormatLayers },
+		"parent in format 2":  func(r *Record) { r.Parent = r.ID },
 		"bad id":              func(r *Record) { r.ID = "../x" },
 		"bad alias":           func(r *Record) { r.Alias = "a/b" },
 		"layout size differs": func(r *Record) { r.MemorySize = 4096 },

@@ -122,13 +122,13 @@ func (s *sequence) acquire() error {
 	if err := r.checkVMState(s.src); err != nil {
 		return err
 	}
-	digests, err := r.loadDigests(s.src, s.opts)
+	verifier, layerVerifiers, err := r.verifiersFor(s.src, s.opts)
 	if err != nil {
 		return err
 	}
 	s.damage = r.remoteDamageOf(s.src)
 	req := s.request()
-	req.Verifier = r.verifier(s.src, digests)
+	req.Verifier, req.Verifiers = verifier, layerVerifiers
 	req.Prefetching = s.meansToPrefetch()
 	dev, err := s.op.Open(req)
 	if err != nil {

@@ -203,6 +203,45 @@ func (r *Restorer) integrityFailed(snapshot, artifact string, err error) {
 	}
 }
 
+// verifiersFor is what the device checks src's memory with: one verifier
+// of its memory file, or for a layered memory (repository.ChainSource)
+// one per layer, each layer's table read and checked against the layer's
+// descriptor. A layered record always has both tables of every layer
+// (Record.Validate), so no layer is ever served unverified but by
+// Options.Unverified.
+func (r *Restorer) verifiersFor(src Source, opts Options) (*memdev.Verifier, []*memdev.Verifier, error) {
+	chain, ok := src.Memory.(*repository.ChainSource)
+	if !ok {
+		digests, err := r.loadDigests(src, opts)
+		return r.verifier(src, digests), nil, err
+	}
+	if opts.Unverified {
+		return nil, nil, nil
+	}
+	out := make([]*memdev.Verifier, len(chain.Layers()))
+	for i, l := range chain.Layers() {
+		f := r.layerTableFor(l)
+		t, err := f.read(l.Descriptor.Size)
+		if err != nil {
+			r.integrityFailedUnlessGone(src, ArtifactDigests, err)
+			return nil, nil, fmt.Errorf("digest table of memory layer %d (%s of snapshot %s): %w", i, l.Descriptor.Name, l.Descriptor.Snapshot, err)
+		}
+		out[i] = r.verifier(src, t)
+	}
+	return nil, out, nil
+}
+
+// layerTableFor is tableFor of one layer: SHA-256 on a node that trusts
+// keys (the child's signature pins every layer's table) or for a layer
+// read through a node cache, CRC-32C elsewhere.
+func (r *Restorer) layerTableFor(l repository.ResolvedLayer) digestsFile {
+	d := l.Descriptor
+	if _, cachedLayer := l.Data.(CacheWarmer); r.Trust.Enforcing() || cachedLayer {
+		return digestsFile{repository.LayerSHA256DigestsFile(d.Name), l.SHA256DigestsPath, d.SHA256Digests}
+	}
+	return digestsFile{repository.LayerDigestsFile(d.Name), l.DigestsPath, d.Digests}
+}
+
 // verifier is what the device checks src's memory with: t, reporting
 // each bad block; nil (unverified) without a table.
 func (r *Restorer) verifier(src Source, t *integrity.Table) *memdev.Verifier {

@@ -55,3 +55,18 @@ func (r *Repo) fault(point string) {
 		r.faultHook(point)
 	}
 }
+
+// Fault points a layer publish adds; it also passes
+// FaultPublishAfterVMStateTemp, FaultPublishAfterRecordTemp and
+// FaultPublishAfterRecord.
+const (
+	FaultLayerAfterMarkers   = "layer.after-markers"
+	FaultLayerAfterDataTemp  = "layer.after-data-temp"
+	FaultLayerAfterArtifacts = "layer.after-artifacts"
+)
+
+// LayerFaultPoints lists every fault point of a layer publish, in order.
+var LayerFaultPoints = []string{
+	FaultLayerAfterMarkers, FaultPublishAfterVMStateTemp, FaultLayerAfterDataTemp, FaultLayerAfterArtifacts,
+	FaultPublishAfterRecordTemp, FaultPublishAfterRecord,
+}

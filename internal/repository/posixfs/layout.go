@@ -19,7 +19,9 @@ import (
 //	catalog/leases/<id>.lock         shared flock held by each capture lease
 //	catalog/quarantine/records/<id>.json, catalog/quarantine/aliases/<alias>
 //	                                 damaged entries a writer moved aside
-//	snapshots/<id>/                  vm_state.bin, memory.bin, memory.digests, startup-manifest.bin
+//	catalog/dependents/<owner>/<id>  id's memory names a layer owned by owner (dependents.go)
+//	snapshots/<id>/                  vm_state.bin, memory.bin, memory.digests, startup-manifest.bin,
+//	                                 or a paused child's layer-<h>.bin, .pagemap, .digests, .sha256-digests
 //
 // Temporary files live next to their target as .<target>.<random>.tmp, so a
 // rename never crosses a directory and leftovers name what they were for.
@@ -30,6 +32,9 @@ const (
 	locksDirName     = "locks"
 	leasesDirName    = "leases"
 	snapshotsDirName = "snapshots"
+	// dependentsDirName holds the dependents markers; created when the
+	// first child registers, so older stores open read-only as they are.
+	dependentsDirName = "dependents"
 	// quarantineDirName holds damaged catalog entries (quarantine.go);
 	// created when first needed, so older stores open read-only as they are.
 	quarantineDirName = "quarantine"
@@ -51,6 +56,10 @@ func (p paths) aliasesDir() string   { return filepath.Join(p.root, catalogDirNa
 func (p paths) locksDir() string     { return filepath.Join(p.root, catalogDirName, locksDirName) }
 func (p paths) leasesDir() string    { return filepath.Join(p.root, catalogDirName, leasesDirName) }
 func (p paths) snapshotsDir() string { return filepath.Join(p.root, snapshotsDirName) }
+func (p paths) dependentsDir() string {
+	return filepath.Join(p.root, catalogDirName, dependentsDirName)
+}
+func (p paths) dependentsOf(owner string) string { return filepath.Join(p.dependentsDir(), owner) }
 
 // dirs lists the directories Open creates under the root, parents first.
 func (p paths) dirs() []string {

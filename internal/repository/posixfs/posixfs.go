@@ -387,13 +387,21 @@ func (r *Repo) Resolve(ctx context.Context, id string) (repository.Resolved, err
 	res := repository.Resolved{
 		Record:      rec,
 		VMStatePath: r.paths.artifactPath(id, repository.VMStateFileName),
-		MemoryPath:  r.paths.artifactPath(id, repository.MemoryFileName),
 	}
 	if err := checkArtifact(res.VMStatePath, repository.VMStateFileName, rec.VMStateSize); err != nil {
 		return repository.Resolved{}, r.goneOr(ctx, id, fmt.Errorf("resolve %s: %w", id, err))
 	}
-	if err := checkArtifact(res.MemoryPath, repository.MemoryFileName, rec.MemorySize); err != nil {
-		return repository.Resolved{}, r.goneOr(ctx, id, fmt.Errorf("resolve %s: %w", id, err))
+	if rec.Layered() {
+		chain, err := r.resolveLayers(rec)
+		if err != nil {
+			return repository.Resolved{}, r.goneOr(ctx, id, fmt.Errorf("resolve %s: %w", id, err))
+		}
+		res.Memory = chain
+	} else {
+		res.MemoryPath = r.paths.artifactPath(id, repository.MemoryFileName)
+		if err := checkArtifact(res.MemoryPath, repository.MemoryFileName, rec.MemorySize); err != nil {
+			return repository.Resolved{}, r.goneOr(ctx, id, fmt.Errorf("resolve %s: %w", id, err))
+		}
 	}
 	if rec.Manifest != nil {
 		res.ManifestPath = r.paths.artifactPath(id, repository.ManifestFileName)
@@ -456,6 +464,10 @@ func (r *Repo) delete(ctx context.Context, id string, recorded bool) error {
 		return err
 	}
 	defer rl.release()
+	if err := r.checkNoDependents(id); err != nil {
+		return err
+	}
+	defer r.removeDependentsDir(id)
 	rec, err := r.readRecord(id)
 	switch {
 	case errors.Is(err, repository.ErrNotFound):
@@ -484,6 +496,8 @@ func (r *Repo) delete(ctx context.Context, id string, recorded bool) error {
 	if err := r.deleteRecord(ctx, rec); err != nil {
 		return err
 	}
+	// Its markers at its owners went stale with the record.
+	r.unregister(id, rec.Owners())
 	if err := r.unbindAliasesOf(ctx, id); err != nil {
 		return err
 	}

@@ -575,3 +575,13 @@ func TestResolveNamesANonRegularArtifact(t *testing.T) {
 		})
 	}
 }
+
+func TestLayersContract(t *testing.T) {
+	t.Parallel()
+	repotest.RunLayers(t, func(t *testing.T) repository.Repository { return openTemp(t, Options{}) })
+}
+
+func TestLayersContractCopying(t *testing.T) {
+	t.Parallel()
+	repotest.RunLayers(t, func(t *testing.T) repository.Repository { return openTemp(t, Options{ForceCopy: true}) })
+}
