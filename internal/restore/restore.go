@@ -137,6 +137,10 @@ type Options struct {
 	// digest table: the lab's +noverify columns, which measure what
 	// verification costs. The request layer never sets it.
 	Unverified bool `json:"-"`
+	// Pausable restores the VM so that it can be paused into a child
+	// snapshot (Instance.Freeze): the VMM is asked for it and, for one
+	// that writes guest memory back, the device gives a writable view.
+	Pausable bool `json:"pausable,omitempty"`
 }
 
 // Restorer restores snapshots. One per process (the daemon) or per trial.
