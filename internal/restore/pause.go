@@ -162,3 +162,7 @@ func DataPages(path string) ([]int64, error) {
 }
 
 const pageBytes = 4096
+
+// VM is the restored VM, for callers that talk to its guest (a test's
+// state agent).
+func (inst *Instance) VM() vmm.VM { return inst.held.vm }

@@ -1,0 +1,158 @@
+package pause_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"warmstart/internal/agentspec"
+	"warmstart/internal/capture"
+	"warmstart/internal/initramfs"
+	"warmstart/internal/node"
+	"warmstart/internal/pause"
+	"warmstart/internal/reexec"
+	"warmstart/internal/repository/posixfs"
+	"warmstart/internal/restore"
+	"warmstart/internal/vmm"
+	"warmstart/internal/vmm/qemu"
+)
+
+func TestMain(m *testing.M) {
+	reexec.Roles{qemu.RoleLauncher: qemu.LauncherMain}.Dispatch()
+	os.Exit(m.Run())
+}
+
+func requireGuest(t *testing.T) {
+	t.Helper()
+	var missing []string
+	if _, err := exec.LookPath(qemu.DefaultBinary); err != nil {
+		missing = append(missing, qemu.DefaultBinary)
+	}
+	if m, _ := filepath.Glob(qemu.KernelGlob); len(m) == 0 {
+		missing = append(missing, "a kernel at "+qemu.KernelGlob)
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		missing = append(missing, "/dev/fuse")
+	}
+	if len(missing) == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI must run the real-guest tests, but this host lacks %s", strings.Join(missing, ", "))
+	}
+	t.Skipf("no real guest here: missing %s", strings.Join(missing, ", "))
+}
+
+type guestNode struct {
+	repo     *posixfs.Repo
+	restorer *restore.Restorer
+	run      string
+	base     string
+}
+
+// newGuestNode captures a QEMU guest into a fresh POSIX repository and
+// opens a restorer on the file device.
+func newGuestNode(t *testing.T, ctx context.Context) *guestNode {
+	dir := t.TempDir()
+	repo, err := posixfs.Open(filepath.Join(dir, "store"), posixfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := qemu.New(qemu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := filepath.Join(dir, "run")
+	if err := os.Mkdir(run, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	snap, _, err := capture.Publish(ctx, repo, nil, capture.Options{
+		Booter:     &capture.QEMU{Driver: d, Initramfs: initramfs.Options{CacheDir: filepath.Join(dir, "initramfs")}},
+		StagingDir: repo.Root(), RuntimeDir: run,
+	})
+	if err != nil {
+		t.Fatalf("capture: %v", err)
+	}
+	r, err := node.OpenRestorer(node.RestorerOptions{VMM: d, RuntimeDir: run, Mount: filepath.Join(dir, "mnt")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return &guestNode{repo: repo, restorer: r.Restorer, run: run, base: snap.Record.ID}
+}
+
+func (g *guestNode) restore(t *testing.T, ctx context.Context, id string, pausable bool) *restore.Instance {
+	t.Helper()
+	res, err := g.repo.Resolve(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := g.restorer.Restore(ctx, restore.SourceOf(res), restore.Options{Pausable: pausable})
+	if err != nil {
+		t.Fatalf("restore %s: %v", id, err)
+	}
+	t.Cleanup(func() { inst.Stop(context.Background()) })
+	return inst
+}
+
+func stateAgent(t *testing.T, inst *restore.Instance) vmm.StateAgent {
+	t.Helper()
+	a, ok := inst.VM().(vmm.StateAgent)
+	if !ok {
+		t.Fatalf("VM %T keeps no state", inst.VM())
+	}
+	return a
+}
+
+// TestQEMUPauseResumeCycles: a restored QEMU guest's agent writes state,
+// the restore is paused into a child, and a restore of the child reports
+// the same state; the child of that child holds both writes.
+func TestQEMUPauseResumeCycles(t *testing.T) {
+	requireGuest(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	g := newGuestNode(t, ctx)
+	const kib = 4 << 10
+	want := map[string]string{}
+	parent := g.base
+	for i, key := range []string{"first", "second", "third"} {
+		inst := g.restore(t, ctx, parent, true)
+		seed := uint64(100 + i)
+		got, err := stateAgent(t, inst).WriteState(ctx, key, kib, seed)
+		if err != nil || got != agentspec.StateDigest(kib, seed) {
+			t.Fatalf("cycle %d: WriteState = %q, %v", i, got, err)
+		}
+		want[key] = got
+		res, err := pause.Run(ctx, g.repo, inst, pause.Request{Stop: true}, pause.Options{StagingDir: g.run})
+		if err != nil {
+			t.Fatalf("cycle %d: pause: %v", i, err)
+		}
+		if err := inst.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("cycle %d: child %s depth %d: %+v; paused %v, layer %v, publish %v, total %v", i, res.Child.ID, res.Child.Depth(),
+			res.Pages, res.Timings.Paused, res.Timings.Layer, res.Timings.Publish, res.Timings.Total)
+		if res.Parent != parent || res.Child.Depth() != i+1 || res.Pages.Stored == 0 {
+			t.Fatalf("cycle %d: child of %s at depth %d storing %d pages; want a child of %s at depth %d storing the written pages",
+				i, res.Parent, res.Child.Depth(), res.Pages.Stored, parent, i+1)
+		}
+		parent = res.Child.ID
+	}
+	inst := g.restore(t, ctx, parent, false)
+	got, err := stateAgent(t, inst).State(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("child's state %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("child's state %v, want %v", got, want)
+		}
+	}
+}
