@@ -103,32 +103,21 @@ func Run(ctx context.Context, repo Repository, inst *restore.Instance, req Reque
 	defer os.RemoveAll(dir)
 
 	step(StepPause)
-	frozen, err := inst.Freeze(ctx, dir)
+	frozen, resumed, err := freeze(ctx, inst, dir, req, step)
 	if err != nil {
-		if !errors.Is(err, restore.ErrPauseInProgress) && !errors.Is(err, restore.ErrNotPausable) {
-			err = errors.Join(err, inst.Thaw(true))
-		}
-		return res, fmt.Errorf("pause: %w", err)
+		return res, err
 	}
-	res.Timings.Freeze = time.Since(t0)
-	resumed := false
+	res.Timings.Freeze = frozen.took
 	defer func() {
 		if err != nil && !resumed {
 			err = errors.Join(err, inst.Thaw(true))
 		}
 	}()
-	if !req.Stop {
-		step(StepResume)
-		if err := inst.Thaw(true); err != nil {
-			return res, fmt.Errorf("pause: resume: %w", err)
-		}
-		resumed = true
-	}
-	res.Timings.Paused = time.Since(t0)
+	res.Timings.Paused = time.Since(frozen.began)
 
 	step(StepLayer)
 	tl := time.Now()
-	built, counts, err := buildLayer(dir, parent, res2, frozen)
+	built, counts, err := buildLayer(dir, parent, res2, frozen.Frozen)
 	if err != nil {
 		return res, err
 	}
@@ -164,4 +153,34 @@ func checkParent(ctx context.Context, repo Repository, id string) (repository.Re
 		return repository.Record{}, res, fmt.Errorf("pause: parent %s: %w", id, err)
 	}
 	return res.Record, res, nil
+}
+
+// frozenVM is a Freeze's result with its timing.
+type frozenVM struct {
+	restore.Frozen
+	began time.Time
+	took  time.Duration
+}
+
+// freeze pauses the VM and saves its state and changed pages; unless
+// req.Stop, it lets the VM run again at once (resumed). On error the VM
+// runs again.
+func freeze(ctx context.Context, inst *restore.Instance, dir string, req Request, step func(string)) (f frozenVM, resumed bool, err error) {
+	f.began = time.Now()
+	f.Frozen, err = inst.Freeze(ctx, dir)
+	if err != nil {
+		if !errors.Is(err, restore.ErrPauseInProgress) && !errors.Is(err, restore.ErrNotPausable) {
+			err = errors.Join(err, inst.Thaw(true))
+		}
+		return f, false, fmt.Errorf("pause: %w", err)
+	}
+	f.took = time.Since(f.began)
+	if req.Stop {
+		return f, false, nil
+	}
+	step(StepResume)
+	if err := inst.Thaw(true); err != nil {
+		return f, true, fmt.Errorf("pause: resume: %w", err)
+	}
+	return f, true, nil
 }
