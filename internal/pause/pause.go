@@ -84,7 +84,7 @@ func Run(ctx context.Context, repo Repository, inst *restore.Instance, req Reque
 		}
 	}
 	if !inst.Pausable() {
-		return res, restore.ErrNotPausable
+		return res, fmt.Errorf("pause: restore %s: %w (restore with pausable: true)", inst.ID, restore.ErrNotPausable)
 	}
 	parent, res2, err := checkParent(ctx, repo, inst.Base())
 	if err != nil {

@@ -25,9 +25,10 @@ var ErrPauseInProgress = errors.New("a pause of this restore is already in progr
 // now equals (the restored one, or the last child published from it), and
 // whether a pause holds the VM.
 type pauseState struct {
-	mu     sync.Mutex
-	base   string
-	frozen bool
+	mu       sync.Mutex
+	base     string
+	frozen   bool
+	pausable bool // Options.Pausable
 }
 
 // Frozen is what a Freeze saved of the paused VM.
@@ -56,10 +57,11 @@ func (inst *Instance) Rebase(id string) {
 	inst.pause.base = id
 }
 
-// Pausable reports whether Freeze can run: the VM pauses and saves diffs.
+// Pausable reports whether Freeze can run: the restore was started
+// pausable and its VM pauses and saves diffs.
 func (inst *Instance) Pausable() bool {
 	_, ok := inst.held.vm.(vmm.Pauser)
-	return ok
+	return ok && inst.pause.pausable
 }
 
 // Freeze pauses the VM and writes, in dir, its device state and the pages
@@ -69,8 +71,8 @@ func (inst *Instance) Pausable() bool {
 // ErrPauseInProgress).
 func (inst *Instance) Freeze(ctx context.Context, dir string) (Frozen, error) {
 	p, ok := inst.held.vm.(vmm.Pauser)
-	if !ok {
-		return Frozen{}, ErrNotPausable
+	if !ok || !inst.pause.pausable {
+		return Frozen{}, fmt.Errorf("restore %s: %w (restore with pausable: true)", inst.ID, ErrNotPausable)
 	}
 	inst.pause.mu.Lock()
 	if inst.pause.frozen {
