@@ -49,6 +49,20 @@ type Options struct {
 	StagingDir string
 	// OnStep, when set, is told of each step before it starts.
 	OnStep func(step string)
+	// ManifestExtraPercent caps the written pages of the child's harvested
+	// manifest at this share of its startup path; 0 is
+	// DefaultExtraPercent, negative none.
+	ManifestExtraPercent int
+}
+
+func (o Options) extraPercent() int {
+	switch {
+	case o.ManifestExtraPercent == 0:
+		return DefaultExtraPercent
+	case o.ManifestExtraPercent < 0:
+		return 0
+	}
+	return o.ManifestExtraPercent
 }
 
 // Timings are how long each part of a pause took.
@@ -125,10 +139,15 @@ func Run(ctx context.Context, repo Repository, inst *restore.Instance, req Reque
 	res.Pages = counts
 
 	step(StepManifest)
+	man, recording, err := harvestManifest(parent, inst, built, opts.extraPercent())
+	if err != nil {
+		return res, fmt.Errorf("pause: %w", err)
+	}
 	step(StepPublish)
 	tp := time.Now()
 	child, err := repo.PublishLayer(ctx, lease, repository.LayerPublishRequest{
 		Parent: parent, VMStatePath: frozen.VMStatePath, Layer: built, Alias: req.Alias,
+		Manifest: man, Recording: recording,
 	})
 	if err != nil {
 		return res, fmt.Errorf("pause: publish: %w", err)
