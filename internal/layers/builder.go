@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -242,4 +243,32 @@ func (b *Builder) Abort() {
 func isZero(p []byte) bool {
 	var zero [PageBytes]byte
 	return bytes.Equal(p, zero[:len(p)])
+}
+
+// LoadBuilt reopens a layer a Builder (or Merge) wrote to dir: its page map
+// decoded, its data's size checked against it and hashed. Counts are not
+// kept on disk and are zero.
+func LoadBuilt(dir string) (*Built, error) {
+	enc, err := os.ReadFile(filepath.Join(dir, PageMapFileName))
+	if err != nil {
+		return nil, fmt.Errorf("load layer: %w", err)
+	}
+	m, err := DecodePageMap(enc)
+	if err != nil {
+		return nil, fmt.Errorf("load layer: %w", err)
+	}
+	f, err := os.Open(filepath.Join(dir, DataFileName))
+	if err != nil {
+		return nil, fmt.Errorf("load layer: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return nil, fmt.Errorf("load layer: hash data: %w", err)
+	}
+	if n != m.DataBytes() {
+		return nil, fmt.Errorf("load layer: %d bytes of data for a page map of %d data pages", n, m.DataPages())
+	}
+	return &Built{Dir: dir, Map: m, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }

@@ -143,3 +143,18 @@ func (c *ChainSource) Open() (memdev.Lower, error) {
 }
 
 var _ memdev.Layered = (*ChainSource)(nil)
+
+// EmptyLayerData is the source of a layer without data (every page it
+// defines is zero): a reader of no bytes, which the chain never reads.
+func EmptyLayerData() memdev.Source { return emptyData{} }
+
+type emptyData struct{}
+
+func (emptyData) Ref() string                 { return "empty" }
+func (emptyData) Open() (memdev.Lower, error) { return emptyLower{}, nil }
+
+type emptyLower struct{}
+
+func (emptyLower) ReadAt(p []byte, off int64) (int, error) { return 0, io.EOF }
+func (emptyLower) Size() int64                             { return 0 }
+func (emptyLower) Close() error                            { return nil }

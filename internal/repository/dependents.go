@@ -36,3 +36,60 @@ func (e *DependentsError) Error() string {
 
 // Is makes errors.Is(err, ErrHasDependents) true.
 func (e *DependentsError) Is(target error) bool { return target == ErrHasDependents }
+
+// MarkerState is what a dependents marker (a child registered at an owner
+// of its layers) is found to be.
+type MarkerState int
+
+const (
+	// MarkerStale: the child has no record naming the owner's layer and
+	// no publish of it is in progress; whoever meets it removes it.
+	MarkerStale MarkerState = iota
+	// MarkerLive: the child's record names a layer of the owner (or its
+	// record is quarantined or does not decode, and may).
+	MarkerLive
+	// MarkerInProgress: the child has no record and its lease is held.
+	MarkerInProgress
+)
+
+// MarkerOf decides a marker of child at owner from what a backend read,
+// in this order: whether a lease on child was held, then child's record
+// (err from reading it) and whether a quarantined record of it exists.
+// Reading the lease first matters: a publish holds its lease until its
+// record is written, so a record absent after the lease was seen ended
+// stays absent.
+func MarkerOf(owner string, leaseHeld bool, rec Record, err error, quarantined bool) MarkerState {
+	switch {
+	case err == nil:
+		for _, l := range rec.Layers() {
+			if l.Snapshot == owner && rec.ID != owner {
+				return MarkerLive
+			}
+		}
+		return MarkerStale
+	case errors.Is(err, ErrIntegrity), quarantined:
+		return MarkerLive
+	case leaseHeld:
+		return MarkerInProgress
+	}
+	return MarkerStale
+}
+
+// SortMarkers decides the marker of each child with state and sorts them.
+func SortMarkers(children []string, state func(child string) (MarkerState, error)) (live, inProgress, stale []string, err error) {
+	for _, child := range children {
+		s, err := state(child)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		switch s {
+		case MarkerLive:
+			live = append(live, child)
+		case MarkerInProgress:
+			inProgress = append(inProgress, child)
+		default:
+			stale = append(stale, child)
+		}
+	}
+	return live, inProgress, stale, nil
+}

@@ -92,11 +92,17 @@ func (c *checker) absentTable(a *Artifact, st storedTable) {
 // trusted to judge the memory file's blocks.
 func (c *checker) table(st storedTable) *integrity.Table {
 	a := c.r.artifact(st.name)
-	d := st.desc
-	if d == nil {
+	if st.desc == nil {
 		c.absentTable(a, st)
 		return nil
 	}
+	return readTable(a, st, c.res.Record.MemorySize)
+}
+
+// readTable reads the stored table st describes, of a file of fileSize
+// bytes, into a's report.
+func readTable(a *Artifact, st storedTable, fileSize int64) *integrity.Table {
+	d := st.desc
 	a.Status = StatusOK
 	if st.path == "" {
 		a.problem(KindMissing, "the repository gives no digest table file")
@@ -117,7 +123,7 @@ func (c *checker) table(st storedTable) *integrity.Table {
 		a.problem(KindSHA256, "the bytes hash to %s, the record says %s", got.SHA256, d.SHA256)
 		return nil
 	}
-	t, err := integrity.Decode(data, c.res.Record.MemorySize)
+	t, err := integrity.Decode(data, fileSize)
 	if err == nil && t.Algorithm() != st.alg {
 		err = fmt.Errorf("a table of %s digests where one of %s belongs", t.Algorithm(), st.alg)
 	}

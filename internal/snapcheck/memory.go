@@ -146,6 +146,12 @@ func (c *checker) compareBlocks(a *Artifact, stored [2]*integrity.Table, fresh i
 		}
 		return
 	}
+	compareWith(a, table, read)
+}
+
+// compareWith reports in a every block whose fresh digest (read) differs
+// from table's, and returns their offsets.
+func compareWith(a *Artifact, table *integrity.Table, read *integrity.Builder) []int64 {
 	bad := table.Mismatches(read.Table())
 	ranges := coalesce(bad, table.FileSize())
 	a.Blocks = &Blocks{BlockBytes: integrity.BlockBytes, Checked: int64(table.Blocks()), Bad: int64(len(bad)), BadRanges: ranges}
@@ -153,6 +159,7 @@ func (c *checker) compareBlocks(a *Artifact, stored [2]*integrity.Table, fresh i
 		a.problem(KindBadBlocks, "%d of %d blocks do not match the digest table, in %d ranges, the first at offset %d",
 			len(bad), table.Blocks(), len(ranges), bad[0])
 	}
+	return bad
 }
 
 // coalesce merges the offsets of bad blocks, in increasing order, into

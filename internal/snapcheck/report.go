@@ -53,7 +53,10 @@ const (
 
 // Artifact is what Verify found of one artifact.
 type Artifact struct {
-	Name   string `json:"name"`
+	Name string `json:"name"`
+	// Layer is the index in the chain of a layered snapshot's layer this
+	// file belongs to (Name is then "<owner id>/<file>"); nil otherwise.
+	Layer  *int   `json:"layer,omitempty"`
 	Status string `json:"status"`
 	// Size and SHA256 are what the record says (zero and "" when it
 	// describes none).
@@ -142,6 +145,9 @@ func (r *Report) finish() {
 
 // newReport is the report of rec before anything was read.
 func newReport(rec repository.Record) Report {
+	if rec.Layered() {
+		return newLayeredReport(rec)
+	}
 	r := Report{ID: rec.ID, Alias: rec.Alias, Artifacts: []Artifact{
 		{Name: repository.VMStateFileName, Size: rec.VMStateSize, SHA256: rec.VMStateSHA256},
 		{Name: repository.MemoryFileName, Size: rec.MemorySize, SHA256: rec.MemorySHA256},
@@ -161,6 +167,15 @@ func newReport(rec repository.Record) Report {
 		a := r.artifact(repository.ManifestFileName)
 		a.Size, a.SHA256 = m.Size, m.SHA256
 	}
+	appendAttachments(&r, rec)
+	for i := range r.Artifacts {
+		r.Artifacts[i].Status = StatusNotChecked
+	}
+	return r
+}
+
+// appendAttachments adds the refinement and the startup packs rec has.
+func appendAttachments(r *Report, rec repository.Record) {
 	if d := rec.Refinement; d != nil {
 		r.Artifacts = append(r.Artifacts, Artifact{Name: repository.RefinementFileName(d.SHA256), Size: d.Size, SHA256: d.SHA256})
 	}
@@ -174,6 +189,21 @@ func newReport(rec repository.Record) Report {
 		}
 		r.Artifacts = append(r.Artifacts, Artifact{Name: StartupPackArtifact, Size: size})
 	}
+}
+
+// newLayeredReport is newReport of a layered record: its VM state and
+// manifest, then every layer's files.
+func newLayeredReport(rec repository.Record) Report {
+	r := Report{ID: rec.ID, Alias: rec.Alias, Artifacts: []Artifact{
+		{Name: repository.VMStateFileName, Size: rec.VMStateSize, SHA256: rec.VMStateSHA256},
+		{Name: repository.ManifestFileName},
+	}}
+	if m := rec.Manifest; m != nil {
+		a := r.artifact(repository.ManifestFileName)
+		a.Size, a.SHA256 = m.Size, m.SHA256
+	}
+	r.Artifacts = append(r.Artifacts, layerArtifacts(rec)...)
+	appendAttachments(&r, rec)
 	for i := range r.Artifacts {
 		r.Artifacts[i].Status = StatusNotChecked
 	}

@@ -267,12 +267,17 @@ func (c *checker) run() error {
 		return err
 	}
 	var stored [2]*integrity.Table
-	for i, st := range c.storedTables() {
-		stored[i] = c.table(st)
+	if !c.res.Record.Layered() {
+		for i, st := range c.storedTables() {
+			stored[i] = c.table(st)
+		}
 	}
 	c.manifest()
 	c.refinement()
 	c.startupPack()
+	if c.res.Record.Layered() {
+		return c.layers()
+	}
 	fresh, err := c.memory(stored)
 	if err != nil {
 		return err

@@ -83,76 +83,35 @@ func (r *Repo) classifyMarkers(owner string) (live, inProgress, stale []string, 
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	var children []string
 	for _, e := range entries {
-		child := e.Name()
-		if repository.ValidateID(child) != nil {
-			continue // a temporary file: the sweep's
-		}
-		state, err := r.markerState(owner, child)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		switch state {
-		case markerLive:
-			live = append(live, child)
-		case markerInProgress:
-			inProgress = append(inProgress, child)
-		default:
-			stale = append(stale, child)
+		if repository.ValidateID(e.Name()) == nil {
+			children = append(children, e.Name()) // not a temporary file: those are the sweep's
 		}
 	}
-	return live, inProgress, stale, nil
+	return repository.SortMarkers(children, func(child string) (repository.MarkerState, error) { return r.markerState(owner, child) })
 }
 
-type markerState int
-
-const (
-	markerStale markerState = iota
-	markerLive
-	markerInProgress
-)
-
 // markerState decides one marker. The child's lease is probed first and,
-// when free, held while its record is read: a publish that commits its
-// record holds the lease until after, so a record absent under the probe
-// stays absent.
-func (r *Repo) markerState(owner, child string) (markerState, error) {
+// when free, held while its record is read, so no publish can take it and
+// commit meanwhile.
+func (r *Repo) markerState(owner, child string) (repository.MarkerState, error) {
 	busy, lk, err := r.leaseLive(child)
 	if err != nil {
-		return markerStale, err
+		return repository.MarkerStale, err
 	}
 	if lk != nil {
 		defer lk.release()
 	}
 	rec, err := r.readRecord(child)
-	switch {
-	case err == nil:
-		if ownsLayerOf(rec, owner) {
-			return markerLive, nil
-		}
-	case errors.Is(err, repository.ErrIntegrity):
-		return markerLive, nil // a record that does not decode may name the owner: keep it
-	case !errors.Is(err, repository.ErrNotFound):
-		return markerStale, err
-	default:
-		if quarantined, qerr := exists(r.paths.quarantinedRecordPath(child)); qerr != nil || quarantined {
-			return markerLive, qerr
-		}
+	if err != nil && !errors.Is(err, repository.ErrNotFound) && !errors.Is(err, repository.ErrIntegrity) {
+		return repository.MarkerStale, err
 	}
-	if busy && err != nil {
-		return markerInProgress, nil
+	quarantined, qerr := exists(r.paths.quarantinedRecordPath(child))
+	if qerr != nil {
+		return repository.MarkerStale, qerr
 	}
-	return markerStale, nil
-}
-
-// ownsLayerOf reports whether rec names a layer owned by owner.
-func ownsLayerOf(rec repository.Record, owner string) bool {
-	for _, l := range rec.Layers() {
-		if l.Snapshot == owner && rec.ID != owner {
-			return true
-		}
-	}
-	return false
+	return repository.MarkerOf(owner, busy, rec, err, quarantined), nil
 }
 
 // checkNoDependents refuses to remove id while it has live dependents or
@@ -180,4 +139,34 @@ func (r *Repo) removeDependentsDir(id string) {
 	if err := os.Remove(r.paths.dependentsOf(id)); err == nil {
 		_ = durable.Sync(r.paths.dependentsDir())
 	}
+}
+
+// sweepDependents removes stale markers, each under its owner's record
+// lock (tried, never waited for), and the markers directory of an owner
+// with none left and no record.
+func (r *Repo) sweepDependents(context.Context) error {
+	entries, err := os.ReadDir(r.paths.dependentsDir())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		owner := e.Name()
+		if repository.ValidateID(owner) != nil {
+			continue
+		}
+		errs = append(errs, underTryLock(r.paths.recordLockPath(owner), func() error {
+			if err := r.checkNoDependents(owner); err != nil && !errors.Is(err, repository.ErrHasDependents) {
+				return err
+			}
+			if ok, err := r.recordExists(owner); err == nil && !ok {
+				r.removeDependentsDir(owner)
+			}
+			return nil
+		}))
+	}
+	return errors.Join(errs...)
 }

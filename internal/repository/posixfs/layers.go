@@ -51,14 +51,8 @@ func (r *Repo) publishLayer(ctx context.Context, id string, req repository.Layer
 		return repository.Record{}, err
 	}
 	r.fault(FaultLayerAfterMarkers)
-	if err := r.removeSnapshotDir(id); err != nil {
-		return repository.Record{}, err
-	}
-	dir := r.paths.snapshotDir(id)
-	if err := os.Mkdir(dir, dirMode); err != nil {
-		return repository.Record{}, fmt.Errorf("create %s: %w", dir, err)
-	}
-	if err := durable.Sync(r.paths.snapshotsDir()); err != nil {
+	dir, err := r.freshSnapshotDir(id)
+	if err != nil {
 		return repository.Record{}, err
 	}
 	rec, err := r.storeLayerArtifacts(ctx, id, dir, req, c)
@@ -181,7 +175,81 @@ func readBoundedArtifact(path, name string, size int64) ([]byte, error) {
 	return data, nil
 }
 
-// ReplaceMemory implements repository.Layers.
+// ReplaceMemory implements repository.Layers: under the record lock, with
+// no dependents, the new artifacts are stored under new names, the record
+// is written (signed anew), and only then the retired layer's files and
+// the markers at owners the snapshot no longer reads are removed. A crash
+// at any point leaves the old record with its files, or the new one with
+// its files (and maybe leftovers no record names, which delete removes
+// with the directory).
 func (r *Repo) ReplaceMemory(ctx context.Context, lz repository.Lease, req repository.ReplaceMemoryRequest) (repository.Record, error) {
-	return repository.Record{}, fmt.Errorf("replace memory: %w", repository.ErrUnsupported)
+	if err := r.writable(); err != nil {
+		return repository.Record{}, fmt.Errorf("replace memory: %w", err)
+	}
+	return repository.ReplaceUnderLease(r, lz, func(id string) (repository.Record, error) { return r.replaceMemory(ctx, id, req) })
+}
+
+func (r *Repo) replaceMemory(ctx context.Context, id string, req repository.ReplaceMemoryRequest) (repository.Record, error) {
+	rl, err := acquireLock(ctx, r.paths.recordLockPath(id), lockExclusive)
+	if err != nil {
+		return repository.Record{}, err
+	}
+	defer rl.release()
+	cur, err := r.readRecord(id)
+	if err != nil {
+		return repository.Record{}, err
+	}
+	if err := repository.CheckReplaceMemory(cur, req, r.opts.SigningKey != nil); err != nil {
+		return repository.Record{}, err
+	}
+	if err := r.checkNoDependents(id); err != nil {
+		return repository.Record{}, err
+	}
+	next, err := r.storeReplacement(ctx, id, cur, req)
+	if err != nil {
+		return repository.Record{}, err
+	}
+	if next, err = repository.SignRecord(next, r.opts.SigningKey); err != nil {
+		return repository.Record{}, err
+	}
+	if err := r.writeRecord(next, faultPoints{}); err != nil {
+		return repository.Record{}, err
+	}
+	if old := repository.RetiredLayer(cur, next); old != nil {
+		r.removeLayerFiles(id, old.Name)
+	}
+	r.unregister(id, repository.DroppedOwners(cur, next))
+	return next, nil
+}
+
+// storeReplacement imports the new memory into id's directory and returns
+// the record that names it.
+func (r *Repo) storeReplacement(ctx context.Context, id string, cur repository.Record, req repository.ReplaceMemoryRequest) (repository.Record, error) {
+	dir := r.paths.snapshotDir(id)
+	if req.Layer != nil {
+		own, err := r.importLayer(ctx, id, dir, req.Layer, req.Link, req.Progress)
+		if err != nil {
+			return repository.Record{}, err
+		}
+		return repository.ReplacedByLayer(cur, own), nil
+	}
+	mem, err := r.importArtifact(ctx, dir, importSpec{src: req.MemoryPath, name: repository.MemoryFileName,
+		size: cur.MemorySize, digests: true, link: req.Link}, req.Progress)
+	if err != nil {
+		return repository.Record{}, err
+	}
+	if err := r.writeTables(dir, mem.tables); err != nil {
+		return repository.Record{}, err
+	}
+	return repository.ReplacedByMemory(cur, mem.stored(), mem.tables, repository.MemoryFormatRaw, nil), nil
+}
+
+// removeLayerFiles removes a retired layer's files; best effort (a file
+// left is named by no record, and goes with the directory).
+func (r *Repo) removeLayerFiles(id, name string) {
+	dir := r.paths.snapshotDir(id)
+	for _, f := range []string{repository.LayerDataFile(name), repository.LayerPageMapFile(name),
+		repository.LayerDigestsFile(name), repository.LayerSHA256DigestsFile(name)} {
+		_, _ = removeDurable(dir, f)
+	}
 }

@@ -183,22 +183,14 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 		}
 	}
 
-	// The lease is ours and no record exists, so whatever is in the
-	// directory is a leftover of an earlier failed attempt under it.
-	if err := r.removeSnapshotDir(id); err != nil {
-		return repository.Record{}, err
-	}
-	dir := r.paths.snapshotDir(id)
-	if err := os.Mkdir(dir, dirMode); err != nil {
-		return repository.Record{}, fmt.Errorf("create %s: %w", dir, err)
-	}
 	published := false
 	defer func() {
 		if !published {
 			_ = r.removeSnapshotDir(id)
 		}
 	}()
-	if err := durable.Sync(r.paths.snapshotsDir()); err != nil {
+	dir, err := r.freshSnapshotDir(id)
+	if err != nil {
 		return repository.Record{}, err
 	}
 	r.fault(FaultPublishAfterDir)
@@ -227,6 +219,20 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	}
 	published = true
 	return rec, nil
+}
+
+// freshSnapshotDir makes id's snapshot directory anew, durably. The
+// caller holds the lease and no record of id exists, so whatever is there
+// is a leftover of an earlier failed attempt under it.
+func (r *Repo) freshSnapshotDir(id string) (string, error) {
+	if err := r.removeSnapshotDir(id); err != nil {
+		return "", err
+	}
+	dir := r.paths.snapshotDir(id)
+	if err := os.Mkdir(dir, dirMode); err != nil {
+		return "", fmt.Errorf("create %s: %w", dir, err)
+	}
+	return dir, durable.Sync(r.paths.snapshotsDir())
 }
 
 // writeTables stores the memory file's digest tables in dir, durably.

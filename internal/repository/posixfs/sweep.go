@@ -27,7 +27,7 @@ func (r *Repo) Sweep(ctx context.Context) error {
 		run  func(context.Context) error
 	}{
 		{"records", r.sweepRecords}, {"damaged", r.sweepDamaged}, {"aliases", r.sweepAliases},
-		{"snapshots", r.sweepSnapshots}, {"lock files", r.sweepLockFiles},
+		{"snapshots", r.sweepSnapshots}, {"dependents", r.sweepDependents}, {"lock files", r.sweepLockFiles},
 	}
 	// Every step runs whatever the others left: the sweep is housekeeping,
 	// and one entry it cannot handle (an undeletable leftover) must not

@@ -17,6 +17,7 @@ import (
 
 	"warmstart/internal/reexec"
 
+	"warmstart/internal/layers"
 	"warmstart/internal/layout"
 	"warmstart/internal/repository"
 )
@@ -47,6 +48,8 @@ const (
 	childAliasEnv = "REPOTEST_ALIAS"
 	childVMEnv    = "REPOTEST_VMSTATE"
 	childMemEnv   = "REPOTEST_MEMORY"
+	// childLayerEnv is the directory of a built layer (layers.LoadBuilt).
+	childLayerEnv = "REPOTEST_LAYER"
 )
 
 // Exit statuses of a child.
@@ -99,6 +102,7 @@ func ChildMain(role string, open Opener, extra map[string]Role) int {
 var sharedRoles = map[string]Role{
 	"publish":        childPublish,
 	"publish-midway": childPublishMidway,
+	"publish-layer":  ChildPublishLayer,
 	"attach":         childAttach,
 	"delete":         childDelete,
 }
@@ -328,4 +332,34 @@ func (c *Child) Stderr() string { return c.stderr.String() }
 // under alias.
 func PublishEnv(in Inputs, alias string) map[string]string {
 	return map[string]string{childVMEnv: in.VMStatePath, childMemEnv: in.MemoryPath, childAliasEnv: alias}
+}
+
+// LayerPublishEnv is the environment of a publish-layer child that
+// publishes the layer built in dir, with the VM state at vmState, as a
+// child of parent.
+func LayerPublishEnv(parent, dir, vmState string) map[string]string {
+	return map[string]string{ChildIDEnv: parent, childLayerEnv: dir, childVMEnv: vmState}
+}
+
+// ChildPublishLayer (the publish-layer role) begins a capture, says its id, and publishes the layer
+// the environment names as a child of the snapshot ChildIDEnv names.
+func ChildPublishLayer(ctx context.Context, repo repository.Repository) int {
+	parent, err := repo.Get(ctx, os.Getenv(ChildIDEnv))
+	if err != nil {
+		return Report(err)
+	}
+	built, err := layers.LoadBuilt(os.Getenv(childLayerEnv))
+	if err != nil {
+		return Report(err)
+	}
+	lease, err := repo.BeginCapture(ctx)
+	if err != nil {
+		return Report(err)
+	}
+	defer lease.End()
+	fmt.Printf("ready %s\n", lease.SnapshotID())
+	WaitBarrier()
+	_, err = repo.PublishLayer(ctx, lease, repository.LayerPublishRequest{Parent: parent, Layer: built,
+		VMStatePath: os.Getenv(childVMEnv)})
+	return Report(err)
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"warmstart/internal/layers"
+	"warmstart/internal/manifest"
 	"warmstart/internal/repository"
 )
 
@@ -29,6 +30,7 @@ func RunLayers(t *testing.T, open func(t *testing.T) repository.Repository) {
 		{"DeleteParentWithLiveChildren", testDeleteParentWithLiveChildren},
 		{"PublishLayerRefusals", testPublishLayerRefused},
 		{"ChildStoresOnlyWhatDiffers", testChildStorage},
+		{"LayerOfZeroPagesOnly", testZeroLayer},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -150,8 +152,16 @@ func LayerRequest(t testing.TB, parent repository.Record, built *layers.Built, a
 	t.Helper()
 	vm := filepath.Join(t.TempDir(), "vm_state.bin")
 	writeRandom(t, vm, VMStateBytes)
+	m, err := manifest.Build(parent.Layout, []int64{0, 2 * layers.PageBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := manifest.Encode(m)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return repository.LayerPublishRequest{Parent: parent, VMStatePath: vm, Layer: built, Alias: alias,
-		Manifest: ManifestBytes(t, 1), Recording: &repository.Recording{Harvested: &repository.Harvest{FromRestore: "r1", StartupPages: 3}}}
+		Manifest: data, Recording: &repository.Recording{Harvested: &repository.Harvest{FromRestore: "r1", StartupPages: 2}}}
 }
 
 // PublishChild pauses parent into a child with change and checks what
@@ -379,4 +389,18 @@ func testChildStorage(t *testing.T, repo repository.Repository) {
 	if extra := own.PageMap.Size + own.Digests.Size + own.SHA256Digests.Size; float64(extra) > 0.1*float64(differing)+200 {
 		t.Fatalf("page map and tables add %d bytes to %d", extra, differing)
 	}
+}
+
+// testZeroLayer: a child whose differing pages are all zero has a layer
+// without data, which reads back as zeros over its parent.
+func testZeroLayer(t *testing.T, repo repository.Repository) {
+	base := PublishBase(t, repo, SmallMemoryBytes, "")
+	child := PublishChild(t, repo, base, Change{Zero: []int64{0, 1, 7}}, "")
+	own := child.Record.MemoryLayers[1]
+	if own.Size != 0 || own.PageMap.ZeroPages != 3 || own.PageMap.DataPages != 0 {
+		t.Fatalf("zero-only layer: %+v", own)
+	}
+	CheckLineage(t, repo, child)
+	grand := PublishChild(t, repo, child, Change{Pages: []int64{1}}, "")
+	CheckLineage(t, repo, grand)
 }

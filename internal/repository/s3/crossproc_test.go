@@ -23,7 +23,8 @@ import (
 // childMain runs a child's role on the repository whose Options (as JSON)
 // the parent passed, with a node cache of the child's own.
 func childMain(role string) int {
-	return repotest.ChildMain(role, openChildRepo, map[string]repotest.Role{"publish-stall": childPublishStall})
+	return repotest.ChildMain(role, openChildRepo, map[string]repotest.Role{"publish-stall": childPublishStall,
+		"publish-layer-fault": childPublishLayerFault})
 }
 
 // openChildRepo opens the repository the parent described, with a node

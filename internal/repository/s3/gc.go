@@ -252,7 +252,8 @@ func (r *Repo) markArtifacts(ctx context.Context, mk marks) error {
 	for _, o := range arts {
 		into := mk.live
 		switch {
-		case strings.HasSuffix(o.Key, "/"+chunkMapName):
+		case strings.HasSuffix(o.Key, chunkMapSuffix):
+			// memory.chunks and every layer's layer-<h>.chunks
 		case strings.HasSuffix(o.Key, "/"+journalName):
 			into = mk.publishing
 		default:
@@ -297,9 +298,16 @@ func (r *Repo) markList(ctx context.Context, key string, into map[string]bool) e
 
 // writeTombstone keeps the chunks of snapshot id for ChunkGrace after its
 // delete: a server-side copy of its chunk map under gc/deleted/.
-func (r *Repo) writeTombstone(ctx context.Context, id string) error {
+//
+// For a paused child the map is its own layer's (its ancestors' chunks
+// stay with their owners, which cannot be deleted under it).
+func (r *Repo) writeTombstone(ctx context.Context, rec repository.Record) error {
+	id, name := rec.ID, chunkMapName
+	if ls := rec.MemoryLayers; len(ls) > 0 && ls[len(ls)-1].Snapshot == id {
+		name = layerChunkMapName(ls[len(ls)-1].Name)
+	}
 	// Without a chunk map there is nothing to keep.
-	if _, err := r.copyObject(ctx, r.keys.artifact(id, chunkMapName), r.keys.tombstone(id)); err != nil {
+	if _, err := r.copyObject(ctx, r.keys.artifact(id, name), r.keys.tombstone(id)); err != nil {
 		return fmt.Errorf("tombstone %s: %w", id, err)
 	}
 	return nil

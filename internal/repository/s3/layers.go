@@ -2,22 +2,251 @@ package s3
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 
+	"warmstart/internal/chunkcache"
+	"warmstart/internal/integrity"
+	"warmstart/internal/layers"
 	"warmstart/internal/repository"
 )
 
+// Layered memory in the bucket: a child's own layer goes through the chunk
+// store as a memory file does (its chunks content-addressed and shared,
+// its chunk map artifacts/<id>/layer-<h>.chunks, its tables and page map
+// beside it); its ancestors' layers stay with their owners. The child
+// registers at every owner first (dependents.go) and its record, written
+// last with If-None-Match, is the single visibility point.
+
 // PublishLayer implements repository.Layers.
 func (r *Repo) PublishLayer(ctx context.Context, lz repository.Lease, req repository.LayerPublishRequest) (repository.Record, error) {
-	return repository.Record{}, fmt.Errorf("publish layer: %w", repository.ErrUnsupported)
+	if err := r.writable(); err != nil {
+		return repository.Record{}, fmt.Errorf("publish layer: %w", err)
+	}
+	return repository.PublishUnderLease(r, lz, func(id string) (repository.Record, error) { return r.publishLayer(ctx, id, req) })
+}
+
+func (r *Repo) publishLayer(ctx context.Context, id string, req repository.LayerPublishRequest) (_ repository.Record, err error) {
+	c, err := repository.CheckLayerPublish(id, req)
+	if err != nil {
+		return repository.Record{}, err
+	}
+	unlock := r.locks.lock(id)
+	defer unlock()
+	if err := r.checkUnpublished(ctx, id, req.Alias); err != nil {
+		return repository.Record{}, err
+	}
+	published, aliasBound := false, false
+	defer func() {
+		if !published {
+			r.unregister(ctx, id, c.Owners)
+			err = r.undoPublish(ctx, id, req.Alias, aliasBound, err)
+		}
+	}()
+	if err := r.register(ctx, id, c.Owners); err != nil {
+		return repository.Record{}, err
+	}
+	r.fault(FaultLayerAfterMarkers)
+	rec, err := r.storeLayerArtifacts(ctx, id, req, c)
+	if err != nil {
+		return repository.Record{}, err
+	}
+	r.fault(FaultLayerAfterArtifacts)
+	if req.Alias != "" {
+		if err := r.bindAlias(ctx, req.Alias, id); err != nil {
+			return repository.Record{}, err
+		}
+		aliasBound = true
+	}
+	r.fault(FaultLayerBeforeRecord)
+	if err := r.commitUnderLease(ctx, rec); err != nil {
+		return repository.Record{}, err
+	}
+	published = true
+	r.fault(FaultLayerAfterRecord)
+	_ = r.remove(ctx, r.keys.artifact(id, journalName))
+	return rec, nil
+}
+
+// Steps of a layer publish at which the crash tests stop the publishing
+// process (layerFault).
+const (
+	FaultLayerAfterMarkers   = "layer.after-markers"
+	FaultLayerAfterVMState   = "layer.after-vmstate"
+	FaultLayerAfterData      = "layer.after-data"
+	FaultLayerAfterArtifacts = "layer.after-artifacts"
+	FaultLayerBeforeRecord   = "layer.before-record"
+	FaultLayerAfterRecord    = "layer.after-record"
+)
+
+// LayerFaultPoints lists them in order.
+var LayerFaultPoints = []string{FaultLayerAfterMarkers, FaultLayerAfterVMState, FaultLayerAfterData,
+	FaultLayerAfterArtifacts, FaultLayerBeforeRecord, FaultLayerAfterRecord}
+
+func (r *Repo) fault(point string) {
+	if r.layerFault != nil {
+		r.layerFault(point)
+	}
+}
+
+// storeLayerArtifacts uploads the VM state, the child's own layer and its
+// manifest and returns the (signed) record describing them.
+func (r *Repo) storeLayerArtifacts(ctx context.Context, id string, req repository.LayerPublishRequest, c repository.CheckedLayerPublish) (repository.Record, error) {
+	vm, err := r.upload(ctx, id, repository.VMStateFileName, req.VMStatePath, c.VMStateSize, nil, req.Progress)
+	if err != nil {
+		return repository.Record{}, err
+	}
+	r.fault(FaultLayerAfterVMState)
+	var own *repository.LayerDescriptor
+	if req.Layer != nil {
+		d, err := r.storeLayer(ctx, id, req.Layer, req.Progress)
+		if err != nil {
+			return repository.Record{}, err
+		}
+		own = &d
+	}
+	r.fault(FaultLayerAfterData)
+	if len(req.Manifest) > 0 {
+		if _, err := r.putSmall(ctx, r.keys.artifact(id, repository.ManifestFileName), req.Manifest, putCondition{}); err != nil {
+			return repository.Record{}, err
+		}
+	}
+	return repository.SignRecord(repository.NewLayerRecord(id, req, c, vm.stored(), own), r.opts.SigningKey)
+}
+
+// storeLayer uploads a built layer: its data as chunks (an empty layer,
+// whose differing pages are all zero, as an empty raw object), its
+// tables, its page map; the data's SHA-256 is checked against the
+// builder's.
+func (r *Repo) storeLayer(ctx context.Context, id string, b *layers.Built, progress func(repository.ImportProgress)) (repository.LayerDescriptor, error) {
+	name := b.Name()
+	path := b.Path(layers.DataFileName)
+	var d repository.LayerDescriptor
+	if b.Size == 0 {
+		t := integrity.NewTables(0)
+		up, err := r.upload(ctx, id, repository.LayerDataFile(name), path, 0, t, progress)
+		if err != nil {
+			return d, err
+		}
+		tables := repository.EncodeTables(t)
+		if err := r.putTables(ctx, id, name, tables); err != nil {
+			return d, err
+		}
+		d = repository.OwnLayer(id, b, repository.LayerRaw, nil, tables)
+		d.SHA256 = up.sha256
+	} else {
+		mem, err := r.storeMemory(ctx, id, name, path, b.Size, progress)
+		if err != nil {
+			return d, err
+		}
+		if mem.uploaded.sha256 != b.SHA256 {
+			return d, &repository.IntegrityError{Artifact: repository.LayerDataFile(name), Want: b.SHA256, Got: mem.uploaded.sha256}
+		}
+		chunks := &repository.ChunkMapDescriptor{SHA256: sha256Hex(mem.chunkMap), Size: int64(len(mem.chunkMap)),
+			ChunkBytes: mem.chunks.ChunkBytes, StoredBytes: mem.chunks.StoredBytes()}
+		d = repository.OwnLayer(id, b, repository.LayerChunks, chunks, mem.tables)
+	}
+	if d.SHA256 != b.SHA256 {
+		return d, &repository.IntegrityError{Artifact: repository.LayerDataFile(name), Want: b.SHA256, Got: d.SHA256}
+	}
+	if _, err := r.putSmall(ctx, r.keys.artifact(id, repository.LayerPageMapFile(name)), b.Map.Encode(), putCondition{}); err != nil {
+		return d, err
+	}
+	return d, nil
+}
+
+// putTables stores a layer's two digest tables.
+func (r *Repo) putTables(ctx context.Context, id, name string, t repository.DigestTables) error {
+	for file, table := range map[string][]byte{repository.LayerDigestsFile(name): t.CRC, repository.LayerSHA256DigestsFile(name): t.SHA256} {
+		if _, err := r.putSmall(ctx, r.keys.artifact(id, file), table, putCondition{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// chainOf resolves every layer of a layered record: its page map (checked
+// against its descriptor), its tables fetched for the restore's check, and
+// its data served through the chunk cache, keyed by the layer's SHA-256
+// (the base's is its owner's MemorySHA256, so every chain over a base
+// shares its cached blocks).
+func (r *Repo) chainOf(ctx context.Context, rec repository.Record) (*repository.ChainSource, error) {
+	ls := make([]repository.ResolvedLayer, len(rec.MemoryLayers))
+	for i, d := range rec.MemoryLayers {
+		l, err := r.resolveLayer(ctx, rec, d)
+		if err != nil {
+			return nil, fmt.Errorf("memory layer %d (of snapshot %s): %w", i, d.Snapshot, err)
+		}
+		ls[i] = l
+	}
+	return repository.NewChainSource(rec, ls)
+}
+
+func (r *Repo) resolveLayer(ctx context.Context, rec repository.Record, d repository.LayerDescriptor) (repository.ResolvedLayer, error) {
+	l := repository.ResolvedLayer{Descriptor: d}
+	var err error
+	if l.DigestsPath, err = r.fetchForCheck(ctx, r.keys.artifact(d.Snapshot, repository.LayerDigestsFile(d.Name)), d.Digests.SHA256, d.Digests.Size); err != nil {
+		return l, err
+	}
+	if l.SHA256DigestsPath, err = r.fetchForCheck(ctx, r.keys.artifact(d.Snapshot, repository.LayerSHA256DigestsFile(d.Name)), d.SHA256Digests.SHA256, d.SHA256Digests.Size); err != nil {
+		return l, err
+	}
+	if d.PageMap != nil {
+		if l.PageMap, err = r.layerPageMap(ctx, rec, d); err != nil {
+			return l, err
+		}
+	}
+	if d.Size == 0 {
+		l.Data = repository.EmptyLayerData()
+		return l, nil
+	}
+	src, err := r.layerData(ctx, rec, d)
+	if err != nil {
+		return l, err
+	}
+	l.Data = src
+	return l, nil
+}
+
+// layerPageMap fetches and checks a diff layer's page map.
+func (r *Repo) layerPageMap(ctx context.Context, rec repository.Record, d repository.LayerDescriptor) (*layers.PageMap, error) {
+	name := repository.LayerPageMapFile(d.Name)
+	p, err := r.fetchLocal(ctx, r.keys.artifact(d.Snapshot, name), d.PageMap.SHA256, d.PageMap.Size)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, r.goneOr(ctx, rec.ID, &repository.IntegrityError{Artifact: name, Want: fmt.Sprint(d.PageMap.Size, " bytes"), Got: "no object"})
+	}
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("read page map: %w", err)
+	}
+	return repository.DecodeLayerPageMap(d, data)
+}
+
+// layerData is the source of one layer's data: chunked through the chunk
+// cache, or a raw object (a base stored before memory was chunked, an
+// empty layer).
+func (r *Repo) layerData(ctx context.Context, rec repository.Record, d repository.LayerDescriptor) (*memorySource, error) {
+	owner := repository.Record{ID: d.Snapshot, MemorySize: d.Size, MemorySHA256: d.SHA256, MemoryChunks: d.Chunks}
+	if d.Format == repository.LayerChunks {
+		m, err := r.chunkMapOf(ctx, owner, layerChunkMapName(d.Name))
+		if err != nil {
+			return nil, r.goneOr(ctx, rec.ID, err)
+		}
+		obj := chunkcache.Object{ID: d.SHA256, Size: d.Size, Fetch: r.chunkedFetch(m)}
+		return &memorySource{r: r, obj: obj, chunkBytes: m.ChunkBytes}, nil
+	}
+	src, err := r.rawObject(ctx, owner, repository.LayerDataFile(d.Name))
+	if err != nil {
+		return nil, r.goneOr(ctx, rec.ID, err)
+	}
+	return src, nil
 }
 
 // ReplaceMemory implements repository.Layers.
 func (r *Repo) ReplaceMemory(ctx context.Context, lz repository.Lease, req repository.ReplaceMemoryRequest) (repository.Record, error) {
 	return repository.Record{}, fmt.Errorf("replace memory: %w", repository.ErrUnsupported)
-}
-
-// Dependents implements repository.Layers.
-func (r *Repo) Dependents(ctx context.Context, id string) (live, inProgress []string, err error) {
-	return nil, nil, fmt.Errorf("dependents: %w", repository.ErrUnsupported)
 }

@@ -17,6 +17,10 @@ import (
 //	artifacts/<id>/memory.chunks       the chunk map of guest memory (chunks-v1)
 //	artifacts/<id>/memory.bin          guest memory as one object (raw, older records)
 //	artifacts/<id>/memory.digests      its per-block digest table
+//	artifacts/<id>/layer-<h>.chunks, .pagemap, .digests, .sha256-digests
+//	                                   a paused child's own memory layer (layers.go)
+//	catalog/dependents/<owner>/<id>.json
+//	                                   id's memory names a layer owned by owner (dependents.go)
 //	artifacts/<id>/memory.journal      the chunks a publish in progress relies on (journal.go)
 //	artifacts/<id>/startup-manifest.bin
 //	artifacts/<id>/startup-pack.bin    the startup set, first-touch order, zstd frames
@@ -45,16 +49,22 @@ const (
 
 // Artifact names of chunked memory and of the startup pack.
 const (
-	chunkMapName  = "memory.chunks"
-	journalName   = "memory.journal"
-	packName      = "startup-pack.bin"
-	packIndexName = "startup-pack.idx"
+	chunkMapName = "memory.chunks"
+	// chunkMapSuffix ends the name of every chunk map object.
+	chunkMapSuffix = ".chunks"
+	journalName    = "memory.journal"
+	packName       = "startup-pack.bin"
+	packIndexName  = "startup-pack.idx"
 	// A refined pack's names differ from a recorded pack's, so a refined
 	// manifest equal to the recorded one never names the recorded pack's
 	// objects (published objects are never rewritten).
 	refinedPackName      = "refined-pack.bin"
 	refinedPackIndexName = "refined-pack.idx"
 )
+
+// layerChunkMapName is the chunk map object of the layer named name
+// (chunkMapName for the base, BaseLayerName).
+func layerChunkMapName(name string) string { return name + ".chunks" }
 
 // keys maps names to object keys under one prefix.
 type keys struct{ prefix string }

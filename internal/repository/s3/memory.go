@@ -65,13 +65,20 @@ func (r *Repo) chunkedMemory(ctx context.Context, rec repository.Record) (*memor
 // record), read through the node's file cache and checked against the
 // record: which chunk objects the snapshot's memory is made of.
 func (r *Repo) ChunkMap(ctx context.Context, rec repository.Record) (chunkmap.Map, error) {
+	return r.chunkMapOf(ctx, rec, chunkMapName)
+}
+
+// chunkMapOf is ChunkMap of the chunk map object name of rec.ID, which
+// rec's MemoryChunks, MemorySize describe (a layer's, when rec stands for
+// one layer).
+func (r *Repo) chunkMapOf(ctx context.Context, rec repository.Record, name string) (chunkmap.Map, error) {
 	d := rec.MemoryChunks
 	if d == nil {
 		return chunkmap.Map{}, fmt.Errorf("snapshot %s: %w: memory is not stored as chunks", rec.ID, repository.ErrInvalidRequest)
 	}
-	p, err := r.fetchLocal(ctx, r.keys.artifact(rec.ID, chunkMapName), d.SHA256, d.Size)
+	p, err := r.fetchLocal(ctx, r.keys.artifact(rec.ID, name), d.SHA256, d.Size)
 	if errors.Is(err, os.ErrNotExist) {
-		return chunkmap.Map{}, r.goneOr(ctx, rec.ID, &repository.IntegrityError{Artifact: chunkMapName,
+		return chunkmap.Map{}, r.goneOr(ctx, rec.ID, &repository.IntegrityError{Artifact: name,
 			Want: fmt.Sprintf("%d bytes", d.Size), Got: "no object"})
 	}
 	if err != nil {
@@ -82,7 +89,7 @@ func (r *Repo) ChunkMap(ctx context.Context, rec repository.Record) (chunkmap.Ma
 		return chunkmap.Map{}, fmt.Errorf("read chunk map: %w", err)
 	}
 	if got := sha256Hex(data); got != d.SHA256 {
-		return chunkmap.Map{}, &repository.IntegrityError{Artifact: chunkMapName, Want: d.SHA256, Got: got}
+		return chunkmap.Map{}, &repository.IntegrityError{Artifact: name, Want: d.SHA256, Got: got}
 	}
 	m, err := chunkmap.Decode(data, rec.MemorySize)
 	if err != nil {
@@ -104,17 +111,23 @@ func (r *Repo) goneOr(ctx context.Context, id string, err error) error {
 // memory was chunked): every ranged GET carries If-Match with the ETag
 // seen here, so a block is never taken from other bytes under that key.
 func (r *Repo) rawMemory(ctx context.Context, rec repository.Record) (*memorySource, error) {
-	id, key := rec.ID, r.keys.artifact(rec.ID, repository.MemoryFileName)
+	return r.rawObject(ctx, rec, repository.MemoryFileName)
+}
+
+// rawObject serves the object name of rec.ID, of rec.MemorySize bytes
+// whose SHA-256 is rec.MemorySHA256, as rawMemory does.
+func (r *Repo) rawObject(ctx context.Context, rec repository.Record, name string) (*memorySource, error) {
+	id, key := rec.ID, r.keys.artifact(rec.ID, name)
 	info, err := r.core.StatObject(ctx, r.bucket, key, minio.StatObjectOptions{})
 	if isNotFound(err) {
-		return nil, r.goneOr(ctx, id, &repository.IntegrityError{Artifact: repository.MemoryFileName,
+		return nil, r.goneOr(ctx, id, &repository.IntegrityError{Artifact: name,
 			Want: fmt.Sprintf("%d bytes", rec.MemorySize), Got: "no object"})
 	}
 	if err != nil {
 		return nil, ctxErr(ctx, fmt.Errorf("stat %s: %w", key, err))
 	}
 	if info.Size != rec.MemorySize {
-		return nil, &repository.IntegrityError{Artifact: repository.MemoryFileName,
+		return nil, &repository.IntegrityError{Artifact: name,
 			Want: fmt.Sprintf("%d bytes", rec.MemorySize), Got: fmt.Sprintf("%d bytes", info.Size)}
 	}
 	fetch := func(ctx context.Context, off, length int64) (io.ReadCloser, error) {

@@ -210,6 +210,15 @@ type Repo struct {
 	// and writing the record of a publish; afterConfirmLease between the
 	// publish's confirmation of its lease and the record's write.
 	beforeRecord, afterConfirmLease func()
+	// layerFault, when a test sets it, runs at each step of a layer
+	// publish (LayerFaultPoints); nil everywhere else.
+	layerFault func(point string)
+	// afterMarker and afterMarkDeleting, when a test sets them, run
+	// between the write and the read of each side of the dependents
+	// protocol (dependents.go): after a publish PUT its marker at owner,
+	// after a delete marked its record deleting.
+	afterMarker       func(owner string)
+	afterMarkDeleting func()
 	// cleanupRetry, when a test sets it, is told of each failed attempt to
 	// remove what a failed publish wrote.
 	cleanupRetry func(error)
@@ -425,10 +434,9 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	}
 	unlock := r.locks.lock(id)
 	defer unlock()
-	if err := r.checkPublishable(ctx, id, req.Alias); err != nil {
+	if err := r.checkUnpublished(ctx, id, req.Alias); err != nil {
 		return repository.Record{}, err
 	}
-
 	published, aliasBound := false, false
 	defer func() {
 		if !published {
@@ -439,7 +447,7 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	if err != nil {
 		return repository.Record{}, err
 	}
-	mem, err := r.storeMemory(ctx, id, req.MemoryPath, memSize, req.Progress)
+	mem, err := r.storeMemory(ctx, id, repository.BaseLayerName, req.MemoryPath, memSize, req.Progress)
 	if err != nil {
 		return repository.Record{}, err
 	}
@@ -466,21 +474,21 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	return rec, nil
 }
 
-// checkPublishable refuses a publish of id the repository cannot take:
-// one already published, and, failing fast before a long upload, one
-// under an alias plainly taken (the binding itself is decided by one
-// conditional PUT at the end).
-func (r *Repo) checkPublishable(ctx context.Context, id, alias string) error {
+// checkUnpublished refuses a publish of id that has a record already,
+// and fails fast, before a long upload, if alias is plainly taken (the
+// binding itself is decided by one conditional PUT at the end). The
+// caller holds id's lock.
+func (r *Repo) checkUnpublished(ctx context.Context, id, alias string) error {
 	switch _, _, err := r.getRecord(ctx, id); {
 	case err == nil || errors.Is(err, repository.ErrIntegrity):
 		return fmt.Errorf("%w: the lease's snapshot is already published", repository.ErrInvalidRequest)
 	case !errors.Is(err, repository.ErrNotFound):
 		return err
 	}
-	if alias == "" {
-		return nil
+	if alias != "" {
+		return r.checkAliasFree(ctx, alias, id)
 	}
-	return r.checkAliasFree(ctx, alias, id)
+	return nil
 }
 
 // newRecord is the record a publish of id commits: its chunked memory
@@ -506,19 +514,23 @@ type storedMemory struct {
 // named in the publish's journal first, then the digest tables and the
 // chunk map, then (once every collection that may have missed the journal
 // or the map has ended) confirms every chunk is there.
-func (r *Repo) storeMemory(ctx context.Context, id, path string, size int64, progress func(repository.ImportProgress)) (storedMemory, error) {
+//
+// name is the layer name the objects are stored under: BaseLayerName for
+// a snapshot's memory file (memory.digests, memory.chunks, ...), a diff
+// layer's own name for a paused child's layer.
+func (r *Repo) storeMemory(ctx context.Context, id, name, path string, size int64, progress func(repository.ImportProgress)) (storedMemory, error) {
 	tables := integrity.NewTables(size)
 	up, chunks, err := r.uploadChunked(ctx, id, path, size, tables, progress)
 	if err != nil {
 		return storedMemory{}, err
 	}
 	mem := storedMemory{uploaded: up, chunks: chunks, chunkMap: chunks.Encode(), tables: repository.EncodeTables(tables)}
-	for name, table := range map[string][]byte{repository.DigestsFileName: mem.tables.CRC, repository.SHA256DigestsFileName: mem.tables.SHA256} {
-		if _, err := r.putSmall(ctx, r.keys.artifact(id, name), table, putCondition{}); err != nil {
+	for file, table := range map[string][]byte{repository.LayerDigestsFile(name): mem.tables.CRC, repository.LayerSHA256DigestsFile(name): mem.tables.SHA256} {
+		if _, err := r.putSmall(ctx, r.keys.artifact(id, file), table, putCondition{}); err != nil {
 			return storedMemory{}, err
 		}
 	}
-	mapKey := r.keys.artifact(id, chunkMapName)
+	mapKey := r.keys.artifact(id, layerChunkMapName(name))
 	if _, err := r.putSmall(ctx, mapKey, mem.chunkMap, putCondition{}); err != nil {
 		return storedMemory{}, err
 	}
@@ -756,7 +768,7 @@ func (r *Repo) Delete(ctx context.Context, id string) error {
 func (r *Repo) delete(ctx context.Context, id string) error {
 	unlock := r.locks.lock(id)
 	defer unlock()
-	rec, _, err := r.getRecord(ctx, id)
+	rec, etag, err := r.getRecord(ctx, id)
 	switch {
 	case errors.Is(err, repository.ErrNotFound):
 		return r.deleteQuarantined(ctx, id)
@@ -764,11 +776,18 @@ func (r *Repo) delete(ctx context.Context, id string) error {
 		// Undecodable, so its alias is unknown: releaseBindingsOf
 		// finds every binding naming it.
 		rec = repository.Record{ID: id}
+		if err := r.checkNoDependents(ctx, id); err != nil {
+			return err
+		}
 	case err != nil:
 		return err
+	default:
+		if err := r.markDeleting(ctx, rec, etag); err != nil {
+			return err
+		}
 	}
 	// Restores of it on other nodes may still need its chunks.
-	if err := r.writeTombstone(ctx, id); err != nil {
+	if err := r.writeTombstone(ctx, rec); err != nil {
 		return err
 	}
 	// Record first, as the POSIX store does: once it is gone nobody can
@@ -789,6 +808,8 @@ func (r *Repo) delete(ctx context.Context, id string) error {
 	if err := r.releaseBindingsOf(ctx, id); err != nil {
 		return err
 	}
+	// Its markers at its owners went stale with the record.
+	r.unregister(ctx, id, rec.Owners())
 	return r.removeArtifacts(ctx, id)
 }
 
@@ -802,6 +823,9 @@ func (r *Repo) deleteQuarantined(ctx context.Context, id string) error {
 	}
 	if !q {
 		return r.deleteUnrecorded(ctx, id)
+	}
+	if err := r.checkNoDependents(ctx, id); err != nil {
+		return err
 	}
 	if err := r.releaseBindingsOf(ctx, id); err != nil {
 		return err
@@ -918,42 +942,31 @@ func (r *Repo) Resolve(ctx context.Context, id string) (repository.Resolved, err
 
 func (r *Repo) resolve(ctx context.Context, rec repository.Record) (repository.Resolved, error) {
 	id := rec.ID
-	mem, err := r.memoryOf(ctx, rec)
-	if err != nil {
-		return repository.Resolved{}, err
-	}
-	vmPath, err := r.fetchLocal(ctx, r.keys.artifact(id, repository.VMStateFileName), rec.VMStateSHA256, rec.VMStateSize)
-	if errors.Is(err, os.ErrNotExist) {
-		if _, _, gerr := r.getRecord(ctx, id); errors.Is(gerr, repository.ErrNotFound) {
-			return repository.Resolved{}, gerr
-		}
-		return repository.Resolved{}, &repository.IntegrityError{Artifact: repository.VMStateFileName,
-			Want: fmt.Sprintf("%d bytes", rec.VMStateSize), Got: "no object"}
+	var mem *memorySource
+	var chain *repository.ChainSource
+	var err error
+	if rec.Layered() {
+		chain, err = r.chainOf(ctx, rec)
+	} else {
+		mem, err = r.memoryOf(ctx, rec)
 	}
 	if err != nil {
 		return repository.Resolved{}, err
 	}
-	if filepath.Base(vmPath) != rec.VMStateSHA256 {
-		return repository.Resolved{}, &repository.IntegrityError{Artifact: repository.VMStateFileName,
-			Want: rec.VMStateSHA256, Got: filepath.Base(vmPath)}
+	vmPath, err := r.resolveVMState(ctx, rec)
+	if err != nil {
+		return repository.Resolved{}, err
 	}
-	res := repository.Resolved{
-		Record:      rec,
-		VMStatePath: vmPath,
-		Memory:      mem,
+	res := repository.Resolved{Record: rec, VMStatePath: vmPath}
+	if err := r.resolveAttachments(ctx, rec, &res); err != nil {
+		return repository.Resolved{}, err
 	}
-	if m := rec.Manifest; m != nil {
-		// A manifest the consumer cannot use means on-demand reads.
-		if res.ManifestPath, err = r.fetchForCheck(ctx, r.keys.artifact(id, repository.ManifestFileName), m.SHA256, m.Size); err != nil {
-			return repository.Resolved{}, err
-		}
+	if chain != nil {
+		// A chain's startup set is read through its layers' chunks.
+		res.Memory = chain
+		return res, nil
 	}
-	if d := rec.Refinement; d != nil {
-		// A refinement the restore cannot use means the recorded manifest.
-		if res.RefinementPath, err = r.fetchForCheck(ctx, r.keys.artifact(id, repository.RefinementFileName(d.SHA256)), d.SHA256, d.Size); err != nil {
-			return repository.Resolved{}, err
-		}
-	}
+	res.Memory = mem
 	if r.beforeResolveDigests != nil {
 		r.beforeResolveDigests(id)
 	}
@@ -971,6 +984,43 @@ func (r *Repo) resolve(ctx context.Context, rec repository.Record) (repository.R
 	}
 	mem.pack = r.streamedPack(ctx, rec, func() string { return res.ManifestPath }, mem.packSkipped.note)
 	return res, nil
+}
+
+// resolveVMState fetches rec's VM state into the node cache.
+func (r *Repo) resolveVMState(ctx context.Context, rec repository.Record) (string, error) {
+	vmPath, err := r.fetchLocal(ctx, r.keys.artifact(rec.ID, repository.VMStateFileName), rec.VMStateSHA256, rec.VMStateSize)
+	if errors.Is(err, os.ErrNotExist) {
+		if _, _, gerr := r.getRecord(ctx, rec.ID); errors.Is(gerr, repository.ErrNotFound) {
+			return "", gerr
+		}
+		return "", &repository.IntegrityError{Artifact: repository.VMStateFileName,
+			Want: fmt.Sprintf("%d bytes", rec.VMStateSize), Got: "no object"}
+	}
+	if err != nil {
+		return "", err
+	}
+	if filepath.Base(vmPath) != rec.VMStateSHA256 {
+		return "", &repository.IntegrityError{Artifact: repository.VMStateFileName, Want: rec.VMStateSHA256, Got: filepath.Base(vmPath)}
+	}
+	return vmPath, nil
+}
+
+// resolveAttachments fetches rec's manifest and refinement for the
+// restore's checks: one it cannot use means on-demand reads, or the
+// recorded manifest.
+func (r *Repo) resolveAttachments(ctx context.Context, rec repository.Record, res *repository.Resolved) error {
+	var err error
+	if m := rec.Manifest; m != nil {
+		if res.ManifestPath, err = r.fetchForCheck(ctx, r.keys.artifact(rec.ID, repository.ManifestFileName), m.SHA256, m.Size); err != nil {
+			return err
+		}
+	}
+	if d := rec.Refinement; d != nil {
+		if res.RefinementPath, err = r.fetchForCheck(ctx, r.keys.artifact(rec.ID, repository.RefinementFileName(d.SHA256)), d.SHA256, d.Size); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // streamedPack is the startup pack a restore of rec streams: the refined

@@ -133,6 +133,12 @@ func TestBehaviour(t *testing.T) {
 	repotest.Run(t, func(t *testing.T) repository.Repository { return openRepo(t) })
 }
 
+func TestLayersContract(t *testing.T) {
+	needServer(t)
+	t.Parallel()
+	repotest.RunLayers(t, func(t *testing.T) repository.Repository { return openRepo(t) })
+}
+
 func TestSigning(t *testing.T) {
 	needServer(t)
 	t.Parallel()
