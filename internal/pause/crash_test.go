@@ -76,7 +76,8 @@ func runCrashChild(step, dir, base string) error {
 	if _, err := inst.VM().(vmm.StateAgent).WriteState(ctx, "crash", crashKiB, crashSeed); err != nil {
 		return err
 	}
-	_, err = pause.Run(ctx, repo, inst, pause.Request{Stop: true}, pause.Options{
+	// then=resume: every step of a pause runs.
+	_, err = pause.Run(ctx, repo, inst, pause.Request{}, pause.Options{
 		StagingDir: filepath.Join(dir, "run"),
 		OnStep: func(s string) {
 			if s == step {

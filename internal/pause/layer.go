@@ -36,6 +36,10 @@ func buildLayer(dir string, parent repository.Record, res repository.Resolved, f
 	if err != nil {
 		return nil, layers.Counts{}, fmt.Errorf("pause: build layer: %w", err)
 	}
+	if built.Map.DataPages()+built.Map.ZeroPages() == 0 {
+		// Nothing differs: the child takes its parent's layers as they are.
+		return nil, built.Counts, nil
+	}
 	return built, built.Counts, nil
 }
 

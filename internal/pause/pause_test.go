@@ -187,6 +187,9 @@ func TestQEMUPauseResumeCycles(t *testing.T) {
 		}
 		t.Logf("cycle %d: child %s depth %d: %+v; paused %v, layer %v, publish %v, total %v", i, res.Child.ID, res.Child.Depth(),
 			res.Pages, res.Timings.Paused, res.Timings.Layer, res.Timings.Publish, res.Timings.Total)
+		if m, r := res.Child.Manifest, res.Child.ManifestRecording; m == nil || r == nil || r.Harvested == nil || r.Harvested.FromRestore != inst.ID || r.Harvested.WrittenPages == 0 {
+			t.Fatalf("cycle %d: child's manifest %+v recorded %+v; want one harvested from restore %s with written pages", i, m, r, inst.ID)
+		}
 		if res.Parent != parent || res.Child.Depth() != i+1 || res.Pages.Stored == 0 {
 			t.Fatalf("cycle %d: child of %s at depth %d storing %d pages; want a child of %s at depth %d storing the written pages",
 				i, res.Parent, res.Child.Depth(), res.Pages.Stored, parent, i+1)
