@@ -31,6 +31,7 @@ type benchFlags struct {
 	jsonPath string
 	s3f      s3BenchFlags
 	agent    string
+	pause    pauseBenchFlags
 }
 
 // s3BenchFlags are the bench flags of --repository s3.
@@ -112,6 +113,9 @@ func (f *benchFlags) run(cmd *cobra.Command, args []string) error {
 	if err := cli.CheckFileFlag("--json", f.jsonPath, untrusted.CheckCreatable); err != nil {
 		return err
 	}
+	if f.pause.on {
+		return f.runPause(cmd, size)
+	}
 	if f.b.Repository == "s3" {
 		return f.execS3(cmd, size)
 	}
@@ -150,6 +154,7 @@ func (f *benchFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.b.Learn, "learn", bench.DefaultLearn, "learning restores of each +learned column before the formal blocks")
 	fl.StringVar(&f.agent, "agent", "", "--vmm qemu without SNAPSHOT: prebuilt warmstart-agent binary (default: build it from the module source)")
 	fl.String(cli.StoreFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
+	f.pause.register(cmd)
 }
 
 // s3FixedFlags are the bench flags whose setting the S3 companion fixes:
