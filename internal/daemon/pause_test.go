@@ -28,8 +28,9 @@ func (v *stampedVMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.VM,
 }
 
 // TestPauseEndpointPublishesChildren: a restore started pausable, whose
-// guest writes stamped pages, is paused through the API into a child (the
-// VM runs on), then again into a child of the child with nothing changed
+// guest writes stamped pages, is paused through the API: a pause that
+// fails at publish keeps the pages for the next, which publishes a child
+// holding them all (the VM runs on), then again into a child of the child with nothing changed
 // (it takes its parent's layers) and stopped; a restore of the first child
 // reads exactly the parent's memory with the stamped pages.
 func TestPauseEndpointPublishesChildren(t *testing.T) {
@@ -61,6 +62,11 @@ func TestPauseEndpointPublishesChildren(t *testing.T) {
 		t.Fatal("the reference trace writes no page")
 	}
 
+	// A pause that fails after the VMM saved its changed pages (the alias
+	// is taken) publishes nothing, and the next pause still has them all.
+	if _, err := r.client.Pause(ctx, in.ID, api.PauseRequest{Alias: "base"}); err == nil {
+		t.Fatal("a pause under a taken alias succeeded")
+	}
 	first, err := r.client.Pause(ctx, in.ID, api.PauseRequest{Alias: "kid"})
 	if err != nil {
 		t.Fatal(err)

@@ -123,7 +123,13 @@ func Run(ctx context.Context, repo Repository, inst *restore.Instance, req Reque
 	}
 	res.Timings.Freeze = frozen.took
 	defer func() {
-		if err != nil && !resumed {
+		if err == nil {
+			return
+		}
+		// The VMM forgot these pages at the freeze: the next pause of
+		// this restore must still find them.
+		err = errors.Join(err, inst.KeepPending(frozen.Frozen))
+		if !resumed {
 			err = errors.Join(err, inst.Thaw(true))
 		}
 	}()

@@ -7,7 +7,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -29,6 +31,10 @@ type pauseState struct {
 	base     string
 	frozen   bool
 	pausable bool // Options.Pausable
+	// pending holds the changed pages of a Freeze whose child was not
+	// published (KeepPending): the VMM forgot them at that Freeze, so the
+	// next one merges them in, or its child would miss them.
+	pending *Frozen
 }
 
 // Frozen is what a Freeze saved of the paused VM.
@@ -55,6 +61,90 @@ func (inst *Instance) Rebase(id string) {
 	inst.pause.mu.Lock()
 	defer inst.pause.mu.Unlock()
 	inst.pause.base = id
+	if p := inst.pause.pending; p != nil {
+		os.Remove(p.MemoryDiffPath)
+		inst.pause.pending = nil
+	}
+}
+
+// KeepPending keeps a Freeze's changed pages whose child was not
+// published, in the restore's run directory, for the next Freeze to merge.
+func (inst *Instance) KeepPending(f Frozen) error {
+	inst.pause.mu.Lock()
+	defer inst.pause.mu.Unlock()
+	path := filepath.Join(inst.held.runDir, fmt.Sprintf("pending-%d.diff", pendingSeq.Add(1)))
+	if err := copyPages(f.MemoryDiffPath, path, f.Pages, nil); err != nil {
+		return fmt.Errorf("keep the unpublished changed pages: %w", err)
+	}
+	if old := inst.pause.pending; old != nil {
+		os.Remove(old.MemoryDiffPath)
+	}
+	inst.pause.pending = &Frozen{MemoryDiffPath: path, Pages: f.Pages}
+	return nil
+}
+
+var pendingSeq atomic.Uint64
+
+// mergePending adds the pending pages f lacks to f's diff (a page in both
+// changed again since: f's copy is the newer).
+func (inst *Instance) mergePending(f *Frozen) error {
+	inst.pause.mu.Lock()
+	p := inst.pause.pending
+	inst.pause.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	have := make(map[int64]bool, len(f.Pages))
+	for _, pg := range f.Pages {
+		have[pg] = true
+	}
+	var add []int64
+	for _, pg := range p.Pages {
+		if !have[pg] {
+			add = append(add, pg)
+		}
+	}
+	if err := copyPages(p.MemoryDiffPath, f.MemoryDiffPath, add, f); err != nil {
+		return fmt.Errorf("merge the unpublished changed pages: %w", err)
+	}
+	f.Pages = append(f.Pages, add...)
+	slices.Sort(f.Pages)
+	return nil
+}
+
+// copyPages copies pages from src to dst at their offsets; dst is created
+// (sparse, src's size) unless into says it exists.
+func copyPages(src, dst string, pages []int64, into *Frozen) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
+	if into != nil {
+		flags = os.O_WRONLY
+	}
+	out, err := os.OpenFile(dst, flags, 0o600)
+	if err != nil {
+		return err
+	}
+	fi, err := in.Stat()
+	if err == nil && into == nil {
+		err = out.Truncate(fi.Size())
+	}
+	buf := make([]byte, pageBytes)
+	for _, pg := range pages {
+		if err != nil {
+			break
+		}
+		if _, err = in.ReadAt(buf, pg*pageBytes); err == nil {
+			_, err = out.WriteAt(buf, pg*pageBytes)
+		}
+	}
+	if err == nil {
+		err = out.Sync()
+	}
+	return errors.Join(err, out.Close())
 }
 
 // Pausable reports whether Freeze can run: the restore was started
@@ -96,6 +186,9 @@ func (inst *Instance) Freeze(ctx context.Context, dir string) (Frozen, error) {
 		f.Pages, err = DataPages(f.MemoryDiffPath)
 	}
 	if err != nil {
+		return Frozen{}, err
+	}
+	if err := inst.mergePending(&f); err != nil {
 		return Frozen{}, err
 	}
 	return f, nil
