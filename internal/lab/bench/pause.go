@@ -140,8 +140,13 @@ func (r *PauseReport) WriteTable(w io.Writer) {
 			xs[i] = f(s)
 		}
 		st := Summarize(xs)
-		fmt.Fprintf(w, "%-34s %8.*f%s %8.*f%s %8.*f%s %4d  %s\n", name,
-			prec(unit), st.Median, unit, prec(unit), st.Min, unit, prec(unit), st.Max, unit, st.N, goal)
+		cell := func(v float64) string {
+			if unit == "" { // a ratio
+				return fmt.Sprintf("%10.3f", v)
+			}
+			return fmt.Sprintf("%8.0f%s", v, unit)
+		}
+		fmt.Fprintf(w, "%-34s %s %s %s %4d  %s\n", name, cell(st.Median), cell(st.Min), cell(st.Max), st.N, goal)
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 	row("VM paused", "", func(s PauseSample) float64 { return ms(s.Timings.Paused) }, "ms")
@@ -153,13 +158,6 @@ func (r *PauseReport) WriteTable(w io.Writer) {
 		return float64(s.StoredBytes) / float64(max(s.WrittenBytes, 1))
 	}, "")
 	row("resume: restore of parent to ready", "", func(s PauseSample) float64 { return ms(s.ResumeNs) }, "ms")
-}
-
-func prec(unit string) int {
-	if unit == "" {
-		return 3
-	}
-	return 0
 }
 
 // WriteJSON writes every sample to path, durably.
