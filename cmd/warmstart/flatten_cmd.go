@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/cli"
-	flattenop "warmstart/internal/flatten"
+	"warmstart/internal/ops"
 	"warmstart/internal/report"
 )
 
@@ -53,7 +53,7 @@ func runSnapshotFlatten(cmd *cobra.Command, args []string) error {
 		defer c.Close()
 	}
 	return cli.Interruptible(cmd, func(ctx context.Context) error {
-		res, err := flattenop.Run(ctx, repo, args[0], flattenop.Options{Full: snapshotFlattenFlags.full})
+		res, err := ops.Flatten(ctx, repo, args[0], ops.FlattenOptions{Full: snapshotFlattenFlags.full})
 		if err != nil {
 			return err
 		}

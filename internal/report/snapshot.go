@@ -25,7 +25,7 @@ func Snapshot(w io.Writer, info api.SnapshotInfo, asJSON bool) error {
 	fmt.Fprintf(tw, "alias:\t%s\n", OrDash(rec.Alias))
 	fmt.Fprintf(tw, "created:\t%s\n", rec.CreatedAt.UTC().Format(time.RFC3339Nano))
 	fmt.Fprintf(tw, "vm state:\t%d bytes, sha256 %s\n", rec.VMStateSize, rec.VMStateSHA256)
-	fmt.Fprintf(tw, "memory:\t%d bytes (%s), sha256 %s\n", rec.MemorySize, Size(rec.MemorySize), rec.MemorySHA256)
+	memoryLines(tw, rec)
 	fmt.Fprintf(tw, "layout:\t%s (offset:size:page size; %s of the file mapped)\n", rec.Layout, Size(rec.Layout.MappedSize()))
 	manifestLines(tw, rec)
 	fmt.Fprintf(tw, "trust:\t%s\n", info.Trust.Line())
@@ -39,6 +39,26 @@ func Snapshot(w io.Writer, info api.SnapshotInfo, asJSON bool) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// memoryLines prints the record's memory: its SHA-256, or for a paused
+// snapshot its parent, depth and one line per layer of its chain.
+func memoryLines(tw io.Writer, rec repository.Record) {
+	if rec.Parent != "" {
+		fmt.Fprintf(tw, "parent:\t%s\n", rec.Parent)
+	}
+	if !rec.Layered() {
+		fmt.Fprintf(tw, "memory:\t%d bytes (%s), sha256 %s\n", rec.MemorySize, Size(rec.MemorySize), rec.MemorySHA256)
+		return
+	}
+	fmt.Fprintf(tw, "memory:\t%d bytes (%s), %d layers (depth %d)\n", rec.MemorySize, Size(rec.MemorySize), len(rec.MemoryLayers), rec.Depth())
+	for i, l := range rec.MemoryLayers {
+		what := fmt.Sprintf("%s %s of %s, %s stored", l.Kind, l.Name, l.Snapshot, Size(l.Size))
+		if p := l.PageMap; p != nil {
+			what += fmt.Sprintf(", %d data + %d zero pages", p.DataPages, p.ZeroPages)
+		}
+		fmt.Fprintf(tw, "  layer %d:\t%s\n", i, what)
+	}
 }
 
 // manifestLines prints what a record holds of its startup manifest: the

@@ -238,20 +238,24 @@ type Layers interface {
 }
 
 // validateLayered checks what a record of RecordFormatLayered adds: its
-// format, and for a layered memory every layer's descriptor.
+// format and parent, and for a layered memory every layer's descriptor.
 func (r Record) validateLayered() error {
-	if (r.Layered() || r.Parent != "") && r.Format < RecordFormatLayered {
+	switch {
+	case (r.Layered() || r.Parent != "") && r.Format < RecordFormatLayered:
 		return fmt.Errorf("%w: record format %d has a parent or memory layers (format %d)", ErrIntegrity, r.Format, RecordFormatLayered)
-	}
-	if r.Parent != "" && ValidateID(r.Parent) != nil {
+	case r.Parent != "" && ValidateID(r.Parent) != nil:
 		return fmt.Errorf("%w: record parent %q is not a UUIDv7", ErrIntegrity, r.Parent)
-	}
-	if !r.Layered() {
-		if len(r.MemoryLayers) > 0 {
-			return fmt.Errorf("%w: record has memory layers but memory_format %q", ErrIntegrity, r.MemoryFormat)
-		}
+	case !r.Layered() && len(r.MemoryLayers) > 0:
+		return fmt.Errorf("%w: record has memory layers but memory_format %q", ErrIntegrity, r.MemoryFormat)
+	case !r.Layered():
 		return nil
 	}
+	return r.validateLayers()
+}
+
+// validateLayers checks a layered record's memory: described only by its
+// layers, whole pages, and every layer's descriptor.
+func (r Record) validateLayers() error {
 	switch {
 	case len(r.MemoryLayers) == 0 || len(r.MemoryLayers) > MaxDepth+1:
 		return fmt.Errorf("%w: record has %d memory layers (want 1..%d)", ErrIntegrity, len(r.MemoryLayers), MaxDepth+1)
@@ -279,16 +283,8 @@ func (l LayerDescriptor) validate(i int, memorySize int64) error {
 	if err := l.validateKind(i, memorySize); err != nil {
 		return err
 	}
-	switch {
-	case l.Format != LayerRaw && l.Format != LayerChunks:
-		return fmt.Errorf("format %q is not one this build reads", l.Format)
-	case (l.Format == LayerChunks) != (l.Chunks != nil):
-		return fmt.Errorf("chunk map descriptor does not go with format %q", l.Format)
-	case l.Chunks != nil && (!isSHA256Hex(l.Chunks.SHA256) || l.Chunks.Size <= 0 || l.Chunks.ChunkBytes <= 0 ||
-		l.Chunks.ChunkBytes%layers.PageBytes != 0 || l.Chunks.StoredBytes < 0):
-		return fmt.Errorf("chunk map descriptor malformed")
-	case l.Digests == nil || l.SHA256Digests == nil:
-		return fmt.Errorf("a layer needs both digest tables")
+	if err := l.validateStorage(); err != nil {
+		return err
 	}
 	if err := l.Digests.validateAs(integrity.CRC32C, l.Size); err != nil {
 		return fmt.Errorf("digest table: %v", err)
@@ -297,6 +293,27 @@ func (l LayerDescriptor) validate(i int, memorySize int64) error {
 		return fmt.Errorf("SHA-256 digest table: %v", err)
 	}
 	return nil
+}
+
+// validateStorage checks the layer's format, chunk map and that it has
+// both tables.
+func (l LayerDescriptor) validateStorage() error {
+	switch {
+	case l.Format != LayerRaw && l.Format != LayerChunks:
+		return fmt.Errorf("format %q is not one this build reads", l.Format)
+	case (l.Format == LayerChunks) != (l.Chunks != nil):
+		return fmt.Errorf("chunk map descriptor does not go with format %q", l.Format)
+	case l.Chunks != nil && !l.Chunks.wellFormed():
+		return fmt.Errorf("chunk map descriptor malformed")
+	case l.Digests == nil || l.SHA256Digests == nil:
+		return fmt.Errorf("a layer needs both digest tables")
+	}
+	return nil
+}
+
+// wellFormed reports whether c can describe a chunk map.
+func (c *ChunkMapDescriptor) wellFormed() bool {
+	return isSHA256Hex(c.SHA256) && c.Size > 0 && c.ChunkBytes > 0 && c.ChunkBytes%layers.PageBytes == 0 && c.StoredBytes >= 0
 }
 
 // validateKind checks that layer 0 is the full base and the rest diff
@@ -308,16 +325,26 @@ func (l LayerDescriptor) validateKind(i int, memorySize int64) error {
 		}
 		return nil
 	}
-	p := l.PageMap
-	switch {
-	case l.Kind != LayerDiff || l.Name != layers.LayerName(l.SHA256):
+	if l.Kind != LayerDiff || l.Name != layers.LayerName(l.SHA256) {
 		return fmt.Errorf("want a diff layer named %s, have %s %q", layers.LayerName(l.SHA256), l.Kind, l.Name)
-	case p == nil || !isSHA256Hex(p.SHA256) || p.DataPages < 0 || p.ZeroPages < 0:
-		return fmt.Errorf("page map descriptor missing or malformed")
-	case p.DataPages > memorySize/layers.PageBytes || p.ZeroPages > memorySize/layers.PageBytes-p.DataPages:
+	}
+	if l.PageMap == nil {
+		return fmt.Errorf("page map descriptor missing")
+	}
+	return l.PageMap.validate(l.Size, memorySize)
+}
+
+// validate checks a diff layer's page map descriptor against the layer's
+// data size and the memory's.
+func (p *PageMapDescriptor) validate(dataSize, memorySize int64) error {
+	pages := memorySize / layers.PageBytes
+	switch {
+	case !isSHA256Hex(p.SHA256) || p.DataPages < 0 || p.ZeroPages < 0:
+		return fmt.Errorf("page map descriptor malformed")
+	case p.DataPages > pages || p.ZeroPages > pages-p.DataPages:
 		return fmt.Errorf("page map of %d data and %d zero pages does not fit a %d-byte memory", p.DataPages, p.ZeroPages, memorySize)
-	case l.Size != p.DataPages*layers.PageBytes:
-		return fmt.Errorf("%d bytes of data for %d data pages", l.Size, p.DataPages)
+	case dataSize != p.DataPages*layers.PageBytes:
+		return fmt.Errorf("%d bytes of data for %d data pages", dataSize, p.DataPages)
 	case p.Size < 40 || (p.Size-40)%16 != 0 || p.Size > 40+16*(p.DataPages+p.ZeroPages):
 		return fmt.Errorf("page map of %d bytes cannot hold runs of %d pages", p.Size, p.DataPages+p.ZeroPages)
 	}

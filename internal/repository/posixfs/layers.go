@@ -32,13 +32,8 @@ func (r *Repo) publishLayer(ctx context.Context, id string, req repository.Layer
 	if err != nil {
 		return repository.Record{}, err
 	}
-	if exists, err := r.recordExists(id); err != nil || exists {
-		return repository.Record{}, errors.Join(err, alreadyPublished(exists))
-	}
-	if req.Alias != "" {
-		if err := r.checkAliasFree(req.Alias, id); err != nil {
-			return repository.Record{}, err
-		}
+	if err := r.checkPublishable(id, req.Alias); err != nil {
+		return repository.Record{}, err
 	}
 	published := false
 	defer func() {

@@ -172,17 +172,9 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 		return repository.Record{}, err
 	}
 	vmSize, memSize := sizes.VMState, sizes.Memory
-	if exists, err := r.recordExists(id); err != nil || exists {
-		return repository.Record{}, errors.Join(err, alreadyPublished(exists))
+	if err := r.checkPublishable(id, req.Alias); err != nil {
+		return repository.Record{}, err
 	}
-	if req.Alias != "" {
-		// Fail fast, before a long copy, if the alias is plainly taken;
-		// the binding itself is decided under the alias lock at the end.
-		if err := r.checkAliasFree(req.Alias, id); err != nil {
-			return repository.Record{}, err
-		}
-	}
-
 	published := false
 	defer func() {
 		if !published {
@@ -219,6 +211,19 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	}
 	published = true
 	return rec, nil
+}
+
+// checkPublishable refuses a publish of id that has a record already, and
+// fails fast, before a long copy, if alias is plainly taken (the binding
+// itself is decided under the alias lock at the end).
+func (r *Repo) checkPublishable(id, alias string) error {
+	if exists, err := r.recordExists(id); err != nil || exists {
+		return errors.Join(err, alreadyPublished(exists))
+	}
+	if alias == "" {
+		return nil
+	}
+	return r.checkAliasFree(alias, id)
 }
 
 // freshSnapshotDir makes id's snapshot directory anew, durably. The

@@ -31,6 +31,7 @@ func RunLayers(t *testing.T, open func(t *testing.T) repository.Repository) {
 		{"PublishLayerRefusals", testPublishLayerRefused},
 		{"ChildStoresOnlyWhatDiffers", testChildStorage},
 		{"LayerOfZeroPagesOnly", testZeroLayer},
+		{"ReplaceMemoryFlattensInPlace", testReplaceMemory},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -403,4 +404,96 @@ func testZeroLayer(t *testing.T, repo repository.Repository) {
 	CheckLineage(t, repo, child)
 	grand := PublishChild(t, repo, child, Change{Pages: []int64{1}}, "")
 	CheckLineage(t, repo, grand)
+}
+
+// differing lists the pages where b differs from a.
+func differing(a, b []byte) []int64 {
+	var out []int64
+	for p := int64(0); p*layers.PageBytes < int64(len(a)); p++ {
+		lo, hi := p*layers.PageBytes, (p+1)*layers.PageBytes
+		if !bytes.Equal(a[lo:hi], b[lo:hi]) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// mergedOver builds one layer over base holding every page where l's
+// memory differs from base's, with l's bytes.
+func mergedOver(t *testing.T, base, l Lineage) *layers.Built {
+	t.Helper()
+	b, err := layers.NewBuilder(t.TempDir(), int64(len(base.Memory)), memoryDigests(base.Memory))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range differing(base.Memory, l.Memory) {
+		if err := b.Add(p, l.Memory[p*layers.PageBytes:(p+1)*layers.PageBytes]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := b.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// memoryFile writes mem to a fresh file and returns its path.
+func memoryFile(t *testing.T, mem []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "memory")
+	if err := os.WriteFile(path, mem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// replaceMemory runs ReplaceMemory under a lease of its own.
+func replaceMemory(t *testing.T, repo repository.Repository, req repository.ReplaceMemoryRequest) (repository.Record, error) {
+	t.Helper()
+	lease, err := repo.LeaseExisting(bg(), req.Expect.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.End()
+	return repo.ReplaceMemory(bg(), lease, req)
+}
+
+// testReplaceMemory flattens a depth-2 leaf in place: refused while a
+// child depends on it and when its memory changed since it was read; a
+// merged layer over the base, then a whole memory file, each reading back
+// as the leaf's memory, after which every ancestor can be deleted.
+func testReplaceMemory(t *testing.T, repo repository.Repository) {
+	base := PublishBase(t, repo, SmallMemoryBytes, "")
+	a := PublishChild(t, repo, base, Change{Pages: []int64{1, 2}, Zero: []int64{3}}, "")
+	b := PublishChild(t, repo, a, Change{Pages: []int64{2, 9}}, "")
+	_, err := replaceMemory(t, repo, repository.ReplaceMemoryRequest{Expect: a.Record, MemoryPath: memoryFile(t, a.Memory)})
+	wantErr(t, "flatten of a parent", err, repository.ErrHasDependents)
+	stale := b.Record
+	stale.MemoryLayers = stale.MemoryLayers[:2]
+	_, err = replaceMemory(t, repo, repository.ReplaceMemoryRequest{Expect: stale, Layer: mergedOver(t, base, b)})
+	wantErr(t, "flatten of changed memory", err, repository.ErrStale)
+
+	rec, err := replaceMemory(t, repo, repository.ReplaceMemoryRequest{Expect: b.Record, Layer: mergedOver(t, base, b)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Depth() != 1 || rec.ID != b.Record.ID || rec.Parent != a.Record.ID || rec.MemoryLayers[0].Snapshot != base.Record.ID {
+		t.Fatalf("merged: %+v", rec)
+	}
+	CheckLineage(t, repo, Lineage{Record: rec, Memory: b.Memory})
+	wantDependents(t, repo, a.Record.ID)
+	rec, err = replaceMemory(t, repo, repository.ReplaceMemoryRequest{Expect: rec, MemoryPath: memoryFile(t, b.Memory)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Layered() || rec.MemorySHA256 != SHA256Hex(b.Memory) || rec.Parent != a.Record.ID {
+		t.Fatalf("full: %+v", rec)
+	}
+	for _, id := range []string{a.Record.ID, base.Record.ID} {
+		if err := repo.Delete(bg(), id); err != nil {
+			t.Fatalf("delete ancestor %s after a full flatten: %v", id, err)
+		}
+	}
+	CheckLineage(t, repo, Lineage{Record: rec, Memory: b.Memory})
 }

@@ -54,6 +54,11 @@ const tombstonesDir = "gc/deleted/"
 func (k keys) tombstonesPrefix() string   { return k.prefix + tombstonesDir }
 func (k keys) tombstone(id string) string { return k.prefix + tombstonesDir + id + ".chunks" }
 
+// layerTombstone keeps the chunks of a layer a flatten retired.
+func (k keys) layerTombstone(id, name string) string {
+	return k.prefix + tombstonesDir + id + "-" + strings.TrimPrefix(name, "layer-") + ".chunks"
+}
+
 // GCStats say what a collection did.
 type GCStats struct {
 	// Chunks is the chunk objects listed, Live those a chunk map or a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"warmstart/internal/chunkcache"
 	"warmstart/internal/integrity"
@@ -34,7 +35,7 @@ func (r *Repo) publishLayer(ctx context.Context, id string, req repository.Layer
 	}
 	unlock := r.locks.lock(id)
 	defer unlock()
-	if err := r.checkUnpublished(ctx, id, req.Alias); err != nil {
+	if err := r.checkPublishable(ctx, id, req.Alias); err != nil {
 		return repository.Record{}, err
 	}
 	published, aliasBound := false, false
@@ -246,7 +247,114 @@ func (r *Repo) layerData(ctx context.Context, rec repository.Record, d repositor
 	return src, nil
 }
 
-// ReplaceMemory implements repository.Layers.
+// ReplaceMemory implements repository.Layers: with no dependents and the
+// record's memory still what the flatten read, the new memory is uploaded
+// under new names, the record rewritten with If-Match (signed anew), and
+// only then the retired layer's chunk map copied to a tombstone (restores
+// in flight keep its chunks for the chunk grace) and its objects removed.
 func (r *Repo) ReplaceMemory(ctx context.Context, lz repository.Lease, req repository.ReplaceMemoryRequest) (repository.Record, error) {
-	return repository.Record{}, fmt.Errorf("replace memory: %w", repository.ErrUnsupported)
+	if err := r.writable(); err != nil {
+		return repository.Record{}, fmt.Errorf("replace memory: %w", err)
+	}
+	return repository.ReplaceUnderLease(r, lz, func(id string) (repository.Record, error) { return r.replaceMemory(ctx, id, req) })
+}
+
+func (r *Repo) replaceMemory(ctx context.Context, id string, req repository.ReplaceMemoryRequest) (repository.Record, error) {
+	unlock := r.locks.lock(id)
+	defer unlock()
+	cur, etag, err := r.getRecord(ctx, id)
+	if err != nil {
+		return repository.Record{}, err
+	}
+	if err := repository.CheckReplaceMemory(cur, req, r.opts.SigningKey != nil); err != nil {
+		return repository.Record{}, err
+	}
+	if err := r.checkNoDependents(ctx, id); err != nil {
+		return repository.Record{}, err
+	}
+	next, err := r.storeReplacement(ctx, id, cur, req)
+	if err == nil {
+		next, err = repository.SignRecord(next, r.opts.SigningKey)
+	}
+	if err == nil {
+		_, err = r.putRecord(ctx, next, putCondition{ifMatch: etag})
+		if errors.Is(err, errPrecondition) {
+			err = fmt.Errorf("%w: the record changed while the flatten stored its memory", repository.ErrStale)
+		}
+	}
+	if err != nil {
+		r.removeUnnamed(ctx, id, cur)
+		return repository.Record{}, err
+	}
+	_ = r.remove(ctx, r.keys.artifact(id, journalName))
+	if old := repository.RetiredLayer(cur, next); old != nil {
+		r.retireLayer(ctx, id, *old)
+	}
+	r.unregister(ctx, id, repository.DroppedOwners(cur, next))
+	return next, nil
+}
+
+// storeReplacement uploads the new memory and returns the record naming
+// it.
+func (r *Repo) storeReplacement(ctx context.Context, id string, cur repository.Record, req repository.ReplaceMemoryRequest) (repository.Record, error) {
+	if req.Layer != nil {
+		own, err := r.storeLayer(ctx, id, req.Layer, req.Progress)
+		if err != nil {
+			return repository.Record{}, err
+		}
+		return repository.ReplacedByLayer(cur, own), nil
+	}
+	mem, err := r.storeMemory(ctx, id, repository.BaseLayerName, req.MemoryPath, cur.MemorySize, req.Progress)
+	if err != nil {
+		return repository.Record{}, err
+	}
+	chunks := &repository.ChunkMapDescriptor{SHA256: sha256Hex(mem.chunkMap), Size: int64(len(mem.chunkMap)),
+		ChunkBytes: mem.chunks.ChunkBytes, StoredBytes: mem.chunks.StoredBytes()}
+	return repository.ReplacedByMemory(cur, mem.uploaded.stored(), mem.tables, repository.MemoryFormatChunks, chunks), nil
+}
+
+// removeUnnamed removes what a failed replacement uploaded: every object
+// of id that cur does not name (best effort; gc takes the chunks).
+func (r *Repo) removeUnnamed(ctx context.Context, id string, cur repository.Record) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	objs, err := r.list(cctx, r.keys.artifactsPrefix(id))
+	if err != nil {
+		return
+	}
+	keep := map[string]bool{}
+	for _, l := range cur.Layers() {
+		if l.Snapshot == id {
+			for _, f := range layerFiles(l.Name) {
+				keep[r.keys.artifact(id, f)] = true
+			}
+		}
+	}
+	for _, o := range objs {
+		name := strings.TrimPrefix(o.Key, r.keys.artifactsPrefix(id))
+		if !keep[o.Key] && (strings.HasPrefix(name, "layer-") || strings.HasPrefix(name, repository.BaseLayerName+".")) {
+			_ = r.remove(cctx, o.Key)
+		}
+	}
+}
+
+// layerFiles are the object names of the layer named name.
+func layerFiles(name string) []string {
+	return []string{repository.LayerDataFile(name), layerChunkMapName(name), repository.LayerPageMapFile(name),
+		repository.LayerDigestsFile(name), repository.LayerSHA256DigestsFile(name)}
+}
+
+// retireLayer keeps a replaced layer's chunks for the chunk grace (its
+// chunk map copied to a tombstone) and removes its objects; best effort
+// past the tombstone (objects left are named by no record and go with the
+// snapshot).
+func (r *Repo) retireLayer(ctx context.Context, id string, l repository.LayerDescriptor) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if _, err := r.copyObject(cctx, r.keys.artifact(id, layerChunkMapName(l.Name)), r.keys.layerTombstone(id, l.Name)); err != nil {
+		return
+	}
+	for _, f := range layerFiles(l.Name) {
+		_ = r.remove(cctx, r.keys.artifact(id, f))
+	}
 }

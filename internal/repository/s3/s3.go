@@ -434,9 +434,10 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	}
 	unlock := r.locks.lock(id)
 	defer unlock()
-	if err := r.checkUnpublished(ctx, id, req.Alias); err != nil {
+	if err := r.checkPublishable(ctx, id, req.Alias); err != nil {
 		return repository.Record{}, err
 	}
+
 	published, aliasBound := false, false
 	defer func() {
 		if !published {
@@ -474,21 +475,21 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	return rec, nil
 }
 
-// checkUnpublished refuses a publish of id that has a record already,
-// and fails fast, before a long upload, if alias is plainly taken (the
-// binding itself is decided by one conditional PUT at the end). The
-// caller holds id's lock.
-func (r *Repo) checkUnpublished(ctx context.Context, id, alias string) error {
+// checkPublishable refuses a publish of id the repository cannot take:
+// one already published, and, failing fast before a long upload, one
+// under an alias plainly taken (the binding itself is decided by one
+// conditional PUT at the end).
+func (r *Repo) checkPublishable(ctx context.Context, id, alias string) error {
 	switch _, _, err := r.getRecord(ctx, id); {
 	case err == nil || errors.Is(err, repository.ErrIntegrity):
 		return fmt.Errorf("%w: the lease's snapshot is already published", repository.ErrInvalidRequest)
 	case !errors.Is(err, repository.ErrNotFound):
 		return err
 	}
-	if alias != "" {
-		return r.checkAliasFree(ctx, alias, id)
+	if alias == "" {
+		return nil
 	}
-	return nil
+	return r.checkAliasFree(ctx, alias, id)
 }
 
 // newRecord is the record a publish of id commits: its chunked memory

@@ -1,9 +1,10 @@
-// Package flatten rewrites a layered snapshot's memory in place, for the
-// same bytes: its diff layers merged into one over its base, or (Full) one
-// whole memory file that depends on no ancestor, after which the
-// ancestors can be deleted. The id stays; a snapshot others depend on is
-// refused (its layers are theirs too: flatten the leaves).
-package flatten
+package ops
+
+// Flatten rewrites a layered snapshot's memory in place, for the same
+// bytes: its diff layers merged into one over its base, or (Full) one whole
+// memory file that depends on no ancestor, after which the ancestors can
+// be deleted. The id stays; a snapshot others depend on is refused (its
+// layers are theirs too: flatten the leaves).
 
 import (
 	"context"
@@ -19,8 +20,8 @@ import (
 	"warmstart/internal/untrusted"
 )
 
-// Options choose how a flatten runs.
-type Options struct {
+// FlattenOptions choose how a flatten runs.
+type FlattenOptions struct {
 	// Full writes one whole memory file instead of one diff layer.
 	Full bool
 	// StagingDir holds the new memory while it is written ("" for the
@@ -30,8 +31,8 @@ type Options struct {
 	Link       bool
 }
 
-// Result is what a flatten did.
-type Result struct {
+// FlattenResult is what a flatten did.
+type FlattenResult struct {
 	// Before and After are the record before and after; equal when there
 	// was nothing to do (Flattened false).
 	Before, After repository.Record `json:"-"`
@@ -45,40 +46,40 @@ type Result struct {
 	StoredBytes int64 `json:"stored_bytes"`
 }
 
-// Run flattens the snapshot ref names.
-func Run(ctx context.Context, repo repository.Repository, ref string, opts Options) (Result, error) {
+// Flatten flattens the snapshot ref names.
+func Flatten(ctx context.Context, repo repository.Repository, ref string, opts FlattenOptions) (FlattenResult, error) {
 	rec, err := repo.Lookup(ctx, ref)
 	if err != nil {
-		return Result{}, fmt.Errorf("flatten %s: %w", ref, err)
+		return FlattenResult{}, fmt.Errorf("flatten %s: %w", ref, err)
 	}
-	res := Result{Before: rec, After: rec, ID: rec.ID, Full: opts.Full, DepthBefore: rec.Depth(), DepthAfter: rec.Depth()}
+	res := FlattenResult{Before: rec, After: rec, ID: rec.ID, Full: opts.Full, DepthBefore: rec.Depth(), DepthAfter: rec.Depth()}
 	if !rec.Layered() || (rec.Depth() <= 1 && !opts.Full) {
 		return res, nil // nothing to do: already plain, or one layer over its base
 	}
 	lease, err := repo.LeaseExisting(ctx, rec.ID)
 	if err != nil {
-		return Result{}, fmt.Errorf("flatten %s: %w", rec.ID, err)
+		return FlattenResult{}, fmt.Errorf("flatten %s: %w", rec.ID, err)
 	}
 	defer lease.End()
 	live, inProgress, err := repo.Dependents(ctx, rec.ID)
 	if err != nil {
-		return Result{}, fmt.Errorf("flatten %s: %w", rec.ID, err)
+		return FlattenResult{}, fmt.Errorf("flatten %s: %w", rec.ID, err)
 	}
 	if len(live) > 0 || len(inProgress) > 0 {
-		return Result{}, fmt.Errorf("flatten %s: %w", rec.ID, &repository.DependentsError{ID: rec.ID, Dependents: live, InProgress: inProgress})
+		return FlattenResult{}, fmt.Errorf("flatten %s: %w", rec.ID, &repository.DependentsError{ID: rec.ID, Dependents: live, InProgress: inProgress})
 	}
 	staging, err := os.MkdirTemp(opts.StagingDir, "flatten-"+rec.ID+"-")
 	if err != nil {
-		return Result{}, fmt.Errorf("flatten %s: staging: %w", rec.ID, err)
+		return FlattenResult{}, fmt.Errorf("flatten %s: staging: %w", rec.ID, err)
 	}
 	defer os.RemoveAll(staging)
-	req, err := build(ctx, repo, rec, staging, opts)
+	req, err := buildFlattened(ctx, repo, rec, staging, opts)
 	if err != nil {
-		return Result{}, fmt.Errorf("flatten %s: %w", rec.ID, err)
+		return FlattenResult{}, fmt.Errorf("flatten %s: %w", rec.ID, err)
 	}
 	after, err := repo.ReplaceMemory(ctx, lease, req)
 	if err != nil {
-		return Result{}, fmt.Errorf("flatten %s: %w", rec.ID, err)
+		return FlattenResult{}, fmt.Errorf("flatten %s: %w", rec.ID, err)
 	}
 	res.After, res.Flattened, res.DepthAfter = after, true, after.Depth()
 	if req.Layer != nil {
@@ -89,10 +90,10 @@ func Run(ctx context.Context, repo repository.Repository, ref string, opts Optio
 	return res, lease.End()
 }
 
-// build reads rec's memory through its verified chain into staging: a
+// buildFlattened reads rec's memory through its verified chain into staging: a
 // whole memory file, or one diff layer over the base holding every page a
 // diff layer defines (pages equal to the base's dropped).
-func build(ctx context.Context, repo repository.Repository, rec repository.Record, staging string, opts Options) (repository.ReplaceMemoryRequest, error) {
+func buildFlattened(ctx context.Context, repo repository.Repository, rec repository.Record, staging string, opts FlattenOptions) (repository.ReplaceMemoryRequest, error) {
 	req := repository.ReplaceMemoryRequest{Expect: rec, Link: opts.Link}
 	resolved, err := repo.Resolve(ctx, rec.ID)
 	if err != nil {
@@ -149,8 +150,8 @@ func openVerified(chain *repository.ChainSource, tables []*integrity.Table) (*me
 	return memdev.OpenMemory(memdev.Request{Memory: chain, Verifiers: vs}, nil)
 }
 
-// copyUnit is the read unit of a flatten.
-const copyUnit = 1 << 20
+// flattenUnit is the read unit of a flatten.
+const flattenUnit = 1 << 20
 
 // writeWhole writes the memory to path and syncs it.
 func writeWhole(ctx context.Context, mem *memdev.Memory, path string) error {
@@ -158,13 +159,13 @@ func writeWhole(ctx context.Context, mem *memdev.Memory, path string) error {
 	if err != nil {
 		return err
 	}
-	buf := make([]byte, copyUnit)
-	for off := int64(0); off < mem.Size(); off += copyUnit {
+	buf := make([]byte, flattenUnit)
+	for off := int64(0); off < mem.Size(); off += flattenUnit {
 		if err := ctx.Err(); err != nil {
 			f.Close()
 			return err
 		}
-		n := min(copyUnit, mem.Size()-off)
+		n := min(flattenUnit, mem.Size()-off)
 		if _, err := mem.ReadAt(buf[:n], off); err != nil {
 			f.Close()
 			return fmt.Errorf("read memory at %d: %w", off, err)

@@ -1,4 +1,4 @@
-package flatten
+package ops
 
 import (
 	"context"
@@ -49,7 +49,7 @@ func TestFlattenMergesTheDiffLayers(t *testing.T) {
 	repo := openPOSIX(t)
 	lin := chainOf(t, repo, 4)
 	leaf := lin[4]
-	res, err := Run(bg(), repo, leaf.Record.ID, Options{})
+	res, err := Flatten(bg(), repo, leaf.Record.ID, FlattenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestFlattenMergesTheDiffLayers(t *testing.T) {
 	if err := repo.Delete(bg(), lin[0].Record.ID); !errors.Is(err, repository.ErrHasDependents) {
 		t.Fatalf("delete of the base under a depth-1 leaf = %v, want ErrHasDependents", err)
 	}
-	again, err := Run(bg(), repo, leaf.Record.ID, Options{})
+	again, err := Flatten(bg(), repo, leaf.Record.ID, FlattenOptions{})
 	if err != nil || again.Flattened {
 		t.Fatalf("flatten of a depth-1 snapshot: %+v, %v; want nothing done", again, err)
 	}
@@ -79,7 +79,7 @@ func TestFlattenFullFreesEveryAncestor(t *testing.T) {
 	repo := openPOSIX(t)
 	lin := chainOf(t, repo, 2)
 	leaf := lin[2]
-	res, err := Run(bg(), repo, leaf.Record.ID, Options{Full: true})
+	res, err := Flatten(bg(), repo, leaf.Record.ID, FlattenOptions{Full: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestFlattenFullFreesEveryAncestor(t *testing.T) {
 func TestFlattenRefusesASnapshotOthersDependOn(t *testing.T) {
 	repo := openPOSIX(t)
 	lin := chainOf(t, repo, 3)
-	_, err := Run(bg(), repo, lin[2].Record.ID, Options{Full: true})
+	_, err := Flatten(bg(), repo, lin[2].Record.ID, FlattenOptions{Full: true})
 	var de *repository.DependentsError
 	if !errors.As(err, &de) || len(de.Dependents) != 1 || de.Dependents[0] != lin[3].Record.ID {
 		t.Fatalf("flatten of a middle snapshot = %v, want a DependentsError naming the leaf", err)
