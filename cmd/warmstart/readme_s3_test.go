@@ -16,6 +16,7 @@ import (
 
 	"warmstart/internal/lab/miniotest"
 	"warmstart/internal/lab/synth"
+	"warmstart/internal/vmm"
 )
 
 // readmeBlock returns the first fenced block of README.md's section
@@ -96,7 +97,7 @@ func TestREADMES3Block(t *testing.T) {
 		t.Fatalf("README's S3 block: %v\n%s", err, out)
 	}
 	var results [2]struct {
-		Ready    map[string]string `json:"ready"`
+		Ready    vmm.ReadyDetail `json:"ready"`
 		Prefetch struct {
 			State string `json:"state"`
 		} `json:"prefetch"`
@@ -109,7 +110,7 @@ func TestREADMES3Block(t *testing.T) {
 		if err := json.Unmarshal(b, &results[i]); err != nil {
 			t.Fatalf("%s: %v: %s", name, err, b)
 		}
-		if got := results[i].Ready["sha256"]; got != want {
+		if got := results[i].Ready.SHA256; got != want {
 			t.Errorf("%s restore: the guest read sha256 %s, want %s\n%s", name, got, want, out)
 		}
 		if results[i].Prefetch.State == "skipped" {

@@ -78,6 +78,7 @@ after it still sends the stop.`,
 	fl.IntVar(&f.ioEngine, "io-engine", 0, "I/O engine: 0 or 1 buffered, 2 direct I/O (default from [memory] io_engine)")
 	fl.BoolVar(&f.hold, "hold", false, "keep the VM running until Ctrl-C; if it exits first, say how and exit 1 (with --daemon: leave it with the daemon)")
 	fl.BoolVar(&f.asJSON, "json", false, "print the result as JSON")
+	fl.BoolVar(&f.req.Pausable, "pausable", false, "restore so that the VM can be paused into a child snapshot (restores snapshot ID, with --daemon --hold)")
 	fl.StringVar(&f.plotPath, "plot", "", "draw the restore's timeline (device acquired, VM started, prefetch and demand bytes over time, ready) to FILE.svg or FILE.png")
 	fl.String(cli.StoreFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
 	env.AddDaemonFlag(cmd)

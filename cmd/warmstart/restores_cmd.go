@@ -15,10 +15,12 @@ import (
 func init() {
 	restoresCmd := &cobra.Command{
 		Use:   "restores",
-		Short: "List or stop the restores a daemon holds (--daemon, $WARMSTART_DAEMON or [daemon] socket)",
+		Short: "List, pause or stop the restores a daemon holds (--daemon, $WARMSTART_DAEMON or [daemon] socket)",
 		Long: `A restore run with --daemon and --hold stays with the daemon after the verb
 exits. "restores list" shows them; "restores stop ID" stops one in the
-seed's order (stop the VM, wait for prefetch reads, release the device).`,
+seed's order (stop the VM, wait for prefetch reads, release the device);
+"restores snapshot ID" pauses one started with --pausable into a child
+snapshot.`,
 	}
 	var listJSON bool
 	listCmd := &cobra.Command{
@@ -55,7 +57,7 @@ seed's order (stop the VM, wait for prefetch reads, release the device).`,
 		},
 	}
 	env.AddDaemonFlag(restoresCmd)
-	restoresCmd.AddCommand(listCmd, stopCmd)
+	restoresCmd.AddCommand(listCmd, stopCmd, pauseCommand())
 	rootCmd.AddCommand(restoresCmd)
 }
 

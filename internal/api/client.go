@@ -284,6 +284,12 @@ func (c *Client) StopRestore(ctx context.Context, id string) (StopResponse, erro
 	return out, c.do(ctx, http.MethodDelete, "/restores/"+url.PathEscape(id), nil, &out)
 }
 
+// Pause pauses a pausable restore into a child snapshot.
+func (c *Client) Pause(ctx context.Context, id string, req PauseRequest) (PauseResult, error) {
+	var out PauseResult
+	return out, c.do(ctx, http.MethodPost, "/restores/"+url.PathEscape(id)+"/snapshot", req, &out)
+}
+
 // Metrics returns the Prometheus text exposition.
 func (c *Client) Metrics(ctx context.Context) (string, error) {
 	var out string

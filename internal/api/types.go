@@ -7,6 +7,8 @@ package api
 
 import (
 	"time"
+	"warmstart/internal/layers"
+	"warmstart/internal/pause"
 
 	"warmstart/internal/memdev"
 	"warmstart/internal/repository"
@@ -109,6 +111,38 @@ type RestoreRequest struct {
 	Policy string `json:"policy,omitempty"`
 	// IOEngine is 0, 1 or 2; default [memory] io_engine.
 	IOEngine *int `json:"io_engine,omitempty"`
+	// Pausable restores the VM so that it can be paused into a child
+	// snapshot (POST /restores/{id}/snapshot).
+	Pausable bool `json:"pausable,omitempty"`
+}
+
+// PauseRequest pauses a pausable restore into a child snapshot.
+type PauseRequest struct {
+	// Alias is bound to the child when not empty.
+	Alias string `json:"alias,omitempty"`
+	// Then is "resume" (the default: the VM runs on as soon as its state
+	// is saved) or "stop" (the VM stops once the child is published).
+	Then string `json:"then,omitempty"`
+}
+
+// Pause's Then values.
+const (
+	ThenResume = "resume"
+	ThenStop   = "stop"
+)
+
+// PauseResult is a published child snapshot.
+type PauseResult struct {
+	// Snapshot is the child's id, Parent the snapshot it was paused from,
+	// Depth its number of diff layers.
+	Snapshot string        `json:"snapshot"`
+	Alias    string        `json:"alias,omitempty"`
+	Parent   string        `json:"parent"`
+	Depth    int           `json:"depth"`
+	Pages    layers.Counts `json:"pages"`
+	Timings  pause.Timings `json:"timings"`
+	// Stop is the restore's shutdown with then=stop.
+	Stop *restore.StopReport `json:"stop,omitempty"`
 }
 
 // RestoreInfo describes a restore the daemon holds. Prefetch and

@@ -17,6 +17,7 @@
 //	POST   /restores                         RestoreRequest → RestoreInfo
 //	GET    /restores, /restores/{id}
 //	DELETE /restores/{id}                    stop in the seed's order → StopResponse
+//	POST   /restores/{id}/snapshot           PauseRequest → 201 PauseResult
 //	GET    /openapi.json                     the OpenAPI 3 description of all of these
 //
 // Bad input is a 4xx whose body is an Error naming the field at fault: 400
@@ -425,6 +426,7 @@ func (d *Daemon) Handler() http.Handler {
 	mux.Handle("GET /restores", d.serve(d.listRestores))
 	mux.Handle("GET /restores/{id}", d.serve(d.getRestore))
 	mux.Handle("DELETE /restores/{id}", d.serve(d.deleteRestore))
+	mux.Handle("POST /restores/{id}/snapshot", d.serve(d.pauseRestore))
 	var h http.Handler = routed(mux)
 	if d.token != "" {
 		h = requireToken(d.token, h)

@@ -208,6 +208,7 @@ func TestOpenAPIDescribesTheAPI(t *testing.T) {
 	c.decode(&in)
 	want("restores", c.do("GET", "/restores", nil), 200)
 	want("restore by id", c.do("GET", "/restores/"+in.ID, nil), 200)
+	want("pause of a restore not started pausable", c.do("POST", "/restores/"+in.ID+"/snapshot", api.PauseRequest{Then: api.ThenStop}), 409)
 	want("stop", c.do("DELETE", "/restores/"+in.ID, nil), 200)
 	// Errors are described too.
 	want("unknown restore", c.do("GET", "/restores/"+in.ID, nil), 404)

@@ -154,6 +154,23 @@ type Request struct {
 	Prefetching bool
 	// RunDir is the restore's private directory (uffd: its socket).
 	RunDir string
+	// Writable asks for a device the VMM may write guest memory back to
+	// (a pausable QEMU restore maps it shared): the writes go to a private
+	// overlay in RunDir, never to the memory, and the device is this
+	// restore's alone. A device that cannot fails the open.
+	Writable bool
+}
+
+// WriteTracker is a Writable device: it knows which pages the VMM wrote.
+type WriteTracker interface {
+	// FreezeWritten writes the pages written since the last freeze (or the
+	// attach) to a new sparse file at path, at their offsets, and returns
+	// their page indexes ascending; the next freeze starts from none. The
+	// VMM must be paused and its writes flushed to the device.
+	FreezeWritten(path string) (pages []int64, err error)
+	// Flush makes the kernel write back what the VMM wrote through its
+	// mapping and still holds dirty, so the device has seen every write.
+	Flush() error
 }
 
 // Opener attaches the devices of one kind.

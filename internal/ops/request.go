@@ -88,5 +88,5 @@ func RestoreOptions(cfg *config.Config, req api.RestoreRequest, n Names) (restor
 	if err != nil {
 		return restore.Options{}, n.fieldError("policy", fmt.Errorf("%s: %w", n.name("policy"), err))
 	}
-	return restore.Options{Device: device, IOEngine: ioEngine, Prefetch: mode, Policy: policy}, nil
+	return restore.Options{Device: device, IOEngine: ioEngine, Prefetch: mode, Policy: policy, Pausable: req.Pausable}, nil
 }

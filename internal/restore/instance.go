@@ -47,6 +47,8 @@ type Instance struct {
 	// the VM's process exiting on its own after ready (exit.go).
 	held *holdings
 	exit *exitWatch
+	// pause is what a pause of the instance keeps (pause.go).
+	pause *pauseState
 }
 
 // Stop shuts the instance down in the seed's order and is safe to call

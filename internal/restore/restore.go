@@ -142,6 +142,10 @@ type Options struct {
 	// columns, which measure what a trusting node's checks cost. The
 	// request layer never sets it.
 	StrongDigests bool `json:"-"`
+	// Pausable restores the VM so that it can be paused into a child
+	// snapshot (Instance.Freeze): the VMM is asked for it and, for one
+	// that writes guest memory back, the device gives a writable view.
+	Pausable bool `json:"pausable,omitempty"`
 }
 
 // Restorer restores snapshots. One per process (the daemon) or per trial.

@@ -49,7 +49,7 @@ func (r *Restorer) newSequence(t0 time.Time, src Source, opts Options) (*sequenc
 	held := &holdings{id: id, log: r.Log, observe: r.Observe, engine: r.Engine, runDir: runDir, exit: exit,
 		unfollow: g.observer.stopFollowing}
 	held.stall, _ = src.Memory.(StallReporter)
-	inst := &Instance{ID: id, held: held, exit: exit}
+	inst := &Instance{ID: id, held: held, exit: exit, pause: &pauseState{base: src.SnapshotID, pausable: opts.Pausable}}
 	return &sequence{r: r, src: src, opts: opts, t0: t0, inst: inst, held: held, guest: g, cost: startCost()}, nil
 }
 
@@ -154,7 +154,14 @@ func (s *sequence) request() memdev.Request {
 		key = s.src.SnapshotID
 	}
 	return memdev.Request{Key: key, Memory: s.src.Memory, Observer: s.guest.observer, OnReadError: s.damage.note,
-		Trace: s.opts.Trace, IOEngine: s.opts.IOEngine, RunDir: s.held.runDir}
+		Trace: s.opts.Trace, IOEngine: s.opts.IOEngine, RunDir: s.held.runDir, Writable: s.writable()}
+}
+
+// writable: a pausable restore on a VMM that writes guest memory back
+// (vmm.WritableMemory) needs a writable view of its device.
+func (s *sequence) writable() bool {
+	w, ok := s.r.VMM.(vmm.WritableMemory)
+	return s.opts.Pausable && ok && w.WritableMemory()
 }
 
 // startVM starts the VMM with prefetch alongside it: before it where the
@@ -173,7 +180,7 @@ func (s *sequence) startVM(ctx context.Context) error {
 		paused = false
 	}
 	spec := vmm.RestoreSpec{SnapshotID: s.src.SnapshotID, VMStatePath: s.src.VMStatePath, Layout: s.src.Layout,
-		RuntimeDir: s.held.runDir, Paused: paused}
+		RuntimeDir: s.held.runDir, Paused: paused, Pausable: s.opts.Pausable}
 	if err := dev.Configure(ctx, &spec); err != nil {
 		return fmt.Errorf("configure memory device: %w", err)
 	}

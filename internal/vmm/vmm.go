@@ -48,7 +48,51 @@ type RestoreSpec struct {
 	// instance is stopped kills the VM rather than leave it hanging, and
 	// one that sees it close inside Restore fails the Restore.
 	HandlerDone <-chan struct{}
+	// Pausable: the VM will be asked to pause and save a diff (Pauser).
+	// A driver that cannot needs nothing else; one that keeps guest
+	// memory shared to do it (WritableMemory) maps MemPath shared.
+	Pausable bool
 }
+
+// Pauser is a restored VM that can be paused and saved as a diff of what
+// it was restored from (RestoreSpec.Pausable).
+type Pauser interface {
+	Resumer
+	// Pause stops the guest's vCPUs; Resume lets them run again.
+	Pause(ctx context.Context) error
+	// SaveDiff writes the device state to spec.Dir/vm_state.bin and, unless
+	// the memory device keeps them (Diff.DeviceTracked), the pages the guest
+	// changed since its restore or the last SaveDiff to spec.Dir/memory.diff
+	// (sparse: its data extents are the changed pages). The VM must be
+	// paused.
+	SaveDiff(ctx context.Context, spec DiffSpec) (Diff, error)
+}
+
+// DiffSpec is where a SaveDiff writes.
+type DiffSpec struct{ Dir string }
+
+// Diff is what a SaveDiff wrote.
+type Diff struct {
+	// VMStatePath is the saved device state.
+	VMStatePath string
+	// DeviceTracked: the changed pages were written to guest memory's
+	// device (memdev.WriteTracker), not to a diff file.
+	DeviceTracked bool
+	// MemoryDiffPath is the sparse file of changed pages when not
+	// DeviceTracked.
+	MemoryDiffPath string
+}
+
+// WritableMemory is a driver whose pausable restores write guest memory
+// back to its file (QEMU maps it shared), so the memory device must take
+// writes.
+type WritableMemory interface{ WritableMemory() bool }
+
+// Names of the files a SaveDiff writes in DiffSpec.Dir.
+const (
+	DiffVMStateFile = "vm_state.bin"
+	DiffMemoryFile  = "memory.diff"
+)
 
 // Resumer is implemented by instances restored with RestoreSpec.Paused.
 type Resumer interface {

@@ -32,6 +32,7 @@ type benchFlags struct {
 	jsonFile string
 	s3f      s3BenchFlags
 	agent    string
+	pause    pauseBenchFlags
 }
 
 // s3BenchFlags are the bench flags of --repository s3.
@@ -113,6 +114,9 @@ func (f *benchFlags) run(cmd *cobra.Command, args []string) error {
 	if err := cli.CheckFileFlag("--json-file", f.jsonFile, untrusted.CheckCreatable); err != nil {
 		return err
 	}
+	if f.pause.on {
+		return f.runPause(cmd, size)
+	}
 	if f.b.Repository == "s3" {
 		return f.execS3(cmd, size)
 	}
@@ -156,6 +160,7 @@ func (f *benchFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.b.CPUProfileDir, "cpuprofile", "", "write a CPU profile (pprof) of the node process in each formal trial's timed restore, start to ready, into this directory (block-N-CACHE-POLICY.pprof; compare a cold one with a hot one: go tool pprof -diff_base block-1-hot-off.pprof block-1-cold-warmstart.pprof)")
 	fl.StringVar(&f.agent, "agent", "", "--vmm qemu without SNAPSHOT: prebuilt warmstart-agent binary (default: build it from the module source)")
 	fl.String(cli.StoreFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")
+	f.pause.register(cmd)
 }
 
 // s3FixedFlags are the bench flags whose setting the S3 companion fixes:

@@ -50,6 +50,10 @@ func checkAttach(key string, req memdev.Request) error {
 
 func (s *Server) attach(key string, req memdev.Request) (*Device, error) {
 	ref := req.Memory.Ref()
+	if req.Writable {
+		// A view is one restore's: nothing shares its key.
+		key = fmt.Sprintf("%s.view%d", key, viewNumber.Add(1))
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -71,24 +75,34 @@ func (s *Server) attach(key string, req memdev.Request) (*Device, error) {
 		mem.Close()
 		return nil, fmt.Errorf("attach %q: lower %s is empty", key, ref)
 	}
-	return s.install(key, ref, mem, scope, req.IOEngine)
+	var ov *overlay
+	if req.Writable {
+		if ov, err = newOverlay(req.RunDir, mem.Size()); err != nil {
+			mem.Close()
+			return nil, fmt.Errorf("attach %q: %w", key, err)
+		}
+	}
+	return s.install(key, ref, mem, scope, req.IOEngine, ov)
 }
 
 // install makes a new generation of key serving mem, which was opened
 // outside the server's lock, unless the server closed or another attach of
 // key won the race meanwhile: then mem is closed, and the winner shared.
-func (s *Server) install(key, ref string, mem *memdev.Memory, scope *memdev.ReadScope, ioEngine int) (*Device, error) {
+func (s *Server) install(key, ref string, mem *memdev.Memory, scope *memdev.ReadScope, ioEngine int, ov *overlay) (*Device, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		mem.Close()
+		ov.close()
 		return nil, fmt.Errorf("attach %q: %w", key, ErrClosed)
 	}
 	if g, ok := s.byKey[key]; ok {
 		mem.Close()
+		ov.close()
 		return g.share(ref, ioEngine, mem.Verified())
 	}
 	g := s.newGenerationLocked(key, ref, mem, scope, ioEngine)
+	g.overlay = ov
 	return g.join(), nil
 }
 

@@ -177,7 +177,7 @@ func childTouchMapped(spec childSpec) (res childResult) {
 	for i, r := range spec.Layout.Regions {
 		// Firecracker maps guest memory writable even from a read-only fd.
 		prot := unix.PROT_READ | unix.PROT_WRITE
-		if spec.Shared {
+		if spec.Shared && !spec.ReadWrite {
 			prot = unix.PROT_READ
 		}
 		m, err := unix.Mmap(int(f.Fd()), r.Offset, int(r.Size), prot, flags)

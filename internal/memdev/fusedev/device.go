@@ -50,6 +50,9 @@ type generation struct {
 	// without Options.MissFillBytes.
 	missFill *missFill
 	passthroughState
+	// overlay holds a writable view's written pages; nil for a read-only
+	// generation (view.go).
+	overlay *overlay
 
 	refs int // guarded by srv.mu
 
@@ -168,7 +171,12 @@ func (s *Server) release(g *generation) (<-chan struct{}, bool) {
 }
 
 func (g *generation) closeLower() {
-	g.lowerOnce.Do(func() { g.mem.Close() })
+	g.lowerOnce.Do(func() {
+		g.mem.Close()
+		if g.overlay != nil {
+			g.overlay.close()
+		}
+	})
 }
 
 // beginRead admits a read unless the generation is detached. Reads admitted
@@ -221,6 +229,11 @@ func (g *generation) read(ctx context.Context, dest []byte, off int64) ([]byte, 
 		// us; either way the reader must not see made-up bytes.
 		return nil, syscall.EIO
 	}
+	if g.overlay != nil {
+		if err := g.overlay.patch(dest[:n], off); err != nil {
+			return nil, syscall.EIO
+		}
+	}
 	g.served.mark(off, int64(n))
 	if !g.observers.empty() {
 		g.observers.served(kind, off, n, time.Since(began))
@@ -236,6 +249,9 @@ func (g *generation) ino() uint64 { return g.number + 1 }
 func (g *generation) fillAttr(out *fuse.Attr) {
 	out.Ino = g.ino()
 	out.Mode = syscall.S_IFREG | 0o444
+	if g.overlay != nil {
+		out.Mode = syscall.S_IFREG | 0o644
+	}
 	out.Nlink = 1
 	out.Size = uint64(g.size)
 	out.Blocks = (uint64(g.size) + 511) / 512
@@ -257,6 +273,7 @@ var (
 	_ = (fs.NodeGetattrer)((*fileNode)(nil))
 	_ = (fs.NodeWriter)((*fileNode)(nil))
 	_ = (fs.NodeSetattrer)((*fileNode)(nil))
+	_ = (fs.NodeFsyncer)((*fileNode)(nil))
 )
 
 func (r *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -318,13 +335,36 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	return nil, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0
 }
 
+// Write stores a writable view's written-back pages in its overlay; every
+// other device file is read-only.
 func (f *fileNode) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
-	return 0, syscall.EROFS
+	if f.gen.overlay == nil {
+		return 0, syscall.EROFS
+	}
+	if !f.gen.beginRead() {
+		return 0, syscall.EIO
+	}
+	defer f.gen.inflight.Done()
+	if errno := f.gen.overlay.write(data, off); errno != 0 {
+		return 0, errno
+	}
+	return uint32(len(data)), 0
 }
 
+// Setattr refuses every change but a writable view's times, which the
+// kernel may set on a write; a size never changes.
 func (f *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	return syscall.EROFS
+	if _, ok := in.GetSize(); ok || f.gen.overlay == nil {
+		return syscall.EROFS
+	}
+	f.gen.fillAttr(&out.Attr)
+	return 0
 }
+
+// Fsync has nothing to make durable: a view's overlay is the restore's
+// scratch, and other files are never written. Answering it lets a caller's
+// fsync wait for the kernel's write-back of a shared mapping.
+func (f *fileNode) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno { return 0 }
 
 // lowerReadaroundBytes is how much of a lower a demand read on
 // a mount with a narrower readaround window asks storage for around it.

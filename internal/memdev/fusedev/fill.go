@@ -139,7 +139,7 @@ func (s *pageSet) nextMarked(off, end int64) int64 {
 
 // runs calls fn with each run of marked pages below size, in order.
 func (s *pageSet) runs(size int64, fn func(off, n int64)) {
-	for lo := s.nextUnmarked(0, size); lo < size; {
+	for lo := int64(0); lo < size; {
 		lo = s.nextMarkedFrom(lo, size)
 		if lo >= size {
 			return

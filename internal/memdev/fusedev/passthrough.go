@@ -61,9 +61,11 @@ func (g *generation) passthroughOpen() (*passthroughHandle, syscall.Errno) {
 }
 
 // passthroughFile is the lower file a passthrough open of g hands the
-// kernel, when g serves one in that mode.
+// kernel, when g serves one in that mode. A writable view never does: the
+// kernel would send the guest's written-back pages to the lower file, not
+// to the view's overlay.
 func (g *generation) passthroughFile() (*os.File, bool) {
-	if !g.srv.opts.Passthrough || g.ioEngine == memdev.IOEngineDirect {
+	if !g.srv.opts.Passthrough || g.ioEngine == memdev.IOEngineDirect || g.overlay != nil {
 		return nil, false
 	}
 	return g.mem.LocalFile()

@@ -159,10 +159,16 @@ func (m *Machine) pauseAndSave(ctx context.Context, vmStatePath string) error {
 	if _, err := m.agent.ping(ctx, m.exited); err != nil {
 		return fmt.Errorf("quiesce agent: %w", err)
 	}
-	if err := m.mon.ignoreShared(ctx); err != nil {
+	if err := m.mon.execute(ctx, "stop", nil, nil); err != nil {
 		return err
 	}
-	if err := m.mon.execute(ctx, "stop", nil, nil); err != nil {
+	return m.saveState(ctx, path)
+}
+
+// saveState writes a stopped guest's device state, without its shared
+// RAM, to path (absolute) and syncs it.
+func (m *Machine) saveState(ctx context.Context, path string) error {
+	if err := m.mon.ignoreShared(ctx); err != nil {
 		return err
 	}
 	uri := "exec:cat > " + shellQuote(path)

@@ -52,6 +52,9 @@ type Machine struct {
 	mon         *monitor
 	agent       *agentConn
 	capturable  bool
+	// pausable: restored with guest memory shared over a writable view
+	// (vmm.RestoreSpec.Pausable), so Pause and SaveDiff may run.
+	pausable bool
 	// memPath is a booted guest's memory file, its RAM from boot.
 	memPath string
 

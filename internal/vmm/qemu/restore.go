@@ -56,7 +56,7 @@ func (d *Driver) RestoreMachine(ctx context.Context, spec vmm.RestoreSpec) (m *M
 	// is the moment it resumes; -incoming defer waits for the QMP
 	// migrate-incoming, after x-ignore-shared is set on this side too.
 	args := machineArgs(accel, d.opts.Machine, d.opts.MemoryMiB, d.opts.VCPUs)
-	args = append(args, memoryArgs(d.opts.MemoryMiB, memPath, false)...)
+	args = append(args, memoryArgs(d.opts.MemoryMiB, memPath, spec.Pausable)...)
 	args = append(args, "-S", "-incoming", "defer")
 	m, err = d.start(ctx, spec.RuntimeDir, args)
 	if err != nil {
@@ -83,6 +83,7 @@ func (d *Driver) RestoreMachine(ctx context.Context, spec vmm.RestoreSpec) (m *M
 		return m, err
 	}
 	m.resumed = time.Now()
+	m.pausable = spec.Pausable
 	return m, nil
 }
 

@@ -67,6 +67,11 @@ type Config struct {
 	// Paused maps memory (and hands it to the handler) but touches nothing
 	// until the resume command, as Firecracker's resume_vm = false.
 	Paused bool `json:"paused,omitempty"`
+	// WriteStamp, when not zero, makes each write entry store
+	// StampOf(WriteStamp, offset) in the first 8 bytes of its page, so
+	// written pages differ from the snapshot's (a pause then has changed
+	// pages to save); zero keeps a write's content as it was.
+	WriteStamp uint64 `json:"write_stamp,omitempty"`
 }
 
 // Validate checks c without touching the file system.
@@ -153,6 +158,8 @@ type Commands struct {
 	Resume <-chan struct{}
 	// Stop closes when the VMM must stop.
 	Stop <-chan struct{}
+	// Requests are the pause commands (pause.go) a ready VMM serves.
+	Requests <-chan string
 }
 
 // ReadCommands reads commands from r, one per line: "resume", and "stop";
@@ -160,6 +167,7 @@ type Commands struct {
 // Other lines are ignored.
 func ReadCommands(r io.Reader) Commands {
 	resume, stop := make(chan struct{}), make(chan struct{})
+	requests := make(chan string, maxPendingRequests)
 	inputDone := make(chan struct{})
 	go func() {
 		defer close(inputDone)
@@ -174,6 +182,8 @@ func ReadCommands(r io.Reader) Commands {
 				}
 			case "stop":
 				return
+			default:
+				forwardRequest(requests, strings.TrimSpace(sc.Text()))
 			}
 		}
 	}()
@@ -187,7 +197,7 @@ func ReadCommands(r io.Reader) Commands {
 		signal.Stop(sig)
 		close(stop)
 	}()
-	return Commands{Resume: resume, Stop: stop}
+	return Commands{Resume: resume, Stop: stop, Requests: requests}
 }
 
 // writeEvent writes one control line. A parent that has gone away is not an
@@ -264,8 +274,7 @@ func run(cfg Config, control io.Writer, cmds Commands) error {
 		StartNs: start.UnixNano(), FirstTouchNs: firstTouch.UnixNano(), ReadyNs: ready.UnixNano(),
 		TouchedPages: p.touched, RemovedPages: p.removed,
 	})
-	<-cmds.Stop
-	return nil
+	return p.serve(m, control, cmds)
 }
 
 // memory is the VMM's guest memory: one mapping per layout region.
@@ -367,10 +376,14 @@ type player struct {
 	inline  hash.Hash
 	touched int
 	removed int
+	// stamp is Config.WriteStamp; dirty the pages written since the last
+	// dump (pause.go).
+	stamp uint64
+	dirty dirtySet
 }
 
 func newPlayer(cfg Config, entries []trace.Entry) (*player, error) {
-	p := &player{seen: make([]uint64, (cfg.Layout.FileSize/trace.PageBytes+63)/64)}
+	p := &player{seen: make([]uint64, (cfg.Layout.FileSize/trace.PageBytes+63)/64), stamp: cfg.WriteStamp}
 	pages := int64(trace.Summarize(entries).Pages)
 	for _, r := range cfg.Remove {
 		pages += r.Length / trace.PageBytes
@@ -457,7 +470,7 @@ func (p *player) play(m *memory, entries []trace.Entry, remove []Range, stop <-c
 		}
 		at = e.Offset
 		page := m.page(e.Offset)
-		touch(page, e.Write)
+		p.touch(page, e)
 		if n := e.Offset / trace.PageBytes; p.seen[n/64]&(1<<(n%64)) == 0 {
 			p.seen[n/64] |= 1 << (n % 64)
 			p.record(page)

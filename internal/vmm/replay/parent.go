@@ -60,6 +60,9 @@ type VMM struct {
 	// it is killed, as Firecracker's and QEMU's drivers bound theirs.
 	// Zero or less means DefaultStopTimeout.
 	StopTimeout time.Duration
+	// WriteStamp is Config.WriteStamp for every restore: written pages
+	// change, so a pausable restore has pages to save.
+	WriteStamp uint64
 }
 
 // DefaultStopTimeout is the stop bound of a VMM that sets none: a replay
@@ -109,6 +112,13 @@ type VM struct {
 	stdinMu  sync.Mutex // orders commands against the close that stops
 	resumed  bool
 	stopSent bool
+
+	// replies carries the answers to pause commands (pause.go); frozen is
+	// set between Pause and Resume; vmStatePath is the restored state.
+	reqMu       sync.Mutex
+	replies     chan event
+	frozen      bool
+	vmStatePath string
 
 	mu         sync.Mutex
 	report     Report
@@ -160,7 +170,8 @@ func (v *VMM) Start(ctx context.Context, spec vmm.RestoreSpec) (*VM, error) {
 // child is the executable a replay VMM for spec runs as and its
 // configuration, checked.
 func (v *VMM) child(ctx context.Context, spec vmm.RestoreSpec) (exe string, raw []byte, err error) {
-	cfg := Config{Backend: spec.Backend, MemPath: spec.MemPath, Layout: spec.Layout, TracePath: v.TracePath, Remove: v.Remove, Paused: spec.Paused}
+	cfg := Config{Backend: spec.Backend, MemPath: spec.MemPath, Layout: spec.Layout, TracePath: v.TracePath, Remove: v.Remove, Paused: spec.Paused,
+		WriteStamp: v.WriteStamp}
 	if err := cfg.Validate(); err != nil {
 		return "", nil, err
 	}
@@ -186,6 +197,8 @@ func (v *VMM) newVM(spec vmm.RestoreSpec) *VM {
 		readyTimeout: v.ReadyTimeout,
 		stopTimeout:  DefaultStopTimeout,
 		held:         make(chan struct{}),
+		replies:      make(chan event, 1),
+		vmStatePath:  spec.VMStatePath,
 		ready:        make(chan struct{}),
 		exited:       make(chan struct{}),
 		extraOutput:  v.Output,
@@ -338,6 +351,11 @@ func (i *VM) readControl(r io.Reader) {
 			i.mu.Unlock()
 			close(i.ready)
 			readyClosed = true
+		case eventFrozen, eventDumped, eventThawed:
+			select {
+			case i.replies <- e:
+			default:
+			}
 		case eventError:
 			i.mu.Lock()
 			i.childError = e.Error
@@ -418,6 +436,9 @@ func (i *VM) Paused() <-chan struct{} { return i.held }
 // Resume lets a VMM restored with RestoreSpec.Paused run its trace. It does
 // not wait; calling it again is a no-op.
 func (i *VM) Resume() error {
+	if i.isFrozen() {
+		return i.thaw()
+	}
 	if !i.paused {
 		return fmt.Errorf("replay vmm pid %d: resume: not restored paused", i.PID())
 	}

@@ -1,0 +1,28 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"warmstart/internal/api"
+)
+
+// Paused prints a published child: what it is, what its layer holds and
+// where the pause's time went.
+func Paused(w io.Writer, r api.PauseResult) {
+	alias := ""
+	if r.Alias != "" {
+		alias = " (" + r.Alias + ")"
+	}
+	fmt.Fprintf(w, "snapshot %s%s: child of %s, depth %d\n", r.Snapshot, alias, r.Parent, r.Depth)
+	fmt.Fprintf(w, "pages: %d changed, %d identical to the parent, %d zero, %d stored (%.1f MiB)\n",
+		r.Pages.Candidates, r.Pages.Identical, r.Pages.Zero, r.Pages.Stored, float64(r.Pages.Stored)*4096/(1<<20))
+	t := r.Timings
+	fmt.Fprintf(w, "paused %v (freeze %v), layer %v, publish %v, total %v\n", ms(t.Paused), ms(t.Freeze), ms(t.Layer), ms(t.Publish), ms(t.Total))
+	if r.Stop != nil {
+		Stopped(w, *r.Stop)
+	}
+}
+
+func ms(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
