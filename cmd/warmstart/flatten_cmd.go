@@ -1,16 +1,10 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"io"
-
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/cli"
 	"warmstart/internal/ops"
-	"warmstart/internal/report"
 )
 
 var snapshotFlattenFlags struct {
@@ -38,37 +32,9 @@ this node cannot sign is refused rather than left unsigned.
 Exit status: 0 when the snapshot was flattened or had nothing to flatten,
 1 otherwise, 2 for a usage error.`,
 	Args: cli.Args(cobra.ExactArgs(1)),
-	RunE: runSnapshotFlatten,
-}
-
-func runSnapshotFlatten(cmd *cobra.Command, args []string) error {
-	if env.Daemon != "" {
-		return usageError{Err: errors.New("snapshot flatten has no --daemon yet: it runs in this process, on the repository its configuration names")}
-	}
-	repo, err := env.OpenRepository(cmd)
-	if err != nil {
-		return fmt.Errorf("snapshot flatten: %w", err)
-	}
-	if c, ok := repo.(io.Closer); ok {
-		defer c.Close()
-	}
-	return cli.Interruptible(cmd, func(ctx context.Context) error {
-		res, err := ops.Flatten(ctx, repo, args[0], ops.FlattenOptions{Full: snapshotFlattenFlags.full})
-		if err != nil {
-			return err
-		}
-		w := cmd.OutOrStdout()
-		if snapshotFlattenFlags.json {
-			return report.JSON(w, res)
-		}
-		if !res.Flattened {
-			_, err = fmt.Fprintf(w, "snapshot %s: nothing to flatten (depth %d)\n", res.ID, res.DepthBefore)
-			return err
-		}
-		_, err = fmt.Fprintf(w, "snapshot %s flattened: depth %d -> %d, %d bytes of memory stored\n",
-			res.ID, res.DepthBefore, res.DepthAfter, res.StoredBytes)
-		return err
-	})
+	RunE: func(cmd *cobra.Command, args []string) error {
+		return env.Flatten(cmd, args[0], ops.FlattenOptions{Full: snapshotFlattenFlags.full}, snapshotFlattenFlags.json)
+	},
 }
 
 func init() {

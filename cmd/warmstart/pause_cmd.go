@@ -1,15 +1,10 @@
 package main
 
 import (
-	"context"
-	"fmt"
-
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/api"
 	"warmstart/internal/cli"
-	"warmstart/internal/ops"
-	"warmstart/internal/report"
 )
 
 // pauseCommand is "restores snapshot ID": pause a pausable restore the
@@ -29,20 +24,7 @@ child of this child; with --then stop it stops once the child is published.
 A pause that fails resumes the VM and publishes nothing.`,
 		Args: cli.Args(restoreIDArg),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := ops.CheckPauseRequest(req); err != nil {
-				return usageError{Err: err}
-			}
-			return env.OnDaemon(cmd, func(ctx context.Context, c *api.Client, o report.Output) error {
-				res, err := c.Pause(ctx, args[0], req)
-				if err != nil {
-					return fmt.Errorf("restores snapshot: %w", err)
-				}
-				if asJSON {
-					return report.JSON(o.Out, res)
-				}
-				report.Paused(o.Out, res)
-				return nil
-			})
+			return env.Pause(cmd, args[0], req, asJSON)
 		},
 	}
 	fl := cmd.Flags()

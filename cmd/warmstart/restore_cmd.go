@@ -151,13 +151,13 @@ func restoreWatched(ctx context.Context, cmd *cobra.Command, f *restoreFlags) er
 	if err != nil {
 		return err
 	}
-	return f.stopped(o, info, rep)
+	return cli.RestoreStopped(o, info, rep, f.asJSON, f.hold)
 }
 
 // print prints a ready restore for people, or as JSON when the verb holds
 // it (--hold: the document says "running", the truth while it is held),
 // and draws the timeline of an in-process one (inst) when asked. Without
-// --hold, --json prints once the restore has stopped (stopped).
+// --hold, --json prints once the restore has stopped (cli.RestoreStopped).
 func (f *restoreFlags) print(o report.Output, info api.RestoreInfo, inst *restore.Instance) error {
 	if !f.asJSON || f.hold {
 		if err := report.RestoreResult(o.Out, info, f.asJSON); err != nil {
@@ -171,26 +171,6 @@ func (f *restoreFlags) print(o report.Output, info api.RestoreInfo, inst *restor
 		return err
 	}
 	fmt.Fprintf(o.Err, "wrote %s\n", f.plotPath)
-	return nil
-}
-
-// stopped prints how the restore in info stopped: for people, or, with
-// --json and without --hold, the restore's document with state "stopped"
-// and the stop report (docs/json.md). A VM that exited after ready fails
-// the restore once everything is released.
-func (f *restoreFlags) stopped(o report.Output, info api.RestoreInfo, rep restore.StopReport) error {
-	switch {
-	case !f.asJSON:
-		report.Stopped(o.Out, rep)
-	case !f.hold:
-		info.State, info.Exit, info.Stop = restore.StateStopped, rep.Exit, &rep
-		if err := report.JSON(o.Out, info); err != nil {
-			return err
-		}
-	}
-	if rep.Exit != nil {
-		return fmt.Errorf("restore %s: the VM exited after ready: %v", info.Snapshot, rep.Exit)
-	}
 	return nil
 }
 
@@ -234,5 +214,5 @@ func (f *restoreFlags) restoreOn(ctx context.Context, c *api.Client, o report.Ou
 	if err != nil {
 		return fmt.Errorf("restore %s: stop: %w", f.req.Snapshot, err)
 	}
-	return f.stopped(o, info, rep.StopReport)
+	return cli.RestoreStopped(o, info, rep.StopReport, f.asJSON, f.hold)
 }

@@ -4,19 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/api"
 	"warmstart/internal/cli"
-	"warmstart/internal/layout"
-	"warmstart/internal/node"
 	"warmstart/internal/ops"
 	"warmstart/internal/report"
 	"warmstart/internal/repository"
-	"warmstart/internal/untrusted"
 )
 
 var snapshotCmd = &cobra.Command{
@@ -32,19 +27,7 @@ optional alias ([A-Za-z0-9_-], 1 to 128 characters).
 --store DIR uses the POSIX store in DIR instead of the configured one.`,
 }
 
-// snapshotImportOptions are the flags of snapshot import.
-type snapshotImportOptions struct {
-	vmState, memory, alias, layout string
-	// layoutFile is --layout-file: a file holding the layout (synth
-	// writes one).
-	layoutFile string
-	link       bool
-	// vmm restores the recording when [manifest] record_after_publish
-	// is on.
-	vmm cli.VMMFlags
-}
-
-var snapshotImportFlags snapshotImportOptions
+var snapshotImportFlags cli.ImportOptions
 
 var snapshotImportCmd = &cobra.Command{
 	Use:   "import --vm-state FILE --memory FILE [--alias NAME] [--layout SPEC | --layout-file FILE] [--link]",
@@ -77,141 +60,7 @@ then recorded, as a daemon does after an import, holding the capture lease;
 this command waits for it (progress on standard error) with the VMM that
 [vmm] driver, [replay] trace, --vmm and --trace name.`,
 	Args: cli.Args(cobra.NoArgs),
-	RunE: runSnapshotImport,
-}
-
-func runSnapshotImport(cmd *cobra.Command, _ []string) error {
-	f := snapshotImportFlags
-	if f.vmState == "" || f.memory == "" {
-		return usageError{Err: errors.New("snapshot import: --vm-state and --memory are required")}
-	}
-	if f.alias != "" {
-		if err := repository.ValidateAlias(f.alias); err != nil {
-			return usageError{Err: fmt.Errorf("snapshot import: --alias: %w", err)}
-		}
-	}
-	if err := f.readLayoutFile(); err != nil {
-		return err
-	}
-	if env.Daemon != "" {
-		return env.OnDaemon(cmd, func(ctx context.Context, c *api.Client, o report.Output) error {
-			return importOn(ctx, c, o, api.ImportRequest{VMState: f.vmState, Memory: f.memory, Alias: f.alias, Layout: f.layout, Link: f.link})
-		}, cli.StoreFlag)
-	}
-	lay, err := importLayout(f)
-	if err != nil {
-		return err
-	}
-	return cli.Interruptible(cmd, func(ctx context.Context) error { return importInProcess(ctx, cmd, f, lay) })
-}
-
-// maxLayoutFileBytes bounds --layout-file: a layout is one line.
-const maxLayoutFileBytes = 64 << 10
-
-// readLayoutFile takes --layout from the file --layout-file names. Both
-// flags at once is a usage error; so is a file that cannot be read, which
-// the flag named.
-func (f *snapshotImportOptions) readLayoutFile() error {
-	if f.layoutFile == "" {
-		return nil
-	}
-	if f.layout != "" {
-		return usageError{Err: errors.New("snapshot import: --layout and --layout-file: give one")}
-	}
-	data, err := untrusted.ReadBounded(f.layoutFile, maxLayoutFileBytes)
-	if err != nil {
-		return usageError{Err: fmt.Errorf("snapshot import: --layout-file: %w", err)}
-	}
-	f.layout = strings.TrimSpace(string(data))
-	if f.layout == "" {
-		return usageError{Err: fmt.Errorf("snapshot import: --layout-file %s is empty", f.layoutFile)}
-	}
-	return nil
-}
-
-// importOn publishes a snapshot on the daemon and prints its id.
-func importOn(ctx context.Context, c *api.Client, o report.Output, req api.ImportRequest) error {
-	rec, err := c.Import(ctx, req)
-	if err != nil {
-		return fmt.Errorf("snapshot import: %w", err)
-	}
-	if rec.Recording {
-		fmt.Fprintf(o.Err, "the daemon is recording the startup manifest of %s in the background\n", rec.ID)
-	}
-	_, err = fmt.Fprintln(o.Out, rec.ID)
-	return err
-}
-
-// importLayout is the memory layout --layout gives for the memory file,
-// one region over the whole file without it.
-func importLayout(f snapshotImportOptions) (layout.Layout, error) {
-	mem, err := os.Stat(f.memory)
-	if err != nil {
-		return layout.Layout{}, fmt.Errorf("snapshot import: memory file: %w", err)
-	}
-	if !mem.Mode().IsRegular() {
-		return layout.Layout{}, fmt.Errorf("snapshot import: memory file %s is not a regular file", f.memory)
-	}
-	lay, err := ops.ImportLayout(f.layout, f.memory, mem.Size(), ops.Flags)
-	var fe *ops.FieldError
-	switch {
-	case errors.As(err, &fe) && fe.Field == "layout":
-		return lay, usageError{Err: fmt.Errorf("snapshot import: %w", err)}
-	case err != nil:
-		return lay, fmt.Errorf("snapshot import: %w", err)
-	}
-	return lay, nil
-}
-
-// publishRequest is what the flags ask to publish, with progress on
-// standard error.
-func (f snapshotImportOptions) publishRequest(cmd *cobra.Command, lay layout.Layout) repository.PublishRequest {
-	return repository.PublishRequest{
-		VMStatePath: f.vmState, MemoryPath: f.memory, Layout: lay, Alias: f.alias, Link: f.link,
-		Progress: report.ImportProgress(cmd.ErrOrStderr()),
-	}
-}
-
-// importInProcess publishes the snapshot and prints its id. With
-// [manifest] record_after_publish it then records the startup
-// manifest, holding the capture lease from publish to attach, and waits
-// for it.
-func importInProcess(ctx context.Context, cmd *cobra.Command, f snapshotImportOptions, lay layout.Layout) error {
-	cfg, err := env.Config()
-	if err != nil {
-		return err
-	}
-	req := f.publishRequest(cmd, lay)
-	req.RecordManifest = cfg.Manifest.RecordAfterPublish
-	var n *node.Node
-	var repo repository.Repository
-	if req.RecordManifest {
-		if n, err = env.OpenNode(cmd, &snapshotImportFlags.vmm); err == nil {
-			defer n.Close()
-			repo = n.Repo
-		}
-	} else {
-		repo, err = env.OpenRepository(cmd)
-	}
-	if err != nil {
-		return fmt.Errorf("snapshot import: %w", err)
-	}
-	rec, lease, err := ops.Publish(ctx, repo, req)
-	if err != nil {
-		return fmt.Errorf("snapshot import: %w", err)
-	}
-	fmt.Fprintln(cmd.OutOrStdout(), rec.ID)
-	if lease == nil {
-		return nil
-	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "recording the startup manifest of %s on the %s device; waiting for it\n", rec.ID, n.Config.Memory.Device)
-	res, err := n.Recorder.Start(ctx, lease).Result()
-	if err != nil {
-		// The snapshot is published and restores with on-demand reads.
-		return ops.NotRecorded(rec.ID, err)
-	}
-	report.Attached(cmd.ErrOrStderr(), rec.ID, res)
-	return nil
+	RunE: func(cmd *cobra.Command, _ []string) error { return env.Import(cmd, &snapshotImportFlags) },
 }
 
 // snapshotListCheck is `snapshot list --check`: exit 1 when the catalog
@@ -351,13 +200,13 @@ func init() {
 	snapshotCmd.PersistentFlags().String(cli.StoreFlag, "", "POSIX snapshot store directory (overrides the configuration)")
 
 	fl := snapshotImportCmd.Flags()
-	fl.StringVar(&snapshotImportFlags.vmState, "vm-state", "", "VMM state file of the snapshot (required)")
-	fl.StringVar(&snapshotImportFlags.memory, "memory", "", "guest memory file of the snapshot (required)")
-	fl.StringVar(&snapshotImportFlags.alias, "alias", "", "name to bind to the snapshot")
-	fl.StringVar(&snapshotImportFlags.layout, "layout", "", "memory regions offset:size[:pagesize],... (default: one region over the whole file)")
-	fl.StringVar(&snapshotImportFlags.layoutFile, "layout-file", "", "file holding --layout's SPEC, such as the layout file synth writes")
-	snapshotImportFlags.vmm.Register(snapshotImportCmd)
-	fl.BoolVar(&snapshotImportFlags.link, "link", false, "hard-link the files instead of copying them and make them read-only; never write them again")
+	fl.StringVar(&snapshotImportFlags.VMState, "vm-state", "", "VMM state file of the snapshot (required)")
+	fl.StringVar(&snapshotImportFlags.Memory, "memory", "", "guest memory file of the snapshot (required)")
+	fl.StringVar(&snapshotImportFlags.Alias, "alias", "", "name to bind to the snapshot")
+	fl.StringVar(&snapshotImportFlags.Layout, "layout", "", "memory regions offset:size[:pagesize],... (default: one region over the whole file)")
+	fl.StringVar(&snapshotImportFlags.LayoutFile, "layout-file", "", "file holding --layout's SPEC, such as the layout file synth writes")
+	snapshotImportFlags.VMM.Register(snapshotImportCmd)
+	fl.BoolVar(&snapshotImportFlags.Link, "link", false, "hard-link the files instead of copying them and make them read-only; never write them again")
 
 	snapshotListCmd.Flags().BoolVar(&snapshotListFlags.json, "json", false, "print JSON")
 	snapshotListCmd.Flags().BoolVar(&snapshotListCheck, "check", false, "exit 1 when the catalog holds damaged entries")

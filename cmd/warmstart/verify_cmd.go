@@ -1,26 +1,12 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"strings"
-
 	"github.com/spf13/cobra"
 
-	"warmstart/internal/api"
 	"warmstart/internal/cli"
-	"warmstart/internal/ops"
-	"warmstart/internal/report"
-	"warmstart/internal/snapcheck"
 )
 
-// snapshotVerifyOptions are the flags of snapshot verify.
-type snapshotVerifyOptions struct {
-	all, json, addDigests, cache bool
-}
-
-var snapshotVerifyFlags snapshotVerifyOptions
+var snapshotVerifyFlags cli.VerifyOptions
 
 var snapshotVerifyCmd = &cobra.Command{
 	Use:   "verify ID|ALIAS | --all [--add-digests] [--json]",
@@ -69,72 +55,16 @@ keys; "ok" says whether problems were found.
 Exit status: 0 when no problem was found, 1 when one was (or the
 verification itself failed), 2 for a usage error.`,
 	Args: cli.Args(cli.OptionalSnapshotArg),
-	RunE: runSnapshotVerify,
-}
-
-func runSnapshotVerify(cmd *cobra.Command, args []string) error {
-	f := snapshotVerifyFlags
-	if f.all == (len(args) == 1) {
-		return usageError{Err: errors.New("snapshot verify: give one ID or ALIAS, or --all")}
-	}
-	if env.Daemon != "" {
-		ref := strings.Join(args, "") // empty with --all
-		return env.OnDaemon(cmd, func(ctx context.Context, c *api.Client, o report.Output) error {
-			return verifyOn(ctx, c, o, ref, f, api.VerifyRequest{AddDigests: f.addDigests, Cache: &f.cache})
-		}, cli.StoreFlag)
-	}
-	open := env.OpenReadOnlyRepository
-	if f.addDigests {
-		open = env.OpenRepository
-	}
-	repo, err := open(cmd)
-	if err != nil {
-		return fmt.Errorf("snapshot verify: %w", err)
-	}
-	return cli.Interruptible(cmd, func(ctx context.Context) error {
-		o := cli.Output(cmd)
-		opts := snapcheck.Options{AddDigests: f.addDigests, Cache: f.cache, Progress: report.VerifyProgress(o.Err)}
-		if f.all {
-			reports, err := ops.VerifyAll(ctx, repo, opts)
-			if err != nil {
-				return fmt.Errorf("snapshot verify --all: %w", err)
-			}
-			return report.VerifyReports(o.Out, reports, f.json, "")
-		}
-		ref := args[0]
-		rep, err := ops.Verify(ctx, repo, ref, opts)
-		if err != nil {
-			return cli.RefError("snapshot verify", ref, err)
-		}
-		return report.VerifyReports(o.Out, []snapcheck.Report{rep}, f.json, ref)
-	})
-}
-
-// verifyOn verifies one snapshot on the daemon, or with --all every
-// snapshot it lists, and prints the reports; it fails when any found a
-// problem.
-func verifyOn(ctx context.Context, c *api.Client, o report.Output, ref string, f snapshotVerifyOptions, req api.VerifyRequest) error {
-	if !f.all {
-		rep, err := c.VerifySnapshot(ctx, ref, req)
-		if err != nil {
-			return fmt.Errorf("snapshot verify %s: %w", ref, err)
-		}
-		return report.VerifyReports(o.Out, []snapcheck.Report{rep}, f.json, ref)
-	}
-	reports, err := c.VerifyAll(ctx, req, func(id string) { fmt.Fprintf(o.Err, "verifying %s on the daemon\n", id) })
-	if err != nil {
-		return fmt.Errorf("snapshot verify --all: %w", err)
-	}
-	return report.VerifyReports(o.Out, reports, f.json, "")
+	RunE: func(cmd *cobra.Command, args []string) error { return env.Verify(cmd, args, snapshotVerifyFlags) },
 }
 
 func init() {
 	fl := snapshotVerifyCmd.Flags()
-	fl.BoolVar(&snapshotVerifyFlags.all, "all", false, "verify every snapshot")
-	fl.BoolVar(&snapshotVerifyFlags.json, "json", false, "print JSON")
-	fl.BoolVar(&snapshotVerifyFlags.cache, "cache", true,
+	fl.BoolVar(&snapshotVerifyFlags.All, "all", false, "verify every snapshot")
+	fl.BoolVar(&snapshotVerifyFlags.JSON, "json", false, "print JSON")
+	fl.BoolVar(&snapshotVerifyFlags.Cache, "cache", true,
 		"also check what this node's cache holds of the memory (S3), evicting blocks that fail; --cache=false skips it")
-	fl.BoolVar(&snapshotVerifyFlags.addDigests, "add-digests", false,
+	fl.BoolVar(&snapshotVerifyFlags.AddDigests, "add-digests", false,
 		"give a snapshot without a SHA-256 digest table one, if its memory matches its record")
 	snapshotCmd.AddCommand(snapshotVerifyCmd)
 }

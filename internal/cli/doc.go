@@ -5,5 +5,7 @@
 // configuration loaded once per verb (Env), the --config, --store and
 // --daemon flags, the VMM flags and the node an in-process verb restores
 // with, signals turned into cancellation, and the wording of errors about
-// a named snapshot.
+// a named snapshot. It also holds the bodies of some cmd/warmstart verbs
+// (Env.Import, Env.Verify, Env.Flatten, Env.Pause, RestoreStopped), whose
+// cobra commands, flags and help stay in cmd/warmstart.
 package cli
