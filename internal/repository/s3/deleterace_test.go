@@ -61,3 +61,32 @@ func TestDeleteRacesPauseOnAnotherNode(t *testing.T) {
 		}
 	})
 }
+
+// TestDeleteOfARecordChangedUnderIt: a manifest attached by another node
+// between a delete's read of the record and its deleting mark makes the
+// mark's etag stale; the delete reads the record again and goes on (it
+// failed with "the record changed while the delete began" in the
+// cross-process attach-racing-delete test).
+func TestDeleteOfARecordChangedUnderIt(t *testing.T) {
+	nodeA := chunkyRepo(t, "")
+	nodeB := chunkyRepo(t, nodeA.keys.prefix)
+	rec, lease := repotest.Publish(t, nodeB, "changed-under-delete")
+	defer lease.End()
+	attached := 0
+	nodeA.beforeMarkDeleting = func() {
+		if attached++; attached == 1 {
+			if _, err := nodeB.AttachManifest(bg(), lease, repotest.ManifestBytes(t, 64), nil); err != nil {
+				t.Errorf("attach during the delete: %v", err)
+			}
+		}
+	}
+	if err := nodeA.Delete(bg(), rec.ID); err != nil {
+		t.Fatalf("delete of a record changed under it: %v", err)
+	}
+	if attached < 2 {
+		t.Fatalf("the delete read the record %d times, want it read again after the change", attached)
+	}
+	if _, err := nodeA.Get(bg(), rec.ID); !errors.Is(err, repository.ErrNotFound) {
+		t.Fatalf("after the delete: %v, want not found", err)
+	}
+}

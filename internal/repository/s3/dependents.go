@@ -132,6 +132,10 @@ func (r *Repo) checkNoDependents(ctx context.Context, id string) error {
 	return nil
 }
 
+// errRecordChanged is markDeleting's answer when the record changed since
+// it was read (its etag no longer matches).
+var errRecordChanged = fmt.Errorf("%w: the record changed while the delete began; try again", repository.ErrStale)
+
 // markDeleting marks rec's record deleting (If-Match etag), then checks
 // its dependents: a live one clears the mark again and refuses. It
 // returns when it may go on (dependents checked within DeleteGrace/2).
@@ -141,7 +145,7 @@ func (r *Repo) markDeleting(ctx context.Context, rec repository.Record, etag str
 	marked.DeletingSince = &now
 	newTag, err := r.putRecord(ctx, marked, putCondition{ifMatch: etag})
 	if errors.Is(err, errPrecondition) {
-		return fmt.Errorf("%w: the record changed while the delete began; try again", repository.ErrStale)
+		return errRecordChanged
 	}
 	if err != nil {
 		return err

@@ -219,6 +219,9 @@ type Repo struct {
 	// after a delete marked its record deleting.
 	afterMarker       func(owner string)
 	afterMarkDeleting func()
+	// beforeMarkDeleting, when a test sets it, runs between a delete's
+	// read of the record and its deleting mark.
+	beforeMarkDeleting func()
 	// cleanupRetry, when a test sets it, is told of each failed attempt to
 	// remove what a failed publish wrote.
 	cleanupRetry func(error)
@@ -769,23 +772,12 @@ func (r *Repo) Delete(ctx context.Context, id string) error {
 func (r *Repo) delete(ctx context.Context, id string) error {
 	unlock := r.locks.lock(id)
 	defer unlock()
-	rec, etag, err := r.getRecord(ctx, id)
-	switch {
-	case errors.Is(err, repository.ErrNotFound):
+	rec, err := r.beginDelete(ctx, id)
+	if errors.Is(err, repository.ErrNotFound) {
 		return r.deleteQuarantined(ctx, id)
-	case errors.Is(err, repository.ErrIntegrity):
-		// Undecodable, so its alias is unknown: releaseBindingsOf
-		// finds every binding naming it.
-		rec = repository.Record{ID: id}
-		if err := r.checkNoDependents(ctx, id); err != nil {
-			return err
-		}
-	case err != nil:
+	}
+	if err != nil {
 		return err
-	default:
-		if err := r.markDeleting(ctx, rec, etag); err != nil {
-			return err
-		}
 	}
 	// Restores of it on other nodes may still need its chunks.
 	if err := r.writeTombstone(ctx, rec); err != nil {
@@ -812,6 +804,36 @@ func (r *Repo) delete(ctx context.Context, id string) error {
 	// Its markers at its owners went stale with the record.
 	r.unregister(ctx, id, rec.Owners())
 	return r.removeArtifacts(ctx, id)
+}
+
+// deleteMarkTries bounds how often a delete re-reads a record that another
+// node changed (attached a manifest, say) between its read and its
+// deleting mark.
+const deleteMarkTries = 8
+
+// beginDelete reads id's record and marks it deleting, once no dependent
+// needs it. A record changed by another writer in between is read again:
+// the change (an attach) does not make the delete wrong, only its etag
+// stale. ErrNotFound when there is no record.
+func (r *Repo) beginDelete(ctx context.Context, id string) (repository.Record, error) {
+	for try := 1; ; try++ {
+		rec, etag, err := r.getRecord(ctx, id)
+		switch {
+		case errors.Is(err, repository.ErrIntegrity):
+			// Undecodable, so its alias is unknown: releaseBindingsOf
+			// finds every binding naming it.
+			return repository.Record{ID: id}, r.checkNoDependents(ctx, id)
+		case err != nil:
+			return rec, err
+		}
+		if r.beforeMarkDeleting != nil {
+			r.beforeMarkDeleting()
+		}
+		err = r.markDeleting(ctx, rec, etag)
+		if !errors.Is(err, errRecordChanged) || try == deleteMarkTries {
+			return rec, err
+		}
+	}
 }
 
 // deleteQuarantined deletes an id without a record: a quarantined record
