@@ -28,46 +28,25 @@ func (r *Repo) PublishLayer(ctx context.Context, lz repository.Lease, req reposi
 	return repository.PublishUnderLease(r, lz, func(id string) (repository.Record, error) { return r.publishLayer(ctx, id, req) })
 }
 
-func (r *Repo) publishLayer(ctx context.Context, id string, req repository.LayerPublishRequest) (_ repository.Record, err error) {
+func (r *Repo) publishLayer(ctx context.Context, id string, req repository.LayerPublishRequest) (repository.Record, error) {
 	c, err := repository.CheckLayerPublish(id, req)
 	if err != nil {
 		return repository.Record{}, err
 	}
-	unlock := r.locks.lock(id)
-	defer unlock()
-	if err := r.checkPublishable(ctx, id, req.Alias); err != nil {
-		return repository.Record{}, err
-	}
-	published, aliasBound := false, false
-	defer func() {
-		if !published {
-			r.unregister(ctx, id, c.Owners)
-			err = r.undoPublish(ctx, id, req.Alias, aliasBound, err)
-		}
-	}()
-	if err := r.register(ctx, id, c.Owners); err != nil {
-		return repository.Record{}, err
-	}
-	r.fault(FaultLayerAfterMarkers)
-	rec, err := r.storeLayerArtifacts(ctx, id, req, c)
-	if err != nil {
-		return repository.Record{}, err
-	}
-	r.fault(FaultLayerAfterArtifacts)
-	if req.Alias != "" {
-		if err := r.bindAlias(ctx, req.Alias, id); err != nil {
-			return repository.Record{}, err
-		}
-		aliasBound = true
-	}
-	r.fault(FaultLayerBeforeRecord)
-	if err := r.commitUnderLease(ctx, rec); err != nil {
-		return repository.Record{}, err
-	}
-	published = true
-	r.fault(FaultLayerAfterRecord)
-	_ = r.remove(ctx, r.keys.artifact(id, journalName))
-	return rec, nil
+	fault := func(point string) func() { return func() { r.fault(point) } }
+	return r.publishWith(ctx, id, req.Alias, publishSteps{
+		store: func() (repository.Record, error) {
+			if err := r.register(ctx, id, c.Owners); err != nil {
+				return repository.Record{}, err
+			}
+			r.fault(FaultLayerAfterMarkers)
+			return r.storeLayerArtifacts(ctx, id, req, c)
+		},
+		undo:         func() { r.unregister(ctx, id, c.Owners) },
+		afterStore:   fault(FaultLayerAfterArtifacts),
+		beforeRecord: fault(FaultLayerBeforeRecord),
+		afterRecord:  fault(FaultLayerAfterRecord),
+	})
 }
 
 // Steps of a layer publish at which the crash tests stop the publishing

@@ -426,56 +426,85 @@ func (r *Repo) Publish(ctx context.Context, lz repository.Lease, req repository.
 	return repository.PublishUnderLease(r, lz, func(id string) (repository.Record, error) { return r.publish(ctx, id, req) })
 }
 
-func (r *Repo) publish(ctx context.Context, id string, req repository.PublishRequest) (_ repository.Record, err error) {
+func (r *Repo) publish(ctx context.Context, id string, req repository.PublishRequest) (repository.Record, error) {
 	sizes, err := repository.CheckPublish(req)
 	if err != nil {
 		return repository.Record{}, err
 	}
-	vmSize, memSize := sizes.VMState, sizes.Memory
 	if err := ctx.Err(); err != nil {
 		return repository.Record{}, err
 	}
+	return r.publishWith(ctx, id, req.Alias, publishSteps{
+		store: func() (repository.Record, error) {
+			vm, err := r.upload(ctx, id, repository.VMStateFileName, req.VMStatePath, sizes.VMState, nil, req.Progress)
+			if err != nil {
+				return repository.Record{}, err
+			}
+			mem, err := r.storeMemory(ctx, id, repository.BaseLayerName, req.MemoryPath, sizes.Memory, req.Progress)
+			if err != nil {
+				return repository.Record{}, err
+			}
+			return r.newRecord(id, req, vm, mem)
+		},
+		beforeRecord: r.beforeRecord,
+	})
+}
+
+// publishSteps are what a publish (Publish, PublishLayer) does beyond the
+// steps every publish shares: store writes the artifacts and returns the
+// record; undo, when set, runs before the shared clean-up of a publish
+// that failed; the hooks, when set, run after store, before the record
+// and after it (the tests' fault points).
+type publishSteps struct {
+	store                                 func() (repository.Record, error)
+	undo                                  func()
+	afterStore, beforeRecord, afterRecord func()
+}
+
+// publishWith publishes id under its lock: checks it may, stores its
+// artifacts, binds alias, writes the record last (the single visibility
+// point) and removes what it wrote when any step fails.
+func (r *Repo) publishWith(ctx context.Context, id, alias string, steps publishSteps) (_ repository.Record, err error) {
 	unlock := r.locks.lock(id)
 	defer unlock()
-	if err := r.checkPublishable(ctx, id, req.Alias); err != nil {
+	if err := r.checkPublishable(ctx, id, alias); err != nil {
 		return repository.Record{}, err
 	}
-
 	published, aliasBound := false, false
 	defer func() {
 		if !published {
-			err = r.undoPublish(ctx, id, req.Alias, aliasBound, err)
+			run(steps.undo)
+			err = r.undoPublish(ctx, id, alias, aliasBound, err)
 		}
 	}()
-	vm, err := r.upload(ctx, id, repository.VMStateFileName, req.VMStatePath, vmSize, nil, req.Progress)
+	rec, err := steps.store()
 	if err != nil {
 		return repository.Record{}, err
 	}
-	mem, err := r.storeMemory(ctx, id, repository.BaseLayerName, req.MemoryPath, memSize, req.Progress)
-	if err != nil {
-		return repository.Record{}, err
-	}
-	rec, err := r.newRecord(id, req, vm, mem)
-	if err != nil {
-		return repository.Record{}, err
-	}
-	if req.Alias != "" {
-		if err := r.bindAlias(ctx, req.Alias, id); err != nil {
+	run(steps.afterStore)
+	if alias != "" {
+		if err := r.bindAlias(ctx, alias, id); err != nil {
 			return repository.Record{}, err
 		}
 		aliasBound = true
 	}
-	if r.beforeRecord != nil {
-		r.beforeRecord()
-	}
+	run(steps.beforeRecord)
 	if err := r.commitUnderLease(ctx, rec); err != nil {
 		return repository.Record{}, err
 	}
 	published = true
+	run(steps.afterRecord)
 	// The chunk map names the journal's chunks now. Best effort: a journal
 	// left names what the map names, and goes with the other artifacts.
 	_ = r.remove(ctx, r.keys.artifact(id, journalName))
 	return rec, nil
+}
+
+// run calls hook when it is set.
+func run(hook func()) {
+	if hook != nil {
+		hook()
+	}
 }
 
 // checkPublishable refuses a publish of id the repository cannot take:
