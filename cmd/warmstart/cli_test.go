@@ -71,6 +71,9 @@ func TestRestoreRefusesBadFlagsUpFront(t *testing.T) {
 		{[]string{"--device", "nvme"}, `--device "nvme": want file or uffd`},
 		{[]string{"--io-engine", "7"}, "--io-engine 7: want 0 or 1 (buffered) or 2 (direct I/O)"},
 		{[]string{"--io-engine", "-1"}, "--io-engine -1"},
+		{[]string{"--io-engine", "fast"}, `"fast" is not one of "buffered", "buffered_async", "direct" (or 0, 1, 2)`},
+		// A name is the same engine as its integer, under the same rules.
+		{[]string{"--device", "uffd", "--io-engine", "direct"}, "--io-engine 2: the I/O engine is how the file device reads"},
 		{[]string{"--prefetch", "maybe"}, `--prefetch "maybe": want auto, on or off`},
 		{[]string{"--policy", "fastest"}, `--policy: unknown prefetch policy "fastest"`},
 		{[]string{"--plot", "timeline.pdf"}, `--plot: "timeline.pdf": picture file must end in .svg or .png`},

@@ -10,6 +10,7 @@ import (
 
 	"warmstart/internal/api"
 	"warmstart/internal/cli"
+	"warmstart/internal/config"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/lab/chart"
 	"warmstart/internal/ops"
@@ -22,7 +23,7 @@ import (
 type restoreFlags struct {
 	vf       cli.VMMFlags
 	req      api.RestoreRequest
-	ioEngine int // req.IOEngine once --io-engine is given
+	ioEngine config.IOEngineSetting // req.IOEngine once --io-engine is given
 	hold     bool
 	asJSON   bool
 	plotPath string
@@ -75,7 +76,8 @@ after it still sends the stop.`,
 	fl.StringVar(&f.req.Prefetch, "prefetch", "auto", "startup prefetch: auto ([prefetch] on_restore), on or off")
 	fl.StringVar(&f.req.Device, "device", "", "memory device: file (FUSE) or uffd (default from [memory] device)")
 	fl.StringVar(&f.req.Policy, "policy", "", "prefetch policy: seed, reap, e2b or warmstart (default from [prefetch] policy)")
-	fl.IntVar(&f.ioEngine, "io-engine", 0, "I/O engine: 0 or 1 buffered, 2 direct I/O (default from [memory] io_engine)")
+	fl.Var(&f.ioEngine, "io-engine", "I/O engine: buffered, buffered_async or direct, or 0, 1, 2 (default from [memory] io_engine)")
+	fl.Lookup("io-engine").DefValue = "" // the configured engine, not the zero value
 	fl.BoolVar(&f.hold, "hold", false, "keep the VM running until Ctrl-C; if it exits first, say how and exit 1 (with --daemon: leave it with the daemon)")
 	fl.BoolVar(&f.asJSON, "json", false, "print the result as JSON")
 	fl.BoolVar(&f.req.Pausable, "pausable", false, "restore so that the VM can be paused into a child snapshot (restores snapshot ID, with --daemon --hold)")
@@ -91,7 +93,8 @@ after it still sends the stop.`,
 // is refused: the request reads "" as the configured device.
 func (f *restoreFlags) check(cmd *cobra.Command) error {
 	if cmd.Flags().Changed("io-engine") {
-		f.req.IOEngine = &f.ioEngine
+		engine := int(f.ioEngine)
+		f.req.IOEngine = &engine
 	}
 	if cmd.Flags().Changed("device") {
 		if err := ops.CheckDevice(f.req.Device, ops.Flags); err != nil {

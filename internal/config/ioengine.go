@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"slices"
+	"strconv"
 )
 
 // IOEngineSetting is [memory] io_engine: a name (IOEngineNames) or, as
@@ -38,3 +39,16 @@ func (e *IOEngineSetting) UnmarshalTOML(v any) error {
 	}
 	return fmt.Errorf("want a name such as %q or an integer, got %T", IOEngineNames[0], v)
 }
+
+// Set makes the setting a command-line flag value (pflag.Value) that
+// takes what the configuration file takes: a name or an integer.
+func (e *IOEngineSetting) Set(s string) error {
+	if i, err := strconv.Atoi(s); err == nil {
+		*e = IOEngineSetting(i)
+		return nil
+	}
+	return e.UnmarshalTOML(s)
+}
+
+// Type names the flag's value in --help.
+func (e *IOEngineSetting) Type() string { return "engine" }
