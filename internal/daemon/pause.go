@@ -30,7 +30,7 @@ func (d *Daemon) pauseRestore(w http.ResponseWriter, r *http.Request) error {
 	}
 	// A client that goes away must not leave a VM paused.
 	ctx := context.WithoutCancel(r.Context())
-	res, err := ops.Pause(ctx, d.repo, run.inst, req, d.cfg.Runtime.Dir)
+	res, err := ops.Pause(ctx, d.repo, run.inst, req, ops.PauseOptions{StagingDir: d.cfg.Runtime.Dir, MaxDepth: int(d.cfg.Pause.MaxDepth)})
 	switch {
 	case errors.Is(err, restore.ErrNotPausable), errors.Is(err, restore.ErrPauseInProgress):
 		return statusError(http.StatusConflict, "id", err)
