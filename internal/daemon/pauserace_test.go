@@ -277,3 +277,36 @@ func TestShutdownDuringAPause(t *testing.T) {
 		t.Fatalf("restore directories left after shutdown: %d", len(ents))
 	}
 }
+
+// TestStopCancelsAPauseThatDoesNotEnd: a pause held past the stop
+// timeout is cancelled by the stop that waits for it: it answers 409
+// naming the stop, publishes nothing, and the stop then stops the VM.
+func TestStopCancelsAPauseThatDoesNotEnd(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	held := holdPause(t, pause.StepPublish)
+	r, imp, in := pausableRestore(t, f, func(o *daemon.Options) { o.StopTimeout = 300 * time.Millisecond })
+	t.Cleanup(held.let)
+	ctx := context.Background()
+
+	paused := goPause(r, in.ID, api.PauseRequest{Then: api.ThenStop})
+	<-held.reached
+	stop, err := r.client.StopRestore(ctx, in.ID)
+	if err != nil {
+		t.Fatalf("stop of a restore whose pause does not end: %v", err)
+	}
+	p := <-paused
+	wantStatus(t, "a pause the stop cancelled", p.err, "being stopped", 409)
+	if r.log.attrsOf(daemon.MsgStopWaitsForPause) == nil {
+		t.Fatalf("the stop (%+v) did not wait for the pause", stop)
+	}
+	snaps, err := r.client.Snapshots(ctx, repository.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snaps) != 1 || snaps[0].ID != imp.ID {
+		t.Fatalf("a cancelled pause left snapshots %+v; want the base alone", snaps)
+	}
+	if list, err := r.client.Restores(ctx); err != nil || len(list) != 0 {
+		t.Fatalf("restores after the stop: %+v, %v; want none", list, err)
+	}
+}
