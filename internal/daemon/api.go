@@ -475,8 +475,9 @@ func (d *Daemon) stopAndRelease(ctx context.Context, run *running) (restore.Stop
 	return rep, errors.Join(err, relErr)
 }
 
-// stopRestore stops a restore in the seed's order: stop the VM, wait for
-// the prefetch reads, drop the restore's device reference.
+// stopRestore stops a restore in the seed's order, once a pause of it in
+// progress has ended (awaitPause): stop the VM, wait for the prefetch
+// reads, drop the restore's device reference.
 func (d *Daemon) stopRestore(ctx context.Context, run *running) (restore.StopReport, error) {
 	d.awaitPause(ctx, run)
 	ctx, cancel := context.WithTimeout(ctx, d.stopWithin)
