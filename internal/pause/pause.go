@@ -146,12 +146,11 @@ func Run(ctx context.Context, repo Repository, inst *restore.Instance, req Reque
 	res.Timings.Paused = time.Since(frozen.began)
 
 	step(StepLayer)
-	tl := time.Now()
 	built, err := buildChild(dir, parent, res2, inst, frozen.Frozen, opts, step)
 	if err != nil {
 		return res, err
 	}
-	res.Timings.Layer = time.Since(tl) - built.harvest
+	res.Timings.Layer = built.took
 	res.Pages, res.Flattened = built.counts, built.merged
 
 	step(StepPublish)
@@ -222,28 +221,30 @@ type builtChild struct {
 	layer     *layers.Built
 	merged    bool
 	counts    layers.Counts
+	took      time.Duration // the layer step's
 	manifest  []byte
 	recording *repository.Recording
-	harvest   time.Duration // of the layer step, the manifest's part
 }
 
-// buildChild builds the child's layer from the frozen pages, harvests its
-// manifest from them, and merges the parent's diff layers in when the
-// child would pass the depth bound.
+// buildChild builds the child's layer from the frozen pages, merging the
+// parent's diff layers in when the child would pass the depth bound, then
+// harvests its manifest.
 func buildChild(dir string, parent repository.Record, res repository.Resolved, inst *restore.Instance, f restore.Frozen, opts Options, step func(string)) (b builtChild, err error) {
+	t0 := time.Now()
 	own, counts, err := buildLayer(dir, parent, res, f)
 	if err != nil {
 		return b, err
 	}
 	b.counts = counts
+	if b.layer, b.merged, err = boundDepth(dir, parent, res, own, opts.maxDepth()); err != nil {
+		return b, err
+	}
+	b.took = time.Since(t0)
 	step(StepManifest)
-	th := time.Now()
 	// The manifest's written pages are the guest's, not the merged ones.
 	b.manifest, b.recording, err = harvestManifest(parent, inst, own, opts.extraPercent())
 	if err != nil {
 		return b, fmt.Errorf("pause: %w", err)
 	}
-	b.harvest = time.Since(th)
-	b.layer, b.merged, err = boundDepth(dir, parent, res, own, opts.maxDepth())
-	return b, err
+	return b, nil
 }
