@@ -135,12 +135,16 @@ const (
 type PauseResult struct {
 	// Snapshot is the child's id, Parent the snapshot it was paused from,
 	// Depth its number of diff layers.
-	Snapshot string        `json:"snapshot"`
-	Alias    string        `json:"alias,omitempty"`
-	Parent   string        `json:"parent"`
-	Depth    int           `json:"depth"`
-	Pages    layers.Counts `json:"pages"`
-	Timings  pause.Timings `json:"timings"`
+	Snapshot string `json:"snapshot"`
+	Alias    string `json:"alias,omitempty"`
+	Parent   string `json:"parent"`
+	Depth    int    `json:"depth"`
+	// Flattened says the child would have passed [pause] max_depth and
+	// was published with one diff layer over its chain's base, merging
+	// the parent's diff layers and the changed pages.
+	Flattened bool          `json:"flattened"`
+	Pages     layers.Counts `json:"pages"`
+	Timings   pause.Timings `json:"timings"`
 	// Stop is the restore's shutdown with then=stop.
 	Stop *restore.StopReport `json:"stop,omitempty"`
 }

@@ -58,6 +58,7 @@ type Config struct {
 	Agent       AgentConfig       `toml:"agent"`
 	Log         LogConfig         `toml:"log"`
 	Trust       TrustConfig       `toml:"trust"`
+	Pause       PauseConfig       `toml:"pause"`
 
 	// Envd is the seed's name of [agent], read only to be moved there
 	// (deprecated.go).
@@ -96,6 +97,14 @@ type TrustConfig struct {
 	// node restores only snapshots signed by one of them (or by
 	// SigningKey); without, it checks no signature.
 	TrustedKeys []string `toml:"trusted_keys"`
+}
+
+// PauseConfig is [pause]: how a running restore becomes a child snapshot
+// (package pause).
+type PauseConfig struct {
+	// MaxDepth bounds a child's diff layers: a pause whose child would
+	// have more publishes it with one merged layer over its chain's base.
+	MaxDepth int64 `toml:"max_depth"`
 }
 
 // Log formats and levels.
@@ -450,6 +459,7 @@ func defaults() *Config {
 		},
 		Agent: AgentConfig{PollInterval: 5 * time.Millisecond, Timeout: 30 * time.Second},
 		Trust: TrustConfig{TrustedKeys: []string{}},
+		Pause: PauseConfig{MaxDepth: DefaultPauseMaxDepth},
 	}
 }
 

@@ -51,6 +51,7 @@ func (c *Config) Validate() error {
 		c.servingChecks(),
 		c.vmmChecks(),
 		c.logAndTrustChecks(),
+		c.pauseChecks(),
 	} {
 		for _, check := range section {
 			if err := check(); err != nil {
@@ -362,4 +363,11 @@ func readaround(key string, kib int64, zero bool) error {
 		return invalid(key, "%d is not a whole number of 4 KiB pages", kib)
 	}
 	return nil
+}
+
+// pauseChecks are the checks of [pause].
+func (c *Config) pauseChecks() []func() error {
+	return []func() error{
+		func() error { return inRange("pause.max_depth", c.Pause.MaxDepth, 1, MaxPauseDepth) },
+	}
 }

@@ -2,7 +2,9 @@ package config
 
 import (
 	"warmstart/internal/memdev"
+	"warmstart/internal/pause"
 	"warmstart/internal/prefetch"
+	"warmstart/internal/repository"
 	"warmstart/internal/restore"
 )
 
@@ -59,6 +61,14 @@ func Policies() []string { return []string{PolicyWarmstart, PolicySeed, PolicyRE
 // DefaultPrefetchMaxReaders is [prefetch] max_readers's default: the
 // prefetch engine's (prefetch.DefaultMaxReaders says why four).
 const DefaultPrefetchMaxReaders = prefetch.DefaultMaxReaders
+
+// DefaultPauseMaxDepth is [pause] max_depth's default, the pause
+// package's (pause.DefaultMaxDepth says why 16); MaxPauseDepth is the most
+// diff layers a record's chain may have.
+const (
+	DefaultPauseMaxDepth = pause.DefaultMaxDepth
+	MaxPauseDepth        = repository.MaxDepth
+)
 
 // VMM drivers ([vmm] driver; --vmm).
 const (

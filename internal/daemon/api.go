@@ -25,6 +25,8 @@ import (
 type running struct {
 	info api.RestoreInfo
 	inst *restore.Instance
+	// pause is its pause in progress, guarded by Daemon.mu (pause.go).
+	pause pauseGate
 }
 
 // current is the restore's info with its VM's state as of now.
@@ -473,9 +475,11 @@ func (d *Daemon) stopAndRelease(ctx context.Context, run *running) (restore.Stop
 	return rep, errors.Join(err, relErr)
 }
 
-// stopRestore stops a restore in the seed's order: stop the VM, wait for
-// the prefetch reads, drop the restore's device reference.
+// stopRestore stops a restore in the seed's order, once a pause of it in
+// progress has ended (awaitPause): stop the VM, wait for the prefetch
+// reads, drop the restore's device reference.
 func (d *Daemon) stopRestore(ctx context.Context, run *running) (restore.StopReport, error) {
+	d.awaitPause(ctx, run)
 	ctx, cancel := context.WithTimeout(ctx, d.stopWithin)
 	defer cancel()
 	id := run.info.ID

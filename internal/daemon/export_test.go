@@ -16,3 +16,15 @@ func SetRestoreReadyHook(t testing.TB, hook func(context.Context)) {
 
 // MsgRefusedPeer is logged when a connection from another user is refused.
 const MsgRefusedPeer = msgRefusedPeer
+
+// SetPauseStepHook has hook told of each step of every pause (with the
+// pause's context and the restore's id) before the step starts, until t
+// ends; as SetRestoreReadyHook, set it before the daemon serves.
+func SetPauseStepHook(t testing.TB, hook func(ctx context.Context, id, step string)) {
+	testHookPauseStep = hook
+	t.Cleanup(func() { testHookPauseStep = nil })
+}
+
+// MsgStopWaitsForPause is logged when a stop waits for a pause of its
+// restore to end.
+const MsgStopWaitsForPause = msgStopWaitsForPause

@@ -28,9 +28,19 @@ func CheckPauseRequest(req api.PauseRequest) error {
 	return nil
 }
 
+// PauseOptions are how a pause runs on this node.
+type PauseOptions struct {
+	// StagingDir holds the pause's files until the child is published.
+	StagingDir string
+	// MaxDepth is [pause] max_depth (pause.Options.MaxDepth).
+	MaxDepth int
+	// OnStep, when set, is told of each step before it starts.
+	OnStep func(step string)
+}
+
 // Pause pauses inst into a child snapshot in repo. With then=stop the
 // VM is left paused for the caller to stop (it runs again on failure).
-func Pause(ctx context.Context, repo repository.Repository, inst *restore.Instance, req api.PauseRequest, staging string) (api.PauseResult, error) {
+func Pause(ctx context.Context, repo repository.Repository, inst *restore.Instance, req api.PauseRequest, opts PauseOptions) (api.PauseResult, error) {
 	if err := CheckPauseRequest(req); err != nil {
 		return api.PauseResult{}, err
 	}
@@ -38,10 +48,11 @@ func Pause(ctx context.Context, repo repository.Repository, inst *restore.Instan
 	if !ok {
 		return api.PauseResult{}, ErrPauseUnsupported
 	}
-	res, err := pause.Run(ctx, lr, inst, pause.Request{Alias: req.Alias, Stop: req.Then == api.ThenStop}, pause.Options{StagingDir: staging})
+	res, err := pause.Run(ctx, lr, inst, pause.Request{Alias: req.Alias, Stop: req.Then == api.ThenStop},
+		pause.Options{StagingDir: opts.StagingDir, MaxDepth: opts.MaxDepth, OnStep: opts.OnStep})
 	if err != nil {
 		return api.PauseResult{}, err
 	}
 	return api.PauseResult{Snapshot: res.Child.ID, Alias: res.Child.Alias, Parent: res.Parent, Depth: res.Child.Depth(),
-		Pages: res.Pages, Timings: res.Timings}, nil
+		Flattened: res.Flattened, Pages: res.Pages, Timings: res.Timings}, nil
 }

@@ -86,6 +86,16 @@ func parentDigests(parent repository.Record, res repository.Resolved) (layers.Pa
 	if !ok {
 		return nil, fmt.Errorf("parent %s: layered memory without its chain", parent.ID)
 	}
+	tables, err := layerTables(parent, cs)
+	if err != nil {
+		return nil, err
+	}
+	return layers.ChainDigests(cs.Chain(), tables)
+}
+
+// layerTables reads the SHA-256 table of every layer of a layered
+// parent's chain, each checked against its descriptor.
+func layerTables(parent repository.Record, cs *repository.ChainSource) ([]*integrity.Table, error) {
 	ls := cs.Layers()
 	tables := make([]*integrity.Table, len(ls))
 	for i, l := range ls {
@@ -99,7 +109,7 @@ func parentDigests(parent repository.Record, res repository.Resolved) (layers.Pa
 		}
 		tables[i] = t
 	}
-	return layers.ChainDigests(cs.Chain(), tables)
+	return tables, nil
 }
 
 // readTable reads a digest table and checks it against its descriptor.

@@ -53,6 +53,11 @@ type Options struct {
 	// manifest at this share of its startup path; 0 is
 	// DefaultExtraPercent, negative none.
 	ManifestExtraPercent int
+	// MaxDepth bounds the child's diff layers ([pause] max_depth; 0 is
+	// DefaultMaxDepth): a child that would have more is published with
+	// one layer over its chain's base, merging the parent's diff layers
+	// and the changed pages (Result.Flattened).
+	MaxDepth int
 }
 
 func (o Options) extraPercent() int {
@@ -80,10 +85,15 @@ type Timings struct {
 
 // Result is a published child.
 type Result struct {
-	Child   repository.Record
-	Parent  string
+	Child  repository.Record
+	Parent string
+	// Pages are the changed pages' counts (of the new pages, also when
+	// they were merged).
 	Pages   layers.Counts
 	Timings Timings
+	// Flattened says the child would have passed the depth bound and was
+	// published with one merged diff layer over its chain's base.
+	Flattened bool
 }
 
 // Run pauses inst into a child of the snapshot it was restored from (or
@@ -136,24 +146,18 @@ func Run(ctx context.Context, repo Repository, inst *restore.Instance, req Reque
 	res.Timings.Paused = time.Since(frozen.began)
 
 	step(StepLayer)
-	tl := time.Now()
-	built, counts, err := buildLayer(dir, parent, res2, frozen.Frozen)
+	built, err := buildChild(dir, parent, res2, inst, frozen.Frozen, opts, step)
 	if err != nil {
 		return res, err
 	}
-	res.Timings.Layer = time.Since(tl)
-	res.Pages = counts
+	res.Timings.Layer = built.took
+	res.Pages, res.Flattened = built.counts, built.merged
 
-	step(StepManifest)
-	man, recording, err := harvestManifest(parent, inst, built, opts.extraPercent())
-	if err != nil {
-		return res, fmt.Errorf("pause: %w", err)
-	}
 	step(StepPublish)
 	tp := time.Now()
 	child, err := repo.PublishLayer(ctx, lease, repository.LayerPublishRequest{
-		Parent: parent, VMStatePath: frozen.VMStatePath, Layer: built, Alias: req.Alias,
-		Manifest: man, Recording: recording,
+		Parent: parent, VMStatePath: frozen.VMStatePath, Layer: built.layer, Merged: built.merged, Alias: req.Alias,
+		Manifest: built.manifest, Recording: built.recording,
 	})
 	if err != nil {
 		return res, fmt.Errorf("pause: publish: %w", err)
@@ -208,4 +212,39 @@ func freeze(ctx context.Context, inst *restore.Instance, dir string, req Request
 		return f, true, fmt.Errorf("pause: resume: %w", err)
 	}
 	return f, true, nil
+}
+
+// builtChild is what a child is published with: its layer (nil when
+// nothing changed and the bound holds), whether that merges the parent's
+// diff layers, and its harvested manifest.
+type builtChild struct {
+	layer     *layers.Built
+	merged    bool
+	counts    layers.Counts
+	took      time.Duration // the layer step's
+	manifest  []byte
+	recording *repository.Recording
+}
+
+// buildChild builds the child's layer from the frozen pages, merging the
+// parent's diff layers in when the child would pass the depth bound, then
+// harvests its manifest.
+func buildChild(dir string, parent repository.Record, res repository.Resolved, inst *restore.Instance, f restore.Frozen, opts Options, step func(string)) (b builtChild, err error) {
+	t0 := time.Now()
+	own, counts, err := buildLayer(dir, parent, res, f)
+	if err != nil {
+		return b, err
+	}
+	b.counts = counts
+	if b.layer, b.merged, err = boundDepth(dir, parent, res, own, opts.maxDepth()); err != nil {
+		return b, err
+	}
+	b.took = time.Since(t0)
+	step(StepManifest)
+	// The manifest's written pages are the guest's, not the merged ones.
+	b.manifest, b.recording, err = harvestManifest(parent, inst, own, opts.extraPercent())
+	if err != nil {
+		return b, fmt.Errorf("pause: %w", err)
+	}
+	return b, nil
 }

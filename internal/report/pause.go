@@ -15,7 +15,11 @@ func Paused(w io.Writer, r api.PauseResult) {
 	if r.Alias != "" {
 		alias = " (" + r.Alias + ")"
 	}
-	fmt.Fprintf(w, "snapshot %s%s: child of %s, depth %d\n", r.Snapshot, alias, r.Parent, r.Depth)
+	flat := ""
+	if r.Flattened {
+		flat = " (flattened: the chain's diff layers merged into one over its base)"
+	}
+	fmt.Fprintf(w, "snapshot %s%s: child of %s, depth %d%s\n", r.Snapshot, alias, r.Parent, r.Depth, flat)
 	fmt.Fprintf(w, "pages: %d changed, %d identical to the parent, %d zero, %d stored (%.1f MiB)\n",
 		r.Pages.Candidates, r.Pages.Identical, r.Pages.Zero, r.Pages.Stored, float64(r.Pages.Stored)*4096/(1<<20))
 	t := r.Timings
