@@ -62,6 +62,8 @@ func (d *Driver) RestoreMachine(ctx context.Context, spec vmm.RestoreSpec, opts 
 		// handler inside it.
 		go m.watchHandler(opts.HandlerDone)
 	}
+	m.tracking = load.TrackDirtyPages || load.EnableDiffSnapshots
+	m.memBytes = spec.Layout.FileSize
 	m.started = time.Now()
 	if err := m.load(ctx, load); err != nil {
 		return nil, m.failed(ctx, fmt.Sprintf("restore %s: load snapshot", spec.SnapshotID), err)
@@ -70,14 +72,16 @@ func (d *Driver) RestoreMachine(ctx context.Context, spec vmm.RestoreSpec, opts 
 }
 
 // snapshotLoad is the load body for spec that release v accepts: an
-// optional field goes in only when it is wanted and v knows it.
+// optional field goes in only when it is wanted and v knows it. A
+// pausable restore tracks dirty pages whatever the options say: its
+// SaveDiff needs them (pause.go).
 func (d *Driver) snapshotLoad(v Version, spec vmm.RestoreSpec) (SnapshotLoad, error) {
 	load := SnapshotLoad{
 		SnapshotPath: spec.VMStatePath,
 		MemBackend:   MemoryBackend{BackendType: spec.Backend, BackendPath: spec.MemPath},
 		ResumeVM:     !spec.Paused,
 	}
-	if d.opts.TrackDirtyPages {
+	if d.opts.TrackDirtyPages || spec.Pausable {
 		if v.AtLeast(trackDirtyPagesSince) {
 			load.TrackDirtyPages = true
 		} else {
