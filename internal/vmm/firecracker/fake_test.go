@@ -82,6 +82,10 @@ type fakeConfig struct {
 	// fails when sync_all of the memory file fails: after the dump, with
 	// the dirty pages already forgotten.
 	SyncFailures int
+	// ResumeFailures makes that many resumes of a paused restored VM
+	// fail as Firecracker's does when a vCPU does not answer: 400, the
+	// VM still paused.
+	ResumeFailures int
 }
 
 // recordedRequest is one API request a fake received.
@@ -245,9 +249,10 @@ type fakeVM struct {
 	guestRan bool
 	// tracking: the VM tracks dirty pages (machine config or load);
 	// dirty are the pages written since the load or the last snapshot.
-	tracking    bool
-	dirty       map[int64]bool
-	syncsFailed int
+	tracking      bool
+	dirty         map[int64]bool
+	syncsFailed   int
+	resumesFailed int
 }
 
 func newFakeVM(cfg fakeConfig, id, dir string, log io.Writer) (*fakeVM, error) {
@@ -417,6 +422,11 @@ func (f *fakeVM) setState(body []byte) *fakeFault {
 	if v.State == VMPaused {
 		f.state = "Paused"
 		return nil
+	}
+	if f.guestRan && f.resumesFailed < f.cfg.ResumeFailures {
+		f.resumesFailed++
+		// resume_vcpus failing: VmmError::VcpuMessage (src/vmm/src/lib.rs).
+		return badRequest("Internal Vmm error: Failed to message the vCPUs.")
 	}
 	f.state = "Running"
 	if f.ctrlAltDel {

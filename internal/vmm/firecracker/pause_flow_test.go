@@ -355,3 +355,30 @@ func mountRamfs(t *testing.T) string {
 	})
 	return dir
 }
+
+// TestFirecrackerPauseResumeFails: a pause whose resume fails after the
+// Diff (a vCPU does not answer) fails with the VM still paused; the next
+// pause's child still holds the pages written before the first, which
+// Firecracker forgot at its Diff.
+func TestFirecrackerPauseResumeFails(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	f := newPauseFlow(t, ctx)
+	r := f.restorer(pauseDriver(t, firecracker.FakeConfig{ResumeFailures: 1}))
+	inst, m := f.restore(t, ctx, r, f.p.resolved.Record.ID, restore.Options{Device: config.DeviceFile, Pausable: true})
+	written := map[int64]uint64{6 << 20: 41, pauseTouched[3]: 42}
+	write(t, ctx, m, written)
+	if _, err := pause.Run(ctx, f.repo, inst, pause.Request{}, pause.Options{StagingDir: f.staging(t)}); err == nil ||
+		!strings.Contains(err.Error(), "Failed to message the vCPUs") {
+		t.Fatalf("a pause whose resume failed: %v", err)
+	}
+	res, err := pause.Run(ctx, f.repo, inst, pause.Request{Stop: true}, pause.Options{StagingDir: f.staging(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, child := f.restore(t, ctx, f.restorer(nil), res.Child.ID, restore.Options{Device: config.DeviceFile})
+	checkPages(t, ctx, child, written)
+}
