@@ -102,6 +102,9 @@ func (m *Machine) SaveDiff(ctx context.Context, spec vmm.DiffSpec) (vmm.Diff, er
 	if err := m.checkDiff(spec.Dir, d.MemoryDiffPath); err != nil {
 		return vmm.Diff{}, fmt.Errorf("save diff: %w", err)
 	}
+	if err := ctx.Err(); err != nil {
+		return vmm.Diff{}, fmt.Errorf("save diff: %w", err)
+	}
 	// An abandoned create still runs to its end and resets the dirty log,
 	// so its answer is always awaited.
 	err := m.client.CreateSnapshot(context.WithoutCancel(ctx), SnapshotCreate{
