@@ -39,6 +39,9 @@ type Machine struct {
 	// diffLost, once set, refuses every later Diff: changed pages were
 	// lost, so none would be complete.
 	diffLost error
+	// exactHoles are the file systems (device numbers) whose holes
+	// checkExactHoles found exact.
+	exactHoles map[uint64]bool
 
 	mu            sync.Mutex
 	stopRequested bool

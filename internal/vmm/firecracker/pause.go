@@ -10,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"warmstart/internal/vmm"
 )
 
@@ -132,7 +134,28 @@ func (m *Machine) checkDiff(dir, memPath string) error {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	return checkExactHoles(dir)
+	return m.checkHoles(dir)
+}
+
+// checkHoles runs checkExactHoles once per file system (by device number)
+// that passes it: the probe's write and sync would otherwise lengthen
+// every paused window.
+func (m *Machine) checkHoles(dir string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return fmt.Errorf("diff directory: %w", err)
+	}
+	if m.exactHoles[st.Dev] {
+		return nil
+	}
+	if err := checkExactHoles(dir); err != nil {
+		return err
+	}
+	if m.exactHoles == nil {
+		m.exactHoles = map[uint64]bool{}
+	}
+	m.exactHoles[st.Dev] = true
+	return nil
 }
 
 // createFailed turns a failed create into SaveDiff's error, keeping what
