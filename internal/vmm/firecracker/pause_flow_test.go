@@ -341,16 +341,20 @@ func TestFirecrackerPauseVMExitedInDiff(t *testing.T) {
 func vmmDiffSpec(dir string) vmm.DiffSpec { return vmm.DiffSpec{Dir: dir} }
 
 // mountRamfs mounts a ramfs, whose holes are not exact: it reports a whole
-// sparse file as data. It skips where mounting is not allowed.
-func mountRamfs(t *testing.T) string {
+// sparse file as data.
+func mountRamfs(t *testing.T) string { return mountFS(t, "ramfs", "mode=0700") }
+
+// mountFS mounts a file system of type fstype with data on a temporary
+// directory until the test ends. It skips where mounting is not allowed.
+func mountFS(t *testing.T, fstype, data string) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := syscall.Mount("ramfs", dir, "ramfs", 0, "mode=0700"); err != nil {
-		t.Skipf("skipped: mount a ramfs: %v", err)
+	if err := syscall.Mount(fstype, dir, fstype, 0, data); err != nil {
+		t.Skipf("skipped: mount a %s: %v", fstype, err)
 	}
 	t.Cleanup(func() {
 		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount the ramfs at %s: %v", dir, err)
+			t.Errorf("unmount the %s at %s: %v", fstype, dir, err)
 		}
 	})
 	return dir
@@ -371,6 +375,39 @@ func TestFirecrackerPauseResumeFails(t *testing.T) {
 	if _, err := pause.Run(ctx, f.repo, inst, pause.Request{}, pause.Options{StagingDir: f.staging(t)}); err == nil ||
 		!strings.Contains(err.Error(), "Failed to message the vCPUs") {
 		t.Fatalf("a pause whose resume failed: %v", err)
+	}
+	res, err := pause.Run(ctx, f.repo, inst, pause.Request{Stop: true}, pause.Options{StagingDir: f.staging(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, child := f.restore(t, ctx, f.restorer(nil), res.Child.ID, restore.Options{Device: config.DeviceFile})
+	checkPages(t, ctx, child, written)
+}
+
+// TestFirecrackerPauseMergeFails: a pause fails at publish, keeping its
+// pages; the guest writes another page; the next pause's Diff is written
+// but merging the kept pages into it fails (its staging tmpfs is full).
+// A third pause's child holds the pages of both.
+func TestFirecrackerPauseMergeFails(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	f := newPauseFlow(t, ctx)
+	inst, m := f.restore(t, ctx, f.restorer(nil), f.p.resolved.Record.ID, restore.Options{Device: config.DeviceFile, Pausable: true})
+	written := map[int64]uint64{6 << 20: 51, 7 << 20: 52}
+	write(t, ctx, m, written)
+	if _, err := pause.Run(ctx, f.repo, inst, pause.Request{Alias: "fc"}, pause.Options{StagingDir: f.staging(t)}); err == nil {
+		t.Fatal("a pause under the parent's alias published")
+	}
+	written[8<<20] = 53
+	write(t, ctx, m, map[int64]uint64{8 << 20: 53})
+	// Three pages: the Diff's state and its one changed page fit, the
+	// kept pages merged into it do not.
+	full := mountFS(t, "tmpfs", "size=12k,huge=never")
+	if _, err := pause.Run(ctx, f.repo, inst, pause.Request{}, pause.Options{StagingDir: full}); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("a pause staged on a full tmpfs: %v; want it to fail merging the kept pages", err)
 	}
 	res, err := pause.Run(ctx, f.repo, inst, pause.Request{Stop: true}, pause.Options{StagingDir: f.staging(t)})
 	if err != nil {
