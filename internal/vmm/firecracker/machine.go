@@ -31,7 +31,8 @@ type Machine struct {
 	tracking bool
 	memBytes int64
 
-	// diffMu serialises SaveDiff; it guards unsaved and diffLost.
+	// diffMu serialises SaveDiff; it guards unsaved, diffLost and
+	// exactHoles.
 	diffMu sync.Mutex
 	// unsaved are pages of a failed Diff that Firecracker forgot, kept
 	// in unsavedPagesFile for the next Diff, ascending.

@@ -57,13 +57,13 @@ func (d *Driver) RestoreMachine(ctx context.Context, spec vmm.RestoreSpec, opts 
 		m.abort(KillStartFailed)
 		return nil, fmt.Errorf("restore %s: %w", spec.SnapshotID, err)
 	}
+	m.tracking = load.TrackDirtyPages || load.EnableDiffSnapshots
+	m.memBytes = spec.Layout.FileSize
 	if opts.HandlerDone != nil {
 		// Watch from before the load: Firecracker faults through the
 		// handler inside it.
 		go m.watchHandler(opts.HandlerDone)
 	}
-	m.tracking = load.TrackDirtyPages || load.EnableDiffSnapshots
-	m.memBytes = spec.Layout.FileSize
 	m.started = time.Now()
 	if err := m.load(ctx, load); err != nil {
 		return nil, m.failed(ctx, fmt.Sprintf("restore %s: load snapshot", spec.SnapshotID), err)
