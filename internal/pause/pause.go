@@ -209,7 +209,9 @@ func freeze(ctx context.Context, inst *restore.Instance, dir string, req Request
 	}
 	step(StepResume)
 	if err := inst.Thaw(true); err != nil {
-		return f, true, fmt.Errorf("pause: resume: %w", err)
+		// The VMM forgot the frozen pages at the freeze and no child
+		// will hold them: the next pause of this restore must.
+		return f, true, fmt.Errorf("pause: resume: %w", errors.Join(err, inst.KeepPending(f.Frozen)))
 	}
 	return f, true, nil
 }

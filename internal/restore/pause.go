@@ -35,6 +35,9 @@ type pauseState struct {
 	// published (KeepPending): the VMM forgot them at that Freeze, so the
 	// next one merges them in, or its child would miss them.
 	pending *Frozen
+	// lost, once set, refuses every later Freeze: changed pages the VMM
+	// forgot could be neither listed nor kept, so no child would be whole.
+	lost error
 }
 
 // Frozen is what a Freeze saved of the paused VM.
@@ -169,6 +172,10 @@ func (inst *Instance) Freeze(ctx context.Context, dir string) (Frozen, error) {
 		inst.pause.mu.Unlock()
 		return Frozen{}, ErrPauseInProgress
 	}
+	if lost := inst.pause.lost; lost != nil {
+		inst.pause.mu.Unlock()
+		return Frozen{}, fmt.Errorf("restore %s: %w", inst.ID, lost)
+	}
 	inst.pause.frozen = true
 	inst.pause.mu.Unlock()
 	if err := p.Pause(ctx); err != nil {
@@ -181,17 +188,63 @@ func (inst *Instance) Freeze(ctx context.Context, dir string) (Frozen, error) {
 	f := Frozen{VMStatePath: diff.VMStatePath, MemoryDiffPath: diff.MemoryDiffPath}
 	if diff.DeviceTracked {
 		f.MemoryDiffPath = filepath.Join(dir, vmm.DiffMemoryFile)
-		f.Pages, err = inst.frozenByDevice(f.MemoryDiffPath)
-	} else {
-		f.Pages, err = DataPages(f.MemoryDiffPath)
-	}
-	if err != nil {
-		return Frozen{}, err
+		if f.Pages, err = inst.frozenByDevice(f.MemoryDiffPath); err != nil {
+			return Frozen{}, err
+		}
+	} else if f.Pages, err = DataPages(f.MemoryDiffPath); err != nil {
+		// The VMM forgot these pages at the save, and no one can list them.
+		return Frozen{}, inst.lose(err)
 	}
 	if err := inst.mergePending(&f); err != nil {
-		return Frozen{}, err
+		return Frozen{}, errors.Join(err, inst.keepUnmerged(f))
 	}
 	return f, nil
+}
+
+// ErrPagesLost is wrapped by every Freeze after one whose changed pages
+// could be neither listed nor kept.
+var ErrPagesLost = errors.New("changed pages were lost at an earlier pause; this restore can no longer be paused")
+
+// lose records that changed pages the VMM forgot are gone, and returns err
+// with it.
+func (inst *Instance) lose(err error) error {
+	inst.pause.mu.Lock()
+	defer inst.pause.mu.Unlock()
+	inst.pause.lost = fmt.Errorf("%w: %w", ErrPagesLost, err)
+	return inst.pause.lost
+}
+
+// keepUnmerged keeps, after a failed merge, f's pages with the pending
+// pages f lacks as the new pending pages, so the next Freeze has both.
+func (inst *Instance) keepUnmerged(f Frozen) error {
+	inst.pause.mu.Lock()
+	p := inst.pause.pending
+	inst.pause.mu.Unlock()
+	path := filepath.Join(inst.held.runDir, fmt.Sprintf("pending-%d.diff", pendingSeq.Add(1)))
+	err := copyPages(f.MemoryDiffPath, path, f.Pages, nil)
+	pages := slices.Clone(f.Pages)
+	if err == nil && p != nil {
+		var add []int64
+		for _, pg := range p.Pages {
+			if _, found := slices.BinarySearch(f.Pages, pg); !found {
+				add = append(add, pg)
+			}
+		}
+		err = copyPages(p.MemoryDiffPath, path, add, &Frozen{})
+		pages = append(pages, add...)
+		slices.Sort(pages)
+	}
+	if err != nil {
+		os.Remove(path)
+		return inst.lose(fmt.Errorf("keep the changed pages after a failed merge: %w", err))
+	}
+	inst.pause.mu.Lock()
+	defer inst.pause.mu.Unlock()
+	if p != nil {
+		os.Remove(p.MemoryDiffPath)
+	}
+	inst.pause.pending = &Frozen{MemoryDiffPath: path, Pages: pages}
+	return nil
 }
 
 // frozenByDevice has the device write the pages the VMM wrote back.

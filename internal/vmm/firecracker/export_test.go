@@ -1,6 +1,9 @@
 package firecracker
 
-import "testing"
+import (
+	"context"
+	"testing"
+)
 
 // The fake Firecracker harness, for the tests of package firecracker_test:
 // they drive this package through capture, recorder and restore, which
@@ -42,3 +45,14 @@ func CheckRecords(t *testing.T, version string, records []RecordedRequest) map[s
 }
 
 func RequireSeen(t *testing.T, seen map[string]bool, want ...string) { requireSeen(t, seen, want...) }
+
+// GuestWrite has the fake guest of m write value into the last 8 bytes of
+// the page at off; GuestRead answers the value there. The guest runs in
+// the fake's process, so the memory it touches may be served by this one.
+func GuestWrite(ctx context.Context, m *Machine, off int64, value uint64) error {
+	return guestWrite(ctx, m, off, value)
+}
+
+func GuestRead(ctx context.Context, m *Machine, off int64) (uint64, error) {
+	return guestRead(ctx, m, off)
+}

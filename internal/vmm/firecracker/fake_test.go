@@ -75,6 +75,17 @@ type fakeConfig struct {
 	// VM runs it reads these page offsets of guest memory in order, and
 	// only then does its agent answer (with the token it found).
 	TouchPages []int64
+	// CrashInCreate makes the process exit (status 1) inside PUT
+	// /snapshot/create, once it has written part of the memory file.
+	CrashInCreate bool
+	// SyncFailures makes that many snapshot creates fail as Firecracker's
+	// fails when sync_all of the memory file fails: after the dump, with
+	// the dirty pages already forgotten.
+	SyncFailures int
+	// ResumeFailures makes that many resumes of a paused restored VM
+	// fail as Firecracker's does when a vCPU does not answer: 400, the
+	// VM still paused.
+	ResumeFailures int
 }
 
 // recordedRequest is one API request a fake received.
@@ -236,6 +247,12 @@ type fakeVM struct {
 	// restored guest has begun to run on it.
 	mem      []byte
 	guestRan bool
+	// tracking: the VM tracks dirty pages (machine config or load);
+	// dirty are the pages written since the load or the last snapshot.
+	tracking      bool
+	dirty         map[int64]bool
+	syncsFailed   int
+	resumesFailed int
 }
 
 func newFakeVM(cfg fakeConfig, id, dir string, log io.Writer) (*fakeVM, error) {
@@ -406,6 +423,11 @@ func (f *fakeVM) setState(body []byte) *fakeFault {
 		f.state = "Paused"
 		return nil
 	}
+	if f.guestRan && f.resumesFailed < f.cfg.ResumeFailures {
+		f.resumesFailed++
+		// resume_vcpus failing: VmmError::VcpuMessage (src/vmm/src/lib.rs).
+		return badRequest("Internal Vmm error: Failed to message the vCPUs.")
+	}
 	f.state = "Running"
 	if f.ctrlAltDel {
 		// The guest acts on the key press it was sent while paused.
@@ -435,6 +457,7 @@ func (f *fakeVM) action(body []byte) *fakeFault {
 		}
 		f.state = "Running"
 		f.token = rand.Text()
+		f.tracking = f.machine.TrackDirtyPages
 		return f.startAgent()
 	case ActionSendCtrlAltDel:
 		switch f.state {
@@ -459,22 +482,33 @@ func (f *fakeVM) reboot() {
 	}
 }
 
+// createSnapshot runs PUT /snapshot/create as Firecracker does: 1.12
+// refuses a Diff without dirty page tracking, a running VM refuses to save
+// its state before any file is written, the state file is written, then
+// the memory file (writeSnapshotMemory).
 func (f *fakeVM) createSnapshot(body []byte) *fakeFault {
 	var c SnapshotCreate
 	if err := json.Unmarshal(body, &c); err != nil {
 		return badRequest("%v", err)
 	}
+	if c.SnapshotType == SnapshotDiff && !f.tracking && !f.version.AtLeast(mincoreDiffSince) {
+		return badRequest("The requested operation is not supported: Diff snapshots are not allowed on uVMs with dirty page tracking disabled.")
+	}
 	if f.state != "Paused" {
-		return badRequest("Cannot create a snapshot: the microVM is not paused.")
+		return badRequest("Create snapshot error: Cannot save the microVM state: Operation not allowed: save/restore unavailable while running")
 	}
 	state, _ := json.Marshal(f.machine)
 	if err := os.WriteFile(c.SnapshotPath, state, 0o600); err != nil {
-		return badRequest("%v", err)
+		return badRequest("Create snapshot error: Cannot perform open on the snapshot backing file: %v", err)
 	}
-	if err := writeGuestMemory(c.MemFilePath, f.machine.MemSizeMiB<<20, f.token, f.cfg.TouchPages); err != nil {
-		return badRequest("%v", err)
+	if f.mem == nil {
+		// A booted VM: its memory is the markers of its token.
+		if err := writeGuestMemory(c.MemFilePath, f.machine.MemSizeMiB<<20, f.token, f.cfg.TouchPages); err != nil {
+			return badRequest("%v", err)
+		}
+		return nil
 	}
-	return nil
+	return f.writeSnapshotMemory(c.MemFilePath, c.SnapshotType == SnapshotDiff)
 }
 
 func (f *fakeVM) bindVsock(path string) *fakeFault {
@@ -501,6 +535,10 @@ func (f *fakeVM) startAgent() *fakeFault {
 	f.agent = l
 	go func() {
 		_ = http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == guestPagePath {
+				f.guestPage(w, r)
+				return
+			}
 			if r.URL.Path != agentHealthPath {
 				http.NotFound(w, r)
 				return

@@ -128,6 +128,11 @@ func (f *fakeVM) loadSnapshot(body []byte) *fakeFault {
 	if f.cfg.CrashInLoad {
 		f.crash("restoring devices: simulated crash")
 	}
+	// track_dirty_pages is not in the snapshot: the load says
+	// (src/vmm/src/persist.rs sets the machine config's from it).
+	f.tracking = l.TrackDirtyPages || l.EnableDiffSnapshots
+	f.machine.TrackDirtyPages = f.tracking
+	f.dirty = map[int64]bool{}
 	token, fault := f.writeGenerationID()
 	if fault != nil {
 		return fault
@@ -199,6 +204,9 @@ func (f *fakeVM) writeGenerationID() (string, *fakeFault) {
 		return "", nil
 	}
 	copy(f.mem[generationIDOffset:generationIDOffset+generationIDBytes], rand.Text())
+	// Firecracker writes it through guest memory, whose own dirty bitmap
+	// records it (write_slice in src/vmm/src/devices/acpi/vmgenid.rs).
+	f.markDirty(generationIDPage)
 	page := f.mem[generationIDPage : generationIDPage+pageMarkerBytes]
 	if got := binary.LittleEndian.Uint64(page); got != generationIDPage {
 		return "", badRequest("guest memory at %d holds marker %d: the page of the generation ID was not the snapshot's", generationIDPage, got)

@@ -4,8 +4,10 @@
 // it its release and refuses one outside the supported range (MinVersion),
 // restores snapshots from a File or Uffd memory backend with the load body
 // that release accepts, boots fresh VMs, captures full or diff snapshots
-// with the memory layout taken from the VM's machine config, and decides
-// readiness by polling the in-guest agent's health endpoint.
+// with the memory layout taken from the VM's machine config, pauses
+// pausable restores into Diff snapshots of the pages their guest changed
+// (vmm.Pauser, pause.go), and decides readiness by polling the in-guest
+// agent's health endpoint.
 //
 // A snapshot load does more than read files: Firecracker maps guest
 // memory, with the Uffd backend connects to the page-fault handler and
@@ -103,7 +105,9 @@ type Options struct {
 	LoadTimeout time.Duration
 
 	// TrackDirtyPages has every snapshot load track dirty pages, so that
-	// diff snapshots can be taken of restored VMs (CaptureSpec.Type).
+	// diff snapshots can be taken of restored VMs (CaptureSpec.Type). A
+	// pausable restore (vmm.RestoreSpec.Pausable) tracks them whatever
+	// this says.
 	TrackDirtyPages bool
 	// Uffd says restores use the Uffd backend (the uffd memory device):
 	// Check then also verifies that Firecracker may create a userfaultfd

@@ -25,6 +25,24 @@ type Machine struct {
 	started time.Time
 	// version is the release the process reported.
 	version Version
+	// tracking: the snapshot load asked for dirty page tracking, so a
+	// Diff names exactly the pages changed (SaveDiff). memBytes is the
+	// guest's memory, when the restore's layout said.
+	tracking bool
+	memBytes int64
+
+	// diffMu serialises SaveDiff; it guards unsaved, diffLost and
+	// exactHoles.
+	diffMu sync.Mutex
+	// unsaved are pages of a failed Diff that Firecracker forgot, kept
+	// in unsavedPagesFile for the next Diff, ascending.
+	unsaved []int64
+	// diffLost, once set, refuses every later Diff: changed pages were
+	// lost, so none would be complete.
+	diffLost error
+	// exactHoles are the file systems (device numbers) whose holes
+	// checkExactHoles found exact.
+	exactHoles map[uint64]bool
 
 	mu            sync.Mutex
 	stopRequested bool
@@ -135,9 +153,6 @@ func (m *Machine) Exited() <-chan struct{} { return m.proc.exited }
 func (m *Machine) ExitStatus() string {
 	return m.exitInfo().String() + "; " + m.proc.logTail()
 }
-
-// Pause pauses the vCPUs.
-func (m *Machine) Pause() error { return m.setState(VMPaused) }
 
 // Resume lets paused vCPUs run: a VM restored with RestoreSpec.Paused, or
 // one paused by Pause. It implements vmm.Resumer.

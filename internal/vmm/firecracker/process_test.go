@@ -259,7 +259,7 @@ func TestStopPausedKillsAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Pause(); err != nil { // a paused guest cannot take SendCtrlAltDel
+	if err := m.Pause(ctx); err != nil { // a paused guest cannot take SendCtrlAltDel
 		t.Fatal(err)
 	}
 	if err := m.RequestStop(); err != nil {

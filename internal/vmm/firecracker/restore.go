@@ -57,6 +57,8 @@ func (d *Driver) RestoreMachine(ctx context.Context, spec vmm.RestoreSpec, opts 
 		m.abort(KillStartFailed)
 		return nil, fmt.Errorf("restore %s: %w", spec.SnapshotID, err)
 	}
+	m.tracking = load.TrackDirtyPages || load.EnableDiffSnapshots
+	m.memBytes = spec.Layout.FileSize
 	if opts.HandlerDone != nil {
 		// Watch from before the load: Firecracker faults through the
 		// handler inside it.
@@ -70,14 +72,16 @@ func (d *Driver) RestoreMachine(ctx context.Context, spec vmm.RestoreSpec, opts 
 }
 
 // snapshotLoad is the load body for spec that release v accepts: an
-// optional field goes in only when it is wanted and v knows it.
+// optional field goes in only when it is wanted and v knows it. A
+// pausable restore tracks dirty pages whatever the options say: its
+// SaveDiff needs them (pause.go).
 func (d *Driver) snapshotLoad(v Version, spec vmm.RestoreSpec) (SnapshotLoad, error) {
 	load := SnapshotLoad{
 		SnapshotPath: spec.VMStatePath,
 		MemBackend:   MemoryBackend{BackendType: spec.Backend, BackendPath: spec.MemPath},
 		ResumeVM:     !spec.Paused,
 	}
-	if d.opts.TrackDirtyPages {
+	if d.opts.TrackDirtyPages || spec.Pausable {
 		if v.AtLeast(trackDirtyPagesSince) {
 			load.TrackDirtyPages = true
 		} else {
