@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"testing"
 )
 
@@ -28,3 +30,13 @@ func SetPauseStepHook(t testing.TB, hook func(ctx context.Context, id, step stri
 // MsgStopWaitsForPause is logged when a stop waits for a pause of its
 // restore to end.
 const MsgStopWaitsForPause = msgStopWaitsForPause
+
+// PauseFailedStatus is the HTTP status a pause failing with err (its
+// context ended with cause) is answered with; 500 when the error is ours.
+func PauseFailedStatus(err, cause error) int {
+	var ae *apiError
+	if errors.As(pauseFailed(err, cause), &ae) {
+		return ae.status
+	}
+	return http.StatusInternalServerError
+}

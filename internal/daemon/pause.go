@@ -83,7 +83,8 @@ func pauseFailed(err, cause error) error {
 		return statusError(http.StatusServiceUnavailable, "", fmt.Errorf("%w: %w", ErrShuttingDown, err))
 	case errors.Is(cause, errRestoreStopping):
 		return statusError(http.StatusConflict, "id", fmt.Errorf("%w: %w", cause, err))
-	case errors.Is(err, restore.ErrNotPausable), errors.Is(err, restore.ErrPauseInProgress):
+	case errors.Is(err, restore.ErrNotPausable), errors.Is(err, restore.ErrPauseInProgress),
+		errors.Is(err, restore.ErrPagesLost):
 		return statusError(http.StatusConflict, "id", err)
 	case errors.Is(err, ops.ErrPauseUnsupported):
 		return statusError(http.StatusConflict, "", err)

@@ -251,7 +251,9 @@ func (inst *Instance) keepUnmerged(f Frozen) error {
 func (inst *Instance) frozenByDevice(path string) ([]int64, error) {
 	wt, ok := inst.held.dev.(memdev.WriteTracker)
 	if !ok {
-		return nil, fmt.Errorf("%w: the VMM writes memory back but the device tracks no writes", ErrNotPausable)
+		// Not ErrNotPausable: the VM is paused by now, and a caller thaws
+		// it on any error but that one and ErrPauseInProgress.
+		return nil, errors.New("the VMM writes memory back but the device tracks no writes")
 	}
 	if err := wt.Flush(); err != nil {
 		return nil, err
