@@ -145,11 +145,11 @@ func checkChainMemory(t *testing.T, node *Repo, id, want string) {
 
 // TestPauseOnS3RestoresOnAnotherNode: a base published on S3 is restored
 // pausable on node A, its guest writes pages and is paused into a child
-// (harvested manifest); node B, its node cache empty, restores the child:
-// the guest reads the published chain, every page of the child's memory
-// is the expected one, and B fetched no more than 1.15x the stored bytes
-// of the child's startup set before ready, although the set lies mostly
-// in the base's layer.
+// (harvested manifest); node B, its node cache empty, restores the child
+// on each memory device: the guest reads the published chain, every page
+// of the child's memory is the expected one, and B fetched no more than
+// 1.15x the stored bytes of the child's startup set before ready, although
+// the set lies mostly in the base's layer.
 func TestPauseOnS3RestoresOnAnotherNode(t *testing.T) {
 	w := newWorld(t, server.Endpoint)
 	// As a node does: a prefetching restore faults one page at a time.
@@ -163,7 +163,18 @@ func TestPauseOnS3RestoresOnAnotherNode(t *testing.T) {
 	nodeA := w.repo(t, 0)
 	snap := w.publish(t, nodeA, 31)
 	child := w.pauseOnNode(t, nodeA, snap)
+	for _, device := range deviceKinds {
+		t.Run(device, func(t *testing.T) {
+			w.device = device
+			defer func() { w.device = "" }()
+			coldRestoreOfChild(t, w, snap, child)
+		})
+	}
+}
 
+// coldRestoreOfChild restores child on a node whose cache is empty and
+// checks what it read and what it fetched before ready.
+func coldRestoreOfChild(t *testing.T, w *world, snap snapshot, child pausedChild) {
 	o := testOptions(t, w.endpoint)
 	o.Prefix, o.Fill.Disabled = w.prefix, true // nothing after ready but the restore's own reads
 	nodeB := openWith(t, o)
