@@ -15,6 +15,7 @@ import (
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/pause"
 	"warmstart/internal/repository"
+	"warmstart/internal/repository/repotest"
 	"warmstart/internal/restore"
 	"warmstart/internal/restore/restoretest"
 	"warmstart/internal/trace"
@@ -208,4 +209,66 @@ func loadavg() string {
 		return "unknown"
 	}
 	return fmt.Sprintf("%.14s", b)
+}
+
+// TestChainPackServesEveryLayer: a grandchild published with a manifest
+// whose pages belong to each of its three layers, as data or as zero pages
+// a layer defines, gets a startup pack that a node with an empty cache
+// reads those pages from, page by page, each as the grandchild's memory
+// holds it, fetching the pack and no layer's chunk.
+func TestChainPackServesEveryLayer(t *testing.T) {
+	r := chunkyRepo(t, "")
+	base := repotest.PublishBase(t, r, 16*testChunkBytes, "")
+	child := repotest.PublishChild(t, r, base, repotest.Change{Pages: []int64{1, 5, 9}, Zero: []int64{3, 7}}, "")
+	built, mem := repotest.BuildLayer(t, child.Memory, repotest.Change{Pages: []int64{2, 5, 11}, Zero: []int64{1}})
+	req := repotest.LayerRequest(t, child.Record, built, "")
+	var order []int64
+	for _, p := range []int64{11, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 40, 63} {
+		order = append(order, p*layers.PageBytes)
+	}
+	m, err := manifest.Build(child.Record.Layout, order)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Manifest, err = manifest.Encode(m); err != nil {
+		t.Fatal(err)
+	}
+	rec := repotest.PublishLayer(t, r, req)
+	if rec.StartupPack == nil || rec.StartupPack.LogicalBytes != m.TotalBytes() {
+		t.Fatalf("grandchild's startup pack %+v, want one of the manifest's %d bytes", rec.StartupPack, m.TotalBytes())
+	}
+	fresh := chunkyRepo(t, r.keys.prefix)
+	res, err := fresh.Resolve(bg(), rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, err := res.Memory.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	before := fresh.RequestStats()
+	page := make([]byte, layers.PageBytes)
+	for _, off := range order {
+		if _, err := rd.ReadAt(page, off); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(page, mem[off:off+layers.PageBytes]) {
+			t.Fatalf("page at %d differs from the grandchild's memory", off)
+		}
+	}
+	if got := fresh.RequestStats().Sub(before); got.Gets == 0 {
+		t.Fatal("the startup set was read without a GET")
+	}
+	for i, l := range res.Memory.(*repository.ChainSource).Layers() {
+		m, ok := l.Data.(*memorySource)
+		if !ok {
+			continue
+		}
+		for idx := range m.obj.Size/fresh.cache.BlockBytes() + 1 {
+			if fresh.cache.Cached(m.obj.ID, idx) {
+				t.Fatalf("reading the startup set fetched block %d of layer %d's chunks", idx, i)
+			}
+		}
+	}
 }
