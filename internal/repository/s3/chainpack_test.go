@@ -211,13 +211,12 @@ func loadavg() string {
 	return fmt.Sprintf("%.14s", b)
 }
 
-// TestChainPackServesEveryLayer: a grandchild published with a manifest
-// whose pages belong to each of its three layers, as data or as zero pages
-// a layer defines, gets a startup pack that a node with an empty cache
-// reads those pages from, page by page, each as the grandchild's memory
-// holds it, fetching the pack and no layer's chunk.
-func TestChainPackServesEveryLayer(t *testing.T) {
-	r := chunkyRepo(t, "")
+// publishGrandchild publishes on r a base, a child and a grandchild whose
+// manifest names pages of each of its three layers, as data or as zero
+// pages a layer defines; it returns the grandchild's record, its memory
+// and the manifest's page offsets.
+func publishGrandchild(t *testing.T, r *Repo) (repository.Record, []byte, []int64) {
+	t.Helper()
 	base := repotest.PublishBase(t, r, 16*testChunkBytes, "")
 	child := repotest.PublishChild(t, r, base, repotest.Change{Pages: []int64{1, 5, 9}, Zero: []int64{3, 7}}, "")
 	built, mem := repotest.BuildLayer(t, child.Memory, repotest.Change{Pages: []int64{2, 5, 11}, Zero: []int64{1}})
@@ -237,8 +236,16 @@ func TestChainPackServesEveryLayer(t *testing.T) {
 	if rec.StartupPack == nil || rec.StartupPack.LogicalBytes != m.TotalBytes() {
 		t.Fatalf("grandchild's startup pack %+v, want one of the manifest's %d bytes", rec.StartupPack, m.TotalBytes())
 	}
-	fresh := chunkyRepo(t, r.keys.prefix)
-	res, err := fresh.Resolve(bg(), rec.ID)
+	return rec, mem, order
+}
+
+// readsFromPackOnly reads the pages at offsets of id, page by page, on a
+// node with an empty cache under prefix, checks each against mem, and
+// that no layer's chunk was fetched for them.
+func readsFromPackOnly(t *testing.T, prefix, id string, offsets []int64, mem []byte) {
+	t.Helper()
+	fresh := chunkyRepo(t, prefix)
+	res, err := fresh.Resolve(bg(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,16 +256,16 @@ func TestChainPackServesEveryLayer(t *testing.T) {
 	defer rd.Close()
 	before := fresh.RequestStats()
 	page := make([]byte, layers.PageBytes)
-	for _, off := range order {
+	for _, off := range offsets {
 		if _, err := rd.ReadAt(page, off); err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(page, mem[off:off+layers.PageBytes]) {
-			t.Fatalf("page at %d differs from the grandchild's memory", off)
+			t.Fatalf("page at %d differs from the memory of %s", off, id)
 		}
 	}
 	if got := fresh.RequestStats().Sub(before); got.Gets == 0 {
-		t.Fatal("the startup set was read without a GET")
+		t.Fatal("the pages were read without a GET")
 	}
 	for i, l := range res.Memory.(*repository.ChainSource).Layers() {
 		m, ok := l.Data.(*memorySource)
@@ -267,8 +274,45 @@ func TestChainPackServesEveryLayer(t *testing.T) {
 		}
 		for idx := range m.obj.Size/fresh.cache.BlockBytes() + 1 {
 			if fresh.cache.Cached(m.obj.ID, idx) {
-				t.Fatalf("reading the startup set fetched block %d of layer %d's chunks", idx, i)
+				t.Fatalf("reading the pages fetched block %d of layer %d's chunks", idx, i)
 			}
 		}
 	}
+}
+
+// TestChainPackServesEveryLayer: a grandchild's startup pack serves the
+// manifest's pages of each of its layers, zero pages included, to a node
+// with an empty cache, as the grandchild's memory holds them, and no
+// layer's chunk is fetched for them.
+func TestChainPackServesEveryLayer(t *testing.T) {
+	r := chunkyRepo(t, "")
+	rec, mem, order := publishGrandchild(t, r)
+	readsFromPackOnly(t, r.keys.prefix, rec.ID, order, mem)
+}
+
+// TestChainRefinedPack: a refinement attached to a grandchild, adding
+// pages spread over its memory, gets a refined pack built through the
+// chain, which serves every refined page the same way.
+func TestChainRefinedPack(t *testing.T) {
+	r := chunkyRepo(t, "")
+	rec, mem, _ := publishGrandchild(t, r)
+	rec = attachSpreadRefinement(t, r, rec.ID, 8)
+	if rec.RefinedPack == nil {
+		t.Fatal("the refinement of a chain got no refined pack")
+	}
+	_, indexKey := refinedPackKeys(r.keys, rec.ID, rec.RefinedPack.ManifestSHA256)
+	idx, err := chunkmap.DecodePack(readObject(t, r, indexKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pages []int64
+	for _, rg := range idx.Ranges {
+		for off := rg.Offset; off < rg.Offset+rg.Length; off += layers.PageBytes {
+			pages = append(pages, off)
+		}
+	}
+	if len(pages) <= 14 {
+		t.Fatalf("the refined pack holds %d pages, want the recorded 14 and the learned ones", len(pages))
+	}
+	readsFromPackOnly(t, r.keys.prefix, rec.ID, pages, mem)
 }
