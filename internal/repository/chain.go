@@ -61,6 +61,21 @@ type ChainSource struct {
 	size   int64
 	chain  *layers.Chain
 	layers []ResolvedLayer
+	// Remote, when set, answers what a restore asks of the memory beyond
+	// its layers' bytes (the restore's capability interfaces): a remote
+	// store's startup pack of the whole chain, streamed through its node
+	// cache. Nil for a chain of local files.
+	Remote any
+}
+
+// Capabilities is what a restore asks for the capabilities of memory
+// (restore.CacheWarmer and the like): a chain's Remote when it has one,
+// else memory itself.
+func Capabilities(memory any) any {
+	if c, ok := memory.(*ChainSource); ok && c.Remote != nil {
+		return c.Remote
+	}
+	return memory
 }
 
 // NewChainSource builds rec's chain from its resolved layers

@@ -15,7 +15,7 @@ import (
 // If the restore then does not prefetch, run stops it. It reports whether
 // a stream started.
 func (s *sequence) streamStartup() bool {
-	w, ok := s.src.Memory.(CacheWarmer)
+	w, ok := repository.Capabilities(s.src.Memory).(CacheWarmer)
 	if !ok || !s.meansToPrefetch() {
 		return false
 	}
@@ -36,7 +36,7 @@ func (s *sequence) streamStartup() bool {
 // failure to start only means the device prefetch and the guest fetch on
 // demand.
 func (s *sequence) startCacheWarm(m *manifest.Manifest) {
-	w, ok := s.src.Memory.(CacheWarmer)
+	w, ok := repository.Capabilities(s.src.Memory).(CacheWarmer)
 	if !ok || s.warm != nil {
 		return
 	}

@@ -3,6 +3,8 @@ package restore
 import (
 	"fmt"
 	"strings"
+
+	"warmstart/internal/repository"
 )
 
 // StallReporter is a remote memory source that can say which of its
@@ -44,7 +46,7 @@ func (s *sequence) withMemoryState(err error) error {
 	if why := s.held.unanswered(); why != nil {
 		notes = append(notes, why.Error())
 	}
-	if p, ok := s.src.Memory.(PackSkipper); ok {
+	if p, ok := repository.Capabilities(s.src.Memory).(PackSkipper); ok {
 		if skipped := p.StartupPackSkipped(); skipped != nil {
 			notes = append(notes, skipped.Error())
 		}

@@ -48,7 +48,7 @@ func (r *Restorer) newSequence(t0 time.Time, src Source, opts Options) (*sequenc
 	exit := &exitWatch{id: id, log: r.Log, observe: r.Observe}
 	held := &holdings{id: id, log: r.Log, observe: r.Observe, engine: r.Engine, runDir: runDir, exit: exit,
 		unfollow: g.observer.stopFollowing}
-	held.stall, _ = src.Memory.(StallReporter)
+	held.stall, _ = repository.Capabilities(src.Memory).(StallReporter)
 	inst := &Instance{ID: id, held: held, exit: exit, pause: &pauseState{base: src.SnapshotID, pausable: opts.Pausable}}
 	return &sequence{r: r, src: src, opts: opts, t0: t0, inst: inst, held: held, guest: g, cost: startCost()}, nil
 }

@@ -40,7 +40,7 @@ type PrefetchTrimmer interface {
 // trimmed by the source when it asks (PrefetchTrimmer, and trims is
 // true), else m.
 func prefetchable(src Source, m *manifest.Manifest) (_ *manifest.Manifest, trims bool) {
-	t, ok := src.Memory.(PrefetchTrimmer)
+	t, ok := repository.Capabilities(src.Memory).(PrefetchTrimmer)
 	if !ok {
 		return m, false
 	}
@@ -60,7 +60,7 @@ type PackSkipper interface {
 // notePackSkipped reports, at ready, why the memory source went without
 // its startup pack, if it did: one warning and the prefetch report.
 func (s *sequence) notePackSkipped() {
-	p, ok := s.src.Memory.(PackSkipper)
+	p, ok := repository.Capabilities(s.src.Memory).(PackSkipper)
 	if !ok {
 		return
 	}
@@ -84,7 +84,7 @@ type ReadyNotifier interface {
 
 // noteReady tells src's memory source, if it asks, that a restore is ready.
 func noteReady(src Source) {
-	if n, ok := src.Memory.(ReadyNotifier); ok {
+	if n, ok := repository.Capabilities(src.Memory).(ReadyNotifier); ok {
 		n.RestoreReady()
 	}
 }

@@ -70,8 +70,8 @@ func (r *Repo) fault(point string) {
 	}
 }
 
-// storeLayerArtifacts uploads the VM state, the child's own layer and its
-// manifest and returns the (signed) record describing them.
+// storeLayerArtifacts uploads the VM state, the child's own layer, its
+// manifest and its startup pack (chainpack.go) and returns the (signed) record describing them.
 func (r *Repo) storeLayerArtifacts(ctx context.Context, id string, req repository.LayerPublishRequest, c repository.CheckedLayerPublish) (repository.Record, error) {
 	vm, err := r.upload(ctx, id, repository.VMStateFileName, req.VMStatePath, c.VMStateSize, nil, req.Progress)
 	if err != nil {
@@ -92,7 +92,15 @@ func (r *Repo) storeLayerArtifacts(ctx context.Context, id string, req repositor
 			return repository.Record{}, err
 		}
 	}
-	return repository.SignRecord(repository.NewLayerRecord(id, req, c, vm.stored(), own), r.opts.SigningKey)
+	rec := repository.NewLayerRecord(id, req, c, vm.stored(), own)
+	if len(req.Manifest) > 0 {
+		// Without a pack a cold node is slower, still correct: a failed
+		// build does not fail the publish.
+		if pack, err := r.buildChainPack(ctx, rec, req.Parent, req.Layer, req.Manifest); err == nil {
+			rec.StartupPack = pack
+		}
+	}
+	return repository.SignRecord(rec, r.opts.SigningKey)
 }
 
 // storeLayer uploads a built layer: its data as chunks (an empty layer,
@@ -152,15 +160,29 @@ func (r *Repo) putTables(ctx context.Context, id, name string, t repository.Dige
 // (the base's is its owner's MemorySHA256, so every chain over a base
 // shares its cached blocks).
 func (r *Repo) chainOf(ctx context.Context, rec repository.Record) (*repository.ChainSource, error) {
+	ls, err := r.resolvedLayers(ctx, rec, nil)
+	if err != nil {
+		return nil, err
+	}
+	return repository.NewChainSource(rec, ls)
+}
+
+// resolvedLayers resolves every layer of rec, the layer own (when not
+// nil: a publish's, not in the store yet) from its local build.
+func (r *Repo) resolvedLayers(ctx context.Context, rec repository.Record, own *layers.Built) ([]repository.ResolvedLayer, error) {
 	ls := make([]repository.ResolvedLayer, len(rec.MemoryLayers))
 	for i, d := range rec.MemoryLayers {
+		if own != nil && d.Snapshot == rec.ID && d.Name == own.Name() {
+			ls[i] = ownLayer(d, own)
+			continue
+		}
 		l, err := r.resolveLayer(ctx, rec, d)
 		if err != nil {
 			return nil, fmt.Errorf("memory layer %d (of snapshot %s): %w", i, d.Snapshot, err)
 		}
 		ls[i] = l
 	}
-	return repository.NewChainSource(rec, ls)
+	return ls, nil
 }
 
 func (r *Repo) resolveLayer(ctx context.Context, rec repository.Record, d repository.LayerDescriptor) (repository.ResolvedLayer, error) {

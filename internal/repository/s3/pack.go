@@ -16,6 +16,7 @@ import (
 	"warmstart/internal/chunkmap"
 	"warmstart/internal/integrity"
 	"warmstart/internal/manifest"
+	"warmstart/internal/memdev"
 	"warmstart/internal/repository"
 )
 
@@ -50,6 +51,9 @@ func refinedPackKeys(k keys, id, manifestSHA256 string) (obj, index string) {
 // manifest's pack keeps the format-1 index: every reader has the manifest
 // it was built from, and builds that predate format 2 keep reading it.
 func (r *Repo) buildPack(ctx context.Context, rec repository.Record, data []byte) (*repository.StartupPackDescriptor, error) {
+	if rec.Layered() {
+		return r.buildChainPack(ctx, rec, rec, nil, data)
+	}
 	m, err := manifest.Decode(data)
 	if err != nil {
 		return nil, fmt.Errorf("startup pack: %w", err)
@@ -70,7 +74,7 @@ func (r *Repo) buildPack(ctx context.Context, rec repository.Record, data []byte
 
 // readPackContents reads m's pages from src, range after range, in m's
 // order: a pack's logical bytes.
-func readPackContents(src *memorySource, m *manifest.Manifest) ([]byte, error) {
+func readPackContents(src memdev.Source, m *manifest.Manifest) ([]byte, error) {
 	total := m.TotalBytes()
 	if total <= 0 || total > maxPackLogicalBytes {
 		return nil, fmt.Errorf("a startup set of %d bytes is outside 1..%d", total, maxPackLogicalBytes)

@@ -79,13 +79,12 @@ func (r *Repo) buildRefinedPack(ctx context.Context, rec repository.Record, cur 
 			return nil, err
 		}
 	}
-	src, err := r.memoryOf(ctx, rec)
+	// The set's pages come from the pack streamed now where it holds them:
+	// the learner's node restored with it, so they are in its cache.
+	src, err := r.packReadSource(ctx, rec, cur, nil)
 	if err != nil {
 		return nil, err
 	}
-	// The set's pages come from the pack streamed now where it holds them:
-	// the learner's node restored with it, so they are in its cache.
-	src.pack = cur
 	logical, err := readPackContents(src, m)
 	if err != nil {
 		return nil, err

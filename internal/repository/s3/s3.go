@@ -1014,7 +1014,11 @@ func (r *Repo) resolve(ctx context.Context, rec repository.Record) (repository.R
 		return repository.Resolved{}, err
 	}
 	if chain != nil {
-		// A chain's startup set is read through its layers' chunks.
+		// Each layer reads the startup pages it owns from the chain's
+		// pack (chainpack.go), the others from its chunks.
+		if ps := r.streamedPack(ctx, rec, func() string { return res.ManifestPath }, func(error) {}); ps != nil {
+			chain.Remote = newChainRemote(r, chain, ps)
+		}
 		res.Memory = chain
 		return res, nil
 	}
