@@ -24,11 +24,11 @@ type packBody struct {
 	key      string
 	idx      *chunkmap.PackIndex
 	off, end int64 // logical range the fetch returns
+	pos      int64 // logical offset of the next byte handed on
+	next     int   // next frame to read from body
 	// check, when set, checks each frame against the memory's table
 	// instead of its digest (packtable.go).
 	check *tableCheck
-	pos   int64 // logical offset of the next byte handed on
-	next  int   // next frame to read from body
 
 	stored  *[]byte // the frame being read, pooled
 	decoded *[]byte // a decoded frame for partial reads, pooled
