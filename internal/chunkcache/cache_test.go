@@ -547,3 +547,56 @@ func TestRefusedBlockIsHeldOff(t *testing.T) {
 		t.Fatalf("read of a refused block after another block was fetched: %v, want ErrRefused", err)
 	}
 }
+
+// TestReadAtHeldSaysWhetherBytesStayedInMemory: bytes of a block this
+// process fetched are held while the block is in flight or in memory;
+// once the block is written to disk, or found there after a reopen, a
+// read of it is not held (its file could have been changed), and neither
+// is a read that spans such a block.
+func TestReadAtHeldSaysWhetherBytesStayedInMemory(t *testing.T) {
+	dir := t.TempDir()
+	o := newOrigin(t, 3*testBlock)
+	c := openCache(t, dir, 64<<20)
+	r := openReader(t, c, o.object("obj"))
+	read := func(off, n int64) bool {
+		t.Helper()
+		buf := make([]byte, n)
+		got, held, err := r.ReadAtHeld(context.Background(), buf, off)
+		if err != nil || int64(got) != n || !bytes.Equal(buf, o.data[off:off+n]) {
+			t.Fatalf("ReadAtHeld(%d, %d) = %d, %v; want the object's bytes", off, n, got, err)
+		}
+		return held
+	}
+	release := c.holdWrites()
+	if !read(0, 100) || !read(10, testBlock-10) {
+		t.Fatal("a block fetched and held in memory was not reported held")
+	}
+	release()
+	waitFor(t, "block 0 on disk", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		e := c.entries[blockKey{"obj", 0}]
+		return e != nil && e.onDisk
+	})
+	if read(0, 100) {
+		t.Fatal("a block read back from its file was reported held")
+	}
+	release = c.holdWrites()
+	defer release()
+	if !read(testBlock, 100) {
+		t.Fatal("a fresh block was not reported held")
+	}
+	if read(testBlock-50, 100) {
+		t.Fatal("a read spanning a block from disk was reported held")
+	}
+	r.Close()
+	release()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c = openCache(t, dir, 64<<20)
+	r = openReader(t, c, o.object("obj"))
+	if read(testBlock, 100) {
+		t.Fatal("a block found on disk at open was reported held")
+	}
+}

@@ -78,29 +78,41 @@ func (r *Reader) ReadAt(p []byte, off int64) (int, error) {
 // reads for is over), with ctx's cause. Fetches another reader waits on
 // go on for that reader.
 func (r *Reader) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	n, _, err := r.ReadAtHeld(ctx, p, off)
+	return n, err
+}
+
+// ReadAtHeld is ReadAtContext that also reports whether every byte it
+// read came from a block this process fetched and has held in its own
+// memory since (a fetch in flight, or a block not written to disk yet):
+// bytes that passed the checks of the object's FetchFunc and that nobody
+// could have changed since. A block read back from its file is not held,
+// whatever its name's CRC-32C says.
+func (r *Reader) ReadAtHeld(ctx context.Context, p []byte, off int64) (n int, held bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, r.c.fetchTimeout)
 	defer cancel()
 	if off < 0 {
-		return 0, fmt.Errorf("read %s at %d: negative offset", r.obj.ID, off)
+		return 0, false, fmt.Errorf("read %s at %d: negative offset", r.obj.ID, off)
 	}
 	if off >= r.obj.Size {
-		return 0, io.EOF
+		return 0, false, io.EOF
 	}
 	want := int(min(int64(len(p)), r.obj.Size-off))
 	if want == 0 {
-		return 0, nil
+		return 0, false, nil
 	}
 	if err := r.c.begin(); err != nil {
-		return 0, fmt.Errorf("read %s at %d: %w", r.obj.ID, off, err)
+		return 0, false, fmt.Errorf("read %s at %d: %w", r.obj.ID, off, err)
 	}
 	defer r.c.ops.Done()
-	if err := r.c.read(ctx, &r.obj, p[:want], off); err != nil {
-		return 0, fmt.Errorf("read %s [%d, %d): %w", r.obj.ID, off, off+int64(want), err)
+	held, err = r.c.read(ctx, &r.obj, p[:want], off)
+	if err != nil {
+		return 0, false, fmt.Errorf("read %s [%d, %d): %w", r.obj.ID, off, off+int64(want), err)
 	}
 	if want < len(p) {
-		return want, io.EOF
+		return want, held, io.EOF
 	}
-	return want, nil
+	return want, held, nil
 }
 
 // slot is where a read finds one block.
@@ -113,14 +125,16 @@ type slot struct {
 	joined bool    // fl was started by someone else, whose job the read holds
 }
 
-// read fills dst with the object's bytes at off. The missing blocks of the
-// whole span are registered as flights first, and consecutive ones fetched
-// with one ranged GET, so a read across a block boundary costs one request.
+// read fills dst with the object's bytes at off, and reports whether every
+// block it took them from was held in memory (see ReadAtHeld). The missing
+// blocks of the whole span are registered as flights first, and
+// consecutive ones fetched with one ranged GET, so a read across a block
+// boundary costs one request.
 //
 // The read's GETs are a job of their own (job.go): when ctx ends, the read
 // returns at once, and its GETs go on while another read waits on one of
 // their blocks; the flights it joined go on for their other readers.
-func (c *Cache) read(ctx context.Context, obj *Object, dst []byte, off int64) error {
+func (c *Cache) read(ctx context.Context, obj *Object, dst []byte, off int64) (inMemory bool, err error) {
 	first := off / c.blockBytes
 	last := (off + int64(len(dst)) - 1) / c.blockBytes
 	slots := make([]slot, last-first+1)
@@ -146,6 +160,7 @@ func (c *Cache) read(ctx context.Context, obj *Object, dst []byte, off int64) er
 		c.fetchGroups(job, obj, first, slots)
 	}
 
+	inMemory = true
 	for i := range slots {
 		idx := first + int64(i)
 		blockStart := idx * c.blockBytes
@@ -153,7 +168,6 @@ func (c *Cache) read(ctx context.Context, obj *Object, dst []byte, off int64) er
 		hi := min(off+int64(len(dst)), blockStart+c.blockLength(obj.Size, idx))
 		part := dst[lo-off : hi-off]
 		s := slots[i]
-		var err error
 		for attempt := 1; ; attempt++ {
 			var again bool
 			again, err = c.copyFrom(ctx, obj, idx, s, part, lo-blockStart)
@@ -166,10 +180,11 @@ func (c *Cache) read(ctx context.Context, obj *Object, dst []byte, off int64) er
 			}
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
+		inMemory = inMemory && (s.data != nil || s.fl != nil)
 	}
-	return nil
+	return inMemory, nil
 }
 
 // fetchGroups starts fetching the consecutive runs of fresh (not joined)
@@ -461,7 +476,7 @@ func (c *Cache) Load(ctx context.Context, obj Object, off, length int64) error {
 		return fmt.Errorf("load %s: %w", obj.ID, err)
 	}
 	defer c.ops.Done()
-	if err := c.read(ctx, &obj, make([]byte, length), off); err != nil {
+	if _, err := c.read(ctx, &obj, make([]byte, length), off); err != nil {
 		return fmt.Errorf("load %s [%d, %d): %w", obj.ID, off, off+length, err)
 	}
 	return nil

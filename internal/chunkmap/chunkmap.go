@@ -91,16 +91,27 @@ func Decompress(stored []byte, want int, digest Digest) ([]byte, error) {
 // writes into dst before the digest can be checked, which saves a copy of
 // every byte a cold node streams.
 func DecompressInto(dst, stored []byte, digest Digest) error {
-	_, dec := codecs()
-	out, err := dec.DecodeAll(stored, dst[:0:len(dst)])
-	if err != nil {
-		return fmt.Errorf("%w %s: %v", ErrCorrupt, digest, err)
-	}
-	if len(out) != len(dst) {
-		return fmt.Errorf("%w %s: %d bytes decoded, want %d", ErrCorrupt, digest, len(out), len(dst))
+	if err := DecodeInto(dst, stored); err != nil {
+		return fmt.Errorf("%w (digest %s)", err, digest)
 	}
 	if Sum(dst) != digest {
 		return fmt.Errorf("%w %s: the decoded bytes have another digest", ErrCorrupt, digest)
+	}
+	return nil
+}
+
+// DecodeInto decodes stored into dst, which it must fill exactly;
+// anything else is ErrCorrupt. It checks no digest: for a caller that
+// checks the decoded bytes against digests of its own (a startup pack's
+// frames against the memory's table). On error dst holds undefined bytes.
+func DecodeInto(dst, stored []byte) error {
+	_, dec := codecs()
+	out, err := dec.DecodeAll(stored, dst[:0:len(dst)])
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if len(out) != len(dst) {
+		return fmt.Errorf("%w: %d bytes decoded, want %d", ErrCorrupt, len(out), len(dst))
 	}
 	return nil
 }

@@ -263,3 +263,62 @@ func TestReaderFetchesAgainWhatAKeptCopyDamaged(t *testing.T) {
 		}
 	}
 }
+
+// prechecker serves data and marks the blocks of marked as prechecked.
+type prechecker struct {
+	data   []byte
+	marked map[int64]bool // block offsets
+	table  *Table
+}
+
+func (p *prechecker) ReadAt(b []byte, off int64) (int, error) { return copy(b, p.data[off:]), nil }
+
+func (p *prechecker) ReadAtPrechecked(b []byte, off int64, t *Table, checked []bool) (int, error) {
+	if t.Equal(p.table) {
+		for k := range checked {
+			checked[k] = p.marked[off+int64(k)*BlockBytes]
+		}
+	}
+	return p.ReadAt(b, off)
+}
+
+// TestReaderHashesOnlyWhatASourceDidNotPrecheck: a source that checked
+// some blocks against the same table as they arrived (a Prechecker) gets
+// them served without a second hash; every other block is hashed and
+// checked as ever, so a bad block the source did not vouch for is still
+// refused, and a source that checked against another table vouches for
+// nothing.
+func TestReaderHashesOnlyWhatASourceDidNotPrecheck(t *testing.T) {
+	good := randomFile(t, 4*BlockBytes, 11)
+	damaged := append([]byte(nil), good...)
+	damaged[3*BlockBytes+1] ^= 1
+	table := tableOfAlg(SHA256, good)
+	other := tableOfAlg(SHA256, damaged)
+	for _, tc := range []struct {
+		name       string
+		vouchedBy  *Table
+		wantN      int
+		wantHashed int64
+	}{
+		{"blocks 0 and 1 prechecked", table, 3 * BlockBytes, 2 * BlockBytes},
+		{"checked against another table", other, 3 * BlockBytes, 4 * BlockBytes},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := &prechecker{data: damaged, marked: map[int64]bool{0: true, BlockBytes: true}, table: tc.vouchedBy}
+			r := NewReader(src, table, nil)
+			p := make([]byte, 4*BlockBytes)
+			before := SHA256Hashed()
+			n, err := r.ReadAt(p, 0)
+			hashed := SHA256Hashed() - before
+			if n != tc.wantN || !errors.Is(err, ErrCorrupt) || !bytes.Equal(p[:n], good[:n]) {
+				t.Fatalf("read %d bytes, %v; want the %d before the bad block and ErrCorrupt", n, err, tc.wantN)
+			}
+			if hashed != tc.wantHashed {
+				t.Fatalf("hashed %d bytes, want %d", hashed, tc.wantHashed)
+			}
+		})
+	}
+	if !table.Equal(tableOfAlg(SHA256, good)) || table.Equal(other) || table.Equal(tableOfAlg(CRC32C, good)) {
+		t.Fatal("Equal does not tell tables by their digests")
+	}
+}

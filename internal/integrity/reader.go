@@ -86,6 +86,22 @@ type Uncacher interface {
 	Refuse(off, length int64)
 }
 
+// Prechecker is a source that checks some of the bytes it serves itself,
+// as they arrive, against the very digests a Reader checks them against,
+// and keeps them in its own memory from then on (a node cache that checks
+// a stream's pages against the snapshot's table before it keeps any byte
+// of them). A Reader does not hash those blocks again: every byte is
+// still checked once against the table before it is served. Bytes a
+// source read back from a file, or got from anyone who could have
+// changed them since, are not prechecked.
+type Prechecker interface {
+	// ReadAtPrechecked is ReadAt of p at off, a block boundary, that also
+	// sets checked[k] for each block k of p (the k-th whole block from
+	// off) whose bytes it served from such a copy, checked against
+	// digests equal to t's. It leaves the other elements alone.
+	ReadAtPrechecked(p []byte, off int64, t *Table, checked []bool) (int, error)
+}
+
 // readAligned fills dst from off, a block boundary; dst is whole blocks or
 // ends at the end of the file. A bad block from a source that keeps a copy
 // may be the copy's fault (damaged on the node, or fetched bad and kept):
@@ -110,14 +126,22 @@ func (r *Reader) readAligned(dst []byte, off int64) (int, error) {
 // the bytes good up to the first bad block (which it returns) or read
 // error. dst holds zeros from there on.
 func (r *Reader) readChecked(dst []byte, off int64) (good int, bad *BlockError, err error) {
-	n, rerr := r.src.ReadAt(dst, off)
+	var n int
+	var rerr error
+	var checked []bool
+	if p, ok := r.src.(Prechecker); ok {
+		checked = make([]bool, (len(dst)+BlockBytes-1)/BlockBytes)
+		n, rerr = p.ReadAtPrechecked(dst, off, r.table, checked)
+	} else {
+		n, rerr = r.src.ReadAt(dst, off)
+	}
 	if n == len(dst) {
 		rerr = nil
 	} else if rerr == nil || errors.Is(rerr, io.EOF) {
 		// The table says the file is longer: it shrank under us.
 		rerr = io.ErrUnexpectedEOF
 	}
-	good, bad = r.table.check(dst[:n], off)
+	good, bad = r.table.check(dst[:n], off, checked)
 	clear(dst[good:])
 	if bad != nil {
 		return good, bad, nil

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"warmstart/internal/integrity"
 	"warmstart/internal/untrusted"
 )
 
@@ -28,6 +29,17 @@ type Lower interface {
 // object store returns once ctx ends (the S3 chunk cache's reader).
 type ContextReaderAt interface {
 	ReadAtContext(ctx context.Context, p []byte, off int64) (int, error)
+}
+
+// ContextPrechecker is a ContextReaderAt that checks some of what it
+// serves itself, as it arrives, and keeps it in its own memory
+// (integrity.Prechecker; the S3 node cache's reader of a startup pack):
+// the device's check does not hash those blocks again. It drops copies as
+// integrity.Uncacher says.
+type ContextPrechecker interface {
+	ContextReaderAt
+	integrity.Uncacher
+	ReadAtPrecheckedContext(ctx context.Context, p []byte, off int64, t *integrity.Table, checked []bool) (int, error)
 }
 
 // Advisor is a Lower that can be told which bytes will be read soon (a

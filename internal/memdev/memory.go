@@ -1,6 +1,7 @@
 package memdev
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -89,6 +90,9 @@ func wrapLower(raw Lower, ref string, v *Verifier, onError func(error), scope *R
 	src := chain
 	if u, ok := raw.(integrity.Uncacher); ok {
 		src = uncachingReader{ReaderAt: src, u: u}
+	}
+	if pc, ok := raw.(ContextPrechecker); ok {
+		src = precheckingReader{uncachingReader: uncachingReader{ReaderAt: chain, u: pc}, pc: pc, scope: scope, onError: onError}
 	}
 	return integrity.NewReader(src, v.Table, v.OnCorrupt), true, nil
 }
@@ -235,3 +239,26 @@ type uncachingReader struct {
 
 func (r uncachingReader) Uncache(off, length int64) { r.u.Uncache(off, length) }
 func (r uncachingReader) Refuse(off, length int64)  { r.u.Refuse(off, length) }
+
+// precheckingReader is the chain below the check of a lower that checks
+// some blocks itself (ContextPrechecker): its prechecked reads run as the
+// chain's do, under the scope's context and told to onError.
+type precheckingReader struct {
+	uncachingReader
+	pc      ContextPrechecker
+	scope   *ReadScope
+	onError func(error)
+}
+
+// ReadAtPrechecked implements integrity.Prechecker.
+func (r precheckingReader) ReadAtPrechecked(p []byte, off int64, t *integrity.Table, checked []bool) (int, error) {
+	ctx := context.Background()
+	if r.scope != nil {
+		ctx = r.scope.Context()
+	}
+	n, err := r.pc.ReadAtPrecheckedContext(ctx, p, off, t, checked)
+	if err != nil && r.onError != nil && !(errors.Is(err, io.EOF) && n == len(p)) {
+		r.onError(err)
+	}
+	return n, err
+}

@@ -306,3 +306,57 @@ func TestDevicesNameTheirKinds(t *testing.T) {
 		t.Fatal("ValidIOEngine does not accept exactly 0, 1 and 2")
 	}
 }
+
+// precheckingLower is a stuckLower that says it checked every block of
+// its bytes against table itself (a ContextPrechecker), and records the
+// context of its prechecked reads.
+type precheckingLower struct {
+	stuckLower
+	table *integrity.Table
+	ctxs  []context.Context
+}
+
+func (l *precheckingLower) ReadAtPrecheckedContext(ctx context.Context, p []byte, off int64, t *integrity.Table, checked []bool) (int, error) {
+	l.ctxs = append(l.ctxs, ctx)
+	if t.Equal(l.table) {
+		for k := range checked {
+			checked[k] = true
+		}
+	}
+	return l.ReadAtContext(ctx, p, off)
+}
+
+func (l *precheckingLower) source() Source { return lowerSource{l} }
+
+// TestMemoryTakesPrecheckedBlocksUnhashed: a lower that checked its
+// blocks against the memory's table itself has them served without a
+// second hash, its reads run under the generation's scope, and its failed
+// reads are told to OnReadError as any lower's are.
+func TestMemoryTakesPrecheckedBlocksUnhashed(t *testing.T) {
+	good := randomBytes(4*integrity.BlockBytes, 5)
+	table := tableOf(good)
+	l := &precheckingLower{stuckLower: stuckLower{data: good, failAt: 3 * integrity.BlockBytes, failWith: errors.New("store down")}, table: table}
+	scope := NewReadScope()
+	scope.Join()
+	var told []error
+	m, err := OpenMemory(Request{Memory: l.source(), Verifier: &Verifier{Table: table},
+		OnReadError: func(err error) { told = append(told, err) }}, scope)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	before := integrity.SHA256Hashed()
+	p := make([]byte, 3*integrity.BlockBytes)
+	if n, err := m.ReadAt(p, 0); err != nil || n != len(p) || !bytes.Equal(p, good[:len(p)]) {
+		t.Fatalf("read %d bytes, %v; want the memory's", n, err)
+	}
+	if hashed := integrity.SHA256Hashed() - before; hashed != 0 {
+		t.Fatalf("hashed %d bytes the lower had checked", hashed)
+	}
+	if len(l.ctxs) != 1 || l.ctxs[0] != scope.Context() {
+		t.Fatal("the prechecked read did not run under the scope's context")
+	}
+	if _, err := m.ReadAt(p[:integrity.BlockBytes], 3*integrity.BlockBytes); err == nil || len(told) != 1 {
+		t.Fatalf("failed read: %v, told %v; want the error, told once", err, told)
+	}
+}

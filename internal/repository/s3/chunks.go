@@ -256,6 +256,7 @@ func (r *Repo) fetchChunk(ctx context.Context, c chunkmap.Chunk, length int64) (
 	if err != nil {
 		return nil, ctxErr(ctx, fmt.Errorf("get %s: %w", key, err))
 	}
+	chunkDigestBytes.Add(length)
 	data, err := chunkmap.Decompress(stored, int(length), c.Digest)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", repository.ErrIntegrity, key, err)

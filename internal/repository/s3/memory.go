@@ -190,7 +190,7 @@ func (m *memorySource) Open() (memdev.Lower, error) {
 		rd.Close()
 		return nil, err
 	}
-	return &packedReader{cache: m.r.cache, mem: rd, pack: prd, spans: m.pack.spans, skipped: &m.packSkipped}, nil
+	return &packedReader{cache: m.r.cache, mem: rd, pack: prd, spans: m.pack.spans, check: m.pack.check, skipped: &m.packSkipped}, nil
 }
 
 // OpenStoreMemory reads the memory straight from the store, past the

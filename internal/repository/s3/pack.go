@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 
@@ -114,6 +115,11 @@ func (r *Repo) storePack(ctx context.Context, objKey, indexKey string, obj []byt
 type packSource struct {
 	obj   chunkcache.Object
 	spans []packSpan // by memory offset
+	order []packSpan // the same, in pack order
+	// frameBytes is the pack's frame length; check, when set, checks
+	// frames against the memory's table (packtable.go).
+	frameBytes int64
+	check      *tableCheck
 }
 
 // packSpan maps memory [memOff, memOff+length) to pack [packOff, ...).
@@ -171,12 +177,14 @@ func (r *Repo) openPack(ctx context.Context, id string, d repository.StartupPack
 			return nil, err
 		}
 	}
-	ps := &packSource{obj: chunkcache.Object{ID: "pack-" + d.IndexSHA256, Size: idx.LogicalBytes, Fetch: r.packFetch(objKey, idx)}}
+	ps := &packSource{obj: chunkcache.Object{ID: "pack-" + d.IndexSHA256, Size: idx.LogicalBytes}, frameBytes: idx.FrameBytes}
+	ps.obj.Fetch = r.packFetch(objKey, idx, ps)
 	var packOff int64
 	for _, rg := range ranges {
 		ps.spans = append(ps.spans, packSpan{memOff: rg.Offset, length: rg.Length, packOff: packOff})
 		packOff += rg.Length
 	}
+	ps.order = slices.Clone(ps.spans)
 	if packOff != idx.LogicalBytes {
 		return nil, fmt.Errorf("startup pack index of %s: its manifest holds %d bytes, the pack %d", id, packOff, idx.LogicalBytes)
 	}
@@ -215,8 +223,9 @@ func packRanges(m *manifest.Manifest) []chunkmap.PackRange {
 
 // packFetch is the chunk cache's FetchFunc of a pack: the frames that
 // span [off, off+length) with one ranged GET, each decoded and checked
-// against its digest as it arrives (packBody).
-func (r *Repo) packFetch(key string, idx chunkmap.PackIndex) chunkcache.FetchFunc {
+// as it arrives (packBody): against ps's table check when it has one,
+// else against the frame's digest.
+func (r *Repo) packFetch(key string, idx chunkmap.PackIndex, ps *packSource) chunkcache.FetchFunc {
 	return func(ctx context.Context, off, length int64) (io.ReadCloser, error) {
 		if off < 0 || length <= 0 || off+length > idx.LogicalBytes {
 			return nil, fmt.Errorf("fetch [%d, +%d) of a %d-byte startup pack: out of range", off, length, idx.LogicalBytes)
@@ -227,7 +236,7 @@ func (r *Repo) packFetch(key string, idx chunkmap.PackIndex) chunkcache.FetchFun
 		if err != nil {
 			return nil, err
 		}
-		return newPackBody(body, key, &idx, off, off+length), nil
+		return newPackBody(body, key, &idx, off, off+length, ps.check), nil
 	}
 }
 
@@ -239,6 +248,9 @@ type packedReader struct {
 	cache     *chunkcache.Cache
 	mem, pack *chunkcache.Reader
 	spans     []packSpan
+	// check is the pack's table check, nil when its frames are checked
+	// against their digests: then nothing it serves is prechecked.
+	check *tableCheck
 	// skipped takes the first pack read that fell back, so the restore
 	// can say why it was slow.
 	skipped *firstError
@@ -341,6 +353,25 @@ func (p *packedReader) ReadAt(buf []byte, off int64) (int, error) {
 // reads for are over). A pack read that failed because ctx ended is not
 // read again from the memory object: nobody wants the bytes any more.
 func (p *packedReader) ReadAtContext(ctx context.Context, buf []byte, off int64) (int, error) {
+	return p.read(ctx, buf, off, nil)
+}
+
+// ReadAtPrecheckedContext implements memdev.ContextPrechecker: the pages
+// read from the pack's blocks held in memory were checked against the
+// memory's table as their frames arrived, so when t is that table they
+// are marked checked. Pages from the chunks, or from a pack block read
+// back from disk, are not.
+func (p *packedReader) ReadAtPrecheckedContext(ctx context.Context, buf []byte, off int64, t *integrity.Table, checked []bool) (int, error) {
+	if p.check == nil || off%integrity.BlockBytes != 0 || !p.check.matches(t) {
+		return p.read(ctx, buf, off, nil)
+	}
+	size := p.mem.Size()
+	return p.read(ctx, buf, off, func(memOff, length int64) { markPrechecked(checked, off, memOff, length, size) })
+}
+
+// read reads buf at off, telling held (when not nil) of each piece it took
+// from a pack block held in memory.
+func (p *packedReader) read(ctx context.Context, buf []byte, off int64, held func(memOff, length int64)) (int, error) {
 	size := p.mem.Size()
 	if off < 0 || off >= size {
 		return p.mem.ReadAtContext(ctx, buf, off) // its error (negative offset, EOF)
@@ -358,7 +389,11 @@ func (p *packedReader) ReadAtContext(ctx context.Context, buf []byte, off int64)
 			continue
 		}
 		part := buf[pc.memOff-off : pc.memOff-off+pc.length]
-		if _, err := p.pack.ReadAtContext(ctx, part, pc.packOff); err != nil {
+		_, inMemory, err := p.pack.ReadAtHeld(ctx, part, pc.packOff)
+		if err == nil && inMemory && held != nil {
+			held(pc.memOff, pc.length)
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return 0, err
 			}

@@ -26,6 +26,9 @@ type packBody struct {
 	off, end int64 // logical range the fetch returns
 	pos      int64 // logical offset of the next byte handed on
 	next     int   // next frame to read from body
+	// check, when set, checks each frame against the memory's table
+	// instead of its digest (packtable.go).
+	check *tableCheck
 
 	stored  *[]byte // the frame being read, pooled
 	decoded *[]byte // a decoded frame for partial reads, pooled
@@ -59,9 +62,10 @@ func putFrameBuf(b *[]byte) {
 }
 
 // newPackBody reads [off, end) of the pack from body, which holds the
-// stored frames from frame off/FrameBytes on.
-func newPackBody(body io.ReadCloser, key string, idx *chunkmap.PackIndex, off, end int64) *packBody {
-	return &packBody{body: body, key: key, idx: idx, off: off, end: end, pos: off, next: int(off / idx.FrameBytes)}
+// stored frames from frame off/FrameBytes on; check, when not nil, is
+// what the frames are checked against instead of their digests.
+func newPackBody(body io.ReadCloser, key string, idx *chunkmap.PackIndex, off, end int64, check *tableCheck) *packBody {
+	return &packBody{body: body, key: key, idx: idx, off: off, end: end, pos: off, next: int(off / idx.FrameBytes), check: check}
 }
 
 // UnitBytes implements chunkcache.UnitReader.
@@ -105,8 +109,8 @@ func (p *packBody) Read(dst []byte) (int, error) {
 }
 
 // frame reads frame i from the body and decodes it into dst (its logical
-// length), checked against its digest. A failure is kept: every later
-// Read returns it.
+// length), checked against the memory's table (check) or its digest. A
+// failure is kept: every later Read returns it.
 func (p *packBody) frame(i int, dst []byte) error {
 	f := p.idx.Frames[i]
 	if p.stored == nil || int64(cap(*p.stored)) < f.StoredBytes {
@@ -119,11 +123,23 @@ func (p *packBody) frame(i int, dst []byte) error {
 		p.err = fmt.Errorf("get %s frame %d: %w", p.key, i, err)
 		return p.err
 	}
-	if err := chunkmap.DecompressInto(dst, stored, f.Digest); err != nil {
+	if err := p.decode(i, dst, stored); err != nil {
 		p.err = fmt.Errorf("%w: %s frame %d: %w", repository.ErrIntegrity, p.key, i, err)
 		return p.err
 	}
 	return nil
+}
+
+// decode decodes frame i from stored into dst and checks it.
+func (p *packBody) decode(i int, dst, stored []byte) error {
+	if p.check == nil {
+		frameDigestBytes.Add(int64(len(dst)))
+		return chunkmap.DecompressInto(dst, stored, p.idx.Frames[i].Digest)
+	}
+	if err := chunkmap.DecodeInto(dst, stored); err != nil {
+		return err
+	}
+	return p.check.verify(dst, int64(i)*p.idx.FrameBytes)
 }
 
 // Close closes the GET's body and gives the buffers back.

@@ -55,7 +55,7 @@ func TestPackBodyBytes(t *testing.T) {
 		{"the short last frame", 10 * 4096, 1000, 4096},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pb := newPackBody(bodyOf(obj, idx, tc.off, tc.length), "pack", &idx, tc.off, tc.off+tc.length)
+			pb := newPackBody(bodyOf(obj, idx, tc.off, tc.length), "pack", &idx, tc.off, tc.off+tc.length, nil)
 			defer pb.Close()
 			var got []byte
 			buf := make([]byte, tc.step)
@@ -102,7 +102,7 @@ func TestPackBodyRefusesDamage(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			pb := newPackBody(io.NopCloser(bytes.NewReader(tc.body)), "pack", &tc.idx, 0, size)
+			pb := newPackBody(io.NopCloser(bytes.NewReader(tc.body)), "pack", &tc.idx, 0, size, nil)
 			defer pb.Close()
 			var got []byte
 			buf := make([]byte, 4096)

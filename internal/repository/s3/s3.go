@@ -1039,6 +1039,7 @@ func (r *Repo) resolve(ctx context.Context, rec repository.Record) (repository.R
 		}
 	}
 	mem.pack = r.streamedPack(ctx, rec, func() string { return res.ManifestPath }, mem.packSkipped.note)
+	r.checkPackPages(rec, mem.pack, res.SHA256DigestsPath)
 	return res, nil
 }
 
