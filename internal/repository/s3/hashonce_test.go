@@ -47,7 +47,7 @@ func TestColdRestoreHashesTheStartupSetOnce(t *testing.T) {
 			chunks = chunkDigestBytes.Load() - chunks
 			ratio := float64(table+frames) / float64(set)
 			t.Logf("%s device: startup set %.2f MiB; hashed against the table %.2f MiB, against frame digests %.2f MiB: %.2fx "+
-				"(and %.2f MiB of chunks fetched for pages outside it)", device, mib(set), mib(table), mib(frames), ratio, mib(chunks))
+				"(and %.2f MiB of chunks fetched for pages outside it)", device, mib(uint64(set)), mib(uint64(table)), mib(uint64(frames)), ratio, mib(uint64(chunks)))
 			if inst.Prefetch.StartupPackSkipped != "" {
 				t.Fatalf("startup pack skipped: %s", inst.Prefetch.StartupPackSkipped)
 			}
@@ -60,7 +60,6 @@ func TestColdRestoreHashesTheStartupSetOnce(t *testing.T) {
 	}
 }
 
-func mib(n int64) float64 { return float64(n) / (1 << 20) }
 
 // TestForgedStartupPackIsNeverServed: a startup pack rebuilt with other
 // bytes in one page, its frames' digests and index made to match and the
