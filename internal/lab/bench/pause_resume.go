@@ -234,7 +234,7 @@ func treatLowers(paths []string, cache string) error {
 	for _, path := range paths {
 		var err error
 		if cache == CacheCold {
-			err = pagecache.Evict(path)
+			err = evictSynced(path)
 		} else {
 			err = readAll(path)
 		}
@@ -271,4 +271,20 @@ func readAll(path string) error {
 		return fmt.Errorf("warm %s: %w", path, err)
 	}
 	return nil
+}
+
+// evictSynced writes back path's dirty pages, which an eviction leaves in
+// the cache (the flattened copy's files were just written), then evicts
+// it.
+func evictSynced(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("evict %s: %w", path, err)
+	}
+	err = f.Sync()
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("evict %s: write back: %w", path, err)
+	}
+	return pagecache.Evict(path)
 }
