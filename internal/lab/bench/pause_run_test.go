@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"warmstart/internal/vmm/qemu"
 )
@@ -46,7 +47,10 @@ func TestRunPauseMeasuresEveryGoal(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	rep, err := RunPause(context.Background(), d, PauseOptions{Cycles: 2, WriteMiB: 4, ResumeTrials: 2,
+	// A guest that never answers fails the test instead of hanging it.
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	rep, err := RunPause(ctx, d, PauseOptions{Cycles: 2, WriteMiB: 4, ResumeTrials: 2,
 		WorkDir: filepath.Join(dir, "work"), InitramfsCache: filepath.Join(dir, "initramfs"), Progress: t.Output()})
 	if err != nil {
 		t.Fatal(err)
