@@ -18,6 +18,7 @@ import (
 
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/reexec"
+	"warmstart/internal/vmm/qemu"
 	"warmstart/internal/vmm/replay"
 )
 
@@ -34,6 +35,7 @@ func TestMain(m *testing.M) {
 			return TrialMain()
 		},
 		replay.RoleReplayVMM: replay.ChildMain,
+		qemu.RoleLauncher:    qemu.LauncherMain,
 	}.Dispatch()
 	os.Exit(m.Run())
 }

@@ -3,31 +3,49 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"warmstart/internal/agentspec"
 	"warmstart/internal/capture"
 	"warmstart/internal/config"
 	"warmstart/internal/initramfs"
 	"warmstart/internal/lab/workspace"
 	"warmstart/internal/layers"
+	"warmstart/internal/node"
 	"warmstart/internal/pause"
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/restore"
+	"warmstart/internal/snapcheck"
 	"warmstart/internal/vmm"
 	"warmstart/internal/vmm/qemu"
 )
 
+// stateKey is the agent's buffer each cycle rewrites.
+const stateKey = "bench"
+
+// DefaultResumeTrials is --resume-trials' default.
+const DefaultResumeTrials = 6
+
+// ErrWrongState is wrapped when a restored child's agent does not report
+// the state its guest wrote before the pause: the pause lost or mixed up
+// pages, and the run fails.
+var ErrWrongState = errors.New("restored guest holds the wrong state")
+
 // PauseOptions are a pause/resume run: a captured QEMU guest restored,
 // changed through its agent and paused into a child, Cycles times in a
-// row, each cycle restoring the previous cycle's child.
+// row, each cycle restoring the previous cycle's child; then the last
+// child's resume measured ResumeTrials times (pause_resume.go).
 type PauseOptions struct {
-	Cycles   int
-	WriteMiB int
+	Cycles       int
+	WriteMiB     int
+	ResumeTrials int
 	// WorkDir holds the run's store, mounts and restores.
 	WorkDir        string
 	InitramfsCache string
@@ -49,6 +67,12 @@ type PauseSample struct {
 	Timings      pause.Timings `json:"timings"`
 }
 
+// DifferingBytes is the bytes of the pages that differ from the parent's:
+// the pages the guest wrote less those it wrote back equal.
+func (s PauseSample) DifferingBytes() int64 {
+	return (s.Pages.Candidates - s.Pages.Identical) * layers.PageBytes
+}
+
 // PauseReport is a run's samples and the host's load around it.
 type PauseReport struct {
 	MemoryMiB  int           `json:"-"` // JSON: memory_bytes (MarshalJSON)
@@ -57,9 +81,26 @@ type PauseReport struct {
 	LoadBefore string        `json:"load_before"`
 	LoadAfter  string        `json:"load_after"`
 	Samples    []PauseSample `json:"samples"`
+	// CyclesCorrect counts the children whose restore reported, through
+	// its agent, the state written before their pause.
+	CyclesCorrect int `json:"cycles_correct"`
+	// ChainVerified says snapshot verify of the last child, which walks
+	// every layer of its chain, found no problem.
+	ChainVerified bool `json:"chain_verified"`
+	// Resume is the last child's resume measured (pause_resume.go).
+	Resume *ResumeReport `json:"resume,omitempty"`
 }
 
-// RunPause runs the pause/resume cycles on a freshly captured guest.
+// pauseRun is one RunPause in progress.
+type pauseRun struct {
+	o     PauseOptions
+	rep   *PauseReport
+	store *posixfs.Repo
+	n     *node.Node
+}
+
+// RunPause runs the pause/resume cycles on a freshly captured guest, then
+// verifies the last child's chain and measures its resume.
 func RunPause(ctx context.Context, d *qemu.Driver, o PauseOptions) (*PauseReport, error) {
 	rep := &PauseReport{MemoryMiB: int(d.MemoryBytes() >> 20), WriteMiB: o.WriteMiB, LoadBefore: loadAverage()}
 	store, err := posixfs.Open(filepath.Join(o.WorkDir, "store"), posixfs.Options{})
@@ -71,55 +112,85 @@ func RunPause(ctx context.Context, d *qemu.Driver, o PauseOptions) (*PauseReport
 		return nil, err
 	}
 	defer n.Close()
-	snap, job, err := capture.Publish(ctx, store, n.Recorder, capture.Options{
-		Booter:     &capture.QEMU{Driver: d, Initramfs: initramfs.Options{CacheDir: o.InitramfsCache, Agent: o.Agent}},
-		StagingDir: store.Root(), RuntimeDir: n.Restorer.RuntimeDir, Progress: o.Progress,
-	})
+	p := &pauseRun{o: o, rep: rep, store: store, n: n}
+	base, err := p.capture(ctx, d)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := job.Result(); err != nil {
-		return nil, err
+	last, err := p.cycles(ctx, base)
+	if err != nil {
+		return rep, err
 	}
-	rep.Accel = snap.Accel
-	parent := snap.Record.ID
-	for i := range o.Cycles {
-		s, err := pauseCycle(ctx, n.Restorer, store, parent, i, o)
-		if err != nil {
-			return rep, fmt.Errorf("cycle %d: %w", i, err)
-		}
-		fmt.Fprintf(o.Progress, "cycle %d: child %s depth %d, paused %v, published after %v\n",
-			i, s.Child, s.Depth, s.Timings.Paused.Round(time.Millisecond), s.Timings.Total.Round(time.Millisecond))
-		rep.Samples = append(rep.Samples, s)
-		parent = s.Child
+	if err := p.verifyChain(ctx, last); err != nil {
+		return rep, err
+	}
+	if rep.Resume, err = p.resume(ctx, last); err != nil {
+		return rep, fmt.Errorf("resume of %s: %w", last, err)
 	}
 	rep.LoadAfter = loadAverage()
 	return rep, nil
 }
 
-// pauseCycle restores parent pausable, has its agent write WriteMiB and
-// pauses it into a child (then=stop).
-func pauseCycle(ctx context.Context, r *restore.Restorer, store *posixfs.Repo, parent string, i int, o PauseOptions) (PauseSample, error) {
-	res, err := store.Resolve(ctx, parent)
+// capture boots the guest and publishes it; it returns the snapshot's id.
+func (p *pauseRun) capture(ctx context.Context, d *qemu.Driver) (string, error) {
+	snap, job, err := capture.Publish(ctx, p.store, p.n.Recorder, capture.Options{
+		Booter:     &capture.QEMU{Driver: d, Initramfs: initramfs.Options{CacheDir: p.o.InitramfsCache, Agent: p.o.Agent}},
+		StagingDir: p.store.Root(), RuntimeDir: p.n.Restorer.RuntimeDir, Progress: p.o.Progress,
+	})
+	if err != nil {
+		return "", err
+	}
+	if _, err := job.Result(); err != nil {
+		return "", err
+	}
+	p.rep.Accel = snap.Accel
+	return snap.Record.ID, nil
+}
+
+// cycles runs the pause cycles from base; it returns the last child.
+func (p *pauseRun) cycles(ctx context.Context, base string) (string, error) {
+	parent := base
+	for i := range p.o.Cycles {
+		s, err := p.cycle(ctx, parent, i)
+		if err != nil {
+			return "", fmt.Errorf("cycle %d: %w", i, err)
+		}
+		fmt.Fprintf(p.o.Progress, "cycle %d: child %s depth %d, paused %v, published after %v\n",
+			i, s.Child, s.Depth, s.Timings.Paused.Round(time.Millisecond), s.Timings.Total.Round(time.Millisecond))
+		p.rep.Samples = append(p.rep.Samples, s)
+		parent = s.Child
+	}
+	return parent, nil
+}
+
+// writeKiB is what the agent writes each cycle.
+func (p *pauseRun) writeKiB() int64 { return int64(p.o.WriteMiB) << 10 }
+
+// cycle restores parent pausable, checks that its guest holds what the
+// previous cycle wrote, has its agent write WriteMiB anew and pauses it
+// into a child (then=stop).
+func (p *pauseRun) cycle(ctx context.Context, parent string, i int) (PauseSample, error) {
+	res, err := p.store.Resolve(ctx, parent)
 	if err != nil {
 		return PauseSample{}, err
 	}
+	r := p.n.Restorer
 	inst, err := r.Restore(ctx, restore.SourceOf(res), restore.Options{Pausable: true})
 	if err != nil {
 		return PauseSample{}, err
 	}
 	defer inst.Stop(context.Background())
-	s := PauseSample{Cycle: i, ResumeNs: inst.Timings.Ready, WrittenBytes: int64(o.WriteMiB) << 20}
-	agent, ok := inst.VM().(vmm.StateAgent)
-	if !ok {
-		return s, fmt.Errorf("VM %T keeps no state", inst.VM())
+	s := PauseSample{Cycle: i, ResumeNs: inst.Timings.Ready, WrittenBytes: int64(p.o.WriteMiB) << 20}
+	if err := checkState(ctx, inst, wantState(i, p.writeKiB())); err != nil {
+		return s, fmt.Errorf("restore of %s: %w", parent, err)
 	}
-	// One key, a new seed each cycle: the agent replaces the buffer, so
-	// every cycle writes WriteMiB anew and the state stays under its cap.
-	if _, err := agent.WriteState(ctx, "bench", int64(o.WriteMiB)<<10, uint64(i+1)); err != nil {
+	if i > 0 {
+		p.rep.CyclesCorrect++ // the previous cycle's child
+	}
+	if err := writeState(ctx, inst, p.writeKiB(), uint64(i+1)); err != nil {
 		return s, err
 	}
-	pr, err := pause.Run(ctx, store, inst, pause.Request{Stop: true}, pause.Options{StagingDir: r.RuntimeDir})
+	pr, err := pause.Run(ctx, p.store, inst, pause.Request{Stop: true}, pause.Options{StagingDir: r.RuntimeDir})
 	if err != nil {
 		return s, err
 	}
@@ -128,35 +199,63 @@ func pauseCycle(ctx context.Context, r *restore.Restorer, store *posixfs.Repo, p
 	return s, inst.Stop(ctx)
 }
 
-// WriteTable prints the run's medians with their range.
-func (r *PauseReport) WriteTable(w io.Writer) {
-	fmt.Fprintf(w, "pause/resume: qemu %s, %d MiB guest, %d MiB written per cycle, %d cycles, load %s → %s\n",
-		r.Accel, r.MemoryMiB, r.WriteMiB, len(r.Samples), r.LoadBefore, r.LoadAfter)
-	fmt.Fprintf(w, "%-34s %10s %10s %10s %4s  %s\n", "", "median", "min", "max", "n", "goal")
-	row := func(name, goal string, f func(PauseSample) float64, unit string) {
-		xs := make([]float64, len(r.Samples))
-		for i, s := range r.Samples {
-			xs[i] = f(s)
-		}
-		st := Summarize(xs)
-		cell := func(v float64) string {
-			if unit == "" { // a ratio
-				return fmt.Sprintf("%10.3f", v)
-			}
-			return fmt.Sprintf("%8.0f%s", v, unit)
-		}
-		fmt.Fprintf(w, "%-34s %s %s %s %4d  %s\n", name, cell(st.Median), cell(st.Min), cell(st.Max), st.N, goal)
+// wantState is what the agent of a restore of cycle i's parent holds:
+// nothing in the captured base, else the buffer cycle i-1 wrote (seed i).
+func wantState(i int, kib int64) map[string]string {
+	if i == 0 {
+		return map[string]string{}
 	}
-	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
-	row("VM paused", "", func(s PauseSample) float64 { return ms(s.Timings.Paused) }, "ms")
-	row("  device state + changed pages", "", func(s PauseSample) float64 { return ms(s.Timings.Freeze) }, "ms")
-	row("  build layer (VM running)", "", func(s PauseSample) float64 { return ms(s.Timings.Layer) }, "ms")
-	row("  publish (VM running)", "", func(s PauseSample) float64 { return ms(s.Timings.Publish) }, "ms")
-	row("pause → child published", "≤ 1000 ms", func(s PauseSample) float64 { return ms(s.Timings.Total) }, "ms")
-	row("child bytes / written bytes", "≤ 1.10", func(s PauseSample) float64 {
-		return float64(s.StoredBytes) / float64(max(s.WrittenBytes, 1))
-	}, "")
-	row("resume: restore of parent to ready", "", func(s PauseSample) float64 { return ms(s.ResumeNs) }, "ms")
+	return map[string]string{stateKey: agentspec.StateDigest(kib, uint64(i))}
+}
+
+// writeState has the agent replace its buffer with one from seed: every
+// cycle writes kib anew and the state stays under the agent's cap.
+func writeState(ctx context.Context, inst *restore.Instance, kib int64, seed uint64) error {
+	agent, ok := inst.VM().(vmm.StateAgent)
+	if !ok {
+		return fmt.Errorf("VM %T keeps no state", inst.VM())
+	}
+	got, err := agent.WriteState(ctx, stateKey, kib, seed)
+	if err != nil {
+		return err
+	}
+	if want := agentspec.StateDigest(kib, seed); got != want {
+		return fmt.Errorf("%w: the agent read back %s after writing, want %s", ErrWrongState, got, want)
+	}
+	return nil
+}
+
+// checkState reads every buffer the restored guest's agent holds, each
+// digested again from guest memory, and compares them with want.
+func checkState(ctx context.Context, inst *restore.Instance, want map[string]string) error {
+	agent, ok := inst.VM().(vmm.StateAgent)
+	if !ok {
+		return fmt.Errorf("VM %T keeps no state", inst.VM())
+	}
+	got, err := agent.State(ctx)
+	if err != nil {
+		return fmt.Errorf("read the guest's state: %w", err)
+	}
+	if !maps.Equal(got, want) {
+		return fmt.Errorf("%w: agent reports %v, want %v", ErrWrongState, got, want)
+	}
+	return nil
+}
+
+// verifyChain runs snapshot verify on the last child: it reads every
+// layer of the chain against its digests and checks the lineage.
+func (p *pauseRun) verifyChain(ctx context.Context, id string) error {
+	r, err := snapcheck.Verify(ctx, p.store, id, snapcheck.Options{})
+	if err != nil {
+		return fmt.Errorf("verify %s: %w", id, err)
+	}
+	if !r.OK {
+		var b strings.Builder
+		snapcheck.WriteText(&b, r)
+		return fmt.Errorf("verify %s found problems:\n%s", id, b.String())
+	}
+	p.rep.ChainVerified = true
+	return nil
 }
 
 type plainPauseReport PauseReport

@@ -48,8 +48,15 @@ func (d *Device) Fill(off int64, buf []byte) error {
 	return g.fill(off, buf)
 }
 
-// fill is Fill without the checks of its arguments.
+// fill is Fill without the checks of its arguments. A writable view is
+// never filled: its page cache holds the guest's writes, and a store
+// between the check of the served pages and the store itself would put
+// the published bytes back over a page the guest faulted in and wrote
+// meanwhile.
 func (g *generation) fill(off int64, buf []byte) error {
+	if g.overlay != nil {
+		return fmt.Errorf("fill %s: %w: a writable view's cache holds the guest's writes", g.name, ErrNotCached)
+	}
 	inode := g.srv.root.GetChild(g.name)
 	if inode == nil {
 		return fmt.Errorf("fill %s: %w: the file was never looked up", g.name, ErrNotCached)

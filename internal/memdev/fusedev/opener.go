@@ -128,7 +128,8 @@ func (d *Device) Target(plan []prefetch.Range, o memdev.TargetOptions) (prefetch
 		return nil, nil, fmt.Errorf("open device file for prefetch: %w", err)
 	}
 	var t prefetch.Target = fileTarget{f}
-	if o.Fill {
+	// A writable view is read through its file, never filled (fill.go).
+	if o.Fill && d.gen.overlay == nil {
 		t = fillTarget{d}
 	}
 	if o.Hint {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -149,5 +150,39 @@ func TestWritableViewIsNeverPassthrough(t *testing.T) {
 	}
 	if lowerHash(t, lower, []int64{0}, fileBytes) != wantWhole {
 		t.Error("the lower file changed")
+	}
+}
+
+// TestWritableViewIsNeverFilled: a fill stores lower-file bytes into the
+// page cache over whatever a page holds, and a writable view's page cache
+// holds the guest's writes: a fill between its check of the served pages
+// and its store would put the published bytes back over a page the guest
+// faulted in and wrote meanwhile (a restore's guest lost part of a 16 MiB
+// write that way, with prefetch and miss fills racing its faults). So a
+// view refuses fills, and its prefetch target reads through the file,
+// which never replaces a cached page.
+func TestWritableViewIsNeverFilled(t *testing.T) {
+	const fileBytes = 4 << 20
+	lower := writeLower(t, fileBytes, 23)
+	srv := newServer(t, Options{AllowWriteOpen: true})
+	req := fileReq(lower, memdev.IOEngineBuffered)
+	req.Writable, req.RunDir = true, t.TempDir()
+	view, err := srv.Attach("snap", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { waitAck(t, view.release()) }()
+	page := int64(40 * pageBytes)
+	// The target keeps the file open, so the kernel has its inode.
+	target, done, err := view.Target(nil, memdev.TargetOptions{Fill: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	if err := view.Fill(page, make([]byte, pageBytes)); !errors.Is(err, ErrNotCached) {
+		t.Errorf("Fill of a writable view = %v, want ErrNotCached", err)
+	}
+	if err := target.Fetch(t.Context(), page, make([]byte, pageBytes)); err != nil {
+		t.Errorf("prefetch of a writable view with Fill: %v, want a read through the file", err)
 	}
 }
