@@ -183,15 +183,15 @@ func (b *resumeBench) timed(ctx context.Context, s *resumeSource, cache, key str
 
 // once treats the lower files' cache, probes them and, when admitted,
 // restores s with prefetch on a device of its own (key); the hot control
-// first starts a warm instance on that device, which stays running while
-// the timed restore shares its cached pages.
+// first starts a warm instance on that device, held still while the
+// timed restore shares its cached pages.
 func (b *resumeBench) once(ctx context.Context, s *resumeSource, cache, key string) (time.Duration, bool, error) {
 	stopCtx := context.WithoutCancel(ctx)
 	if err := treatLowers(s.lowers, cache); err != nil {
 		return 0, false, err
 	}
 	if cache == CacheHot {
-		hot, err := b.r.Restore(ctx, s.src, restore.Options{Prefetch: restore.ModeOff, DeviceKey: key})
+		hot, err := holdWarm(ctx, b.r, s.src, restore.Options{Prefetch: restore.ModeOff, DeviceKey: key})
 		if err != nil {
 			return 0, false, fmt.Errorf("hot control warm-up: %w", err)
 		}

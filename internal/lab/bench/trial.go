@@ -341,18 +341,18 @@ func (t *trial) privateLower() (restore.Source, string, error) {
 }
 
 // treatCache leaves the copy cold or, for the hot control, returns a warm
-// instance: its device generation, and so the device file's page cache,
-// stays referenced while the timed restore shares it.
-func (t *trial) treatCache(src restore.Source) (*restore.Instance, error) {
+// instance, held still: its device generation, and so the device file's
+// page cache, stays referenced while the timed restore shares it.
+func (t *trial) treatCache(src restore.Source) (*warmControl, error) {
 	switch t.spec.Condition.Cache {
 	case CacheCold:
 		return nil, pagecache.Evict(t.lowerPath)
 	case CacheHot:
-		hot, err := t.r.Restore(t.ctx, src, withMode(t.base, restore.ModeOff, restore.Policy{}, "timed"))
+		hot, err := holdWarm(t.ctx, t.r, src, withMode(t.base, restore.ModeOff, restore.Policy{}, "timed"))
 		if err != nil {
 			return nil, fmt.Errorf("hot control warm-up: %w", err)
 		}
-		t.track(hot)
+		t.track(hot.inst)
 		return hot, nil
 	}
 	return nil, nil
