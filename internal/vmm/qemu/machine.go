@@ -180,7 +180,7 @@ func (d *Driver) start(ctx context.Context, dir string, args []string) (m *Machi
 		return m, fmt.Errorf("connect serial console: %w", err)
 	}
 	m.agent = newAgentConn(conn, !d.withoutGuestEntropy)
-	if m.mon, err = dialMonitor(ctx, qmpPath); err != nil {
+	if m.mon, err = dialMonitor(ctx, qmpPath, m.exited); err != nil {
 		return m, err
 	}
 	return m, nil

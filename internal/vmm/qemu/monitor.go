@@ -3,6 +3,7 @@ package qemu
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -25,7 +26,7 @@ type monitor struct {
 
 // dialMonitor connects to the QMP socket at path and negotiates
 // capabilities.
-func dialMonitor(ctx context.Context, path string) (*monitor, error) {
+func dialMonitor(ctx context.Context, path string, exited <-chan struct{}) (*monitor, error) {
 	mon, err := qmp.NewSocketMonitor("unix", path, monitorDialTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("connect qmp: %w", err)
@@ -40,15 +41,24 @@ func dialMonitor(ctx context.Context, path string) (*monitor, error) {
 		}
 		return &monitor{mon: mon}, nil
 	case <-ctx.Done():
-		// Disconnect must not race Connect, which sets fields it reads.
-		// Connect returns once QEMU answers or dies; callers kill QEMU on
-		// this error path.
-		go func() {
-			<-done
-			mon.Disconnect()
-		}()
-		return nil, fmt.Errorf("qmp handshake: %w", ctx.Err())
+		return nil, abandonHandshake(mon, done, fmt.Errorf("qmp handshake: %w", ctx.Err()))
+	case <-exited:
+		// The listening socket is ours, so a QEMU that died before it
+		// greeted leaves the connection waiting in the backlog forever.
+		return nil, abandonHandshake(mon, done, errors.New("qmp handshake: qemu exited before its monitor answered"))
 	}
+}
+
+// abandonHandshake leaves a handshake that will not be answered and
+// returns err. Disconnect must not race Connect, which sets fields it
+// reads, so it waits for Connect in the background; callers kill QEMU on
+// this error path, which ends it.
+func abandonHandshake(mon *qmp.SocketMonitor, done <-chan error, err error) error {
+	go func() {
+		<-done
+		mon.Disconnect()
+	}()
+	return err
 }
 
 // execute runs command with args and decodes its "return" value into ret
