@@ -184,12 +184,17 @@ type S3Config struct {
 	BackgroundFillConcurrency int64 `toml:"background_fill_concurrency"`
 	// BackgroundFillMbit bounds the fill's bandwidth, in Mbit/s.
 	BackgroundFillMbit int64 `toml:"background_fill_mbit"`
+	// PackConcurrency bounds the startup pack's GETs in flight on a cold
+	// node: enough of them keep the link busy through each GET's round
+	// trip, so a link with a longer round trip wants more.
+	PackConcurrency int64 `toml:"pack_concurrency"`
 }
 
 // Fill bounds of [backend.s3].
 const (
 	MaxBackgroundFillConcurrency = 64
 	MaxBackgroundFillMbit        = 100_000
+	MaxPackConcurrency           = 64
 )
 
 // ChunkSizeBytes is ChunkSizeMiB in bytes.
@@ -440,6 +445,7 @@ func defaults() *Config {
 				BackgroundFill:            true,
 				BackgroundFillConcurrency: 2,
 				BackgroundFillMbit:        200,
+				PackConcurrency:           6,
 			},
 		},
 		Memory: MemoryConfig{

@@ -120,6 +120,9 @@ func (c *Config) backendChecks() []func() error {
 		func() error {
 			return inRange("backend.s3.background_fill_mbit", c.Backend.S3.BackgroundFillMbit, 1, MaxBackgroundFillMbit)
 		},
+		func() error {
+			return inRange("backend.s3.pack_concurrency", c.Backend.S3.PackConcurrency, 1, MaxPackConcurrency)
+		},
 	}
 }
 

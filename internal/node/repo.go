@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"warmstart/internal/chunkcache"
 	"warmstart/internal/config"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
@@ -78,6 +79,7 @@ func S3Options(c config.S3Config) s3.Options {
 		ChunkBytes:      c.ChunkSizeBytes(),
 		Fill: s3.FillOptions{Disabled: !c.BackgroundFill, Concurrency: int(c.BackgroundFillConcurrency),
 			BitsPerSec: c.BackgroundFillMbit * 1_000_000},
+		Warm: chunkcache.WarmOptions{Concurrency: int(c.PackConcurrency)},
 	}
 }
 

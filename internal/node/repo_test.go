@@ -23,3 +23,12 @@ func TestS3TakesTheConfiguredAddressingStyles(t *testing.T) {
 		t.Error("an addressing style s3 does not know was taken")
 	}
 }
+
+// The startup pack streams with the configured GETs in flight.
+func TestS3TakesThePackConcurrency(t *testing.T) {
+	c := config.Default().Backend.S3
+	c.PackConcurrency = 12
+	if got := s3.PackWarmOptions(node.S3Options(c).Warm).Concurrency; got != 12 {
+		t.Fatalf("pack streams with %d GETs in flight, want 12", got)
+	}
+}
