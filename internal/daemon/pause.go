@@ -9,6 +9,7 @@ import (
 
 	"warmstart/internal/api"
 	"warmstart/internal/ops"
+	"warmstart/internal/repository"
 	"warmstart/internal/restore"
 )
 
@@ -88,6 +89,12 @@ func pauseFailed(err, cause error) error {
 		return statusError(http.StatusConflict, "id", err)
 	case errors.Is(err, ops.ErrPauseUnsupported):
 		return statusError(http.StatusConflict, "", err)
+	case errors.Is(err, repository.ErrAliasConflict):
+		return statusError(http.StatusConflict, "alias", err)
+	case errors.Is(err, repository.ErrNotFound):
+		// The snapshot the restore was restored from (or an ancestor
+		// whose layer it reads) was deleted: no child can be built.
+		return statusError(http.StatusConflict, "id", err)
 	}
 	return err
 }

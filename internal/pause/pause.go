@@ -110,7 +110,7 @@ func Run(ctx context.Context, repo Repository, inst *restore.Instance, req Reque
 	if !inst.Pausable() {
 		return res, fmt.Errorf("pause: restore %s: %w (restore with pausable: true)", inst.ID, restore.ErrNotPausable)
 	}
-	parent, res2, err := checkParent(ctx, repo, inst.Base())
+	parent, res2, err := checkParent(ctx, repo, inst.Base(), req.Alias)
 	if err != nil {
 		return res, err
 	}
@@ -175,11 +175,22 @@ func Run(ctx context.Context, repo Repository, inst *restore.Instance, req Reque
 }
 
 // checkParent re-reads the parent and refuses one the child cannot be
-// built over, before anything changes.
-func checkParent(ctx context.Context, repo Repository, id string) (repository.Record, repository.Resolved, error) {
+// built over, and an alias already bound, before anything changes: the
+// publish would refuse the alias too, but only after the VM was paused.
+func checkParent(ctx context.Context, repo Repository, id, alias string) (repository.Record, repository.Resolved, error) {
 	res, err := repo.Resolve(ctx, id)
 	if err != nil {
 		return repository.Record{}, res, fmt.Errorf("pause: parent %s: %w", id, err)
+	}
+	if alias == "" {
+		return res.Record, res, nil
+	}
+	holder, err := repo.ResolveAlias(ctx, alias)
+	switch {
+	case err == nil:
+		return repository.Record{}, res, fmt.Errorf("pause: %w", &repository.AliasConflictError{Alias: alias, HolderID: holder})
+	case !errors.Is(err, repository.ErrNotFound):
+		return repository.Record{}, res, fmt.Errorf("pause: alias %s: %w", alias, err)
 	}
 	return res.Record, res, nil
 }

@@ -1,0 +1,106 @@
+package daemon_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"warmstart/internal/api"
+	"warmstart/internal/pause"
+)
+
+// rawPause posts body to the pause endpoint of restore id and returns
+// the status and the answer's text.
+func rawPause(t *testing.T, r *running, id, body string) (int, string) {
+	t.Helper()
+	hc := rawClient(t, strings.TrimPrefix(r.d.Endpoint(), "unix:"))
+	req, err := http.NewRequest(http.MethodPost, "http://daemon/restores/"+id+"/snapshot", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	text, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(text)
+}
+
+// TestPauseBadInputIsTheClients: every malformed or impossible pause is
+// answered with the client's status (never a 500 "internal error") and
+// leaves the restore pausable: a pause afterwards publishes a child that
+// holds every page the guest wrote.
+func TestPauseBadInputIsTheClients(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	r, imp, in := pausableRestore(t, f, nil)
+	ctx := context.Background()
+	plain, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: imp.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = r.client.StopRestore(ctx, plain.ID) })
+	cases := []struct {
+		name, id, body, fragment string
+		status                   int
+	}{
+		{"unknown restore", "no-such-restore", `{}`, "no-such-restore", http.StatusNotFound},
+		{"not pausable", plain.ID, `{}`, "pausable", http.StatusConflict},
+		{"then misspelt", in.ID, `{"then":"later"}`, "then", http.StatusBadRequest},
+		{"unknown field", in.ID, `{"alais":"x"}`, "alais", http.StatusBadRequest},
+		{"alias malformed", in.ID, `{"alias":"a b"}`, "alias", http.StatusBadRequest},
+		{"alias an id", in.ID, `{"alias":"` + imp.ID + `"}`, "snapshot id", http.StatusBadRequest},
+		{"alias taken", in.ID, `{"alias":"base"}`, "base", http.StatusConflict},
+		{"not an object", in.ID, `[]`, "object", http.StatusBadRequest},
+		{"two objects", in.ID, `{}{}`, "more than one", http.StatusBadRequest},
+		{"huge body", in.ID, `{"alias":"` + strings.Repeat("a", 2<<20) + `"}`, "larger", http.StatusRequestEntityTooLarge},
+	}
+	for _, c := range cases {
+		status, text := rawPause(t, r, c.id, c.body)
+		if status != c.status || !strings.Contains(text, c.fragment) {
+			t.Errorf("%s: HTTP %d %s; want %d saying %q", c.name, status, text, c.status, c.fragment)
+		}
+	}
+	res, err := r.client.Pause(ctx, in.ID, api.PauseRequest{Alias: "kid", Then: api.ThenStop})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Parent != imp.ID || res.Alias != "kid" || res.Depth != 1 {
+		t.Fatalf("pause after the bad ones: %+v", res)
+	}
+	childReadsStamped(t, r, f, "kid")
+}
+
+// TestDeleteParentDuringAPause: the parent deleted while a pause of a
+// restore of it is between freeze and publish: either the delete is
+// refused or the pause fails, as the client's conflict (409), as does
+// every later pause; never a published child whose parent is gone.
+func TestDeleteParentDuringAPause(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	held := holdPause(t, pause.StepPublish)
+	r, imp, in := pausableRestore(t, f, nil)
+	t.Cleanup(held.let)
+	ctx := context.Background()
+	paused := goPause(r, in.ID, api.PauseRequest{Alias: "kid"})
+	<-held.reached
+	_, delErr := r.client.DeleteSnapshot(ctx, imp.ID)
+	held.let()
+	p := <-paused
+	if delErr == nil && p.err == nil {
+		t.Fatalf("the parent was deleted and the pause published %+v over it", p.res)
+	}
+	if p.err == nil {
+		childReadsStamped(t, r, f, "kid")
+		return
+	}
+	// The parent is gone: the client's conflict, not the daemon's failure.
+	wantStatus(t, "a pause whose parent was deleted", p.err, imp.ID, http.StatusConflict)
+	_, err := r.client.Pause(ctx, in.ID, api.PauseRequest{})
+	wantStatus(t, "a later pause of it", err, imp.ID, http.StatusConflict)
+}
