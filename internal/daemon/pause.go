@@ -91,9 +91,10 @@ func pauseFailed(err, cause error) error {
 		return statusError(http.StatusConflict, "", err)
 	case errors.Is(err, repository.ErrAliasConflict):
 		return statusError(http.StatusConflict, "alias", err)
-	case errors.Is(err, repository.ErrNotFound):
+	case errors.Is(err, repository.ErrNotFound), errors.Is(err, repository.ErrStale):
 		// The snapshot the restore was restored from (or an ancestor
-		// whose layer it reads) was deleted: no child can be built.
+		// whose layer it reads) was deleted, or flattened meanwhile (a
+		// pause again builds over its new memory).
 		return statusError(http.StatusConflict, "id", err)
 	}
 	return err

@@ -8,7 +8,9 @@ import (
 	"testing"
 
 	"warmstart/internal/api"
+	"warmstart/internal/ops"
 	"warmstart/internal/pause"
+	"warmstart/internal/repository/posixfs"
 )
 
 // rawPause posts body to the pause endpoint of restore id and returns
@@ -103,4 +105,55 @@ func TestDeleteParentDuringAPause(t *testing.T) {
 	wantStatus(t, "a pause whose parent was deleted", p.err, imp.ID, http.StatusConflict)
 	_, err := r.client.Pause(ctx, in.ID, api.PauseRequest{})
 	wantStatus(t, "a later pause of it", err, imp.ID, http.StatusConflict)
+}
+
+// TestFlattenParentDuringAPause: a child C restored pausable is
+// flattened (full) while a pause of that restore is between freeze and
+// publish. The pause read C's record (with C's own diff layer) before;
+// the flatten retires that layer. Either the flatten is refused, or the
+// pause fails, or its child restores with the right memory and verifies:
+// never a child naming a layer that is gone.
+func TestFlattenParentDuringAPause(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	held := holdPause(t, pause.StepPublish)
+	r, _, in := pausableRestore(t, f, nil)
+	t.Cleanup(held.let)
+	ctx := context.Background()
+	first := goPause(r, in.ID, api.PauseRequest{Alias: "kid", Then: api.ThenStop})
+	<-held.reached
+	held.let()
+	if p := <-first; p.err != nil {
+		t.Fatal(p.err)
+	}
+	// The hook holds only the first pause; hold the next with a fresh one.
+	again := holdPause(t, pause.StepPublish)
+	t.Cleanup(again.let)
+	kid, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: "kid", Pausable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	paused := goPause(r, kid.ID, api.PauseRequest{Alias: "grandkid", Then: api.ThenStop})
+	<-again.reached
+	repo, err := posixfs.Open(f.cfg.Backend.PosixFS.SnapshotStore, posixfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, flatErr := ops.Flatten(ctx, repo, "kid", ops.FlattenOptions{Full: true, StagingDir: t.TempDir()})
+	again.let()
+	p := <-paused
+	if flatErr != nil && p.err != nil {
+		t.Fatalf("both the flatten (%v) and the pause (%v) failed", flatErr, p.err)
+	}
+	if p.err != nil {
+		// The parent changed under the pause: the client's conflict, and a
+		// pause again builds over the flattened parent.
+		wantStatus(t, "a pause whose parent was flattened meanwhile", p.err, "no longer holds", http.StatusConflict)
+		if _, err := r.client.Pause(ctx, kid.ID, api.PauseRequest{Alias: "grandkid", Then: api.ThenStop}); err != nil {
+			t.Fatalf("a pause after the flatten: %v", err)
+		}
+	}
+	if rep, err := r.client.VerifySnapshot(ctx, "grandkid", api.VerifyRequest{}); err != nil {
+		t.Fatalf("verify of the child published over a flattened parent: %+v, %v", rep, err)
+	}
+	childReadsStamped(t, r, f, "grandkid")
 }

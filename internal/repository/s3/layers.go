@@ -36,7 +36,7 @@ func (r *Repo) publishLayer(ctx context.Context, id string, req repository.Layer
 	fault := func(point string) func() { return func() { r.fault(point) } }
 	return r.publishWith(ctx, id, req.Alias, publishSteps{
 		store: func() (repository.Record, error) {
-			if err := r.register(ctx, id, c.Owners); err != nil {
+			if err := r.register(ctx, id, c.Owners, c.Inherited); err != nil {
 				return repository.Record{}, err
 			}
 			r.fault(FaultLayerAfterMarkers)
