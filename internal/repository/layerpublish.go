@@ -130,7 +130,9 @@ func CheckOwnerHolds(owner Record, inherited []LayerDescriptor) error {
 		if l.Snapshot != owner.ID {
 			continue
 		}
-		same := func(h LayerDescriptor) bool { return h.Snapshot == l.Snapshot && h.Name == l.Name && h.SHA256 == l.SHA256 }
+		same := func(h LayerDescriptor) bool {
+			return h.Snapshot == l.Snapshot && h.Name == l.Name && h.SHA256 == l.SHA256
+		}
 		if !slices.ContainsFunc(have, same) {
 			return fmt.Errorf("%w: layer owner %s no longer holds layer %s (its memory was replaced, as by a flatten, after the parent was read)",
 				ErrStale, owner.ID, l.Name)
