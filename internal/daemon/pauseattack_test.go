@@ -4,10 +4,13 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"warmstart/internal/api"
+	"warmstart/internal/daemon"
 	"warmstart/internal/ops"
 	"warmstart/internal/pause"
 	"warmstart/internal/repository/posixfs"
@@ -156,4 +159,102 @@ func TestFlattenParentDuringAPause(t *testing.T) {
 		t.Fatalf("verify of the child published over a flattened parent: %+v, %v", rep, err)
 	}
 	childReadsStamped(t, r, f, "grandkid")
+}
+
+// TestPauseChainAttacks: two restores of one snapshot paused at once
+// each publish a whole child; a child of a child restored from the first;
+// the middle child's delete is refused while the grandchild needs it;
+// verify passes on the whole chain, and reports a flipped byte in the
+// middle child's layer when verifying the grandchild, whose restore then
+// fails rather than serve the wrong page; failed and finished pauses
+// leave nothing in the staging directory.
+func TestPauseChainAttacks(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	vm := &stampedVMM{trace: f.ref.Trace}
+	vm.stamp.Store(0x5eed)
+	r := startDaemon(t, f, func(o *daemon.Options) { o.VMM = vm })
+	ctx := context.Background()
+	imp, err := r.client.Import(ctx, f.importRequest("base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ins [2]api.RestoreInfo
+	for i := range ins {
+		if ins[i], err = r.client.Restore(ctx, api.RestoreRequest{Snapshot: imp.ID, Pausable: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vm.stamp.Store(0) // restores of the children only read
+	a, b := goPause(r, ins[0].ID, api.PauseRequest{Alias: "a"}), goPause(r, ins[1].ID, api.PauseRequest{Alias: "b", Then: api.ThenStop})
+	pa, pb := <-a, <-b
+	if pa.err != nil || pb.err != nil {
+		t.Fatalf("concurrent pauses of two restores of one snapshot: %v; %v", pa.err, pb.err)
+	}
+	childReadsStamped(t, r, f, "a")
+	childReadsStamped(t, r, f, "b")
+
+	kid, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: "a", Pausable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := r.client.Pause(ctx, kid.ID, api.PauseRequest{Alias: "g", Then: api.ThenStop})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Parent != pa.res.Snapshot {
+		t.Fatalf("grandchild %+v; want a child of %s", g, pa.res.Snapshot)
+	}
+	childReadsStamped(t, r, f, "g")
+	_, err = r.client.DeleteSnapshot(ctx, "a")
+	wantStatus(t, "delete of the middle child", err, "", http.StatusConflict)
+	for _, id := range []string{imp.ID, "a", "b", "g"} {
+		if rep, err := r.client.VerifySnapshot(ctx, id, api.VerifyRequest{}); err != nil || !rep.OK {
+			t.Fatalf("verify %s: %+v, %v", id, rep, err)
+		}
+	}
+	if _, err := r.client.StopRestore(ctx, ins[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(f.cfg.Runtime.Dir, "pause-*")); len(left) != 0 {
+		t.Fatalf("staging left after the pauses: %v", left)
+	}
+
+	flipLayerByte(t, f.cfg.Backend.PosixFS.SnapshotStore, pa.res.Snapshot)
+	if rep, err := r.client.VerifySnapshot(ctx, "g", api.VerifyRequest{}); err == nil && rep.OK {
+		t.Fatalf("verify of a grandchild whose middle layer has a flipped byte: %+v", rep)
+	}
+	bad, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: "g"})
+	if err == nil {
+		_, _ = r.client.StopRestore(ctx, bad.ID)
+		t.Fatalf("a restore over a flipped byte in its chain became ready: %+v", bad.Ready)
+	}
+}
+
+// flipLayerByte flips the first byte of id's own diff layer data.
+func flipLayerByte(t *testing.T, store, id string) {
+	t.Helper()
+	var found []string
+	err := filepath.WalkDir(store, func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && filepath.Base(filepath.Dir(path)) == id &&
+			strings.HasPrefix(d.Name(), "layer-") && strings.HasSuffix(d.Name(), ".bin") {
+			found = append(found, path)
+		}
+		return err
+	})
+	if err != nil || len(found) != 1 {
+		t.Fatalf("layer data of %s: %v, %v", id, found, err)
+	}
+	fh, err := os.OpenFile(found[0], os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	var one [1]byte
+	if _, err := fh.ReadAt(one[:], 0); err != nil {
+		t.Fatal(err)
+	}
+	one[0] ^= 0xff
+	if _, err := fh.WriteAt(one[:], 0); err != nil {
+		t.Fatal(err)
+	}
 }
