@@ -7,12 +7,15 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"warmstart/internal/api"
 	"warmstart/internal/daemon"
 	"warmstart/internal/ops"
 	"warmstart/internal/pause"
+
+	"golang.org/x/sys/unix"
 	"warmstart/internal/repository/posixfs"
 )
 
@@ -257,4 +260,59 @@ func flipLayerByte(t *testing.T, store, id string) {
 	if _, err := fh.WriteAt(one[:], 0); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestPauseWithStagingFull: the pause's staging directory is full (a
+// tiny tmpfs mounted over it) when the VMM saves the changed pages. The
+// pause fails, the sandbox runs on, and a pause once space is back
+// publishes a child holding every page the guest wrote.
+func TestPauseWithStagingFull(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	f := newFixture(t, fixtureOptions{})
+	var mounted []string
+	t.Cleanup(func() {
+		for _, m := range mounted {
+			if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
+				t.Errorf("unmount %s: %v", m, err)
+			}
+		}
+	})
+	var once sync.Once
+	daemon.SetPauseStepHook(t, func(_ context.Context, _, step string) {
+		if step != pause.StepPause {
+			return
+		}
+		once.Do(func() {
+			dirs, err := filepath.Glob(filepath.Join(f.cfg.Runtime.Dir, "pause-*"))
+			if err != nil || len(dirs) != 1 {
+				t.Errorf("staging: %v, %v", dirs, err)
+				return
+			}
+			if err := unix.Mount("tmpfs", dirs[0], "tmpfs", 0, "size=8k"); err != nil {
+				t.Errorf("mount a tiny tmpfs: %v", err)
+				return
+			}
+			mounted = append(mounted, dirs[0])
+		})
+	})
+	r, imp, in := pausableRestore(t, f, nil)
+	ctx := context.Background()
+	_, err := r.client.Pause(ctx, in.ID, api.PauseRequest{Alias: "kid"})
+	if err == nil {
+		t.Fatal("a pause into a full staging directory published")
+	}
+	info, err := r.client.Restores(ctx)
+	if err != nil || len(info) != 1 || info[0].Exit != nil {
+		t.Fatalf("restores after the failed pause: %+v, %v; want the sandbox running", info, err)
+	}
+	res, err := r.client.Pause(ctx, in.ID, api.PauseRequest{Alias: "kid", Then: api.ThenStop})
+	if err != nil {
+		t.Fatalf("a pause once space is back: %v", err)
+	}
+	if res.Parent != imp.ID {
+		t.Fatalf("pause: %+v", res)
+	}
+	childReadsStamped(t, r, f, "kid")
 }
