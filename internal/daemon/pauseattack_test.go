@@ -316,3 +316,39 @@ func TestPauseWithStagingFull(t *testing.T) {
 	}
 	childReadsStamped(t, r, f, "kid")
 }
+
+// TestPauseWithStagingRemoved: the pause's staging directory is removed
+// after the VMM saved the changed pages into it (and forgot them). The
+// pause fails; its pages are gone, so a later pause must be refused
+// rather than publish a child without them.
+func TestPauseWithStagingRemoved(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	var once sync.Once
+	daemon.SetPauseStepHook(t, func(_ context.Context, _, step string) {
+		if step != pause.StepLayer {
+			return
+		}
+		once.Do(func() {
+			dirs, err := filepath.Glob(filepath.Join(f.cfg.Runtime.Dir, "pause-*"))
+			if err != nil || len(dirs) != 1 {
+				t.Errorf("staging: %v, %v", dirs, err)
+				return
+			}
+			if err := os.RemoveAll(dirs[0]); err != nil {
+				t.Error(err)
+			}
+		})
+	})
+	r, _, in := pausableRestore(t, f, nil)
+	ctx := context.Background()
+	if _, err := r.client.Pause(ctx, in.ID, api.PauseRequest{Alias: "kid"}); err == nil {
+		t.Fatal("a pause whose staging was removed published")
+	}
+	res, err := r.client.Pause(ctx, in.ID, api.PauseRequest{Alias: "kid", Then: api.ThenStop})
+	if err == nil {
+		t.Logf("pause after the staging was removed: %+v", res)
+		childReadsStamped(t, r, f, "kid")
+		return
+	}
+	wantStatus(t, "a pause after the pages were lost", err, "lost", http.StatusConflict)
+}

@@ -72,12 +72,20 @@ func (inst *Instance) Rebase(id string) {
 
 // KeepPending keeps a Freeze's changed pages whose child was not
 // published, in the restore's run directory, for the next Freeze to merge.
+// Pages it cannot keep are lost (f holds the pending pages merged at its
+// Freeze): every later Freeze is refused rather than publish a child
+// without them.
 func (inst *Instance) KeepPending(f Frozen) error {
 	inst.pause.mu.Lock()
 	defer inst.pause.mu.Unlock()
+	if len(f.Pages) == 0 {
+		return nil
+	}
 	path := filepath.Join(inst.held.runDir, fmt.Sprintf("pending-%d.diff", pendingSeq.Add(1)))
 	if err := copyPages(f.MemoryDiffPath, path, f.Pages, nil); err != nil {
-		return fmt.Errorf("keep the unpublished changed pages: %w", err)
+		os.Remove(path)
+		inst.pause.lost = fmt.Errorf("%w: keep the unpublished changed pages: %w", ErrPagesLost, err)
+		return inst.pause.lost
 	}
 	if old := inst.pause.pending; old != nil {
 		os.Remove(old.MemoryDiffPath)
