@@ -1,7 +1,9 @@
 package daemon_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"io"
 	"net/http"
 	"os"
@@ -14,6 +16,10 @@ import (
 	"warmstart/internal/daemon"
 	"warmstart/internal/ops"
 	"warmstart/internal/pause"
+	"warmstart/internal/repository"
+	"warmstart/internal/snapcheck"
+	"warmstart/internal/trace"
+	"warmstart/internal/vmm/replay"
 
 	"golang.org/x/sys/unix"
 	"warmstart/internal/repository/posixfs"
@@ -351,4 +357,103 @@ func TestPauseWithStagingRemoved(t *testing.T) {
 		return
 	}
 	wantStatus(t, "a pause after the pages were lost", err, "lost", http.StatusConflict)
+}
+
+// TestPauseAtMaxDepthOneOverAFlattenedChain: with [pause] max_depth = 1
+// every pause of a child merges into one layer over the base; a child
+// flattened whole (a plain memory with a parent) is paused again, and
+// the next pauses build over it. Every child's memory is compared page by
+// page with the chain's, every child verifies.
+func TestPauseAtMaxDepthOneOverAFlattenedChain(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	f.cfg.Pause.MaxDepth = 1
+	vm := &chainVMM{}
+	vm.set(f.ref.Trace, 0)
+	r := startDaemon(t, f, func(o *daemon.Options) { o.VMM = vm })
+	ctx := context.Background()
+	ref, err := trace.ReadFile(f.ref.Trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := os.ReadFile(f.ref.Memory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	imp, err := r.client.Import(ctx, f.importRequest("base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := posixfs.Open(f.cfg.Backend.PosixFS.SnapshotStore, posixfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, mems := []string{imp.ID}, [][]byte{bytes.Clone(mem)}
+	want := map[int]struct {
+		depth int
+		flat  bool
+	}{1: {1, false}, 2: {1, true}, 3: {1, false}, 4: {1, true}}
+	for k := 1; k <= 4; k++ {
+		path, written := generationTrace(t, f.dir, ref, k)
+		stamp := uint64(0x2000 + k)
+		vm.set(path, stamp)
+		in, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: ids[k-1], Pausable: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := r.client.Pause(ctx, in.ID, api.PauseRequest{Then: api.ThenStop})
+		if err != nil {
+			t.Fatalf("pause %d: %v", k, err)
+		}
+		if w := want[k]; res.Parent != ids[k-1] || res.Depth != w.depth || res.Flattened != w.flat {
+			t.Fatalf("pause %d: %+v; want a child of %s at depth %d (flattened %t)", k, res, ids[k-1], w.depth, w.flat)
+		}
+		next := bytes.Clone(mems[k-1])
+		for _, off := range written {
+			binary.LittleEndian.PutUint64(next[off:], replay.StampOf(stamp, off))
+		}
+		ids, mems = append(ids, res.Snapshot), append(mems, next)
+		if k == 2 {
+			// Flatten the second child whole: the third pause is of a
+			// restore of a plain memory that has a parent.
+			if _, err := ops.Flatten(ctx, repo, res.Snapshot, ops.FlattenOptions{Full: true, StagingDir: t.TempDir()}); err != nil {
+				t.Fatal(err)
+			}
+			want[3] = struct {
+				depth int
+				flat  bool
+			}{1, false}
+			want[4] = struct {
+				depth int
+				flat  bool
+			}{1, true}
+		}
+	}
+	vm.set(f.ref.Trace, 0)
+	for k := 1; k <= 4; k++ {
+		samePagesAnyFormat(t, repo, ids[k], mems[k])
+		if rep, err := snapcheck.Verify(ctx, repo, ids[k], snapcheck.Options{}); err != nil || !rep.OK {
+			t.Fatalf("verify child %d: %+v, %v", k, rep, err)
+		}
+	}
+}
+
+// samePagesAnyFormat is samePages also for a plain memory file (a child
+// flattened whole).
+func samePagesAnyFormat(t *testing.T, repo repository.Repository, id string, want []byte) {
+	t.Helper()
+	res, err := repo.Resolve(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Memory != nil {
+		samePages(t, repo, id, want)
+		return
+	}
+	got, err := os.ReadFile(res.MemoryPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("snapshot %s: its memory file differs from the chain's memory with the new pages", id)
+	}
 }
