@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"warmstart/internal/api"
@@ -455,5 +457,64 @@ func samePagesAnyFormat(t *testing.T, repo repository.Repository, id string, wan
 	}
 	if !bytes.Equal(got, want) {
 		t.Fatalf("snapshot %s: its memory file differs from the chain's memory with the new pages", id)
+	}
+}
+
+// TestVMMKilledDuringAPause: the VMM is killed (SIGKILL) at a step of a
+// pause. Killed before the freeze, the pause fails and publishes nothing;
+// killed once its state is saved, with then=stop, the child is published
+// whole and the answer says so (the stop of a VM already gone is not the
+// pause's failure). Either way the restore stops cleanly and no staging
+// is left.
+func TestVMMKilledDuringAPause(t *testing.T) {
+	for _, step := range []string{pause.StepPause, pause.StepPublish} {
+		t.Run(step, func(t *testing.T) {
+			f := newFixture(t, fixtureOptions{})
+			var pid atomic.Int64
+			var once sync.Once
+			daemon.SetPauseStepHook(t, func(_ context.Context, _, s string) {
+				if s == step {
+					once.Do(func() {
+						p, err := os.FindProcess(int(pid.Load()))
+						if err == nil {
+							err = p.Signal(syscall.SIGKILL)
+						}
+						if err != nil {
+							t.Errorf("kill the VMM: %v", err)
+						}
+					})
+				}
+			})
+			r, _, in := pausableRestore(t, f, nil)
+			pid.Store(int64(in.Ready.PID))
+			ctx := context.Background()
+			res, err := r.client.Pause(ctx, in.ID, api.PauseRequest{Alias: "kid", Then: api.ThenStop})
+			switch step {
+			case pause.StepPause:
+				if err == nil {
+					t.Fatalf("a pause whose VMM was killed before the freeze published %+v", res)
+				}
+				if _, err := r.client.Snapshot(ctx, "kid"); err == nil {
+					t.Fatal("a failed pause left a child")
+				}
+				if _, err := r.client.StopRestore(ctx, in.ID); err != nil {
+					t.Fatalf("stop after the failed pause: %v", err)
+				}
+			default:
+				if err != nil {
+					if _, gerr := r.client.Snapshot(ctx, "kid"); gerr == nil {
+						t.Fatalf("the pause answered %v, but its child was published", err)
+					}
+					t.Fatalf("pause with the VMM killed after the freeze: %v", err)
+				}
+				childReadsStamped(t, r, f, "kid")
+			}
+			if left, _ := filepath.Glob(filepath.Join(f.cfg.Runtime.Dir, "pause-*")); len(left) != 0 {
+				t.Fatalf("staging left: %v", left)
+			}
+			if list, err := r.client.Restores(ctx); err != nil || len(list) != 0 {
+				t.Fatalf("restores left: %+v, %v", list, err)
+			}
+		})
 	}
 }
