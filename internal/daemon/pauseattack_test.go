@@ -518,3 +518,35 @@ func TestVMMKilledDuringAPause(t *testing.T) {
 		})
 	}
 }
+
+// TestManifestRecordedOnTheParentDuringAPause: the parent's startup
+// manifest is recorded and attached (its record rewritten) while a pause
+// of a restore of it is between freeze and publish: the child is
+// published over the parent's layers, which did not change, restores
+// with the guest's memory, and both verify.
+func TestManifestRecordedOnTheParentDuringAPause(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	held := holdPause(t, pause.StepPublish)
+	r, imp, in := pausableRestore(t, f, nil)
+	t.Cleanup(held.let)
+	ctx := context.Background()
+	paused := goPause(r, in.ID, api.PauseRequest{Alias: "kid", Then: api.ThenStop})
+	<-held.reached
+	if _, err := r.client.RecordManifest(ctx, imp.ID); err != nil {
+		t.Fatalf("record the parent's manifest during a pause: %v", err)
+	}
+	held.let()
+	if p := <-paused; p.err != nil {
+		t.Fatalf("the pause: %v", p.err)
+	}
+	childReadsStamped(t, r, f, "kid")
+	for _, id := range []string{imp.ID, "kid"} {
+		if rep, err := r.client.VerifySnapshot(ctx, id, api.VerifyRequest{}); err != nil || !rep.OK {
+			t.Fatalf("verify %s: %+v, %v", id, rep, err)
+		}
+	}
+	info, err := r.client.Snapshot(ctx, imp.ID)
+	if err != nil || info.Manifest == nil {
+		t.Fatalf("the parent after the recording: %+v, %v; want a manifest", info, err)
+	}
+}
