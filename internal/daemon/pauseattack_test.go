@@ -550,3 +550,43 @@ func TestManifestRecordedOnTheParentDuringAPause(t *testing.T) {
 		t.Fatalf("the parent after the recording: %+v, %v; want a manifest", info, err)
 	}
 }
+
+// TestPauseClientGoesAway: the client of a then=stop pause goes away
+// while the pause is between freeze and publish. The pause still
+// publishes its child whole and stops the VM (no paused VM is left), and
+// the child's first restore prefetches its harvested manifest.
+func TestPauseClientGoesAway(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	held := holdPause(t, pause.StepPublish)
+	r, _, in := pausableRestore(t, f, nil)
+	t.Cleanup(held.let)
+	stopped := r.log.logged("restore stopped")
+	ctx, cancel := context.WithCancel(context.Background())
+	out := make(chan error, 1)
+	go func() {
+		_, err := r.client.Pause(ctx, in.ID, api.PauseRequest{Alias: "kid", Then: api.ThenStop})
+		out <- err
+	}()
+	<-held.reached
+	cancel()
+	if err := <-out; err == nil {
+		t.Fatal("a pause whose client went away answered")
+	}
+	held.let()
+	<-stopped
+	bg := context.Background()
+	if list, err := r.client.Restores(bg); err != nil || len(list) != 0 {
+		t.Fatalf("restores after the abandoned pause: %+v, %v; want it stopped", list, err)
+	}
+	child, err := r.client.Restore(bg, api.RestoreRequest{Snapshot: "kid"})
+	if err != nil {
+		t.Fatalf("restore of the child of the abandoned pause: %v", err)
+	}
+	if _, err := r.client.StopRestore(bg, child.ID); err != nil {
+		t.Fatal(err)
+	}
+	if p := child.Prefetch; p.State == "skipped" || p.PlannedBytes == 0 || p.Manifest == "" {
+		t.Fatalf("the child's first restore prefetched %+v; want its harvested manifest", p)
+	}
+	childReadsStamped(t, r, f, "kid")
+}
