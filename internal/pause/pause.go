@@ -185,12 +185,10 @@ func checkParent(ctx context.Context, repo Repository, id, alias string) (reposi
 	if alias == "" {
 		return res.Record, res, nil
 	}
-	holder, err := repo.ResolveAlias(ctx, alias)
-	switch {
-	case err == nil:
+	// Only a binding found refuses: any other answer (none, a dangling or
+	// quarantined binding) is the publish's to judge.
+	if holder, err := repo.ResolveAlias(ctx, alias); err == nil {
 		return repository.Record{}, res, fmt.Errorf("pause: %w", &repository.AliasConflictError{Alias: alias, HolderID: holder})
-	case !errors.Is(err, repository.ErrNotFound):
-		return repository.Record{}, res, fmt.Errorf("pause: alias %s: %w", alias, err)
 	}
 	return res.Record, res, nil
 }
