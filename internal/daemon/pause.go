@@ -85,7 +85,7 @@ func pauseFailed(err, cause error) error {
 	case errors.Is(cause, errRestoreStopping):
 		return statusError(http.StatusConflict, "id", fmt.Errorf("%w: %w", cause, err))
 	case errors.Is(err, restore.ErrNotPausable), errors.Is(err, restore.ErrPauseInProgress),
-		errors.Is(err, restore.ErrPagesLost):
+		errors.Is(err, restore.ErrPagesLost), errors.Is(err, restore.ErrVMExited):
 		return statusError(http.StatusConflict, "id", err)
 	case errors.Is(err, ops.ErrPauseUnsupported):
 		return statusError(http.StatusConflict, "", err)

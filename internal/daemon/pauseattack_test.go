@@ -590,3 +590,24 @@ func TestPauseClientGoesAway(t *testing.T) {
 	}
 	childReadsStamped(t, r, f, "kid")
 }
+
+// TestPauseOfAnExitedRestore: a pause of a restore whose VM has exited
+// is the client's conflict (409, saying it exited), publishes nothing,
+// and the restore still stops cleanly.
+func TestPauseOfAnExitedRestore(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	r, _, in := pausableRestore(t, f, nil)
+	ctx := context.Background()
+	if err := syscall.Kill(in.Ready.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitListedExited(t, r.client, in.ID)
+	_, err := r.client.Pause(ctx, in.ID, api.PauseRequest{Alias: "kid"})
+	wantStatus(t, "a pause of an exited restore", err, "exited", http.StatusConflict)
+	if _, err := r.client.Snapshot(ctx, "kid"); err == nil {
+		t.Fatal("a pause of an exited restore published a child")
+	}
+	if _, err := r.client.StopRestore(ctx, in.ID); err != nil {
+		t.Fatalf("stop of the exited restore: %v", err)
+	}
+}

@@ -207,7 +207,7 @@ func freeze(ctx context.Context, inst *restore.Instance, dir string, req Request
 	f.began = time.Now()
 	f.Frozen, err = inst.Freeze(ctx, dir)
 	if err != nil {
-		if !errors.Is(err, restore.ErrPauseInProgress) && !errors.Is(err, restore.ErrNotPausable) {
+		if !errors.Is(err, restore.ErrPauseInProgress) && !errors.Is(err, restore.ErrNotPausable) && !errors.Is(err, restore.ErrVMExited) {
 			err = errors.Join(err, inst.Thaw(true))
 		}
 		return f, false, fmt.Errorf("pause: %w", err)

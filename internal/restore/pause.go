@@ -23,6 +23,10 @@ var ErrNotPausable = errors.New("restore was not started pausable")
 // ErrPauseInProgress is a Freeze while another pause of the instance runs.
 var ErrPauseInProgress = errors.New("a pause of this restore is already in progress")
 
+// ErrVMExited is a Freeze of a restore whose VM has exited: there is no
+// guest left to save.
+var ErrVMExited = errors.New("the restore's VM has exited")
+
 // pauseState is the instance's pause bookkeeping: the snapshot its memory
 // now equals (the restored one, or the last child published from it), and
 // whether a pause holds the VM.
@@ -174,6 +178,9 @@ func (inst *Instance) Freeze(ctx context.Context, dir string) (Frozen, error) {
 	p, ok := inst.held.vm.(vmm.Pauser)
 	if !ok || !inst.pause.pausable {
 		return Frozen{}, fmt.Errorf("restore %s: %w (restore with pausable: true)", inst.ID, ErrNotPausable)
+	}
+	if st, exited := inst.Exit(); exited {
+		return Frozen{}, fmt.Errorf("restore %s: %w (%s)", inst.ID, ErrVMExited, st)
 	}
 	inst.pause.mu.Lock()
 	if inst.pause.frozen {
