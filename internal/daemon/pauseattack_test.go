@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -609,5 +610,24 @@ func TestPauseOfAnExitedRestore(t *testing.T) {
 	}
 	if _, err := r.client.StopRestore(ctx, in.ID); err != nil {
 		t.Fatalf("stop of the exited restore: %v", err)
+	}
+}
+
+// TestDaemonStartSweepsPauseStaging: a daemon that died during a pause
+// left its staging directory (the VM state and every changed page) in
+// the runtime directory; the next daemon on it (it holds the runtime
+// directory's lock, so no pause of another runs there) removes it.
+func TestDaemonStartSweepsPauseStaging(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	left := filepath.Join(f.cfg.Runtime.Dir, "pause-01a250f0-9e35-70d7-b7ad-1463d66eea22-1507134433")
+	if err := os.MkdirAll(left, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(left, "memory.diff"), []byte("pages"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startDaemon(t, f, nil)
+	if _, err := os.Stat(left); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a dead daemon's pause staging is still there (stat: %v)", err)
 	}
 }

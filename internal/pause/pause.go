@@ -24,6 +24,10 @@ const (
 	StepEnd      = "end"
 )
 
+// StagingPrefix begins the name of a pause's staging directory under
+// Options.StagingDir.
+const StagingPrefix = "pause-"
+
 // Steps lists every step in order.
 var Steps = []string{StepLease, StepPause, StepResume, StepLayer, StepManifest, StepPublish, StepEnd}
 
@@ -120,7 +124,7 @@ func Run(ctx context.Context, repo Repository, inst *restore.Instance, req Reque
 		return res, fmt.Errorf("pause: %w", err)
 	}
 	defer lease.End()
-	dir, err := os.MkdirTemp(opts.StagingDir, "pause-"+lease.SnapshotID()+"-")
+	dir, err := os.MkdirTemp(opts.StagingDir, StagingPrefix+lease.SnapshotID()+"-")
 	if err != nil {
 		return res, fmt.Errorf("pause: staging: %w", err)
 	}
