@@ -631,3 +631,45 @@ func TestDaemonStartSweepsPauseStaging(t *testing.T) {
 		t.Fatalf("a dead daemon's pause staging is still there (stat: %v)", err)
 	}
 }
+
+// TestTwoPausesForOneAlias: two restores of one snapshot paused at once
+// under the same alias: one child gets it, the other pause is a 409
+// naming the alias and keeps its pages, so its pause under another alias
+// holds every page its guest wrote.
+func TestTwoPausesForOneAlias(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	vm := &stampedVMM{trace: f.ref.Trace}
+	vm.stamp.Store(0x5eed)
+	r := startDaemon(t, f, func(o *daemon.Options) { o.VMM = vm })
+	ctx := context.Background()
+	imp, err := r.client.Import(ctx, f.importRequest("base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids [2]string
+	for i := range ids {
+		in, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: imp.ID, Pausable: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = in.ID
+	}
+	vm.stamp.Store(0)
+	a, b := goPause(r, ids[0], api.PauseRequest{Alias: "same"}), goPause(r, ids[1], api.PauseRequest{Alias: "same"})
+	pa, pb := <-a, <-b
+	loser := ids[1]
+	switch {
+	case pa.err == nil && pb.err != nil:
+		wantStatus(t, "the second pause for a taken alias", pb.err, "same", http.StatusConflict)
+	case pb.err == nil && pa.err != nil:
+		wantStatus(t, "the first pause for a taken alias", pa.err, "same", http.StatusConflict)
+		loser = ids[0]
+	default:
+		t.Fatalf("two pauses for one alias: %+v, %v; %+v, %v; want one child", pa.res, pa.err, pb.res, pb.err)
+	}
+	if _, err := r.client.Pause(ctx, loser, api.PauseRequest{Alias: "other", Then: api.ThenStop}); err != nil {
+		t.Fatal(err)
+	}
+	childReadsStamped(t, r, f, "same")
+	childReadsStamped(t, r, f, "other")
+}
