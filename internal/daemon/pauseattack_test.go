@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -672,4 +673,46 @@ func TestTwoPausesForOneAlias(t *testing.T) {
 	}
 	childReadsStamped(t, r, f, "same")
 	childReadsStamped(t, r, f, "other")
+}
+
+// TestManyPausesOfOneRestore: a restore paused six times with then=resume
+// (its guest wrote only before the first): each pause is a child of the
+// last, the later ones with nothing changed take their parent's layers
+// (the chain does not grow), and every child restores with the guest's
+// memory and verifies, also once a middle child owning no layer is
+// deleted (the child owning the layer cannot be).
+func TestManyPausesOfOneRestore(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	r, imp, in := pausableRestore(t, f, nil)
+	ctx := context.Background()
+	parent := imp.ID
+	var children []string
+	for i := range 6 {
+		res, err := r.client.Pause(ctx, in.ID, api.PauseRequest{})
+		if err != nil {
+			t.Fatalf("pause %d: %v", i, err)
+		}
+		if res.Parent != parent || res.Depth != 1 || (i > 0) != (res.Pages.Candidates == 0) {
+			t.Fatalf("pause %d: %+v; want a child of %s at depth 1, changed pages only in the first", i, res, parent)
+		}
+		parent = res.Snapshot
+		children = append(children, res.Snapshot)
+	}
+	if _, err := r.client.StopRestore(ctx, in.ID); err != nil {
+		t.Fatal(err)
+	}
+	// A middle child owning no layer holds nothing its children read: its
+	// delete is allowed, and they still restore.
+	if _, err := r.client.DeleteSnapshot(ctx, children[2]); err != nil {
+		t.Fatalf("delete of a middle child owning no layer: %v", err)
+	}
+	_, err := r.client.DeleteSnapshot(ctx, children[0])
+	wantStatus(t, "delete of the child owning the layer", err, "", http.StatusConflict)
+	children = slices.Delete(children, 2, 3)
+	for _, id := range children {
+		childReadsStamped(t, r, f, id)
+		if rep, err := r.client.VerifySnapshot(ctx, id, api.VerifyRequest{}); err != nil || !rep.OK {
+			t.Fatalf("verify %s: %+v, %v", id, rep, err)
+		}
+	}
 }
