@@ -148,7 +148,7 @@ func (f *pauseFlow) creates(t *testing.T, from int) []firecracker.SnapshotCreate
 
 // TestFirecrackerPauseIntoChild, on both devices: a pausable restore is
 // loaded with dirty page tracking; its guest writes pages; a pause that
-// fails after the Diff (its alias is taken) publishes nothing and the VM
+// fails after the Diff (cancelled at publish) publishes nothing and the VM
 // runs on; the guest writes again; the next pause publishes a child that
 // holds both pauses' pages, and a restore of the child reads them all.
 func TestFirecrackerPauseIntoChild(t *testing.T) {
