@@ -716,3 +716,34 @@ func TestManyPausesOfOneRestore(t *testing.T) {
 		}
 	}
 }
+
+// TestParentQuarantinedDuringAPause: the parent's record is damaged and
+// a sweep (another process opening the store) moves it to the quarantine
+// while a pause of a restore of it is between freeze and publish. The
+// pause fails and publishes nothing: no child over a parent whose record
+// cannot be read.
+func TestParentQuarantinedDuringAPause(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	held := holdPause(t, pause.StepPublish)
+	r, imp, in := pausableRestore(t, f, nil)
+	t.Cleanup(held.let)
+	ctx := context.Background()
+	paused := goPause(r, in.ID, api.PauseRequest{Alias: "kid", Then: api.ThenStop})
+	<-held.reached
+	store := f.cfg.Backend.PosixFS.SnapshotStore
+	record := filepath.Join(store, "catalog", "records", imp.ID+".json")
+	if err := os.WriteFile(record, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := posixfs.Open(store, posixfs.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	held.let()
+	p := <-paused
+	if p.err == nil {
+		t.Fatalf("a pause over a quarantined parent published %+v", p.res)
+	}
+	if _, err := r.client.Snapshot(ctx, "kid"); err == nil {
+		t.Fatal("the failed pause left a child")
+	}
+}
