@@ -51,7 +51,8 @@ func refError(field, ref string, err error) error {
 		return statusError(http.StatusNotFound, field, fmt.Errorf("snapshot %s: %w", ref, repository.ErrNotFound))
 	case errors.Is(err, repository.ErrInvalidRequest):
 		return statusError(http.StatusBadRequest, field, err)
-	case errors.Is(err, repository.ErrAliasConflict):
+	case errors.Is(err, repository.ErrAliasConflict), errors.Is(err, repository.ErrHasDependents):
+		// A snapshot whose children read its layers: delete or flatten them first.
 		return statusError(http.StatusConflict, field, err)
 	case errors.Is(err, context.Canceled):
 		return statusError(http.StatusServiceUnavailable, "", fmt.Errorf("snapshot %s: %w", ref, err))

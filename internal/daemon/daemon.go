@@ -305,6 +305,7 @@ func (d *Daemon) openNode(opts Options) error {
 	// dead FUSE mounts, which only the next in-process verb would sweep
 	// otherwise: on a node that talks to its daemon alone, never.
 	node.SweepDeadCLIDirs(d.cfg.Runtime.Dir, d.log)
+	sweepPauseStaging(d.cfg.Runtime.Dir, d.log)
 	n, err := node.Open(context.Background(), node.Options{
 		Config:     d.cfg,
 		Repository: opts.Repository,

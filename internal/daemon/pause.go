@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
 	"warmstart/internal/api"
 	"warmstart/internal/ops"
+	"warmstart/internal/pause"
+	"warmstart/internal/repository"
 	"warmstart/internal/restore"
 )
 
@@ -84,10 +89,17 @@ func pauseFailed(err, cause error) error {
 	case errors.Is(cause, errRestoreStopping):
 		return statusError(http.StatusConflict, "id", fmt.Errorf("%w: %w", cause, err))
 	case errors.Is(err, restore.ErrNotPausable), errors.Is(err, restore.ErrPauseInProgress),
-		errors.Is(err, restore.ErrPagesLost):
+		errors.Is(err, restore.ErrPagesLost), errors.Is(err, restore.ErrVMExited):
 		return statusError(http.StatusConflict, "id", err)
 	case errors.Is(err, ops.ErrPauseUnsupported):
 		return statusError(http.StatusConflict, "", err)
+	case errors.Is(err, repository.ErrAliasConflict):
+		return statusError(http.StatusConflict, "alias", err)
+	case errors.Is(err, repository.ErrNotFound), errors.Is(err, repository.ErrStale):
+		// The snapshot the restore was restored from (or an ancestor
+		// whose layer it reads) was deleted, or flattened meanwhile (a
+		// pause again builds over its new memory).
+		return statusError(http.StatusConflict, "id", err)
 	}
 	return err
 }
@@ -186,5 +198,24 @@ func (d *Daemon) pauseOptions(ctx context.Context, id string) ops.PauseOptions {
 // testHookPauseStep, set by tests, is told of each step of a pause with
 // the pause's context, before the step starts.
 var testHookPauseStep func(ctx context.Context, id, step string)
+
+// sweepPauseStaging removes the staging directories of pauses a daemon
+// that died left in dir (VM state and changed pages, as large as the
+// guest's writes). Only a daemon stages pauses there, and this one holds
+// dir's lock: every such directory is a dead daemon's. Failures are
+// logged: they do not stop the daemon.
+func sweepPauseStaging(dir string, log *slog.Logger) {
+	left, err := filepath.Glob(filepath.Join(dir, pause.StagingPrefix+"*"))
+	if err != nil {
+		return
+	}
+	for _, p := range left {
+		if err := os.RemoveAll(p); err != nil {
+			log.Warn("remove a dead daemon's pause staging", "dir", p, "error", err)
+			continue
+		}
+		log.Info("removed a dead daemon's pause staging", "dir", p)
+	}
+}
 
 func errNoRestore(id string) error { return fmt.Errorf("no restore %q", id) }

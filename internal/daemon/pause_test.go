@@ -6,11 +6,13 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 
 	"warmstart/internal/api"
 	"warmstart/internal/daemon"
+	"warmstart/internal/pause"
 	"warmstart/internal/trace"
 	"warmstart/internal/vmm"
 	"warmstart/internal/vmm/replay"
@@ -38,7 +40,19 @@ func TestPauseEndpointPublishesChildren(t *testing.T) {
 	const stamp = 0x5eed
 	vm := &stampedVMM{trace: f.ref.Trace}
 	vm.stamp.Store(stamp)
-	r := startDaemon(t, f, func(o *daemon.Options) { o.VMM = vm })
+	// The first pause to reach publish finds its alias taken meanwhile.
+	var r *running
+	var bindOnce sync.Once
+	daemon.SetPauseStepHook(t, func(_ context.Context, _, step string) {
+		if step == pause.StepPublish {
+			bindOnce.Do(func() {
+				if _, err := r.client.Import(context.Background(), f.importRequest("late")); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	})
+	r = startDaemon(t, f, func(o *daemon.Options) { o.VMM = vm })
 	ctx := context.Background()
 	imp, err := r.client.Import(ctx, f.importRequest("base"))
 	if err != nil {
@@ -62,11 +76,11 @@ func TestPauseEndpointPublishesChildren(t *testing.T) {
 		t.Fatal("the reference trace writes no page")
 	}
 
-	// A pause that fails after the VMM saved its changed pages (the alias
-	// is taken) publishes nothing, and the next pause still has them all.
-	if _, err := r.client.Pause(ctx, in.ID, api.PauseRequest{Alias: "base"}); err == nil {
-		t.Fatal("a pause under a taken alias succeeded")
-	}
+	// A pause that fails after the VMM saved its changed pages (its alias
+	// was taken while it built the layer) publishes nothing, and the next
+	// pause still has them all.
+	_, err = r.client.Pause(ctx, in.ID, api.PauseRequest{Alias: "late"})
+	wantStatus(t, "a pause whose alias was taken before its publish", err, "late", 409)
 	first, err := r.client.Pause(ctx, in.ID, api.PauseRequest{Alias: "kid"})
 	if err != nil {
 		t.Fatal(err)

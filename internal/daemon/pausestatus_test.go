@@ -21,6 +21,7 @@ func TestPauseRefusalsAreConflicts(t *testing.T) {
 		{"not pausable", fmt.Errorf("restore r: %w", restore.ErrNotPausable), http.StatusConflict},
 		{"pause in progress", restore.ErrPauseInProgress, http.StatusConflict},
 		{"pages lost at an earlier pause", fmt.Errorf("restore r: %w", restore.ErrPagesLost), http.StatusConflict},
+		{"the VM exited", fmt.Errorf("restore r: %w", restore.ErrVMExited), http.StatusConflict},
 		{"shutting down", errors.New("x"), http.StatusServiceUnavailable},
 		{"anything else", errors.New("disk full"), http.StatusInternalServerError},
 	}

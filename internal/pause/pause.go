@@ -24,6 +24,10 @@ const (
 	StepEnd      = "end"
 )
 
+// StagingPrefix begins the name of a pause's staging directory under
+// Options.StagingDir.
+const StagingPrefix = "pause-"
+
 // Steps lists every step in order.
 var Steps = []string{StepLease, StepPause, StepResume, StepLayer, StepManifest, StepPublish, StepEnd}
 
@@ -110,7 +114,7 @@ func Run(ctx context.Context, repo Repository, inst *restore.Instance, req Reque
 	if !inst.Pausable() {
 		return res, fmt.Errorf("pause: restore %s: %w (restore with pausable: true)", inst.ID, restore.ErrNotPausable)
 	}
-	parent, res2, err := checkParent(ctx, repo, inst.Base())
+	parent, res2, err := checkParent(ctx, repo, inst.Base(), req.Alias)
 	if err != nil {
 		return res, err
 	}
@@ -120,7 +124,7 @@ func Run(ctx context.Context, repo Repository, inst *restore.Instance, req Reque
 		return res, fmt.Errorf("pause: %w", err)
 	}
 	defer lease.End()
-	dir, err := os.MkdirTemp(opts.StagingDir, "pause-"+lease.SnapshotID()+"-")
+	dir, err := os.MkdirTemp(opts.StagingDir, StagingPrefix+lease.SnapshotID()+"-")
 	if err != nil {
 		return res, fmt.Errorf("pause: staging: %w", err)
 	}
@@ -175,11 +179,20 @@ func Run(ctx context.Context, repo Repository, inst *restore.Instance, req Reque
 }
 
 // checkParent re-reads the parent and refuses one the child cannot be
-// built over, before anything changes.
-func checkParent(ctx context.Context, repo Repository, id string) (repository.Record, repository.Resolved, error) {
+// built over, and an alias already bound, before anything changes: the
+// publish would refuse the alias too, but only after the VM was paused.
+func checkParent(ctx context.Context, repo Repository, id, alias string) (repository.Record, repository.Resolved, error) {
 	res, err := repo.Resolve(ctx, id)
 	if err != nil {
 		return repository.Record{}, res, fmt.Errorf("pause: parent %s: %w", id, err)
+	}
+	if alias == "" {
+		return res.Record, res, nil
+	}
+	// Only a binding found refuses: any other answer (none, a dangling or
+	// quarantined binding) is the publish's to judge.
+	if holder, err := repo.ResolveAlias(ctx, alias); err == nil {
+		return repository.Record{}, res, fmt.Errorf("pause: %w", &repository.AliasConflictError{Alias: alias, HolderID: holder})
 	}
 	return res.Record, res, nil
 }
@@ -198,7 +211,7 @@ func freeze(ctx context.Context, inst *restore.Instance, dir string, req Request
 	f.began = time.Now()
 	f.Frozen, err = inst.Freeze(ctx, dir)
 	if err != nil {
-		if !errors.Is(err, restore.ErrPauseInProgress) && !errors.Is(err, restore.ErrNotPausable) {
+		if !errors.Is(err, restore.ErrPauseInProgress) && !errors.Is(err, restore.ErrNotPausable) && !errors.Is(err, restore.ErrVMExited) {
 			err = errors.Join(err, inst.Thaw(true))
 		}
 		return f, false, fmt.Errorf("pause: %w", err)

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"time"
 
 	"warmstart/internal/layers"
@@ -113,6 +114,28 @@ func checkLayerAttachments(req LayerPublishRequest) error {
 		}
 		if err := r.Validate(); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		}
+	}
+	return nil
+}
+
+// CheckOwnerHolds refuses a child whose inherited layers owner no longer
+// holds as the child names them: owner's memory was replaced (flattened)
+// since the publisher read the parent, and the retired layer's files are
+// gone or going. A backend calls it on the owner's current record once
+// the child's marker there keeps a later replacement off.
+func CheckOwnerHolds(owner Record, inherited []LayerDescriptor) error {
+	have := owner.Layers()
+	for _, l := range inherited {
+		if l.Snapshot != owner.ID {
+			continue
+		}
+		same := func(h LayerDescriptor) bool {
+			return h.Snapshot == l.Snapshot && h.Name == l.Name && h.SHA256 == l.SHA256
+		}
+		if !slices.ContainsFunc(have, same) {
+			return fmt.Errorf("%w: layer owner %s no longer holds layer %s (its memory was replaced, as by a flatten, after the parent was read)",
+				ErrStale, owner.ID, l.Name)
 		}
 	}
 	return nil

@@ -23,6 +23,10 @@ var ErrNotPausable = errors.New("restore was not started pausable")
 // ErrPauseInProgress is a Freeze while another pause of the instance runs.
 var ErrPauseInProgress = errors.New("a pause of this restore is already in progress")
 
+// ErrVMExited is a Freeze of a restore whose VM has exited: there is no
+// guest left to save.
+var ErrVMExited = errors.New("the restore's VM has exited")
+
 // pauseState is the instance's pause bookkeeping: the snapshot its memory
 // now equals (the restored one, or the last child published from it), and
 // whether a pause holds the VM.
@@ -72,12 +76,20 @@ func (inst *Instance) Rebase(id string) {
 
 // KeepPending keeps a Freeze's changed pages whose child was not
 // published, in the restore's run directory, for the next Freeze to merge.
+// Pages it cannot keep are lost (f holds the pending pages merged at its
+// Freeze): every later Freeze is refused rather than publish a child
+// without them.
 func (inst *Instance) KeepPending(f Frozen) error {
 	inst.pause.mu.Lock()
 	defer inst.pause.mu.Unlock()
+	if len(f.Pages) == 0 {
+		return nil
+	}
 	path := filepath.Join(inst.held.runDir, fmt.Sprintf("pending-%d.diff", pendingSeq.Add(1)))
 	if err := copyPages(f.MemoryDiffPath, path, f.Pages, nil); err != nil {
-		return fmt.Errorf("keep the unpublished changed pages: %w", err)
+		os.Remove(path)
+		inst.pause.lost = fmt.Errorf("%w: keep the unpublished changed pages: %w", ErrPagesLost, err)
+		return inst.pause.lost
 	}
 	if old := inst.pause.pending; old != nil {
 		os.Remove(old.MemoryDiffPath)
@@ -166,6 +178,9 @@ func (inst *Instance) Freeze(ctx context.Context, dir string) (Frozen, error) {
 	p, ok := inst.held.vm.(vmm.Pauser)
 	if !ok || !inst.pause.pausable {
 		return Frozen{}, fmt.Errorf("restore %s: %w (restore with pausable: true)", inst.ID, ErrNotPausable)
+	}
+	if st, exited := inst.Exit(); exited {
+		return Frozen{}, fmt.Errorf("restore %s: %w (%s)", inst.ID, ErrVMExited, st)
 	}
 	inst.pause.mu.Lock()
 	if inst.pause.frozen {

@@ -27,23 +27,29 @@ import (
 
 // register writes id's marker at every owner, each under the owner's
 // record lock once the owner's record is read back in place.
-func (r *Repo) register(ctx context.Context, id string, owners []string) error {
+func (r *Repo) register(ctx context.Context, id string, owners []string, inherited []repository.LayerDescriptor) error {
 	for _, owner := range owners {
-		if err := r.registerAt(ctx, id, owner); err != nil {
+		if err := r.registerAt(ctx, id, owner, inherited); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (r *Repo) registerAt(ctx context.Context, id, owner string) error {
+func (r *Repo) registerAt(ctx context.Context, id, owner string, inherited []repository.LayerDescriptor) error {
 	rl, err := acquireLock(ctx, r.paths.recordLockPath(owner), lockExclusive)
 	if err != nil {
 		return err
 	}
 	defer rl.release()
-	if _, err := r.readRecord(owner); err != nil {
+	rec, err := r.readRecord(owner)
+	if err != nil {
 		return fmt.Errorf("layer owner %s (an ancestor whose memory the child reads): %w", owner, err)
+	}
+	// Under the lock a replacement (flatten) takes too: one before it
+	// retired what the child names, one after sees the marker.
+	if err := repository.CheckOwnerHolds(rec, inherited); err != nil {
+		return err
 	}
 	for _, dir := range []string{r.paths.dependentsDir(), r.paths.dependentsOf(owner)} {
 		if err := mkdirDurable(dir); err != nil {

@@ -42,7 +42,7 @@ func (r *Repo) publishLayer(ctx context.Context, id string, req repository.Layer
 			r.unregister(id, c.Owners)
 		}
 	}()
-	if err := r.register(ctx, id, c.Owners); err != nil {
+	if err := r.register(ctx, id, c.Owners, c.Inherited); err != nil {
 		return repository.Record{}, err
 	}
 	r.fault(FaultLayerAfterMarkers)

@@ -32,6 +32,7 @@ func RunLayers(t *testing.T, open func(t *testing.T) repository.Repository) {
 		{"ChildStoresOnlyWhatDiffers", testChildStorage},
 		{"LayerOfZeroPagesOnly", testZeroLayer},
 		{"ReplaceMemoryFlattensInPlace", testReplaceMemory},
+		{"ChildOverAParentFlattenedSinceItWasRead", testPublishOverFlattened},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -496,4 +497,35 @@ func testReplaceMemory(t *testing.T, repo repository.Repository) {
 		}
 	}
 	CheckLineage(t, repo, Lineage{Record: rec, Memory: b.Memory})
+}
+
+// testPublishOverFlattened: a child built over its parent's record (a
+// pause reads it before it freezes the VM) is published after the parent
+// was flattened in place, which retired the layer the child would name.
+// The publish is refused as stale and leaves nothing; built again over
+// the parent's new record, the child reads back as its memory.
+func testPublishOverFlattened(t *testing.T, repo repository.Repository) {
+	base := PublishBase(t, repo, SmallMemoryBytes, "")
+	a := PublishChild(t, repo, base, Change{Pages: []int64{1, 2}}, "")
+	b := PublishChild(t, repo, a, Change{Pages: []int64{2, 9}}, "")
+	built, mem := BuildLayer(t, b.Memory, Change{Pages: []int64{4}})
+	req := LayerRequest(t, b.Record, built, "")
+	flat, err := replaceMemory(t, repo, repository.ReplaceMemoryRequest{Expect: b.Record, MemoryPath: memoryFile(t, b.Memory)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := repo.BeginCapture(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.End()
+	if rec, err := repo.PublishLayer(bg(), lease, req); !errors.Is(err, repository.ErrStale) {
+		t.Fatalf("a child naming the flattened parent's retired layer: %s (layers %d), %v; want ErrStale", rec.ID, len(rec.MemoryLayers), err)
+	}
+	if _, err := repo.Get(bg(), lease.SnapshotID()); !errors.Is(err, repository.ErrNotFound) {
+		t.Fatalf("the refused child: %v, want not found", err)
+	}
+	child := PublishLayer(t, repo, LayerRequest(t, flat, built, ""))
+	CheckLineage(t, repo, Lineage{Record: child, Memory: mem})
+	wantDependents(t, repo, b.Record.ID, child.ID)
 }

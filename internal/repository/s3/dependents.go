@@ -40,7 +40,7 @@ func (k keys) dependent(owner, child string) string {
 
 // register writes id's marker at every owner and then checks the owner is
 // there to depend on.
-func (r *Repo) register(ctx context.Context, id string, owners []string) error {
+func (r *Repo) register(ctx context.Context, id string, owners []string, inherited []repository.LayerDescriptor) error {
 	for _, owner := range owners {
 		if _, err := r.putSmall(ctx, r.keys.dependent(owner, id), []byte("{}\n"), putCondition{}); err != nil {
 			return err
@@ -54,6 +54,11 @@ func (r *Repo) register(ctx context.Context, id string, owners []string) error {
 		}
 		if t := rec.DeletingSince; t != nil && time.Since(*t) < DeleteGrace {
 			return fmt.Errorf("%w: parent %s is being deleted", repository.ErrNotFound, owner)
+		}
+		// Read after the marker: a replacement (flatten) before it retired
+		// what the child names; one after sees the marker.
+		if err := repository.CheckOwnerHolds(rec, inherited); err != nil {
+			return err
 		}
 	}
 	return nil

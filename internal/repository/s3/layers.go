@@ -36,7 +36,7 @@ func (r *Repo) publishLayer(ctx context.Context, id string, req repository.Layer
 	fault := func(point string) func() { return func() { r.fault(point) } }
 	return r.publishWith(ctx, id, req.Alias, publishSteps{
 		store: func() (repository.Record, error) {
-			if err := r.register(ctx, id, c.Owners); err != nil {
+			if err := r.register(ctx, id, c.Owners, c.Inherited); err != nil {
 				return repository.Record{}, err
 			}
 			r.fault(FaultLayerAfterMarkers)
@@ -59,6 +59,10 @@ const (
 	FaultLayerBeforeRecord   = "layer.before-record"
 	FaultLayerAfterRecord    = "layer.after-record"
 )
+
+// FaultReplaceAfterCheck is the step of a ReplaceMemory (flatten) after
+// it found no dependents and before it stores anything.
+const FaultReplaceAfterCheck = "replace.after-check"
 
 // LayerFaultPoints lists them in order.
 var LayerFaultPoints = []string{FaultLayerAfterMarkers, FaultLayerAfterVMState, FaultLayerAfterData,
@@ -273,6 +277,7 @@ func (r *Repo) replaceMemory(ctx context.Context, id string, req repository.Repl
 	if err := r.checkNoDependents(ctx, id); err != nil {
 		return repository.Record{}, err
 	}
+	r.fault(FaultReplaceAfterCheck)
 	next, err := r.storeReplacement(ctx, id, cur, req)
 	if err == nil {
 		next, err = repository.SignRecord(next, r.opts.SigningKey)
@@ -288,11 +293,20 @@ func (r *Repo) replaceMemory(ctx context.Context, id string, req repository.Repl
 		return repository.Record{}, err
 	}
 	_ = r.remove(ctx, r.keys.artifact(id, journalName))
-	if old := repository.RetiredLayer(cur, next); old != nil {
+	if old := repository.RetiredLayer(cur, next); old != nil && r.noDependentsSince(ctx, id) {
 		r.retireLayer(ctx, id, *old)
 	}
 	r.unregister(ctx, id, repository.DroppedOwners(cur, next))
 	return next, nil
+}
+
+// noDependentsSince reports whether id still has no dependent after its
+// new record was written. A child that placed its marker before then may
+// have read the old record and name the layer the flatten retires
+// (a child that reads the new one refuses it): that layer is then kept.
+func (r *Repo) noDependentsSince(ctx context.Context, id string) bool {
+	live, inProgress, _, err := r.classifyMarkers(ctx, id)
+	return err == nil && len(live) == 0 && len(inProgress) == 0
 }
 
 // storeReplacement uploads the new memory and returns the record naming

@@ -351,7 +351,7 @@ func (i *VM) readControl(r io.Reader) {
 			i.mu.Unlock()
 			close(i.ready)
 			readyClosed = true
-		case eventFrozen, eventDumped, eventThawed:
+		case eventFrozen, eventDumped, eventDumpFailed, eventThawed:
 			select {
 			case i.replies <- e:
 			default:

@@ -20,7 +20,9 @@ import (
 // A ready replay VMM serves pause commands on its standard input, each
 // answered by a control event: "freeze" (the guest is idle once ready:
 // frozen), "dump DIR" (writes DIR/memory.diff, a sparse file of the pages
-// written since the restore or the last dump, at their offsets: dumped)
+// written since the restore or the last dump, at their offsets: dumped;
+// dump_failed with the error when the file could not be written, the
+// pages kept for the next dump)
 // and "thaw" (thawed). The parent's VM implements vmm.Pauser with them.
 
 const (
@@ -30,7 +32,9 @@ const (
 
 	eventFrozen = "frozen"
 	eventDumped = "dumped"
-	eventThawed = "thawed"
+	// eventDumpFailed answers a dump that could not write its file.
+	eventDumpFailed = "dump_failed"
+	eventThawed     = "thawed"
 
 	// maxPendingRequests bounds the commands queued before the VMM is
 	// ready to serve them; the parent sends one at a time.
@@ -98,7 +102,11 @@ func (p *player) serve(m *memory, control io.Writer, cmds Commands) error {
 			case strings.HasPrefix(req, cmdDump):
 				n, err := p.dump(m, strings.TrimPrefix(req, cmdDump))
 				if err != nil {
-					return err
+					// As QEMU's failed migration and Firecracker's failed
+					// snapshot: the VM lives on, still paused, and keeps
+					// its dirty pages for the next dump.
+					writeEvent(control, event{Event: eventDumpFailed, Error: err.Error()})
+					continue
 				}
 				writeEvent(control, event{Event: eventDumped, TouchedPages: n})
 			}
@@ -200,7 +208,10 @@ func (i *VM) SaveDiff(ctx context.Context, spec vmm.DiffSpec) (vmm.Diff, error) 
 	if err != nil {
 		return vmm.Diff{}, err
 	}
-	if _, err := i.request(ctx, cmdDump+dir, eventDumped); err != nil {
+	if e, err := i.request(ctx, cmdDump+dir, eventDumped); err != nil {
+		if e.Error != "" {
+			err = fmt.Errorf("%w: %s", err, e.Error)
+		}
 		return vmm.Diff{}, err
 	}
 	state := filepath.Join(dir, vmm.DiffVMStateFile)
