@@ -60,7 +60,6 @@ func TestColdRestoreHashesTheStartupSetOnce(t *testing.T) {
 	}
 }
 
-
 // TestForgedStartupPackIsNeverServed: a startup pack rebuilt with other
 // bytes in one page, its frames' digests and index made to match and the
 // record's startup_pack pointed at it (an attachment, which no signature
