@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,6 +57,10 @@ type Warming struct {
 
 	mu  sync.Mutex
 	err error
+
+	// workers run work; depth decides how many (see depth).
+	workers sync.WaitGroup
+	depth   depth
 }
 
 // WarmStats say what a warming did.
@@ -94,7 +99,7 @@ func (c *Cache) Warm(obj Object, ranges []Range, o WarmOptions) (*Warming, error
 	c.pin(obj.ID)
 	w := &Warming{c: c, obj: obj, runs: runs, done: make(chan struct{}), release: c.holdWrites()}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
-	workers := min(o.Concurrency, len(runs))
+	w.depth = newDepth(o.Concurrency)
 	go func() {
 		defer c.ops.Done()
 		defer c.unpin(obj.ID)
@@ -104,11 +109,8 @@ func (c *Cache) Warm(obj Object, ranges []Range, o WarmOptions) (*Warming, error
 		defer close(w.done)
 		defer func() { w.endedNanos.Store(time.Now().UnixNano()) }()
 		defer w.cancel()
-		var wg sync.WaitGroup
-		for range workers {
-			wg.Go(w.work)
-		}
-		wg.Wait()
+		w.grow(0)
+		w.workers.Wait()
 	}()
 	return w, nil
 }
@@ -172,7 +174,8 @@ func (w *Warming) Stats() WarmStats {
 // stopped, or a fetch fails (then the others stop too: the store is
 // likely unreachable, and demand reads will say so themselves).
 func (w *Warming) work() {
-	for w.ctx.Err() == nil {
+	defer w.depth.leave()
+	for w.ctx.Err() == nil && w.depth.stay() {
 		i := w.next.Add(1) - 1
 		if i >= int64(len(w.runs)) {
 			return
@@ -189,6 +192,16 @@ func (w *Warming) work() {
 			w.cancel()
 			return
 		}
+		w.grow(1)
+	}
+}
+
+// grow starts workers up to the depth's target, never more than the runs
+// not yet taken less the idle workers about to take them.
+func (w *Warming) grow(idle int64) {
+	left := int64(len(w.runs)) - w.next.Load() - idle
+	for n := w.depth.add(left); n > 0; n-- {
+		w.workers.Go(w.work)
 	}
 }
 
@@ -253,13 +266,154 @@ func (w *Warming) fetchGroups(ctx context.Context, groups []fetchGroup) error {
 			return err
 		}
 		w.gets.Add(1)
-		if err := c.fetchRun(ctx, &w.obj, g.first, g.flights, w); err != nil {
+		clock := &getClock{need: c.blockLength(w.obj.Size, g.first)}
+		obj := w.obj
+		obj.Fetch = clock.fetch(w.obj.Fetch)
+		if err := c.fetchRun(ctx, &obj, g.first, g.flights, w); err != nil {
 			for _, rest := range groups[i+1:] {
 				c.failFlights(w.obj.ID, rest.first, rest.flights, err, holdsOff(ctx, err))
 			}
 			return err
 		}
 		w.fetchedBlocks.Add(int64(len(g.flights)))
+		if wait, transfer, ok := clock.split(len(g.flights)); ok {
+			w.depth.observe(wait, transfer)
+		}
 	}
 	return nil
+}
+
+// depth is how many GETs a warming keeps in flight. Each GET spends its
+// time in two parts: the wait W for its first byte (one round trip plus
+// the store's latency) and the transfer X of its bytes. Of N GETs in
+// flight, N*X/(W+X) are transferring on average; to have the base
+// Concurrency C of them transferring, as a short round trip does with C
+// in flight, N = C*(W+X)/X = C*(1+W/X). W and X are measured from the
+// GETs themselves (ratio of their sums, so a long GET weighs more). The
+// transfer time is measured while sharing the link, so more GETs than
+// the link can carry stretch X and lower the target: the rule converges
+// on its own. N never falls below C, and is capped at 4C (at most 32, or
+// C if C is larger) so that a stalled store cannot open unbounded GETs.
+type depth struct {
+	mu                  sync.Mutex
+	base, limit, active int
+	// left counts workers stay sent away whose leave is still to come.
+	left           int
+	wait, transfer time.Duration
+}
+
+func newDepth(base int) depth {
+	return depth{base: base, limit: max(base, min(4*base, 32))}
+}
+
+// target is the GETs to keep in flight now; d.mu is held.
+func (d *depth) targetLocked() int {
+	if d.transfer <= 0 {
+		return d.base
+	}
+	n := float64(d.base) * float64(d.wait+d.transfer) / float64(d.transfer)
+	return min(d.limit, max(d.base, int(n+0.5)))
+}
+
+// add counts in and returns the workers to start, at most left.
+func (d *depth) add(left int64) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := int(min(int64(max(0, d.targetLocked()-d.active)), max(0, left)))
+	d.active += n
+	return n
+}
+
+// stay says whether a worker goes on with another run: not while more
+// are active than the target. A worker that ends counts itself out
+// (leave); the check and the count-out are one step so that two workers
+// do not both end for one too many.
+func (d *depth) stay() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.active > d.targetLocked() {
+		d.active--
+		d.left++
+		return false
+	}
+	return true
+}
+
+// leave counts out a worker that ends, unless stay already did.
+func (d *depth) leave() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.left > 0 {
+		d.left--
+		return
+	}
+	d.active--
+}
+
+// observe adds one GET's wait and transfer.
+func (d *depth) observe(wait, transfer time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.wait += wait
+	d.transfer += transfer
+}
+
+// getClock times one GET of a warming: when it began, and when its first
+// block (need bytes) was in. One goroutine reads the GET's body.
+type getClock struct {
+	need, got    int64
+	began, first time.Time
+}
+
+// fetch wraps an object's fetch to time its GET.
+func (g *getClock) fetch(inner FetchFunc) FetchFunc {
+	return func(ctx context.Context, off, length int64) (io.ReadCloser, error) {
+		g.began = time.Now()
+		body, err := inner(ctx, off, length)
+		if err != nil {
+			return nil, err
+		}
+		return &timedBody{ReadCloser: body, clock: g}, nil
+	}
+}
+
+// split estimates a completed GET of blocks blocks' wait for its first
+// byte and its transfer time: the blocks after the first arrived at the
+// transfer's pace, so the first block took as long as one of them, and
+// the rest of its arrival time was the wait. ok is false for a GET of
+// one block, whose wait and transfer cannot be told apart.
+func (g *getClock) split(blocks int) (wait, transfer time.Duration, ok bool) {
+	end := time.Now()
+	if blocks < 2 || g.first.IsZero() {
+		return 0, 0, false
+	}
+	perBlock := end.Sub(g.first) / time.Duration(blocks-1)
+	wait = max(0, g.first.Sub(g.began)-perBlock)
+	return wait, end.Sub(g.began) - wait, true
+}
+
+// timedBody notes when its clock's first block has been read. It keeps
+// the body's units (UnitReader) for the flights that receive from it.
+type timedBody struct {
+	io.ReadCloser
+	clock *getClock
+}
+
+func (b *timedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if g := b.clock; g.first.IsZero() {
+		g.got += int64(n)
+		if g.got >= g.need {
+			g.first = time.Now()
+		}
+	}
+	return n, err
+}
+
+// UnitBytes implements UnitReader with the body's units, 0 if it has none.
+func (b *timedBody) UnitBytes() int {
+	if u, ok := b.ReadCloser.(UnitReader); ok {
+		return u.UnitBytes()
+	}
+	return 0
 }
