@@ -61,6 +61,8 @@ type Warming struct {
 	// workers run work; depth decides how many (see depth).
 	workers sync.WaitGroup
 	depth   depth
+	// blocksFrom[i] is the blocks of runs[i:].
+	blocksFrom []int64
 }
 
 // WarmStats say what a warming did.
@@ -100,6 +102,10 @@ func (c *Cache) Warm(obj Object, ranges []Range, o WarmOptions) (*Warming, error
 	w := &Warming{c: c, obj: obj, runs: runs, done: make(chan struct{}), release: c.holdWrites()}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
 	w.depth = newDepth(o.Concurrency)
+	w.blocksFrom = make([]int64, len(runs)+1)
+	for i := len(runs) - 1; i >= 0; i-- {
+		w.blocksFrom[i] = w.blocksFrom[i+1] + runs[i].Count
+	}
 	go func() {
 		defer c.ops.Done()
 		defer c.unpin(obj.ID)
@@ -175,7 +181,7 @@ func (w *Warming) Stats() WarmStats {
 // likely unreachable, and demand reads will say so themselves).
 func (w *Warming) work() {
 	defer w.depth.leave()
-	for w.ctx.Err() == nil && w.depth.stay() {
+	for w.ctx.Err() == nil && w.depth.stay(w.meanRunBytesLeft()) {
 		i := w.next.Add(1) - 1
 		if i >= int64(len(w.runs)) {
 			return
@@ -200,9 +206,19 @@ func (w *Warming) work() {
 // not yet taken less the idle workers about to take them.
 func (w *Warming) grow(idle int64) {
 	left := int64(len(w.runs)) - w.next.Load() - idle
-	for n := w.depth.add(left); n > 0; n-- {
+	for n := w.depth.add(w.meanRunBytesLeft(), left); n > 0; n-- {
 		w.workers.Go(w.work)
 	}
+}
+
+// meanRunBytesLeft is the mean length of the runs not yet taken, 0 if
+// none is left.
+func (w *Warming) meanRunBytesLeft() int64 {
+	i := min(w.next.Load(), int64(len(w.runs)))
+	if i == int64(len(w.runs)) {
+		return 0
+	}
+	return w.blocksFrom[i] * w.c.blockBytes / (int64(len(w.runs)) - i)
 }
 
 // fetch registers flights for the run's blocks that are neither cached nor
@@ -266,7 +282,7 @@ func (w *Warming) fetchGroups(ctx context.Context, groups []fetchGroup) error {
 			return err
 		}
 		w.gets.Add(1)
-		clock := &getClock{need: c.blockLength(w.obj.Size, g.first)}
+		clock := &getClock{}
 		obj := w.obj
 		obj.Fetch = clock.fetch(w.obj.Fetch)
 		if err := c.fetchRun(ctx, &obj, g.first, g.flights, w); err != nil {
@@ -276,50 +292,64 @@ func (w *Warming) fetchGroups(ctx context.Context, groups []fetchGroup) error {
 			return err
 		}
 		w.fetchedBlocks.Add(int64(len(g.flights)))
-		if wait, transfer, ok := clock.split(len(g.flights)); ok {
-			w.depth.observe(wait, transfer)
+		if wait, transfer, ok := clock.split(); ok {
+			end := min(w.obj.Size, (g.first+int64(len(g.flights)))*c.blockBytes)
+			w.depth.observe(wait, transfer, end-g.first*c.blockBytes)
 		}
 	}
 	return nil
 }
 
 // depth is how many GETs a warming keeps in flight. Each GET spends its
-// time in two parts: the wait W for its first byte (one round trip plus
-// the store's latency) and the transfer X of its bytes. Of N GETs in
-// flight, N*X/(W+X) are transferring on average; to have the base
+// time in two parts: the wait W for its first byte (the round trip plus
+// the store's time to answer) and the transfer X of its bytes. Of N GETs
+// in flight, N*X/(W+X) are transferring on average; to have the base
 // Concurrency C of them transferring, as a short round trip does with C
-// in flight, N = C*(W+X)/X = C*(1+W/X). W and X are measured from the
-// GETs themselves (ratio of their sums, so a long GET weighs more). The
-// transfer time is measured while sharing the link, so more GETs than
-// the link can carry stretch X and lower the target: the rule converges
-// on its own. N never falls below C, and is capped at 4C (at most 32, or
-// C if C is larger) so that a stalled store cannot open unbounded GETs.
+// in flight, N = C*(W+X)/X = C*(1+W/X).
+//
+// Both are measured from the warming's own GETs. W is the shortest first
+// byte wait seen: a GET queued behind others on a full link waits longer
+// for its first byte, and counting that queueing as round trip would add
+// GETs to a link that is already full, which queues them longer still.
+// X is the mean size of the runs left times the transfer time per byte
+// seen (all GETs' transfer time over all their bytes): the ramp's first
+// GETs are short heads, and the runs to come are what the target is for.
+// X is measured while GETs share the link, so more GETs than the link
+// carries stretch it and lower the target: the rule settles by itself.
+// N never falls below C, and is capped at 4C (at most 32, or C if C is
+// larger) so that a store that answers slowly cannot open unbounded GETs.
 type depth struct {
 	mu                  sync.Mutex
 	base, limit, active int
 	// left counts workers stay sent away whose leave is still to come.
-	left           int
-	wait, transfer time.Duration
+	left int
+	// minWait is the shortest first-byte wait (0: none measured yet);
+	// transfer and bytes sum the GETs' transfers.
+	minWait, transfer time.Duration
+	bytes             int64
 }
 
 func newDepth(base int) depth {
 	return depth{base: base, limit: max(base, min(4*base, 32))}
 }
 
-// target is the GETs to keep in flight now; d.mu is held.
-func (d *depth) targetLocked() int {
-	if d.transfer <= 0 {
+// targetLocked is the GETs to keep in flight for runs of runBytes on
+// average; d.mu is held.
+func (d *depth) targetLocked(runBytes int64) int {
+	if d.bytes <= 0 || d.transfer <= 0 || runBytes <= 0 {
 		return d.base
 	}
-	n := float64(d.base) * float64(d.wait+d.transfer) / float64(d.transfer)
+	x := float64(d.transfer) * float64(runBytes) / float64(d.bytes)
+	n := float64(d.base) * (1 + float64(d.minWait)/x)
 	return min(d.limit, max(d.base, int(n+0.5)))
 }
 
-// add counts in and returns the workers to start, at most left.
-func (d *depth) add(left int64) int {
+// add counts in and returns the workers to start for runs of runBytes on
+// average, at most left.
+func (d *depth) add(runBytes, left int64) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	n := int(min(int64(max(0, d.targetLocked()-d.active)), max(0, left)))
+	n := int(min(int64(max(0, d.targetLocked(runBytes)-d.active)), max(0, left)))
 	d.active += n
 	return n
 }
@@ -328,10 +358,10 @@ func (d *depth) add(left int64) int {
 // are active than the target. A worker that ends counts itself out
 // (leave); the check and the count-out are one step so that two workers
 // do not both end for one too many.
-func (d *depth) stay() bool {
+func (d *depth) stay(runBytes int64) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.active > d.targetLocked() {
+	if d.active > d.targetLocked(runBytes) {
 		d.active--
 		d.left++
 		return false
@@ -350,12 +380,15 @@ func (d *depth) leave() {
 	d.active--
 }
 
-// observe adds one GET's wait and transfer.
-func (d *depth) observe(wait, transfer time.Duration) {
+// observe adds one GET of n bytes: its first-byte wait and its transfer.
+func (d *depth) observe(wait, transfer time.Duration, n int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.wait += wait
+	if d.bytes == 0 || wait < d.minWait {
+		d.minWait = wait
+	}
 	d.transfer += transfer
+	d.bytes += n
 }
 
 // getClock times one GET of a warming: when it began, and when its first
@@ -377,22 +410,16 @@ func (g *getClock) fetch(inner FetchFunc) FetchFunc {
 	}
 }
 
-// split estimates a completed GET of blocks blocks' wait for its first
-// byte and its transfer time: the blocks after the first arrived at the
-// transfer's pace, so the first block took as long as one of them, and
-// the rest of its arrival time was the wait. ok is false for a GET of
-// one block, whose wait and transfer cannot be told apart.
-func (g *getClock) split(blocks int) (wait, transfer time.Duration, ok bool) {
-	end := time.Now()
-	if blocks < 2 || g.first.IsZero() {
+// split says how long a completed GET waited for its first byte and how
+// long it then took to transfer its bytes. ok is false if no byte came.
+func (g *getClock) split() (wait, transfer time.Duration, ok bool) {
+	if g.first.IsZero() {
 		return 0, 0, false
 	}
-	perBlock := end.Sub(g.first) / time.Duration(blocks-1)
-	wait = max(0, g.first.Sub(g.began)-perBlock)
-	return wait, end.Sub(g.began) - wait, true
+	return g.first.Sub(g.began), time.Since(g.first), true
 }
 
-// timedBody notes when its clock's first block has been read. It keeps
+// timedBody notes when its clock's first byte has been read. It keeps
 // the body's units (UnitReader) for the flights that receive from it.
 type timedBody struct {
 	io.ReadCloser
@@ -401,11 +428,8 @@ type timedBody struct {
 
 func (b *timedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if g := b.clock; g.first.IsZero() {
-		g.got += int64(n)
-		if g.got >= g.need {
-			g.first = time.Now()
-		}
+	if g := b.clock; g.first.IsZero() && n > 0 {
+		g.first = time.Now()
 	}
 	return n, err
 }

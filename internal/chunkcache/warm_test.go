@@ -364,15 +364,15 @@ func TestDepthRule(t *testing.T) {
 	}
 	for _, tc := range cases {
 		d := newDepth(tc.base)
-		d.observe(tc.wait, tc.transfer)
-		if got := d.add(100); got != tc.want {
+		d.observe(tc.wait, tc.transfer, 2<<20)
+		if got := d.add(2<<20, 100); got != tc.want {
 			t.Errorf("base %d, wait %d, transfer %d: %d workers, want %d",
 				tc.base, tc.wait, tc.transfer, got, tc.want)
 		}
 	}
 	d := newDepth(6)
-	d.observe(100, 100)
-	if got := d.add(3); got != 3 {
+	d.observe(100, 100, 2<<20)
+	if got := d.add(2<<20, 3); got != 3 {
 		t.Errorf("%d workers for 3 runs left, want 3", got)
 	}
 }
