@@ -290,13 +290,18 @@ type pacedBody struct {
 	sent int64
 }
 
-// Read hands out at most the rest of the current block, after the block's
-// transfer time when a new block begins.
+// pacedPieces is how many pieces a block arrives in: bytes stream in,
+// so the first of them comes a piece's time after the wait, not a block's.
+const pacedPieces = 8
+
+// Read hands out at most the rest of the current piece, after the piece's
+// transfer time when a new piece begins.
 func (b *pacedBody) Read(buf []byte) (int, error) {
-	if b.sent%testBlock == 0 {
-		time.Sleep(b.p.perBlock)
+	const piece = testBlock / pacedPieces
+	if b.sent%piece == 0 {
+		time.Sleep(b.p.perBlock / pacedPieces)
 	}
-	n, err := b.r.Read(buf[:min(int64(len(buf)), testBlock-b.sent%testBlock)])
+	n, err := b.r.Read(buf[:min(int64(len(buf)), piece-b.sent%piece)])
 	b.sent += int64(n)
 	return n, err
 }
