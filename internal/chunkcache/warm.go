@@ -20,7 +20,9 @@ const DefaultWarmConcurrency = 8
 
 // WarmOptions tune a warming. Zero fields take the defaults.
 type WarmOptions struct {
-	// Concurrency bounds the runs fetched at once.
+	// Concurrency is the base of the runs fetched at once: the warming
+	// adds GETs while their first-byte wait is a large share of their
+	// time, up to 4x (at most 32; see depth).
 	Concurrency int `json:"concurrency"`
 	// RunCapBytes caps one run (one GET).
 	RunCapBytes int64 `json:"run_cap_bytes"`
@@ -34,10 +36,10 @@ type WarmOptions struct {
 }
 
 // Warming is the executor of one prefetch plan: it fetches the plan's runs
-// into the cache with bounded concurrency, in plan order, skipping blocks
-// already cached or being fetched. Demand reads of a block a run is
-// fetching wait for that run instead of issuing their own GET. It pins the
-// object while it runs.
+// into the cache with a bounded depth that follows the round trip (see
+// depth), in plan order, skipping blocks already cached or being fetched.
+// Demand reads of a block a run is fetching wait for that run instead of
+// issuing their own GET. It pins the object while it runs.
 type Warming struct {
 	c      *Cache
 	obj    Object
