@@ -1,15 +1,11 @@
 package chunkcache
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
 	"reflect"
 	"slices"
-	"sync/atomic"
 	"testing"
-	"time"
 )
 
 func TestPlan(t *testing.T) {
@@ -255,129 +251,4 @@ func blocksOf(rs []Run) string {
 	}
 	slices.Sort(bs)
 	return fmt.Sprint(bs)
-}
-
-// pacedStore is a simulated network in front of an origin: each GET waits
-// firstByte before its body, whose blocks then arrive one per perBlock.
-// It counts the GETs in flight (from the request to the body's close).
-type pacedStore struct {
-	o                   *origin
-	firstByte, perBlock time.Duration
-	inFlight, most      atomic.Int64
-}
-
-func (p *pacedStore) fetch(ctx context.Context, off, length int64) (io.ReadCloser, error) {
-	n := p.inFlight.Add(1)
-	for m := p.most.Load(); n > m && !p.most.CompareAndSwap(m, n); m = p.most.Load() {
-	}
-	select {
-	case <-time.After(p.firstByte):
-	case <-ctx.Done():
-		p.inFlight.Add(-1)
-		return nil, ctx.Err()
-	}
-	body, err := p.o.fetch(ctx, off, length)
-	if err != nil {
-		p.inFlight.Add(-1)
-		return nil, err
-	}
-	return &pacedBody{r: body, p: p}, nil
-}
-
-type pacedBody struct {
-	r    io.ReadCloser
-	p    *pacedStore
-	sent int64
-}
-
-// pacedPieces is how many pieces a block arrives in: bytes stream in,
-// so the first of them comes a piece's time after the wait, not a block's.
-const pacedPieces = 8
-
-// Read hands out at most the rest of the current piece, after the piece's
-// transfer time when a new piece begins.
-func (b *pacedBody) Read(buf []byte) (int, error) {
-	const piece = testBlock / pacedPieces
-	if b.sent%piece == 0 {
-		time.Sleep(b.p.perBlock / pacedPieces)
-	}
-	n, err := b.r.Read(buf[:min(int64(len(buf)), piece-b.sent%piece)])
-	b.sent += int64(n)
-	return n, err
-}
-
-func (b *pacedBody) Close() error {
-	b.p.inFlight.Add(-1)
-	return b.r.Close()
-}
-
-// TestWarmDepthFollowsTheRoundTrip warms through a store whose GETs wait
-// for their first byte: when the wait dominates a GET's time, the warming
-// keeps more than Concurrency GETs in flight (capped at 4x); when it does
-// not, it keeps Concurrency.
-func TestWarmDepthFollowsTheRoundTrip(t *testing.T) {
-	cases := []struct {
-		name                string
-		firstByte, perBlock time.Duration
-		blocksPerRun, runs  int
-		atLeast, atMost     int64
-	}{
-		{"long wait", 60 * time.Millisecond, 5 * time.Millisecond, 2, 24, 3, 8},
-		{"no wait", 0, 20 * time.Millisecond, 3, 8, 2, 2},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			size := tc.blocksPerRun * tc.runs * testBlock
-			p := &pacedStore{o: newOrigin(t, size), firstByte: tc.firstByte, perBlock: tc.perBlock}
-			c := openCache(t, t.TempDir(), 64<<20)
-			obj := Object{ID: "obj", Size: int64(size), Fetch: p.fetch}
-			w, err := c.Warm(obj, []Range{{0, int64(size)}}, WarmOptions{
-				Concurrency: 2, RunCapBytes: int64(tc.blocksPerRun * testBlock),
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			<-w.Done()
-			if err := w.Err(); err != nil {
-				t.Fatal(err)
-			}
-			if s := w.Stats(); s.FetchedBlocks != int64(size/testBlock) {
-				t.Fatalf("warm stats %+v", s)
-			}
-			if m := p.most.Load(); m < tc.atLeast || m > tc.atMost {
-				t.Fatalf("%d GETs in flight at most, want %d..%d", m, tc.atLeast, tc.atMost)
-			}
-		})
-	}
-}
-
-// TestDepthRule checks the in-flight target: Concurrency*(1+wait/transfer),
-// rounded, never below Concurrency, capped at 4x it and 32.
-func TestDepthRule(t *testing.T) {
-	cases := []struct {
-		base           int
-		wait, transfer time.Duration
-		want           int
-	}{
-		{6, 0, 0, 6},
-		{6, 5, 100, 6},
-		{6, 50, 100, 9},
-		{6, 100, 100, 12},
-		{6, 1000, 100, 24},
-		{10, 1000, 100, 32},
-		{40, 1000, 100, 40},
-	}
-	for _, tc := range cases {
-		d := newDepth(tc.base)
-		d.observe(tc.wait, tc.transfer, 2<<20)
-		if got := d.add(2<<20, 100); got != tc.want {
-			t.Errorf("base %d, wait %d, transfer %d: %d workers, want %d",
-				tc.base, tc.wait, tc.transfer, got, tc.want)
-		}
-	}
-	d := newDepth(6)
-	d.observe(100, 100, 2<<20)
-	if got := d.add(2<<20, 3); got != 3 {
-		t.Errorf("%d workers for 3 runs left, want 3", got)
-	}
 }

@@ -415,10 +415,7 @@ func (m *memorySource) PrefetchRanges(ranges []manifest.Range) []manifest.Range 
 // one-page readaround): 4 runs of 4 MiB 453 ms to ready with the ramp,
 // 453 ms without; 6 of 2 MiB 419 and 435 ms; 8 of 2 MiB 438 and 455 ms;
 // 4 of 8 MiB 473 and 581 ms. The guest's own wait on memory fell from
-// 70-80 ms to 23-29 ms with the ramp. Concurrency (pack_concurrency) is
-// the base of the warming's depth: it adds GETs while their first-byte
-// wait is a large share of their time (a long round trip), so that about
-// Concurrency of them are transferring at once (chunkcache's depth).
+// 70-80 ms to 23-29 ms with the ramp.
 func PackWarmOptions(o chunkcache.WarmOptions) chunkcache.WarmOptions {
 	if o.Concurrency <= 0 {
 		o.Concurrency = 6
