@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -14,10 +15,12 @@ import (
 	"warmstart/internal/api"
 	"warmstart/internal/daemon"
 	"warmstart/internal/lab/miniotest"
+	"warmstart/internal/node"
 	"warmstart/internal/pause"
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/repository/s3"
 
+	"github.com/minio/minio-go/v7"
 	"golang.org/x/sys/unix"
 )
 
@@ -172,12 +175,12 @@ func (s *s3Store) open(t *testing.T) *s3.Repo {
 	return repo
 }
 
-// verifyOK verifies each snapshot on r's daemon (its node cache too) and
+// verifyOK verifies each snapshot on c's daemon (its node cache too) and
 // wants no problem.
-func verifyOK(t *testing.T, r *running, ids ...string) {
+func verifyOK(t *testing.T, c *api.Client, ids ...string) {
 	t.Helper()
 	for _, id := range ids {
-		rep, err := r.client.VerifySnapshot(context.Background(), id, api.VerifyRequest{})
+		rep, err := c.VerifySnapshot(context.Background(), id, api.VerifyRequest{})
 		if err != nil || !rep.OK {
 			t.Fatalf("verify %s: %v, problems %+v", id, err, rep.Problems)
 		}
@@ -197,7 +200,7 @@ func TestVerifyOfAnS3Child(t *testing.T) {
 		t.Fatal(err)
 	}
 	childReadsStamped(t, r, f, "kid") // the child's layers are now cached
-	verifyOK(t, r, imp.ID, "kid")
+	verifyOK(t, r.client, imp.ID, "kid")
 	rep, err := r.client.VerifySnapshot(ctx, "kid", api.VerifyRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -259,5 +262,128 @@ func TestPauseWhileS3IsDown(t *testing.T) {
 		t.Fatalf("pause: %+v", res)
 	}
 	childReadsStamped(t, r, f, "kid")
-	verifyOK(t, r, imp.ID, "kid")
+	verifyOK(t, r.client, imp.ID, "kid")
+}
+
+// bucketKeys lists every key of the cluster's bucket.
+func bucketKeys(t *testing.T, c *cluster) []string {
+	t.Helper()
+	mc, err := miniotest.Client(c.srv.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for o := range mc.ListObjects(context.Background(), clusterBucket, minio.ListObjectsOptions{Recursive: true}) {
+		if o.Err != nil {
+			t.Fatal(o.Err)
+		}
+		out = append(out, o.Key)
+	}
+	return out
+}
+
+// childArtifact is the id of a snapshot other than parent that has an
+// artifact in keys, "" when none has.
+func childArtifact(keys []string, parent string) string {
+	for _, k := range keys {
+		rest, ok := strings.CutPrefix(k, "artifacts/")
+		if id, _, _ := strings.Cut(rest, "/"); ok && id != parent {
+			return id
+		}
+	}
+	return ""
+}
+
+// TestDaemonKilledMidPausePublishOnS3: a daemon on an S3 store (slowed
+// by 30 ms a response) is SIGKILLed once the pause's first artifact is in
+// the bucket, and started again on the same runtime directory and store.
+// The child never becomes visible, the dead daemon's staging is swept,
+// the parent verifies, and once the dead publisher's lease has expired a
+// garbage collection leaves no key of the child and no chunk the bucket
+// did not hold before the pause (the child's dependent marker at the
+// parent stays, stale, counted as no dependent, until the parent's
+// delete).
+func TestDaemonKilledMidPausePublishOnS3(t *testing.T) {
+	c := newCluster(t)
+	proxy, err := miniotest.NewProxy(c.srv.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	if err := proxy.Latency(30); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{childChunkGraceEnv + "=" + gcGrace.String(), childLeaseTTLEnv + "=2s"}
+	a := c.start(t, "a", proxy.Addr, env...)
+	ctx := context.Background()
+	imp, err := a.client.Import(ctx, c.f.importRequest("base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := a.client.Restore(ctx, api.RestoreRequest{Snapshot: imp.ID, Pausable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chunksBefore []string
+	for _, k := range bucketKeys(t, c) {
+		if strings.HasPrefix(k, "chunks/") {
+			chunksBefore = append(chunksBefore, k)
+		}
+	}
+	go a.client.Pause(ctx, in.ID, api.PauseRequest{Alias: "kid"}) // its answer is lost with the daemon
+	var child string
+	deadline := time.Now().Add(time.Minute)
+	for child == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("no artifact of the child reached the bucket within a minute")
+		}
+		child = childArtifact(bucketKeys(t, c), imp.ID)
+	}
+	if err := syscall.Kill(a.child.pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-a.child.exited
+	a = c.start(t, "a", c.srv.Endpoint, env...)
+	if left, _ := filepath.Glob(filepath.Join(a.cfg.Runtime.Dir, pause.StagingPrefix+"*")); len(left) != 0 {
+		t.Errorf("the dead daemon's staging is left: %v", left)
+	}
+	if s, err := a.client.Snapshot(ctx, child); err == nil {
+		t.Fatalf("the child of the killed pause is visible: %+v", s)
+	}
+	if s, err := a.client.Snapshot(ctx, "kid"); err == nil {
+		t.Fatalf("the killed pause's alias names %+v", s)
+	}
+	verifyOK(t, a.client, imp.ID)
+	// A collecting node with the dead daemon's lease TTL, and a grace for
+	// abandoned publishes this test can wait out.
+	o := node.S3Options(a.cfg.Backend.S3)
+	o.ChunkGrace, o.LeaseTTL, o.AbandonedGrace = gcGrace, 2*time.Second, 2*time.Second
+	gc, err := s3.Open(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gc.Close() })
+	deadline = time.Now().Add(time.Minute)
+	for {
+		collectGarbage(t, gc)
+		var left []string
+		for _, k := range bucketKeys(t, c) {
+			// The child's marker at its parent stays, stale, until the
+			// parent's delete removes it (checked below).
+			marker := strings.HasPrefix(k, "catalog/dependents/")
+			if (strings.Contains(k, child) && !marker) || (strings.HasPrefix(k, "chunks/") && !slices.Contains(chunksBefore, k)) {
+				left = append(left, k)
+			}
+		}
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after the kill, garbage collection leaves %v", left)
+		}
+	}
+	verifyOK(t, a.client, imp.ID)
+	if live, inProgress, err := gc.Dependents(ctx, imp.ID); err != nil || len(live)+len(inProgress) != 0 {
+		t.Fatalf("the parent's dependents after the collection: %v, %v (%v)", live, inProgress, err)
+	}
 }
