@@ -70,79 +70,104 @@ func fillUp(path string) error {
 	}
 }
 
-// TestPauseWhileTheStoreIsFull: the POSIX store (a small tmpfs) fills up
-// just as a pause publishes its child. The pause fails naming the lack of
-// space, the sandbox runs again (also with then=stop), nothing of the
-// child is visible and, once it has space again, nothing it left stays
-// (the repository's sweep at open reclaims it). A later pause publishes a
-// child holding every page written since the restore.
-func TestPauseWhileTheStoreIsFull(t *testing.T) {
+// storeFault breaks a POSIX store mounted at store (a tmpfs) and mends
+// it; msg is what the failed pause's error must say.
+type storeFault struct {
+	name      string
+	then      string
+	brk, mend func(store string) error
+	msg       string
+}
+
+// readOnly covers store with a read-only bind mount of itself: what the
+// daemon has open stays writable, every path it opens anew is not.
+func readOnly(store string) error {
+	if err := unix.Mount(store, store, "", unix.MS_BIND, ""); err != nil {
+		return err
+	}
+	return unix.Mount("", store, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, "")
+}
+
+func unmount(store string) error { return unix.Unmount(store, 0) }
+
+// TestPauseWhileTheStoreIsUnwritable: the POSIX store (a small tmpfs)
+// fills up, or turns read-only, just as a pause publishes its child. The
+// pause fails saying why, the sandbox runs again (also with then=stop),
+// nothing of the child is visible and, once the store is mended, nothing
+// it left stays (the repository's sweep at open reclaims it). A later
+// pause publishes a child holding every page written since the restore.
+func TestPauseWhileTheStoreIsUnwritable(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("mounting a tmpfs needs root")
 	}
-	for _, then := range []string{api.ThenResume, api.ThenStop} {
-		t.Run(then, func(t *testing.T) {
-			f := newFixture(t, fixtureOptions{})
-			store := f.cfg.Backend.PosixFS.SnapshotStore
-			if err := os.MkdirAll(store, 0o755); err != nil {
-				t.Fatal(err)
+	filler := func(store string) string { return filepath.Join(store, "filler") }
+	full := storeFault{brk: func(s string) error { return fillUp(filler(s)) },
+		mend: func(s string) error { return os.Remove(filler(s)) }, msg: "no space left"}
+	ro := storeFault{name: "read-only", then: api.ThenResume, brk: readOnly, mend: unmount,
+		msg: "read-only file system"}
+	fullResume, fullStop := full, full
+	fullResume.name, fullResume.then = "full-resume", api.ThenResume
+	fullStop.name, fullStop.then = "full-stop", api.ThenStop
+	for _, c := range []storeFault{fullResume, fullStop, ro} {
+		t.Run(c.name, func(t *testing.T) { pauseWithStoreFault(t, c) })
+	}
+}
+
+func pauseWithStoreFault(t *testing.T, c storeFault) {
+	f := newFixture(t, fixtureOptions{})
+	store := f.cfg.Backend.PosixFS.SnapshotStore
+	if err := os.MkdirAll(store, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", store, "tmpfs", 0, "size=64m"); err != nil {
+		t.Fatalf("mount a small tmpfs store: %v", err)
+	}
+	var failedID string
+	var once sync.Once
+	daemon.SetPauseStepHook(t, func(_ context.Context, _, step string) {
+		if step != pause.StepPublish {
+			return
+		}
+		once.Do(func() {
+			var err error
+			if failedID, err = stagedChildID(f.cfg.Runtime.Dir); err != nil {
+				t.Error(err)
 			}
-			if err := unix.Mount("tmpfs", store, "tmpfs", 0, "size=64m"); err != nil {
-				t.Fatalf("mount a small tmpfs store: %v", err)
-			}
-			filler := filepath.Join(store, "filler")
-			var failedID string
-			var once sync.Once
-			daemon.SetPauseStepHook(t, func(_ context.Context, _, step string) {
-				if step != pause.StepPublish {
-					return
-				}
-				once.Do(func() {
-					var err error
-					if failedID, err = stagedChildID(f.cfg.Runtime.Dir); err != nil {
-						t.Error(err)
-					}
-					if err := fillUp(filler); err != nil {
-						t.Errorf("fill the store: %v", err)
-					}
-				})
-			})
-			r, imp, in := pausableRestore(t, f, nil)
-			ctx := context.Background()
-			_, err := r.client.Pause(ctx, in.ID, api.PauseRequest{Alias: "kid", Then: then})
-			if err == nil {
-				t.Fatal("a pause into a full store published")
-			}
-			if !strings.Contains(err.Error(), "no space left") {
-				t.Errorf("the failed pause's error does not say why: %v", err)
-			}
-			failedPauseLeavesSandbox(t, r, "kid")
-			if err := os.Remove(filler); err != nil {
-				t.Fatal(err)
-			}
-			// What the failed publish left is reclaimed at the latest by
-			// the sweep a repository runs at open.
-			if _, err := posixfs.Open(store, posixfs.Options{}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := os.Stat(filepath.Join(store, "snapshots", failedID)); !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("the failed child's directory %s stays after a sweep: %v", failedID, err)
-			}
-			res, err := r.client.Pause(ctx, in.ID, api.PauseRequest{Alias: "kid", Then: api.ThenStop})
-			if err != nil {
-				t.Fatalf("a pause once the store has space again: %v", err)
-			}
-			if res.Parent != imp.ID {
-				t.Fatalf("pause: %+v", res)
-			}
-			childReadsStamped(t, r, f, "kid")
-			for _, id := range []string{imp.ID, "kid"} {
-				if rep, err := r.client.VerifySnapshot(ctx, id, api.VerifyRequest{}); err != nil || !rep.OK {
-					t.Fatalf("verify %s: %+v, %v", id, rep, err)
-				}
+			if err := c.brk(store); err != nil {
+				t.Errorf("break the store: %v", err)
 			}
 		})
+	})
+	r, imp, in := pausableRestore(t, f, nil)
+	ctx := context.Background()
+	_, err := r.client.Pause(ctx, in.ID, api.PauseRequest{Alias: "kid", Then: c.then})
+	if err == nil {
+		t.Fatal("a pause into a broken store published")
 	}
+	if !strings.Contains(err.Error(), c.msg) {
+		t.Errorf("the failed pause's error does not say %q: %v", c.msg, err)
+	}
+	failedPauseLeavesSandbox(t, r, "kid")
+	if err := c.mend(store); err != nil {
+		t.Fatal(err)
+	}
+	// What the failed publish left is reclaimed at the latest by the
+	// sweep a repository runs at open.
+	if _, err := posixfs.Open(store, posixfs.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(store, "snapshots", failedID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the failed child's directory %s stays after a sweep: %v", failedID, err)
+	}
+	res, err := r.client.Pause(ctx, in.ID, api.PauseRequest{Alias: "kid", Then: api.ThenStop})
+	if err != nil {
+		t.Fatalf("a pause once the store is mended: %v", err)
+	}
+	if res.Parent != imp.ID {
+		t.Fatalf("pause: %+v", res)
+	}
+	childReadsStamped(t, r, f, "kid")
+	verifyOK(t, r.client, imp.ID, "kid")
 }
 
 // s3Store is a MinIO server with a bucket of its own; open opens the
