@@ -211,7 +211,12 @@ func freeze(ctx context.Context, inst *restore.Instance, dir string, req Request
 	f.began = time.Now()
 	f.Frozen, err = inst.Freeze(ctx, dir)
 	if err != nil {
-		if !errors.Is(err, restore.ErrPauseInProgress) && !errors.Is(err, restore.ErrNotPausable) && !errors.Is(err, restore.ErrVMExited) {
+		switch {
+		case errors.Is(err, restore.ErrPauseInProgress), errors.Is(err, restore.ErrNotPausable):
+		case errors.Is(err, restore.ErrVMExited):
+			// No VM to resume; end the frozen window, if Freeze opened it.
+			_ = inst.Thaw(false)
+		default:
 			err = errors.Join(err, inst.Thaw(true))
 		}
 		return f, false, fmt.Errorf("pause: %w", err)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -194,11 +195,11 @@ func (inst *Instance) Freeze(ctx context.Context, dir string) (Frozen, error) {
 	inst.pause.frozen = true
 	inst.pause.mu.Unlock()
 	if err := p.Pause(ctx); err != nil {
-		return Frozen{}, err
+		return Frozen{}, inst.vmGone(err)
 	}
 	diff, err := p.SaveDiff(ctx, vmm.DiffSpec{Dir: dir})
 	if err != nil {
-		return Frozen{}, err
+		return Frozen{}, inst.vmGone(err)
 	}
 	f := Frozen{VMStatePath: diff.VMStatePath, MemoryDiffPath: diff.MemoryDiffPath}
 	if diff.DeviceTracked {
@@ -289,9 +290,33 @@ func (inst *Instance) Thaw(resume bool) error {
 		return nil
 	}
 	if r, ok := inst.held.vm.(vmm.Resumer); ok {
-		return r.Resume()
+		return inst.vmGone(r.Resume())
 	}
 	return nil
+}
+
+// exitNoticeWithin bounds how long vmGone waits for a failed VMM's exit.
+const exitNoticeWithin = time.Second
+
+// vmGone wraps err, a VMM's failure to pause, save or resume, with
+// ErrVMExited when its process has exited: a VMM killed mid-pause fails
+// with whatever its socket said (connection reset, broken pipe), and the
+// exit is what the caller must hear of. The process's reaper notices the
+// exit a moment after the socket broke, so it is waited for, briefly: a
+// live VMM's error is returned as it is once the bound passes.
+func (inst *Instance) vmGone(err error) error {
+	ex, ok := inst.held.vm.(vmm.ExitReporter)
+	if err == nil || !ok {
+		return err
+	}
+	t := time.NewTimer(exitNoticeWithin)
+	defer t.Stop()
+	select {
+	case <-ex.Exited():
+		return fmt.Errorf("restore %s: %w (%s): %w", inst.ID, ErrVMExited, ex.ProcessExit().String(), err)
+	case <-t.C:
+		return err
+	}
 }
 
 // DataPages lists the 4 KiB pages holding data in a sparse file, by

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"warmstart/internal/chunkcache"
+	"warmstart/internal/integrity"
 	"warmstart/internal/repository"
 )
 
@@ -31,23 +32,46 @@ func (c *checker) checkCache(repo repository.Repository) error {
 	if !ok {
 		return nil // no node cache: nothing but the store to read
 	}
-	if c.judge == nil {
+	bs := blockBytesOf(repo)
+	if !c.res.Record.Layered() {
+		return c.checkCached(cc, bs, c.res.Record, c.judge, "")
+	}
+	// A layered snapshot's blocks are cached per layer, under the layer's
+	// SHA-256 as a plain memory's are under its own (s3.Repo).
+	for i, l := range c.layerJudges {
+		rec := repository.Record{ID: l.desc.Snapshot, MemorySHA256: l.desc.SHA256}
+		if err := c.checkCached(cc, bs, rec, l.judge, fmt.Sprintf("layer %d of the chain, owned by %s: ", i, l.desc.Snapshot)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkCached checks the cached blocks (of blockBytes) of rec's memory
+// with judge, adds them to the report and reports a problem (prefixed
+// with what) for each failure.
+func (c *checker) checkCached(cc cacheChecker, blockBytes int64, rec repository.Record, judge *integrity.Table, what string) error {
+	if judge == nil {
 		c.r.Problems = append(c.r.Problems, Problem{Kind: KindCache,
-			Message: "the node cache was not checked: the snapshot has no digest table that can be used"})
+			Message: what + "the node cache was not checked: the snapshot has no digest table that can be used"})
 		return nil
 	}
-	rep, err := cc.CheckCache(c.ctx, c.res.Record, func(off int64, data []byte) error { return c.judge.Verify(data, off) })
+	rep, err := cc.CheckCache(c.ctx, rec, func(off int64, data []byte) error { return judge.Verify(data, off) })
 	if err != nil && c.ctx.Err() != nil {
 		return c.ctx.Err()
 	}
-	c.r.Cache = &CacheReport{CheckReport: rep, BlockBytes: blockBytesOf(repo)}
+	if c.r.Cache == nil {
+		c.r.Cache = &CacheReport{BlockBytes: blockBytes}
+	}
+	cr := c.r.Cache
+	cr.Blocks, cr.Bytes, cr.Evicted = cr.Blocks+rep.Blocks, cr.Bytes+rep.Bytes, append(cr.Evicted, rep.Evicted...)
 	if err != nil {
-		c.r.Problems = append(c.r.Problems, Problem{Kind: KindCache, Message: err.Error()})
+		c.r.Problems = append(c.r.Problems, Problem{Kind: KindCache, Message: what + err.Error()})
 	}
 	if n := len(rep.Evicted); n > 0 {
 		c.r.Problems = append(c.r.Problems, Problem{Kind: KindCache, Message: fmt.Sprintf(
-			"%d of %d blocks this node cached do not match the digest table and were evicted (the next read fetches them from the store): blocks %v",
-			n, rep.Blocks, rep.Evicted)})
+			"%s%d of %d blocks this node cached do not match the digest table and were evicted (the next read fetches them from the store): blocks %v",
+			what, n, rep.Blocks, rep.Evicted)})
 	}
 	return nil
 }

@@ -82,6 +82,7 @@ func (c *checker) layer(i int, l repository.ResolvedLayer) error {
 	if judge == nil {
 		judge = crc
 	}
+	c.layerJudges = append(c.layerJudges, layerJudge{desc: d, judge: judge})
 	return c.layerData(i, l, judge)
 }
 

@@ -167,6 +167,15 @@ type checker struct {
 	// judge is the stored digest table blocks were compared with (nil
 	// when none could be used).
 	judge *integrity.Table
+	// layerJudges are a layered snapshot's: each layer's, bottom first.
+	layerJudges []layerJudge
+}
+
+// layerJudge is the table a layer's blocks were compared with (nil when
+// none could be used).
+type layerJudge struct {
+	desc  repository.LayerDescriptor
+	judge *integrity.Table
 }
 
 // verifyRecord checks rec's catalog entries in repo and reads its

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -64,13 +65,23 @@ func (r *Repo) register(ctx context.Context, id string, owners []string, inherit
 	return nil
 }
 
-// unregister removes id's markers; best effort (one left goes stale).
+// unregister removes id's markers, trying again while the store does not
+// answer, as undoPublish does for the artifacts, for up to
+// cleanupTimeout: a marker left names a child that never was, and stays
+// in the parent's dependents until a sweep or the parent's delete.
 func (r *Repo) unregister(ctx context.Context, id string, owners []string) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	for _, owner := range owners {
-		_ = r.remove(cctx, r.keys.dependent(owner, id))
-	}
+	left := slices.Clone(owners)
+	_ = retryUntilDone(cctx, r.cleanupRetry, func() error {
+		for len(left) > 0 {
+			if err := r.remove(cctx, r.keys.dependent(left[0], id)); err != nil {
+				return err
+			}
+			left = left[1:]
+		}
+		return nil
+	})
 }
 
 // Dependents implements repository.Layers.
