@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,8 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"warmstart/internal/layers"
 	"warmstart/internal/memdev"
 	"warmstart/internal/vmm"
 )
@@ -327,26 +325,9 @@ func DataPages(path string) ([]int64, error) {
 		return nil, fmt.Errorf("changed pages: %w", err)
 	}
 	defer f.Close()
-	fi, err := f.Stat()
+	pages, err := layers.SparsePages(f)
 	if err != nil {
-		return nil, fmt.Errorf("changed pages: %w", err)
-	}
-	var pages []int64
-	for off := int64(0); off < fi.Size(); {
-		data, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
-			break
-		} else if err != nil {
-			return nil, fmt.Errorf("changed pages of %s: %w", path, err)
-		}
-		hole, err := unix.Seek(int(f.Fd()), data, unix.SEEK_HOLE)
-		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("changed pages of %s: %w", path, err)
-		}
-		for p := data / pageBytes; p*pageBytes < hole; p++ {
-			pages = append(pages, p)
-		}
-		off = hole
+		return nil, fmt.Errorf("changed pages of %s: %w", path, err)
 	}
 	return pages, nil
 }

@@ -3,11 +3,10 @@ package firecracker
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 
-	"golang.org/x/sys/unix"
+	"warmstart/internal/layers"
 )
 
 // diffPageBytes is the unit of a Diff memory file: Firecracker dumps dirty
@@ -83,36 +82,6 @@ func describePages(pages []int64) string {
 	return fmt.Sprintf("pages %d to %d", pages[0], pages[len(pages)-1])
 }
 
-// dataPages lists, ascending, the 4 KiB pages of f that SEEK_DATA and
-// SEEK_HOLE report as data. A data extent that does not start and end on
-// a page boundary (other than at the end of the file) is an error: a Diff
-// holds whole pages.
-func dataPages(f *os.File) ([]int64, error) {
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	size := fi.Size()
-	fd := int(f.Fd())
-	var pages []int64
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
-			break
-		} else if err != nil {
-			return nil, fmt.Errorf("SEEK_DATA at %d: %w", off, err)
-		}
-		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
-		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("SEEK_HOLE at %d: %w", data, err)
-		}
-		if data%diffPageBytes != 0 || (hole%diffPageBytes != 0 && hole != size) {
-			return nil, fmt.Errorf("data extent [%d, %d) is not whole pages", data, hole)
-		}
-		for p := data / diffPageBytes; p*diffPageBytes < hole; p++ {
-			pages = append(pages, p)
-		}
-		off = hole
-	}
-	return pages, nil
-}
+// dataPages lists the 4 KiB pages a Diff memory file holds
+// (layers.SparsePages: whole pages only).
+func dataPages(f *os.File) ([]int64, error) { return layers.SparsePages(f) }
