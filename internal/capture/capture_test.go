@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"warmstart/internal/vmm/qemu/qemutest"
 
 	"warmstart/internal/capture"
 	"warmstart/internal/config"
@@ -81,29 +81,6 @@ func (g *guestFixture) close() {
 	}
 }
 
-// requireGuest skips where no real guest can run, except in CI, where the
-// tests must not silently vanish: there a missing QEMU or kernel fails.
-func requireGuest(t *testing.T) {
-	t.Helper()
-	var missing []string
-	if _, err := exec.LookPath(qemu.DefaultBinary); err != nil {
-		missing = append(missing, qemu.DefaultBinary+" (apt-get install qemu-system-x86)")
-	}
-	if m, _ := filepath.Glob(qemu.KernelGlob); len(m) == 0 {
-		missing = append(missing, "a kernel at "+qemu.KernelGlob+" (apt-get install linux-image-amd64)")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		missing = append(missing, "/dev/fuse")
-	}
-	if len(missing) == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI must run the real-guest tests, but this host lacks %s", strings.Join(missing, ", "))
-	}
-	t.Skipf("no real guest here: missing %s", strings.Join(missing, ", "))
-}
-
 // gatedRepo holds AttachManifest until open is closed, so a test can look
 // at the repository between publish and the background attach.
 type gatedRepo struct {
@@ -124,7 +101,7 @@ func (g *gatedRepo) AttachManifest(ctx context.Context, lease repository.Lease, 
 // records its manifest the way a publish with recording enabled does.
 func captured(t *testing.T) *guestFixture {
 	t.Helper()
-	requireGuest(t)
+	qemutest.RequireGuest(t)
 	guestOnce.Do(func() { guest.err = guest.build(qemu.Options{}) })
 	if guest.err != nil {
 		t.Fatalf("capture the shared guest: %v", guest.err)

@@ -3,6 +3,7 @@ package capture_test
 import (
 	"fmt"
 	"testing"
+	"warmstart/internal/vmm/qemu/qemutest"
 
 	"warmstart/internal/agentspec"
 	"warmstart/internal/vmm/qemu"
@@ -17,7 +18,7 @@ import (
 // different parts of the pool, so they overlap less than the light guest's
 // near-identical runs, and the manifest keeps the heap both walked.
 func TestHeavyGuestStartupSet(t *testing.T) {
-	requireGuest(t)
+	qemutest.RequireGuest(t)
 	w := agentspec.Workload{HeapMiB: 40, PoolMiB: 24, PoolFraction: 0.33}
 	var g guestFixture
 	defer g.close()

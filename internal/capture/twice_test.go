@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"warmstart/internal/vmm/qemu/qemutest"
 
 	"warmstart/internal/capture"
 	"warmstart/internal/chunkmap"
@@ -26,7 +27,7 @@ const twiceMemoryMiB = 256
 // second adds less than the first stores (it shares most of its memory)
 // and logs the figures.
 func TestSecondCaptureOfOneGuestAddsLittle(t *testing.T) {
-	requireGuest(t)
+	qemutest.RequireGuest(t)
 	srv := miniotest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*captureTimeout)
 	defer cancel()

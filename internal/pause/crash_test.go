@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"warmstart/internal/vmm/qemu/qemutest"
 
 	"warmstart/internal/agentspec"
 	"warmstart/internal/memdev/fusedev"
@@ -94,7 +95,7 @@ func runCrashChild(step, dir, base string) error {
 // its guest wrote; the parent restores as before, and the next pause
 // succeeds.
 func TestPauseCrashAtEveryStep(t *testing.T) {
-	requireGuest(t)
+	qemutest.RequireGuest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	g := sharedGuest(t, ctx)

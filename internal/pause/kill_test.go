@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"warmstart/internal/vmm/qemu/qemutest"
 
 	"warmstart/internal/agentspec"
 	"warmstart/internal/pause"
@@ -23,7 +24,7 @@ import (
 // with the state the guest wrote. Either way no staging is left and the
 // restore stops cleanly, its QEMU gone.
 func TestQEMUKilledDuringAPause(t *testing.T) {
-	requireGuest(t)
+	qemutest.RequireGuest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	g := sharedGuest(t, ctx)

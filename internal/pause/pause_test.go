@@ -4,12 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
+	"warmstart/internal/vmm/qemu/qemutest"
 
 	"warmstart/internal/agentspec"
 	"warmstart/internal/capture"
@@ -69,27 +68,6 @@ func (f *guestFixture) close() {
 	if f.done != nil {
 		f.done()
 	}
-}
-
-func requireGuest(t *testing.T) {
-	t.Helper()
-	var missing []string
-	if _, err := exec.LookPath(qemu.DefaultBinary); err != nil {
-		missing = append(missing, qemu.DefaultBinary)
-	}
-	if m, _ := filepath.Glob(qemu.KernelGlob); len(m) == 0 {
-		missing = append(missing, "a kernel at "+qemu.KernelGlob)
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		missing = append(missing, "/dev/fuse")
-	}
-	if len(missing) == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI must run the real-guest tests, but this host lacks %s", strings.Join(missing, ", "))
-	}
-	t.Skipf("no real guest here: missing %s", strings.Join(missing, ", "))
 }
 
 type guestNode struct {
@@ -163,7 +141,7 @@ func stateAgent(t *testing.T, inst *restore.Instance) vmm.StateAgent {
 // Then one restore is paused twice while it runs on (then=resume): it
 // answers after each pause, and the last child holds all five writes.
 func TestQEMUPauseResumeCycles(t *testing.T) {
-	requireGuest(t)
+	qemutest.RequireGuest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	g := sharedGuest(t, ctx)

@@ -3,37 +3,14 @@ package bench
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+	"warmstart/internal/vmm/qemu/qemutest"
 
 	"warmstart/internal/vmm/qemu"
 )
-
-// requirePauseGuest skips where no real guest can run, except under
-// CI=true, where a missing QEMU, kernel or FUSE fails.
-func requirePauseGuest(t *testing.T) {
-	t.Helper()
-	var missing []string
-	if _, err := exec.LookPath(qemu.DefaultBinary); err != nil {
-		missing = append(missing, qemu.DefaultBinary)
-	}
-	if m, _ := filepath.Glob(qemu.KernelGlob); len(m) == 0 {
-		missing = append(missing, "a kernel at "+qemu.KernelGlob)
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		missing = append(missing, "/dev/fuse")
-	}
-	if len(missing) == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI must run the real-guest tests, but this host lacks %s", strings.Join(missing, ", "))
-	}
-	t.Skipf("no real guest here: missing %s", strings.Join(missing, ", "))
-}
 
 // TestRunPauseMeasuresEveryGoal runs bench --pause short on a real guest:
 // every child's restore reported the state written before its pause, the
@@ -41,7 +18,7 @@ func requirePauseGuest(t *testing.T) {
 // file-warm, flattened, recorded manifest) ran to ready every trial, with
 // both manifests' sizes and overlap.
 func TestRunPauseMeasuresEveryGoal(t *testing.T) {
-	requirePauseGuest(t)
+	qemutest.RequireGuest(t)
 	d, err := qemu.New(qemu.Options{MemoryMiB: 128})
 	if err != nil {
 		t.Fatal(err)
