@@ -273,3 +273,43 @@ func FuzzDecode(f *testing.F) {
 		_, _, _ = s.Manifest(testLayout)
 	})
 }
+
+// TestFilledAroundAMissCountsWhatTheGuestTouched: the file device fills
+// the pages around a missed page once it has served it, so the guest's
+// next touches nearby never reach it as requests. Where the restore can
+// tell what the guest touched, a page outside the plan that such a fill
+// brought in and the guest touched was needed as much as the miss
+// itself: it enters with it, and the pages the fill brought in that the
+// guest left alone do not.
+func TestFilledAroundAMissCountsWhatTheGuestTouched(t *testing.T) {
+	m, s := base(t, pages(0, 10)...)
+	events := []startupset.Event{prefetched(0, ms), prefetched(1, ms), demanded(50, 2*ms)}
+	for p := int64(40); p < 60; p++ {
+		if p != 50 {
+			events = append(events, prefetched(p, 2*ms+ms/2))
+		}
+	}
+	for p := int64(2); p < 10; p++ {
+		events = append(events, prefetched(p, 3*ms))
+	}
+	touched := func(p int64) (bool, bool) { return p < 10 || (p >= 50 && p <= 53), true }
+	obs := FromEvents(m.Ranges, events, 10*ms, touched)
+	var missed []int64
+	for _, d := range obs.Demands {
+		if d.PlanIndex < 0 {
+			missed = append(missed, d.Page)
+		}
+	}
+	if want := []int64{50, 51, 52, 53}; !slices.Equal(missed, want) {
+		t.Fatalf("missed %v, want %v: the miss and the filled pages the guest touched", missed, want)
+	}
+	s.Apply(obs, Options{})
+	if got, want := order(s), []int64{0, 1, 50, 51, 52, 53, 2, 3, 4, 5, 6, 7, 8, 9}; !slices.Equal(got, want) {
+		t.Fatalf("order %v, want %v", got, want)
+	}
+	// Without knowing what the guest touched, only the miss counts.
+	obs = FromEvents(m.Ranges, events, 10*ms, nil)
+	if _, missedN := obs.Counts(); missedN != 1 {
+		t.Fatalf("without touched: %d missed, want the one miss", missedN)
+	}
+}
