@@ -110,41 +110,10 @@ func FromEvents(plan []manifest.Range, events []startupset.Event, ready time.Dur
 			obs.Demands = append(obs.Demands, Demand{Page: p, At: e.Arrived(), PlanIndex: i})
 		}
 	}
-	obs.Demands = append(obs.Demands, touchedFills(events, ready, index, demanded, touched)...)
 	slices.SortStableFunc(obs.Demands, func(a, b Demand) int { return cmpDuration(a.At, b.At) })
 	obs.Frontier = frontier(obs.Plan, reached)
 	obs.Untouched, obs.Used = untouched(obs.Plan, reached, windowed, demanded, touched)
 	return obs
-}
-
-// touchedFills are the pages outside the plan that prefetch brought into
-// the guest's reach by ready and the guest is known to have touched: on
-// the file device, the pages a fill around a missed page stored, which
-// the guest then used without a request the device could see. They were
-// needed as much as the miss that brought them, so they count as missed,
-// from when they came into reach. Known touched over-approximates reads
-// to the kernel's fault-around (manifest.md), as for plan pages.
-func touchedFills(events []startupset.Event, ready time.Duration, index map[int64]int, demanded map[int64]bool, touched Touched) []Demand {
-	if touched == nil {
-		return nil
-	}
-	var out []Demand
-	seen := map[int64]bool{}
-	for _, e := range events {
-		if e.Kind != memdev.Prefetch || !e.ByReady(ready) {
-			continue
-		}
-		for p := e.Offset / PageBytes; p*PageBytes < e.Offset+int64(e.Length); p++ {
-			if _, inPlan := index[p]; inPlan || demanded[p] || seen[p] {
-				continue
-			}
-			seen[p] = true
-			if t, known := touched(p); known && t {
-				out = append(out, Demand{Page: p, At: e.At, PlanIndex: -1})
-			}
-		}
-	}
-	return out
 }
 
 func planPages(plan []manifest.Range) []int64 {
