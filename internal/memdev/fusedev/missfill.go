@@ -19,7 +19,8 @@ const (
 	// missRuns is how many runs a generation follows at once (one per
 	// vCPU running through unknown memory, as readahead keeps a state per
 	// open file).
-	missRuns = 4
+	missRuns           = 4
+	missFillFirstBytes = 4 * fillPageBytes
 )
 
 // missRun is one run of misses: the last fill covered [start, end), and
@@ -131,8 +132,37 @@ func (g *generation) fillAroundMiss(kind memdev.Kind, off int64, n int) {
 	buf := mf.bufs.Get().(*[]byte)
 	go func() {
 		defer func() { mf.bufs.Put(buf); <-mf.slots }()
-		// Errors are the next fault's to meet: a page left out is read
-		// on demand, and a damaged one is refused and noted there.
-		_ = g.fill(start, (*buf)[:end-start])
+		b := (*buf)[:end-start]
+		for _, p := range fillOrder(start, end, pageUp(off+int64(n))) {
+			// Errors are the next fault's to meet: a page left out is
+			// read on demand, and a damaged one is refused and noted
+			// there.
+			if g.fill(p.lo, b[p.lo-start:p.hi-start]) != nil {
+				return
+			}
+		}
 	}()
+}
+
+// span is a byte range [lo, hi) of the device.
+type span struct{ lo, hi int64 }
+
+// fillOrder cuts a fill of [start, end) around a demand read that ended
+// at after into the order it is stored in: the missFillFirstBytes right
+// after the read, then the rest after it, then what lies before it. A
+// guest that ran into memory its manifest did not know most likely
+// touches the pages after the miss next: each store holds the locks of
+// the pages it stores until it is done, and a page not yet stored is
+// another fault, so the nearest pages go first in a store of their own,
+// and the pages behind the guest last. Empty parts are left out.
+func fillOrder(start, end, after int64) []span {
+	a := min(max(after, start), end)
+	first := min(a+missFillFirstBytes, end)
+	var parts []span
+	for _, p := range []span{{a, first}, {first, end}, {start, a}} {
+		if p.lo < p.hi {
+			parts = append(parts, p)
+		}
+	}
+	return parts
 }

@@ -203,3 +203,34 @@ func TestMissRunGrowsItsFill(t *testing.T) {
 	default:
 	}
 }
+
+// TestMissFillStoresWhatFollowsTheMissFirst: a guest that ran into a
+// page its manifest did not know most likely touches the pages after it
+// next, and would fault on each of them again while a fill is still
+// storing the pages before the miss. So the fill stores the few pages
+// right after the miss first, on their own, then the rest after it, and
+// the pages before the miss last.
+func TestMissFillStoresWhatFollowsTheMissFirst(t *testing.T) {
+	const (
+		fileBytes = 8 << 20
+		window    = 128 << 10
+	)
+	d, _, events := missFillDevice(t, fileBytes, window)
+	miss := int64(3 << 20)
+	if res := runChildSpec(t, childSpec{Mode: childMmap, Path: d.Path(), Layout: layout.Single(fileBytes), Pages: []int64{miss}}); res.Err != "" {
+		t.Fatalf("child: %s", res.Err)
+	}
+	if e := waitServed(t, events); e != (served{memdev.Demand, miss, pageBytes}) {
+		t.Fatalf("event %+v, want the one-page demand read at %d", e, miss)
+	}
+	want := []served{
+		{memdev.Prefetch, miss + pageBytes, missFillFirstBytes},
+		{memdev.Prefetch, miss + pageBytes + missFillFirstBytes, window/2 - pageBytes - missFillFirstBytes},
+		{memdev.Prefetch, miss - window/2, window / 2},
+	}
+	for i, w := range want {
+		if e := waitServed(t, events); e != w {
+			t.Fatalf("fill %d: %+v, want %+v", i, e, w)
+		}
+	}
+}
