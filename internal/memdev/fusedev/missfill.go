@@ -19,12 +19,14 @@ const (
 	// missRuns is how many runs a generation follows at once (one per
 	// vCPU running through unknown memory, as readahead keeps a state per
 	// open file).
-	missRuns           = 4
+	missRuns = 4
+	// missFillFirstBytes after a miss are stored first, on their own
+	// (fillOrder).
 	missFillFirstBytes = 4 * fillPageBytes
 )
 
-// missRun is one run of misses: the last fill covered [start, end), and
-// the next fill of the run is twice window.
+// missRun is one run of misses: its last miss was at start, the fills so
+// far reach end, and the next fill of the run is twice window.
 type missRun struct {
 	start, end int64
 	window     int64
@@ -69,8 +71,8 @@ func newMissFill(window int) *missFill {
 }
 
 // span is what to fill after a demand read of [off, off+n) of a device of
-// size bytes. A read that lands in the last fill of a run, or at most a
-// window past its end, continues the run: the guest is running through
+// size bytes. A read at or after a run's last miss and at most a window
+// past the end of its fills continues the run: the guest is running through
 // memory its manifest did not know, so the fill goes forward from where
 // the run's last one ended and doubles (readahead's window doubling), up
 // to missRunMaxFactor windows. Any other read is an isolated miss: the
@@ -92,7 +94,8 @@ func (mf *missFill) span(off int64, n int, size int64) (start, end int64) {
 	}
 	start = max(0, off+int64(n)/2-mf.window/2) &^ (fillPageBytes - 1)
 	end = min(start+mf.window, size)
-	mf.runs[mf.next] = missRun{start: start, end: end, window: mf.window}
+	// A fault behind the miss, in its window, is not the run going on.
+	mf.runs[mf.next] = missRun{start: off, end: end, window: mf.window}
 	mf.next = (mf.next + 1) % len(mf.runs)
 	return start, end
 }
