@@ -158,8 +158,10 @@ type Options struct {
 	// brings into the page cache once it has answered the read: the
 	// prefetching mount's one-page window keeps each fault exact for the
 	// accounting, and this fill gives a guest that misses its manifest
-	// the neighbours a wide window would have read (missfill.go). Zero
-	// fills nothing (the recorder's mount, whose trace needs every touch).
+	// the neighbours a wide window would have read, the pages after the
+	// read first, and more ahead along a run of misses (missfill.go).
+	// Zero fills nothing (the recorder's mount, whose trace needs every
+	// touch).
 	MissFillBytes int
 	// Passthrough opens device files of local lowers (memdev.File) in
 	// FUSE passthrough mode: the kernel reads the lower file itself for
