@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"golang.org/x/sys/unix"
 )
 
 // read is one Fetch: at most one buffer's worth of contiguous memory.
@@ -23,6 +26,7 @@ type task struct {
 	// Set before the task starts, read by its readers, and dropped when it
 	// ends so that an ended task holds no reference to the device.
 	target      Target
+	background  bool
 	readers     int
 	bufferBytes int
 	planErr     error
@@ -48,7 +52,7 @@ type task struct {
 }
 
 func (e *Engine) newTask(key Key, target Target, ranges []Range, opts TaskOptions) *task {
-	t := &task{e: e, key: key, target: target, done: make(chan struct{})}
+	t := &task{e: e, key: key, target: target, background: opts.Background, done: make(chan struct{})}
 	t.ctx, t.cancel = context.WithCancelCause(context.Background())
 	bufferBytes := positiveOr(opts.BufferBytes, e.bufferBytes)
 	if target == nil {
@@ -118,6 +122,9 @@ func (t *task) run() {
 	sched := t.sched.Load()
 	for range t.readers {
 		readers.Go(func() {
+			if t.background {
+				backgroundThread()
+			}
 			if err := t.readLoop(sched); err != nil {
 				failOnce.Do(func() {
 					failure = err
@@ -128,6 +135,19 @@ func (t *task) run() {
 	}
 	readers.Wait()
 	t.finish(failure)
+}
+
+// backgroundThread gives the calling goroutine a thread of its own at
+// BackgroundNice, for the rest of its life: the thread stays locked to it
+// and ends with it (runtime.LockOSThread), because a thread handed back to
+// the runtime at that priority would run whatever goroutine came next
+// (the device's demand reads, which a guest waits for) at it too. Should
+// the priority not change, the thread is handed back at once.
+func backgroundThread() {
+	runtime.LockOSThread()
+	if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), BackgroundNice); err != nil {
+		runtime.UnlockOSThread()
+	}
 }
 
 // readLoop claims reads in the schedule's order until none is left, the

@@ -1,0 +1,85 @@
+package prefetch
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// threadNice is the nice value of the calling goroutine's thread.
+func threadNice(tb testing.TB) int {
+	// The raw getpriority(2) returns 20 - nice, so that it is never
+	// negative.
+	p, err := unix.Getpriority(unix.PRIO_PROCESS, unix.Gettid())
+	if err != nil {
+		tb.Fatalf("getpriority: %v", err)
+	}
+	return 20 - p
+}
+
+// niceTarget records the nice value of the thread each Fetch runs on.
+type niceTarget struct {
+	tb testing.TB
+	mu sync.Mutex
+	// seen counts fetches by the nice value of their thread.
+	seen map[int]int
+}
+
+func (n *niceTarget) Fetch(_ context.Context, _ int64, _ []byte) error {
+	v := threadNice(n.tb)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.seen[v]++
+	return nil
+}
+
+// TestBackgroundReadersRunAtLowestPriority: a Background task's reads run
+// on threads at nice 19, so that the VMM restoring beside them gets the
+// CPU first; a task without it reads at the process's priority; and a
+// niced thread is never handed back to the process (no later goroutine
+// finds itself at nice 19).
+func TestBackgroundReadersRunAtLowestPriority(t *testing.T) {
+	base := threadNice(t)
+	if base == BackgroundNice {
+		t.Skipf("the test process already runs at nice %d", base)
+	}
+	for _, background := range []bool{true, false} {
+		target := &niceTarget{tb: t, seen: map[int]int{}}
+		e := NewEngine(Options{BufferBytes: testBufferBytes})
+		s := e.Join(key(1), target, pages(0, 32), TaskOptions{Readers: 2, Background: background})
+		<-s.Done()
+		if s.State() != Completed {
+			t.Fatalf("background %v: state %v, err %v", background, s.State(), s.Err())
+		}
+		want := base
+		if background {
+			want = BackgroundNice
+		}
+		if target.seen[want] != 32 || len(target.seen) != 1 {
+			t.Fatalf("background %v: fetches by thread nice %v, want all 32 at %d", background, target.seen, want)
+		}
+	}
+	// Many goroutines, each on a thread of its own at once: none may get
+	// a thread a background reader niced.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	niced := 0
+	for range 64 {
+		wg.Go(func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			if threadNice(t) != base {
+				mu.Lock()
+				niced++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if niced != 0 {
+		t.Fatalf("%d of 64 goroutines ran on a thread left at another priority", niced)
+	}
+}
