@@ -172,17 +172,17 @@ type TaskOptions struct {
 	// Follow moves the task's cursor to where its guests fault (see the
 	// package doc); without it Subscription.Follow does nothing.
 	Follow bool
-	// Background runs the task's reads at the lowest CPU priority
-	// (BackgroundNice): a prefetch that reads alongside its guest then
+	// LowPriority runs the task's reads at the lowest CPU priority
+	// (LowPriorityNice): a prefetch that reads alongside its guest then
 	// uses the CPU the VMM leaves idle instead of taking turns with it,
 	// which on a small host delays the guest by most of the prefetch's
 	// own CPU. Meant with Follow, which moves the reads to where the guest
 	// is should they fall behind it.
-	Background bool
+	LowPriority bool
 }
 
-// BackgroundNice is the nice value of a Background task's readers.
-const BackgroundNice = 19
+// LowPriorityNice is the nice value of a LowPriority task's readers.
+const LowPriorityNice = 19
 
 // State is where a task is in its life.
 type State int

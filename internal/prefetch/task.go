@@ -26,7 +26,7 @@ type task struct {
 	// Set before the task starts, read by its readers, and dropped when it
 	// ends so that an ended task holds no reference to the device.
 	target      Target
-	background  bool
+	lowPriority bool
 	readers     int
 	bufferBytes int
 	planErr     error
@@ -52,7 +52,7 @@ type task struct {
 }
 
 func (e *Engine) newTask(key Key, target Target, ranges []Range, opts TaskOptions) *task {
-	t := &task{e: e, key: key, target: target, background: opts.Background, done: make(chan struct{})}
+	t := &task{e: e, key: key, target: target, lowPriority: opts.LowPriority, done: make(chan struct{})}
 	t.ctx, t.cancel = context.WithCancelCause(context.Background())
 	bufferBytes := positiveOr(opts.BufferBytes, e.bufferBytes)
 	if target == nil {
@@ -122,8 +122,8 @@ func (t *task) run() {
 	sched := t.sched.Load()
 	for range t.readers {
 		readers.Go(func() {
-			if t.background {
-				backgroundThread()
+			if t.lowPriority {
+				lowPriorityThread()
 			}
 			if err := t.readLoop(sched); err != nil {
 				failOnce.Do(func() {
@@ -137,15 +137,15 @@ func (t *task) run() {
 	t.finish(failure)
 }
 
-// backgroundThread gives the calling goroutine a thread of its own at
-// BackgroundNice, for the rest of its life: the thread stays locked to it
+// lowPriorityThread gives the calling goroutine a thread of its own at
+// LowPriorityNice, for the rest of its life: the thread stays locked to it
 // and ends with it (runtime.LockOSThread), because a thread handed back to
 // the runtime at that priority would run whatever goroutine came next
 // (the device's demand reads, which a guest waits for) at it too. Should
 // the priority not change, the thread is handed back at once.
-func backgroundThread() {
+func lowPriorityThread() {
 	runtime.LockOSThread()
-	if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), BackgroundNice); err != nil {
+	if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), LowPriorityNice); err != nil {
 		runtime.UnlockOSThread()
 	}
 }

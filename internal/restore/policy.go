@@ -125,12 +125,12 @@ func (p Policy) Plan(m *manifest.Manifest, gaps bool) []prefetch.Range {
 }
 
 // TaskOptions is the engine's view of the policy. A policy that follows
-// the guest also reads in the background (lowest CPU priority): its reads
+// the guest also reads at the lowest CPU priority: its reads
 // run beside the guest, and should the VMM's share of the CPU hold them
 // back, following moves them to where the guest is.
 func (p Policy) TaskOptions() prefetch.TaskOptions {
 	follow := p.Follow && !p.BeforeStart
-	return prefetch.TaskOptions{Readers: p.Readers, BufferBytes: p.BufferBytes, Follow: follow, Background: follow}
+	return prefetch.TaskOptions{Readers: p.Readers, BufferBytes: p.BufferBytes, Follow: follow, LowPriority: follow}
 }
 
 // mergeRanks is how far ahead in the plan mergeNearRanks looks for a

@@ -48,14 +48,14 @@ func TestPolicies(t *testing.T) {
 		if p, _ := LookupPolicy(name); p.TaskOptions().Follow != follow {
 			t.Errorf("%s task follows the guest: %v, want %v", name, p.TaskOptions().Follow, follow)
 		}
-		// Reading in the background is safe only where following moves
+		// Reading at low priority is safe only where following moves
 		// reads the VMM held back to where the guest is.
-		if p, _ := LookupPolicy(name); p.TaskOptions().Background != follow {
-			t.Errorf("%s task reads in the background: %v, want %v", name, p.TaskOptions().Background, follow)
+		if p, _ := LookupPolicy(name); p.TaskOptions().LowPriority != follow {
+			t.Errorf("%s task reads at low priority: %v, want %v", name, p.TaskOptions().LowPriority, follow)
 		}
 	}
-	if o := (Policy{Follow: true, BeforeStart: true}).TaskOptions(); o.Follow || o.Background {
-		t.Error("a task that ends before the guest runs was told to follow it or to read in the background")
+	if o := (Policy{Follow: true, BeforeStart: true}).TaskOptions(); o.Follow || o.LowPriority {
+		t.Error("a task that ends before the guest runs was told to follow it or to read at low priority")
 	}
 	if _, err := LookupPolicy("fastest"); err == nil {
 		t.Error("an unknown policy was accepted")

@@ -36,34 +36,34 @@ func (n *niceTarget) Fetch(_ context.Context, _ int64, _ []byte) error {
 	return nil
 }
 
-// TestBackgroundReadersRunAtLowestPriority: a Background task's reads run
+// TestLowPriorityReadersRunAtNice19: a LowPriority task's reads run
 // on threads at nice 19, so that the VMM restoring beside them gets the
 // CPU first; a task without it reads at the process's priority; and a
 // niced thread is never handed back to the process (no later goroutine
 // finds itself at nice 19).
-func TestBackgroundReadersRunAtLowestPriority(t *testing.T) {
+func TestLowPriorityReadersRunAtNice19(t *testing.T) {
 	base := threadNice(t)
-	if base == BackgroundNice {
+	if base == LowPriorityNice {
 		t.Skipf("the test process already runs at nice %d", base)
 	}
-	for _, background := range []bool{true, false} {
+	for _, low := range []bool{true, false} {
 		target := &niceTarget{tb: t, seen: map[int]int{}}
 		e := NewEngine(Options{BufferBytes: testBufferBytes})
-		s := e.Join(key(1), target, pages(0, 32), TaskOptions{Readers: 2, Background: background})
+		s := e.Join(key(1), target, pages(0, 32), TaskOptions{Readers: 2, LowPriority: low})
 		<-s.Done()
 		if s.State() != Completed {
-			t.Fatalf("background %v: state %v, err %v", background, s.State(), s.Err())
+			t.Fatalf("low priority %v: state %v, err %v", low, s.State(), s.Err())
 		}
 		want := base
-		if background {
-			want = BackgroundNice
+		if low {
+			want = LowPriorityNice
 		}
 		if target.seen[want] != 32 || len(target.seen) != 1 {
-			t.Fatalf("background %v: fetches by thread nice %v, want all 32 at %d", background, target.seen, want)
+			t.Fatalf("low priority %v: fetches by thread nice %v, want all 32 at %d", low, target.seen, want)
 		}
 	}
 	// Many goroutines, each on a thread of its own at once: none may get
-	// a thread a background reader niced.
+	// a thread a low-priority reader niced.
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	niced := 0
