@@ -2,6 +2,8 @@ package prefetch
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"testing"
@@ -20,12 +22,18 @@ func threadNice(tb testing.TB) int {
 	return 20 - p
 }
 
-// niceTarget records the nice value of the thread each Fetch runs on.
+// niceTarget records the nice value and the id of the thread each Fetch
+// runs on.
 type niceTarget struct {
 	tb testing.TB
 	mu sync.Mutex
 	// seen counts fetches by the nice value of their thread.
-	seen map[int]int
+	seen    map[int]int
+	threads map[int]bool
+}
+
+func newNiceTarget(tb testing.TB) *niceTarget {
+	return &niceTarget{tb: tb, seen: map[int]int{}, threads: map[int]bool{}}
 }
 
 func (n *niceTarget) Fetch(_ context.Context, _ int64, _ []byte) error {
@@ -33,6 +41,7 @@ func (n *niceTarget) Fetch(_ context.Context, _ int64, _ []byte) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.seen[v]++
+	n.threads[unix.Gettid()] = true
 	return nil
 }
 
@@ -47,7 +56,7 @@ func TestLowPriorityReadersRunAtNice19(t *testing.T) {
 		t.Skipf("the test process already runs at nice %d", base)
 	}
 	for _, low := range []bool{true, false} {
-		target := &niceTarget{tb: t, seen: map[int]int{}}
+		target := newNiceTarget(t)
 		e := NewEngine(Options{BufferBytes: testBufferBytes})
 		s := e.Join(key(1), target, pages(0, 32), TaskOptions{Readers: 2, LowPriority: low})
 		<-s.Done()
@@ -81,5 +90,32 @@ func TestLowPriorityReadersRunAtNice19(t *testing.T) {
 	wg.Wait()
 	if niced != 0 {
 		t.Fatalf("%d of 64 goroutines ran on a thread left at another priority", niced)
+	}
+}
+
+// TestLowPriorityThreadsLiveOn: the threads low-priority reads run on are
+// kept for the next task, never ended. A thread that ends takes with it
+// every child process it started with a parent-death signal (Go starts a
+// child from whichever thread its goroutine ran on, and the VMM drivers
+// ask for SIGKILL on the parent's death): a reader locking such a thread
+// and ending it killed a running QEMU. Three tasks of two readers, one
+// after the other, read on two threads in all.
+func TestLowPriorityThreadsLiveOn(t *testing.T) {
+	target := newNiceTarget(t)
+	e := NewEngine(Options{BufferBytes: testBufferBytes, MaxReaders: 2})
+	for i := range 3 {
+		s := e.Join(key(uint64(i+1)), target, pages(0, 16), TaskOptions{Readers: 2, LowPriority: true})
+		<-s.Done()
+		if s.State() != Completed {
+			t.Fatalf("task %d: state %v, err %v", i, s.State(), s.Err())
+		}
+	}
+	if len(target.threads) > 2 {
+		t.Fatalf("three tasks of two readers read on %d threads, want at most 2 (the threads are kept)", len(target.threads))
+	}
+	for tid := range target.threads {
+		if _, err := os.Stat(fmt.Sprintf("/proc/self/task/%d", tid)); err != nil {
+			t.Errorf("thread %d of a low-priority reader ended: %v", tid, err)
+		}
 	}
 }

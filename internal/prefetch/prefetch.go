@@ -181,9 +181,6 @@ type TaskOptions struct {
 	LowPriority bool
 }
 
-// LowPriorityNice is the nice value of a LowPriority task's readers.
-const LowPriorityNice = 19
-
 // State is where a task is in its life.
 type State int
 

@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"sync"
 	"sync/atomic"
-
-	"golang.org/x/sys/unix"
 )
 
 // read is one Fetch: at most one buffer's worth of contiguous memory.
@@ -121,33 +118,24 @@ func (t *task) run() {
 	)
 	sched := t.sched.Load()
 	for range t.readers {
-		readers.Go(func() {
-			if t.lowPriority {
-				lowPriorityThread()
-			}
+		loop := func() {
 			if err := t.readLoop(sched); err != nil {
 				failOnce.Do(func() {
 					failure = err
 					t.cancel(err) // the other readers stop before their next read
 				})
 			}
+		}
+		readers.Go(func() {
+			if t.lowPriority {
+				runLowPriority(loop)
+				return
+			}
+			loop()
 		})
 	}
 	readers.Wait()
 	t.finish(failure)
-}
-
-// lowPriorityThread gives the calling goroutine a thread of its own at
-// LowPriorityNice, for the rest of its life: the thread stays locked to it
-// and ends with it (runtime.LockOSThread), because a thread handed back to
-// the runtime at that priority would run whatever goroutine came next
-// (the device's demand reads, which a guest waits for) at it too. Should
-// the priority not change, the thread is handed back at once.
-func lowPriorityThread() {
-	runtime.LockOSThread()
-	if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), LowPriorityNice); err != nil {
-		runtime.UnlockOSThread()
-	}
 }
 
 // readLoop claims reads in the schedule's order until none is left, the
