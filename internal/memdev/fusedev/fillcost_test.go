@@ -26,7 +26,10 @@ const fillCostSetBytes = 48 << 20
 //   - store: NOTIFY_STORE from a resident buffer, the floor of any path
 //     that checks every block before the guest can see it (one copy and
 //     one page allocation per page);
-//   - noverify, crc32c, sha256: Device.Fill, unchecked and checked.
+//   - noverify, crc32c, sha256: Device.Fill, unchecked and checked;
+//   - direct: an O_DIRECT read of the lower into an aligned buffer, its
+//     CRC-32C check and the store, what a fill that skips a cold lower's
+//     page cache would do.
 //
 // Each runs with the lower file resident (warm) and dropped (cold). Run
 // it with go test -run '^$' -bench FillStartupSet -benchtime 20x.
