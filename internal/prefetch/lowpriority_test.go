@@ -119,3 +119,47 @@ func TestLowPriorityThreadsLiveOn(t *testing.T) {
 		}
 	}
 }
+
+// heldNiceTarget is a niceTarget whose first Fetch waits at a gate.
+type heldNiceTarget struct {
+	*niceTarget
+	first   sync.Once
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *heldNiceTarget) Fetch(ctx context.Context, off int64, buf []byte) error {
+	err := h.niceTarget.Fetch(ctx, off, buf)
+	h.first.Do(func() {
+		close(h.entered)
+		<-h.release
+	})
+	return err
+}
+
+// TestLowPriorityEndsWhenTheGuestOvertakes: once the guest faults ahead of
+// a low-priority task (following moves its cursor), the guest waits for
+// the task's reads, so the rest of them run at the process's priority.
+func TestLowPriorityEndsWhenTheGuestOvertakes(t *testing.T) {
+	base := threadNice(t)
+	if base == LowPriorityNice {
+		t.Skipf("the test process already runs at nice %d", base)
+	}
+	target := &heldNiceTarget{niceTarget: newNiceTarget(t), entered: make(chan struct{}), release: make(chan struct{})}
+	e := NewEngine(Options{BufferBytes: testBufferBytes})
+	plan := pages(0, 32)
+	s := e.Join(key(1), target, plan, TaskOptions{Readers: 1, Follow: true, LowPriority: true})
+	<-target.entered // the first read, at nice 19
+	s.Follow(plan[20].Offset, testBufferBytes)
+	close(target.release)
+	<-s.Done()
+	if s.State() != Completed {
+		t.Fatalf("state %v, err %v", s.State(), s.Err())
+	}
+	if e.Stats().Jumps != 1 {
+		t.Fatalf("jumps %d, want 1", e.Stats().Jumps)
+	}
+	if target.seen[LowPriorityNice] != 1 || target.seen[base] != 31 {
+		t.Fatalf("fetches by thread nice %v, want 1 at %d (before the guest overtook) and 31 at %d", target.seen, LowPriorityNice, base)
+	}
+}

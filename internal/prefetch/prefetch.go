@@ -176,8 +176,9 @@ type TaskOptions struct {
 	// (LowPriorityNice): a prefetch that reads alongside its guest then
 	// uses the CPU the VMM leaves idle instead of taking turns with it,
 	// which on a small host delays the guest by most of the prefetch's
-	// own CPU. Meant with Follow, which moves the reads to where the guest
-	// is should they fall behind it.
+	// own CPU. Meant with Follow: once the guest faults ahead of the
+	// task's cursor, the guest waits for its reads, and the readers go on
+	// at the process's priority.
 	LowPriority bool
 }
 
