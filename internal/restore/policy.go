@@ -127,8 +127,9 @@ func (p Policy) Plan(m *manifest.Manifest, gaps bool) []prefetch.Range {
 // TaskOptions is the engine's view of the policy, for memory that is
 // local (a file) or not (an object store). A policy that follows the
 // guest on local memory also reads at the lowest CPU priority: its reads
-// run beside the guest, and should the VMM's share of the CPU hold them
-// back, following moves them to where the guest is. On remote memory the
+// run beside the guest, and should the guest overtake them, following
+// moves them to where it is and the engine gives them back the process's
+// priority. On remote memory the
 // guest's faults join the fetches prefetch started (a node cache's
 // flights), so those keep the process's priority.
 func (p Policy) TaskOptions(local bool) prefetch.TaskOptions {
