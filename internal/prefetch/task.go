@@ -23,6 +23,7 @@ type task struct {
 	// Set before the task starts, read by its readers, and dropped when it
 	// ends so that an ended task holds no reference to the device.
 	target      Target
+	lowPriority bool
 	readers     int
 	bufferBytes int
 	planErr     error
@@ -40,6 +41,10 @@ type task struct {
 
 	readsDone    atomic.Int64
 	bytesFetched atomic.Int64
+	// overtaken is set once the guest has faulted ahead of the task's
+	// cursor (follow): its low-priority readers then go on at the
+	// process's priority.
+	overtaken atomic.Bool
 
 	// Guarded by e.mu.
 	consumers int
@@ -48,7 +53,7 @@ type task struct {
 }
 
 func (e *Engine) newTask(key Key, target Target, ranges []Range, opts TaskOptions) *task {
-	t := &task{e: e, key: key, target: target, done: make(chan struct{})}
+	t := &task{e: e, key: key, target: target, lowPriority: opts.LowPriority, done: make(chan struct{})}
 	t.ctx, t.cancel = context.WithCancelCause(context.Background())
 	bufferBytes := positiveOr(opts.BufferBytes, e.bufferBytes)
 	if target == nil {
@@ -118,7 +123,7 @@ func (t *task) run() {
 	sched := t.sched.Load()
 	for range t.readers {
 		readers.Go(func() {
-			if err := t.readLoop(sched); err != nil {
+			if err := t.read(sched); err != nil {
 				failOnce.Do(func() {
 					failure = err
 					t.cancel(err) // the other readers stop before their next read
@@ -130,15 +135,43 @@ func (t *task) run() {
 	t.finish(failure)
 }
 
+// reader is one reader's state, kept across the threads it reads on.
+type reader struct {
+	buf     []byte
+	started bool
+	// low: the reader runs on a low-priority thread, which it leaves once
+	// the guest has overtaken the task (handedBack).
+	low, handedBack bool
+}
+
+// read is one reader's work. A low-priority reader reads on a
+// low-priority thread until the guest overtakes the task: from then on
+// the guest waits for the task's reads, and the reader finishes the plan
+// at the process's priority.
+func (t *task) read(sched *schedule) error {
+	rd := &reader{low: t.lowPriority}
+	if !rd.low {
+		return t.readLoop(sched, rd)
+	}
+	var err error
+	runLowPriority(func() { err = t.readLoop(sched, rd) })
+	if err != nil || !rd.handedBack {
+		return err
+	}
+	rd.low = false
+	return t.readLoop(sched, rd)
+}
+
 // readLoop claims reads in the schedule's order until none is left, the
-// task is cancelled, or a read fails.
-func (t *task) readLoop(sched *schedule) error {
-	var (
-		buf     []byte
-		started bool
-		slots   = t.e.slots
-	)
+// task is cancelled, a read fails, or (a low-priority reader) the guest
+// has overtaken the task.
+func (t *task) readLoop(sched *schedule, rd *reader) error {
+	slots := t.e.slots
 	for {
+		if rd.low && t.overtaken.Load() {
+			rd.handedBack = true
+			return nil
+		}
 		i, deferred, ok := sched.claim()
 		if !ok {
 			return nil
@@ -155,16 +188,16 @@ func (t *task) readLoop(sched *schedule) error {
 			<-slots
 			return nil
 		}
-		if !started {
-			started = true
+		if !rd.started {
+			rd.started = true
 			t.markRunning()
-			buf = make([]byte, t.bufferBytes)
+			rd.buf = make([]byte, t.bufferBytes)
 		}
 		t.e.readerStarted()
 		if deferred {
 			t.e.deferredReads.Add(1)
 		}
-		err := t.target.Fetch(t.ctx, r.off, buf[:r.n])
+		err := t.target.Fetch(t.ctx, r.off, rd.buf[:r.n])
 		t.e.readerReturned(r.n, err)
 		<-slots
 		if err != nil {
@@ -223,5 +256,6 @@ func (t *task) finish(failure error) {
 func (t *task) follow(off int64, n int) {
 	if sched := t.sched.Load(); sched != nil && sched.followTo(off, int64(n)) {
 		t.e.jumps.Add(1)
+		t.overtaken.Store(true)
 	}
 }

@@ -29,7 +29,7 @@ import (
 const pageBytes = layout.DefaultPageSize
 
 // newServer mounts a Server in a fresh directory and unmounts it at cleanup.
-func newServer(t *testing.T, opts Options) *Server {
+func newServer(t testing.TB, opts Options) *Server {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "mnt")
 	srv, err := Mount(dir, opts)
@@ -49,7 +49,7 @@ func newServer(t *testing.T, opts Options) *Server {
 
 // writeLower writes a lower file of size random bytes, so a page served
 // from the wrong offset cannot hash the same.
-func writeLower(t *testing.T, size int64, seed uint64) string {
+func writeLower(t testing.TB, size int64, seed uint64) string {
 	t.Helper()
 	var key [32]byte
 	binary.LittleEndian.PutUint64(key[:], seed)
@@ -121,7 +121,7 @@ func attach(t *testing.T, srv *Server, key, lower string, ioEngine int) *Device 
 	return d
 }
 
-func waitAck(t *testing.T, ack <-chan struct{}) {
+func waitAck(t testing.TB, ack <-chan struct{}) {
 	t.Helper()
 	select {
 	case <-ack:

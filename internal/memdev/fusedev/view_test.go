@@ -106,7 +106,7 @@ func hashAt(t *testing.T, path string, offsets []int64) string {
 
 // dropCache asks the kernel to drop the file's clean cached pages; the
 // file is opened, not mapped, so this process touches none of them.
-func dropCache(t *testing.T, path string) {
+func dropCache(t testing.TB, path string) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {

@@ -1,0 +1,165 @@
+package prefetch
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// threadNice is the nice value of the calling goroutine's thread.
+func threadNice(tb testing.TB) int {
+	// The raw getpriority(2) returns 20 - nice, so that it is never
+	// negative.
+	p, err := unix.Getpriority(unix.PRIO_PROCESS, unix.Gettid())
+	if err != nil {
+		tb.Fatalf("getpriority: %v", err)
+	}
+	return 20 - p
+}
+
+// niceTarget records the nice value and the id of the thread each Fetch
+// runs on.
+type niceTarget struct {
+	tb testing.TB
+	mu sync.Mutex
+	// seen counts fetches by the nice value of their thread.
+	seen    map[int]int
+	threads map[int]bool
+}
+
+func newNiceTarget(tb testing.TB) *niceTarget {
+	return &niceTarget{tb: tb, seen: map[int]int{}, threads: map[int]bool{}}
+}
+
+func (n *niceTarget) Fetch(_ context.Context, _ int64, _ []byte) error {
+	v := threadNice(n.tb)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.seen[v]++
+	n.threads[unix.Gettid()] = true
+	return nil
+}
+
+// TestLowPriorityReadersRunAtNice19: a LowPriority task's reads run
+// on threads at nice 19, so that the VMM restoring beside them gets the
+// CPU first; a task without it reads at the process's priority; and a
+// niced thread is never handed back to the process (no later goroutine
+// finds itself at nice 19).
+func TestLowPriorityReadersRunAtNice19(t *testing.T) {
+	base := threadNice(t)
+	if base == LowPriorityNice {
+		t.Skipf("the test process already runs at nice %d", base)
+	}
+	for _, low := range []bool{true, false} {
+		target := newNiceTarget(t)
+		e := NewEngine(Options{BufferBytes: testBufferBytes})
+		s := e.Join(key(1), target, pages(0, 32), TaskOptions{Readers: 2, LowPriority: low})
+		<-s.Done()
+		if s.State() != Completed {
+			t.Fatalf("low priority %v: state %v, err %v", low, s.State(), s.Err())
+		}
+		want := base
+		if low {
+			want = LowPriorityNice
+		}
+		if target.seen[want] != 32 || len(target.seen) != 1 {
+			t.Fatalf("low priority %v: fetches by thread nice %v, want all 32 at %d", low, target.seen, want)
+		}
+	}
+	// Many goroutines, each on a thread of its own at once: none may get
+	// a thread a low-priority reader niced.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	niced := 0
+	for range 64 {
+		wg.Go(func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			if threadNice(t) != base {
+				mu.Lock()
+				niced++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if niced != 0 {
+		t.Fatalf("%d of 64 goroutines ran on a thread left at another priority", niced)
+	}
+}
+
+// TestLowPriorityThreadsLiveOn: the threads low-priority reads run on are
+// kept for the next task, never ended. A thread that ends takes with it
+// every child process it started with a parent-death signal (Go starts a
+// child from whichever thread its goroutine ran on, and the VMM drivers
+// ask for SIGKILL on the parent's death): a reader locking such a thread
+// and ending it killed a running QEMU. Three tasks of two readers, one
+// after the other, read on two threads in all.
+func TestLowPriorityThreadsLiveOn(t *testing.T) {
+	target := newNiceTarget(t)
+	e := NewEngine(Options{BufferBytes: testBufferBytes, MaxReaders: 2})
+	for i := range 3 {
+		s := e.Join(key(uint64(i+1)), target, pages(0, 16), TaskOptions{Readers: 2, LowPriority: true})
+		<-s.Done()
+		if s.State() != Completed {
+			t.Fatalf("task %d: state %v, err %v", i, s.State(), s.Err())
+		}
+	}
+	if len(target.threads) > 2 {
+		t.Fatalf("three tasks of two readers read on %d threads, want at most 2 (the threads are kept)", len(target.threads))
+	}
+	for tid := range target.threads {
+		if _, err := os.Stat(fmt.Sprintf("/proc/self/task/%d", tid)); err != nil {
+			t.Errorf("thread %d of a low-priority reader ended: %v", tid, err)
+		}
+	}
+}
+
+// heldNiceTarget is a niceTarget whose first Fetch waits at a gate.
+type heldNiceTarget struct {
+	*niceTarget
+	first   sync.Once
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *heldNiceTarget) Fetch(ctx context.Context, off int64, buf []byte) error {
+	err := h.niceTarget.Fetch(ctx, off, buf)
+	h.first.Do(func() {
+		close(h.entered)
+		<-h.release
+	})
+	return err
+}
+
+// TestLowPriorityEndsWhenTheGuestOvertakes: once the guest faults ahead of
+// a low-priority task (following moves its cursor), the guest waits for
+// the task's reads, so the rest of them run at the process's priority.
+func TestLowPriorityEndsWhenTheGuestOvertakes(t *testing.T) {
+	base := threadNice(t)
+	if base == LowPriorityNice {
+		t.Skipf("the test process already runs at nice %d", base)
+	}
+	target := &heldNiceTarget{niceTarget: newNiceTarget(t), entered: make(chan struct{}), release: make(chan struct{})}
+	e := NewEngine(Options{BufferBytes: testBufferBytes})
+	plan := pages(0, 32)
+	s := e.Join(key(1), target, plan, TaskOptions{Readers: 1, Follow: true, LowPriority: true})
+	<-target.entered // the first read, at nice 19
+	s.Follow(plan[20].Offset, testBufferBytes)
+	close(target.release)
+	<-s.Done()
+	if s.State() != Completed {
+		t.Fatalf("state %v, err %v", s.State(), s.Err())
+	}
+	if e.Stats().Jumps != 1 {
+		t.Fatalf("jumps %d, want 1", e.Stats().Jumps)
+	}
+	if target.seen[LowPriorityNice] != 1 || target.seen[base] != 31 {
+		t.Fatalf("fetches by thread nice %v, want 1 at %d (before the guest overtook) and 31 at %d", target.seen, LowPriorityNice, base)
+	}
+}
