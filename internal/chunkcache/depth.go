@@ -3,6 +3,7 @@ package chunkcache
 import (
 	"context"
 	"io"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,37 +21,53 @@ import (
 // GETs in flight: the ones transferring plus the link's bandwidth-delay
 // product, counted in GETs. WarmOptions.Concurrency (the base) is what a
 // short round trip needs, so the depth never goes below it; only the
-// waiting part grows with W.
+// waiting part grows with W. (An earlier rule, base x (1 + W/T), scaled
+// the whole base with the wait, as if every one of the base's GETs had
+// to keep transferring; on a full link T is the link's share, so it grew
+// at round trips the base covers.)
 //
-// L is not known, and cannot be measured while the link is not full: the
-// rate all GETs together get is then what the depth gives, not what the
-// link could carry. What can be measured is whether the GETs slow each
-// other down. With n in flight that do not, each one delivers B every
-// W + B/r, r being the rate one GET reaches on its own (the highest seen),
-// so together they deliver
+// L is not known, and cannot be computed from the rates while the link
+// is not full: the rate A all GETs together get is then what the depth
+// gives, not what the link could carry (with n in flight, A = n x B/(W+T)
+// and the formula gives back n). So each time a GET ends (from the second
+// on) the warming tests whether one more GET in flight would add to A,
+// and when all of these hold it raises the depth to the formula's, with
+// the highest A seen for L and the highest rate one GET reached for r
+// (rounded: a fraction of a GET is within the noise):
 //
-//	expected = n x B / (W + B/r).
+//   - the link is not full now: A is below 9/10 of the highest A seen,
+//     which is the link's rate once the GETs have filled it (the first
+//     GETs start together, so they do, unless the link is wider than the
+//     base's GETs at their own rate; then the base leaves it short at any
+//     round trip, and the other two tests decide);
+//   - the GETs do not slow each other down: with n in flight each one
+//     delivers B every W + B/r, so A is at least 85% of n x B/(W + B/r);
+//     on a full link it is well below (they share it), and one more GET
+//     would only share it further and slow the front of the plan, which
+//     the guest wants first;
+//   - the waiting is a large part of a GET's time: W >= (W+T)/3 (below
+//     that the base covers the round trip).
 //
-// An aggregate rate A close to that says the link carried all of them at
-// their own rate: it has room, and one more GET in flight adds B/(W+B/r)
-// to A. An A well below it says they shared a full link, where one more
-// GET only shares it further and slows the front of the plan, which the
-// guest wants first. So, each time a GET ends (from the second on), the
-// warming adds one worker while A >= 85% of expected and the wait is at
-// least a third of a GET's time (W >= (W+T)/3; below that the base
-// covers it). W, B and T are the means over the GETs that ended; A is
-// measured over the last n GETs' ends, about one round of every worker.
-// The depth is capped at 4x the base (and MaxWarmDepth) and at the runs
-// not started yet; it never shrinks (a worker ends when no run is left).
+// W, B and T are the means over the GETs that ended. A body's first byte
+// comes with its first unit (a pack frame, decoded whole), so the wait a
+// GET measures includes that unit's transfer: the unit is moved from W to
+// T at the rate of the rest of the body. A is measured over the last n
+// GETs' ends, about one round of every worker. The depth is capped at 4x
+// the base (and MaxWarmDepth) and at the runs not started yet; it never
+// shrinks (a worker ends when no run is left).
 
 // MaxWarmDepth caps the GETs a warming adds on a long round trip.
 const MaxWarmDepth = 32
 
 // roomy is the share of the expected aggregate rate at or above which
-// the GETs in flight count as not slowing each other: a few per cent of
-// noise, and the bytes of a body arrive in units (a pack frame), not
-// evenly.
-const roomy = 0.85
+// the GETs in flight count as not slowing each other, and fullLink the
+// share of the highest aggregate rate at or above which the link counts
+// as full: a few per cent of noise, and the bytes of a body arrive in
+// units (a pack frame), not evenly.
+const (
+	roomy    = 0.85
+	fullLink = 0.9
+)
 
 // depthMeter measures a warming's GETs and says when to add workers.
 type depthMeter struct {
@@ -63,9 +80,10 @@ type depthMeter struct {
 	// ends are the received count at each GET's end, oldest first, from
 	// the first byte of the first GET on.
 	ends              []mark
-	waitSum, transSum time.Duration
+	waitSum, transSum float64 // seconds
 	bytesSum          int64
-	getRate           float64 // bytes per second: the highest r seen
+	// getRate and linkRate are the highest r and A seen, bytes a second.
+	getRate, linkRate float64
 }
 
 // mark is the warming's received count at a moment.
@@ -130,42 +148,51 @@ func (b *meteredBody) UnitBytes() int {
 }
 
 // ended records a GET that ended at end, having read all it asked for,
-// and returns how many workers to add (0 or 1), given the runs not
-// started yet.
+// and returns how many workers to add, given the runs not started yet.
 func (d *depthMeter) ended(s *getSample, end time.Time, runsLeft int) int {
-	t := end.Sub(s.first)
-	if s.first.IsZero() || t <= 0 || s.bytes <= 0 {
+	t := end.Sub(s.first).Seconds()
+	if s.first.IsZero() || t <= 0 || s.bytes <= s.firstBytes {
 		return 0
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	rate := float64(s.bytes-s.firstBytes) / t
+	unit := float64(s.firstBytes) / rate // the first unit's transfer
+	d.waitSum += max(0, s.first.Sub(s.start).Seconds()-unit)
+	d.transSum += t + unit
+	d.bytesSum += s.bytes
+	d.getRate = max(d.getRate, rate)
 	if len(d.ends) == 0 {
 		d.ends = append(d.ends, mark{s.first, 0})
 	}
 	d.ends = append(d.ends, mark{end, d.received.Load()})
-	d.waitSum += s.first.Sub(s.start)
-	d.transSum += t
-	d.bytesSum += s.bytes
-	// The first unit came in at the first byte, so the rate is the rest's.
-	d.getRate = max(d.getRate, float64(s.bytes-s.firstBytes)/t.Seconds())
-	n := len(d.ends) - 1 // GETs ended
-	if n < 2 || d.workers >= d.limit || runsLeft <= 0 || d.getRate <= 0 {
-		return 0
-	}
-	w, tr := d.waitSum.Seconds()/float64(n), d.transSum.Seconds()/float64(n)
-	if w < (w+tr)/3 {
-		return 0
-	}
-	b := float64(d.bytesSum) / float64(n)
-	expected := float64(d.workers) * b / (w + b/d.getRate)
 	from := d.ends[max(0, len(d.ends)-1-d.workers)]
 	last := d.ends[len(d.ends)-1]
 	aggregate := float64(last.received-from.received) / last.at.Sub(from.at).Seconds()
-	if aggregate < roomy*expected {
+	d.linkRate = max(d.linkRate, aggregate)
+	if len(d.ends) < 3 || runsLeft <= 0 {
 		return 0
 	}
-	d.workers++
-	return 1
+	add := min(d.want(aggregate), d.limit) - d.workers
+	add = min(add, runsLeft)
+	if add <= 0 {
+		return 0
+	}
+	d.workers += add
+	return add
+}
+
+// want is the depth the link needs, L/r + L x W/B rounded, when the
+// aggregate rate now says one more GET in flight would add to it; else 0
+// (see the derivation above).
+func (d *depthMeter) want(aggregate float64) int {
+	n := float64(len(d.ends) - 1)
+	w, t, b := d.waitSum/n, d.transSum/n, float64(d.bytesSum)/n
+	expected := float64(d.workers) * b / (w + b/d.getRate)
+	if aggregate >= fullLink*d.linkRate || aggregate < roomy*expected || w < (w+t)/3 {
+		return 0
+	}
+	return int(math.Round(d.linkRate/d.getRate + d.linkRate*w/b))
 }
 
 // depth is the workers the warming has had at most.
