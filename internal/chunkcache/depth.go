@@ -161,7 +161,6 @@ func (d *depthMeter) ended(s *getSample, end time.Time, runsLeft int) int {
 	d.waitSum += max(0, s.first.Sub(s.start).Seconds()-unit)
 	d.transSum += t + unit
 	d.bytesSum += s.bytes
-	d.getRate = max(d.getRate, rate)
 	if len(d.ends) == 0 {
 		d.ends = append(d.ends, mark{s.first, 0})
 	}
@@ -170,6 +169,9 @@ func (d *depthMeter) ended(s *getSample, end time.Time, runsLeft int) int {
 	last := d.ends[len(d.ends)-1]
 	aggregate := float64(last.received-from.received) / last.at.Sub(from.at).Seconds()
 	d.linkRate = max(d.linkRate, aggregate)
+	// A body the decoder fell behind on comes out of the socket's buffers
+	// faster than the link: no GET is faster than all of them together.
+	d.getRate = max(d.getRate, min(rate, d.linkRate))
 	if len(d.ends) < 3 || runsLeft <= 0 {
 		return 0
 	}
