@@ -100,7 +100,7 @@ func newDepthMeter(base, runs int) *depthMeter {
 // getSample is what one GET's body tells: when it was asked for, when its
 // first byte came, the warming's received count then, and its bytes.
 type getSample struct {
-	start, first time.Time
+	start, first, end time.Time
 	// firstBytes came with the first byte (a whole unit of the body);
 	// bytes counts them and the rest.
 	firstBytes, bytes int64
@@ -147,10 +147,10 @@ func (b *meteredBody) UnitBytes() int {
 	return 0
 }
 
-// ended records a GET that ended at end, having read all it asked for,
+// ended records a GET that ended (s.end), having read all it asked for,
 // and returns how many workers to add, given the runs not started yet.
-func (d *depthMeter) ended(s *getSample, end time.Time, runsLeft int) int {
-	t := end.Sub(s.first).Seconds()
+func (d *depthMeter) ended(s *getSample, runsLeft int) int {
+	t := s.end.Sub(s.first).Seconds()
 	if s.first.IsZero() || t <= 0 || s.bytes <= s.firstBytes {
 		return 0
 	}
@@ -164,7 +164,7 @@ func (d *depthMeter) ended(s *getSample, end time.Time, runsLeft int) int {
 	if len(d.ends) == 0 {
 		d.ends = append(d.ends, mark{s.first, 0})
 	}
-	d.ends = append(d.ends, mark{end, d.received.Load()})
+	d.ends = append(d.ends, mark{s.end, d.received.Load()})
 	from := d.ends[max(0, len(d.ends)-1-d.workers)]
 	last := d.ends[len(d.ends)-1]
 	aggregate := float64(last.received-from.received) / last.at.Sub(from.at).Seconds()

@@ -236,10 +236,16 @@ func (w *Warming) fetch(run Run) error {
 	}
 	c.mu.Unlock()
 	done := make(chan error, 1)
-	c.runJob(job, func(ctx context.Context) { done <- w.fetchGroups(ctx, groups) })
+	var gets []*getSample
+	c.runJob(job, func(ctx context.Context) { done <- w.fetchGroups(ctx, groups, &gets) })
 	var err error
 	select {
 	case err = <-done:
+		// The job has ended: its samples are this worker's to read, and
+		// the workers it adds start while it still counts as one.
+		for _, s := range gets {
+			w.measured(s)
+		}
 	case <-w.ctx.Done():
 		err = w.ctx.Err()
 	}
@@ -255,7 +261,7 @@ func (w *Warming) measured(s *getSample) {
 		return
 	}
 	left := len(w.runs) - int(w.next.Load())
-	add := w.deepen.ended(s, time.Now(), max(left, 0))
+	add := w.deepen.ended(s, max(left, 0))
 	for range add {
 		if w.ctx.Err() != nil {
 			return
@@ -281,8 +287,8 @@ type fetchGroup struct {
 }
 
 // fetchGroups fetches groups one after the other under ctx, the context
-// of their job.
-func (w *Warming) fetchGroups(ctx context.Context, groups []fetchGroup) error {
+// of their job, and appends to gets what each GET that ended told.
+func (w *Warming) fetchGroups(ctx context.Context, groups []fetchGroup, gets *[]*getSample) error {
 	c := w.c
 	for i, g := range groups {
 		if err := ctx.Err(); err != nil {
@@ -304,7 +310,10 @@ func (w *Warming) fetchGroups(ctx context.Context, groups []fetchGroup) error {
 			return err
 		}
 		w.fetchedBlocks.Add(int64(len(g.flights)))
-		w.measured(sample)
+		if w.deepen != nil {
+			sample.end = time.Now()
+			*gets = append(*gets, sample)
+		}
 	}
 	return nil
 }
