@@ -30,10 +30,6 @@ type WarmOptions struct {
 	// warming has ended, until ReleaseWrites or Stop: for a restore's
 	// startup set, whose restore is still starting when the set is in.
 	HoldWrites bool `json:"hold_writes"`
-	// Deepen lets the warming add GETs beyond Concurrency while the
-	// store's wait leaves the link idle (depth.go): for a plan that is
-	// one long stream, such as a startup pack.
-	Deepen bool `json:"deepen"`
 }
 
 // Warming is the executor of one prefetch plan: it fetches the plan's runs
@@ -42,18 +38,13 @@ type WarmOptions struct {
 // fetching wait for that run instead of issuing their own GET. It pins the
 // object while it runs.
 type Warming struct {
-	c    *Cache
-	obj  Object
-	runs []Run
-	// concurrency is the workers it starts with.
-	concurrency int
-	ctx         context.Context
-	cancel      context.CancelFunc
-	done        chan struct{}
-	next        atomic.Int64
-	// workers run the runs; deepen, when set, adds to them.
-	workers sync.WaitGroup
-	deepen  *depthMeter
+	c      *Cache
+	obj    Object
+	runs   []Run
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	next   atomic.Int64
 	// release ends the warming's hold on the cache's disk writes.
 	release func()
 
@@ -101,11 +92,8 @@ func (c *Cache) Warm(obj Object, ranges []Range, o WarmOptions) (*Warming, error
 		return nil, fmt.Errorf("warm %s: %w", obj.ID, err)
 	}
 	c.pin(obj.ID)
-	w := &Warming{c: c, obj: obj, runs: runs, concurrency: o.Concurrency, done: make(chan struct{}), release: c.holdWrites()}
+	w := &Warming{c: c, obj: obj, runs: runs, done: make(chan struct{}), release: c.holdWrites()}
 	w.ctx, w.cancel = context.WithCancel(context.Background())
-	if o.Deepen {
-		w.deepen = newDepthMeter(o.Concurrency, len(runs))
-	}
 	workers := min(o.Concurrency, len(runs))
 	go func() {
 		defer c.ops.Done()
@@ -116,12 +104,11 @@ func (c *Cache) Warm(obj Object, ranges []Range, o WarmOptions) (*Warming, error
 		defer close(w.done)
 		defer func() { w.endedNanos.Store(time.Now().UnixNano()) }()
 		defer w.cancel()
+		var wg sync.WaitGroup
 		for range workers {
-			w.workers.Go(w.work)
+			wg.Go(w.work)
 		}
-		// A worker adds workers only while it runs itself, so the count
-		// is above zero whenever one is added.
-		w.workers.Wait()
+		wg.Wait()
 	}()
 	return w, nil
 }
@@ -236,48 +223,15 @@ func (w *Warming) fetch(run Run) error {
 	}
 	c.mu.Unlock()
 	done := make(chan error, 1)
-	var gets []*getSample
-	c.runJob(job, func(ctx context.Context) { done <- w.fetchGroups(ctx, groups, &gets) })
+	c.runJob(job, func(ctx context.Context) { done <- w.fetchGroups(ctx, groups) })
 	var err error
 	select {
 	case err = <-done:
-		// The job has ended: its samples are this worker's to read, and
-		// the workers it adds start while it still counts as one.
-		for _, s := range gets {
-			w.measured(s)
-		}
 	case <-w.ctx.Done():
 		err = w.ctx.Err()
 	}
 	c.letGo(w.ctx, []*fetchJob{job})
 	return err
-}
-
-// measured tells the depth meter a GET ended and starts the workers it
-// asks for: more GETs in flight while the store's wait leaves the link
-// idle (depth.go). Stopped or failed, the warming adds none.
-func (w *Warming) measured(s *getSample) {
-	if w.deepen == nil {
-		return
-	}
-	left := len(w.runs) - int(w.next.Load())
-	add := w.deepen.ended(s, max(left, 0))
-	for range add {
-		if w.ctx.Err() != nil {
-			return
-		}
-		w.workers.Go(w.work)
-	}
-}
-
-// Depth is the workers the warming started, each one GET in flight at a
-// time: its Concurrency (at most one per run), or more when it deepened
-// (WarmOptions.Deepen).
-func (w *Warming) Depth() int {
-	if w.deepen == nil {
-		return min(w.concurrency, len(w.runs))
-	}
-	return w.deepen.depth()
 }
 
 // fetchGroup is consecutive blocks a warming fetches with one GET.
@@ -287,8 +241,8 @@ type fetchGroup struct {
 }
 
 // fetchGroups fetches groups one after the other under ctx, the context
-// of their job, and appends to gets what each GET that ended told.
-func (w *Warming) fetchGroups(ctx context.Context, groups []fetchGroup, gets *[]*getSample) error {
+// of their job.
+func (w *Warming) fetchGroups(ctx context.Context, groups []fetchGroup) error {
 	c := w.c
 	for i, g := range groups {
 		if err := ctx.Err(); err != nil {
@@ -299,21 +253,13 @@ func (w *Warming) fetchGroups(ctx context.Context, groups []fetchGroup, gets *[]
 			return err
 		}
 		w.gets.Add(1)
-		obj, sample := w.obj, &getSample{}
-		if w.deepen != nil {
-			obj.Fetch = w.deepen.metered(obj.Fetch, sample)
-		}
-		if err := c.fetchRun(ctx, &obj, g.first, g.flights, w); err != nil {
+		if err := c.fetchRun(ctx, &w.obj, g.first, g.flights, w); err != nil {
 			for _, rest := range groups[i+1:] {
 				c.failFlights(w.obj.ID, rest.first, rest.flights, err, holdsOff(ctx, err))
 			}
 			return err
 		}
 		w.fetchedBlocks.Add(int64(len(g.flights)))
-		if w.deepen != nil {
-			sample.end = time.Now()
-			*gets = append(*gets, sample)
-		}
 	}
 	return nil
 }

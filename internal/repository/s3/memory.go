@@ -424,10 +424,6 @@ func PackWarmOptions(o chunkcache.WarmOptions) chunkcache.WarmOptions {
 		o.RunCapBytes = 2 << 20
 	}
 	o.Ramp = true
-	// On a long round trip the pack's GETs wait more than they transfer:
-	// the stream then adds GETs while the link has room
-	// (chunkcache/depth.go).
-	o.Deepen = true
 	// The restore is still starting when its startup set is in: the
 	// cache writes the set to disk once it is ready (RestoreReady) or
 	// stopped.
