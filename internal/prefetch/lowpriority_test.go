@@ -6,7 +6,9 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -161,5 +163,85 @@ func TestLowPriorityEndsWhenTheGuestOvertakes(t *testing.T) {
 	}
 	if target.seen[LowPriorityNice] != 1 || target.seen[base] != 31 {
 		t.Fatalf("fetches by thread nice %v, want 1 at %d (before the guest overtook) and 31 at %d", target.seen, LowPriorityNice, base)
+	}
+}
+
+// TestLowPriorityHandsBackWhenTheGuestReachesItsFront: a guest that
+// faults on the very read the task would claim next has caught up with
+// it, and waits for it as much as one that faulted further ahead: the
+// readers go on at the process's priority, though the cursor did not move.
+func TestLowPriorityHandsBackWhenTheGuestReachesItsFront(t *testing.T) {
+	base := threadNice(t)
+	if base == LowPriorityNice {
+		t.Skipf("the test process already runs at nice %d", base)
+	}
+	target := &heldNiceTarget{niceTarget: newNiceTarget(t), entered: make(chan struct{}), release: make(chan struct{})}
+	e := NewEngine(Options{BufferBytes: testBufferBytes})
+	plan := pages(0, 32)
+	s := e.Join(key(1), target, plan, TaskOptions{Readers: 1, Follow: true, LowPriority: true})
+	<-target.entered // plan[0] claimed and being read, at nice 19
+	s.Follow(plan[1].Offset, testBufferBytes)
+	close(target.release)
+	<-s.Done()
+	if s.State() != Completed {
+		t.Fatalf("state %v, err %v", s.State(), s.Err())
+	}
+	if target.seen[LowPriorityNice] != 1 || target.seen[base] != 31 {
+		t.Fatalf("fetches by thread nice %v, want 1 at %d (before the guest caught up) and 31 at %d", target.seen, LowPriorityNice, base)
+	}
+}
+
+// countingHeldTarget holds its first Fetch until release and reports on
+// rest once the other reads are all done.
+type countingHeldTarget struct {
+	*heldNiceTarget
+	others atomic.Int64
+	want   int64
+	rest   chan struct{}
+}
+
+func (c *countingHeldTarget) Fetch(ctx context.Context, off int64, buf []byte) error {
+	if off == 0 {
+		return c.heldNiceTarget.Fetch(ctx, off, buf)
+	}
+	err := c.niceTarget.Fetch(ctx, off, buf)
+	if c.others.Add(1) == c.want {
+		close(c.rest)
+	}
+	return err
+}
+
+// TestLowPriorityHandBackDoesNotWaitForTheThread: on a host whose CPUs are
+// busy, a thread at nice 19 may not run for a long time; once the guest
+// has overtaken the task, the reads it waits for must not wait for that
+// thread to notice. Here the low-priority thread is stuck in its first
+// read (as it is when it gets no CPU): the rest of the plan is read at the
+// process's priority all the same.
+func TestLowPriorityHandBackDoesNotWaitForTheThread(t *testing.T) {
+	base := threadNice(t)
+	if base == LowPriorityNice {
+		t.Skipf("the test process already runs at nice %d", base)
+	}
+	held := &heldNiceTarget{niceTarget: newNiceTarget(t), entered: make(chan struct{}), release: make(chan struct{})}
+	target := &countingHeldTarget{heldNiceTarget: held, want: 31, rest: make(chan struct{})}
+	e := NewEngine(Options{BufferBytes: testBufferBytes})
+	plan := pages(0, 32)
+	s := e.Join(key(1), target, plan, TaskOptions{Readers: 1, Follow: true, LowPriority: true})
+	<-held.entered
+	s.Follow(plan[20].Offset, testBufferBytes)
+	select {
+	case <-target.rest:
+	case <-time.After(10 * time.Second):
+		close(held.release)
+		<-s.Done()
+		t.Fatalf("the rest of the plan waited for the stuck low-priority thread (fetches by nice %v)", held.seen)
+	}
+	close(held.release)
+	<-s.Done()
+	if s.State() != Completed {
+		t.Fatalf("state %v, err %v", s.State(), s.Err())
+	}
+	if held.seen[LowPriorityNice] != 1 || held.seen[base] != 31 {
+		t.Fatalf("fetches by thread nice %v, want 1 at %d and 31 at %d", held.seen, LowPriorityNice, base)
 	}
 }

@@ -41,10 +41,11 @@ type task struct {
 
 	readsDone    atomic.Int64
 	bytesFetched atomic.Int64
-	// overtaken is set once the guest has faulted ahead of the task's
-	// cursor (follow): its low-priority readers then go on at the
-	// process's priority.
+	// overtaken is set, and handBack closed, once the guest has faulted
+	// ahead of the task's cursor or on the read at it (follow): its
+	// low-priority readers then go on at the process's priority.
 	overtaken atomic.Bool
+	handBack  chan struct{}
 
 	// Guarded by e.mu.
 	consumers int
@@ -53,7 +54,7 @@ type task struct {
 }
 
 func (e *Engine) newTask(key Key, target Target, ranges []Range, opts TaskOptions) *task {
-	t := &task{e: e, key: key, target: target, lowPriority: opts.LowPriority, done: make(chan struct{})}
+	t := &task{e: e, key: key, target: target, lowPriority: opts.LowPriority, done: make(chan struct{}), handBack: make(chan struct{})}
 	t.ctx, t.cancel = context.WithCancelCause(context.Background())
 	bufferBytes := positiveOr(opts.BufferBytes, e.bufferBytes)
 	if target == nil {
@@ -135,31 +136,41 @@ func (t *task) run() {
 	t.finish(failure)
 }
 
-// reader is one reader's state, kept across the threads it reads on.
+// reader is one reader's state on the thread it reads on.
 type reader struct {
 	buf     []byte
 	started bool
 	// low: the reader runs on a low-priority thread, which it leaves once
-	// the guest has overtaken the task (handedBack).
-	low, handedBack bool
+	// the guest has overtaken the task.
+	low bool
 }
 
 // read is one reader's work. A low-priority reader reads on a
 // low-priority thread until the guest overtakes the task: from then on
-// the guest waits for the task's reads, and the reader finishes the plan
-// at the process's priority.
+// the guest waits for the task's reads, and a reader at the process's
+// priority takes over at once. It does not wait for the low-priority
+// thread to see that: on a host whose CPUs are busy that thread may not
+// run for a long time, and it stops only after the read it is in.
 func (t *task) read(sched *schedule) error {
-	rd := &reader{low: t.lowPriority}
-	if !rd.low {
-		return t.readLoop(sched, rd)
+	if !t.lowPriority {
+		return t.readLoop(sched, &reader{})
 	}
-	var err error
-	runLowPriority(func() { err = t.readLoop(sched, rd) })
-	if err != nil || !rd.handedBack {
-		return err
+	low := make(chan error, 1)
+	go runLowPriority(func() { low <- t.readLoop(sched, &reader{low: true}) })
+	select {
+	case err := <-low:
+		if err != nil || !t.overtaken.Load() {
+			return err
+		}
+	case <-t.handBack:
 	}
-	rd.low = false
-	return t.readLoop(sched, rd)
+	err := t.readLoop(sched, &reader{})
+	// The task ends only once the low-priority read in flight, if any,
+	// has returned: its target is the task's until then.
+	if lowErr := <-low; err == nil {
+		err = lowErr
+	}
+	return err
 }
 
 // readLoop claims reads in the schedule's order until none is left, the
@@ -169,7 +180,6 @@ func (t *task) readLoop(sched *schedule, rd *reader) error {
 	slots := t.e.slots
 	for {
 		if rd.low && t.overtaken.Load() {
-			rd.handedBack = true
 			return nil
 		}
 		i, deferred, ok := sched.claim()
@@ -252,10 +262,25 @@ func (t *task) finish(failure error) {
 }
 
 // follow moves the task's cursor to the guest's position in the plan, if
-// the task follows the guest and is still reading.
+// the task follows the guest and is still reading. A guest that faulted
+// ahead of the cursor, or on the read at it, has overtaken the task.
 func (t *task) follow(off int64, n int) {
-	if sched := t.sched.Load(); sched != nil && sched.followTo(off, int64(n)) {
+	sched := t.sched.Load()
+	if sched == nil {
+		return
+	}
+	if sched.followTo(off, int64(n)) {
 		t.e.jumps.Add(1)
-		t.overtaken.Store(true)
+		t.overtake()
+	} else if t.lowPriority && sched.atFront(off, int64(n)) {
+		t.overtake()
+	}
+}
+
+// overtake hands a low-priority task's reads back to the process's
+// priority.
+func (t *task) overtake() {
+	if t.overtaken.CompareAndSwap(false, true) {
+		close(t.handBack)
 	}
 }
