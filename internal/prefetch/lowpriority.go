@@ -11,8 +11,7 @@ import (
 const LowPriorityNice = 19
 
 // lowPriority is the process's threads at LowPriorityNice, each locked to
-// a goroutine that runs one reader's loop at a time and then waits for
-// the next. They are never ended and never handed back to the runtime:
+// a goroutine that runs one read at a time and then waits for the next. They are never ended and never handed back to the runtime:
 //
 //   - handed back at nice 19, a thread would run whatever goroutine came
 //     next (the device's demand reads, which a guest waits for) at it;
@@ -22,7 +21,9 @@ const LowPriorityNice = 19
 //     parent dies, so a reader that locked such a thread and let it end
 //     killed a running VMM.
 //
-// There are as many as reader loops ever ran at once (a few per process).
+// There are as many as low-priority reads ever ran at once: at most the
+// engine's MaxReaders (one engine per process), since a read takes one
+// only once it holds one of the engine's slots.
 var lowPriority struct {
 	mu   sync.Mutex
 	idle []chan func()

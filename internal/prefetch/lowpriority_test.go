@@ -1,10 +1,13 @@
 package prefetch
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -243,5 +246,75 @@ func TestLowPriorityHandBackDoesNotWaitForTheThread(t *testing.T) {
 	}
 	if held.seen[LowPriorityNice] != 1 || held.seen[base] != 31 {
 		t.Fatalf("fetches by thread nice %v, want 1 at %d and 31 at %d", held.seen, LowPriorityNice, base)
+	}
+}
+
+// nicedThreads counts the process's threads at LowPriorityNice.
+func nicedThreads(t *testing.T) int {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, task := range tasks {
+		stat, err := os.ReadFile("/proc/self/task/" + task.Name() + "/stat")
+		if err != nil {
+			continue // the thread ended meanwhile
+		}
+		// Fields after the command's closing parenthesis: state is
+		// field 3, nice field 19.
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(fields) > 16 && fields[16] == strconv.Itoa(LowPriorityNice) {
+			n++
+		}
+	}
+	return n
+}
+
+// gatedTarget holds its first held fetches until open is closed.
+type gatedTarget struct {
+	held    atomic.Int64
+	entered chan struct{} // closed when held fetches are waiting
+	want    int64
+	open    chan struct{}
+}
+
+func (g *gatedTarget) Fetch(context.Context, int64, []byte) error {
+	if n := g.held.Add(1); n <= g.want {
+		if n == g.want {
+			close(g.entered)
+		}
+		<-g.open
+	}
+	return nil
+}
+
+// TestLowPriorityThreadsBoundedByReadSlots: threads at nice 19 are never
+// given back, so their number must be bounded by the engine's reads in
+// flight (MaxReaders), not grow with the restores a daemon runs at once:
+// sixteen tasks of two readers sharing two read slots niced at most two
+// more threads than there were.
+func TestLowPriorityThreadsBoundedByReadSlots(t *testing.T) {
+	const slots = 2
+	before := nicedThreads(t)
+	target := &gatedTarget{entered: make(chan struct{}), want: slots, open: make(chan struct{})}
+	e := NewEngine(Options{BufferBytes: testBufferBytes, MaxReaders: slots})
+	var subs []*Subscription
+	for i := range 16 {
+		subs = append(subs, e.Join(key(uint64(i+1)), target, pages(0, 8), TaskOptions{Readers: 2, Follow: true, LowPriority: true}))
+	}
+	<-target.entered
+	during := nicedThreads(t)
+	close(target.open)
+	for i, s := range subs {
+		<-s.Done()
+		if s.State() != Completed {
+			t.Fatalf("task %d: state %v, err %v", i, s.State(), s.Err())
+		}
+	}
+	if after := nicedThreads(t); max(during, after) > max(before, slots) {
+		t.Fatalf("niced threads: %d before, %d during, %d after 16 tasks of 2 readers on %d slots; want at most %d",
+			before, during, after, slots, max(before, slots))
 	}
 }

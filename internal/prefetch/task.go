@@ -136,16 +136,16 @@ func (t *task) run() {
 	t.finish(failure)
 }
 
-// reader is one reader's state on the thread it reads on.
+// reader is one reader's state.
 type reader struct {
 	buf     []byte
 	started bool
-	// low: the reader runs on a low-priority thread, which it leaves once
-	// the guest has overtaken the task.
+	// low: the reader's reads run on a low-priority thread, until the
+	// guest has overtaken the task.
 	low bool
 }
 
-// read is one reader's work. A low-priority reader reads on a
+// read is one reader's work. A low-priority reader's reads run on a
 // low-priority thread until the guest overtakes the task: from then on
 // the guest waits for the task's reads, and a reader at the process's
 // priority takes over at once. It does not wait for the low-priority
@@ -156,7 +156,7 @@ func (t *task) read(sched *schedule) error {
 		return t.readLoop(sched, &reader{})
 	}
 	low := make(chan error, 1)
-	go runLowPriority(func() { low <- t.readLoop(sched, &reader{low: true}) })
+	go func() { low <- t.readLoop(sched, &reader{low: true}) }()
 	select {
 	case err := <-low:
 		if err != nil || !t.overtaken.Load() {
@@ -207,7 +207,7 @@ func (t *task) readLoop(sched *schedule, rd *reader) error {
 		if deferred {
 			t.e.deferredReads.Add(1)
 		}
-		err := t.target.Fetch(t.ctx, r.off, rd.buf[:r.n])
+		err := t.fetch(rd, r)
 		t.e.readerReturned(r.n, err)
 		<-slots
 		if err != nil {
@@ -219,6 +219,19 @@ func (t *task) readLoop(sched *schedule, rd *reader) error {
 		t.readsDone.Add(1)
 		t.bytesFetched.Add(int64(r.n))
 	}
+}
+
+// fetch reads r into the reader's buffer; a low-priority reader's read
+// runs on a low-priority thread. Only a read that holds one of the
+// engine's slots takes such a thread, so there are never more of them
+// than the engine's MaxReaders: they are never given back (lowPriority).
+func (t *task) fetch(rd *reader, r read) error {
+	if !rd.low {
+		return t.target.Fetch(t.ctx, r.off, rd.buf[:r.n])
+	}
+	var err error
+	runLowPriority(func() { err = t.target.Fetch(t.ctx, r.off, rd.buf[:r.n]) })
+	return err
 }
 
 func (t *task) markRunning() {
