@@ -162,6 +162,7 @@ func (t *task) read(sched *schedule) error {
 		if err != nil || !t.overtaken.Load() {
 			return err
 		}
+		return t.readLoop(sched, &reader{})
 	case <-t.handBack:
 	}
 	err := t.readLoop(sched, &reader{})
