@@ -1,8 +1,12 @@
 package prefetch
 
 import (
+	"bytes"
+	"os"
 	"runtime"
+	"strconv"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -29,8 +33,15 @@ var lowPriority struct {
 	idle []chan func()
 }
 
-// runLowPriority runs fn on one of those threads and returns when it has.
-func runLowPriority(fn func()) {
+// starvedDelay: a low-priority read whose thread waited for a CPU longer
+// than this, and longer than it ran, found none idle. Nice 19 is meant to
+// use CPU the VMM leaves idle; on a host whose CPUs other work keeps busy
+// it only makes the reads wait, and the guest catches up with them.
+const starvedDelay = 2 * time.Millisecond
+
+// runLowPriority runs fn on one of those threads and returns when it has,
+// and whether the thread waited for a CPU meanwhile (starvedDelay).
+func runLowPriority(fn func()) (starved bool) {
 	lowPriority.mu.Lock()
 	var w chan func()
 	if n := len(lowPriority.idle); n > 0 {
@@ -41,11 +52,37 @@ func runLowPriority(fn func()) {
 	}
 	lowPriority.mu.Unlock()
 	done := make(chan struct{})
-	w <- func() { defer close(done); fn() }
+	w <- func() {
+		defer close(done)
+		ran, waited := threadCPU()
+		fn()
+		ran2, waited2 := threadCPU()
+		starved = waited2-waited > max(ran2-ran, starvedDelay)
+	}
 	<-done
 	lowPriority.mu.Lock()
 	lowPriority.idle = append(lowPriority.idle, w)
 	lowPriority.mu.Unlock()
+	return starved
+}
+
+// threadCPU is how long the calling thread has run and waited for a CPU
+// (/proc/thread-self/schedstat); zero if the kernel does not say.
+func threadCPU() (ran, waited time.Duration) {
+	b, err := os.ReadFile("/proc/thread-self/schedstat")
+	if err != nil {
+		return 0, 0
+	}
+	f := bytes.Fields(b)
+	if len(f) < 2 {
+		return 0, 0
+	}
+	r, err1 := strconv.ParseInt(string(f[0]), 10, 64)
+	w, err2 := strconv.ParseInt(string(f[1]), 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, 0
+	}
+	return time.Duration(r), time.Duration(w)
 }
 
 // lowPriorityWorker runs the functions sent on w, forever, on a thread of

@@ -318,3 +318,83 @@ func TestLowPriorityThreadsBoundedByReadSlots(t *testing.T) {
 			before, during, after, slots, max(before, slots))
 	}
 }
+
+// pinnedSpinner keeps one CPU busy at the process's priority, from a
+// thread of its own pinned there, until stop.
+func pinnedSpinner(t *testing.T, cpu int) (stop func()) {
+	var done atomic.Bool
+	ended := make(chan struct{})
+	ready := make(chan error, 1)
+	go func() {
+		defer close(ended)
+		runtime.LockOSThread() // ends with the goroutine: its affinity goes with it
+		var set unix.CPUSet
+		set.Set(cpu)
+		ready <- unix.SchedSetaffinity(0, &set)
+		for !done.Load() {
+		}
+	}()
+	if err := <-ready; err != nil {
+		t.Fatalf("pin the spinner: %v", err)
+	}
+	return func() { done.Store(true); <-ended }
+}
+
+// starvingTarget's first Fetch runs on the CPU the spinner keeps busy
+// until it has had a millisecond of it, so its thread waits for the CPU
+// far longer than it runs, as on a host whose CPUs other work keeps busy.
+type starvingTarget struct {
+	*niceTarget
+	cpu   int
+	first sync.Once
+	err   error
+}
+
+func (s *starvingTarget) Fetch(ctx context.Context, off int64, buf []byte) error {
+	err := s.niceTarget.Fetch(ctx, off, buf)
+	s.first.Do(func() {
+		var all, one unix.CPUSet
+		if s.err = unix.SchedGetaffinity(0, &all); s.err != nil {
+			return
+		}
+		one.Set(s.cpu)
+		if s.err = unix.SchedSetaffinity(0, &one); s.err != nil {
+			return
+		}
+		defer func() { s.err = unix.SchedSetaffinity(0, &all) }()
+		ran, _ := threadCPU()
+		for now := ran; now-ran < time.Millisecond; now, _ = threadCPU() {
+		}
+	})
+	return err
+}
+
+// TestLowPriorityHandsBackWhenItFindsNoIdleCPU: nice 19 is meant to use
+// CPU the VMM leaves idle. A low-priority read whose thread waited for a
+// CPU longer than it ran found none: the rest of the plan is read at the
+// process's priority, as if the guest had overtaken the task.
+func TestLowPriorityHandsBackWhenItFindsNoIdleCPU(t *testing.T) {
+	base := threadNice(t)
+	if base == LowPriorityNice {
+		t.Skipf("the test process already runs at nice %d", base)
+	}
+	if _, waited := threadCPU(); waited == 0 {
+		t.Skip("the kernel does not report how long a thread waited for a CPU")
+	}
+	const cpu = 0
+	stop := pinnedSpinner(t, cpu)
+	target := &starvingTarget{niceTarget: newNiceTarget(t), cpu: cpu}
+	e := NewEngine(Options{BufferBytes: testBufferBytes})
+	s := e.Join(key(1), target, pages(0, 32), TaskOptions{Readers: 1, Follow: true, LowPriority: true})
+	<-s.Done()
+	stop()
+	if target.err != nil {
+		t.Fatal(target.err)
+	}
+	if s.State() != Completed {
+		t.Fatalf("state %v, err %v", s.State(), s.Err())
+	}
+	if target.seen[LowPriorityNice] != 1 || target.seen[base] != 31 {
+		t.Fatalf("fetches by thread nice %v, want 1 at %d (the starved read) and 31 at %d", target.seen, LowPriorityNice, base)
+	}
+}

@@ -231,7 +231,11 @@ func (t *task) fetch(rd *reader, r read) error {
 		return t.target.Fetch(t.ctx, r.off, rd.buf[:r.n])
 	}
 	var err error
-	runLowPriority(func() { err = t.target.Fetch(t.ctx, r.off, rd.buf[:r.n]) })
+	if runLowPriority(func() { err = t.target.Fetch(t.ctx, r.off, rd.buf[:r.n]) }) {
+		// No CPU is idle for the reads: at nice 19 the guest would
+		// catch up with them.
+		t.overtake()
+	}
 	return err
 }
 
