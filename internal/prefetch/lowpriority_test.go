@@ -398,3 +398,52 @@ func TestLowPriorityHandsBackWhenItFindsNoIdleCPU(t *testing.T) {
 		t.Fatalf("fetches by thread nice %v, want 1 at %d (the starved read) and 31 at %d", target.seen, LowPriorityNice, base)
 	}
 }
+
+// ctxHeldTarget's first Fetch waits until its context ends.
+type ctxHeldTarget struct {
+	first   sync.Once
+	entered chan struct{}
+}
+
+func (c *ctxHeldTarget) Fetch(ctx context.Context, _ int64, _ []byte) error {
+	held := false
+	c.first.Do(func() { held = true; close(c.entered) })
+	if held {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
+}
+
+// TestLowPriorityLeaveWhileAReadWaits: the last consumer leaving while a
+// low-priority read is in progress (and after the guest overtook the task,
+// with a reader at the process's priority beside it) cancels it; Leave's
+// channel closes once that read returned, and no goroutine is left over.
+func TestLowPriorityLeaveWhileAReadWaits(t *testing.T) {
+	for _, overtake := range []bool{false, true} {
+		before := runtime.NumGoroutine()
+		target := &ctxHeldTarget{entered: make(chan struct{})}
+		e := NewEngine(Options{BufferBytes: testBufferBytes})
+		plan := pages(0, 64)
+		s := e.Join(key(1), target, plan, TaskOptions{Readers: 2, Follow: true, LowPriority: true})
+		<-target.entered
+		if overtake {
+			s.Follow(plan[40].Offset, testBufferBytes)
+		}
+		select {
+		case <-s.Leave():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("overtaken %v: leave did not end the low-priority read", overtake)
+		}
+		<-s.Done()
+		if s.State() != Cancelled && s.State() != Completed {
+			t.Fatalf("overtaken %v: state %v, err %v", overtake, s.State(), s.Err())
+		}
+		// The readers' goroutines are gone once the task is done; the
+		// worker goroutines of the kept threads are not counted anew
+		// (at most MaxReaders of them, now idle).
+		if after := runtime.NumGoroutine(); after > before+DefaultMaxReaders {
+			t.Fatalf("overtaken %v: %d goroutines after the task, %d before", overtake, after, before)
+		}
+	}
+}
