@@ -172,14 +172,6 @@ type TaskOptions struct {
 	// Follow moves the task's cursor to where its guests fault (see the
 	// package doc); without it Subscription.Follow does nothing.
 	Follow bool
-	// LowPriority runs the task's reads at the lowest CPU priority
-	// (LowPriorityNice): a prefetch that reads alongside its guest then
-	// uses the CPU the VMM leaves idle instead of taking turns with it,
-	// which on a small host delays the guest by most of the prefetch's
-	// own CPU. Meant with Follow: once the guest faults ahead of the
-	// task's cursor, the guest waits for its reads, and the readers go on
-	// at the process's priority.
-	LowPriority bool
 }
 
 // State is where a task is in its life.

@@ -97,17 +97,6 @@ func (s *schedule) followTo(off, n int64) bool {
 	}
 }
 
-// atFront reports whether [off, off+n) overlaps a read at or after the
-// cursor not yet claimed: a guest faulting there has caught up with the
-// task (followTo moves the cursor only when the read is past it).
-func (s *schedule) atFront(off, n int64) bool {
-	if !s.follow || off < 0 || n <= 0 || off > math.MaxInt64-n {
-		return false
-	}
-	_, found := s.firstUnclaimedFrom(s.cursor.Load(), off, off+n)
-	return found
-}
-
 // firstUnclaimedFrom returns the lowest rank at or after from of an
 // unclaimed read overlapping [lo, hi).
 func (s *schedule) firstUnclaimedFrom(from, lo, hi int64) (int64, bool) {

@@ -23,7 +23,6 @@ type task struct {
 	// Set before the task starts, read by its readers, and dropped when it
 	// ends so that an ended task holds no reference to the device.
 	target      Target
-	lowPriority bool
 	readers     int
 	bufferBytes int
 	planErr     error
@@ -41,11 +40,6 @@ type task struct {
 
 	readsDone    atomic.Int64
 	bytesFetched atomic.Int64
-	// overtaken is set, and handBack closed, once the guest has faulted
-	// ahead of the task's cursor or on the read at it (follow): its
-	// low-priority readers then go on at the process's priority.
-	overtaken atomic.Bool
-	handBack  chan struct{}
 
 	// Guarded by e.mu.
 	consumers int
@@ -54,7 +48,7 @@ type task struct {
 }
 
 func (e *Engine) newTask(key Key, target Target, ranges []Range, opts TaskOptions) *task {
-	t := &task{e: e, key: key, target: target, lowPriority: opts.LowPriority, done: make(chan struct{}), handBack: make(chan struct{})}
+	t := &task{e: e, key: key, target: target, done: make(chan struct{})}
 	t.ctx, t.cancel = context.WithCancelCause(context.Background())
 	bufferBytes := positiveOr(opts.BufferBytes, e.bufferBytes)
 	if target == nil {
@@ -124,7 +118,7 @@ func (t *task) run() {
 	sched := t.sched.Load()
 	for range t.readers {
 		readers.Go(func() {
-			if err := t.read(sched); err != nil {
+			if err := t.readLoop(sched); err != nil {
 				failOnce.Do(func() {
 					failure = err
 					t.cancel(err) // the other readers stop before their next read
@@ -136,53 +130,15 @@ func (t *task) run() {
 	t.finish(failure)
 }
 
-// reader is one reader's state.
-type reader struct {
-	buf     []byte
-	started bool
-	// low: the reader's reads run on a low-priority thread, until the
-	// guest has overtaken the task.
-	low bool
-}
-
-// read is one reader's work. A low-priority reader's reads run on a
-// low-priority thread until the guest overtakes the task: from then on
-// the guest waits for the task's reads, and a reader at the process's
-// priority takes over at once. It does not wait for the low-priority
-// thread to see that: on a host whose CPUs are busy that thread may not
-// run for a long time, and it stops only after the read it is in.
-func (t *task) read(sched *schedule) error {
-	if !t.lowPriority {
-		return t.readLoop(sched, &reader{})
-	}
-	low := make(chan error, 1)
-	go func() { low <- t.readLoop(sched, &reader{low: true}) }()
-	select {
-	case err := <-low:
-		if err != nil || !t.overtaken.Load() {
-			return err
-		}
-		return t.readLoop(sched, &reader{})
-	case <-t.handBack:
-	}
-	err := t.readLoop(sched, &reader{})
-	// The task ends only once the low-priority read in flight, if any,
-	// has returned: its target is the task's until then.
-	if lowErr := <-low; err == nil {
-		err = lowErr
-	}
-	return err
-}
-
 // readLoop claims reads in the schedule's order until none is left, the
-// task is cancelled, a read fails, or (a low-priority reader) the guest
-// has overtaken the task.
-func (t *task) readLoop(sched *schedule, rd *reader) error {
-	slots := t.e.slots
+// task is cancelled, or a read fails.
+func (t *task) readLoop(sched *schedule) error {
+	var (
+		buf     []byte
+		started bool
+		slots   = t.e.slots
+	)
 	for {
-		if rd.low && t.overtaken.Load() {
-			return nil
-		}
 		i, deferred, ok := sched.claim()
 		if !ok {
 			return nil
@@ -199,16 +155,16 @@ func (t *task) readLoop(sched *schedule, rd *reader) error {
 			<-slots
 			return nil
 		}
-		if !rd.started {
-			rd.started = true
+		if !started {
+			started = true
 			t.markRunning()
-			rd.buf = make([]byte, t.bufferBytes)
+			buf = make([]byte, t.bufferBytes)
 		}
 		t.e.readerStarted()
 		if deferred {
 			t.e.deferredReads.Add(1)
 		}
-		err := t.fetch(rd, r)
+		err := t.target.Fetch(t.ctx, r.off, buf[:r.n])
 		t.e.readerReturned(r.n, err)
 		<-slots
 		if err != nil {
@@ -220,23 +176,6 @@ func (t *task) readLoop(sched *schedule, rd *reader) error {
 		t.readsDone.Add(1)
 		t.bytesFetched.Add(int64(r.n))
 	}
-}
-
-// fetch reads r into the reader's buffer; a low-priority reader's read
-// runs on a low-priority thread. Only a read that holds one of the
-// engine's slots takes such a thread, so there are never more of them
-// than the engine's MaxReaders: they are never given back (lowPriority).
-func (t *task) fetch(rd *reader, r read) error {
-	if !rd.low {
-		return t.target.Fetch(t.ctx, r.off, rd.buf[:r.n])
-	}
-	var err error
-	if runLowPriority(func() { err = t.target.Fetch(t.ctx, r.off, rd.buf[:r.n]) }) {
-		// No CPU is idle for the reads: at nice 19 the guest would
-		// catch up with them.
-		t.overtake()
-	}
-	return err
 }
 
 func (t *task) markRunning() {
@@ -280,25 +219,9 @@ func (t *task) finish(failure error) {
 }
 
 // follow moves the task's cursor to the guest's position in the plan, if
-// the task follows the guest and is still reading. A guest that faulted
-// ahead of the cursor, or on the read at it, has overtaken the task.
+// the task follows the guest and is still reading.
 func (t *task) follow(off int64, n int) {
-	sched := t.sched.Load()
-	if sched == nil {
-		return
-	}
-	if sched.followTo(off, int64(n)) {
+	if sched := t.sched.Load(); sched != nil && sched.followTo(off, int64(n)) {
 		t.e.jumps.Add(1)
-		t.overtake()
-	} else if t.lowPriority && sched.atFront(off, int64(n)) {
-		t.overtake()
-	}
-}
-
-// overtake hands a low-priority task's reads back to the process's
-// priority.
-func (t *task) overtake() {
-	if t.overtaken.CompareAndSwap(false, true) {
-		close(t.handBack)
 	}
 }

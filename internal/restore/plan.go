@@ -102,7 +102,7 @@ func (s *sequence) startPrefetch(ctx context.Context, wait bool) error {
 	}
 	id := s.held.dev.ID()
 	key := prefetch.Key{Device: id.Kind, Generation: id.Generation, Digest: pp.digest}
-	sub := s.r.Engine.Join(key, target, plan, p.TaskOptions(!trims))
+	sub := s.r.Engine.Join(key, target, plan, p.TaskOptions())
 	s.held.sub = sub
 	if !trims {
 		// The task joined may be another restore's, with its own plan.

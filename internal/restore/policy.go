@@ -124,17 +124,9 @@ func (p Policy) Plan(m *manifest.Manifest, gaps bool) []prefetch.Range {
 	return rs
 }
 
-// TaskOptions is the engine's view of the policy, for memory that is
-// local (a file) or not (an object store). A policy that follows the
-// guest on local memory also reads at the lowest CPU priority: its reads
-// run beside the guest, and should the guest overtake them, following
-// moves them to where it is and the engine gives them back the process's
-// priority. On remote memory the
-// guest's faults join the fetches prefetch started (a node cache's
-// flights), so those keep the process's priority.
-func (p Policy) TaskOptions(local bool) prefetch.TaskOptions {
-	follow := p.Follow && !p.BeforeStart
-	return prefetch.TaskOptions{Readers: p.Readers, BufferBytes: p.BufferBytes, Follow: follow, LowPriority: follow && local}
+// TaskOptions is the engine's view of the policy.
+func (p Policy) TaskOptions() prefetch.TaskOptions {
+	return prefetch.TaskOptions{Readers: p.Readers, BufferBytes: p.BufferBytes, Follow: p.Follow && !p.BeforeStart}
 }
 
 // mergeRanks is how far ahead in the plan mergeNearRanks looks for a

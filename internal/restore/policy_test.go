@@ -35,7 +35,7 @@ func TestPolicies(t *testing.T) {
 		if got := p.Plan(m, false); !slices.Equal(got, tc.want) {
 			t.Errorf("%s plan %v, want %v", tc.name, got, tc.want)
 		}
-		if o := p.TaskOptions(true); o.Readers != tc.readers || o.BufferBytes != tc.buffer {
+		if o := p.TaskOptions(); o.Readers != tc.readers || o.BufferBytes != tc.buffer {
 			t.Errorf("%s task options %+v", tc.name, o)
 		}
 	}
@@ -45,22 +45,12 @@ func TestPolicies(t *testing.T) {
 	// Only warmstart follows the guest: seed and e2b reproduce designs that
 	// read in plan order, and a paused guest has nothing to follow.
 	for name, follow := range map[string]bool{"seed": false, "e2b": false, "reap": false, "warmstart": true} {
-		if p, _ := LookupPolicy(name); p.TaskOptions(true).Follow != follow {
-			t.Errorf("%s task follows the guest: %v, want %v", name, p.TaskOptions(true).Follow, follow)
-		}
-		// Reading at low priority is safe only where following moves
-		// reads the VMM held back to where the guest is.
-		if p, _ := LookupPolicy(name); p.TaskOptions(true).LowPriority != follow {
-			t.Errorf("%s task reads at low priority: %v, want %v", name, p.TaskOptions(true).LowPriority, follow)
+		if p, _ := LookupPolicy(name); p.TaskOptions().Follow != follow {
+			t.Errorf("%s task follows the guest: %v, want %v", name, p.TaskOptions().Follow, follow)
 		}
 	}
-	if o := (Policy{Follow: true, BeforeStart: true}).TaskOptions(true); o.Follow || o.LowPriority {
-		t.Error("a task that ends before the guest runs was told to follow it or to read at low priority")
-	}
-	// A remote source's prefetch fetches what the guest's own faults join
-	// (a node cache's flights): at low priority a fault would wait for it.
-	if p, _ := LookupPolicy("warmstart"); p.TaskOptions(false).LowPriority || !p.TaskOptions(false).Follow {
-		t.Error("warmstart on remote memory: want it to follow the guest at the process's priority")
+	if o := (Policy{Follow: true, BeforeStart: true}).TaskOptions(); o.Follow {
+		t.Error("a task that ends before the guest runs was told to follow it")
 	}
 	if _, err := LookupPolicy("fastest"); err == nil {
 		t.Error("an unknown policy was accepted")
