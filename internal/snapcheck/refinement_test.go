@@ -65,3 +65,21 @@ func TestRefinementIsVerified(t *testing.T) {
 	}
 	wantArtifact(t, r, name, StatusBad, KindSHA256)
 }
+
+// A refinement attached after verify read the record (a restore's
+// learning racing a verify) is checked with the record Resolve returned:
+// before, the report listed the older record's artifacts and the check of
+// the refinement panicked on a name it did not hold (a 500 in the daemon).
+func TestRefinementAttachedDuringVerify(t *testing.T) {
+	f := newFixture(t)
+	stale := f.rec
+	name, _ := f.refined(t)
+	r, err := verifyRecord(bg(), f.repo, f.repo, stale, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.OK {
+		t.Fatalf("refined during verify: %+v", r)
+	}
+	wantArtifact(t, r, name, StatusOK)
+}

@@ -200,6 +200,13 @@ func verifyRecord(ctx context.Context, repo, view repository.Repository, rec rep
 	if err != nil {
 		return Report{}, err
 	}
+	// The checks read the record Resolve returned. A refinement or a
+	// digest table attached since rec was read (a restore's learning
+	// racing this verify) adds an artifact, so the report lists that
+	// record's artifacts, keeping what was found about rec's alias.
+	found := r.Problems
+	r = newReport(res.Record)
+	r.Problems = append(r.Problems, found...)
 	c := &checker{ctx: ctx, repo: view, res: res, opts: opts, r: &r}
 	if err := c.run(); err != nil {
 		return Report{}, err
