@@ -159,15 +159,7 @@ func pauseWithStoreFault(t *testing.T, c storeFault) {
 	if _, err := os.Stat(filepath.Join(store, "snapshots", failedID)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the failed child's directory %s stays after a sweep: %v", failedID, err)
 	}
-	res, err := r.client.Pause(ctx, in.ID, api.PauseRequest{Alias: "kid", Then: api.ThenStop})
-	if err != nil {
-		t.Fatalf("a pause once the store is mended: %v", err)
-	}
-	if res.Parent != imp.ID {
-		t.Fatalf("pause: %+v", res)
-	}
-	childReadsStamped(t, r, f, "kid")
-	verifyOK(t, r.client, imp.ID, "kid")
+	pauseAgainPublishes(t, r, f, in.ID, imp.ID)
 }
 
 // s3Store is a MinIO server with a bucket of its own; open opens the
@@ -198,6 +190,22 @@ func (s *s3Store) open(t *testing.T) *s3.Repo {
 	}
 	t.Cleanup(func() { repo.Close() })
 	return repo
+}
+
+// pauseAgainPublishes: once the store works again, a pause of restore id
+// publishes "kid", a child of parent that reads the pages the guest
+// stamped, and both verify.
+func pauseAgainPublishes(t *testing.T, r *running, f *fixture, id, parent string) {
+	t.Helper()
+	res, err := r.client.Pause(context.Background(), id, api.PauseRequest{Alias: "kid", Then: api.ThenStop})
+	if err != nil {
+		t.Fatalf("a pause once the store works again: %v", err)
+	}
+	if res.Parent != parent {
+		t.Fatalf("pause: %+v, want a child of %s", res, parent)
+	}
+	childReadsStamped(t, r, f, "kid")
+	verifyOK(t, r.client, parent, "kid")
 }
 
 // verifyOK verifies each snapshot on c's daemon (its node cache too) and
@@ -279,15 +287,7 @@ func TestPauseWhileS3IsDown(t *testing.T) {
 	if id, err := fresh.ResolveAlias(ctx, "kid"); err == nil {
 		t.Fatalf("the failed child's alias names %s on a fresh node", id)
 	}
-	res, err := r.client.Pause(ctx, in.ID, api.PauseRequest{Alias: "kid", Then: api.ThenStop})
-	if err != nil {
-		t.Fatalf("a pause once the store is back: %v", err)
-	}
-	if res.Parent != imp.ID {
-		t.Fatalf("pause: %+v", res)
-	}
-	childReadsStamped(t, r, f, "kid")
-	verifyOK(t, r.client, imp.ID, "kid")
+	pauseAgainPublishes(t, r, f, in.ID, imp.ID)
 }
 
 // bucketKeys lists every key of the cluster's bucket.
