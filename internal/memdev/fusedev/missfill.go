@@ -147,8 +147,8 @@ func (g *generation) fillAroundMiss(kind memdev.Kind, off int64, n int) {
 	}()
 }
 
-// span is a byte range [lo, hi) of the device.
-type span struct{ lo, hi int64 }
+// byteRange is a byte range [lo, hi) of the device.
+type byteRange struct{ lo, hi int64 }
 
 // fillOrder cuts a fill of [start, end) around a demand read that ended
 // at after into the order it is stored in: the missFillFirstBytes right
@@ -158,11 +158,11 @@ type span struct{ lo, hi int64 }
 // the pages it stores until it is done, and a page not yet stored is
 // another fault, so the nearest pages go first in a store of their own,
 // and the pages behind the guest last. Empty parts are left out.
-func fillOrder(start, end, after int64) []span {
+func fillOrder(start, end, after int64) []byteRange {
 	a := min(max(after, start), end)
 	first := min(a+missFillFirstBytes, end)
-	var parts []span
-	for _, p := range []span{{a, first}, {first, end}, {start, a}} {
+	var parts []byteRange
+	for _, p := range []byteRange{{a, first}, {first, end}, {start, a}} {
 		if p.lo < p.hi {
 			parts = append(parts, p)
 		}
