@@ -119,7 +119,9 @@ func pageUp(off int64) int64 { return (off + fillPageBytes - 1) &^ (fillPageByte
 // wait for each other.
 func (g *generation) fillAroundMiss(kind memdev.Kind, off int64, n int) {
 	mf := g.missFill
-	if mf == nil || kind != memdev.Demand || g.ioEngine == memdev.IOEngineDirect || !g.mem.Advisable() {
+	// A writable view is never filled (fill refuses it): leave the slot,
+	// the buffer and the goroutine to the views that can be.
+	if mf == nil || kind != memdev.Demand || g.overlay != nil || g.ioEngine == memdev.IOEngineDirect || !g.mem.Advisable() {
 		return
 	}
 	select {
