@@ -1,6 +1,7 @@
 package s3
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"warmstart/internal/layers"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
 )
@@ -285,4 +287,66 @@ func TestRetiredLayerKeptForAPublishInProgress(t *testing.T) {
 		t.Fatalf("the child's publish: %v", p.err)
 	}
 	readsBack(t, nodeA.keys.prefix, p.rec.ID, repotest.SHA256Hex(childMem))
+}
+
+// mergedLayer builds one layer holding every page where mem differs from
+// base, with mem's bytes: a flatten's merged layer.
+func mergedLayer(t *testing.T, base, mem []byte) *layers.Built {
+	t.Helper()
+	b, err := layers.NewBuilder(t.TempDir(), int64(len(base)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := int64(0); p < int64(len(base))/layers.PageBytes; p++ {
+		page := mem[p*layers.PageBytes : (p+1)*layers.PageBytes]
+		if !bytes.Equal(page, base[p*layers.PageBytes:(p+1)*layers.PageBytes]) {
+			if err := b.Add(p, page); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	built, err := b.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return built
+}
+
+// TestCollectionKeepsAFlattensNewLayer: a snapshot gc on another node past
+// every grace, run while a flatten has stored its merged layer and not
+// yet the record naming it, retires nothing (the layer is named by no
+// record yet, but the flatten's lease is held); the flatten commits and
+// the snapshot reads back, and the layer it retired goes.
+func TestCollectionKeepsAFlattensNewLayer(t *testing.T) {
+	nodeA := chunkyRepo(t, "")
+	nodeB := chunkyRepo(t, nodeA.keys.prefix)
+	base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
+	mid := repotest.PublishChild(t, nodeA, base, repotest.Change{Pages: []int64{1, 5}}, "")
+	leaf := repotest.PublishChild(t, nodeA, mid, repotest.Change{Pages: []int64{2, 5, 30}}, "")
+	pastGrace := chunkyRepo(t, nodeA.keys.prefix)
+	pastGrace.chunkGrace = time.Nanosecond
+	var during GCStats
+	nodeB.layerFault = func(p string) {
+		if p == FaultReplaceBeforeRecord {
+			during = snapshotGC(t, pastGrace)
+		}
+	}
+	lease, err := nodeB.LeaseExisting(bg(), leaf.Record.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flat, err := nodeB.ReplaceMemory(bg(), lease, repository.ReplaceMemoryRequest{Expect: leaf.Record, Layer: mergedLayer(t, base.Memory, leaf.Memory)})
+	lease.End()
+	if err != nil {
+		t.Fatalf("flatten: %v", err)
+	}
+	if during.RetiredLayers != 0 || flat.Depth() != 1 {
+		t.Fatalf("a collection during the flatten retired %d layers; the flattened record has depth %d", during.RetiredLayers, flat.Depth())
+	}
+	readsBack(t, nodeA.keys.prefix, leaf.Record.ID, repotest.SHA256Hex(leaf.Memory))
+	snapshotGC(t, pastGrace)
+	if left := unneededKeys(t, nodeA); len(left) != 0 {
+		t.Errorf("the bucket holds unneeded %v", left)
+	}
+	readsBack(t, nodeA.keys.prefix, leaf.Record.ID, repotest.SHA256Hex(leaf.Memory))
 }

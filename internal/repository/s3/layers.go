@@ -62,9 +62,13 @@ const (
 	FaultLayerAfterRecord    = "layer.after-record"
 )
 
-// FaultReplaceAfterCheck is the step of a ReplaceMemory (flatten) after
-// it found no dependents and before it stores anything.
-const FaultReplaceAfterCheck = "replace.after-check"
+// Steps of a ReplaceMemory (flatten): after it found no dependents and
+// before it stores anything, and after it stored the new memory and
+// before the record naming it.
+const (
+	FaultReplaceAfterCheck   = "replace.after-check"
+	FaultReplaceBeforeRecord = "replace.before-record"
+)
 
 // LayerFaultPoints lists them in order.
 var LayerFaultPoints = []string{FaultLayerAfterMarkers, FaultLayerAfterVMState, FaultLayerAfterData,
@@ -285,6 +289,7 @@ func (r *Repo) replaceMemory(ctx context.Context, id string, req repository.Repl
 		next, err = repository.SignRecord(next, r.opts.SigningKey)
 	}
 	if err == nil {
+		r.fault(FaultReplaceBeforeRecord)
 		_, err = r.putRecord(ctx, next, putCondition{ifMatch: etag})
 		if errors.Is(err, errPrecondition) {
 			err = fmt.Errorf("%w: the record changed while the flatten stored its memory", repository.ErrStale)
