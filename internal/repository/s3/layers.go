@@ -395,8 +395,10 @@ func (r *Repo) retireLayer(ctx context.Context, id, name string) error {
 //     progress holds one from before it uploads its new layer until after
 //     its record names it, so a layer listed before the lease was checked
 //     and named by no record read after it is no flatten's new one;
-//   - id's record, read then, does not name it (a snapshot without a
-//     record is a publish's, which the sweep reclaims, or a delete's);
+//   - id's record, read then (and once before, to skip the lease check
+//     for the many snapshots without such a layer), does not name it (a
+//     snapshot without a record is a publish's, which the sweep reclaims,
+//     or a delete's);
 //   - no dependent of id may name it: every marker at id, read after the
 //     record, is a child whose record names none of id's layers or only
 //     others. A child that registers later reads that record or a newer
@@ -437,28 +439,37 @@ func (r *Repo) reclaimRetiredLayers(ctx context.Context, artifacts []minio.Objec
 	return n, nil
 }
 
-// reclaimRetiredOf retires those of id's layers names (found in its
-// artifacts) that nothing can read any more (see above).
-func (r *Repo) reclaimRetiredOf(ctx context.Context, id string, names map[string]bool) (int, error) {
-	unlock := r.locks.lock(id)
-	defer unlock()
-	if held, err := r.LeaseHeld(ctx, id); err != nil || held {
-		return 0, err
-	}
+// dropNamed removes from names the layers id's record names, and every
+// name when id has no record that decodes (a publish's, whose objects the
+// sweep reclaims, or a quarantined or deleted snapshot's).
+func (r *Repo) dropNamed(ctx context.Context, id string, names map[string]bool) error {
 	rec, _, err := r.getRecord(ctx, id)
-	switch {
-	case errors.Is(err, repository.ErrNotFound), errors.Is(err, repository.ErrIntegrity):
-		return 0, nil
-	case err != nil:
-		return 0, err
+	if err != nil {
+		clear(names)
+		return ignoreMissing(err)
 	}
 	for _, l := range rec.Layers() {
 		if l.Snapshot == id {
 			delete(names, l.Name)
 		}
 	}
-	if len(names) == 0 {
-		return 0, nil
+	return nil
+}
+
+// reclaimRetiredOf retires those of id's layers names (found in its
+// artifacts) that nothing can read any more (see above).
+func (r *Repo) reclaimRetiredOf(ctx context.Context, id string, names map[string]bool) (int, error) {
+	unlock := r.locks.lock(id)
+	defer unlock()
+	// Most snapshots have no such layer: their record says so at once.
+	if err := r.dropNamed(ctx, id, names); err != nil || len(names) == 0 {
+		return 0, err
+	}
+	if held, err := r.LeaseHeld(ctx, id); err != nil || held {
+		return 0, err
+	}
+	if err := r.dropNamed(ctx, id, names); err != nil || len(names) == 0 {
+		return 0, err
 	}
 	named, mayName, err := r.layersDependentsName(ctx, id)
 	if err != nil || mayName {
