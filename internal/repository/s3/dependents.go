@@ -104,8 +104,7 @@ func (r *Repo) classifyMarkers(ctx context.Context, owner string) (live, inProgr
 	}
 	var children []string
 	for _, o := range objs {
-		child, ok := strings.CutSuffix(strings.TrimPrefix(o.Key, r.keys.dependentsOf(owner)), jsonSuffix)
-		if ok && repository.ValidateID(child) == nil {
+		if child, ok := r.markerChild(owner, o.Key); ok {
 			children = append(children, child)
 		}
 	}
@@ -181,4 +180,122 @@ func (r *Repo) markDeleting(ctx context.Context, rec repository.Record, etag str
 		return check
 	}
 	return nil
+}
+
+// layersDependentsName returns the names of owner's layers that the
+// records of its dependents name; mayName says a marker's child may name
+// others it cannot tell: it has no record that decodes (a publish in
+// progress or one that may still commit, whose markers sweepStaleMarkers
+// removes once it is dead; a quarantined or damaged record).
+func (r *Repo) layersDependentsName(ctx context.Context, owner string) (named map[string]bool, mayName bool, err error) {
+	objs, err := r.list(ctx, r.keys.dependentsOf(owner))
+	if err != nil {
+		return nil, false, err
+	}
+	named = map[string]bool{}
+	for _, o := range objs {
+		child, ok := r.markerChild(owner, o.Key)
+		if !ok {
+			continue
+		}
+		// Without a record (in progress, dead or quarantined) it may
+		// name any: a record, once written, only ever drops layers.
+		rec, _, err := r.getRecord(ctx, child)
+		if err != nil {
+			return nil, true, ignoreMissing(err)
+		}
+		for _, l := range rec.Layers() {
+			if l.Snapshot == owner && child != owner {
+				named[l.Name] = true
+			}
+		}
+	}
+	return named, false, nil
+}
+
+// ignoreMissing is err unless it says a record is missing or damaged,
+// which the caller has already taken for an answer.
+func ignoreMissing(err error) error {
+	if errors.Is(err, repository.ErrNotFound) || errors.Is(err, repository.ErrIntegrity) {
+		return nil
+	}
+	return err
+}
+
+// markerChild is the child a marker key under owner's dependents names.
+func (r *Repo) markerChild(owner, key string) (string, bool) {
+	child, ok := strings.CutSuffix(strings.TrimPrefix(key, r.keys.dependentsOf(owner)), jsonSuffix)
+	return child, ok && repository.ValidateID(child) == nil
+}
+
+// A marker outlives its child's publish when the publisher is killed
+// between writing it and its record, or its cleanup never reached the
+// store: it names a child that never was, and stays at its owner, which
+// a flatten or delete of the owner would find stale and remove. A
+// collection removes it sooner (sweepStaleMarkers) once the child's
+// publish can never commit:
+//
+//   - the marker was written more than the abandoned grace ago, by the
+//     store's clock (the bound a publisher's silence must reach before
+//     the sweep reclaims its artifacts, leftovers.go);
+//   - no lease on the child is held here, and no lease object of it is
+//     left: a publisher writes its lease object before its markers, and
+//     one whose object is gone (ended, revoked and removed by the sweep
+//     of an abandoned publish, or expired and removed by sweepLeases) can
+//     write no record, since confirmLease rewrites the object only while
+//     it is the version last written;
+//   - the child has no record in place or quarantined, read after the
+//     lease objects were listed (a publish that ended wrote its record
+//     before it removed its lease object), or has one that names no layer
+//     of the owner (flattened whole; a record never gains an ancestor's
+//     layer).
+
+// sweepStaleMarkers removes the markers of children that never published
+// and never will (see above) and returns how many.
+func (r *Repo) sweepStaleMarkers(ctx context.Context) (int, error) {
+	objs, err := r.list(ctx, r.keys.prefix+dependentsDir)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, o := range objs {
+		owner, _, _ := strings.Cut(strings.TrimPrefix(o.Key, r.keys.prefix+dependentsDir), "/")
+		child, ok := r.markerChild(owner, o.Key)
+		if !ok || time.Since(o.LastModified) <= r.abandonedGrace {
+			continue
+		}
+		dead, err := r.childNeverNames(ctx, owner, child)
+		if err != nil {
+			return n, fmt.Errorf("marker of %s at %s: %w", child, owner, err)
+		}
+		if !dead {
+			continue
+		}
+		if err := r.remove(ctx, o.Key); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// childNeverNames reports whether child has not published a record
+// naming a layer of owner and never will (see above).
+func (r *Repo) childNeverNames(ctx context.Context, owner, child string) (bool, error) {
+	if r.leaseLive(child) {
+		return false, nil
+	}
+	leases, err := r.list(ctx, r.keys.leasesOf(child))
+	if err != nil || len(leases) > 0 {
+		return false, err
+	}
+	rec, _, err := r.getRecord(ctx, child)
+	switch {
+	case err == nil:
+		return repository.MarkerOf(owner, false, rec, nil, false) == repository.MarkerStale, nil
+	case !errors.Is(err, repository.ErrNotFound):
+		return false, ignoreMissing(err)
+	}
+	quarantined, err := r.exists(ctx, r.keys.quarantinedRecord(child))
+	return err == nil && !quarantined, err
 }

@@ -75,6 +75,11 @@ type GCStats struct {
 	Abandoned, AbandonedLists int
 	// Tombstones removed because their grace had passed.
 	Tombstones int
+	// Markers is how many dependents markers of children that never
+	// published were removed (sweepStaleMarkers), RetiredLayers how many
+	// layers a flatten had left to a dependent, or not finished retiring,
+	// were retired once nothing named them (reclaimRetiredLayers).
+	Markers, RetiredLayers int
 	// Stopped says the collection stopped removing chunks when it had run
 	// for half of CollectorTTL; the next one goes on.
 	Stopped bool
@@ -84,6 +89,10 @@ type GCStats struct {
 func (r *Repo) CollectGarbage(ctx context.Context) (GCStats, error) {
 	var st GCStats
 	if err := r.writable(); err != nil {
+		return st, fmt.Errorf("collect garbage: %w", err)
+	}
+	// Before the collection's marker: its time bound is the sweep's.
+	if err := r.reclaimUnnamed(ctx, &st); err != nil {
 		return st, fmt.Errorf("collect garbage: %w", err)
 	}
 	end, err := r.beginCollection(ctx)
@@ -111,6 +120,23 @@ func (r *Repo) CollectGarbage(ctx context.Context) (GCStats, error) {
 		return st, fmt.Errorf("collect garbage: %w", err)
 	}
 	return st, nil
+}
+
+// reclaimUnnamed removes the dependents markers of children that never
+// published, then retires the layers no record or dependent names: their
+// chunk maps go to tombstones, so the collection that follows keeps their
+// chunks for the chunk grace and a later one removes them.
+func (r *Repo) reclaimUnnamed(ctx context.Context, st *GCStats) error {
+	var err error
+	if st.Markers, err = r.sweepStaleMarkers(ctx); err != nil {
+		return err
+	}
+	arts, err := r.list(ctx, r.keys.prefix+artifactsDir)
+	if err != nil {
+		return err
+	}
+	st.RetiredLayers, err = r.reclaimRetiredLayers(ctx, arts)
+	return err
 }
 
 // marks are what a collection found naming chunks, by chunk object key.

@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/minio/minio-go/v7"
+
 	"warmstart/internal/chunkcache"
 	"warmstart/internal/integrity"
 	"warmstart/internal/layers"
@@ -60,9 +62,13 @@ const (
 	FaultLayerAfterRecord    = "layer.after-record"
 )
 
-// FaultReplaceAfterCheck is the step of a ReplaceMemory (flatten) after
-// it found no dependents and before it stores anything.
-const FaultReplaceAfterCheck = "replace.after-check"
+// Steps of a ReplaceMemory (flatten): after it found no dependents and
+// before it stores anything, and after it stored the new memory and
+// before the record naming it.
+const (
+	FaultReplaceAfterCheck   = "replace.after-check"
+	FaultReplaceBeforeRecord = "replace.before-record"
+)
 
 // LayerFaultPoints lists them in order.
 var LayerFaultPoints = []string{FaultLayerAfterMarkers, FaultLayerAfterVMState, FaultLayerAfterData,
@@ -283,6 +289,7 @@ func (r *Repo) replaceMemory(ctx context.Context, id string, req repository.Repl
 		next, err = repository.SignRecord(next, r.opts.SigningKey)
 	}
 	if err == nil {
+		r.fault(FaultReplaceBeforeRecord)
 		_, err = r.putRecord(ctx, next, putCondition{ifMatch: etag})
 		if errors.Is(err, errPrecondition) {
 			err = fmt.Errorf("%w: the record changed while the flatten stored its memory", repository.ErrStale)
@@ -294,7 +301,7 @@ func (r *Repo) replaceMemory(ctx context.Context, id string, req repository.Repl
 	}
 	_ = r.remove(ctx, r.keys.artifact(id, journalName))
 	if old := repository.RetiredLayer(cur, next); old != nil && r.noDependentsSince(ctx, id) {
-		r.retireLayer(ctx, id, *old)
+		_ = r.retireLayer(ctx, id, old.Name) // what stays, a collection retires (reclaimRetiredLayers)
 	}
 	r.unregister(ctx, id, repository.DroppedOwners(cur, next))
 	return next, nil
@@ -303,7 +310,8 @@ func (r *Repo) replaceMemory(ctx context.Context, id string, req repository.Repl
 // noDependentsSince reports whether id still has no dependent after its
 // new record was written. A child that placed its marker before then may
 // have read the old record and name the layer the flatten retires
-// (a child that reads the new one refuses it): that layer is then kept.
+// (a child that reads the new one refuses it): that layer is then kept,
+// until a collection finds that nothing names it (reclaimRetiredLayers).
 func (r *Repo) noDependentsSince(ctx context.Context, id string) bool {
 	live, inProgress, _, err := r.classifyMarkers(ctx, id)
 	return err == nil && len(live) == 0 && len(inProgress) == 0
@@ -360,16 +368,122 @@ func layerFiles(name string) []string {
 }
 
 // retireLayer keeps a replaced layer's chunks for the chunk grace (its
-// chunk map copied to a tombstone) and removes its objects; best effort
-// past the tombstone (objects left are named by no record and go with the
-// snapshot).
-func (r *Repo) retireLayer(ctx context.Context, id string, l repository.LayerDescriptor) {
+// chunk map copied to a tombstone) and removes its objects; past the
+// tombstone, objects left are named by no record and the next collection
+// retires them again.
+func (r *Repo) retireLayer(ctx context.Context, id, name string) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if _, err := r.copyObject(cctx, r.keys.artifact(id, layerChunkMapName(l.Name)), r.keys.layerTombstone(id, l.Name)); err != nil {
-		return
+	if _, err := r.copyObject(cctx, r.keys.artifact(id, layerChunkMapName(name)), r.keys.layerTombstone(id, name)); err != nil {
+		return fmt.Errorf("retire layer %s of %s: %w", name, id, err)
 	}
-	for _, f := range layerFiles(l.Name) {
-		_ = r.remove(cctx, r.keys.artifact(id, f))
+	for _, f := range layerFiles(name) {
+		if err := r.remove(cctx, r.keys.artifact(id, f)); err != nil {
+			return fmt.Errorf("retire layer %s of %s: %w", name, id, err)
+		}
 	}
+	return nil
+}
+
+// A layer a flatten retired stays while a child that read the replaced
+// record may name it (noDependentsSince), and so do the objects of a
+// retirement that did not finish. A collection reclaims them once
+// nothing can read them any more (reclaimRetiredLayers): a layer of
+// snapshot id whose objects are under artifacts/<id>/ goes when
+//
+//   - no lease on id is held, here or by its lease objects: a flatten in
+//     progress holds one from before it uploads its new layer until after
+//     its record names it, so a layer listed before the lease was checked
+//     and named by no record read after it is no flatten's new one;
+//   - id's record, read then (and once before, to skip the lease check
+//     for the many snapshots without such a layer), does not name it (a
+//     snapshot without a record is a publish's, which the sweep reclaims,
+//     or a delete's);
+//   - no dependent of id may name it: every marker at id, read after the
+//     record, is a child whose record names none of id's layers or only
+//     others. A child that registers later reads that record or a newer
+//     one, and a child naming a layer its owner no longer holds is
+//     refused (CheckOwnerHolds). A marker of a publish in progress, of a
+//     quarantined or undecodable record, or of a child without a record
+//     (a publish that may still commit; the collection removes the
+//     markers of dead ones first, sweepStaleMarkers) keeps every layer.
+//
+// It is retired as a flatten retires it: its chunk map copied to a
+// tombstone first, so that a restore that read an older record (of id or
+// of a deleted child) keeps its chunks for the chunk grace.
+
+// reclaimRetiredLayers retires the layers named by no record or
+// dependent among those artifacts lists (every object under artifacts/)
+// and returns how many.
+func (r *Repo) reclaimRetiredLayers(ctx context.Context, artifacts []minio.ObjectInfo) (int, error) {
+	byID := map[string]map[string]bool{}
+	for _, o := range artifacts {
+		id, file, ok := strings.Cut(strings.TrimPrefix(o.Key, r.keys.prefix+artifactsDir), "/")
+		name, _, dotted := strings.Cut(file, ".")
+		if !ok || !dotted || !strings.HasPrefix(name, "layer-") || repository.ValidateID(id) != nil {
+			continue
+		}
+		if byID[id] == nil {
+			byID[id] = map[string]bool{}
+		}
+		byID[id][name] = true
+	}
+	n := 0
+	for id, names := range byID {
+		retired, err := r.reclaimRetiredOf(ctx, id, names)
+		n += retired
+		if err != nil {
+			return n, fmt.Errorf("retired layers of %s: %w", id, err)
+		}
+	}
+	return n, nil
+}
+
+// dropNamed removes from names the layers id's record names, and every
+// name when id has no record that decodes (a publish's, whose objects the
+// sweep reclaims, or a quarantined or deleted snapshot's).
+func (r *Repo) dropNamed(ctx context.Context, id string, names map[string]bool) error {
+	rec, _, err := r.getRecord(ctx, id)
+	if err != nil {
+		clear(names)
+		return ignoreMissing(err)
+	}
+	for _, l := range rec.Layers() {
+		if l.Snapshot == id {
+			delete(names, l.Name)
+		}
+	}
+	return nil
+}
+
+// reclaimRetiredOf retires those of id's layers names (found in its
+// artifacts) that nothing can read any more (see above).
+func (r *Repo) reclaimRetiredOf(ctx context.Context, id string, names map[string]bool) (int, error) {
+	unlock := r.locks.lock(id)
+	defer unlock()
+	// Most snapshots have no such layer: their record says so at once.
+	if err := r.dropNamed(ctx, id, names); err != nil || len(names) == 0 {
+		return 0, err
+	}
+	if held, err := r.LeaseHeld(ctx, id); err != nil || held {
+		return 0, err
+	}
+	if err := r.dropNamed(ctx, id, names); err != nil || len(names) == 0 {
+		return 0, err
+	}
+	named, mayName, err := r.layersDependentsName(ctx, id)
+	if err != nil || mayName {
+		return 0, err
+	}
+	n := 0
+	for name := range names {
+		if named[name] {
+			continue
+		}
+		if err := r.retireLayer(ctx, id, name); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }

@@ -1,0 +1,352 @@
+package s3
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"warmstart/internal/layers"
+	"warmstart/internal/repository"
+	"warmstart/internal/repository/repotest"
+)
+
+// tally is what the bucket holds under a prefix, listed for real.
+type tally struct {
+	objects int
+	bytes   int64
+}
+
+func tallyOf(t *testing.T, r *Repo) tally {
+	t.Helper()
+	objs, err := r.list(bg(), r.keys.prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n tally
+	for _, o := range objs {
+		n.objects++
+		n.bytes += o.Size
+	}
+	return n
+}
+
+// unneededKeys lists the bucket under r's prefix for real and returns the
+// keys nothing can read any more: artifacts of an id without a record, a
+// layer's objects that no record names, a chunk that no chunk map of a
+// named layer names, a dependents marker whose child has no record
+// naming the owner, a tombstone, a list of abandoned chunks, a lease
+// object. Once every publish has ended and every grace has passed the
+// answer must be none.
+func unneededKeys(t *testing.T, r *Repo) []string {
+	t.Helper()
+	recs := recordsUnder(t, r)
+	needed, maps := map[string]bool{}, map[string]bool{}
+	for _, rec := range recs {
+		for _, l := range rec.Layers() {
+			if l.Name == repository.BaseLayerName {
+				maps[r.keys.artifact(l.Snapshot, chunkMapName)] = true
+				continue
+			}
+			maps[r.keys.artifact(l.Snapshot, layerChunkMapName(l.Name))] = true
+			for _, f := range layerFiles(l.Name) {
+				needed[r.keys.artifact(l.Snapshot, f)] = true
+			}
+		}
+	}
+	chunks := map[string]bool{}
+	for key := range maps {
+		if err := r.markList(bg(), key, chunks); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out []string
+	for _, k := range keysUnder(t, r) {
+		if !neededKey(r, k, recs, needed, chunks) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// neededKey decides one key (relative to r's prefix) for unneededKeys.
+func neededKey(r *Repo, k string, recs map[string]repository.Record, layerObjs, chunks map[string]bool) bool {
+	full := r.keys.prefix + k
+	switch {
+	case strings.HasPrefix(k, chunksDir):
+		return chunks[full]
+	case strings.HasPrefix(k, dependentsDir):
+		owner, child, _ := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(k, dependentsDir), jsonSuffix), "/")
+		rec, ok := recs[child]
+		return ok && repository.MarkerOf(owner, false, rec, nil, false) == repository.MarkerLive
+	case strings.HasPrefix(k, artifactsDir):
+		id, name, _ := strings.Cut(strings.TrimPrefix(k, artifactsDir), "/")
+		if _, ok := recs[id]; !ok {
+			return false
+		}
+		return !strings.HasPrefix(name, "layer-") || layerObjs[full]
+	}
+	return strings.HasPrefix(k, "catalog/")
+}
+
+// recordsUnder reads every record under r's prefix, by id.
+func recordsUnder(t *testing.T, r *Repo) map[string]repository.Record {
+	t.Helper()
+	objs, err := r.list(bg(), r.keys.prefix+"catalog/records/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := map[string]repository.Record{}
+	for _, o := range objs {
+		id, ok := r.keys.idFromRecordKey(o.Key)
+		if !ok {
+			continue
+		}
+		rec, _, err := r.getRecord(bg(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs[id] = rec
+	}
+	return recs
+}
+
+// layerKeys are the keys (relative to r's prefix) of the objects of
+// layer name of snapshot id the bucket holds.
+func layerKeys(t *testing.T, r *Repo, id, name string) []string {
+	t.Helper()
+	var out []string
+	for _, f := range layerFiles(name) {
+		out = append(out, strings.TrimPrefix(r.keys.artifact(id, f), r.keys.prefix))
+	}
+	return present(t, r, out)
+}
+
+// flattenUnderAPause flattens mid whole on nodeB while, after the flatten
+// found no dependents and before its new record, nodeA publishes req (a
+// child over mid's record as it was read, naming mid's own diff layer).
+// Both must succeed: the child's record names the layer the flatten
+// retires, which stays.
+func flattenUnderAPause(t *testing.T, nodeA, nodeB *Repo, mid repotest.Lineage, req repository.LayerPublishRequest) repository.Record {
+	t.Helper()
+	memPath := filepath.Join(t.TempDir(), "mid.mem")
+	if err := os.WriteFile(memPath, mid.Memory, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var child repository.Record
+	var pubErr error
+	tried := false
+	nodeB.layerFault = func(p string) {
+		if p != FaultReplaceAfterCheck || tried {
+			return
+		}
+		tried = true
+		child, pubErr = publishLayerOn(nodeA, req)
+	}
+	defer func() { nodeB.layerFault = nil }()
+	lease, err := nodeB.LeaseExisting(bg(), mid.Record.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, flatErr := nodeB.ReplaceMemory(bg(), lease, repository.ReplaceMemoryRequest{Expect: mid.Record, MemoryPath: memPath})
+	lease.End()
+	if !tried || flatErr != nil || pubErr != nil {
+		t.Fatalf("flatten under a pause: reached the fault point %v; flatten %v; publish %v", tried, flatErr, pubErr)
+	}
+	return child
+}
+
+// publishLayerOn publishes req on r under a lease of its own.
+func publishLayerOn(r *Repo, req repository.LayerPublishRequest) (repository.Record, error) {
+	lease, err := r.BeginCapture(bg())
+	if err != nil {
+		return repository.Record{}, err
+	}
+	defer lease.End()
+	return r.PublishLayer(bg(), lease, req)
+}
+
+// TestFlattenedLayerGoesWithItsLastDependent: a flatten that met a child
+// published over the record it replaced keeps the layer it retired (the
+// child names it), through a snapshot gc. Once that child is deleted, a
+// snapshot gc takes the layer's objects, keeping its chunks for the chunk
+// grace (a restore of the child resolved before its delete reads its
+// memory whole after that gc), and one past the grace takes those: the
+// bucket then holds nothing that nothing can read.
+func TestFlattenedLayerGoesWithItsLastDependent(t *testing.T) {
+	nodeA := chunkyRepo(t, "")
+	nodeB := chunkyRepo(t, nodeA.keys.prefix)
+	base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
+	mid := repotest.PublishChild(t, nodeA, base, repotest.Change{Pages: []int64{1, 5}}, "")
+	retired := mid.Record.MemoryLayers[len(mid.Record.MemoryLayers)-1].Name
+	built, childMem := repotest.BuildLayer(t, mid.Memory, repotest.Change{Pages: []int64{2, 5}})
+	child := flattenUnderAPause(t, nodeA, nodeB, mid, repotest.LayerRequest(t, mid.Record, built, ""))
+
+	kept := layerKeys(t, nodeA, mid.Record.ID, retired)
+	pastGrace := chunkyRepo(t, nodeA.keys.prefix)
+	pastGrace.chunkGrace = time.Nanosecond
+	snapshotGC(t, pastGrace)
+	if got := layerKeys(t, nodeA, mid.Record.ID, retired); !slices.Equal(got, kept) || len(kept) == 0 {
+		t.Fatalf("of the retired layer %s the child names, %v of %v left after a snapshot gc", retired, got, kept)
+	}
+	readsBack(t, nodeA.keys.prefix, child.ID, repotest.SHA256Hex(childMem))
+	if left := unneededKeys(t, nodeA); len(left) != 0 {
+		t.Fatalf("with the child live the bucket holds unneeded %v", left)
+	}
+
+	inFlight, err := chunkyRepo(t, nodeA.keys.prefix).Resolve(bg(), child.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nodeA.Delete(bg(), child.ID); err != nil {
+		t.Fatal(err)
+	}
+	before := tallyOf(t, nodeA)
+	snapshotGC(t, nodeB) // the default chunk grace
+	if got := layerKeys(t, nodeA, mid.Record.ID, retired); len(got) != 0 {
+		t.Errorf("the retired layer's objects %v stayed once its last dependent was deleted", got)
+	}
+	if got := repotest.ResolvedMemorySHA256(t, inFlight); got != repotest.SHA256Hex(childMem) {
+		t.Errorf("a restore of the child resolved before its delete reads %s, want %s", got, repotest.SHA256Hex(childMem))
+	}
+	snapshotGC(t, pastGrace)
+	after := tallyOf(t, nodeA)
+	t.Logf("bucket after the child's delete: %d objects, %d bytes; after snapshot gc: %d objects, %d bytes",
+		before.objects, before.bytes, after.objects, after.bytes)
+	if left := unneededKeys(t, nodeA); len(left) != 0 {
+		t.Errorf("the bucket holds unneeded %v", left)
+	}
+	for _, l := range []repotest.Lineage{base, mid} {
+		readsBack(t, nodeA.keys.prefix, l.Record.ID, repotest.SHA256Hex(l.Memory))
+	}
+}
+
+// TestRetiredLayerKeptForAPublishInProgress: a child's publish that read
+// the record a flatten replaces (registered at it, then stalled) keeps
+// the layer the flatten retires through a snapshot gc past every grace,
+// then commits and reads back whole.
+func TestRetiredLayerKeptForAPublishInProgress(t *testing.T) {
+	nodeA := chunkyRepo(t, "")
+	nodeB := chunkyRepo(t, nodeA.keys.prefix)
+	base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
+	mid := repotest.PublishChild(t, nodeA, base, repotest.Change{Pages: []int64{1, 5}}, "")
+	retired := mid.Record.MemoryLayers[len(mid.Record.MemoryLayers)-1].Name
+	built, childMem := repotest.BuildLayer(t, mid.Memory, repotest.Change{Pages: []int64{2, 5}})
+	req := repotest.LayerRequest(t, mid.Record, built, "")
+
+	registered, resume := make(chan struct{}), make(chan struct{})
+	nodeA.layerFault = func(p string) {
+		if p == FaultLayerAfterMarkers {
+			close(registered)
+			<-resume
+		}
+	}
+	type published struct {
+		rec repository.Record
+		err error
+	}
+	done := make(chan published, 1)
+	nodeB.layerFault = func(p string) {
+		if p != FaultReplaceAfterCheck {
+			return
+		}
+		go func() {
+			rec, err := publishLayerOn(nodeA, req)
+			done <- published{rec, err}
+		}()
+		<-registered
+	}
+	memPath := filepath.Join(t.TempDir(), "mid.mem")
+	if err := os.WriteFile(memPath, mid.Memory, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := nodeB.LeaseExisting(bg(), mid.Record.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, flatErr := nodeB.ReplaceMemory(bg(), lease, repository.ReplaceMemoryRequest{Expect: mid.Record, MemoryPath: memPath})
+	lease.End()
+	if flatErr != nil {
+		close(resume)
+		t.Fatalf("flatten: %v", flatErr)
+	}
+	kept := layerKeys(t, nodeA, mid.Record.ID, retired)
+	pastGrace := chunkyRepo(t, nodeA.keys.prefix)
+	pastGrace.chunkGrace = time.Nanosecond
+	snapshotGC(t, pastGrace)
+	got := layerKeys(t, nodeA, mid.Record.ID, retired)
+	close(resume)
+	if !slices.Equal(got, kept) || len(kept) == 0 {
+		t.Errorf("a snapshot gc while a child registered before the flatten's record publishes left %v of the retired layer's %v", got, kept)
+	}
+	p := <-done
+	if p.err != nil {
+		t.Fatalf("the child's publish: %v", p.err)
+	}
+	readsBack(t, nodeA.keys.prefix, p.rec.ID, repotest.SHA256Hex(childMem))
+}
+
+// mergedLayer builds one layer holding every page where mem differs from
+// base, with mem's bytes: a flatten's merged layer.
+func mergedLayer(t *testing.T, base, mem []byte) *layers.Built {
+	t.Helper()
+	b, err := layers.NewBuilder(t.TempDir(), int64(len(base)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := int64(0); p < int64(len(base))/layers.PageBytes; p++ {
+		page := mem[p*layers.PageBytes : (p+1)*layers.PageBytes]
+		if !bytes.Equal(page, base[p*layers.PageBytes:(p+1)*layers.PageBytes]) {
+			if err := b.Add(p, page); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	built, err := b.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return built
+}
+
+// TestCollectionKeepsAFlattensNewLayer: a snapshot gc on another node past
+// every grace, run while a flatten has stored its merged layer and not
+// yet the record naming it, retires nothing (the layer is named by no
+// record yet, but the flatten's lease is held); the flatten commits and
+// the snapshot reads back, and the layer it retired goes.
+func TestCollectionKeepsAFlattensNewLayer(t *testing.T) {
+	nodeA := chunkyRepo(t, "")
+	nodeB := chunkyRepo(t, nodeA.keys.prefix)
+	base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
+	mid := repotest.PublishChild(t, nodeA, base, repotest.Change{Pages: []int64{1, 5}}, "")
+	leaf := repotest.PublishChild(t, nodeA, mid, repotest.Change{Pages: []int64{2, 5, 30}}, "")
+	pastGrace := chunkyRepo(t, nodeA.keys.prefix)
+	pastGrace.chunkGrace = time.Nanosecond
+	var during GCStats
+	nodeB.layerFault = func(p string) {
+		if p == FaultReplaceBeforeRecord {
+			during = snapshotGC(t, pastGrace)
+		}
+	}
+	lease, err := nodeB.LeaseExisting(bg(), leaf.Record.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flat, err := nodeB.ReplaceMemory(bg(), lease, repository.ReplaceMemoryRequest{Expect: leaf.Record, Layer: mergedLayer(t, base.Memory, leaf.Memory)})
+	lease.End()
+	if err != nil {
+		t.Fatalf("flatten: %v", err)
+	}
+	if during.RetiredLayers != 0 || flat.Depth() != 1 {
+		t.Fatalf("a collection during the flatten retired %d layers; the flattened record has depth %d", during.RetiredLayers, flat.Depth())
+	}
+	readsBack(t, nodeA.keys.prefix, leaf.Record.ID, repotest.SHA256Hex(leaf.Memory))
+	snapshotGC(t, pastGrace)
+	if left := unneededKeys(t, nodeA); len(left) != 0 {
+		t.Errorf("the bucket holds unneeded %v", left)
+	}
+	readsBack(t, nodeA.keys.prefix, leaf.Record.ID, repotest.SHA256Hex(leaf.Memory))
+}
