@@ -147,6 +147,9 @@ type PauseResult struct {
 	Timings   pause.Timings `json:"timings"`
 	// Stop is the restore's shutdown with then=stop.
 	Stop *restore.StopReport `json:"stop,omitempty"`
+	// StopError says why that stop failed, after the child was published
+	// (which the rest of the result describes); empty when it did not.
+	StopError string `json:"stop_error,omitempty"`
 }
 
 // RestoreInfo describes a restore the daemon holds. Prefetch and
