@@ -264,7 +264,7 @@ func wantUnreachable(t *testing.T, err error) {
 
 // TestPauseWhileS3IsDown: the MinIO server of an S3 store stops just as a
 // pause publishes its child. The pause fails with 503 (Retry-After), as
-// does an import meanwhile, the sandbox
+// do an import and a restore meanwhile, the sandbox
 // runs again, and once the server is back nothing of the child is visible
 // (also to a node with a fresh cache); a later pause publishes a child
 // holding every page written since the restore.
@@ -298,6 +298,8 @@ func TestPauseWhileS3IsDown(t *testing.T) {
 	t.Logf("the failed pause answered after %v: %v", time.Since(t0), err)
 	wantUnreachable(t, err)
 	_, err = r.client.Import(ctx, f.importRequest("other"))
+	wantUnreachable(t, err)
+	_, err = r.client.Restore(ctx, api.RestoreRequest{Snapshot: imp.ID})
 	wantUnreachable(t, err)
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)

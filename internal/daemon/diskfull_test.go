@@ -85,33 +85,34 @@ func mountOrSkip(t *testing.T, source, target, fstype string, flags uintptr, dat
 	})
 }
 
-// TestPauseThenStopWhoseStopFails: with then=stop the child is published
-// and then the stop fails (a mount in the restore's directory keeps the
-// stop from removing it, after the VM stopped). The answer is the child,
-// with stop_error saying why the stop failed, not an error: a client that
-// took the pause for failed would pause again. The child restores whole.
-func TestPauseThenStopWhoseStopFails(t *testing.T) {
+// TestImportIntoAFullStore: an import into a POSIX store with no space
+// left answers 507 naming the file it could not write, and publishes
+// nothing; once there is space the same import publishes.
+func TestImportIntoAFullStore(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("mounting a tmpfs needs root")
 	}
 	f := newFixture(t, fixtureOptions{})
-	r, imp, in := pausableRestore(t, f, nil)
-	runDir := filepath.Join(f.cfg.Runtime.Dir, "daemon", "restores", in.ID)
-	if _, err := os.Stat(runDir); err != nil {
-		t.Fatalf("the restore's directory: %v", err)
+	store := f.cfg.Backend.PosixFS.SnapshotStore
+	mountOrSkip(t, "tmpfs", store, "tmpfs", 0, "size=64m")
+	r := startDaemon(t, f, nil)
+	filler := filepath.Join(store, "filler")
+	if err := fillUp(filler); err != nil {
+		t.Fatal(err)
 	}
-	mountOrSkip(t, "tmpfs", filepath.Join(runDir, "busy"), "tmpfs", 0, "size=1m")
 	ctx := context.Background()
-	res, err := r.client.Pause(ctx, in.ID, api.PauseRequest{Alias: "kid", Then: api.ThenStop})
-	if err != nil {
-		t.Fatalf("a pause whose child was published answered an error: %v", err)
+	_, err := r.client.Import(ctx, f.importRequest("base"))
+	var ae *api.APIError
+	if !errors.As(err, &ae) || ae.StatusCode != http.StatusInsufficientStorage || !strings.Contains(ae.Message, store) {
+		t.Fatalf("import into a full store: %v; want 507 naming a path in %s", err, store)
 	}
-	if res.Parent != imp.ID || res.Snapshot == "" || !strings.Contains(res.StopError, "busy") || res.Stop == nil {
-		t.Fatalf("pause: %+v; want the child of %s, its stop and stop_error naming what failed", res, imp.ID)
+	if s, err := r.client.Snapshot(ctx, "base"); err == nil {
+		t.Fatalf("the failed import published %+v", s)
 	}
-	if info, err := r.client.Restores(ctx); err != nil || len(info) != 0 {
-		t.Fatalf("restores after the stop: %+v, %v; want none", info, err)
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
 	}
-	childReadsStamped(t, r, f, "kid")
-	verifyOK(t, r.client, imp.ID, "kid")
+	if _, err := r.client.Import(ctx, f.importRequest("base")); err != nil {
+		t.Fatalf("import once there is space: %v", err)
+	}
 }
