@@ -15,8 +15,8 @@ import (
 	"warmstart/internal/repository"
 )
 
-// A request the store gives no answer to (nobody listens, the response
-// stops coming) fails with repository.ErrUnreachable; an answer, even an
+// A request the store gives no answer to (nobody listens, no response
+// within the timeout, the response stops coming) fails with repository.ErrUnreachable; an answer, even an
 // error status, and a request its caller cancelled do not.
 func TestTransportSaysWhenTheStoreGaveNoAnswer(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -27,6 +27,10 @@ func TestTransportSaysWhenTheStoreGaveNoAnswer(t *testing.T) {
 	l.Close() // nobody listens there any more
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/silent" {
+			<-release // no headers, connection open
+			return
+		}
 		if r.URL.Path == "/stalls" {
 			w.Header().Set("Content-Length", "100")
 			w.WriteHeader(http.StatusOK)
@@ -38,10 +42,15 @@ func TestTransportSaysWhenTheStoreGaveNoAnswer(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(release)
-	client := &http.Client{Transport: &stallTransport{next: http.DefaultTransport.(*http.Transport).Clone(), idle: 200 * time.Millisecond}}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.ResponseHeaderTimeout = 200 * time.Millisecond
+	client := &http.Client{Transport: &stallTransport{next: tr, idle: 200 * time.Millisecond}}
 
 	if _, err := client.Get(refused); !errors.Is(err, repository.ErrUnreachable) || !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("a refused connection: %v; want ErrUnreachable wrapping ECONNREFUSED", err)
+	}
+	if _, err := client.Get(srv.URL + "/silent"); !errors.Is(err, repository.ErrUnreachable) {
+		t.Errorf("no response headers within the timeout: %v; want ErrUnreachable", err)
 	}
 	resp, err := client.Get(srv.URL + "/denied")
 	if err != nil || resp.StatusCode != http.StatusForbidden {
