@@ -21,7 +21,8 @@ as a child snapshot: a diff layer over the snapshot it was restored from,
 which the child names and does not copy. With --then resume (the default)
 the VM runs again as soon as its state is saved, and a later pause makes a
 child of this child; with --then stop it stops once the child is published.
-A pause that fails resumes the VM and publishes nothing.`,
+A pause that fails resumes the VM and publishes nothing. Exit 4: --then
+stop published the child (printed) and the stop that followed failed.`,
 		Args: cli.Args(restoreIDArg),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return env.Pause(cmd, args[0], req, asJSON)

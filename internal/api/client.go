@@ -12,7 +12,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
@@ -65,6 +67,9 @@ type APIError struct {
 	StatusCode int
 	Message    string
 	Field      string
+	// RetryAfter is the answer's Retry-After (a 503 for an unreachable
+	// store): when to try again. Zero when the answer had none.
+	RetryAfter time.Duration
 }
 
 func (e *APIError) Error() string {
@@ -125,7 +130,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		if json.Unmarshal(data, &e) != nil || e.Error == "" {
 			e.Error = strings.TrimSpace(string(data))
 		}
-		return &APIError{StatusCode: resp.StatusCode, Message: e.Error, Field: e.Field}
+		return &APIError{StatusCode: resp.StatusCode, Message: e.Error, Field: e.Field, RetryAfter: retryAfter(resp.Header)}
 	}
 	if out == nil {
 		return nil
@@ -294,4 +299,14 @@ func (c *Client) Pause(ctx context.Context, id string, req PauseRequest) (PauseR
 func (c *Client) Metrics(ctx context.Context) (string, error) {
 	var out string
 	return out, c.do(ctx, http.MethodGet, "/metrics", nil, &out)
+}
+
+// retryAfter is a Retry-After header given in seconds; zero when absent
+// or an HTTP date (the daemon sends seconds).
+func retryAfter(h http.Header) time.Duration {
+	n, err := strconv.Atoi(h.Get("Retry-After"))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return time.Duration(n) * time.Second
 }

@@ -72,9 +72,14 @@ type SnapshotInfo struct {
 
 // SnapshotFiles are a snapshot's artifacts.
 type SnapshotFiles struct {
-	VMState  string `json:"vm_state"`
-	Memory   string `json:"memory"`
-	Manifest string `json:"manifest,omitempty"`
+	VMState string `json:"vm_state"`
+	// Memory is the memory file: "" for a layered snapshot, whose memory
+	// is MemoryLayers, and in a repository that serves memory remotely.
+	Memory string `json:"memory"`
+	// MemoryLayers are a layered snapshot's layer data files, base
+	// first; absent when the layers are remote.
+	MemoryLayers []string `json:"memory_layers,omitempty"`
+	Manifest     string   `json:"manifest,omitempty"`
 }
 
 // DeleteResponse is the body of a successful DELETE /snapshots/{id}.
@@ -147,6 +152,9 @@ type PauseResult struct {
 	Timings   pause.Timings `json:"timings"`
 	// Stop is the restore's shutdown with then=stop.
 	Stop *restore.StopReport `json:"stop,omitempty"`
+	// StopError says why that stop failed, after the child was published
+	// (which the rest of the result describes); empty when it did not.
+	StopError string `json:"stop_error,omitempty"`
 }
 
 // RestoreInfo describes a restore the daemon holds. Prefetch and

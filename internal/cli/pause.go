@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -23,9 +24,25 @@ func (e *Env) Pause(cmd *cobra.Command, id string, req api.PauseRequest, asJSON 
 			return fmt.Errorf("restores snapshot: %w", err)
 		}
 		if asJSON {
-			return report.JSON(o.Out, res)
+			if err := report.JSON(o.Out, res); err != nil {
+				return err
+			}
+		} else {
+			report.Paused(o.Out, res)
 		}
-		report.Paused(o.Out, res)
-		return nil
+		return stopFailed(res)
 	})
+}
+
+// ErrStopAfterPause is a then=stop pause whose child was published and
+// whose stop failed: the verb printed the child, and exits ExitStopFailed.
+var ErrStopAfterPause = errors.New("the child is published, but the restore's stop failed")
+
+// stopFailed is the verb's error when the stop that followed a published
+// pause failed, nil otherwise.
+func stopFailed(res api.PauseResult) error {
+	if res.StopError == "" {
+		return nil
+	}
+	return fmt.Errorf("restores snapshot: %w (child %s): %s", ErrStopAfterPause, res.Snapshot, res.StopError)
 }

@@ -24,11 +24,17 @@ const (
 	// node's trusted keys signed it ([trust] trusted_keys), so scripts
 	// tell it from a failure worth retrying.
 	ExitUntrusted = 3
+	// ExitStopFailed is "restores snapshot --then stop" whose child was
+	// published and whose stop then failed (ErrStopAfterPause): the child
+	// exists, so a script must not pause again, and the restore may need
+	// looking at.
+	ExitStopFailed = 4
 )
 
 // ExitCode is the status a verb that failed with err exits with: 2 for a
 // usage error, 128+signal for one a signal stopped, 3 for an untrusted
-// snapshot, 1 otherwise.
+// snapshot, 4 for a stop that failed after a published pause, 1
+// otherwise.
 func ExitCode(err error) int {
 	var ie interrupt.Error
 	switch {
@@ -38,6 +44,8 @@ func ExitCode(err error) int {
 		return ie.ExitCode()
 	case errors.Is(err, trust.ErrUntrusted):
 		return ExitUntrusted
+	case errors.Is(err, ErrStopAfterPause):
+		return ExitStopFailed
 	}
 	return 1
 }

@@ -12,11 +12,14 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"warmstart/internal/api"
+	"warmstart/internal/repository"
 )
 
 // maxRequestBytes bounds a request body; every request is a small JSON object.
@@ -31,6 +34,8 @@ type apiError struct {
 	status int
 	field  string
 	err    error
+	// retryAfter, when set, is sent as Retry-After (whole seconds).
+	retryAfter time.Duration
 }
 
 func (e *apiError) Error() string { return e.err.Error() }
@@ -48,9 +53,10 @@ func statusError(status int, field string, err error) error {
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 // serve adapts h: an *apiError becomes its status with a JSON body naming
-// the field; any other error is a 500 and is logged, because it is ours,
-// unless the client went away, which cut the work short (a 499 nobody
-// reads).
+// the field; a full disk is a 507 and an unreachable store a 503 with
+// Retry-After (unavailableError); any other error is a 500 and is logged,
+// because it is ours, unless the client went away, which cut the work
+// short (a 499 nobody reads).
 func (d *Daemon) serve(h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		err := h(w, r)
@@ -63,12 +69,38 @@ func (d *Daemon) serve(h handlerFunc) http.Handler {
 		case d.clientGone(r.Context()):
 			d.log.Info("request abandoned by its client", "method", r.Method, "path", r.URL.Path, "err", err)
 			ae = &apiError{status: statusClientClosedRequest, err: err}
+		case unavailableError(err) != nil:
+			ae = unavailableError(err)
+			d.log.Warn("request failed", "method", r.Method, "path", r.URL.Path, "status", ae.status, "err", err)
 		default:
 			d.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 			ae = &apiError{status: http.StatusInternalServerError, err: err}
 		}
+		if ae.retryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int((ae.retryAfter+time.Second-1)/time.Second)))
+		}
 		writeJSON(w, ae.status, api.Error{Error: bounded(ae.err.Error(), maxEchoBytes), Field: bounded(ae.field, maxFieldEchoBytes)})
 	})
+}
+
+// retryUnreachable is the Retry-After of a 503 for an unreachable store:
+// long enough for a restarted store to listen again, short next to the
+// time a client gives a pause or a restore.
+const retryUnreachable = 5 * time.Second
+
+// unavailableError is the answer to a request that failed for want of a
+// resource rather than through the client or a bug of ours: 507 when a
+// disk (the staging directory, the store, the node cache) had no space
+// left, 503 with Retry-After when the store gave no answer. nil for any
+// other error. Both are decided from the error's chain, never its text.
+func unavailableError(err error) *apiError {
+	switch {
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return &apiError{status: http.StatusInsufficientStorage, err: err}
+	case errors.Is(err, repository.ErrUnreachable):
+		return &apiError{status: http.StatusServiceUnavailable, err: err, retryAfter: retryUnreachable}
+	}
+	return nil
 }
 
 // clientGone reports whether a request's context ended because its client

@@ -70,10 +70,13 @@ func (d *Daemon) pauseRestore(w http.ResponseWriter, r *http.Request) error {
 	if owned {
 		// A client that goes away must not leave a stop half done.
 		rep, err := d.stopAndRelease(context.WithoutCancel(r.Context()), run)
-		if err != nil {
-			return err
-		}
 		res.Stop = &rep
+		if err != nil {
+			// The child is published whole: answer it, or a client
+			// that believes the pause failed pauses again.
+			d.log.Error("the stop after a published pause failed", "restore", id, "child", res.Snapshot, "err", err)
+			res.StopError = err.Error()
+		}
 	}
 	// Not owned with then=stop: a stop that waited for this pause has the
 	// restore and stops the VM the pause left paused.

@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"warmstart/internal/lab/miniotest"
 	"warmstart/internal/node"
 	"warmstart/internal/pause"
+	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/repository/s3"
 
@@ -77,6 +79,8 @@ type storeFault struct {
 	then      string
 	brk, mend func(store string) error
 	msg       string
+	// status is the failed pause's HTTP status; 0 leaves it unchecked.
+	status int
 }
 
 // readOnly covers store with a read-only bind mount of itself: what the
@@ -92,7 +96,7 @@ func unmount(store string) error { return unix.Unmount(store, 0) }
 
 // TestPauseWhileTheStoreIsUnwritable: the POSIX store (a small tmpfs)
 // fills up, or turns read-only, just as a pause publishes its child. The
-// pause fails saying why, the sandbox runs again (also with then=stop),
+// pause fails saying why (507 when full), the sandbox runs again (also with then=stop),
 // nothing of the child is visible and, once the store is mended, nothing
 // it left stays (the repository's sweep at open reclaims it). A later
 // pause publishes a child holding every page written since the restore.
@@ -102,7 +106,8 @@ func TestPauseWhileTheStoreIsUnwritable(t *testing.T) {
 	}
 	filler := func(store string) string { return filepath.Join(store, "filler") }
 	full := storeFault{brk: func(s string) error { return fillUp(filler(s)) },
-		mend: func(s string) error { return os.Remove(filler(s)) }, msg: "no space left"}
+		mend: func(s string) error { return os.Remove(filler(s)) }, msg: "no space left",
+		status: http.StatusInsufficientStorage}
 	ro := storeFault{name: "read-only", then: api.ThenResume, brk: readOnly, mend: unmount,
 		msg: "read-only file system"}
 	fullResume, fullStop := full, full
@@ -146,6 +151,9 @@ func pauseWithStoreFault(t *testing.T, c storeFault) {
 	}
 	if !strings.Contains(err.Error(), c.msg) {
 		t.Errorf("the failed pause's error does not say %q: %v", c.msg, err)
+	}
+	if ae := (*api.APIError)(nil); c.status != 0 && (!errors.As(err, &ae) || ae.StatusCode != c.status) {
+		t.Errorf("the failed pause answered %v; want HTTP %d", err, c.status)
 	}
 	failedPauseLeavesSandbox(t, r, "kid")
 	if err := c.mend(store); err != nil {
@@ -243,8 +251,20 @@ func TestVerifyOfAnS3Child(t *testing.T) {
 	}
 }
 
+// wantUnreachable wants err to be the daemon's answer for a store that
+// does not answer: 503 with Retry-After, saying the store is unreachable.
+func wantUnreachable(t *testing.T, err error) {
+	t.Helper()
+	var ae *api.APIError
+	if !errors.As(err, &ae) || ae.StatusCode != http.StatusServiceUnavailable || ae.RetryAfter <= 0 ||
+		!strings.Contains(ae.Message, repository.ErrUnreachable.Error()) {
+		t.Errorf("answer %v (%#v); want 503 with Retry-After saying %q", err, ae, repository.ErrUnreachable)
+	}
+}
+
 // TestPauseWhileS3IsDown: the MinIO server of an S3 store stops just as a
-// pause publishes its child. The pause fails with an error, the sandbox
+// pause publishes its child. The pause fails with 503 (Retry-After), as
+// do an import and a restore meanwhile, the sandbox
 // runs again, and once the server is back nothing of the child is visible
 // (also to a node with a fresh cache); a later pause publishes a child
 // holding every page written since the restore.
@@ -276,6 +296,11 @@ func TestPauseWhileS3IsDown(t *testing.T) {
 		t.Fatal("a pause with the store down published")
 	}
 	t.Logf("the failed pause answered after %v: %v", time.Since(t0), err)
+	wantUnreachable(t, err)
+	_, err = r.client.Import(ctx, f.importRequest("other"))
+	wantUnreachable(t, err)
+	_, err = r.client.Restore(ctx, api.RestoreRequest{Snapshot: imp.ID})
+	wantUnreachable(t, err)
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -27,9 +27,27 @@ func Show(ctx context.Context, repo repository.Repository, policy *trust.Policy,
 	if res, err := repo.Resolve(ctx, rec.ID); err != nil {
 		info.FilesError = err.Error()
 	} else {
-		info.Files = &api.SnapshotFiles{VMState: res.VMStatePath, Memory: res.MemoryPath, Manifest: res.ManifestPath}
+		info.Files = &api.SnapshotFiles{VMState: res.VMStatePath, Memory: res.MemoryPath, MemoryLayers: layerFiles(res),
+			Manifest: res.ManifestPath}
 	}
 	return info, nil
+}
+
+// layerFiles are the local data files of a layered snapshot's layers, base
+// first; nil when it is not layered or a layer is not a local file (S3).
+func layerFiles(res repository.Resolved) []string {
+	chain, ok := res.Memory.(*repository.ChainSource)
+	if !ok {
+		return nil
+	}
+	var files []string
+	for _, l := range chain.Layers() {
+		if l.DataPath == "" {
+			return nil
+		}
+		files = append(files, l.DataPath)
+	}
+	return files
 }
 
 // List is the catalog f selects: the records, oldest first, then a row

@@ -33,7 +33,7 @@ func Snapshot(w io.Writer, info api.SnapshotInfo, asJSON bool) error {
 		fmt.Fprintf(tw, "files:\tunavailable: %s\n", info.FilesError)
 	} else {
 		fmt.Fprintf(tw, "vm state file:\t%s\n", f.VMState)
-		fmt.Fprintf(tw, "memory file:\t%s\n", memoryFileLine(f.Memory))
+		memoryFileLines(tw, *f)
 		if f.Manifest != "" {
 			fmt.Fprintf(tw, "manifest file:\t%s\n", f.Manifest)
 		}
@@ -41,13 +41,21 @@ func Snapshot(w io.Writer, info api.SnapshotInfo, asJSON bool) error {
 	return tw.Flush()
 }
 
-// memoryFileLine is where a snapshot's memory is read from: its file, or,
-// in an S3 repository, which has no memory file, its chunks.
-func memoryFileLine(path string) string {
-	if path == "" {
-		return "none: read in chunks from the object store through the node cache"
+// memoryFileLines print where a snapshot's memory is read from: its file,
+// a layered snapshot's layer files (base first), or, in an S3 repository,
+// which has no memory file, its chunks.
+func memoryFileLines(tw io.Writer, f api.SnapshotFiles) {
+	switch {
+	case len(f.MemoryLayers) > 0:
+		fmt.Fprintf(tw, "memory files:\t%d layers, base first\n", len(f.MemoryLayers))
+		for i, p := range f.MemoryLayers {
+			fmt.Fprintf(tw, "  layer %d file:\t%s\n", i, p)
+		}
+	case f.Memory == "":
+		fmt.Fprintf(tw, "memory file:\tnone: read in chunks from the object store through the node cache\n")
+	default:
+		fmt.Fprintf(tw, "memory file:\t%s\n", f.Memory)
 	}
-	return path
 }
 
 // memoryLines prints the record's memory: its SHA-256, or for a paused

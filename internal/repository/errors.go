@@ -22,6 +22,11 @@ var (
 	// ErrStale: the record changed since the caller read what it built
 	// on (AttachRefinement); read again and redo.
 	ErrStale = errors.New("record changed since it was read")
+	// ErrUnreachable: the store did not answer (connection refused or
+	// reset, no response within the timeout, a response that stopped
+	// coming). The same request may succeed later; a store that answers
+	// with an error (denied, not found, a bad object) is not unreachable.
+	ErrUnreachable = errors.New("the store is unreachable")
 )
 
 // AliasConflictError reports which snapshot holds the alias. It matches

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"warmstart/internal/repository"
 )
 
 // ErrStalled is wrapped when the store sent a response's headers and then
@@ -106,6 +109,9 @@ func (t *stallTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		t.untrack(p)
 		cancel(nil)
+		if req.Context().Err() == nil && noAnswer(err) {
+			err = &unreachableError{err: err}
+		}
 		return nil, err
 	}
 	p.answer()
@@ -138,7 +144,7 @@ func (g *stallGuard) Read(p []byte) (int, error) {
 	g.p.answer()
 	g.timer.Stop()
 	if err != nil && errors.Is(context.Cause(g.ctx), ErrStalled) {
-		err = fmt.Errorf("%w: no byte for %v: %w", ErrStalled, g.idle, err)
+		err = fmt.Errorf("%w: %w: no byte for %v: %w", repository.ErrUnreachable, ErrStalled, g.idle, err)
 	}
 	return n, err
 }
@@ -149,3 +155,29 @@ func (g *stallGuard) Close() error {
 	g.cancel(nil)
 	return g.rc.Close()
 }
+
+// noAnswer reports whether err, a transport's, says the store gave no
+// answer: a network error (connection refused or reset, host or network
+// unreachable, a name that does not resolve, a timeout) or a connection
+// closed before the response. A certificate the client refuses is not:
+// waiting does not mend it.
+func noAnswer(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// unreachableError is a request the store gave no answer to. It matches
+// repository.ErrUnreachable and its cause with errors.Is.
+type unreachableError struct{ err error }
+
+func (e *unreachableError) Error() string {
+	cause := e.err.Error()
+	if errors.Is(e.err, io.EOF) || errors.Is(e.err, io.ErrUnexpectedEOF) {
+		// minio-go replaces a transport error whose text says EOF with
+		// a plain one, which would lose this error and its type.
+		cause = "the connection closed before the response"
+	}
+	return fmt.Sprintf("%v: %s", repository.ErrUnreachable, cause)
+}
+
+func (e *unreachableError) Unwrap() []error { return []error{repository.ErrUnreachable, e.err} }
