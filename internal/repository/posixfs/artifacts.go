@@ -1,6 +1,7 @@
 package posixfs
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -174,7 +175,8 @@ func (r *Repo) copyVerified(ctx context.Context, spec importSpec, dst string, pr
 		return storedArtifact{}, fmt.Errorf("create %s: %w", dst, err)
 	}
 	h := sha256.New()
-	sinks := []io.Writer{out, h}
+	sparse := &holeWriter{f: out}
+	sinks := []io.Writer{sparse, h}
 	var tables *integrity.Tables
 	if spec.digests {
 		t := integrity.NewTables(spec.size)
@@ -184,6 +186,12 @@ func (r *Repo) copyVerified(ctx context.Context, spec importSpec, dst string, pr
 	if err != nil {
 		out.Close()
 		return storedArtifact{}, fmt.Errorf("copy %s to %s: %w", spec.src, dst, err)
+	}
+	// Zero pages were skipped, not written: the size the trailing ones
+	// give the file is set here.
+	if err := out.Truncate(n); err != nil {
+		out.Close()
+		return storedArtifact{}, fmt.Errorf("size %s to %d bytes: %w", dst, n, err)
 	}
 	if err := out.Sync(); err != nil {
 		out.Close()
@@ -210,6 +218,47 @@ func (r *Repo) copyVerified(ctx context.Context, spec importSpec, dst string, pr
 		got.tables = repository.EncodeTables(*tables)
 	}
 	return got, nil
+}
+
+// holePage is the unit holeWriter looks for zeros in: the host page, the
+// block of the file systems that keep holes.
+const holePage = 4096
+
+var zeroPage [holePage]byte
+
+// holeWriter writes a stream into a new, empty file and leaves every whole
+// zero page of it a hole instead of writing it, so a memory file that is
+// mostly holes (a large guest that touched little of its memory) is stored
+// as sparse as it came, not as its whole size of zeros on disk. Reading a
+// hole gives zeros, so the copy's bytes are the same. The caller truncates
+// the file to the stream's length at the end, for trailing zero pages.
+type holeWriter struct {
+	f   *os.File
+	off int64
+}
+
+func (w *holeWriter) Write(p []byte) (int, error) {
+	for i := 0; i < len(p); {
+		end := min(i+holePage, len(p))
+		if bytes.Equal(p[i:end], zeroPage[:end-i]) {
+			i = end
+			continue
+		}
+		// A run of pages with data is written in one call.
+		for end < len(p) {
+			next := min(end+holePage, len(p))
+			if bytes.Equal(p[end:next], zeroPage[:next-end]) {
+				break
+			}
+			end = next
+		}
+		if _, err := w.f.WriteAt(p[i:end], w.off+int64(i)); err != nil {
+			return i, err
+		}
+		i = end
+	}
+	w.off += int64(len(p))
+	return len(p), nil
 }
 
 // hashFile reads path to the end and returns its size and SHA-256, and with
