@@ -170,6 +170,10 @@ func (r *Repo) copyVerified(ctx context.Context, spec importSpec, dst string, pr
 		return storedArtifact{}, fmt.Errorf("open %s: %w", spec.src, err)
 	}
 	defer in.Close()
+	before, err := changeStamp(in)
+	if err != nil {
+		return storedArtifact{}, err
+	}
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, artifactFileMode)
 	if err != nil {
 		return storedArtifact{}, fmt.Errorf("create %s: %w", dst, err)
@@ -205,6 +209,9 @@ func (r *Repo) copyVerified(ctx context.Context, spec importSpec, dst string, pr
 	}
 	if r.afterCopy != nil {
 		r.afterCopy(dst)
+	}
+	if err := unchangedSince(in, spec.src, before); err != nil {
+		return storedArtifact{}, err
 	}
 	want := storedArtifact{size: n, sha256: hex.EncodeToString(h.Sum(nil))}
 	got, err := hashFile(ctx, dst, false, false, func(n int64) { progress(repository.StepVerify, n) })
@@ -259,6 +266,37 @@ func (w *holeWriter) Write(p []byte) (int, error) {
 	}
 	w.off += int64(len(p))
 	return len(p), nil
+}
+
+// changeStamp is what tells whether a file was written: its size, and
+// its modification and status change times (the latter no tool can set
+// back).
+type stamp struct {
+	size         int64
+	mtime, ctime unix.Timespec
+}
+
+func changeStamp(f *os.File) (stamp, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return stamp{}, fmt.Errorf("stat %s: %w", f.Name(), err)
+	}
+	return stamp{size: st.Size, mtime: st.Mtim, ctime: st.Ctim}, nil
+}
+
+// unchangedSince refuses a copy of a source written while it was read:
+// its bytes mix the file before and after the write, which no moment of
+// the guest held, yet match the digests computed from what was read.
+func unchangedSince(f *os.File, src string, before stamp) error {
+	after, err := changeStamp(f)
+	if err != nil {
+		return err
+	}
+	if after != before {
+		return fmt.Errorf("%w: %s changed while it was copied (something still writes it); import it once nothing does",
+			repository.ErrInvalidRequest, src)
+	}
+	return nil
 }
 
 // hashFile reads path to the end and returns its size and SHA-256, and with
