@@ -9,7 +9,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -62,8 +61,9 @@ func main() {
 	roles.Dispatch()
 	cli.MarkTree(rootCmd)
 	env.RegisterCompletions(rootCmd)
-	if err := rootCmd.Execute(); err != nil {
-		fmt.Fprintf(os.Stderr, "warmstart: %v\n", err)
-		os.Exit(cli.ExitCode(err))
+	stdout := &cli.Stdout{W: os.Stdout}
+	rootCmd.SetOut(stdout)
+	if cmd, err := rootCmd.ExecuteC(); err != nil {
+		os.Exit(cli.ReportFailure(cmd, os.Args[1:], err, stdout, os.Stderr))
 	}
 }

@@ -183,6 +183,10 @@ type Cache struct {
 	// fullWarnedAt is when a fetched block not kept was last logged;
 	// under mu.
 	fullWarnedAt time.Time
+	// writeWarnedAt is when a failed block write was last logged, and
+	// writeFailures how many failed since; both under mu.
+	writeWarnedAt time.Time
+	writeFailures int
 
 	mu        sync.Mutex
 	entries   map[blockKey]*entry

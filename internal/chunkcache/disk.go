@@ -211,13 +211,31 @@ func (c *Cache) persistLoop() {
 			continue
 		case err != nil:
 			c.removeLocked(e)
+			failed, due := c.noteWriteFailureLocked()
 			c.mu.Unlock()
-			c.log.Warn("chunk cache: write block", "path", path, "err", err)
+			if due {
+				c.log.Warn("chunk cache: write block; blocks that cannot be written are served, not kept",
+					"path", path, "err", err, "failed_blocks", failed)
+			}
 			continue
 		}
 		e.onDisk, e.data = true, nil
 		c.mu.Unlock()
 	}
+}
+
+// noteWriteFailureLocked counts a block that could not be written and
+// says whether to log it, with the failures since the last log: at most
+// once a minute, since a full or broken disk fails every block a restore
+// fetches (a warning per MiB of a 64 GiB guest otherwise). It needs mu.
+func (c *Cache) noteWriteFailureLocked() (int, bool) {
+	c.writeFailures++
+	if time.Since(c.writeWarnedAt) < time.Minute {
+		return 0, false
+	}
+	failed := c.writeFailures
+	c.writeWarnedAt, c.writeFailures = time.Now(), 0
+	return failed, true
 }
 
 // writeDurable writes data to path through a temporary file in dir that is

@@ -59,12 +59,31 @@ func DaemonAddress(v string) (string, error) {
 	if strings.Contains(v, "://") {
 		return v, checkDaemonURL(v)
 	}
-	if hostPort(v) {
-		if _, err := os.Stat(v); errors.Is(err, os.ErrNotExist) {
-			return "http://" + v, nil
-		}
+	_, statErr := os.Stat(v)
+	switch {
+	case !errors.Is(statErr, os.ErrNotExist):
+		return v, nil // a socket may be called anything
+	case hostPort(v):
+		return "http://" + v, nil
+	}
+	if port, ok := numericPort(v); ok {
+		return "", fmt.Errorf("%q: port %s: want 1..65535 (no socket of that name either)", v, port)
 	}
 	return v, nil
+}
+
+// numericPort returns the decimal port of v when v reads as HOST:PORT, a
+// number after the last colon and no slash, whatever the number's range.
+func numericPort(v string) (string, bool) {
+	if strings.Contains(v, "/") {
+		return "", false
+	}
+	_, port, err := net.SplitHostPort(v)
+	if err != nil || port == "" {
+		return "", false
+	}
+	_, err = strconv.ParseUint(port, 10, 64)
+	return port, err == nil
 }
 
 // hostPort reports whether v reads as HOST:PORT rather than a path.

@@ -31,7 +31,9 @@ func TestDaemonAddressForms(t *testing.T) {
 			t.Errorf("DaemonAddress(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"unix:", "ftp://x", "https://"} {
+	// HOST:PORT with a port no TCP address has, and no file of that name:
+	// a typo, not a socket path whose dial fails with "no such file".
+	for _, bad := range []string{"unix:", "ftp://x", "https://", "127.0.0.1:99999", "localhost:0"} {
 		if got, err := DaemonAddress(bad); err == nil {
 			t.Errorf("DaemonAddress(%q) = %q, want an error", bad, got)
 		}

@@ -203,6 +203,10 @@ func TestValidateErrors(t *testing.T) {
 		{"[daemon]\nsocket = \"ws.sock\"", "daemon.socket", `"ws.sock" is not an absolute path`},
 		{"[daemon]\ntoken_file = \"token\"", "daemon.token_file", `"token" is not an absolute path`},
 		{"[vmm]\ndriver = \"replay\"\n[replay]\ntrace = \"startup.trace\"", "replay.trace", `"startup.trace" is not an absolute path`},
+		// No file system path holds a NUL byte: every open of it fails
+		// with "invalid argument", printed with the NUL in it.
+		{"[daemon]\ntoken_file = \"/run/ws\\u0000x\"", "daemon.token_file", `"/run/ws\x00x" holds a NUL byte`},
+		{"[backend.posix_fs]\nsnapshot_store = \"/srv/st\\u0000ore\"", "backend.posix_fs.snapshot_store", "holds a NUL byte"},
 		{"[daemon]\nlisten = \"localhost\"", "daemon.listen", "not host:port"},
 		{"[daemon]\nlisten = \"localhost:http\"", "daemon.listen", "is not a number"},
 		{"[daemon]\nlisten = \"localhost:70000\"", "daemon.listen", "is not a number"},

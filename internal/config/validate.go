@@ -321,6 +321,11 @@ func absolutePath(key, v string) error {
 	if !filepath.IsAbs(v) {
 		return invalid(key, "%q is not an absolute path", v)
 	}
+	// The kernel refuses such a path on every use, with a bare "invalid
+	// argument" that names no key.
+	if strings.ContainsRune(v, 0) {
+		return invalid(key, "%q holds a NUL byte", v)
+	}
 	return nil
 }
 

@@ -40,6 +40,11 @@ func (f *Flags) Check(snapshot string) (int64, error) {
 	if err := CheckBlocks("reserve-blocks", f.ReserveBlocks, 0); err != nil {
 		return 0, err
 	}
+	// Its range alone; validateConcurrency checks it against the VMM
+	// and the columns once the snapshot is known.
+	if f.Concurrency < 0 || f.Concurrency > MaxConcurrency {
+		return 0, fmt.Errorf("--concurrency %d: want 1..%d", f.Concurrency, MaxConcurrency)
+	}
 	if err := f.checkDevice(); err != nil {
 		return 0, err
 	}

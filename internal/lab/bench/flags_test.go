@@ -36,6 +36,10 @@ func TestFlagsCheckNamesTheFlag(t *testing.T) {
 		"--memory-size":      func(f *Flags) { f.MemorySize = "lots" },
 		"--repository \"x\"": func(f *Flags) { f.Repository = "x" },
 		"--repository s3":    func(f *Flags) { f.Repository = "s3" },
+		// Refused before the reference snapshot is synthesized and its
+		// manifest recorded, as a usage error, not after.
+		"--concurrency -3": func(f *Flags) { f.Concurrency = -3 },
+		"--concurrency 17": func(f *Flags) { f.Concurrency = MaxConcurrency + 1 },
 	} {
 		f := validFlags()
 		edit(&f)

@@ -1,6 +1,7 @@
 package posixfs
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -169,12 +170,17 @@ func (r *Repo) copyVerified(ctx context.Context, spec importSpec, dst string, pr
 		return storedArtifact{}, fmt.Errorf("open %s: %w", spec.src, err)
 	}
 	defer in.Close()
+	before, err := changeStamp(in)
+	if err != nil {
+		return storedArtifact{}, err
+	}
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, artifactFileMode)
 	if err != nil {
 		return storedArtifact{}, fmt.Errorf("create %s: %w", dst, err)
 	}
 	h := sha256.New()
-	sinks := []io.Writer{out, h}
+	sparse := &holeWriter{f: out}
+	sinks := []io.Writer{sparse, h}
 	var tables *integrity.Tables
 	if spec.digests {
 		t := integrity.NewTables(spec.size)
@@ -184,6 +190,12 @@ func (r *Repo) copyVerified(ctx context.Context, spec importSpec, dst string, pr
 	if err != nil {
 		out.Close()
 		return storedArtifact{}, fmt.Errorf("copy %s to %s: %w", spec.src, dst, err)
+	}
+	// Zero pages were skipped, not written: the size the trailing ones
+	// give the file is set here.
+	if err := out.Truncate(n); err != nil {
+		out.Close()
+		return storedArtifact{}, fmt.Errorf("size %s to %d bytes: %w", dst, n, err)
 	}
 	if err := out.Sync(); err != nil {
 		out.Close()
@@ -198,6 +210,9 @@ func (r *Repo) copyVerified(ctx context.Context, spec importSpec, dst string, pr
 	if r.afterCopy != nil {
 		r.afterCopy(dst)
 	}
+	if err := unchangedSince(in, spec.src, before); err != nil {
+		return storedArtifact{}, err
+	}
 	want := storedArtifact{size: n, sha256: hex.EncodeToString(h.Sum(nil))}
 	got, err := hashFile(ctx, dst, false, false, func(n int64) { progress(repository.StepVerify, n) })
 	if err != nil {
@@ -210,6 +225,78 @@ func (r *Repo) copyVerified(ctx context.Context, spec importSpec, dst string, pr
 		got.tables = repository.EncodeTables(*tables)
 	}
 	return got, nil
+}
+
+// holePage is the unit holeWriter looks for zeros in: the host page, the
+// block of the file systems that keep holes.
+const holePage = 4096
+
+var zeroPage [holePage]byte
+
+// holeWriter writes a stream into a new, empty file and leaves every whole
+// zero page of it a hole instead of writing it, so a memory file that is
+// mostly holes (a large guest that touched little of its memory) is stored
+// as sparse as it came, not as its whole size of zeros on disk. Reading a
+// hole gives zeros, so the copy's bytes are the same. The caller truncates
+// the file to the stream's length at the end, for trailing zero pages.
+type holeWriter struct {
+	f   *os.File
+	off int64
+}
+
+func (w *holeWriter) Write(p []byte) (int, error) {
+	for i := 0; i < len(p); {
+		end := min(i+holePage, len(p))
+		if bytes.Equal(p[i:end], zeroPage[:end-i]) {
+			i = end
+			continue
+		}
+		// A run of pages with data is written in one call.
+		for end < len(p) {
+			next := min(end+holePage, len(p))
+			if bytes.Equal(p[end:next], zeroPage[:next-end]) {
+				break
+			}
+			end = next
+		}
+		if _, err := w.f.WriteAt(p[i:end], w.off+int64(i)); err != nil {
+			return i, err
+		}
+		i = end
+	}
+	w.off += int64(len(p))
+	return len(p), nil
+}
+
+// changeStamp is what tells whether a file was written: its size, and
+// its modification and status change times (the latter no tool can set
+// back).
+type stamp struct {
+	size         int64
+	mtime, ctime unix.Timespec
+}
+
+func changeStamp(f *os.File) (stamp, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return stamp{}, fmt.Errorf("stat %s: %w", f.Name(), err)
+	}
+	return stamp{size: st.Size, mtime: st.Mtim, ctime: st.Ctim}, nil
+}
+
+// unchangedSince refuses a copy of a source written while it was read:
+// its bytes mix the file before and after the write, which no moment of
+// the guest held, yet match the digests computed from what was read.
+func unchangedSince(f *os.File, src string, before stamp) error {
+	after, err := changeStamp(f)
+	if err != nil {
+		return err
+	}
+	if after != before {
+		return fmt.Errorf("%w: %s changed while it was copied (something still writes it); import it once nothing does",
+			repository.ErrInvalidRequest, src)
+	}
+	return nil
 }
 
 // hashFile reads path to the end and returns its size and SHA-256, and with

@@ -247,12 +247,7 @@ func (r *Repo) fetchLocal(ctx context.Context, key, want string, size int64) (st
 	if int64(len(data)) != size {
 		return "", fmt.Errorf("get %s: %d of %d bytes: %w", key, len(data), size, io.ErrUnexpectedEOF)
 	}
-	got := sha256Hex(data)
-	p := filepath.Join(r.filesDir, got)
-	if err := durable.WriteBytes(p, 0o444, data); err != nil {
-		return "", fmt.Errorf("cache %s locally: %w", key, err)
-	}
-	return p, nil
+	return r.cacheFile(key, sha256Hex(data), data)
 }
 
 // fetchForCheck fetches an artifact whose consumer checks it against the
@@ -293,7 +288,19 @@ func (r *Repo) fetchAsStored(ctx context.Context, key string, limit int64) (stri
 	if err != nil {
 		return "", ctxErr(ctx, fmt.Errorf("get %s: %w", key, err))
 	}
-	p := filepath.Join(r.filesDir, sha256Hex(data))
+	return r.cacheFile(key, sha256Hex(data), data)
+}
+
+// cacheFile writes the bytes of the object at key into the node's file
+// cache under their SHA-256 sum. The directory is made again first when
+// it was removed under the running repository (an operator clearing the
+// cache): its "no such file" would otherwise read as the object missing
+// from the store, and fail every resolve as damage until a restart.
+func (r *Repo) cacheFile(key, sum string, data []byte) (string, error) {
+	if err := os.MkdirAll(r.filesDir, 0o700); err != nil {
+		return "", fmt.Errorf("cache %s locally: %w", key, err)
+	}
+	p := filepath.Join(r.filesDir, sum)
 	if err := durable.WriteBytes(p, 0o444, data); err != nil {
 		return "", fmt.Errorf("cache %s locally: %w", key, err)
 	}
