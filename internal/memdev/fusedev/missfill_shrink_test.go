@@ -1,12 +1,7 @@
 package fusedev
 
 import (
-	"os"
 	"testing"
-
-	"warmstart/internal/integrity"
-	"warmstart/internal/layout"
-	"warmstart/internal/memdev"
 )
 
 // scatteredMisses faults count pages of d one by one, each far from every
@@ -88,66 +83,4 @@ func TestMissesThatContinueRunsKeepTheWindow(t *testing.T) {
 		faultAndFill(t, d, events, fileBytes, edge, edge+pageBytes, edge+2*window, 2*window-pageBytes)
 	}
 	scatteredMisses(t, d, events, fileBytes, next, 1, window)
-}
-
-// TestAShrunkFillNeverServesACorruptBlock: at the floor, the fill after
-// a miss meets a block that fails its digest: the fill's read of the
-// pages after the miss fails as a whole, so it stores none of them; the
-// guest's read of that block fails, the pages before it read back right
-// on demand, and the device reports the block.
-func TestAShrunkFillNeverServesACorruptBlock(t *testing.T) {
-	const (
-		fileBytes = 40 << 20
-		window    = 128 << 10
-	)
-	lower := writeLower(t, fileBytes, 36)
-	data, err := os.ReadFile(lower)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := integrity.NewBuilder(integrity.SHA256, fileBytes)
-	b.Write(data)
-	miss := int64(30 << 20)
-	bad := miss + 3*pageBytes // the third page after the miss
-	f, err := os.OpenFile(lower, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt([]byte{^data[bad+7]}, bad+7); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-
-	srv := missFillServer(t, window)
-	events := make(servedEvents, 1024)
-	req := fileReq(lower, memdev.IOEngineBuffered)
-	req.Observer = events
-	req.Verifier = &memdev.Verifier{Table: b.Table()}
-	d, err := srv.Attach("bad", req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { waitAck(t, d.release()) }()
-	held, err := os.Open(d.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Close()
-	next := int64(1 << 20)
-	for _, w := range []int64{window, window / 2, window / 4} {
-		next = scatteredMisses(t, d, events, fileBytes, next, missLotsaMiss, w)
-	}
-	faultAndFill(t, d, events, fileBytes, miss, miss+pageBytes, miss+pageBytes+missFillFirstBytes, 0)
-
-	l := layout.Single(fileBytes)
-	if res := runChildSpec(t, childSpec{Mode: childMmap, Path: d.Path(), Layout: l, Pages: []int64{bad}}); res.Err == "" {
-		t.Fatalf("a read of the corrupt block succeeded (hash %s)", res.Hash)
-	}
-	good := []int64{miss + pageBytes, miss + 2*pageBytes}
-	if res := runChildSpec(t, childSpec{Mode: childMmap, Path: d.Path(), Layout: l, Pages: good}); res.Err != "" || res.Hash != lowerHash(t, lower, good, pageBytes) {
-		t.Fatalf("pages before the corrupt block: %+v", res)
-	}
-	if d.Corruption() == nil {
-		t.Fatal("the device reports no corrupt block")
-	}
 }
