@@ -21,14 +21,8 @@ const (
 	// open file).
 	missRuns = 4
 	// missFillFirstBytes after a miss are stored first, on their own
-	// (fillOrder); they are also the least an isolated miss's fill
-	// shrinks to.
+	// (fillOrder).
 	missFillFirstBytes = 4 * fillPageBytes
-	// missLotsaMiss isolated fills in a row with no evidence that the
-	// guest used one (a later miss continuing its run) halve the window
-	// around the next isolated miss, as Linux's fault readaround stops
-	// once more than MMAP_LOTSAMISS faults were not prevented by it.
-	missLotsaMiss = 8
 )
 
 // missRun is one run of misses: its last miss was at start, the fills so
@@ -40,18 +34,13 @@ type missRun struct {
 
 // missFill is a generation's state for filling around demand misses.
 type missFill struct {
-	window int64 // the mount's window: an isolated miss's at most
+	window int64 // an isolated miss's window
 	slots  chan struct{}
 	bufs   sync.Pool
 
 	mu   sync.Mutex
 	runs [missRuns]missRun
 	next int // the run a new isolated miss replaces
-	// isolated is the window an isolated miss gets now, from
-	// missFillFirstBytes to window; unproven counts the isolated fills
-	// since the last evidence that the guest used one (adapt).
-	isolated int64
-	unproven int
 }
 
 // MissFillBytes is the window the mount fills around a demand miss on a
@@ -72,9 +61,8 @@ func newMissFill(window int) *missFill {
 		return nil
 	}
 	return &missFill{
-		window:   int64(window),
-		isolated: int64(window),
-		slots:    make(chan struct{}, missFillsInFlight),
+		window: int64(window),
+		slots:  make(chan struct{}, missFillsInFlight),
 		bufs: sync.Pool{New: func() any {
 			b := make([]byte, missRunMaxFactor*window)
 			return &b
@@ -88,16 +76,15 @@ func newMissFill(window int) *missFill {
 // memory its manifest did not know, so the fill goes forward from where
 // the run's last one ended and doubles (readahead's window doubling), up
 // to missRunMaxFactor windows. Any other read is an isolated miss: the
-// isolated window centred on it, and the start of a new run.
+// window centred on it, and the start of a new run.
 func (mf *missFill) span(off int64, n int, size int64) (start, end int64) {
 	mf.mu.Lock()
 	defer mf.mu.Unlock()
 	for i := range mf.runs {
 		r := &mf.runs[i]
-		if r.window == 0 || off < r.start || off >= r.end+min(r.window, mf.window) {
+		if r.window == 0 || off < r.start || off >= r.end+mf.window {
 			continue
 		}
-		mf.adapt(true)
 		w := min(2*r.window, missRunMaxFactor*mf.window)
 		// The run covers w bytes more from where it had reached.
 		start = pageUp(max(off+int64(n), r.end))
@@ -105,44 +92,12 @@ func (mf *missFill) span(off int64, n int, size int64) (start, end int64) {
 		*r = missRun{start: off, end: end, window: w}
 		return start, end
 	}
-	w := mf.isolated
-	start = max(0, off+int64(n)/2-w/2) &^ (fillPageBytes - 1)
-	if w <= missFillFirstBytes && w < mf.window {
-		// The floor: the pages right after the miss, the likeliest
-		// next touches, which a fill stores first anyway.
-		start = pageUp(off + int64(n))
-	}
-	end = min(start+w, size)
-	mf.adapt(false)
+	start = max(0, off+int64(n)/2-mf.window/2) &^ (fillPageBytes - 1)
+	end = min(start+mf.window, size)
 	// A fault behind the miss, in its window, is not the run going on.
-	mf.runs[mf.next] = missRun{start: off, end: end, window: w}
+	mf.runs[mf.next] = missRun{start: off, end: end, window: mf.window}
 	mf.next = (mf.next + 1) % len(mf.runs)
 	return start, end
-}
-
-// adapt sizes the isolated window from what the misses show. A miss that
-// continues a run is evidence that the guest ran through the pages filled
-// before it (used is true): the window doubles back towards the mount's.
-// An isolated miss is not: after missLotsaMiss of them in a row the
-// window halves, down to missFillFirstBytes. The device cannot see the
-// page cache hits Linux counts against its misses; a run's next miss is
-// the only use of a fill it can see, so only a guest whose misses never
-// continue its fills' runs (scattered misses, most of each fill never
-// touched) loses the wide window, and one whose fills are walked through
-// keeps it.
-func (mf *missFill) adapt(used bool) {
-	if used {
-		mf.isolated = min(2*mf.isolated, mf.window)
-		mf.unproven = 0
-		return
-	}
-	if mf.unproven++; mf.unproven < missLotsaMiss {
-		return
-	}
-	mf.unproven = 0
-	if mf.isolated > missFillFirstBytes {
-		mf.isolated = max(mf.isolated/2, missFillFirstBytes)
-	}
 }
 
 func pageUp(off int64) int64 { return (off + fillPageBytes - 1) &^ (fillPageBytes - 1) }
