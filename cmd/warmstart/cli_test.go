@@ -78,6 +78,8 @@ func TestRestoreRefusesBadFlagsUpFront(t *testing.T) {
 		{[]string{"--policy", "fastest"}, `--policy: unknown prefetch policy "fastest"`},
 		{[]string{"--plot", "timeline.pdf"}, `--plot: "timeline.pdf": picture file must end in .svg or .png`},
 		{[]string{"--device", ""}, `--device "": want file or uffd`},
+		{[]string{"--pausable"}, "--pausable needs --daemon and --hold"},
+		{[]string{"--pausable", "--hold"}, "--pausable needs --daemon and --hold"},
 		{[]string{"--plot", "/nonexistent-dir/x.svg"}, `--plot: /nonexistent-dir/x.svg: directory /nonexistent-dir: `},
 		{[]string{"--plot", "/dev/null/x.svg"}, `--plot: /dev/null/x.svg: directory /dev/null: not a directory`},
 	} {
@@ -103,6 +105,9 @@ func TestRestoreRefusesBadFlagsUpFront(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "none.sock")
 	if r := runCLI(t, "--daemon", sock, "restore", "web", "--device", "nvme"); r.code != 2 || !strings.Contains(r.stderr, `--device "nvme"`) {
 		t.Errorf("with --daemon: exit %d, stderr %q; want exit 2 naming --device", r.code, r.stderr)
+	}
+	if r := runCLI(t, "--daemon", sock, "restore", "web", "--pausable"); r.code != 2 || !strings.Contains(r.stderr, "--pausable needs --daemon and --hold") {
+		t.Errorf("--pausable without --hold: exit %d, stderr %q; want exit 2 naming --pausable", r.code, r.stderr)
 	}
 	if r := runCLI(t, "--daemon", sock, "restore", "web", "--plot", "t.svg"); r.code != 2 || !strings.Contains(r.stderr, "--plot") {
 		t.Errorf("--plot with --daemon: exit %d, stderr %q; want exit 2 naming --plot", r.code, r.stderr)

@@ -101,6 +101,11 @@ func (f *restoreFlags) check(cmd *cobra.Command) error {
 			return err
 		}
 	}
+	// Only a daemon can pause a restore (restores snapshot), and only one
+	// it still holds: anything else would restore and never be paused.
+	if f.req.Pausable && (env.Daemon == "" || !f.hold) {
+		return errors.New("--pausable needs --daemon and --hold: only a restore the daemon holds can be paused (restores snapshot ID)")
+	}
 	return ops.CheckRestoreRequest(f.req, ops.Flags)
 }
 
