@@ -97,16 +97,16 @@ type TrialResult struct {
 	// and charts; of the slowest one when several ran at once
 	// (TrialSpec.Concurrency), each of which ConcurrentReady then holds.
 	// In JSON the slowest is slowest_ready_ns.
-	ReadyMs         float64                `json:"-"`
-	SlowestReady    time.Duration          `json:"slowest_ready_ns"`
-	ConcurrentReady []time.Duration        `json:"concurrent_ready_ns,omitempty"`
+	ReadyMs         float64         `json:"-"`
+	SlowestReady    time.Duration   `json:"slowest_ready_ns"`
+	ConcurrentReady []time.Duration `json:"concurrent_ready_ns,omitempty"`
 	// Concurrent is each concurrent restore's own account, in start order,
 	// and HostCPU what the host's CPUs did over them (nil for one restore).
-	Concurrent []ConcurrentRestore `json:"concurrent,omitempty"`
-	HostCPU    *HostCPU            `json:"host_cpu,omitempty"`
-	Timings         restore.Timings        `json:"timings"`
-	Prefetch        restore.PrefetchReport `json:"prefetch"`
-	DeviceBytes     memdev.Counters        `json:"device_bytes"`
+	Concurrent  []ConcurrentRestore    `json:"concurrent,omitempty"`
+	HostCPU     *HostCPU               `json:"host_cpu,omitempty"`
+	Timings     restore.Timings        `json:"timings"`
+	Prefetch    restore.PrefetchReport `json:"prefetch"`
+	DeviceBytes memdev.Counters        `json:"device_bytes"`
 	// Cost is the timed restore's CPU and I/O until ready.
 	Cost restore.Cost `json:"cost"`
 	// HashOK says the guest saw the snapshot's memory: for the replay VMM
