@@ -101,6 +101,8 @@ func concurrentRestoreOf(inst *restore.Instance) ConcurrentRestore {
 // is time they spent waiting on something other than the CPU. The
 // figure is the host's, other work included.
 type HostCPU struct {
+	// Wall is the time between the two readings.
+	Wall   time.Duration `json:"wall_ns"`
 	Busy   time.Duration `json:"busy_ns"`
 	Idle   time.Duration `json:"idle_ns"`
 	IOWait time.Duration `json:"iowait_ns"`
@@ -114,7 +116,9 @@ func readHostCPU() (HostCPU, bool) {
 		return HostCPU{}, false
 	}
 	line, _, _ := strings.Cut(string(data), "\n")
-	return parseHostCPU(line)
+	h, ok := parseHostCPU(line)
+	h.Wall = time.Duration(time.Now().UnixNano())
+	return h, ok
 }
 
 // parseHostCPU parses /proc/stat's first line: "cpu" and the clock ticks
@@ -140,5 +144,5 @@ func parseHostCPU(line string) (HostCPU, bool) {
 
 // Sub is what the host did between an earlier reading o and h.
 func (h HostCPU) Sub(o HostCPU) HostCPU {
-	return HostCPU{Busy: h.Busy - o.Busy, Idle: h.Idle - o.Idle, IOWait: h.IOWait - o.IOWait}
+	return HostCPU{Wall: h.Wall - o.Wall, Busy: h.Busy - o.Busy, Idle: h.Idle - o.Idle, IOWait: h.IOWait - o.IOWait}
 }
