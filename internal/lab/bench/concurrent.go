@@ -74,8 +74,7 @@ func (t *trial) stopAll(insts []*restore.Instance) error {
 // ConcurrentRestore is what one of a trial's concurrent restores found by
 // its ready: where its time went, beside the others'.
 type ConcurrentRestore struct {
-	VMStarted time.Duration `json:"vm_started_ns"`
-	Ready     time.Duration `json:"ready_ns"`
+	Timings restore.Timings `json:"timings"`
 	// LatePages and DemandRequests are its own guest's (startupset.Report).
 	LatePages      int64 `json:"late_pages"`
 	DemandRequests int64 `json:"demand_requests"`
@@ -86,8 +85,7 @@ type ConcurrentRestore struct {
 
 // concurrentRestoreOf is inst's part of a trial's report.
 func concurrentRestoreOf(inst *restore.Instance) ConcurrentRestore {
-	c := ConcurrentRestore{VMStarted: inst.Timings.VMStarted, Ready: inst.Timings.Ready,
-		LatePages: inst.StartupSet.LatePages, DemandRequests: inst.StartupSet.DemandRequests}
+	c := ConcurrentRestore{Timings: inst.Timings, LatePages: inst.StartupSet.LatePages, DemandRequests: inst.StartupSet.DemandRequests}
 	if v := inst.Cost.VMM; v != nil {
 		c.VMMCPU, c.VMMMajorFaults = v.CPU(), v.MajorFaults
 	}

@@ -38,7 +38,7 @@ func TestConcurrentTrialsTimeTheSlowestOfNRestores(t *testing.T) {
 			t.Errorf("%s: per-restore account %+v, host CPU %+v: want two restores and the host's CPU", res.Spec.Condition, res.Concurrent, res.HostCPU)
 		}
 		for i, c := range res.Concurrent {
-			if c.Ready != res.ConcurrentReady[i] || c.VMStarted <= 0 || c.VMStarted > c.Ready || c.VMMCPU <= 0 {
+			if tm := c.Timings; tm.Ready != res.ConcurrentReady[i] || tm.VMStarted <= 0 || tm.VMStarted > tm.Ready || c.VMMCPU <= 0 {
 				t.Errorf("%s: restore %d: %+v, ready %v", res.Spec.Condition, i, c, res.ConcurrentReady[i])
 			}
 		}
