@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"warmstart/internal/config"
+	"warmstart/internal/procstat"
 	"warmstart/internal/restore"
 )
 
@@ -95,19 +96,24 @@ func concurrentRestoreOf(inst *restore.Instance) ConcurrentRestore {
 // HostCPU is what every CPU of the host did over a trial's timed
 // restores, from the first one's start to the last one's ready
 // (/proc/stat): on a host with N cores, Busy + Idle + IOWait is about N
-// times the wall time. Idle or waiting CPU while restores are not ready
-// is time they spent waiting on something other than the CPU. The
-// figure is the host's, other work included.
+// times Wall. Idle or waiting CPU while restores are not ready is time
+// they spent waiting on something other than the CPU. Busy is the
+// host's, other work included: Node is this process's share of it,
+// and IRQ the interrupts' and softirqs' (a cold lower's disk
+// completions), which no process is charged for.
 type HostCPU struct {
 	// Wall is the time between the two readings.
 	Wall   time.Duration `json:"wall_ns"`
 	Busy   time.Duration `json:"busy_ns"`
 	Idle   time.Duration `json:"idle_ns"`
 	IOWait time.Duration `json:"iowait_ns"`
+	IRQ    time.Duration `json:"irq_ns"`
+	Node   time.Duration `json:"node_ns"`
 }
 
-// readHostCPU reads the host's cumulative CPU times; ok is false where
-// /proc/stat cannot be read or parsed (the figure is then left out).
+// readHostCPU reads the host's cumulative CPU times and this process's;
+// ok is false where /proc/stat or getrusage cannot be read (the figure
+// is then left out).
 func readHostCPU() (HostCPU, bool) {
 	data, err := os.ReadFile("/proc/stat")
 	if err != nil {
@@ -115,8 +121,10 @@ func readHostCPU() (HostCPU, bool) {
 	}
 	line, _, _ := strings.Cut(string(data), "\n")
 	h, ok := parseHostCPU(line)
+	self, err := procstat.Self()
+	h.Node = self.CPU()
 	h.Wall = time.Duration(time.Now().UnixNano())
-	return h, ok
+	return h, ok && err == nil
 }
 
 // parseHostCPU parses /proc/stat's first line: "cpu" and the clock ticks
@@ -127,20 +135,20 @@ func parseHostCPU(line string) (HostCPU, bool) {
 	if len(f) < 9 || f[0] != "cpu" {
 		return HostCPU{}, false
 	}
-	var ticks [8]int64
+	var ticks [8]time.Duration
 	for i := range ticks {
 		v, err := strconv.ParseInt(f[i+1], 10, 64)
 		if err != nil {
 			return HostCPU{}, false
 		}
-		ticks[i] = v
+		ticks[i] = time.Duration(v) * 10 * time.Millisecond
 	}
-	const tick = 10 * time.Millisecond
-	busy := ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6] + ticks[7]
-	return HostCPU{Busy: time.Duration(busy) * tick, Idle: time.Duration(ticks[3]) * tick, IOWait: time.Duration(ticks[4]) * tick}, true
+	return HostCPU{Busy: ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6] + ticks[7], Idle: ticks[3],
+		IOWait: ticks[4], IRQ: ticks[5] + ticks[6]}, true
 }
 
 // Sub is what the host did between an earlier reading o and h.
 func (h HostCPU) Sub(o HostCPU) HostCPU {
-	return HostCPU{Wall: h.Wall - o.Wall, Busy: h.Busy - o.Busy, Idle: h.Idle - o.Idle, IOWait: h.IOWait - o.IOWait}
+	return HostCPU{Wall: h.Wall - o.Wall, Busy: h.Busy - o.Busy, Idle: h.Idle - o.Idle,
+		IOWait: h.IOWait - o.IOWait, IRQ: h.IRQ - o.IRQ, Node: h.Node - o.Node}
 }

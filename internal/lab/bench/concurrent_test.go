@@ -84,7 +84,7 @@ func TestConcurrencyIsChecked(t *testing.T) {
 
 func TestParseHostCPU(t *testing.T) {
 	h, ok := parseHostCPU("cpu  100 5 50 1000 20 3 2 1 0 0")
-	want := HostCPU{Busy: 1610 * time.Millisecond, Idle: 10 * time.Second, IOWait: 200 * time.Millisecond}
+	want := HostCPU{Busy: 1610 * time.Millisecond, Idle: 10 * time.Second, IOWait: 200 * time.Millisecond, IRQ: 50 * time.Millisecond}
 	if !ok || h != want {
 		t.Fatalf("parsed %+v %v, want %+v", h, ok, want)
 	}
