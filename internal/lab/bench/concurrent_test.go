@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"warmstart/internal/config"
 )
@@ -32,6 +33,14 @@ func TestConcurrentTrialsTimeTheSlowestOfNRestores(t *testing.T) {
 		}
 		if len(res.ConcurrentReady) != 2 || res.SlowestReady != slices.Max(res.ConcurrentReady) {
 			t.Errorf("%s: ready %v of %v, want the slowest of two", res.Spec.Condition, res.SlowestReady, res.ConcurrentReady)
+		}
+		if len(res.Concurrent) != 2 || res.HostCPU == nil || res.HostCPU.Busy+res.HostCPU.Idle+res.HostCPU.IOWait <= 0 {
+			t.Errorf("%s: per-restore account %+v, host CPU %+v: want two restores and the host's CPU", res.Spec.Condition, res.Concurrent, res.HostCPU)
+		}
+		for i, c := range res.Concurrent {
+			if tm := c.Timings; tm.Ready != res.ConcurrentReady[i] || tm.VMStarted <= 0 || tm.VMStarted > tm.Ready || c.VMMCPU <= 0 {
+				t.Errorf("%s: restore %d: %+v, ready %v", res.Spec.Condition, i, c, res.ConcurrentReady[i])
+			}
 		}
 		// The baseline and the timed two (and a hot control's own).
 		if len(res.ReplayPIDs) < 3 {
@@ -69,6 +78,19 @@ func TestConcurrencyIsChecked(t *testing.T) {
 	for _, n := range []int{0, 1, 4, 16} {
 		if err := (&Options{Concurrency: n, Policies: []string{"warmstart"}}).validateConcurrency(); err != nil {
 			t.Errorf("--concurrency %d: %v", n, err)
+		}
+	}
+}
+
+func TestParseHostCPU(t *testing.T) {
+	h, ok := parseHostCPU("cpu  100 5 50 1000 20 3 2 1 0 0")
+	want := HostCPU{Busy: 1610 * time.Millisecond, Idle: 10 * time.Second, IOWait: 200 * time.Millisecond, IRQ: 50 * time.Millisecond}
+	if !ok || h != want {
+		t.Fatalf("parsed %+v %v, want %+v", h, ok, want)
+	}
+	for _, bad := range []string{"", "cpu0 1 2 3 4 5 6 7 8", "cpu 1 2 3", "cpu 1 2 x 4 5 6 7 8"} {
+		if _, ok := parseHostCPU(bad); ok {
+			t.Errorf("%q parsed", bad)
 		}
 	}
 }

@@ -97,12 +97,16 @@ type TrialResult struct {
 	// and charts; of the slowest one when several ran at once
 	// (TrialSpec.Concurrency), each of which ConcurrentReady then holds.
 	// In JSON the slowest is slowest_ready_ns.
-	ReadyMs         float64                `json:"-"`
-	SlowestReady    time.Duration          `json:"slowest_ready_ns"`
-	ConcurrentReady []time.Duration        `json:"concurrent_ready_ns,omitempty"`
-	Timings         restore.Timings        `json:"timings"`
-	Prefetch        restore.PrefetchReport `json:"prefetch"`
-	DeviceBytes     memdev.Counters        `json:"device_bytes"`
+	ReadyMs         float64         `json:"-"`
+	SlowestReady    time.Duration   `json:"slowest_ready_ns"`
+	ConcurrentReady []time.Duration `json:"concurrent_ready_ns,omitempty"`
+	// Concurrent is each concurrent restore's own account, in start order,
+	// and HostCPU what the host's CPUs did over them (nil for one restore).
+	Concurrent  []ConcurrentRestore    `json:"concurrent,omitempty"`
+	HostCPU     *HostCPU               `json:"host_cpu,omitempty"`
+	Timings     restore.Timings        `json:"timings"`
+	Prefetch    restore.PrefetchReport `json:"prefetch"`
+	DeviceBytes memdev.Counters        `json:"device_bytes"`
 	// Cost is the timed restore's CPU and I/O until ready.
 	Cost restore.Cost `json:"cost"`
 	// HashOK says the guest saw the snapshot's memory: for the replay VMM
@@ -379,7 +383,12 @@ func (t *trial) timed(src restore.Source) (*restore.Instance, error) {
 	if err != nil {
 		return nil, err
 	}
+	host0, hostOK := readHostCPU()
 	insts, err := t.restoreConcurrently(src, opts)
+	if host1, ok := readHostCPU(); ok && hostOK && len(insts) > 1 {
+		h := host1.Sub(host0)
+		t.res.HostCPU = &h
+	}
 	perr := stopProfile()
 	if err == nil && perr != nil {
 		// The profile is lost, not the restores: stop them in order.
@@ -398,6 +407,7 @@ func (t *trial) timed(src restore.Source) (*restore.Instance, error) {
 		t.res.SlowestReady = max(t.res.SlowestReady, in.Timings.Ready)
 		if len(insts) > 1 {
 			t.res.ConcurrentReady = append(t.res.ConcurrentReady, in.Timings.Ready)
+			t.res.Concurrent = append(t.res.Concurrent, concurrentRestoreOf(in))
 		}
 		t.res.HashOK = t.res.HashOK && in.Ready.Detail.SHA256 == t.spec.ExpectedSHA256
 	}

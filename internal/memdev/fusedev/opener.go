@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 
 	"warmstart/internal/memdev"
 	"warmstart/internal/prefetch"
@@ -121,7 +122,9 @@ func (d *Device) EndReads(cause error) bool {
 // buffered pread warms the page cache the guest faults from) or, with
 // o.Fill, has the device fill its own cache. The open file also keeps the
 // kernel's inode, which a fill stores into; it stays open until done.
-// o.Hint advises the lower of the whole plan up front.
+// o.Hint advises the lower of the whole plan up front: when the target is
+// first used, so that of the targets of restores that join one task (the
+// task reads through the first one's), only the one used reaches storage.
 func (d *Device) Target(plan []prefetch.Range, o memdev.TargetOptions) (prefetch.Target, func(), error) {
 	f, err := os.Open(d.Path())
 	if err != nil {
@@ -132,10 +135,47 @@ func (d *Device) Target(plan []prefetch.Range, o memdev.TargetOptions) (prefetch
 	if o.Fill && d.gen.overlay == nil {
 		t = fillTarget{d}
 	}
-	if o.Hint {
-		go memdev.Hint(d.Advise, plan)
+	if !o.Hint {
+		return t, func() { f.Close() }, nil
 	}
-	return t, func() { f.Close() }, nil
+	h := &planHint{advise: d.Advise, plan: plan, ended: make(chan struct{})}
+	return hintingTarget{t, h}, func() { h.wait(); f.Close() }, nil
+}
+
+// planHint advises the lower of a plan, once, in the background.
+type planHint struct {
+	advise func(off, length int64) error
+	plan   []prefetch.Range
+	once   sync.Once
+	ended  chan struct{}
+}
+
+// start starts the hint, unless it started or wait ran before.
+func (h *planHint) start() {
+	h.once.Do(func() {
+		go func() {
+			defer close(h.ended)
+			memdev.Hint(h.advise, h.plan)
+		}()
+	})
+}
+
+// wait returns once the hint has ended; a hint not started by then never
+// starts.
+func (h *planHint) wait() {
+	h.once.Do(func() { close(h.ended) })
+	<-h.ended
+}
+
+// hintingTarget starts its plan's hint at its first fetch, ahead of it.
+type hintingTarget struct {
+	prefetch.Target
+	hint *planHint
+}
+
+func (t hintingTarget) Fetch(ctx context.Context, off int64, buf []byte) error {
+	t.hint.start()
+	return t.Target.Fetch(ctx, off, buf)
 }
 
 // fileTarget reads through the device file the VMM maps: a buffered pread
