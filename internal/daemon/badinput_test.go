@@ -224,6 +224,9 @@ func TestRecordRouteWithEscapedColon(t *testing.T) {
 	}
 }
 
+// maxEcho is the daemon's bound on an error message (maxEchoBytes).
+const maxEcho = 1024
+
 // An error body quotes at most maxEchoBytes of what the client sent,
 // however long the path (outside import_dirs: 403), layout or field name.
 func TestErrorBodiesBoundTheirEcho(t *testing.T) {
@@ -249,7 +252,7 @@ func TestErrorBodiesBoundTheirEcho(t *testing.T) {
 		if name == "path" {
 			want = http.StatusForbidden
 		}
-		if resp.StatusCode != want || strings.Contains(string(raw), strings.Repeat("x", 257)) || len(raw) > 1024 {
+		if resp.StatusCode != want || strings.Contains(string(raw), strings.Repeat("x", maxEcho+1)) || len(raw) > 2*maxEcho {
 			t.Errorf("%s: %d with a %d-byte body: %.300s", name, resp.StatusCode, len(raw), raw)
 		}
 	}

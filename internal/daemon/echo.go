@@ -8,9 +8,12 @@ import (
 // maxEchoBytes bounds how much of an error message an error body carries.
 // Messages quote what the client sent (paths, layouts, field names), and a
 // client must not be able to make the daemon answer with megabytes of its
-// own input; bounding the whole message bounds every quotation in it.
+// own input; bounding the whole message bounds every quotation in it. A
+// kilobyte keeps whole the daemon's own errors, which name up to two full
+// paths (a copy's source and destination), so an operator reads where it
+// failed, not a cut in the middle of it.
 const (
-	maxEchoBytes      = 256
+	maxEchoBytes      = 1024
 	maxFieldEchoBytes = 64
 )
 
