@@ -88,32 +88,56 @@ func touchOrder(ranges []Range, size, blockBytes, blocks int64) (touched []bool,
 	return touched, order, nil
 }
 
-// Ramp cuts each of the first workers runs of a plan to a head whose
-// length grows from 1/workers of the run to all of it, and plans the
-// rests right after those heads, in the same order: the GETs that start
-// together then end one after the other, and each worker that ends early
-// goes on with the rest of the run nearest the front.
+// Ramp re-cuts a plan, front first, into heads that grow by one block
+// each (the first GET 1 block, the next 2, .., the workers-th workers
+// blocks) and then runs of capBlocks, in the plan's order: the GETs that
+// start together then end one after the other, a block apart at least,
+// and every later GET is a full run, so the workers keep the stagger the
+// heads gave them. A head or run spans only blocks that follow each other
+// both in the plan and in the object (one ranged GET); a gap ends it
+// early. The heads may be longer than capBlocks: they exist only once.
 //
-// Why: equal runs started at once share the link equally and end
+// Why: equal GETs started at once share the link equally and end
 // together, so every worker then waits out the store's latency at the
-// same moment and the link idles; and the front of the plan, which the
-// guest wants first, arrives at the link's rate divided by the workers.
-// Staggered ends keep some GET streaming while another waits for its
-// first byte, and the front arrives first.
-func Ramp(runs []Run, workers int) []Run {
+// same moment and the link idles. The heads' ends are as staggered as
+// whole blocks allow, and the runs after them are equal so the stagger
+// lasts: heads cut from the first runs with the rests of those runs
+// queued after them (the ramp before this one) gave each worker the same
+// bytes over its first two GETs, and they ended together again; and with
+// 1 MiB blocks and 2 MiB runs, heads of i/workers of a run are 1 or 2
+// blocks, barely staggered at all.
+func Ramp(runs []Run, workers int, capBlocks int64) []Run {
 	if workers <= 1 || len(runs) == 0 {
 		return runs
 	}
-	n := min(workers, len(runs))
-	heads := make([]Run, 0, n)
-	var rests []Run
-	for i, r := range runs[:n] {
-		head := max(1, r.Count*int64(i+1)/int64(workers))
-		heads = append(heads, Run{First: r.First, Count: head})
-		if head < r.Count {
-			rests = append(rests, Run{First: r.First + head, Count: r.Count - head})
+	capBlocks = max(1, capBlocks)
+	var out []Run
+	var cur Run
+	want := func() int64 {
+		if len(out) < workers {
+			return int64(len(out) + 1)
+		}
+		return capBlocks
+	}
+	for _, r := range runs {
+		if cur.Count > 0 && cur.First+cur.Count != r.First {
+			out, cur = append(out, cur), Run{}
+		}
+		for r.Count > 0 {
+			if cur.Count == 0 {
+				cur.First = r.First
+			}
+			take := min(r.Count, want()-cur.Count)
+			cur.Count += take
+			r.First += take
+			r.Count -= take
+			if cur.Count == want() {
+				out, cur = append(out, cur), Run{}
+			}
 		}
 	}
-	out := append(heads, rests...)
-	return append(out, runs[n:]...)
+	if cur.Count > 0 {
+		out = append(out, cur)
+	}
+	return out
 }

@@ -23,8 +23,9 @@ type WarmOptions struct {
 	Concurrency int `json:"concurrency"`
 	// RunCapBytes caps one run (one GET).
 	RunCapBytes int64 `json:"run_cap_bytes"`
-	// Ramp staggers the first runs (see Ramp): for a plan read front to
-	// back over a link that every run shares.
+	// Ramp re-cuts the plan into heads that grow by a block each, then
+	// runs of the cap (see Ramp): for a plan read front to back over a
+	// link that every run shares.
 	Ramp bool `json:"ramp"`
 	// HoldWrites keeps the cache's disk writes held (hold.go) after the
 	// warming has ended, until ReleaseWrites or Stop: for a restore's
@@ -86,7 +87,7 @@ func (c *Cache) Warm(obj Object, ranges []Range, o WarmOptions) (*Warming, error
 		return nil, fmt.Errorf("warm %s: %w", obj.ID, err)
 	}
 	if o.Ramp {
-		runs = Ramp(runs, o.Concurrency)
+		runs = Ramp(runs, o.Concurrency, max(1, o.RunCapBytes/c.blockBytes))
 	}
 	if err := c.begin(); err != nil {
 		return nil, fmt.Errorf("warm %s: %w", obj.ID, err)

@@ -202,9 +202,10 @@ func TestWarmArrival(t *testing.T) {
 	}
 }
 
-// TestRamp: the first runs are cut to heads that grow to the full run,
-// their rests follow in order, the rest of the plan is untouched, and
-// every block is still planned exactly once.
+// TestRamp: the plan is re-cut, front first, into heads that grow by one
+// block each (1, 2, .., workers blocks) and then runs of the cap; a head
+// or run only spans blocks that are consecutive both in the plan and in
+// the object; every block is still planned exactly once.
 func TestRamp(t *testing.T) {
 	runs := func(n, count int64) []Run {
 		var rs []Run
@@ -214,25 +215,27 @@ func TestRamp(t *testing.T) {
 		return rs
 	}
 	cases := []struct {
-		name    string
-		in      []Run
-		workers int
-		want    []Run
+		name      string
+		in        []Run
+		workers   int
+		capBlocks int64
+		want      []Run
 	}{
-		{"four workers over runs of four", runs(6, 4), 4, []Run{
-			{0, 1}, {4, 2}, {8, 3}, {12, 4}, // heads: 1/4 .. 4/4 of a run
-			{1, 3}, {6, 2}, {11, 1}, // their rests, front first
-			{16, 4}, {20, 4}}},
-		{"one worker: nothing to stagger", runs(3, 4), 1, runs(3, 4)},
-		{"runs of one block cannot be cut", runs(3, 1), 3, runs(3, 1)},
-		{"fewer runs than workers", runs(2, 8), 4, []Run{{0, 2}, {8, 4}, {2, 6}, {12, 4}}},
-		{"empty plan", nil, 4, nil},
+		{"six workers over runs of two", runs(18, 2), 6, 2, []Run{
+			{0, 1}, {1, 2}, {3, 3}, {6, 4}, {10, 5}, {15, 6}, // heads: 1 .. 6 blocks
+			{21, 2}, {23, 2}, {25, 2}, {27, 2}, {29, 2}, {31, 2}, {33, 2}, {35, 1}}},
+		{"runs of one block grow too", runs(6, 1), 3, 1, []Run{{0, 1}, {1, 2}, {3, 3}}},
+		{"a gap ends a head", []Run{{0, 2}, {5, 2}, {7, 2}}, 3, 2, []Run{{0, 1}, {1, 1}, {5, 3}, {8, 1}}},
+		{"plan order is kept", []Run{{4, 2}, {0, 2}}, 2, 2, []Run{{4, 1}, {5, 1}, {0, 2}}},
+		{"fewer blocks than the heads", []Run{{0, 2}, {2, 1}}, 6, 2, []Run{{0, 1}, {1, 2}}},
+		{"one worker: nothing to stagger", runs(3, 4), 1, 4, runs(3, 4)},
+		{"empty plan", nil, 4, 2, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Ramp(tc.in, tc.workers)
+			got := Ramp(tc.in, tc.workers, tc.capBlocks)
 			if !slices.Equal(got, tc.want) {
-				t.Fatalf("Ramp(%v, %d) = %v, want %v", tc.in, tc.workers, got, tc.want)
+				t.Fatalf("Ramp(%v, %d, %d) = %v, want %v", tc.in, tc.workers, tc.capBlocks, got, tc.want)
 			}
 			if blocksOf(got) != blocksOf(tc.in) {
 				t.Errorf("blocks planned %v, want %v", blocksOf(got), blocksOf(tc.in))

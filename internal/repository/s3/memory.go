@@ -409,13 +409,15 @@ func (m *memorySource) PrefetchRanges(ranges []manifest.Range) []manifest.Range 
 // runs at once would share the link evenly and deliver the front at a
 // fraction of it, so a few shorter runs keep the link full (several
 // connections) while the front arrives first, and their first GETs ramp
-// up (chunkcache.Ramp) so that they do not all wait out the store's
-// latency at once. Measured on the 128 MiB reference (35.2 MiB pack,
-// 20 ms latency, 400 Mbit/s per connection, 1 Gbit/s link, 5 blocks,
-// one-page readaround): 4 runs of 4 MiB 453 ms to ready with the ramp,
-// 453 ms without; 6 of 2 MiB 419 and 435 ms; 8 of 2 MiB 438 and 455 ms;
-// 4 of 8 MiB 473 and 581 ms. The guest's own wait on memory fell from
-// 70-80 ms to 23-29 ms with the ramp.
+// up (chunkcache.Ramp: heads of 1, 2, .. blocks, then full runs) so that
+// they do not all wait out the store's latency at once. Measured with the
+// ramp of then (heads of i/workers of a run; docs/s3.md has the current
+// one's figures) on the 128 MiB reference (35.2 MiB pack, 20 ms latency,
+// 400 Mbit/s per connection, 1 Gbit/s link, 5 blocks, one-page
+// readaround): 4 runs of 4 MiB 453 ms to ready with the ramp, 453 ms
+// without; 6 of 2 MiB 419 and 435 ms; 8 of 2 MiB 438 and 455 ms; 4 of
+// 8 MiB 473 and 581 ms. The guest's own wait on memory fell from 70-80 ms
+// to 23-29 ms with the ramp.
 func PackWarmOptions(o chunkcache.WarmOptions) chunkcache.WarmOptions {
 	if o.Concurrency <= 0 {
 		o.Concurrency = 6
