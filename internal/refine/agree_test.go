@@ -62,11 +62,11 @@ func randomRestore(rng *rand.Rand) ([]manifest.Range, []startupset.Event, time.D
 	}
 	var events []startupset.Event
 	for range rng.IntN(80) {
-		took := time.Duration(rng.Int64N(int64(3 * ms)))
+		took := time.Duration(rng.Int64N(6)) * ms / 2 // coarse: ties happen
 		events = append(events, startupset.Event{Kind: memdev.Kind(rng.IntN(4)), Offset: randomOffset(rng),
-			Length: int(randomLength(rng)), At: time.Duration(rng.Int64N(int64(20 * ms))), Took: took})
+			Length: int(randomLength(rng)), At: time.Duration(rng.Int64N(40)) * ms / 2, Took: took})
 	}
-	return plan, events, time.Duration(rng.Int64N(int64(20 * ms)))
+	return plan, events, time.Duration(rng.Int64N(40)) * ms / 2
 }
 
 // The observation agrees with the map-based one it replaced on thousands

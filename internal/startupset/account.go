@@ -61,21 +61,60 @@ type Report struct {
 	PrefetchEndedBeforeReady *time.Duration `json:"prefetch_ended_before_ready_ns,omitempty"`
 }
 
-// pageTimes holds, per page, when it first arrived in the guest's reach
-// (prefetch or resident) and when it was first requested on demand.
+// pageState is one page's accounting: when it first arrived in the
+// guest's reach (prefetch or resident), when it was first requested on
+// demand, and which of those happened, and whether it is in the set.
+type pageState struct {
+	reached, demanded time.Duration
+	flags             uint8
+}
+
+const (
+	wasReached uint8 = 1 << iota
+	wasDemanded
+	inSet
+)
+
+// pageTimes is the accounting of every page the restore named, and the
+// pages requested on demand, each once, in the order first requested.
 type pageTimes struct {
-	reached  map[int64]time.Duration
-	demanded map[int64]time.Duration
+	pages    *PageTable[pageState]
+	demanded []int64
+}
+
+func newPageTimes(in Input) pageTimes {
+	var s Span
+	for _, r := range in.StartupSet {
+		s.Add(r.Offset, r.Length)
+	}
+	for _, e := range in.Events {
+		if e.ByReady(in.Ready) {
+			s.Add(e.Offset, int64(e.Length))
+		}
+	}
+	return pageTimes{pages: NewPageTable[pageState](s)}
 }
 
 func (pt *pageTimes) note(e Event) {
-	m, at := pt.reached, e.At
+	flag, at := wasReached, e.At
 	if e.Kind == memdev.Demand {
-		m, at = pt.demanded, e.Arrived()
+		flag, at = wasDemanded, e.Arrived()
 	}
 	for p := e.Offset / PageBytes; p*PageBytes < e.Offset+int64(e.Length); p++ {
-		if old, ok := m[p]; !ok || at < old {
-			m[p] = at
+		ps := pt.pages.At(p)
+		t := &ps.reached
+		if flag == wasDemanded {
+			t = &ps.demanded
+		}
+		switch {
+		case ps.flags&flag == 0:
+			if flag == wasDemanded {
+				pt.demanded = append(pt.demanded, p)
+			}
+			ps.flags |= flag
+			*t = at
+		case at < *t:
+			*t = at
 		}
 	}
 }
@@ -83,7 +122,7 @@ func (pt *pageTimes) note(e Event) {
 // Account classifies every page of the startup set and every page
 // requested outside it, from the events up to ready.
 func Account(in Input) Report {
-	pt := pageTimes{reached: map[int64]time.Duration{}, demanded: map[int64]time.Duration{}}
+	pt := newPageTimes(in)
 	var rep Report
 	for _, e := range in.Events {
 		if !e.ByReady(in.Ready) {
@@ -99,9 +138,9 @@ func Account(in Input) Report {
 			rep.PrefetchBytes += int64(e.Length)
 		}
 	}
-	inSet := rep.classify(in.StartupSet, pt)
-	for p := range pt.demanded {
-		if !inSet[p] {
+	rep.classify(in.StartupSet, pt.pages)
+	for _, p := range pt.demanded {
+		if pt.pages.Get(p).flags&inSet == 0 {
 			rep.MissedPages++
 		}
 	}
@@ -114,28 +153,27 @@ func Account(in Input) Report {
 	return rep
 }
 
-// classify counts the startup set's pages by outcome and returns the set.
-func (rep *Report) classify(set []Range, pt pageTimes) map[int64]bool {
-	inSet := map[int64]bool{}
+// classify counts the startup set's pages by outcome and marks them in
+// the set.
+func (rep *Report) classify(set []Range, pages *PageTable[pageState]) {
 	for _, r := range set {
 		rep.StartupSetBytes += r.Length
 		for p := r.Offset / PageBytes; p*PageBytes < r.Offset+r.Length; p++ {
-			if inSet[p] {
+			ps := pages.At(p)
+			if ps.flags&inSet != 0 {
 				continue
 			}
-			inSet[p] = true
+			ps.flags |= inSet
 			rep.StartupSetPages++
-			reached, wasReached := pt.reached[p]
-			demanded, wasDemanded := pt.demanded[p]
+			reached, demanded := ps.flags&wasReached != 0, ps.flags&wasDemanded != 0
 			switch {
-			case wasDemanded && (!wasReached || demanded < reached):
+			case demanded && (!reached || ps.demanded < ps.reached):
 				rep.LatePages++
-			case wasReached:
+			case reached:
 				rep.InTimePages++
 			default:
 				rep.UnusedPages++
 			}
 		}
 	}
-	return inSet
 }

@@ -46,11 +46,11 @@ func randomInput(rng *rand.Rand) Input {
 		in.StartupSet = append(in.StartupSet, Range{Offset: randomOffset(rng), Length: randomLength(rng)})
 	}
 	for range rng.IntN(80) {
-		took := time.Duration(rng.Int64N(int64(3 * ms)))
+		took := time.Duration(rng.Int64N(6)) * ms / 2 // coarse: ties happen
 		in.Events = append(in.Events, Event{Kind: memdev.Kind(rng.IntN(4)), Offset: randomOffset(rng),
-			Length: int(randomLength(rng)), At: time.Duration(rng.Int64N(int64(20 * ms))), Took: took})
+			Length: int(randomLength(rng)), At: time.Duration(rng.Int64N(40)) * ms / 2, Took: took})
 	}
-	in.Ready = time.Duration(rng.Int64N(int64(20 * ms)))
+	in.Ready = time.Duration(rng.Int64N(40)) * ms / 2
 	in.PrefetchRan = rng.IntN(2) == 0
 	if rng.IntN(2) == 0 {
 		in.PrefetchEnded = time.Duration(rng.Int64N(int64(20 * ms)))
