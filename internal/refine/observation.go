@@ -78,46 +78,78 @@ func (o Observation) Counts() (late, missed int) {
 // device cannot say it went untouched.
 func FromEvents(plan []manifest.Range, events []startupset.Event, ready time.Duration, touched Touched) Observation {
 	obs := Observation{Plan: planPages(plan)}
-	index := make(map[int64]int, len(obs.Plan))
+	pages := newPageTable(plan, events, ready)
 	for i, p := range obs.Plan {
-		if _, dup := index[p]; !dup {
-			index[p] = i
+		if ps := pages.At(p); ps.plan == 0 {
+			ps.plan = i + 1
 		}
 	}
-	reached := make(map[int64]time.Duration, len(obs.Plan))
-	// windowed pages were read on demand; demanded ones were needed.
-	windowed, demanded := map[int64]bool{}, map[int64]bool{}
 	for _, e := range events {
 		if !e.ByReady(ready) {
 			continue
 		}
 		if e.Kind != memdev.Demand {
-			noteReached(reached, e)
+			noteReached(pages, e)
 			continue
 		}
 		for p := e.Offset / PageBytes; p*PageBytes < e.Offset+int64(e.Length); p++ {
-			windowed[p] = true
+			pages.At(p).flags |= wasWindowed
 		}
-		for _, p := range neededPages(e, touched, index) {
-			if demanded[p] {
+		for _, p := range neededPages(e, touched, pages) {
+			ps := pages.At(p)
+			if ps.flags&wasDemanded != 0 {
 				continue
 			}
-			demanded[p] = true
-			i, ok := index[p]
-			if !ok {
-				i = -1
-			}
-			obs.Demands = append(obs.Demands, Demand{Page: p, At: e.Arrived(), PlanIndex: i})
+			ps.flags |= wasDemanded
+			obs.Demands = append(obs.Demands, Demand{Page: p, At: e.Arrived(), PlanIndex: ps.plan - 1})
 		}
 	}
 	slices.SortStableFunc(obs.Demands, func(a, b Demand) int { return cmpDuration(a.At, b.At) })
-	obs.Frontier = frontier(obs.Plan, reached)
-	obs.Untouched, obs.Used = untouched(obs.Plan, reached, windowed, demanded, touched)
+	obs.Frontier = frontier(obs.Plan, pages)
+	obs.Untouched, obs.Used = untouched(obs.Plan, pages, touched)
 	return obs
 }
 
+// pageState is what a restore showed of one page by ready: its first
+// position in the plan plus one (0 when outside it), when it first came
+// into the guest's reach, and whether it was reached, read in a demand
+// window or needed on demand.
+type pageState struct {
+	plan    int
+	reached time.Duration
+	flags   uint8
+}
+
+const (
+	wasReached uint8 = 1 << iota
+	wasWindowed
+	wasDemanded
+)
+
+// newPageTable makes the table of the pages the plan and the events by
+// ready name.
+func newPageTable(plan []manifest.Range, events []startupset.Event, ready time.Duration) *startupset.PageTable[pageState] {
+	var s startupset.Span
+	for _, r := range plan {
+		s.Add(r.Offset, r.Length)
+	}
+	for _, e := range events {
+		if e.ByReady(ready) {
+			s.Add(e.Offset, int64(e.Length))
+		}
+	}
+	return startupset.NewPageTable[pageState](s)
+}
+
 func planPages(plan []manifest.Range) []int64 {
+	var s startupset.Span
+	for _, r := range plan {
+		s.Add(r.Offset, r.Length)
+	}
 	var pages []int64
+	if s.Pages() > 0 {
+		pages = make([]int64, 0, s.Pages())
+	}
 	for _, r := range plan {
 		for p := r.Offset / PageBytes; p*PageBytes < r.End(); p++ {
 			pages = append(pages, p)
@@ -126,17 +158,18 @@ func planPages(plan []manifest.Range) []int64 {
 	return pages
 }
 
-func noteReached(reached map[int64]time.Duration, e startupset.Event) {
+func noteReached(pages *startupset.PageTable[pageState], e startupset.Event) {
 	for p := e.Offset / PageBytes; p*PageBytes < e.Offset+int64(e.Length); p++ {
-		if old, ok := reached[p]; !ok || e.At < old {
-			reached[p] = e.At
+		if ps := pages.At(p); ps.flags&wasReached == 0 || e.At < ps.reached {
+			ps.flags |= wasReached
+			ps.reached = e.At
 		}
 	}
 }
 
 // neededPages are the pages of demand request e the guest needed (see
 // FromEvents for the precision).
-func neededPages(e startupset.Event, touched Touched, index map[int64]int) []int64 {
+func neededPages(e startupset.Event, touched Touched, pages *startupset.PageTable[pageState]) []int64 {
 	first := e.Offset / PageBytes
 	n := (int64(e.Length) + PageBytes - 1) / PageBytes
 	if n <= 0 {
@@ -147,26 +180,26 @@ func neededPages(e startupset.Event, touched Touched, index map[int64]int) []int
 		if n == 1 {
 			return []int64{first}
 		}
-		return windowGuess(first, n, middle, index)
+		return windowGuess(first, n, middle, pages)
 	}
-	var pages []int64
+	var needed []int64
 	for p := first; p < first+n; p++ {
 		t, known := touched(p)
 		if (known && t) || (!known && p == middle) {
-			pages = append(pages, p)
+			needed = append(needed, p)
 		}
 	}
-	return pages
+	return needed
 }
 
 // windowGuess names the needed pages of a readaround window the device
 // cannot see into: the plan pages in it when it holds any (the guest most
 // likely faulted one of them, late, and the rest came around it, as the
 // accounting counts them), else its middle page.
-func windowGuess(first, n, middle int64, index map[int64]int) []int64 {
+func windowGuess(first, n, middle int64, pages *startupset.PageTable[pageState]) []int64 {
 	var plan []int64
 	for p := first; p < first+n; p++ {
-		if _, ok := index[p]; ok {
+		if pages.Get(p).plan != 0 {
 			plan = append(plan, p)
 		}
 	}
@@ -177,32 +210,26 @@ func windowGuess(first, n, middle int64, index map[int64]int) []int64 {
 }
 
 // frontier turns per-page reach times into the prefetch frontier: the
-// first plan index not yet reached, as it advanced over time.
-func frontier(plan []int64, reached map[int64]time.Duration) []Step {
-	type arrival struct {
-		at    time.Duration
-		index int
-	}
-	var arrivals []arrival
-	for i, p := range plan {
-		if at, ok := reached[p]; ok {
-			arrivals = append(arrivals, arrival{at, i})
-		}
-	}
-	slices.SortStableFunc(arrivals, func(a, b arrival) int { return cmpDuration(a.at, b.at) })
-	in := make([]bool, len(plan))
+// first plan index not yet reached, as it advanced over time (reaches at
+// the same time taken in plan order). The frontier moves when the plan
+// page it stands on is reached, at that page's time t, and then stops at
+// the next page reached no earlier than t (or never): one pass over the
+// plan, no sort.
+func frontier(plan []int64, pages *startupset.PageTable[pageState]) []Step {
 	var steps []Step
-	next := 0
-	for _, a := range arrivals {
-		in[a.index] = true
-		moved := false
-		for next < len(plan) && in[next] {
-			next++
-			moved = true
+	for j := 0; j < len(plan); {
+		ps := pages.Get(plan[j])
+		if ps.flags&wasReached == 0 {
+			break
 		}
-		if moved {
-			steps = append(steps, Step{At: a.at, Index: next})
+		k := j + 1
+		for ; k < len(plan); k++ {
+			if next := pages.Get(plan[k]); next.flags&wasReached == 0 || next.reached >= ps.reached {
+				break
+			}
 		}
+		steps = append(steps, Step{At: ps.reached, Index: k})
+		j = k
 	}
 	return steps
 }
@@ -211,13 +238,13 @@ func frontier(plan []int64, reached map[int64]time.Duration) []Step {
 // certainly did not touch (never in its reach, or known untouched) and
 // those it certainly did (known touched). A page read in a demand window
 // the device cannot tell about is neither.
-func untouched(plan []int64, reached map[int64]time.Duration, windowed, demanded map[int64]bool, touched Touched) (no, yes []int64) {
+func untouched(plan []int64, pages *startupset.PageTable[pageState], touched Touched) (no, yes []int64) {
 	for _, p := range plan {
-		if demanded[p] {
+		ps := pages.Get(p)
+		if ps.flags&wasDemanded != 0 {
 			continue
 		}
-		_, in := reached[p]
-		if !in && !windowed[p] {
+		if ps.flags&(wasReached|wasWindowed) == 0 {
 			no = append(no, p)
 			continue
 		}

@@ -81,3 +81,6 @@ func (t *PageTable[T]) Get(page int64) T {
 	var zero T
 	return zero
 }
+
+// Pages is how many pages were added, counting repeats.
+func (s Span) Pages() int64 { return s.refs }
