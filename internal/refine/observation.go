@@ -78,18 +78,19 @@ func (o Observation) Counts() (late, missed int) {
 // device cannot say it went untouched.
 func FromEvents(plan []manifest.Range, events []startupset.Event, ready time.Duration, touched Touched) Observation {
 	obs := Observation{Plan: planPages(plan)}
-	pages := newPageTable(plan, events, ready)
+	sn := newSeen(plan, events, ready)
+	pages := sn.pages
 	for i, p := range obs.Plan {
 		if ps := pages.At(p); ps.plan == 0 {
-			ps.plan = i + 1
+			ps.plan = int32(i + 1)
 		}
 	}
-	for _, e := range events {
+	for i, e := range events {
 		if !e.ByReady(ready) {
 			continue
 		}
 		if e.Kind != memdev.Demand {
-			noteReached(pages, e)
+			sn.noteReached(i)
 			continue
 		}
 		for p := e.Offset / PageBytes; p*PageBytes < e.Offset+int64(e.Length); p++ {
@@ -101,34 +102,46 @@ func FromEvents(plan []manifest.Range, events []startupset.Event, ready time.Dur
 				continue
 			}
 			ps.flags |= wasDemanded
-			obs.Demands = append(obs.Demands, Demand{Page: p, At: e.Arrived(), PlanIndex: ps.plan - 1})
+			obs.Demands = append(obs.Demands, Demand{Page: p, At: e.Arrived(), PlanIndex: int(ps.plan) - 1})
 		}
 	}
 	slices.SortStableFunc(obs.Demands, func(a, b Demand) int { return cmpDuration(a.At, b.At) })
-	obs.Frontier = frontier(obs.Plan, pages)
+	obs.Frontier = sn.frontier(obs.Plan)
 	obs.Untouched, obs.Used = untouched(obs.Plan, pages, touched)
 	return obs
 }
 
 // pageState is what a restore showed of one page by ready: its first
-// position in the plan plus one (0 when outside it), when it first came
-// into the guest's reach, and whether it was reached, read in a demand
-// window or needed on demand.
+// position in the plan and the event that first brought it into the
+// guest's reach, each plus one (0: none), and whether it was read in a
+// demand window or needed on demand. Positions, not times, keep the table
+// at 12 bytes a page: it is allocated and zeroed once per restore. An
+// int32 holds them: a plan of 2^31 pages would be 8 TiB of memory, and a
+// restore's events, kept in memory, number far fewer.
 type pageState struct {
-	plan    int
-	reached time.Duration
-	flags   uint8
+	plan, reached int32
+	flags         uint8
 }
 
 const (
-	wasReached uint8 = 1 << iota
-	wasWindowed
+	wasWindowed uint8 = 1 << iota
 	wasDemanded
 )
 
-// newPageTable makes the table of the pages the plan and the events by
-// ready name.
-func newPageTable(plan []manifest.Range, events []startupset.Event, ready time.Duration) *startupset.PageTable[pageState] {
+// seen is what the events by ready showed of every page they or the plan
+// name.
+type seen struct {
+	events []startupset.Event
+	pages  *startupset.PageTable[pageState]
+}
+
+// reachedAt is when the page first came into the guest's reach; valid
+// where ps.reached is not 0.
+func (sn *seen) reachedAt(ps pageState) time.Duration { return sn.events[ps.reached-1].At }
+
+// newSeen makes the table of the pages the plan and the events by ready
+// name.
+func newSeen(plan []manifest.Range, events []startupset.Event, ready time.Duration) *seen {
 	var s startupset.Span
 	for _, r := range plan {
 		s.Add(r.Offset, r.Length)
@@ -138,7 +151,7 @@ func newPageTable(plan []manifest.Range, events []startupset.Event, ready time.D
 			s.Add(e.Offset, int64(e.Length))
 		}
 	}
-	return startupset.NewPageTable[pageState](s)
+	return &seen{events: events, pages: startupset.NewPageTable[pageState](s)}
 }
 
 func planPages(plan []manifest.Range) []int64 {
@@ -158,11 +171,12 @@ func planPages(plan []manifest.Range) []int64 {
 	return pages
 }
 
-func noteReached(pages *startupset.PageTable[pageState], e startupset.Event) {
+// noteReached takes event i, which brought pages into reach.
+func (sn *seen) noteReached(i int) {
+	e := sn.events[i]
 	for p := e.Offset / PageBytes; p*PageBytes < e.Offset+int64(e.Length); p++ {
-		if ps := pages.At(p); ps.flags&wasReached == 0 || e.At < ps.reached {
-			ps.flags |= wasReached
-			ps.reached = e.At
+		if ps := sn.pages.At(p); ps.reached == 0 || e.At < sn.reachedAt(*ps) {
+			ps.reached = int32(i + 1)
 		}
 	}
 }
@@ -215,23 +229,36 @@ func windowGuess(first, n, middle int64, pages *startupset.PageTable[pageState])
 // page it stands on is reached, at that page's time t, and then stops at
 // the next page reached no earlier than t (or never): one pass over the
 // plan, no sort.
-func frontier(plan []int64, pages *startupset.PageTable[pageState]) []Step {
-	var steps []Step
-	for j := 0; j < len(plan); {
-		ps := pages.Get(plan[j])
-		if ps.flags&wasReached == 0 {
+func (sn *seen) frontier(plan []int64) []Step {
+	n := sn.eachStep(plan, func(Step) {})
+	if n == 0 {
+		return nil
+	}
+	steps := make([]Step, 0, n)
+	sn.eachStep(plan, func(s Step) { steps = append(steps, s) })
+	return steps
+}
+
+// eachStep calls step with every step of the frontier, in order, and
+// says how many there were: counted first, the steps fill one allocation.
+func (sn *seen) eachStep(plan []int64, step func(Step)) int {
+	n := 0
+	for j := 0; j < len(plan); n++ {
+		ps := sn.pages.Get(plan[j])
+		if ps.reached == 0 {
 			break
 		}
+		at := sn.reachedAt(ps)
 		k := j + 1
 		for ; k < len(plan); k++ {
-			if next := pages.Get(plan[k]); next.flags&wasReached == 0 || next.reached >= ps.reached {
+			if next := sn.pages.Get(plan[k]); next.reached == 0 || sn.reachedAt(next) >= at {
 				break
 			}
 		}
-		steps = append(steps, Step{At: ps.reached, Index: k})
+		step(Step{At: at, Index: k})
 		j = k
 	}
-	return steps
+	return n
 }
 
 // untouched picks, from the plan pages not demanded, those the guest
@@ -244,7 +271,7 @@ func untouched(plan []int64, pages *startupset.PageTable[pageState], touched Tou
 		if ps.flags&wasDemanded != 0 {
 			continue
 		}
-		if ps.flags&(wasReached|wasWindowed) == 0 {
+		if ps.reached == 0 && ps.flags&wasWindowed == 0 {
 			no = append(no, p)
 			continue
 		}

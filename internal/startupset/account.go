@@ -61,23 +61,22 @@ type Report struct {
 	PrefetchEndedBeforeReady *time.Duration `json:"prefetch_ended_before_ready_ns,omitempty"`
 }
 
-// pageState is one page's accounting: when it first arrived in the
-// guest's reach (prefetch or resident), when it was first requested on
-// demand, and which of those happened, and whether it is in the set.
+// pageState is one page's accounting: the event that first brought it
+// into the guest's reach (prefetch or resident) and the demand request
+// that first asked for it, each as its index in the events plus one (0:
+// none), and whether the page is in the set. Indices, not times, keep the
+// table at 12 bytes a page: it is allocated and zeroed once per restore.
+// An int32 holds them, as a restore's events, kept in memory, number far
+// fewer than 2^31 (that would be tens of GiB of events).
 type pageState struct {
-	reached, demanded time.Duration
-	flags             uint8
+	reached, demanded int32
+	inSet             bool
 }
-
-const (
-	wasReached uint8 = 1 << iota
-	wasDemanded
-	inSet
-)
 
 // pageTimes is the accounting of every page the restore named, and the
 // pages requested on demand, each once, in the order first requested.
 type pageTimes struct {
+	events   []Event
 	pages    *PageTable[pageState]
 	demanded []int64
 }
@@ -92,29 +91,35 @@ func newPageTimes(in Input) pageTimes {
 			s.Add(e.Offset, int64(e.Length))
 		}
 	}
-	return pageTimes{pages: NewPageTable[pageState](s)}
+	return pageTimes{events: in.Events, pages: NewPageTable[pageState](s)}
 }
 
-func (pt *pageTimes) note(e Event) {
-	flag, at := wasReached, e.At
-	if e.Kind == memdev.Demand {
-		flag, at = wasDemanded, e.Arrived()
-	}
-	for p := e.Offset / PageBytes; p*PageBytes < e.Offset+int64(e.Length); p++ {
-		ps := pt.pages.At(p)
-		t := &ps.reached
-		if flag == wasDemanded {
-			t = &ps.demanded
-		}
-		switch {
-		case ps.flags&flag == 0:
-			if flag == wasDemanded {
-				pt.demanded = append(pt.demanded, p)
+// reachedAt and demandedAt are the times of a page's first reach and
+// demand; valid where its index is not 0.
+func (pt *pageTimes) reachedAt(ps pageState) time.Duration { return pt.events[ps.reached-1].At }
+func (pt *pageTimes) demandedAt(ps pageState) time.Duration {
+	return pt.events[ps.demanded-1].Arrived()
+}
+
+// note takes event i into the pages it covers.
+func (pt *pageTimes) note(i int) {
+	e := pt.events[i]
+	first := e.Offset / PageBytes
+	if e.Kind != memdev.Demand {
+		for p := first; p*PageBytes < e.Offset+int64(e.Length); p++ {
+			if ps := pt.pages.At(p); ps.reached == 0 || e.At < pt.reachedAt(*ps) {
+				ps.reached = int32(i + 1)
 			}
-			ps.flags |= flag
-			*t = at
-		case at < *t:
-			*t = at
+		}
+		return
+	}
+	for p := first; p*PageBytes < e.Offset+int64(e.Length); p++ {
+		ps := pt.pages.At(p)
+		if ps.demanded == 0 {
+			pt.demanded = append(pt.demanded, p)
+		}
+		if ps.demanded == 0 || e.Arrived() < pt.demandedAt(*ps) {
+			ps.demanded = int32(i + 1)
 		}
 	}
 }
@@ -124,11 +129,11 @@ func (pt *pageTimes) note(e Event) {
 func Account(in Input) Report {
 	pt := newPageTimes(in)
 	var rep Report
-	for _, e := range in.Events {
+	for i, e := range in.Events {
 		if !e.ByReady(in.Ready) {
 			continue
 		}
-		pt.note(e)
+		pt.note(i)
 		switch e.Kind {
 		case memdev.Demand:
 			rep.DemandRequests++
@@ -138,9 +143,9 @@ func Account(in Input) Report {
 			rep.PrefetchBytes += int64(e.Length)
 		}
 	}
-	rep.classify(in.StartupSet, pt.pages)
+	rep.classify(in.StartupSet, &pt)
 	for _, p := range pt.demanded {
-		if pt.pages.Get(p).flags&inSet == 0 {
+		if !pt.pages.Get(p).inSet {
 			rep.MissedPages++
 		}
 	}
@@ -155,21 +160,20 @@ func Account(in Input) Report {
 
 // classify counts the startup set's pages by outcome and marks them in
 // the set.
-func (rep *Report) classify(set []Range, pages *PageTable[pageState]) {
+func (rep *Report) classify(set []Range, pt *pageTimes) {
 	for _, r := range set {
 		rep.StartupSetBytes += r.Length
 		for p := r.Offset / PageBytes; p*PageBytes < r.Offset+r.Length; p++ {
-			ps := pages.At(p)
-			if ps.flags&inSet != 0 {
+			ps := pt.pages.At(p)
+			if ps.inSet {
 				continue
 			}
-			ps.flags |= inSet
+			ps.inSet = true
 			rep.StartupSetPages++
-			reached, demanded := ps.flags&wasReached != 0, ps.flags&wasDemanded != 0
 			switch {
-			case demanded && (!reached || ps.demanded < ps.reached):
+			case ps.demanded != 0 && (ps.reached == 0 || pt.demandedAt(*ps) < pt.reachedAt(*ps)):
 				rep.LatePages++
-			case reached:
+			case ps.reached != 0:
 				rep.InTimePages++
 			default:
 				rep.UnusedPages++
