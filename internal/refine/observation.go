@@ -80,6 +80,7 @@ func FromEvents(plan []manifest.Range, events []startupset.Event, ready time.Dur
 	obs := Observation{Plan: planPages(plan)}
 	sn := newSeen(plan, events, ready)
 	pages := sn.pages
+	var needed []int64 // reused for every demand request
 	for i, p := range obs.Plan {
 		if ps := pages.At(p); ps.plan == 0 {
 			ps.plan = int32(i + 1)
@@ -96,7 +97,8 @@ func FromEvents(plan []manifest.Range, events []startupset.Event, ready time.Dur
 		for p := e.Offset / PageBytes; p*PageBytes < e.Offset+int64(e.Length); p++ {
 			pages.At(p).flags |= wasWindowed
 		}
-		for _, p := range neededPages(e, touched, pages) {
+		needed = neededPages(needed[:0], e, touched, pages)
+		for _, p := range needed {
 			ps := pages.At(p)
 			if ps.flags&wasDemanded != 0 {
 				continue
@@ -181,22 +183,21 @@ func (sn *seen) noteReached(i int) {
 	}
 }
 
-// neededPages are the pages of demand request e the guest needed (see
-// FromEvents for the precision).
-func neededPages(e startupset.Event, touched Touched, pages *startupset.PageTable[pageState]) []int64 {
+// neededPages appends to needed the pages of demand request e the guest
+// needed (see FromEvents for the precision).
+func neededPages(needed []int64, e startupset.Event, touched Touched, pages *startupset.PageTable[pageState]) []int64 {
 	first := e.Offset / PageBytes
 	n := (int64(e.Length) + PageBytes - 1) / PageBytes
 	if n <= 0 {
-		return nil
+		return needed
 	}
 	middle := first + n/2
 	if touched == nil {
 		if n == 1 {
-			return []int64{first}
+			return append(needed, first)
 		}
-		return windowGuess(first, n, middle, pages)
+		return windowGuess(needed, first, n, middle, pages)
 	}
-	var needed []int64
 	for p := first; p < first+n; p++ {
 		t, known := touched(p)
 		if (known && t) || (!known && p == middle) {
@@ -206,21 +207,21 @@ func neededPages(e startupset.Event, touched Touched, pages *startupset.PageTabl
 	return needed
 }
 
-// windowGuess names the needed pages of a readaround window the device
+// windowGuess appends the needed pages of a readaround window the device
 // cannot see into: the plan pages in it when it holds any (the guest most
 // likely faulted one of them, late, and the rest came around it, as the
 // accounting counts them), else its middle page.
-func windowGuess(first, n, middle int64, pages *startupset.PageTable[pageState]) []int64 {
-	var plan []int64
+func windowGuess(needed []int64, first, n, middle int64, pages *startupset.PageTable[pageState]) []int64 {
+	before := len(needed)
 	for p := first; p < first+n; p++ {
 		if pages.Get(p).plan != 0 {
-			plan = append(plan, p)
+			needed = append(needed, p)
 		}
 	}
-	if len(plan) > 0 {
-		return plan
+	if len(needed) > before {
+		return needed
 	}
-	return []int64{middle}
+	return append(needed, middle)
 }
 
 // frontier turns per-page reach times into the prefetch frontier: the
