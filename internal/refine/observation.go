@@ -78,46 +78,93 @@ func (o Observation) Counts() (late, missed int) {
 // device cannot say it went untouched.
 func FromEvents(plan []manifest.Range, events []startupset.Event, ready time.Duration, touched Touched) Observation {
 	obs := Observation{Plan: planPages(plan)}
-	index := make(map[int64]int, len(obs.Plan))
+	sn := newSeen(plan, events, ready)
+	pages := sn.pages
+	var needed []int64 // reused for every demand request
 	for i, p := range obs.Plan {
-		if _, dup := index[p]; !dup {
-			index[p] = i
+		if ps := pages.At(p); ps.plan == 0 {
+			ps.plan = int32(i + 1)
 		}
 	}
-	reached := make(map[int64]time.Duration, len(obs.Plan))
-	// windowed pages were read on demand; demanded ones were needed.
-	windowed, demanded := map[int64]bool{}, map[int64]bool{}
-	for _, e := range events {
+	for i, e := range events {
 		if !e.ByReady(ready) {
 			continue
 		}
 		if e.Kind != memdev.Demand {
-			noteReached(reached, e)
+			sn.noteReached(i)
 			continue
 		}
 		for p := e.Offset / PageBytes; p*PageBytes < e.Offset+int64(e.Length); p++ {
-			windowed[p] = true
+			pages.At(p).flags |= wasWindowed
 		}
-		for _, p := range neededPages(e, touched, index) {
-			if demanded[p] {
+		needed = neededPages(needed[:0], e, touched, pages)
+		for _, p := range needed {
+			ps := pages.At(p)
+			if ps.flags&wasDemanded != 0 {
 				continue
 			}
-			demanded[p] = true
-			i, ok := index[p]
-			if !ok {
-				i = -1
-			}
-			obs.Demands = append(obs.Demands, Demand{Page: p, At: e.Arrived(), PlanIndex: i})
+			ps.flags |= wasDemanded
+			obs.Demands = append(obs.Demands, Demand{Page: p, At: e.Arrived(), PlanIndex: int(ps.plan) - 1})
 		}
 	}
 	slices.SortStableFunc(obs.Demands, func(a, b Demand) int { return cmpDuration(a.At, b.At) })
-	obs.Frontier = frontier(obs.Plan, reached)
-	obs.Untouched, obs.Used = untouched(obs.Plan, reached, windowed, demanded, touched)
+	obs.Frontier = sn.frontier(obs.Plan)
+	obs.Untouched, obs.Used = untouched(obs.Plan, pages, touched)
 	return obs
 }
 
+// pageState is what a restore showed of one page by ready: its first
+// position in the plan and the event that first brought it into the
+// guest's reach, each plus one (0: none), and whether it was read in a
+// demand window or needed on demand. Positions, not times, keep the table
+// at 12 bytes a page: it is allocated and zeroed once per restore. An
+// int32 holds them: a plan of 2^31 pages would be 8 TiB of memory, and a
+// restore's events, kept in memory, number far fewer.
+type pageState struct {
+	plan, reached int32
+	flags         uint8
+}
+
+const (
+	wasWindowed uint8 = 1 << iota
+	wasDemanded
+)
+
+// seen is what the events by ready showed of every page they or the plan
+// name.
+type seen struct {
+	events []startupset.Event
+	pages  *startupset.PageTable[pageState]
+}
+
+// reachedAt is when the page first came into the guest's reach; valid
+// where ps.reached is not 0.
+func (sn *seen) reachedAt(ps pageState) time.Duration { return sn.events[ps.reached-1].At }
+
+// newSeen makes the table of the pages the plan and the events by ready
+// name.
+func newSeen(plan []manifest.Range, events []startupset.Event, ready time.Duration) *seen {
+	var s startupset.Span
+	for _, r := range plan {
+		s.Add(r.Offset, r.Length)
+	}
+	for _, e := range events {
+		if e.ByReady(ready) {
+			s.Add(e.Offset, int64(e.Length))
+		}
+	}
+	return &seen{events: events, pages: startupset.NewPageTable[pageState](s)}
+}
+
 func planPages(plan []manifest.Range) []int64 {
+	var s startupset.Span
+	for _, r := range plan {
+		s.Add(r.Offset, r.Length)
+	}
 	var pages []int64
+	if s.Pages() > 0 {
+		pages = make([]int64, 0, s.Pages())
+	}
 	for _, r := range plan {
 		for p := r.Offset / PageBytes; p*PageBytes < r.End(); p++ {
 			pages = append(pages, p)
@@ -126,98 +173,106 @@ func planPages(plan []manifest.Range) []int64 {
 	return pages
 }
 
-func noteReached(reached map[int64]time.Duration, e startupset.Event) {
+// noteReached takes event i, which brought pages into reach.
+func (sn *seen) noteReached(i int) {
+	e := sn.events[i]
 	for p := e.Offset / PageBytes; p*PageBytes < e.Offset+int64(e.Length); p++ {
-		if old, ok := reached[p]; !ok || e.At < old {
-			reached[p] = e.At
+		if ps := sn.pages.At(p); ps.reached == 0 || e.At < sn.reachedAt(*ps) {
+			ps.reached = int32(i + 1)
 		}
 	}
 }
 
-// neededPages are the pages of demand request e the guest needed (see
-// FromEvents for the precision).
-func neededPages(e startupset.Event, touched Touched, index map[int64]int) []int64 {
+// neededPages appends to needed the pages of demand request e the guest
+// needed (see FromEvents for the precision).
+func neededPages(needed []int64, e startupset.Event, touched Touched, pages *startupset.PageTable[pageState]) []int64 {
 	first := e.Offset / PageBytes
 	n := (int64(e.Length) + PageBytes - 1) / PageBytes
 	if n <= 0 {
-		return nil
+		return needed
 	}
 	middle := first + n/2
 	if touched == nil {
 		if n == 1 {
-			return []int64{first}
+			return append(needed, first)
 		}
-		return windowGuess(first, n, middle, index)
+		return windowGuess(needed, first, n, middle, pages)
 	}
-	var pages []int64
 	for p := first; p < first+n; p++ {
 		t, known := touched(p)
 		if (known && t) || (!known && p == middle) {
-			pages = append(pages, p)
+			needed = append(needed, p)
 		}
 	}
-	return pages
+	return needed
 }
 
-// windowGuess names the needed pages of a readaround window the device
+// windowGuess appends the needed pages of a readaround window the device
 // cannot see into: the plan pages in it when it holds any (the guest most
 // likely faulted one of them, late, and the rest came around it, as the
 // accounting counts them), else its middle page.
-func windowGuess(first, n, middle int64, index map[int64]int) []int64 {
-	var plan []int64
+func windowGuess(needed []int64, first, n, middle int64, pages *startupset.PageTable[pageState]) []int64 {
+	before := len(needed)
 	for p := first; p < first+n; p++ {
-		if _, ok := index[p]; ok {
-			plan = append(plan, p)
+		if pages.Get(p).plan != 0 {
+			needed = append(needed, p)
 		}
 	}
-	if len(plan) > 0 {
-		return plan
+	if len(needed) > before {
+		return needed
 	}
-	return []int64{middle}
+	return append(needed, middle)
 }
 
 // frontier turns per-page reach times into the prefetch frontier: the
-// first plan index not yet reached, as it advanced over time.
-func frontier(plan []int64, reached map[int64]time.Duration) []Step {
-	type arrival struct {
-		at    time.Duration
-		index int
+// first plan index not yet reached, as it advanced over time (reaches at
+// the same time taken in plan order). The frontier moves when the plan
+// page it stands on is reached, at that page's time t, and then stops at
+// the next page reached no earlier than t (or never): one pass over the
+// plan, no sort.
+func (sn *seen) frontier(plan []int64) []Step {
+	n := sn.eachStep(plan, func(Step) {})
+	if n == 0 {
+		return nil
 	}
-	var arrivals []arrival
-	for i, p := range plan {
-		if at, ok := reached[p]; ok {
-			arrivals = append(arrivals, arrival{at, i})
-		}
-	}
-	slices.SortStableFunc(arrivals, func(a, b arrival) int { return cmpDuration(a.at, b.at) })
-	in := make([]bool, len(plan))
-	var steps []Step
-	next := 0
-	for _, a := range arrivals {
-		in[a.index] = true
-		moved := false
-		for next < len(plan) && in[next] {
-			next++
-			moved = true
-		}
-		if moved {
-			steps = append(steps, Step{At: a.at, Index: next})
-		}
-	}
+	steps := make([]Step, 0, n)
+	sn.eachStep(plan, func(s Step) { steps = append(steps, s) })
 	return steps
+}
+
+// eachStep calls step with every step of the frontier, in order, and
+// says how many there were: counted first, the steps fill one allocation.
+func (sn *seen) eachStep(plan []int64, step func(Step)) int {
+	n := 0
+	for j := 0; j < len(plan); n++ {
+		ps := sn.pages.Get(plan[j])
+		if ps.reached == 0 {
+			break
+		}
+		at := sn.reachedAt(ps)
+		k := j + 1
+		for ; k < len(plan); k++ {
+			if next := sn.pages.Get(plan[k]); next.reached == 0 || sn.reachedAt(next) >= at {
+				break
+			}
+		}
+		step(Step{At: at, Index: k})
+		j = k
+	}
+	return n
 }
 
 // untouched picks, from the plan pages not demanded, those the guest
 // certainly did not touch (never in its reach, or known untouched) and
 // those it certainly did (known touched). A page read in a demand window
 // the device cannot tell about is neither.
-func untouched(plan []int64, reached map[int64]time.Duration, windowed, demanded map[int64]bool, touched Touched) (no, yes []int64) {
+func untouched(plan []int64, pages *startupset.PageTable[pageState], touched Touched) (no, yes []int64) {
 	for _, p := range plan {
-		if demanded[p] {
+		ps := pages.Get(p)
+		if ps.flags&wasDemanded != 0 {
 			continue
 		}
-		_, in := reached[p]
-		if !in && !windowed[p] {
+		if ps.reached == 0 && ps.flags&wasWindowed == 0 {
 			no = append(no, p)
 			continue
 		}

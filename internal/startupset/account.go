@@ -61,21 +61,65 @@ type Report struct {
 	PrefetchEndedBeforeReady *time.Duration `json:"prefetch_ended_before_ready_ns,omitempty"`
 }
 
-// pageTimes holds, per page, when it first arrived in the guest's reach
-// (prefetch or resident) and when it was first requested on demand.
-type pageTimes struct {
-	reached  map[int64]time.Duration
-	demanded map[int64]time.Duration
+// pageState is one page's accounting: the event that first brought it
+// into the guest's reach (prefetch or resident) and the demand request
+// that first asked for it, each as its index in the events plus one (0:
+// none), and whether the page is in the set. Indices, not times, keep the
+// table at 12 bytes a page: it is allocated and zeroed once per restore.
+// An int32 holds them, as a restore's events, kept in memory, number far
+// fewer than 2^31 (that would be tens of GiB of events).
+type pageState struct {
+	reached, demanded int32
+	inSet             bool
 }
 
-func (pt *pageTimes) note(e Event) {
-	m, at := pt.reached, e.At
-	if e.Kind == memdev.Demand {
-		m, at = pt.demanded, e.Arrived()
+// pageTimes is the accounting of every page the restore named, and the
+// pages requested on demand, each once, in the order first requested.
+type pageTimes struct {
+	events   []Event
+	pages    *PageTable[pageState]
+	demanded []int64
+}
+
+func newPageTimes(in Input) pageTimes {
+	var s Span
+	for _, r := range in.StartupSet {
+		s.Add(r.Offset, r.Length)
 	}
-	for p := e.Offset / PageBytes; p*PageBytes < e.Offset+int64(e.Length); p++ {
-		if old, ok := m[p]; !ok || at < old {
-			m[p] = at
+	for _, e := range in.Events {
+		if e.ByReady(in.Ready) {
+			s.Add(e.Offset, int64(e.Length))
+		}
+	}
+	return pageTimes{events: in.Events, pages: NewPageTable[pageState](s)}
+}
+
+// reachedAt and demandedAt are the times of a page's first reach and
+// demand; valid where its index is not 0.
+func (pt *pageTimes) reachedAt(ps pageState) time.Duration { return pt.events[ps.reached-1].At }
+func (pt *pageTimes) demandedAt(ps pageState) time.Duration {
+	return pt.events[ps.demanded-1].Arrived()
+}
+
+// note takes event i into the pages it covers.
+func (pt *pageTimes) note(i int) {
+	e := pt.events[i]
+	first := e.Offset / PageBytes
+	if e.Kind != memdev.Demand {
+		for p := first; p*PageBytes < e.Offset+int64(e.Length); p++ {
+			if ps := pt.pages.At(p); ps.reached == 0 || e.At < pt.reachedAt(*ps) {
+				ps.reached = int32(i + 1)
+			}
+		}
+		return
+	}
+	for p := first; p*PageBytes < e.Offset+int64(e.Length); p++ {
+		ps := pt.pages.At(p)
+		if ps.demanded == 0 {
+			pt.demanded = append(pt.demanded, p)
+		}
+		if ps.demanded == 0 || e.Arrived() < pt.demandedAt(*ps) {
+			ps.demanded = int32(i + 1)
 		}
 	}
 }
@@ -83,13 +127,13 @@ func (pt *pageTimes) note(e Event) {
 // Account classifies every page of the startup set and every page
 // requested outside it, from the events up to ready.
 func Account(in Input) Report {
-	pt := pageTimes{reached: map[int64]time.Duration{}, demanded: map[int64]time.Duration{}}
+	pt := newPageTimes(in)
 	var rep Report
-	for _, e := range in.Events {
+	for i, e := range in.Events {
 		if !e.ByReady(in.Ready) {
 			continue
 		}
-		pt.note(e)
+		pt.note(i)
 		switch e.Kind {
 		case memdev.Demand:
 			rep.DemandRequests++
@@ -99,9 +143,9 @@ func Account(in Input) Report {
 			rep.PrefetchBytes += int64(e.Length)
 		}
 	}
-	inSet := rep.classify(in.StartupSet, pt)
-	for p := range pt.demanded {
-		if !inSet[p] {
+	rep.classify(in.StartupSet, &pt)
+	for _, p := range pt.demanded {
+		if !pt.pages.Get(p).inSet {
 			rep.MissedPages++
 		}
 	}
@@ -114,28 +158,26 @@ func Account(in Input) Report {
 	return rep
 }
 
-// classify counts the startup set's pages by outcome and returns the set.
-func (rep *Report) classify(set []Range, pt pageTimes) map[int64]bool {
-	inSet := map[int64]bool{}
+// classify counts the startup set's pages by outcome and marks them in
+// the set.
+func (rep *Report) classify(set []Range, pt *pageTimes) {
 	for _, r := range set {
 		rep.StartupSetBytes += r.Length
 		for p := r.Offset / PageBytes; p*PageBytes < r.Offset+r.Length; p++ {
-			if inSet[p] {
+			ps := pt.pages.At(p)
+			if ps.inSet {
 				continue
 			}
-			inSet[p] = true
+			ps.inSet = true
 			rep.StartupSetPages++
-			reached, wasReached := pt.reached[p]
-			demanded, wasDemanded := pt.demanded[p]
 			switch {
-			case wasDemanded && (!wasReached || demanded < reached):
+			case ps.demanded != 0 && (ps.reached == 0 || pt.demandedAt(*ps) < pt.reachedAt(*ps)):
 				rep.LatePages++
-			case wasReached:
+			case ps.reached != 0:
 				rep.InTimePages++
 			default:
 				rep.UnusedPages++
 			}
 		}
 	}
-	return inSet
 }
