@@ -350,3 +350,40 @@ func TestCollectionKeepsAFlattensNewLayer(t *testing.T) {
 	}
 	readsBack(t, nodeA.keys.prefix, leaf.Record.ID, repotest.SHA256Hex(leaf.Memory))
 }
+
+// TestCollectionKeepsASilentFlattensNewLayer: a collector cannot tell a
+// flattener whose lease renewals have failed (or whose lease object its
+// own clock, running ahead of the store's, reads as old) from a dead one
+// by the lease TTL. A snapshot gc run while such a flatten has stored its
+// merged layer, and not yet the record naming it, must still leave that
+// layer: the flatten then writes its record, and the snapshot must read
+// back whole. Here the collector's lease TTL is cut to nothing, so the
+// flatten's lease object, written moments ago, reads as expired to it.
+func TestCollectionKeepsASilentFlattensNewLayer(t *testing.T) {
+	nodeA := chunkyRepo(t, "")
+	nodeB := chunkyRepo(t, nodeA.keys.prefix)
+	base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
+	mid := repotest.PublishChild(t, nodeA, base, repotest.Change{Pages: []int64{1, 5}}, "")
+	leaf := repotest.PublishChild(t, nodeA, mid, repotest.Change{Pages: []int64{2, 5, 30}}, "")
+	collector := chunkyRepo(t, nodeA.keys.prefix)
+	collector.leaseTTL = time.Nanosecond
+	var during GCStats
+	nodeB.layerFault = func(p string) {
+		if p == FaultReplaceBeforeRecord {
+			during = snapshotGC(t, collector)
+		}
+	}
+	lease, err := nodeB.LeaseExisting(bg(), leaf.Record.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = nodeB.ReplaceMemory(bg(), lease, repository.ReplaceMemoryRequest{Expect: leaf.Record, Layer: mergedLayer(t, base.Memory, leaf.Memory)})
+	lease.End()
+	if err != nil {
+		t.Fatalf("flatten: %v", err)
+	}
+	if during.RetiredLayers != 0 {
+		t.Errorf("a collection during the flatten retired %d layers", during.RetiredLayers)
+	}
+	readsBack(t, nodeA.keys.prefix, leaf.Record.ID, repotest.SHA256Hex(leaf.Memory))
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 
@@ -391,10 +392,15 @@ func (r *Repo) retireLayer(ctx context.Context, id, name string) error {
 // nothing can read them any more (reclaimRetiredLayers): a layer of
 // snapshot id whose objects are under artifacts/<id>/ goes when
 //
-//   - no lease on id is held, here or by its lease objects: a flatten in
-//     progress holds one from before it uploads its new layer until after
-//     its record names it, so a layer listed before the lease was checked
-//     and named by no record read after it is no flatten's new one;
+//   - no lease on id is held here, and no lease object of id was written
+//     within the abandoned grace: a flatten in progress holds one from
+//     before it uploads its new layer until after its record names it,
+//     and, unlike a publish, does not check its lease before that record,
+//     so only its silence for that long (what the sweep of an abandoned
+//     publish waits for too, leftovers.go) tells it dead: its lease
+//     object expires by the TTL for a collector whose clock runs ahead,
+//     or while a live flattener's renewals fail. A layer listed before
+//     that check and named by no record read after it is no flatten's;
 //   - id's record, read then (and once before, to skip the lease check
 //     for the many snapshots without such a layer), does not name it (a
 //     snapshot without a record is a publish's, which the sweep reclaims,
@@ -456,6 +462,24 @@ func (r *Repo) dropNamed(ctx context.Context, id string, names map[string]bool) 
 	return nil
 }
 
+// leaseSilent reports whether no lease on id is held here and none of its
+// lease objects was written within the abandoned grace (see above).
+func (r *Repo) leaseSilent(ctx context.Context, id string) (bool, error) {
+	if r.leaseLive(id) {
+		return false, nil
+	}
+	objs, err := r.list(ctx, r.keys.leasesOf(id))
+	if err != nil {
+		return false, err
+	}
+	for _, o := range objs {
+		if time.Since(o.LastModified) <= r.abandonedGrace {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 // reclaimRetiredOf retires those of id's layers names (found in its
 // artifacts) that nothing can read any more (see above).
 func (r *Repo) reclaimRetiredOf(ctx context.Context, id string, names map[string]bool) (int, error) {
@@ -465,7 +489,7 @@ func (r *Repo) reclaimRetiredOf(ctx context.Context, id string, names map[string
 	if err := r.dropNamed(ctx, id, names); err != nil || len(names) == 0 {
 		return 0, err
 	}
-	if held, err := r.LeaseHeld(ctx, id); err != nil || held {
+	if silent, err := r.leaseSilent(ctx, id); err != nil || !silent {
 		return 0, err
 	}
 	if err := r.dropNamed(ctx, id, names); err != nil || len(names) == 0 {

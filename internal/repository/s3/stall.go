@@ -143,8 +143,14 @@ func (g *stallGuard) Read(p []byte) (int, error) {
 	n, err := g.rc.Read(p)
 	g.p.answer()
 	g.timer.Stop()
-	if err != nil && errors.Is(context.Cause(g.ctx), ErrStalled) {
+	switch {
+	case err == nil || err == io.EOF:
+	case errors.Is(context.Cause(g.ctx), ErrStalled):
 		err = fmt.Errorf("%w: %w: no byte for %v: %w", repository.ErrUnreachable, ErrStalled, g.idle, err)
+	case g.ctx.Err() == nil && noAnswer(err):
+		// The connection closed or was reset before the body ended (the
+		// store crashed or restarted mid-response): it stopped coming too.
+		err = fmt.Errorf("%w: the response stopped before its end: %w", repository.ErrUnreachable, err)
 	}
 	return n, err
 }

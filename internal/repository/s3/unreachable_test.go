@@ -1,8 +1,10 @@
 package s3
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -97,5 +99,76 @@ func TestRepositorySaysWhenTheStoreIsUnreachable(t *testing.T) {
 	_, err = repo.Resolve(bg(), id)
 	if !errors.Is(err, repository.ErrUnreachable) || errors.Is(err, repository.ErrNotFound) {
 		t.Fatalf("resolve with the server stopped: %v; want ErrUnreachable", err)
+	}
+}
+
+// A response whose connection closes or is reset before its body ends
+// (the store crashed or restarted mid-GET) is a response that stopped
+// coming: ErrUnreachable, as a stalled one is, and still the read's own
+// error. A body read to its end is not.
+func TestBodyCutShortIsUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	reset := make(chan struct{})
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go serveCut(c, reset)
+		}
+	}()
+	client := &http.Client{Transport: &stallTransport{next: http.DefaultTransport.(*http.Transport).Clone(), idle: time.Minute}}
+	base := "http://" + l.Addr().String()
+	for _, c := range []struct {
+		path  string
+		cause error
+	}{{"/closed", io.ErrUnexpectedEOF}, {"/reset", syscall.ECONNRESET}} {
+		resp, err := client.Get(base + c.path)
+		if err != nil {
+			t.Fatalf("%s: %v", c.path, err)
+		}
+		if c.path == "/reset" {
+			close(reset) // the headers are in: reset the connection now
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if !errors.Is(err, repository.ErrUnreachable) || !errors.Is(err, c.cause) {
+			t.Errorf("a body cut short (%s): %v; want ErrUnreachable wrapping %v", c.path, err, c.cause)
+		}
+	}
+	resp, err := client.Get(base + "/whole")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil || n != 100 {
+		t.Errorf("a whole body: %d bytes, %v; want 100, nil", n, err)
+	}
+}
+
+// serveCut answers one request on c with headers promising 100 bytes: all
+// of them for /whole; 10 and then the connection closed for /closed; 10
+// and, once reset is closed, the connection reset for /reset.
+func serveCut(c net.Conn, reset <-chan struct{}) {
+	defer c.Close()
+	buf := make([]byte, 4096)
+	n, _ := c.Read(buf)
+	req := buf[:n]
+	body := 10
+	if bytes.Contains(req, []byte("GET /whole ")) {
+		body = 100
+	}
+	fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\nConnection: close\r\n\r\n%s", make([]byte, body))
+	if bytes.Contains(req, []byte("GET /reset ")) {
+		<-reset
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // Close sends RST
+		}
 	}
 }
