@@ -24,7 +24,12 @@ func Paused(w io.Writer, r api.PauseResult) {
 		r.Pages.Candidates, r.Pages.Identical, r.Pages.Zero, r.Pages.Stored, float64(r.Pages.Stored)*4096/(1<<20))
 	t := r.Timings
 	fmt.Fprintf(w, "paused %v (freeze %v), layer %v, publish %v, total %v\n", ms(t.Paused), ms(t.Freeze), ms(t.Layer), ms(t.Publish), ms(t.Total))
-	if r.Stop != nil {
+	switch {
+	case r.StopError != "":
+		// The child is published; the restore did not stop cleanly, so
+		// its stop report is not a "stopped" line.
+		fmt.Fprintf(w, "stop failed after the child was published: %s\n", r.StopError)
+	case r.Stop != nil:
 		Stopped(w, *r.Stop)
 	}
 }
