@@ -312,23 +312,24 @@ func mergedLayer(t *testing.T, base, mem []byte) *layers.Built {
 	return built
 }
 
-// TestCollectionKeepsAFlattensNewLayer: a snapshot gc on another node past
-// every grace, run while a flatten has stored its merged layer and not
-// yet the record naming it, retires nothing (the layer is named by no
-// record yet, but the flatten's lease is held); the flatten commits and
-// the snapshot reads back, and the layer it retired goes.
-func TestCollectionKeepsAFlattensNewLayer(t *testing.T) {
+// flattenDuringCollection builds a chain of three on one node and
+// flattens its leaf from a second one, running a snapshot gc by
+// collector (made from the chain's prefix by newCollector) after the
+// flatten stored its merged layer and before the record naming it. It
+// returns the node the chain was published from, the leaf, the flattened
+// record and what that gc did.
+func flattenDuringCollection(t *testing.T, newCollector func(prefix string) *Repo) (*Repo, repotest.Lineage, repository.Record, GCStats) {
+	t.Helper()
 	nodeA := chunkyRepo(t, "")
 	nodeB := chunkyRepo(t, nodeA.keys.prefix)
 	base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
 	mid := repotest.PublishChild(t, nodeA, base, repotest.Change{Pages: []int64{1, 5}}, "")
 	leaf := repotest.PublishChild(t, nodeA, mid, repotest.Change{Pages: []int64{2, 5, 30}}, "")
-	pastGrace := chunkyRepo(t, nodeA.keys.prefix)
-	pastGrace.chunkGrace = time.Nanosecond
+	collector := newCollector(nodeA.keys.prefix)
 	var during GCStats
 	nodeB.layerFault = func(p string) {
 		if p == FaultReplaceBeforeRecord {
-			during = snapshotGC(t, pastGrace)
+			during = snapshotGC(t, collector)
 		}
 	}
 	lease, err := nodeB.LeaseExisting(bg(), leaf.Record.ID)
@@ -340,6 +341,21 @@ func TestCollectionKeepsAFlattensNewLayer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("flatten: %v", err)
 	}
+	return nodeA, leaf, flat, during
+}
+
+// TestCollectionKeepsAFlattensNewLayer: a snapshot gc on another node past
+// every grace, run while a flatten has stored its merged layer and not
+// yet the record naming it, retires nothing (the layer is named by no
+// record yet, but the flatten's lease is held); the flatten commits and
+// the snapshot reads back, and the layer it retired goes.
+func TestCollectionKeepsAFlattensNewLayer(t *testing.T) {
+	var pastGrace *Repo
+	nodeA, leaf, flat, during := flattenDuringCollection(t, func(prefix string) *Repo {
+		pastGrace = chunkyRepo(t, prefix)
+		pastGrace.chunkGrace = time.Nanosecond
+		return pastGrace
+	})
 	if during.RetiredLayers != 0 || flat.Depth() != 1 {
 		t.Fatalf("a collection during the flatten retired %d layers; the flattened record has depth %d", during.RetiredLayers, flat.Depth())
 	}
@@ -360,28 +376,11 @@ func TestCollectionKeepsAFlattensNewLayer(t *testing.T) {
 // back whole. Here the collector's lease TTL is cut to nothing, so the
 // flatten's lease object, written moments ago, reads as expired to it.
 func TestCollectionKeepsASilentFlattensNewLayer(t *testing.T) {
-	nodeA := chunkyRepo(t, "")
-	nodeB := chunkyRepo(t, nodeA.keys.prefix)
-	base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
-	mid := repotest.PublishChild(t, nodeA, base, repotest.Change{Pages: []int64{1, 5}}, "")
-	leaf := repotest.PublishChild(t, nodeA, mid, repotest.Change{Pages: []int64{2, 5, 30}}, "")
-	collector := chunkyRepo(t, nodeA.keys.prefix)
-	collector.leaseTTL = time.Nanosecond
-	var during GCStats
-	nodeB.layerFault = func(p string) {
-		if p == FaultReplaceBeforeRecord {
-			during = snapshotGC(t, collector)
-		}
-	}
-	lease, err := nodeB.LeaseExisting(bg(), leaf.Record.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = nodeB.ReplaceMemory(bg(), lease, repository.ReplaceMemoryRequest{Expect: leaf.Record, Layer: mergedLayer(t, base.Memory, leaf.Memory)})
-	lease.End()
-	if err != nil {
-		t.Fatalf("flatten: %v", err)
-	}
+	nodeA, leaf, _, during := flattenDuringCollection(t, func(prefix string) *Repo {
+		collector := chunkyRepo(t, prefix)
+		collector.leaseTTL = time.Nanosecond
+		return collector
+	})
 	if during.RetiredLayers != 0 {
 		t.Errorf("a collection during the flatten retired %d layers", during.RetiredLayers)
 	}
