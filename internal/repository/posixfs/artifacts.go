@@ -268,14 +268,15 @@ func (w *holeWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// changeStamp is what tells whether a file was written: its size, and
-// its modification and status change times (the latter no tool can set
+// stamp is what tells whether a file was written: its size, and its
+// modification and status change times (the latter no tool can set
 // back).
 type stamp struct {
 	size         int64
 	mtime, ctime unix.Timespec
 }
 
+// changeStamp reads f's stamp.
 func changeStamp(f *os.File) (stamp, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
