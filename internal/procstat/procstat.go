@@ -44,6 +44,15 @@ func (u Usage) Sub(o Usage) Usage {
 	}
 }
 
+// Add is u and o together: two processes' usage over one window.
+func (u Usage) Add(o Usage) Usage {
+	return Usage{
+		User: u.User + o.User, System: u.System + o.System,
+		MinorFaults: u.MinorFaults + o.MinorFaults, MajorFaults: u.MajorFaults + o.MajorFaults,
+		StorageReadBytes: u.StorageReadBytes + o.StorageReadBytes,
+	}
+}
+
 // Self reads this process's usage (every thread, microsecond CPU times).
 func Self() (Usage, error) {
 	var ru unix.Rusage

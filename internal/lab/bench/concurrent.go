@@ -93,6 +93,28 @@ func concurrentRestoreOf(inst *restore.Instance) ConcurrentRestore {
 	return c
 }
 
+// trialCost is what a trial's restores cost until the last was ready:
+// the node's usage over the longest window any restore measured (they
+// start together in one process, so that window holds the others' work),
+// and every VMM's and device's summed. The first restore's own cost
+// alone would leave out the other VMMs, which share the cores with it.
+func trialCost(insts []*restore.Instance) restore.Cost {
+	var c restore.Cost
+	var vmms procstat.Usage
+	for _, in := range insts {
+		if in.Cost.Node.CPU() > c.Node.CPU() {
+			c.Node = in.Cost.Node
+		}
+		if in.Cost.VMM != nil {
+			vmms = vmms.Add(*in.Cost.VMM)
+			c.VMM = &vmms
+		}
+		c.LowerBytesRead += in.Cost.LowerBytesRead
+		c.CopiedBytes += in.Cost.CopiedBytes
+	}
+	return c
+}
+
 // HostCPU is what every CPU of the host did over a trial's timed
 // restores, from the first one's start to the last one's ready
 // (/proc/stat): on a host with N cores, Busy + Idle + IOWait is about N

@@ -37,6 +37,13 @@ func TestConcurrentTrialsTimeTheSlowestOfNRestores(t *testing.T) {
 		if len(res.Concurrent) != 2 || res.HostCPU == nil || res.HostCPU.Busy+res.HostCPU.Idle+res.HostCPU.IOWait <= 0 {
 			t.Errorf("%s: per-restore account %+v, host CPU %+v: want two restores and the host's CPU", res.Spec.Condition, res.Concurrent, res.HostCPU)
 		}
+		var vmms time.Duration
+		for _, c := range res.Concurrent {
+			vmms += c.VMMCPU
+		}
+		if res.Cost.VMM == nil || res.Cost.VMM.CPU() != vmms {
+			t.Errorf("%s: trial cost's VMM CPU %+v, want every restore's summed: %v", res.Spec.Condition, res.Cost.VMM, vmms)
+		}
 		for i, c := range res.Concurrent {
 			if tm := c.Timings; tm.Ready != res.ConcurrentReady[i] || tm.VMStarted <= 0 || tm.VMStarted > tm.Ready || c.VMMCPU <= 0 {
 				t.Errorf("%s: restore %d: %+v, ready %v", res.Spec.Condition, i, c, res.ConcurrentReady[i])
@@ -49,7 +56,7 @@ func TestConcurrentTrialsTimeTheSlowestOfNRestores(t *testing.T) {
 	}
 	var out strings.Builder
 	rep.WriteTable(&out)
-	if !strings.Contains(out.String(), "2 concurrent restores per trial") {
+	if !strings.Contains(out.String(), "2 concurrent restores per trial") || !strings.Contains(out.String(), "/ VMMs summed (ms, mean)") {
 		t.Errorf("the table does not say the run was concurrent:\n%s", out.String())
 	}
 }

@@ -202,8 +202,12 @@ func (r *Report) WriteTable(w io.Writer) {
 	r.writeSection(w, "device bytes read, acquisition to ready (MiB, mean)", func(c *Cell) string {
 		return fmt.Sprintf("%.1f", c.DeviceMiB)
 	})
-	r.writeSection(w, "CPU until ready: node (user+system) / VMM (ms, mean)", cpuCell)
-	r.writeSection(w, "I/O until ready: node storage reads / bytes copied (MiB) / VMM major faults (mean)", ioCell)
+	vmm := "VMM"
+	if o.Concurrency > 1 {
+		vmm = "VMMs summed"
+	}
+	r.writeSection(w, "CPU until ready: node (user+system) / "+vmm+" (ms, mean)", cpuCell)
+	r.writeSection(w, "I/O until ready: node storage reads / bytes copied (MiB) / "+vmm+" major faults (mean)", ioCell)
 	r.writeSection(w, "startup-set pages in time / late / unused by ready (mean)", func(c *Cell) string {
 		m := c.StartupSet
 		return fmt.Sprintf("%.0f / %.0f / %.0f", m.InTimePages, m.LatePages, m.UnusedPages)

@@ -107,7 +107,8 @@ type TrialResult struct {
 	Timings     restore.Timings        `json:"timings"`
 	Prefetch    restore.PrefetchReport `json:"prefetch"`
 	DeviceBytes memdev.Counters        `json:"device_bytes"`
-	// Cost is the timed restore's CPU and I/O until ready.
+	// Cost is the timed restore's CPU and I/O until ready; of all of
+	// them for concurrent restores (trialCost).
 	Cost restore.Cost `json:"cost"`
 	// HashOK says the guest saw the snapshot's memory: for the replay VMM
 	// its hash over the bytes it read matched; for a real guest the agent
@@ -410,6 +411,9 @@ func (t *trial) timed(src restore.Source) (*restore.Instance, error) {
 			t.res.Concurrent = append(t.res.Concurrent, concurrentRestoreOf(in))
 		}
 		t.res.HashOK = t.res.HashOK && in.Ready.Detail.SHA256 == t.spec.ExpectedSHA256
+	}
+	if len(insts) > 1 {
+		t.res.Cost = trialCost(insts)
 	}
 	t.res.ReadyMs = float64(t.res.SlowestReady) / float64(time.Millisecond)
 	t.res.Stop, err = inst.StopReported(t.stopCtx)
