@@ -302,6 +302,12 @@ func serveDaemon(t *testing.T, cfg *config.Config, listen string) *daemon.Daemon
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveDaemonOf(t, cfg, listen, repo)
+}
+
+// serveDaemonOf is serveDaemon with the repository repo.
+func serveDaemonOf(t *testing.T, cfg *config.Config, listen string, repo repository.Repository) *daemon.Daemon {
+	t.Helper()
 	vm, err := node.NewVMM(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -39,7 +39,7 @@ func (e *Env) Import(cmd *cobra.Command, opts *ImportOptions) error {
 		return Error{Err: errors.New("snapshot import: --vm-state and --memory are required")}
 	}
 	if f.Alias != "" {
-		if err := repository.ValidateAlias(f.Alias); err != nil {
+		if err := repository.ValidateNewAlias(f.Alias); err != nil {
 			return Error{Err: fmt.Errorf("snapshot import: --alias: %w", err)}
 		}
 	}

@@ -8,8 +8,10 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 
+	"warmstart/internal/api"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/trust"
 
@@ -29,12 +31,23 @@ const (
 	// exists, so a script must not pause again, and the restore may need
 	// looking at.
 	ExitStopFailed = 4
+	// ExitCannotStore is a disk that refused to store what the verb
+	// wrote: no space or quota left, or a read-only file system (a
+	// daemon's 507). Retrying will not help until an operator frees
+	// space or mounts it read-write.
+	ExitCannotStore = 5
+	// ExitUnavailable is a store that did not answer, or a daemon that
+	// answered 503 (its store did not answer, or it is shutting down):
+	// the same command may succeed later.
+	ExitUnavailable = 6
 )
 
 // ExitCode is the status a verb that failed with err exits with: 2 for a
 // usage error, 128+signal for one a signal stopped, 3 for an untrusted
-// snapshot, 4 for a stop that failed after a published pause, 1
-// otherwise.
+// snapshot, 4 for a stop that failed after a published pause, 5 and 6
+// for a disk that takes no writes and a store that does not answer
+// (decided as the daemon decides its 507 and 503, whose answers map to
+// them), 1 otherwise.
 func ExitCode(err error) int {
 	var ie interrupt.Error
 	switch {
@@ -46,6 +59,12 @@ func ExitCode(err error) int {
 		return ExitUntrusted
 	case errors.Is(err, ErrStopAfterPause):
 		return ExitStopFailed
+	}
+	switch api.UnavailableStatus(err) {
+	case http.StatusInsufficientStorage:
+		return ExitCannotStore
+	case http.StatusServiceUnavailable:
+		return ExitUnavailable
 	}
 	return 1
 }

@@ -179,7 +179,7 @@ func (d *Daemon) checkImport(req api.ImportRequest) (in importFiles, lay layout.
 		return in, lay, err
 	}
 	if req.Alias != "" {
-		if err := repository.ValidateAlias(req.Alias); err != nil {
+		if err := repository.ValidateNewAlias(req.Alias); err != nil {
 			return in, lay, statusError(http.StatusBadRequest, "alias", err)
 		}
 	}

@@ -68,6 +68,8 @@ func lookupBadRequests(takenID string) []badRequest {
 		{"id not in canonical form", "GET", "/snapshots/" + strings.ToUpper(takenID), "", 400, "id"},
 		{"unknown id", "GET", "/snapshots/" + unknownID, "", 404, "id"},
 		{"unknown alias", "GET", "/snapshots/nobody", "", 404, "id"},
+		// An older build may have bound an alias starting with '-'.
+		{"unknown alias starting with a dash", "GET", "/snapshots/-x", "", 404, "id"},
 		{"delete unknown alias", "DELETE", "/snapshots/nobody", "", 404, "id"},
 		{"delete unknown id", "DELETE", "/snapshots/" + unknownID, "", 404, "id"},
 		{"delete bad alias", "DELETE", "/snapshots/a.b", "", 400, "id"},
@@ -111,6 +113,7 @@ func importBadRequests(t *testing.T, f *fixture) []badRequest {
 		{"import missing file outside", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["vm_state"] = "/nonexistent/vm" }), 403, "vm_state"},
 		{"import directory", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["memory"] = notRegular }), 400, "memory"},
 		{"import bad alias", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["alias"] = "a/b" }), 400, "alias"},
+		{"import alias read as a flag", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["alias"] = "-x" }), 400, "alias"},
 		{"import alias like an id", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["alias"] = unknownID }), 400, "alias"},
 		{"import empty vm_state", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["vm_state"] = empty }), 400, "vm_state"},
 		{"import vm_state on procfs", "POST", "/snapshots/import", importBody(func(m map[string]any) { m["vm_state"] = "/proc/self/environ" }), 403, "vm_state"},

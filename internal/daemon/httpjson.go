@@ -15,11 +15,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"warmstart/internal/api"
-	"warmstart/internal/repository"
 )
 
 // maxRequestBytes bounds a request body; every request is a small JSON object.
@@ -89,15 +87,16 @@ func (d *Daemon) serve(h handlerFunc) http.Handler {
 const retryUnreachable = 5 * time.Second
 
 // unavailableError is the answer to a request that failed for want of a
-// resource rather than through the client or a bug of ours: 507 when a
-// disk (the staging directory, the store, the node cache) had no space
-// left, 503 with Retry-After when the store gave no answer. nil for any
-// other error. Both are decided from the error's chain, never its text.
+// resource rather than through the client or a bug of ours
+// (api.UnavailableStatus, which the CLI's exit status follows too): 507
+// when a disk (the staging directory, the store, the node cache) had no
+// space left or was read-only, 503 with Retry-After when the store gave no
+// answer. nil for any other error.
 func unavailableError(err error) *apiError {
-	switch {
-	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+	switch api.UnavailableStatus(err) {
+	case http.StatusInsufficientStorage:
 		return &apiError{status: http.StatusInsufficientStorage, err: err}
-	case errors.Is(err, repository.ErrUnreachable):
+	case http.StatusServiceUnavailable:
 		return &apiError{status: http.StatusServiceUnavailable, err: err, retryAfter: retryUnreachable}
 	}
 	return nil

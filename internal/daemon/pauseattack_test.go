@@ -73,6 +73,7 @@ func TestPauseBadInputIsTheClients(t *testing.T) {
 		{"then misspelt", in.ID, `{"then":"later"}`, "then", http.StatusBadRequest},
 		{"unknown field", in.ID, `{"alais":"x"}`, "alais", http.StatusBadRequest},
 		{"alias malformed", in.ID, `{"alias":"a b"}`, "alias", http.StatusBadRequest},
+		{"alias read as a flag", in.ID, `{"alias":"-x"}`, "must not start with '-'", http.StatusBadRequest},
 		{"alias an id", in.ID, `{"alias":"` + imp.ID + `"}`, "snapshot id", http.StatusBadRequest},
 		{"alias taken", in.ID, `{"alias":"base"}`, "base", http.StatusConflict},
 		{"not an object", in.ID, `[]`, "object", http.StatusBadRequest},

@@ -96,8 +96,9 @@ func unmount(store string) error { return unix.Unmount(store, 0) }
 
 // TestPauseWhileTheStoreIsUnwritable: the POSIX store (a small tmpfs)
 // fills up, or turns read-only, just as a pause publishes its child. The
-// pause fails saying why (507 when full), the sandbox runs again (also with then=stop),
-// nothing of the child is visible and, once the store is mended, nothing
+// pause fails saying why (507: no space, or a read-only file system), the
+// sandbox runs again (also with then=stop), nothing of the child is
+// visible and, once the store is mended, nothing
 // it left stays (the repository's sweep at open reclaims it). A later
 // pause publishes a child holding every page written since the restore.
 func TestPauseWhileTheStoreIsUnwritable(t *testing.T) {
@@ -109,7 +110,7 @@ func TestPauseWhileTheStoreIsUnwritable(t *testing.T) {
 		mend: func(s string) error { return os.Remove(filler(s)) }, msg: "no space left",
 		status: http.StatusInsufficientStorage}
 	ro := storeFault{name: "read-only", then: api.ThenResume, brk: readOnly, mend: unmount,
-		msg: "read-only file system"}
+		msg: "read-only file system", status: http.StatusInsufficientStorage}
 	fullResume, fullStop := full, full
 	fullResume.name, fullResume.then = "full-resume", api.ThenResume
 	fullStop.name, fullStop.then = "full-stop", api.ThenStop

@@ -229,7 +229,6 @@ func Decode(data []byte) (*Manifest, error) {
 		return nil, fmt.Errorf("%w: %d (this build reads %d)", ErrUnsupportedVersion, v, Version)
 	}
 	regionCount := uint64(le.Uint32(data[12:]))
-	fileSize := le.Uint64(data[16:])
 	rest := data[headerBytes:]
 
 	// Counts are untrusted: compare them with the bytes actually present
@@ -237,12 +236,13 @@ func Decode(data []byte) (*Manifest, error) {
 	if regionCount > uint64(len(rest))/regionBytes {
 		return nil, fmt.Errorf("%w: header announces %d regions, %d bytes remain", ErrTruncated, regionCount, len(rest))
 	}
-	l := layout.Layout{FileSize: toInt64(fileSize), Regions: make([]layout.Region, regionCount)}
+	var fr fieldReader
+	l := layout.Layout{FileSize: fr.int64(data[16:], layout.ErrInvalid, "memory file size"), Regions: make([]layout.Region, regionCount)}
 	for i := range l.Regions {
 		l.Regions[i] = layout.Region{
-			Offset:   toInt64(le.Uint64(rest[0:])),
-			Size:     toInt64(le.Uint64(rest[8:])),
-			PageSize: toInt64(le.Uint64(rest[16:])),
+			Offset:   fr.int64(rest[0:], layout.ErrInvalid, "region %d: offset", i),
+			Size:     fr.int64(rest[8:], layout.ErrInvalid, "region %d: size", i),
+			PageSize: fr.int64(rest[16:], layout.ErrInvalid, "region %d: page size", i),
 		}
 		rest = rest[regionBytes:]
 	}
@@ -259,8 +259,14 @@ func Decode(data []byte) (*Manifest, error) {
 	}
 	m := &Manifest{Layout: l, Ranges: make([]Range, rangeCount)}
 	for i := range m.Ranges {
-		m.Ranges[i] = Range{Offset: toInt64(le.Uint64(rest[0:])), Length: toInt64(le.Uint64(rest[8:]))}
+		m.Ranges[i] = Range{
+			Offset: fr.int64(rest[0:], ErrOutsideLayout, "range %d: offset", i),
+			Length: fr.int64(rest[8:], ErrOutsideLayout, "range %d: length", i),
+		}
 		rest = rest[rangeBytes:]
+	}
+	if fr.err != nil {
+		return nil, fr.err
 	}
 	if err := m.Validate(); err != nil {
 		return nil, err
@@ -268,11 +274,23 @@ func Decode(data []byte) (*Manifest, error) {
 	return m, nil
 }
 
-// toInt64 maps values above math.MaxInt64 to -1, which validation rejects
-// as negative, instead of letting them wrap to arbitrary negatives.
-func toInt64(v uint64) int64 {
+// fieldReader reads the format's offsets and sizes, stored unsigned, into
+// int64s. It keeps the first above math.MaxInt64 as its err: no memory
+// file has such an offset or size, and the error names the value as the
+// file stores it (a hex dump shows it), never as the negative number the
+// conversion would make of it.
+type fieldReader struct{ err error }
+
+// int64 reads the little-endian field at the start of b; sentinel and the
+// format (with args) name it in err.
+func (f *fieldReader) int64(b []byte, sentinel error, format string, args ...any) int64 {
+	v := binary.LittleEndian.Uint64(b)
 	if v > math.MaxInt64 {
-		return -1
+		if f.err == nil {
+			f.err = fmt.Errorf("%w: %s %d is beyond any memory file (at most %d)",
+				sentinel, fmt.Sprintf(format, args...), v, int64(math.MaxInt64))
+		}
+		return 0
 	}
 	return int64(v)
 }

@@ -444,3 +444,30 @@ func BenchmarkBuild(b *testing.B) {
 		}
 	}
 }
+
+// A stored field above math.MaxInt64 is refused naming the value the file
+// holds, as a hex dump of it shows, never as a negative number.
+func TestDecodeNamesHugeFieldsUnsigned(t *testing.T) {
+	good := layout.Single(64 * page)
+	const stored = "18446744073709547520" // 2^64 - 4096, stored as -page
+	for _, tc := range []struct {
+		name string
+		data []byte
+		want error
+	}{
+		{"range offset", encodeRaw(Version, good, []Range{{-page, page}}), ErrOutsideLayout},
+		{"range length", encodeRaw(Version, good, []Range{{page, -page}}), ErrOutsideLayout},
+		{"file size", encodeRaw(Version, layout.Layout{FileSize: -page, Regions: []layout.Region{region(0, page, page)}}, nil), layout.ErrInvalid},
+		{"region offset", encodeRaw(Version, layout.Layout{FileSize: page, Regions: []layout.Region{region(-page, page, page)}}, nil), layout.ErrInvalid},
+		{"region size", encodeRaw(Version, layout.Layout{FileSize: page, Regions: []layout.Region{region(0, -page, page)}}, nil), layout.ErrInvalid},
+		{"page size", encodeRaw(Version, layout.Layout{FileSize: page, Regions: []layout.Region{region(0, page, -page)}}, nil), layout.ErrInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Decode(tc.data)
+			wantOnly(t, err, tc.want)
+			if msg := err.Error(); !strings.Contains(msg, stored) || strings.Contains(msg, "-1") {
+				t.Fatalf("error %q does not name the stored value %s", msg, stored)
+			}
+		})
+	}
+}

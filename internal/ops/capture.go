@@ -92,7 +92,7 @@ func CheckCapture(kind, agent, workload, alias string) error {
 		return fmt.Errorf("--vmm %q: only qemu and firecracker boot and capture a guest", kind)
 	}
 	if alias != "" {
-		if err := repository.ValidateAlias(alias); err != nil {
+		if err := repository.ValidateNewAlias(alias); err != nil {
 			return fmt.Errorf("capture: --alias: %w", err)
 		}
 	}

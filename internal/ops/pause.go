@@ -29,7 +29,7 @@ func CheckPauseRequest(req api.PauseRequest) error {
 		return fmt.Errorf("then %q: want %q or %q", req.Then, api.ThenResume, api.ThenStop)
 	}
 	if req.Alias != "" {
-		if err := repository.ValidateAlias(req.Alias); err != nil {
+		if err := repository.ValidateNewAlias(req.Alias); err != nil {
 			return err
 		}
 	}

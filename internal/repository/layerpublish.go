@@ -35,7 +35,7 @@ type CheckedLayerPublish struct {
 func CheckLayerPublish(id string, req LayerPublishRequest) (CheckedLayerPublish, error) {
 	var c CheckedLayerPublish
 	if req.Alias != "" {
-		if err := ValidateAlias(req.Alias); err != nil {
+		if err := ValidateNewAlias(req.Alias); err != nil {
 			return c, err
 		}
 	}

@@ -55,6 +55,21 @@ func ValidateAlias(alias string) error {
 	return nil
 }
 
+// ValidateNewAlias is ValidateAlias for an alias about to be bound: it
+// also refuses one that starts with '-', which a command line reads as a
+// flag, so it could only be passed after "--". Aliases bound before this
+// rule stay valid for ValidateAlias, which reading and looking up use, so
+// they still list, resolve and delete.
+func ValidateNewAlias(alias string) error {
+	if err := ValidateAlias(alias); err != nil {
+		return err
+	}
+	if alias[0] == '-' {
+		return fmt.Errorf("%w: alias %q must not start with '-': a command line would read it as a flag", ErrInvalidRequest, alias)
+	}
+	return nil
+}
+
 // ValidateFilter checks the parts of a Filter that have a syntax.
 func ValidateFilter(f Filter) error {
 	if len(f.AliasPrefix) > MaxAliasBytes || !aliasAlphabet(f.AliasPrefix) {
@@ -211,7 +226,7 @@ type PublishSizes struct {
 // valid and describes a memory file of exactly the memory file's size.
 func CheckPublish(req PublishRequest) (PublishSizes, error) {
 	if req.Alias != "" {
-		if err := ValidateAlias(req.Alias); err != nil {
+		if err := ValidateNewAlias(req.Alias); err != nil {
 			return PublishSizes{}, err
 		}
 	}

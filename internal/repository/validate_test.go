@@ -45,6 +45,29 @@ func TestValidateAlias(t *testing.T) {
 	}
 }
 
+// An alias a command line would read as a flag is refused for a new
+// binding, naming the rule, and still accepted where an existing one is
+// read or looked up.
+func TestValidateNewAliasRefusesALeadingDash(t *testing.T) {
+	for _, s := range []string{"-x", "--json", "-"} {
+		err := ValidateNewAlias(s)
+		if !errors.Is(err, ErrInvalidRequest) || !strings.Contains(err.Error(), "'-'") {
+			t.Errorf("ValidateNewAlias(%q) = %v, want ErrInvalidRequest naming '-'", s, err)
+		}
+		if err := ValidateAlias(s); err != nil {
+			t.Errorf("ValidateAlias(%q) = %v: an alias bound earlier must still read", s, err)
+		}
+	}
+	for _, s := range []string{"a-", "web-1", "_x"} {
+		if err := ValidateNewAlias(s); err != nil {
+			t.Errorf("ValidateNewAlias(%q) = %v", s, err)
+		}
+	}
+	if err := ValidateNewAlias("a b"); !errors.Is(err, ErrInvalidRequest) {
+		t.Errorf("ValidateNewAlias keeps ValidateAlias's rules: %v", err)
+	}
+}
+
 func TestValidateRef(t *testing.T) {
 	id, _ := NewID()
 	for _, s := range []string{id, "web-1", strings.Repeat("x", MaxAliasBytes)} {

@@ -19,7 +19,9 @@ type cacheChecker interface {
 type CacheReport struct {
 	chunkcache.CheckReport
 	// BlockBytes is the cache's block size; Evicted are block indexes.
-	BlockBytes int64 `json:"block_bytes"`
+	// Absent when the node could not open its cache (the report's
+	// problems say why): no block was checked then.
+	BlockBytes int64 `json:"block_bytes,omitempty"`
 }
 
 // checkCache checks what repo's node cache holds of the snapshot's memory
@@ -32,25 +34,32 @@ func (c *checker) checkCache(repo repository.Repository) error {
 	if !ok {
 		return nil // no node cache: nothing but the store to read
 	}
-	bs := blockBytesOf(repo)
+	// The block size is read once the check has run: a node opens its
+	// cache when it first needs it, and CheckCache is that first need on
+	// a node that has not restored yet.
+	defer func() {
+		if c.r.Cache != nil {
+			c.r.Cache.BlockBytes = blockBytesOf(repo)
+		}
+	}()
 	if !c.res.Record.Layered() {
-		return c.checkCached(cc, bs, c.res.Record, c.judge, "")
+		return c.checkCached(cc, c.res.Record, c.judge, "")
 	}
 	// A layered snapshot's blocks are cached per layer, under the layer's
 	// SHA-256 as a plain memory's are under its own (s3.Repo).
 	for i, l := range c.layerJudges {
 		rec := repository.Record{ID: l.desc.Snapshot, MemorySHA256: l.desc.SHA256}
-		if err := c.checkCached(cc, bs, rec, l.judge, fmt.Sprintf("layer %d of the chain, owned by %s: ", i, l.desc.Snapshot)); err != nil {
+		if err := c.checkCached(cc, rec, l.judge, fmt.Sprintf("layer %d of the chain, owned by %s: ", i, l.desc.Snapshot)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// checkCached checks the cached blocks (of blockBytes) of rec's memory
-// with judge, adds them to the report and reports a problem (prefixed
-// with what) for each failure.
-func (c *checker) checkCached(cc cacheChecker, blockBytes int64, rec repository.Record, judge *integrity.Table, what string) error {
+// checkCached checks the cached blocks of rec's memory with judge, adds
+// them to the report and reports a problem (prefixed with what) for each
+// failure.
+func (c *checker) checkCached(cc cacheChecker, rec repository.Record, judge *integrity.Table, what string) error {
 	if judge == nil {
 		c.r.Problems = append(c.r.Problems, Problem{Kind: KindCache,
 			Message: what + "the node cache was not checked: the snapshot has no digest table that can be used"})
@@ -61,7 +70,7 @@ func (c *checker) checkCached(cc cacheChecker, blockBytes int64, rec repository.
 		return c.ctx.Err()
 	}
 	if c.r.Cache == nil {
-		c.r.Cache = &CacheReport{BlockBytes: blockBytes}
+		c.r.Cache = &CacheReport{}
 	}
 	cr := c.r.Cache
 	cr.Blocks, cr.Bytes, cr.Evicted = cr.Blocks+rep.Blocks, cr.Bytes+rep.Bytes, append(cr.Evicted, rep.Evicted...)
@@ -76,7 +85,8 @@ func (c *checker) checkCached(cc cacheChecker, blockBytes int64, rec repository.
 	return nil
 }
 
-// blockBytesOf is the block size of repo's node cache, 0 when unknown.
+// blockBytesOf is the block size of repo's node cache, 0 when it is not
+// open.
 func blockBytesOf(repo repository.Repository) int64 {
 	if cr, ok := findIn[interface{ Cache() *chunkcache.Cache }](repo); ok && cr.Cache() != nil {
 		return cr.Cache().BlockBytes()

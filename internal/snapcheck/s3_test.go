@@ -14,6 +14,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"warmstart/internal/chunkcache"
 	"warmstart/internal/chunkmap"
 	"warmstart/internal/integrity"
 	"warmstart/internal/lab/miniotest"
@@ -263,6 +264,11 @@ func TestS3(t *testing.T) {
 		if r.OK || r.Cache == nil || len(r.Cache.Evicted) != len(blocks) || r.Cache.Blocks != len(blocks) ||
 			len(r.Problems) != 1 || r.Problems[0].Kind != KindCache {
 			t.Fatalf("verify with the node cache: %+v", r)
+		}
+		// A fresh node opens its cache only when it first needs it: the
+		// report still names the cache's real block size.
+		if r.Cache.BlockBytes != chunkcache.DefaultBlockBytes {
+			t.Fatalf("cache report block_bytes %d, want the cache's %d", r.Cache.BlockBytes, chunkcache.DefaultBlockBytes)
 		}
 		if left, _ := filepath.Glob(filepath.Join(dir, "chunks", rec.MemorySHA256, "*.blk")); len(left) != 0 {
 			t.Fatalf("evicted blocks left their files: %v", left)

@@ -41,8 +41,9 @@ func (f *Flags) Check(snapshot string) (int64, error) {
 		return 0, err
 	}
 	// Its range alone; validateConcurrency checks it against the VMM
-	// and the columns once the snapshot is known.
-	if f.Concurrency < 0 || f.Concurrency > MaxConcurrency {
+	// and the columns once the snapshot is known. Options read 0 as 1,
+	// but the flag offers 1..MaxConcurrency: a 0 given is refused.
+	if f.Concurrency < 1 || f.Concurrency > MaxConcurrency {
 		return 0, fmt.Errorf("--concurrency %d: want 1..%d", f.Concurrency, MaxConcurrency)
 	}
 	if err := f.checkDevice(); err != nil {

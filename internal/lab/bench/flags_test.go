@@ -8,7 +8,7 @@ import (
 )
 
 func validFlags() Flags {
-	return Flags{Options: Options{Blocks: 2, ReserveBlocks: 1, Device: config.DeviceFile},
+	return Flags{Options: Options{Blocks: 2, ReserveBlocks: 1, Device: config.DeviceFile, Concurrency: 1},
 		PolicyList: " seed, warmstart ,", MemorySize: "64MiB", Repository: "posix_fs"}
 }
 
@@ -39,6 +39,9 @@ func TestFlagsCheckNamesTheFlag(t *testing.T) {
 		// Refused before the reference snapshot is synthesized and its
 		// manifest recorded, as a usage error, not after.
 		"--concurrency -3": func(f *Flags) { f.Concurrency = -3 },
+		// 0 would be read as 1 by Options; on the command line it is a
+		// value the help does not offer.
+		"--concurrency 0":  func(f *Flags) { f.Concurrency = 0 },
 		"--concurrency 17": func(f *Flags) { f.Concurrency = MaxConcurrency + 1 },
 	} {
 		f := validFlags()

@@ -156,7 +156,7 @@ func (f *benchFlags) register(cmd *cobra.Command) {
 	fl.BoolVar(&f.b.NoHot, "no-hot", false, "leave out the hot control")
 	fl.Float64Var(&f.b.Drift, "drift", 0, "reference snapshot: every trial plays its own variant of the trace that differs from the base by this fraction of touched pages (0 to 1; 0: the base trace)")
 	fl.IntVar(&f.b.Learn, "learn", bench.DefaultLearn, "learning restores of each +learned column before the formal blocks")
-	fl.IntVar(&f.b.Concurrency, "concurrency", 1, "timed restores each trial starts at once on its node, sharing the device and the prefetch task (replay VMM; a trial's time is the slowest's): N cold against N hot")
+	fl.IntVar(&f.b.Concurrency, "concurrency", 1, fmt.Sprintf("timed restores each trial starts at once on its node, 1 to %d, sharing the device and the prefetch task (replay VMM; a trial's time is the slowest's): N cold against N hot", bench.MaxConcurrency))
 	fl.StringVar(&f.b.CPUProfileDir, "cpuprofile", "", "write a CPU profile (pprof) of the node process in each formal trial's timed restore, start to ready, into this directory (block-N-CACHE-POLICY.pprof; compare a cold one with a hot one: go tool pprof -diff_base block-1-hot-off.pprof block-1-cold-warmstart.pprof)")
 	fl.StringVar(&f.agent, "agent", "", "--vmm qemu without SNAPSHOT: prebuilt warmstart-agent binary (default: build it from the module source)")
 	fl.String(cli.StoreFlag, "", "POSIX snapshot store directory (overrides [backend.posix_fs] snapshot_store)")

@@ -19,6 +19,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"warmstart/internal/durable"
 	"warmstart/internal/repository"
@@ -95,10 +98,25 @@ func Open(root string, opts Options) (*Repo, error) {
 			return nil, fmt.Errorf("open snapshot store %s: %w", abs, err)
 		}
 	}
+	if r.onReadOnlyMount() {
+		// Nothing can be swept, and every change is refused as it comes
+		// (writable): the store is read as it is, without a warning at
+		// every open.
+		return r, nil
+	}
 	if err := r.Sweep(context.Background()); err != nil && opts.Warn != nil {
 		opts.Warn(fmt.Errorf("snapshot store %s: %w", abs, err))
 	}
 	return r, nil
+}
+
+// onReadOnlyMount reports whether the store's file system is mounted
+// read-only now (a read-only bind mount, a remount after errors). Asked
+// at every change, not once: a mount can turn read-only, or back, under
+// an open store.
+func (r *Repo) onReadOnlyMount() bool {
+	var st unix.Statfs_t
+	return unix.Statfs(r.paths.root, &st) == nil && st.Flags&unix.ST_RDONLY != 0
 }
 
 // checkExists confirms a store is at the root: its directories are there.
@@ -115,10 +133,16 @@ func (r *Repo) checkExists() error {
 	return nil
 }
 
-// writable refuses changes to a store opened read-only.
+// writable refuses changes to a store opened read-only (the caller's
+// mistake: ErrInvalidRequest) and to one whose file system is mounted
+// read-only (the host's: EROFS, a daemon's 507), naming the store rather
+// than the first file a change would have made in it.
 func (r *Repo) writable() error {
 	if r.opts.ReadOnly {
 		return fmt.Errorf("%w: snapshot store %s is open read-only", repository.ErrInvalidRequest, r.paths.root)
+	}
+	if r.onReadOnlyMount() {
+		return fmt.Errorf("snapshot store %s is on a read-only mount (it can be read, not changed): %w", r.paths.root, syscall.EROFS)
 	}
 	return nil
 }

@@ -666,6 +666,13 @@ func testInvalidAliases(t *testing.T, repo repository.Repository) {
 			}
 		})
 	}
+	// A leading '-' reads as a flag on a command line: no new binding
+	// takes it, while a lookup of one (an older build may have bound it)
+	// is still a lookup.
+	_, err = repo.Publish(bg(), lease, in.Request("-x"))
+	wantErr(t, `Publish(alias "-x")`, err, repository.ErrInvalidRequest)
+	_, err = repo.ResolveAlias(bg(), "-x")
+	wantErr(t, `ResolveAlias("-x")`, err, repository.ErrNotFound)
 	if recs := mustList(t, repo, repository.Filter{}); len(recs) != 0 {
 		t.Fatalf("bad aliases published: %v", ids(recs))
 	}
