@@ -100,6 +100,12 @@ type Device struct {
 
 	endOnce sync.Once
 	ended   bool
+
+	// hintMu guards hints, the storage hints of the plans Target was
+	// given, and released, set when Release began.
+	hintMu   sync.Mutex
+	hints    []*memdev.PlanHint
+	released bool
 }
 
 var (
@@ -224,9 +230,34 @@ func (d *Device) Target(plan []prefetch.Range, o memdev.TargetOptions) (prefetch
 		return nil, nil, errors.New("uffd device: no VMM connected")
 	}
 	if o.Hint {
-		go memdev.Hint(d.mem.Advise, plan)
+		d.startHint(plan)
 	}
 	return installTarget{s}, nil, nil
+}
+
+// startHint advises the lower of plan in the background, until Release
+// (stopHint); a device already released hints nothing.
+func (d *Device) startHint(plan []prefetch.Range) {
+	d.hintMu.Lock()
+	defer d.hintMu.Unlock()
+	if d.released {
+		return
+	}
+	h := memdev.NewPlanHint(d.mem.Advise, plan)
+	d.hints = append(d.hints, h)
+	h.Start()
+}
+
+// stopHint ends the storage hint, if any, and waits for its advice in
+// progress: the lower it advises closes next. None starts after.
+func (d *Device) stopHint() {
+	d.hintMu.Lock()
+	d.released = true
+	hints := d.hints
+	d.hintMu.Unlock()
+	for _, h := range hints {
+		h.Stop()
+	}
 }
 
 // installTarget installs ranges into one VM's memory through its session.
@@ -283,6 +314,7 @@ func (d *Device) EndReads(cause error) bool {
 // (with it the lower) and removes the socket. A uffd device is one VM's,
 // so its release is always the last.
 func (d *Device) Release(context.Context) (last bool, err error) {
+	d.stopHint()
 	if d.cancelAccept != nil {
 		d.cancelAccept()
 		<-d.accepted
