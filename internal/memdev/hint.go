@@ -63,10 +63,19 @@ func (h *PlanHint) adviseUnlessStopping(off, length int64) error {
 // when the one in progress (if any) has, so that no advice runs after it.
 // A hint not started by then never starts.
 func (h *PlanHint) Stop() {
-	h.stopOnce.Do(func() { close(h.stopping) })
-	h.once.Do(func() { close(h.ended) })
+	h.Cancel()
 	<-h.ended
 }
+
+// Cancel is Stop without the wait: Ended says when the advice in progress
+// has returned.
+func (h *PlanHint) Cancel() {
+	h.stopOnce.Do(func() { close(h.stopping) })
+	h.once.Do(func() { close(h.ended) })
+}
+
+// Ended closes once the hint has ended, or was cancelled before it started.
+func (h *PlanHint) Ended() <-chan struct{} { return h.ended }
 
 // Stopping closes when Stop begins.
 func (h *PlanHint) Stopping() <-chan struct{} { return h.stopping }

@@ -248,15 +248,27 @@ func (d *Device) startHint(plan []prefetch.Range) {
 	h.Start()
 }
 
-// stopHint ends the storage hint, if any, and waits for its advice in
-// progress: the lower it advises closes next. None starts after.
+// stopHint ends the storage hints and waits for their advice in progress:
+// the lower they advise closes next, and none starts after. An advice
+// stuck on storage that stopped answering holds the release no longer than
+// a stuck read would (closeWait); it holds the lower's descriptor until it
+// returns, so it never reaches another file.
 func (d *Device) stopHint() {
 	d.hintMu.Lock()
 	d.released = true
 	hints := d.hints
 	d.hintMu.Unlock()
 	for _, h := range hints {
-		h.Stop()
+		h.Cancel()
+	}
+	bound := time.NewTimer(closeWait)
+	defer bound.Stop()
+	for _, h := range hints {
+		select {
+		case <-h.Ended():
+		case <-bound.C:
+			return
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"os"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"warmstart/internal/memdev"
 	"warmstart/internal/prefetch"
@@ -99,5 +100,53 @@ func TestReleaseStopsTheStorageHint(t *testing.T) {
 	if n != 1 || busy != 0 || late != 0 {
 		t.Fatalf("release during the first advice of %d: %d advices, %d in progress after it, %d on the closed lower;"+
 			" want 1, 0, 0", len(plan), n, busy, late)
+	}
+}
+
+// TestReleaseIsBoundedWhileAnAdviceHangs: an advice stuck on storage that
+// stopped answering holds the release no longer than a stuck read would
+// (closeWait); it ends by itself when the storage answers.
+func TestReleaseIsBoundedWhileAnAdviceHangs(t *testing.T) {
+	dir, err := os.MkdirTemp("", "uffd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	path, _ := newLowerFile(t, dir, lowerBytes)
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lower := &gatedLower{File: f, size: lowerBytes, gate: make(chan (<-chan struct{}), 1), entered: make(chan struct{})}
+	answered := make(chan struct{})
+	lower.gate <- answered // the storage answers only at the end of the test
+	t.Cleanup(func() { close(answered) })
+	dev, err := NewOpener(0).Open(memdev.Request{Memory: gatedSource{lower}, RunDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := dev.(*Device)
+	var spec vmm.RestoreSpec
+	if err := d.Configure(context.Background(), &spec); err != nil {
+		t.Fatal(err)
+	}
+	v := startVMM(t, spec.MemPath, twoRegions)
+	await(t, (<-chan struct{})(d.accepted), "accept")
+	if _, _, err := d.Target([]prefetch.Range{{Offset: 0, Length: 4096}}, memdev.TargetOptions{Hint: true}); err != nil {
+		t.Fatal(err)
+	}
+	await(t, (<-chan struct{})(lower.entered), "the advice")
+	v.kill()
+	closeWait = 200 * time.Millisecond
+	t.Cleanup(func() { closeWait = defaultCloseWait })
+	released := make(chan error, 1)
+	go func() {
+		_, err := d.Release(context.Background())
+		released <- err
+	}()
+	select {
+	case <-released:
+	case <-time.After(guardTimeout):
+		t.Fatalf("release still waiting %v after the advice hung: it waits for the storage", guardTimeout)
 	}
 }
