@@ -87,11 +87,15 @@ func (g *generation) fill(off int64, buf []byte) error {
 			g.corrupt.note(err)
 			return fmt.Errorf("fill %s [%d, %d): read lower file: %w", g.name, lo, hi, err)
 		}
+		// Marked and heard of before the store: from the store on, the
+		// guest can find these pages without a request, and a restore that
+		// reaches ready then must count them as brought in, not unused.
+		// (An observer that joins meanwhile hears of them as resident.)
+		g.served.mark(lo, hi-lo)
+		g.observers.served(memdev.Prefetch, lo, int(hi-lo), time.Since(began))
 		if errno := inode.WriteCache(lo, run); errno != 0 {
 			return fmt.Errorf("fill %s [%d, %d): store in page cache: %w", g.name, lo, hi, errno)
 		}
-		g.served.mark(lo, hi-lo)
-		g.observers.served(memdev.Prefetch, lo, int(hi-lo), time.Since(began))
 		lo = hi
 	}
 	return nil

@@ -3,7 +3,10 @@ package fusedev
 import (
 	"errors"
 	"os"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"warmstart/internal/layout"
 	"warmstart/internal/memdev"
@@ -91,5 +94,76 @@ func TestFillRefusedWithoutPageCache(t *testing.T) {
 	}
 	if err := unopened.Fill(2<<20, make([]byte, pageBytes)); err == nil {
 		t.Fatal("fill past the end succeeded")
+	}
+}
+
+// heldObserver holds the first prefetch it hears of, inside Served, until
+// proceed closes: as a restore's timeline would be, were the fill's
+// goroutine preempted there. It counts the demand requests it hears of.
+type heldObserver struct {
+	heard, proceed chan struct{}
+	once           sync.Once
+	demands        atomic.Int64
+}
+
+func (o *heldObserver) Served(kind memdev.Kind, off int64, n int, took time.Duration) {
+	if kind == memdev.Demand {
+		o.demands.Add(1)
+		return
+	}
+	if kind == memdev.Prefetch {
+		o.once.Do(func() {
+			close(o.heard)
+			<-o.proceed
+		})
+	}
+}
+
+// TestFillIsHeardOfBeforeTheGuestCanFindIt: a guest that touches a page
+// while the device has not yet told its observers of the fill that brought
+// it in must find the page missing, and fault. Were the page already in
+// the page cache, the guest could touch it (no request) and reach ready
+// before the prefetch was recorded, and the restore's accounting, cut at
+// ready, would count a page the guest used as neither prefetched nor
+// requested: unused.
+func TestFillIsHeardOfBeforeTheGuestCanFindIt(t *testing.T) {
+	const fileBytes = 1 << 20
+	lower := writeLower(t, fileBytes, 13)
+	srv := newServer(t, Options{})
+	obs := &heldObserver{heard: make(chan struct{}), proceed: make(chan struct{})}
+	req := fileReq(lower, memdev.IOEngineBuffered)
+	req.Observer = obs
+	d, err := srv.Attach("heard", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { waitAck(t, d.release()) }()
+	f, err := os.Open(d.Path()) // keeps the kernel inode, as restore does
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	filled := make(chan error, 1)
+	go func() { filled <- d.Fill(0, make([]byte, 64<<10)) }()
+	released := false
+	proceed := func() {
+		if !released {
+			released = true
+			close(obs.proceed)
+		}
+	}
+	defer proceed()
+	<-obs.heard
+	page := []int64{0}
+	res := runChildSpec(t, childSpec{Mode: childMmap, Path: d.Path(), Layout: layout.Single(fileBytes), Pages: page})
+	if want := lowerHash(t, lower, page, pageBytes); res.Err != "" || res.Hash != want {
+		t.Fatalf("guest touch: %+v, want hash %s", res, want)
+	}
+	if obs.demands.Load() == 0 {
+		t.Error("the guest found the filled page in the cache before the fill was heard of")
+	}
+	proceed()
+	if err := <-filled; err != nil {
+		t.Fatalf("fill: %v", err)
 	}
 }

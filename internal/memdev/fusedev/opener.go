@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 
 	"warmstart/internal/memdev"
 	"warmstart/internal/prefetch"
@@ -138,43 +137,18 @@ func (d *Device) Target(plan []prefetch.Range, o memdev.TargetOptions) (prefetch
 	if !o.Hint {
 		return t, func() { f.Close() }, nil
 	}
-	h := &planHint{advise: d.Advise, plan: plan, ended: make(chan struct{})}
-	return hintingTarget{t, h}, func() { h.wait(); f.Close() }, nil
-}
-
-// planHint advises the lower of a plan, once, in the background.
-type planHint struct {
-	advise func(off, length int64) error
-	plan   []prefetch.Range
-	once   sync.Once
-	ended  chan struct{}
-}
-
-// start starts the hint, unless it started or wait ran before.
-func (h *planHint) start() {
-	h.once.Do(func() {
-		go func() {
-			defer close(h.ended)
-			memdev.Hint(h.advise, h.plan)
-		}()
-	})
-}
-
-// wait returns once the hint has ended; a hint not started by then never
-// starts.
-func (h *planHint) wait() {
-	h.once.Do(func() { close(h.ended) })
-	<-h.ended
+	h := memdev.NewPlanHint(d.Advise, plan)
+	return hintingTarget{t, h}, func() { h.Stop(); f.Close() }, nil
 }
 
 // hintingTarget starts its plan's hint at its first fetch, ahead of it.
 type hintingTarget struct {
 	prefetch.Target
-	hint *planHint
+	hint *memdev.PlanHint
 }
 
 func (t hintingTarget) Fetch(ctx context.Context, off int64, buf []byte) error {
-	t.hint.start()
+	t.hint.Start()
 	return t.Target.Fetch(ctx, off, buf)
 }
 

@@ -100,6 +100,12 @@ type Device struct {
 
 	endOnce sync.Once
 	ended   bool
+
+	// hintMu guards hints, the storage hints of the plans Target was
+	// given, and released, set when Release began.
+	hintMu   sync.Mutex
+	hints    []*memdev.PlanHint
+	released bool
 }
 
 var (
@@ -224,9 +230,46 @@ func (d *Device) Target(plan []prefetch.Range, o memdev.TargetOptions) (prefetch
 		return nil, nil, errors.New("uffd device: no VMM connected")
 	}
 	if o.Hint {
-		go memdev.Hint(d.mem.Advise, plan)
+		d.startHint(plan)
 	}
 	return installTarget{s}, nil, nil
+}
+
+// startHint advises the lower of plan in the background, until Release
+// (stopHint); a device already released hints nothing.
+func (d *Device) startHint(plan []prefetch.Range) {
+	d.hintMu.Lock()
+	defer d.hintMu.Unlock()
+	if d.released {
+		return
+	}
+	h := memdev.NewPlanHint(d.mem.Advise, plan)
+	d.hints = append(d.hints, h)
+	h.Start()
+}
+
+// stopHint ends the storage hints and waits for their advice in progress:
+// the lower they advise closes next, and none starts after. An advice
+// stuck on storage that stopped answering holds the release no longer than
+// a stuck read would (closeWait); it holds the lower's descriptor until it
+// returns, so it never reaches another file.
+func (d *Device) stopHint() {
+	d.hintMu.Lock()
+	d.released = true
+	hints := d.hints
+	d.hintMu.Unlock()
+	for _, h := range hints {
+		h.Cancel()
+	}
+	bound := time.NewTimer(closeWait)
+	defer bound.Stop()
+	for _, h := range hints {
+		select {
+		case <-h.Ended():
+		case <-bound.C:
+			return
+		}
+	}
 }
 
 // installTarget installs ranges into one VM's memory through its session.
@@ -283,6 +326,7 @@ func (d *Device) EndReads(cause error) bool {
 // (with it the lower) and removes the socket. A uffd device is one VM's,
 // so its release is always the last.
 func (d *Device) Release(context.Context) (last bool, err error) {
+	d.stopHint()
 	if d.cancelAccept != nil {
 		d.cancelAccept()
 		<-d.accepted

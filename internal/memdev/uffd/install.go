@@ -85,12 +85,8 @@ func (s *Session) installChunk(ctx context.Context, r *region, a, b uint64) erro
 			q += ps
 		}
 		if p < q {
-			began := time.Now()
 			if err := s.installRun(ctx, r, p, buf[:q-p]); err != nil {
 				return err
-			}
-			if o := s.h.opts.Observer; o != nil {
-				o.Served(memdev.Prefetch, int64(p), int(q-p), time.Since(began))
 			}
 		}
 		p = q
@@ -101,12 +97,19 @@ func (s *Session) installChunk(ctx context.Context, r *region, a, b uint64) erro
 // installRun reads [logical, logical+len(data)) from the lower file and
 // copies it in.
 func (s *Session) installRun(ctx context.Context, r *region, logical uint64, data []byte) (err error) {
+	began := time.Now()
 	n := len(data)
 	s.counters.Begin(n)
 	got, rerr := s.lower.ReadAt(data, int64(logical))
 	s.counters.End(n, got, rerr)
 	if rerr != nil {
 		return fmt.Errorf("%w: [%d, %d): %w", ErrLowerFile, logical, logical+uint64(n), rerr)
+	}
+	// Heard of before the copies: from the first copy on, the guest can
+	// find these pages without a fault, and a restore that reaches ready
+	// then must count them as brought in, not unused.
+	if o := s.h.opts.Observer; o != nil {
+		o.Served(memdev.Prefetch, int64(logical), n, time.Since(began))
 	}
 	size := uint64(n)
 	defer func() {
