@@ -30,6 +30,9 @@ type Client struct {
 	hc    *http.Client
 	base  string
 	token string
+	// addr is the endpoint as given, for errors: base does not name a
+	// Unix socket.
+	addr string
 }
 
 // WithToken makes the client send token as its bearer token, which a
@@ -43,7 +46,7 @@ func (c *Client) WithToken(token string) *Client {
 // Unix socket, or http://host:port for a daemon serving TCP.
 func NewClient(endpoint string) *Client {
 	if strings.HasPrefix(endpoint, "http://") || strings.HasPrefix(endpoint, "https://") {
-		return &Client{hc: &http.Client{}, base: strings.TrimSuffix(endpoint, "/")}
+		return &Client{hc: &http.Client{}, base: strings.TrimSuffix(endpoint, "/"), addr: endpoint}
 	}
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -52,7 +55,7 @@ func NewClient(endpoint string) *Client {
 		},
 	}
 	// The host is never dialled; it only fills the request line.
-	return &Client{hc: &http.Client{Transport: tr}, base: "http://warmstart"}
+	return &Client{hc: &http.Client{Transport: tr}, base: "http://warmstart", addr: endpoint}
 }
 
 // Close drops idle connections.
@@ -117,6 +120,11 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.hc.Do(req)
+	if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
+		// Nothing listens there: the usual reason is a daemon not started.
+		return fmt.Errorf("daemon %s %s: no daemon answers at %s (%w); start one with `warmstart serve`, or check the address",
+			method, path, c.addr, op.Err)
+	}
 	if err != nil {
 		return fmt.Errorf("daemon %s %s: %w", method, path, err)
 	}
