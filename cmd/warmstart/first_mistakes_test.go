@@ -125,3 +125,24 @@ func TestS3CredentialsRefusedNameTheKeys(t *testing.T) {
 		}
 	}
 }
+
+// An object store that does not answer at the configured endpoint (not
+// started, or the wrong port): the error names the key and the endpoint.
+func TestS3StoreNotRunningNamesTheEndpoint(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	endpoint := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	cfg := filepath.Join(dir, "s3.toml")
+	text := fmt.Sprintf("[snapshot]\nrepository_backend = \"s3\"\n[backend.s3]\nendpoint = %q\nbucket = \"warmstart\"\n"+
+		"access_key_id = \"k\"\nsecret_access_key = \"s\"\ncache_dir = %q\n[runtime]\ndir = %q\n",
+		endpoint, filepath.Join(dir, "cache"), filepath.Join(dir, "run"))
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, verb := range [][]string{{"snapshot", "list"}, {"store", "init"}} {
+		r := runCLI(t, append([]string{"--config", cfg}, verb...)...)
+		if r.code != 1 || !strings.Contains(r.stderr, "[backend.s3] endpoint") || !strings.Contains(r.stderr, endpoint) {
+			t.Errorf("%s: exit %d, stderr %q; want exit 1 naming [backend.s3] endpoint %s", strings.Join(verb, " "), r.code, r.stderr, endpoint)
+		}
+	}
+}

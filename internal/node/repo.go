@@ -55,7 +55,7 @@ func OpenRepository(ctx context.Context, cfg *config.Config, o RepositoryOptions
 			return nil, fmt.Errorf("%w at %s: create it with `warmstart store init` (it needs the s3:CreateBucket permission), or set [backend.s3] bucket to one that exists", err, endpointName(cfg.Backend.S3.Endpoint))
 		}
 		if err != nil {
-			return nil, deniedHint(err, cfg.Backend.S3)
+			return nil, s3Hint(err, cfg.Backend.S3)
 		}
 		return repo, nil
 	default:
@@ -133,9 +133,13 @@ func endpointName(endpoint string) string {
 	return endpoint
 }
 
-// deniedHint adds to err, when the object store refused the credentials,
-// which keys hold them: the store's own words name neither.
-func deniedHint(err error, c config.S3Config) error {
+// s3Hint adds to err, when the object store refused the credentials,
+// which keys hold them: the store's own words name neither; and, when it
+// did not answer, which key names it.
+func s3Hint(err error, c config.S3Config) error {
+	if errors.Is(err, repository.ErrUnreachable) {
+		return fmt.Errorf("%w: is the object store [backend.s3] endpoint names (%s) running?", err, endpointName(c.Endpoint))
+	}
 	if !s3.IsDenied(err) {
 		return err
 	}
@@ -157,7 +161,7 @@ func InitRepository(ctx context.Context, cfg *config.Config) (string, error) {
 		c := cfg.Backend.S3
 		created, err := s3.CreateBucket(ctx, S3Options(c))
 		if err != nil {
-			return "", deniedHint(err, c)
+			return "", s3Hint(err, c)
 		}
 		if !created {
 			return fmt.Sprintf("bucket %s at %s exists", c.Bucket, endpointName(c.Endpoint)), nil
