@@ -146,3 +146,17 @@ func TestS3StoreNotRunningNamesTheEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// A restore id the daemon does not hold (a typo, or one already stopped):
+// the error points at the verb that lists the ones it holds.
+func TestUnknownRestoreSaysHowToListThem(t *testing.T) {
+	t.Parallel()
+	file, cfg := discoveryConfig(t, shortDir(t))
+	serveDaemon(t, cfg, "")
+	for _, verb := range [][]string{{"restores", "stop", "nope"}, {"restores", "snapshot", "nope"}} {
+		r := runCLI(t, append([]string{"--config", file, "--daemon", cfg.Daemon.Socket}, verb...)...)
+		if r.code != 1 || !strings.Contains(r.stderr, "warmstart restores list") {
+			t.Errorf("%s: exit %d, stderr %q; want exit 1 naming `warmstart restores list`", strings.Join(verb, " "), r.code, r.stderr)
+		}
+	}
+}

@@ -82,10 +82,17 @@ func jsonRequested(cmd *cobra.Command, args []string) bool {
 // withNextStep adds what to do next to an error a new operator meets
 // first: a snapshot named by a verb that takes an ID or ALIAS (its usage
 // line says so) that the repository or daemon does not have is most
-// often a mistyped name, or the right name in another repository.
+// often a mistyped name, or the right name in another repository; a
+// restore id the daemon does not hold, a typo or one already stopped.
 func withNextStep(cmd *cobra.Command, err error) error {
-	if cmd != nil && strings.Contains(cmd.Use, "ID|ALIAS") && errors.Is(err, repository.ErrNotFound) {
+	if cmd == nil || !errors.Is(err, repository.ErrNotFound) {
+		return err
+	}
+	switch {
+	case strings.Contains(cmd.Use, "ID|ALIAS"):
 		return fmt.Errorf("%w (`warmstart snapshot list` lists the snapshots there are)", err)
+	case cmd.HasParent() && cmd.Parent().Name() == "restores":
+		return fmt.Errorf("%w (`warmstart restores list` lists the restores the daemon holds)", err)
 	}
 	return err
 }
