@@ -93,6 +93,16 @@ func TestDaemonNotRunningSaysHowToStartOne(t *testing.T) {
 			t.Errorf("%s: exit %d, stderr %q; want exit 1 naming %s and `warmstart serve`", strings.Join(args, " "), r.code, r.stderr, sock)
 		}
 	}
+	// Over TCP the token is looked for first: without one (no daemon ever
+	// served there to create it) the error still says how to start one.
+	runtime := filepath.Join(dir, "tcp.toml")
+	if err := os.WriteFile(runtime, []byte(fmt.Sprintf("[runtime]\ndir = %q\n", filepath.Join(dir, "run"))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLIEnv(t, []string{"WARMSTART_TOKEN="}, "--config", runtime, "restores", "list", "--daemon", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
+	if r.code != 1 || !strings.Contains(r.stderr, "warmstart serve --listen") {
+		t.Errorf("TCP daemon without a token: exit %d, stderr %q; want exit 1 naming `warmstart serve --listen`", r.code, r.stderr)
+	}
 }
 
 // S3 credentials the store refuses, or none at all: the error names the
