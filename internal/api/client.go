@@ -120,13 +120,8 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.hc.Do(req)
-	if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
-		// Nothing listens there: the usual reason is a daemon not started.
-		return fmt.Errorf("daemon %s %s: no daemon answers at %s (%w); start one with `warmstart serve`, or check the address",
-			method, path, c.addr, op.Err)
-	}
 	if err != nil {
-		return fmt.Errorf("daemon %s %s: %w", method, path, err)
+		return c.sendError(method, path, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
@@ -151,6 +146,17 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		return fmt.Errorf("daemon %s %s: decode answer: %w", method, path, err)
 	}
 	return nil
+}
+
+// sendError is the error of a request that got no answer. One whose
+// connection could not be made says so and how to start a daemon: the
+// usual reason is that none was started.
+func (c *Client) sendError(method, path string, err error) error {
+	if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
+		return fmt.Errorf("daemon %s %s: no daemon answers at %s (%w); start one with `warmstart serve`, or check the address",
+			method, path, c.addr, op.Err)
+	}
+	return fmt.Errorf("daemon %s %s: %w", method, path, err)
 }
 
 // Health asks whether the daemon is up.
