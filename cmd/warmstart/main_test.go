@@ -65,9 +65,15 @@ type cliRun struct {
 // runCLI runs "warmstart ARGS..." as a child process and waits for it.
 func runCLI(t *testing.T, args ...string) cliRun {
 	t.Helper()
+	return runCLIEnv(t, nil, args...)
+}
+
+// runCLIEnv is runCLI with extra environment variables (KEY=VALUE).
+func runCLIEnv(t *testing.T, extra []string, args ...string) cliRun {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
 	// No race-detector pause at exit: it would only slow each child down.
-	cmd.Env = cliEnv("GORACE=atexit_sleep_ms=0")
+	cmd.Env = cliEnv(append([]string{"GORACE=atexit_sleep_ms=0"}, extra...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	var exit *exec.ExitError

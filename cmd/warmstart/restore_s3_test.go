@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"warmstart/internal/lab/miniotest"
@@ -61,6 +63,27 @@ func TestRestoreUffdOfAnS3Snapshot(t *testing.T) {
 	if ms := mountPointsBelow(t, run); len(ms) > 0 {
 		t.Errorf("still mounted after the verbs exited: %v", ms)
 	}
+	// A verb that exits has finished writing what it cached: no block
+	// file is left half-way, for the next verb to discard with a warning.
+	if left := cacheTempFiles(t, filepath.Join(root.dir, "cache")); len(left) > 0 {
+		t.Errorf("the node cache holds temporary block files after the verbs exited: %v", left)
+	}
+}
+
+// cacheTempFiles are the block files being written (".tmp-…") below dir.
+func cacheTempFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var left []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && strings.HasPrefix(d.Name(), ".tmp-") {
+			left = append(left, path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return left
 }
 
 // expectedHash is the replay VMM's hash over ref's memory when it plays
@@ -76,4 +99,43 @@ func expectedHash(t *testing.T, ref synth.Paths) string {
 		t.Fatal(err)
 	}
 	return want
+}
+
+// TestS3RestoreLeavesNoHalfWrittenBlocks restores a snapshot with a
+// startup pack, as README's S3 block does, and checks after each verb
+// exits that the node cache holds no block file still being written: a
+// verb finishes writing what it cached before it exits, or the next verb
+// discards the file with a warning that a write was interrupted.
+func TestS3RestoreLeavesNoHalfWrittenBlocks(t *testing.T) {
+	srv := miniotest.Start(t)
+	const bucket = "no-half-written"
+	if err := srv.MakeBucket(context.Background(), bucket); err != nil {
+		t.Fatal(err)
+	}
+	root := newCLIRoot(t, "wsh3-", 12)
+	cache := filepath.Join(root.dir, "cache")
+	text := fmt.Sprintf("[runtime]\ndir = %q\n[snapshot]\nrepository_backend = \"s3\"\n"+
+		"[backend.s3]\nendpoint = %q\nbucket = %q\naccess_key_id = %q\nsecret_access_key = %q\ncache_dir = %q\n"+
+		"[vmm]\ndriver = \"replay\"\n[replay]\ntrace = %q\n",
+		root.run, "http://"+srv.Endpoint, bucket, miniotest.AccessKey, miniotest.SecretKey, cache, root.ref.Trace)
+	if err := os.WriteFile(root.cfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ref := root.ref
+	if r := runCLI(t, "--config", root.cfg, "snapshot", "import", "--vm-state", ref.VMState, "--memory", ref.Memory,
+		"--alias", "ref", "--layout", root.layout); r.code != 0 {
+		t.Fatalf("import with recording: exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+	for i := range 3 {
+		r := runCLI(t, "--config", root.cfg, "restore", "ref")
+		if r.code != 0 {
+			t.Fatalf("restore %d: exit %d, stderr:\n%s", i+1, r.code, r.stderr)
+		}
+		if strings.Contains(r.stderr, "interrupted write") {
+			t.Errorf("restore %d discarded what an earlier verb left half-written:\n%s", i+1, r.stderr)
+		}
+		if left := cacheTempFiles(t, cache); len(left) > 0 {
+			t.Errorf("after restore %d the node cache holds temporary block files: %v", i+1, left)
+		}
+	}
 }

@@ -28,12 +28,13 @@ absolute symlinks refused; empty: imports refused, 403). A token file
 open to group or others or owned by another user than the daemon's or
 root, or a token under 16 printable characters, is refused at start.
 
-  GET    /healthz, /metrics (Prometheus)
+  GET    /healthz, /metrics (Prometheus), /openapi.json (every route)
   GET    /snapshots, /snapshots/{id}      DELETE /snapshots/{id}
   POST   /snapshots/import                {vm_state, memory, alias, layout}
-  POST   /snapshots/{id}/manifest:record
-  POST   /restores                        {snapshot, device, prefetch, policy, io_engine}
-  GET    /restores                        DELETE /restores/{id}
+  POST   /snapshots/{id}/manifest:record, /snapshots/{id}/verify
+  POST   /restores                        {snapshot, device, prefetch, policy, io_engine, pausable}
+  GET    /restores, /restores/{id}        DELETE /restores/{id}
+  POST   /restores/{id}/snapshot          {alias, then}: pause into a child snapshot
 
 Other verbs run against it with --daemon SOCKET. With
 [manifest] record_after_publish, an import records the startup

@@ -30,6 +30,9 @@ type Client struct {
 	hc    *http.Client
 	base  string
 	token string
+	// addr is the endpoint as given, for errors: base does not name a
+	// Unix socket.
+	addr string
 }
 
 // WithToken makes the client send token as its bearer token, which a
@@ -43,7 +46,7 @@ func (c *Client) WithToken(token string) *Client {
 // Unix socket, or http://host:port for a daemon serving TCP.
 func NewClient(endpoint string) *Client {
 	if strings.HasPrefix(endpoint, "http://") || strings.HasPrefix(endpoint, "https://") {
-		return &Client{hc: &http.Client{}, base: strings.TrimSuffix(endpoint, "/")}
+		return &Client{hc: &http.Client{}, base: strings.TrimSuffix(endpoint, "/"), addr: endpoint}
 	}
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -52,7 +55,7 @@ func NewClient(endpoint string) *Client {
 		},
 	}
 	// The host is never dialled; it only fills the request line.
-	return &Client{hc: &http.Client{Transport: tr}, base: "http://warmstart"}
+	return &Client{hc: &http.Client{Transport: tr}, base: "http://warmstart", addr: endpoint}
 }
 
 // Close drops idle connections.
@@ -118,7 +121,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("daemon %s %s: %w", method, path, err)
+		return c.sendError(method, path, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
@@ -143,6 +146,17 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		return fmt.Errorf("daemon %s %s: decode answer: %w", method, path, err)
 	}
 	return nil
+}
+
+// sendError is the error of a request that got no answer. One whose
+// connection could not be made says so and how to start a daemon: the
+// usual reason is that none was started.
+func (c *Client) sendError(method, path string, err error) error {
+	if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
+		return fmt.Errorf("daemon %s %s: no daemon answers at %s (%w); start one with `warmstart serve`, or check the address",
+			method, path, c.addr, op.Err)
+	}
+	return fmt.Errorf("daemon %s %s: %w", method, path, err)
 }
 
 // Health asks whether the daemon is up.

@@ -61,7 +61,8 @@ func token(tokenFile func() (string, error)) (string, error) {
 	}
 	t, err := ReadToken(path)
 	if err != nil {
-		return "", fmt.Errorf("no API token: set %s or make %s readable: %w", TokenEnv, path, err)
+		return "", fmt.Errorf("no API token: set %s or make %s readable (`warmstart serve --listen` on a loopback address creates it): %w",
+			TokenEnv, path, err)
 	}
 	return t, nil
 }

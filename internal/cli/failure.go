@@ -8,11 +8,15 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync/atomic"
 
 	"github.com/spf13/cobra"
+
+	"warmstart/internal/repository"
 )
 
 // Stdout is the verbs' standard output: it counts what they write, so a
@@ -41,6 +45,7 @@ type Failure struct {
 // --json and wrote nothing there yet. It returns the exit status.
 func ReportFailure(cmd *cobra.Command, args []string, err error, stdout *Stdout, stderr io.Writer) int {
 	code := ExitCode(err)
+	err = withNextStep(cmd, err)
 	fmt.Fprintf(stderr, "warmstart: %v\n", err)
 	if stdout.written.Load() == 0 && jsonRequested(cmd, args) {
 		doc, _ := json.MarshalIndent(Failure{Error: err.Error(), ExitCode: code}, "", "  ")
@@ -72,4 +77,22 @@ func jsonRequested(cmd *cobra.Command, args []string) bool {
 		}
 	}
 	return false
+}
+
+// withNextStep adds what to do next to an error a new operator meets
+// first: a snapshot named by a verb that takes an ID or ALIAS (its usage
+// line says so) that the repository or daemon does not have is most
+// often a mistyped name, or the right name in another repository; a
+// restore id the daemon does not hold, a typo or one already stopped.
+func withNextStep(cmd *cobra.Command, err error) error {
+	if cmd == nil || !errors.Is(err, repository.ErrNotFound) {
+		return err
+	}
+	switch {
+	case strings.Contains(cmd.Use, "ID|ALIAS"):
+		return fmt.Errorf("%w (`warmstart snapshot list` lists the snapshots there are)", err)
+	case cmd.HasParent() && cmd.Parent().Name() == "restores":
+		return fmt.Errorf("%w (`warmstart restores list` lists the restores the daemon holds)", err)
+	}
+	return err
 }

@@ -118,5 +118,12 @@ func OpenCLI(ctx context.Context, cfg *config.Config, repo repository.Repository
 		os.RemoveAll(run)
 		return nil, err
 	}
+	// The verb's process owns the repository: Close closes it last, once
+	// nothing reads through it, so an S3 node cache finishes writing the
+	// blocks it was given before the process exits, rather than leaving
+	// them half-written for the next verb to discard.
+	if c, ok := repo.(io.Closer); ok {
+		n.closers = append([]func() error{c.Close}, n.closers...)
+	}
 	return n, nil
 }

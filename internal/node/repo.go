@@ -5,7 +5,9 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 
 	"warmstart/internal/chunkcache"
 	"warmstart/internal/config"
@@ -53,7 +55,7 @@ func OpenRepository(ctx context.Context, cfg *config.Config, o RepositoryOptions
 			return nil, fmt.Errorf("%w at %s: create it with `warmstart store init` (it needs the s3:CreateBucket permission), or set [backend.s3] bucket to one that exists", err, endpointName(cfg.Backend.S3.Endpoint))
 		}
 		if err != nil {
-			return nil, err
+			return nil, s3Hint(err, cfg.Backend.S3)
 		}
 		return repo, nil
 	default:
@@ -131,6 +133,25 @@ func endpointName(endpoint string) string {
 	return endpoint
 }
 
+// s3Hint adds to err, when the object store refused the credentials,
+// which keys hold them: the store's own words name neither; and, when it
+// did not answer, which key names it.
+func s3Hint(err error, c config.S3Config) error {
+	if errors.Is(err, repository.ErrUnreachable) {
+		return fmt.Errorf("%w: is the object store [backend.s3] endpoint names (%s) running?", err, endpointName(c.Endpoint))
+	}
+	if !s3.IsDenied(err) {
+		return err
+	}
+	if c.AccessKeyID != "" {
+		return fmt.Errorf("%w: %s refused access key %s: check [backend.s3] access_key_id and secret_access_key, "+
+			"and that the key may use bucket %s", err, endpointName(c.Endpoint), c.AccessKeyID, c.Bucket)
+	}
+	return fmt.Errorf("%w: [backend.s3] access_key_id and secret_access_key are empty, so the AWS chain "+
+		"(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, the shared credentials file, instance metadata) "+
+		"supplied the credentials and %s refused them: set both keys, or the chain's", err, endpointName(c.Endpoint))
+}
+
 // InitRepository creates the repository cfg names, where it does not
 // exist yet, and says what it did: the S3 bucket (in [backend.s3]
 // region), or the POSIX store directory. Safe to repeat.
@@ -140,7 +161,7 @@ func InitRepository(ctx context.Context, cfg *config.Config) (string, error) {
 		c := cfg.Backend.S3
 		created, err := s3.CreateBucket(ctx, S3Options(c))
 		if err != nil {
-			return "", err
+			return "", s3Hint(err, c)
 		}
 		if !created {
 			return fmt.Sprintf("bucket %s at %s exists", c.Bucket, endpointName(c.Endpoint)), nil
@@ -160,7 +181,22 @@ func InitRepository(ctx context.Context, cfg *config.Config) (string, error) {
 func openPosixFS(store string, o RepositoryOptions, key ed25519.PrivateKey) (repository.Repository, error) {
 	repo, err := posixfs.Open(store, posixfs.Options{ReadOnly: o.ReadOnly, Warn: o.Warn, SigningKey: key})
 	if err != nil {
-		return nil, err
+		return nil, missingStoreHint(err, store, o.Store != "")
 	}
 	return repo, nil
+}
+
+// missingStoreHint adds to err, when store itself does not exist, where
+// its path came from and how to make one: a first run without a
+// configuration opens the built-in default store, which nobody created.
+func missingStoreHint(err error, store string, fromFlag bool) error {
+	if _, serr := os.Stat(store); !errors.Is(serr, fs.ErrNotExist) {
+		return err
+	}
+	if fromFlag {
+		return fmt.Errorf("%w: no snapshot store there: check --store (a first `snapshot import --store DIR` creates one)", err)
+	}
+	return fmt.Errorf("%w: no snapshot store there: [backend.posix_fs] snapshot_store names it "+
+		"(configuration: --config, else $%s, else %s when present, else the built-in defaults); "+
+		"point it at your store, or create an empty one with `warmstart store init`", err, config.EnvFile, config.SystemFile)
 }

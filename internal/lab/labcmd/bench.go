@@ -146,7 +146,7 @@ func (f *benchFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.b.Blocks, "blocks", 8, "formal blocks of the protocol")
 	fl.IntVar(&f.b.ReserveBlocks, "reserve-blocks", 2, "reserve blocks that replace trials missing admission")
 	fl.StringVar(&f.b.Device, "device", config.DeviceFile, "memory device: file (FUSE) or uffd")
-	fl.IntVar(&f.b.IOEngine, "io-engine", 0, "I/O engine of the file device (0 or 1; 2 skips prefetch by design)")
+	fl.IntVar(&f.b.IOEngine, "io-engine", 0, "I/O engine of the file device, by number: 0 (buffered, the default) or 1 (buffered_async); 2 (direct) skips prefetch by design")
 	fl.Uint64Var(&f.b.Seed, "seed", 1, "seed of the frozen random order (and of the reference snapshot)")
 	fl.StringVar(&f.b.PolicyList, "policies", "seed,warmstart", "prefetch policies to compare: "+strings.Join(restore.PolicyNames(), ","))
 	fl.BoolVar(&f.asJSON, "json", false, "print all raw trials and the summary as JSON on stdout (the table goes to stderr)")

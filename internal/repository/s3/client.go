@@ -241,6 +241,22 @@ func credentialsFor(o Options) *credentials.Credentials {
 }
 
 // Classified object-store failures.
+
+// IsDenied reports whether the store refused the request's credentials:
+// an unknown access key, a signature made with the wrong secret, or a key
+// without the permission the request needs.
+func IsDenied(err error) bool {
+	var er minio.ErrorResponse
+	if !errors.As(err, &er) {
+		return false
+	}
+	switch er.Code {
+	case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch":
+		return true
+	}
+	return false
+}
+
 func isNotFound(err error) bool {
 	code := minio.ToErrorResponse(err).Code
 	return code == minio.NoSuchKey || code == "NotFound"
