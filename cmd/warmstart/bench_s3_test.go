@@ -183,7 +183,7 @@ func TestBenchS3MeasuresTheConfiguredReadaround(t *testing.T) {
 func TestBenchS3RefusesFlagsItWouldNotHeed(t *testing.T) {
 	fakeCompanion(t)
 	for _, args := range [][]string{
-		{"--device", "uffd"}, {"--io-engine", "1"}, {"--learn", "2"}, {"--reserve-blocks", "0"},
+		{"--device", "uffd"}, {"--io-engine", "1"}, {"--io-engine", "buffered_async"}, {"--learn", "2"}, {"--reserve-blocks", "0"},
 		{"--vmm", "qemu"}, {"--trace", "x.trace"}, {"--policies", "warmstart+learned"}, {"--policies", "off"},
 	} {
 		r := runCLI(t, append([]string{"bench", "--repository", "s3", "--policies", "warmstart"}, args...)...)
@@ -191,9 +191,11 @@ func TestBenchS3RefusesFlagsItWouldNotHeed(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 naming %s, companion not run", args, r.code, r.stdout, r.stderr, args[0])
 		}
 	}
-	r := runCLI(t, "bench", "--repository", "s3", "--policies", "warmstart", "--device", "file", "--io-engine", "0", "--vmm", "replay")
-	if r.code != 7 {
-		t.Errorf("flags set to what the companion does: exit %d, stderr %q; want the companion run (exit 7)", r.code, r.stderr)
+	for _, engine := range []string{"0", "buffered"} {
+		r := runCLI(t, "bench", "--repository", "s3", "--policies", "warmstart", "--device", "file", "--io-engine", engine, "--vmm", "replay")
+		if r.code != 7 {
+			t.Errorf("flags set to what the companion does (--io-engine %s): exit %d, stderr %q; want the companion run (exit 7)", engine, r.code, r.stderr)
+		}
 	}
 }
 

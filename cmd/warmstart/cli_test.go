@@ -189,10 +189,13 @@ func TestBenchNamesOnlyTheBadBlockFlag(t *testing.T) {
 
 // TestBenchRefusesBadIOEngineUpFront: bench refuses --io-engine 7 before it
 // synthesizes a snapshot or starts a trial.
+// A name is refused as restore refuses it (bench takes names too).
 func TestBenchRefusesBadIOEngineUpFront(t *testing.T) {
-	r := runCLI(t, "bench", "--io-engine", "7", "--blocks", "1", "--memory-size", "8MiB", "--policies", "seed")
-	if r.code != 2 || !strings.Contains(r.stderr, "--io-engine 7") || r.stdout != "" {
-		t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 naming --io-engine 7", r.code, r.stdout, r.stderr)
+	for engine, want := range map[string]string{"7": "--io-engine 7", "fast": `"fast" is not one of "buffered"`} {
+		r := runCLI(t, "bench", "--io-engine", engine, "--blocks", "1", "--memory-size", "8MiB", "--policies", "seed")
+		if r.code != 2 || !strings.Contains(r.stderr, want) || r.stdout != "" {
+			t.Errorf("--io-engine %s: exit %d, stdout %q, stderr %q; want exit 2 naming %s", engine, r.code, r.stdout, r.stderr, want)
+		}
 	}
 }
 

@@ -146,7 +146,9 @@ func (f *benchFlags) register(cmd *cobra.Command) {
 	fl.IntVar(&f.b.Blocks, "blocks", 8, "formal blocks of the protocol")
 	fl.IntVar(&f.b.ReserveBlocks, "reserve-blocks", 2, "reserve blocks that replace trials missing admission")
 	fl.StringVar(&f.b.Device, "device", config.DeviceFile, "memory device: file (FUSE) or uffd")
-	fl.IntVar(&f.b.IOEngine, "io-engine", 0, "I/O engine of the file device, by number: 0 (buffered, the default) or 1 (buffered_async); 2 (direct) skips prefetch by design")
+	// The flag takes what restore's and [memory] io_engine take: a name
+	// or the seed's integer.
+	fl.Var((*config.IOEngineSetting)(&f.b.IOEngine), "io-engine", "I/O engine of the file device: buffered (0) or buffered_async (1); direct (2) skips prefetch by design")
 	fl.Uint64Var(&f.b.Seed, "seed", 1, "seed of the frozen random order (and of the reference snapshot)")
 	fl.StringVar(&f.b.PolicyList, "policies", "seed,warmstart", "prefetch policies to compare: "+strings.Join(restore.PolicyNames(), ","))
 	fl.BoolVar(&f.asJSON, "json", false, "print all raw trials and the summary as JSON on stdout (the table goes to stderr)")
@@ -169,7 +171,7 @@ func (f *benchFlags) register(cmd *cobra.Command) {
 // flag set to anything else would go unheeded, and the run would measure
 // something other than what the operator asked for; "" means any setting.
 var s3FixedFlags = map[string]string{
-	"device": config.DeviceFile, "io-engine": "0", "vmm": config.DriverReplay,
+	"device": config.DeviceFile, "io-engine": config.IOEngineNames[0], "vmm": config.DriverReplay,
 	"reserve-blocks": "", "learn": "", "cpuprofile": "", "concurrency": "1", "agent": "", "trace": "", cli.StoreFlag: "",
 }
 
