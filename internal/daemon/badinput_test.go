@@ -33,6 +33,7 @@ func TestBadInput(t *testing.T) {
 	cases = append(cases, actionBadRequests()...)
 	cases = append(cases, restoreBadRequests()...)
 	cases = append(cases, routeBadRequests()...)
+	cases = append(cases, pauseBadRequests()...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { checkBadRequest(t, hc, tc) })
 	}
@@ -155,6 +156,20 @@ func restoreBadRequests() []badRequest {
 		{"restore io_engine as string", "POST", "/restores", `{"snapshot": "taken", "io_engine": "2"}`, 400, "io_engine"},
 		{"stop unknown restore", "DELETE", "/restores/nope", "", 404, "id"},
 		{"get unknown restore", "GET", "/restores/nope", "", 404, "id"},
+	}
+}
+
+// pauseBadRequests are pauses with bad fields, each refused naming it
+// before the restore is looked up, and of unknown restores.
+func pauseBadRequests() []badRequest {
+	return []badRequest{
+		{"pause bad alias", "POST", "/restores/nope/snapshot", `{"alias": "a/b"}`, 400, "alias"},
+		{"pause alias like an id", "POST", "/restores/nope/snapshot", `{"alias": "` + unknownID + `"}`, 400, "alias"},
+		{"pause unknown then", "POST", "/restores/nope/snapshot", `{"then": "later"}`, 400, "then"},
+		{"pause then as number", "POST", "/restores/nope/snapshot", `{"then": 1}`, 400, "then"},
+		{"pause unknown field", "POST", "/restores/nope/snapshot", `{"name": "x"}`, 400, "name"},
+		{"pause malformed JSON", "POST", "/restores/nope/snapshot", `{"alias": `, 400, "body"},
+		{"pause unknown restore", "POST", "/restores/nope/snapshot", `{"alias": "child"}`, 404, "id"},
 	}
 }
 
