@@ -34,6 +34,7 @@ func TestBadInput(t *testing.T) {
 	cases = append(cases, restoreBadRequests()...)
 	cases = append(cases, routeBadRequests()...)
 	cases = append(cases, pauseBadRequests()...)
+	cases = append(cases, keyBadRequests(t, f)...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { checkBadRequest(t, hc, tc) })
 	}
@@ -170,6 +171,28 @@ func pauseBadRequests() []badRequest {
 		{"pause unknown field", "POST", "/restores/nope/snapshot", `{"name": "x"}`, 400, "name"},
 		{"pause malformed JSON", "POST", "/restores/nope/snapshot", `{"alias": `, 400, "body"},
 		{"pause unknown restore", "POST", "/restores/nope/snapshot", `{"alias": "child"}`, 404, "id"},
+	}
+}
+
+// keyBadRequests spell a known key in another case, give one twice, or
+// send null for the object: each endpoint that takes a body refuses them
+// naming the key (or the body), so a misspelt key never silently works or
+// is ignored.
+func keyBadRequests(t *testing.T, f *fixture) []badRequest {
+	t.Helper()
+	imp, err := json.Marshal(map[string]any{"VM_STATE": f.ref.VMState, "memory": f.ref.Memory, "layout": f.layout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []badRequest{
+		{"import key in upper case", "POST", "/snapshots/import", string(imp), 400, "VM_STATE"},
+		{"restore key in upper case", "POST", "/restores", `{"SNAPSHOT": "taken"}`, 400, "SNAPSHOT"},
+		{"restore key capitalised", "POST", "/restores", `{"snapshot": "taken", "Device": "file"}`, 400, "Device"},
+		{"restore key twice", "POST", "/restores", `{"snapshot": "taken", "snapshot": "nobody"}`, 400, "snapshot"},
+		{"restore null body", "POST", "/restores", `null`, 400, "body"},
+		{"verify key in mixed case", "POST", "/snapshots/taken/verify", `{"Add_Digests": true}`, 400, "Add_Digests"},
+		{"pause key in upper case", "POST", "/restores/nope/snapshot", `{"THEN": "stop"}`, 400, "THEN"},
+		{"pause key twice", "POST", "/restores/nope/snapshot", `{"then": "stop", "then": "resume"}`, 400, "then"},
 	}
 }
 
