@@ -297,6 +297,12 @@ func (d *Daemon) snapshotAction(w http.ResponseWriter, r *http.Request) error {
 	if action := r.PathValue("action"); action != "manifest:record" {
 		return statusError(http.StatusNotFound, "path", fmt.Errorf("no snapshot action %q (known: manifest:record, verify)", action))
 	}
+	// It takes no options: a body with any key is refused naming it, not
+	// ignored, as on every route.
+	var none struct{}
+	if err := decodeOptionalJSON(w, r, &none); err != nil {
+		return err
+	}
 	if err := d.checkOpen(); err != nil {
 		return err
 	}

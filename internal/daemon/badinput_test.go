@@ -130,6 +130,8 @@ func actionBadRequests() []badRequest {
 	return []badRequest{
 		{"record unknown snapshot", "POST", "/snapshots/" + unknownID + "/manifest:record", "", 404, "id"},
 		{"record bad alias", "POST", "/snapshots/a.b/manifest:record", "", 400, "id"},
+		{"record with an option", "POST", "/snapshots/taken/manifest:record", `{"trace": "x"}`, 400, "trace"},
+		{"record malformed JSON", "POST", "/snapshots/taken/manifest:record", `{"trace"`, 400, "body"},
 		{"unknown snapshot action", "POST", "/snapshots/taken/manifest:erase", "", 404, "path"},
 		{"verify unknown snapshot", "POST", "/snapshots/" + unknownID + "/verify", "", 404, "id"},
 		{"verify unknown alias", "POST", "/snapshots/nobody/verify", `{"add_digests": true}`, 404, "id"},
