@@ -1,7 +1,11 @@
 package daemon_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,8 +13,10 @@ import (
 	"strings"
 	"testing"
 
+	"warmstart/internal/api"
 	"warmstart/internal/config"
 	"warmstart/internal/daemon"
+	"warmstart/internal/restore"
 	"warmstart/internal/vmm/qemu"
 )
 
@@ -99,4 +105,104 @@ func childProcesses(t *testing.T) []int {
 	}
 	slices.Sort(kids)
 	return kids
+}
+
+// TestRestoreRequestsNeverFailAsOurs walks the fields of POST /restores
+// against each other on a daemon that serves both devices (the replay
+// VMM): each request either restores (201, then stopped) or is refused
+// with a 4xx naming the field at fault; none is a 500.
+func TestRestoreRequestsNeverFailAsOurs(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	r := startDaemon(t, f, nil)
+	ctx := context.Background()
+	for _, alias := range []string{"recorded", "bare"} {
+		if _, err := r.client.Import(ctx, f.importRequest(alias)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.client.RecordManifest(ctx, "recorded"); err != nil {
+		t.Fatal(err)
+	}
+	hc := rawClient(t, f.cfg.Daemon.Socket)
+	for _, req := range restoreMatrix() {
+		body, err := json.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		status, e, info := postRestore(t, hc, body)
+		switch {
+		case status == http.StatusCreated:
+			if _, err := r.client.StopRestore(ctx, info.ID); err != nil {
+				t.Errorf("%s: stop: %v", body, err)
+			}
+		case status >= 400 && status < 500 && e.Field != "":
+			t.Logf("%s: %d on %s: %s", body, status, e.Field, e.Error)
+		default:
+			t.Errorf("%s: %d %+v; want 201, or a 4xx naming the field", body, status, e)
+		}
+		if want := matrixRefusal(req); want != "" && e.Field != want {
+			t.Errorf("%s: %d %+v; want it refused naming %s", body, status, e, want)
+		}
+	}
+}
+
+// restoreMatrix crosses the device with each other field of a restore
+// request, the others left to the configuration, and prefetch with a
+// snapshot that has a manifest and one that has none.
+func restoreMatrix() []api.RestoreRequest {
+	zero, direct := 0, 2
+	var reqs []api.RestoreRequest
+	for _, device := range []string{"", config.DeviceFile, config.DeviceUffd} {
+		for _, policy := range restore.PolicyNames() {
+			reqs = append(reqs, api.RestoreRequest{Snapshot: "recorded", Device: device, Policy: policy, Prefetch: "on"})
+		}
+		for _, engine := range []*int{&zero, &direct} {
+			reqs = append(reqs, api.RestoreRequest{Snapshot: "recorded", Device: device, IOEngine: engine})
+		}
+		reqs = append(reqs, api.RestoreRequest{Snapshot: "recorded", Device: device, Pausable: true})
+		for _, snapshot := range []string{"recorded", "bare"} {
+			for _, prefetch := range []string{"auto", "on", "off"} {
+				reqs = append(reqs, api.RestoreRequest{Snapshot: snapshot, Device: device, Prefetch: prefetch})
+			}
+		}
+	}
+	return reqs
+}
+
+// matrixRefusal is the field a restoreMatrix request must be refused in,
+// "" when it must restore.
+func matrixRefusal(req api.RestoreRequest) string {
+	switch {
+	case req.Device == config.DeviceUffd && req.IOEngine != nil && *req.IOEngine != 0:
+		return "io_engine"
+	case req.Snapshot == "bare" && req.Prefetch == "on":
+		return "prefetch"
+	}
+	return ""
+}
+
+// postRestore sends a restore request and returns its status and its
+// answer: the error, or the restore.
+func postRestore(t *testing.T, hc *http.Client, body []byte) (int, api.Error, api.RestoreInfo) {
+	t.Helper()
+	resp, err := hc.Post("http://warmstart/restores", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e api.Error
+	var info api.RestoreInfo
+	if resp.StatusCode == http.StatusCreated {
+		err = json.Unmarshal(raw, &info)
+	} else {
+		err = json.Unmarshal(raw, &e)
+	}
+	if err != nil {
+		t.Fatalf("%s: %d with a body that does not decode: %v: %.300s", body, resp.StatusCode, err, raw)
+	}
+	return resp.StatusCode, e, info
 }
