@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -111,6 +112,54 @@ func TestRestoreRefusesBadFlagsUpFront(t *testing.T) {
 	}
 	if r := runCLI(t, "--daemon", sock, "restore", "web", "--plot", "t.svg"); r.code != 2 || !strings.Contains(r.stderr, "--plot") {
 		t.Errorf("--plot with --daemon: exit %d, stderr %q; want exit 2 naming --plot", r.code, r.stderr)
+	}
+}
+
+// TestRestoreRefusesDeviceTheVMMCannotUse: in process, a restore on a
+// device the configured VMM cannot restore with (QEMU has no Uffd backend)
+// is a usage error naming --device, or [memory] device when the default
+// names it, before the runtime directory exists (nothing mounted, no probe
+// or VMM started), as the daemon refuses it with a 400 naming device.
+func TestRestoreRefusesDeviceTheVMMCannotUse(t *testing.T) {
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("no QEMU here")
+	}
+	const want = `memory backend not supported by the QEMU driver: "Uffd" (only "File")`
+	for _, c := range []struct {
+		name, table string
+		flags       []string
+		named       string
+	}{
+		{"--device", "[vmm]\ndriver = \"qemu\"\n", []string{"--device", "uffd"}, `--device "uffd": `},
+		{"--vmm", "", []string{"--vmm", "qemu", "--device", "uffd"}, `--device "uffd": `},
+		{"configured", "[vmm]\ndriver = \"qemu\"\n[memory]\ndevice = \"uffd\"\n", nil, `[memory] device "uffd", used when --device is left out: `},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, run, _ := restoreFixture(t)
+			appendFile(t, cfg, c.table+"[qemu]\naccel = \"tcg\"\n")
+			r := runCLI(t, append([]string{"--config", cfg, "restore", "web"}, c.flags...)...)
+			if r.code != 2 || !strings.Contains(r.stderr, c.named+want) {
+				t.Errorf("exit %d, stderr %q; want exit 2 and %q", r.code, r.stderr, c.named+want)
+			}
+			if _, err := os.Stat(run); !os.IsNotExist(err) {
+				t.Errorf("the runtime directory was created (stat: %v): the verb got as far as mounting", err)
+			}
+		})
+	}
+}
+
+// appendFile appends text to the file at path.
+func appendFile(t *testing.T, path, text string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(text); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -127,6 +127,10 @@ func restoreInProcess(cmd *cobra.Command, f *restoreFlags) error {
 // restoreWatched is restoreInProcess's work; ctx ends at the first signal.
 func restoreWatched(ctx context.Context, cmd *cobra.Command, f *restoreFlags) error {
 	f.vf.ReadOnly = true
+	// Refused before anything is opened, as the daemon refuses it.
+	f.vf.Check = func(cfg *config.Config, driver string) error {
+		return ops.CheckRestoreOnDriver(cfg, f.req, driver, ops.Flags)
+	}
 	n, err := env.OpenNode(cmd, &f.vf)
 	if err != nil {
 		return err

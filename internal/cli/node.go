@@ -18,6 +18,10 @@ type VMMFlags struct {
 	ReadOnly bool
 	// AgentWorkload, when set, overrides [qemu] agent_workload (capture).
 	AgentWorkload string
+	// Check, when set, is asked by OpenNode once the configuration and the
+	// driver (resolved, not auto) are known, before anything is opened,
+	// mounted or started; what it refuses is a usage error.
+	Check func(cfg *config.Config, driver string) error
 }
 
 // Register gives cmd --vmm and --trace.
@@ -68,6 +72,11 @@ func (e *Env) OpenNode(cmd *cobra.Command, vf *VMMFlags) (*node.Node, error) {
 			return nil, Error{Err: err}
 		}
 		return nil, err
+	}
+	if vf.Check != nil {
+		if err := vf.Check(cfg, vf.Kind); err != nil {
+			return nil, Error{Err: err}
+		}
 	}
 	repo, err := e.openRepository(cmd, vf.ReadOnly)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"warmstart/internal/snapcheck"
 	"warmstart/internal/startupset"
 	"warmstart/internal/trust"
+	"warmstart/internal/vmm"
 )
 
 // running is a restore the daemon holds.
@@ -58,6 +59,16 @@ func refError(field, ref string, err error) error {
 		return statusError(http.StatusServiceUnavailable, "", fmt.Errorf("snapshot %s: %w", ref, err))
 	}
 	return fmt.Errorf("snapshot %s: %w", ref, err)
+}
+
+// fieldError is a 400 naming the field of the *ops.FieldError in err's
+// chain: the request's value of one field was refused. Any other error is
+// returned as it is.
+func fieldError(err error) error {
+	if fe := (*ops.FieldError)(nil); errors.As(err, &fe) {
+		return statusError(http.StatusBadRequest, fe.Field, err)
+	}
+	return err
 }
 
 // checkRef refuses a malformed id or alias before the repository sees it.
@@ -188,8 +199,7 @@ func (d *Daemon) checkImport(req api.ImportRequest) (in importFiles, lay layout.
 		return in, lay, statusError(http.StatusBadRequest, "memory", fmt.Errorf("memory: %w", err))
 	}
 	if lay, err = ops.ImportLayout(req.Layout, req.Memory, mem.Size(), ops.JSONFields); err != nil {
-		fe := err.(*ops.FieldError)
-		return in, lay, statusError(http.StatusBadRequest, fe.Field, fe)
+		return in, lay, fieldError(err)
 	}
 	return in, lay, nil
 }
@@ -286,6 +296,12 @@ func (d *Daemon) logVerified(rep snapcheck.Report) {
 func (d *Daemon) snapshotAction(w http.ResponseWriter, r *http.Request) error {
 	if action := r.PathValue("action"); action != "manifest:record" {
 		return statusError(http.StatusNotFound, "path", fmt.Errorf("no snapshot action %q (known: manifest:record, verify)", action))
+	}
+	// It takes no options: a body with any key is refused naming it, not
+	// ignored, as on every route.
+	var none struct{}
+	if err := decodeOptionalJSON(w, r, &none); err != nil {
+		return err
 	}
 	if err := d.checkOpen(); err != nil {
 		return err
@@ -391,10 +407,16 @@ func (d *Daemon) restoreOptions(req *api.RestoreRequest) (restore.Options, error
 		return restore.Options{}, err
 	}
 	opts, err := ops.RestoreOptions(d.cfg, *req, ops.JSONFields)
-	if fe := (*ops.FieldError)(nil); errors.As(err, &fe) {
-		return restore.Options{}, statusError(http.StatusBadRequest, fe.Field, fe)
+	if err != nil {
+		return restore.Options{}, fieldError(err)
 	}
-	return opts, err
+	// Before anything starts: a driver without the device's backend
+	// would fail only once the device is up and the VMM started.
+	check := func(b vmm.Backend) error { return vmm.CheckBackend(d.node.VMM, b) }
+	if err := ops.CheckDeviceBackend(opts.Device, req.Device != "", check, ops.JSONFields); err != nil {
+		return restore.Options{}, fieldError(err)
+	}
+	return opts, nil
 }
 
 // register lists a ready restore and takes the daemon's hold on its

@@ -33,6 +33,8 @@ func TestBadInput(t *testing.T) {
 	cases = append(cases, actionBadRequests()...)
 	cases = append(cases, restoreBadRequests()...)
 	cases = append(cases, routeBadRequests()...)
+	cases = append(cases, pauseBadRequests()...)
+	cases = append(cases, keyBadRequests(t, f)...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { checkBadRequest(t, hc, tc) })
 	}
@@ -131,6 +133,8 @@ func actionBadRequests() []badRequest {
 	return []badRequest{
 		{"record unknown snapshot", "POST", "/snapshots/" + unknownID + "/manifest:record", "", 404, "id"},
 		{"record bad alias", "POST", "/snapshots/a.b/manifest:record", "", 400, "id"},
+		{"record with an option", "POST", "/snapshots/taken/manifest:record", `{"trace": "x"}`, 400, "trace"},
+		{"record malformed JSON", "POST", "/snapshots/taken/manifest:record", `{"trace"`, 400, "body"},
 		{"unknown snapshot action", "POST", "/snapshots/taken/manifest:erase", "", 404, "path"},
 		{"verify unknown snapshot", "POST", "/snapshots/" + unknownID + "/verify", "", 404, "id"},
 		{"verify unknown alias", "POST", "/snapshots/nobody/verify", `{"add_digests": true}`, 404, "id"},
@@ -158,6 +162,42 @@ func restoreBadRequests() []badRequest {
 		{"restore io_engine as string", "POST", "/restores", `{"snapshot": "taken", "io_engine": "2"}`, 400, "io_engine"},
 		{"stop unknown restore", "DELETE", "/restores/nope", "", 404, "id"},
 		{"get unknown restore", "GET", "/restores/nope", "", 404, "id"},
+	}
+}
+
+// pauseBadRequests are pauses with bad fields, each refused naming it
+// before the restore is looked up, and of unknown restores.
+func pauseBadRequests() []badRequest {
+	return []badRequest{
+		{"pause bad alias", "POST", "/restores/nope/snapshot", `{"alias": "a/b"}`, 400, "alias"},
+		{"pause alias like an id", "POST", "/restores/nope/snapshot", `{"alias": "` + unknownID + `"}`, 400, "alias"},
+		{"pause unknown then", "POST", "/restores/nope/snapshot", `{"then": "later"}`, 400, "then"},
+		{"pause then as number", "POST", "/restores/nope/snapshot", `{"then": 1}`, 400, "then"},
+		{"pause unknown field", "POST", "/restores/nope/snapshot", `{"name": "x"}`, 400, "name"},
+		{"pause malformed JSON", "POST", "/restores/nope/snapshot", `{"alias": `, 400, "body"},
+		{"pause unknown restore", "POST", "/restores/nope/snapshot", `{"alias": "child"}`, 404, "id"},
+	}
+}
+
+// keyBadRequests spell a known key in another case, give one twice, or
+// send null for the object: each endpoint that takes a body refuses them
+// naming the key (or the body), so a misspelt key never silently works or
+// is ignored.
+func keyBadRequests(t *testing.T, f *fixture) []badRequest {
+	t.Helper()
+	imp, err := json.Marshal(map[string]any{"VM_STATE": f.ref.VMState, "memory": f.ref.Memory, "layout": f.layout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []badRequest{
+		{"import key in upper case", "POST", "/snapshots/import", string(imp), 400, "VM_STATE"},
+		{"restore key in upper case", "POST", "/restores", `{"SNAPSHOT": "taken"}`, 400, "SNAPSHOT"},
+		{"restore key capitalised", "POST", "/restores", `{"snapshot": "taken", "Device": "file"}`, 400, "Device"},
+		{"restore key twice", "POST", "/restores", `{"snapshot": "taken", "snapshot": "nobody"}`, 400, "snapshot"},
+		{"restore null body", "POST", "/restores", `null`, 400, "body"},
+		{"verify key in mixed case", "POST", "/snapshots/taken/verify", `{"Add_Digests": true}`, 400, "Add_Digests"},
+		{"pause key in upper case", "POST", "/restores/nope/snapshot", `{"THEN": "stop"}`, 400, "THEN"},
+		{"pause key twice", "POST", "/restores/nope/snapshot", `{"then": "stop", "then": "resume"}`, 400, "then"},
 	}
 }
 

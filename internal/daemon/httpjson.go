@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"reflect"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -119,12 +121,22 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // decodeJSON reads the request body as exactly one JSON object into v,
 // refusing unknown fields, so that a misspelt option is an error rather than
-// silently ignored.
+// silently ignored. Keys must be v's field names exactly (checkKeys):
+// encoding/json would match "SNAPSHOT" to snapshot, and take the last of
+// a key given twice.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	body := &readRecorder{r: http.MaxBytesReader(w, r.Body, maxRequestBytes)}
 	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return jsonError(err)
+	}
+	if err := checkKeys(raw, v); err != nil {
+		return err
+	}
+	strict := json.NewDecoder(bytes.NewReader(raw))
+	strict.DisallowUnknownFields()
+	if err := strict.Decode(v); err != nil {
 		return jsonError(err)
 	}
 	var extra json.RawMessage
@@ -142,6 +154,90 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 		return jsonError(body.err)
 	}
 	return badRequest(fieldBody, "read the request body: %v", body.err)
+}
+
+// checkKeys refuses a body that is not a JSON object (null included: it
+// would decode as an empty request), and an object with a key that is not
+// exactly the JSON name of one of v's fields, or that it gives twice, naming
+// that key. A value of the wrong type is left to the decoder.
+func checkKeys(raw json.RawMessage, v any) error {
+	if kind := jsonKind(raw); kind != "object" {
+		return badRequest(fieldBody, "request body is JSON %s; want an object", kind)
+	}
+	names := jsonNames(reflect.TypeOf(v).Elem())
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if _, err := dec.Token(); err != nil { // '{': raw is one whole object
+		return jsonError(err)
+	}
+	seen := make(map[string]bool)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return jsonError(err)
+		}
+		key := tok.(string) // an object's keys are strings
+		switch {
+		case seen[key]:
+			return badRequest(key, "field %q is given twice", key)
+		case !names[key]:
+			return unknownField(key, names)
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return jsonError(err)
+		}
+	}
+	return nil
+}
+
+// unknownField is the error for key, which names none of the fields in
+// names; one that differs only in case says which it is not.
+func unknownField(key string, names map[string]bool) error {
+	for name := range names {
+		if strings.EqualFold(name, key) {
+			return badRequest(key, "unknown field %q (field names are case-sensitive: %q)", key, name)
+		}
+	}
+	return badRequest(key, "unknown field %q", key)
+}
+
+// jsonKind names the kind of JSON value raw holds (one whole value).
+func jsonKind(raw json.RawMessage) string {
+	switch b := bytes.TrimLeft(raw, " \t\r\n"); {
+	case len(b) == 0:
+		return "empty"
+	case b[0] == '{':
+		return "object"
+	case b[0] == '[':
+		return "array"
+	case b[0] == '"':
+		return "string"
+	case b[0] == 'n':
+		return "null"
+	case b[0] == 't', b[0] == 'f':
+		return "bool"
+	}
+	return "number"
+}
+
+// jsonNames is the set of JSON names of struct type t's fields, as
+// encoding/json names them (the fields of embedded structs included).
+func jsonNames(t reflect.Type) map[string]bool {
+	names := make(map[string]bool)
+	for f := range t.Fields() {
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case tag == "-" || !f.IsExported() && !f.Anonymous:
+		case f.Anonymous && tag == "" && f.Type.Kind() == reflect.Struct:
+			maps.Copy(names, jsonNames(f.Type))
+		case tag != "":
+			names[tag] = true
+		default:
+			names[f.Name] = true
+		}
+	}
+	return names
 }
 
 // readRecorder remembers the first error its reader returned other than

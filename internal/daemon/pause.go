@@ -55,7 +55,7 @@ func (d *Daemon) pauseRestore(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if err := ops.CheckPauseRequest(req); err != nil {
-		return statusError(http.StatusBadRequest, "", err)
+		return fieldError(err)
 	}
 	run, ctx, err := d.beginPause(r.Context(), id)
 	if err != nil {

@@ -17,6 +17,19 @@ const (
 	KindUffd = "uffd" // Firecracker's Uffd backend (package uffd)
 )
 
+// KindBackend is the memory backend the VMM restores with on a device of
+// kind: File for the file device, Uffd for the uffd device; "" for a kind
+// no device has.
+func KindBackend(kind string) vmm.Backend {
+	switch kind {
+	case KindFile:
+		return vmm.BackendFile
+	case KindUffd:
+		return vmm.BackendUffd
+	}
+	return ""
+}
+
 // I/O engines of the file device ([memory] io_engine): how the VMM's
 // reads of the device file reach the device. These constants and
 // ValidIOEngine are the one range check of the value.

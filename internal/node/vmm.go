@@ -57,6 +57,16 @@ func NewVMM(ctx context.Context, cfg *config.Config) (vmm.VMM, error) {
 	return nil, fmt.Errorf("[vmm] driver %q: want %s, %s or %s", cfg.VMM.Driver, config.DriverFirecracker, config.DriverQEMU, config.DriverReplay)
 }
 
+// CheckDriverBackend asks the driver named driver (resolved: not auto)
+// whether it restores with memory backend b, without building it: the
+// CLI asks before it opens anything. vmm.CheckBackend asks a built one.
+func CheckDriverBackend(driver string, b vmm.Backend) error {
+	if driver == config.DriverQEMU {
+		return qemu.CheckBackend(b)
+	}
+	return nil
+}
+
 // NewQEMU builds the qemu driver from [qemu] with its accelerator
 // resolved: "auto" probes the host here, once, rather than inside the
 // first timed restore. A snapshot restores only under the accelerator,

@@ -21,16 +21,17 @@ import (
 // ErrPauseUnsupported is a pause on a repository that cannot store layers.
 var ErrPauseUnsupported = fmt.Errorf("%w: this repository cannot store paused children", repository.ErrUnsupported)
 
-// CheckPauseRequest refuses a malformed pause request.
+// CheckPauseRequest refuses a malformed pause request, in a *FieldError
+// naming the field.
 func CheckPauseRequest(req api.PauseRequest) error {
 	switch req.Then {
 	case "", api.ThenResume, api.ThenStop:
 	default:
-		return fmt.Errorf("then %q: want %q or %q", req.Then, api.ThenResume, api.ThenStop)
+		return JSONFields.fieldError("then", fmt.Errorf("then %q: want %q or %q", req.Then, api.ThenResume, api.ThenStop))
 	}
 	if req.Alias != "" {
 		if err := repository.ValidateNewAlias(req.Alias); err != nil {
-			return err
+			return JSONFields.fieldError("alias", err)
 		}
 	}
 	return nil

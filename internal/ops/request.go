@@ -7,7 +7,10 @@ import (
 
 	"warmstart/internal/api"
 	"warmstart/internal/config"
+	"warmstart/internal/memdev"
+	"warmstart/internal/node"
 	"warmstart/internal/restore"
+	"warmstart/internal/vmm"
 )
 
 // CheckRestoreRequest checks what needs no configuration, before anything
@@ -89,4 +92,34 @@ func RestoreOptions(cfg *config.Config, req api.RestoreRequest, n Names) (restor
 		return restore.Options{}, n.fieldError("policy", fmt.Errorf("%s: %w", n.name("policy"), err))
 	}
 	return restore.Options{Device: device, IOEngine: ioEngine, Prefetch: mode, Policy: policy, Pausable: req.Pausable}, nil
+}
+
+// CheckDeviceBackend refuses a restore on a device whose memory backend
+// the VMM cannot restore with (QEMU has no Uffd backend), in a *FieldError
+// of field "device", whether the request asked for the device (given) or
+// the configuration's default named it. check is the driver's answer:
+// vmm.CheckBackend of a built driver, or node.CheckDriverBackend of one
+// only named yet.
+func CheckDeviceBackend(device string, given bool, check func(vmm.Backend) error, n Names) error {
+	err := check(memdev.KindBackend(device))
+	switch {
+	case err == nil:
+		return nil
+	case given:
+		return n.fieldError("device", fmt.Errorf("%s %q: %w", n.name("device"), device, err))
+	}
+	return n.fieldError("device", fmt.Errorf("[memory] device %q, used when %s is left out: %w; name a device this VMM can restore with",
+		device, n.name("device"), err))
+}
+
+// CheckRestoreOnDriver is RestoreOptions and CheckDeviceBackend for a
+// restore with the driver named driver (resolved, not auto), asked before
+// the driver is built or anything opened.
+func CheckRestoreOnDriver(cfg *config.Config, req api.RestoreRequest, driver string, n Names) error {
+	opts, err := RestoreOptions(cfg, req, n)
+	if err != nil {
+		return err
+	}
+	check := func(b vmm.Backend) error { return node.CheckDriverBackend(driver, b) }
+	return CheckDeviceBackend(opts.Device, req.Device != "", check, n)
 }

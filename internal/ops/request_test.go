@@ -102,3 +102,38 @@ func TestRestoreOptionsTakesUffdOnS3(t *testing.T) {
 		}
 	}
 }
+
+// TestDeviceTheDriverCannotUse: QEMU has no Uffd backend, so a restore on
+// the uffd device with it is refused in field device, named as the caller
+// named it, or as [memory] device when the default chose it; the other
+// drivers take both devices, and QEMU the file device.
+func TestDeviceTheDriverCannotUse(t *testing.T) {
+	const why = `memory backend not supported by the QEMU driver: "Uffd" (only "File")`
+	uffdCfg := config.Default()
+	uffdCfg.Memory.Device = config.DeviceUffd
+	for _, tc := range []struct {
+		name   string
+		cfg    *config.Config
+		req    api.RestoreRequest
+		driver string
+		n      ops.Names
+		want   string // "": accepted
+	}{
+		{"asked for, flag", config.Default(), api.RestoreRequest{Device: config.DeviceUffd}, config.DriverQEMU, ops.Flags, `--device "uffd": ` + why},
+		{"asked for, API", config.Default(), api.RestoreRequest{Device: config.DeviceUffd}, config.DriverQEMU, ops.JSONFields, `device "uffd": ` + why},
+		{"configured", uffdCfg, api.RestoreRequest{}, config.DriverQEMU, ops.JSONFields,
+			`[memory] device "uffd", used when device is left out: ` + why + "; name a device this VMM can restore with"},
+		{"file on qemu", uffdCfg, api.RestoreRequest{Device: config.DeviceFile}, config.DriverQEMU, ops.JSONFields, ""},
+		{"uffd on replay", uffdCfg, api.RestoreRequest{}, config.DriverReplay, ops.JSONFields, ""},
+		{"uffd on firecracker", config.Default(), api.RestoreRequest{Device: config.DeviceUffd}, config.DriverFirecracker, ops.Flags, ""},
+	} {
+		err := ops.CheckRestoreOnDriver(tc.cfg, tc.req, tc.driver, tc.n)
+		var fe *ops.FieldError
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v, want accepted", tc.name, err)
+		case tc.want != "" && (!errors.As(err, &fe) || fe.Field != "device" || err.Error() != tc.want):
+			t.Errorf("%s: %v (%T), want a FieldError of device: %s", tc.name, err, err, tc.want)
+		}
+	}
+}

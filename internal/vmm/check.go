@@ -55,3 +55,19 @@ func CheckFile(what, path string) error {
 	}
 	return nil
 }
+
+// BackendChecker is implemented by drivers that restore with some memory
+// backends only (QEMU has no Uffd backend); a driver that does not
+// implement it restores with every backend. The answer depends on the
+// driver alone, so a caller asks before anything of a restore starts.
+type BackendChecker interface {
+	CheckBackend(b Backend) error
+}
+
+// CheckBackend asks v whether it restores with memory backend b.
+func CheckBackend(v VMM, b Backend) error {
+	if c, ok := v.(BackendChecker); ok {
+		return c.CheckBackend(b)
+	}
+	return nil
+}

@@ -19,14 +19,26 @@ func (d *Driver) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.VM, err
 	return m, nil
 }
 
+// CheckBackend refuses every memory backend but File (ErrUnsupportedBackend),
+// whatever the driver's options: QEMU maps guest memory from a file.
+func CheckBackend(b vmm.Backend) error {
+	if b != vmm.BackendFile {
+		return fmt.Errorf("%w: %q (only %q)", ErrUnsupportedBackend, b, vmm.BackendFile)
+	}
+	return nil
+}
+
+// CheckBackend is the package's CheckBackend (vmm.BackendChecker).
+func (d *Driver) CheckBackend(b vmm.Backend) error { return CheckBackend(b) }
+
 // RestoreMachine restores the guest captured in spec.VMStatePath with its
 // memory mapped MAP_PRIVATE from spec.MemPath (the memory device's file),
 // and continues it. It returns once the guest runs; WaitReady then waits
 // for the agent. ReadyInfo.Started is taken just before QEMU starts. On
 // error no QEMU process is left.
 func (d *Driver) RestoreMachine(ctx context.Context, spec vmm.RestoreSpec) (m *Machine, err error) {
-	if spec.Backend != vmm.BackendFile {
-		return nil, fmt.Errorf("restore %s: %w: %q (only %q)", spec.SnapshotID, ErrUnsupportedBackend, spec.Backend, vmm.BackendFile)
+	if err := CheckBackend(spec.Backend); err != nil {
+		return nil, fmt.Errorf("restore %s: %w", spec.SnapshotID, err)
 	}
 	if err := d.checkLayout(spec); err != nil {
 		return nil, fmt.Errorf("restore %s: %w", spec.SnapshotID, err)
