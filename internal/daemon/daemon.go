@@ -48,17 +48,21 @@
 // manifest recordings resumed (resume.go), and the VMM driver asked
 // whether it can restore here (health.go).
 //
-// Shutdown (SIGTERM for Run) goes in this order, each step logged:
+// Shutdown (SIGTERM for Run) goes in this order, each step logged, each
+// whatever became of the ones before it, within ShutdownBound:
 //  1. stop accepting requests and let those in progress finish (after
-//     ShutdownGrace they are cancelled);
+//     ShutdownGrace they are cancelled and answered 503, and after
+//     cancelledAnswerTime and abandonRequestsAfter left running);
 //  2. stop every restore in the seed's order (restore.Instance.Stop: stop
-//     the VM, wait for its prefetch reads, drop its device reference), and
-//     end background recordings;
+//     the VM, wait for its prefetch reads, drop its device reference),
+//     each with a fresh StopTimeout of its own, and end background
+//     recordings (abandoned after abandonRecordingsAfter);
 //  3. release the devices: the daemon holds its own reference to every
 //     file device generation its restores use, drops it after the last of
 //     them stopped, and waits for the acknowledgement that no read is in
-//     flight;
-//  4. unmount FUSE (the recorder's tracing mount and the device mount);
+//     flight (a fresh StopTimeout each);
+//  4. close the node: the refinement (node.LearnerCloseBound), the
+//     recorder's tracing mount and the device mount;
 //  5. remove the socket.
 //
 // # Metrics
@@ -102,8 +106,10 @@ import (
 // Defaults of the zero fields of Options.
 const (
 	// DefaultShutdownGrace is how long shutdown lets requests in progress
-	// finish before it cancels them; with the body deadline below, the
-	// ordered shutdown completes within about 10 s whatever clients do.
+	// finish before it cancels them. Whatever clients, VMMs and the store
+	// do, the shutdown then waits at most ShutdownBound(grace, stop
+	// timeout) before it unmounts: 144 s with these defaults, a few
+	// seconds when no VMM hangs (docs/daemon.md).
 	DefaultShutdownGrace = 5 * time.Second
 	DefaultStopTimeout   = time.Minute
 	// DefaultResumeRetry: a recording whose holder crashed stays claimed
