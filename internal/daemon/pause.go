@@ -67,7 +67,7 @@ func (d *Daemon) pauseRestore(w http.ResponseWriter, r *http.Request) error {
 		// store does not answer): the client gets its answer now, the
 		// shutdown stops the VM under the pause (awaitPause).
 		d.log.Warn("shutdown: the cancelled pause still runs; answering without it", "restore", id)
-		return shuttingDown(fmt.Errorf("pause of restore %s cancelled", id))
+		return shuttingDown(fmt.Errorf("pause of restore %s cancelled; it had not ended (list the snapshots for its child)", id))
 	}
 	res, err, owned := out.res, out.err, out.owned
 	if err != nil {
