@@ -219,7 +219,7 @@ func (d *Daemon) publishImport(ctx context.Context, req api.ImportRequest, in im
 	if d.reqCtx.Err() != nil {
 		// Shutdown cut the copy short: the import may be sent again, to
 		// this daemon once it is back or to another.
-		return nil, repository.Record{}, statusError(http.StatusServiceUnavailable, "", fmt.Errorf("%w: import: %w", ErrShuttingDown, err))
+		return nil, repository.Record{}, shuttingDown(fmt.Errorf("import: %w", err))
 	}
 	if errors.Is(err, repository.ErrAliasConflict) {
 		return nil, repository.Record{}, statusError(http.StatusConflict, "alias", err)
@@ -273,7 +273,7 @@ func (d *Daemon) verifySnapshot(w http.ResponseWriter, r *http.Request) error {
 	rep, err := ops.Verify(r.Context(), d.repo, ref, snapcheck.Options{AddDigests: req.AddDigests, Cache: req.Cache == nil || *req.Cache})
 	switch {
 	case err != nil && d.reqCtx.Err() != nil:
-		return statusError(http.StatusServiceUnavailable, "", fmt.Errorf("%w: %w", ErrShuttingDown, err))
+		return shuttingDown(err)
 	case err != nil:
 		return refError("id", ref, err)
 	}
@@ -320,7 +320,7 @@ func (d *Daemon) snapshotAction(w http.ResponseWriter, r *http.Request) error {
 	case errors.Is(err, trust.ErrUntrusted):
 		return statusError(http.StatusForbidden, "id", err)
 	case err != nil && d.reqCtx.Err() != nil:
-		return statusError(http.StatusServiceUnavailable, "", fmt.Errorf("%w: %w", ErrShuttingDown, err))
+		return shuttingDown(err)
 	case err != nil:
 		return err
 	}
@@ -334,7 +334,7 @@ func (d *Daemon) checkOpen() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closing {
-		return statusError(http.StatusServiceUnavailable, "", ErrShuttingDown)
+		return shuttingDown(nil)
 	}
 	return nil
 }
@@ -390,7 +390,7 @@ const statusClientClosedRequest = 499
 func (d *Daemon) restoreFailed(err error) error {
 	switch {
 	case d.reqCtx.Err() != nil:
-		return statusError(http.StatusServiceUnavailable, "", fmt.Errorf("%w: %w", ErrShuttingDown, err))
+		return shuttingDown(err)
 	case errors.Is(err, trust.ErrUntrusted):
 		return statusError(http.StatusForbidden, "snapshot", err)
 	case errors.Is(err, memdev.ErrConflict):
@@ -436,7 +436,7 @@ func (d *Daemon) register(ctx context.Context, run *running) error {
 	if d.closing {
 		d.mu.Unlock()
 		d.stopRestore(context.WithoutCancel(ctx), run)
-		return statusError(http.StatusServiceUnavailable, "", ErrShuttingDown)
+		return shuttingDown(nil)
 	}
 	d.countDevice(run)
 	d.restores[run.info.ID] = run

@@ -48,17 +48,21 @@
 // manifest recordings resumed (resume.go), and the VMM driver asked
 // whether it can restore here (health.go).
 //
-// Shutdown (SIGTERM for Run) goes in this order, each step logged:
+// Shutdown (SIGTERM for Run) goes in this order, each step logged, each
+// whatever became of the ones before it, within ShutdownBound:
 //  1. stop accepting requests and let those in progress finish (after
-//     ShutdownGrace they are cancelled);
+//     ShutdownGrace they are cancelled and answered 503, and after
+//     cancelledAnswerTime and abandonRequestsAfter left running);
 //  2. stop every restore in the seed's order (restore.Instance.Stop: stop
-//     the VM, wait for its prefetch reads, drop its device reference), and
-//     end background recordings;
+//     the VM, wait for its prefetch reads, drop its device reference),
+//     each with a fresh StopTimeout of its own, and end background
+//     recordings (abandoned after abandonRecordingsAfter);
 //  3. release the devices: the daemon holds its own reference to every
 //     file device generation its restores use, drops it after the last of
 //     them stopped, and waits for the acknowledgement that no read is in
-//     flight;
-//  4. unmount FUSE (the recorder's tracing mount and the device mount);
+//     flight (a fresh StopTimeout each);
+//  4. close the node: the refinement (node.LearnerCloseBound), the
+//     recorder's tracing mount and the device mount;
 //  5. remove the socket.
 //
 // # Metrics
@@ -102,8 +106,10 @@ import (
 // Defaults of the zero fields of Options.
 const (
 	// DefaultShutdownGrace is how long shutdown lets requests in progress
-	// finish before it cancels them; with the body deadline below, the
-	// ordered shutdown completes within about 10 s whatever clients do.
+	// finish before it cancels them. Whatever clients, VMMs and the store
+	// do, the shutdown then waits at most ShutdownBound(grace, stop
+	// timeout) before it unmounts: 144 s with these defaults, a few
+	// seconds when no VMM hangs (docs/daemon.md).
 	DefaultShutdownGrace = 5 * time.Second
 	DefaultStopTimeout   = time.Minute
 	// DefaultResumeRetry: a recording whose holder crashed stays claimed
@@ -450,29 +456,56 @@ func (d *Daemon) loadToken(listen string) error {
 	return nil
 }
 
-// cancelledAnswerTime is how long cancelled requests get to answer before
-// their connections are closed.
-const cancelledAnswerTime = time.Second
+// Bounds of the shutdown steps that wait for work they cancelled: each
+// waits this long and then goes on without it (a request's handler, a
+// pause's clean-up or a background recording held up by a store that does
+// not answer; the process exit ends them).
+const (
+	// cancelledAnswerTime is how long cancelled requests get to answer
+	// before their connections are closed.
+	cancelledAnswerTime = time.Second
+	// abandonRequestsAfter is how long, after that, shutdown waits for
+	// their handlers to return.
+	abandonRequestsAfter = 2 * time.Second
+	// shutdownPauseWait is how long the stop of a restore waits, in a
+	// shutdown, for its pause (cancelled at the grace) to return before
+	// it stops the VM under it.
+	shutdownPauseWait = 2 * time.Second
+	// abandonRecordingsAfter is how long shutdown waits for the
+	// background recordings it cancelled.
+	abandonRecordingsAfter = 2 * time.Second
+)
+
+// ShutdownBound is the longest a shutdown of a daemon with grace
+// (ShutdownGrace) and stopTimeout (StopTimeout) waits, whatever clients,
+// VMMs and the store do, before it unmounts FUSE: the grace, the
+// cancelled requests' answer and abandon times, a pause's, each restore's
+// stop and then its device release (restores stop side by side, each
+// with its own stopTimeout), the recordings' and the refinement's bounds.
+func ShutdownBound(grace, stopTimeout time.Duration) time.Duration {
+	return grace + cancelledAnswerTime + abandonRequestsAfter + shutdownPauseWait + 2*stopTimeout +
+		abandonRecordingsAfter + node.LearnerCloseBound
+}
 
 // awaitCancelled waits for the cancelled requests to return. Those that do
 // not within cancelledAnswerTime are blocked where a context does not
 // reach (reading a body the client trickles): closing the connections
-// ends them.
-func (d *Daemon) awaitCancelled(ctx context.Context, idle <-chan struct{}) error {
+// ends them. Handlers that still do not return within
+// abandonRequestsAfter are left running.
+func (d *Daemon) awaitCancelled(idle <-chan struct{}) {
 	t := time.NewTimer(cancelledAnswerTime)
 	defer t.Stop()
 	select {
 	case <-idle:
-		return nil
+		return
 	case <-t.C:
 		d.srv.Close()
-	case <-ctx.Done():
 	}
+	t.Reset(abandonRequestsAfter)
 	select {
 	case <-idle:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("requests still running: %w", ctx.Err())
+	case <-t.C:
+		d.log.Warn("shutdown: requests still running abandoned", "waited", cancelledAnswerTime+abandonRequestsAfter)
 	}
 }
 
@@ -515,13 +548,14 @@ func Run(ctx context.Context, opts Options) error {
 	case serveErr = <-served:
 		d.log.Error("serving stopped; shutting down", "err", serveErr)
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), d.grace+2*d.stopWithin)
-	defer cancel()
-	return errors.Join(serveErr, d.Shutdown(sctx))
+	// Every step bounds itself (ShutdownBound).
+	return errors.Join(serveErr, d.Shutdown(context.Background()))
 }
 
-// Shutdown stops the daemon in the order of the package doc. It is safe to
-// call more than once; later calls return the first call's result.
+// Shutdown stops the daemon in the order of the package doc. ctx can cut
+// the grace short; every later step bounds its own waits (ShutdownBound),
+// so each runs whatever became of the ones before it. It is safe to call
+// more than once; later calls return the first call's result.
 func (d *Daemon) Shutdown(ctx context.Context) error {
 	d.shutdownOnce.Do(func() { d.shutdownErr = d.shutdown(ctx) })
 	return d.shutdownErr
@@ -529,14 +563,10 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 
 func (d *Daemon) shutdown(ctx context.Context) error {
 	var errs errorList
-	errs.add(d.stopServing(ctx))                        // 1.
-	stopping := d.stopRestoresAndRecordings(ctx, &errs) // 2.
-	d.releaseDevices(ctx, stopping, &errs)              // 3.
-	if err := d.node.Close(); err != nil {              // 4.
-		errs.add(err)
-	} else {
-		d.log.Info("shutdown: FUSE unmounted", "dir", d.fuse.Dir())
-	}
+	errs.add(d.stopServing(ctx))                   // 1.
+	stopping := d.stopRestoresAndRecordings(&errs) // 2.
+	d.releaseDevices(stopping, &errs)              // 3.
+	d.closeNode(&errs)                             // 4.
 	d.reqCancel()
 	errs.add(d.removeSocket()) // 5.
 	d.instance.release()
@@ -584,16 +614,17 @@ func (d *Daemon) stopServing(ctx context.Context) error {
 	if cancelled > 0 {
 		d.reqCancel()
 		d.log.Warn("shutdown: grace over; requests still running cancelled", "requests", cancelled)
-		errs = append(errs, d.awaitCancelled(ctx, idle))
+		d.awaitCancelled(idle)
 	}
 	d.log.Info("shutdown: no longer accepting requests", "cancelled", cancelled)
 	return errors.Join(errs...)
 }
 
 // stopRestoresAndRecordings is shutdown step 2: stop every restore, each
-// in the seed's order, and end the background recordings. It returns the
-// restores it stopped.
-func (d *Daemon) stopRestoresAndRecordings(ctx context.Context, errs *errorList) []*running {
+// in the seed's order and with a stop timeout of its own, side by side,
+// and end the background recordings (waiting abandonRecordingsAfter for
+// them). It returns the restores it stopped.
+func (d *Daemon) stopRestoresAndRecordings(errs *errorList) []*running {
 	d.mu.Lock()
 	d.closing = true
 	stopping := make([]*running, 0, len(d.restores))
@@ -607,16 +638,18 @@ func (d *Daemon) stopRestoresAndRecordings(ctx context.Context, errs *errorList)
 	var wg sync.WaitGroup
 	for _, r := range stopping {
 		wg.Go(func() {
-			_, err := d.stopRestore(ctx, r)
+			_, err := d.stopRestore(context.Background(), r)
 			errs.add(err)
 		})
 	}
 	wg.Wait()
+	wait, cancel := context.WithTimeout(context.Background(), abandonRecordingsAfter)
+	defer cancel()
 	for j, id := range jobs {
 		select {
 		case <-j.Done():
-		case <-ctx.Done():
-			errs.add(fmt.Errorf("recording of %s still running: %w", id, ctx.Err()))
+		case <-wait.Done():
+			d.log.Warn("shutdown: recording still running abandoned", "snapshot", id)
 		}
 	}
 	d.log.Info("shutdown: restores stopped", "restores", len(stopping), "recordings", len(jobs))
@@ -624,18 +657,39 @@ func (d *Daemon) stopRestoresAndRecordings(ctx context.Context, errs *errorList)
 }
 
 // releaseDevices is shutdown step 3: release the devices the stopped
-// restores ran on; the daemon's references are the last ones.
-func (d *Daemon) releaseDevices(ctx context.Context, stopped []*running, errs *errorList) {
+// restores ran on, each within a stop timeout of its own; the daemon's
+// references are the last ones.
+func (d *Daemon) releaseDevices(stopped []*running, errs *errorList) {
 	devices := d.heldDevices()
 	var wg sync.WaitGroup
 	for _, r := range stopped {
 		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), d.stopWithin)
+			defer cancel()
 			_, err := d.releaseDevice(ctx, deviceOf(r))
 			errs.add(err)
 		})
 	}
 	wg.Wait()
 	d.log.Info("shutdown: devices released", "generations", devices)
+}
+
+// closeNode is shutdown step 4: close the node's parts (the refinement,
+// the tracing mount, the FUSE mount), each whatever became of the others,
+// logging each, and which failed and why.
+func (d *Daemon) closeNode(errs *errorList) {
+	d.node.CloseEach(func(step string, err error) {
+		if err != nil {
+			d.log.Error("shutdown: close failed", "step", step, "err", err)
+			errs.add(fmt.Errorf("close %s: %w", step, err))
+			return
+		}
+		if step == node.StepServingMount {
+			d.log.Info("shutdown: FUSE unmounted", "dir", d.fuse.Dir())
+			return
+		}
+		d.log.Info("shutdown: closed", "step", step)
+	})
 }
 
 // removeSocket is shutdown step 5: remove the socket, if it is still the

@@ -104,6 +104,22 @@ func unavailableError(err error) *apiError {
 	return nil
 }
 
+// retryShuttingDown is the Retry-After of a request the shutdown refused
+// or cut short: about the time a restarted daemon takes to serve again.
+const retryShuttingDown = 5 * time.Second
+
+// shuttingDown is the answer to a request refused or cancelled because
+// the daemon is shutting down: 503 with Retry-After, saying so, and
+// err, when not nil, saying what became of the request.
+func shuttingDown(err error) error {
+	if err != nil {
+		err = fmt.Errorf("%w: %w", ErrShuttingDown, err)
+	} else {
+		err = ErrShuttingDown
+	}
+	return &apiError{status: http.StatusServiceUnavailable, err: err, retryAfter: retryShuttingDown}
+}
+
 // clientGone reports whether a request's context ended because its client
 // went away, not because the daemon is shutting down.
 func (d *Daemon) clientGone(ctx context.Context) bool {
@@ -443,7 +459,8 @@ func (f *inflight) close() (<-chan struct{}, int) {
 func (f *inflight) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !f.enter() {
-			writeJSON(w, http.StatusServiceUnavailable, api.Error{Error: "the daemon is shutting down"})
+			w.Header().Set("Retry-After", strconv.Itoa(int(retryShuttingDown/time.Second)))
+			writeJSON(w, http.StatusServiceUnavailable, api.Error{Error: ErrShuttingDown.Error()})
 			return
 		}
 		defer f.leave()

@@ -61,11 +61,17 @@ func (d *Daemon) pauseRestore(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	res, err := ops.Pause(ctx, d.repo, run.inst, req, d.pauseOptions(ctx, id))
-	cause := context.Cause(ctx)
-	owned := d.endPause(run, err == nil && req.Then == api.ThenStop)
+	out, ok := d.runPause(ctx, run, req)
+	if !ok {
+		// Cancelled by the shutdown and still running (a clean-up the
+		// store does not answer): the client gets its answer now, the
+		// shutdown stops the VM under the pause (awaitPause).
+		d.log.Warn("shutdown: the cancelled pause still runs; answering without it", "restore", id)
+		return shuttingDown(fmt.Errorf("pause of restore %s cancelled; it had not ended (list the snapshots for its child)", id))
+	}
+	res, err, owned := out.res, out.err, out.owned
 	if err != nil {
-		return pauseFailed(err, cause)
+		return pauseFailed(err, out.cause)
 	}
 	if owned {
 		// A client that goes away must not leave a stop half done.
@@ -84,11 +90,55 @@ func (d *Daemon) pauseRestore(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// pauseOutcome is how a pause run by runPause ended.
+type pauseOutcome struct {
+	res   api.PauseResult
+	err   error
+	cause error // the pause context's cause
+	owned bool  // endPause took the restore for the caller to stop
+}
+
+// pauseAnswerTime is how long a pause cancelled by the shutdown has to
+// return before its client is answered without it: well within
+// cancelledAnswerTime, after which the connections are closed.
+const pauseAnswerTime = cancelledAnswerTime / 2
+
+// runPause runs the pause of run on its own goroutine, which ends it
+// (endPause) whenever it returns, and waits for it. It reports false
+// when the shutdown cancelled the pause and it did not return within
+// pauseAnswerTime.
+func (d *Daemon) runPause(ctx context.Context, run *running, req api.PauseRequest) (pauseOutcome, bool) {
+	done := make(chan pauseOutcome, 1)
+	go func() {
+		res, err := ops.Pause(ctx, d.repo, run.inst, req, d.pauseOptions(ctx, run.info.ID))
+		cause := context.Cause(ctx)
+		owned := d.endPause(run, err == nil && req.Then == api.ThenStop)
+		done <- pauseOutcome{res: res, err: err, cause: cause, owned: owned}
+	}()
+	select {
+	case out := <-done:
+		return out, true
+	case <-ctx.Done():
+	}
+	if !errors.Is(context.Cause(ctx), ErrShuttingDown) {
+		// A stop cancelled it: the stop waits for it, and so does this.
+		return <-done, true
+	}
+	t := time.NewTimer(pauseAnswerTime)
+	defer t.Stop()
+	select {
+	case out := <-done:
+		return out, true
+	case <-t.C:
+		return pauseOutcome{}, false
+	}
+}
+
 // pauseFailed is the answer to a failed pause; cause is its context's.
 func pauseFailed(err, cause error) error {
 	switch {
 	case errors.Is(cause, ErrShuttingDown):
-		return statusError(http.StatusServiceUnavailable, "", fmt.Errorf("%w: %w", ErrShuttingDown, err))
+		return shuttingDown(err)
 	case errors.Is(cause, errRestoreStopping):
 		return statusError(http.StatusConflict, "id", fmt.Errorf("%w: %w", cause, err))
 	case errors.Is(err, restore.ErrNotPausable), errors.Is(err, restore.ErrPauseInProgress),
@@ -120,7 +170,7 @@ func (d *Daemon) beginPause(parent context.Context, id string) (*running, contex
 	switch {
 	case d.closing:
 		cancel(nil)
-		return nil, nil, statusError(http.StatusServiceUnavailable, "", ErrShuttingDown)
+		return nil, nil, shuttingDown(nil)
 	case !ok:
 		cancel(nil)
 		return nil, nil, statusError(http.StatusNotFound, "id", errNoRestore(id))
@@ -158,8 +208,10 @@ func (d *Daemon) endPause(run *running, takeForStop bool) (owned bool) {
 // awaitPause waits, before a stop of run (already taken out of the listed
 // restores, so no pause of it can begin), for its pause in progress to
 // end: within the stop timeout or ctx, after which it cancels the pause
-// and waits pauseCancelGrace more. A pause cancelled before its record is
-// written publishes nothing and resumes the VM; the stop follows.
+// and waits pauseCancelGrace more. In a shutdown, which cancelled the
+// pause at its grace, it waits shutdownPauseWait only. A pause cancelled
+// before its record is written publishes nothing and resumes the VM; the
+// stop follows.
 func (d *Daemon) awaitPause(ctx context.Context, run *running) {
 	d.mu.Lock()
 	g := run.pause
@@ -170,7 +222,12 @@ func (d *Daemon) awaitPause(ctx context.Context, run *running) {
 	id := run.info.ID
 	d.log.Info(msgStopWaitsForPause, "restore", id)
 	t0 := time.Now()
-	t := time.NewTimer(d.stopWithin)
+	// In a shutdown the pause was cancelled at the grace already.
+	first, then := d.stopWithin, pauseCancelGrace
+	if d.reqCtx.Err() != nil {
+		first, then = 0, shutdownPauseWait
+	}
+	t := time.NewTimer(first)
 	defer t.Stop()
 	select {
 	case <-g.done:
@@ -180,7 +237,7 @@ func (d *Daemon) awaitPause(ctx context.Context, run *running) {
 	}
 	d.log.Warn("stop: the pause did not end in time; cancelling it", "restore", id, "waited", time.Since(t0))
 	g.cancel(fmt.Errorf("restore %s: %w", id, errRestoreStopping))
-	t.Reset(pauseCancelGrace)
+	t.Reset(then)
 	select {
 	case <-g.done:
 	case <-t.C:

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"warmstart/internal/manifest"
 	"warmstart/internal/refine"
@@ -82,9 +83,16 @@ func (l *Learner) Submit(o Observed) bool {
 	}
 }
 
+// AbandonAfter is how long Close waits, once ctx ended and the
+// refinement in progress was cancelled, for it to return: a step that
+// does not honour the cancellation (the end of a lease on a store that
+// does not answer) is left running, and a stopping process does not wait
+// for it.
+const AbandonAfter = 2 * time.Second
+
 // Close stops taking observations and applies those queued until ctx
 // ends; then it abandons the rest (a repository call in progress is
-// cancelled) and returns ctx's error.
+// cancelled, and left running after AbandonAfter) and returns ctx's error.
 func (l *Learner) Close(ctx context.Context) error {
 	l.mu.Lock()
 	if !l.closed {
@@ -96,9 +104,16 @@ func (l *Learner) Close(ctx context.Context) error {
 	case <-l.done:
 		return nil
 	case <-ctx.Done():
-		l.cancel()
-		<-l.done
+	}
+	l.cancel()
+	t := time.NewTimer(AbandonAfter)
+	defer t.Stop()
+	select {
+	case <-l.done:
 		return fmt.Errorf("refinement: %d observations abandoned: %w", len(l.queue), ctx.Err())
+	case <-t.C:
+		return fmt.Errorf("refinement: %d observations abandoned, one still running after %v: %w",
+			len(l.queue), AbandonAfter, ctx.Err())
 	}
 }
 

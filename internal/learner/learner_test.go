@@ -176,3 +176,63 @@ func stateOf(t *testing.T, repo repository.Repository, id string) refine.State {
 	}
 	return st
 }
+
+// stuckEndRepository is a real repository whose leases' End does not
+// return until released, whatever the caller's context: as an S3 lease's
+// release (it has no context) does while the store does not answer.
+type stuckEndRepository struct {
+	repository.Repository
+	ending  chan struct{} // told when an End begins
+	release chan struct{} // closed to let End return
+}
+
+type stuckLease struct {
+	repository.Lease
+	r *stuckEndRepository
+}
+
+func (l stuckLease) End() error {
+	l.r.ending <- struct{}{}
+	<-l.r.release
+	return l.Lease.End()
+}
+
+func (h *stuckEndRepository) LeaseExisting(ctx context.Context, id string) (repository.Lease, error) {
+	lz, err := h.Repository.LeaseExisting(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return stuckLease{Lease: lz, r: h}, nil
+}
+
+// Close gives up on a refinement stuck where its cancellation does not
+// reach (the end of its lease on a store that does not answer) within
+// AbandonAfter of its context's end, instead of waiting for it.
+func TestCloseAbandonsARefinementThatIgnoresCancellation(t *testing.T) {
+	repo, rec, m := published(t)
+	stuck := &stuckEndRepository{Repository: repo, ending: make(chan struct{}, 1), release: make(chan struct{})}
+	t.Cleanup(func() { close(stuck.release) })
+	l := New(stuck, nil, refine.Options{})
+	l.Submit(Observed{SnapshotID: rec.ID, Observation: missing(m, 10)})
+	select {
+	case <-stuck.ending:
+	case <-time.After(waitLimit):
+		t.Fatal("the refinement never ended its lease")
+	}
+	const closeTimeout = 100 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	closed := make(chan error, 1)
+	t0 := time.Now()
+	go func() { closed <- l.Close(ctx) }()
+	limit := closeTimeout + AbandonAfter + 5*time.Second
+	select {
+	case err := <-closed:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Close with a stuck refinement = %v, want the deadline", err)
+		}
+		t.Logf("Close returned after %v: %v", time.Since(t0), err)
+	case <-time.After(limit):
+		t.Fatalf("Close still waits for the stuck refinement after %v", limit)
+	}
+}

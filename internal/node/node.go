@@ -98,7 +98,13 @@ type Node struct {
 	// refuse what none of its keys signed.
 	Trust *trust.Policy
 
-	closers []func() error
+	closers []closer
+}
+
+// closer is one part Close undoes, named for the log.
+type closer struct {
+	step  string
+	close func() error
 }
 
 // Open assembles a node. On error nothing of it is left mounted.
@@ -124,7 +130,7 @@ func Open(ctx context.Context, o Options) (_ *Node, err error) {
 		return nil, fmt.Errorf("node: runtime directory: %w", err)
 	}
 	if o.RemoveRuntimeDir {
-		n.closers = append(n.closers, func() error { return os.RemoveAll(o.RuntimeDir) })
+		n.closers = append(n.closers, closer{StepRuntimeDir, func() error { return os.RemoveAll(o.RuntimeDir) }})
 	}
 	if err := n.mount(o); err != nil {
 		return nil, err
@@ -132,11 +138,11 @@ func Open(ctx context.Context, o Options) (_ *Node, err error) {
 	if o.Config.Manifest.Refine && !o.ReadOnly {
 		n.Learner = learner.New(n.Repo, o.Log, refine.Options{})
 		// Closed first: it stops taking lessons before anything else goes.
-		n.closers = append(n.closers, func() error {
+		n.closers = append(n.closers, closer{StepRefinement, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), LearnerCloseTimeout)
 			defer cancel()
 			return n.Learner.Close(ctx)
-		})
+		}})
 	}
 	return n, nil
 }
@@ -144,6 +150,18 @@ func Open(ctx context.Context, o Options) (_ *Node, err error) {
 // LearnerCloseTimeout bounds how long Close applies the observations
 // still queued: a stopping node does not wait on learning for long.
 const LearnerCloseTimeout = 10 * time.Second
+
+// LearnerCloseBound is the longest Close waits for the learner: its
+// queue, then a refinement that ignores the cancellation.
+const LearnerCloseBound = LearnerCloseTimeout + learner.AbandonAfter
+
+// The steps of Close, in its order, as CloseEach names them.
+const (
+	StepRefinement   = "refinement"
+	StepTracingMount = "tracing mount"
+	StepServingMount = "FUSE mount"
+	StepRuntimeDir   = "runtime directory"
+)
 
 // Learn hands a ready restore's observation to the learner, in the
 // background: nothing when refine is off or the restore did not prefetch.
@@ -191,7 +209,7 @@ func (n *Node) mount(o Options) error {
 	if err != nil {
 		return err
 	}
-	n.closers = append(n.closers, serving.Close)
+	n.closers = append(n.closers, closer{StepServingMount, serving.Close})
 	n.Restorer, n.FUSE, n.PrefetchFUSE, n.Engine = serving.Restorer, serving.FUSE, serving.PrefetchFUSE, serving.Restorer.Engine
 	if o.Metrics != nil {
 		n.Metrics = o.Metrics(n.Engine)
@@ -202,7 +220,7 @@ func (n *Node) mount(o Options) error {
 	if err != nil {
 		return err
 	}
-	n.closers = append(n.closers, tracing.Close)
+	n.closers = append(n.closers, closer{StepTracingMount, tracing.Close})
 	cfg := o.Config
 	n.Recorder = &recorder.Recorder{
 		Repo:     n.Repo,
@@ -240,11 +258,22 @@ func orDefault(s, def string) string {
 // after it, since the mounts live in it). It is safe to call more than once.
 func (n *Node) Close() error {
 	var errs []error
+	n.CloseEach(func(step string, err error) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", step, err))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// CloseEach is Close telling done of each step as it ends, with its
+// error: every step runs, whatever became of those before it.
+func (n *Node) CloseEach(done func(step string, err error)) {
 	for i := len(n.closers) - 1; i >= 0; i-- {
-		errs = append(errs, n.closers[i]())
+		c := n.closers[i]
+		done(c.step, c.close())
 	}
 	n.closers = nil
-	return errors.Join(errs...)
 }
 
 // Resolve turns an id or alias into a restore source.

@@ -66,11 +66,12 @@ func (r *Repo) register(ctx context.Context, id string, owners []string, inherit
 }
 
 // unregister removes id's markers, trying again while the store does not
-// answer, as undoPublish does for the artifacts, for up to
-// cleanupTimeout: a marker left names a child that never was, and stays
-// in the parent's dependents until a sweep or the parent's delete.
+// answer, as undoPublish does for the artifacts, until the clean-up
+// context of ctx ends (publishCleanupContext): a marker left names a
+// child that never was, and stays in the parent's dependents until a
+// sweep or the parent's delete.
 func (r *Repo) unregister(ctx context.Context, id string, owners []string) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	cctx, cancel := publishCleanupContext(ctx)
 	defer cancel()
 	left := slices.Clone(owners)
 	_ = retryUntilDone(cctx, r.cleanupRetry, func() error {

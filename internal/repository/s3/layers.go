@@ -45,7 +45,7 @@ func (r *Repo) publishLayer(ctx context.Context, id string, req repository.Layer
 			r.fault(FaultLayerAfterMarkers)
 			return r.storeLayerArtifacts(ctx, id, req, c)
 		},
-		undo:         func() { r.unregister(ctx, id, c.Owners) },
+		undo:         func(cctx context.Context) { r.unregister(cctx, id, c.Owners) },
 		afterStore:   fault(FaultLayerAfterArtifacts),
 		beforeRecord: fault(FaultLayerBeforeRecord),
 		afterRecord:  fault(FaultLayerAfterRecord),

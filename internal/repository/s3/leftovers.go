@@ -96,14 +96,12 @@ func (r *Repo) commitUnderLease(ctx context.Context, rec repository.Record) erro
 
 // undoPublish removes what a failed publish of id wrote (its artifacts,
 // the alias binding it made), trying again while the store does not
-// answer, for up to cleanupTimeout, even when ctx was cancelled. It
-// returns the publish's error, saying what was left if it could not
-// remove it all. Chunks stay: others may have found them in the bucket
-// meanwhile; the next garbage collection removes those nothing else
-// names (abandonArtifacts).
-func (r *Repo) undoPublish(ctx context.Context, id, alias string, aliasBound bool, cause error) error {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
+// answer, until cctx (publishCleanupContext) ends. It returns the
+// publish's error, saying what was left if it could not remove it all.
+// Chunks stay: others may have found them in the bucket meanwhile; the
+// next garbage collection removes those nothing else names
+// (abandonArtifacts).
+func (r *Repo) undoPublish(cctx context.Context, id, alias string, aliasBound bool, cause error) error {
 	err := retryUntilDone(cctx, r.cleanupRetry, func() error {
 		if aliasBound {
 			if err := r.releaseAlias(cctx, alias, id); err != nil {

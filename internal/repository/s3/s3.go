@@ -101,6 +101,45 @@ import (
 // while the store does not answer, up to this long.
 const cleanupTimeout = time.Minute
 
+// cleanupAfterCancel bounds the clean-up of a failed publish once the
+// publish's context has ended: a caller that gave up (a daemon shutting
+// down) is not held for the cleanupTimeout a store that does not answer
+// would take. On a store that answers it is time enough to remove
+// everything; what a clean-up cut short leaves, snapshot gc reclaims
+// (leftovers.go).
+const cleanupAfterCancel = 2 * time.Second
+
+// cleanupKey marks a context publishCleanupContext made.
+type cleanupKey struct{}
+
+// publishCleanupContext is the context of the clean-up of a failed
+// publish on ctx: it outlives ctx, for cleanupTimeout, but ends
+// cleanupAfterCancel after ctx ended (or after now, if ctx has ended).
+// Given such a clean-up context, it ends with it: the steps of one
+// clean-up share its bound.
+func publishCleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx.Value(cleanupKey{}) != nil {
+		return context.WithCancel(ctx)
+	}
+	cctx, cancel := context.WithTimeout(context.WithValue(context.WithoutCancel(ctx), cleanupKey{}, true), cleanupTimeout)
+	var cut *time.Timer
+	var mu sync.Mutex
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		cut = time.AfterFunc(cleanupAfterCancel, cancel)
+	})
+	return cctx, func() {
+		stop()
+		mu.Lock()
+		if cut != nil {
+			cut.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
+}
+
 // Options configure a Repo.
 type Options struct {
 	// Endpoint is host[:port] (HTTPS) or http(s)://host[:port]; empty
@@ -453,11 +492,11 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 // publishSteps are what a publish (Publish, PublishLayer) does beyond the
 // steps every publish shares: store writes the artifacts and returns the
 // record; undo, when set, runs before the shared clean-up of a publish
-// that failed; the hooks, when set, run after store, before the record
-// and after it (the tests' fault points).
+// that failed, with the clean-up's context; the hooks, when set, run
+// after store, before the record and after it (the tests' fault points).
 type publishSteps struct {
 	store                                 func() (repository.Record, error)
-	undo                                  func()
+	undo                                  func(cctx context.Context)
 	afterStore, beforeRecord, afterRecord func()
 }
 
@@ -472,10 +511,20 @@ func (r *Repo) publishWith(ctx context.Context, id, alias string, steps publishS
 	}
 	published, aliasBound := false, false
 	defer func() {
-		if !published {
-			run(steps.undo)
-			err = r.undoPublish(ctx, id, alias, aliasBound, err)
+		if published {
+			return
 		}
+		if errors.Is(err, errRecordMayStand) {
+			// Everything stays for the record that may have landed;
+			// snapshot gc reclaims it all if it did not.
+			return
+		}
+		cctx, cancel := publishCleanupContext(ctx)
+		defer cancel()
+		if steps.undo != nil {
+			steps.undo(cctx)
+		}
+		err = r.undoPublish(cctx, id, alias, aliasBound, err)
 	}()
 	rec, err := steps.store()
 	if err != nil {
@@ -590,14 +639,23 @@ func (r *Repo) commitRecord(ctx context.Context, rec repository.Record) error {
 	}
 	if err != nil {
 		// The PUT may have landed before the failure: take it back before
-		// the artifacts go.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		// the artifacts go. If that fails too, nothing of the publish may
+		// go (errRecordMayStand).
+		cctx, cancel := publishCleanupContext(ctx)
 		defer cancel()
-		_ = r.remove(cctx, r.keys.record(rec.ID))
+		if rerr := r.remove(cctx, r.keys.record(rec.ID)); rerr != nil {
+			return fmt.Errorf("%w; %w (taking it back failed: %w)", err, errRecordMayStand, rerr)
+		}
 		return err
 	}
 	return nil
 }
+
+// errRecordMayStand: a record write failed and taking the record back
+// failed too, so it may stand; the failed publish then removes nothing it
+// wrote (a record must never name missing objects), and snapshot gc
+// reclaims it all if the record is absent (reclaimAbandoned reads it).
+var errRecordMayStand = errors.New("the record may have been written")
 
 // AttachManifest implements repository.Repository.
 func (r *Repo) AttachManifest(ctx context.Context, lz repository.Lease, data []byte, rec *repository.Recording) (repository.ManifestDescriptor, error) {
