@@ -123,7 +123,7 @@ func OpenCLI(ctx context.Context, cfg *config.Config, repo repository.Repository
 	// blocks it was given before the process exits, rather than leaving
 	// them half-written for the next verb to discard.
 	if c, ok := repo.(io.Closer); ok {
-		n.closers = append([]func() error{c.Close}, n.closers...)
+		n.closers = append([]closer{{StepRepository, c.Close}}, n.closers...)
 	}
 	return n, nil
 }

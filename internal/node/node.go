@@ -161,6 +161,9 @@ const (
 	StepTracingMount = "tracing mount"
 	StepServingMount = "FUSE mount"
 	StepRuntimeDir   = "runtime directory"
+	// StepRepository closes a repository the node's process opened for
+	// itself (a CLI verb's), last of all.
+	StepRepository = "repository"
 )
 
 // Learn hands a ready restore's observation to the learner, in the
