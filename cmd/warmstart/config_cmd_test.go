@@ -146,3 +146,25 @@ func TestConfigDefaultsHelpNamesTheFileRead(t *testing.T) {
 		t.Errorf("exit %d, help %q; want it to suggest > %s", res.code, res.stdout, config.SystemFile)
 	}
 }
+
+// TestConfigCheckRefusesADefaultDeviceTheVMMCannotUse: QEMU has no uffd
+// backend, so a configuration that makes uffd the default device under
+// QEMU fails every restore that names no device; config check says so,
+// naming the key, and a file device passes.
+func TestConfigCheckRefusesADefaultDeviceTheVMMCannotUse(t *testing.T) {
+	dir := t.TempDir()
+	for device, want := range map[string]string{"uffd": "key memory.device", "file": ""} {
+		cfg := filepath.Join(dir, device+".toml")
+		body := "[vmm]\ndriver = \"qemu\"\n[memory]\ndevice = \"" + device + "\"\n"
+		if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		res := runCLIChild(t, "config", "check", "--config", cfg)
+		switch {
+		case want == "" && res.exitCode != 0:
+			t.Errorf("device %s: exit %d, stderr %q; want ok", device, res.exitCode, res.stderr)
+		case want != "" && (res.exitCode != 1 || !strings.Contains(res.stderr, want) || !strings.Contains(res.stderr, "qemu")):
+			t.Errorf("device %s: exit %d, stderr %q; want exit 1 naming %s and qemu", device, res.exitCode, res.stderr, want)
+		}
+	}
+}

@@ -241,7 +241,7 @@ func New(opts Options) (_ *Daemon, err error) {
 	if err := d.claimAddress(listen); err != nil {
 		return nil, err
 	}
-	d.degraded = vmmHealth(opts.VMM, d.log)
+	d.degraded = vmmHealth(opts.VMM, d.cfg, d.log)
 	if err := d.openNode(opts); err != nil {
 		return nil, err
 	}

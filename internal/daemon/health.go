@@ -4,6 +4,8 @@ import (
 	"log/slog"
 
 	"warmstart/internal/api"
+	"warmstart/internal/config"
+	"warmstart/internal/ops"
 	"warmstart/internal/vmm"
 )
 
@@ -19,10 +21,16 @@ const (
 )
 
 // vmmHealth asks the configured VMM driver, once at start, whether it can
-// restore on this host, and logs the answer; "" means it can. The check
-// itself lives with each driver (vmm.Checker).
-func vmmHealth(v vmm.VMM, log *slog.Logger) string {
-	if err := vmm.Check(v); err != nil {
+// restore on this host, and whether it can with the configured default
+// device (QEMU has no uffd backend: every restore naming no device would
+// be refused), and logs the answer; "" means it can. The checks live
+// with each driver (vmm.Checker, vmm.BackendChecker).
+func vmmHealth(v vmm.VMM, cfg *config.Config, log *slog.Logger) string {
+	err := vmm.Check(v)
+	if err == nil {
+		err = ops.CheckDefaultDevice(cfg, func(b vmm.Backend) error { return vmm.CheckBackend(v, b) })
+	}
+	if err != nil {
 		log.Warn("degraded: restores will fail", "reason", err.Error())
 		return err.Error()
 	}

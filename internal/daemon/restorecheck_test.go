@@ -46,6 +46,11 @@ func TestRestoreRefusesDeviceTheVMMCannotUse(t *testing.T) {
 			if _, err := r.client.Import(context.Background(), f.importRequest("taken")); err != nil {
 				t.Fatal(err)
 			}
+			h, err := r.client.Health(context.Background())
+			wantDegraded := c.configured == config.DeviceUffd
+			if err != nil || (h.Status == "degraded") != wantDegraded || wantDegraded && !strings.Contains(h.Reason, "memory.device") {
+				t.Errorf("health %+v, %v; want degraded naming memory.device: %v", h, err, wantDegraded)
+			}
 			runDir := f.cfg.Runtime.Dir
 			before, mountsBefore, kidsBefore := dirNames(t, runDir), mountsUnder(t, f.dir), childProcesses(t)
 			checkBadRequest(t, rawClient(t, f.cfg.Daemon.Socket), badRequest{c.name, "POST", "/restores", c.body, 400, "device"})
