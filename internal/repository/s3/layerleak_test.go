@@ -2,6 +2,7 @@ package s3
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -320,28 +321,50 @@ func mergedLayer(t *testing.T, base, mem []byte) *layers.Built {
 // record and what that gc did.
 func flattenDuringCollection(t *testing.T, newCollector func(prefix string) *Repo) (*Repo, repotest.Lineage, repository.Record, GCStats) {
 	t.Helper()
+	run := flattenWhileCollecting(t, newCollector, func(flattener *Repo, collect func()) {
+		flattener.layerFault = func(p string) {
+			if p == FaultReplaceBeforeRecord {
+				collect()
+			}
+		}
+	})
+	if run.err != nil {
+		t.Fatalf("flatten: %v", run.err)
+	}
+	return run.nodeA, run.leaf, run.flat, run.during
+}
+
+// flattenRun is what flattenWhileCollecting saw.
+type flattenRun struct {
+	nodeA  *Repo
+	leaf   repotest.Lineage
+	flat   repository.Record
+	during GCStats
+	err    error
+}
+
+// flattenWhileCollecting builds a chain of three on one node and flattens
+// its leaf from a second one (the flattener), on which hook installs the
+// point where collect, a snapshot gc by collector (made from the chain's
+// prefix by newCollector), runs. The flatten's error is returned, not
+// fatal.
+func flattenWhileCollecting(t *testing.T, newCollector func(prefix string) *Repo, hook func(flattener *Repo, collect func())) flattenRun {
+	t.Helper()
 	nodeA := chunkyRepo(t, "")
 	nodeB := chunkyRepo(t, nodeA.keys.prefix)
 	base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
 	mid := repotest.PublishChild(t, nodeA, base, repotest.Change{Pages: []int64{1, 5}}, "")
 	leaf := repotest.PublishChild(t, nodeA, mid, repotest.Change{Pages: []int64{2, 5, 30}}, "")
 	collector := newCollector(nodeA.keys.prefix)
-	var during GCStats
-	nodeB.layerFault = func(p string) {
-		if p == FaultReplaceBeforeRecord {
-			during = snapshotGC(t, collector)
-		}
-	}
+	run := flattenRun{nodeA: nodeA, leaf: leaf}
+	hook(nodeB, func() { run.during = snapshotGC(t, collector) })
 	lease, err := nodeB.LeaseExisting(bg(), leaf.Record.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	flat, err := nodeB.ReplaceMemory(bg(), lease, repository.ReplaceMemoryRequest{Expect: leaf.Record, Layer: mergedLayer(t, base.Memory, leaf.Memory)})
+	run.flat, run.err = nodeB.ReplaceMemory(bg(), lease, repository.ReplaceMemoryRequest{Expect: leaf.Record, Layer: mergedLayer(t, base.Memory, leaf.Memory)})
 	lease.End()
-	if err != nil {
-		t.Fatalf("flatten: %v", err)
-	}
-	return nodeA, leaf, flat, during
+	return run
 }
 
 // TestCollectionKeepsAFlattensNewLayer: a snapshot gc on another node past
@@ -385,4 +408,58 @@ func TestCollectionKeepsASilentFlattensNewLayer(t *testing.T) {
 		t.Errorf("a collection during the flatten retired %d layers", during.RetiredLayers)
 	}
 	readsBack(t, nodeA.keys.prefix, leaf.Record.ID, repotest.SHA256Hex(leaf.Memory))
+}
+
+// TestFlattenStalledPastTheGraceWritesNoRecord: a flatten that stalled
+// for longer than the abandoned grace between storing its merged layer
+// and writing the record naming it looks dead to a snapshot gc, which
+// retires that layer. The flatten must then refuse with ErrLeaseEnded
+// and leave the snapshot's record as it was (never naming reclaimed
+// data), and the bucket must hold nothing unneeded after the next gc.
+// The stall is the collector's grace cut to nothing; the second case is
+// a flatten whose record itself lands slowly (its own grace cut to
+// nothing) after the collector revoked its lease: it takes the record
+// back.
+func TestFlattenStalledPastTheGraceWritesNoRecord(t *testing.T) {
+	cases := map[string]func(flattener *Repo, collect func()){
+		"stalled before its record": func(flattener *Repo, collect func()) {
+			flattener.layerFault = func(p string) {
+				if p == FaultReplaceBeforeRecord {
+					collect()
+				}
+			}
+		},
+		"record landed late": func(flattener *Repo, collect func()) {
+			flattener.abandonedGrace = time.Nanosecond
+			flattener.afterConfirmLease = collect
+		},
+	}
+	for name, hook := range cases {
+		t.Run(name, func(t *testing.T) {
+			var collector *Repo
+			run := flattenWhileCollecting(t, func(prefix string) *Repo {
+				collector = chunkyRepo(t, prefix)
+				collector.abandonedGrace = time.Nanosecond
+				return collector
+			}, hook)
+			if !errors.Is(run.err, repository.ErrLeaseEnded) {
+				t.Fatalf("a flatten whose new layer a snapshot gc retired returned %v (depth %d), want ErrLeaseEnded", run.err, run.flat.Depth())
+			}
+			t.Logf("the flatten: %v; the gc during it: %+v", run.err, run.during)
+			got, err := run.nodeA.Get(bg(), run.leaf.Record.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.MemoryIdentity() != run.leaf.Record.MemoryIdentity() || got.Depth() != run.leaf.Record.Depth() {
+				t.Errorf("the refused flatten left a record of depth %d naming other memory than the leaf's (depth %d)", got.Depth(), run.leaf.Record.Depth())
+			}
+			readsBack(t, run.nodeA.keys.prefix, run.leaf.Record.ID, repotest.SHA256Hex(run.leaf.Memory))
+			collector.chunkGrace = time.Nanosecond
+			snapshotGC(t, collector)
+			if left := unneededKeys(t, run.nodeA); len(left) != 0 {
+				t.Errorf("the bucket holds unneeded %v", left)
+			}
+			readsBack(t, run.nodeA.keys.prefix, run.leaf.Record.ID, repotest.SHA256Hex(run.leaf.Memory))
+		})
+	}
 }

@@ -291,10 +291,7 @@ func (r *Repo) replaceMemory(ctx context.Context, id string, req repository.Repl
 	}
 	if err == nil {
 		r.fault(FaultReplaceBeforeRecord)
-		_, err = r.putRecord(ctx, next, putCondition{ifMatch: etag})
-		if errors.Is(err, errPrecondition) {
-			err = fmt.Errorf("%w: the record changed while the flatten stored its memory", repository.ErrStale)
-		}
+		err = r.writeReplacement(ctx, cur, next, etag)
 	}
 	if err != nil {
 		r.removeUnnamed(ctx, id, cur)
@@ -306,6 +303,29 @@ func (r *Repo) replaceMemory(ctx context.Context, id string, req repository.Repl
 	}
 	r.unregister(ctx, id, repository.DroppedOwners(cur, next))
 	return next, nil
+}
+
+// writeReplacement writes next over cur (whose ETag is etag) under the
+// flatten's lease, as a publish writes its record (writeUnderLease): a
+// flatten silent for the abandoned grace looks dead to a collector, which
+// then revokes its lease and may retire the layer the flatten stored
+// (reclaimRetiredLayers), so a flatten whose lease was revoked writes no
+// record, and one whose record landed late puts cur back.
+func (r *Repo) writeReplacement(ctx context.Context, cur, next repository.Record, etag string) error {
+	var written string
+	err := r.writeUnderLease(ctx, cur.ID, func() error {
+		var err error
+		written, err = r.putRecord(ctx, next, putCondition{ifMatch: etag})
+		if errors.Is(err, errPrecondition) {
+			return fmt.Errorf("%w: the record changed while the flatten stored its memory", repository.ErrStale)
+		}
+		return err
+	}, func(cctx context.Context) { _, _ = r.putRecord(cctx, cur, putCondition{ifMatch: written}) })
+	if errors.Is(err, repository.ErrLeaseEnded) {
+		return fmt.Errorf("the flatten went unheard for over %v, so snapshot gc took it for dead and may have "+
+			"reclaimed the memory it stored; the snapshot keeps its memory as before, flatten it again: %w", r.abandonedGrace, err)
+	}
+	return err
 }
 
 // noDependentsSince reports whether id still has no dependent after its
@@ -394,13 +414,17 @@ func (r *Repo) retireLayer(ctx context.Context, id, name string) error {
 //
 //   - no lease on id is held here, and no lease object of id was written
 //     within the abandoned grace: a flatten in progress holds one from
-//     before it uploads its new layer until after its record names it,
-//     and, unlike a publish, does not check its lease before that record,
-//     so only its silence for that long (what the sweep of an abandoned
+//     before it uploads its new layer until after its record names it.
+//     Only its silence for that long (what the sweep of an abandoned
 //     publish waits for too, leftovers.go) tells it dead: its lease
 //     object expires by the TTL for a collector whose clock runs ahead,
-//     or while a live flattener's renewals fail. A layer listed before
-//     that check and named by no record read after it is no flatten's;
+//     or while a live flattener's renewals fail;
+//   - every such lease object could be revoked and removed (endLeases):
+//     a flattener that wrote it meanwhile lives, and one whose lease is
+//     revoked writes no record, since it confirms its lease right before
+//     (writeReplacement, as a publish does: leftovers.go). So a layer
+//     listed before that check and named by no record read after the
+//     revocation is no flatten's;
 //   - id's record, read then (and once before, to skip the lease check
 //     for the many snapshots without such a layer), does not name it (a
 //     snapshot without a record is a publish's, which the sweep reclaims,
@@ -462,22 +486,23 @@ func (r *Repo) dropNamed(ctx context.Context, id string, names map[string]bool) 
 	return nil
 }
 
-// leaseSilent reports whether no lease on id is held here and none of its
-// lease objects was written within the abandoned grace (see above).
-func (r *Repo) leaseSilent(ctx context.Context, id string) (bool, error) {
+// silentLeases returns id's lease objects and whether they are silent:
+// no lease on id is held here and none of them was written within the
+// abandoned grace (see above).
+func (r *Repo) silentLeases(ctx context.Context, id string) ([]minio.ObjectInfo, bool, error) {
 	if r.leaseLive(id) {
-		return false, nil
+		return nil, false, nil
 	}
 	objs, err := r.list(ctx, r.keys.leasesOf(id))
 	if err != nil {
-		return false, err
+		return nil, false, err
 	}
 	for _, o := range objs {
 		if time.Since(o.LastModified) <= r.abandonedGrace {
-			return false, nil
+			return nil, false, nil
 		}
 	}
-	return true, nil
+	return objs, true, nil
 }
 
 // reclaimRetiredOf retires those of id's layers names (found in its
@@ -489,7 +514,14 @@ func (r *Repo) reclaimRetiredOf(ctx context.Context, id string, names map[string
 	if err := r.dropNamed(ctx, id, names); err != nil || len(names) == 0 {
 		return 0, err
 	}
-	if silent, err := r.leaseSilent(ctx, id); err != nil || !silent {
+	leases, silent, err := r.silentLeases(ctx, id)
+	if err != nil || !silent {
+		return 0, err
+	}
+	// A flatten silent that long may still be alive: its lease is revoked
+	// before the record is read, so that it writes no record naming a
+	// layer retired here (writeReplacement).
+	if ended, err := r.endLeases(ctx, id, leases); err != nil || !ended {
 		return 0, err
 	}
 	if err := r.dropNamed(ctx, id, names); err != nil || len(names) == 0 {

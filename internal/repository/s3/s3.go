@@ -208,7 +208,8 @@ type Repo struct {
 	abandonedGrace time.Duration
 	// beforeRecord, when a test sets it, runs between binding the alias
 	// and writing the record of a publish; afterConfirmLease between the
-	// publish's confirmation of its lease and the record's write.
+	// confirmation of a publish's or a flatten's lease and its record's
+	// write.
 	beforeRecord, afterConfirmLease func()
 	// layerFault, when a test sets it, runs at each step of a layer
 	// publish (LayerFaultPoints); nil everywhere else.
