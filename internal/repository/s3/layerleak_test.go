@@ -126,17 +126,24 @@ func layerKeys(t *testing.T, r *Repo, id, name string) []string {
 	return present(t, r, out)
 }
 
-// flattenUnderAPause flattens mid whole on nodeB while, after the flatten
-// found no dependents and before its new record, nodeA publishes req (a
-// child over mid's record as it was read, naming mid's own diff layer).
-// Both must succeed: the child's record names the layer the flatten
-// retires, which stays.
-func flattenUnderAPause(t *testing.T, nodeA, nodeB *Repo, mid repotest.Lineage, req repository.LayerPublishRequest) repository.Record {
+// memoryFile writes mem to a file of the test's and returns its path.
+func memoryFile(t *testing.T, mem []byte) string {
 	t.Helper()
-	memPath := filepath.Join(t.TempDir(), "mid.mem")
-	if err := os.WriteFile(memPath, mid.Memory, 0o600); err != nil {
+	p := filepath.Join(t.TempDir(), "memory")
+	if err := os.WriteFile(p, mem, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+// flattenUnderAPause flattens mid on nodeB (by flatten, whose Expect is
+// mid's record) while, after the flatten found no dependents and before
+// its new record, nodeA publishes req (a child over mid's record as it
+// was read, naming mid's own diff layer). Both must succeed: the child's
+// record names the layer the flatten retires, which stays.
+func flattenUnderAPause(t *testing.T, nodeA, nodeB *Repo, mid repotest.Lineage, flatten repository.ReplaceMemoryRequest, req repository.LayerPublishRequest) repository.Record {
+	t.Helper()
+	flatten.Expect = mid.Record
 	var child repository.Record
 	var pubErr error
 	tried := false
@@ -152,7 +159,7 @@ func flattenUnderAPause(t *testing.T, nodeA, nodeB *Repo, mid repotest.Lineage, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, flatErr := nodeB.ReplaceMemory(bg(), lease, repository.ReplaceMemoryRequest{Expect: mid.Record, MemoryPath: memPath})
+	_, flatErr := nodeB.ReplaceMemory(bg(), lease, flatten)
 	lease.End()
 	if !tried || flatErr != nil || pubErr != nil {
 		t.Fatalf("flatten under a pause: reached the fault point %v; flatten %v; publish %v", tried, flatErr, pubErr)
@@ -184,7 +191,8 @@ func TestFlattenedLayerGoesWithItsLastDependent(t *testing.T) {
 	mid := repotest.PublishChild(t, nodeA, base, repotest.Change{Pages: []int64{1, 5}}, "")
 	retired := mid.Record.MemoryLayers[len(mid.Record.MemoryLayers)-1].Name
 	built, childMem := repotest.BuildLayer(t, mid.Memory, repotest.Change{Pages: []int64{2, 5}})
-	child := flattenUnderAPause(t, nodeA, nodeB, mid, repotest.LayerRequest(t, mid.Record, built, ""))
+	whole := repository.ReplaceMemoryRequest{MemoryPath: memoryFile(t, mid.Memory)}
+	child := flattenUnderAPause(t, nodeA, nodeB, mid, whole, repotest.LayerRequest(t, mid.Record, built, ""))
 
 	kept := layerKeys(t, nodeA, mid.Record.ID, retired)
 	pastGrace := chunkyRepo(t, nodeA.keys.prefix)
@@ -461,5 +469,96 @@ func TestFlattenStalledPastTheGraceWritesNoRecord(t *testing.T) {
 			}
 			readsBack(t, run.nodeA.keys.prefix, run.leaf.Record.ID, repotest.SHA256Hex(run.leaf.Memory))
 		})
+	}
+}
+
+// TestFailedFlattenKeepsAKeptLayersChunks: a flatten that met a child
+// published over the record it replaced kept the layer it retired; once
+// that child is deleted, a later flatten of the same snapshot that fails
+// after storing its memory must not remove that layer's chunk map
+// without a tombstone: a restore of the child resolved before its delete
+// reads those chunks, which a collection must keep for the chunk grace.
+// Everything then goes by snapshot gc alone.
+func TestFailedFlattenKeepsAKeptLayersChunks(t *testing.T) {
+	nodeA := chunkyRepo(t, "")
+	nodeB := chunkyRepo(t, nodeA.keys.prefix)
+	base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
+	mid := repotest.PublishChild(t, nodeA, base, repotest.Change{Pages: []int64{1, 5}}, "")
+	leaf := repotest.PublishChild(t, nodeA, mid, repotest.Change{Pages: []int64{2, 5, 30}}, "")
+	kept := leaf.Record.MemoryLayers[len(leaf.Record.MemoryLayers)-1].Name
+	built, kidMem := repotest.BuildLayer(t, leaf.Memory, repotest.Change{Pages: []int64{3, 30}})
+	merged := repository.ReplaceMemoryRequest{Layer: mergedLayer(t, base.Memory, leaf.Memory)}
+	kid := flattenUnderAPause(t, nodeA, nodeB, leaf, merged, repotest.LayerRequest(t, leaf.Record, built, ""))
+	keptChunks := map[string]bool{}
+	if err := nodeA.markList(bg(), nodeA.keys.artifact(leaf.Record.ID, layerChunkMapName(kept)), keptChunks); err != nil || len(keptChunks) == 0 {
+		t.Fatalf("the kept layer %s names chunks %v (%v)", kept, keptChunks, err)
+	}
+	inFlight, err := chunkyRepo(t, nodeA.keys.prefix).Resolve(bg(), kid.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nodeA.Delete(bg(), kid.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	// A whole flatten of the leaf fails after storing its memory: its
+	// lease is revoked before its record.
+	flat, err := nodeA.Get(bg(), leaf.Record.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeB.layerFault = func(p string) {
+		if p == FaultReplaceBeforeRecord {
+			revokeLeasesOf(t, nodeB, leaf.Record.ID)
+		}
+	}
+	lease, err := nodeB.LeaseExisting(bg(), leaf.Record.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = nodeB.ReplaceMemory(bg(), lease, repository.ReplaceMemoryRequest{Expect: flat, MemoryPath: memoryFile(t, leaf.Memory)})
+	lease.End()
+	if !errors.Is(err, repository.ErrLeaseEnded) {
+		t.Fatalf("a flatten whose lease was revoked before its record: %v", err)
+	}
+	if left := layerKeys(t, nodeA, leaf.Record.ID, repository.BaseLayerName); len(left) != 0 {
+		t.Errorf("the failed flatten left its memory's objects %v", left)
+	}
+	mk, err := chunkyRepo(t, nodeA.keys.prefix).markChunks(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key := range keptChunks {
+		if !mk.live[key] {
+			t.Errorf("after the failed flatten's clean-up no chunk map or young tombstone names the kept layer's chunk %s", key)
+		}
+	}
+	if got := repotest.ResolvedMemorySHA256(t, inFlight); got != repotest.SHA256Hex(kidMem) {
+		t.Errorf("a restore of the child resolved before its delete reads %s, want %s", got, repotest.SHA256Hex(kidMem))
+	}
+
+	collector := chunkyRepo(t, nodeA.keys.prefix)
+	collector.abandonedGrace = time.Nanosecond // the revoked lease object's
+	snapshotGC(t, collector)
+	collector.chunkGrace = time.Nanosecond
+	snapshotGC(t, collector)
+	if left := unneededKeys(t, nodeA); len(left) != 0 {
+		t.Errorf("the bucket holds unneeded %v", left)
+	}
+	readsBack(t, nodeA.keys.prefix, leaf.Record.ID, repotest.SHA256Hex(leaf.Memory))
+}
+
+// revokeLeasesOf revokes every lease object of id, as a collector
+// taking its holders for dead does.
+func revokeLeasesOf(t *testing.T, r *Repo, id string) {
+	t.Helper()
+	objs, err := r.list(bg(), r.keys.leasesOf(id))
+	if err != nil || len(objs) == 0 {
+		t.Fatalf("lease objects of %s: %v, %v", id, objs, err)
+	}
+	for _, o := range objs {
+		if revoked, err := r.revokeLease(bg(), id, o); err != nil || !revoked {
+			t.Fatalf("revoke %s: %v, %v", o.Key, revoked, err)
+		}
 	}
 }

@@ -294,7 +294,7 @@ func (r *Repo) replaceMemory(ctx context.Context, id string, req repository.Repl
 		err = r.writeReplacement(ctx, cur, next, etag)
 	}
 	if err != nil {
-		r.removeUnnamed(ctx, id, cur)
+		r.removeUnnamed(ctx, id, cur, req)
 		return repository.Record{}, err
 	}
 	_ = r.remove(ctx, r.keys.artifact(id, journalName))
@@ -357,29 +357,28 @@ func (r *Repo) storeReplacement(ctx context.Context, id string, cur repository.R
 	return repository.ReplacedByMemory(cur, mem.uploaded.stored(), mem.tables, repository.MemoryFormatChunks, chunks), nil
 }
 
-// removeUnnamed removes what a failed replacement uploaded: every object
-// of id that cur does not name (best effort; gc takes the chunks).
-func (r *Repo) removeUnnamed(ctx context.Context, id string, cur repository.Record) {
+// removeUnnamed removes what a failed replacement of cur stored: the
+// layer req names (its new memory) unless cur names it, retired as a
+// collection retires a layer (its chunk map copied to a tombstone first:
+// a late record may have named it for a moment, writeReplacement), and
+// the journal. Other layers cur does not name, such as one an earlier
+// flatten kept for a dependent, stay for snapshot gc to retire once
+// nothing can read them (reclaimRetiredLayers). Best effort: what is
+// left, a collection retires.
+func (r *Repo) removeUnnamed(ctx context.Context, id string, cur repository.Record, req repository.ReplaceMemoryRequest) {
+	name := repository.BaseLayerName
+	if req.Layer != nil {
+		name = req.Layer.Name()
+	}
+	for _, l := range cur.Layers() {
+		if l.Snapshot == id && l.Name == name {
+			return
+		}
+	}
+	_ = r.retireLayer(ctx, id, name)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	objs, err := r.list(cctx, r.keys.artifactsPrefix(id))
-	if err != nil {
-		return
-	}
-	keep := map[string]bool{}
-	for _, l := range cur.Layers() {
-		if l.Snapshot == id {
-			for _, f := range layerFiles(l.Name) {
-				keep[r.keys.artifact(id, f)] = true
-			}
-		}
-	}
-	for _, o := range objs {
-		name := strings.TrimPrefix(o.Key, r.keys.artifactsPrefix(id))
-		if !keep[o.Key] && (strings.HasPrefix(name, "layer-") || strings.HasPrefix(name, repository.BaseLayerName+".")) {
-			_ = r.remove(cctx, o.Key)
-		}
-	}
+	_ = r.remove(cctx, r.keys.artifact(id, journalName))
 }
 
 // layerFiles are the object names of the layer named name.
