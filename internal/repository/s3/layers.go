@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -443,8 +445,9 @@ func (r *Repo) retireLayer(ctx context.Context, id, name string) error {
 
 // reclaimRetiredLayers retires the layers named by no record or
 // dependent among those artifacts lists (every object under artifacts/)
-// and returns how many.
-func (r *Repo) reclaimRetiredLayers(ctx context.Context, artifacts []minio.ObjectInfo) (int, error) {
+// and returns how many. A snapshot whose state it cannot read, or whose
+// layers it cannot retire, is one of fail's; the others are reclaimed.
+func (r *Repo) reclaimRetiredLayers(ctx context.Context, artifacts []minio.ObjectInfo, fail *failures) (int, error) {
 	byID := map[string]map[string]bool{}
 	for _, o := range artifacts {
 		id, file, ok := strings.Cut(strings.TrimPrefix(o.Key, r.keys.prefix+artifactsDir), "/")
@@ -458,11 +461,13 @@ func (r *Repo) reclaimRetiredLayers(ctx context.Context, artifacts []minio.Objec
 		byID[id][name] = true
 	}
 	n := 0
-	for id, names := range byID {
-		retired, err := r.reclaimRetiredOf(ctx, id, names)
+	for _, id := range slices.Sorted(maps.Keys(byID)) {
+		retired, err := r.reclaimRetiredOf(ctx, id, byID[id])
 		n += retired
 		if err != nil {
-			return n, fmt.Errorf("retired layers of %s: %w", id, err)
+			if err := fail.add(ctx, id, "retire the layers no record names", err); err != nil {
+				return n, fmt.Errorf("retired layers of %s: %w", id, err)
+			}
 		}
 	}
 	return n, nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -243,7 +244,7 @@ func (r *Repo) leaseObjectsLive(ctx context.Context, id string) (bool, error) {
 // publish must see to revoke (leftovers.go). Without it, a publisher that
 // confirmed its lease and then could not write it for twice the TTL would
 // be taken for dead while its record may still land unchecked.
-func (r *Repo) sweepLeases(ctx context.Context) error {
+func (r *Repo) sweepLeases(ctx context.Context, fail *failures) error {
 	objs, err := r.list(ctx, r.keys.prefix+leasesDir)
 	if err != nil {
 		return err
@@ -251,7 +252,10 @@ func (r *Repo) sweepLeases(ctx context.Context) error {
 	for _, o := range objs {
 		if age := time.Since(o.LastModified); age >= 2*r.leaseTTL && age > r.abandonedGrace {
 			if err := r.remove(ctx, o.Key); err != nil {
-				return err
+				id, _, _ := strings.Cut(strings.TrimPrefix(o.Key, r.keys.prefix+leasesDir), "/")
+				if err := fail.add(ctx, id, "remove an expired lease", err); err != nil {
+					return err
+				}
 			}
 		}
 	}
