@@ -250,6 +250,9 @@ type Repo struct {
 	// wait for.
 	beforeRemoveChunk  func(key string)
 	awaitingCollection func()
+	// beforeSweepLease, when a test sets it, runs in a sweep between its
+	// listing of an expired lease object and its removal.
+	beforeSweepLease func(key string)
 	// collectorTTL is CollectorTTL; tests shorten it.
 	collectorTTL time.Duration
 }
