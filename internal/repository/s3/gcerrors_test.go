@@ -7,7 +7,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
 )
 
@@ -113,4 +115,69 @@ func TestOneUnreadableSnapshotDoesNotStopTheCollection(t *testing.T) {
 	for _, kid := range kids {
 		readsBack(t, nodeA.keys.prefix, kid.Record.ID, repotest.SHA256Hex(kid.Memory))
 	}
+}
+
+// lostAnswer delivers the first PUT of the object whose path ends with
+// suffix (once suffix is set) to the store and then reports the
+// connection reset, as a store whose answer never arrived: the write
+// landed, the writer does not know.
+type lostAnswer struct {
+	next   http.RoundTripper
+	suffix atomic.Pointer[string]
+	lost   atomic.Bool
+}
+
+func (f *lostAnswer) RoundTrip(req *http.Request) (*http.Response, error) {
+	s := f.suffix.Load()
+	if s == nil || req.Method != http.MethodPut || !strings.HasSuffix(req.URL.Path, *s) || f.lost.Load() {
+		return f.next.RoundTrip(req)
+	}
+	resp, err := f.next.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	f.lost.Store(true)
+	return nil, errors.New("read: connection reset by peer (the test lost the answer)")
+}
+
+// TestFlattenWhoseRecordAnswerIsLost: a flatten's record lands but its
+// answer is lost (the client's retry then finds the record changed). The
+// snapshot must still read back whole: the flatten must not take the
+// record it wrote for another's and remove the memory that record names.
+func TestFlattenWhoseRecordAnswerIsLost(t *testing.T) {
+	nodeA := chunkyRepo(t, "")
+	base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
+	mid := repotest.PublishChild(t, nodeA, base, repotest.Change{Pages: []int64{1, 5}}, "")
+	leaf := repotest.PublishChild(t, nodeA, mid, repotest.Change{Pages: []int64{2, 5, 30}}, "")
+
+	o := testOptions(t, server.Endpoint)
+	o.Prefix, o.ChunkBytes, o.BlockBytes = nodeA.keys.prefix, testChunkBytes, testChunkBytes
+	fault := &lostAnswer{next: http.DefaultTransport.(*http.Transport).Clone()}
+	o.Transport = fault
+	flattener := openWith(t, o)
+	suffix := strings.TrimPrefix(flattener.keys.record(leaf.Record.ID), flattener.keys.prefix)
+	fault.suffix.Store(&suffix)
+	lease, err := flattener.LeaseExisting(bg(), leaf.Record.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flat, err := flattener.ReplaceMemory(bg(), lease, repository.ReplaceMemoryRequest{Expect: leaf.Record, Layer: mergedLayer(t, base.Memory, leaf.Memory)})
+	lease.End()
+	if !fault.lost.Load() {
+		t.Fatal("no record write's answer was lost")
+	}
+	t.Logf("the flatten: depth %d, %v", flat.Depth(), err)
+	if err != nil {
+		t.Errorf("a flatten whose record landed reports %v", err)
+	}
+	readsBack(t, nodeA.keys.prefix, leaf.Record.ID, repotest.SHA256Hex(leaf.Memory))
+	collector := chunkyRepo(t, nodeA.keys.prefix)
+	collector.chunkGrace = time.Nanosecond
+	snapshotGC(t, collector)
+	if left := unneededKeys(t, nodeA); len(left) != 0 {
+		t.Errorf("the bucket holds unneeded %v", left)
+	}
+	readsBack(t, nodeA.keys.prefix, leaf.Record.ID, repotest.SHA256Hex(leaf.Memory))
 }

@@ -296,7 +296,7 @@ func (r *Repo) replaceMemory(ctx context.Context, id string, req repository.Repl
 		err = r.writeReplacement(ctx, cur, next, etag)
 	}
 	if err != nil {
-		r.removeUnnamed(ctx, id, cur, req)
+		r.removeUnnamed(ctx, id, req)
 		return repository.Record{}, err
 	}
 	_ = r.remove(ctx, r.keys.artifact(id, journalName))
@@ -318,6 +318,14 @@ func (r *Repo) writeReplacement(ctx context.Context, cur, next repository.Record
 	err := r.writeUnderLease(ctx, cur.ID, func() error {
 		var err error
 		written, err = r.putRecord(ctx, next, putCondition{ifMatch: etag})
+		if err != nil {
+			// A write whose answer was lost may have landed (the client's
+			// retry then finds the record changed): it is ours if it
+			// names our memory.
+			if got, tag, gerr := r.getRecord(ctx, cur.ID); gerr == nil && got.MemoryIdentity() == next.MemoryIdentity() {
+				written, err = tag, nil
+			}
+		}
 		if errors.Is(err, errPrecondition) {
 			return fmt.Errorf("%w: the record changed while the flatten stored its memory", repository.ErrStale)
 		}
@@ -359,27 +367,35 @@ func (r *Repo) storeReplacement(ctx context.Context, id string, cur repository.R
 	return repository.ReplacedByMemory(cur, mem.uploaded.stored(), mem.tables, repository.MemoryFormatChunks, chunks), nil
 }
 
-// removeUnnamed removes what a failed replacement of cur stored: the
-// layer req names (its new memory) unless cur names it, retired as a
-// collection retires a layer (its chunk map copied to a tombstone first:
-// a late record may have named it for a moment, writeReplacement), and
-// the journal. Other layers cur does not name, such as one an earlier
-// flatten kept for a dependent, stay for snapshot gc to retire once
-// nothing can read them (reclaimRetiredLayers). Best effort: what is
-// left, a collection retires.
-func (r *Repo) removeUnnamed(ctx context.Context, id string, cur repository.Record, req repository.ReplaceMemoryRequest) {
+// removeUnnamed removes what a failed replacement of id stored: the
+// layer req names (its new memory) unless id's record names it, retired
+// as a collection retires a layer (its chunk map copied to a tombstone
+// first: a late record may have named it for a moment,
+// writeReplacement), and the journal. Other layers the record does not
+// name, such as one an earlier flatten kept for a dependent, stay for
+// snapshot gc to retire once nothing can read them
+// (reclaimRetiredLayers). Best effort: what is left, a collection
+// retires.
+func (r *Repo) removeUnnamed(ctx context.Context, id string, req repository.ReplaceMemoryRequest) {
 	name := repository.BaseLayerName
 	if req.Layer != nil {
 		name = req.Layer.Name()
 	}
-	for _, l := range cur.Layers() {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	// The record read now, not the one the flatten began with: a record
+	// write that failed, or a take-back that did, may have left the new
+	// memory named. Unread, it stays too.
+	rec, _, err := r.getRecord(cctx, id)
+	if err != nil {
+		return
+	}
+	for _, l := range rec.Layers() {
 		if l.Snapshot == id && l.Name == name {
 			return
 		}
 	}
-	_ = r.retireLayer(ctx, id, name)
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
+	_ = r.retireLayer(cctx, id, name)
 	_ = r.remove(cctx, r.keys.artifact(id, journalName))
 }
 
