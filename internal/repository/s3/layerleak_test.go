@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -48,10 +49,6 @@ func unneededKeys(t *testing.T, r *Repo) []string {
 	needed, maps := map[string]bool{}, map[string]bool{}
 	for _, rec := range recs {
 		for _, l := range rec.Layers() {
-			if l.Name == repository.BaseLayerName {
-				maps[r.keys.artifact(l.Snapshot, chunkMapName)] = true
-				continue
-			}
 			maps[r.keys.artifact(l.Snapshot, layerChunkMapName(l.Name))] = true
 			for _, f := range layerFiles(l.Name) {
 				needed[r.keys.artifact(l.Snapshot, f)] = true
@@ -85,10 +82,11 @@ func neededKey(r *Repo, k string, recs map[string]repository.Record, layerObjs, 
 		return ok && repository.MarkerOf(owner, false, rec, nil, false) == repository.MarkerLive
 	case strings.HasPrefix(k, artifactsDir):
 		id, name, _ := strings.Cut(strings.TrimPrefix(k, artifactsDir), "/")
-		if _, ok := recs[id]; !ok {
-			return false
+		if _, ok := recs[id]; !ok || name == journalName {
+			return false // a journal is a publish's or a flatten's in progress
 		}
-		return !strings.HasPrefix(name, "layer-") || layerObjs[full]
+		isLayer := strings.HasPrefix(name, "layer-") || strings.HasPrefix(name, repository.BaseLayerName+".")
+		return !isLayer || layerObjs[full]
 	}
 	return strings.HasPrefix(k, "catalog/")
 }
@@ -560,5 +558,53 @@ func revokeLeasesOf(t *testing.T, r *Repo, id string) {
 		if revoked, err := r.revokeLease(bg(), id, o); err != nil || !revoked {
 			t.Fatalf("revoke %s: %v, %v", o.Key, revoked, err)
 		}
+	}
+}
+
+// TestCrashedFlattenLeavesNothingAfterCollection: a flatten that dies
+// after storing its new memory and before its record (here its goroutine
+// ends there, and its lease with it) leaves that memory, named by no
+// record, and its journal: snapshot gc past the graces must take them
+// all, for a merged layer and for a whole memory file alike, and the
+// snapshot reads back as it was.
+func TestCrashedFlattenLeavesNothingAfterCollection(t *testing.T) {
+	for _, whole := range []bool{false, true} {
+		t.Run(map[bool]string{false: "merged layer", true: "whole memory"}[whole], func(t *testing.T) {
+			nodeA := chunkyRepo(t, "")
+			nodeB := chunkyRepo(t, nodeA.keys.prefix)
+			base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
+			mid := repotest.PublishChild(t, nodeA, base, repotest.Change{Pages: []int64{1, 5}}, "")
+			leaf := repotest.PublishChild(t, nodeA, mid, repotest.Change{Pages: []int64{2, 5, 30}}, "")
+			req := repository.ReplaceMemoryRequest{Expect: leaf.Record, Layer: mergedLayer(t, base.Memory, leaf.Memory)}
+			if whole {
+				req = repository.ReplaceMemoryRequest{Expect: leaf.Record, MemoryPath: memoryFile(t, leaf.Memory)}
+			}
+			nodeB.layerFault = func(p string) {
+				if p == FaultReplaceBeforeRecord {
+					runtime.Goexit()
+				}
+			}
+			lease, err := nodeB.LeaseExisting(bg(), leaf.Record.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			died := make(chan struct{})
+			go func() {
+				defer close(died)
+				_, _ = nodeB.ReplaceMemory(bg(), lease, req)
+			}()
+			<-died
+			lease.End()
+			before := unneededKeys(t, nodeA)
+			collector := chunkyRepo(t, nodeA.keys.prefix)
+			collector.abandonedGrace = time.Nanosecond
+			snapshotGC(t, collector)
+			collector.chunkGrace = time.Nanosecond
+			snapshotGC(t, collector)
+			if left := unneededKeys(t, nodeA); len(left) != 0 {
+				t.Errorf("of what the dead flatten left (%v), the bucket still holds %v", before, left)
+			}
+			readsBack(t, nodeA.keys.prefix, leaf.Record.ID, repotest.SHA256Hex(leaf.Memory))
+		})
 	}
 }

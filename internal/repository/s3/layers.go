@@ -457,7 +457,12 @@ func (r *Repo) retireLayer(ctx context.Context, id, name string) error {
 //
 // It is retired as a flatten retires it: its chunk map copied to a
 // tombstone first, so that a restore that read an older record (of id or
-// of a deleted child) keeps its chunks for the chunk grace.
+// of a deleted child) keeps its chunks for the chunk grace. The same
+// goes for the objects of a whole memory file (memory.*) id's record
+// does not name (a whole flatten that died before its record), and for
+// the journal of id: once id has a record, only a flatten in progress
+// still needs one, and under the checks above none is; left, a dead
+// flatten's would keep the chunks it names for ever.
 
 // reclaimRetiredLayers retires the layers named by no record or
 // dependent among those artifacts lists (every object under artifacts/)
@@ -468,8 +473,12 @@ func (r *Repo) reclaimRetiredLayers(ctx context.Context, artifacts []minio.Objec
 	for _, o := range artifacts {
 		id, file, ok := strings.Cut(strings.TrimPrefix(o.Key, r.keys.prefix+artifactsDir), "/")
 		name, _, dotted := strings.Cut(file, ".")
-		if !ok || !dotted || !strings.HasPrefix(name, "layer-") || repository.ValidateID(id) != nil {
+		layer := strings.HasPrefix(name, "layer-") || name == repository.BaseLayerName
+		if !ok || !dotted || !layer || repository.ValidateID(id) != nil {
 			continue
+		}
+		if file == journalName {
+			name = journalName // no layer's: it goes with them (see above)
 		}
 		if byID[id] == nil {
 			byID[id] = map[string]bool{}
@@ -528,6 +537,12 @@ func (r *Repo) silentLeases(ctx context.Context, id string) ([]minio.ObjectInfo,
 // reclaimRetiredOf retires those of id's layers names (found in its
 // artifacts) that nothing can read any more (see above).
 func (r *Repo) reclaimRetiredOf(ctx context.Context, id string, names map[string]bool) (int, error) {
+	// A publish or flatten in progress here holds id's lock until it
+	// returns (a publish waits for this collection meanwhile): it is
+	// nobody's leftover.
+	if r.leaseLive(id) {
+		return 0, nil
+	}
 	unlock := r.locks.lock(id)
 	defer unlock()
 	// Most snapshots have no such layer: their record says so at once.
@@ -553,13 +568,16 @@ func (r *Repo) reclaimRetiredOf(ctx context.Context, id string, names map[string
 	}
 	n := 0
 	for name := range names {
-		if named[name] {
+		if named[name] || name == journalName {
 			continue
 		}
 		if err := r.retireLayer(ctx, id, name); err != nil {
 			return n, err
 		}
 		n++
+	}
+	if names[journalName] {
+		return n, r.remove(ctx, r.keys.artifact(id, journalName))
 	}
 	return n, nil
 }
