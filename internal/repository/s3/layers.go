@@ -566,6 +566,13 @@ func (r *Repo) reclaimRetiredOf(ctx context.Context, id string, names map[string
 	if err != nil || mayName {
 		return 0, err
 	}
+	return r.retireAllBut(ctx, id, names, named)
+}
+
+// retireAllBut retires id's layers names but those named names, and
+// removes its journal if names holds it; it returns how many layers it
+// retired.
+func (r *Repo) retireAllBut(ctx context.Context, id string, names, named map[string]bool) (int, error) {
 	n := 0
 	for name := range names {
 		if named[name] || name == journalName {
