@@ -181,3 +181,32 @@ func TestFlattenWhoseRecordAnswerIsLost(t *testing.T) {
 	}
 	readsBack(t, nodeA.keys.prefix, leaf.Record.ID, repotest.SHA256Hex(leaf.Memory))
 }
+
+// TestLeaseWriteWhoseAnswerIsLostStaysHeld: a write of a lease object
+// (a renewal, a confirmation before a record) lands but its answer is
+// lost, and the client's retry finds the object changed, by that write.
+// The lease is still its holder's: the next confirmation succeeds.
+func TestLeaseWriteWhoseAnswerIsLostStaysHeld(t *testing.T) {
+	needServer(t)
+	o := testOptions(t, server.Endpoint)
+	fault := &lostAnswer{next: http.DefaultTransport.(*http.Transport).Clone()}
+	o.Transport = fault
+	r := openWith(t, o)
+	lease, err := r.BeginCapture(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.End()
+	id := lease.SnapshotID()
+	suffix := strings.TrimPrefix(r.heldLease(id).key, r.keys.prefix)
+	fault.suffix.Store(&suffix)
+	if err := r.confirmLease(bg(), id); err != nil {
+		t.Errorf("a confirmation whose answer was lost: %v", err)
+	}
+	if !fault.lost.Load() {
+		t.Fatal("no lease write's answer was lost")
+	}
+	if err := r.confirmLease(bg(), id); err != nil {
+		t.Errorf("the confirmation after it: %v", err)
+	}
+}

@@ -1,6 +1,7 @@
 package s3
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -155,7 +156,15 @@ func (r *Repo) rewrite(ctx context.Context, h *leaseHold) error {
 	if h.lost {
 		return fmt.Errorf("%w: its lease object %s was revoked, taken over or removed", repository.ErrLeaseEnded, h.key)
 	}
-	next, err := r.putSmall(ctx, h.key, h.encode(), putCondition{ifMatch: h.etag})
+	data := h.encode()
+	next, err := r.putSmall(ctx, h.key, data, putCondition{ifMatch: h.etag})
+	if errors.Is(err, errPrecondition) {
+		// A write whose answer was lost landed if the object holds its
+		// bytes (the client's retry then found it changed): ours still.
+		if got, info, found, gerr := r.getSmall(ctx, h.key); gerr == nil && found && bytes.Equal(got, data) {
+			next, err = info.ETag, nil
+		}
+	}
 	switch {
 	case err == nil:
 		h.etag = next
@@ -268,6 +277,9 @@ func (r *Repo) sweepLeases(ctx context.Context, fail *failures) error {
 		if age := time.Since(o.LastModified); age >= 2*r.leaseTTL && age > r.abandonedGrace {
 			run1(r.beforeSweepLease, o.Key)
 			id, _, _ := strings.Cut(strings.TrimPrefix(o.Key, r.keys.prefix+leasesDir), "/")
+			if r.leaseLive(id) {
+				continue // held here: its renewals are only late
+			}
 			if _, err := r.endLeases(ctx, id, []minio.ObjectInfo{o}); err != nil {
 				if err := fail.add(ctx, id, "remove an expired lease", err); err != nil {
 					return err
