@@ -24,8 +24,10 @@ node, keeps renewing it and is never touched), and the memory chunks no
 snapshot references (once older than the chunk grace of 6 hours and than
 every publish still running; a deleted snapshot keeps its chunks that
 long for restores still running on other nodes). It is safe to run while
-other nodes publish, restore and delete. A POSIX store has nothing to
-collect: it reclaims crashed publishes whenever it is opened.`, s3.AbandonedPublishGraceMinutes),
+other nodes publish, restore and delete. A snapshot it cannot read keeps all
+it has: gc goes on with the others, lists each such one, and exits non-zero.
+A POSIX store has nothing to collect: it reclaims crashed publishes whenever
+it is opened.`, s3.AbandonedPublishGraceMinutes),
 	Args: cli.Args(cobra.NoArgs),
 	RunE: func(cmd *cobra.Command, _ []string) error {
 		if env.Daemon != "" {
@@ -42,10 +44,7 @@ collect: it reclaims crashed publishes whenever it is opened.`, s3.AbandonedPubl
 		}
 		return cli.Interruptible(cmd, func(ctx context.Context) error {
 			st, collected, err := ops.CollectGarbage(ctx, repo)
-			if err != nil {
-				return err
-			}
-			return report.Collected(cmd.OutOrStdout(), st, collected)
+			return report.Collected(cmd.OutOrStdout(), st, collected, err)
 		})
 	},
 }

@@ -252,8 +252,9 @@ func (r *Repo) markerChild(owner, key string) (string, bool) {
 //     layer).
 
 // sweepStaleMarkers removes the markers of children that never published
-// and never will (see above) and returns how many.
-func (r *Repo) sweepStaleMarkers(ctx context.Context) (int, error) {
+// and never will (see above) and returns how many. A marker whose child
+// it cannot read, or that it cannot remove, stays and is one of fail's.
+func (r *Repo) sweepStaleMarkers(ctx context.Context, fail *failures) (int, error) {
 	objs, err := r.list(ctx, r.keys.prefix+dependentsDir)
 	if err != nil {
 		return 0, err
@@ -266,16 +267,17 @@ func (r *Repo) sweepStaleMarkers(ctx context.Context) (int, error) {
 			continue
 		}
 		dead, err := r.childNeverNames(ctx, owner, child)
+		if err == nil && dead {
+			err = r.remove(ctx, o.Key)
+			if err == nil {
+				n++
+			}
+		}
 		if err != nil {
-			return n, fmt.Errorf("marker of %s at %s: %w", child, owner, err)
+			if err := fail.add(ctx, child, "its dependents marker at "+owner, err); err != nil {
+				return n, fmt.Errorf("marker of %s at %s: %w", child, owner, err)
+			}
 		}
-		if !dead {
-			continue
-		}
-		if err := r.remove(ctx, o.Key); err != nil {
-			return n, err
-		}
-		n++
 	}
 	return n, nil
 }

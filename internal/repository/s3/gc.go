@@ -83,6 +83,10 @@ type GCStats struct {
 	// Stopped says the collection stopped removing chunks when it had run
 	// for half of CollectorTTL; the next one goes on.
 	Stopped bool
+	// Failed are the snapshots the collection could not read or clean up
+	// and went on past, keeping what they have (failures.go);
+	// CollectGarbage then returns them in an IncompleteError too.
+	Failed []SnapshotError
 }
 
 // CollectGarbage removes the chunk objects no snapshot needs any more.
@@ -92,7 +96,10 @@ func (r *Repo) CollectGarbage(ctx context.Context) (GCStats, error) {
 		return st, fmt.Errorf("collect garbage: %w", err)
 	}
 	// Before the collection's marker: its time bound is the sweep's.
-	if err := r.reclaimUnnamed(ctx, &st); err != nil {
+	var fail failures
+	err := r.reclaimUnnamed(ctx, &st, &fail)
+	st.Failed = fail.list
+	if err != nil {
 		return st, fmt.Errorf("collect garbage: %w", err)
 	}
 	end, err := r.beginCollection(ctx)
@@ -119,6 +126,9 @@ func (r *Repo) CollectGarbage(ctx context.Context) (GCStats, error) {
 	if err := r.removeDone(ctx, mk, began, &st); err != nil {
 		return st, fmt.Errorf("collect garbage: %w", err)
 	}
+	if err := fail.err(); err != nil {
+		return st, fmt.Errorf("collect garbage: %w", err)
+	}
 	return st, nil
 }
 
@@ -126,16 +136,19 @@ func (r *Repo) CollectGarbage(ctx context.Context) (GCStats, error) {
 // published, then retires the layers no record or dependent names: their
 // chunk maps go to tombstones, so the collection that follows keeps their
 // chunks for the chunk grace and a later one removes them.
-func (r *Repo) reclaimUnnamed(ctx context.Context, st *GCStats) error {
+//
+// A snapshot it cannot read or clean up is one of fail's, and keeps
+// what it has.
+func (r *Repo) reclaimUnnamed(ctx context.Context, st *GCStats, fail *failures) error {
 	var err error
-	if st.Markers, err = r.sweepStaleMarkers(ctx); err != nil {
+	if st.Markers, err = r.sweepStaleMarkers(ctx, fail); err != nil {
 		return err
 	}
 	arts, err := r.list(ctx, r.keys.prefix+artifactsDir)
 	if err != nil {
 		return err
 	}
-	st.RetiredLayers, err = r.reclaimRetiredLayers(ctx, arts)
+	st.RetiredLayers, err = r.reclaimRetiredLayers(ctx, arts, fail)
 	return err
 }
 

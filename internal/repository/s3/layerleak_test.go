@@ -2,8 +2,10 @@ package s3
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -47,10 +49,6 @@ func unneededKeys(t *testing.T, r *Repo) []string {
 	needed, maps := map[string]bool{}, map[string]bool{}
 	for _, rec := range recs {
 		for _, l := range rec.Layers() {
-			if l.Name == repository.BaseLayerName {
-				maps[r.keys.artifact(l.Snapshot, chunkMapName)] = true
-				continue
-			}
 			maps[r.keys.artifact(l.Snapshot, layerChunkMapName(l.Name))] = true
 			for _, f := range layerFiles(l.Name) {
 				needed[r.keys.artifact(l.Snapshot, f)] = true
@@ -84,10 +82,11 @@ func neededKey(r *Repo, k string, recs map[string]repository.Record, layerObjs, 
 		return ok && repository.MarkerOf(owner, false, rec, nil, false) == repository.MarkerLive
 	case strings.HasPrefix(k, artifactsDir):
 		id, name, _ := strings.Cut(strings.TrimPrefix(k, artifactsDir), "/")
-		if _, ok := recs[id]; !ok {
-			return false
+		if _, ok := recs[id]; !ok || name == journalName {
+			return false // a journal is a publish's or a flatten's in progress
 		}
-		return !strings.HasPrefix(name, "layer-") || layerObjs[full]
+		isLayer := strings.HasPrefix(name, "layer-") || strings.HasPrefix(name, repository.BaseLayerName+".")
+		return !isLayer || layerObjs[full]
 	}
 	return strings.HasPrefix(k, "catalog/")
 }
@@ -125,17 +124,24 @@ func layerKeys(t *testing.T, r *Repo, id, name string) []string {
 	return present(t, r, out)
 }
 
-// flattenUnderAPause flattens mid whole on nodeB while, after the flatten
-// found no dependents and before its new record, nodeA publishes req (a
-// child over mid's record as it was read, naming mid's own diff layer).
-// Both must succeed: the child's record names the layer the flatten
-// retires, which stays.
-func flattenUnderAPause(t *testing.T, nodeA, nodeB *Repo, mid repotest.Lineage, req repository.LayerPublishRequest) repository.Record {
+// memoryFile writes mem to a file of the test's and returns its path.
+func memoryFile(t *testing.T, mem []byte) string {
 	t.Helper()
-	memPath := filepath.Join(t.TempDir(), "mid.mem")
-	if err := os.WriteFile(memPath, mid.Memory, 0o600); err != nil {
+	p := filepath.Join(t.TempDir(), "memory")
+	if err := os.WriteFile(p, mem, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+// flattenUnderAPause flattens mid on nodeB (by flatten, whose Expect is
+// mid's record) while, after the flatten found no dependents and before
+// its new record, nodeA publishes req (a child over mid's record as it
+// was read, naming mid's own diff layer). Both must succeed: the child's
+// record names the layer the flatten retires, which stays.
+func flattenUnderAPause(t *testing.T, nodeA, nodeB *Repo, mid repotest.Lineage, flatten repository.ReplaceMemoryRequest, req repository.LayerPublishRequest) repository.Record {
+	t.Helper()
+	flatten.Expect = mid.Record
 	var child repository.Record
 	var pubErr error
 	tried := false
@@ -151,7 +157,7 @@ func flattenUnderAPause(t *testing.T, nodeA, nodeB *Repo, mid repotest.Lineage, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, flatErr := nodeB.ReplaceMemory(bg(), lease, repository.ReplaceMemoryRequest{Expect: mid.Record, MemoryPath: memPath})
+	_, flatErr := nodeB.ReplaceMemory(bg(), lease, flatten)
 	lease.End()
 	if !tried || flatErr != nil || pubErr != nil {
 		t.Fatalf("flatten under a pause: reached the fault point %v; flatten %v; publish %v", tried, flatErr, pubErr)
@@ -183,7 +189,8 @@ func TestFlattenedLayerGoesWithItsLastDependent(t *testing.T) {
 	mid := repotest.PublishChild(t, nodeA, base, repotest.Change{Pages: []int64{1, 5}}, "")
 	retired := mid.Record.MemoryLayers[len(mid.Record.MemoryLayers)-1].Name
 	built, childMem := repotest.BuildLayer(t, mid.Memory, repotest.Change{Pages: []int64{2, 5}})
-	child := flattenUnderAPause(t, nodeA, nodeB, mid, repotest.LayerRequest(t, mid.Record, built, ""))
+	whole := repository.ReplaceMemoryRequest{MemoryPath: memoryFile(t, mid.Memory)}
+	child := flattenUnderAPause(t, nodeA, nodeB, mid, whole, repotest.LayerRequest(t, mid.Record, built, ""))
 
 	kept := layerKeys(t, nodeA, mid.Record.ID, retired)
 	pastGrace := chunkyRepo(t, nodeA.keys.prefix)
@@ -320,28 +327,50 @@ func mergedLayer(t *testing.T, base, mem []byte) *layers.Built {
 // record and what that gc did.
 func flattenDuringCollection(t *testing.T, newCollector func(prefix string) *Repo) (*Repo, repotest.Lineage, repository.Record, GCStats) {
 	t.Helper()
+	run := flattenWhileCollecting(t, newCollector, func(flattener *Repo, collect func()) {
+		flattener.layerFault = func(p string) {
+			if p == FaultReplaceBeforeRecord {
+				collect()
+			}
+		}
+	})
+	if run.err != nil {
+		t.Fatalf("flatten: %v", run.err)
+	}
+	return run.nodeA, run.leaf, run.flat, run.during
+}
+
+// flattenRun is what flattenWhileCollecting saw.
+type flattenRun struct {
+	nodeA  *Repo
+	leaf   repotest.Lineage
+	flat   repository.Record
+	during GCStats
+	err    error
+}
+
+// flattenWhileCollecting builds a chain of three on one node and flattens
+// its leaf from a second one (the flattener), on which hook installs the
+// point where collect, a snapshot gc by collector (made from the chain's
+// prefix by newCollector), runs. The flatten's error is returned, not
+// fatal.
+func flattenWhileCollecting(t *testing.T, newCollector func(prefix string) *Repo, hook func(flattener *Repo, collect func())) flattenRun {
+	t.Helper()
 	nodeA := chunkyRepo(t, "")
 	nodeB := chunkyRepo(t, nodeA.keys.prefix)
 	base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
 	mid := repotest.PublishChild(t, nodeA, base, repotest.Change{Pages: []int64{1, 5}}, "")
 	leaf := repotest.PublishChild(t, nodeA, mid, repotest.Change{Pages: []int64{2, 5, 30}}, "")
 	collector := newCollector(nodeA.keys.prefix)
-	var during GCStats
-	nodeB.layerFault = func(p string) {
-		if p == FaultReplaceBeforeRecord {
-			during = snapshotGC(t, collector)
-		}
-	}
+	run := flattenRun{nodeA: nodeA, leaf: leaf}
+	hook(nodeB, func() { run.during = snapshotGC(t, collector) })
 	lease, err := nodeB.LeaseExisting(bg(), leaf.Record.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	flat, err := nodeB.ReplaceMemory(bg(), lease, repository.ReplaceMemoryRequest{Expect: leaf.Record, Layer: mergedLayer(t, base.Memory, leaf.Memory)})
+	run.flat, run.err = nodeB.ReplaceMemory(bg(), lease, repository.ReplaceMemoryRequest{Expect: leaf.Record, Layer: mergedLayer(t, base.Memory, leaf.Memory)})
 	lease.End()
-	if err != nil {
-		t.Fatalf("flatten: %v", err)
-	}
-	return nodeA, leaf, flat, during
+	return run
 }
 
 // TestCollectionKeepsAFlattensNewLayer: a snapshot gc on another node past
@@ -385,4 +414,197 @@ func TestCollectionKeepsASilentFlattensNewLayer(t *testing.T) {
 		t.Errorf("a collection during the flatten retired %d layers", during.RetiredLayers)
 	}
 	readsBack(t, nodeA.keys.prefix, leaf.Record.ID, repotest.SHA256Hex(leaf.Memory))
+}
+
+// TestFlattenStalledPastTheGraceWritesNoRecord: a flatten that stalled
+// for longer than the abandoned grace between storing its merged layer
+// and writing the record naming it looks dead to a snapshot gc, which
+// retires that layer. The flatten must then refuse with ErrLeaseEnded
+// and leave the snapshot's record as it was (never naming reclaimed
+// data), and the bucket must hold nothing unneeded after the next gc.
+// The stall is the collector's grace cut to nothing; the second case is
+// a flatten whose record itself lands slowly (its own grace cut to
+// nothing) after the collector revoked its lease: it takes the record
+// back.
+func TestFlattenStalledPastTheGraceWritesNoRecord(t *testing.T) {
+	cases := map[string]func(flattener *Repo, collect func()){
+		"stalled before its record": func(flattener *Repo, collect func()) {
+			flattener.layerFault = func(p string) {
+				if p == FaultReplaceBeforeRecord {
+					collect()
+				}
+			}
+		},
+		"record landed late": func(flattener *Repo, collect func()) {
+			flattener.abandonedGrace = time.Nanosecond
+			flattener.afterConfirmLease = collect
+		},
+	}
+	for name, hook := range cases {
+		t.Run(name, func(t *testing.T) {
+			var collector *Repo
+			run := flattenWhileCollecting(t, func(prefix string) *Repo {
+				collector = chunkyRepo(t, prefix)
+				collector.abandonedGrace = time.Nanosecond
+				return collector
+			}, hook)
+			if !errors.Is(run.err, repository.ErrLeaseEnded) {
+				t.Fatalf("a flatten whose new layer a snapshot gc retired returned %v (depth %d), want ErrLeaseEnded", run.err, run.flat.Depth())
+			}
+			t.Logf("the flatten: %v; the gc during it: %+v", run.err, run.during)
+			got, err := run.nodeA.Get(bg(), run.leaf.Record.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.MemoryIdentity() != run.leaf.Record.MemoryIdentity() || got.Depth() != run.leaf.Record.Depth() {
+				t.Errorf("the refused flatten left a record of depth %d naming other memory than the leaf's (depth %d)", got.Depth(), run.leaf.Record.Depth())
+			}
+			readsBack(t, run.nodeA.keys.prefix, run.leaf.Record.ID, repotest.SHA256Hex(run.leaf.Memory))
+			collector.chunkGrace = time.Nanosecond
+			snapshotGC(t, collector)
+			if left := unneededKeys(t, run.nodeA); len(left) != 0 {
+				t.Errorf("the bucket holds unneeded %v", left)
+			}
+			readsBack(t, run.nodeA.keys.prefix, run.leaf.Record.ID, repotest.SHA256Hex(run.leaf.Memory))
+		})
+	}
+}
+
+// TestFailedFlattenKeepsAKeptLayersChunks: a flatten that met a child
+// published over the record it replaced kept the layer it retired; once
+// that child is deleted, a later flatten of the same snapshot that fails
+// after storing its memory must not remove that layer's chunk map
+// without a tombstone: a restore of the child resolved before its delete
+// reads those chunks, which a collection must keep for the chunk grace.
+// Everything then goes by snapshot gc alone.
+func TestFailedFlattenKeepsAKeptLayersChunks(t *testing.T) {
+	nodeA := chunkyRepo(t, "")
+	nodeB := chunkyRepo(t, nodeA.keys.prefix)
+	base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
+	mid := repotest.PublishChild(t, nodeA, base, repotest.Change{Pages: []int64{1, 5}}, "")
+	leaf := repotest.PublishChild(t, nodeA, mid, repotest.Change{Pages: []int64{2, 5, 30}}, "")
+	kept := leaf.Record.MemoryLayers[len(leaf.Record.MemoryLayers)-1].Name
+	built, kidMem := repotest.BuildLayer(t, leaf.Memory, repotest.Change{Pages: []int64{3, 30}})
+	merged := repository.ReplaceMemoryRequest{Layer: mergedLayer(t, base.Memory, leaf.Memory)}
+	kid := flattenUnderAPause(t, nodeA, nodeB, leaf, merged, repotest.LayerRequest(t, leaf.Record, built, ""))
+	keptChunks := map[string]bool{}
+	if err := nodeA.markList(bg(), nodeA.keys.artifact(leaf.Record.ID, layerChunkMapName(kept)), keptChunks); err != nil || len(keptChunks) == 0 {
+		t.Fatalf("the kept layer %s names chunks %v (%v)", kept, keptChunks, err)
+	}
+	inFlight, err := chunkyRepo(t, nodeA.keys.prefix).Resolve(bg(), kid.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nodeA.Delete(bg(), kid.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	// A whole flatten of the leaf fails after storing its memory: its
+	// lease is revoked before its record.
+	flat, err := nodeA.Get(bg(), leaf.Record.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeB.layerFault = func(p string) {
+		if p == FaultReplaceBeforeRecord {
+			revokeLeasesOf(t, nodeB, leaf.Record.ID)
+		}
+	}
+	lease, err := nodeB.LeaseExisting(bg(), leaf.Record.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = nodeB.ReplaceMemory(bg(), lease, repository.ReplaceMemoryRequest{Expect: flat, MemoryPath: memoryFile(t, leaf.Memory)})
+	lease.End()
+	if !errors.Is(err, repository.ErrLeaseEnded) {
+		t.Fatalf("a flatten whose lease was revoked before its record: %v", err)
+	}
+	if left := layerKeys(t, nodeA, leaf.Record.ID, repository.BaseLayerName); len(left) != 0 {
+		t.Errorf("the failed flatten left its memory's objects %v", left)
+	}
+	mk, err := chunkyRepo(t, nodeA.keys.prefix).markChunks(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key := range keptChunks {
+		if !mk.live[key] {
+			t.Errorf("after the failed flatten's clean-up no chunk map or young tombstone names the kept layer's chunk %s", key)
+		}
+	}
+	if got := repotest.ResolvedMemorySHA256(t, inFlight); got != repotest.SHA256Hex(kidMem) {
+		t.Errorf("a restore of the child resolved before its delete reads %s, want %s", got, repotest.SHA256Hex(kidMem))
+	}
+
+	collector := chunkyRepo(t, nodeA.keys.prefix)
+	collector.abandonedGrace = time.Nanosecond // the revoked lease object's
+	snapshotGC(t, collector)
+	collector.chunkGrace = time.Nanosecond
+	snapshotGC(t, collector)
+	if left := unneededKeys(t, nodeA); len(left) != 0 {
+		t.Errorf("the bucket holds unneeded %v", left)
+	}
+	readsBack(t, nodeA.keys.prefix, leaf.Record.ID, repotest.SHA256Hex(leaf.Memory))
+}
+
+// revokeLeasesOf revokes every lease object of id, as a collector
+// taking its holders for dead does.
+func revokeLeasesOf(t *testing.T, r *Repo, id string) {
+	t.Helper()
+	objs, err := r.list(bg(), r.keys.leasesOf(id))
+	if err != nil || len(objs) == 0 {
+		t.Fatalf("lease objects of %s: %v, %v", id, objs, err)
+	}
+	for _, o := range objs {
+		if revoked, err := r.revokeLease(bg(), id, o); err != nil || !revoked {
+			t.Fatalf("revoke %s: %v, %v", o.Key, revoked, err)
+		}
+	}
+}
+
+// TestCrashedFlattenLeavesNothingAfterCollection: a flatten that dies
+// after storing its new memory and before its record (here its goroutine
+// ends there, and its lease with it) leaves that memory, named by no
+// record, and its journal: snapshot gc past the graces must take them
+// all, for a merged layer and for a whole memory file alike, and the
+// snapshot reads back as it was.
+func TestCrashedFlattenLeavesNothingAfterCollection(t *testing.T) {
+	for _, whole := range []bool{false, true} {
+		t.Run(map[bool]string{false: "merged layer", true: "whole memory"}[whole], func(t *testing.T) {
+			nodeA := chunkyRepo(t, "")
+			nodeB := chunkyRepo(t, nodeA.keys.prefix)
+			base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
+			mid := repotest.PublishChild(t, nodeA, base, repotest.Change{Pages: []int64{1, 5}}, "")
+			leaf := repotest.PublishChild(t, nodeA, mid, repotest.Change{Pages: []int64{2, 5, 30}}, "")
+			req := repository.ReplaceMemoryRequest{Expect: leaf.Record, Layer: mergedLayer(t, base.Memory, leaf.Memory)}
+			if whole {
+				req = repository.ReplaceMemoryRequest{Expect: leaf.Record, MemoryPath: memoryFile(t, leaf.Memory)}
+			}
+			nodeB.layerFault = func(p string) {
+				if p == FaultReplaceBeforeRecord {
+					runtime.Goexit()
+				}
+			}
+			lease, err := nodeB.LeaseExisting(bg(), leaf.Record.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			died := make(chan struct{})
+			go func() {
+				defer close(died)
+				_, _ = nodeB.ReplaceMemory(bg(), lease, req)
+			}()
+			<-died
+			lease.End()
+			before := unneededKeys(t, nodeA)
+			collector := chunkyRepo(t, nodeA.keys.prefix)
+			collector.abandonedGrace = time.Nanosecond
+			snapshotGC(t, collector)
+			collector.chunkGrace = time.Nanosecond
+			snapshotGC(t, collector)
+			if left := unneededKeys(t, nodeA); len(left) != 0 {
+				t.Errorf("of what the dead flatten left (%v), the bucket still holds %v", before, left)
+			}
+			readsBack(t, nodeA.keys.prefix, leaf.Record.ID, repotest.SHA256Hex(leaf.Memory))
+		})
+	}
 }

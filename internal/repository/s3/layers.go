@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -291,13 +293,10 @@ func (r *Repo) replaceMemory(ctx context.Context, id string, req repository.Repl
 	}
 	if err == nil {
 		r.fault(FaultReplaceBeforeRecord)
-		_, err = r.putRecord(ctx, next, putCondition{ifMatch: etag})
-		if errors.Is(err, errPrecondition) {
-			err = fmt.Errorf("%w: the record changed while the flatten stored its memory", repository.ErrStale)
-		}
+		err = r.writeReplacement(ctx, cur, next, etag)
 	}
 	if err != nil {
-		r.removeUnnamed(ctx, id, cur)
+		r.removeUnnamed(ctx, id, req)
 		return repository.Record{}, err
 	}
 	_ = r.remove(ctx, r.keys.artifact(id, journalName))
@@ -306,6 +305,37 @@ func (r *Repo) replaceMemory(ctx context.Context, id string, req repository.Repl
 	}
 	r.unregister(ctx, id, repository.DroppedOwners(cur, next))
 	return next, nil
+}
+
+// writeReplacement writes next over cur (whose ETag is etag) under the
+// flatten's lease, as a publish writes its record (writeUnderLease): a
+// flatten silent for the abandoned grace looks dead to a collector, which
+// then revokes its lease and may retire the layer the flatten stored
+// (reclaimRetiredLayers), so a flatten whose lease was revoked writes no
+// record, and one whose record landed late puts cur back.
+func (r *Repo) writeReplacement(ctx context.Context, cur, next repository.Record, etag string) error {
+	var written string
+	err := r.writeUnderLease(ctx, cur.ID, func() error {
+		var err error
+		written, err = r.putRecord(ctx, next, putCondition{ifMatch: etag})
+		if err != nil {
+			// A write whose answer was lost may have landed (the client's
+			// retry then finds the record changed): it is ours if it
+			// names our memory.
+			if got, tag, gerr := r.getRecord(ctx, cur.ID); gerr == nil && got.MemoryIdentity() == next.MemoryIdentity() {
+				written, err = tag, nil
+			}
+		}
+		if errors.Is(err, errPrecondition) {
+			return fmt.Errorf("%w: the record changed while the flatten stored its memory", repository.ErrStale)
+		}
+		return err
+	}, func(cctx context.Context) { _, _ = r.putRecord(cctx, cur, putCondition{ifMatch: written}) })
+	if errors.Is(err, repository.ErrLeaseEnded) {
+		return fmt.Errorf("the flatten went unheard for over %v, so snapshot gc took it for dead and may have "+
+			"reclaimed the memory it stored; the snapshot keeps its memory as before, flatten it again: %w", r.abandonedGrace, err)
+	}
+	return err
 }
 
 // noDependentsSince reports whether id still has no dependent after its
@@ -337,29 +367,36 @@ func (r *Repo) storeReplacement(ctx context.Context, id string, cur repository.R
 	return repository.ReplacedByMemory(cur, mem.uploaded.stored(), mem.tables, repository.MemoryFormatChunks, chunks), nil
 }
 
-// removeUnnamed removes what a failed replacement uploaded: every object
-// of id that cur does not name (best effort; gc takes the chunks).
-func (r *Repo) removeUnnamed(ctx context.Context, id string, cur repository.Record) {
+// removeUnnamed removes what a failed replacement of id stored: the
+// layer req names (its new memory) unless id's record names it, retired
+// as a collection retires a layer (its chunk map copied to a tombstone
+// first: a late record may have named it for a moment,
+// writeReplacement), and the journal. Other layers the record does not
+// name, such as one an earlier flatten kept for a dependent, stay for
+// snapshot gc to retire once nothing can read them
+// (reclaimRetiredLayers). Best effort: what is left, a collection
+// retires.
+func (r *Repo) removeUnnamed(ctx context.Context, id string, req repository.ReplaceMemoryRequest) {
+	name := repository.BaseLayerName
+	if req.Layer != nil {
+		name = req.Layer.Name()
+	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	objs, err := r.list(cctx, r.keys.artifactsPrefix(id))
+	// The record read now, not the one the flatten began with: a record
+	// write that failed, or a take-back that did, may have left the new
+	// memory named. Unread, it stays too.
+	rec, _, err := r.getRecord(cctx, id)
 	if err != nil {
 		return
 	}
-	keep := map[string]bool{}
-	for _, l := range cur.Layers() {
-		if l.Snapshot == id {
-			for _, f := range layerFiles(l.Name) {
-				keep[r.keys.artifact(id, f)] = true
-			}
+	for _, l := range rec.Layers() {
+		if l.Snapshot == id && l.Name == name {
+			return
 		}
 	}
-	for _, o := range objs {
-		name := strings.TrimPrefix(o.Key, r.keys.artifactsPrefix(id))
-		if !keep[o.Key] && (strings.HasPrefix(name, "layer-") || strings.HasPrefix(name, repository.BaseLayerName+".")) {
-			_ = r.remove(cctx, o.Key)
-		}
-	}
+	_ = r.retireLayer(cctx, id, name)
+	_ = r.remove(cctx, r.keys.artifact(id, journalName))
 }
 
 // layerFiles are the object names of the layer named name.
@@ -394,13 +431,17 @@ func (r *Repo) retireLayer(ctx context.Context, id, name string) error {
 //
 //   - no lease on id is held here, and no lease object of id was written
 //     within the abandoned grace: a flatten in progress holds one from
-//     before it uploads its new layer until after its record names it,
-//     and, unlike a publish, does not check its lease before that record,
-//     so only its silence for that long (what the sweep of an abandoned
+//     before it uploads its new layer until after its record names it.
+//     Only its silence for that long (what the sweep of an abandoned
 //     publish waits for too, leftovers.go) tells it dead: its lease
 //     object expires by the TTL for a collector whose clock runs ahead,
-//     or while a live flattener's renewals fail. A layer listed before
-//     that check and named by no record read after it is no flatten's;
+//     or while a live flattener's renewals fail;
+//   - every such lease object could be revoked and removed (endLeases):
+//     a flattener that wrote it meanwhile lives, and one whose lease is
+//     revoked writes no record, since it confirms its lease right before
+//     (writeReplacement, as a publish does: leftovers.go). So a layer
+//     listed before that check and named by no record read after the
+//     revocation is no flatten's;
 //   - id's record, read then (and once before, to skip the lease check
 //     for the many snapshots without such a layer), does not name it (a
 //     snapshot without a record is a publish's, which the sweep reclaims,
@@ -416,18 +457,28 @@ func (r *Repo) retireLayer(ctx context.Context, id, name string) error {
 //
 // It is retired as a flatten retires it: its chunk map copied to a
 // tombstone first, so that a restore that read an older record (of id or
-// of a deleted child) keeps its chunks for the chunk grace.
+// of a deleted child) keeps its chunks for the chunk grace. The same
+// goes for the objects of a whole memory file (memory.*) id's record
+// does not name (a whole flatten that died before its record), and for
+// the journal of id: once id has a record, only a flatten in progress
+// still needs one, and under the checks above none is; left, a dead
+// flatten's would keep the chunks it names for ever.
 
 // reclaimRetiredLayers retires the layers named by no record or
 // dependent among those artifacts lists (every object under artifacts/)
-// and returns how many.
-func (r *Repo) reclaimRetiredLayers(ctx context.Context, artifacts []minio.ObjectInfo) (int, error) {
+// and returns how many. A snapshot whose state it cannot read, or whose
+// layers it cannot retire, is one of fail's; the others are reclaimed.
+func (r *Repo) reclaimRetiredLayers(ctx context.Context, artifacts []minio.ObjectInfo, fail *failures) (int, error) {
 	byID := map[string]map[string]bool{}
 	for _, o := range artifacts {
 		id, file, ok := strings.Cut(strings.TrimPrefix(o.Key, r.keys.prefix+artifactsDir), "/")
 		name, _, dotted := strings.Cut(file, ".")
-		if !ok || !dotted || !strings.HasPrefix(name, "layer-") || repository.ValidateID(id) != nil {
+		layer := strings.HasPrefix(name, "layer-") || name == repository.BaseLayerName
+		if !ok || !dotted || !layer || repository.ValidateID(id) != nil {
 			continue
+		}
+		if file == journalName {
+			name = journalName // no layer's: it goes with them (see above)
 		}
 		if byID[id] == nil {
 			byID[id] = map[string]bool{}
@@ -435,11 +486,13 @@ func (r *Repo) reclaimRetiredLayers(ctx context.Context, artifacts []minio.Objec
 		byID[id][name] = true
 	}
 	n := 0
-	for id, names := range byID {
-		retired, err := r.reclaimRetiredOf(ctx, id, names)
+	for _, id := range slices.Sorted(maps.Keys(byID)) {
+		retired, err := r.reclaimRetiredOf(ctx, id, byID[id])
 		n += retired
 		if err != nil {
-			return n, fmt.Errorf("retired layers of %s: %w", id, err)
+			if err := fail.add(ctx, id, "retire the layers no record names", err); err != nil {
+				return n, fmt.Errorf("retired layers of %s: %w", id, err)
+			}
 		}
 	}
 	return n, nil
@@ -462,34 +515,48 @@ func (r *Repo) dropNamed(ctx context.Context, id string, names map[string]bool) 
 	return nil
 }
 
-// leaseSilent reports whether no lease on id is held here and none of its
-// lease objects was written within the abandoned grace (see above).
-func (r *Repo) leaseSilent(ctx context.Context, id string) (bool, error) {
+// silentLeases returns id's lease objects and whether they are silent:
+// no lease on id is held here and none of them was written within the
+// abandoned grace (see above).
+func (r *Repo) silentLeases(ctx context.Context, id string) ([]minio.ObjectInfo, bool, error) {
 	if r.leaseLive(id) {
-		return false, nil
+		return nil, false, nil
 	}
 	objs, err := r.list(ctx, r.keys.leasesOf(id))
 	if err != nil {
-		return false, err
+		return nil, false, err
 	}
 	for _, o := range objs {
 		if time.Since(o.LastModified) <= r.abandonedGrace {
-			return false, nil
+			return nil, false, nil
 		}
 	}
-	return true, nil
+	return objs, true, nil
 }
 
 // reclaimRetiredOf retires those of id's layers names (found in its
 // artifacts) that nothing can read any more (see above).
 func (r *Repo) reclaimRetiredOf(ctx context.Context, id string, names map[string]bool) (int, error) {
+	// A publish or flatten in progress here holds id's lock until it
+	// returns (a publish waits for this collection meanwhile): it is
+	// nobody's leftover.
+	if r.leaseLive(id) {
+		return 0, nil
+	}
 	unlock := r.locks.lock(id)
 	defer unlock()
 	// Most snapshots have no such layer: their record says so at once.
 	if err := r.dropNamed(ctx, id, names); err != nil || len(names) == 0 {
 		return 0, err
 	}
-	if silent, err := r.leaseSilent(ctx, id); err != nil || !silent {
+	leases, silent, err := r.silentLeases(ctx, id)
+	if err != nil || !silent {
+		return 0, err
+	}
+	// A flatten silent that long may still be alive: its lease is revoked
+	// before the record is read, so that it writes no record naming a
+	// layer retired here (writeReplacement).
+	if ended, err := r.endLeases(ctx, id, leases); err != nil || !ended {
 		return 0, err
 	}
 	if err := r.dropNamed(ctx, id, names); err != nil || len(names) == 0 {
@@ -499,15 +566,25 @@ func (r *Repo) reclaimRetiredOf(ctx context.Context, id string, names map[string
 	if err != nil || mayName {
 		return 0, err
 	}
+	return r.retireAllBut(ctx, id, names, named)
+}
+
+// retireAllBut retires id's layers names but those named names, and
+// removes its journal if names holds it; it returns how many layers it
+// retired.
+func (r *Repo) retireAllBut(ctx context.Context, id string, names, named map[string]bool) (int, error) {
 	n := 0
 	for name := range names {
-		if named[name] {
+		if named[name] || name == journalName {
 			continue
 		}
 		if err := r.retireLayer(ctx, id, name); err != nil {
 			return n, err
 		}
 		n++
+	}
+	if names[journalName] {
+		return n, r.remove(ctx, r.keys.artifact(id, journalName))
 	}
 	return n, nil
 }

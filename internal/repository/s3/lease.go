@@ -1,12 +1,14 @@
 package s3
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,11 +52,17 @@ const leaseFormat = 1
 
 // leaseObject is the content of a lease object; readers need only its
 // presence and age, the content says whose it is to an operator.
+//
+// Written changes with every write, and with it the object's ETag (the
+// MD5 of its bytes on S3 and MinIO): a revocation conditional on the ETag
+// a collector listed must fail once the holder wrote the object again,
+// which identical bytes, with an identical ETag, would not tell it.
 type leaseObject struct {
-	Format int    `json:"format"`
-	ID     string `json:"id"`
-	Holder string `json:"holder"`
-	Host   string `json:"host,omitempty"`
+	Format  int       `json:"format"`
+	ID      string    `json:"id"`
+	Holder  string    `json:"holder"`
+	Host    string    `json:"host,omitempty"`
+	Written time.Time `json:"written,omitzero"`
 }
 
 // leaseHold is this process's side of one lease object: the version last
@@ -62,7 +70,7 @@ type leaseObject struct {
 // if the object is still that version.
 type leaseHold struct {
 	key, holder string
-	data        []byte
+	obj         leaseObject
 
 	mu   sync.Mutex
 	etag string
@@ -70,6 +78,14 @@ type leaseHold struct {
 	// gone: a collector revoked it (leftovers.go), or it expired and was
 	// swept or taken over. No write under the lease may follow.
 	lost bool
+}
+
+// encode is h's lease object as written now.
+func (h *leaseHold) encode() []byte {
+	o := h.obj
+	o.Written = time.Now().UTC()
+	data, _ := json.Marshal(o) // strings and a time: never fails
+	return data
 }
 
 // newLease takes a lease on id: in this process, and by its lease
@@ -86,15 +102,12 @@ func (r *Repo) newLease(ctx context.Context, id string) (*repository.HeldLease, 
 // cond.
 func (r *Repo) newLeaseAs(ctx context.Context, id, holder, key string, cond putCondition) (*repository.HeldLease, error) {
 	host, _ := os.Hostname()
-	data, err := json.Marshal(leaseObject{Format: leaseFormat, ID: id, Holder: holder, Host: host})
-	if err != nil {
-		return nil, err
-	}
-	etag, err := r.putSmall(ctx, key, data, cond)
+	h := &leaseHold{key: key, holder: holder, obj: leaseObject{Format: leaseFormat, ID: id, Holder: holder, Host: host}}
+	etag, err := r.putSmall(ctx, key, h.encode(), cond)
 	if err != nil {
 		return nil, fmt.Errorf("write lease %s: %w", id, err)
 	}
-	h := &leaseHold{key: key, holder: holder, data: data, etag: etag}
+	h.etag = etag
 	stop, renewed := make(chan struct{}), make(chan struct{})
 	go r.renewLease(h, stop, renewed)
 	r.leaseMu.Lock()
@@ -143,7 +156,15 @@ func (r *Repo) rewrite(ctx context.Context, h *leaseHold) error {
 	if h.lost {
 		return fmt.Errorf("%w: its lease object %s was revoked, taken over or removed", repository.ErrLeaseEnded, h.key)
 	}
-	next, err := r.putSmall(ctx, h.key, h.data, putCondition{ifMatch: h.etag})
+	data := h.encode()
+	next, err := r.putSmall(ctx, h.key, data, putCondition{ifMatch: h.etag})
+	if errors.Is(err, errPrecondition) {
+		// A write whose answer was lost landed if the object holds its
+		// bytes (the client's retry then found it changed): ours still.
+		if got, info, found, gerr := r.getSmall(ctx, h.key); gerr == nil && found && bytes.Equal(got, data) {
+			next, err = info.ETag, nil
+		}
+	}
 	switch {
 	case err == nil:
 		h.etag = next
@@ -242,16 +263,27 @@ func (r *Repo) leaseObjectsLive(ctx context.Context, id string) (bool, error) {
 // its publisher's last sign of life, which the reclaim of an abandoned
 // publish must see to revoke (leftovers.go). Without it, a publisher that
 // confirmed its lease and then could not write it for twice the TTL would
-// be taken for dead while its record may still land unchecked.
-func (r *Repo) sweepLeases(ctx context.Context) error {
+// be taken for dead while its record may still land unchecked. Each is
+// revoked first, conditionally on the version listed, and removed only
+// then (endLeases): a holder that wrote it since the listing lives, and
+// keeps it (a plain DELETE would have taken a publisher's confirmation
+// of its lease, right before its record).
+func (r *Repo) sweepLeases(ctx context.Context, fail *failures) error {
 	objs, err := r.list(ctx, r.keys.prefix+leasesDir)
 	if err != nil {
 		return err
 	}
 	for _, o := range objs {
 		if age := time.Since(o.LastModified); age >= 2*r.leaseTTL && age > r.abandonedGrace {
-			if err := r.remove(ctx, o.Key); err != nil {
-				return err
+			run1(r.beforeSweepLease, o.Key)
+			id, _, _ := strings.Cut(strings.TrimPrefix(o.Key, r.keys.prefix+leasesDir), "/")
+			if r.leaseLive(id) {
+				continue // held here: its renewals are only late
+			}
+			if _, err := r.endLeases(ctx, id, []minio.ObjectInfo{o}); err != nil {
+				if err := fail.add(ctx, id, "remove an expired lease", err); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -363,4 +395,11 @@ func (r *Repo) takeOverClaim(ctx context.Context, id, holder, key string) (*repo
 		return nil, nil
 	}
 	return r.newLeaseAs(ctx, id, holder, key, putCondition{ifMatch: info.ETag})
+}
+
+// run1 calls hook with arg when it is set.
+func run1[T any](hook func(T), arg T) {
+	if hook != nil {
+		hook(arg)
+	}
 }

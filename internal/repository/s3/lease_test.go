@@ -2,6 +2,7 @@ package s3
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,4 +152,39 @@ func TestClaimAcrossNodes(t *testing.T) {
 		t.Fatalf("ClaimLease over an expired claim = %v, %v; want it taken over", ok, err)
 	}
 	lz.End()
+}
+
+// TestSweepKeepsALeaseWrittenSinceItsListing: the sweep removes lease
+// objects that look expired, but a holder that writes its object between
+// the sweep's listing and its removal (a publisher confirming its lease
+// right before its record) lives, and must keep it: a removed object
+// would let a collector take the publish for dead while its record lands.
+func TestSweepKeepsALeaseWrittenSinceItsListing(t *testing.T) {
+	holder, collector := twoNodes(t)
+	lease, err := holder.BeginCapture(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.End()
+	id := lease.SnapshotID()
+	// To the collector every lease object looks expired and silent.
+	collector.leaseTTL, collector.abandonedGrace = time.Nanosecond, time.Nanosecond
+	confirmed := false
+	collector.beforeSweepLease = func(key string) {
+		if strings.Contains(key, id) && !confirmed {
+			confirmed = true
+			if err := holder.confirmLease(bg(), id); err != nil {
+				t.Errorf("the holder's confirmation before the sweep's removal: %v", err)
+			}
+		}
+	}
+	if err := collector.Sweep(bg()); err != nil {
+		t.Fatal(err)
+	}
+	if !confirmed {
+		t.Fatal("the sweep found no lease object to remove")
+	}
+	if err := holder.confirmLease(bg(), id); err != nil {
+		t.Errorf("the lease object written since the sweep listed it was taken: %v", err)
+	}
 }

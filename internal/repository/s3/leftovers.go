@@ -42,13 +42,15 @@ import (
 //     every later write of its journal;
 //   - the record is still absent after the revocation.
 //
-// The publisher's side (publish): right before it writes its record it
-// writes its lease object again (confirmLease). If that write fails, no
-// record is written; if it succeeds, no collector can revoke the lease
-// for the next abandoned grace, so a record that lands within half of it
-// (the other half absorbs clock skew) cannot follow a reclaim. A record
-// that landed later (a publisher stalled for minutes) is taken back if the
-// lease turns out revoked. A reclaimed publish therefore never commits a
+// The publisher's side (publish, and a flatten, whose new layer a
+// collection retires on the same evidence: layers.go): right before it
+// writes its record it writes its lease object again (confirmLease,
+// writeUnderLease). If that write fails, no record is written; if it
+// succeeds, no collector can revoke the lease for the next abandoned
+// grace, so a record that lands within half of it (the other half
+// absorbs clock skew) cannot follow a reclaim. A record that landed
+// later (a publisher stalled for minutes) is taken back (a flatten's put
+// back as it was) if the lease turns out revoked. A reclaimed publish therefore never commits a
 // record, and the chunks it listed are nobody's unless another snapshot
 // or publish names them: a chunk map, a young tombstone or a journal,
 // which a collection honours (gc.go). A publish that named a listed
@@ -66,29 +68,36 @@ const AbandonedPublishGraceMinutes = 10
 const AbandonedPublishGrace = AbandonedPublishGraceMinutes * time.Minute
 
 // commitUnderLease writes the record of a publish whose lease is still
-// its own: it writes the lease object first, so that no collector can
-// reclaim the snapshot's objects as abandoned before the record lands
-// (see above). A record that took longer than half the abandoned grace
-// to land is checked against the lease again, and taken back if the lease
-// was revoked meanwhile: its objects may be gone.
+// its own (writeUnderLease), taking it back if it must.
 func (r *Repo) commitUnderLease(ctx context.Context, rec repository.Record) error {
+	return r.writeUnderLease(ctx, rec.ID, func() error { return r.commitRecord(ctx, rec) },
+		func(cctx context.Context) { _ = r.remove(cctx, r.keys.record(rec.ID)) })
+}
+
+// writeUnderLease writes, by write, a record naming objects stored under
+// the lease this process holds on id (a publish's, a flatten's), so that
+// no collector reclaims them before the record lands (see above): it
+// writes the lease object first, and writes no record if the lease was
+// revoked (ErrLeaseEnded). A record that took longer than half the
+// abandoned grace to land is checked against the lease again, and taken
+// back by takeBack if the lease was revoked meanwhile: its objects may be
+// gone.
+func (r *Repo) writeUnderLease(ctx context.Context, id string, write func() error, takeBack func(context.Context)) error {
 	confirmed := time.Now()
-	if err := r.confirmLease(ctx, rec.ID); err != nil {
+	if err := r.confirmLease(ctx, id); err != nil {
 		return err
 	}
-	if r.afterConfirmLease != nil {
-		r.afterConfirmLease()
-	}
-	if err := r.commitRecord(ctx, rec); err != nil {
+	run(r.afterConfirmLease)
+	if err := write(); err != nil {
 		return err
 	}
 	if time.Since(confirmed) < r.abandonedGrace/2 {
 		return nil
 	}
-	if err := r.confirmLease(ctx, rec.ID); errors.Is(err, repository.ErrLeaseEnded) {
+	if err := r.confirmLease(ctx, id); errors.Is(err, repository.ErrLeaseEnded) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		_ = r.remove(cctx, r.keys.record(rec.ID))
+		takeBack(cctx)
 		return err
 	}
 	return nil
@@ -166,11 +175,8 @@ func (r *Repo) reclaimAbandoned(ctx context.Context, id string) error {
 			return nil // its publisher was alive within the grace
 		}
 	}
-	for _, o := range leases {
-		revoked, err := r.revokeLease(ctx, id, o)
-		if err != nil || !revoked {
-			return err
-		}
+	if ended, err := r.endLeases(ctx, id, leases); err != nil || !ended {
+		return err
 	}
 	switch _, _, err := r.getRecord(ctx, id); {
 	case err == nil || errors.Is(err, repository.ErrIntegrity):
@@ -178,15 +184,28 @@ func (r *Repo) reclaimAbandoned(ctx context.Context, id string) error {
 	case !errors.Is(err, repository.ErrNotFound):
 		return err
 	}
-	if err := r.abandonArtifacts(ctx, id); err != nil {
-		return err
-	}
+	return r.abandonArtifacts(ctx, id)
+}
+
+// endLeases revokes each of id's lease objects leases (revokeLease) and
+// then removes it: their holders, silent for the abandoned grace, may
+// write under them no more. It reports false, having ended none of them
+// for sure, when one was written meanwhile: its holder lives.
+func (r *Repo) endLeases(ctx context.Context, id string, leases []minio.ObjectInfo) (bool, error) {
 	for _, o := range leases {
-		if err := r.remove(ctx, o.Key); err != nil {
-			return err
+		revoked, err := r.revokeLease(ctx, id, o)
+		if err != nil || !revoked {
+			return false, err
 		}
 	}
-	return nil
+	// Revoked, they would read as fresh lease objects for the TTL, and as
+	// signs of life for the grace: gone, they say the lease ended.
+	for _, o := range leases {
+		if err := r.remove(ctx, o.Key); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // revokeLease overwrites the lease object o of id with a revoked copy if

@@ -60,13 +60,24 @@ func (r *Repo) exists(ctx context.Context, key string) (bool, error) {
 
 // Damaged implements repository.Repository.
 func (r *Repo) Damaged(ctx context.Context) ([]repository.Damage, error) {
+	out, err := r.damaged(ctx, func(_ string, err error) error { return err })
+	if err != nil {
+		return nil, fmt.Errorf("check catalog: %w", err)
+	}
+	return out, nil
+}
+
+// damaged finds the damaged catalog entries; unread is told of each
+// record or alias that could not be read (neither found whole nor
+// damaged), and the scan stops with the error it returns, if any.
+func (r *Repo) damaged(ctx context.Context, unread func(name string, err error) error) ([]repository.Damage, error) {
 	var out []repository.Damage
-	for _, scan := range []func(context.Context) ([]repository.Damage, error){
+	for _, scan := range []func(context.Context, func(string, error) error) ([]repository.Damage, error){
 		r.damagedRecords, r.damagedAliases, r.quarantined,
 	} {
-		found, err := scan(ctx)
+		found, err := scan(ctx, unread)
 		if err != nil {
-			return nil, fmt.Errorf("check catalog: %w", err)
+			return nil, err
 		}
 		out = append(out, found...)
 	}
@@ -74,7 +85,7 @@ func (r *Repo) Damaged(ctx context.Context) ([]repository.Damage, error) {
 	return out, nil
 }
 
-func (r *Repo) damagedRecords(ctx context.Context) ([]repository.Damage, error) {
+func (r *Repo) damagedRecords(ctx context.Context, unread func(string, error) error) ([]repository.Damage, error) {
 	ids, err := r.recordIDs(ctx)
 	if err != nil {
 		return nil, err
@@ -85,13 +96,15 @@ func (r *Repo) damagedRecords(ctx context.Context) ([]repository.Damage, error) 
 		if d, ok := repository.DamageOf(repository.DamageRecord, id, r.keys.record(id), err); ok {
 			out = append(out, d)
 		} else if err != nil && !errors.Is(err, repository.ErrNotFound) {
-			return nil, err
+			if err := unread(id, err); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return out, nil
 }
 
-func (r *Repo) damagedAliases(ctx context.Context) ([]repository.Damage, error) {
+func (r *Repo) damagedAliases(ctx context.Context, unread func(string, error) error) ([]repository.Damage, error) {
 	objs, err := r.list(ctx, r.keys.aliasesPrefix())
 	if err != nil {
 		return nil, err
@@ -106,13 +119,15 @@ func (r *Repo) damagedAliases(ctx context.Context) ([]repository.Damage, error) 
 		if d, ok := repository.DamageOf(repository.DamageAlias, alias, o.Key, err); ok {
 			out = append(out, d)
 		} else if err != nil {
-			return nil, err
+			if err := unread("alias "+alias, err); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return out, nil
 }
 
-func (r *Repo) quarantined(ctx context.Context) ([]repository.Damage, error) {
+func (r *Repo) quarantined(ctx context.Context, _ func(string, error) error) ([]repository.Damage, error) {
 	objs, err := r.list(ctx, r.keys.prefix+repository.QuarantineDir)
 	if err != nil {
 		return nil, err
@@ -135,18 +150,25 @@ func (r *Repo) quarantined(ctx context.Context) ([]repository.Damage, error) {
 // quarantineDamaged moves every damaged record and alias in place to the
 // quarantine, rechecking each just before: a copy first, then the removal,
 // so a crash between the two leaves the entry in both places, never in
-// neither.
-func (r *Repo) quarantineDamaged(ctx context.Context) error {
-	found, err := r.Damaged(ctx)
+// neither. An entry it could not read or move is one of fail's, and
+// stays where it is.
+func (r *Repo) quarantineDamaged(ctx context.Context, fail *failures) error {
+	found, err := r.damaged(ctx, func(name string, err error) error { return fail.add(ctx, name, "read", err) })
 	if err != nil {
-		return err
+		return fmt.Errorf("check catalog: %w", err)
 	}
 	for _, d := range found {
 		if d.Quarantined {
 			continue
 		}
 		if err := r.quarantineOne(ctx, d); err != nil {
-			return fmt.Errorf("quarantine %s %s: %w", d.Kind, d.Name, err)
+			name := d.Name
+			if d.Kind == repository.DamageAlias {
+				name = "alias " + d.Name
+			}
+			if err := fail.add(ctx, name, "quarantine", err); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

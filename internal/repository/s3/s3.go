@@ -247,7 +247,8 @@ type Repo struct {
 	abandonedGrace time.Duration
 	// beforeRecord, when a test sets it, runs between binding the alias
 	// and writing the record of a publish; afterConfirmLease between the
-	// publish's confirmation of its lease and the record's write.
+	// confirmation of a publish's or a flatten's lease and its record's
+	// write.
 	beforeRecord, afterConfirmLease func()
 	// layerFault, when a test sets it, runs at each step of a layer
 	// publish (LayerFaultPoints); nil everywhere else.
@@ -288,6 +289,9 @@ type Repo struct {
 	// wait for.
 	beforeRemoveChunk  func(key string)
 	awaitingCollection func()
+	// beforeSweepLease, when a test sets it, runs in a sweep between its
+	// listing of an expired lease object and its removal.
+	beforeSweepLease func(key string)
 	// collectorTTL is CollectorTTL; tests shorten it.
 	collectorTTL time.Duration
 }
@@ -977,15 +981,18 @@ func (r *Repo) deleteUnrecorded(ctx context.Context, id string) error {
 // now and then on one node; it is safe to run concurrently with
 // everything else. (Alias bindings released by failed publishes stay:
 // deleting one could race with a publisher taking it over, and the next
-// publisher of the alias reuses the object.)
+// publisher of the alias reuses the object.) A snapshot it cannot read
+// or clean up keeps what it has and is named in the IncompleteError it
+// returns once it has gone through the others (failures.go).
 func (r *Repo) Sweep(ctx context.Context) error {
 	if err := r.writable(); err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
-	if err := r.quarantineDamaged(ctx); err != nil {
+	var fail failures
+	if err := r.quarantineDamaged(ctx, &fail); err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
-	if err := r.sweepLeases(ctx); err != nil {
+	if err := r.sweepLeases(ctx, &fail); err != nil {
 		return fmt.Errorf("sweep leases: %w", err)
 	}
 	objs, err := r.list(ctx, r.keys.prefix+artifactsDir)
@@ -1000,8 +1007,13 @@ func (r *Repo) Sweep(ctx context.Context) error {
 		}
 		seen[id] = true
 		if err := r.sweepOne(ctx, id); err != nil {
-			return fmt.Errorf("sweep %s: %w", id, err)
+			if err := fail.add(ctx, id, "sweep", err); err != nil {
+				return fmt.Errorf("sweep %s: %w", id, err)
+			}
 		}
+	}
+	if err := fail.err(); err != nil {
+		return fmt.Errorf("sweep: %w", err)
 	}
 	return nil
 }
