@@ -151,8 +151,9 @@ func TestS3StoreNotRunningNamesTheEndpoint(t *testing.T) {
 	}
 	for _, verb := range [][]string{{"snapshot", "list"}, {"store", "init"}} {
 		r := runCLI(t, append([]string{"--config", cfg}, verb...)...)
-		if r.code != 1 || !strings.Contains(r.stderr, "[backend.s3] endpoint") || !strings.Contains(r.stderr, endpoint) {
-			t.Errorf("%s: exit %d, stderr %q; want exit 1 naming [backend.s3] endpoint %s", strings.Join(verb, " "), r.code, r.stderr, endpoint)
+		// Exit 6: a store that does not answer (docs/commands.md).
+		if r.code != 6 || !strings.Contains(r.stderr, "[backend.s3] endpoint") || !strings.Contains(r.stderr, endpoint) {
+			t.Errorf("%s: exit %d, stderr %q; want exit 6 naming [backend.s3] endpoint %s", strings.Join(verb, " "), r.code, r.stderr, endpoint)
 		}
 	}
 }
