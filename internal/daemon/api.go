@@ -19,6 +19,7 @@ import (
 	"warmstart/internal/snapcheck"
 	"warmstart/internal/startupset"
 	"warmstart/internal/trust"
+	"warmstart/internal/vmm"
 )
 
 // running is a restore the daemon holds.
@@ -379,6 +380,10 @@ func (d *Daemon) restoreFailed(err error) error {
 		return statusError(http.StatusForbidden, "snapshot", err)
 	case errors.Is(err, memdev.ErrConflict):
 		return statusError(http.StatusConflict, "io_engine", err)
+	case errors.Is(err, vmm.ErrForeignState):
+		// The snapshot and the daemon's [vmm] driver disagree: a conflict
+		// with the configuration, decided before anything started.
+		return statusError(http.StatusConflict, "snapshot", err)
 	}
 	return err
 }
