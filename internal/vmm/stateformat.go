@@ -115,7 +115,7 @@ type StateFormatError struct {
 }
 
 func (e *StateFormatError) Error() string {
-	msg := fmt.Sprintf("%v: [vmm] driver = %q restores a %s; %s is a %s", ErrForeignState, e.Driver, e.Want, e.Path, e.Found)
+	msg := fmt.Sprintf("%v: [vmm] driver = %q restores %s; %s is %s", ErrForeignState, e.Driver, e.Want.withArticle(), e.Path, e.Found.withArticle())
 	if e.Detail != "" {
 		msg += " (" + e.Detail + ")"
 	}
@@ -126,6 +126,14 @@ func (e *StateFormatError) Error() string {
 }
 
 func (e *StateFormatError) Unwrap() error { return ErrForeignState }
+
+// withArticle is f in a sentence: "a QEMU migration stream".
+func (f StateFormat) withArticle() string {
+	if f == FormatUnknown {
+		return "of an unknown format"
+	}
+	return "a " + string(f)
+}
 
 // driverFor is the driver key that restores format f, or "".
 func driverFor(f StateFormat) string {
