@@ -395,6 +395,10 @@ func (d *Daemon) restoreFailed(err error) error {
 		return statusError(http.StatusForbidden, "snapshot", err)
 	case errors.Is(err, memdev.ErrConflict):
 		return statusError(http.StatusConflict, "io_engine", err)
+	case errors.Is(err, vmm.ErrForeignState):
+		// The snapshot and the daemon's [vmm] driver disagree: a conflict
+		// with the configuration, decided before anything started.
+		return statusError(http.StatusConflict, "snapshot", err)
 	}
 	return err
 }

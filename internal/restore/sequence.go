@@ -128,6 +128,10 @@ func (s *sequence) acquire() error {
 	if err := r.checkVMState(s.src); err != nil {
 		return err
 	}
+	// The driver refuses another VMM's state before anything starts.
+	if err := vmm.CheckState(r.VMM, s.src.VMStatePath); err != nil {
+		return err
+	}
 	verifier, layerVerifiers, err := r.verifiersFor(s.src, s.opts)
 	if err != nil {
 		return err

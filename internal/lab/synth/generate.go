@@ -10,6 +10,7 @@ import (
 
 	"warmstart/internal/durable"
 	"warmstart/internal/trace"
+	"warmstart/internal/vmm"
 )
 
 // File names inside a reference snapshot directory.
@@ -21,8 +22,9 @@ const (
 )
 
 // VMStateMagic opens the vm state placeholder, so nothing mistakes it for
-// a Firecracker vm state.
-const VMStateMagic = "WARMSTART-SYNTHETIC-VMSTATE 1"
+// another VMM's state: the replay VMM restores only a state that opens
+// with it (vmm.FormatReplay).
+const VMStateMagic = vmm.ReplayStateMagic
 
 // writeBufferBytes is how much memory file content is built before each write.
 const writeBufferBytes = 1 << 20

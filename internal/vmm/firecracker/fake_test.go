@@ -497,7 +497,7 @@ func (f *fakeVM) createSnapshot(body []byte) *fakeFault {
 	if f.state != "Paused" {
 		return badRequest("Create snapshot error: Cannot save the microVM state: Operation not allowed: save/restore unavailable while running")
 	}
-	state, _ := json.Marshal(f.machine)
+	state, _ := encodeFakeState(f.machine)
 	if err := os.WriteFile(c.SnapshotPath, state, 0o600); err != nil {
 		return badRequest("Create snapshot error: Cannot perform open on the snapshot backing file: %v", err)
 	}

@@ -84,7 +84,7 @@ func writeGuestMemory(path string, size int64, token string, pages []int64) erro
 func writeFakeSnapshot(t *testing.T, dir string, memMiB int64, token string, pages []int64) (vmState, mem string) {
 	t.Helper()
 	vmState, mem = filepath.Join(dir, "vm.state"), filepath.Join(dir, "mem")
-	data, _ := json.Marshal(MachineConfig{VCPUCount: 1, MemSizeMiB: memMiB})
+	data, _ := encodeFakeState(MachineConfig{VCPUCount: 1, MemSizeMiB: memMiB})
 	if err := os.WriteFile(vmState, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -108,8 +108,8 @@ func (f *fakeVM) readLoad(body []byte) (SnapshotLoad, *fakeFault) {
 	if err != nil {
 		return l, badRequest("Cannot open snapshot file: %v", err)
 	}
-	if err := json.Unmarshal(state, &f.machine); err != nil {
-		return l, badRequest("Cannot deserialize the microVM state: %v", err)
+	if err := decodeFakeState(state, &f.machine); err != nil {
+		return l, badRequest("%v", err)
 	}
 	return l, nil
 }

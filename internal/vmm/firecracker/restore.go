@@ -44,6 +44,9 @@ func (d *Driver) RestoreMachine(ctx context.Context, spec vmm.RestoreSpec, opts 
 	if err := checkRestoreSpec(spec); err != nil {
 		return nil, fmt.Errorf("restore %s: %w", spec.SnapshotID, err)
 	}
+	if err := d.CheckState(spec.VMStatePath); err != nil {
+		return nil, fmt.Errorf("restore %s: %w", spec.SnapshotID, err)
+	}
 	var sockets []string
 	if d.opts.Vsock {
 		sockets = append(sockets, filepath.Join(spec.RuntimeDir, VsockSocketName))

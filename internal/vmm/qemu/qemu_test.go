@@ -345,7 +345,9 @@ func TestRestoreFailureLeavesNothing(t *testing.T) {
 	mem := filepath.Join(dir, "memory.bin")
 	f.copyMemory(t, mem)
 	bad := filepath.Join(dir, "vm_state.bin")
-	if err := os.WriteFile(bad, []byte("QEVM but not really a migration stream"), 0o644); err != nil {
+	// The header QEMU checks first is right, so QEMU starts and fails on
+	// what follows (a wrong header is refused before: statefile_test.go).
+	if err := os.WriteFile(bad, []byte("QEVM\x00\x00\x00\x03 but not really a migration stream"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	spec := f.spec(dir, mem)

@@ -52,8 +52,8 @@ func (d *Driver) RestoreMachine(ctx context.Context, spec vmm.RestoreSpec) (m *M
 	if err != nil {
 		return nil, fmt.Errorf("restore %s: %w", spec.SnapshotID, err)
 	}
-	if _, err := os.Stat(statePath); err != nil {
-		return nil, fmt.Errorf("restore %s: vm state: %w", spec.SnapshotID, err)
+	if err := d.CheckState(statePath); err != nil {
+		return nil, fmt.Errorf("restore %s: %w", spec.SnapshotID, err)
 	}
 	memPath, err := filepath.Abs(spec.MemPath)
 	if err != nil {

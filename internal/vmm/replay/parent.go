@@ -136,6 +136,12 @@ func (v *VMM) Restore(ctx context.Context, spec vmm.RestoreSpec) (vmm.VM, error)
 
 // Start is Restore returning the concrete instance.
 func (v *VMM) Start(ctx context.Context, spec vmm.RestoreSpec) (*VM, error) {
+	if spec.VMStatePath != "" {
+		// A restore of memory alone (the driver's own tests) names no state.
+		if err := v.CheckState(spec.VMStatePath); err != nil {
+			return nil, fmt.Errorf("replay vmm %s: %w", spec.SnapshotID, err)
+		}
+	}
 	exe, raw, err := v.child(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("replay vmm %s: %w", spec.SnapshotID, err)
