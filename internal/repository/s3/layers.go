@@ -330,8 +330,11 @@ func (r *Repo) writeReplacement(ctx context.Context, cur, next repository.Record
 			return fmt.Errorf("%w: the record changed while the flatten stored its memory", repository.ErrStale)
 		}
 		return err
-	}, func(cctx context.Context) { _, _ = r.putRecord(cctx, cur, putCondition{ifMatch: written}) })
-	if errors.Is(err, repository.ErrLeaseEnded) {
+	}, func(cctx context.Context) error {
+		_, err := r.putRecord(cctx, cur, putCondition{ifMatch: written})
+		return err
+	})
+	if errors.Is(err, repository.ErrLeaseEnded) && !errors.Is(err, errRecordMayStand) {
 		return fmt.Errorf("the flatten went unheard for over %v, so snapshot gc took it for dead and may have "+
 			"reclaimed the memory it stored; the snapshot keeps its memory as before, flatten it again: %w", r.abandonedGrace, err)
 	}

@@ -1,0 +1,90 @@
+package s3
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"warmstart/internal/repository"
+)
+
+// lateRecordFault runs, once, afterPut when the PUT of the object whose
+// path ends with suffix has landed, and fails every DELETE of that
+// object: a publisher whose record landed slowly and which then cannot
+// take it back.
+type lateRecordFault struct {
+	next     http.RoundTripper
+	suffix   atomic.Pointer[string]
+	afterPut atomic.Pointer[func()]
+}
+
+func (f *lateRecordFault) RoundTrip(req *http.Request) (*http.Response, error) {
+	s := f.suffix.Load()
+	if s == nil || !strings.HasSuffix(req.URL.Path, *s) {
+		return f.next.RoundTrip(req)
+	}
+	switch req.Method {
+	case http.MethodDelete:
+		return nil, errors.New("record delete cut off by the test")
+	case http.MethodPut:
+		resp, err := f.next.RoundTrip(req)
+		if hook := f.afterPut.Swap(nil); hook != nil && err == nil {
+			(*hook)()
+		}
+		return resp, err
+	}
+	return f.next.RoundTrip(req)
+}
+
+// TestLateRecordThatCannotBeTakenBackKeepsItsObjects: a publish's record
+// lands after half the abandoned grace, meanwhile a sweep found the
+// publisher's lease object expired and revoked it (keeping the objects:
+// the record was there), so the publisher takes its record back; that
+// delete fails. The record then stands, so the failed publish must not
+// remove what it names: whatever the publish returns, a record it leaves
+// reads back whole.
+func TestLateRecordThatCannotBeTakenBackKeepsItsObjects(t *testing.T) {
+	needServer(t)
+	o := testOptions(t, server.Endpoint)
+	o.ChunkBytes, o.BlockBytes = testChunkBytes, testChunkBytes
+	fault := &lateRecordFault{next: http.DefaultTransport.(*http.Transport).Clone()}
+	o.Transport = fault
+	pub := openWith(t, o)
+	// Every record lands "late" for the publisher: it checks its lease
+	// again after the write.
+	pub.abandonedGrace = time.Nanosecond
+	co := testOptions(t, server.Endpoint)
+	co.Prefix, co.ChunkBytes, co.BlockBytes = pub.keys.prefix, testChunkBytes, testChunkBytes
+	co.LeaseTTL, co.AbandonedGrace = time.Nanosecond, time.Nanosecond
+	collector := openWith(t, co)
+
+	lease, err := pub.BeginCapture(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.End()
+	id := lease.SnapshotID()
+	suffix := strings.TrimPrefix(pub.keys.record(id), pub.keys.prefix)
+	fault.suffix.Store(&suffix)
+	sweep := func() {
+		if err := collector.Sweep(bg()); err != nil {
+			t.Errorf("sweep after the record landed: %v", err)
+		}
+	}
+	fault.afterPut.Store(&sweep)
+	in := chunkyInputs(t, 71)
+	_, perr := pub.Publish(bg(), lease, in.Request(""))
+	if perr == nil {
+		t.Fatal("the publish whose lease was revoked before it confirmed its record succeeded")
+	}
+	t.Logf("the publish: %v", perr)
+	if _, err := collector.Get(bg(), id); errors.Is(err, repository.ErrNotFound) {
+		t.Skip("the record was taken back after all; the test needs its delete to fail")
+	} else if err != nil {
+		t.Fatalf("the record left standing does not read: %v", err)
+	}
+	readsBack(t, collector.keys.prefix, id, in.MemorySHA256)
+}
