@@ -88,3 +88,58 @@ func TestLateRecordThatCannotBeTakenBackKeepsItsObjects(t *testing.T) {
 	}
 	readsBack(t, collector.keys.prefix, id, in.MemorySHA256)
 }
+
+// lostThenDenied is lostAnswer for the PUT of the object whose path ends
+// with suffix, and then answers the next GET of it with 403 AccessDenied,
+// once: a record whose write landed unheard and which the writer then
+// cannot read back.
+type lostThenDenied struct {
+	lostAnswer
+	denied atomic.Bool
+}
+
+func (f *lostThenDenied) RoundTrip(req *http.Request) (*http.Response, error) {
+	s := f.suffix.Load()
+	if s != nil && req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, *s) && f.lost.Load() &&
+		f.denied.CompareAndSwap(false, true) {
+		deny := &unreadableKey{}
+		deny.suffix.Store(s)
+		return deny.RoundTrip(req)
+	}
+	return f.lostAnswer.RoundTrip(req)
+}
+
+// TestPublishWhoseRecordLandedUnheardKeepsItsObjects: a publish's record
+// lands but its answer is lost, the client's retry finds a record there
+// (412), and the read that would tell it is ours fails. The record may
+// be ours, so the failed publish must not remove what it names: whatever
+// the publish returns, a record it leaves reads back whole.
+func TestPublishWhoseRecordLandedUnheardKeepsItsObjects(t *testing.T) {
+	needServer(t)
+	o := testOptions(t, server.Endpoint)
+	o.ChunkBytes, o.BlockBytes = testChunkBytes, testChunkBytes
+	fault := &lostThenDenied{lostAnswer: lostAnswer{next: http.DefaultTransport.(*http.Transport).Clone()}}
+	o.Transport = fault
+	pub := openWith(t, o)
+	lease, err := pub.BeginCapture(bg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.End()
+	id := lease.SnapshotID()
+	suffix := strings.TrimPrefix(pub.keys.record(id), pub.keys.prefix)
+	fault.suffix.Store(&suffix)
+	in := chunkyInputs(t, 73)
+	_, perr := pub.Publish(bg(), lease, in.Request(""))
+	if !fault.lost.Load() || !fault.denied.Load() {
+		t.Fatalf("lost %v, denied %v: the test needs both", fault.lost.Load(), fault.denied.Load())
+	}
+	t.Logf("the publish: %v", perr)
+	reader := chunkyRepo(t, pub.keys.prefix)
+	if _, err := reader.Get(bg(), id); errors.Is(err, repository.ErrNotFound) {
+		return // taken back: nothing names what went
+	} else if err != nil {
+		t.Fatalf("the record left standing does not read: %v", err)
+	}
+	readsBack(t, pub.keys.prefix, id, in.MemorySHA256)
+}
