@@ -30,7 +30,7 @@ root, or a token under 16 printable characters, is refused at start.
 
   GET    /healthz, /metrics (Prometheus), /openapi.json (every route)
   GET    /snapshots, /snapshots/{id}      DELETE /snapshots/{id}
-  POST   /snapshots/import                {vm_state, memory, alias, layout}
+  POST   /snapshots/import                {vm_state, memory, alias, layout, link}
   POST   /snapshots/{id}/manifest:record, /snapshots/{id}/verify
   POST   /restores                        {snapshot, device, prefetch, policy, io_engine, pausable}
   GET    /restores, /restores/{id}        DELETE /restores/{id}

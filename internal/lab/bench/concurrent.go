@@ -96,11 +96,18 @@ func concurrentRestoreOf(inst *restore.Instance) ConcurrentRestore {
 // trialCost is what a trial's restores cost until the last was ready:
 // the node's usage over the longest window any restore measured (they
 // start together in one process, so that window holds the others' work),
-// and every VMM's and device's summed. The first restore's own cost
-// alone would leave out the other VMMs, which share the cores with it.
+// every VMM's summed, and every device's bytes counted once. The first
+// restore's own cost alone would leave out the other VMMs, which share
+// the cores with it.
+//
+// Restores of one generation (the file device) share its counters, and
+// each read them over its own window: like the node's, the longest holds
+// the others' reads, and a sum would count the bytes read once for all
+// of them once per restore. Devices of their own (uffd) add up.
 func trialCost(insts []*restore.Instance) restore.Cost {
 	var c restore.Cost
 	var vmms procstat.Usage
+	perGeneration := map[uint64]restore.Cost{}
 	for _, in := range insts {
 		if in.Cost.Node.CPU() > c.Node.CPU() {
 			c.Node = in.Cost.Node
@@ -109,8 +116,13 @@ func trialCost(insts []*restore.Instance) restore.Cost {
 			vmms = vmms.Add(*in.Cost.VMM)
 			c.VMM = &vmms
 		}
-		c.LowerBytesRead += in.Cost.LowerBytesRead
-		c.CopiedBytes += in.Cost.CopiedBytes
+		if g := perGeneration[in.Generation]; in.Cost.LowerBytesRead >= g.LowerBytesRead {
+			perGeneration[in.Generation] = in.Cost
+		}
+	}
+	for _, g := range perGeneration {
+		c.LowerBytesRead += g.LowerBytesRead
+		c.CopiedBytes += g.CopiedBytes
 	}
 	return c
 }

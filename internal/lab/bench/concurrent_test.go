@@ -37,6 +37,11 @@ func TestConcurrentTrialsTimeTheSlowestOfNRestores(t *testing.T) {
 		if len(res.Concurrent) != 2 || res.HostCPU == nil || res.HostCPU.Busy+res.HostCPU.Idle+res.HostCPU.IOWait <= 0 {
 			t.Errorf("%s: per-restore account %+v, host CPU %+v: want two restores and the host's CPU", res.Spec.Condition, res.Concurrent, res.HostCPU)
 		}
+		// Both restores read one shared generation of the 8 MiB memory:
+		// no byte of it twice.
+		if res.Cost.LowerBytesRead > 8<<20 {
+			t.Errorf("%s: trial cost read %d bytes of an 8 MiB memory both restores share", res.Spec.Condition, res.Cost.LowerBytesRead)
+		}
 		var vmms time.Duration
 		for _, c := range res.Concurrent {
 			vmms += c.VMMCPU

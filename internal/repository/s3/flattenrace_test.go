@@ -1,72 +1,59 @@
 package s3
 
 import (
-	"errors"
-	"os"
-	"path/filepath"
+	"context"
 	"testing"
 
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
 )
 
-// TestFlattenRacesPauseOnAnotherNode: node B flattens the parent whole;
-// after B found no dependents and before it writes the new record, node A
-// publishes a child over the parent's record as it read it (naming the
-// parent's diff layer). Whichever wins, no child names a layer that is
-// gone: the child reads back as its memory, also after a sweep and a
-// garbage collection, and so does the parent.
-func TestFlattenRacesPauseOnAnotherNode(t *testing.T) {
+// TestFailedFlattenLeavesAConcurrentFlattensLayer: a layer's name is its
+// content's (layers.LayerName), so two nodes flattening one snapshot at
+// once store the same objects. One that fails (its caller gave up) after
+// storing them, while the other has stored them and not yet written its
+// record, must leave them: the other's record names them next, and the
+// snapshot must read back whole.
+func TestFailedFlattenLeavesAConcurrentFlattensLayer(t *testing.T) {
 	nodeA := chunkyRepo(t, "")
 	nodeB := chunkyRepo(t, nodeA.keys.prefix)
 	base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
 	mid := repotest.PublishChild(t, nodeA, base, repotest.Change{Pages: []int64{1, 5}}, "")
-	memPath := filepath.Join(t.TempDir(), "mid.mem")
-	if err := os.WriteFile(memPath, mid.Memory, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	built, childMem := repotest.BuildLayer(t, mid.Memory, repotest.Change{Pages: []int64{2, 5}})
-	req := repotest.LayerRequest(t, mid.Record, built, "")
-	var child repository.Record
-	var pubErr error
-	tried := false
-	nodeB.layerFault = func(p string) {
-		if p != FaultReplaceAfterCheck || tried {
-			return
-		}
-		tried = true
-		lease, err := nodeA.BeginCapture(bg())
+	leaf := repotest.PublishChild(t, nodeA, mid, repotest.Change{Pages: []int64{2, 5, 30}}, "")
+	flatten := func(node *Repo, ctx context.Context) (repository.Record, error) {
+		lease, err := node.LeaseExisting(bg(), leaf.Record.ID)
 		if err != nil {
-			t.Error(err)
-			return
+			t.Fatal(err)
 		}
 		defer lease.End()
-		child, pubErr = nodeA.PublishLayer(bg(), lease, req)
+		return node.ReplaceMemory(ctx, lease, repository.ReplaceMemoryRequest{Expect: leaf.Record, Layer: mergedLayer(t, base.Memory, leaf.Memory)})
 	}
-	lease, err := nodeB.LeaseExisting(bg(), mid.Record.ID)
+	var failedErr error
+	nodeB.layerFault = func(p string) {
+		if p != FaultReplaceBeforeRecord {
+			return
+		}
+		nodeB.layerFault = nil
+		// Node A's flatten of the same snapshot stores the same layer, and
+		// its caller gives up right before its record.
+		ctx, cancel := context.WithCancel(bg())
+		defer cancel()
+		nodeA.layerFault = func(p string) {
+			if p == FaultReplaceBeforeRecord {
+				cancel()
+			}
+		}
+		_, failedErr = flatten(nodeA, ctx)
+	}
+	flat, err := flatten(nodeB, bg())
+	if failedErr == nil {
+		t.Fatal("the flatten whose caller gave up before its record succeeded")
+	}
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the other flatten: %v", err)
 	}
-	_, flatErr := nodeB.ReplaceMemory(bg(), lease, repository.ReplaceMemoryRequest{Expect: mid.Record, MemoryPath: memPath})
-	lease.End()
-	if !tried {
-		t.Fatal("the flatten did not reach its fault point")
+	if flat.Depth() != 1 {
+		t.Fatalf("flattened record of depth %d, want 1", flat.Depth())
 	}
-	if flatErr != nil && pubErr != nil {
-		t.Fatalf("both failed: flatten %v; publish %v", flatErr, pubErr)
-	}
-	readsBack(t, nodeA.keys.prefix, mid.Record.ID, repotest.SHA256Hex(mid.Memory))
-	if pubErr == nil {
-		readsBack(t, nodeA.keys.prefix, child.ID, repotest.SHA256Hex(childMem))
-		// The layer the child names outlives a sweep and a collection.
-		if err := nodeB.Sweep(bg()); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := nodeB.CollectGarbage(bg()); err != nil {
-			t.Fatal(err)
-		}
-		readsBack(t, nodeA.keys.prefix, child.ID, repotest.SHA256Hex(childMem))
-	} else if !errors.Is(pubErr, repository.ErrStale) {
-		t.Fatalf("the publish over a parent being flattened: %v, want ErrStale", pubErr)
-	}
+	readsBack(t, nodeA.keys.prefix, leaf.Record.ID, repotest.SHA256Hex(leaf.Memory))
 }

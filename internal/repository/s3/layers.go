@@ -330,8 +330,11 @@ func (r *Repo) writeReplacement(ctx context.Context, cur, next repository.Record
 			return fmt.Errorf("%w: the record changed while the flatten stored its memory", repository.ErrStale)
 		}
 		return err
-	}, func(cctx context.Context) { _, _ = r.putRecord(cctx, cur, putCondition{ifMatch: written}) })
-	if errors.Is(err, repository.ErrLeaseEnded) {
+	}, func(cctx context.Context) error {
+		_, err := r.putRecord(cctx, cur, putCondition{ifMatch: written})
+		return err
+	})
+	if errors.Is(err, repository.ErrLeaseEnded) && !errors.Is(err, errRecordMayStand) {
 		return fmt.Errorf("the flatten went unheard for over %v, so snapshot gc took it for dead and may have "+
 			"reclaimed the memory it stored; the snapshot keeps its memory as before, flatten it again: %w", r.abandonedGrace, err)
 	}
@@ -395,8 +398,37 @@ func (r *Repo) removeUnnamed(ctx context.Context, id string, req repository.Repl
 			return
 		}
 	}
+	// A layer's name is its content's (layers.LayerName): another node's
+	// flatten of id stores the same objects, and the same journal, and its
+	// record may name them next. While it may be alive they stay; snapshot
+	// gc retires them once it is not (reclaimRetiredOf).
+	if others, err := r.othersLeaseAlive(cctx, id); err != nil || others {
+		return
+	}
 	_ = r.retireLayer(cctx, id, name)
 	_ = r.remove(cctx, r.keys.artifact(id, journalName))
+}
+
+// othersLeaseAlive reports whether a lease object on id that this process
+// does not hold was written within the abandoned grace: its holder may
+// still be storing or publishing under it.
+func (r *Repo) othersLeaseAlive(ctx context.Context, id string) (bool, error) {
+	objs, err := r.list(ctx, r.keys.leasesOf(id))
+	if err != nil {
+		return false, err
+	}
+	own := map[string]bool{}
+	r.leaseMu.Lock()
+	for _, h := range r.liveLeases[id] {
+		own[h.key] = true
+	}
+	r.leaseMu.Unlock()
+	for _, o := range objs {
+		if !own[o.Key] && time.Since(o.LastModified) <= r.abandonedGrace {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // layerFiles are the object names of the layer named name.

@@ -71,7 +71,7 @@ const AbandonedPublishGrace = AbandonedPublishGraceMinutes * time.Minute
 // its own (writeUnderLease), taking it back if it must.
 func (r *Repo) commitUnderLease(ctx context.Context, rec repository.Record) error {
 	return r.writeUnderLease(ctx, rec.ID, func() error { return r.commitRecord(ctx, rec) },
-		func(cctx context.Context) { _ = r.remove(cctx, r.keys.record(rec.ID)) })
+		func(cctx context.Context) error { return r.remove(cctx, r.keys.record(rec.ID)) })
 }
 
 // writeUnderLease writes, by write, a record naming objects stored under
@@ -81,8 +81,10 @@ func (r *Repo) commitUnderLease(ctx context.Context, rec repository.Record) erro
 // revoked (ErrLeaseEnded). A record that took longer than half the
 // abandoned grace to land is checked against the lease again, and taken
 // back by takeBack if the lease was revoked meanwhile: its objects may be
-// gone.
-func (r *Repo) writeUnderLease(ctx context.Context, id string, write func() error, takeBack func(context.Context)) error {
+// gone. If the take-back fails, the record may stand (errRecordMayStand),
+// and nothing it names may go: a collector that revoked the lease after
+// the record landed kept its objects.
+func (r *Repo) writeUnderLease(ctx context.Context, id string, write func() error, takeBack func(context.Context) error) error {
 	confirmed := time.Now()
 	if err := r.confirmLease(ctx, id); err != nil {
 		return err
@@ -97,7 +99,9 @@ func (r *Repo) writeUnderLease(ctx context.Context, id string, write func() erro
 	if err := r.confirmLease(ctx, id); errors.Is(err, repository.ErrLeaseEnded) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
-		takeBack(cctx)
+		if terr := takeBack(cctx); terr != nil {
+			return fmt.Errorf("%w; %w (taking it back failed: %w)", err, errRecordMayStand, terr)
+		}
 		return err
 	}
 	return nil

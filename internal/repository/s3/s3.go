@@ -635,11 +635,18 @@ func (r *Repo) storeMemory(ctx context.Context, id, name, path string, size int6
 func (r *Repo) commitRecord(ctx context.Context, rec repository.Record) error {
 	_, err := r.putRecord(ctx, rec, putCondition{ifNoneMatch: true})
 	if errors.Is(err, errPrecondition) {
+		// A record is there: ours, if a write whose answer was lost
+		// landed (the client's retry then found it). Unless it reads as
+		// another's, it may be ours, and it names the objects under id
+		// either way: nothing of the publish may go (errRecordMayStand).
 		got, _, gerr := r.getRecord(ctx, rec.ID)
-		if gerr == nil && got.CreatedAt.Equal(rec.CreatedAt) && got.MemorySHA256 == rec.MemorySHA256 {
+		switch {
+		case gerr != nil:
+			return fmt.Errorf("record of %s: a record is there, and reading it back failed: %w (%w)", rec.ID, errRecordMayStand, gerr)
+		case got.CreatedAt.Equal(rec.CreatedAt) && got.MemorySHA256 == rec.MemorySHA256:
 			return nil
 		}
-		return fmt.Errorf("%w: the lease's snapshot is already published", repository.ErrInvalidRequest)
+		return fmt.Errorf("%w: the lease's snapshot is already published (%w)", repository.ErrInvalidRequest, errRecordMayStand)
 	}
 	if err != nil {
 		// The PUT may have landed before the failure: take it back before
