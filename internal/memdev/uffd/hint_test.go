@@ -49,11 +49,9 @@ type gatedSource struct{ l *gatedLower }
 func (s gatedSource) Ref() string                 { return "gated-1" }
 func (s gatedSource) Open() (memdev.Lower, error) { return s.l, nil }
 
-// TestReleaseStopsTheStorageHint: a VM stopped while its device still
-// hints a plan of thousands of ranges to a cold lower. The release ends
-// the hint, waits for the advice in progress, and only then closes the
-// lower: no hint outlives the device, and none advises a closed lower.
-func TestReleaseStopsTheStorageHint(t *testing.T) {
+// newGatedLower is a lower file in a fresh directory whose first advice
+// waits on the channel its gate is given.
+func newGatedLower(t *testing.T) (*gatedLower, string) {
 	dir, err := os.MkdirTemp("", "uffd")
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +62,11 @@ func TestReleaseStopsTheStorageHint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lower := &gatedLower{File: f, size: lowerBytes, gate: make(chan (<-chan struct{}), 1), entered: make(chan struct{})}
+	return &gatedLower{File: f, size: lowerBytes, gate: make(chan (<-chan struct{}), 1), entered: make(chan struct{})}, dir
+}
+
+// gatedDevice opens a device on lower, with a VMM connected to it.
+func gatedDevice(t *testing.T, lower *gatedLower, dir string) (*Device, *childVMM) {
 	dev, err := NewOpener(0).Open(memdev.Request{Memory: gatedSource{lower}, RunDir: dir})
 	if err != nil {
 		t.Fatal(err)
@@ -76,6 +78,16 @@ func TestReleaseStopsTheStorageHint(t *testing.T) {
 	}
 	v := startVMM(t, spec.MemPath, twoRegions)
 	await(t, (<-chan struct{})(d.accepted), "accept")
+	return d, v
+}
+
+// TestReleaseStopsTheStorageHint: a VM stopped while its device still
+// hints a plan of thousands of ranges to a cold lower. The release ends
+// the hint, waits for the advice in progress, and only then closes the
+// lower: no hint outlives the device, and none advises a closed lower.
+func TestReleaseStopsTheStorageHint(t *testing.T) {
+	lower, dir := newGatedLower(t)
+	d, v := gatedDevice(t, lower, dir)
 	var plan []prefetch.Range
 	for off := int64(lowerBytes) - 4096; off >= 0; off -= 4096 {
 		plan = append(plan, prefetch.Range{Offset: off, Length: 4096})
@@ -107,31 +119,11 @@ func TestReleaseStopsTheStorageHint(t *testing.T) {
 // stopped answering holds the release no longer than a stuck read would
 // (closeWait); it ends by itself when the storage answers.
 func TestReleaseIsBoundedWhileAnAdviceHangs(t *testing.T) {
-	dir, err := os.MkdirTemp("", "uffd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	path, _ := newLowerFile(t, dir, lowerBytes)
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lower := &gatedLower{File: f, size: lowerBytes, gate: make(chan (<-chan struct{}), 1), entered: make(chan struct{})}
+	lower, dir := newGatedLower(t)
 	answered := make(chan struct{})
 	lower.gate <- answered // the storage answers only at the end of the test
 	t.Cleanup(func() { close(answered) })
-	dev, err := NewOpener(0).Open(memdev.Request{Memory: gatedSource{lower}, RunDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := dev.(*Device)
-	var spec vmm.RestoreSpec
-	if err := d.Configure(context.Background(), &spec); err != nil {
-		t.Fatal(err)
-	}
-	v := startVMM(t, spec.MemPath, twoRegions)
-	await(t, (<-chan struct{})(d.accepted), "accept")
+	d, v := gatedDevice(t, lower, dir)
 	if _, _, err := d.Target([]prefetch.Range{{Offset: 0, Length: 4096}}, memdev.TargetOptions{Hint: true}); err != nil {
 		t.Fatal(err)
 	}
