@@ -1,12 +1,15 @@
 package s3
 
 import (
+	"os"
 	"testing"
 
 	"warmstart/internal/config"
 	"warmstart/internal/recorder"
 	"warmstart/internal/repository"
+	"warmstart/internal/repository/repotest"
 	"warmstart/internal/restore/restoretest"
+	"warmstart/internal/vmm"
 )
 
 // TestMissingDigestTableOfALiveSnapshotIsAnIntegrityFailure removes only
@@ -18,7 +21,7 @@ import (
 func TestMissingDigestTableOfALiveSnapshotIsAnIntegrityFailure(t *testing.T) {
 	w := newWorld(t, server.Endpoint)
 	repo := w.repo(t, 0)
-	rec, lease := publishWithDigests(t, repo)
+	rec, lease := publishReplayable(t, repo)
 	if err := repo.remove(bg(), repo.keys.artifact(rec.ID, repository.SHA256DigestsFileName)); err != nil {
 		t.Fatal(err)
 	}
@@ -35,4 +38,21 @@ func TestMissingDigestTableOfALiveSnapshotIsAnIntegrityFailure(t *testing.T) {
 	if got := counter.Failures(); len(got) != 1 || got[0] != "digests" {
 		t.Errorf("integrity failures counted: %v; want [digests]", got)
 	}
+}
+
+// publishReplayable is publishWithDigests of inputs whose VM state is the
+// replay VMM's (the synthetic state header): the replay VMM refuses any
+// other before the restore reaches memory, as a real VMM refuses a state
+// file it did not write.
+func publishReplayable(t *testing.T, repo *Repo) (repository.Record, repository.Lease) {
+	t.Helper()
+	in := repotest.NewInputs(t, repotest.SmallMemoryBytes)
+	if err := os.WriteFile(in.VMStatePath, []byte(vmm.ReplayStateMagic+"\nseed 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rec, lease := repotest.PublishInputs(t, repo, in, "")
+	if rec.MemoryDigests == nil {
+		t.Fatal("published without a digest table; the test needs one")
+	}
+	return rec, lease
 }
