@@ -224,8 +224,12 @@ func (d *Daemon) publishImport(ctx context.Context, req api.ImportRequest, in im
 	if errors.Is(err, repository.ErrAliasConflict) {
 		return nil, repository.Record{}, statusError(http.StatusConflict, "alias", err)
 	}
+	if fe := (*repository.FieldError)(nil); errors.As(err, &fe) && errors.Is(err, repository.ErrInvalidRequest) {
+		return nil, repository.Record{}, statusError(http.StatusBadRequest, fe.Field, err)
+	}
 	if errors.Is(err, repository.ErrInvalidRequest) {
-		return nil, repository.Record{}, statusError(http.StatusBadRequest, "", err)
+		// No field of the request is at fault: the daemon's own asking.
+		return nil, repository.Record{}, fmt.Errorf("import: %w", err)
 	}
 	if req.Link && errors.Is(err, syscall.EXDEV) {
 		// A hard link cannot cross file systems: the request's to change.
