@@ -356,7 +356,7 @@ func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ctx := r.Context()
-	inst, info, err := ops.Restore(ctx, d.node, req.Snapshot, opts)
+	inst, info, err := ops.Restore(ctx, d.node, req.Snapshot, opts, ops.JSONFields)
 	if se := (*ops.SnapshotError)(nil); errors.As(err, &se) {
 		return refError("snapshot", req.Snapshot, se.Err)
 	}
