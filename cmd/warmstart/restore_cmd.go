@@ -141,7 +141,7 @@ func restoreWatched(ctx context.Context, cmd *cobra.Command, f *restoreFlags) er
 		return usageError{Err: err}
 	}
 	o := cli.Output(cmd)
-	inst, info, err := ops.Restore(ctx, n, f.req.Snapshot, opts)
+	inst, info, err := ops.Restore(ctx, n, f.req.Snapshot, opts, ops.Flags)
 	if err != nil {
 		return err
 	}

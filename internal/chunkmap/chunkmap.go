@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
@@ -212,17 +213,17 @@ func Decode(data []byte, size int64) (Map, error) {
 	if len(data) < mapHeaderBytes || string(data[:8]) != mapMagic {
 		return Map{}, errors.New("chunk map: bad magic or truncated header")
 	}
-	m := Map{
-		ChunkBytes: int64(binary.LittleEndian.Uint64(data[8:])),
-		Size:       int64(binary.LittleEndian.Uint64(data[16:])),
-	}
+	chunkBytes, stored := binary.LittleEndian.Uint64(data[8:]), binary.LittleEndian.Uint64(data[16:])
 	count := int64(binary.LittleEndian.Uint32(data[24:]))
 	switch {
-	case m.ChunkBytes < 4096 || m.ChunkBytes > MaxChunkBytes || m.ChunkBytes%4096 != 0:
-		return Map{}, fmt.Errorf("chunk map: chunk_bytes %d is not a multiple of 4096 in 4 KiB..%d", m.ChunkBytes, MaxChunkBytes)
-	case m.Size != size:
-		return Map{}, fmt.Errorf("chunk map: size %d differs from the memory size %d", m.Size, size)
-	case count != (size+m.ChunkBytes-1)/m.ChunkBytes:
+	case chunkBytes < 4096 || chunkBytes > MaxChunkBytes || chunkBytes%4096 != 0:
+		return Map{}, fmt.Errorf("chunk map: chunk_bytes %d is not a multiple of 4096 in 4 KiB..%d", chunkBytes, MaxChunkBytes)
+	case size < 0 || stored != uint64(size):
+		return Map{}, fmt.Errorf("chunk map: size %d differs from the memory size %d", stored, size)
+	}
+	m := Map{ChunkBytes: int64(chunkBytes), Size: size}
+	switch {
+	case count != size/m.ChunkBytes+min(size%m.ChunkBytes, 1):
 		return Map{}, fmt.Errorf("chunk map: count %d does not cover %d bytes in %d-byte chunks", count, size, m.ChunkBytes)
 	case int64(len(data)) != mapHeaderBytes+count*mapEntryBytes:
 		return Map{}, fmt.Errorf("chunk map: %d bytes, want %d for %d chunks", len(data), mapHeaderBytes+count*mapEntryBytes, count)
@@ -262,5 +263,9 @@ func DecodeAny(data []byte) (Map, error) {
 	if len(data) < mapHeaderBytes {
 		return Map{}, errors.New("chunk map: truncated header")
 	}
-	return Decode(data, int64(binary.LittleEndian.Uint64(data[16:])))
+	size := binary.LittleEndian.Uint64(data[16:])
+	if size > math.MaxInt64 {
+		return Map{}, fmt.Errorf("chunk map: size %d is beyond the int64 range", size)
+	}
+	return Decode(data, int64(size))
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -113,26 +114,17 @@ func DecodePack(data []byte) (PackIndex, error) {
 	if len(data) < packHeaderBytes || (string(data[:8]) != packMagicV1 && string(data[:8]) != packMagicV2) {
 		return PackIndex{}, errors.New("pack index: bad magic or truncated header")
 	}
-	var p PackIndex
-	copy(p.ManifestSHA256[:], data[8:])
-	h := data[8+sha256.Size:]
-	p.FrameBytes = int64(binary.LittleEndian.Uint64(h))
-	p.LogicalBytes = int64(binary.LittleEndian.Uint64(h[8:]))
-	count := int64(binary.LittleEndian.Uint32(h[16:]))
-	switch {
-	case p.FrameBytes < 4096 || p.FrameBytes > MaxChunkBytes || p.FrameBytes%4096 != 0:
-		return PackIndex{}, fmt.Errorf("pack index: frame_bytes %d is not a multiple of 4096 in 4 KiB..%d", p.FrameBytes, MaxChunkBytes)
-	case p.LogicalBytes <= 0 || count != (p.LogicalBytes+p.FrameBytes-1)/p.FrameBytes:
-		return PackIndex{}, fmt.Errorf("pack index: count %d does not cover logical_bytes %d", count, p.LogicalBytes)
+	p, count, err := decodePackHeader(data)
+	if err != nil {
+		return PackIndex{}, err
 	}
 	entries := data[packHeaderBytes:]
 	if string(data[:8]) == packMagicV2 {
-		var err error
 		if p.Ranges, entries, err = decodePackRanges(entries, p.LogicalBytes); err != nil {
 			return PackIndex{}, err
 		}
 	}
-	if int64(len(entries)) != count*packEntryBytes {
+	if uint64(len(entries)) != count*packEntryBytes {
 		return PackIndex{}, fmt.Errorf("pack index: %d bytes of frame entries, want %d for %d frames", len(entries), count*packEntryBytes, count)
 	}
 	p.Frames = make([]Frame, count)
@@ -151,6 +143,24 @@ func DecodePack(data []byte) (PackIndex, error) {
 	return p, nil
 }
 
+// decodePackHeader reads the header of an encoded pack index, which holds
+// one whole: the index's manifest digest, frame and logical sizes, and its
+// frame count. The sizes are unsigned: they are checked as stored.
+func decodePackHeader(data []byte) (p PackIndex, count uint64, err error) {
+	copy(p.ManifestSHA256[:], data[8:])
+	h := data[8+sha256.Size:]
+	frameBytes, logicalBytes := binary.LittleEndian.Uint64(h), binary.LittleEndian.Uint64(h[8:])
+	count = uint64(binary.LittleEndian.Uint32(h[16:]))
+	switch {
+	case frameBytes < 4096 || frameBytes > MaxChunkBytes || frameBytes%4096 != 0:
+		return p, 0, fmt.Errorf("pack index: frame_bytes %d is not a multiple of 4096 in 4 KiB..%d", frameBytes, MaxChunkBytes)
+	case logicalBytes == 0 || logicalBytes > math.MaxInt64 || count != logicalBytes/frameBytes+min(logicalBytes%frameBytes, 1):
+		return p, 0, fmt.Errorf("pack index: count %d does not cover logical_bytes %d", count, logicalBytes)
+	}
+	p.FrameBytes, p.LogicalBytes = int64(frameBytes), int64(logicalBytes)
+	return p, count, nil
+}
+
 // decodePackRanges reads a format-2 index's ranges from data and returns
 // them and the rest of data. The ranges must be page aligned, disjoint and
 // cover exactly logicalBytes.
@@ -166,10 +176,9 @@ func decodePackRanges(data []byte, logicalBytes int64) ([]PackRange, []byte, err
 	rs := make([]PackRange, n)
 	var total int64
 	for i := range rs {
-		e := data[int64(i)*packRangeBytes:]
-		r := PackRange{Offset: int64(binary.LittleEndian.Uint64(e)), Length: int64(binary.LittleEndian.Uint64(e[8:]))}
-		if r.Offset < 0 || r.Length <= 0 || r.Offset%4096 != 0 || r.Length%4096 != 0 || r.Length > logicalBytes {
-			return nil, nil, fmt.Errorf("pack index: range %d [%d, +%d) is not page aligned or out of range", i, r.Offset, r.Length)
+		r, err := decodePackRange(data[int64(i)*packRangeBytes:], logicalBytes)
+		if err != nil {
+			return nil, nil, fmt.Errorf("pack index: range %d: %w", i, err)
 		}
 		rs[i], total = r, total+r.Length
 	}
@@ -184,6 +193,20 @@ func decodePackRanges(data []byte, logicalBytes int64) ([]PackRange, []byte, err
 		}
 	}
 	return rs, data[n*packRangeBytes:], nil
+}
+
+// decodePackRange reads one stored range from e. Its fields are unsigned:
+// they are checked before they become int64s, so a value at or above 2^63
+// is refused as stored, and so is a range whose end passes the int64 range.
+func decodePackRange(e []byte, logicalBytes int64) (PackRange, error) {
+	off, length := binary.LittleEndian.Uint64(e), binary.LittleEndian.Uint64(e[8:])
+	switch {
+	case length == 0 || length%4096 != 0 || length > uint64(logicalBytes):
+		return PackRange{}, fmt.Errorf("length %d is not a page multiple in 4 KiB..logical_bytes %d", length, logicalBytes)
+	case off%4096 != 0 || off > math.MaxInt64-length:
+		return PackRange{}, fmt.Errorf("offset %d (length %d) is not page aligned or ends beyond %d", off, length, int64(math.MaxInt64))
+	}
+	return PackRange{Offset: int64(off), Length: int64(length)}, nil
 }
 
 // BuildPack compresses logical (the startup set's bytes in pack order)

@@ -224,8 +224,12 @@ func (d *Daemon) publishImport(ctx context.Context, req api.ImportRequest, in im
 	if errors.Is(err, repository.ErrAliasConflict) {
 		return nil, repository.Record{}, statusError(http.StatusConflict, "alias", err)
 	}
+	if fe := (*repository.FieldError)(nil); errors.As(err, &fe) && errors.Is(err, repository.ErrInvalidRequest) {
+		return nil, repository.Record{}, statusError(http.StatusBadRequest, fe.Field, err)
+	}
 	if errors.Is(err, repository.ErrInvalidRequest) {
-		return nil, repository.Record{}, statusError(http.StatusBadRequest, "", err)
+		// No field of the request is at fault: the daemon's own asking.
+		return nil, repository.Record{}, fmt.Errorf("import: %w", err)
 	}
 	if req.Link && errors.Is(err, syscall.EXDEV) {
 		// A hard link cannot cross file systems: the request's to change.
@@ -352,7 +356,7 @@ func (d *Daemon) createRestore(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ctx := r.Context()
-	inst, info, err := ops.Restore(ctx, d.node, req.Snapshot, opts)
+	inst, info, err := ops.Restore(ctx, d.node, req.Snapshot, opts, ops.JSONFields)
 	if se := (*ops.SnapshotError)(nil); errors.As(err, &se) {
 		return refError("snapshot", req.Snapshot, se.Err)
 	}

@@ -162,25 +162,43 @@ func DecodePageMap(data []byte) (*PageMap, error) {
 	if size > maxMemorySize || nd > room || nz > room-nd || uint64(len(data)) != pageMapHeader+runBytes*(nd+nz) {
 		return nil, fmt.Errorf("%w: %d bytes do not hold %d data and %d zero runs of a %d-byte memory", ErrBadPageMap, len(data), nd, nz, size)
 	}
-	m := &PageMap{MemorySize: int64(size), Data: decodeRuns(data[pageMapHeader:], nd)}
-	m.Zero = decodeRuns(data[pageMapHeader+runBytes*int(nd):], nz)
+	pages := size / PageBytes
+	data = data[pageMapHeader:]
+	m := &PageMap{MemorySize: int64(size)}
+	var err error
+	if m.Data, err = decodeRuns("data", data, nd, pages); err != nil {
+		return nil, err
+	}
+	if m.Zero, err = decodeRuns("zero", data[runBytes*nd:], nz, pages); err != nil {
+		return nil, err
+	}
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
-// decodeRuns reads n runs from b, which holds at least n. A field above
-// the int64 range becomes negative and fails Validate.
-func decodeRuns(b []byte, n uint64) []Run {
+// decodeRuns reads n runs of the named list from b, which holds at least
+// n. It checks each run's stored (unsigned) fields against the memory's
+// pages before they become int64s, so a field at or above 2^63 is refused
+// with the value stored rather than the negative number it would wrap to.
+func decodeRuns(list string, b []byte, n, pages uint64) ([]Run, error) {
 	if n == 0 {
-		return nil
+		return nil, nil
 	}
 	runs := make([]Run, n)
 	for i := range runs {
-		runs[i] = Run{First: int64(binary.LittleEndian.Uint64(b[i*runBytes:])), Count: int64(binary.LittleEndian.Uint64(b[i*runBytes+8:]))}
+		first := binary.LittleEndian.Uint64(b[i*runBytes:])
+		count := binary.LittleEndian.Uint64(b[i*runBytes+8:])
+		switch {
+		case first >= pages:
+			return nil, fmt.Errorf("%w: %s run %d: first page %d is not inside the memory's %d pages", ErrBadPageMap, list, i, first, pages)
+		case count > pages-first:
+			return nil, fmt.Errorf("%w: %s run %d: count %d from page %d passes the memory's %d pages", ErrBadPageMap, list, i, count, first, pages)
+		}
+		runs[i] = Run{First: int64(first), Count: int64(count)}
 	}
-	return runs
+	return runs, nil
 }
 
 // appendPage adds page to runs, which end before it, extending the last

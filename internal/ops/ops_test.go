@@ -134,7 +134,7 @@ func TestUnknownSnapshotIsASnapshotError(t *testing.T) {
 	ctx := context.Background()
 	n := &node.Node{Repo: openStore(t)}
 	var se *ops.SnapshotError
-	if _, _, err := ops.Restore(ctx, n, "nope", restore.Options{}); !errors.As(err, &se) || !errors.Is(err, repository.ErrNotFound) || se.Ref != "nope" {
+	if _, _, err := ops.Restore(ctx, n, "nope", restore.Options{}, ops.Flags); !errors.As(err, &se) || !errors.Is(err, repository.ErrNotFound) || se.Ref != "nope" {
 		t.Errorf("Restore of an unknown snapshot: %v", err)
 	}
 	if _, err := ops.RecordManifest(ctx, n, "nope", nil); !errors.As(err, &se) || !errors.Is(err, repository.ErrNotFound) {

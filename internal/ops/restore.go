@@ -13,9 +13,9 @@ import (
 )
 
 // ErrNoManifest is the error of a restore that asked to prefetch
-// (--prefetch on) a snapshot without a startup manifest: it was asked for
+// (prefetch on) a snapshot without a startup manifest: it was asked for
 // explicitly, so restoring on demand instead would hide the mistake.
-var ErrNoManifest = errors.New("--prefetch on: no startup manifest")
+var ErrNoManifest = errors.New("no startup manifest to prefetch")
 
 // SnapshotError is the error of an operation that could not look up or
 // resolve the snapshot Ref names (Err keeps the repository's sentinel),
@@ -47,14 +47,17 @@ func Resolve(ctx context.Context, repo repository.Repository, ref string) (resto
 
 // Restore restores the snapshot ref names on n with opts, hands what the
 // restore observed to n's learner, and describes the ready restore. The
-// caller holds the instance and stops it.
-func Restore(ctx context.Context, n *node.Node, ref string, opts restore.Options) (*restore.Instance, api.RestoreInfo, error) {
+// caller holds the instance and stops it; names says how it names the
+// request's fields (its errors name them so).
+func Restore(ctx context.Context, n *node.Node, ref string, opts restore.Options, names Names) (*restore.Instance, api.RestoreInfo, error) {
 	src, err := Resolve(ctx, n.Repo, ref)
 	if err != nil {
 		return nil, api.RestoreInfo{}, err
 	}
 	if opts.Prefetch == restore.ModeOn && src.Manifest == nil {
-		return nil, api.RestoreInfo{}, fmt.Errorf("%w: snapshot %s has none to prefetch: record one with `warmstart snapshot record-manifest %s` (publish records one in the background unless [manifest] record_after_publish = false), or restore with --prefetch auto or off", ErrNoManifest, ref, ref)
+		p := names.name("prefetch")
+		return nil, api.RestoreInfo{}, fmt.Errorf("%s %q: snapshot %s has no startup manifest: record one with `warmstart snapshot record-manifest %s` (publish records one in the background unless [manifest] record_after_publish = false), or restore with %s %q or %q: %w",
+			p, restore.ModeOn, ref, ref, p, restore.ModeAuto, restore.ModeOff, ErrNoManifest)
 	}
 	started := time.Now()
 	inst, err := n.Restorer.Restore(ctx, src, opts)

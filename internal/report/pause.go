@@ -16,8 +16,12 @@ func Paused(w io.Writer, r api.PauseResult) {
 		alias = " (" + r.Alias + ")"
 	}
 	flat := ""
-	if r.Flattened {
+	switch {
+	case r.Flattened:
 		flat = " (flattened: the chain's diff layers merged into one over its base)"
+	case r.Pages.Stored+r.Pages.Zero == 0:
+		// The child shares its parent's layers: its depth is the parent's.
+		flat = " (no layer of its own: no page differs from " + r.Parent + "'s)"
 	}
 	fmt.Fprintf(w, "snapshot %s%s: child of %s, depth %d%s\n", r.Snapshot, alias, r.Parent, r.Depth, flat)
 	fmt.Fprintf(w, "pages: %d changed, %d identical to the parent, %d zero, %d stored (%.1f MiB)\n",

@@ -29,6 +29,26 @@ var (
 	ErrUnreachable = errors.New("the store is unreachable")
 )
 
+// FieldError is an error (wrapping ErrInvalidRequest) that one field of
+// a publish request caused, named as an import request names it (the
+// Field constants), so that a caller can say which value to change.
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Err.Error() }
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// The fields a FieldError names: a publish request's alias, vm state and
+// memory files and layout.
+const (
+	FieldAlias   = "alias"
+	FieldVMState = "vm_state"
+	FieldMemory  = "memory"
+	FieldLayout  = "layout"
+)
+
 // AliasConflictError reports which snapshot holds the alias. It matches
 // ErrAliasConflict with errors.Is.
 type AliasConflictError struct {

@@ -224,30 +224,32 @@ type PublishSizes struct {
 // CheckPublish validates what every backend validates before importing:
 // the alias, that both files are regular files, and that the layout is
 // valid and describes a memory file of exactly the memory file's size.
+// Each error is a *FieldError naming the request field at fault.
 func CheckPublish(req PublishRequest) (PublishSizes, error) {
 	if req.Alias != "" {
 		if err := ValidateNewAlias(req.Alias); err != nil {
-			return PublishSizes{}, err
+			return PublishSizes{}, &FieldError{Field: FieldAlias, Err: err}
 		}
 	}
 	vmSize, err := regularFileSize(req.VMStatePath, "vm state")
 	if err != nil {
-		return PublishSizes{}, err
+		return PublishSizes{}, &FieldError{Field: FieldVMState, Err: err}
 	}
 	if vmSize == 0 {
 		// No VMM writes an empty state; restoring one fails only later.
-		return PublishSizes{}, fmt.Errorf("%w: vm state file %s is empty", ErrInvalidRequest, req.VMStatePath)
+		return PublishSizes{}, &FieldError{Field: FieldVMState, Err: fmt.Errorf("%w: vm state file %s is empty", ErrInvalidRequest, req.VMStatePath)}
 	}
 	memSize, err := regularFileSize(req.MemoryPath, "memory")
 	if err != nil {
-		return PublishSizes{}, err
+		return PublishSizes{}, &FieldError{Field: FieldMemory, Err: err}
 	}
 	if err := req.Layout.ValidateNew(); err != nil {
-		return PublishSizes{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		return PublishSizes{}, &FieldError{Field: FieldLayout, Err: fmt.Errorf("%w: %w", ErrInvalidRequest, err)}
 	}
 	if req.Layout.FileSize != memSize {
-		return PublishSizes{}, fmt.Errorf("%w: layout is for a %d-byte memory file but %s has %d bytes",
-			ErrInvalidRequest, req.Layout.FileSize, req.MemoryPath, memSize)
+		// The layout was made for the file's size: the file is what changed.
+		return PublishSizes{}, &FieldError{Field: FieldMemory, Err: fmt.Errorf("%w: layout is for a %d-byte memory file but %s has %d bytes",
+			ErrInvalidRequest, req.Layout.FileSize, req.MemoryPath, memSize)}
 	}
 	return PublishSizes{VMState: vmSize, Memory: memSize}, nil
 }

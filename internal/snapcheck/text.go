@@ -16,13 +16,31 @@ func WriteText(w io.Writer, r Report) error {
 	for _, p := range r.Problems {
 		fmt.Fprintf(bw, "  %s: %s\n", p.Kind, p.Message)
 	}
+	cols := columnsOf(r)
 	for _, a := range r.Artifacts {
-		writeArtifact(bw, a)
+		writeArtifact(bw, a, cols)
 	}
 	if c := r.Cache; c != nil {
-		fmt.Fprintf(bw, "  %-21s %-11s %d blocks (%d bytes) checked, %d evicted\n", "node cache", cacheStatus(*c), c.Blocks, c.Bytes, len(c.Evicted))
+		fmt.Fprintf(bw, "  %-*s %-*s %d blocks (%d bytes) checked, %d evicted\n", cols.name, cacheLine, cols.status, cacheStatus(*c), c.Blocks, c.Bytes, len(c.Evicted))
 	}
 	return bw.Flush()
+}
+
+// cacheLine names the node cache's line among the artifacts'.
+const cacheLine = "node cache"
+
+// columns are the widths of the name and status columns of a report's
+// artifact lines: at least the usual names' and statuses', wider when a
+// name is longer (a layer's "<owner id>/<file>"), so every line's status
+// and summary start in one column.
+type columns struct{ name, status int }
+
+func columnsOf(r Report) columns {
+	c := columns{name: 21, status: len(StatusNotChecked)}
+	for _, a := range r.Artifacts {
+		c.name, c.status = max(c.name, len(a.Name)), max(c.status, len(a.Status))
+	}
+	return c
 }
 
 func cacheStatus(c CacheReport) string {
@@ -54,8 +72,8 @@ func headline(r Report) string {
 	return "ok"
 }
 
-func writeArtifact(w io.Writer, a Artifact) {
-	fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("  %-21s %-11s %s", a.Name, a.Status, summary(a)), " "))
+func writeArtifact(w io.Writer, a Artifact, cols columns) {
+	fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("  %-*s %-*s %s", cols.name, a.Name, cols.status, a.Status, summary(a)), " "))
 	for _, p := range a.Problems {
 		fmt.Fprintf(w, "      %s: %s\n", p.Kind, p.Message)
 		if p.Kind == KindBadBlocks && a.Blocks != nil {

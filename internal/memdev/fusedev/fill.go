@@ -94,6 +94,14 @@ func (g *generation) fill(off int64, buf []byte) error {
 		g.served.mark(lo, hi-lo)
 		g.observers.served(memdev.Prefetch, lo, int(hi-lo), time.Since(began))
 		if errno := inode.WriteCache(lo, run); errno != 0 {
+			// Not stored: unmarked, so a later fill brings these pages
+			// (the guest meanwhile reads them on demand, with the right
+			// bytes); the event stays, erring towards "in time". The
+			// kernel refuses a store when it has no inode (no open file,
+			// so no read of these pages raced the mark) or the connection
+			// went; a read that did race a refusal loses its mark, which
+			// costs a later fill one more store of the same bytes.
+			g.served.unmark(lo, hi-lo)
 			return fmt.Errorf("fill %s [%d, %d): store in page cache: %w", g.name, lo, hi, errno)
 		}
 		lo = hi
@@ -117,6 +125,18 @@ func (s *pageSet) mark(off, n int64) {
 	for p := off / fillPageBytes; p <= (off+n-1)/fillPageBytes; p++ {
 		if w := p / 64; w < int64(len(s.words)) {
 			s.words[w].Or(1 << (p % 64))
+		}
+	}
+}
+
+// unmark clears every page overlapping [off, off+n).
+func (s *pageSet) unmark(off, n int64) {
+	if n <= 0 {
+		return
+	}
+	for p := off / fillPageBytes; p <= (off+n-1)/fillPageBytes; p++ {
+		if w := p / 64; w < int64(len(s.words)) {
+			s.words[w].And(^uint64(1 << (p % 64)))
 		}
 	}
 }

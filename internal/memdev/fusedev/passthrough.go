@@ -106,6 +106,13 @@ func (g *generation) readaheadLower(f *os.File, off, n int64) error {
 	if err != nil {
 		return fmt.Errorf("fill %s: %w", g.name, err)
 	}
+	// Heard of before the readahead, as a fill is before its store: the
+	// readahead puts the pages in the lower's page cache, where the
+	// guest's mapping finds them without a request, and a restore that
+	// reaches ready then must count them as brought in, not unused. A
+	// readahead refused after this leaves the event (as a refused store
+	// does): the guest then reads those pages through the kernel on demand.
+	g.observers.served(memdev.Prefetch, off, int(n), time.Since(began))
 	var rerr error
 	if err := rc.Control(func(fd uintptr) {
 		if _, _, e := unix.Syscall(unix.SYS_READAHEAD, fd, uintptr(off), uintptr(n)); e != 0 {
@@ -117,7 +124,6 @@ func (g *generation) readaheadLower(f *os.File, off, n int64) error {
 	if rerr != nil {
 		return fmt.Errorf("fill %s [%d, %d): readahead of the lower file: %w", g.name, off, off+n, rerr)
 	}
-	g.observers.served(memdev.Prefetch, off, int(n), time.Since(began))
 	return nil
 }
 
