@@ -16,8 +16,7 @@ func TestNodeCacheWarningsReachTheLog(t *testing.T) {
 	pub := chunkyRepo(t, "")
 	rec, _ := repotest.PublishInputs(t, pub, chunkyInputs(t, 23), "")
 	var logs logtest.Buffer
-	o := testOptions(t, server.Endpoint)
-	o.Prefix, o.ChunkBytes, o.BlockBytes = pub.keys.prefix, testChunkBytes, testChunkBytes
+	o := chunkyOptions(t, server.Endpoint, pub.keys.prefix)
 	o.CacheMaxBytes, o.Fill = 2*testChunkBytes, FillOptions{Disabled: true}
 	o.Log = slog.New(slog.NewTextHandler(&logs, nil))
 	rd := openMemory(t, openWith(t, o), rec.ID)

@@ -14,8 +14,7 @@ func TestBackgroundFillAfterReady(t *testing.T) {
 	pub := chunkyRepo(t, "")
 	rec, _ := repotest.PublishInputs(t, pub, chunkyInputs(t, 21), "")
 	for _, disabled := range []bool{false, true} {
-		o := testOptions(t, server.Endpoint)
-		o.Prefix, o.ChunkBytes, o.BlockBytes = pub.keys.prefix, testChunkBytes, testChunkBytes
+		o := chunkyOptions(t, server.Endpoint, pub.keys.prefix)
 		o.Fill = FillOptions{Disabled: disabled, Concurrency: 2, BitsPerSec: 1 << 30}
 		node := openWith(t, o)
 		res, err := node.Resolve(bg(), rec.ID)
@@ -43,18 +42,10 @@ func TestBackgroundFillAfterReady(t *testing.T) {
 func TestFillRequestsAreCountedApart(t *testing.T) {
 	pub := chunkyRepo(t, "")
 	rec, _ := repotest.PublishInputs(t, pub, chunkyInputs(t, 22), "")
-	o := testOptions(t, server.Endpoint)
-	o.Prefix, o.ChunkBytes, o.BlockBytes = pub.keys.prefix, testChunkBytes, testChunkBytes
+	o := chunkyOptions(t, server.Endpoint, pub.keys.prefix)
 	o.Fill = FillOptions{Concurrency: 2, BitsPerSec: 1 << 30}
 	node := openWith(t, o)
-	res, err := node.Resolve(bg(), rec.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd, err := res.Memory.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, rd := resolveMemory(t, node, rec.ID)
 	defer rd.Close()
 	before := node.RequestStats()
 	if _, err := rd.ReadAt(make([]byte, 4096), 0); err != nil {
@@ -79,8 +70,7 @@ func TestFillHoldsItsRate(t *testing.T) {
 	const bitsPerSec = 1 << 20 // 128 KiB/s: the 8 blocks take about 1 s
 	pub := chunkyRepo(t, "")
 	rec, _ := repotest.PublishInputs(t, pub, chunkyInputs(t, 23), "")
-	o := testOptions(t, server.Endpoint)
-	o.Prefix, o.ChunkBytes, o.BlockBytes = pub.keys.prefix, testChunkBytes, testChunkBytes
+	o := chunkyOptions(t, server.Endpoint, pub.keys.prefix)
 	o.Fill = FillOptions{Concurrency: 4, BitsPerSec: bitsPerSec}
 	node := openWith(t, o)
 	res, err := node.Resolve(bg(), rec.ID)

@@ -65,11 +65,7 @@ func TestParentQuarantinedWhilePauseInFlight(t *testing.T) {
 		base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
 		built, _ := repotest.BuildLayer(t, base.Memory, repotest.Change{Pages: []int64{1}})
 		nodeA.afterMarker = func(string) { quarantine(t, nodeB, base.Record.ID) }
-		lease, err := nodeA.BeginCapture(bg())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lease.End()
+		lease := beginCapture(t, nodeA)
 		if _, err := nodeA.PublishLayer(bg(), lease, repotest.LayerRequest(t, base.Record, built, "")); err == nil {
 			t.Fatal("a child was published over a quarantined parent")
 		}
