@@ -17,9 +17,7 @@ import (
 func TestParentDeletedWhilePauseInFlight(t *testing.T) {
 	for _, point := range LayerFaultPoints {
 		t.Run(point, func(t *testing.T) {
-			nodeA := chunkyRepo(t, "")
-			nodeB := chunkyRepo(t, nodeA.keys.prefix)
-			base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
+			nodeA, nodeB, base := twoNodesOverABase(t)
 			var delErr error
 			tried := false
 			nodeA.layerFault = func(p string) {
@@ -60,9 +58,7 @@ func TestParentQuarantinedWhilePauseInFlight(t *testing.T) {
 		}
 	}
 	t.Run("before the owner read", func(t *testing.T) {
-		nodeA := chunkyRepo(t, "")
-		nodeB := chunkyRepo(t, nodeA.keys.prefix)
-		base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
+		nodeA, nodeB, base := twoNodesOverABase(t)
 		built, _ := repotest.BuildLayer(t, base.Memory, repotest.Change{Pages: []int64{1}})
 		nodeA.afterMarker = func(string) { quarantine(t, nodeB, base.Record.ID) }
 		lease := beginCapture(t, nodeA)
@@ -78,9 +74,7 @@ func TestParentQuarantinedWhilePauseInFlight(t *testing.T) {
 	})
 	for _, point := range []string{FaultLayerAfterArtifacts, FaultLayerBeforeRecord} {
 		t.Run("at "+point, func(t *testing.T) {
-			nodeA := chunkyRepo(t, "")
-			nodeB := chunkyRepo(t, nodeA.keys.prefix)
-			base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
+			nodeA, nodeB, base := twoNodesOverABase(t)
 			nodeA.layerFault = func(p string) {
 				if p == point {
 					quarantine(t, nodeB, base.Record.ID)

@@ -9,6 +9,7 @@ import (
 
 	"warmstart/internal/config"
 	"warmstart/internal/lab/miniotest"
+	"warmstart/internal/layers"
 	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
@@ -119,4 +120,35 @@ func patchBlocksKeepingCRC(t *testing.T, pattern, what string) {
 			repotest.PatchKeepingCRC(t, f, off)
 		}
 	}
+}
+
+// retiringChain is what the tests of a flatten that retires a layer start
+// from: two nodes on one prefix, a base and its child mid published on A,
+// the name of mid's own layer (the one a flatten of mid retires), and a
+// layer built over mid for a grandchild with the memory it gives.
+type retiringChain struct {
+	nodeA, nodeB *Repo
+	base, mid    repotest.Lineage
+	retired      string
+	built        *layers.Built
+	childMem     []byte
+}
+
+func newRetiringChain(t *testing.T) retiringChain {
+	t.Helper()
+	var c retiringChain
+	c.nodeA, c.nodeB, c.base = twoNodesOverABase(t)
+	c.mid = repotest.PublishChild(t, c.nodeA, c.base, repotest.Change{Pages: []int64{1, 5}}, "")
+	c.retired = c.mid.Record.MemoryLayers[len(c.mid.Record.MemoryLayers)-1].Name
+	c.built, c.childMem = repotest.BuildLayer(t, c.mid.Memory, repotest.Change{Pages: []int64{2, 5}})
+	return c
+}
+
+// twoNodesOverABase opens two nodes on one fresh prefix, each with a
+// cache of its own, and publishes a base of eight chunks on the first.
+func twoNodesOverABase(t *testing.T) (nodeA, nodeB *Repo, base repotest.Lineage) {
+	t.Helper()
+	nodeA = chunkyRepo(t, "")
+	nodeB = chunkyRepo(t, nodeA.keys.prefix)
+	return nodeA, nodeB, repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
 }
