@@ -39,14 +39,7 @@ func TestImportCutByShutdownIs503(t *testing.T) {
 		imported <- err
 	}()
 	waitForTempMemory(t, filepath.Join(f.dir, "store", "snapshots"))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := d.Shutdown(ctx); err != nil {
-		t.Errorf("shutdown: %v", err)
-	}
-	if err := <-served; err != nil {
-		t.Errorf("serve: %v", err)
-	}
+	shutDown(t, d, served)
 	err := <-imported
 	var ae *api.APIError
 	if !errors.As(err, &ae) || ae.StatusCode != http.StatusServiceUnavailable {

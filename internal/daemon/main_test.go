@@ -310,14 +310,7 @@ func startDaemon(t *testing.T, f *fixture, tweak func(*daemon.Options)) *running
 	r := &running{d: d, client: client, log: sink}
 	t.Cleanup(func() {
 		r.client.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := d.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
-		}
+		shutDown(t, d, served)
 		if t.Failed() {
 			sink.dump(t)
 		}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"warmstart/internal/api"
 	"warmstart/internal/config"
@@ -243,4 +244,18 @@ func serveInBackground(t *testing.T, opts daemon.Options) (*daemon.Daemon, <-cha
 	served := make(chan error, 1)
 	go func() { served <- d.Serve() }()
 	return d, served
+}
+
+// shutDown shuts d down, allowing it a minute, and checks that it and its
+// Serve (whose result served gets) ended without an error.
+func shutDown(t *testing.T, d *daemon.Daemon, served <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := d.Shutdown(ctx); err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
+	if err := <-served; err != nil {
+		t.Errorf("serve: %v", err)
+	}
 }
