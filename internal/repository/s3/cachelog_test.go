@@ -6,15 +6,13 @@ import (
 	"testing"
 
 	"warmstart/internal/logtest"
-	"warmstart/internal/repository/repotest"
 )
 
 // TestNodeCacheWarningsReachTheLog: the node cache's warnings reach
 // Options.Log; here a bound smaller than a snapshot being read, which
 // makes every later read fetch again.
 func TestNodeCacheWarningsReachTheLog(t *testing.T) {
-	pub := chunkyRepo(t, "")
-	rec, _ := repotest.PublishInputs(t, pub, chunkyInputs(t, 23), "")
+	pub, rec := chunkyPublisher(t, 23)
 	var logs logtest.Buffer
 	o := chunkyOptions(t, server.Endpoint, pub.keys.prefix)
 	o.CacheMaxBytes, o.Fill = 2*testChunkBytes, FillOptions{Disabled: true}

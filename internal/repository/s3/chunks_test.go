@@ -135,8 +135,7 @@ func resolveMemory(t testing.TB, node *Repo, id string) (repository.Resolved, me
 
 // TestZeroChunkNeedsNoRequest: a cold node reads a zero chunk without a GET.
 func TestZeroChunkNeedsNoRequest(t *testing.T) {
-	pub := chunkyRepo(t, "")
-	rec, _ := repotest.PublishInputs(t, pub, chunkyInputs(t, 2), "")
+	pub, rec := chunkyPublisher(t, 2)
 	node := chunkyRepo(t, pub.keys.prefix)
 	rd := openMemory(t, node, rec.ID)
 	before := node.RequestStats()

@@ -3,16 +3,13 @@ package s3
 import (
 	"testing"
 	"time"
-
-	"warmstart/internal/repository/repotest"
 )
 
 // TestBackgroundFillAfterReady: once a restore of a snapshot is ready, the
 // rest of its memory comes into the node cache by itself, unless the fill
 // is turned off.
 func TestBackgroundFillAfterReady(t *testing.T) {
-	pub := chunkyRepo(t, "")
-	rec, _ := repotest.PublishInputs(t, pub, chunkyInputs(t, 21), "")
+	pub, rec := chunkyPublisher(t, 21)
 	for _, disabled := range []bool{false, true} {
 		o := chunkyOptions(t, server.Endpoint, pub.keys.prefix)
 		o.Fill = FillOptions{Disabled: disabled, Concurrency: 2, BitsPerSec: 1 << 30}
@@ -40,8 +37,7 @@ func TestBackgroundFillAfterReady(t *testing.T) {
 // be told from the fill that its ready started (on a loaded node the fill
 // fetches before the restore's caller reads the counts).
 func TestFillRequestsAreCountedApart(t *testing.T) {
-	pub := chunkyRepo(t, "")
-	rec, _ := repotest.PublishInputs(t, pub, chunkyInputs(t, 22), "")
+	pub, rec := chunkyPublisher(t, 22)
 	o := chunkyOptions(t, server.Endpoint, pub.keys.prefix)
 	o.Fill = FillOptions{Concurrency: 2, BitsPerSec: 1 << 30}
 	node := openWith(t, o)
@@ -68,8 +64,7 @@ func TestFillRequestsAreCountedApart(t *testing.T) {
 // once, come in no faster than [backend.s3] background_fill_mbit allows.
 func TestFillHoldsItsRate(t *testing.T) {
 	const bitsPerSec = 1 << 20 // 128 KiB/s: the 8 blocks take about 1 s
-	pub := chunkyRepo(t, "")
-	rec, _ := repotest.PublishInputs(t, pub, chunkyInputs(t, 23), "")
+	pub, rec := chunkyPublisher(t, 23)
 	o := chunkyOptions(t, server.Endpoint, pub.keys.prefix)
 	o.Fill = FillOptions{Concurrency: 4, BitsPerSec: bitsPerSec}
 	node := openWith(t, o)

@@ -152,3 +152,13 @@ func twoNodesOverABase(t *testing.T) (nodeA, nodeB *Repo, base repotest.Lineage)
 	nodeB = chunkyRepo(t, nodeA.keys.prefix)
 	return nodeA, nodeB, repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
 }
+
+// chunkyPublisher opens a node with chunkyOptions on a fresh prefix and
+// publishes chunkyInputs(seed) on it, for the tests of what other nodes
+// on that prefix read of the snapshot.
+func chunkyPublisher(t *testing.T, seed uint64) (*Repo, repository.Record) {
+	t.Helper()
+	pub := chunkyRepo(t, "")
+	rec, _ := repotest.PublishInputs(t, pub, chunkyInputs(t, seed), "")
+	return pub, rec
+}
