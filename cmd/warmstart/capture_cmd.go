@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"warmstart/internal/cli"
+	"warmstart/internal/config"
 	"warmstart/internal/interrupt"
 	"warmstart/internal/ops"
 	"warmstart/internal/recorder"
@@ -66,7 +67,7 @@ record does not keep it).`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.vf.Kind, "vmm", "qemu", "VMM driver that boots and captures the guest: qemu or firecracker")
+	fl.StringVar(&f.vf.Kind, "vmm", config.DriverQEMU, "VMM driver that boots and captures the guest: qemu or firecracker")
 	fl.StringVar(&f.alias, "alias", "", "bind this alias to the new snapshot")
 	fl.StringVar(&f.agent, "agent", "", "prebuilt warmstart-agent binary for the QEMU guest (default: build it from the module source)")
 	fl.StringVar(&f.vf.AgentWorkload, "agent-workload", "", "the QEMU guest agent's resume workload, e.g. heap_mib=40,pool_mib=24,pool_fraction=0.33 (default: [qemu] agent_workload)")

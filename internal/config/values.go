@@ -6,13 +6,14 @@ import (
 	"warmstart/internal/prefetch"
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
+	"warmstart/internal/vmm"
 )
 
 // The values of the enumerated settings a restore is made of, as the
 // configuration names them. Those whose meaning a package below gives
 // (memdev's device kinds and I/O engines, restore's policies, the prefetch
-// engine's default readers) are that package's, named here under the
-// configuration's name; the VMM drivers have their one home here.
+// engine's default readers, the VMM drivers' keys) are that package's, named
+// here under the configuration's name.
 
 // Memory devices ([memory] device; restore's --device; the API's device).
 const (
@@ -75,11 +76,14 @@ const (
 	// DriverAuto is the VMM this host can run: Firecracker where its
 	// binary is installed and KVM boots guests, else QEMU where it is
 	// installed (node.ResolveDriver decides).
-	DriverAuto        = "auto"
-	DriverReplay      = "replay"
-	DriverFirecracker = "firecracker"
-	DriverQEMU        = "qemu"
+	DriverAuto = "auto"
+	// The drivers themselves are package vmm's keys (vmm.Drivers), named
+	// here under the configuration's name.
+	DriverReplay      = vmm.DriverReplay
+	DriverFirecracker = vmm.DriverFirecracker
+	DriverQEMU        = vmm.DriverQEMU
 )
 
-// Drivers lists the VMM drivers.
-func Drivers() []string { return []string{DriverAuto, DriverReplay, DriverFirecracker, DriverQEMU} }
+// Drivers lists the VMM drivers: auto, then every driver package vmm
+// names, in its order.
+func Drivers() []string { return append([]string{DriverAuto}, vmm.Drivers()...) }

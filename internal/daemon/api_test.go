@@ -239,10 +239,7 @@ func TestImportRecordsInBackground(t *testing.T) {
 	r := startDaemon(t, f, nil)
 	ctx := context.Background()
 	attached := r.log.logged("startup manifest attached")
-	imp, err := r.client.Import(ctx, f.importRequest(""))
-	if err != nil {
-		t.Fatal(err)
-	}
+	imp := r.importAs(t, f, "")
 	if !imp.Recording {
 		t.Fatal("import did not start recording")
 	}

@@ -213,12 +213,7 @@ func TestSecondDaemonOnARuntimeDirFailsAtOnce(t *testing.T) {
 // long, and SIGTERM's ordered shutdown completes within 10 s regardless.
 func TestTricklingClientDoesNotDelayShutdown(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
-	d, err := daemon.New(f.options(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- d.Serve() }()
+	d, served := serveInBackground(t, f.options(t))
 	conn, err := net.Dial("unix", d.Endpoint())
 	if err != nil {
 		t.Fatal(err)

@@ -22,10 +22,7 @@ func TestBadInput(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
 	r := startDaemon(t, f, nil)
 	ctx := context.Background()
-	imp, err := r.client.Import(ctx, f.importRequest("taken"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	imp := r.importAs(t, f, "taken")
 	hc := rawClient(t, f.cfg.Daemon.Socket)
 	var cases []badRequest
 	cases = append(cases, lookupBadRequests(imp.ID)...)
@@ -243,10 +240,7 @@ func checkBadRequest(t *testing.T, hc *http.Client, tc badRequest) {
 func TestRecordRouteWithEscapedColon(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
 	r := startDaemon(t, f, nil)
-	imp, err := r.client.Import(context.Background(), f.importRequest(""))
-	if err != nil {
-		t.Fatal(err)
-	}
+	imp := r.importAs(t, f, "")
 	hc := rawClient(t, f.cfg.Daemon.Socket)
 	resp, err := hc.Post(fmt.Sprintf("http://warmstart/snapshots/%s/manifest%%3Arecord", imp.ID), "application/json", nil)
 	if err != nil {

@@ -15,10 +15,7 @@ func TestListShowsDamagedRecords(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
 	r := startDaemon(t, f, nil)
 	ctx := context.Background()
-	imp, err := r.client.Import(ctx, f.importRequest("ref"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	imp := r.importAs(t, f, "ref")
 	logged := r.log.logged("damaged catalog entry")
 	repotest.FlipBytes(t, filepath.Join(f.cfg.Backend.PosixFS.SnapshotStore, "catalog", "records", imp.ID+".json"), 0)
 
@@ -43,9 +40,7 @@ func TestListShowsDamagedRecords(t *testing.T) {
 func TestStartLogsDamagedEntries(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
 	first := startDaemon(t, f, nil)
-	if _, err := first.client.Import(context.Background(), f.importRequest("ref")); err != nil {
-		t.Fatal(err)
-	}
+	first.importAs(t, f, "ref")
 	first.d.Shutdown(context.Background())
 	repotest.FlipBytes(t, filepath.Join(f.cfg.Backend.PosixFS.SnapshotStore, "catalog", "aliases", "ref"), 0)
 

@@ -7,13 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
 	"warmstart/internal/api"
-	"warmstart/internal/daemon"
 	"warmstart/internal/pause"
 )
 
@@ -44,14 +42,9 @@ func pauseWithStagingFull(t *testing.T, step string) {
 	}
 	mountOrSkip(t, disk, filepath.Join(run, "daemon"), "", unix.MS_BIND, "")
 	filler := filepath.Join(run, "filler")
-	var once sync.Once
-	daemon.SetPauseStepHook(t, func(_ context.Context, _, s string) {
-		if s == step {
-			once.Do(func() {
-				if err := fillUp(filler); err != nil {
-					t.Errorf("fill the staging file system: %v", err)
-				}
-			})
+	onFirstPauseAt(t, step, func() {
+		if err := fillUp(filler); err != nil {
+			t.Errorf("fill the staging file system: %v", err)
 		}
 	})
 	r, imp, in := pausableRestore(t, f, nil)

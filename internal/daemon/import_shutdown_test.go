@@ -12,7 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"warmstart/internal/api"
-	"warmstart/internal/daemon"
 )
 
 // An import that shutdown cuts short answers 503 (the daemon is shutting
@@ -31,12 +30,7 @@ func TestImportCutByShutdownIs503(t *testing.T) {
 	}
 	opts := f.options(t)
 	opts.ShutdownGrace = 50 * time.Millisecond
-	d, err := daemon.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- d.Serve() }()
+	d, served := serveInBackground(t, opts)
 	client := api.NewClient(d.Endpoint())
 	defer client.Close()
 	imported := make(chan error, 1)
@@ -45,15 +39,8 @@ func TestImportCutByShutdownIs503(t *testing.T) {
 		imported <- err
 	}()
 	waitForTempMemory(t, filepath.Join(f.dir, "store", "snapshots"))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := d.Shutdown(ctx); err != nil {
-		t.Errorf("shutdown: %v", err)
-	}
-	if err := <-served; err != nil {
-		t.Errorf("serve: %v", err)
-	}
-	err = <-imported
+	shutDown(t, d, served)
+	err := <-imported
 	var ae *api.APIError
 	if !errors.As(err, &ae) || ae.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("import cut by shutdown: %v, want HTTP 503", err)

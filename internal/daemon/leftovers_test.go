@@ -25,9 +25,7 @@ import (
 func TestRestoreOfAClientThatLeftIsStopped(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
 	r := startDaemon(t, f, nil)
-	if _, err := r.client.Import(context.Background(), f.importRequest("left")); err != nil {
-		t.Fatal(err)
-	}
+	r.importAs(t, f, "left")
 	ctx, cancel := context.WithCancel(context.Background())
 	daemon.SetRestoreReadyHook(t, func(request context.Context) {
 		cancel()
@@ -84,9 +82,7 @@ func TestRestoreCancelledByItsClientIsNoServerError(t *testing.T) {
 	}
 	f.writeConfig(t, fixtureOptions{trace: slow})
 	r := startDaemon(t, f, nil)
-	if _, err := r.client.Import(context.Background(), f.importRequest("gone")); err != nil {
-		t.Fatal(err)
-	}
+	r.importAs(t, f, "gone")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

@@ -165,28 +165,10 @@ record_after_publish = %t
 on_restore = true
 [backend.posix_fs]
 snapshot_store = %q
-[memory]
-fuse_mount = %q
-[runtime]
-dir = %q
-[daemon]
-socket = %q
-import_dirs = [%q]
-[vmm]
-driver = "replay"
-[replay]
-trace = %q
-%s
-`, o.recordOnPublish, filepath.Join(f.dir, "store"), filepath.Join(f.dir, "mnt"), filepath.Join(f.dir, "run"),
-		filepath.Join(f.dir, cmp.Or(o.socket, "d.sock")), f.dir, o.trace, o.trust)
+`, o.recordOnPublish, filepath.Join(f.dir, "store")) +
+		nodeSections(f.dir, filepath.Join(f.dir, cmp.Or(o.socket, "d.sock")), f.dir, o.trace, o.trust)
 	f.cfgPath = filepath.Join(f.dir, "warmstart.toml")
-	if err := os.WriteFile(f.cfgPath, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var err error
-	if f.cfg, err = config.Load(f.cfgPath); err != nil {
-		t.Fatal(err)
-	}
+	f.cfg = writeAndLoadConfig(t, f.cfgPath, text)
 }
 
 // importRequest imports the reference snapshot under alias.
@@ -316,12 +298,7 @@ func startDaemon(t *testing.T, f *fixture, tweak func(*daemon.Options)) *running
 	if tweak != nil {
 		tweak(&opts)
 	}
-	d, err := daemon.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- d.Serve() }()
+	d, served := serveInBackground(t, opts)
 	client := api.NewClient(d.Endpoint())
 	if opts.Listen != "" {
 		token, err := api.ReadToken(f.cfg.DaemonTokenFile())
@@ -333,14 +310,7 @@ func startDaemon(t *testing.T, f *fixture, tweak func(*daemon.Options)) *running
 	r := &running{d: d, client: client, log: sink}
 	t.Cleanup(func() {
 		r.client.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := d.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
-		}
+		shutDown(t, d, served)
 		if t.Failed() {
 			sink.dump(t)
 		}

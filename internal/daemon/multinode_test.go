@@ -82,28 +82,10 @@ access_key_id = %q
 secret_access_key = %q
 cache_dir = %q
 cache_max_size_gb = 1
-[memory]
-fuse_mount = %q
-[runtime]
-dir = %q
-[daemon]
-socket = %q
-import_dirs = [%q]
-[vmm]
-driver = "replay"
-[replay]
-trace = %q
-%s
-`, c.recordOnPublish, endpoint, clusterBucket, miniotest.AccessKey, miniotest.SecretKey, filepath.Join(dir, "cache"),
-		filepath.Join(dir, "mnt"), filepath.Join(dir, "run"), filepath.Join(dir, "d.sock"), c.f.dir, c.f.ref.Trace, c.trust[name])
+`, c.recordOnPublish, endpoint, clusterBucket, miniotest.AccessKey, miniotest.SecretKey, filepath.Join(dir, "cache")) +
+		nodeSections(dir, filepath.Join(dir, "d.sock"), c.f.dir, c.f.ref.Trace, c.trust[name])
 	path := filepath.Join(dir, "warmstart.toml")
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeAndLoadConfig(t, path, text)
 	return path, cfg
 }
 

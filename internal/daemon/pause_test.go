@@ -6,14 +6,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 
 	"warmstart/internal/api"
 	"warmstart/internal/daemon"
 	"warmstart/internal/pause"
-	"warmstart/internal/trace"
 	"warmstart/internal/vmm"
 	"warmstart/internal/vmm/replay"
 )
@@ -42,36 +40,19 @@ func TestPauseEndpointPublishesChildren(t *testing.T) {
 	vm.stamp.Store(stamp)
 	// The first pause to reach publish finds its alias taken meanwhile.
 	var r *running
-	var bindOnce sync.Once
-	daemon.SetPauseStepHook(t, func(_ context.Context, _, step string) {
-		if step == pause.StepPublish {
-			bindOnce.Do(func() {
-				if _, err := r.client.Import(context.Background(), f.importRequest("late")); err != nil {
-					t.Error(err)
-				}
-			})
+	onFirstPauseAt(t, pause.StepPublish, func() {
+		if _, err := r.client.Import(context.Background(), f.importRequest("late")); err != nil {
+			t.Error(err)
 		}
 	})
 	r = startDaemon(t, f, func(o *daemon.Options) { o.VMM = vm })
 	ctx := context.Background()
-	imp, err := r.client.Import(ctx, f.importRequest("base"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	imp := r.importAs(t, f, "base")
 	in, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: imp.ID, Pausable: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries, err := trace.ReadFile(f.ref.Trace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	written := map[int64]bool{}
-	for _, e := range entries {
-		if e.Write {
-			written[e.Offset] = true
-		}
-	}
+	entries, written := tracedWrites(t, f.ref.Trace)
 	if len(written) == 0 {
 		t.Fatal("the reference trace writes no page")
 	}
@@ -106,16 +87,7 @@ func TestPauseEndpointPublishesChildren(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"kid", second.Snapshot} {
-		child, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: id})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := r.client.StopRestore(ctx, child.ID); err != nil {
-			t.Fatal(err)
-		}
-		if child.Ready.SHA256 != want {
-			t.Fatalf("restore of %s read hash %s, want %s (the parent's memory with the stamped pages)", id, child.Ready.SHA256, want)
-		}
+		restoreReadsHash(t, r, id, want)
 	}
 }
 

@@ -3,7 +3,6 @@ package daemon_test
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"io"
 	"net/http"
@@ -11,22 +10,19 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 
 	"warmstart/internal/api"
-	"warmstart/internal/daemon"
 	"warmstart/internal/ops"
 	"warmstart/internal/pause"
 	"warmstart/internal/repository"
 	"warmstart/internal/snapcheck"
-	"warmstart/internal/trace"
-	"warmstart/internal/vmm/replay"
+
+	"warmstart/internal/repository/posixfs"
 
 	"golang.org/x/sys/unix"
-	"warmstart/internal/repository/posixfs"
 )
 
 // rawPause posts body to the pause endpoint of restore id and returns
@@ -102,9 +98,7 @@ func TestPauseBadInputIsTheClients(t *testing.T) {
 // every later pause; never a published child whose parent is gone.
 func TestDeleteParentDuringAPause(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
-	held := holdPause(t, pause.StepPublish)
-	r, imp, in := pausableRestore(t, f, nil)
-	t.Cleanup(held.let)
+	held, r, imp, in := heldPausableRestore(t, f, nil)
 	ctx := context.Background()
 	paused := goPause(r, in.ID, api.PauseRequest{Alias: "kid"})
 	<-held.reached
@@ -132,9 +126,7 @@ func TestDeleteParentDuringAPause(t *testing.T) {
 // never a child naming a layer that is gone.
 func TestFlattenParentDuringAPause(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
-	held := holdPause(t, pause.StepPublish)
-	r, _, in := pausableRestore(t, f, nil)
-	t.Cleanup(held.let)
+	held, r, _, in := heldPausableRestore(t, f, nil)
 	ctx := context.Background()
 	first := goPause(r, in.ID, api.PauseRequest{Alias: "kid", Then: api.ThenStop})
 	<-held.reached
@@ -184,16 +176,11 @@ func TestFlattenParentDuringAPause(t *testing.T) {
 // leave nothing in the staging directory.
 func TestPauseChainAttacks(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
-	vm := &stampedVMM{trace: f.ref.Trace}
-	vm.stamp.Store(0x5eed)
-	r := startDaemon(t, f, func(o *daemon.Options) { o.VMM = vm })
+	r, vm, imp := stampingDaemon(t, f, nil)
 	ctx := context.Background()
-	imp, err := r.client.Import(ctx, f.importRequest("base"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ins [2]api.RestoreInfo
 	for i := range ins {
+		var err error
 		if ins[i], err = r.client.Restore(ctx, api.RestoreRequest{Snapshot: imp.ID, Pausable: true}); err != nil {
 			t.Fatal(err)
 		}
@@ -290,23 +277,16 @@ func TestPauseWithStagingFull(t *testing.T) {
 			}
 		}
 	})
-	var once sync.Once
-	daemon.SetPauseStepHook(t, func(_ context.Context, _, step string) {
-		if step != pause.StepPause {
+	onFirstPauseAt(t, pause.StepPause, func() {
+		dir := pauseStaging(t, f)
+		if dir == "" {
 			return
 		}
-		once.Do(func() {
-			dirs, err := filepath.Glob(filepath.Join(f.cfg.Runtime.Dir, "pause-*"))
-			if err != nil || len(dirs) != 1 {
-				t.Errorf("staging: %v, %v", dirs, err)
-				return
-			}
-			if err := unix.Mount("tmpfs", dirs[0], "tmpfs", 0, "size=8k"); err != nil {
-				t.Errorf("mount a tiny tmpfs: %v", err)
-				return
-			}
-			mounted = append(mounted, dirs[0])
-		})
+		if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=8k"); err != nil {
+			t.Errorf("mount a tiny tmpfs: %v", err)
+			return
+		}
+		mounted = append(mounted, dir)
 	})
 	r, imp, in := pausableRestore(t, f, nil)
 	ctx := context.Background()
@@ -334,21 +314,12 @@ func TestPauseWithStagingFull(t *testing.T) {
 // rather than publish a child without them.
 func TestPauseWithStagingRemoved(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
-	var once sync.Once
-	daemon.SetPauseStepHook(t, func(_ context.Context, _, step string) {
-		if step != pause.StepLayer {
-			return
-		}
-		once.Do(func() {
-			dirs, err := filepath.Glob(filepath.Join(f.cfg.Runtime.Dir, "pause-*"))
-			if err != nil || len(dirs) != 1 {
-				t.Errorf("staging: %v, %v", dirs, err)
-				return
-			}
-			if err := os.RemoveAll(dirs[0]); err != nil {
+	onFirstPauseAt(t, pause.StepLayer, func() {
+		if dir := pauseStaging(t, f); dir != "" {
+			if err := os.RemoveAll(dir); err != nil {
 				t.Error(err)
 			}
-		})
+		}
 	})
 	r, _, in := pausableRestore(t, f, nil)
 	ctx := context.Background()
@@ -370,24 +341,9 @@ func TestPauseWithStagingRemoved(t *testing.T) {
 // the next pauses build over it. Every child's memory is compared page by
 // page with the chain's, every child verifies.
 func TestPauseAtMaxDepthOneOverAFlattenedChain(t *testing.T) {
-	f := newFixture(t, fixtureOptions{})
-	f.cfg.Pause.MaxDepth = 1
-	vm := &chainVMM{}
-	vm.set(f.ref.Trace, 0)
-	r := startDaemon(t, f, func(o *daemon.Options) { o.VMM = vm })
+	c := newPauseChain(t, 1)
+	f, vm, mem, imp := c.f, c.vm, c.mem, c.base
 	ctx := context.Background()
-	ref, err := trace.ReadFile(f.ref.Trace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem, err := os.ReadFile(f.ref.Memory)
-	if err != nil {
-		t.Fatal(err)
-	}
-	imp, err := r.client.Import(ctx, f.importRequest("base"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	repo, err := posixfs.Open(f.cfg.Backend.PosixFS.SnapshotStore, posixfs.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -398,25 +354,12 @@ func TestPauseAtMaxDepthOneOverAFlattenedChain(t *testing.T) {
 		flat  bool
 	}{1: {1, false}, 2: {1, true}, 3: {1, false}, 4: {1, true}}
 	for k := 1; k <= 4; k++ {
-		path, written := generationTrace(t, f.dir, ref, k)
-		stamp := uint64(0x2000 + k)
-		vm.set(path, stamp)
-		in, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: ids[k-1], Pausable: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := r.client.Pause(ctx, in.ID, api.PauseRequest{Then: api.ThenStop})
-		if err != nil {
-			t.Fatalf("pause %d: %v", k, err)
-		}
+		g := c.pauseGeneration(t, ids[k-1], mems[k-1], k, uint64(0x2000+k))
+		res := g.res
 		if w := want[k]; res.Parent != ids[k-1] || res.Depth != w.depth || res.Flattened != w.flat {
 			t.Fatalf("pause %d: %+v; want a child of %s at depth %d (flattened %t)", k, res, ids[k-1], w.depth, w.flat)
 		}
-		next := bytes.Clone(mems[k-1])
-		for _, off := range written {
-			binary.LittleEndian.PutUint64(next[off:], replay.StampOf(stamp, off))
-		}
-		ids, mems = append(ids, res.Snapshot), append(mems, next)
+		ids, mems = append(ids, res.Snapshot), append(mems, g.mem)
 		if k == 2 {
 			// Flatten the second child whole: the third pause is of a
 			// restore of a plain memory that has a parent.
@@ -474,18 +417,13 @@ func TestVMMKilledDuringAPause(t *testing.T) {
 		t.Run(step, func(t *testing.T) {
 			f := newFixture(t, fixtureOptions{})
 			var pid atomic.Int64
-			var once sync.Once
-			daemon.SetPauseStepHook(t, func(_ context.Context, _, s string) {
-				if s == step {
-					once.Do(func() {
-						p, err := os.FindProcess(int(pid.Load()))
-						if err == nil {
-							err = p.Signal(syscall.SIGKILL)
-						}
-						if err != nil {
-							t.Errorf("kill the VMM: %v", err)
-						}
-					})
+			onFirstPauseAt(t, step, func() {
+				p, err := os.FindProcess(int(pid.Load()))
+				if err == nil {
+					err = p.Signal(syscall.SIGKILL)
+				}
+				if err != nil {
+					t.Errorf("kill the VMM: %v", err)
 				}
 			})
 			r, _, in := pausableRestore(t, f, nil)
@@ -529,9 +467,7 @@ func TestVMMKilledDuringAPause(t *testing.T) {
 // with the guest's memory, and both verify.
 func TestManifestRecordedOnTheParentDuringAPause(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
-	held := holdPause(t, pause.StepPublish)
-	r, imp, in := pausableRestore(t, f, nil)
-	t.Cleanup(held.let)
+	held, r, imp, in := heldPausableRestore(t, f, nil)
 	ctx := context.Background()
 	paused := goPause(r, in.ID, api.PauseRequest{Alias: "kid", Then: api.ThenStop})
 	<-held.reached
@@ -560,9 +496,7 @@ func TestManifestRecordedOnTheParentDuringAPause(t *testing.T) {
 // the child's first restore prefetches its harvested manifest.
 func TestPauseClientGoesAway(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
-	held := holdPause(t, pause.StepPublish)
-	r, _, in := pausableRestore(t, f, nil)
-	t.Cleanup(held.let)
+	held, r, _, in := heldPausableRestore(t, f, nil)
 	stopped := r.log.logged("restore stopped")
 	ctx, cancel := context.WithCancel(context.Background())
 	out := make(chan error, 1)
@@ -640,14 +574,8 @@ func TestDaemonStartSweepsPauseStaging(t *testing.T) {
 // holds every page its guest wrote.
 func TestTwoPausesForOneAlias(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
-	vm := &stampedVMM{trace: f.ref.Trace}
-	vm.stamp.Store(0x5eed)
-	r := startDaemon(t, f, func(o *daemon.Options) { o.VMM = vm })
+	r, vm, imp := stampingDaemon(t, f, nil)
 	ctx := context.Background()
-	imp, err := r.client.Import(ctx, f.importRequest("base"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ids [2]string
 	for i := range ids {
 		in, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: imp.ID, Pausable: true})
@@ -725,9 +653,7 @@ func TestManyPausesOfOneRestore(t *testing.T) {
 // cannot be read.
 func TestParentQuarantinedDuringAPause(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
-	held := holdPause(t, pause.StepPublish)
-	r, imp, in := pausableRestore(t, f, nil)
-	t.Cleanup(held.let)
+	held, r, imp, in := heldPausableRestore(t, f, nil)
 	ctx := context.Background()
 	paused := goPause(r, in.ID, api.PauseRequest{Alias: "kid", Then: api.ThenStop})
 	<-held.reached

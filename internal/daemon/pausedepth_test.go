@@ -3,7 +3,6 @@ package daemon_test
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -12,7 +11,6 @@ import (
 	"testing"
 
 	"warmstart/internal/api"
-	"warmstart/internal/daemon"
 	"warmstart/internal/layers"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
@@ -69,47 +67,19 @@ func generationTrace(t *testing.T, dir string, ref []trace.Entry, k int) (path s
 // harvested from what its guest wrote, and the old chain still restores.
 // A pause of it is a plain diff again (depth 2).
 func TestPausePastMaxDepthMerges(t *testing.T) {
-	f := newFixture(t, fixtureOptions{})
-	f.cfg.Pause.MaxDepth = 3
-	vm := &chainVMM{}
-	vm.set(f.ref.Trace, 0)
-	r := startDaemon(t, f, func(o *daemon.Options) { o.VMM = vm })
+	c := newPauseChain(t, 3)
+	f, r, vm, ref, mem, imp := c.f, c.r, c.vm, c.ref, c.mem, c.base
 	ctx := context.Background()
-	ref, err := trace.ReadFile(f.ref.Trace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem, err := os.ReadFile(f.ref.Memory)
-	if err != nil {
-		t.Fatal(err)
-	}
-	imp, err := r.client.Import(ctx, f.importRequest("base"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ids, mems, restores := []string{imp.ID}, [][]byte{bytes.Clone(mem)}, []string{""}
 	for k := 1; k <= 5; k++ {
-		path, written := generationTrace(t, f.dir, ref, k)
-		stamp := uint64(0x1000 + k)
-		vm.set(path, stamp)
-		in, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: ids[k-1], Pausable: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := r.client.Pause(ctx, in.ID, api.PauseRequest{Then: api.ThenStop})
-		if err != nil {
-			t.Fatalf("pause %d: %v", k, err)
-		}
+		g := c.pauseGeneration(t, ids[k-1], mems[k-1], k, uint64(0x1000+k))
+		res, written := g.res, g.written
 		wantDepth, flat := map[int]int{1: 1, 2: 2, 3: 3, 4: 1, 5: 2}[k], k == 4
 		if res.Parent != ids[k-1] || res.Depth != wantDepth || res.Flattened != flat || res.Pages.Stored != int64(len(written)) {
 			t.Fatalf("pause %d: %+v; want a child of %s at depth %d (flattened %t) storing %d written pages",
 				k, res, ids[k-1], wantDepth, flat, len(written))
 		}
-		next := bytes.Clone(mems[k-1])
-		for _, off := range written {
-			binary.LittleEndian.PutUint64(next[off:], replay.StampOf(stamp, off))
-		}
-		ids, mems, restores = append(ids, res.Snapshot), append(mems, next), append(restores, in.ID)
+		ids, mems, restores = append(ids, res.Snapshot), append(mems, g.mem), append(restores, g.in.ID)
 	}
 	vm.set(f.ref.Trace, 0) // restores from here only read
 

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -128,22 +127,7 @@ func pauseWithStoreFault(t *testing.T, c storeFault) {
 	if err := unix.Mount("tmpfs", store, "tmpfs", 0, "size=64m"); err != nil {
 		t.Fatalf("mount a small tmpfs store: %v", err)
 	}
-	var failedID string
-	var once sync.Once
-	daemon.SetPauseStepHook(t, func(_ context.Context, _, step string) {
-		if step != pause.StepPublish {
-			return
-		}
-		once.Do(func() {
-			var err error
-			if failedID, err = stagedChildID(f.cfg.Runtime.Dir); err != nil {
-				t.Error(err)
-			}
-			if err := c.brk(store); err != nil {
-				t.Errorf("break the store: %v", err)
-			}
-		})
-	})
+	failedID := breakOnPublish(t, f, "break the store", func() error { return c.brk(store) })
 	r, imp, in := pausableRestore(t, f, nil)
 	ctx := context.Background()
 	_, err := r.client.Pause(ctx, in.ID, api.PauseRequest{Alias: "kid", Then: c.then})
@@ -165,8 +149,8 @@ func pauseWithStoreFault(t *testing.T, c storeFault) {
 	if _, err := posixfs.Open(store, posixfs.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(store, "snapshots", failedID)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the failed child's directory %s stays after a sweep: %v", failedID, err)
+	if _, err := os.Stat(filepath.Join(store, "snapshots", *failedID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the failed child's directory %s stays after a sweep: %v", *failedID, err)
 	}
 	pauseAgainPublishes(t, r, f, in.ID, imp.ID)
 }
@@ -274,22 +258,7 @@ func TestPauseWhileS3IsDown(t *testing.T) {
 	srv := st.srv
 	ctx := context.Background()
 	f := newFixture(t, fixtureOptions{})
-	var once sync.Once
-	var failedID string
-	daemon.SetPauseStepHook(t, func(_ context.Context, _, step string) {
-		if step != pause.StepPublish {
-			return
-		}
-		once.Do(func() {
-			var err error
-			if failedID, err = stagedChildID(f.cfg.Runtime.Dir); err != nil {
-				t.Error(err)
-			}
-			if err := srv.Stop(); err != nil {
-				t.Errorf("stop minio: %v", err)
-			}
-		})
-	})
+	failedID := breakOnPublish(t, f, "stop minio", srv.Stop)
 	r, imp, in := pausableRestore(t, f, func(o *daemon.Options) { o.Repository = st.open(t) })
 	t0 := time.Now()
 	_, err := r.client.Pause(ctx, in.ID, api.PauseRequest{Alias: "kid"})
@@ -307,8 +276,8 @@ func TestPauseWhileS3IsDown(t *testing.T) {
 	}
 	failedPauseLeavesSandbox(t, r, "kid")
 	fresh := st.open(t)
-	if _, err := fresh.Resolve(ctx, failedID); err == nil {
-		t.Fatalf("the failed child %s resolves on a fresh node", failedID)
+	if _, err := fresh.Resolve(ctx, *failedID); err == nil {
+		t.Fatalf("the failed child %s resolves on a fresh node", *failedID)
 	}
 	if id, err := fresh.ResolveAlias(ctx, "kid"); err == nil {
 		t.Fatalf("the failed child's alias names %s on a fresh node", id)

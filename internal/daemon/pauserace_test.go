@@ -12,11 +12,9 @@ import (
 
 	"warmstart/internal/api"
 	"warmstart/internal/daemon"
-	"warmstart/internal/pause"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/posixfs"
 	"warmstart/internal/snapcheck"
-	"warmstart/internal/trace"
 	"warmstart/internal/vmm/replay"
 )
 
@@ -69,20 +67,8 @@ type stopOutcome struct {
 // pausable on a daemon whose replay VMM stamps the pages it writes.
 func pausableRestore(t *testing.T, f *fixture, tweak func(*daemon.Options)) (*running, api.ImportResponse, api.RestoreInfo) {
 	t.Helper()
-	vm := &stampedVMM{trace: f.ref.Trace}
-	vm.stamp.Store(0x5eed)
-	r := startDaemon(t, f, func(o *daemon.Options) {
-		o.VMM = vm
-		if tweak != nil {
-			tweak(o)
-		}
-	})
-	ctx := context.Background()
-	imp, err := r.client.Import(ctx, f.importRequest("base"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: imp.ID, Pausable: true})
+	r, vm, imp := stampingDaemon(t, f, tweak)
+	in, err := r.client.Restore(context.Background(), api.RestoreRequest{Snapshot: imp.ID, Pausable: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,31 +105,12 @@ func wantStatus(t *testing.T, what string, err error, fragment string, statuses 
 // reference memory with the pages the first restore wrote stamped.
 func childReadsStamped(t *testing.T, r *running, f *fixture, id string) {
 	t.Helper()
-	ctx := context.Background()
-	entries, err := trace.ReadFile(f.ref.Trace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	written := map[int64]bool{}
-	for _, e := range entries {
-		if e.Write {
-			written[e.Offset] = true
-		}
-	}
+	entries, written := tracedWrites(t, f.ref.Trace)
 	want, err := replay.ExpectedHash(stampedMemory(t, f.ref.Memory, written, 0x5eed), entries, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	child, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: id})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.client.StopRestore(ctx, child.ID); err != nil {
-		t.Fatal(err)
-	}
-	if child.Ready.SHA256 != want {
-		t.Fatalf("restore of %s read hash %s, want %s (the parent's memory with the stamped pages)", id, child.Ready.SHA256, want)
-	}
+	restoreReadsHash(t, r, id, want)
 }
 
 // TestStopWaitsForAPauseInProgress: a stop arriving while a pause is
@@ -152,9 +119,7 @@ func childReadsStamped(t *testing.T, r *running, f *fixture, id string) {
 // publishes a whole child and the stop stops the VM it left paused.
 func TestStopWaitsForAPauseInProgress(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
-	held := holdPause(t, pause.StepPublish)
-	r, _, in := pausableRestore(t, f, nil)
-	t.Cleanup(held.let)
+	held, r, _, in := heldPausableRestore(t, f, nil)
 	ctx := context.Background()
 
 	paused := goPause(r, in.ID, api.PauseRequest{Then: api.ThenStop})
@@ -200,9 +165,7 @@ func TestStopWaitsForAPauseInProgress(t *testing.T) {
 // is a child of its child.
 func TestSecondPauseWhileOneRunsIsRefused(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
-	held := holdPause(t, pause.StepPublish)
-	r, _, in := pausableRestore(t, f, nil)
-	t.Cleanup(held.let)
+	held, r, _, in := heldPausableRestore(t, f, nil)
 	ctx := context.Background()
 
 	paused := goPause(r, in.ID, api.PauseRequest{})
@@ -234,9 +197,7 @@ func TestSecondPauseWhileOneRunsIsRefused(t *testing.T) {
 // completes without error.
 func TestShutdownDuringAPause(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
-	held := holdPause(t, pause.StepPublish)
-	r, imp, in := pausableRestore(t, f, func(o *daemon.Options) { o.ShutdownGrace = 200 * time.Millisecond })
-	t.Cleanup(held.let)
+	held, r, imp, in := heldPausableRestore(t, f, func(o *daemon.Options) { o.ShutdownGrace = 200 * time.Millisecond })
 
 	paused := goPause(r, in.ID, api.PauseRequest{Then: api.ThenStop})
 	<-held.reached
@@ -283,9 +244,7 @@ func TestShutdownDuringAPause(t *testing.T) {
 // naming the stop, publishes nothing, and the stop then stops the VM.
 func TestStopCancelsAPauseThatDoesNotEnd(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
-	held := holdPause(t, pause.StepPublish)
-	r, imp, in := pausableRestore(t, f, func(o *daemon.Options) { o.StopTimeout = 300 * time.Millisecond })
-	t.Cleanup(held.let)
+	held, r, imp, in := heldPausableRestore(t, f, func(o *daemon.Options) { o.StopTimeout = 300 * time.Millisecond })
 	ctx := context.Background()
 
 	paused := goPause(r, in.ID, api.PauseRequest{Then: api.ThenStop})

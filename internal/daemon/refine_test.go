@@ -102,10 +102,7 @@ func TestRestoresRefineTheManifest(t *testing.T) {
 	r := startDaemon(t, f, func(o *daemon.Options) { o.VMM = vm })
 	ctx := context.Background()
 	attached := r.log.logged("startup manifest attached")
-	imp, err := r.client.Import(ctx, f.importRequest("drifting"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	imp := r.importAs(t, f, "drifting")
 	<-attached
 	_, data, m, err := repository.ReadManifest(ctx, f.options(t).Repository, imp.ID)
 	if err != nil {

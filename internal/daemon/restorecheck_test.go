@@ -43,9 +43,7 @@ func TestRestoreRefusesDeviceTheVMMCannotUse(t *testing.T) {
 				}
 				o.VMM = vm
 			})
-			if _, err := r.client.Import(context.Background(), f.importRequest("taken")); err != nil {
-				t.Fatal(err)
-			}
+			r.importAs(t, f, "taken")
 			h, err := r.client.Health(context.Background())
 			wantDegraded := c.configured == config.DeviceUffd
 			if err != nil || (h.Status == "degraded") != wantDegraded || wantDegraded && !strings.Contains(h.Reason, "memory.device") {

@@ -95,9 +95,7 @@ func s3Daemon(t *testing.T, bucket string, record bool) (*fixture, *running) {
 	f := newFixture(t, fixtureOptions{recordOnPublish: record})
 	r := startDaemon(t, f, func(o *daemon.Options) { o.Repository = repo })
 	attached := r.log.logged("startup manifest attached")
-	if _, err := r.client.Import(ctx, f.importRequest("remote")); err != nil {
-		t.Fatal(err)
-	}
+	r.importAs(t, f, "remote")
 	if record {
 		<-attached
 	}

@@ -75,9 +75,7 @@ func recordInProcess(t *testing.T, f *fixture) {
 	t.Helper()
 	r := startDaemon(t, f, nil)
 	ctx := context.Background()
-	if _, err := r.client.Import(ctx, f.importRequest("ref")); err != nil {
-		t.Fatal(err)
-	}
+	r.importAs(t, f, "ref")
 	if _, err := r.client.RecordManifest(ctx, "ref"); err != nil {
 		t.Fatal(err)
 	}
@@ -179,10 +177,7 @@ func TestRestartAfterCrash(t *testing.T) {
 	r := startDaemon(t, f, nil)
 	<-r.log.logged("removed stale socket of an earlier daemon")
 	ctx := context.Background()
-	imp, err := r.client.Import(ctx, f.importRequest(""))
-	if err != nil {
-		t.Fatal(err)
-	}
+	imp := r.importAs(t, f, "")
 	in, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: imp.ID, Prefetch: "off"})
 	if err != nil {
 		t.Fatal(err)
@@ -267,10 +262,7 @@ func TestShutdownCancelsRequestsAfterGrace(t *testing.T) {
 		}
 	})
 	ctx := context.Background()
-	imp, err := r.client.Import(ctx, f.importRequest(""))
-	if err != nil {
-		t.Fatal(err)
-	}
+	imp := r.importAs(t, f, "")
 	restored := make(chan error, 1)
 	go func() {
 		_, err := r.client.Restore(ctx, api.RestoreRequest{Snapshot: imp.ID, Prefetch: "off"})

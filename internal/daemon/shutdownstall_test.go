@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -39,17 +38,11 @@ func TestShutdownWhileS3Stalls(t *testing.T) {
 	st := newS3Store(t, "stalled")
 	f := newFixture(t, fixtureOptions{})
 	stalled := make(chan struct{})
-	var once sync.Once
-	daemon.SetPauseStepHook(t, func(_ context.Context, _, step string) {
-		if step != pause.StepPublish {
-			return
+	onFirstPauseAt(t, pause.StepPublish, func() {
+		if err := stallStore(t, st); err != nil {
+			t.Errorf("stall minio: %v", err)
 		}
-		once.Do(func() {
-			if err := stallStore(t, st); err != nil {
-				t.Errorf("stall minio: %v", err)
-			}
-			close(stalled)
-		})
+		close(stalled)
 	})
 	const grace, stopTimeout = 500 * time.Millisecond, 5 * time.Second
 	r, _, in := pausableRestore(t, f, func(o *daemon.Options) {

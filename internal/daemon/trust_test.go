@@ -72,10 +72,7 @@ func TestRestoreOfAnUnsignedSnapshotIsA403(t *testing.T) {
 	}
 	f := newFixture(t, fixtureOptions{trust: fmt.Sprintf("[trust]\ntrusted_keys = [%q]", filepath.Join(keyDir, "other.pub"))})
 	r := startDaemon(t, f, nil)
-	imp, err := r.client.Import(context.Background(), f.importRequest("unsigned"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	imp := r.importAs(t, f, "unsigned")
 	c := newAPICheck(t, r.d.Handler())
 	if got := c.do("GET", "/snapshots/unsigned", nil); got != http.StatusOK {
 		t.Fatalf("get: %d", got)

@@ -41,10 +41,7 @@ func TestRestoreAnswersWhenUffdVMMDiesBeforeConnecting(t *testing.T) {
 	r := startDaemon(t, f, func(o *daemon.Options) {
 		o.VMM = &killedAtStartVMM{replay.VMM{TracePath: f.ref.Trace}}
 	})
-	imp, err := r.client.Import(context.Background(), f.importRequest("ref"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	imp := r.importAs(t, f, "ref")
 	// The guard only keeps a daemon that never answers from hanging the
 	// test; a correct one answers long before it.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

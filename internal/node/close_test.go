@@ -2,7 +2,6 @@ package node_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -55,14 +54,8 @@ func (h *stuckEndRepository) LeaseExisting(ctx context.Context, id string) (repo
 // runtime directory are still closed after it, each reported with its
 // own outcome, and nothing stays mounted.
 func TestCloseRunsEveryStepWhenOneFails(t *testing.T) {
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skipf("FUSE mounts need /dev/fuse: %v", err)
-	}
-	dir := t.TempDir()
-	repo, err := posixfs.Open(filepath.Join(dir, "store"), posixfs.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	needFUSE(t)
+	dir, repo := nodeDir(t, posixfs.Options{})
 	rec, lease := repotest.Publish(t, repo, "")
 	lease.End()
 	stuck := &stuckEndRepository{Repository: repo, ending: make(chan struct{}, 1), release: make(chan struct{})}

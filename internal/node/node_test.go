@@ -26,14 +26,8 @@ import (
 // and its runs are the configuration's,
 // and Close unmounts both devices and removes the directory it owns.
 func TestOpenWiresOnce(t *testing.T) {
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skipf("FUSE mounts need /dev/fuse: %v", err)
-	}
-	dir := t.TempDir()
-	repo, err := posixfs.Open(filepath.Join(dir, "store"), posixfs.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	needFUSE(t)
+	dir, repo := nodeDir(t, posixfs.Options{})
 	cfg := config.Default()
 	cfg.Agent.Timeout = 7 * time.Second
 	cfg.Memory.Device = config.DeviceUffd
@@ -91,9 +85,7 @@ func TestOpenWiresOnce(t *testing.T) {
 // (its restorer refines) but starts no learner, whose every attach would
 // fail; a writable node does both.
 func TestReadOnlyNodeUsesRefinementsAndLearnsNothing(t *testing.T) {
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skipf("FUSE mounts need /dev/fuse: %v", err)
-	}
+	needFUSE(t)
 	for _, readOnly := range []bool{true, false} {
 		dir := t.TempDir()
 		if _, err := posixfs.Open(filepath.Join(dir, "store"), posixfs.Options{}); err != nil {

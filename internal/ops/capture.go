@@ -8,6 +8,7 @@ import (
 
 	"warmstart/internal/agentspec"
 	"warmstart/internal/capture"
+	"warmstart/internal/config"
 	"warmstart/internal/initramfs"
 	"warmstart/internal/node"
 	"warmstart/internal/recorder"
@@ -77,11 +78,11 @@ func stagingDir(n *node.Node) string {
 // errors name the flag.
 func CheckCapture(kind, agent, workload, alias string) error {
 	switch kind {
-	case "qemu":
+	case config.DriverQEMU:
 		if _, err := agentspec.ParseWorkload(workload); workload != "" && err != nil {
 			return fmt.Errorf("--agent-workload: %w", err)
 		}
-	case "firecracker":
+	case config.DriverFirecracker:
 		if workload != "" {
 			return errors.New("--agent-workload: only the QEMU test guest's agent has a workload")
 		}

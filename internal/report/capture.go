@@ -8,6 +8,7 @@ import (
 
 	"warmstart/internal/capture"
 	"warmstart/internal/recorder"
+	"warmstart/internal/vmm"
 )
 
 // Capture prints what `capture` made, as JSON or for people (kind is the
@@ -41,7 +42,7 @@ func captureJSON(w io.Writer, out capture.Snapshot, rec *recorder.Result, recErr
 func captureText(w io.Writer, kind string, out capture.Snapshot, rec *recorder.Result, recErr error) {
 	fmt.Fprintln(w, out.Record.ID)
 	fmt.Fprintf(w, "  alias               %s\n", OrDash(out.Record.Alias))
-	if kind == "qemu" {
+	if kind == vmm.DriverQEMU {
 		fmt.Fprintf(w, "  accelerator         %s (restore with the same [qemu] accel, memory_mib and vcpus)\n", out.Accel)
 		fmt.Fprintf(w, "  agent token         %s\n", out.Token)
 	} else {

@@ -128,7 +128,15 @@ func (s *sequence) acquire() error {
 	if err := r.checkVMState(s.src); err != nil {
 		return err
 	}
-	// The driver refuses another VMM's state before anything starts.
+	// The driver refuses another VMM's state before anything starts: here,
+	// before the device is attached, so a refusal costs no mount, no
+	// prefetch and no VMM process. Each driver's Restore reads the head
+	// again (64 bytes): that check is the VMM's own refusal for a caller
+	// that does not come through this sequence (the drivers' tests, the
+	// device test suite) and is made just before the VMM loads the file.
+	// Both are kept on purpose: a "checked already" flag in
+	// vmm.RestoreSpec would let any caller skip the refusal, to save one
+	// small read.
 	if err := vmm.CheckState(r.VMM, s.src.VMStatePath); err != nil {
 		return err
 	}

@@ -135,19 +135,6 @@ func (f StateFormat) withArticle() string {
 	return "a " + string(f)
 }
 
-// driverFor is the driver key that restores format f, or "".
-func driverFor(f StateFormat) string {
-	switch f {
-	case FormatReplay:
-		return "replay"
-	case FormatQEMU:
-		return "qemu"
-	case FormatFirecracker:
-		return "firecracker"
-	}
-	return ""
-}
-
 // StateChecker is implemented by drivers that check a state file's format
 // before they start anything, as the real VMM refuses a state it did not
 // write. Restores ask it before they attach the memory device.

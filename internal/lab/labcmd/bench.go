@@ -214,6 +214,6 @@ func (f *benchFlags) runBench(ctx context.Context, cmd *cobra.Command, snapshot 
 	}
 	return bench.RunOn(ctx, o, bench.Target{
 		Snapshot: snapshot, Open: func() (*node.Node, error) { return f.env.OpenNode(cmd, &f.vf) },
-		Guest: f.vf.Kind == "qemu", Config: f.env.Config, Agent: f.agent, MemBytes: memBytes,
+		Guest: f.vf.Kind == config.DriverQEMU, Config: f.env.Config, Agent: f.agent, MemBytes: memBytes,
 	})
 }

@@ -33,12 +33,8 @@ func TestAliasBindRacingQuarantine(t *testing.T) {
 			t.Errorf("sweep: %v", err)
 		}
 	}
-	lease, err := binder.BeginCapture(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lease.End()
-	_, err = binder.Publish(bg(), lease, repotest.NewInputs(t, repotest.SmallMemoryBytes).Request("web"))
+	lease := beginCapture(t, binder)
+	_, err := binder.Publish(bg(), lease, repotest.NewInputs(t, repotest.SmallMemoryBytes).Request("web"))
 	if !errors.Is(err, repository.ErrAliasConflict) {
 		t.Fatalf("publish beside the sweep: %v, want the alias conflict", err)
 	}

@@ -6,18 +6,15 @@ import (
 	"testing"
 
 	"warmstart/internal/logtest"
-	"warmstart/internal/repository/repotest"
 )
 
 // TestNodeCacheWarningsReachTheLog: the node cache's warnings reach
 // Options.Log; here a bound smaller than a snapshot being read, which
 // makes every later read fetch again.
 func TestNodeCacheWarningsReachTheLog(t *testing.T) {
-	pub := chunkyRepo(t, "")
-	rec, _ := repotest.PublishInputs(t, pub, chunkyInputs(t, 23), "")
+	pub, rec := chunkyPublisher(t, 23)
 	var logs logtest.Buffer
-	o := testOptions(t, server.Endpoint)
-	o.Prefix, o.ChunkBytes, o.BlockBytes = pub.keys.prefix, testChunkBytes, testChunkBytes
+	o := chunkyOptions(t, server.Endpoint, pub.keys.prefix)
 	o.CacheMaxBytes, o.Fill = 2*testChunkBytes, FillOptions{Disabled: true}
 	o.Log = slog.New(slog.NewTextHandler(&logs, nil))
 	rd := openMemory(t, openWith(t, o), rec.ID)

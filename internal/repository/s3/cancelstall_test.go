@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"warmstart/internal/lab/miniotest"
 	"warmstart/internal/repository"
 )
 
@@ -20,13 +19,7 @@ import (
 // is snapshot gc's); once the store answers again no record of it is
 // visible.
 func TestCancelledPublishOnAStalledStore(t *testing.T) {
-	own := miniotest.Start(t)
-	if err := own.MakeBucket(bg(), testBucket); err != nil {
-		t.Fatal(err)
-	}
-	o := testOptions(t, own.Endpoint)
-	o.ChunkBytes, o.BlockBytes = testChunkBytes, testChunkBytes
-	r := openWith(t, o)
+	own, r := ownChunkyRepo(t)
 	lease, err := r.BeginCapture(bg())
 	if err != nil {
 		t.Fatal(err)

@@ -9,15 +9,12 @@ import (
 	"testing"
 
 	"warmstart/internal/chunkmap"
-	"warmstart/internal/config"
 	"warmstart/internal/layers"
 	"warmstart/internal/manifest"
-	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/pause"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
 	"warmstart/internal/restore"
-	"warmstart/internal/restore/restoretest"
 	"warmstart/internal/trace"
 	"warmstart/internal/vmm/replay"
 )
@@ -120,14 +117,7 @@ func startupSetStoredBytes(t *testing.T, r *Repo, rec repository.Record, mem str
 // compares it with the file want.
 func checkChainMemory(t *testing.T, node *Repo, id, want string) {
 	t.Helper()
-	res, err := node.Resolve(bg(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd, err := res.Memory.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, rd := resolveMemory(t, node, id)
 	defer rd.Close()
 	exp, err := os.ReadFile(want)
 	if err != nil {
@@ -153,14 +143,7 @@ func checkChainMemory(t *testing.T, node *Repo, id, want string) {
 // the set lies mostly in the base's layer.
 func TestPauseOnS3RestoresOnAnotherNode(t *testing.T) {
 	w := newWorld(t, server.Endpoint)
-	// As a node does: a prefetching restore faults one page at a time.
-	prefetching, err := fusedev.Mount(filepath.Join(w.dir, "mnt-prefetching"),
-		fusedev.Options{ReadAheadBytes: config.Default().Memory.PrefetchReadaroundBytes()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { prefetching.Close() })
-	w.restorer.Devices = restoretest.Devices(w.srv, prefetching)
+	w.prefetchAsANode(t)
 	nodeA := w.repo(t, 0)
 	snap := w.publish(t, nodeA, 31)
 	child := w.pauseOnNode(t, nodeA, snap)
@@ -245,14 +228,7 @@ func publishGrandchild(t *testing.T, r *Repo) (repository.Record, []byte, []int6
 func readsFromPackOnly(t *testing.T, prefix, id string, offsets []int64, mem []byte) {
 	t.Helper()
 	fresh := chunkyRepo(t, prefix)
-	res, err := fresh.Resolve(bg(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd, err := res.Memory.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, rd := resolveMemory(t, fresh, id)
 	defer rd.Close()
 	before := fresh.RequestStats()
 	page := make([]byte, layers.PageBytes)

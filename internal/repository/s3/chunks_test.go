@@ -43,13 +43,7 @@ func chunkyInputs(t *testing.T, seed uint64) repotest.Inputs {
 func chunkyRepo(t *testing.T, prefix string) *Repo {
 	t.Helper()
 	needServer(t)
-	o := testOptions(t, server.Endpoint)
-	if prefix != "" {
-		o.Prefix = prefix
-	}
-	o.ChunkBytes = testChunkBytes
-	o.BlockBytes = testChunkBytes
-	return openWith(t, o)
+	return openWith(t, chunkyOptions(t, server.Endpoint, prefix))
 }
 
 // snapshotKeys are the keys under r's prefix that belong to snapshots:
@@ -119,6 +113,15 @@ func TestChunkedPublishStoresEachChunkOnce(t *testing.T) {
 // reading; the reader is closed when the test ends.
 func openMemory(t *testing.T, node *Repo, id string) memdev.Lower {
 	t.Helper()
+	_, rd := resolveMemory(t, node, id)
+	t.Cleanup(func() { rd.Close() })
+	return rd
+}
+
+// resolveMemory resolves snapshot id on node and opens its memory for
+// reading; the caller closes the reader.
+func resolveMemory(t testing.TB, node *Repo, id string) (repository.Resolved, memdev.Lower) {
+	t.Helper()
 	res, err := node.Resolve(bg(), id)
 	if err != nil {
 		t.Fatal(err)
@@ -127,14 +130,12 @@ func openMemory(t *testing.T, node *Repo, id string) memdev.Lower {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { rd.Close() })
-	return rd
+	return res, rd
 }
 
 // TestZeroChunkNeedsNoRequest: a cold node reads a zero chunk without a GET.
 func TestZeroChunkNeedsNoRequest(t *testing.T) {
-	pub := chunkyRepo(t, "")
-	rec, _ := repotest.PublishInputs(t, pub, chunkyInputs(t, 2), "")
+	pub, rec := chunkyPublisher(t, 2)
 	node := chunkyRepo(t, pub.keys.prefix)
 	rd := openMemory(t, node, rec.ID)
 	before := node.RequestStats()

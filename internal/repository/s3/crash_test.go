@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"warmstart/internal/lab/miniotest"
 	"warmstart/internal/layout"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
@@ -55,8 +54,7 @@ func childPublishStall(ctx context.Context, repo repository.Repository) int {
 func TestPublishKilledBeforeRecordIsResumed(t *testing.T) {
 	r := chunkyRepo(t, "")
 	in := chunkyInputs(t, 31)
-	o := testOptions(t, server.Endpoint)
-	o.Prefix, o.ChunkBytes, o.BlockBytes = r.keys.prefix, testChunkBytes, testChunkBytes
+	o := chunkyOptions(t, server.Endpoint, r.keys.prefix)
 	desc, err := json.Marshal(o)
 	if err != nil {
 		t.Fatal(err)
@@ -102,19 +100,9 @@ func TestPublishKilledBeforeRecordIsResumed(t *testing.T) {
 // publish of the same memory succeeds, reusing the chunks that made it
 // before the stop.
 func TestStoreStoppedMidPublish(t *testing.T) {
-	own := miniotest.Start(t)
-	if err := own.MakeBucket(bg(), testBucket); err != nil {
-		t.Fatal(err)
-	}
-	o := testOptions(t, own.Endpoint)
-	o.ChunkBytes, o.BlockBytes = testChunkBytes, testChunkBytes
-	r := openWith(t, o)
+	own, r := ownChunkyRepo(t)
 	in := chunkyInputs(t, 41)
-	lease, err := r.BeginCapture(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lease.End()
+	lease := beginCapture(t, r)
 	req := in.Request("")
 	var stopOnce, restartOnce sync.Once
 	req.Progress = func(p repository.ImportProgress) {

@@ -16,9 +16,7 @@ import (
 // naming the delete; never is a child committed over a removed owner.
 func TestDeleteRacesPauseOnAnotherNode(t *testing.T) {
 	t.Run("delete between the marker and the owner read", func(t *testing.T) {
-		nodeA := chunkyRepo(t, "")
-		nodeB := chunkyRepo(t, nodeA.keys.prefix)
-		base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
+		nodeA, nodeB, base := twoNodesOverABase(t)
 		var delErr error
 		nodeB.afterMarker = func(string) { delErr = nodeA.Delete(bg(), base.Record.ID) }
 		child := repotest.PublishChild(t, nodeB, base, repotest.Change{Pages: []int64{1}}, "")
@@ -31,9 +29,7 @@ func TestDeleteRacesPauseOnAnotherNode(t *testing.T) {
 		}
 	})
 	t.Run("publish between the deleting mark and the marker list", func(t *testing.T) {
-		nodeA := chunkyRepo(t, "")
-		nodeB := chunkyRepo(t, nodeA.keys.prefix)
-		base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
+		nodeA, nodeB, base := twoNodesOverABase(t)
 		built, _ := repotest.BuildLayer(t, base.Memory, repotest.Change{Pages: []int64{1}})
 		var pubErr error
 		var childID string

@@ -62,11 +62,7 @@ func TestBrokenConnectionsNeverServeWrongBytes(t *testing.T) {
 	p := newProxy(t)
 	repo := openWith(t, testOptions(t, p.Addr))
 	in := repotest.NewInputs(t, 4<<20)
-	lease, err := repo.BeginCapture(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lease.End()
+	lease := beginCapture(t, repo)
 	rec, err := repo.Publish(bg(), lease, in.Request(""))
 	if err != nil {
 		t.Fatal(err)
@@ -75,14 +71,7 @@ func TestBrokenConnectionsNeverServeWrongBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := repo.Resolve(bg(), rec.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd, err := res.Memory.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, rd := resolveMemory(t, repo, rec.ID)
 	defer rd.Close()
 	// readAll reads the memory in device-sized reads and checks every read
 	// that succeeds.

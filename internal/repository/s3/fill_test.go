@@ -3,19 +3,15 @@ package s3
 import (
 	"testing"
 	"time"
-
-	"warmstart/internal/repository/repotest"
 )
 
 // TestBackgroundFillAfterReady: once a restore of a snapshot is ready, the
 // rest of its memory comes into the node cache by itself, unless the fill
 // is turned off.
 func TestBackgroundFillAfterReady(t *testing.T) {
-	pub := chunkyRepo(t, "")
-	rec, _ := repotest.PublishInputs(t, pub, chunkyInputs(t, 21), "")
+	pub, rec := chunkyPublisher(t, 21)
 	for _, disabled := range []bool{false, true} {
-		o := testOptions(t, server.Endpoint)
-		o.Prefix, o.ChunkBytes, o.BlockBytes = pub.keys.prefix, testChunkBytes, testChunkBytes
+		o := chunkyOptions(t, server.Endpoint, pub.keys.prefix)
 		o.Fill = FillOptions{Disabled: disabled, Concurrency: 2, BitsPerSec: 1 << 30}
 		node := openWith(t, o)
 		res, err := node.Resolve(bg(), rec.ID)
@@ -41,20 +37,11 @@ func TestBackgroundFillAfterReady(t *testing.T) {
 // be told from the fill that its ready started (on a loaded node the fill
 // fetches before the restore's caller reads the counts).
 func TestFillRequestsAreCountedApart(t *testing.T) {
-	pub := chunkyRepo(t, "")
-	rec, _ := repotest.PublishInputs(t, pub, chunkyInputs(t, 22), "")
-	o := testOptions(t, server.Endpoint)
-	o.Prefix, o.ChunkBytes, o.BlockBytes = pub.keys.prefix, testChunkBytes, testChunkBytes
+	pub, rec := chunkyPublisher(t, 22)
+	o := chunkyOptions(t, server.Endpoint, pub.keys.prefix)
 	o.Fill = FillOptions{Concurrency: 2, BitsPerSec: 1 << 30}
 	node := openWith(t, o)
-	res, err := node.Resolve(bg(), rec.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd, err := res.Memory.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, rd := resolveMemory(t, node, rec.ID)
 	defer rd.Close()
 	before := node.RequestStats()
 	if _, err := rd.ReadAt(make([]byte, 4096), 0); err != nil {
@@ -77,10 +64,8 @@ func TestFillRequestsAreCountedApart(t *testing.T) {
 // once, come in no faster than [backend.s3] background_fill_mbit allows.
 func TestFillHoldsItsRate(t *testing.T) {
 	const bitsPerSec = 1 << 20 // 128 KiB/s: the 8 blocks take about 1 s
-	pub := chunkyRepo(t, "")
-	rec, _ := repotest.PublishInputs(t, pub, chunkyInputs(t, 23), "")
-	o := testOptions(t, server.Endpoint)
-	o.Prefix, o.ChunkBytes, o.BlockBytes = pub.keys.prefix, testChunkBytes, testChunkBytes
+	pub, rec := chunkyPublisher(t, 23)
+	o := chunkyOptions(t, server.Endpoint, pub.keys.prefix)
 	o.Fill = FillOptions{Concurrency: 4, BitsPerSec: bitsPerSec}
 	node := openWith(t, o)
 	res, err := node.Resolve(bg(), rec.ID)

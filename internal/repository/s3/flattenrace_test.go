@@ -15,9 +15,7 @@ import (
 // record, must leave them: the other's record names them next, and the
 // snapshot must read back whole.
 func TestFailedFlattenLeavesAConcurrentFlattensLayer(t *testing.T) {
-	nodeA := chunkyRepo(t, "")
-	nodeB := chunkyRepo(t, nodeA.keys.prefix)
-	base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
+	nodeA, nodeB, base := twoNodesOverABase(t)
 	mid := repotest.PublishChild(t, nodeA, base, repotest.Change{Pages: []int64{1, 5}}, "")
 	leaf := repotest.PublishChild(t, nodeA, mid, repotest.Change{Pages: []int64{2, 5, 30}}, "")
 	flatten := func(node *Repo, ctx context.Context) (repository.Record, error) {

@@ -66,13 +66,11 @@ func TestOneUnreadableSnapshotDoesNotStopTheCollection(t *testing.T) {
 	}
 	unreadable, readable := kids[0].Record.ID, kids[1].Record.ID
 
-	o := testOptions(t, server.Endpoint)
-	o.Prefix, o.ChunkBytes, o.BlockBytes = nodeA.keys.prefix, testChunkBytes, testChunkBytes
-	fault := &unreadableKey{next: http.DefaultTransport.(*http.Transport).Clone()}
+	o := chunkyOptions(t, server.Endpoint, nodeA.keys.prefix)
+	fault := &unreadableKey{next: passThrough()}
 	o.Transport = fault
 	collector := openWith(t, o)
-	suffix := strings.TrimPrefix(collector.keys.record(unreadable), collector.keys.prefix)
-	fault.suffix.Store(&suffix)
+	aim(&fault.suffix, collector, collector.keys.record(unreadable))
 
 	onlyUnreadable := func(what string, err error) {
 		t.Helper()
@@ -152,13 +150,11 @@ func TestFlattenWhoseRecordAnswerIsLost(t *testing.T) {
 	mid := repotest.PublishChild(t, nodeA, base, repotest.Change{Pages: []int64{1, 5}}, "")
 	leaf := repotest.PublishChild(t, nodeA, mid, repotest.Change{Pages: []int64{2, 5, 30}}, "")
 
-	o := testOptions(t, server.Endpoint)
-	o.Prefix, o.ChunkBytes, o.BlockBytes = nodeA.keys.prefix, testChunkBytes, testChunkBytes
-	fault := &lostAnswer{next: http.DefaultTransport.(*http.Transport).Clone()}
+	o := chunkyOptions(t, server.Endpoint, nodeA.keys.prefix)
+	fault := &lostAnswer{next: passThrough()}
 	o.Transport = fault
 	flattener := openWith(t, o)
-	suffix := strings.TrimPrefix(flattener.keys.record(leaf.Record.ID), flattener.keys.prefix)
-	fault.suffix.Store(&suffix)
+	aim(&fault.suffix, flattener, flattener.keys.record(leaf.Record.ID))
 	lease, err := flattener.LeaseExisting(bg(), leaf.Record.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -189,17 +185,12 @@ func TestFlattenWhoseRecordAnswerIsLost(t *testing.T) {
 func TestLeaseWriteWhoseAnswerIsLostStaysHeld(t *testing.T) {
 	needServer(t)
 	o := testOptions(t, server.Endpoint)
-	fault := &lostAnswer{next: http.DefaultTransport.(*http.Transport).Clone()}
+	fault := &lostAnswer{next: passThrough()}
 	o.Transport = fault
 	r := openWith(t, o)
-	lease, err := r.BeginCapture(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lease.End()
+	lease := beginCapture(t, r)
 	id := lease.SnapshotID()
-	suffix := strings.TrimPrefix(r.heldLease(id).key, r.keys.prefix)
-	fault.suffix.Store(&suffix)
+	aim(&fault.suffix, r, r.heldLease(id).key)
 	if err := r.confirmLease(bg(), id); err != nil {
 		t.Errorf("a confirmation whose answer was lost: %v", err)
 	}

@@ -8,7 +8,6 @@ import (
 	"warmstart/internal/chunkmap"
 	"warmstart/internal/integrity"
 	"warmstart/internal/repository"
-	"warmstart/internal/repository/repotest"
 	"warmstart/internal/restore"
 )
 
@@ -149,19 +148,7 @@ func TestStreamedPackBlocksFromDiskAreCheckedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	first.Close()
-	files, err := filepath.Glob(filepath.Join(o.CacheDir, "chunks", "pack-t-*", "*.blk"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("pack block files checked against the table: %v (%v)", files, err)
-	}
-	for _, f := range files {
-		_, _, length, _, ok := blockFileName(filepath.Base(f))
-		if !ok {
-			t.Fatalf("unexpected cache file %s", f)
-		}
-		for off := int64(0); off+4096 <= length; off += 4096 {
-			repotest.PatchKeepingCRC(t, f, off)
-		}
-	}
+	patchBlocksKeepingCRC(t, filepath.Join(o.CacheDir, "chunks", "pack-t-*", "*.blk"), "pack block files checked against the table:")
 	second := openWith(t, o)
 	before := second.RequestStats()
 	inst = w.restoreOK(t, second, snap, restore.ModeOn)

@@ -2,7 +2,6 @@ package s3
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"syscall"
@@ -43,21 +42,9 @@ func TestLayerPublishCrashAtEveryFaultPoint(t *testing.T) {
 			r := chunkyRepo(t, "")
 			r.leaseTTL = leaseTTLForTests
 			base := repotest.PublishBase(t, r, 16*testChunkBytes, "")
-			built, mem := repotest.BuildLayer(t, base.Memory, repotest.Change{Pages: []int64{1, 5, 40}, Zero: []int64{2}})
-			vm := repotest.NewInputs(t, repotest.SmallMemoryBytes).VMStatePath
-			o := testOptions(t, server.Endpoint)
-			o.Prefix, o.ChunkBytes, o.BlockBytes, o.LeaseTTL = r.keys.prefix, testChunkBytes, testChunkBytes, leaseTTLForTests
-			desc, err := json.Marshal(o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			env := repotest.LayerPublishEnv(base.Record.ID, built.Dir, vm)
-			env[layerFaultEnv] = point
-			c := repotest.StartChild(t, "publish-layer-fault", string(desc), env, nil)
-			childID := c.Ready(t)
-			if code, sig := c.Wait(t); sig != syscall.SIGKILL {
-				t.Fatalf("child was not killed at %s: exit %d, stderr: %s", point, code, c.Stderr())
-			}
+			o := chunkyOptions(t, server.Endpoint, r.keys.prefix)
+			o.LeaseTTL = leaseTTLForTests
+			childID, mem := killLayerPublishAt(t, o, base, point)
 			rec, err := r.Get(bg(), childID)
 			visible := point == FaultLayerAfterRecord
 			if visible != (err == nil) || (err != nil && !errors.Is(err, repository.ErrNotFound)) {

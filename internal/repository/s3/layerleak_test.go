@@ -183,12 +183,8 @@ func publishLayerOn(r *Repo, req repository.LayerPublishRequest) (repository.Rec
 // memory whole after that gc), and one past the grace takes those: the
 // bucket then holds nothing that nothing can read.
 func TestFlattenedLayerGoesWithItsLastDependent(t *testing.T) {
-	nodeA := chunkyRepo(t, "")
-	nodeB := chunkyRepo(t, nodeA.keys.prefix)
-	base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
-	mid := repotest.PublishChild(t, nodeA, base, repotest.Change{Pages: []int64{1, 5}}, "")
-	retired := mid.Record.MemoryLayers[len(mid.Record.MemoryLayers)-1].Name
-	built, childMem := repotest.BuildLayer(t, mid.Memory, repotest.Change{Pages: []int64{2, 5}})
+	c := newRetiringChain(t)
+	nodeA, nodeB, base, mid, retired, built, childMem := c.nodeA, c.nodeB, c.base, c.mid, c.retired, c.built, c.childMem
 	whole := repository.ReplaceMemoryRequest{MemoryPath: memoryFile(t, mid.Memory)}
 	child := flattenUnderAPause(t, nodeA, nodeB, mid, whole, repotest.LayerRequest(t, mid.Record, built, ""))
 
@@ -236,12 +232,8 @@ func TestFlattenedLayerGoesWithItsLastDependent(t *testing.T) {
 // the layer the flatten retires through a snapshot gc past every grace,
 // then commits and reads back whole.
 func TestRetiredLayerKeptForAPublishInProgress(t *testing.T) {
-	nodeA := chunkyRepo(t, "")
-	nodeB := chunkyRepo(t, nodeA.keys.prefix)
-	base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
-	mid := repotest.PublishChild(t, nodeA, base, repotest.Change{Pages: []int64{1, 5}}, "")
-	retired := mid.Record.MemoryLayers[len(mid.Record.MemoryLayers)-1].Name
-	built, childMem := repotest.BuildLayer(t, mid.Memory, repotest.Change{Pages: []int64{2, 5}})
+	c := newRetiringChain(t)
+	nodeA, nodeB, mid, retired, built, childMem := c.nodeA, c.nodeB, c.mid, c.retired, c.built, c.childMem
 	req := repotest.LayerRequest(t, mid.Record, built, "")
 
 	registered, resume := make(chan struct{}), make(chan struct{})
@@ -356,9 +348,7 @@ type flattenRun struct {
 // fatal.
 func flattenWhileCollecting(t *testing.T, newCollector func(prefix string) *Repo, hook func(flattener *Repo, collect func())) flattenRun {
 	t.Helper()
-	nodeA := chunkyRepo(t, "")
-	nodeB := chunkyRepo(t, nodeA.keys.prefix)
-	base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
+	nodeA, nodeB, base := twoNodesOverABase(t)
 	mid := repotest.PublishChild(t, nodeA, base, repotest.Change{Pages: []int64{1, 5}}, "")
 	leaf := repotest.PublishChild(t, nodeA, mid, repotest.Change{Pages: []int64{2, 5, 30}}, "")
 	collector := newCollector(nodeA.keys.prefix)
@@ -478,9 +468,7 @@ func TestFlattenStalledPastTheGraceWritesNoRecord(t *testing.T) {
 // reads those chunks, which a collection must keep for the chunk grace.
 // Everything then goes by snapshot gc alone.
 func TestFailedFlattenKeepsAKeptLayersChunks(t *testing.T) {
-	nodeA := chunkyRepo(t, "")
-	nodeB := chunkyRepo(t, nodeA.keys.prefix)
-	base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
+	nodeA, nodeB, base := twoNodesOverABase(t)
 	mid := repotest.PublishChild(t, nodeA, base, repotest.Change{Pages: []int64{1, 5}}, "")
 	leaf := repotest.PublishChild(t, nodeA, mid, repotest.Change{Pages: []int64{2, 5, 30}}, "")
 	kept := leaf.Record.MemoryLayers[len(leaf.Record.MemoryLayers)-1].Name
@@ -570,9 +558,7 @@ func revokeLeasesOf(t *testing.T, r *Repo, id string) {
 func TestCrashedFlattenLeavesNothingAfterCollection(t *testing.T) {
 	for _, whole := range []bool{false, true} {
 		t.Run(map[bool]string{false: "merged layer", true: "whole memory"}[whole], func(t *testing.T) {
-			nodeA := chunkyRepo(t, "")
-			nodeB := chunkyRepo(t, nodeA.keys.prefix)
-			base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
+			nodeA, nodeB, base := twoNodesOverABase(t)
 			mid := repotest.PublishChild(t, nodeA, base, repotest.Change{Pages: []int64{1, 5}}, "")
 			leaf := repotest.PublishChild(t, nodeA, mid, repotest.Change{Pages: []int64{2, 5, 30}}, "")
 			req := repository.ReplaceMemoryRequest{Expect: leaf.Record, Layer: mergedLayer(t, base.Memory, leaf.Memory)}

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"warmstart/internal/lab/miniotest"
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
 )
@@ -19,13 +18,7 @@ import (
 // returned nothing of the child is left, the parent has no dependent,
 // its keys are as before, and a later child publishes and reads back.
 func TestStoreStoppedMidLayerPublish(t *testing.T) {
-	own := miniotest.Start(t)
-	if err := own.MakeBucket(bg(), testBucket); err != nil {
-		t.Fatal(err)
-	}
-	o := testOptions(t, own.Endpoint)
-	o.ChunkBytes, o.BlockBytes = testChunkBytes, testChunkBytes
-	r := openWith(t, o)
+	own, r := ownChunkyRepo(t)
 	base := repotest.PublishBase(t, r, 16*testChunkBytes, "")
 	before := snapshotKeys(t, r)
 	built, _ := repotest.BuildLayer(t, base.Memory, repotest.Change{Pages: []int64{1, 5, 40}, Zero: []int64{2}})
@@ -45,11 +38,7 @@ func TestStoreStoppedMidLayerPublish(t *testing.T) {
 			}
 		})
 	}
-	lease, err := r.BeginCapture(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lease.End()
+	lease := beginCapture(t, r)
 	ctx, cancel := context.WithTimeout(bg(), 2*time.Minute)
 	defer cancel()
 	if _, err := r.PublishLayer(ctx, lease, req); err == nil {

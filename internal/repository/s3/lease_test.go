@@ -161,11 +161,7 @@ func TestClaimAcrossNodes(t *testing.T) {
 // would let a collector take the publish for dead while its record lands.
 func TestSweepKeepsALeaseWrittenSinceItsListing(t *testing.T) {
 	holder, collector := twoNodes(t)
-	lease, err := holder.BeginCapture(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lease.End()
+	lease := beginCapture(t, holder)
 	id := lease.SnapshotID()
 	// To the collector every lease object looks expired and silent.
 	collector.leaseTTL, collector.abandonedGrace = time.Nanosecond, time.Nanosecond

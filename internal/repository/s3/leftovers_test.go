@@ -107,8 +107,7 @@ func artifactKeys(t *testing.T, r *Repo, id string) []string {
 // It then completes.
 func TestAbandonedPublishReclaimedLivePublishKept(t *testing.T) {
 	needServer(t)
-	o := testOptions(t, server.Endpoint)
-	o.ChunkBytes, o.BlockBytes = testChunkBytes, testChunkBytes
+	o := chunkyOptions(t, server.Endpoint, "")
 	o.LeaseTTL, o.AbandonedGrace, o.ChunkGrace = time.Second, 3*time.Second, time.Second
 	r := openWith(t, o)
 	killedIn := chunkyInputs(t, 61)
@@ -129,11 +128,7 @@ func TestAbandonedPublishReclaimedLivePublishKept(t *testing.T) {
 	}
 
 	liveIn := chunkyInputs(t, 62)
-	lease, err := r.BeginCapture(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lease.End()
+	lease := beginCapture(t, r)
 	began := time.Now()
 	stalled := repotest.StallPublish(t, r, lease, liveIn.Request(""))
 	defer stalled.Resume() // before lease.End, which waits for it
@@ -177,11 +172,7 @@ func TestAbandonedPublishReclaimedLivePublishKept(t *testing.T) {
 func TestRevokedPublishWritesNoRecord(t *testing.T) {
 	r := chunkyRepo(t, "")
 	in := chunkyInputs(t, 63)
-	lease, err := r.BeginCapture(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lease.End()
+	lease := beginCapture(t, r)
 	id := lease.SnapshotID()
 	r.beforeRecord = func() {
 		objs, err := r.list(bg(), r.keys.leasesOf(id))
@@ -193,7 +184,7 @@ func TestRevokedPublishWritesNoRecord(t *testing.T) {
 			t.Errorf("revoke: %v, %v", revoked, err)
 		}
 	}
-	_, err = r.Publish(bg(), lease, in.Request("revoked"))
+	_, err := r.Publish(bg(), lease, in.Request("revoked"))
 	if !errors.Is(err, repository.ErrLeaseEnded) {
 		t.Fatalf("Publish under a revoked lease: %v, want ErrLeaseEnded", err)
 	}
@@ -219,8 +210,7 @@ func TestRevokedPublishWritesNoRecord(t *testing.T) {
 // is in the bucket and whose memory reads back right.
 func TestKilledPublishersChunksGoAfterTheAbandonedGrace(t *testing.T) {
 	needServer(t)
-	o := testOptions(t, server.Endpoint)
-	o.ChunkBytes, o.BlockBytes = testChunkBytes, testChunkBytes
+	o := chunkyOptions(t, server.Endpoint, "")
 	o.LeaseTTL, o.AbandonedGrace = time.Second, 3*time.Second
 	r := openWith(t, o)
 	if r.chunkGrace != ChunkGrace {
@@ -235,11 +225,7 @@ func TestKilledPublishersChunksGoAfterTheAbandonedGrace(t *testing.T) {
 	liveIn, shared := reusingOne(t, r, killedIn, left[0], 72)
 	killedOnly := left[1:]
 
-	lease, err := r.BeginCapture(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lease.End()
+	lease := beginCapture(t, r)
 	stalled := repotest.StallPublish(t, r, lease, liveIn.Request(""))
 	defer stalled.Resume() // before lease.End, which waits for it
 	// Every chunk of the stalled publish has been looked for once it has
@@ -306,11 +292,7 @@ func TestRevokedPublisherWritesNoJournal(t *testing.T) {
 	o.ChunkBytes, o.BlockBytes, o.LeaseTTL = testChunkBytes, testChunkBytes, time.Second
 	r := openWith(t, o)
 	in := chunkyInputs(t, 64)
-	lease, err := r.BeginCapture(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lease.End()
+	lease := beginCapture(t, r)
 	id := lease.SnapshotID()
 	objs, err := r.list(bg(), r.keys.leasesOf(id))
 	if err != nil || len(objs) != 1 {
@@ -358,19 +340,14 @@ func (f *leaseWriteFault) RoundTrip(req *http.Request) (*http.Response, error) {
 // whole.
 func TestSweptLeaseObjectIsNoLicenceToReclaim(t *testing.T) {
 	needServer(t)
-	o := testOptions(t, server.Endpoint)
-	o.ChunkBytes, o.BlockBytes = testChunkBytes, testChunkBytes
+	o := chunkyOptions(t, server.Endpoint, "")
 	o.LeaseTTL, o.AbandonedGrace = time.Second, 8*time.Second
 	collector := openWith(t, o)
-	fault := &leaseWriteFault{next: http.DefaultTransport.(*http.Transport).Clone()}
+	fault := &leaseWriteFault{next: passThrough()}
 	o.Transport = fault
 	pub := openWith(t, o)
 	in := chunkyInputs(t, 65)
-	lease, err := pub.BeginCapture(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lease.End()
+	lease := beginCapture(t, pub)
 	id := lease.SnapshotID()
 	// The sweep below comes once the id is older than the grace, and less
 	// than half of it after the confirmation.

@@ -14,10 +14,11 @@ import (
 
 // killLayerPublishAt starts a process publishing a child of parent on the
 // repository o describes, with the fault hook killing it (SIGKILL) at
-// point; it returns the child's id once the process died.
-func killLayerPublishAt(t *testing.T, o Options, parent repotest.Lineage, point string) string {
+// point; it returns the child's id once the process died, and the memory
+// the child would have had.
+func killLayerPublishAt(t *testing.T, o Options, parent repotest.Lineage, point string) (string, []byte) {
 	t.Helper()
-	built, _ := repotest.BuildLayer(t, parent.Memory, repotest.Change{Pages: []int64{1, 5, 40}, Zero: []int64{2}})
+	built, mem := repotest.BuildLayer(t, parent.Memory, repotest.Change{Pages: []int64{1, 5, 40}, Zero: []int64{2}})
 	vm := repotest.NewInputs(t, repotest.SmallMemoryBytes).VMStatePath
 	desc, err := json.Marshal(o)
 	if err != nil {
@@ -30,7 +31,7 @@ func killLayerPublishAt(t *testing.T, o Options, parent repotest.Lineage, point 
 	if code, sig := c.Wait(t); sig != syscall.SIGKILL {
 		t.Fatalf("publisher was not killed at %s: exit %d, stderr: %s", point, code, c.Stderr())
 	}
-	return id
+	return id, mem
 }
 
 // markersAt lists, for real, the children with a dependents marker at
@@ -58,8 +59,7 @@ func markersAt(t *testing.T, r *Repo, owner string) []string {
 // and that publish commits; the bucket then holds nothing unneeded.
 func TestKilledLayerPublishLeavesNoMarker(t *testing.T) {
 	needServer(t)
-	o := testOptions(t, server.Endpoint)
-	o.ChunkBytes, o.BlockBytes = testChunkBytes, testChunkBytes
+	o := chunkyOptions(t, server.Endpoint, "")
 	o.LeaseTTL, o.AbandonedGrace = leaseTTLForTests, 3*time.Second
 	r := openWith(t, o)
 	base := repotest.PublishBase(t, r, 16*testChunkBytes, "")
@@ -93,7 +93,8 @@ func TestKilledLayerPublishLeavesNoMarker(t *testing.T) {
 
 	var killed []string
 	for _, point := range []string{FaultLayerAfterMarkers, FaultLayerAfterArtifacts} {
-		killed = append(killed, killLayerPublishAt(t, o, base, point))
+		id, _ := killLayerPublishAt(t, o, base, point)
+		killed = append(killed, id)
 	}
 	died := time.Now()
 	before := tallyOf(t, r)

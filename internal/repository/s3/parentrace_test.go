@@ -17,9 +17,7 @@ import (
 func TestParentDeletedWhilePauseInFlight(t *testing.T) {
 	for _, point := range LayerFaultPoints {
 		t.Run(point, func(t *testing.T) {
-			nodeA := chunkyRepo(t, "")
-			nodeB := chunkyRepo(t, nodeA.keys.prefix)
-			base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
+			nodeA, nodeB, base := twoNodesOverABase(t)
 			var delErr error
 			tried := false
 			nodeA.layerFault = func(p string) {
@@ -60,16 +58,10 @@ func TestParentQuarantinedWhilePauseInFlight(t *testing.T) {
 		}
 	}
 	t.Run("before the owner read", func(t *testing.T) {
-		nodeA := chunkyRepo(t, "")
-		nodeB := chunkyRepo(t, nodeA.keys.prefix)
-		base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
+		nodeA, nodeB, base := twoNodesOverABase(t)
 		built, _ := repotest.BuildLayer(t, base.Memory, repotest.Change{Pages: []int64{1}})
 		nodeA.afterMarker = func(string) { quarantine(t, nodeB, base.Record.ID) }
-		lease, err := nodeA.BeginCapture(bg())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer lease.End()
+		lease := beginCapture(t, nodeA)
 		if _, err := nodeA.PublishLayer(bg(), lease, repotest.LayerRequest(t, base.Record, built, "")); err == nil {
 			t.Fatal("a child was published over a quarantined parent")
 		}
@@ -82,9 +74,7 @@ func TestParentQuarantinedWhilePauseInFlight(t *testing.T) {
 	})
 	for _, point := range []string{FaultLayerAfterArtifacts, FaultLayerBeforeRecord} {
 		t.Run("at "+point, func(t *testing.T) {
-			nodeA := chunkyRepo(t, "")
-			nodeB := chunkyRepo(t, nodeA.keys.prefix)
-			base := repotest.PublishBase(t, nodeA, 8*testChunkBytes, "")
+			nodeA, nodeB, base := twoNodesOverABase(t)
 			nodeA.layerFault = func(p string) {
 				if p == point {
 					quarantine(t, nodeB, base.Record.ID)

@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"warmstart/internal/restore"
 )
 
 // TestPoisonedCacheBlockIsFetchedAgain: a node cache block whose bytes
@@ -23,13 +21,8 @@ func TestPoisonedCacheBlockIsFetchedAgain(t *testing.T) {
 	snap, o := w.restoredOnce(t, 7)
 	poisoned := poisonNeighbours(t, filepath.Join(o.CacheDir, "chunks"))
 
-	second := openWith(t, o) // the same cache directory, reopened
-	before := second.RequestStats()
-	inst := w.restoreOK(t, second, snap, restore.ModeOff)
-	if err := inst.Stop(bg()); err != nil {
-		t.Fatal(err)
-	}
-	if gets := second.RequestStats().Sub(before).Gets; gets == 0 {
+	_, gets := w.restoreOnReopenedCache(t, snap, o)
+	if gets == 0 {
 		t.Fatal("the poisoned blocks were not fetched again")
 	}
 	for _, p := range poisoned {

@@ -2,15 +2,11 @@ package s3
 
 import (
 	"errors"
-	"path/filepath"
 	"testing"
 
-	"warmstart/internal/config"
 	"warmstart/internal/manifest"
-	"warmstart/internal/memdev/fusedev"
 	"warmstart/internal/repository"
 	"warmstart/internal/restore"
-	"warmstart/internal/restore/restoretest"
 )
 
 // TestColdRestoreOfARefinedSnapshot restores, on cold nodes with refine
@@ -30,15 +26,7 @@ func TestColdRestoreOfARefinedSnapshot(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t, server.Endpoint)
 			w.restorer.Refine = true
-			// As a node does: a prefetching restore faults one page at a
-			// time, so a fault reads no neighbour outside the pack.
-			prefetching, err := fusedev.Mount(filepath.Join(w.dir, "mnt-prefetching"),
-				fusedev.Options{ReadAheadBytes: config.Default().Memory.PrefetchReadaroundBytes()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { prefetching.Close() })
-			w.restorer.Devices = restoretest.Devices(w.srv, prefetching)
+			w.prefetchAsANode(t)
 			publisher := w.repo(t, 0)
 			snap := w.publish(t, publisher, tc.seed)
 			if tc.buildFails {

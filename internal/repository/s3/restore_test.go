@@ -19,7 +19,6 @@ import (
 	"warmstart/internal/chunkcache"
 	"warmstart/internal/chunkmap"
 	"warmstart/internal/config"
-	"warmstart/internal/lab/miniotest"
 	"warmstart/internal/lab/reference"
 	"warmstart/internal/lab/synth"
 	"warmstart/internal/memdev"
@@ -240,10 +239,7 @@ func TestStoreStoppedMidRestore(t *testing.T) {
 }
 
 func testStoreStoppedMidRestore(t *testing.T, device string) {
-	own := miniotest.Start(t)
-	if err := own.MakeBucket(bg(), testBucket); err != nil {
-		t.Fatal(err)
-	}
+	own := ownServer(t)
 	w := newWorld(t, own.Endpoint)
 	w.device = device
 	snap := w.publish(t, w.repo(t, 0), 11)
@@ -430,17 +426,12 @@ func testCorruptChunkRefetchedOnRestore(t *testing.T, device string) {
 			t.Fatal(err)
 		}
 	}
-	second := openWith(t, o) // the same cache directory, reopened
-	before := second.RequestStats()
-	inst := w.restoreOK(t, second, snap, restore.ModeOff)
-	if err := inst.Stop(bg()); err != nil {
-		t.Fatal(err)
-	}
+	second, gets := w.restoreOnReopenedCache(t, snap, o)
 	cs := second.Cache().Stats()
 	if cs.Corrupt != uint64(len(files)) {
 		t.Fatalf("%d corrupt blocks detected, %d damaged: %+v", cs.Corrupt, len(files), cs)
 	}
-	if gets := second.RequestStats().Sub(before).Gets; gets == 0 {
+	if gets == 0 {
 		t.Fatal("damaged blocks were not fetched again")
 	}
 }

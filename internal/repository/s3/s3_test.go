@@ -211,11 +211,7 @@ func TestObjectLayout(t *testing.T) {
 func TestMultipartPublish(t *testing.T) {
 	r := openRepo(t)
 	in := repotest.NewInputs(t, PartBytes+PartBytes/2+4096)
-	lease, err := r.BeginCapture(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lease.End()
+	lease := beginCapture(t, r)
 	rec, err := r.Publish(bg(), lease, in.Request(""))
 	if err != nil {
 		t.Fatal(err)
@@ -238,14 +234,10 @@ func TestMultipartPublish(t *testing.T) {
 func TestFailedPublishLeavesNothing(t *testing.T) {
 	r := openRepo(t)
 	in := repotest.NewInputs(t, repotest.SmallMemoryBytes)
-	lease, err := r.BeginCapture(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lease.End()
+	lease := beginCapture(t, r)
 	ctx, cancel := context.WithCancel(bg())
 	r.beforeRecord = cancel
-	_, err = r.Publish(ctx, lease, in.Request("fails"))
+	_, err := r.Publish(ctx, lease, in.Request("fails"))
 	r.beforeRecord = nil
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("publish: %v, want context.Canceled", err)
@@ -288,11 +280,7 @@ func TestStaleAliasBindings(t *testing.T) {
 	if _, err := r.putSmall(bg(), r.keys.alias("busy"), encodeBinding("busy", ghost), putCondition{}); err != nil {
 		t.Fatal(err)
 	}
-	lease, err := r.BeginCapture(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lease.End()
+	lease := beginCapture(t, r)
 	_, err = r.Publish(bg(), lease, repotest.NewInputs(t, repotest.SmallMemoryBytes).Request("busy"))
 	var conflict *repository.AliasConflictError
 	if !errors.As(err, &conflict) || conflict.HolderID != ghost {

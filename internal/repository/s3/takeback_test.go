@@ -48,27 +48,20 @@ func (f *lateRecordFault) RoundTrip(req *http.Request) (*http.Response, error) {
 // reads back whole.
 func TestLateRecordThatCannotBeTakenBackKeepsItsObjects(t *testing.T) {
 	needServer(t)
-	o := testOptions(t, server.Endpoint)
-	o.ChunkBytes, o.BlockBytes = testChunkBytes, testChunkBytes
-	fault := &lateRecordFault{next: http.DefaultTransport.(*http.Transport).Clone()}
+	o := chunkyOptions(t, server.Endpoint, "")
+	fault := &lateRecordFault{next: passThrough()}
 	o.Transport = fault
 	pub := openWith(t, o)
 	// Every record lands "late" for the publisher: it checks its lease
 	// again after the write.
 	pub.abandonedGrace = time.Nanosecond
-	co := testOptions(t, server.Endpoint)
-	co.Prefix, co.ChunkBytes, co.BlockBytes = pub.keys.prefix, testChunkBytes, testChunkBytes
+	co := chunkyOptions(t, server.Endpoint, pub.keys.prefix)
 	co.LeaseTTL, co.AbandonedGrace = time.Nanosecond, time.Nanosecond
 	collector := openWith(t, co)
 
-	lease, err := pub.BeginCapture(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lease.End()
+	lease := beginCapture(t, pub)
 	id := lease.SnapshotID()
-	suffix := strings.TrimPrefix(pub.keys.record(id), pub.keys.prefix)
-	fault.suffix.Store(&suffix)
+	aim(&fault.suffix, pub, pub.keys.record(id))
 	sweep := func() {
 		if err := collector.Sweep(bg()); err != nil {
 			t.Errorf("sweep after the record landed: %v", err)
@@ -116,19 +109,13 @@ func (f *lostThenDenied) RoundTrip(req *http.Request) (*http.Response, error) {
 // the publish returns, a record it leaves reads back whole.
 func TestPublishWhoseRecordLandedUnheardKeepsItsObjects(t *testing.T) {
 	needServer(t)
-	o := testOptions(t, server.Endpoint)
-	o.ChunkBytes, o.BlockBytes = testChunkBytes, testChunkBytes
-	fault := &lostThenDenied{lostAnswer: lostAnswer{next: http.DefaultTransport.(*http.Transport).Clone()}}
+	o := chunkyOptions(t, server.Endpoint, "")
+	fault := &lostThenDenied{lostAnswer: lostAnswer{next: passThrough()}}
 	o.Transport = fault
 	pub := openWith(t, o)
-	lease, err := pub.BeginCapture(bg())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lease.End()
+	lease := beginCapture(t, pub)
 	id := lease.SnapshotID()
-	suffix := strings.TrimPrefix(pub.keys.record(id), pub.keys.prefix)
-	fault.suffix.Store(&suffix)
+	aim(&fault.suffix, pub, pub.keys.record(id))
 	in := chunkyInputs(t, 73)
 	_, perr := pub.Publish(bg(), lease, in.Request(""))
 	if !fault.lost.Load() || !fault.denied.Load() {

@@ -10,8 +10,8 @@ import (
 
 var _ vmm.StateChecker = (*Driver)(nil)
 
-// DriverKey is this driver's [vmm] driver key.
-const DriverKey = "firecracker"
+// DriverKey is this driver's [vmm] driver key, spelled in package vmm.
+const DriverKey = vmm.DriverFirecracker
 
 // maxStateVersionBytes bounds the snapshot data version string a header
 // may carry ("MAJOR.MINOR.PATCH" is far shorter).

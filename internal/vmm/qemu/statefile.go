@@ -9,8 +9,8 @@ import (
 
 var _ vmm.StateChecker = (*Driver)(nil)
 
-// DriverKey is this driver's [vmm] driver key.
-const DriverKey = "qemu"
+// DriverKey is this driver's [vmm] driver key, spelled in package vmm.
+const DriverKey = vmm.DriverQEMU
 
 // CheckState implements vmm.StateChecker: a capture saves the guest's
 // device state as a migration stream (migrate to "exec:cat > FILE"), so a

@@ -6,8 +6,8 @@ import (
 
 var _ vmm.StateChecker = (*VMM)(nil)
 
-// DriverKey is this driver's [vmm] driver key.
-const DriverKey = "replay"
+// DriverKey is this driver's [vmm] driver key, spelled in package vmm.
+const DriverKey = vmm.DriverReplay
 
 // CheckState implements vmm.StateChecker: the replay VMM restores only
 // the synthetic state `warmstart synth` writes, which pause children of
