@@ -254,7 +254,8 @@ func headings(lines []string, level string) []string {
 	return hs
 }
 
-// anchors returns the anchor GitHub gives each heading of a page.
+// anchors returns the anchor GitHub gives each heading of a page, a
+// repeated heading's numbered as GitHub numbers it.
 func anchors(lines []string) []string {
 	var as []string
 	for _, l := range lines {
@@ -262,7 +263,7 @@ func anchors(lines []string) []string {
 			as = append(as, slug(l[level+1:]))
 		}
 	}
-	return as
+	return numberRepeats(as)
 }
 
 // slug is GitHub's heading anchor: lower case, punctuation other than '-'
