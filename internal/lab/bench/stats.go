@@ -97,3 +97,47 @@ func TQuantile975(df int) float64 {
 		return z + (last-z)*float64(len(t975))/float64(df)
 	}
 }
+
+// HotRatio is a cell's time to ready over its own block's hot control,
+// the measure the goals are stated in (docs/benchmarks.md): the geometric
+// mean of the per-block ratios, times or divided by Factor2SE for two
+// standard errors of their logarithms, and their median. Ratios carry no
+// unit, so the JSON has them as plain numbers.
+type HotRatio struct {
+	GeometricMean float64 `json:"geometric_mean"`
+	// Factor2SE is exp(2 s.e.) of the per-block log ratios (sample
+	// standard deviation over sqrt(Blocks)): the interval is
+	// GeometricMean / Factor2SE to GeometricMean * Factor2SE.
+	Factor2SE float64 `json:"factor_2se"`
+	Median    float64 `json:"median"`
+	// Blocks is how many blocks had both the cell and the hot control.
+	Blocks int `json:"blocks"`
+}
+
+// RatioOfBlocks summarizes per-block ratios (each a cell's time over the
+// same block's hot control). Fewer than two ratios give nil: one has no
+// standard error. A ratio that is not positive and finite (a zero time)
+// has no logarithm and also gives nil rather than a NaN figure.
+func RatioOfBlocks(ratios []float64) *HotRatio {
+	n := len(ratios)
+	if n < 2 {
+		return nil
+	}
+	logs := make([]float64, n)
+	var sum float64
+	for i, r := range ratios {
+		if !(r > 0) || math.IsInf(r, 0) {
+			return nil
+		}
+		logs[i] = math.Log(r)
+		sum += logs[i]
+	}
+	mean := sum / float64(n)
+	var ss float64
+	for _, l := range logs {
+		ss += (l - mean) * (l - mean)
+	}
+	se := math.Sqrt(ss/float64(n-1)) / math.Sqrt(float64(n))
+	return &HotRatio{GeometricMean: math.Exp(mean), Factor2SE: math.Exp(2 * se),
+		Median: Summarize(ratios).Median, Blocks: n}
+}

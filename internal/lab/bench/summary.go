@@ -25,6 +25,11 @@ type Cell struct {
 	StartupSet StartupSetMeans `json:"startup_set"`
 	// Cost is the mean of the admitted trials' CPU and I/O until ready.
 	Cost CostMeans `json:"cost"`
+	// RatioToHot is the cell's time to ready over the hot control of the
+	// same block, over the blocks that have both (blockTimes.ratios); nil
+	// for the hot control itself, a run without one, or fewer than two
+	// such blocks.
+	RatioToHot *HotRatio `json:"ratio_to_hot,omitempty"`
 }
 
 // StartupSetMeans are the means, over a condition's admitted trials, of
@@ -88,6 +93,9 @@ func summarize(o Options, trials []TrialResult) Summary {
 			StartupSet: meanStartupSet(sets[c]), Cost: meanCost(costs[c])}
 		if off := Summarize(byBlock.values(Condition{c.Cache, PrefetchOff})); off.Mean > 0 && c.Cache != CacheHot {
 			cell.Ratio = cell.Sample.Mean / off.Mean
+		}
+		if hot := (Condition{CacheHot, PrefetchOff}); c != hot {
+			cell.RatioToHot = RatioOfBlocks(byBlock.ratios(c, hot))
 		}
 		s.Cells = append(s.Cells, cell)
 	}
@@ -177,6 +185,22 @@ func (b blockTimes) diff(x, y Condition) Interval {
 	return PairedInterval(d)
 }
 
+// ratios are x's times over y's, block by block, over the blocks that
+// have both. A block's time is its admitted trial's (a replacement from a
+// reserve block stands in the block of the trial it replaces: tally) and,
+// with concurrent restores, the slowest restore's (TrialResult.ReadyMs).
+func (b blockTimes) ratios(x, y Condition) []float64 {
+	var r []float64
+	for blk := 0; blk < b.blocks; blk++ {
+		v, ok1 := b.ms[x][blk]
+		w, ok2 := b.ms[y][blk]
+		if ok1 && ok2 {
+			r = append(r, v/w)
+		}
+	}
+	return r
+}
+
 // WriteTable prints the summary as the seed reports it: one column per
 // prefetch policy plus the prefetch-off baseline.
 func (r *Report) WriteTable(w io.Writer) {
@@ -199,6 +223,9 @@ func (r *Report) WriteTable(w io.Writer) {
 		}
 		return fmt.Sprintf("%.2fx (%+.1f%%)", c.Ratio, (c.Ratio-1)*100)
 	})
+	if r.cell(CacheHot, PrefetchOff) != nil {
+		r.writeSection(w, "over the same block's hot control: geometric mean ×/÷ 2 s.e. (blocks)", hotRatioCell)
+	}
 	r.writeSection(w, "device bytes read, acquisition to ready (MiB, mean)", func(c *Cell) string {
 		return fmt.Sprintf("%.1f", c.DeviceMiB)
 	})
@@ -219,6 +246,19 @@ func (r *Report) WriteTable(w io.Writer) {
 	writeLearning(w, r.Learning)
 	fmt.Fprintln(w)
 	r.writeVerdicts(w)
+}
+
+// hotRatioCell prints a cell's ratio to the hot control, "1.22x ×/÷ 1.06
+// (8)", or why it has none.
+func hotRatioCell(c *Cell) string {
+	switch {
+	case c.Condition == Condition{CacheHot, PrefetchOff}:
+		return "control"
+	case c.RatioToHot == nil:
+		return "-"
+	}
+	h := c.RatioToHot
+	return fmt.Sprintf("%.2fx ×/÷ %.2f (%d)", h.GeometricMean, h.Factor2SE, h.Blocks)
 }
 
 // cell is the summary's cell for (cache, policy), or nil.

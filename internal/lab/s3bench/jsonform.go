@@ -92,12 +92,14 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 
 type plainReport Report
 
-// MarshalJSON writes what the manifest covers in bytes.
+// MarshalJSON writes what the manifest covers in bytes and the link's
+// floor in nanoseconds (left out when there is none).
 func (r Report) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		plainReport
 		ManifestBytes int64 `json:"manifest_bytes"`
-	}{plainReport(r), int64(math.Round(r.ManifestMiB * (1 << 20)))})
+		LinkFloor     int64 `json:"link_floor_ns,omitempty"`
+	}{plainReport(r), int64(math.Round(r.ManifestMiB * (1 << 20))), nanos(r.LinkFloorMs)})
 }
 
 // cpuJSON is a CPUAccount in integer nanoseconds.

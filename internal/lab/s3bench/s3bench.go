@@ -232,6 +232,9 @@ type Summary struct {
 	Phases Phases `json:"-"` // JSON: phases, integer _ns (jsonform.go)
 	// CPU is the mean CPU each process ran until ready.
 	CPU CPUAccount `json:"cpu"`
+	// OverLinkFloor is a cold condition's time to ready over the link's
+	// floor (Report.LinkFloorMs); nil for a warm one or without a floor.
+	OverLinkFloor *FloorRatio `json:"ratio_to_link_floor,omitempty"`
 }
 
 // Phases are mean times from the restore call, in milliseconds. A stream
@@ -314,6 +317,9 @@ type Report struct {
 	ColdPaired bench.Interval `json:"cold_paired"`
 	// ManifestMiB is what the startup manifest covers.
 	ManifestMiB float64 `json:"-"` // JSON: manifest_bytes
+	// LinkFloorMs is the least time to ready of a cold node on this link:
+	// the latency plus the startup pack at the link's rate (floor.go).
+	LinkFloorMs float64 `json:"-"` // JSON: link_floor_ns
 	Storage
 }
 
@@ -645,6 +651,7 @@ func (r *Report) summarize() {
 		}
 	}
 	r.ColdPaired = bench.PairedInterval(diffs)
+	r.overFloor()
 }
 
 func times(ts []Trial) []float64 {
@@ -670,6 +677,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		mib(uint64(r.StoredBytes)), mib(uint64(r.RawBytes)), float64(r.StoredBytes)/float64(max(1, r.RawBytes)), mib(uint64(r.StartupSetStoredBytes)))
 	fmt.Fprintf(w, "cold cache: prefetch on / off = %.2fx of the mean time to ready; paired on-off %.1f ms [%.1f, %.1f]\n",
 		r.ColdRatio, r.ColdPaired.Mean, r.ColdPaired.Low, r.ColdPaired.High)
+	r.writeFloor(w)
 	bad := 0
 	for _, t := range r.Trials {
 		if !t.HashOK {

@@ -75,7 +75,12 @@ func TestSmallRun(t *testing.T) {
 			t.Errorf("%s: %d bytes fetched before ready, more than the %d-byte startup pack", tr.Condition, tr.BytesToReady, rep.StartupSetStoredBytes)
 		}
 	}
-	for _, table := range []string{"phases (mean ms)", "CPU to ready (mean ms)"} {
+	for _, s := range rep.Summary {
+		if (s.OverLinkFloor != nil) != (s.Condition.Cache == CacheCold) || rep.LinkFloorMs <= 0 {
+			t.Errorf("%s: over the link's floor (%.1f ms) %+v; want a ratio for a cold node only", s.Condition, rep.LinkFloorMs, s.OverLinkFloor)
+		}
+	}
+	for _, table := range []string{"phases (mean ms)", "CPU to ready (mean ms)", "over the link's floor"} {
 		if !strings.Contains(out.String(), table) {
 			t.Errorf("no %q table", table)
 		}
