@@ -60,9 +60,6 @@ type TargetOptions struct {
 	Fill bool
 	// Hint advises the lower of the whole plan up front (Advisor).
 	Hint bool
-	// HintMarginBytes has the hint, after the plan, also advise the
-	// memory within this many bytes of its ranges (HintPlan); 0: none.
-	HintMarginBytes int64
 }
 
 // Device is the memory one restore's VM reaches guest memory through. A

@@ -95,11 +95,7 @@ func (s *sequence) startPrefetch(ctx context.Context, wait bool) error {
 	rep.LeftToDemandBytes = pp.m.TotalBytes() - trimmed.TotalBytes()
 	rep.Generation, rep.Digest = s.inst.Generation, pp.digest
 	s.startCacheWarm(pp.m)
-	o := memdev.TargetOptions{Fill: p.Fill, Hint: p.Hint}
-	if !trims {
-		o.HintMarginBytes = p.HintMarginBytes
-	}
-	target, onEnd, err := s.held.dev.Target(plan, o)
+	target, onEnd, err := s.held.dev.Target(plan, memdev.TargetOptions{Fill: p.Fill, Hint: p.Hint})
 	if err != nil {
 		s.r.skip(rep, s.src.SnapshotID, err.Error())
 		return nil

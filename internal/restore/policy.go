@@ -46,12 +46,6 @@ type Policy struct {
 	// take the gap to the next recorded range in memory when that gap is
 	// at most this long (see Policy.Plan).
 	GapBytes int64 `json:"gap_bytes,omitempty"`
-	// HintMarginBytes, above 0 and with Hint, has the hint also advise
-	// the memory within this many bytes of each range of a plan on local
-	// memory, after the plan itself (memdev.HintPlan): where a drifting
-	// start-up's faults outside the plan mostly fall, so that they find
-	// their bytes read when the lower is cold.
-	HintMarginBytes int64 `json:"hint_margin_bytes,omitempty"`
 }
 
 // The policies' names ([prefetch] policy, --policy, the API's "policy").
@@ -80,7 +74,7 @@ var policies = map[string]Policy{
 	// up front, and two readers (one per core here) fill in first-touch
 	// order concurrently with the restore, following the guest: a fault
 	// ahead of them moves them to it.
-	PolicyWarmstart: {Name: PolicyWarmstart, Readers: 2, BufferBytes: 1 << 20, MaxReaders: prefetch.DefaultMaxReaders, Fill: true, Hint: true, Follow: true, GapBytes: 16 << 10, HintMarginBytes: 32 << 10},
+	PolicyWarmstart: {Name: PolicyWarmstart, Readers: 2, BufferBytes: 1 << 20, MaxReaders: prefetch.DefaultMaxReaders, Fill: true, Hint: true, Follow: true, GapBytes: 16 << 10},
 }
 
 // DefaultPolicy is the policy a restore uses unless told otherwise.

@@ -40,49 +40,34 @@ var pageBytes = int64(os.Getpagesize())
 // resident. Mapping PROT_NONE|MAP_SHARED never faults a page in, so the probe
 // cannot change what it measures.
 func Probe(path string) (Residency, error) {
-	pages, err := Pages(path)
-	if err != nil {
-		return Residency{}, err
-	}
-	var n int64
-	for _, in := range pages {
-		if in {
-			n++
-		}
-	}
-	return Residency{Resident: n, Total: int64(len(pages))}, nil
-}
-
-// Pages says, page by page, which of the file's pages are resident, as
-// Probe finds them.
-func Pages(path string) ([]bool, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("probe residency of %s: %w", path, err)
+		return Residency{}, fmt.Errorf("probe residency of %s: %w", path, err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("probe residency of %s: %w", path, err)
+		return Residency{}, fmt.Errorf("probe residency of %s: %w", path, err)
 	}
 	size := st.Size()
+	pages := (size + pageBytes - 1) / pageBytes
 	if size == 0 {
-		return nil, nil
+		return Residency{}, nil
 	}
 	mem, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_NONE, unix.MAP_SHARED)
 	if err != nil {
-		return nil, fmt.Errorf("probe residency of %s: mmap: %w", path, err)
+		return Residency{}, fmt.Errorf("probe residency of %s: mmap: %w", path, err)
 	}
 	defer unix.Munmap(mem)
-	vec := make([]byte, (size+pageBytes-1)/pageBytes)
+	vec := make([]byte, pages)
 	if err := mincore(mem, vec); err != nil {
-		return nil, fmt.Errorf("probe residency of %s: mincore: %w", path, err)
+		return Residency{}, fmt.Errorf("probe residency of %s: mincore: %w", path, err)
 	}
-	pages := make([]bool, len(vec))
-	for i, v := range vec {
-		pages[i] = v&1 != 0
+	var n int64
+	for _, v := range vec {
+		n += int64(v & 1)
 	}
-	return pages, nil
+	return Residency{Resident: n, Total: pages}, nil
 }
 
 // mincore is not wrapped by golang.org/x/sys/unix on Linux.

@@ -137,7 +137,7 @@ func (d *Device) Target(plan []prefetch.Range, o memdev.TargetOptions) (prefetch
 	if !o.Hint {
 		return t, func() { f.Close() }, nil
 	}
-	h := memdev.NewPlanHint(d.Advise, memdev.HintPlan(plan, o.HintMarginBytes, d.Size()))
+	h := memdev.NewPlanHint(d.Advise, plan)
 	return hintingTarget{t, h}, func() { h.Stop(); f.Close() }, nil
 }
 

@@ -230,7 +230,7 @@ func (d *Device) Target(plan []prefetch.Range, o memdev.TargetOptions) (prefetch
 		return nil, nil, errors.New("uffd device: no VMM connected")
 	}
 	if o.Hint {
-		d.startHint(memdev.HintPlan(plan, o.HintMarginBytes, d.mem.Size()))
+		d.startHint(plan)
 	}
 	return installTarget{s}, nil, nil
 }
