@@ -62,6 +62,10 @@ type importSpec struct {
 	// pass that hashes the bytes.
 	digests bool
 	link    bool
+	// field names the publish request field src came in
+	// (repository.FieldVMState, FieldMemory), if it came in one: a source
+	// found changed while copied is then that field's fault.
+	field string
 }
 
 // importArtifact stores spec.src as spec.name in the snapshot directory dir.
@@ -210,7 +214,7 @@ func (r *Repo) copyVerified(ctx context.Context, spec importSpec, dst string, pr
 	if r.afterCopy != nil {
 		r.afterCopy(dst)
 	}
-	if err := unchangedSince(in, spec.src, before); err != nil {
+	if err := unchangedSince(in, spec, before); err != nil {
 		return storedArtifact{}, err
 	}
 	want := storedArtifact{size: n, sha256: hex.EncodeToString(h.Sum(nil))}
@@ -287,17 +291,23 @@ func changeStamp(f *os.File) (stamp, error) {
 
 // unchangedSince refuses a copy of a source written while it was read:
 // its bytes mix the file before and after the write, which no moment of
-// the guest held, yet match the digests computed from what was read.
-func unchangedSince(f *os.File, src string, before stamp) error {
+// the guest held, yet match the digests computed from what was read. The
+// writer is the caller's to stop: the refusal names the request field the
+// source came in, when it came in one.
+func unchangedSince(f *os.File, spec importSpec, before stamp) error {
 	after, err := changeStamp(f)
 	if err != nil {
 		return err
 	}
-	if after != before {
-		return fmt.Errorf("%w: %s changed while it was copied (something still writes it); import it once nothing does",
-			repository.ErrInvalidRequest, src)
+	if after == before {
+		return nil
 	}
-	return nil
+	err = fmt.Errorf("%w: %s changed while it was copied (something still writes it); import it once nothing does",
+		repository.ErrInvalidRequest, spec.src)
+	if spec.field != "" {
+		return &repository.FieldError{Field: spec.field, Err: err}
+	}
+	return err
 }
 
 // hashFile reads path to the end and returns its size and SHA-256, and with

@@ -212,12 +212,14 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 	r.fault(FaultPublishAfterDir)
 
 	vm, err := r.importArtifact(ctx, dir, importSpec{src: req.VMStatePath, name: repository.VMStateFileName,
-		size: vmSize, tempFault: FaultPublishAfterVMStateTemp, link: req.Link}, req.Progress)
+		size: vmSize, tempFault: FaultPublishAfterVMStateTemp, link: req.Link,
+		field: repository.FieldVMState}, req.Progress)
 	if err != nil {
 		return repository.Record{}, err
 	}
 	mem, err := r.importArtifact(ctx, dir, importSpec{src: req.MemoryPath, name: repository.MemoryFileName,
-		size: memSize, tempFault: FaultPublishAfterMemoryTemp, digests: true, link: req.Link}, req.Progress)
+		size: memSize, tempFault: FaultPublishAfterMemoryTemp, digests: true, link: req.Link,
+		field: repository.FieldMemory}, req.Progress)
 	if err != nil {
 		return repository.Record{}, err
 	}

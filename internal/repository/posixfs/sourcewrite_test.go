@@ -47,6 +47,13 @@ func TestSourceWrittenDuringPublish(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "changed while") || !strings.Contains(err.Error(), in.MemoryPath) {
 		t.Fatalf("Publish of a memory file written during its copy = %v, want an error naming it as changed", err)
 	}
+	// The caller's mistake (something still writes the file it sent), so
+	// an importer answers it as one: on the field the file came in.
+	if fe := (*repository.FieldError)(nil); !errors.As(err, &fe) || fe.Field != repository.FieldMemory ||
+		!errors.Is(err, repository.ErrInvalidRequest) {
+		t.Fatalf("Publish of a memory file written during its copy = %v (%#v), want an invalid request on field %q",
+			err, fe, repository.FieldMemory)
+	}
 	if _, err := os.Stat(r.paths.snapshotDir(lease.SnapshotID())); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("refused publish left its directory: %v", err)
 	}
