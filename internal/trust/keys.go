@@ -193,7 +193,7 @@ func readKeyFile(path string, secret bool) ([]byte, error) {
 	}
 	resolved, err := filepath.EvalSymlinks(path)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
+		return nil, fmt.Errorf("%s %s: %w", what, path, err)
 	}
 	if err := checkKeyFile(resolved, secret); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", what, path, err)
@@ -211,11 +211,19 @@ var ErrKeyFileOpen = errors.New("key file is open to others")
 
 // checkKeyFile refuses a key file owned by another user than this
 // process's or root, and one group or others can read (a private key) or
-// write (any key).
+// write (any key). What is no regular file is refused for that first: no
+// mode would make a directory or a device a key.
 func checkKeyFile(path string, secret bool) error {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
 		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: it is a %s", untrusted.ErrNotRegular, untrusted.KindOf(fi.Mode()))
 	}
 	mode := os.FileMode(st.Mode).Perm()
 	switch {
