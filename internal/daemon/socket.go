@@ -67,11 +67,43 @@ func privateRuntimeDir(dir string, log *slog.Logger) error {
 	if perm&0o077 == 0 {
 		return nil
 	}
+	if err := checkNotShared(dir, fi); err != nil {
+		return fmt.Errorf("daemon: runtime directory %s (mode %#o) lets other users in, and %w: "+
+			"the daemon tightens only a directory of its own; configure one, such as %s",
+			dir, unixMode(fi), err, "/run/warmstart")
+	}
 	if err := os.Chmod(dir, perm&0o700); err != nil {
 		return fmt.Errorf("daemon: tighten runtime directory %s: %w", dir, err)
 	}
 	log.Warn("tightened the runtime directory: other users could enter it", "dir", dir,
 		"mode_was", fmt.Sprintf("%#o", perm), "mode", fmt.Sprintf("%#o", perm&0o700))
+	return nil
+}
+
+// checkNotShared refuses to let the daemon tighten a directory other
+// users rely on: a sticky one (/tmp, /var/tmp), the file system's root,
+// and one holding another user's files (/home). Taking it from them would
+// break the host, not protect the socket.
+func checkNotShared(dir string, fi os.FileInfo) error {
+	if fi.Mode()&os.ModeSticky != 0 {
+		return errors.New("it is a sticky directory shared by every user")
+	}
+	if parent, err := os.Stat(filepath.Join(dir, "..")); err == nil && os.SameFile(fi, parent) {
+		return errors.New("it is the file system's root")
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("its entries cannot be read: %w", err)
+	}
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil {
+			continue // removed since the listing
+		}
+		if owner := fileOwner(info); owner != os.Geteuid() {
+			return fmt.Errorf("it holds %s of uid %d", e.Name(), owner)
+		}
+	}
 	return nil
 }
 
@@ -96,6 +128,14 @@ func checkSocketDir(dir string) error {
 			dir, fi.Mode().Perm())
 	}
 	return nil
+}
+
+// unixMode is fi's permission bits with the sticky bit as chmod writes it.
+func unixMode(fi os.FileInfo) os.FileMode {
+	if fi.Mode()&os.ModeSticky != 0 {
+		return fi.Mode().Perm() | 0o1000
+	}
+	return fi.Mode().Perm()
 }
 
 func fileOwner(fi os.FileInfo) int {
