@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -125,6 +126,19 @@ func removeDurable(path string) error {
 type Key struct {
 	Public  ed25519.PublicKey
 	Private ed25519.PrivateKey
+}
+
+// CheckPrefix refuses a key file prefix (GenerateFiles') that names a
+// directory: its files would be hidden ones in it (DIR/.key) or land
+// beside it (DIR.key).
+func CheckPrefix(prefix string) error {
+	base := filepath.Base(prefix)
+	fi, err := os.Stat(prefix)
+	if strings.HasSuffix(prefix, "/") || base == "." || base == ".." || (err == nil && fi.IsDir()) {
+		return fmt.Errorf("%s names a directory; give the key a name in it, such as %s",
+			prefix, filepath.Join(prefix, "publisher"))
+	}
+	return nil
 }
 
 // ID is the key's id (repository.KeyID).
