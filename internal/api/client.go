@@ -39,6 +39,15 @@ var readAnswerTimeout = time.Minute
 // readAnswerTimeout passed.
 var errNoAnswer = errors.New("no answer in time")
 
+// boundRead bounds a read-only request (GET) that has no deadline of its
+// own by readAnswerTimeout.
+func boundRead(ctx context.Context, method string) (context.Context, context.CancelFunc) {
+	if _, bounded := ctx.Deadline(); method != http.MethodGet || bounded {
+		return ctx, func() {}
+	}
+	return context.WithTimeoutCause(ctx, readAnswerTimeout, errNoAnswer)
+}
+
 // Client talks to a running daemon.
 type Client struct {
 	hc    *http.Client
@@ -123,11 +132,8 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		}
 		body = bytes.NewReader(b)
 	}
-	if _, bounded := ctx.Deadline(); method == http.MethodGet && !bounded {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, readAnswerTimeout, errNoAnswer)
-		defer cancel()
-	}
+	ctx, cancel := boundRead(ctx, method)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
 		return fmt.Errorf("daemon %s %s: %w", method, path, err)
