@@ -215,3 +215,32 @@ func TestConfigCheckLoadsTheTrustKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigCheckReadsTheS3EndpointAndPrefix: an S3 endpoint of another
+// scheme and a prefix with a '..' component are refused by every verb
+// when it opens the repository; config check refuses them too, naming
+// the key, instead of printing ok.
+func TestConfigCheckReadsTheS3EndpointAndPrefix(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ line, key string }{
+		{`endpoint = "ftp://127.0.0.1:9000"`, "backend.s3.endpoint"},
+		{`prefix = "../other-tenant"`, "backend.s3.prefix"},
+		{`prefix = "team/a"`, ""},
+	} {
+		cfg := filepath.Join(dir, "warmstart.toml")
+		body := "[snapshot]\nrepository_backend = \"s3\"\n[backend.s3]\nbucket = \"snapshots\"\n" + c.line + "\n"
+		if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		res := runCLIChild(t, "config", "check", "--config", cfg)
+		want := "warmstart: config " + cfg + ": key " + c.key + ": "
+		switch {
+		case res.killed != "":
+			t.Errorf("%s: config check killed: %s", c.line, res.killed)
+		case c.key == "" && res.exitCode != 0:
+			t.Errorf("%s: exit %d, stderr %q; want ok", c.line, res.exitCode, res.stderr)
+		case c.key != "" && (res.exitCode != 1 || !strings.HasPrefix(res.stderr, want)):
+			t.Errorf("%s: exit %d, stderr %q; want exit 1, %q...", c.line, res.exitCode, res.stderr, want)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"warmstart/internal/config"
 	"warmstart/internal/memdev"
 	"warmstart/internal/node"
+	"warmstart/internal/repository/s3"
 	"warmstart/internal/trust"
 	"warmstart/internal/vmm"
 )
@@ -25,6 +26,9 @@ func CheckConfig(cfg *config.Config, file string) error {
 	}
 	if err == nil {
 		err = checkTrustKeys(cfg)
+	}
+	if err == nil && cfg.Snapshot.RepositoryBackend == config.BackendS3 {
+		err = checkS3Address(cfg.Backend.S3)
 	}
 	if err == nil && cfg.VMM.Driver != config.DriverAuto {
 		err = CheckDefaultDevice(cfg, func(b vmm.Backend) error { return node.CheckDriverBackend(cfg.VMM.Driver, b) })
@@ -46,6 +50,18 @@ func checkTrustKeys(cfg *config.Config) error {
 	}
 	if _, err := trust.LoadPolicy(cfg.Trust.TrustedKeys, nil); err != nil {
 		return config.InvalidValue("trust.trusted_keys", err)
+	}
+	return nil
+}
+
+// checkS3Address refuses the endpoint and prefix the S3 repository
+// refuses when a verb opens it.
+func checkS3Address(c config.S3Config) error {
+	if err := s3.CheckEndpoint(c.Endpoint); err != nil {
+		return config.InvalidValue("backend.s3.endpoint", err)
+	}
+	if err := s3.CheckPrefix(c.Prefix); err != nil {
+		return config.InvalidValue("backend.s3.prefix", err)
 	}
 	return nil
 }
