@@ -151,6 +151,12 @@ func fileOwner(fi os.FileInfo) int {
 // check). It returns the socket file's information, to recognise it at
 // shutdown.
 func listenPrivate(path string) (*net.UnixListener, os.FileInfo, error) {
+	// The link below would take a longer path, but no client could
+	// connect to it.
+	if len(path) > socketPathLimit {
+		return nil, nil, fmt.Errorf("[daemon] socket %s is %d bytes, longer than the %d a Unix socket address holds: "+
+			"no client could connect to it; use a shorter path", path, len(path), socketPathLimit)
+	}
 	// MkdirTemp makes the directory 0700, which the umask can only narrow.
 	tmp, err := os.MkdirTemp(filepath.Dir(path), ".ws")
 	if err != nil {
