@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -81,13 +82,12 @@ func privateRuntimeDir(dir string, log *slog.Logger) error {
 }
 
 // checkNotShared refuses to let the daemon tighten a directory other
-// users rely on: a sticky one (/tmp, /var/tmp), the file system's root,
-// and one holding another user's files (/home). Taking it from them would
-// break the host, not protect the socket.
+// users rely on: a sticky one that holds anything warmstart does not put
+// in a runtime directory (/tmp, /var/tmp; a tmpfs freshly mounted for the
+// daemon is sticky too, and empty), the file system's root, and one
+// holding another user's files (/home). Taking it from them would break
+// the host, not protect the socket.
 func checkNotShared(dir string, fi os.FileInfo) error {
-	if fi.Mode()&os.ModeSticky != 0 {
-		return errors.New("it is a sticky directory shared by every user")
-	}
 	if parent, err := os.Stat(filepath.Join(dir, "..")); err == nil && os.SameFile(fi, parent) {
 		return errors.New("it is the file system's root")
 	}
@@ -95,7 +95,11 @@ func checkNotShared(dir string, fi os.FileInfo) error {
 	if err != nil {
 		return fmt.Errorf("its entries cannot be read: %w", err)
 	}
+	sticky := fi.Mode()&os.ModeSticky != 0
 	for _, e := range entries {
+		if sticky && !runtimeEntry(e.Name()) {
+			return fmt.Errorf("it is a sticky directory shared by every user: it holds %s", e.Name())
+		}
 		info, err := e.Info()
 		if err != nil {
 			continue // removed since the listing
@@ -105,6 +109,23 @@ func checkNotShared(dir string, fi os.FileInfo) error {
 		}
 	}
 	return nil
+}
+
+// runtimeEntry reports whether name is one warmstart puts in a runtime
+// directory (the daemon's, a CLI verb's, a capture's, the probe and
+// initramfs caches, a socket's temporary directory), or lost+found.
+func runtimeEntry(name string) bool {
+	switch name {
+	case runDirName, instanceLockName, "mem", "mem-prefetching", "trace-mem", "warmstart.sock", "daemon.token",
+		"probe", "initramfs", "lost+found":
+		return true
+	}
+	for _, prefix := range []string{"cli-", "capture-", ".ws"} {
+		if strings.HasPrefix(name, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkSocketDir creates the socket's directory if it is missing and
