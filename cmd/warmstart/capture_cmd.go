@@ -79,7 +79,7 @@ record does not keep it).`,
 // runCapture boots, captures and publishes a guest, waits for its
 // manifest's recording when there is one, and prints the result.
 func runCapture(ctx context.Context, cmd *cobra.Command, f *captureFlags) error {
-	n, err := env.OpenNode(cmd, &f.vf)
+	n, err := env.OpenNode(ctx, cmd, &f.vf)
 	if err != nil {
 		return err
 	}

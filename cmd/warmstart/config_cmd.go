@@ -41,8 +41,8 @@ var configCheckCmd = &cobra.Command{
 	Short: "Validate a configuration file and print ok",
 	Long: `Load the configuration file (--config, else $WARMSTART_CONFIG, else
 /etc/warmstart/config.toml when present, else the built-in defaults), validate
-every key, read the startup trace [replay] trace names (if any), and print
-"ok". Otherwise print the first problem, naming the file
+every key, read the startup trace [replay] trace names (if any) and the
+[trust] key files, and print "ok". Otherwise print the first problem, naming the file
 and the key, e.g.
 
   warmstart: config /etc/w.toml: key memory.io_engine: 3 out of range 0..2

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"warmstart/internal/config"
+	"warmstart/internal/trust"
 )
 
 // Bounds on a CLI child: past them it is killed, so that a CLI that blocks
@@ -165,6 +166,81 @@ func TestConfigCheckRefusesADefaultDeviceTheVMMCannotUse(t *testing.T) {
 			t.Errorf("device %s: exit %d, stderr %q; want ok", device, res.exitCode, res.stderr)
 		case want != "" && (res.exitCode != 1 || !strings.Contains(res.stderr, want) || !strings.Contains(res.stderr, "qemu")):
 			t.Errorf("device %s: exit %d, stderr %q; want exit 1 naming %s and qemu", device, res.exitCode, res.stderr, want)
+		}
+	}
+}
+
+// TestConfigCheckLoadsTheTrustKeys: every verb and the daemon refuse to
+// run on a [trust] key file that fails its checks, so config check reads
+// them too: a missing signing key, a private key open to others and a
+// trusted key file that holds no key are each an error naming the key and
+// the file (exit 1); good keys pass.
+func TestConfigCheckLoadsTheTrustKeys(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := trust.GenerateFiles(filepath.Join(dir, "publisher")); err != nil {
+		t.Fatal(err)
+	}
+	good, pub := filepath.Join(dir, "publisher.key"), filepath.Join(dir, "publisher.pub")
+	open := filepath.Join(dir, "open.key")
+	data, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(open, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty.pub")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ trust, key, path string }{
+		{`signing_key = "` + filepath.Join(dir, "absent.key") + `"`, "trust.signing_key", "absent.key"},
+		{`signing_key = "` + open + `"`, "trust.signing_key", open},
+		{`trusted_keys = ["` + pub + `", "` + empty + `"]`, "trust.trusted_keys", empty},
+		{`signing_key = "` + good + `"` + "\n" + `trusted_keys = ["` + pub + `"]`, "", ""},
+	} {
+		cfg := filepath.Join(dir, "warmstart.toml")
+		if err := os.WriteFile(cfg, []byte("[trust]\n"+c.trust+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		res := runCLIChild(t, "config", "check", "--config", cfg)
+		want := "warmstart: config " + cfg + ": key " + c.key + ": "
+		switch {
+		case res.killed != "":
+			t.Errorf("%s: config check killed: %s", c.trust, res.killed)
+		case c.key == "" && res.exitCode != 0:
+			t.Errorf("%s: exit %d, stderr %q; want ok", c.trust, res.exitCode, res.stderr)
+		case c.key != "" && (res.exitCode != 1 || !strings.HasPrefix(res.stderr, want) || !strings.Contains(res.stderr, c.path)):
+			t.Errorf("%s: exit %d, stderr %q; want exit 1, %q... naming %s", c.trust, res.exitCode, res.stderr, want, c.path)
+		}
+	}
+}
+
+// TestConfigCheckReadsTheS3EndpointAndPrefix: an S3 endpoint of another
+// scheme and a prefix with a '..' component are refused by every verb
+// when it opens the repository; config check refuses them too, naming
+// the key, instead of printing ok.
+func TestConfigCheckReadsTheS3EndpointAndPrefix(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ line, key string }{
+		{`endpoint = "ftp://127.0.0.1:9000"`, "backend.s3.endpoint"},
+		{`prefix = "../other-tenant"`, "backend.s3.prefix"},
+		{`prefix = "team/a"`, ""},
+	} {
+		cfg := filepath.Join(dir, "warmstart.toml")
+		body := "[snapshot]\nrepository_backend = \"s3\"\n[backend.s3]\nbucket = \"snapshots\"\n" + c.line + "\n"
+		if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		res := runCLIChild(t, "config", "check", "--config", cfg)
+		want := "warmstart: config " + cfg + ": key " + c.key + ": "
+		switch {
+		case res.killed != "":
+			t.Errorf("%s: config check killed: %s", c.line, res.killed)
+		case c.key == "" && res.exitCode != 0:
+			t.Errorf("%s: exit %d, stderr %q; want ok", c.line, res.exitCode, res.stderr)
+		case c.key != "" && (res.exitCode != 1 || !strings.HasPrefix(res.stderr, want)):
+			t.Errorf("%s: exit %d, stderr %q; want exit 1, %q...", c.line, res.exitCode, res.stderr, want)
 		}
 	}
 }

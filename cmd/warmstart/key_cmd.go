@@ -52,6 +52,9 @@ fails before writing anything. It prints the key's id.`,
 		if keyGenerateOut == "" {
 			return usageError{Err: errors.New("key generate: --out PREFIX is required")}
 		}
+		if err := trust.CheckPrefix(keyGenerateOut); err != nil {
+			return usageError{Err: fmt.Errorf("key generate: --out %w", err)}
+		}
 		k, err := trust.GenerateFiles(keyGenerateOut)
 		if err != nil {
 			return err

@@ -37,7 +37,7 @@ does in the background when [manifest] record_after_publish is on.`,
 			// Signals are watched from before the recording's devices are
 			// mounted, so that one arriving at any point unmounts them.
 			return cli.Interruptible(cmd, func(ctx context.Context) error {
-				s, err := env.OpenNode(cmd, &vf)
+				s, err := env.OpenNode(ctx, cmd, &vf)
 				if err != nil {
 					return err
 				}

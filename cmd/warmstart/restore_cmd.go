@@ -131,7 +131,7 @@ func restoreWatched(ctx context.Context, cmd *cobra.Command, f *restoreFlags) er
 	f.vf.Check = func(cfg *config.Config, driver string) error {
 		return ops.CheckRestoreOnDriver(cfg, f.req, driver, ops.Flags)
 	}
-	n, err := env.OpenNode(cmd, &f.vf)
+	n, err := env.OpenNode(ctx, cmd, &f.vf)
 	if err != nil {
 		return err
 	}

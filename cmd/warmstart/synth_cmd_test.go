@@ -68,3 +68,17 @@ func TestSynthRefusesBadVariantFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestSynthRefusesAMemorySizeThatIsNoWholePage: a size in range that is
+// not a multiple of 4 KiB is a flag value no snapshot can have, bad usage
+// like a size out of range: exit 2 naming the flag, nothing written.
+func TestSynthRefusesAMemorySizeThatIsNoWholePage(t *testing.T) {
+	dir := t.TempDir()
+	r := runCLI(t, "synth", "--memory-size", "8388609", "--out", dir)
+	if r.code != 2 || !strings.Contains(r.stderr, "--memory-size 8388609") || !strings.Contains(r.stderr, "4 KiB") {
+		t.Errorf("exit %d, stderr %q: want exit 2 naming --memory-size 8388609 and 4 KiB pages", r.code, r.stderr)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("a refused size still wrote %d files", len(left))
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"warmstart/internal/recorder"
@@ -24,6 +25,28 @@ import (
 
 // maxResponseBytes bounds what the client reads of one answer.
 const maxResponseBytes = 64 << 20
+
+// readAnswerTimeout bounds how long a read-only request (GET: health,
+// lists, a snapshot's record, metrics) waits for the whole answer. A
+// daemon that is stopped (SIGSTOP) or wedged keeps its socket and the
+// kernel completes every connect, so without a bound `restores list`
+// would wait for ever. None of these answers takes long; requests that
+// change something (an import, a restore, a verify) take as long as
+// their work and are not bounded here.
+var readAnswerTimeout = time.Minute
+
+// errNoAnswer is the cause of a read-only request's cancellation when
+// readAnswerTimeout passed.
+var errNoAnswer = errors.New("no answer in time")
+
+// boundRead bounds a read-only request (GET) that has no deadline of its
+// own by readAnswerTimeout.
+func boundRead(ctx context.Context, method string) (context.Context, context.CancelFunc) {
+	if _, bounded := ctx.Deadline(); method != http.MethodGet || bounded {
+		return ctx, func() {}
+	}
+	return context.WithTimeoutCause(ctx, readAnswerTimeout, errNoAnswer)
+}
 
 // Client talks to a running daemon.
 type Client struct {
@@ -109,6 +132,8 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		}
 		body = bytes.NewReader(b)
 	}
+	ctx, cancel := boundRead(ctx, method)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
 		return fmt.Errorf("daemon %s %s: %w", method, path, err)
@@ -121,12 +146,12 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return c.sendError(method, path, err)
+		return c.sendError(ctx, method, path, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 	if err != nil {
-		return fmt.Errorf("daemon %s %s: read answer: %w", method, path, err)
+		return c.sendError(ctx, method, path, fmt.Errorf("read answer: %w", err))
 	}
 	if resp.StatusCode >= 400 {
 		var e Error
@@ -151,10 +176,19 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 // sendError is the error of a request that got no answer. One whose
 // connection could not be made says so and how to start a daemon: the
 // usual reason is that none was started.
-func (c *Client) sendError(method, path string, err error) error {
+func (c *Client) sendError(ctx context.Context, method, path string, err error) error {
 	if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
 		return fmt.Errorf("daemon %s %s: no daemon answers at %s (%w); start one with `warmstart serve`, or check the address",
 			method, path, c.addr, op.Err)
+	}
+	if errors.Is(context.Cause(ctx), errNoAnswer) {
+		return fmt.Errorf("daemon %s %s: the daemon at %s did not answer within %v: it may be stopped or wedged; "+
+			"check its process and its log (%w)", method, path, c.addr, readAnswerTimeout, err)
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+		return fmt.Errorf("daemon %s %s: the daemon at %s closed the connection before it answered: it exited or "+
+			"restarted (see its log); what the request asked may or may not have happened, so look before you retry (%w)",
+			method, path, c.addr, err)
 	}
 	return fmt.Errorf("daemon %s %s: %w", method, path, err)
 }

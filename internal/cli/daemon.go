@@ -162,7 +162,7 @@ func (e *Env) daemonClient(cmd *cobra.Command) (*api.Client, error) {
 	}
 	c, err := api.Dial(e.Daemon, e.TokenFile)
 	if err != nil {
-		return nil, fmt.Errorf("%s --daemon %s: %w", cmd.CommandPath(), e.Daemon, err)
+		return nil, fmt.Errorf("%s --daemon %s: %w", verbName(cmd), e.Daemon, err)
 	}
 	return c, nil
 }
@@ -178,7 +178,7 @@ func (e *Env) configuredDaemon(cmd *cobra.Command) (string, error) {
 	conn, err := net.DialTimeout("unix", sock, 2*time.Second)
 	if err != nil {
 		return "", fmt.Errorf("%s needs a daemon: none answers on [daemon] socket %s (%w); start one with `warmstart serve`, or name one with --daemon ADDRESS or $%s (unix:PATH, PATH, http://HOST:PORT or HOST:PORT)",
-			cmd.CommandPath(), sock, errors.Unwrap(err), DaemonEnv)
+			verbName(cmd), sock, errors.Unwrap(err), DaemonEnv)
 	}
 	conn.Close()
 	return sock, nil

@@ -139,7 +139,7 @@ func (e *Env) importInProcess(ctx context.Context, cmd *cobra.Command, f ImportO
 	var n *node.Node
 	var repo repository.Repository
 	if req.RecordManifest {
-		if n, err = e.OpenNode(cmd, vmm); err == nil {
+		if n, err = e.OpenNode(ctx, cmd, vmm); err == nil {
 			defer n.Close()
 			repo = n.Repo
 		}

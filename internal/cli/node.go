@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"os"
 
@@ -50,15 +51,16 @@ func (f *VMMFlags) fromConfig(cmd *cobra.Command, cfg *config.Config) {
 // OpenNode assembles the node an in-process verb restores with, from the
 // configuration and the VMM flags. Its FUSE mounts live in a runtime
 // directory private to this process, so verbs run side by side; Close
-// removes it.
-func (e *Env) OpenNode(cmd *cobra.Command, vf *VMMFlags) (*node.Node, error) {
+// removes it. ctx is the verb's own (cancelled by a signal): building the
+// VMM may boot a probe guest for up to half a minute.
+func (e *Env) OpenNode(ctx context.Context, cmd *cobra.Command, vf *VMMFlags) (*node.Node, error) {
 	cfg, err := e.Config()
 	if err != nil {
 		return nil, err
 	}
 	vf.fromConfig(cmd, cfg)
 	if vf.Kind == config.DriverAuto {
-		if vf.Kind, err = node.ResolveDriver(cmd.Context(), cfg); err != nil {
+		if vf.Kind, err = node.ResolveDriver(ctx, cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -85,5 +87,5 @@ func (e *Env) OpenNode(cmd *cobra.Command, vf *VMMFlags) (*node.Node, error) {
 	// A read-only store cannot take the refinement a learner would attach
 	// (every restore would end with a warning that it failed), so such a
 	// node uses the refined manifest a snapshot has and learns nothing.
-	return node.OpenCLI(cmd.Context(), cfg, repo, vf.ReadOnly, os.Stderr)
+	return node.OpenCLI(ctx, cfg, repo, vf.ReadOnly, os.Stderr)
 }

@@ -89,14 +89,18 @@ func MarkTree(root *cobra.Command) {
 	markArgErrorsAsUsage(root)
 }
 
+// verbName is how an error names cmd: main prefixes the program's name,
+// so the verb is named without it ("restores list").
+func verbName(cmd *cobra.Command) string {
+	return strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
+}
+
 // Args is check with its errors marked as usage errors naming the verb.
 func Args(check cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if err := check(cmd, args); err != nil {
-			// main prefixes the program's name: the verb is named without it,
-			// and the usage line says which arguments it takes (ID|ALIAS).
-			verb := strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
-			return Error{Err: fmt.Errorf("%s: %w; usage: %s", verb, err, strings.TrimSuffix(cmd.UseLine(), " [flags]"))}
+			// The usage line says which arguments it takes (ID|ALIAS).
+			return Error{Err: fmt.Errorf("%s: %w; usage: %s", verbName(cmd), err, strings.TrimSuffix(cmd.UseLine(), " [flags]"))}
 		}
 		return nil
 	}

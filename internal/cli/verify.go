@@ -40,9 +40,13 @@ func (e *Env) Verify(cmd *cobra.Command, args []string, f VerifyOptions) error {
 	if err != nil {
 		return fmt.Errorf("snapshot verify: %w", err)
 	}
+	policy, err := e.TrustPolicy()
+	if err != nil {
+		return fmt.Errorf("snapshot verify: %w", err)
+	}
 	return Interruptible(cmd, func(ctx context.Context) error {
 		o := Output(cmd)
-		opts := snapcheck.Options{AddDigests: f.AddDigests, Cache: f.Cache, Progress: report.VerifyProgress(o.Err)}
+		opts := snapcheck.Options{AddDigests: f.AddDigests, Cache: f.Cache, Trust: policy, Progress: report.VerifyProgress(o.Err)}
 		if f.All {
 			reports, err := ops.VerifyAll(ctx, repo, opts)
 			if err != nil {

@@ -274,7 +274,8 @@ func (d *Daemon) verifySnapshot(w http.ResponseWriter, r *http.Request) error {
 	if err := d.checkOpen(); err != nil {
 		return err
 	}
-	rep, err := ops.Verify(r.Context(), d.repo, ref, snapcheck.Options{AddDigests: req.AddDigests, Cache: req.Cache == nil || *req.Cache})
+	rep, err := ops.Verify(r.Context(), d.repo, ref, snapcheck.Options{AddDigests: req.AddDigests, Cache: req.Cache == nil || *req.Cache,
+		Trust: d.node.Trust})
 	switch {
 	case err != nil && d.reqCtx.Err() != nil:
 		return shuttingDown(err)

@@ -521,12 +521,23 @@ func (d *Daemon) Serve() error {
 // with the VMM cfg names, logging on logOut, serving listen (see
 // Options.Listen).
 func Serve(ctx context.Context, cfg *config.Config, repo repository.Repository, listen string, logOut io.Writer) error {
-	vm, err := node.NewVMM(ctx, cfg)
-	if err != nil {
-		return err
+	// What needs nothing probed is refused first: building the VMM may
+	// take half a minute (QEMU's accelerator probe under TCG).
+	if addr := cmp.Or(listen, cfg.Daemon.Listen); addr != "" && cfg.Daemon.TokenFile == "" && !isLoopback(addr) {
+		return fmt.Errorf("daemon: listen %s: %w", addr, ErrNoToken)
 	}
 	log, err := logging.New(logOut, cfg.Log)
 	if err != nil {
+		return err
+	}
+	vm, err := node.NewVMM(ctx, cfg)
+	if err != nil {
+		if ctx.Err() != nil {
+			// A signal while the VMM was being built: a shutdown with
+			// nothing yet to undo, not a VMM that failed.
+			log.Info("shutdown before the daemon was ready", "cause", context.Cause(ctx).Error())
+			return nil
+		}
 		return err
 	}
 	return Run(ctx, Options{Config: cfg, Repository: repo, VMM: vm, Log: log, Listen: listen})

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -67,12 +68,64 @@ func privateRuntimeDir(dir string, log *slog.Logger) error {
 	if perm&0o077 == 0 {
 		return nil
 	}
+	if err := checkNotShared(dir, fi); err != nil {
+		return fmt.Errorf("daemon: runtime directory %s (mode %#o) lets other users in, and %w: "+
+			"the daemon tightens only a directory of its own; configure one, such as %s",
+			dir, unixMode(fi), err, "/run/warmstart")
+	}
 	if err := os.Chmod(dir, perm&0o700); err != nil {
 		return fmt.Errorf("daemon: tighten runtime directory %s: %w", dir, err)
 	}
 	log.Warn("tightened the runtime directory: other users could enter it", "dir", dir,
 		"mode_was", fmt.Sprintf("%#o", perm), "mode", fmt.Sprintf("%#o", perm&0o700))
 	return nil
+}
+
+// checkNotShared refuses to let the daemon tighten a directory other
+// users rely on: a sticky one that holds anything warmstart does not put
+// in a runtime directory (/tmp, /var/tmp; a tmpfs freshly mounted for the
+// daemon is sticky too, and empty), the file system's root, and one
+// holding another user's files (/home). Taking it from them would break
+// the host, not protect the socket.
+func checkNotShared(dir string, fi os.FileInfo) error {
+	if parent, err := os.Stat(filepath.Join(dir, "..")); err == nil && os.SameFile(fi, parent) {
+		return errors.New("it is the file system's root")
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("its entries cannot be read: %w", err)
+	}
+	sticky := fi.Mode()&os.ModeSticky != 0
+	for _, e := range entries {
+		if sticky && !runtimeEntry(e.Name()) {
+			return fmt.Errorf("it is a sticky directory shared by every user: it holds %s", e.Name())
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue // removed since the listing
+		}
+		if owner := fileOwner(info); owner != os.Geteuid() {
+			return fmt.Errorf("it holds %s of uid %d", e.Name(), owner)
+		}
+	}
+	return nil
+}
+
+// runtimeEntry reports whether name is one warmstart puts in a runtime
+// directory (the daemon's, a CLI verb's, a capture's, the probe and
+// initramfs caches, a socket's temporary directory), or lost+found.
+func runtimeEntry(name string) bool {
+	switch name {
+	case runDirName, instanceLockName, "mem", "mem-prefetching", "trace-mem", "warmstart.sock", "daemon.token",
+		"probe", "initramfs", "lost+found":
+		return true
+	}
+	for _, prefix := range []string{"cli-", "capture-", ".ws"} {
+		if strings.HasPrefix(name, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkSocketDir creates the socket's directory if it is missing and
@@ -98,6 +151,14 @@ func checkSocketDir(dir string) error {
 	return nil
 }
 
+// unixMode is fi's permission bits with the sticky bit as chmod writes it.
+func unixMode(fi os.FileInfo) os.FileMode {
+	if fi.Mode()&os.ModeSticky != 0 {
+		return fi.Mode().Perm() | 0o1000
+	}
+	return fi.Mode().Perm()
+}
+
 func fileOwner(fi os.FileInfo) int {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		return int(st.Uid)
@@ -111,6 +172,12 @@ func fileOwner(fi os.FileInfo) int {
 // check). It returns the socket file's information, to recognise it at
 // shutdown.
 func listenPrivate(path string) (*net.UnixListener, os.FileInfo, error) {
+	// The link below would take a longer path, but no client could
+	// connect to it.
+	if len(path) > socketPathLimit {
+		return nil, nil, fmt.Errorf("[daemon] socket %s is %d bytes, longer than the %d a Unix socket address holds: "+
+			"no client could connect to it; use a shorter path", path, len(path), socketPathLimit)
+	}
 	// MkdirTemp makes the directory 0700, which the umask can only narrow.
 	tmp, err := os.MkdirTemp(filepath.Dir(path), ".ws")
 	if err != nil {

@@ -109,6 +109,7 @@ const (
 	KindNotAdded   = "not_added"   // AddDigests refused to attach a table
 	KindAttach     = "attach"      // attaching the table failed
 	KindCache      = "cache"       // blocks of the node cache failed their check (evicted)
+	KindTrust      = "trust"       // the node's trusted keys refuse the snapshot
 )
 
 // Problem is one thing wrong with a snapshot.

@@ -32,6 +32,7 @@ import (
 
 	"warmstart/internal/integrity"
 	"warmstart/internal/repository"
+	"warmstart/internal/trust"
 )
 
 // CopyBufferBytes is the unit the artifacts are read in.
@@ -48,6 +49,10 @@ type Options struct {
 	// snapshot's digest table, and evicts those that fail: they are what
 	// this node's restores read instead of the store's bytes.
 	Cache bool
+	// Trust, when it trusts any key, is the node's policy: a snapshot it
+	// refuses to restore is a problem (KindTrust) however well its
+	// artifacts match its record, which whoever writes the store rewrites.
+	Trust *trust.Policy
 	// Progress, when not nil, is called from Verify's goroutine as large
 	// artifacts are read (Step is repository.StepVerify). It must not
 	// block for long.
@@ -207,6 +212,11 @@ func verifyRecord(ctx context.Context, repo, view repository.Repository, rec rep
 	found := r.Problems
 	r = newReport(res.Record)
 	r.Problems = append(r.Problems, found...)
+	if opts.Trust.Enforcing() {
+		if err := opts.Trust.Check(res.Record); err != nil {
+			r.Problems = append(r.Problems, Problem{Kind: KindTrust, Message: err.Error()})
+		}
+	}
 	c := &checker{ctx: ctx, repo: view, res: res, opts: opts, r: &r}
 	if err := c.run(); err != nil {
 		return Report{}, err

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -127,6 +128,19 @@ type Key struct {
 	Private ed25519.PrivateKey
 }
 
+// CheckPrefix refuses a key file prefix (GenerateFiles') that names a
+// directory: its files would be hidden ones in it (DIR/.key) or land
+// beside it (DIR.key).
+func CheckPrefix(prefix string) error {
+	base := filepath.Base(prefix)
+	fi, err := os.Stat(prefix)
+	if strings.HasSuffix(prefix, "/") || base == "." || base == ".." || (err == nil && fi.IsDir()) {
+		return fmt.Errorf("%s names a directory; give the key a name in it, such as %s",
+			prefix, filepath.Join(prefix, "publisher"))
+	}
+	return nil
+}
+
 // ID is the key's id (repository.KeyID).
 func (k Key) ID() string { return repository.KeyID(k.Public) }
 
@@ -193,7 +207,7 @@ func readKeyFile(path string, secret bool) ([]byte, error) {
 	}
 	resolved, err := filepath.EvalSymlinks(path)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
+		return nil, fmt.Errorf("%s %s: %w", what, path, err)
 	}
 	if err := checkKeyFile(resolved, secret); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", what, path, err)
@@ -211,11 +225,19 @@ var ErrKeyFileOpen = errors.New("key file is open to others")
 
 // checkKeyFile refuses a key file owned by another user than this
 // process's or root, and one group or others can read (a private key) or
-// write (any key).
+// write (any key). What is no regular file is refused for that first: no
+// mode would make a directory or a device a key.
 func checkKeyFile(path string, secret bool) error {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
 		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: it is a %s", untrusted.ErrNotRegular, untrusted.KindOf(fi.Mode()))
 	}
 	mode := os.FileMode(st.Mode).Perm()
 	switch {

@@ -10,6 +10,7 @@ import (
 	"warmstart/internal/repository"
 	"warmstart/internal/repository/repotest"
 	"warmstart/internal/trust"
+	"warmstart/internal/untrusted"
 )
 
 func generate(t *testing.T) (trust.Key, string) {
@@ -191,5 +192,35 @@ func TestLoadPolicyTrustsTheNodesOwnKeyWithOthers(t *testing.T) {
 	}
 	if p, err := trust.LoadPolicy(nil, &own); err != nil || p.Enforcing() {
 		t.Fatalf("a node with a signing key and no trusted keys enforces: %v", err)
+	}
+}
+
+// A key path that names no regular file is refused for what it is, not
+// for its mode: "chmod 600 it" would not make a directory a key. And
+// every refusal names the path the configuration gave, a symlink loop's
+// too, so the operator knows which file to fix.
+func TestKeyFilesThatAreNoRegularFileAreNamedForWhatTheyAre(t *testing.T) {
+	dir := t.TempDir()
+	open := filepath.Join(dir, "keys")
+	if err := os.Mkdir(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	loop := filepath.Join(dir, "loop1")
+	os.Symlink(filepath.Join(dir, "loop2"), loop)
+	os.Symlink(loop, filepath.Join(dir, "loop2"))
+	loads := map[string]func(string) (trust.Key, error){
+		"private": func(p string) (trust.Key, error) { return trust.LoadPrivate(p) },
+		"public":  func(p string) (trust.Key, error) { return trust.LoadPublic(p) },
+	}
+	for name, load := range loads {
+		_, err := load(open)
+		if !errors.Is(err, untrusted.ErrNotRegular) || errors.Is(err, trust.ErrKeyFileOpen) ||
+			!strings.Contains(err.Error(), open) || !strings.Contains(err.Error(), "directory") {
+			t.Errorf("%s key that is a directory of mode 0755: %v; want not a regular file, a directory, naming %s",
+				name, err, open)
+		}
+		if _, err := load(loop); err == nil || !strings.Contains(err.Error(), loop) {
+			t.Errorf("%s key that is a symlink loop: %v; want an error naming %s", name, err, loop)
+		}
 	}
 }

@@ -213,7 +213,7 @@ func (f *benchFlags) runBench(ctx context.Context, cmd *cobra.Command, snapshot 
 		return nil, cli.Error{Err: err}
 	}
 	return bench.RunOn(ctx, o, bench.Target{
-		Snapshot: snapshot, Open: func() (*node.Node, error) { return f.env.OpenNode(cmd, &f.vf) },
+		Snapshot: snapshot, Open: func() (*node.Node, error) { return f.env.OpenNode(ctx, cmd, &f.vf) },
 		Guest: f.vf.Kind == config.DriverQEMU, Config: f.env.Config, Agent: f.agent, MemBytes: memBytes,
 	})
 }

@@ -44,8 +44,9 @@ Variant k is determined by the memory size, the seed, F and k.`,
 			if err != nil {
 				return cli.Error{Err: fmt.Errorf("synth: --memory-size: %w", err)}
 			}
-			if size < synth.MinMemoryBytes || size > synth.MaxMemoryBytes {
-				return cli.Error{Err: fmt.Errorf("synth: --memory-size %s: want %d MiB to %d GiB", memorySize, synth.MinMemoryBytes>>20, synth.MaxMemoryBytes>>30)}
+			if size < synth.MinMemoryBytes || size > synth.MaxMemoryBytes || size%4096 != 0 {
+				return cli.Error{Err: fmt.Errorf("synth: --memory-size %s: want a multiple of 4 KiB from %d MiB to %d GiB",
+					memorySize, synth.MinMemoryBytes>>20, synth.MaxMemoryBytes>>30)}
 			}
 			if err := synth.CheckVariants(variants, drift); err != nil {
 				return cli.Error{Err: fmt.Errorf("synth: --variants %d --drift %v: %w", variants, drift, err)}

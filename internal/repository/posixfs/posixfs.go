@@ -93,6 +93,9 @@ func Open(root string, opts Options) (*Repo, error) {
 	if err := os.MkdirAll(abs, dirMode); err != nil {
 		return nil, fmt.Errorf("open snapshot store: %w", err)
 	}
+	if err := r.checkNotForeign(); err != nil {
+		return nil, err
+	}
 	for _, dir := range r.paths.dirs() {
 		if err := mkdirDurable(dir); err != nil {
 			return nil, fmt.Errorf("open snapshot store %s: %w", abs, err)
@@ -108,6 +111,32 @@ func Open(root string, opts Options) (*Repo, error) {
 		opts.Warn(fmt.Errorf("snapshot store %s: %w", abs, err))
 	}
 	return r, nil
+}
+
+// checkNotForeign refuses to make a store in a directory that holds
+// something else: a mistyped snapshot_store naming a home or /etc would
+// otherwise get catalog/ and snapshots/ beside its files, and the publish
+// would land where no node looks. A store (catalog/ or snapshots/ there),
+// an empty directory and one holding only lost+found (a file system
+// mounted there) are fine.
+func (r *Repo) checkNotForeign() error {
+	for _, dir := range []string{r.paths.catalogDir(), r.paths.snapshotsDir()} {
+		if _, err := os.Lstat(dir); err == nil {
+			return nil
+		}
+	}
+	entries, err := os.ReadDir(r.paths.root)
+	if err != nil {
+		return fmt.Errorf("open snapshot store %s: %w", r.paths.root, err)
+	}
+	for _, e := range entries {
+		if e.Name() != "lost+found" {
+			return fmt.Errorf("%w: open snapshot store %s: it holds %s but no snapshot store (catalog/, snapshots/): "+
+				"point [backend.posix_fs] snapshot_store at a store or at an empty or new directory",
+				repository.ErrInvalidRequest, r.paths.root, e.Name())
+		}
+	}
+	return nil
 }
 
 // onReadOnlyMount reports whether the store's file system is mounted
