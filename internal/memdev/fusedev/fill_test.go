@@ -119,6 +119,47 @@ func (o *heldObserver) Served(kind memdev.Kind, off int64, n int, took time.Dura
 	}
 }
 
+// heldFill is a fill in flight whose first prefetch event its observer
+// holds, so a test can look at the device between "heard of" and
+// "stored". proceed lets it go on (once; it also runs at clean-up, so a
+// failing test never leaves the fill blocked); filled gives its result.
+type heldFill struct {
+	filled  chan error
+	proceed func()
+}
+
+// attachHeld attaches lower as name on srv with an observer that holds
+// the first prefetch it hears of; the device is released at clean-up.
+func attachHeld(t *testing.T, srv *Server, name, lower string) (*Device, *heldObserver) {
+	t.Helper()
+	obs := &heldObserver{heard: make(chan struct{}), proceed: make(chan struct{})}
+	req := fileReq(lower, memdev.IOEngineBuffered)
+	req.Observer = obs
+	d, err := srv.Attach(name, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { waitAck(t, d.release()) })
+	return d, obs
+}
+
+// startHeldFill starts d's fill of n bytes at off and returns once obs is
+// hearing of it, or fails the test if the fill ended first.
+func startHeldFill(t *testing.T, d *Device, obs *heldObserver, off int64, n int) heldFill {
+	t.Helper()
+	h := heldFill{filled: make(chan error, 1)}
+	var once sync.Once
+	h.proceed = func() { once.Do(func() { close(obs.proceed) }) }
+	t.Cleanup(h.proceed)
+	go func() { h.filled <- d.Fill(off, make([]byte, n)) }()
+	select {
+	case <-obs.heard:
+	case err := <-h.filled:
+		t.Fatalf("the fill ended (%v) before its observer heard of it", err)
+	}
+	return h
+}
+
 // TestFillIsHeardOfBeforeTheGuestCanFindIt: a guest that touches a page
 // while the device has not yet told its observers of the fill that brought
 // it in must find the page missing, and fault. Were the page already in
@@ -129,31 +170,13 @@ func (o *heldObserver) Served(kind memdev.Kind, off int64, n int, took time.Dura
 func TestFillIsHeardOfBeforeTheGuestCanFindIt(t *testing.T) {
 	const fileBytes = 1 << 20
 	lower := writeLower(t, fileBytes, 13)
-	srv := newServer(t, Options{})
-	obs := &heldObserver{heard: make(chan struct{}), proceed: make(chan struct{})}
-	req := fileReq(lower, memdev.IOEngineBuffered)
-	req.Observer = obs
-	d, err := srv.Attach("heard", req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { waitAck(t, d.release()) }()
+	d, obs := attachHeld(t, newServer(t, Options{}), "heard", lower)
 	f, err := os.Open(d.Path()) // keeps the kernel inode, as restore does
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	filled := make(chan error, 1)
-	go func() { filled <- d.Fill(0, make([]byte, 64<<10)) }()
-	released := false
-	proceed := func() {
-		if !released {
-			released = true
-			close(obs.proceed)
-		}
-	}
-	defer proceed()
-	<-obs.heard
+	fill := startHeldFill(t, d, obs, 0, 64<<10)
 	page := []int64{0}
 	res := runChildSpec(t, childSpec{Mode: childMmap, Path: d.Path(), Layout: layout.Single(fileBytes), Pages: page})
 	if want := lowerHash(t, lower, page, pageBytes); res.Err != "" || res.Hash != want {
@@ -162,8 +185,8 @@ func TestFillIsHeardOfBeforeTheGuestCanFindIt(t *testing.T) {
 	if obs.demands.Load() == 0 {
 		t.Error("the guest found the filled page in the cache before the fill was heard of")
 	}
-	proceed()
-	if err := <-filled; err != nil {
+	fill.proceed()
+	if err := <-fill.filled; err != nil {
 		t.Fatalf("fill: %v", err)
 	}
 }

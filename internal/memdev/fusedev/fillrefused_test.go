@@ -10,7 +10,6 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 
 	"warmstart/internal/layout"
-	"warmstart/internal/memdev"
 )
 
 // TestRefusedStoreLeavesItsPagesToALaterFill: a fill marks its run served
@@ -23,35 +22,18 @@ func TestRefusedStoreLeavesItsPagesToALaterFill(t *testing.T) {
 	const fileBytes, fillBytes = 1 << 20, 64 << 10
 	lower := writeLower(t, fileBytes, 17)
 	srv := newServer(t, Options{})
-	obs := &heldObserver{heard: make(chan struct{}), proceed: make(chan struct{})}
-	req := fileReq(lower, memdev.IOEngineBuffered)
-	req.Observer = obs
-	d, err := srv.Attach("refused", req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { waitAck(t, d.release()) }()
+	d, obs := attachHeld(t, srv, "refused", lower)
 	f, err := os.Open(d.Path())
 	if err != nil {
 		t.Fatal(err)
 	}
-	filled := make(chan error, 1)
-	go func() { filled <- d.Fill(0, make([]byte, fillBytes)) }()
-	released := false
-	proceed := func() {
-		if !released {
-			released = true
-			close(obs.proceed)
-		}
-	}
-	defer proceed()
-	<-obs.heard
+	fill := startHeldFill(t, d, obs, 0, fillBytes)
 	// The fill has read its run and not yet stored it: close the device
 	// file and have the kernel forget its inode, so it refuses the store.
 	f.Close()
 	forget(t, srv, filepath.Base(d.Path()))
-	proceed()
-	if err := <-filled; err == nil {
+	fill.proceed()
+	if err := <-fill.filled; err == nil {
 		t.Fatal("a fill whose inode the kernel forgot stored its run")
 	}
 

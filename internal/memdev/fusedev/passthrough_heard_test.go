@@ -5,8 +5,6 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
-
-	"warmstart/internal/memdev"
 )
 
 // cachedPages counts the pages of [0, n) of path in the page cache,
@@ -51,15 +49,7 @@ func evict(t *testing.T, path string) {
 func TestPassthroughFillIsHeardOfBeforeTheGuestCanFindIt(t *testing.T) {
 	const fileBytes, fillBytes = 1 << 20, 256 << 10
 	lower := writeLower(t, fileBytes, 43)
-	srv := newServer(t, Options{Passthrough: true})
-	obs := &heldObserver{heard: make(chan struct{}), proceed: make(chan struct{})}
-	req := fileReq(lower, memdev.IOEngineBuffered)
-	req.Observer = obs
-	d, err := srv.Attach("pt-heard", req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { waitAck(t, d.release()) }()
+	d, obs := attachHeld(t, newServer(t, Options{Passthrough: true}), "pt-heard", lower)
 	f, err := os.Open(d.Path()) // a passthrough open, as a restore's
 	if err != nil {
 		t.Fatal(err)
@@ -69,22 +59,12 @@ func TestPassthroughFillIsHeardOfBeforeTheGuestCanFindIt(t *testing.T) {
 	if n := cachedPages(t, lower, fillBytes); n != 0 {
 		t.Fatalf("%d pages of the lower still cached after eviction", n)
 	}
-	filled := make(chan error, 1)
-	go func() { filled <- d.Fill(0, make([]byte, fillBytes)) }()
-	released := false
-	proceed := func() {
-		if !released {
-			released = true
-			close(obs.proceed)
-		}
-	}
-	defer proceed()
-	<-obs.heard
+	fill := startHeldFill(t, d, obs, 0, fillBytes)
 	if n := cachedPages(t, lower, fillBytes); n != 0 {
 		t.Errorf("%d pages of the fill were in the lower's page cache before the fill was heard of", n)
 	}
-	proceed()
-	if err := <-filled; err != nil {
+	fill.proceed()
+	if err := <-fill.filled; err != nil {
 		t.Fatalf("fill: %v", err)
 	}
 	if n := cachedPages(t, lower, fillBytes); n == 0 {
