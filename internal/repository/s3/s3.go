@@ -321,7 +321,7 @@ func Open(ctx context.Context, o Options) (*Repo, error) {
 	}
 	ok, err := core.BucketExists(ctx, o.Bucket)
 	if err != nil {
-		return nil, fmt.Errorf("open s3 repository %s: %w", o.Bucket, ctxErr(ctx, err))
+		return nil, fmt.Errorf("open s3 repository %s: %w", o.Bucket, schemeHint(o.Endpoint, ctxErr(ctx, err)))
 	}
 	if !ok {
 		return nil, fmt.Errorf("open s3 repository: bucket %s: %w", o.Bucket, ErrNoBucket)
