@@ -41,5 +41,6 @@ func init() {
 	fl := snapshotFlattenCmd.Flags()
 	fl.BoolVar(&snapshotFlattenFlags.full, "full", false, "write one whole memory file that depends on no ancestor")
 	fl.BoolVar(&snapshotFlattenFlags.json, "json", false, "print the result as JSON")
+	cli.HideDaemonInHelp(snapshotFlattenCmd)
 	snapshotCmd.AddCommand(snapshotFlattenCmd)
 }

@@ -92,5 +92,6 @@ func runSnapshotSign(cmd *cobra.Command, args []string) error {
 
 func init() {
 	snapshotSignCmd.Flags().BoolVar(&snapshotSignAll, "all", false, "sign every snapshot")
+	cli.HideDaemonInHelp(snapshotSignCmd)
 	snapshotCmd.AddCommand(snapshotSignCmd)
 }

@@ -204,3 +204,19 @@ func refusedAsUsage(err error) error {
 	}
 	return err
 }
+
+// HideDaemonInHelp keeps the inherited --daemon flag out of the help of
+// cmd, a verb that refuses it (it runs in this process only), so its help
+// offers nothing it would refuse. The flag stays inherited, so giving it
+// still reaches the verb's own refusal rather than an unknown-flag error.
+func HideDaemonInHelp(cmd *cobra.Command) {
+	cmd.SetHelpFunc(func(c *cobra.Command, args []string) {
+		// The inherited flag is the parent's own *pflag.Flag: hide it only
+		// while this help is written, so siblings' help still lists it.
+		if f := c.InheritedFlags().Lookup("daemon"); f != nil && !f.Hidden {
+			f.Hidden = true
+			defer func() { f.Hidden = false }()
+		}
+		c.Parent().HelpFunc()(c, args)
+	})
+}

@@ -37,7 +37,16 @@ const (
 	MaxFirecrackerVCPUs = 32
 	MaxQEMUVCPUs        = 255
 	MaxGuestMemoryMiB   = 1 << 20
-	MaxCacheSizeGB      = 1 << 20
+	// MinQEMUMemoryMiB is the least guest memory that boots the kernel and
+	// initramfs a capture runs (the default is 128).
+	MinQEMUMemoryMiB = 64
+	// MinAgentPoll bounds the agent's readiness probes: a shorter interval
+	// only spins a core against the guest it waits for.
+	MinAgentPoll = time.Millisecond
+	// MaxAgentTimeout bounds the wait for a guest to answer: a restore
+	// that waits longer is stuck, not slow.
+	MaxAgentTimeout = time.Hour
+	MaxCacheSizeGB  = 1 << 20
 )
 
 // Validate checks every value against its allowed range and returns the
@@ -203,12 +212,14 @@ func (c *Config) vmmChecks() []func() error {
 		func() error { return nonEmpty("qemu.binary", c.QEMU.Binary) },
 		func() error { return oneOf("qemu.accel", c.QEMU.Accel, AccelAuto, AccelKVM, AccelTCG) },
 		func() error { return oneOf("qemu.machine", c.QEMU.Machine, MachineMicrovm, MachinePC) },
-		func() error { return inRange("qemu.memory_mib", c.QEMU.MemoryMiB, 1, MaxGuestMemoryMiB) },
+		func() error { return inRange("qemu.memory_mib", c.QEMU.MemoryMiB, MinQEMUMemoryMiB, MaxGuestMemoryMiB) },
 		func() error { return inRange("qemu.vcpus", int64(c.QEMU.VCPUs), 1, MaxQEMUVCPUs) },
 		func() error { return positive("qemu.stop_timeout", c.QEMU.StopTimeout) },
 		func() error { return agentWorkload("qemu.agent_workload", c.QEMU.AgentWorkload, c.QEMU.MemoryMiB) },
-		func() error { return positive("agent.poll_interval", c.Agent.PollInterval) },
-		func() error { return positive("agent.timeout", c.Agent.Timeout) },
+		func() error {
+			return durationIn("agent.poll_interval", c.Agent.PollInterval, MinAgentPoll, MaxAgentTimeout)
+		},
+		func() error { return durationIn("agent.timeout", c.Agent.Timeout, MinAgentPoll, MaxAgentTimeout) },
 		func() error {
 			if c.Agent.PollInterval > c.Agent.Timeout {
 				return invalid("agent.poll_interval", "%s is longer than agent.timeout %s", c.Agent.PollInterval, c.Agent.Timeout)
@@ -332,6 +343,17 @@ func absolutePath(key, v string) error {
 func nonEmpty(key, v string) error {
 	if v == "" {
 		return invalid(key, "must not be empty")
+	}
+	return nil
+}
+
+// durationIn checks d is positive and within lo..hi.
+func durationIn(key string, d, lo, hi time.Duration) error {
+	if err := positive(key, d); err != nil {
+		return err
+	}
+	if d < lo || d > hi {
+		return invalid(key, "%s out of range %s..%s", d, lo, hi)
 	}
 	return nil
 }

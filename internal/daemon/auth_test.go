@@ -501,7 +501,9 @@ func TestImportErrorsNameTheSentPaths(t *testing.T) {
 	_, err = r.client.Import(context.Background(), req)
 	var ae *api.APIError
 	if !errors.As(err, &ae) || ae.StatusCode != http.StatusBadRequest || ae.Field != "link" ||
-		!strings.Contains(err.Error(), req.Memory) || strings.Contains(err.Error(), "/proc/self/fd") {
-		t.Fatalf("linked import across file systems = %v, want a 400 on link naming %s", err, req.Memory)
+		!strings.Contains(err.Error(), req.Memory) || strings.Contains(err.Error(), "/proc/self/fd") ||
+		!strings.Contains(err.Error(), "a hard link cannot cross file systems") || !strings.Contains(err.Error(), "without --link") {
+		t.Fatalf("linked import across file systems = %v, want a 400 on link naming %s, saying a hard link cannot "+
+			"cross file systems and to import without --link", err, req.Memory)
 	}
 }

@@ -530,7 +530,15 @@ func Serve(ctx context.Context, cfg *config.Config, repo repository.Repository, 
 	if err != nil {
 		return err
 	}
+	probes := probesKVM(cfg)
+	if probes {
+		log.Info("probing whether KVM runs the guest (up to 30 s; the verdict is kept under [runtime] dir)")
+	}
+	started := time.Now()
 	vm, err := node.NewVMM(ctx, cfg)
+	if err == nil && probes {
+		log.Info("VMM ready", "took", time.Since(started).Round(time.Millisecond).String())
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			// A signal while the VMM was being built: a shutdown with
@@ -541,6 +549,14 @@ func Serve(ctx context.Context, cfg *config.Config, repo repository.Repository, 
 		return err
 	}
 	return Run(ctx, Options{Config: cfg, Repository: repo, VMM: vm, Log: log, Listen: listen})
+}
+
+// probesKVM reports whether building cfg's VMM may boot a guest to learn
+// whether KVM runs it (up to half a minute under TCG): the auto driver,
+// or QEMU with accel auto.
+func probesKVM(cfg *config.Config) bool {
+	return cfg.VMM.Driver == config.DriverAuto ||
+		(cfg.VMM.Driver == config.DriverQEMU && cfg.QEMU.Accel == config.AccelAuto)
 }
 
 // Run serves until ctx is done (cmd/warmstart cancels it on SIGTERM and

@@ -1,12 +1,14 @@
 package daemon_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"warmstart/internal/config"
 	"warmstart/internal/daemon"
@@ -55,5 +57,46 @@ func TestServeStoppedBeforeReadyEndsAsAShutdown(t *testing.T) {
 	err := daemon.Serve(ctx, cfg, repo, "", io.Discard)
 	if err != nil && strings.Contains(err.Error(), "context canceled") {
 		t.Fatalf("serve signalled before ready: %v; want it to end as a shutdown", err)
+	}
+}
+
+// TestServeSaysItProbesTheVMM: building a QEMU VMM with accel auto may
+// probe KVM for up to half a minute; serve logs a line before it (so an
+// operator does not see a silent daemon) and one once the VMM is ready.
+// With no kernel there is nothing to boot, so the probe answers at once.
+func TestServeSaysItProbesTheVMM(t *testing.T) {
+	cfg, repo := startConfig(t)
+	cfg.VMM.Driver = config.DriverQEMU
+	cfg.QEMU.Accel = config.AccelAuto
+	cfg.QEMU.Kernel = filepath.Join(t.TempDir(), "absent-kernel")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	// A serve that never says it is ready is stopped, so the test fails
+	// rather than hangs.
+	stop := time.AfterFunc(time.Minute, func() { cancel(errors.New("no ready line within a minute")) })
+	defer stop.Stop()
+	pr, pw := io.Pipe()
+	served := make(chan error, 1)
+	go func() {
+		served <- daemon.Serve(ctx, cfg, repo, "", pw)
+		pw.Close()
+	}()
+	var lines []string
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if strings.Contains(sc.Text(), "VMM ready") {
+			break
+		}
+	}
+	cancel(errors.New("terminated signal received"))
+	go io.Copy(io.Discard, pr)
+	if err := <-served; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	log := strings.Join(lines, "\n")
+	before := strings.Index(log, "probing whether KVM runs the guest (up to 30 s")
+	after := strings.Index(log, "VMM ready")
+	if before < 0 || after < before {
+		t.Fatalf("serve's log does not say it probes the VMM, then that it is ready:\n%s", log)
 	}
 }

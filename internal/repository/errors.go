@@ -41,12 +41,13 @@ func (e *FieldError) Error() string { return e.Err.Error() }
 func (e *FieldError) Unwrap() error { return e.Err }
 
 // The fields a FieldError names: a publish request's alias, vm state and
-// memory files and layout.
+// memory files, layout and link.
 const (
 	FieldAlias   = "alias"
 	FieldVMState = "vm_state"
 	FieldMemory  = "memory"
 	FieldLayout  = "layout"
+	FieldLink    = "link"
 )
 
 // AliasConflictError reports which snapshot holds the alias. It matches

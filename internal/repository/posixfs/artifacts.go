@@ -130,6 +130,12 @@ func (r *Repo) store(ctx context.Context, spec importSpec, tmp string, report fu
 // as root or as its owner).
 func linkReadOnly(src, dst string) error {
 	if err := unix.Linkat(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW); err != nil {
+		if errors.Is(err, unix.EXDEV) {
+			// The request's to change, not the store's: say how.
+			return &repository.FieldError{Field: repository.FieldLink, Err: fmt.Errorf(
+				"%w: hard-link %s into the store: %w: a hard link cannot cross file systems (link works only "+
+					"on the store's file system); import without --link to copy it", repository.ErrInvalidRequest, src, err)}
+		}
 		return fmt.Errorf("hard-link %s into the store: %w", src, err)
 	}
 	fi, err := os.Stat(dst)

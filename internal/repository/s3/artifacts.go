@@ -99,8 +99,34 @@ func (u *artifactUpload) readPart() (int, error) {
 // sizeChanged is the error of a file found to hold got bytes, not the
 // size Publish checked.
 func (u *artifactUpload) sizeChanged(got int64) error {
-	return &repository.IntegrityError{Artifact: u.name,
-		Want: strconv.FormatInt(u.size, 10) + " bytes", Got: strconv.FormatInt(got, 10) + " bytes (changed during publish)"}
+	return sourceChanged(u.path, fmt.Sprintf("%d bytes, not the %d first found", got, u.size))
+}
+
+// sourceChangedError is a source file of a publish found to differ, in
+// size or bytes, from what the publish first read of it: something still
+// writes it. It is the request's to change (an invalid request), not a
+// failure of stored data, which stays an integrity error.
+type sourceChangedError struct {
+	path, how string
+}
+
+func (e *sourceChangedError) Error() string {
+	return fmt.Sprintf("%s: %s changed while it was uploaded (%s; something still writes it); import it once nothing does",
+		repository.ErrInvalidRequest, e.path, e.how)
+}
+
+func (e *sourceChangedError) Unwrap() error { return repository.ErrInvalidRequest }
+
+func sourceChanged(path, how string) error { return &sourceChangedError{path: path, how: how} }
+
+// onField puts err, when it is a request's file found changed, on the
+// request's field that named the file, as the POSIX store does.
+func onField(field string, err error) error {
+	var changed *sourceChangedError
+	if fe := (*repository.FieldError)(nil); errors.As(err, &changed) && !errors.As(err, &fe) {
+		return &repository.FieldError{Field: field, Err: err}
+	}
+	return err
 }
 
 func (u *artifactUpload) report(done int64) {

@@ -24,7 +24,7 @@ func CreateBucket(ctx context.Context, o Options) (created bool, err error) {
 	}
 	ok, err := core.BucketExists(ctx, o.Bucket)
 	if err != nil {
-		return false, fmt.Errorf("create bucket %s: %w", o.Bucket, ctxErr(ctx, err))
+		return false, fmt.Errorf("create bucket %s: %w", o.Bucket, schemeHint(o.Endpoint, ctxErr(ctx, err)))
 	}
 	if ok {
 		return false, nil

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"sync"
 	"time"
 
@@ -121,8 +120,8 @@ func (r *Repo) uploadChunked(ctx context.Context, id, path string, size int64, d
 
 // feedChunks reads the memory file chunk by chunk, hashing it whole and
 // feeding digests, and hands the chunks to the hashers. It returns the
-// file's SHA-256; a file whose size changed since it was checked is an
-// integrity error.
+// file's SHA-256; a file whose size changed since it was checked is a
+// source changed under the publish (sourceChangedError).
 func feedChunks(ctx context.Context, f *os.File, m chunkmap.Map, digests io.Writer, jobs chan<- chunkJob) (string, error) {
 	whole := sha256.New()
 	for i := range m.Chunks {
@@ -132,7 +131,7 @@ func feedChunks(ctx context.Context, f *os.File, m chunkmap.Map, digests io.Writ
 			return "", fmt.Errorf("read %s: %w", f.Name(), err)
 		}
 		if n != len(buf) {
-			return "", sizeChangedError(m.Size, int64(i)*m.ChunkBytes+int64(n))
+			return "", sizeChangedError(f.Name(), m.Size, int64(i)*m.ChunkBytes+int64(n))
 		}
 		whole.Write(buf)
 		if digests != nil {
@@ -145,7 +144,7 @@ func feedChunks(ctx context.Context, f *os.File, m chunkmap.Map, digests io.Writ
 		}
 	}
 	if !atEOF(f) {
-		return "", sizeChangedError(m.Size, m.Size+1)
+		return "", sourceChanged(f.Name(), fmt.Sprintf("more than the %d bytes first found", m.Size))
 	}
 	return hex.EncodeToString(whole.Sum(nil)), nil
 }
@@ -172,9 +171,8 @@ func describeChunk(data []byte) chunkmap.Chunk {
 	return chunkmap.Chunk{Digest: chunkmap.Sum(data)}
 }
 
-func sizeChangedError(want, got int64) error {
-	return &repository.IntegrityError{Artifact: repository.MemoryFileName,
-		Want: strconv.FormatInt(want, 10) + " bytes", Got: strconv.FormatInt(got, 10) + " bytes (changed during publish)"}
+func sizeChangedError(path string, want, got int64) error {
+	return sourceChanged(path, fmt.Sprintf("%d bytes, not the %d first found", got, want))
 }
 
 // chunkProgress returns a goroutine-safe reporter of bytes done.
@@ -220,12 +218,11 @@ func (r *Repo) uploadChunk(ctx context.Context, f *os.File, m chunkmap.Map, i in
 	n, err := f.ReadAt(data, int64(i)*m.ChunkBytes)
 	switch {
 	case n < len(data) && errors.Is(err, io.EOF):
-		return 0, sizeChangedError(m.Size, int64(i)*m.ChunkBytes+int64(n))
+		return 0, sizeChangedError(f.Name(), m.Size, int64(i)*m.ChunkBytes+int64(n))
 	case err != nil && n < len(data):
 		return 0, fmt.Errorf("read %s: %w", f.Name(), err)
 	case chunkmap.Sum(data) != c.Digest:
-		return 0, &repository.IntegrityError{Artifact: repository.MemoryFileName,
-			Want: fmt.Sprintf("chunk %d as hashed, %s", i, c.Digest), Got: "other bytes (changed during publish)"}
+		return 0, sourceChanged(f.Name(), fmt.Sprintf("chunk %d no longer holds the bytes first read", i))
 	}
 	stored := chunkmap.Compress(data)
 	key := r.keys.chunk(c.Digest)

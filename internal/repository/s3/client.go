@@ -225,6 +225,20 @@ func parseEndpoint(endpoint string) (host string, secure bool, err error) {
 	return u.Host, u.Scheme == "https", nil
 }
 
+// schemeHint adds to err, the first answer of the store at endpoint, what
+// to write when endpoint has no scheme (so means HTTPS, as for AWS S3)
+// but the store answered plain HTTP: the TLS client alone says only that
+// "server gave HTTP response to HTTPS client". net/http has no exported
+// error for it, so its message is what is matched.
+func schemeHint(endpoint string, err error) error {
+	if endpoint == "" || strings.Contains(endpoint, "://") ||
+		!strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") {
+		return err
+	}
+	return fmt.Errorf("%w: endpoint %s has no scheme, so it means https://; for a store without TLS write http://%s",
+		err, endpoint, endpoint)
+}
+
 // credentialsFor returns static credentials when configured, else the
 // standard AWS chain: environment (AWS_ACCESS_KEY_ID, ...), the shared
 // credentials file (AWS_SHARED_CREDENTIALS_FILE, AWS_PROFILE), then web

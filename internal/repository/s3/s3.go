@@ -321,7 +321,7 @@ func Open(ctx context.Context, o Options) (*Repo, error) {
 	}
 	ok, err := core.BucketExists(ctx, o.Bucket)
 	if err != nil {
-		return nil, fmt.Errorf("open s3 repository %s: %w", o.Bucket, ctxErr(ctx, err))
+		return nil, fmt.Errorf("open s3 repository %s: %w", o.Bucket, schemeHint(o.Endpoint, ctxErr(ctx, err)))
 	}
 	if !ok {
 		return nil, fmt.Errorf("open s3 repository: bucket %s: %w", o.Bucket, ErrNoBucket)
@@ -481,11 +481,11 @@ func (r *Repo) publish(ctx context.Context, id string, req repository.PublishReq
 		store: func() (repository.Record, error) {
 			vm, err := r.upload(ctx, id, repository.VMStateFileName, req.VMStatePath, sizes.VMState, nil, req.Progress)
 			if err != nil {
-				return repository.Record{}, err
+				return repository.Record{}, onField(repository.FieldVMState, err)
 			}
 			mem, err := r.storeMemory(ctx, id, repository.BaseLayerName, req.MemoryPath, sizes.Memory, req.Progress)
 			if err != nil {
-				return repository.Record{}, err
+				return repository.Record{}, onField(repository.FieldMemory, err)
 			}
 			return r.newRecord(id, req, vm, mem)
 		},
