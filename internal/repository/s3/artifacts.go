@@ -99,7 +99,7 @@ func (u *artifactUpload) readPart() (int, error) {
 // sizeChanged is the error of a file found to hold got bytes, not the
 // size Publish checked.
 func (u *artifactUpload) sizeChanged(got int64) error {
-	return sourceChanged(u.path, fmt.Sprintf("%d bytes, not the %d first found", got, u.size))
+	return sizeChangedError(u.path, u.size, got)
 }
 
 // sourceChangedError is a source file of a publish found to differ, in

@@ -171,6 +171,8 @@ func describeChunk(data []byte) chunkmap.Chunk {
 	return chunkmap.Chunk{Digest: chunkmap.Sum(data)}
 }
 
+// sizeChangedError is the error of a source file at path found to hold
+// got bytes, not the want bytes the publish first found.
 func sizeChangedError(path string, want, got int64) error {
 	return sourceChanged(path, fmt.Sprintf("%d bytes, not the %d first found", got, want))
 }
