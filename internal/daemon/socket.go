@@ -14,6 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"golang.org/x/time/rate"
+
+	"warmstart/internal/config"
 )
 
 // Whoever can connect to the API socket can run VMs, so no other user may
@@ -116,8 +118,8 @@ func checkNotShared(dir string, fi os.FileInfo) error {
 // initramfs caches, a socket's temporary directory), or lost+found.
 func runtimeEntry(name string) bool {
 	switch name {
-	case runDirName, instanceLockName, "mem", "mem-prefetching", "trace-mem", "warmstart.sock", "daemon.token",
-		"probe", "initramfs", "lost+found":
+	case runDirName, instanceLockName, config.DefaultFUSEMountName, config.DefaultFUSEMountName + "-prefetching",
+		"trace-mem", config.DefaultSocketName, config.DefaultTokenFileName, "probe", "initramfs", "lost+found":
 		return true
 	}
 	for _, prefix := range []string{"cli-", "capture-", ".ws"} {

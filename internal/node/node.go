@@ -187,7 +187,7 @@ func (n *Node) restorerOptions(o Options, log *slog.Logger) RestorerOptions {
 	return RestorerOptions{
 		VMM:                    n.VMM,
 		RuntimeDir:             o.RuntimeDir,
-		Mount:                  orDefault(o.FUSEMount, filepath.Join(o.RuntimeDir, "mem")),
+		Mount:                  orDefault(o.FUSEMount, filepath.Join(o.RuntimeDir, config.DefaultFUSEMountName)),
 		PrefetchMount:          o.PrefetchMount,
 		FUSE:                   serving,
 		PrefetchReadAheadBytes: cfg.Memory.PrefetchReadaroundBytes(),
